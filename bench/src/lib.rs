@@ -1,0 +1,1 @@
+//! mpi-ios-bench (work in progress).

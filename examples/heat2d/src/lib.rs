@@ -1,0 +1,1 @@
+//! heat2d (work in progress).

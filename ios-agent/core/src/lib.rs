@@ -1,0 +1,1 @@
+//! ios-agent-core (work in progress).

@@ -1,0 +1,1 @@
+//! pcm (work in progress).

@@ -1,0 +1,484 @@
+//! Wire protocol of the PCM daemon (`pcmd`): every message that crosses a pcmd socket.
+//!
+//! Three parties speak it over a local stream socket (a Unix socket, mode 0600):
+//! - **ranks**: PCM-enabled MPI processes (the `pcm` crate) register with the daemon of
+//!   their node, report progress, and receive reconfiguration requests;
+//! - **the CLI** (`pcmd status`, `pcmd migrate`) asks for status and requests migrations;
+//! - **the daemon** (`pcmd serve`) answers both.
+//!
+//! Every frame is a 4-byte big-endian length followed by one CBOR-encoded message. Frames
+//! longer than [`MAX_FRAME_LEN`] are refused before anything is allocated. The first frame a
+//! client sends is [`ToDaemon::Hello`] carrying [`PROTOCOL_VERSION`]; a daemon that speaks
+//! another version answers with [`ErrorKind::VersionMismatch`] and closes.
+//!
+//! This crate does no I/O of its own: [`encode`] turns a message into a frame and
+//! [`FrameReader`] splits a byte stream into decoded messages, so the blocking client in the
+//! ranks and the async daemon share one codec. Decoding arbitrary bytes never panics.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+mod path;
+mod types;
+pub use path::{socket_path, DAEMON_ENV};
+pub use types::{AppName, HostName, InvalidName, JobId, Rank};
+
+/// Version of this protocol; bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame body accepted, in bytes (1 MiB). Status replies for thousands of ranks fit
+/// comfortably; anything larger is a bug or an attack.
+pub const MAX_FRAME_LEN: usize = 1 << 20;
+
+/// Identifier of one reconfiguration request. Unique per daemon (daemons seed it from their
+/// start time), so that a request delivered twice is recognised and acted on once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// What kind of client opened a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientKind {
+    /// A PCM-enabled MPI rank.
+    Rank,
+    /// The `pcmd` command-line tool (or another controller, such as an IOS agent).
+    Controller,
+}
+
+/// One process to move: `rank` of the job, to `to` (an MPI host name) or, with `None`, to
+/// wherever the MPI runtime places a new process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// The rank that moves; it keeps its rank number on the new host.
+    pub rank: Rank,
+    /// Target host as the MPI runtime names it (a host of the hostfile), or any host.
+    pub to: Option<HostName>,
+}
+
+/// Time spent in each phase of a reconfiguration, in microseconds, as measured by rank 0
+/// of the job (phases are collective, so rank 0 sees each one end).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseTimings {
+    /// Agreeing on the request and broadcasting the plan.
+    pub agree_us: u64,
+    /// `MPI_Comm_spawn` of the replacement processes.
+    pub spawn_us: u64,
+    /// Merging the spawn intercommunicator and splitting out the new world.
+    pub merge_split_us: u64,
+    /// Sending the departing ranks' stored state to their replacements.
+    pub state_transfer_us: u64,
+    /// Bytes of stored state moved in total.
+    pub state_bytes: u64,
+}
+
+/// How a reconfiguration ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Every move was carried out.
+    Completed {
+        /// Iteration at which the job reconfigured.
+        iteration: u64,
+        /// Where the time went.
+        timings: PhaseTimings,
+        /// Host of each moved rank after the move, as the new process reports it.
+        placed: Vec<(Rank, HostName)>,
+    },
+    /// Nothing was moved; the job carries on as before.
+    Failed {
+        /// Why, in words that name the bad input.
+        reason: String,
+    },
+}
+
+/// Everything a client sends to a daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToDaemon {
+    /// First frame of every connection.
+    Hello {
+        /// The client's [`PROTOCOL_VERSION`].
+        version: u32,
+        /// Who is speaking.
+        client: ClientKind,
+    },
+    /// A rank announces itself (rank connections only, once, right after `Hello`).
+    Register {
+        /// Job the rank belongs to.
+        job: JobId,
+        /// Application name given to `Pcm::init`.
+        app: AppName,
+        /// The rank's number in the job's world.
+        rank: Rank,
+        /// Number of ranks in the job.
+        size: u32,
+        /// Host name of the process, as `gethostname` reports it.
+        host: HostName,
+        /// Operating-system process id.
+        pid: u32,
+        /// Whether this process replaced an earlier one (it was spawned by a migration).
+        replacement: bool,
+    },
+    /// A rank reports how far it has come (sent about once a second).
+    Progress {
+        /// Iterations completed, counted by status calls.
+        iteration: u64,
+    },
+    /// A rank reports that a reconfiguration request it received has ended.
+    ReconfigurationFinished {
+        /// The request this concerns.
+        request: RequestId,
+        /// What happened.
+        outcome: Outcome,
+    },
+    /// A controller asks for the daemon's view of its node.
+    QueryStatus,
+    /// A controller asks for ranks to be moved.
+    Migrate {
+        /// Job to act on; may be left out when the daemon knows exactly one job.
+        job: Option<JobId>,
+        /// The moves, all carried out in one reconfiguration.
+        moves: Vec<Move>,
+        /// Whether to answer only once the reconfiguration has ended
+        /// ([`FromDaemon::MigrationFinished`]) rather than when it is accepted.
+        wait: bool,
+    },
+}
+
+/// Everything a daemon sends to a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromDaemon {
+    /// Answer to `Hello`: the connection is open.
+    Welcome {
+        /// The daemon's [`PROTOCOL_VERSION`].
+        version: u32,
+        /// Host name of the daemon's node.
+        host: HostName,
+    },
+    /// Answer to `Register`.
+    Registered,
+    /// Pushed to every rank of a job on this node: the job must reconfigure.
+    ReconfigurationRequested {
+        /// Identifier to report back in `ReconfigurationFinished`.
+        request: RequestId,
+        /// What to move.
+        moves: Vec<Move>,
+    },
+    /// Answer to `QueryStatus`.
+    Status(DaemonStatus),
+    /// Answer to `Migrate`: the request was accepted and delivered to the job's ranks.
+    MigrationAccepted {
+        /// Identifier of the new request.
+        request: RequestId,
+    },
+    /// Answer to `Migrate` with `wait`: the reconfiguration has ended.
+    MigrationFinished {
+        /// The request this concerns.
+        request: RequestId,
+        /// What happened.
+        outcome: Outcome,
+    },
+    /// The last message was refused; the connection stays usable unless `kind` says otherwise.
+    Error {
+        /// Machine-readable category.
+        kind: ErrorKind,
+        /// Human-readable explanation naming the bad input.
+        message: String,
+    },
+}
+
+/// Categories of [`FromDaemon::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The client speaks another protocol version; the daemon closes the connection.
+    VersionMismatch,
+    /// The frame could not be decoded, or the message is not valid at this point.
+    BadMessage,
+    /// The job named (or implied) is not registered with this daemon.
+    UnknownJob,
+    /// A rank named does not exist in the job.
+    UnknownRank,
+    /// The job already has a reconfiguration in flight.
+    Busy,
+    /// The request was accepted but did not finish in time.
+    TimedOut,
+}
+
+/// A daemon's view of its node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    /// Host name of the daemon's node.
+    pub host: HostName,
+    /// Process id of the daemon.
+    pub pid: u32,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// Jobs with at least one rank registered here, by job id.
+    pub jobs: Vec<JobStatus>,
+}
+
+/// One job as seen by one daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// The job.
+    pub job: JobId,
+    /// Its application name.
+    pub app: AppName,
+    /// Number of ranks in the whole job.
+    pub size: u32,
+    /// Ranks of the job registered with this daemon, ordered by rank.
+    pub ranks: Vec<RankStatus>,
+    /// Reconfiguration in flight, if any.
+    pub in_flight: Option<RequestId>,
+    /// Reconfigurations this daemon saw finish for the job.
+    pub migrations: u64,
+}
+
+/// One registered rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankStatus {
+    /// Rank number.
+    pub rank: Rank,
+    /// Host the process runs on.
+    pub host: HostName,
+    /// Process id.
+    pub pid: u32,
+    /// Last iteration reported.
+    pub iteration: u64,
+    /// Iterations per second over the last reporting period.
+    pub iterations_per_second: f64,
+    /// Whether the process is a replacement spawned by a migration.
+    pub replacement: bool,
+}
+
+/// Errors of framing and decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The length prefix announces more than [`MAX_FRAME_LEN`] bytes.
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLong {
+        /// Announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The body is not a valid CBOR message of the expected type.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+    /// The stream ended in the middle of a frame.
+    #[error("connection closed in the middle of a frame ({have} of {want} bytes)")]
+    Truncated {
+        /// Bytes received.
+        have: usize,
+        /// Bytes expected.
+        want: usize,
+    },
+}
+
+/// Encodes one message as a complete frame (length prefix included).
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    let mut frame = vec![0u8; 4];
+    // Writing CBOR into a Vec cannot fail for these plain data types.
+    if let Err(e) = ciborium::into_writer(message, &mut frame) {
+        unreachable!("encoding a protocol message into memory failed: {e}");
+    }
+    let body_len = frame.len() - 4;
+    debug_assert!(
+        body_len <= MAX_FRAME_LEN,
+        "message larger than MAX_FRAME_LEN"
+    );
+    frame[..4].copy_from_slice(&(body_len as u32).to_be_bytes());
+    frame
+}
+
+/// Decodes one frame body (without its length prefix).
+pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, FrameError> {
+    if body.len() > MAX_FRAME_LEN {
+        return Err(FrameError::TooLong {
+            len: body.len(),
+            max: MAX_FRAME_LEN,
+        });
+    }
+    ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Splits a byte stream into frames: feed it what the socket gave, then take out messages.
+///
+/// Sans-I/O, so the blocking client and the async daemon use the same code. Buffers at most
+/// one frame plus what was fed beyond it.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buffer: Vec<u8>,
+}
+
+impl FrameReader {
+    /// A reader with an empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends bytes received from the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// Bytes buffered and not yet returned as a frame.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Takes out the next complete message, if one is buffered.
+    ///
+    /// After an error the stream is out of step and the connection should be closed: a
+    /// length prefix cannot be trusted after a malformed body.
+    pub fn next_message<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, FrameError> {
+        if self.buffer.len() < 4 {
+            return Ok(None);
+        }
+        let mut prefix = [0u8; 4];
+        prefix.copy_from_slice(&self.buffer[..4]);
+        let len = u32::from_be_bytes(prefix) as usize;
+        if len > MAX_FRAME_LEN {
+            return Err(FrameError::TooLong {
+                len,
+                max: MAX_FRAME_LEN,
+            });
+        }
+        if self.buffer.len() < 4 + len {
+            return Ok(None);
+        }
+        let result = decode(&self.buffer[4..4 + len]);
+        self.buffer.drain(..4 + len);
+        result.map(Some)
+    }
+
+    /// Call when the stream has ended: an error if a partial frame was left behind.
+    pub fn finish(&self) -> Result<(), FrameError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let want = if self.buffer.len() >= 4 {
+            let mut prefix = [0u8; 4];
+            prefix.copy_from_slice(&self.buffer[..4]);
+            4 + u32::from_be_bytes(prefix) as usize
+        } else {
+            4
+        };
+        Err(FrameError::Truncated {
+            have: self.buffer.len(),
+            want,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample_messages() -> Vec<ToDaemon> {
+        vec![
+            ToDaemon::Hello {
+                version: PROTOCOL_VERSION,
+                client: ClientKind::Rank,
+            },
+            ToDaemon::Register {
+                job: JobId::new("heat2d-1f2e").unwrap(),
+                app: AppName::new("heat2d").unwrap(),
+                rank: Rank(3),
+                size: 4,
+                host: HostName::new("node-a").unwrap(),
+                pid: 1234,
+                replacement: false,
+            },
+            ToDaemon::Migrate {
+                job: None,
+                moves: vec![Move {
+                    rank: Rank(0),
+                    to: Some(HostName::new("node-b").unwrap()),
+                }],
+                wait: true,
+            },
+        ]
+    }
+
+    #[test]
+    fn given_messages_split_across_feeds_then_each_is_decoded_once() {
+        let mut stream = Vec::new();
+        for m in sample_messages() {
+            stream.extend(encode(&m));
+        }
+        let mut reader = FrameReader::new();
+        let mut out = Vec::new();
+        for chunk in stream.chunks(3) {
+            reader.feed(chunk);
+            while let Some(m) = reader.next_message::<ToDaemon>().unwrap() {
+                out.push(m);
+            }
+        }
+        assert_eq!(out, sample_messages());
+        reader.finish().unwrap();
+    }
+
+    #[test]
+    fn given_oversized_prefix_then_too_long_without_waiting_for_body() {
+        let mut reader = FrameReader::new();
+        reader.feed(&(MAX_FRAME_LEN as u32 + 1).to_be_bytes());
+        assert!(matches!(
+            reader.next_message::<ToDaemon>(),
+            Err(FrameError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn given_truncated_stream_then_finish_reports_it() {
+        let frame = encode(&ToDaemon::QueryStatus);
+        let mut reader = FrameReader::new();
+        reader.feed(&frame[..frame.len() - 1]);
+        assert!(reader.next_message::<ToDaemon>().unwrap().is_none());
+        assert!(matches!(reader.finish(), Err(FrameError::Truncated { .. })));
+    }
+
+    #[test]
+    fn given_invalid_name_on_the_wire_then_decoding_fails_cleanly() {
+        // A host name with a space is not a valid HostName; it must not decode into one.
+        #[derive(Serialize)]
+        enum Fake {
+            Welcome { version: u32, host: String },
+        }
+        let frame = encode(&Fake::Welcome {
+            version: 1,
+            host: "bad host".into(),
+        });
+        let err = decode::<FromDaemon>(&frame[4..]).unwrap_err();
+        assert!(err.to_string().contains("host"), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut reader = FrameReader::new();
+            reader.feed(&bytes);
+            for _ in 0..8 {
+                match reader.next_message::<ToDaemon>() {
+                    Ok(Some(_)) => continue,
+                    _ => break,
+                }
+            }
+            let _ = decode::<FromDaemon>(&bytes);
+        }
+
+        #[test]
+        fn any_frame_with_a_valid_prefix_and_random_body_is_refused_or_decoded(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+            frame.extend(&body);
+            let mut reader = FrameReader::new();
+            reader.feed(&frame);
+            let _ = reader.next_message::<FromDaemon>();
+        }
+    }
+}

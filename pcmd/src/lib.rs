@@ -1,0 +1,1 @@
+//! pcmd (work in progress).

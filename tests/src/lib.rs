@@ -1,0 +1,1 @@
+//! mpi-ios-tests (work in progress).
