@@ -1,1 +1,2 @@
-//! pcmd (work in progress).
+//! pcmd.
+pub mod registry;

@@ -1,0 +1,788 @@
+//! The daemon's pure state core: connections, jobs, ranks and in-flight reconfigurations.
+//!
+//! Sans-I/O in the style of `quinn-proto`: [`Registry`] never touches a socket or a clock.
+//! Every input carries `now`; outputs are queued and taken out with [`Registry::poll_output`];
+//! [`Registry::poll_timeout`] says when [`Registry::handle_timeout`] must be called next.
+//! The tokio driver in [`crate::daemon`] only moves bytes and runs that one timer.
+//!
+//! Methods come in the documented order: constructors and getters, `handle_*` inputs,
+//! `poll_*` outputs.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use pcm_proto::{
+    AppName, ClientKind, DaemonStatus, ErrorKind, FrameError, FromDaemon, HostName, JobId,
+    JobStatus, Move, Outcome, Rank, RankStatus, RequestId, ToDaemon, PROTOCOL_VERSION,
+};
+
+/// Default time a reconfiguration may stay in flight before it is abandoned (120 s).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default time a new connection has to send `Hello` (5 s).
+pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default maximum number of open connections (4096).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// Settings of the core.
+#[derive(Debug, Clone)]
+pub struct Config {
+    request_timeout: Duration,
+    hello_timeout: Duration,
+    max_connections: usize,
+}
+
+impl Default for Config {
+    /// [`DEFAULT_REQUEST_TIMEOUT`], [`DEFAULT_HELLO_TIMEOUT`], [`DEFAULT_MAX_CONNECTIONS`].
+    fn default() -> Self {
+        Self {
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            hello_timeout: DEFAULT_HELLO_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl Config {
+    /// How long a reconfiguration may stay in flight (default [`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// How long a new connection has to send `Hello` (default [`DEFAULT_HELLO_TIMEOUT`]).
+    pub fn with_hello_timeout(mut self, timeout: Duration) -> Self {
+        self.hello_timeout = timeout;
+        self
+    }
+
+    /// Maximum number of open connections (default [`DEFAULT_MAX_CONNECTIONS`]); further
+    /// clients get an error and are closed.
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// The in-flight deadline.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+}
+
+/// Identifier the core gives each connection; never reused within one [`Registry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "conn-{}", self.0)
+    }
+}
+
+/// Something the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send `message` on connection `conn`.
+    Send {
+        /// Where to.
+        conn: ConnId,
+        /// What.
+        message: FromDaemon,
+    },
+    /// Flush what was queued for `conn`, then close it. The core has already forgotten it.
+    Close {
+        /// Which connection.
+        conn: ConnId,
+    },
+}
+
+#[derive(Debug)]
+enum ConnState {
+    AwaitingHello { deadline: Instant },
+    Rank { registered: Option<(JobId, Rank)> },
+    Controller,
+}
+
+#[derive(Debug)]
+struct RankEntry {
+    conn: ConnId,
+    host: HostName,
+    pid: u32,
+    iteration: u64,
+    last_progress: Option<(Instant, u64)>,
+    rate: f64,
+    replacement: bool,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    request: RequestId,
+    moves: Vec<Move>,
+    deadline: Instant,
+    waiter: Option<ConnId>,
+}
+
+#[derive(Debug)]
+struct Job {
+    app: AppName,
+    size: u32,
+    ranks: BTreeMap<Rank, RankEntry>,
+    in_flight: Option<InFlight>,
+    migrations: u64,
+}
+
+/// The daemon's whole state. See the [module docs](self).
+#[derive(Debug)]
+pub struct Registry {
+    config: Config,
+    host: HostName,
+    pid: u32,
+    started: Instant,
+    next_conn: u64,
+    next_request: u64,
+    conns: HashMap<ConnId, ConnState>,
+    jobs: BTreeMap<JobId, Job>,
+    outputs: VecDeque<Output>,
+}
+
+fn ranks_list(moves: &[Move]) -> String {
+    let ranks: Vec<String> = moves.iter().map(|m| m.rank.to_string()).collect();
+    ranks.join(", ")
+}
+
+fn rank_range(size: u32) -> String {
+    match size {
+        0 => "none".to_owned(),
+        1 => "0".to_owned(),
+        n => format!("0-{}", n - 1),
+    }
+}
+
+fn bad(message: impl Into<String>) -> FromDaemon {
+    error(ErrorKind::BadMessage, message)
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> FromDaemon {
+    FromDaemon::Error {
+        kind,
+        message: message.into(),
+    }
+}
+
+fn message_name(message: &ToDaemon) -> &'static str {
+    match message {
+        ToDaemon::Hello { .. } => "Hello",
+        ToDaemon::Register { .. } => "Register",
+        ToDaemon::Progress { .. } => "Progress",
+        ToDaemon::ReconfigurationFinished { .. } => "ReconfigurationFinished",
+        ToDaemon::QueryStatus => "QueryStatus",
+        ToDaemon::Migrate { .. } => "Migrate",
+    }
+}
+
+impl Registry {
+    /// A core for the daemon of `host`, process `pid`, started at `now`.
+    ///
+    /// Request ids count up from `request_id_seed`; the driver seeds it with the start time
+    /// in milliseconds shifted left by 16 bits, so that ids of different daemons rarely
+    /// collide (see [`request_id_seed`]).
+    pub fn new(
+        config: Config,
+        host: HostName,
+        pid: u32,
+        now: Instant,
+        request_id_seed: u64,
+    ) -> Self {
+        Self {
+            config,
+            host,
+            pid,
+            started: now,
+            next_conn: 0,
+            next_request: request_id_seed,
+            conns: HashMap::new(),
+            jobs: BTreeMap::new(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    // ----- getters -----
+
+    /// Host name of the node.
+    pub fn host(&self) -> &HostName {
+        &self.host
+    }
+
+    /// Number of open connections the core knows.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The daemon's view of its node at `now`, as sent in [`FromDaemon::Status`].
+    pub fn status(&self, now: Instant) -> DaemonStatus {
+        let jobs = self
+            .jobs
+            .iter()
+            .map(|(id, job)| JobStatus {
+                job: id.clone(),
+                app: job.app.clone(),
+                size: job.size,
+                ranks: job
+                    .ranks
+                    .iter()
+                    .map(|(rank, r)| RankStatus {
+                        rank: *rank,
+                        host: r.host.clone(),
+                        pid: r.pid,
+                        iteration: r.iteration,
+                        iterations_per_second: r.rate,
+                        replacement: r.replacement,
+                    })
+                    .collect(),
+                in_flight: job.in_flight.as_ref().map(|f| f.request),
+                migrations: job.migrations,
+            })
+            .collect();
+        DaemonStatus {
+            host: self.host.clone(),
+            pid: self.pid,
+            uptime_s: now.saturating_duration_since(self.started).as_secs_f64(),
+            jobs,
+        }
+    }
+
+    // ----- inputs -----
+
+    /// A client connected. Returns its id; if the daemon is full, an error and a close are
+    /// queued for it at once.
+    pub fn handle_connected(&mut self, now: Instant) -> ConnId {
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        if self.conns.len() >= self.config.max_connections {
+            tracing::warn!(%conn, max = self.config.max_connections, "refusing connection: too many connections");
+            self.send(
+                conn,
+                bad(format!(
+                    "this daemon already serves {} connections, its limit; try again later",
+                    self.config.max_connections
+                )),
+            );
+            self.outputs.push_back(Output::Close { conn });
+            return conn;
+        }
+        self.conns.insert(
+            conn,
+            ConnState::AwaitingHello {
+                deadline: now + self.config.hello_timeout,
+            },
+        );
+        conn
+    }
+
+    /// A connection ended (end of stream, I/O error, or the driver gave up on it). Unknown
+    /// or already closed connections are ignored.
+    pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId) {
+        let Some(state) = self.conns.remove(&conn) else {
+            return;
+        };
+        let _ = now;
+        self.forget(conn, state);
+    }
+
+    /// The connection's byte stream could not be framed or decoded: the stream is out of
+    /// step, so an error is sent and the connection closed.
+    pub fn handle_frame_error(&mut self, now: Instant, conn: ConnId, err: &FrameError) {
+        let _ = now;
+        if !self.conns.contains_key(&conn) {
+            return;
+        }
+        tracing::debug!(%conn, %err, "closing connection after a frame error");
+        self.send(conn, bad(format!("{err}; closing the connection")));
+        self.close(conn);
+    }
+
+    /// A message arrived on `conn`.
+    pub fn handle_message(&mut self, now: Instant, conn: ConnId, message: ToDaemon) {
+        let Some(state) = self.conns.get(&conn) else {
+            return;
+        };
+        match (state, message) {
+            (ConnState::AwaitingHello { .. }, ToDaemon::Hello { version, client }) => {
+                if version != PROTOCOL_VERSION {
+                    self.send(
+                        conn,
+                        error(
+                            ErrorKind::VersionMismatch,
+                            format!(
+                                "client speaks protocol v{version}, this daemon speaks v{PROTOCOL_VERSION}"
+                            ),
+                        ),
+                    );
+                    self.close(conn);
+                    return;
+                }
+                let new_state = match client {
+                    ClientKind::Rank => ConnState::Rank { registered: None },
+                    ClientKind::Controller => ConnState::Controller,
+                };
+                self.conns.insert(conn, new_state);
+                self.send(
+                    conn,
+                    FromDaemon::Welcome {
+                        version: PROTOCOL_VERSION,
+                        host: self.host.clone(),
+                    },
+                );
+            }
+            (ConnState::AwaitingHello { .. }, other) => {
+                self.send(
+                    conn,
+                    bad(format!(
+                        "expected Hello as the first message, got {}; closing the connection",
+                        message_name(&other)
+                    )),
+                );
+                self.close(conn);
+            }
+            (_, ToDaemon::Hello { .. }) => {
+                self.send(conn, bad("Hello was already received on this connection"));
+            }
+            (ConnState::Rank { registered }, message) => {
+                let registered = registered.clone();
+                self.handle_rank_message(now, conn, registered, message);
+            }
+            (ConnState::Controller, message) => self.handle_controller_message(now, conn, message),
+        }
+    }
+
+    /// Time has passed: expires Hello and in-flight deadlines due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let late: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter_map(|(conn, state)| match state {
+                ConnState::AwaitingHello { deadline } if *deadline <= now => Some(*conn),
+                _ => None,
+            })
+            .collect();
+        for conn in late {
+            self.send(
+                conn,
+                bad(format!(
+                    "no Hello within {} s; closing the connection",
+                    self.config.hello_timeout.as_secs_f64()
+                )),
+            );
+            self.close(conn);
+        }
+        let timeout = self.config.request_timeout;
+        let mut expired = Vec::new();
+        for (id, job) in &mut self.jobs {
+            if job.in_flight.as_ref().is_some_and(|f| f.deadline <= now) {
+                if let Some(flight) = job.in_flight.take() {
+                    expired.push((id.clone(), flight));
+                }
+            }
+        }
+        for (job, flight) in expired {
+            tracing::warn!(request = %flight.request, %job, "reconfiguration timed out");
+            if let Some(waiter) = flight.waiter {
+                self.send(
+                    waiter,
+                    error(
+                        ErrorKind::TimedOut,
+                        format!(
+                            "request {} for job {job} (ranks {}) did not finish within {} s; it may still complete",
+                            flight.request,
+                            ranks_list(&flight.moves),
+                            timeout.as_secs_f64()
+                        ),
+                    ),
+                );
+            }
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The next thing for the driver to do.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`Registry::handle_timeout`] must be called next, if ever.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let hello = self.conns.values().filter_map(|s| match s {
+            ConnState::AwaitingHello { deadline } => Some(*deadline),
+            _ => None,
+        });
+        let flights = self
+            .jobs
+            .values()
+            .filter_map(|j| j.in_flight.as_ref().map(|f| f.deadline));
+        hello.chain(flights).min()
+    }
+
+    // ----- internals -----
+
+    fn send(&mut self, conn: ConnId, message: FromDaemon) {
+        self.outputs.push_back(Output::Send { conn, message });
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        if let Some(state) = self.conns.remove(&conn) {
+            self.forget(conn, state);
+        }
+        self.outputs.push_back(Output::Close { conn });
+    }
+
+    /// Drops whatever `conn` stood for: its rank registration or its waits.
+    fn forget(&mut self, conn: ConnId, state: ConnState) {
+        match state {
+            ConnState::AwaitingHello { .. } => {}
+            ConnState::Controller => {
+                for job in self.jobs.values_mut() {
+                    if let Some(flight) = &mut job.in_flight {
+                        if flight.waiter == Some(conn) {
+                            flight.waiter = None;
+                        }
+                    }
+                }
+            }
+            ConnState::Rank { registered: None } => {}
+            ConnState::Rank {
+                registered: Some((job_id, rank)),
+            } => self.unregister(conn, &job_id, rank),
+        }
+    }
+
+    fn unregister(&mut self, conn: ConnId, job_id: &JobId, rank: Rank) {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        // A replacement may already have taken over the rank; leave it alone then.
+        if job.ranks.get(&rank).is_some_and(|r| r.conn == conn) {
+            job.ranks.remove(&rank);
+            tracing::info!(job = %job_id, %rank, "rank unregistered");
+        }
+        if !job.ranks.is_empty() {
+            return;
+        }
+        let Some(job) = self.jobs.remove(job_id) else {
+            return;
+        };
+        tracing::info!(job = %job_id, "job has no ranks left here");
+        if let Some(flight) = job.in_flight {
+            let reason = format!("all ranks of job {job_id} disconnected");
+            tracing::warn!(request = %flight.request, job = %job_id, "{reason}");
+            if let Some(waiter) = flight.waiter {
+                self.send(
+                    waiter,
+                    FromDaemon::MigrationFinished {
+                        request: flight.request,
+                        outcome: Outcome::Failed { reason },
+                    },
+                );
+            }
+        }
+    }
+
+    fn handle_rank_message(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        registered: Option<(JobId, Rank)>,
+        message: ToDaemon,
+    ) {
+        match (registered, message) {
+            (
+                None,
+                ToDaemon::Register {
+                    job,
+                    app,
+                    rank,
+                    size,
+                    host,
+                    pid,
+                    replacement,
+                },
+            ) => self.register(conn, job, app, rank, size, host, pid, replacement),
+            (Some((job, rank)), ToDaemon::Register { .. }) => {
+                self.send(
+                    conn,
+                    bad(format!(
+                        "this connection is already registered as rank {rank} of job {job}"
+                    )),
+                );
+            }
+            (Some((job, rank)), ToDaemon::Progress { iteration }) => {
+                if let Some(entry) = self.rank_entry(&job, rank, conn) {
+                    if let Some((then, before)) = entry.last_progress {
+                        let dt = now.saturating_duration_since(then).as_secs_f64();
+                        if dt > 0.0 {
+                            entry.rate = iteration.saturating_sub(before) as f64 / dt;
+                        }
+                    }
+                    if entry.last_progress.is_none_or(|(then, _)| now > then) {
+                        entry.last_progress = Some((now, iteration));
+                    }
+                    entry.iteration = iteration;
+                }
+            }
+            (Some((job, rank)), ToDaemon::ReconfigurationFinished { request, outcome }) => {
+                self.finished(&job, rank, request, outcome);
+            }
+            (
+                None,
+                other @ (ToDaemon::Progress { .. } | ToDaemon::ReconfigurationFinished { .. }),
+            ) => {
+                self.send(
+                    conn,
+                    bad(format!("{} before Register", message_name(&other))),
+                );
+            }
+            (_, other) => {
+                self.send(
+                    conn,
+                    bad(format!(
+                        "{} is not valid on a rank connection",
+                        message_name(&other)
+                    )),
+                );
+            }
+        }
+    }
+
+    /// The entry of `rank` in `job` if `conn` still owns it.
+    fn rank_entry(&mut self, job: &JobId, rank: Rank, conn: ConnId) -> Option<&mut RankEntry> {
+        self.jobs
+            .get_mut(job)
+            .and_then(|j| j.ranks.get_mut(&rank))
+            .filter(|r| r.conn == conn)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn register(
+        &mut self,
+        conn: ConnId,
+        job_id: JobId,
+        app: AppName,
+        rank: Rank,
+        size: u32,
+        host: HostName,
+        pid: u32,
+        replacement: bool,
+    ) {
+        if rank.0 >= size {
+            self.send(
+                conn,
+                bad(format!(
+                    "rank {rank} does not exist in a job of {size} ranks ({})",
+                    rank_range(size)
+                )),
+            );
+            return;
+        }
+        let job = self.jobs.entry(job_id.clone()).or_insert_with(|| Job {
+            app: app.clone(),
+            size,
+            ranks: BTreeMap::new(),
+            in_flight: None,
+            migrations: 0,
+        });
+        if job.size != size || job.app != app {
+            let message = format!(
+                "job {job_id} is registered here as application {} with {} ranks, but rank {rank} says application {app} with {size} ranks",
+                job.app, job.size
+            );
+            self.send(conn, bad(message));
+            return;
+        }
+        let entry = RankEntry {
+            conn,
+            host: host.clone(),
+            pid,
+            iteration: 0,
+            last_progress: None,
+            rate: 0.0,
+            replacement,
+        };
+        if let Some(old) = job.ranks.insert(rank, entry) {
+            // A replacement registered before its predecessor's disconnect was seen; the
+            // newer process owns the rank from now on.
+            tracing::info!(job = %job_id, %rank, old_pid = old.pid, new_pid = pid, "rank re-registered by a new process");
+            if let Some(ConnState::Rank { registered }) = self.conns.get_mut(&old.conn) {
+                *registered = None;
+            }
+        }
+        tracing::info!(job = %job_id, %rank, %host, pid, replacement, "rank registered");
+        self.conns.insert(
+            conn,
+            ConnState::Rank {
+                registered: Some((job_id, rank)),
+            },
+        );
+        self.send(conn, FromDaemon::Registered);
+    }
+
+    fn finished(&mut self, job_id: &JobId, rank: Rank, request: RequestId, outcome: Outcome) {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        if job.in_flight.as_ref().map(|f| f.request) != Some(request) {
+            tracing::debug!(job = %job_id, %rank, %request, "ignoring report of a request not in flight");
+            return;
+        }
+        let Some(flight) = job.in_flight.take() else {
+            return;
+        };
+        if matches!(outcome, Outcome::Completed { .. }) {
+            job.migrations += 1;
+        }
+        tracing::info!(job = %job_id, %request, reported_by = %rank, ?outcome, "reconfiguration finished");
+        if let Some(waiter) = flight.waiter {
+            self.send(waiter, FromDaemon::MigrationFinished { request, outcome });
+        }
+    }
+
+    fn handle_controller_message(&mut self, now: Instant, conn: ConnId, message: ToDaemon) {
+        match message {
+            ToDaemon::QueryStatus => {
+                let status = self.status(now);
+                self.send(conn, FromDaemon::Status(status));
+            }
+            ToDaemon::Migrate { job, moves, wait } => {
+                match self.migrate(now, conn, job, moves, wait) {
+                    Ok(request) => self.send(conn, FromDaemon::MigrationAccepted { request }),
+                    Err(refusal) => self.send(conn, refusal),
+                }
+            }
+            other => self.send(
+                conn,
+                bad(format!(
+                    "{} is not valid on a controller connection",
+                    message_name(&other)
+                )),
+            ),
+        }
+    }
+
+    fn known_jobs(&self) -> String {
+        let jobs: Vec<&str> = self.jobs.keys().map(JobId::as_str).collect();
+        jobs.join(", ")
+    }
+
+    fn migrate(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        job: Option<JobId>,
+        moves: Vec<Move>,
+        wait: bool,
+    ) -> Result<RequestId, FromDaemon> {
+        let job_id = match job {
+            Some(job) => job,
+            None => match self.jobs.len() {
+                1 => self.jobs.keys().next().cloned().ok_or_else(|| bad("no job"))?,
+                0 => {
+                    return Err(error(
+                        ErrorKind::UnknownJob,
+                        format!(
+                            "no job has ranks registered with this daemon on host {}; run the command on a node of the job",
+                            self.host
+                        ),
+                    ))
+                }
+                n => {
+                    return Err(error(
+                        ErrorKind::UnknownJob,
+                        format!(
+                            "no job given and {n} jobs have ranks registered with this daemon on host {} ({}); name one with --job",
+                            self.host,
+                            self.known_jobs()
+                        ),
+                    ))
+                }
+            },
+        };
+        let Some(job) = self.jobs.get(&job_id) else {
+            let mut message = format!(
+                "job {job_id} has no ranks registered with this daemon on host {}; run the command on a node of the job",
+                self.host
+            );
+            if !self.jobs.is_empty() {
+                let _ = write!(message, " (jobs registered here: {})", self.known_jobs());
+            }
+            return Err(error(ErrorKind::UnknownJob, message));
+        };
+        if moves.is_empty() {
+            return Err(bad(format!(
+                "migration request for job {job_id} names no ranks to move"
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for m in &moves {
+            if m.rank.0 >= job.size {
+                return Err(error(
+                    ErrorKind::UnknownRank,
+                    format!(
+                        "rank {} does not exist: job {job_id} has {} ranks ({})",
+                        m.rank,
+                        job.size,
+                        rank_range(job.size)
+                    ),
+                ));
+            }
+            if !seen.insert(m.rank) {
+                return Err(bad(format!(
+                    "rank {} appears more than once in the migration request",
+                    m.rank
+                )));
+            }
+        }
+        if let Some(flight) = &job.in_flight {
+            return Err(error(
+                ErrorKind::Busy,
+                format!(
+                    "job {job_id} already has reconfiguration {} in flight (ranks {}); wait for it to finish",
+                    flight.request,
+                    ranks_list(&flight.moves)
+                ),
+            ));
+        }
+        let request = RequestId(self.next_request);
+        self.next_request = self.next_request.wrapping_add(1);
+        let targets: Vec<ConnId> = job.ranks.values().map(|r| r.conn).collect();
+        for target in targets {
+            self.send(
+                target,
+                FromDaemon::ReconfigurationRequested {
+                    request,
+                    moves: moves.clone(),
+                },
+            );
+        }
+        tracing::info!(job = %job_id, %request, ranks = %ranks_list(&moves), wait, "reconfiguration requested");
+        let deadline = now + self.config.request_timeout;
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.in_flight = Some(InFlight {
+                request,
+                moves,
+                deadline,
+                waiter: wait.then_some(conn),
+            });
+        }
+        Ok(request)
+    }
+}
+
+/// The request-id seed for a daemon started `since_epoch` after the Unix epoch: milliseconds
+/// shifted left by 16 bits, leaving 65536 ids before it runs into the next millisecond's seed.
+pub fn request_id_seed(since_epoch: Duration) -> u64 {
+    (since_epoch.as_millis() as u64) << 16
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,612 @@
+//! Unit tests of the core: no sockets, a hand-driven clock.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use pcm_proto::PhaseTimings;
+
+const SEED: u64 = 7 << 16;
+
+struct Harness {
+    core: Registry,
+    now: Instant,
+}
+
+fn host(name: &str) -> HostName {
+    HostName::new(name).unwrap()
+}
+
+fn job(name: &str) -> JobId {
+    JobId::new(name).unwrap()
+}
+
+fn mv(rank: u32, to: Option<&str>) -> Move {
+    Move {
+        rank: Rank(rank),
+        to: to.map(host),
+    }
+}
+
+fn completed() -> Outcome {
+    Outcome::Completed {
+        iteration: 42,
+        timings: PhaseTimings::default(),
+        placed: vec![(Rank(1), host("node-b"))],
+    }
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with(Config::default())
+    }
+
+    fn with(config: Config) -> Self {
+        let now = Instant::now();
+        Self {
+            core: Registry::new(config, host("node-a"), 99, now, SEED),
+            now,
+        }
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now += by;
+        if self.core.poll_timeout().is_some_and(|t| t <= self.now) {
+            self.core.handle_timeout(self.now);
+        }
+    }
+
+    fn outputs(&mut self) -> Vec<Output> {
+        std::iter::from_fn(|| self.core.poll_output()).collect()
+    }
+
+    fn send(&mut self, conn: ConnId, message: ToDaemon) -> Vec<Output> {
+        self.core.handle_message(self.now, conn, message);
+        self.outputs()
+    }
+
+    fn connect(&mut self, client: ClientKind) -> ConnId {
+        let conn = self.core.handle_connected(self.now);
+        let out = self.send(
+            conn,
+            ToDaemon::Hello {
+                version: PROTOCOL_VERSION,
+                client,
+            },
+        );
+        assert_eq!(
+            out,
+            vec![Output::Send {
+                conn,
+                message: FromDaemon::Welcome {
+                    version: PROTOCOL_VERSION,
+                    host: host("node-a"),
+                },
+            }]
+        );
+        conn
+    }
+
+    fn rank(&mut self, job_name: &str, rank: u32, size: u32) -> ConnId {
+        let conn = self.connect(ClientKind::Rank);
+        let out = self.send(conn, register(job_name, rank, size, false));
+        assert_eq!(
+            out,
+            vec![Output::Send {
+                conn,
+                message: FromDaemon::Registered
+            }]
+        );
+        conn
+    }
+
+    fn controller(&mut self) -> ConnId {
+        self.connect(ClientKind::Controller)
+    }
+
+    fn migrate(
+        &mut self,
+        conn: ConnId,
+        job_name: Option<&str>,
+        moves: Vec<Move>,
+        wait: bool,
+    ) -> Vec<Output> {
+        self.send(
+            conn,
+            ToDaemon::Migrate {
+                job: job_name.map(job),
+                moves,
+                wait,
+            },
+        )
+    }
+
+    fn status(&mut self) -> DaemonStatus {
+        self.core.status(self.now)
+    }
+}
+
+fn register(job_name: &str, rank: u32, size: u32, replacement: bool) -> ToDaemon {
+    ToDaemon::Register {
+        job: job(job_name),
+        app: AppName::new("heat2d").unwrap(),
+        rank: Rank(rank),
+        size,
+        host: host("node-a"),
+        pid: 1000 + rank,
+        replacement,
+    }
+}
+
+/// The single error in `out`, sent to `conn`.
+fn error_of(out: &[Output], conn: ConnId) -> (ErrorKind, String) {
+    let errors: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                conn: c,
+                message: FromDaemon::Error { kind, message },
+            } if *c == conn => Some((*kind, message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errors.len(), 1, "expected one error in {out:?}");
+    errors.into_iter().next().unwrap()
+}
+
+fn accepted(out: &[Output], conn: ConnId) -> RequestId {
+    out.iter()
+        .find_map(|o| match o {
+            Output::Send {
+                conn: c,
+                message: FromDaemon::MigrationAccepted { request },
+            } if *c == conn => Some(*request),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no MigrationAccepted in {out:?}"))
+}
+
+fn closes(out: &[Output], conn: ConnId) -> bool {
+    out.contains(&Output::Close { conn })
+}
+
+#[test]
+fn given_rank_registers_then_status_lists_it() {
+    let mut h = Harness::new();
+    h.rank("job-1", 2, 4);
+    let status = h.status();
+    assert_eq!(status.host, host("node-a"));
+    assert_eq!(status.pid, 99);
+    assert_eq!(status.jobs.len(), 1);
+    let j = &status.jobs[0];
+    assert_eq!((j.job.as_str(), j.size, j.in_flight), ("job-1", 4, None));
+    assert_eq!(j.ranks.len(), 1);
+    assert_eq!(j.ranks[0].rank, Rank(2));
+    assert_eq!(j.ranks[0].pid, 1002);
+}
+
+#[test]
+fn given_consecutive_progress_then_rate_is_delta_over_time() {
+    let mut h = Harness::new();
+    let r = h.rank("job-1", 0, 1);
+    assert!(h.send(r, ToDaemon::Progress { iteration: 10 }).is_empty());
+    assert_eq!(h.status().jobs[0].ranks[0].iterations_per_second, 0.0);
+    h.advance(Duration::from_secs(2));
+    h.send(r, ToDaemon::Progress { iteration: 50 });
+    let rank = &h.status().jobs[0].ranks[0];
+    assert_eq!(rank.iteration, 50);
+    assert!((rank.iterations_per_second - 20.0).abs() < 1e-9, "{rank:?}");
+    // A report at the same instant does not divide by zero.
+    h.send(r, ToDaemon::Progress { iteration: 60 });
+    assert!(h.status().jobs[0].ranks[0]
+        .iterations_per_second
+        .is_finite());
+}
+
+#[test]
+fn given_progress_before_register_then_bad_message_and_connection_stays() {
+    let mut h = Harness::new();
+    let r = h.connect(ClientKind::Rank);
+    let out = h.send(r, ToDaemon::Progress { iteration: 1 });
+    let (kind, message) = error_of(&out, r);
+    assert_eq!(kind, ErrorKind::BadMessage);
+    assert!(message.contains("Progress before Register"), "{message}");
+    assert!(!closes(&out, r));
+    // Still usable.
+    assert_eq!(
+        h.send(r, register("job-1", 0, 1, false)),
+        vec![Output::Send {
+            conn: r,
+            message: FromDaemon::Registered
+        }]
+    );
+}
+
+#[test]
+fn given_register_on_controller_connection_then_bad_message() {
+    let mut h = Harness::new();
+    let c = h.controller();
+    let (kind, message) = error_of(&h.send(c, register("job-1", 0, 1, false)), c);
+    assert_eq!(kind, ErrorKind::BadMessage);
+    assert!(
+        message.contains("Register is not valid on a controller"),
+        "{message}"
+    );
+    let r = h.rank("job-1", 0, 1);
+    let (kind, _) = error_of(&h.send(r, ToDaemon::QueryStatus), r);
+    assert_eq!(kind, ErrorKind::BadMessage);
+}
+
+#[test]
+fn given_rank_out_of_range_or_size_mismatch_then_register_refused() {
+    let mut h = Harness::new();
+    let r = h.connect(ClientKind::Rank);
+    let (_, message) = error_of(&h.send(r, register("job-1", 4, 4, false)), r);
+    assert!(message.contains("rank 4 does not exist"), "{message}");
+    h.rank("job-1", 0, 4);
+    let r2 = h.connect(ClientKind::Rank);
+    let (_, message) = error_of(&h.send(r2, register("job-1", 1, 8, false)), r2);
+    assert!(message.contains("with 4 ranks"), "{message}");
+}
+
+#[test]
+fn given_second_register_on_same_connection_then_refused() {
+    let mut h = Harness::new();
+    let r = h.rank("job-1", 0, 2);
+    let (_, message) = error_of(&h.send(r, register("job-1", 1, 2, false)), r);
+    assert!(
+        message.contains("already registered as rank 0 of job job-1"),
+        "{message}"
+    );
+}
+
+#[test]
+fn given_wrong_version_then_mismatch_named_and_closed() {
+    let mut h = Harness::new();
+    let c = h.core.handle_connected(h.now);
+    let out = h.send(
+        c,
+        ToDaemon::Hello {
+            version: 2,
+            client: ClientKind::Controller,
+        },
+    );
+    let (kind, message) = error_of(&out, c);
+    assert_eq!(kind, ErrorKind::VersionMismatch);
+    assert_eq!(message, "client speaks protocol v2, this daemon speaks v1");
+    assert!(closes(&out, c));
+    assert_eq!(h.core.connections(), 0);
+}
+
+#[test]
+fn given_no_hello_then_closed_after_deadline() {
+    let mut h = Harness::with(Config::default().with_hello_timeout(Duration::from_secs(3)));
+    let c = h.core.handle_connected(h.now);
+    assert!(h.core.poll_timeout().is_some());
+    h.advance(Duration::from_secs(2));
+    assert!(h.outputs().is_empty());
+    h.advance(Duration::from_secs(2));
+    let out = h.outputs();
+    assert!(closes(&out, c), "{out:?}");
+    assert!(error_of(&out, c).1.contains("no Hello"));
+    assert_eq!(h.core.poll_timeout(), None);
+}
+
+#[test]
+fn given_message_before_hello_then_closed() {
+    let mut h = Harness::new();
+    let c = h.core.handle_connected(h.now);
+    let out = h.send(c, ToDaemon::QueryStatus);
+    assert!(error_of(&out, c).1.contains("expected Hello"));
+    assert!(closes(&out, c));
+}
+
+#[test]
+fn given_frame_error_then_error_and_close_for_that_connection_only() {
+    let mut h = Harness::new();
+    let r = h.rank("job-1", 0, 1);
+    let c = h.controller();
+    h.core.handle_frame_error(
+        h.now,
+        c,
+        &FrameError::TooLong {
+            len: usize::MAX,
+            max: 1,
+        },
+    );
+    let out = h.outputs();
+    assert!(error_of(&out, c).1.contains("exceeds the limit"));
+    assert!(closes(&out, c));
+    assert!(!closes(&out, r));
+    assert_eq!(h.status().jobs.len(), 1);
+}
+
+#[test]
+fn given_too_many_connections_then_new_one_refused() {
+    let mut h = Harness::with(Config::default().with_max_connections(2));
+    h.controller();
+    h.controller();
+    let c = h.core.handle_connected(h.now);
+    let out = h.outputs();
+    assert!(error_of(&out, c).1.contains("limit"));
+    assert!(closes(&out, c));
+    assert_eq!(h.core.connections(), 2);
+}
+
+#[test]
+fn given_migrate_then_every_rank_of_the_job_gets_the_request() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 4);
+    let r1 = h.rank("job-1", 1, 4);
+    let other = h.rank("job-2", 0, 1);
+    let c = h.controller();
+    let moves = vec![mv(1, Some("node-b"))];
+    let out = h.migrate(c, Some("job-1"), moves.clone(), false);
+    let request = accepted(&out, c);
+    assert_eq!(request, RequestId(SEED));
+    for r in [r0, r1] {
+        assert!(out.contains(&Output::Send {
+            conn: r,
+            message: FromDaemon::ReconfigurationRequested {
+                request,
+                moves: moves.clone()
+            }
+        }));
+    }
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, Output::Send { conn, .. } if *conn == other)));
+    let status = h.status();
+    assert_eq!(status.jobs[0].in_flight, Some(request));
+}
+
+#[test]
+fn given_request_ids_then_they_count_up_from_the_seed() {
+    assert_eq!(request_id_seed(Duration::from_millis(3)), 3 << 16);
+    let mut h = Harness::new();
+    let r = h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let a = accepted(&h.migrate(c, None, vec![mv(1, None)], false), c);
+    h.send(
+        r,
+        ToDaemon::ReconfigurationFinished {
+            request: a,
+            outcome: completed(),
+        },
+    );
+    let b = accepted(&h.migrate(c, None, vec![mv(1, None)], false), c);
+    assert_eq!(b.0, a.0 + 1);
+}
+
+#[test]
+fn given_unknown_rank_then_error_names_rank_and_range() {
+    let mut h = Harness::new();
+    h.rank("job-1", 0, 4);
+    let c = h.controller();
+    let out = h.migrate(c, Some("job-1"), vec![mv(7, None)], false);
+    let (kind, message) = error_of(&out, c);
+    assert_eq!(kind, ErrorKind::UnknownRank);
+    assert_eq!(
+        message,
+        "rank 7 does not exist: job job-1 has 4 ranks (0-3)"
+    );
+    assert_eq!(h.status().jobs[0].in_flight, None);
+}
+
+#[test]
+fn given_unknown_job_then_error_names_job_host_and_known_jobs() {
+    let mut h = Harness::new();
+    let c = h.controller();
+    let (kind, message) = error_of(&h.migrate(c, None, vec![mv(0, None)], false), c);
+    assert_eq!(kind, ErrorKind::UnknownJob);
+    assert!(message.contains("no job has ranks registered"), "{message}");
+    h.rank("job-1", 0, 1);
+    h.rank("job-2", 0, 1);
+    let (kind, message) = error_of(&h.migrate(c, None, vec![mv(0, None)], false), c);
+    assert_eq!(kind, ErrorKind::UnknownJob);
+    assert!(message.contains("job-1, job-2"), "{message}");
+    let (kind, message) = error_of(&h.migrate(c, Some("job-x"), vec![mv(0, None)], false), c);
+    assert_eq!(kind, ErrorKind::UnknownJob);
+    assert!(
+        message.starts_with(
+            "job job-x has no ranks registered with this daemon on host node-a; run the command on a node of the job"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn given_duplicate_or_no_moves_then_bad_message() {
+    let mut h = Harness::new();
+    h.rank("job-1", 0, 4);
+    let c = h.controller();
+    let (kind, message) = error_of(
+        &h.migrate(c, None, vec![mv(1, None), mv(1, Some("x"))], false),
+        c,
+    );
+    assert_eq!(kind, ErrorKind::BadMessage);
+    assert!(
+        message.contains("rank 1 appears more than once"),
+        "{message}"
+    );
+    let (kind, message) = error_of(&h.migrate(c, None, vec![], false), c);
+    assert_eq!(kind, ErrorKind::BadMessage);
+    assert!(message.contains("no ranks"), "{message}");
+}
+
+#[test]
+fn given_request_in_flight_then_second_migrate_busy() {
+    let mut h = Harness::new();
+    h.rank("job-1", 0, 4);
+    let c = h.controller();
+    let first = accepted(
+        &h.migrate(c, None, vec![mv(1, None), mv(2, None)], false),
+        c,
+    );
+    let (kind, message) = error_of(&h.migrate(c, None, vec![mv(3, None)], false), c);
+    assert_eq!(kind, ErrorKind::Busy);
+    assert!(message.contains(&first.to_string()), "{message}");
+    assert!(message.contains("ranks 1, 2"), "{message}");
+}
+
+#[test]
+fn given_wait_then_first_finished_report_answers_and_later_ones_are_ignored() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, Some("node-b"))], true), c);
+    let out = h.send(
+        r0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed(),
+        },
+    );
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            conn: c,
+            message: FromDaemon::MigrationFinished {
+                request,
+                outcome: completed()
+            }
+        }]
+    );
+    let out = h.send(
+        r1,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed(),
+        },
+    );
+    assert!(out.is_empty(), "{out:?}");
+    let job = &h.status().jobs[0];
+    assert_eq!((job.in_flight, job.migrations), (None, 1));
+}
+
+#[test]
+fn given_failed_outcome_then_not_counted_as_migration() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, None)], false), c);
+    let out = h.send(
+        r0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: Outcome::Failed {
+                reason: "spawn failed".into(),
+            },
+        },
+    );
+    assert!(out.is_empty(), "no waiter, nothing to send: {out:?}");
+    let job = &h.status().jobs[0];
+    assert_eq!((job.in_flight, job.migrations), (None, 0));
+}
+
+#[test]
+fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, None)], true), c);
+    h.core.handle_disconnected(h.now, r0);
+    assert!(h.outputs().is_empty());
+    assert_eq!(h.status().jobs[0].in_flight, Some(request));
+    h.core.handle_disconnected(h.now, r1);
+    let out = h.outputs();
+    assert_eq!(
+        out,
+        vec![Output::Send {
+            conn: c,
+            message: FromDaemon::MigrationFinished {
+                request,
+                outcome: Outcome::Failed {
+                    reason: "all ranks of job job-1 disconnected".into()
+                }
+            }
+        }]
+    );
+    assert!(h.status().jobs.is_empty());
+    assert_eq!(h.core.poll_timeout(), None);
+}
+
+#[test]
+fn given_deadline_passes_then_waiter_gets_timed_out_and_job_is_free() {
+    let mut h = Harness::with(Config::default().with_request_timeout(Duration::from_secs(10)));
+    h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, None)], true), c);
+    assert_eq!(h.core.poll_timeout(), Some(h.now + Duration::from_secs(10)));
+    h.advance(Duration::from_secs(9));
+    assert!(h.outputs().is_empty());
+    h.advance(Duration::from_secs(1));
+    let out = h.outputs();
+    let (kind, message) = error_of(&out, c);
+    assert_eq!(kind, ErrorKind::TimedOut);
+    assert!(message.contains(&request.to_string()), "{message}");
+    assert_eq!(h.status().jobs[0].in_flight, None);
+    accepted(&h.migrate(c, None, vec![mv(1, None)], false), c);
+}
+
+#[test]
+fn given_waiter_disconnects_then_finish_is_not_sent_to_it() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, None)], true), c);
+    h.core.handle_disconnected(h.now, c);
+    let out = h.send(
+        r0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed(),
+        },
+    );
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn given_replacement_registers_before_old_rank_leaves_then_new_one_kept() {
+    let mut h = Harness::new();
+    let old = h.rank("job-1", 1, 2);
+    let new = h.connect(ClientKind::Rank);
+    h.send(new, register("job-1", 1, 2, true));
+    h.core.handle_disconnected(h.now, old);
+    let status = h.status();
+    assert_eq!(status.jobs.len(), 1);
+    assert!(status.jobs[0].ranks[0].replacement);
+    // The old connection's later messages do not touch the new entry.
+    h.send(new, ToDaemon::Progress { iteration: 5 });
+    assert_eq!(h.status().jobs[0].ranks[0].iteration, 5);
+}
+
+#[test]
+fn given_unknown_report_then_ignored() {
+    let mut h = Harness::new();
+    let r = h.rank("job-1", 0, 1);
+    let out = h.send(
+        r,
+        ToDaemon::ReconfigurationFinished {
+            request: RequestId(1),
+            outcome: completed(),
+        },
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn given_second_hello_then_bad_message() {
+    let mut h = Harness::new();
+    let c = h.controller();
+    let out = h.send(
+        c,
+        ToDaemon::Hello {
+            version: PROTOCOL_VERSION,
+            client: ClientKind::Controller,
+        },
+    );
+    assert_eq!(error_of(&out, c).0, ErrorKind::BadMessage);
+    assert!(!closes(&out, c));
+}
