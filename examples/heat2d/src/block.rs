@@ -1,0 +1,531 @@
+//! One rank's block of the grid: metadata, state, halo exchange and the Jacobi kernel.
+
+use mpi::topology::Communicator;
+use mpi::traits::{Destination, Source};
+
+use crate::decomp::block_rows;
+
+/// Fixed temperature of the boundary row above global row 0.
+pub const TOP_BOUNDARY: f64 = 100.0;
+/// Fixed temperature of the boundary row below the last global row and of both side columns.
+pub const OTHER_BOUNDARY: f64 = 0.0;
+
+/// Tag of a row sent to the rank above (it fills that rank's bottom halo).
+const TAG_UP: i32 = 11;
+/// Tag of a row sent to the rank below (it fills that rank's top halo).
+const TAG_DOWN: i32 = 12;
+
+/// Deterministic initial value of interior point (`row`, `col`), `row` global.
+///
+/// A small integer pattern (exact in `f64`), so every halo matters from the first iteration.
+#[must_use]
+pub fn initial_value(row: usize, col: usize) -> f64 {
+    // Exact: at most 31, then halved.
+    ((row * 7 + col * 13) % 32) as f64 * 0.5
+}
+
+/// Errors building a [`Meta`] or a [`Block`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BlockError {
+    /// The grid has fewer than 3 columns (two fixed boundary columns and one computed).
+    #[error("cols {cols} is below the minimum of 3")]
+    TooFewCols {
+        /// Requested columns.
+        cols: usize,
+    },
+    /// The rank is not in `0..size`.
+    #[error("rank {rank} is not in 0..{size}")]
+    RankOutOfRange {
+        /// Rank.
+        rank: usize,
+        /// Number of ranks.
+        size: usize,
+    },
+    /// The block owns no rows, or lies (partly) outside the grid.
+    #[error("block of {local_rows} rows at row {start_row} does not fit a grid of {rows} rows")]
+    BadRows {
+        /// Global rows.
+        rows: usize,
+        /// First owned row.
+        start_row: usize,
+        /// Owned rows.
+        local_rows: usize,
+    },
+    /// A metadata word does not fit in `usize`.
+    #[error("metadata word {word} does not fit in usize")]
+    BadWord {
+        /// The word.
+        word: u64,
+    },
+    /// The state vector has the wrong length for the metadata.
+    #[error("state has {actual} values, metadata needs {expected} ((local_rows + 2) * cols)")]
+    DataLength {
+        /// `(local_rows + 2) * cols`.
+        expected: usize,
+        /// Length given.
+        actual: usize,
+    },
+    /// A fixed boundary value in the state differs from the boundary condition.
+    #[error("state index {index} holds {found}, the fixed boundary value there is {expected}")]
+    Boundary {
+        /// Index into the state vector.
+        index: usize,
+        /// Boundary condition.
+        expected: f64,
+        /// Value found.
+        found: f64,
+    },
+}
+
+/// Where a block sits in the global grid. Everything needed, with the state vector, to rebuild
+/// a [`Block`] (see [`Block::from_parts`]); [`Meta::to_words`] gives it as one `u64` array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Meta {
+    /// Global computed rows (the fixed top and bottom boundary rows are not counted).
+    pub rows: usize,
+    /// Columns, including the two fixed boundary columns.
+    pub cols: usize,
+    /// Global index of the first owned row.
+    pub start_row: usize,
+    /// Owned rows (at least 1).
+    pub local_rows: usize,
+}
+
+impl Meta {
+    /// The block of `rank` of `size` in a `rows` x `cols` grid (see [`crate::decomp`]).
+    ///
+    /// # Errors
+    /// Fails if `cols < 3`, `rank >= size`, or `rows < size` (an empty block).
+    pub fn for_rank(
+        rows: usize,
+        cols: usize,
+        rank: usize,
+        size: usize,
+    ) -> Result<Self, BlockError> {
+        if rank >= size {
+            return Err(BlockError::RankOutOfRange { rank, size });
+        }
+        let range = block_rows(rows, rank, size);
+        let meta = Self {
+            rows,
+            cols,
+            start_row: range.start,
+            local_rows: range.len(),
+        };
+        meta.check()?;
+        Ok(meta)
+    }
+
+    /// Checks the invariants: `cols >= 3`, at least one owned row, block inside the grid.
+    ///
+    /// # Errors
+    /// The first violated invariant.
+    pub fn check(&self) -> Result<(), BlockError> {
+        if self.cols < 3 {
+            return Err(BlockError::TooFewCols { cols: self.cols });
+        }
+        let fits = self
+            .start_row
+            .checked_add(self.local_rows)
+            .is_some_and(|end| end <= self.rows);
+        if self.local_rows == 0 || !fits {
+            return Err(BlockError::BadRows {
+                rows: self.rows,
+                start_row: self.start_row,
+                local_rows: self.local_rows,
+            });
+        }
+        if (self.local_rows + 2).checked_mul(self.cols).is_none() {
+            return Err(BlockError::DataLength {
+                expected: usize::MAX,
+                actual: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Length of the state vector: `(local_rows + 2) * cols`.
+    #[must_use]
+    pub fn data_len(&self) -> usize {
+        (self.local_rows + 2) * self.cols
+    }
+
+    /// One past the last owned global row.
+    #[must_use]
+    pub fn end_row(&self) -> usize {
+        self.start_row + self.local_rows
+    }
+
+    /// Whether the block's top halo is the fixed top boundary (no rank above).
+    #[must_use]
+    pub fn is_top(&self) -> bool {
+        self.start_row == 0
+    }
+
+    /// Whether the block's bottom halo is the fixed bottom boundary (no rank below).
+    #[must_use]
+    pub fn is_bottom(&self) -> bool {
+        self.end_row() == self.rows
+    }
+
+    /// The metadata as `[rows, cols, start_row, local_rows]`, for storing as one integer array.
+    #[must_use]
+    pub fn to_words(&self) -> [u64; 4] {
+        [self.rows, self.cols, self.start_row, self.local_rows].map(|w| w as u64)
+    }
+
+    /// Inverse of [`Meta::to_words`], checked like [`Meta::check`].
+    ///
+    /// # Errors
+    /// A word that does not fit `usize`, or a violated invariant.
+    pub fn from_words(words: [u64; 4]) -> Result<Self, BlockError> {
+        let w = |word: u64| usize::try_from(word).map_err(|_| BlockError::BadWord { word });
+        let meta = Self {
+            rows: w(words[0])?,
+            cols: w(words[1])?,
+            start_row: w(words[2])?,
+            local_rows: w(words[3])?,
+        };
+        meta.check()?;
+        Ok(meta)
+    }
+
+    /// The value the boundary condition fixes at `index` of the state vector, or `None` if that
+    /// position is computed (owned interior) or filled by a neighbour (inner halo).
+    fn fixed_value(&self, index: usize) -> Option<f64> {
+        let (r, c) = (index / self.cols, index % self.cols);
+        if r == 0 {
+            self.is_top().then_some(TOP_BOUNDARY)
+        } else if r == self.local_rows + 1 {
+            self.is_bottom().then_some(OTHER_BOUNDARY)
+        } else if c == 0 || c == self.cols - 1 {
+            Some(OTHER_BOUNDARY)
+        } else {
+            None
+        }
+    }
+
+    /// A state vector holding the boundary condition and the initial values.
+    fn initial_data(&self) -> Vec<f64> {
+        let mut data = vec![OTHER_BOUNDARY; self.data_len()];
+        for (r, row) in data.chunks_exact_mut(self.cols).enumerate() {
+            if r == 0 {
+                if self.is_top() {
+                    row.fill(TOP_BOUNDARY);
+                }
+            } else if r <= self.local_rows {
+                let g = self.start_row + r - 1;
+                let last = self.cols - 1;
+                for (c, v) in row.iter_mut().enumerate().take(last).skip(1) {
+                    *v = initial_value(g, c);
+                }
+            }
+        }
+        data
+    }
+}
+
+/// One rank's part of the grid.
+///
+/// `data` is row-major with `(local_rows + 2)` rows of `cols` values: the top halo row, the
+/// owned rows, the bottom halo row. Column 0 and column `cols - 1` are fixed boundary values;
+/// on the first and last block the outer halo row is the fixed boundary row. Halo rows from
+/// neighbours are refreshed at the start of every [`Block::step`], so stored state is valid
+/// whatever they hold.
+///
+/// Invariant: `data.len() == meta().data_len()` (checked by every step). `data` is public so a
+/// checkpointing layer can store it as one array and [`Block::from_parts`] can rebuild a block
+/// from a loaded copy.
+#[derive(Debug, Clone)]
+pub struct Block {
+    meta: Meta,
+    /// The state: `(local_rows + 2) * cols` values, row-major, halos included.
+    pub data: Vec<f64>,
+    /// The Jacobi target buffer; its fixed boundary values are always correct.
+    scratch: Vec<f64>,
+}
+
+impl Block {
+    /// The initial block of `rank` of `size` in a `rows` x `cols` grid.
+    ///
+    /// # Errors
+    /// See [`Meta::for_rank`].
+    pub fn new(rows: usize, cols: usize, rank: usize, size: usize) -> Result<Self, BlockError> {
+        let meta = Meta::for_rank(rows, cols, rank, size)?;
+        let data = meta.initial_data();
+        Ok(Self {
+            meta,
+            scratch: data.clone(),
+            data,
+        })
+    }
+
+    /// Rebuilds a block from its metadata and state (for example, loaded after a migration).
+    ///
+    /// # Errors
+    /// Invalid metadata, a state of the wrong length, or fixed boundary values that differ from
+    /// the boundary condition (a sign that the wrong array was loaded).
+    pub fn from_parts(meta: Meta, data: Vec<f64>) -> Result<Self, BlockError> {
+        meta.check()?;
+        if data.len() != meta.data_len() {
+            return Err(BlockError::DataLength {
+                expected: meta.data_len(),
+                actual: data.len(),
+            });
+        }
+        for (index, &found) in data.iter().enumerate() {
+            if let Some(expected) = meta.fixed_value(index) {
+                if found.to_bits() != expected.to_bits() {
+                    return Err(BlockError::Boundary {
+                        index,
+                        expected,
+                        found,
+                    });
+                }
+            }
+        }
+        Ok(Self {
+            meta,
+            scratch: meta.initial_data(),
+            data,
+        })
+    }
+
+    /// Splits the block into its metadata and state.
+    #[must_use]
+    pub fn into_parts(self) -> (Meta, Vec<f64>) {
+        (self.meta, self.data)
+    }
+
+    /// Where the block sits in the grid.
+    #[must_use]
+    pub fn meta(&self) -> Meta {
+        self.meta
+    }
+
+    /// The owned rows, halos excluded: `local_rows * cols` values.
+    #[must_use]
+    pub fn owned(&self) -> &[f64] {
+        let c = self.meta.cols;
+        &self.data[c..c + self.meta.local_rows * c]
+    }
+
+    /// One iteration: [`Block::exchange_halos`] then [`Block::relax`].
+    ///
+    /// `comm` must hold the blocks in rank order (rank `r` owns the block above rank `r + 1`'s);
+    /// after a migration pass the new communicator. Collective over `comm`.
+    ///
+    /// # Panics
+    /// If the block's position disagrees with its rank in `comm` (first block not on rank 0, or
+    /// last block not on the last rank), or if `data` was resized.
+    pub fn step(&mut self, comm: &impl Communicator) {
+        self.exchange_halos(comm);
+        self.relax();
+    }
+
+    /// Sends the first owned row up and the last owned row down, and receives the halo rows
+    /// from the ranks above and below (non-blocking, all four posted before waiting).
+    ///
+    /// # Panics
+    /// As [`Block::step`].
+    pub fn exchange_halos(&mut self, comm: &impl Communicator) {
+        let (rank, size) = (comm.rank(), comm.size());
+        let has_up = rank > 0;
+        let has_down = rank + 1 < size;
+        assert!(
+            has_up != self.meta.is_top() && has_down != self.meta.is_bottom(),
+            "block at rows {}..{} of {} cannot be rank {rank} of {size}",
+            self.meta.start_row,
+            self.meta.end_row(),
+            self.meta.rows,
+        );
+        assert_eq!(self.data.len(), self.meta.data_len(), "state was resized");
+        let c = self.meta.cols;
+        let (top_halo, rest) = self.data.split_at_mut(c);
+        let (owned, bottom_halo) = rest.split_at_mut(self.meta.local_rows * c);
+        let first: &[f64] = &owned[..c];
+        let last: &[f64] = &owned[owned.len() - c..];
+        let up = has_up.then(|| comm.process_at_rank(rank - 1));
+        let down = has_down.then(|| comm.process_at_rank(rank + 1));
+        mpi::request::scope(|scope| {
+            let recv_top = up
+                .as_ref()
+                .map(|p| p.immediate_receive_into_with_tag(scope, top_halo, TAG_DOWN));
+            let recv_bottom = down
+                .as_ref()
+                .map(|p| p.immediate_receive_into_with_tag(scope, bottom_halo, TAG_UP));
+            let send_up = up
+                .as_ref()
+                .map(|p| p.immediate_send_with_tag(scope, first, TAG_UP));
+            let send_down = down
+                .as_ref()
+                .map(|p| p.immediate_send_with_tag(scope, last, TAG_DOWN));
+            for request in [recv_top, recv_bottom].into_iter().flatten() {
+                request.wait();
+            }
+            for request in [send_up, send_down].into_iter().flatten() {
+                request.wait();
+            }
+        });
+    }
+
+    /// One Jacobi update of every owned interior point from the current halos, into the second
+    /// buffer, then swaps the buffers. No communication.
+    ///
+    /// Each new value is `0.25 * ((up + down) + (left + right))` in plain `f64` arithmetic
+    /// (Rust never contracts it into FMA), so results are bit-for-bit the same whichever
+    /// process or decomposition computes them.
+    ///
+    /// # Panics
+    /// If `data` was resized.
+    pub fn relax(&mut self) {
+        let c = self.meta.cols;
+        assert_eq!(self.data.len(), self.meta.data_len(), "state was resized");
+        let old = &self.data;
+        let above = old.chunks_exact(c);
+        let middle = old.chunks_exact(c).skip(1);
+        let below = old.chunks_exact(c).skip(2);
+        let out = self.scratch.chunks_exact_mut(c).skip(1);
+        for (((out, up), mid), down) in out.zip(above).zip(middle).zip(below) {
+            relax_row(up, mid, down, out);
+        }
+        std::mem::swap(&mut self.data, &mut self.scratch);
+    }
+}
+
+/// Updates the interior of one row (all slices of equal length `cols >= 3`).
+#[inline]
+fn relax_row(up: &[f64], mid: &[f64], down: &[f64], out: &mut [f64]) {
+    let n = out.len() - 2;
+    let out = &mut out[1..=n];
+    let up = &up[1..=n];
+    let down = &down[1..=n];
+    let left = &mid[..n];
+    let right = &mid[2..n + 2];
+    for ((((o, &u), &d), &l), &r) in out.iter_mut().zip(up).zip(down).zip(left).zip(right) {
+        *o = 0.25 * ((u + d) + (l + r));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_tiny_grid_then_one_relax_matches_hand_computed_values() {
+        // 2 rows x 4 cols, one rank: halo rows are the boundary rows.
+        let mut block = Block::new(2, 4, 0, 1).expect("valid");
+        let i = |r: usize, c: usize| initial_value(r, c);
+        // Initial interior: (0,1)=13/2, (0,2)=26/2, (1,1)=20/2, (1,2)=(33 mod 32)/2.
+        assert_eq!([i(0, 1), i(0, 2), i(1, 1), i(1, 2)], [6.5, 13.0, 10.0, 0.5]);
+        #[rustfmt::skip]
+        let expected_initial = vec![
+            100.0, 100.0, 100.0, 100.0,
+            0.0, 6.5, 13.0, 0.0,
+            0.0, 10.0, 0.5, 0.0,
+            0.0, 0.0, 0.0, 0.0,
+        ];
+        assert_eq!(block.data, expected_initial);
+        block.relax();
+        // (0,1) = ((100 + 10) + (0 + 13)) / 4 = 30.75
+        // (0,2) = ((100 + 0.5) + (6.5 + 0)) / 4 = 26.75
+        // (1,1) = ((6.5 + 0) + (0 + 0.5)) / 4 = 1.75
+        // (1,2) = ((13 + 0) + (10 + 0)) / 4 = 5.75
+        assert_eq!(
+            block.owned(),
+            &[0.0, 30.75, 26.75, 0.0, 0.0, 1.75, 5.75, 0.0]
+        );
+        block.relax();
+        // (0,1) = ((100 + 1.75) + (0 + 26.75)) / 4 = 32.125
+        // (1,2) = ((26.75 + 0) + (1.75 + 0)) / 4 = 7.125
+        assert_eq!(block.owned()[1], 32.125);
+        assert_eq!(block.owned()[6], 7.125);
+        // Boundaries untouched after two swaps.
+        assert!(block.data[..4].iter().all(|&v| v == TOP_BOUNDARY));
+        assert!(block.data[12..].iter().all(|&v| v == OTHER_BOUNDARY));
+    }
+
+    #[test]
+    fn given_split_blocks_with_copied_halos_then_relax_matches_single_block() {
+        // Emulates the exchange without MPI: 7 rows split 3 ways must equal 1 block exactly.
+        let (rows, cols, iters) = (7, 6, 9);
+        let mut whole = Block::new(rows, cols, 0, 1).expect("valid");
+        let mut parts: Vec<Block> = (0..3)
+            .map(|r| Block::new(rows, cols, r, 3).expect("valid"))
+            .collect();
+        for _ in 0..iters {
+            for r in 0..3 {
+                if r > 0 {
+                    let src = parts[r - 1].owned()[parts[r - 1].owned().len() - cols..].to_vec();
+                    parts[r].data[..cols].copy_from_slice(&src);
+                }
+                if r < 2 {
+                    let src = parts[r + 1].owned()[..cols].to_vec();
+                    let n = parts[r].data.len();
+                    parts[r].data[n - cols..].copy_from_slice(&src);
+                }
+            }
+            parts.iter_mut().for_each(Block::relax);
+            whole.relax();
+        }
+        let joined: Vec<f64> = parts.iter().flat_map(|b| b.owned().to_vec()).collect();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&joined), bits(whole.owned()));
+    }
+
+    #[test]
+    fn given_parts_then_from_parts_round_trips() {
+        for rank in 0..3 {
+            let mut block = Block::new(10, 5, rank, 3).expect("valid");
+            block.relax();
+            block.relax();
+            let meta = block.meta();
+            let words = meta.to_words();
+            let (m, data) = block.clone().into_parts();
+            let rebuilt = Block::from_parts(Meta::from_words(words).expect("valid"), data)
+                .expect("round trip");
+            assert_eq!(m, meta);
+            assert_eq!(rebuilt.meta(), meta);
+            assert_eq!(rebuilt.data, block.data);
+            // And both continue identically.
+            let (mut a, mut b) = (block, rebuilt);
+            a.relax();
+            b.relax();
+            assert_eq!(a.data, b.data);
+        }
+    }
+
+    #[test]
+    fn given_bad_parts_then_from_parts_names_the_problem() {
+        let block = Block::new(6, 4, 1, 2).expect("valid");
+        let meta = block.meta();
+        let short = vec![0.0; meta.data_len() - 1];
+        assert!(matches!(
+            Block::from_parts(meta, short),
+            Err(BlockError::DataLength { .. })
+        ));
+        let mut data = block.data.clone();
+        data[meta.cols] = 1.0; // left boundary column of the first owned row
+        assert!(matches!(
+            Block::from_parts(meta, data),
+            Err(BlockError::Boundary { index: 4, .. })
+        ));
+        let outside = Meta {
+            start_row: 5,
+            local_rows: 2,
+            ..meta
+        };
+        assert!(matches!(
+            Block::from_parts(outside, vec![0.0; outside.data_len()]),
+            Err(BlockError::BadRows { .. })
+        ));
+        assert!(matches!(
+            Meta::for_rank(6, 2, 0, 1),
+            Err(BlockError::TooFewCols { cols: 2 })
+        ));
+        assert!(matches!(
+            Meta::for_rank(2, 4, 2, 3),
+            Err(BlockError::BadRows { .. })
+        ));
+    }
+}

@@ -1,0 +1,78 @@
+//! The run report: one JSON line, the last line rank 0 writes to stdout.
+
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+
+/// Result of a run. Rank 0 prints it with [`Report::print`] as its last stdout line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Hex SHA-256 of the final grid (see [`crate::checksum()`]).
+    pub checksum: String,
+    /// Iterations computed.
+    pub iterations: u64,
+    /// Wall-clock seconds of the iteration loop (setup and checksum excluded).
+    pub seconds: f64,
+    /// Ranks at the end of the run.
+    pub ranks: usize,
+    /// Global computed rows.
+    pub rows: usize,
+    /// Columns, boundary columns included.
+    pub cols: usize,
+    /// Migrations performed (instrumented runs only; omitted when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrations: Option<u64>,
+}
+
+impl Report {
+    /// The report as one line of JSON (no trailing newline).
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        // Serializing plain fields cannot fail; non-finite seconds become null.
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// Writes [`Report::to_json`] and a newline to stdout and flushes it.
+    ///
+    /// # Errors
+    /// An I/O error writing stdout.
+    pub fn print(&self) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", self.to_json())?;
+        out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(migrations: Option<u64>) -> Report {
+        Report {
+            checksum: "ab".into(),
+            iterations: 10,
+            seconds: 1.5,
+            ranks: 2,
+            rows: 8,
+            cols: 9,
+            migrations,
+        }
+    }
+
+    #[test]
+    fn given_no_migrations_then_field_is_omitted() {
+        let json = report(None).to_json();
+        assert_eq!(
+            json,
+            r#"{"checksum":"ab","iterations":10,"seconds":1.5,"ranks":2,"rows":8,"cols":9}"#
+        );
+        let back: Report = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back, report(None));
+    }
+
+    #[test]
+    fn given_migrations_then_field_is_present() {
+        let json = report(Some(3)).to_json();
+        assert!(json.ends_with(r#","migrations":3}"#), "{json}");
+    }
+}
