@@ -1,2 +1,35 @@
-//! pcmd.
+//! `pcmd`: the per-node daemon of MPI/IOS, and its command-line controller.
+//!
+//! Every node runs one `pcmd serve` per user. PCM-enabled MPI ranks (the `pcm` crate)
+//! register with the daemon of their node and report their progress; controllers (the
+//! `pcmd` CLI, later the IOS agent) ask it for status and for migrations, which it pushes to
+//! every rank of the job on its node. The wire protocol is [`pcm_proto`].
+//!
+//! The crate is layered like `quinn`:
+//! - [`registry`]: the pure, synchronous state core (jobs, ranks, in-flight requests,
+//!   deadlines). Inputs carry `now`, outputs are polled; no sockets, no clock.
+//! - [`daemon`]: the tokio driver that moves bytes between Unix-socket clients and the core,
+//!   plus the socket, lock-file and signal handling of `pcmd serve`.
+//! - [`client`]: a small blocking controller client.
+//! - [`cli`]: the binary's options and output formatting.
+//!
+//! # Usage
+//!
+//! ```text
+//! pcmd serve &                           # on every node, as the job's user
+//! pcmd status                            # jobs and ranks on this node
+//! pcmd migrate --rank 3 --to node-b      # move rank 3, wait for the outcome
+//! ```
+//!
+//! The socket is `--socket`, else `$PCM_DAEMON` (with `{host}` replaced by the host name),
+//! else `$XDG_RUNTIME_DIR/pcmd/HOST.sock`, else `/tmp/pcmd-UID/HOST.sock`.
+//!
+//! # Supported
+//! One daemon per node and user; migrations of ranks of jobs with ranks on this node; one
+//! reconfiguration in flight per job. Not supported: forwarding requests between daemons
+//! (run the command on a node of the job), authentication beyond the socket's file mode.
+
+pub mod cli;
+pub mod client;
+pub mod daemon;
 pub mod registry;

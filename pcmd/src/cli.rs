@@ -1,0 +1,392 @@
+//! Command-line options of the `pcmd` binary and the text it prints.
+//!
+//! The binary (`src/main.rs`) only parses these and calls the library.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use pcm_proto::{DaemonStatus, HostName, JobId, Move, Outcome, Rank, RequestId};
+
+/// Default of `pcmd migrate --timeout`, in seconds: a little longer than the daemon's own
+/// default deadline, so the daemon's answer normally arrives first.
+pub const DEFAULT_MIGRATE_TIMEOUT_S: f64 = 150.0;
+
+/// Errors of the command-line layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `gethostname` failed.
+    #[error("cannot read the host name: {0}")]
+    HostName(#[source] nix::Error),
+    /// The host name is not usable as a [`HostName`].
+    #[error("host name {0:?} is not usable: {1}")]
+    BadHostName(String, String),
+    /// `--to` given neither once nor once per `--rank`.
+    #[error(
+        "give --to once for all ranks or once per --rank (got {ranks} --rank and {targets} --to)"
+    )]
+    TargetCount {
+        /// Number of `--rank`.
+        ranks: usize,
+        /// Number of `--to`.
+        targets: usize,
+    },
+    /// A duration flag is not a positive number of seconds.
+    #[error("--{flag} must be a positive number of seconds, got {value}")]
+    BadDuration {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        value: f64,
+    },
+}
+
+/// pcmd: the per-node daemon of MPI/IOS, which registers the ranks of PCM-enabled MPI jobs
+/// and relays migration requests to them, and its command-line controller.
+#[derive(Debug, Parser)]
+#[command(name = "pcmd", version)]
+pub struct Cli {
+    /// Socket of the daemon. Default: $PCM_DAEMON ("{host}" replaced by the host name), else
+    /// $XDG_RUNTIME_DIR/pcmd/HOST.sock, else /tmp/pcmd-UID/HOST.sock.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon of this node (in the foreground; stop it with SIGINT or SIGTERM).
+    Serve(ServeArgs),
+    /// Show the jobs and ranks registered with this node's daemon.
+    Status(StatusArgs),
+    /// Ask the ranks of a job on this node to move.
+    Migrate(MigrateArgs),
+}
+
+/// Options of `pcmd serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Seconds a reconfiguration may stay in flight before it is abandoned and a waiting
+    /// `pcmd migrate` is told it timed out.
+    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    pub request_timeout: f64,
+}
+
+impl ServeArgs {
+    /// `--request-timeout` as a duration.
+    pub fn request_timeout(&self) -> Result<Duration, Error> {
+        seconds("request-timeout", self.request_timeout)
+    }
+}
+
+/// Options of `pcmd status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print the daemon's status as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `pcmd migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Rank to move (repeat for several ranks, moved in one reconfiguration).
+    #[arg(long = "rank", value_name = "RANK", required = true)]
+    pub ranks: Vec<u32>,
+    /// Host to move to: once for all ranks, or once per --rank in the same order. Without
+    /// it the MPI runtime picks the host.
+    #[arg(long = "to", value_name = "HOST")]
+    pub to: Vec<HostName>,
+    /// Job to act on; may be left out when exactly one job runs on this node.
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<JobId>,
+    /// Return once the request is accepted instead of waiting for the outcome.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Seconds to wait for the outcome.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_MIGRATE_TIMEOUT_S)]
+    pub timeout: f64,
+}
+
+impl MigrateArgs {
+    /// The moves the flags describe.
+    pub fn moves(&self) -> Result<Vec<Move>, Error> {
+        let target = |i: usize| match self.to.len() {
+            0 => Ok(None),
+            1 => Ok(Some(self.to[0].clone())),
+            n if n == self.ranks.len() => Ok(Some(self.to[i].clone())),
+            _ => Err(Error::TargetCount {
+                ranks: self.ranks.len(),
+                targets: self.to.len(),
+            }),
+        };
+        self.ranks
+            .iter()
+            .enumerate()
+            .map(|(i, rank)| {
+                Ok(Move {
+                    rank: Rank(*rank),
+                    to: target(i)?,
+                })
+            })
+            .collect()
+    }
+
+    /// `--timeout` as a duration.
+    pub fn timeout(&self) -> Result<Duration, Error> {
+        seconds("timeout", self.timeout)
+    }
+}
+
+fn seconds(flag: &'static str, value: f64) -> Result<Duration, Error> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or(Error::BadDuration { flag, value })
+}
+
+/// This node's host name, as `gethostname` reports it.
+pub fn local_host() -> Result<HostName, Error> {
+    let name = nix::unistd::gethostname().map_err(Error::HostName)?;
+    let name = name.to_string_lossy().into_owned();
+    HostName::new(name.clone()).map_err(|e| Error::BadHostName(name, e.to_string()))
+}
+
+/// The socket to use: `flag` if given, else [`pcm_proto::socket_path`] from `PCM_DAEMON`,
+/// `XDG_RUNTIME_DIR`, the user id and `host`.
+pub fn resolve_socket(flag: Option<&Path>, host: &HostName) -> PathBuf {
+    if let Some(path) = flag {
+        return path.to_owned();
+    }
+    let env = std::env::var(pcm_proto::DAEMON_ENV).ok();
+    let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
+    let uid = nix::unistd::getuid().as_raw();
+    pcm_proto::socket_path(env.as_deref(), runtime.as_deref(), uid, host)
+}
+
+fn duration(secs: f64) -> String {
+    let secs = secs.max(0.0) as u64;
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The status as a human-readable table.
+pub fn format_status(status: &DaemonStatus) -> String {
+    let mut out = format!(
+        "pcmd on {} (pid {}, up {})\n",
+        status.host,
+        status.pid,
+        duration(status.uptime_s)
+    );
+    if status.jobs.is_empty() {
+        out.push_str("no jobs registered\n");
+        return out;
+    }
+    for job in &status.jobs {
+        let in_flight = job
+            .in_flight
+            .map_or_else(|| "none".to_owned(), |r| r.to_string());
+        let _ = writeln!(
+            out,
+            "\njob {}  app {}  {} ranks, {} here  migrations {}  in flight: {}",
+            job.job,
+            job.app,
+            job.size,
+            job.ranks.len(),
+            job.migrations,
+            in_flight
+        );
+        let host_width = job
+            .ranks
+            .iter()
+            .map(|r| r.host.as_str().len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let _ = writeln!(
+            out,
+            "  {:>5}  {:<host_width$}  {:>8}  {:>10}  {:>10}",
+            "RANK", "HOST", "PID", "ITERATION", "IT/S"
+        );
+        for r in &job.ranks {
+            let _ = writeln!(
+                out,
+                "  {:>5}  {:<host_width$}  {:>8}  {:>10}  {:>10.1}{}",
+                r.rank.0,
+                r.host.as_str(),
+                r.pid,
+                r.iteration,
+                r.iterations_per_second,
+                if r.replacement { "  (replacement)" } else { "" }
+            );
+        }
+    }
+    out
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// The outcome of a migration as printed by `pcmd migrate`.
+pub fn format_outcome(request: RequestId, outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Completed {
+            iteration,
+            timings,
+            placed,
+        } => {
+            let mut out = format!("migration {request} completed at iteration {iteration}\n");
+            for (rank, host) in placed {
+                let _ = writeln!(out, "  rank {rank} -> {host}");
+            }
+            let total = timings.agree_us
+                + timings.spawn_us
+                + timings.merge_split_us
+                + timings.state_transfer_us;
+            let _ = writeln!(
+                out,
+                "  agree {}, spawn {}, merge/split {}, state transfer {} ({}); total {}",
+                ms(timings.agree_us),
+                ms(timings.spawn_us),
+                ms(timings.merge_split_us),
+                ms(timings.state_transfer_us),
+                bytes(timings.state_bytes),
+                ms(total)
+            );
+            out
+        }
+        Outcome::Failed { reason } => format!("migration {request} failed: {reason}\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use pcm_proto::{AppName, JobStatus, PhaseTimings, RankStatus};
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("pcmd").chain(args.iter().copied())).unwrap()
+    }
+
+    fn migrate_args(args: &[&str]) -> MigrateArgs {
+        match parse(args).command {
+            Command::Migrate(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn given_one_to_then_it_applies_to_all_ranks() {
+        let m = migrate_args(&["migrate", "--rank", "1", "--rank", "2", "--to", "node-b"]);
+        let moves = m.moves().unwrap();
+        assert_eq!(moves.len(), 2);
+        assert!(moves
+            .iter()
+            .all(|m| m.to.as_ref().unwrap().as_str() == "node-b"));
+        assert!(!m.no_wait);
+    }
+
+    #[test]
+    fn given_to_per_rank_then_paired_in_order_and_mismatch_is_an_error() {
+        let m = migrate_args(&[
+            "migrate", "--rank", "1", "--to", "b", "--rank", "2", "--to", "c",
+        ]);
+        let moves = m.moves().unwrap();
+        assert_eq!(moves[1].to.as_ref().unwrap().as_str(), "c");
+        let m = migrate_args(&[
+            "migrate", "--rank", "1", "--rank", "2", "--rank", "3", "--to", "b", "--to", "c",
+        ]);
+        assert!(m
+            .moves()
+            .unwrap_err()
+            .to_string()
+            .contains("3 --rank and 2 --to"));
+        let m = migrate_args(&["migrate", "--rank", "1"]);
+        assert_eq!(m.moves().unwrap()[0].to, None);
+    }
+
+    #[test]
+    fn given_bad_values_then_parse_or_validation_fails() {
+        assert!(Cli::try_parse_from(["pcmd", "migrate"]).is_err());
+        assert!(Cli::try_parse_from(["pcmd", "migrate", "--rank", "1", "--to", "a b"]).is_err());
+        let m = migrate_args(&["migrate", "--rank", "1", "--timeout", "-1"]);
+        assert!(m.timeout().is_err());
+        match parse(&["--socket", "/x.sock", "serve", "--request-timeout", "0.5"]) {
+            Cli {
+                socket: Some(s),
+                command: Command::Serve(a),
+            } => {
+                assert_eq!(s, PathBuf::from("/x.sock"));
+                assert_eq!(a.request_timeout().unwrap(), Duration::from_millis(500));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn status_and_outcome_render() {
+        let status = DaemonStatus {
+            host: HostName::new("node-a").unwrap(),
+            pid: 7,
+            uptime_s: 75.0,
+            jobs: vec![JobStatus {
+                job: JobId::new("job-1").unwrap(),
+                app: AppName::new("heat2d").unwrap(),
+                size: 4,
+                ranks: vec![RankStatus {
+                    rank: Rank(3),
+                    host: HostName::new("node-a").unwrap(),
+                    pid: 1003,
+                    iteration: 500,
+                    iterations_per_second: 12.5,
+                    replacement: true,
+                }],
+                in_flight: Some(RequestId(9)),
+                migrations: 2,
+            }],
+        };
+        let text = format_status(&status);
+        assert!(text.contains("up 1m15s"), "{text}");
+        assert!(text.contains("in flight: #9"), "{text}");
+        assert!(text.contains("12.5  (replacement)"), "{text}");
+        let text = format_outcome(
+            RequestId(9),
+            &Outcome::Completed {
+                iteration: 100,
+                timings: PhaseTimings {
+                    spawn_us: 1500,
+                    state_bytes: 3 << 20,
+                    ..PhaseTimings::default()
+                },
+                placed: vec![(Rank(3), HostName::new("node-b").unwrap())],
+            },
+        );
+        assert!(text.contains("rank 3 -> node-b"), "{text}");
+        assert!(text.contains("spawn 1.5 ms"), "{text}");
+        assert!(text.contains("3.0 MiB"), "{text}");
+    }
+}

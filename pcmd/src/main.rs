@@ -1,0 +1,83 @@
+//! The `pcmd` binary: parses flags and calls the `pcmd` library.
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use clap::Parser as _;
+use pcm_proto::Outcome;
+use pcmd::cli::{self, Cli, Command};
+use pcmd::client::{Client, Migration};
+use pcmd::daemon::{self, Daemon};
+use pcmd::registry;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pcmd: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let host = cli::local_host()?;
+    let socket = cli::resolve_socket(cli.socket.as_deref(), &host);
+    match cli.command {
+        Command::Serve(args) => {
+            let config = daemon::Config {
+                socket,
+                host,
+                registry: registry::Config::default().with_request_timeout(args.request_timeout()?),
+            };
+            let daemon = Daemon::bind(config, Instant::now())?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the tokio runtime")?;
+            runtime.block_on(daemon.run(daemon::shutdown_signal()))?;
+        }
+        Command::Status(args) => {
+            let status = Client::connect(&socket)?.status()?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", cli::format_status(&status));
+            }
+        }
+        Command::Migrate(args) => {
+            let moves = args.moves()?;
+            let timeout = args.timeout()?;
+            let mut client = Client::connect(&socket)?;
+            match client.migrate(args.job.clone(), moves, !args.no_wait, timeout)? {
+                Migration::Accepted { request } => {
+                    println!(
+                        "migration {request} accepted by pcmd on {}",
+                        client.daemon_host()
+                    );
+                }
+                Migration::Finished { request, outcome } => {
+                    print!("{}", cli::format_outcome(request, &outcome));
+                    if let Outcome::Failed { .. } = outcome {
+                        bail!("migration {request} failed");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
