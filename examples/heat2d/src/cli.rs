@@ -17,8 +17,8 @@ pub const DEFAULT_ITERS: u64 = 1000;
 ///
 /// The row above the grid is held at 100.0, the row below and both side columns at 0.0.
 /// Rank 0 prints a JSON report as its last stdout line.
-///
-/// Also usable inside a larger option struct with `#[command(flatten)]`.
+// A larger option struct (the instrumented binary's) can embed this one with
+// `#[command(flatten)]`; see the `given_outer_struct_then_args_flatten` test.
 #[derive(Parser, Debug, Clone, PartialEq, Eq)]
 #[command(version)]
 pub struct Args {
@@ -187,6 +187,20 @@ mod tests {
         assert!(args(0, 3).validate(0).is_err());
         let e = args(1 << 16, 1 << 16).validate(1).expect_err("too large");
         assert!(matches!(e, ArgsError::TooLarge { .. }));
+    }
+
+    #[test]
+    fn given_outer_struct_then_args_flatten() {
+        #[derive(Parser, Debug)]
+        struct Outer {
+            #[command(flatten)]
+            heat: Args,
+            #[arg(long)]
+            extra: bool,
+        }
+        let o = Outer::try_parse_from(["x", "--rows", "9", "--extra"]).expect("parses");
+        assert_eq!(o.heat.rows, 9);
+        assert!(o.extra);
     }
 
     #[test]

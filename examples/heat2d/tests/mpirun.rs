@@ -1,0 +1,185 @@
+//! Runs `heat2d-plain` under `mpirun` on 1, 2 and 3 ranks: same checksum, required report fields,
+//! clear failure on bad options. Every run has a hard timeout and is killed (its own process
+//! group only) if it overruns.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use heat2d::{hash_grid, Block};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+/// Hard limit for one mpirun.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The machine has 2 shared cores: one mpirun at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A started mpirun in its own process group; Drop kills that group if it is still running.
+struct Job {
+    child: Child,
+    done: bool,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.done {
+            let group = Pid::from_raw(self.child.id() as i32);
+            let _ = killpg(group, Signal::SIGTERM);
+            thread::sleep(Duration::from_millis(500));
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+struct Outcome {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+fn reader(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    thread::spawn(move || {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Runs `mpirun -np <np> heat2d-plain <args>`, panicking on timeout (after killing it).
+fn mpirun(np: usize, args: &[&str]) -> Outcome {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--bind-to", "none", "-np", &np.to_string()])
+        .arg(env!("CARGO_BIN_EXE_heat2d-plain"))
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .env("OMPI_MCA_btl", "self,vader,tcp")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let child = cmd.spawn().expect("mpirun starts (is Open MPI installed?)");
+    let mut job = Job { child, done: false };
+    let out = reader(job.child.stdout.take().expect("piped"));
+    let err = reader(job.child.stderr.take().expect("piped"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = job.child.try_wait().expect("wait") {
+            job.done = true;
+            break status;
+        }
+        if start.elapsed() > TIMEOUT {
+            drop(job);
+            panic!("mpirun -np {np} {args:?} did not finish within {TIMEOUT:?}; killed");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    Outcome {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// The report line: the last non-empty stdout line, as JSON.
+fn report(o: &Outcome) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "status {:?}\nstderr:\n{}",
+        o.status,
+        o.stderr
+    );
+    let last = o.stdout.lines().rev().find(|l| !l.trim().is_empty());
+    let last = last.unwrap_or_else(|| panic!("no stdout; stderr:\n{}", o.stderr));
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line {last:?} is not JSON: {e}"))
+}
+
+/// The checksum a single in-process block gives (no MPI).
+fn serial_checksum(rows: usize, cols: usize, iters: u64) -> String {
+    let mut block = Block::new(rows, cols, 0, 1).expect("valid");
+    for _ in 0..iters {
+        block.relax();
+    }
+    hash_grid(block.owned())
+}
+
+#[test]
+fn given_1_2_3_ranks_then_checksums_are_identical_and_reports_complete() {
+    let (rows, cols, iters) = (13, 11, 40);
+    let expected = serial_checksum(rows, cols, iters);
+    let args = ["--rows", "13", "--cols", "11", "--iters", "40"];
+    for np in 1..=3 {
+        let r = report(&mpirun(np, &args));
+        let checksum = r["checksum"].as_str().expect("checksum is a string");
+        assert_eq!(checksum.len(), 64);
+        assert!(checksum.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(checksum, expected, "np={np}: report {r}");
+        assert_eq!(r["iterations"], 40, "{r}");
+        assert_eq!(r["ranks"], np, "{r}");
+        assert_eq!(r["rows"], rows, "{r}");
+        assert_eq!(r["cols"], cols, "{r}");
+        assert!(r["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{r}");
+        assert!(r.get("migrations").is_none(), "{r}");
+    }
+}
+
+#[test]
+fn given_report_every_then_progress_goes_to_stderr_and_report_stays_last() {
+    let o = mpirun(
+        2,
+        &[
+            "--rows",
+            "8",
+            "--cols",
+            "6",
+            "--iters",
+            "20",
+            "--report-every",
+            "5",
+        ],
+    );
+    let r = report(&o);
+    assert_eq!(
+        r["checksum"].as_str(),
+        Some(serial_checksum(8, 6, 20).as_str())
+    );
+    let progress = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("heat2d: iteration"))
+        .count();
+    assert_eq!(progress, 4, "stderr:\n{}", o.stderr);
+    assert_eq!(o.stdout.lines().count(), 1, "stdout:\n{}", o.stdout);
+}
+
+#[test]
+fn given_fewer_rows_than_ranks_then_every_rank_exits_nonzero_naming_rows() {
+    let start = Instant::now();
+    let o = mpirun(3, &["--rows", "2", "--cols", "8", "--iters", "5"]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("--rows 2"), "stderr:\n{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches("heat2d-plain: --rows").count(),
+        1,
+        "{}",
+        o.stderr
+    );
+    assert!(o.stdout.trim().is_empty(), "stdout:\n{}", o.stdout);
+    assert!(start.elapsed() < TIMEOUT);
+}
+
+#[test]
+fn given_unknown_option_then_exits_nonzero_without_hanging() {
+    let o = mpirun(2, &["--rowz", "4"]);
+    assert!(!o.status.success());
+    assert!(o.stderr.contains("--rowz"), "stderr:\n{}", o.stderr);
+}
