@@ -1,1 +1,601 @@
-//! pcm (work in progress).
+//! PCM: Process Checkpointing and Migration for iterative MPI programs.
+//!
+//! PCM lets a running MPI job move any of its ranks to another host at an iteration
+//! boundary. The moved rank keeps its rank number, every other rank keeps its own, and the
+//! computation goes on as if nothing happened. It is the application side of MPI/IOS
+//! (El Maghraoui et al., "Towards a Middleware Framework for Dynamically Reconfigurable
+//! Scientific Computing", sections 4.1 and 6, Figures 1 and 11), built on MPI-2 dynamic
+//! processes through rsmpi, with no change to the MPI implementation.
+//!
+//! # How it fits
+//! Each rank registers with the `pcmd` daemon of its node (if one runs; without one the
+//! program runs as plain MPI). Requests to move ranks reach the daemons (from `pcmd migrate`,
+//! or from IOS agents) and are delivered to the ranks, which agree on them in their next
+//! status check. The departing process stores its state, PCM spawns the replacement on the
+//! target host, merges the spawn intercommunicator into the job, splits out a new world in
+//! which the replacement takes the old rank, and hands the stored state straight over.
+//!
+//! # Usage
+//! About ten calls, as in the paper's Figure 11 (see `examples/heat2d/src/bin/heat2d.rs`):
+//!
+//! ```no_run
+//! use pcm::{Pcm, ProcessStatus, Reconfigured, Status};
+//! # fn compute(_: &mpi::topology::SimpleCommunicator, _: &mut [f64]) {}
+//! fn main() -> Result<(), pcm::PcmError> {
+//!     let mut pcm = Pcm::init("myapp")?;
+//!     let (mut data, start) = match pcm.process_status() {
+//!         ProcessStatus::Fresh => (vec![0.0f64; 1000], 0),
+//!         ProcessStatus::Replacement { .. } => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
+//!     };
+//!     for iteration in start..1000 {
+//!         match pcm.status()? {
+//!             Status::Continue => {}
+//!             status => {
+//!                 if status == Status::Migrate {
+//!                     pcm.store("iteration", &iteration)?;
+//!                     pcm.store_array("data", &data)?;
+//!                 }
+//!                 match pcm.reconfigure()? {
+//!                     Reconfigured::Continue(next) => pcm = next,
+//!                     Reconfigured::Departed(departed) => {
+//!                         drop(data);
+//!                         departed.finalize();
+//!                     }
+//!                 }
+//!             }
+//!         }
+//!         compute(pcm.world(), &mut data);
+//!     }
+//!     pcm.finalize();
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Rules the application follows:
+//! - use [`Pcm::world`] for all communication, never `MPI_COMM_WORLD` (it still contains
+//!   departed processes);
+//! - call [`Pcm::status`] once per iteration, at the same point on every rank, with no
+//!   messages in flight;
+//! - a replacement resumes at the iteration at which its predecessor stored its state, and
+//!   calls `status` again there: that first call returns [`Status::Continue`] at once.
+//!
+//! # Launching
+//! `mpirun -np P app` as usual, with spawning allowed (Open MPI:
+//! `OMPI_MCA_rmaps_base_oversubscribe=1`) and, so that a departing process exits at once,
+//! `OMPI_MCA_orte_allowed_exit_without_sync=1`. Without the latter, a departing process
+//! of the original launch frees its state and sleeps in `MPI_Finalize`, using no CPU,
+//! until the job ends (an Open MPI 4 limitation).
+//!
+//! # Settings (environment)
+//! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
+//!   default `$XDG_RUNTIME_DIR/pcmd/{host}.sock` or `/tmp/pcmd-{uid}/{host}.sock`;
+//!   `none` disables the daemon link.
+//! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
+//! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
+//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr.
+
+mod daemon;
+mod error;
+mod ffi;
+mod reconfig;
+mod schedule;
+mod store;
+
+use std::time::{Duration, Instant};
+
+use mpi::collective::SystemOperation;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+pub use bytemuck::Pod;
+pub use error::PcmError;
+pub use mpi;
+pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
+pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
+
+use daemon::DaemonLink;
+use pcm_proto::{Outcome, ToDaemon};
+use schedule::{Cadence, Schedule};
+use store::Store;
+
+/// Environment variable that, set to `1`, lets Open MPI's `mpirun` tolerate a process that
+/// leaves without `MPI_Finalize`; PCM then lets departing processes exit at once.
+pub const EXIT_WITHOUT_SYNC_ENV: &str = "OMPI_MCA_orte_allowed_exit_without_sync";
+
+/// How this process came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessStatus {
+    /// Started by `mpirun` with the job: initialise data from scratch.
+    Fresh,
+    /// Spawned to replace `rank`, which stored its state at `iteration`: load it and resume
+    /// the loop at that iteration.
+    Replacement {
+        /// The rank this process took over.
+        rank: u32,
+        /// Iteration (status call count) at which the predecessor stored its state.
+        iteration: u64,
+    },
+}
+
+/// What the application must do at this iteration (the paper's `PCM_Status`).
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Nothing: compute.
+    Continue,
+    /// This rank moves: store its state, then call [`Pcm::reconfigure`].
+    Migrate,
+    /// Other ranks move: call [`Pcm::reconfigure`] (nothing to store).
+    Reconfigure,
+}
+
+/// Result of [`Pcm::reconfigure`].
+#[must_use]
+#[derive(Debug)]
+pub enum Reconfigured {
+    /// This process goes on, with the new world ([`Pcm::world`]).
+    Continue(Pcm),
+    /// This process has been replaced: stop computing, release memory, and call
+    /// [`Departed::finalize`].
+    Departed(Departed),
+}
+
+/// A reconfiguration agreed by every rank, not yet carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Plan {
+    /// The daemon request it answers; `None` for scheduled ones.
+    request: Option<RequestId>,
+    /// Moves, sorted by rank, each rank at most once.
+    moves: Vec<Move>,
+    /// Whether this rank's daemon delivered the request (and so awaits the outcome).
+    #[serde(skip)]
+    held_here: bool,
+}
+
+/// The part of a rank's state that every rank shares and a replacement inherits.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct JobContext {
+    job: JobId,
+    app: AppName,
+    /// Index of the next status call.
+    iteration: u64,
+    /// Next status call that checks with the other ranks.
+    next_check: u64,
+    schedule: Schedule,
+    migrations: u64,
+    check_period: Duration,
+}
+
+/// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
+/// [`Pcm::finalize`] (or by [`Departed::finalize`] after a departure).
+pub struct Pcm {
+    // Field order matters: the communicator must be freed before MPI is finalised.
+    world: SimpleCommunicator,
+    store: Store,
+    job: JobContext,
+    rank: u32,
+    size: u32,
+    origin: ProcessStatus,
+    /// A replacement's first status call is its predecessor's last: it returns at once.
+    resume_pending: bool,
+    pending: Option<Plan>,
+    /// Rank 0 only: picks the check interval.
+    cadence: Option<Cadence>,
+    daemon: Option<DaemonLink>,
+    host: HostName,
+    last_outcome: Option<Outcome>,
+    exit_without_sync: bool,
+    universe: Universe,
+}
+
+impl Pcm {
+    /// Initialises MPI and PCM (the paper's `PCM_Init`): the rank registers with its node's
+    /// pcmd if one runs, and a replacement process receives its predecessor's state.
+    ///
+    /// `app` names the application for people and daemons (letters, digits, `.`, `-`, `_`).
+    pub fn init(app: &str) -> Result<Pcm, PcmError> {
+        init_logging();
+        let app = AppName::new(app).map_err(|e| PcmError::Config {
+            variable: "application name",
+            value: app.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let (universe, _) =
+            mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
+        let host = local_host_name();
+        let exit_without_sync = env_flag(EXIT_WITHOUT_SYNC_ENV);
+        match ffi::take_parent() {
+            Some(parent) => {
+                reconfig::join_as_replacement(universe, parent, host, exit_without_sync)
+            }
+            None => Self::init_fresh(universe, app, host, exit_without_sync),
+        }
+    }
+
+    fn init_fresh(
+        universe: Universe,
+        app: AppName,
+        host: HostName,
+        exit_without_sync: bool,
+    ) -> Result<Pcm, PcmError> {
+        let world = ffi::dup_world()?;
+        let rank = world.rank() as u32;
+        let size = world.size() as u32;
+        let schedule = Schedule::from_env()?;
+        let check_period = schedule::check_period_from_env()?;
+        let job = agree_on_job_id(&world, &app);
+        let now = Instant::now();
+        let mut pcm = Pcm {
+            world,
+            store: Store::default(),
+            job: JobContext {
+                job,
+                app,
+                iteration: 0,
+                next_check: 0,
+                schedule,
+                migrations: 0,
+                check_period,
+            },
+            rank,
+            size,
+            origin: ProcessStatus::Fresh,
+            resume_pending: false,
+            pending: None,
+            cadence: (rank == 0).then(|| Cadence::new(check_period, now, 0)),
+            daemon: None,
+            host,
+            last_outcome: None,
+            exit_without_sync,
+            universe,
+        };
+        pcm.connect_daemon();
+        Ok(pcm)
+    }
+
+    /// Starts the link to the node's pcmd (unless `PCM_DAEMON=none`).
+    fn connect_daemon(&mut self) {
+        let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
+        if setting.as_deref() == Some("none") {
+            return;
+        }
+        let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
+        let uid = nix::unistd::getuid().as_raw();
+        let path =
+            pcm_proto::socket_path(setting.as_deref(), runtime_dir.as_deref(), uid, &self.host);
+        let registration = ToDaemon::Register {
+            job: self.job.job.clone(),
+            app: self.job.app.clone(),
+            rank: Rank(self.rank),
+            size: self.size,
+            host: self.host.clone(),
+            pid: std::process::id(),
+            replacement: matches!(self.origin, ProcessStatus::Replacement { .. }),
+        };
+        self.daemon = Some(DaemonLink::start(path, registration));
+    }
+
+    /// The communicator of the job: use it for all the application's communication. It
+    /// changes after every reconfiguration.
+    pub fn world(&self) -> &SimpleCommunicator {
+        &self.world
+    }
+
+    /// This process's rank in [`Pcm::world`]; a replacement has its predecessor's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Whether this process started with the job or replaced a rank (the paper's
+    /// `PCM_Process_Status`).
+    pub fn process_status(&self) -> ProcessStatus {
+        self.origin
+    }
+
+    /// Number of status calls so far in the job (the iteration count PCM keeps).
+    pub fn iteration(&self) -> u64 {
+        self.job.iteration
+    }
+
+    /// Reconfigurations the job has completed.
+    pub fn migrations(&self) -> u64 {
+        self.job.migrations
+    }
+
+    /// The job's identifier, shared by all its ranks and shown by `pcmd status`.
+    pub fn job_id(&self) -> &JobId {
+        &self.job.job
+    }
+
+    /// Host this process runs on.
+    pub fn host(&self) -> &HostName {
+        &self.host
+    }
+
+    /// Whether the link to the node's pcmd is up.
+    pub fn daemon_connected(&self) -> bool {
+        self.daemon.as_ref().is_some_and(DaemonLink::is_connected)
+    }
+
+    /// How the last reconfiguration this process took part in ended, if any.
+    pub fn last_outcome(&self) -> Option<&Outcome> {
+        self.last_outcome.as_ref()
+    }
+
+    /// Stores a serde value under `name` for the replacement (the paper's `PCM_Store`).
+    pub fn store<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), PcmError> {
+        self.store.store_value(name, value)
+    }
+
+    /// Stores a slice of plain numeric data under `name`, as raw bytes (no encoding).
+    pub fn store_array<T: Pod>(&mut self, name: &str, values: &[T]) -> Result<(), PcmError> {
+        self.store.store_array(name, values)
+    }
+
+    /// Loads a value stored with [`Pcm::store`] by the predecessor (the paper's `PCM_Load`).
+    pub fn load<T: DeserializeOwned>(&self, name: &str) -> Result<T, PcmError> {
+        self.store.load_value(name)
+    }
+
+    /// Takes an array stored with [`Pcm::store_array`]; no copy for 8-byte element types.
+    pub fn load_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
+        self.store.take_array(name)
+    }
+
+    /// Copies an array stored with [`Pcm::store_array`] into `out`, which must have its length.
+    pub fn load_array_into<T: Pod>(&self, name: &str, out: &mut [T]) -> Result<(), PcmError> {
+        self.store.load_array_into(name, out)
+    }
+
+    /// Asks whether the job must reconfigure at this iteration (the paper's `PCM_Status`).
+    ///
+    /// Collective in effect: every rank calls it once per iteration, at the same point, and
+    /// every rank gets a consistent answer at the same iteration. Most calls return at once;
+    /// every few milliseconds of wall time one call agrees with the other ranks (a small
+    /// all-reduce).
+    #[inline]
+    pub fn status(&mut self) -> Result<Status, PcmError> {
+        let iteration = self.job.iteration;
+        self.job.iteration += 1;
+        if let Some(daemon) = &self.daemon {
+            daemon.set_iteration(iteration);
+        }
+        if self.resume_pending {
+            self.resume_pending = false;
+            return Ok(Status::Continue);
+        }
+        if iteration < self.job.next_check && !self.job.schedule.has(iteration) {
+            return Ok(Status::Continue);
+        }
+        self.check(iteration)
+    }
+
+    #[cold]
+    fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
+        let scheduled = self.job.schedule.take(iteration);
+        let local_request = self.daemon.as_ref().map_or(0, DaemonLink::pending_max);
+        let proposed_interval = match &mut self.cadence {
+            Some(cadence) => cadence.next_interval(iteration, Instant::now()),
+            None => 0,
+        };
+        let send = [local_request, proposed_interval];
+        let mut agreed = [0u64; 2];
+        self.world
+            .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
+        self.job.next_check = iteration + agreed[1].max(1);
+
+        let plan = if let Some(moves) = scheduled {
+            Plan {
+                request: None,
+                moves,
+                held_here: false,
+            }
+        } else if agreed[0] != 0 {
+            self.agree_on_request(RequestId(agreed[0]))?
+        } else {
+            return Ok(Status::Continue);
+        };
+        match reconfig::validate(plan, self.size) {
+            Ok(plan) => {
+                let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
+                self.pending = Some(plan);
+                Ok(if moving {
+                    Status::Migrate
+                } else {
+                    Status::Reconfigure
+                })
+            }
+            Err((plan, reason)) => {
+                if self.rank == 0 {
+                    tracing::warn!("ignoring reconfiguration request: {reason}");
+                }
+                self.report(&plan, Outcome::Failed { reason });
+                Ok(Status::Continue)
+            }
+        }
+    }
+
+    /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
+    /// and that rank broadcasts its moves.
+    fn agree_on_request(&mut self, id: RequestId) -> Result<Plan, PcmError> {
+        let held = self.daemon.as_ref().and_then(|d| d.take(id));
+        let candidate = if held.is_some() {
+            self.rank as u64
+        } else {
+            u64::MAX
+        };
+        let mut owner = u64::MAX;
+        self.world
+            .all_reduce_into(&candidate, &mut owner, SystemOperation::min());
+        if owner >= self.size as u64 {
+            return Err(PcmError::internal(
+                "a request was agreed but no rank holds it",
+            ));
+        }
+        let bytes = held.as_ref().map(|moves| encode_cbor(moves));
+        let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
+        let moves: Vec<Move> = ciborium::from_reader(bytes.as_slice())
+            .map_err(|e| PcmError::Handover(e.to_string()))?;
+        Ok(Plan {
+            request: Some(id),
+            moves,
+            held_here: held.is_some(),
+        })
+    }
+
+    /// Tells this rank's daemon how a request it delivered ended.
+    fn report(&mut self, plan: &Plan, outcome: Outcome) {
+        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
+            daemon.send(ToDaemon::ReconfigurationFinished {
+                request,
+                outcome: outcome.clone(),
+            });
+        }
+        self.last_outcome = Some(outcome);
+    }
+
+    /// Carries out the reconfiguration the last status call announced (the paper's
+    /// `PCM_Reconfigure`). Collective over the world.
+    ///
+    /// On the departing rank, call it after storing the state to hand over; it returns
+    /// [`Reconfigured::Departed`] and the process must stop. Elsewhere it returns the
+    /// updated `Pcm`. If the replacement processes cannot be started (an unknown host, say),
+    /// every rank gets its `Pcm` back unchanged and the failure is logged and reported.
+    pub fn reconfigure(mut self) -> Result<Reconfigured, PcmError> {
+        let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
+        reconfig::run_as_parent(self, plan)
+    }
+
+    /// Ends PCM and MPI (the paper's `PCM_Finalize` followed by `MPI_Finalize`).
+    pub fn finalize(self) {
+        let Pcm {
+            world,
+            daemon,
+            universe,
+            job,
+            ..
+        } = self;
+        if let Some(daemon) = daemon {
+            daemon.set_iteration(job.iteration);
+            daemon.shutdown(Duration::from_millis(500));
+        }
+        drop(world);
+        drop(universe);
+    }
+}
+
+/// A process that has handed its rank to a replacement. It must not compute any more.
+pub struct Departed {
+    rank: u32,
+    daemon: Option<DaemonLink>,
+    exit_without_sync: bool,
+    universe: Universe,
+}
+
+impl Departed {
+    /// The rank this process held.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Leaves the job and ends the process with status 0.
+    ///
+    /// With `OMPI_MCA_orte_allowed_exit_without_sync=1` the process exits at once.
+    /// Otherwise it calls `MPI_Finalize`, which in Open MPI 4 returns, for a process of the
+    /// original launch, only when the whole job ends; it sleeps there using no CPU, so
+    /// release large buffers before calling this.
+    pub fn finalize(self) -> ! {
+        let Departed {
+            daemon,
+            exit_without_sync,
+            universe,
+            rank,
+        } = self;
+        if let Some(daemon) = daemon {
+            daemon.shutdown(Duration::from_millis(500));
+        }
+        if exit_without_sync {
+            tracing::debug!("former rank {rank} exits");
+            ffi::exit_without_finalize();
+        }
+        tracing::debug!("former rank {rank} waits in MPI_Finalize for the job to end");
+        drop(universe);
+        std::process::exit(0)
+    }
+}
+
+impl std::fmt::Debug for Pcm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pcm")
+            .field("job", &self.job.job)
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("host", &self.host)
+            .field("iteration", &self.job.iteration)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Departed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Departed")
+            .field("rank", &self.rank)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn encode_cbor<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    if let Err(e) = ciborium::into_writer(value, &mut bytes) {
+        unreachable!("encoding PCM's own data into memory failed: {e}");
+    }
+    bytes
+}
+
+/// Rank 0 picks a job id and broadcasts it: unique enough to tell runs apart on a pool.
+fn agree_on_job_id(world: &SimpleCommunicator, app: &AppName) -> JobId {
+    let mut stamp = 0u64;
+    if world.rank() == 0 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        stamp = nanos ^ ((std::process::id() as u64) << 40);
+    }
+    world.process_at_rank(0).broadcast_into(&mut stamp);
+    let mut name: String = app.as_str().chars().take(40).collect();
+    name.push_str(&format!("-{:012x}", stamp & 0xffff_ffff_ffff));
+    JobId::new(name)
+        .unwrap_or_else(|_| JobId::new(format!("job-{stamp:016x}")).expect("hex is a valid id"))
+}
+
+fn local_host_name() -> HostName {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .and_then(|h| HostName::new(h).ok())
+        .unwrap_or_else(|| HostName::new("localhost").expect("literal is valid"))
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"))
+}
+
+/// Logs to stderr, filtered by `RUST_LOG`, unless the application installed its own.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,pcm=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

@@ -1,0 +1,317 @@
+//! The rank's link to the pcmd of its node: a background thread that registers the rank,
+//! reports progress about once a second, queues reconfiguration requests for the next
+//! status check, and reports outcomes.
+//!
+//! The thread never calls MPI. The application never waits for it: the status path reads
+//! one atomic, and a missing or dead daemon only means no requests arrive. When the daemon
+//! goes away the thread retries quietly, so a restarted daemon picks the rank up again.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pcm_proto::{ClientKind, FrameReader, FromDaemon, Move, RequestId, ToDaemon, PROTOCOL_VERSION};
+
+/// How often progress is reported.
+const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
+/// How long to wait before reconnecting to a missing daemon.
+const RECONNECT_PERIOD: Duration = Duration::from_secs(2);
+/// Read timeout of the socket: also the thread's tick.
+const TICK: Duration = Duration::from_millis(100);
+/// How long the handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests queued at most; more are refused with a log line (a controller gone wild).
+const MAX_PENDING: usize = 16;
+/// Request ids remembered as done, so a redelivered request is not acted on twice.
+const MAX_DONE: usize = 64;
+
+/// What the rank tells the daemon about itself (the `Register` message).
+pub(crate) type Registration = ToDaemon;
+
+/// State shared between the rank's main thread and the link thread.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Iterations completed, written by the status path.
+    iteration: AtomicU64,
+    /// Largest pending request id (0: none): what the status check reads.
+    pending_max: AtomicU64,
+    queue: Mutex<Queue>,
+    stop: AtomicBool,
+    connected: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    pending: VecDeque<(RequestId, Vec<Move>)>,
+    done: VecDeque<RequestId>,
+}
+
+impl Queue {
+    fn max_id(&self) -> u64 {
+        self.pending.iter().map(|(id, _)| id.0).max().unwrap_or(0)
+    }
+}
+
+/// Handle held by `Pcm`; dropping it stops the thread.
+#[derive(Debug)]
+pub(crate) struct DaemonLink {
+    shared: Arc<Shared>,
+    outbox: Sender<ToDaemon>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DaemonLink {
+    /// Starts the link thread. It connects in the background; nothing here blocks.
+    pub(crate) fn start(path: PathBuf, registration: Registration) -> Self {
+        let shared = Arc::new(Shared::default());
+        let (outbox, inbox) = mpsc::channel();
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("pcm-daemon-link".into())
+            .spawn(move || run(path, registration, thread_shared, inbox))
+            .map_err(|e| tracing::warn!("could not start the pcmd link thread: {e}"))
+            .ok();
+        DaemonLink {
+            shared,
+            outbox,
+            thread,
+        }
+    }
+
+    /// Records progress; called on every status call, so it is one relaxed store.
+    #[inline]
+    pub(crate) fn set_iteration(&self, iteration: u64) {
+        self.shared.iteration.store(iteration, Ordering::Relaxed);
+    }
+
+    /// Largest pending request id, 0 when none: the rank's input to the status check.
+    #[inline]
+    pub(crate) fn pending_max(&self) -> u64 {
+        self.shared.pending_max.load(Ordering::Acquire)
+    }
+
+    /// Removes a request from the queue and returns its moves, if this rank holds it.
+    pub(crate) fn take(&self, id: RequestId) -> Option<Vec<Move>> {
+        let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let position = queue
+            .pending
+            .iter()
+            .position(|(pending, _)| *pending == id)?;
+        let (_, moves) = queue.pending.remove(position)?;
+        queue.done.push_back(id);
+        if queue.done.len() > MAX_DONE {
+            queue.done.pop_front();
+        }
+        self.shared
+            .pending_max
+            .store(queue.max_id(), Ordering::Release);
+        Some(moves)
+    }
+
+    /// Whether the daemon connection is up (for diagnostics).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.shared.connected.load(Ordering::Relaxed)
+    }
+
+    /// Queues a message for the daemon; dropped if the daemon is not reachable.
+    pub(crate) fn send(&self, message: ToDaemon) {
+        let _ = self.outbox.send(message);
+    }
+
+    /// Sends what is queued (waiting at most `timeout`) and stops the thread.
+    pub(crate) fn shutdown(mut self, timeout: Duration) {
+        self.stop_and_wait(timeout);
+    }
+
+    fn stop_and_wait(&mut self, timeout: Duration) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let deadline = Instant::now() + timeout;
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Drop for DaemonLink {
+    fn drop(&mut self) {
+        self.stop_and_wait(Duration::from_millis(200));
+    }
+}
+
+fn run(path: PathBuf, registration: Registration, shared: Arc<Shared>, inbox: Receiver<ToDaemon>) {
+    let mut warned = false;
+    while !shared.stop.load(Ordering::Acquire) {
+        match UnixStream::connect(&path) {
+            Ok(stream) => {
+                warned = false;
+                match session(stream, &registration, &shared, &inbox) {
+                    Ok(()) => return,
+                    Err(e) => tracing::warn!(
+                        "lost the pcmd at {}: {e}; the run carries on",
+                        path.display()
+                    ),
+                }
+                shared.connected.store(false, Ordering::Relaxed);
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::debug!(
+                        "no pcmd at {} ({e}); running without a daemon",
+                        path.display()
+                    );
+                    warned = true;
+                }
+                // Nothing can be delivered while disconnected; keep only recent outcomes.
+                drain_while_disconnected(&inbox);
+            }
+        }
+        let until = Instant::now() + RECONNECT_PERIOD;
+        while Instant::now() < until && !shared.stop.load(Ordering::Acquire) {
+            std::thread::sleep(TICK);
+        }
+    }
+}
+
+fn drain_while_disconnected(inbox: &Receiver<ToDaemon>) {
+    while inbox.try_recv().is_ok() {}
+}
+
+/// One connection's life. `Ok` when asked to stop, `Err` when the connection failed.
+fn session(
+    mut stream: UnixStream,
+    registration: &Registration,
+    shared: &Shared,
+    inbox: &Receiver<ToDaemon>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(TICK))?;
+    let mut reader = FrameReader::new();
+    let hello = ToDaemon::Hello {
+        version: PROTOCOL_VERSION,
+        client: ClientKind::Rank,
+    };
+    stream.write_all(&pcm_proto::encode(&hello))?;
+    expect_reply(&mut stream, &mut reader, |m| {
+        matches!(m, FromDaemon::Welcome { .. })
+    })?;
+    stream.write_all(&pcm_proto::encode(registration))?;
+    expect_reply(&mut stream, &mut reader, |m| {
+        matches!(m, FromDaemon::Registered)
+    })?;
+    shared.connected.store(true, Ordering::Relaxed);
+    tracing::debug!("registered with pcmd");
+
+    let mut last_progress = Instant::now() - PROGRESS_PERIOD;
+    let mut buffer = [0u8; 4096];
+    loop {
+        let stopping = shared.stop.load(Ordering::Acquire);
+        loop {
+            match inbox.try_recv() {
+                Ok(message) => stream.write_all(&pcm_proto::encode(&message))?,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+        if stopping || last_progress.elapsed() >= PROGRESS_PERIOD {
+            let iteration = shared.iteration.load(Ordering::Relaxed);
+            stream.write_all(&pcm_proto::encode(&ToDaemon::Progress { iteration }))?;
+            last_progress = Instant::now();
+        }
+        if stopping {
+            stream.flush()?;
+            return Ok(());
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "pcmd closed the connection",
+                ))
+            }
+            Ok(n) => {
+                reader.feed(&buffer[..n]);
+                while let Some(message) = reader.next_message::<FromDaemon>().map_err(invalid)? {
+                    handle(message, shared);
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn handle(message: FromDaemon, shared: &Shared) {
+    match message {
+        FromDaemon::ReconfigurationRequested { request, moves } => {
+            let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if queue.done.contains(&request) || queue.pending.iter().any(|(id, _)| *id == request) {
+                tracing::debug!("request {request} delivered again; already known");
+                return;
+            }
+            if queue.pending.len() >= MAX_PENDING {
+                tracing::warn!(
+                    "dropping reconfiguration request {request}: {MAX_PENDING} already pending"
+                );
+                return;
+            }
+            tracing::info!("reconfiguration request {request} received: {moves:?}");
+            queue.pending.push_back((request, moves));
+            shared.pending_max.store(queue.max_id(), Ordering::Release);
+        }
+        FromDaemon::Error { kind, message } => {
+            tracing::warn!("pcmd refused a message ({kind:?}): {message}")
+        }
+        other => tracing::debug!("ignoring unexpected message from pcmd: {other:?}"),
+    }
+}
+
+fn invalid(e: pcm_proto::FrameError) -> std::io::Error {
+    std::io::Error::new(ErrorKind::InvalidData, e)
+}
+
+fn expect_reply(
+    stream: &mut UnixStream,
+    reader: &mut FrameReader,
+    wanted: impl Fn(&FromDaemon) -> bool,
+) -> std::io::Result<()> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some(message) = reader.next_message::<FromDaemon>().map_err(invalid)? {
+            if wanted(&message) {
+                return Ok(());
+            }
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!("unexpected answer from pcmd during handshake: {message:?}"),
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(std::io::Error::new(
+                ErrorKind::TimedOut,
+                "pcmd did not answer the handshake",
+            ));
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "pcmd closed the connection",
+                ))
+            }
+            Ok(n) => reader.feed(&buffer[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Errors of the PCM library.
+
+use std::os::raw::c_int;
+
+/// Everything a PCM call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum PcmError {
+    /// `load` of a name that was never stored (or not handed over to this process).
+    #[error("no state stored under {name:?}{}", stored_names(.available))]
+    NotStored {
+        /// The name asked for.
+        name: String,
+        /// Names that are stored.
+        available: Vec<String>,
+    },
+    /// `load` of a name stored as another type.
+    #[error("state {name:?} was stored as {found}, but loaded as {expected}")]
+    WrongType {
+        /// The name asked for.
+        name: String,
+        /// The type the caller asked for.
+        expected: String,
+        /// The type it was stored as.
+        found: String,
+    },
+    /// `load_array_into` with a destination of the wrong length.
+    #[error("state {name:?} holds {found} elements, but the destination has room for {expected}")]
+    WrongLength {
+        /// The name asked for.
+        name: String,
+        /// Elements the destination holds.
+        expected: usize,
+        /// Elements stored.
+        found: usize,
+    },
+    /// A stored value could not be encoded or decoded.
+    #[error("state {name:?} could not be {action}: {reason}")]
+    Codec {
+        /// The name concerned.
+        name: String,
+        /// "encoded" or "decoded".
+        action: &'static str,
+        /// The codec's explanation.
+        reason: String,
+    },
+    /// An empty or over-long state name.
+    #[error("invalid state name {0:?}: names are 1 to 255 bytes")]
+    InvalidName(String),
+    /// An MPI call returned an error.
+    #[error("{call} failed: {message} (MPI error {code})")]
+    Mpi {
+        /// The MPI function.
+        call: &'static str,
+        /// Its return code.
+        code: c_int,
+        /// The MPI library's description.
+        message: String,
+    },
+    /// Spawning replacement processes failed; the job carries on unchanged.
+    #[error("could not start replacement processes on {}: {message}", hosts.join(", "))]
+    SpawnFailed {
+        /// Hosts asked for.
+        hosts: Vec<String>,
+        /// The MPI library's description.
+        message: String,
+    },
+    /// A host name that cannot be passed to MPI.
+    #[error("invalid host name {0:?}")]
+    InvalidHost(String),
+    /// MPI could not be initialised, or was initialised by someone else.
+    #[error("MPI could not be initialised (was it initialised before Pcm::init?)")]
+    MpiInit,
+    /// `reconfigure` called when the last status asked for none.
+    #[error("reconfigure called but no reconfiguration is pending (status returned Continue)")]
+    NothingPending,
+    /// A malformed `PCM_SCHEDULE` or other PCM setting.
+    #[error("invalid {variable}={value:?}: {reason}")]
+    Config {
+        /// The environment variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The handover from the departing processes was malformed (a bug, or a mismatched
+    /// binary spawned as replacement).
+    #[error("malformed handover from the departing process: {0}")]
+    Handover(String),
+    /// A broken invariant inside PCM.
+    #[error("internal PCM error: {0}")]
+    Internal(&'static str),
+}
+
+impl PcmError {
+    pub(crate) fn internal(what: &'static str) -> Self {
+        PcmError::Internal(what)
+    }
+}
+
+fn stored_names(names: &[String]) -> String {
+    if names.is_empty() {
+        " (nothing is stored)".to_owned()
+    } else {
+        format!(" (stored: {})", names.join(", "))
+    }
+}

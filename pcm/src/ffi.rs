@@ -1,0 +1,246 @@
+//! Every unsafe call of the crate, in one place.
+//!
+//! rsmpi covers most of what PCM needs safely; what it does not cover is choosing the host of
+//! a spawned process (an `MPI_Info` with the `host` key), error handlers (so that a failed
+//! spawn returns an error instead of aborting the job), disconnecting the parent
+//! intercommunicator of a spawned process, and leaving the job without `MPI_Finalize`.
+//!
+//! Ownership: communicators handed out of this module are wrapped in rsmpi types whose
+//! `Drop` frees them (`SimpleCommunicator`: `MPI_Comm_free`) or disconnects them
+//! (`InterCommunicator`: `MPI_Comm_disconnect`, which is **collective**: both groups must
+//! drop their side at the same point of the protocol).
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, OsString};
+use std::os::raw::{c_char, c_int};
+use std::os::unix::ffi::OsStrExt;
+
+use mpi::ffi;
+use mpi::raw::{AsRaw, FromRaw};
+use mpi::topology::{InterCommunicator, SimpleCommunicator};
+
+use crate::error::PcmError;
+
+/// An `MPI_Info` object, freed on drop.
+struct Info(ffi::MPI_Info);
+
+impl Info {
+    fn with_host(host: &str) -> Result<Self, PcmError> {
+        let key = CString::new("host").map_err(|_| PcmError::internal("info key"))?;
+        let value = CString::new(host).map_err(|_| PcmError::InvalidHost(host.to_owned()))?;
+        let mut info = std::mem::MaybeUninit::<ffi::MPI_Info>::uninit();
+        // SAFETY: MPI is initialised (a Pcm exists); MPI_Info_create writes one handle.
+        let code = unsafe { ffi::MPI_Info_create(info.as_mut_ptr()) };
+        check("MPI_Info_create", code)?;
+        // SAFETY: MPI_Info_create succeeded, so the handle is initialised.
+        let info = Info(unsafe { info.assume_init() });
+        // SAFETY: both strings are NUL-terminated and outlive the call; MPI copies them.
+        let code = unsafe { ffi::MPI_Info_set(info.0, key.as_ptr(), value.as_ptr()) };
+        check("MPI_Info_set", code)?;
+        Ok(info)
+    }
+
+    fn null() -> Self {
+        // SAFETY: reading an extern static constant provided by rsmpi's C shim.
+        Info(unsafe { ffi::RSMPI_INFO_NULL })
+    }
+
+    fn is_null(&self) -> bool {
+        // SAFETY: as above.
+        self.0 == unsafe { ffi::RSMPI_INFO_NULL }
+    }
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        if !self.is_null() {
+            // SAFETY: the handle came from MPI_Info_create and is freed once.
+            unsafe {
+                ffi::MPI_Info_free(&mut self.0);
+            }
+        }
+    }
+}
+
+/// Turns an MPI return code into a `Result`, with the library's own error text.
+pub(crate) fn check(call: &'static str, code: c_int) -> Result<(), PcmError> {
+    if code == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(PcmError::Mpi {
+            call,
+            code,
+            message: error_string(code),
+        })
+    }
+}
+
+/// The MPI library's description of an error code.
+pub(crate) fn error_string(code: c_int) -> String {
+    let mut buffer = vec![0 as c_char; ffi::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING characters as the standard requires.
+    let rc = unsafe { ffi::MPI_Error_string(code, buffer.as_mut_ptr(), &mut len) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return format!("MPI error {code}");
+    }
+    let bytes: Vec<u8> = buffer[..len.max(0) as usize]
+        .iter()
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Duplicates `MPI_COMM_WORLD` into a communicator PCM owns (and may later free).
+pub(crate) fn dup_world() -> Result<SimpleCommunicator, PcmError> {
+    let mut raw = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
+    // SAFETY: MPI is initialised; MPI_Comm_dup writes one handle.
+    let code = unsafe { ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, raw.as_mut_ptr()) };
+    check("MPI_Comm_dup", code)?;
+    // SAFETY: MPI_Comm_dup succeeded, so the handle is a live intracommunicator we own.
+    Ok(unsafe { SimpleCommunicator::from_raw(raw.assume_init()) })
+}
+
+/// While alive, MPI calls on the communicator return error codes instead of aborting the
+/// job; drop restores the previous handler. Kept short: rsmpi ignores most return codes,
+/// so the application's own calls must keep the fatal default.
+struct ErrorsReturned {
+    comm: ffi::MPI_Comm,
+    previous: ffi::MPI_Errhandler,
+}
+
+impl ErrorsReturned {
+    fn on(comm: ffi::MPI_Comm) -> Result<Self, PcmError> {
+        let mut previous = std::mem::MaybeUninit::<ffi::MPI_Errhandler>::uninit();
+        // SAFETY: `comm` is a live communicator; the call writes one handle.
+        let code = unsafe { ffi::MPI_Comm_get_errhandler(comm, previous.as_mut_ptr()) };
+        check("MPI_Comm_get_errhandler", code)?;
+        // SAFETY: the call succeeded, so the handle is initialised.
+        let previous = unsafe { previous.assume_init() };
+        // SAFETY: `comm` is live; ERRORS_RETURN is a predefined handler.
+        let code = unsafe { ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) };
+        check("MPI_Comm_set_errhandler", code)?;
+        Ok(ErrorsReturned { comm, previous })
+    }
+}
+
+impl Drop for ErrorsReturned {
+    fn drop(&mut self) {
+        // SAFETY: `comm` outlives this guard (it borrows from the caller's communicator);
+        // the saved handler handle is restored, then our reference to it released.
+        unsafe {
+            ffi::MPI_Comm_set_errhandler(self.comm, self.previous);
+            ffi::MPI_Errhandler_free(&mut self.previous);
+        }
+    }
+}
+
+/// Collectively spawns one process per entry of `hosts` running `program args`, each on
+/// the host named (or where the runtime chooses, for `None`), rooted at rank 0 of `comm`.
+///
+/// Returns the intercommunicator to the new processes (in the order of `hosts`), or the
+/// error of the first process that failed to start. Every rank of `comm` gets the same
+/// answer.
+pub(crate) fn spawn_on_hosts(
+    comm: &SimpleCommunicator,
+    program: &OsString,
+    args: &[OsString],
+    hosts: &[Option<String>],
+) -> Result<InterCommunicator, PcmError> {
+    let to_cstring =
+        |s: &OsString| CString::new(s.as_bytes()).map_err(|_| PcmError::internal("NUL in argv"));
+    let program = to_cstring(program)?;
+    let args: Vec<CString> = args.iter().map(to_cstring).collect::<Result<_, _>>()?;
+    // argv must be NULL-terminated; MPI takes `char **` and does not modify it.
+    let mut argv: Vec<*mut c_char> = args.iter().map(|a| a.as_ptr() as *mut c_char).collect();
+    argv.push(std::ptr::null_mut());
+
+    let count = hosts.len();
+    let mut commands: Vec<*mut c_char> = vec![program.as_ptr() as *mut c_char; count];
+    let mut argvs: Vec<*mut *mut c_char> = vec![argv.as_mut_ptr(); count];
+    let maxprocs: Vec<c_int> = vec![1; count];
+    let infos: Vec<Info> = hosts
+        .iter()
+        .map(|h| match h {
+            Some(host) => Info::with_host(host),
+            None => Ok(Info::null()),
+        })
+        .collect::<Result<_, _>>()?;
+    let raw_infos: Vec<ffi::MPI_Info> = infos.iter().map(|i| i.0).collect();
+    let mut errcodes: Vec<c_int> = vec![0; count];
+    let mut inter = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
+
+    let guard = ErrorsReturned::on(comm.as_raw())?;
+    // SAFETY: every pointer refers to a live buffer of `count` entries (argv arrays are
+    // NULL-terminated and outlive the call); `comm` is a live intracommunicator whose error
+    // handler returns errors; the call is collective and every rank of `comm` makes it.
+    let code = unsafe {
+        ffi::MPI_Comm_spawn_multiple(
+            count as c_int,
+            commands.as_mut_ptr(),
+            argvs.as_mut_ptr(),
+            maxprocs.as_ptr(),
+            raw_infos.as_ptr(),
+            0,
+            comm.as_raw(),
+            inter.as_mut_ptr(),
+            errcodes.as_mut_ptr(),
+        )
+    };
+    drop(guard);
+    let failed_code = if code != ffi::MPI_SUCCESS as c_int {
+        Some(code)
+    } else {
+        errcodes
+            .iter()
+            .copied()
+            .find(|&c| c != ffi::MPI_SUCCESS as c_int)
+    };
+    if let Some(code) = failed_code {
+        return Err(PcmError::SpawnFailed {
+            hosts: hosts
+                .iter()
+                .map(|h| h.clone().unwrap_or_else(|| "(any)".into()))
+                .collect(),
+            message: error_string(code),
+        });
+    }
+    // SAFETY: the spawn succeeded, so `inter` is a live intercommunicator that we own.
+    let inter = unsafe { inter.assume_init() };
+    // SAFETY: as above; ownership passes to the wrapper, whose drop disconnects it.
+    Ok(unsafe { InterCommunicator::from_raw(inter) })
+}
+
+/// The parent intercommunicator of a spawned process, if this process was spawned.
+///
+/// Returned as an owned `InterCommunicator` whose drop disconnects it, unlike rsmpi's own
+/// `parent()` whose drop does nothing: a replacement must disconnect from its parents at
+/// the same point as they disconnect from it.
+pub(crate) fn take_parent() -> Option<InterCommunicator> {
+    let mut parent = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
+    // SAFETY: MPI is initialised; MPI_Comm_get_parent writes one handle.
+    let parent = unsafe {
+        ffi::MPI_Comm_get_parent(parent.as_mut_ptr());
+        parent.assume_init()
+    };
+    // SAFETY: reading an extern static constant.
+    if parent == unsafe { ffi::RSMPI_COMM_NULL } {
+        return None;
+    }
+    // SAFETY: `parent` is the live parent intercommunicator; PCM takes it once, in init,
+    // and nobody else uses it (the application sees only PCM's world).
+    Some(unsafe { InterCommunicator::from_raw(parent) })
+}
+
+/// Leaves the job at once without `MPI_Finalize`, with exit status 0.
+///
+/// Only sound to call when the MPI runtime tolerates it (Open MPI's
+/// `orte_allowed_exit_without_sync`): otherwise `mpirun` aborts the whole job.
+pub(crate) fn exit_without_finalize() -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit never returns and runs no destructors; the caller has released every
+    // MPI object this process used in collectives with others.
+    unsafe { libc::_exit(0) }
+}

@@ -1,0 +1,366 @@
+//! The reconfiguration protocol (the paper's Figure 1): spawn, merge, hand over, split.
+//!
+//! Parents are the ranks of the current world (P of them, departing ones included);
+//! children are the replacements, one per move, spawned in the order of the moves.
+//!
+//! 1. All parents spawn the children collectively (`MPI_Comm_spawn_multiple`, each child
+//!    on the host its move names) and agree on whether that worked. If not, nothing has
+//!    changed and everybody carries on.
+//! 2. Parents and children merge the intercommunicator: parents keep ranks 0..P, child j
+//!    becomes P + j.
+//! 3. Rank 0 broadcasts the handover (job context, the plan); each departing rank sends its
+//!    stored state straight to its child.
+//! 4. Everyone shares where each process runs, and the slowest phase times.
+//! 5. Everyone but the departing ranks splits out the new world, ordered so that child j
+//!    takes rank `moves[j].rank` and every other rank keeps its own.
+//! 6. The merged and spawn communicators are released (the intercommunicator disconnect is
+//!    collective between parents and children).
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::time::Instant;
+
+use mpi::collective::SystemOperation;
+use mpi::environment::Universe;
+use mpi::topology::{Color, InterCommunicator, MergeOrder, SimpleCommunicator};
+use mpi::traits::*;
+use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
+use serde::{Deserialize, Serialize};
+
+use crate::error::PcmError;
+use crate::store::{Blob, Entry, EntryHeader, Store};
+use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus, Reconfigured};
+
+/// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
+/// 32-bit.
+const CHUNK_WORDS: usize = 1 << 27;
+/// Bytes reserved for a host name in the placement exchange.
+const HOST_SLOT: usize = 256;
+
+/// What the children learn from rank 0 of the parents.
+#[derive(Debug, Serialize, Deserialize)]
+struct Handover {
+    job: JobContext,
+    parents: u32,
+    plan: Plan,
+}
+
+/// Checks a plan against the job: returns it sorted, or the reason to refuse it.
+pub(crate) fn validate(mut plan: Plan, size: u32) -> Result<Plan, (Plan, String)> {
+    if plan.moves.is_empty() {
+        return Err((plan, "the request moves no rank".into()));
+    }
+    if let Some(bad) = plan.moves.iter().find(|m| m.rank.0 >= size) {
+        let reason = format!(
+            "rank {} does not exist: the job has {size} ranks (0-{})",
+            bad.rank,
+            size - 1
+        );
+        return Err((plan, reason));
+    }
+    let distinct: BTreeSet<Rank> = plan.moves.iter().map(|m| m.rank).collect();
+    if distinct.len() != plan.moves.len() {
+        return Err((plan, "a rank appears more than once in the request".into()));
+    }
+    plan.moves.sort_by_key(|m| m.rank);
+    Ok(plan)
+}
+
+/// Broadcasts bytes of any length from `root` (which passes `Some`).
+pub(crate) fn broadcast_bytes(
+    comm: &SimpleCommunicator,
+    root: i32,
+    bytes: Option<Vec<u8>>,
+) -> Vec<u8> {
+    let root_process = comm.process_at_rank(root);
+    let mut len = bytes.as_ref().map_or(0, |b| b.len() as u64);
+    root_process.broadcast_into(&mut len);
+    let mut buffer = bytes.unwrap_or_else(|| vec![0u8; len as usize]);
+    if len > 0 {
+        root_process.broadcast_into(&mut buffer[..]);
+    }
+    buffer
+}
+
+fn micros(since: Instant) -> u64 {
+    since.elapsed().as_micros() as u64
+}
+
+/// Runs the protocol on a rank of the current world.
+pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, PcmError> {
+    let iteration = pcm.job.iteration - 1;
+    let size = pcm.size;
+    let departing = plan.moves.iter().position(|m| m.rank.0 == pcm.rank);
+    let hosts: Vec<Option<String>> = plan
+        .moves
+        .iter()
+        .map(|m| m.to.as_ref().map(|h| h.to_string()))
+        .collect();
+    if pcm.rank == 0 {
+        tracing::info!(
+            "iteration {iteration}: moving {}",
+            plan.moves
+                .iter()
+                .map(|m| format!(
+                    "rank {} to {}",
+                    m.rank,
+                    m.to.as_ref().map_or("any host", |h| h.as_str())
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+
+    // 1. Spawn, and agree on whether it worked.
+    let started = Instant::now();
+    let program =
+        std::env::current_exe().map_err(|_| PcmError::internal("cannot find own executable"))?;
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let spawned = ffi::spawn_on_hosts(&pcm.world, &program.into_os_string(), &args, &hosts);
+    let ok_here = u64::from(spawned.is_ok());
+    let mut ok_everywhere = 0u64;
+    pcm.world
+        .all_reduce_into(&ok_here, &mut ok_everywhere, SystemOperation::min());
+    let inter = match (spawned, ok_everywhere) {
+        (Ok(inter), 1) => inter,
+        (Err(error), 0) => {
+            if pcm.rank == 0 {
+                tracing::warn!("reconfiguration abandoned, the job carries on unchanged: {error}");
+            }
+            pcm.store.clear();
+            pcm.job.next_check = iteration + 1;
+            pcm.report(
+                &plan,
+                Outcome::Failed {
+                    reason: error.to_string(),
+                },
+            );
+            return Ok(Reconfigured::Continue(pcm));
+        }
+        _ => {
+            return Err(PcmError::internal(
+                "spawn succeeded on some ranks and failed on others",
+            ))
+        }
+    };
+    let spawn_us = micros(started);
+
+    // 2. Merge; 3. hand over.
+    let merge_started = Instant::now();
+    let merged = inter.merge(MergeOrder::Low);
+    let handover = (pcm.rank == 0).then(|| {
+        let mut job = pcm.job.clone();
+        job.iteration = iteration;
+        job.next_check = iteration + 1;
+        job.migrations += 1;
+        encode_cbor(&Handover {
+            job,
+            parents: size,
+            plan: plan.clone(),
+        })
+    });
+    broadcast_bytes(&merged, 0, handover);
+    let merge_us = micros(merge_started);
+
+    let transfer_started = Instant::now();
+    let state_bytes = pcm.store.total_bytes();
+    if let Some(j) = departing {
+        send_state(&merged, (size as usize + j) as i32, &pcm.store);
+    }
+    pcm.store.clear();
+    let transfer_us = micros(transfer_started);
+
+    // 4. Placement and timings.
+    let placed_hosts = exchange_hosts(&merged, &pcm.host);
+    let timings = agree_on_timings(&merged, [spawn_us, merge_us, transfer_us, state_bytes]);
+
+    // 5. Split; 6. release.
+    let split_started = Instant::now();
+    let color = if departing.is_some() {
+        Color::undefined()
+    } else {
+        Color::with_value(0)
+    };
+    let new_world = merged.split_by_color_with_key(color, pcm.rank as i32);
+    drop(merged);
+    drop(inter);
+    let mut timings = timings;
+    timings.merge_split_us += micros(split_started);
+
+    let placed = plan
+        .moves
+        .iter()
+        .enumerate()
+        .map(|(j, m)| (m.rank, placed_hosts[size as usize + j].clone()))
+        .collect();
+    pcm.report(
+        &plan,
+        Outcome::Completed {
+            iteration,
+            timings,
+            placed,
+        },
+    );
+
+    match (departing, new_world) {
+        (Some(_), None) => {
+            let Pcm {
+                world,
+                daemon,
+                universe,
+                rank,
+                exit_without_sync,
+                ..
+            } = pcm;
+            drop(world);
+            Ok(Reconfigured::Departed(Departed {
+                rank,
+                daemon,
+                exit_without_sync,
+                universe,
+            }))
+        }
+        (None, Some(world)) => {
+            pcm.world = world;
+            pcm.job.migrations += 1;
+            pcm.job.next_check = iteration + 1;
+            if pcm.rank == 0 {
+                tracing::info!(
+                    "iteration {iteration}: reconfigured in {:.1} ms (spawn {:.1}, merge+split {:.1}, state {:.1} ms for {} bytes)",
+                    (spawn_us + timings.merge_split_us + timings.state_transfer_us) as f64 / 1e3,
+                    timings.spawn_us as f64 / 1e3,
+                    timings.merge_split_us as f64 / 1e3,
+                    timings.state_transfer_us as f64 / 1e3,
+                    timings.state_bytes
+                );
+            }
+            Ok(Reconfigured::Continue(pcm))
+        }
+        _ => Err(PcmError::internal(
+            "split gave a world to a departing rank, or none to a staying one",
+        )),
+    }
+}
+
+/// Runs the protocol on a freshly spawned replacement, inside `Pcm::init`.
+pub(crate) fn join_as_replacement(
+    universe: Universe,
+    parent: InterCommunicator,
+    host: HostName,
+    exit_without_sync: bool,
+) -> Result<Pcm, PcmError> {
+    let merged = parent.merge(MergeOrder::High);
+    let bytes = broadcast_bytes(&merged, 0, None);
+    let handover: Handover =
+        ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
+    let index = (merged.rank() as usize)
+        .checked_sub(handover.parents as usize)
+        .ok_or_else(|| PcmError::Handover("replacement merged among the parents".into()))?;
+    let rank = handover
+        .plan
+        .moves
+        .get(index)
+        .ok_or_else(|| PcmError::Handover(format!("no move for replacement {index}")))?
+        .rank
+        .0;
+    let store = receive_state(&merged, rank as i32)?;
+    exchange_hosts(&merged, &host);
+    agree_on_timings(&merged, [0; 4]);
+    let world = merged
+        .split_by_color_with_key(Color::with_value(0), rank as i32)
+        .ok_or(PcmError::internal("replacement left out of the new world"))?;
+    drop(merged);
+    drop(parent);
+
+    let iteration = handover.job.iteration;
+    let mut pcm = Pcm {
+        size: world.size() as u32,
+        world,
+        store,
+        cadence: (rank == 0)
+            .then(|| crate::Cadence::new(handover.job.check_period, Instant::now(), iteration)),
+        job: handover.job,
+        rank,
+        origin: ProcessStatus::Replacement { rank, iteration },
+        resume_pending: true,
+        pending: None,
+        daemon: None,
+        host,
+        last_outcome: None,
+        exit_without_sync,
+        universe,
+    };
+    pcm.connect_daemon();
+    tracing::debug!(
+        "replacement for rank {rank} running on {} from iteration {iteration}",
+        pcm.host
+    );
+    Ok(pcm)
+}
+
+fn send_state(comm: &SimpleCommunicator, to: i32, store: &Store) {
+    let process = comm.process_at_rank(to);
+    let header = encode_cbor(&store.headers());
+    process.send(&(header.len() as u64));
+    process.send(&header[..]);
+    for entry in store.entries() {
+        for chunk in entry.blob.words().chunks(CHUNK_WORDS) {
+            process.send(chunk);
+        }
+    }
+}
+
+fn receive_state(comm: &SimpleCommunicator, from: i32) -> Result<Store, PcmError> {
+    let process = comm.process_at_rank(from);
+    let (header_len, _) = process.receive::<u64>();
+    let mut header = vec![0u8; header_len as usize];
+    process.receive_into(&mut header[..]);
+    let headers: Vec<EntryHeader> =
+        ciborium::from_reader(header.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
+    let mut store = Store::default();
+    for h in headers {
+        let mut blob = Blob::zeroed(h.len as usize);
+        for chunk in blob.words_mut().chunks_mut(CHUNK_WORDS) {
+            process.receive_into(chunk);
+        }
+        store.insert_entry(
+            h.name,
+            Entry {
+                kind: h.kind,
+                type_name: h.type_name,
+                blob,
+            },
+        );
+    }
+    Ok(store)
+}
+
+/// Every process of `comm` learns every other's host name, in rank order.
+fn exchange_hosts(comm: &SimpleCommunicator, host: &HostName) -> Vec<HostName> {
+    let mut mine = [0u8; HOST_SLOT];
+    let bytes = host.as_str().as_bytes();
+    mine[..bytes.len().min(HOST_SLOT)].copy_from_slice(&bytes[..bytes.len().min(HOST_SLOT)]);
+    let mut all = vec![0u8; HOST_SLOT * comm.size() as usize];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    all.chunks(HOST_SLOT)
+        .map(|slot| {
+            let end = slot.iter().position(|&b| b == 0).unwrap_or(slot.len());
+            let name = String::from_utf8_lossy(&slot[..end]).into_owned();
+            HostName::new(name)
+                .unwrap_or_else(|_| HostName::new("unknown").expect("literal is valid"))
+        })
+        .collect()
+}
+
+/// The slowest rank's time for each phase, known to all.
+fn agree_on_timings(comm: &SimpleCommunicator, local: [u64; 4]) -> PhaseTimings {
+    let mut max = [0u64; 4];
+    comm.all_reduce_into(&local[..], &mut max[..], SystemOperation::max());
+    PhaseTimings {
+        agree_us: 0,
+        spawn_us: max[0],
+        merge_split_us: max[1],
+        state_transfer_us: max[2],
+        state_bytes: max[3],
+    }
+}

@@ -1,0 +1,341 @@
+//! Named, typed state: what a departing process stores and its replacement loads.
+//!
+//! Two kinds of entry:
+//! - **values**: any serde type, encoded with CBOR (counters, parameters, small structs);
+//! - **arrays**: slices of plain numeric data (`bytemuck::Pod`), kept as raw bytes so that a
+//!   gigabyte of `f64` is moved with one `memcpy` on each side and no encoding.
+//!
+//! Each entry remembers the Rust type it was stored as, so that loading it as another type
+//! is an error naming both, never a silent reinterpretation.
+//!
+//! Bytes are held in `u64` words: the buffer is 8-byte aligned, so an array of `f64`, `u64`
+//! or `i64` received from the network becomes the caller's `Vec<T>` without a copy.
+
+use std::collections::BTreeMap;
+
+use bytemuck::Pod;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::error::PcmError;
+
+/// Longest state name accepted.
+const MAX_NAME_LEN: usize = 255;
+
+/// Bytes in 8-byte-aligned storage.
+#[derive(Debug, Default)]
+pub(crate) struct Blob {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Blob {
+    /// A zeroed blob of `len` bytes (fresh pages from the allocator: no explicit zeroing).
+    pub(crate) fn zeroed(len: usize) -> Self {
+        Blob {
+            words: vec![0u64; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Self {
+        let mut blob = Blob::zeroed(bytes.len());
+        blob.bytes_mut().copy_from_slice(bytes);
+        blob
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    /// The storage words, for sending over MPI (the padding after `len` is zero).
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    pub(crate) fn words_mut(&mut self) -> &mut [u64] {
+        &mut self.words
+    }
+
+    /// Turns the bytes into a `Vec<T>`, without copying when `T` has the alignment of `u64`.
+    fn into_vec<T: Pod>(self) -> Vec<T> {
+        let elem = std::mem::size_of::<T>();
+        let count = if elem == 0 { 0 } else { self.len / elem };
+        if std::mem::align_of::<T>() == std::mem::align_of::<u64>()
+            && elem != 0
+            && self.len % 8 == 0
+        {
+            let len = self.len;
+            match bytemuck::allocation::try_cast_vec::<u64, T>(self.words) {
+                Ok(mut v) => {
+                    v.truncate(len / elem);
+                    return v;
+                }
+                Err((_, words)) => {
+                    return Blob { words, len }.copy_into_vec(count);
+                }
+            }
+        }
+        self.copy_into_vec(count)
+    }
+
+    fn copy_into_vec<T: Pod>(&self, count: usize) -> Vec<T> {
+        let mut out = vec![T::zeroed(); count];
+        bytemuck::cast_slice_mut::<T, u8>(&mut out)
+            .copy_from_slice(&self.bytes()[..count * std::mem::size_of::<T>()]);
+        out
+    }
+}
+
+/// Whether an entry holds a serde value or a raw array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Kind {
+    /// CBOR-encoded serde value.
+    Value,
+    /// Raw bytes of a `Pod` slice.
+    Array,
+}
+
+/// One stored entry.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) kind: Kind,
+    pub(crate) type_name: String,
+    pub(crate) blob: Blob,
+}
+
+/// What is sent ahead of the bytes when state moves to a replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct EntryHeader {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    pub(crate) type_name: String,
+    pub(crate) len: u64,
+}
+
+/// The named state of one process.
+#[derive(Debug, Default)]
+pub(crate) struct Store {
+    entries: BTreeMap<String, Entry>,
+}
+
+fn check_name(name: &str) -> Result<(), PcmError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(PcmError::InvalidName(name.chars().take(80).collect()));
+    }
+    Ok(())
+}
+
+fn type_label<T: ?Sized>() -> String {
+    std::any::type_name::<T>().to_owned()
+}
+
+impl Store {
+    pub(crate) fn store_value<T: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        value: &T,
+    ) -> Result<(), PcmError> {
+        check_name(name)?;
+        let mut bytes = Vec::new();
+        ciborium::into_writer(value, &mut bytes).map_err(|e| PcmError::Codec {
+            name: name.to_owned(),
+            action: "encoded",
+            reason: e.to_string(),
+        })?;
+        self.insert(
+            name,
+            Kind::Value,
+            type_label::<T>(),
+            Blob::from_bytes(&bytes),
+        );
+        Ok(())
+    }
+
+    pub(crate) fn store_array<T: Pod>(&mut self, name: &str, values: &[T]) -> Result<(), PcmError> {
+        check_name(name)?;
+        let blob = Blob::from_bytes(bytemuck::cast_slice(values));
+        self.insert(name, Kind::Array, type_label::<[T]>(), blob);
+        Ok(())
+    }
+
+    fn insert(&mut self, name: &str, kind: Kind, type_name: String, blob: Blob) {
+        self.entries.insert(
+            name.to_owned(),
+            Entry {
+                kind,
+                type_name,
+                blob,
+            },
+        );
+    }
+
+    pub(crate) fn insert_entry(&mut self, name: String, entry: Entry) {
+        self.entries.insert(name, entry);
+    }
+
+    fn get(&self, name: &str, kind: Kind, expected: String) -> Result<&Entry, PcmError> {
+        let entry = self.entries.get(name).ok_or_else(|| PcmError::NotStored {
+            name: name.to_owned(),
+            available: self.entries.keys().cloned().collect(),
+        })?;
+        if entry.kind != kind || entry.type_name != expected {
+            return Err(PcmError::WrongType {
+                name: name.to_owned(),
+                expected,
+                found: entry.type_name.clone(),
+            });
+        }
+        Ok(entry)
+    }
+
+    pub(crate) fn load_value<T: DeserializeOwned>(&self, name: &str) -> Result<T, PcmError> {
+        let entry = self.get(name, Kind::Value, type_label::<T>())?;
+        ciborium::from_reader(entry.blob.bytes()).map_err(|e| PcmError::Codec {
+            name: name.to_owned(),
+            action: "decoded",
+            reason: e.to_string(),
+        })
+    }
+
+    /// Removes an array and returns it, without a copy for 8-byte element types.
+    pub(crate) fn take_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
+        self.get(name, Kind::Array, type_label::<[T]>())?;
+        let entry = self
+            .entries
+            .remove(name)
+            .ok_or(PcmError::internal("entry vanished"))?;
+        Ok(entry.blob.into_vec())
+    }
+
+    pub(crate) fn load_array_into<T: Pod>(
+        &self,
+        name: &str,
+        out: &mut [T],
+    ) -> Result<(), PcmError> {
+        let entry = self.get(name, Kind::Array, type_label::<[T]>())?;
+        let found = entry.blob.len() / std::mem::size_of::<T>().max(1);
+        if found != out.len() {
+            return Err(PcmError::WrongLength {
+                name: name.to_owned(),
+                expected: out.len(),
+                found,
+            });
+        }
+        bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(entry.blob.bytes());
+        Ok(())
+    }
+
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.entries.values().map(|e| e.blob.len() as u64).sum()
+    }
+
+    pub(crate) fn headers(&self) -> Vec<EntryHeader> {
+        self.entries
+            .iter()
+            .map(|(name, e)| EntryHeader {
+                name: name.clone(),
+                kind: e.kind,
+                type_name: e.type_name.clone(),
+                len: e.blob.len() as u64,
+            })
+            .collect()
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_type_is_checked() {
+        let mut store = Store::default();
+        store.store_value("iteration", &42u64).unwrap();
+        store
+            .store_value("params", &("heat".to_owned(), 0.25f64))
+            .unwrap();
+        assert_eq!(store.load_value::<u64>("iteration").unwrap(), 42);
+        assert_eq!(
+            store.load_value::<(String, f64)>("params").unwrap(),
+            ("heat".to_owned(), 0.25)
+        );
+        let err = store.load_value::<i32>("iteration").unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, PcmError::WrongType { .. }));
+        assert!(
+            text.contains("\"iteration\"") && text.contains("u64") && text.contains("i32"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn missing_name_lists_what_is_stored() {
+        let mut store = Store::default();
+        store.store_value("a", &1u8).unwrap();
+        let err = store.load_value::<u8>("b").unwrap_err();
+        assert_eq!(err.to_string(), "no state stored under \"b\" (stored: a)");
+        let empty = Store::default();
+        assert!(empty
+            .load_value::<u8>("b")
+            .unwrap_err()
+            .to_string()
+            .contains("nothing is stored"));
+    }
+
+    #[test]
+    fn arrays_round_trip_with_and_without_copy() {
+        let mut store = Store::default();
+        let grid: Vec<f64> = (0..1001).map(|i| i as f64 * 0.5).collect();
+        let small: Vec<f32> = vec![1.5, -2.0, 3.25];
+        let bytes: Vec<u8> = vec![1, 2, 3, 4, 5];
+        store.store_array("grid", &grid).unwrap();
+        store.store_array("small", &small).unwrap();
+        store.store_array("bytes", &bytes).unwrap();
+        let mut into = vec![0f32; 3];
+        store.load_array_into("small", &mut into).unwrap();
+        assert_eq!(into, small);
+        assert!(matches!(
+            store.load_array_into("small", &mut [0f32; 2]),
+            Err(PcmError::WrongLength {
+                expected: 2,
+                found: 3,
+                ..
+            })
+        ));
+        assert!(matches!(
+            store.take_array::<f32>("grid"),
+            Err(PcmError::WrongType { .. })
+        ));
+        assert!(matches!(
+            store.load_value::<Vec<f64>>("grid"),
+            Err(PcmError::WrongType { .. })
+        ));
+        assert_eq!(store.take_array::<f64>("grid").unwrap(), grid);
+        assert_eq!(store.take_array::<u8>("bytes").unwrap(), bytes);
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        let mut store = Store::default();
+        assert!(matches!(
+            store.store_value("", &1),
+            Err(PcmError::InvalidName(_))
+        ));
+        assert!(store.store_value(&"x".repeat(256), &1).is_err());
+    }
+}
