@@ -1,0 +1,347 @@
+//! The decision component: which entities to move where, on top of the [RSM](crate::model).
+//!
+//! One selection routine, [`select`], serves both strategies: NSp2p asks "what can this node
+//! give to the source of a work-steal packet", NSc2c's manager asks the same question for the
+//! pair of nodes its ratio rule picked ([`balance`]). Every move passes the same gates:
+//! damping (no entity moves twice within the hold-down time), memory feasibility, the gain of
+//! Figure 3 above `min_gain` and above 0 (so no move whose predicted cost exceeds its
+//! improvement), one job per move.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::model::{
+    gain, EntityId, EntityProfile, GainBreakdown, MigrationCostModel, NodeProfile, Resource,
+    Weights,
+};
+
+/// Everything [`select`] needs besides the two nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy<'a> {
+    /// Resource weights.
+    pub weights: &'a Weights,
+    /// Migration cost predictor.
+    pub cost: &'a MigrationCostModel,
+    /// Smallest gain worth a move (the move also needs gain > 0).
+    pub min_gain: f64,
+    /// Largest group moved at once (1: single migration).
+    pub max_group: usize,
+    /// An entity resident on its node for less than this does not move.
+    pub hold_down: Duration,
+    /// Entities that must not move before the given time (recently ordered or moved).
+    pub held: &'a HashMap<EntityId, Instant>,
+    /// The current time.
+    pub now: Instant,
+}
+
+impl Policy<'_> {
+    /// Whether the entity may move now (damping).
+    pub fn eligible(&self, e: &EntityProfile) -> bool {
+        e.resident >= self.hold_down && self.held.get(&e.id).is_none_or(|until| self.now >= *until)
+    }
+}
+
+/// A decided move: a group of entities of one job, with the model's evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The entities, all of one job.
+    pub entities: Vec<EntityId>,
+    /// `gain(l, f, entities)`.
+    pub gain: GainBreakdown,
+}
+
+/// Chooses up to `max_count` (and `policy.max_group`) entities on `l` to move to `f`, or
+/// `None` when no move has enough gain.
+///
+/// Candidates are ranked by their single gain, then by compute share (the straggler other
+/// ranks wait for first: busy-polling makes waiting ranks look as busy), then by id. The best
+/// candidate's job is chosen; the group grows along the ranking, within that job, while the
+/// group's gain stays at or above `min_gain` and its memory fits on `f`.
+pub fn select(
+    policy: &Policy<'_>,
+    l: &NodeProfile,
+    entities: &[EntityProfile],
+    f: &NodeProfile,
+    max_count: usize,
+) -> Option<Plan> {
+    let max_count = max_count.min(policy.max_group).max(1);
+    let fits = |mem: u64| mem <= f.memory_available;
+    let mut ranked: Vec<(&EntityProfile, f64)> = entities
+        .iter()
+        .filter(|e| policy.eligible(e) && fits(e.memory))
+        .map(|e| (e, gain(l, f, &[e], policy.weights, policy.cost).gain))
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then(b.0.compute_share().total_cmp(&a.0.compute_share()))
+            .then(a.0.id.cmp(&b.0.id))
+    });
+    let (first, _) = *ranked.first()?;
+    let job = &first.id.job;
+    let mut group: Vec<&EntityProfile> = Vec::new();
+    let mut best: Option<GainBreakdown> = None;
+    let mut memory = 0u64;
+    for (e, _) in ranked.iter().filter(|(e, _)| &e.id.job == job) {
+        if group.len() >= max_count {
+            break;
+        }
+        let mem = memory.saturating_add(e.memory);
+        if !fits(mem) {
+            break;
+        }
+        group.push(e);
+        let g = gain(l, f, &group, policy.weights, policy.cost);
+        if !(g.gain > 0.0 && g.gain >= policy.min_gain) {
+            group.pop();
+            break;
+        }
+        memory = mem;
+        best = Some(g);
+    }
+    let gain = best?;
+    Some(Plan {
+        entities: group.iter().map(|e| e.id.clone()).collect(),
+        gain,
+    })
+}
+
+/// What a cluster manager knows of one node of its cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeView<'a> {
+    /// The node's resources.
+    pub node: &'a NodeProfile,
+    /// Its entities.
+    pub entities: &'a [EntityProfile],
+}
+
+impl NodeView<'_> {
+    /// `r_{i,j}` for each resource: what the node offers to entities (availability with its
+    /// own entities added back), in [`Resource::ALL`] order.
+    fn offer(&self) -> [f64; 3] {
+        Resource::ALL.map(|r| self.node.availability_without(r, self.entities))
+    }
+}
+
+/// Ideal entity counts of NSc2c's intra-cluster rule, `n_1 / n_2 = sum_i w_i r_{i,1} /
+/// sum_i w_i r_{i,2}`: the cluster's entities shared in proportion to each node's weighted
+/// offer. Each resource is first normalised by its cluster total (CPU in cores and memory in
+/// bytes cannot be added otherwise). Nodes that offer nothing get 0.
+pub fn ideal_counts(weights: &Weights, nodes: &[NodeView<'_>]) -> Vec<f64> {
+    let offers: Vec<[f64; 3]> = nodes.iter().map(|n| n.offer()).collect();
+    let mut totals = [0.0; 3];
+    for o in &offers {
+        for i in 0..3 {
+            totals[i] += o[i];
+        }
+    }
+    let scores: Vec<f64> = offers
+        .iter()
+        .map(|o| {
+            Resource::ALL
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| totals[*i] > 0.0)
+                .map(|(i, r)| weights.get(*r) * o[i] / totals[i])
+                .sum()
+        })
+        .collect();
+    let total_score: f64 = scores.iter().sum();
+    let n: usize = nodes.iter().map(|v| v.entities.len()).sum();
+    scores
+        .iter()
+        .map(|s| {
+            if total_score > 0.0 {
+                n as f64 * s / total_score
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// One step of intra-cluster balancing: a move from the node furthest above its ideal count
+/// to the node furthest below, if it brings the counts closer to the ideal ratio (the summed
+/// distance must fall, so a cluster one entity off an even split does not oscillate) and
+/// [`select`] approves it. Returns `(from index, to index, plan)`.
+pub fn balance(policy: &Policy<'_>, nodes: &[NodeView<'_>]) -> Option<(usize, usize, Plan)> {
+    let ideal = ideal_counts(policy.weights, nodes);
+    let surplus: Vec<f64> = nodes
+        .iter()
+        .zip(&ideal)
+        .map(|(v, i)| v.entities.len() as f64 - i)
+        .collect();
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by(|a, b| surplus[*b].total_cmp(&surplus[*a]).then(a.cmp(b)));
+    for &from in &order {
+        for &to in order.iter().rev() {
+            let spread = surplus[from] - surplus[to];
+            if from == to || spread <= 1.0 + 1e-9 {
+                continue;
+            }
+            // Moving k entities lowers the summed distance while k < spread.
+            let k = ((spread / 2.0).floor() as usize).max(1);
+            if let Some(plan) = select(
+                policy,
+                nodes[from].node,
+                nodes[from].entities,
+                nodes[to].node,
+                k,
+            ) {
+                return Some((from, to, plan));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{JobId, Rank};
+
+    fn entity(job: &str, rank: u32, cpu: f64) -> EntityProfile {
+        let mut e = EntityProfile::new(
+            EntityId {
+                job: JobId::new(job).expect("valid"),
+                rank: Rank(rank),
+            },
+            cpu,
+        );
+        e.resident = Duration::from_secs(3600);
+        e.age = Duration::from_secs(3600);
+        e
+    }
+
+    fn node(cores: f64, load: f64) -> NodeProfile {
+        NodeProfile {
+            cpu_load: load,
+            ..NodeProfile::idle(cores, 1 << 30)
+        }
+    }
+
+    struct Fixture {
+        weights: Weights,
+        cost: MigrationCostModel,
+        held: HashMap<EntityId, Instant>,
+        now: Instant,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture {
+                weights: Weights::CPU_ONLY,
+                cost: MigrationCostModel::default(),
+                held: HashMap::new(),
+                now: Instant::now(),
+            }
+        }
+        fn policy(&self, max_group: usize) -> Policy<'_> {
+            Policy {
+                weights: &self.weights,
+                cost: &self.cost,
+                min_gain: 0.1,
+                max_group,
+                hold_down: Duration::from_secs(60),
+                held: &self.held,
+                now: self.now,
+            }
+        }
+    }
+
+    #[test]
+    fn overloaded_node_gives_to_idle_node() {
+        let fx = Fixture::new();
+        // 1 core, 2 ranks at 0.5 each; the target has a free core.
+        let es = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
+        let plan = select(&fx.policy(1), &node(1.0, 2.0), &es, &node(1.0, 0.0), 8).expect("a move");
+        assert_eq!(plan.entities.len(), 1);
+        // (1 - 0.5) / 1.5 minus a small cost term.
+        assert!(plan.gain.improvement > 0.33 && plan.gain.gain > 0.3);
+    }
+
+    #[test]
+    fn fully_used_entity_does_not_move_to_an_equal_node() {
+        let fx = Fixture::new();
+        let es = [entity("j", 0, 1.0)];
+        assert!(select(&fx.policy(1), &node(1.0, 1.0), &es, &node(1.0, 0.0), 1).is_none());
+    }
+
+    #[test]
+    fn held_and_recently_arrived_entities_do_not_move() {
+        let mut fx = Fixture::new();
+        let mut es = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
+        es[0].resident = Duration::from_secs(5);
+        fx.held
+            .insert(es[1].id.clone(), fx.now + Duration::from_secs(1));
+        assert!(select(&fx.policy(1), &node(1.0, 2.0), &es, &node(1.0, 0.0), 1).is_none());
+    }
+
+    #[test]
+    fn costly_move_is_refused() {
+        let fx = Fixture::new();
+        let mut es = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
+        // 1 GB at 12.5 MB/s = 80 s: the cost term saturates at 1.
+        es[0].state_bytes = 1 << 30;
+        es[1].state_bytes = 1 << 30;
+        assert!(select(&fx.policy(1), &node(1.0, 2.0), &es, &node(1.0, 0.0), 1).is_none());
+    }
+
+    #[test]
+    fn group_grows_while_gain_holds_and_stays_in_one_job() {
+        let fx = Fixture::new();
+        let es = [
+            entity("a", 0, 0.25),
+            entity("a", 1, 0.25),
+            entity("b", 0, 0.25),
+            entity("a", 2, 0.25),
+        ];
+        let plan = select(&fx.policy(8), &node(1.0, 4.0), &es, &node(2.0, 0.0), 8).expect("a move");
+        assert!(plan.entities.iter().all(|e| e.job.as_str() == "a"));
+        assert_eq!(plan.entities.len(), 3);
+        let single =
+            select(&fx.policy(1), &node(1.0, 4.0), &es, &node(2.0, 0.0), 8).expect("a move");
+        assert_eq!(single.entities.len(), 1);
+    }
+
+    #[test]
+    fn ideal_counts_follow_weighted_availability_ratio() {
+        let fx = Fixture::new();
+        let es: Vec<_> = (0..6).map(|r| entity("j", r, 4.0 / 6.0)).collect();
+        let a = node(4.0, 6.0);
+        let b = node(2.0, 0.0);
+        let views = [
+            NodeView {
+                node: &a,
+                entities: &es,
+            },
+            NodeView {
+                node: &b,
+                entities: &[],
+            },
+        ];
+        let ideal = ideal_counts(&fx.weights, &views);
+        // n1 / n2 = 4 / 2 with 6 entities.
+        assert!((ideal[0] - 4.0).abs() < 1e-9 && (ideal[1] - 2.0).abs() < 1e-9);
+        let (from, to, plan) = balance(&fx.policy(1), &views).expect("a move");
+        assert_eq!((from, to, plan.entities.len()), (0, 1, 1));
+    }
+
+    #[test]
+    fn balance_leaves_a_near_even_split_alone() {
+        let fx = Fixture::new();
+        let es: Vec<_> = (0..3).map(|r| entity("j", r, 1.0)).collect();
+        let a = node(2.0, 2.0);
+        let b = node(2.0, 1.0);
+        let views = [
+            NodeView {
+                node: &a,
+                entities: &es[..2],
+            },
+            NodeView {
+                node: &b,
+                entities: &es[2..],
+            },
+        ];
+        assert!(balance(&fx.policy(1), &views).is_none());
+    }
+}

@@ -1,0 +1,339 @@
+//! Every message agents exchange: one enum, plain serde types, checked by
+//! [`Message::validate`] after decoding.
+//!
+//! The driver frames them (for example with libp2p's `request_response::cbor` under
+//! [`PROTOCOL_NAME`]), refuses frames longer than [`MAX_MESSAGE_LEN`] before decoding, and
+//! hands decoded messages to [`Agent::handle_message`](crate::Agent::handle_message), which
+//! validates them and drops invalid ones. No message carries a program or a command line: a
+//! migration request names registered processes ([`EntityId`]) and a destination, and the
+//! receiving agent checks that they are its own and eligible.
+
+use std::fmt;
+
+use pcm_proto::HostName;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{EntityId, EntityProfile, InvalidProfile, NodeProfile};
+use crate::tier::{LatencyTier, PeerId};
+
+/// Protocol name and version, for the transport's protocol negotiation.
+pub const PROTOCOL_NAME: &str = "/mpi-ios/agent/1.0.0";
+/// Largest encoded message accepted, in bytes (256 KiB).
+pub const MAX_MESSAGE_LEN: usize = 256 * 1024;
+/// Largest time-to-live of a work-steal packet.
+pub const MAX_TTL: u8 = 32;
+/// Most entities in one message.
+pub const MAX_ENTITIES: usize = 1024;
+
+/// Identifier of a message (work steal, poll, heartbeat). Agents draw their first id at random
+/// and count up, so ids from different agents do not collide in practice; a receiver keys
+/// them with the sender's peer id anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MessageId(pub u64);
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "m{}", self.0)
+    }
+}
+
+/// Identifier of one migration, chosen by the agent that decides it. The driver passes it to
+/// pcmd as the request id, so a request delivered twice is carried out once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct MigrationId(pub u64);
+
+impl fmt::Display for MigrationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "g{}", self.0)
+    }
+}
+
+/// An agent-to-agent message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Message {
+    /// A reconfiguration request packet (RRP): `source` has spare resources and asks for
+    /// work. Forwarded hop by hop (TTL decremented) among local peers until some agent gives
+    /// work or the TTL runs out (section 5.2).
+    WorkSteal {
+        /// Id chosen by `origin`.
+        id: MessageId,
+        /// The agent running the steal; replies go to it. The source itself in NSp2p, the
+        /// source's cluster manager in NSc2c.
+        origin: PeerId,
+        /// The node that would receive work.
+        source: PeerId,
+        /// The source's host name, as the MPI runtime knows it.
+        source_host: HostName,
+        /// The source's resources when the packet left.
+        source_profile: NodeProfile,
+        /// Hops left.
+        ttl: u8,
+        /// Tier the origin sent this round to.
+        tier: LatencyTier,
+    },
+    /// Answer to a work steal: work is on its way.
+    StealAccepted {
+        /// The work steal.
+        id: MessageId,
+        /// The migration that carries the work.
+        migration: MigrationId,
+        /// What moves.
+        entities: Vec<EntityId>,
+    },
+    /// Answer to a work steal: its TTL ran out, or it reached an agent with nowhere to
+    /// forward it, and nobody gave work.
+    StealExhausted {
+        /// The work steal.
+        id: MessageId,
+    },
+    /// A migration announced with [`Message::StealAccepted`] or ordered with
+    /// [`Message::MoveOrder`] has ended.
+    MigrationFinished {
+        /// The migration.
+        migration: MigrationId,
+        /// Whether the entities now run at the destination.
+        completed: bool,
+    },
+    /// NSc2c: sent to local peers every heartbeat period. Carries the sender's vote, the
+    /// lowest id among the alive members of its cluster; it is both the liveness signal and
+    /// the election message.
+    Heartbeat {
+        /// Id of this heartbeat.
+        id: MessageId,
+        /// Whom the sender takes as its cluster manager.
+        manager: PeerId,
+    },
+    /// NSc2c: a cluster manager asks a member for its profile.
+    ProfileRequest {
+        /// Id of this poll round.
+        id: MessageId,
+    },
+    /// NSc2c: a member's profile, answering [`Message::ProfileRequest`].
+    ProfileReply {
+        /// The poll round answered.
+        id: MessageId,
+        /// The member's host name.
+        host: HostName,
+        /// The member's resources.
+        node: NodeProfile,
+        /// The member's entities.
+        entities: Vec<EntityProfile>,
+    },
+    /// NSc2c: a cluster manager tells a member to move some of its registered entities.
+    /// Members obey only their own manager, and only for their own eligible entities.
+    MoveOrder {
+        /// Id the migration will carry.
+        migration: MigrationId,
+        /// The entities, all of one job.
+        entities: Vec<EntityId>,
+        /// Destination agent.
+        to: PeerId,
+        /// Destination host.
+        to_host: HostName,
+        /// Who to send [`Message::MigrationFinished`] to.
+        notify: PeerId,
+    },
+}
+
+/// A decoded message that breaks an invariant.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidMessage {
+    /// A profile field is out of range.
+    #[error("{0}")]
+    Profile(#[from] InvalidProfile),
+    /// TTL above [`MAX_TTL`] or zero.
+    #[error("ttl {ttl} out of range 1..={MAX_TTL}")]
+    Ttl {
+        /// TTL given.
+        ttl: u8,
+    },
+    /// Too many entities, or none where some are needed.
+    #[error("{count} entities, must be 1..={MAX_ENTITIES}")]
+    EntityCount {
+        /// Number given.
+        count: usize,
+    },
+    /// A move names entities of several jobs.
+    #[error("entities of several jobs in one move")]
+    MixedJobs,
+}
+
+impl Message {
+    /// Short name of the variant, for logs and statistics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::WorkSteal { .. } => "work-steal",
+            Message::StealAccepted { .. } => "steal-accepted",
+            Message::StealExhausted { .. } => "steal-exhausted",
+            Message::MigrationFinished { .. } => "migration-finished",
+            Message::Heartbeat { .. } => "heartbeat",
+            Message::ProfileRequest { .. } => "profile-request",
+            Message::ProfileReply { .. } => "profile-reply",
+            Message::MoveOrder { .. } => "move-order",
+        }
+    }
+
+    /// Checks the invariants serde cannot: numeric ranges and list sizes. Identifiers and host
+    /// names are already checked while decoding.
+    pub fn validate(&self) -> Result<(), InvalidMessage> {
+        match self {
+            Message::WorkSteal {
+                source_profile,
+                ttl,
+                ..
+            } => {
+                if *ttl == 0 || *ttl > MAX_TTL {
+                    return Err(InvalidMessage::Ttl { ttl: *ttl });
+                }
+                source_profile.validate()?;
+            }
+            Message::StealAccepted { entities, .. } => check_entities(entities, 0)?,
+            Message::ProfileReply { node, entities, .. } => {
+                node.validate()?;
+                if entities.len() > MAX_ENTITIES {
+                    return Err(InvalidMessage::EntityCount {
+                        count: entities.len(),
+                    });
+                }
+                for e in entities {
+                    e.validate()?;
+                }
+            }
+            Message::MoveOrder { entities, .. } => {
+                check_entities(entities, 1)?;
+                if entities.iter().any(|e| e.job != entities[0].job) {
+                    return Err(InvalidMessage::MixedJobs);
+                }
+            }
+            Message::StealExhausted { .. }
+            | Message::MigrationFinished { .. }
+            | Message::Heartbeat { .. }
+            | Message::ProfileRequest { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+fn check_entities(entities: &[EntityId], min: usize) -> Result<(), InvalidMessage> {
+    if entities.len() < min || entities.len() > MAX_ENTITIES {
+        return Err(InvalidMessage::EntityCount {
+            count: entities.len(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{JobId, Rank};
+    use proptest::prelude::*;
+
+    fn peer(s: &str) -> PeerId {
+        PeerId::new(s.as_bytes()).expect("valid")
+    }
+
+    fn steal(ttl: u8) -> Message {
+        Message::WorkSteal {
+            id: MessageId(7),
+            origin: peer("a"),
+            source: peer("a"),
+            source_host: HostName::new("node-a").expect("valid"),
+            source_profile: NodeProfile::idle(4.0, 1 << 30),
+            ttl,
+            tier: LatencyTier::Local,
+        }
+    }
+
+    fn cbor(m: &Message) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(m, &mut out).expect("encodes");
+        out
+    }
+
+    #[test]
+    fn messages_round_trip_through_cbor() {
+        let id = EntityId {
+            job: JobId::new("heat").expect("valid"),
+            rank: Rank(3),
+        };
+        for m in [
+            steal(4),
+            Message::StealAccepted {
+                id: MessageId(1),
+                migration: MigrationId(2),
+                entities: vec![id.clone()],
+            },
+            Message::Heartbeat {
+                id: MessageId(3),
+                manager: peer("b"),
+            },
+            Message::ProfileReply {
+                id: MessageId(4),
+                host: HostName::new("h").expect("valid"),
+                node: NodeProfile::idle(1.0, 0),
+                entities: vec![EntityProfile::new(id.clone(), 0.5)],
+            },
+            Message::MoveOrder {
+                migration: MigrationId(5),
+                entities: vec![id],
+                to: peer("c"),
+                to_host: HostName::new("hc").expect("valid"),
+                notify: peer("b"),
+            },
+        ] {
+            let bytes = cbor(&m);
+            assert!(bytes.len() < MAX_MESSAGE_LEN);
+            let back: Message = ciborium::from_reader(bytes.as_slice()).expect("decodes");
+            assert_eq!(back, m);
+            assert!(back.validate().is_ok(), "{}", m.kind());
+        }
+    }
+
+    #[test]
+    fn invariants_are_checked() {
+        assert_eq!(steal(0).validate(), Err(InvalidMessage::Ttl { ttl: 0 }));
+        assert!(steal(MAX_TTL + 1).validate().is_err());
+        let mut m = steal(1);
+        if let Message::WorkSteal { source_profile, .. } = &mut m {
+            source_profile.cores = f64::INFINITY;
+        }
+        assert!(m.validate().expect_err("bad").to_string().contains("cores"));
+        let order = Message::MoveOrder {
+            migration: MigrationId(1),
+            entities: vec![],
+            to: peer("c"),
+            to_host: HostName::new("hc").expect("valid"),
+            notify: peer("b"),
+        };
+        assert!(order.validate().is_err());
+    }
+
+    #[test]
+    fn hostile_identifiers_are_refused_while_decoding() {
+        // A peer id of 0 bytes and a host name with a shell metacharacter.
+        let bytes = cbor(&steal(1));
+        let text = String::from_utf8_lossy(&bytes).replace("node-a", "node;a");
+        let r: Result<Message, _> = ciborium::from_reader(text.as_bytes());
+        assert!(r.is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(m) = ciborium::from_reader::<Message, _>(bytes.as_slice()) {
+                let _ = m.validate();
+            }
+        }
+
+        #[test]
+        fn decoding_mutated_messages_never_panics(pos in 0usize..400, byte in any::<u8>()) {
+            let mut bytes = cbor(&steal(3));
+            let i = pos % bytes.len();
+            bytes[i] = byte;
+            if let Ok(m) = ciborium::from_reader::<Message, _>(bytes.as_slice()) {
+                let _ = m.validate();
+            }
+        }
+    }
+}

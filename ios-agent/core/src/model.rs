@@ -1,0 +1,771 @@
+//! The resource sensitive model (RSM) of the paper, section 5, Figure 3.
+//!
+//! For a group of entities `A` on the local node `l` and a foreign node `f`:
+//!
+//! ```text
+//! Delta_r   = (A_rf - U_rlA) / (A_rf + U_rlA)                       in [-1, 1]
+//! gain      = sum_r w_r * Delta_r  -  C_lfA / (10 + log E_A)         sum_r w_r = 1
+//! ```
+//!
+//! where `A_rf` is the availability of resource `r` at `f`, `U_rlA` what the group uses of it
+//! at `l`, `C_lfA` the predicted migration cost in seconds and `E_A` the group's average life
+//! expectancy in seconds. [`gain`] computes exactly this; [`GainBreakdown`] shows the terms.
+//!
+//! Units: CPU in *speed-normalised cores* (cores times [`NodeProfile::speed`], so a free core
+//! on a node twice as fast counts as 2), memory in bytes, network in bytes per second.
+
+use std::fmt;
+use std::time::Duration;
+
+use pcm_proto::{JobId, Rank};
+use serde::{Deserialize, Serialize};
+
+/// A resource the model weighs. The set is kept small on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Resource {
+    /// Processor time, in speed-normalised cores.
+    Cpu,
+    /// Main memory, in bytes.
+    Memory,
+    /// Network bandwidth, in bytes per second.
+    Network,
+}
+
+impl Resource {
+    /// Every resource, in a fixed order.
+    pub const ALL: [Resource; 3] = [Resource::Cpu, Resource::Memory, Resource::Network];
+
+    /// Lower-case name, as used in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::Cpu => "cpu",
+            Resource::Memory => "memory",
+            Resource::Network => "network",
+        }
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Tolerance on the sum of the weights.
+pub const WEIGHT_SUM_TOLERANCE: f64 = 1e-9;
+
+/// Weights `w_r` of the resources, validated: each finite and non-negative, summing to 1.
+///
+/// The default puts all weight on the CPU. A memory term is nearly constant (a node with free
+/// memory gives `Delta_memory` close to 1 for any process), so a non-zero memory weight adds
+/// the same bonus to every move, including useless ones; memory is instead checked as a
+/// feasibility constraint (a move never targets a node without room for the state).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawWeights", into = "RawWeights")]
+pub struct Weights {
+    cpu: f64,
+    memory: f64,
+    network: f64,
+}
+
+/// Wire form of [`Weights`], checked on the way in.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct RawWeights {
+    cpu: f64,
+    memory: f64,
+    network: f64,
+}
+
+impl TryFrom<RawWeights> for Weights {
+    type Error = WeightsError;
+    fn try_from(raw: RawWeights) -> Result<Self, WeightsError> {
+        Weights::new(raw.cpu, raw.memory, raw.network)
+    }
+}
+
+impl From<Weights> for RawWeights {
+    fn from(w: Weights) -> Self {
+        RawWeights {
+            cpu: w.cpu,
+            memory: w.memory,
+            network: w.network,
+        }
+    }
+}
+
+/// Why a set of weights was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WeightsError {
+    /// One weight is negative, infinite or not a number.
+    #[error("weight of {resource} is {value}, must be a finite number >= 0")]
+    Invalid {
+        /// The resource whose weight is bad.
+        resource: Resource,
+        /// The value given.
+        value: f64,
+    },
+    /// The weights do not sum to 1.
+    #[error("weights sum to {sum}, must sum to 1 (cpu {cpu}, memory {memory}, network {network})")]
+    BadSum {
+        /// Their sum.
+        sum: f64,
+        /// CPU weight given.
+        cpu: f64,
+        /// Memory weight given.
+        memory: f64,
+        /// Network weight given.
+        network: f64,
+    },
+}
+
+impl Weights {
+    /// Validates the weights of CPU, memory and network.
+    pub fn new(cpu: f64, memory: f64, network: f64) -> Result<Self, WeightsError> {
+        for (resource, value) in [
+            (Resource::Cpu, cpu),
+            (Resource::Memory, memory),
+            (Resource::Network, network),
+        ] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(WeightsError::Invalid { resource, value });
+            }
+        }
+        let sum = cpu + memory + network;
+        if (sum - 1.0).abs() > WEIGHT_SUM_TOLERANCE {
+            return Err(WeightsError::BadSum {
+                sum,
+                cpu,
+                memory,
+                network,
+            });
+        }
+        Ok(Self {
+            cpu,
+            memory,
+            network,
+        })
+    }
+
+    /// All weight on the CPU.
+    pub const CPU_ONLY: Weights = Weights {
+        cpu: 1.0,
+        memory: 0.0,
+        network: 0.0,
+    };
+
+    /// The weight of one resource.
+    pub fn get(&self, resource: Resource) -> f64 {
+        match resource {
+            Resource::Cpu => self.cpu,
+            Resource::Memory => self.memory,
+            Resource::Network => self.network,
+        }
+    }
+}
+
+impl Default for Weights {
+    /// [`Weights::CPU_ONLY`].
+    fn default() -> Self {
+        Weights::CPU_ONLY
+    }
+}
+
+/// A profile value that failed validation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid {what}: {field} = {value}, {reason}")]
+pub struct InvalidProfile {
+    /// Which kind of profile.
+    pub what: &'static str,
+    /// The offending field.
+    pub field: &'static str,
+    /// Its value.
+    pub value: f64,
+    /// What it must be.
+    pub reason: &'static str,
+}
+
+fn check(
+    what: &'static str,
+    field: &'static str,
+    value: f64,
+    positive: bool,
+) -> Result<(), InvalidProfile> {
+    let fail = |reason| InvalidProfile {
+        what,
+        field,
+        value,
+        reason,
+    };
+    if !value.is_finite() {
+        return Err(fail("must be finite"));
+    }
+    if positive && value <= 0.0 {
+        return Err(fail("must be > 0"));
+    }
+    if value < 0.0 {
+        return Err(fail("must be >= 0"));
+    }
+    Ok(())
+}
+
+/// Profile of a node's resources, as its agent's profiling component measures them
+/// (sampled every [`crate::agent::DEFAULT_PROFILE_PERIOD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NodeProfile {
+    /// Logical CPUs of the node (or of the cgroup it is limited to).
+    pub cores: f64,
+    /// Speed of one core relative to a reference core (1.0); a node twice as fast has 2.0.
+    pub speed: f64,
+    /// Average number of runnable threads (demand for cores; may exceed `cores`). MPI ranks
+    /// that busy-poll count as runnable.
+    pub cpu_load: f64,
+    /// Free memory, in bytes.
+    pub memory_available: u64,
+    /// Measured network bandwidth available to the node, bytes per second (0 if unknown).
+    pub bandwidth: f64,
+}
+
+impl NodeProfile {
+    /// An idle node with `cores` reference-speed cores, `memory_available` bytes free and
+    /// unknown bandwidth.
+    pub fn idle(cores: f64, memory_available: u64) -> Self {
+        NodeProfile {
+            cores,
+            speed: 1.0,
+            cpu_load: 0.0,
+            memory_available,
+            bandwidth: 0.0,
+        }
+    }
+
+    /// Checks every field: finite, non-negative, `cores` and `speed` positive.
+    pub fn validate(&self) -> Result<(), InvalidProfile> {
+        check("node profile", "cores", self.cores, true)?;
+        check("node profile", "speed", self.speed, true)?;
+        check("node profile", "cpu_load", self.cpu_load, false)?;
+        check("node profile", "bandwidth", self.bandwidth, false)?;
+        Ok(())
+    }
+
+    /// Idle cores (`cores - cpu_load`, at least 0), not speed-normalised.
+    pub fn free_cores(&self) -> f64 {
+        (self.cores - self.cpu_load).max(0.0)
+    }
+
+    /// `A_{r,f}`: availability of `resource` at this node, in the model's units.
+    pub fn availability(&self, resource: Resource) -> f64 {
+        match resource {
+            Resource::Cpu => self.free_cores() * self.speed,
+            Resource::Memory => self.memory_available as f64,
+            Resource::Network => self.bandwidth,
+        }
+    }
+
+    /// Whether the node has at least `threshold` idle cores: such a node steals work
+    /// (section 5.2: "have more resources available than are currently being utilized").
+    pub fn is_lightly_loaded(&self, threshold: f64) -> bool {
+        self.free_cores() >= threshold
+    }
+
+    /// What the node offers to application entities: its availability if the given entities
+    /// were not there (their CPU and memory added back). Used by NSc2c for the `r_{i,j}` of
+    /// the intra-cluster ratio.
+    pub fn availability_without(&self, resource: Resource, entities: &[EntityProfile]) -> f64 {
+        match resource {
+            Resource::Cpu => {
+                // On an overloaded node each runnable thread gets cores / load of a core, so an
+                // entity's demand is what it gets scaled back up.
+                let scale = if self.cpu_load > self.cores {
+                    self.cpu_load / self.cores
+                } else {
+                    1.0
+                };
+                let demand: f64 = entities.iter().map(|e| e.cpu * scale).sum();
+                let background = (self.cpu_load - demand).max(0.0);
+                (self.cores - background).max(0.0) * self.speed
+            }
+            Resource::Memory => {
+                self.memory_available as f64 + entities.iter().map(|e| e.memory as f64).sum::<f64>()
+            }
+            Resource::Network => self.bandwidth + entities.iter().map(|e| e.network).sum::<f64>(),
+        }
+    }
+}
+
+/// An application entity: one registered MPI process, named by its job and rank.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EntityId {
+    /// The job (one run of a PCM application).
+    pub job: JobId,
+    /// The rank in the job's world.
+    pub rank: Rank,
+}
+
+impl fmt::Display for EntityId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.job, self.rank)
+    }
+}
+
+/// Profile of one entity on the local node, from pcmd.
+///
+/// Open MPI ranks busy-poll while they wait, so `cpu` alone does not tell a slow rank from a
+/// waiting one; `compute` and `mpi_wait` per iteration do. The model uses `cpu` as `U_cpu`
+/// (what the entity gets now) and the compute share to rank candidates: the rank that
+/// computes most of its iteration is the straggler the others wait for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntityProfile {
+    /// Which process.
+    pub id: EntityId,
+    /// Cores the process uses now (0.5 = half a core), not speed-normalised.
+    pub cpu: f64,
+    /// Resident memory, bytes.
+    pub memory: u64,
+    /// Network traffic of the process, bytes per second.
+    pub network: f64,
+    /// Bytes of state a migration must transfer.
+    pub state_bytes: u64,
+    /// Time per iteration spent computing.
+    pub compute: Duration,
+    /// Time per iteration spent inside MPI (waiting or communicating).
+    pub mpi_wait: Duration,
+    /// Iterations per second.
+    pub iteration_rate: f64,
+    /// How long the job has been running (a process that has run long is expected to run
+    /// about as long again when nothing better is known).
+    pub age: Duration,
+    /// Remaining running time, when the application can tell (iterations left / rate).
+    pub remaining: Option<Duration>,
+    /// How long this process has been on this node (0 right after it arrived by migration).
+    pub resident: Duration,
+}
+
+impl EntityProfile {
+    /// A profile with the given id and CPU use, 1 s of age and residence, no state,
+    /// all compute: a starting point for tests and simulations.
+    pub fn new(id: EntityId, cpu: f64) -> Self {
+        EntityProfile {
+            id,
+            cpu,
+            memory: 0,
+            network: 0.0,
+            state_bytes: 0,
+            compute: Duration::from_millis(100),
+            mpi_wait: Duration::ZERO,
+            iteration_rate: 10.0,
+            age: Duration::from_secs(1),
+            remaining: None,
+            resident: Duration::from_secs(1),
+        }
+    }
+
+    /// Checks the floating-point fields: finite and non-negative.
+    pub fn validate(&self) -> Result<(), InvalidProfile> {
+        check("entity profile", "cpu", self.cpu, false)?;
+        check("entity profile", "network", self.network, false)?;
+        check(
+            "entity profile",
+            "iteration_rate",
+            self.iteration_rate,
+            false,
+        )?;
+        Ok(())
+    }
+
+    /// `U_{r,l,{e}}`: what the entity uses of `resource` on a node of speed `speed`.
+    pub fn usage(&self, resource: Resource, speed: f64) -> f64 {
+        match resource {
+            Resource::Cpu => self.cpu * speed,
+            Resource::Memory => self.memory as f64,
+            Resource::Network => self.network,
+        }
+    }
+
+    /// Share of an iteration spent computing, in [0, 1]; 1 when nothing is measured.
+    pub fn compute_share(&self) -> f64 {
+        let total = self.compute + self.mpi_wait;
+        if total.is_zero() {
+            1.0
+        } else {
+            self.compute.as_secs_f64() / total.as_secs_f64()
+        }
+    }
+
+    /// `E`: expected remaining life, in seconds: `remaining` when known, else `age`.
+    pub fn life_expectancy(&self) -> f64 {
+        self.remaining.unwrap_or(self.age).as_secs_f64()
+    }
+}
+
+/// Default time to start a replacement process (spawn, `MPI_Init`, merge, split): measured
+/// 250-285 ms plus merge and split on the project's machines, rounded up.
+pub const DEFAULT_SPAWN_TIME: Duration = Duration::from_millis(300);
+/// Bandwidth assumed when neither node has measured one: 100 Mbit/s, in bytes per second.
+pub const DEFAULT_BANDWIDTH: f64 = 12.5e6;
+
+/// Predicts `C_{l,f,A}`, the cost of a migration in seconds: one spawn (the moves of a group
+/// are carried out in one reconfiguration) plus the group's state over the slower of the two
+/// nodes' measured bandwidths.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MigrationCostModel {
+    /// Fixed part of every migration.
+    pub spawn: Duration,
+    /// Bandwidth used when neither profile has one, bytes per second.
+    pub default_bandwidth: f64,
+}
+
+impl Default for MigrationCostModel {
+    /// [`DEFAULT_SPAWN_TIME`] and [`DEFAULT_BANDWIDTH`].
+    fn default() -> Self {
+        MigrationCostModel {
+            spawn: DEFAULT_SPAWN_TIME,
+            default_bandwidth: DEFAULT_BANDWIDTH,
+        }
+    }
+}
+
+impl MigrationCostModel {
+    /// Predicted seconds to move `state_bytes` from `l` to `f`.
+    pub fn cost(&self, state_bytes: u64, l: &NodeProfile, f: &NodeProfile) -> f64 {
+        let known = [l.bandwidth, f.bandwidth]
+            .into_iter()
+            .filter(|b| b.is_finite() && *b > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let bandwidth = if known.is_finite() {
+            known
+        } else {
+            self.default_bandwidth.max(1.0)
+        };
+        self.spawn.as_secs_f64() + state_bytes as f64 / bandwidth
+    }
+}
+
+/// `Delta_{r,l,f,A} = (A - U) / (A + U)`, in [-1, 1].
+///
+/// Edge cases: when `A + U = 0` (nothing available and nothing used) the move changes
+/// nothing and Delta is 0; negative or non-finite inputs are treated as 0.
+pub fn delta(available: f64, used: f64) -> f64 {
+    let a = if available.is_finite() {
+        available.max(0.0)
+    } else {
+        0.0
+    };
+    let u = if used.is_finite() { used.max(0.0) } else { 0.0 };
+    if a + u <= 0.0 {
+        0.0
+    } else {
+        ((a - u) / (a + u)).clamp(-1.0, 1.0)
+    }
+}
+
+/// The cost term `C / (10 + log E)`, clamped to [0, 1] as Figure 3 states.
+///
+/// `log` is the natural logarithm. Life expectancies below 1 s (including 0, negative and
+/// NaN) are taken as 1 s, so `log E >= 0` and the denominator is at least 10: a process
+/// about to end is never *rewarded* by a small or negative denominator. An infinite `E`
+/// makes the term 0; a negative or NaN cost counts as 0.
+pub fn cost_term(cost_secs: f64, life_expectancy_secs: f64) -> f64 {
+    let cost = if cost_secs.is_nan() {
+        0.0
+    } else {
+        cost_secs.max(0.0)
+    };
+    let e = if life_expectancy_secs.is_nan() {
+        1.0
+    } else {
+        life_expectancy_secs.max(1.0)
+    };
+    let term = cost / (10.0 + e.ln());
+    if term.is_nan() {
+        // inf / inf: an infinite cost against an infinite life: count the move as too costly.
+        1.0
+    } else {
+        term.clamp(0.0, 1.0)
+    }
+}
+
+/// Terms of one evaluation of the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GainBreakdown {
+    /// `Delta_r` for CPU, memory and network, in [`Resource::ALL`] order.
+    pub deltas: [f64; 3],
+    /// `sum_r w_r * Delta_r`, in [-1, 1].
+    pub improvement: f64,
+    /// Predicted migration cost `C`, seconds.
+    pub cost_secs: f64,
+    /// Average life expectancy `E` of the group, seconds.
+    pub life_expectancy_secs: f64,
+    /// `C / (10 + log E)`, clamped to [0, 1].
+    pub cost_term: f64,
+    /// `improvement - cost_term`, in [-2, 1].
+    pub gain: f64,
+}
+
+/// `gain(l, f, A)` of Figure 3: moving the `group` of entities from the local node `l` to
+/// the foreign node `f`.
+///
+/// `U_{r,l,A}` is the sum of the group's usages; `E_A` the mean of their life expectancies;
+/// `C_{l,f,A}` from `cost` over the group's total state. An empty group has gain 0.
+pub fn gain(
+    l: &NodeProfile,
+    f: &NodeProfile,
+    group: &[&EntityProfile],
+    weights: &Weights,
+    cost: &MigrationCostModel,
+) -> GainBreakdown {
+    if group.is_empty() {
+        return GainBreakdown {
+            deltas: [0.0; 3],
+            improvement: 0.0,
+            cost_secs: 0.0,
+            life_expectancy_secs: 0.0,
+            cost_term: 0.0,
+            gain: 0.0,
+        };
+    }
+    let mut deltas = [0.0; 3];
+    let mut improvement = 0.0;
+    for (i, r) in Resource::ALL.into_iter().enumerate() {
+        let used: f64 = group.iter().map(|e| e.usage(r, l.speed)).sum();
+        deltas[i] = delta(f.availability(r), used);
+        improvement += weights.get(r) * deltas[i];
+    }
+    let state: u64 = group
+        .iter()
+        .map(|e| e.state_bytes)
+        .fold(0, u64::saturating_add);
+    let cost_secs = cost.cost(state, l, f);
+    let life_expectancy_secs =
+        group.iter().map(|e| e.life_expectancy()).sum::<f64>() / group.len() as f64;
+    let cost_term = cost_term(cost_secs, life_expectancy_secs);
+    GainBreakdown {
+        deltas,
+        improvement,
+        cost_secs,
+        life_expectancy_secs,
+        cost_term,
+        gain: improvement - cost_term,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entity(rank: u32, cpu: f64) -> EntityProfile {
+        EntityProfile::new(
+            EntityId {
+                job: JobId::new("job").expect("valid"),
+                rank: Rank(rank),
+            },
+            cpu,
+        )
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn weights_are_validated_and_errors_name_the_bad_weight() {
+        assert!(Weights::new(0.5, 0.3, 0.2).is_ok());
+        assert!(Weights::new(1.0 - 1e-10, 0.0, 0.0).is_ok());
+        let err = Weights::new(1.2, -0.2, 0.0).expect_err("negative");
+        assert_eq!(
+            err,
+            WeightsError::Invalid {
+                resource: Resource::Memory,
+                value: -0.2
+            }
+        );
+        assert!(err.to_string().contains("memory"));
+        let err = Weights::new(0.5, 0.0, f64::NAN).expect_err("nan");
+        assert!(err.to_string().contains("network"));
+        let err = Weights::new(0.5, 0.4, 0.0).expect_err("sum");
+        assert!(matches!(err, WeightsError::BadSum { sum, .. } if close(sum, 0.9)));
+    }
+
+    #[test]
+    fn delta_matches_hand_computed_values_and_bounds() {
+        // (3 - 1) / (3 + 1)
+        assert!(close(delta(3.0, 1.0), 0.5));
+        assert!(close(delta(1.0, 1.0), 0.0));
+        // (0 - 2) / (0 + 2)
+        assert!(close(delta(0.0, 2.0), -1.0));
+        assert!(close(delta(2.0, 0.0), 1.0));
+        // A + U = 0: no change.
+        assert!(close(delta(0.0, 0.0), 0.0));
+        assert!(close(delta(f64::NAN, 1.0), -1.0));
+        assert!(close(delta(-5.0, 1.0), -1.0));
+    }
+
+    #[test]
+    fn cost_term_matches_hand_computed_values_and_is_clamped() {
+        // 2 / (10 + ln 1000) = 2 / 16.907755278982137
+        assert!(close(cost_term(2.0, 1000.0), 2.0 / (10.0 + 1000f64.ln())));
+        assert!(close(cost_term(2.0, 1000.0), 0.118_288_913_400_951_59));
+        // E <= 1: log taken as 0, denominator 10.
+        assert!(close(cost_term(3.0, 1.0), 0.3));
+        assert!(close(cost_term(3.0, 0.0), 0.3));
+        assert!(close(cost_term(3.0, -7.0), 0.3));
+        assert!(close(cost_term(3.0, f64::NAN), 0.3));
+        // Clamped to 1.
+        assert!(close(cost_term(50.0, 100.0), 1.0));
+        assert!(close(cost_term(f64::INFINITY, 100.0), 1.0));
+        assert!(close(cost_term(f64::INFINITY, f64::INFINITY), 1.0));
+        // Clamped to 0.
+        assert!(close(cost_term(-1.0, 100.0), 0.0));
+        assert!(close(cost_term(1.0, f64::INFINITY), 0.0));
+    }
+
+    #[test]
+    fn gain_matches_hand_computed_value() {
+        // l: 1 core, 2 ranks, each gets 0.5 core; f: 2 free cores, speed 1.
+        let l = NodeProfile {
+            cores: 1.0,
+            speed: 1.0,
+            cpu_load: 2.0,
+            memory_available: 1 << 30,
+            bandwidth: 10e6,
+        };
+        let f = NodeProfile {
+            cores: 2.0,
+            speed: 1.0,
+            cpu_load: 0.0,
+            memory_available: 3 << 20,
+            bandwidth: 5e6,
+        };
+        let mut e = entity(0, 0.5);
+        e.memory = 1 << 20;
+        e.state_bytes = 10_000_000;
+        e.age = Duration::from_secs(1000);
+        let w = Weights::new(0.6, 0.4, 0.0).expect("valid");
+        let g = gain(&l, &f, &[&e], &w, &MigrationCostModel::default());
+        // cpu: (2 - 0.5) / 2.5 = 0.6; memory: (3 MiB - 1 MiB) / 4 MiB = 0.5; network: 0.
+        assert!(close(g.deltas[0], 0.6));
+        assert!(close(g.deltas[1], 0.5));
+        // network: nothing used, 5 MB/s available: (5e6 - 0) / 5e6 = 1 (weight 0).
+        assert!(close(g.deltas[2], 1.0));
+        assert!(close(g.improvement, 0.6 * 0.6 + 0.4 * 0.5));
+        // cost: 0.3 s + 10 MB / 5 MB/s = 2.3 s; term 2.3 / (10 + ln 1000).
+        assert!(close(g.cost_secs, 2.3));
+        let term = 2.3 / (10.0 + 1000f64.ln());
+        assert!(close(g.cost_term, term));
+        assert!(close(g.gain, 0.56 - term));
+    }
+
+    #[test]
+    fn gain_of_a_group_sums_usage_and_averages_life() {
+        let l = NodeProfile::idle(1.0, 0);
+        let f = NodeProfile {
+            speed: 2.0,
+            ..NodeProfile::idle(2.0, 0)
+        };
+        let mut a = entity(0, 1.0);
+        let mut b = entity(1, 0.5);
+        a.age = Duration::from_secs(100);
+        b.age = Duration::from_secs(300);
+        let g = gain(&l, &f, &[&a, &b], &Weights::CPU_ONLY, &Default::default());
+        // A = 2 cores * speed 2 = 4; U = 1.5; (4 - 1.5) / 5.5.
+        assert!(close(g.deltas[0], 2.5 / 5.5));
+        assert!(close(g.life_expectancy_secs, 200.0));
+        assert!(close(g.cost_term, 0.3 / (10.0 + 200f64.ln())));
+        let empty = gain(&l, &f, &[], &Weights::CPU_ONLY, &Default::default());
+        assert!(close(empty.gain, 0.0));
+    }
+
+    #[test]
+    fn speed_normalises_cpu() {
+        // A full core at speed 1 vs a free core at speed 2: (2 - 1) / 3.
+        let l = NodeProfile {
+            cpu_load: 1.0,
+            ..NodeProfile::idle(1.0, 0)
+        };
+        let f = NodeProfile {
+            speed: 2.0,
+            ..NodeProfile::idle(1.0, 0)
+        };
+        let e = entity(0, 1.0);
+        let g = gain(&l, &f, &[&e], &Weights::CPU_ONLY, &Default::default());
+        assert!(close(g.deltas[0], 1.0 / 3.0));
+        // And back to an idle reference node: (1 - 2) / 3.
+        let idle = NodeProfile::idle(1.0, 0);
+        let g = gain(&f, &idle, &[&e], &Weights::CPU_ONLY, &Default::default());
+        assert!(close(g.deltas[0], -1.0 / 3.0));
+    }
+
+    #[test]
+    fn profiles_are_validated() {
+        let mut p = NodeProfile::idle(2.0, 0);
+        assert!(p.validate().is_ok());
+        p.speed = 0.0;
+        assert!(p
+            .validate()
+            .expect_err("zero")
+            .to_string()
+            .contains("speed"));
+        p.speed = 1.0;
+        p.cpu_load = f64::NAN;
+        assert!(p
+            .validate()
+            .expect_err("nan")
+            .to_string()
+            .contains("cpu_load"));
+        let mut e = entity(0, 1.0);
+        e.cpu = -1.0;
+        assert!(e.validate().is_err());
+    }
+
+    fn arb_profile() -> impl Strategy<Value = NodeProfile> {
+        (
+            0.1f64..64.0,
+            0.1f64..4.0,
+            0.0f64..80.0,
+            0u64..1 << 40,
+            0.0f64..1e10,
+        )
+            .prop_map(|(cores, speed, cpu_load, memory_available, bandwidth)| {
+                NodeProfile {
+                    cores,
+                    speed,
+                    cpu_load,
+                    memory_available,
+                    bandwidth,
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn gain_never_positive_when_cost_exceeds_improvement(
+            l in arb_profile(),
+            f in arb_profile(),
+            cpu in 0.0f64..8.0,
+            memory in 0u64..1 << 36,
+            state in 0u64..1 << 40,
+            age in 0u64..1_000_000,
+            spawn_ms in 0u64..100_000,
+            wc in 0.0f64..1.0,
+            wm in 0.0f64..1.0,
+        ) {
+            let mut e = entity(0, cpu);
+            e.memory = memory;
+            e.state_bytes = state;
+            e.age = Duration::from_secs(age);
+            let weights = Weights::new(wc * (1.0 - wm), wm, (1.0 - wc) * (1.0 - wm))
+                .expect("valid by construction");
+            let cost = MigrationCostModel { spawn: Duration::from_millis(spawn_ms), ..Default::default() };
+            let g = gain(&l, &f, &[&e], &weights, &cost);
+            prop_assert!((-1.0..=1.0).contains(&g.improvement));
+            prop_assert!((0.0..=1.0).contains(&g.cost_term));
+            for d in g.deltas {
+                prop_assert!((-1.0..=1.0).contains(&d));
+            }
+            if g.cost_term >= g.improvement {
+                prop_assert!(g.gain <= 0.0);
+            }
+            prop_assert!(g.gain <= g.improvement);
+        }
+    }
+}
