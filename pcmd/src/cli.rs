@@ -333,7 +333,7 @@ mod tests {
     fn given_bad_values_then_parse_or_validation_fails() {
         assert!(Cli::try_parse_from(["pcmd", "migrate"]).is_err());
         assert!(Cli::try_parse_from(["pcmd", "migrate", "--rank", "1", "--to", "a b"]).is_err());
-        let m = migrate_args(&["migrate", "--rank", "1", "--timeout", "-1"]);
+        let m = migrate_args(&["migrate", "--rank", "1", "--timeout", "0"]);
         assert!(m.timeout().is_err());
         match parse(&["--socket", "/x.sock", "serve", "--request-timeout", "0.5"]) {
             Cli {
