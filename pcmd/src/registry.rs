@@ -24,6 +24,14 @@ pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default maximum number of open connections (4096).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
+/// Budget for the encoded size of a status reply: registrations that would push the
+/// (over-)estimated size past it are refused, so a status always fits in one frame.
+const STATUS_BUDGET: usize = pcm_proto::MAX_FRAME_LEN * 3 / 4;
+/// Over-estimate of the encoded size of one rank entry, besides its host name.
+const RANK_STATUS_OVERHEAD: usize = 128;
+/// Over-estimate of the encoded size of one job entry, besides its job and app names.
+const JOB_STATUS_OVERHEAD: usize = 128;
+
 /// Settings of the core.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -563,6 +571,23 @@ impl Registry {
             .filter(|r| r.conn == conn)
     }
 
+    /// Over-estimate of the encoded size of a status reply.
+    fn status_size(&self) -> usize {
+        let jobs: usize = self
+            .jobs
+            .iter()
+            .map(|(id, job)| {
+                let ranks: usize = job
+                    .ranks
+                    .values()
+                    .map(|r| r.host.as_str().len() + RANK_STATUS_OVERHEAD)
+                    .sum();
+                id.as_str().len() + job.app.as_str().len() + JOB_STATUS_OVERHEAD + ranks
+            })
+            .sum();
+        self.host.as_str().len() + JOB_STATUS_OVERHEAD + jobs
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn register(
         &mut self,
@@ -581,6 +606,23 @@ impl Registry {
                 bad(format!(
                     "rank {rank} does not exist in a job of {size} ranks ({})",
                     rank_range(size)
+                )),
+            );
+            return;
+        }
+        let growth = host.as_str().len()
+            + RANK_STATUS_OVERHEAD
+            + if self.jobs.contains_key(&job_id) {
+                0
+            } else {
+                job_id.as_str().len() + app.as_str().len() + JOB_STATUS_OVERHEAD
+            };
+        if self.status_size() + growth > STATUS_BUDGET {
+            self.send(
+                conn,
+                bad(format!(
+                    "cannot register rank {rank} of job {job_id}: this daemon's status would exceed the {} byte frame limit",
+                    pcm_proto::MAX_FRAME_LEN
                 )),
             );
             return;

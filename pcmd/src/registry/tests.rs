@@ -610,3 +610,41 @@ fn given_second_hello_then_bad_message() {
     assert_eq!(error_of(&out, c).0, ErrorKind::BadMessage);
     assert!(!closes(&out, c));
 }
+
+#[test]
+fn given_registrations_with_long_host_names_then_status_always_fits_a_frame() {
+    let mut h = Harness::with(Config::default().with_max_connections(usize::MAX));
+    let long_host = "h".repeat(255);
+    let mut refused = false;
+    for rank in 0..4096 {
+        let conn = h.connect(ClientKind::Rank);
+        let out = h.send(
+            conn,
+            ToDaemon::Register {
+                job: job(&format!("job-{rank}")),
+                app: AppName::new("a".repeat(64)).unwrap(),
+                rank: Rank(0),
+                size: 1,
+                host: host(&long_host),
+                pid: 1,
+                replacement: false,
+            },
+        );
+        if out.iter().any(|o| {
+            matches!(
+                o,
+                Output::Send {
+                    message: FromDaemon::Error { .. },
+                    ..
+                }
+            )
+        }) {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "the budget never applied");
+    let status = h.status();
+    let frame = pcm_proto::encode(&FromDaemon::Status(status));
+    assert!(frame.len() - 4 <= pcm_proto::MAX_FRAME_LEN);
+}
