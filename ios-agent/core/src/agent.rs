@@ -1,0 +1,1190 @@
+//! The agent state machine: NSp2p work stealing (section 5.2) and, with
+//! [`Topology::ClusterToCluster`], the NSc2c logic of [`crate::c2c`] on the same type.
+//!
+//! Methods come in four kinds, in this order: getters, `handle_*` inputs (each takes `now`),
+//! and the `#[must_use]` outputs [`Agent::poll_action`] and [`Agent::poll_timeout`].
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use pcm_proto::HostName;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::c2c::Cluster;
+use crate::decision::{self, Policy};
+use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES, MAX_TTL};
+use crate::model::{EntityId, EntityProfile, MigrationCostModel, NodeProfile, Weights};
+use crate::tier::{LatencyTier, PeerId, PeerTable};
+
+/// How often the driver should sample the node and its entities, and how often an NSc2c
+/// manager polls its members: 2 s (Brunner and Kale sample every 2 s).
+pub const DEFAULT_PROFILE_PERIOD: Duration = Duration::from_secs(2);
+/// Pause between two work-steal rounds of a lightly loaded agent.
+pub const DEFAULT_STEAL_PERIOD: Duration = Duration::from_secs(2);
+/// How long the origin of a work steal waits for an answer before trying the next tier.
+pub const DEFAULT_STEAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Hops a work-steal packet makes before it is given up.
+pub const DEFAULT_RRP_TTL: u8 = 4;
+/// Furthest tier a work steal escalates to.
+pub const DEFAULT_MAX_TIER: LatencyTier = LatencyTier::Global;
+/// Pause after a round in which no tier gave work; doubles after each such round.
+pub const DEFAULT_STEAL_BACKOFF: Duration = Duration::from_secs(10);
+/// Longest pause between rounds.
+pub const DEFAULT_MAX_STEAL_BACKOFF: Duration = Duration::from_secs(80);
+/// Damping: an entity that moved (or was ordered to) does not move again for this long.
+pub const DEFAULT_HOLD_DOWN: Duration = Duration::from_secs(60);
+/// A node with at least this many idle cores is lightly loaded and steals work.
+pub const DEFAULT_LIGHT_THRESHOLD: f64 = 0.5;
+/// Smallest gain (Figure 3) worth a migration.
+pub const DEFAULT_MIN_GAIN: f64 = 0.1;
+/// Largest group moved at once; 1 is single migration (group migration can thrash under
+/// fluctuating load, section 5.2).
+pub const DEFAULT_MAX_GROUP: usize = 1;
+/// How long a migration may take before the agent stops waiting for its outcome.
+pub const DEFAULT_MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// NSc2c heartbeat period.
+pub const DEFAULT_HEARTBEAT_PERIOD: Duration = Duration::from_secs(1);
+/// NSc2c: a cluster member unheard for this long is taken as dead (the manager too).
+pub const DEFAULT_MEMBER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A peer without an RTT sample for this long is forgotten.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most peers kept in the peer table.
+pub const DEFAULT_MAX_PEERS: usize = 256;
+/// Most actions queued before further sends are dropped (migrations are never dropped).
+pub const MAX_PENDING_ACTIONS: usize = 1024;
+/// Work-steal ids remembered to recognise a packet seen before.
+const MAX_SEEN: usize = 1024;
+
+/// Virtual topology of the agents of a pool (section 5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Topology {
+    /// NSp2p: every agent steals work from peers, nearest tier first.
+    #[default]
+    PeerToPeer,
+    /// NSc2c: agents with local latency form a cluster with an elected manager, which
+    /// balances inside the cluster and acts as an NSp2p peer towards other clusters.
+    ClusterToCluster,
+}
+
+/// Agent settings. Every default is a named constant of this module.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) topology: Topology,
+    pub(crate) weights: Weights,
+    pub(crate) cost: MigrationCostModel,
+    pub(crate) min_gain: f64,
+    pub(crate) max_group: usize,
+    pub(crate) profile_period: Duration,
+    pub(crate) steal_period: Duration,
+    pub(crate) steal_timeout: Duration,
+    pub(crate) rrp_ttl: u8,
+    pub(crate) max_tier: LatencyTier,
+    pub(crate) steal_backoff: Duration,
+    pub(crate) max_steal_backoff: Duration,
+    pub(crate) hold_down: Duration,
+    pub(crate) light_threshold: f64,
+    pub(crate) migration_timeout: Duration,
+    pub(crate) heartbeat_period: Duration,
+    pub(crate) member_timeout: Duration,
+    pub(crate) peer_timeout: Duration,
+    pub(crate) max_peers: usize,
+    pub(crate) seed: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            topology: Topology::PeerToPeer,
+            weights: Weights::default(),
+            cost: MigrationCostModel::default(),
+            min_gain: DEFAULT_MIN_GAIN,
+            max_group: DEFAULT_MAX_GROUP,
+            profile_period: DEFAULT_PROFILE_PERIOD,
+            steal_period: DEFAULT_STEAL_PERIOD,
+            steal_timeout: DEFAULT_STEAL_TIMEOUT,
+            rrp_ttl: DEFAULT_RRP_TTL,
+            max_tier: DEFAULT_MAX_TIER,
+            steal_backoff: DEFAULT_STEAL_BACKOFF,
+            max_steal_backoff: DEFAULT_MAX_STEAL_BACKOFF,
+            hold_down: DEFAULT_HOLD_DOWN,
+            light_threshold: DEFAULT_LIGHT_THRESHOLD,
+            migration_timeout: DEFAULT_MIGRATION_TIMEOUT,
+            heartbeat_period: DEFAULT_HEARTBEAT_PERIOD,
+            member_timeout: DEFAULT_MEMBER_TIMEOUT,
+            peer_timeout: DEFAULT_PEER_TIMEOUT,
+            max_peers: DEFAULT_MAX_PEERS,
+            seed: None,
+        }
+    }
+}
+
+/// A setting out of range, named.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A period or timeout is zero.
+    #[error("{name} must be longer than 0")]
+    ZeroDuration {
+        /// The setting.
+        name: &'static str,
+    },
+    /// A number is out of its range.
+    #[error("{name} = {value} out of range: {range}")]
+    OutOfRange {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// The accepted range.
+        range: &'static str,
+    },
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta])* $name:ident, $field:ident: $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(mut self, $field: $ty) -> Self {
+            self.$field = $field;
+            self
+        }
+    };
+}
+
+impl Config {
+    setter!(
+        /// Virtual topology; default [`Topology::PeerToPeer`].
+        with_topology, topology: Topology);
+    setter!(
+        /// Resource weights; default [`Weights::CPU_ONLY`].
+        with_weights, weights: Weights);
+    setter!(
+        /// Migration cost predictor; default [`MigrationCostModel::default`].
+        with_cost_model, cost: MigrationCostModel);
+    setter!(
+        /// Smallest gain worth a move; default [`DEFAULT_MIN_GAIN`]. Must be in [0, 1].
+        with_min_gain, min_gain: f64);
+    setter!(
+        /// Largest group per migration; default [`DEFAULT_MAX_GROUP`] (single migration).
+        with_max_group, max_group: usize);
+    setter!(
+        /// Profile sampling and NSc2c poll period; default [`DEFAULT_PROFILE_PERIOD`].
+        with_profile_period, profile_period: Duration);
+    setter!(
+        /// Pause between steal rounds; default [`DEFAULT_STEAL_PERIOD`].
+        with_steal_period, steal_period: Duration);
+    setter!(
+        /// Wait per tier for an answer; default [`DEFAULT_STEAL_TIMEOUT`].
+        with_steal_timeout, steal_timeout: Duration);
+    setter!(
+        /// TTL of work-steal packets; default [`DEFAULT_RRP_TTL`], at most [`MAX_TTL`].
+        with_rrp_ttl, rrp_ttl: u8);
+    setter!(
+        /// Furthest tier of escalation; default [`DEFAULT_MAX_TIER`].
+        with_max_tier, max_tier: LatencyTier);
+    setter!(
+        /// First pause after a fruitless round; default [`DEFAULT_STEAL_BACKOFF`].
+        with_steal_backoff, steal_backoff: Duration);
+    setter!(
+        /// Longest pause between rounds; default [`DEFAULT_MAX_STEAL_BACKOFF`].
+        with_max_steal_backoff, max_steal_backoff: Duration);
+    setter!(
+        /// Damping time per entity; default [`DEFAULT_HOLD_DOWN`].
+        with_hold_down, hold_down: Duration);
+    setter!(
+        /// Idle cores that make a node lightly loaded; default [`DEFAULT_LIGHT_THRESHOLD`].
+        with_light_threshold, light_threshold: f64);
+    setter!(
+        /// Wait for a migration's outcome; default [`DEFAULT_MIGRATION_TIMEOUT`].
+        with_migration_timeout, migration_timeout: Duration);
+    setter!(
+        /// NSc2c heartbeat period; default [`DEFAULT_HEARTBEAT_PERIOD`].
+        with_heartbeat_period, heartbeat_period: Duration);
+    setter!(
+        /// NSc2c failure timeout; default [`DEFAULT_MEMBER_TIMEOUT`].
+        with_member_timeout, member_timeout: Duration);
+    setter!(
+        /// Peer expiry; default [`DEFAULT_PEER_TIMEOUT`].
+        with_peer_timeout, peer_timeout: Duration);
+    setter!(
+        /// Peer table size; default [`DEFAULT_MAX_PEERS`].
+        with_max_peers, max_peers: usize);
+
+    /// Seeds the random choices (peer picks, message ids) so that a run can be replayed;
+    /// by default the RNG is seeded from the operating system.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The virtual topology.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    /// The profile period the driver should sample at.
+    pub fn profile_period(&self) -> Duration {
+        self.profile_period
+    }
+
+    /// The damping time.
+    pub fn hold_down(&self) -> Duration {
+        self.hold_down
+    }
+
+    /// Checks every setting; [`Agent::new`] calls it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, d) in [
+            ("profile_period", self.profile_period),
+            ("steal_period", self.steal_period),
+            ("steal_timeout", self.steal_timeout),
+            ("steal_backoff", self.steal_backoff),
+            ("max_steal_backoff", self.max_steal_backoff),
+            ("migration_timeout", self.migration_timeout),
+            ("heartbeat_period", self.heartbeat_period),
+            ("member_timeout", self.member_timeout),
+            ("peer_timeout", self.peer_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::ZeroDuration { name });
+            }
+        }
+        let range = |name, value: f64, ok: bool, range| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfRange { name, value, range })
+            }
+        };
+        range(
+            "min_gain",
+            self.min_gain,
+            (0.0..=1.0).contains(&self.min_gain),
+            "0 to 1",
+        )?;
+        range(
+            "light_threshold",
+            self.light_threshold,
+            self.light_threshold.is_finite() && self.light_threshold > 0.0,
+            "> 0 cores",
+        )?;
+        range(
+            "rrp_ttl",
+            f64::from(self.rrp_ttl),
+            (1..=MAX_TTL).contains(&self.rrp_ttl),
+            "1 to 32",
+        )?;
+        range(
+            "max_group",
+            self.max_group as f64,
+            (1..=MAX_ENTITIES).contains(&self.max_group),
+            "1 to 1024",
+        )?;
+        range(
+            "max_peers",
+            self.max_peers as f64,
+            self.max_peers >= 1,
+            ">= 1",
+        )?;
+        range(
+            "member_timeout",
+            self.member_timeout.as_secs_f64(),
+            self.member_timeout > self.heartbeat_period,
+            "longer than heartbeat_period",
+        )?;
+        Ok(())
+    }
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Send `message` to the agent `to`.
+    Send {
+        /// Destination agent.
+        to: PeerId,
+        /// The message.
+        message: Message,
+    },
+    /// Ask the local pcmd to move these registered entities (all of one job) to `to_host`;
+    /// report the end with [`Agent::handle_migration_outcome`] and the same `id`.
+    Migrate {
+        /// Migration id; pass it to pcmd so that a repeated request is carried out once.
+        id: MigrationId,
+        /// The entities, all of one job.
+        entities: Vec<EntityId>,
+        /// Destination agent.
+        to: PeerId,
+        /// Destination host, as the MPI runtime knows it.
+        to_host: HostName,
+    },
+}
+
+/// How a migration ended, as pcmd reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigrationOutcome {
+    /// The entities run at the destination.
+    Completed,
+    /// Nothing moved.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Counters, for tests, status output and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages queued for sending.
+    pub messages_sent: u64,
+    /// Work-steal packets this agent started (one per tier tried).
+    pub steals_sent: u64,
+    /// Work-steal packets forwarded or relayed.
+    pub steals_forwarded: u64,
+    /// Steal rounds that ended with no work in any tier.
+    pub steal_rounds_failed: u64,
+    /// Migrations this agent started (Migrate actions).
+    pub migrations_started: u64,
+    /// Migrations reported completed.
+    pub migrations_completed: u64,
+    /// Migrations reported failed or timed out.
+    pub migrations_failed: u64,
+    /// Messages dropped as invalid or not allowed (for example a move order from a
+    /// non-manager).
+    pub messages_refused: u64,
+    /// Times this agent's view of its cluster manager changed.
+    pub manager_changes: u64,
+}
+
+/// A node that would receive work.
+#[derive(Debug, Clone)]
+pub(crate) struct Beneficiary {
+    pub(crate) peer: PeerId,
+    pub(crate) host: HostName,
+    pub(crate) profile: NodeProfile,
+}
+
+#[derive(Debug)]
+enum Thief {
+    Idle {
+        next_round: Instant,
+    },
+    Stealing {
+        id: MessageId,
+        tier: LatencyTier,
+        deadline: Instant,
+    },
+    Receiving {
+        migration: MigrationId,
+        deadline: Instant,
+    },
+}
+
+#[derive(Debug)]
+struct Outgoing {
+    id: MigrationId,
+    notify: Option<PeerId>,
+    deadline: Instant,
+    entities: Vec<EntityId>,
+}
+
+/// The fields of a work-steal packet.
+#[derive(Debug, Clone)]
+pub(crate) struct Steal {
+    pub(crate) id: MessageId,
+    pub(crate) origin: PeerId,
+    pub(crate) source: Beneficiary,
+    pub(crate) ttl: u8,
+    pub(crate) tier: LatencyTier,
+}
+
+impl Steal {
+    fn into_message(self) -> Message {
+        Message::WorkSteal {
+            id: self.id,
+            origin: self.origin,
+            source: self.source.peer,
+            source_host: self.source.host,
+            source_profile: self.source.profile,
+            ttl: self.ttl,
+            tier: self.tier,
+        }
+    }
+}
+
+/// One IOS agent's decision and protocol logic. See the [crate docs](crate) for how a
+/// driver runs it.
+#[derive(Debug)]
+pub struct Agent {
+    pub(crate) config: Config,
+    pub(crate) me: PeerId,
+    pub(crate) host: HostName,
+    rng: StdRng,
+    pub(crate) peers: PeerTable,
+    pub(crate) node: Option<NodeProfile>,
+    pub(crate) entities: Vec<EntityProfile>,
+    actions: VecDeque<Action>,
+    next_id: u64,
+    thief: Thief,
+    backoff: Duration,
+    seen: VecDeque<(PeerId, MessageId)>,
+    seen_set: HashSet<(PeerId, MessageId)>,
+    pub(crate) held: HashMap<EntityId, Instant>,
+    outgoing: Option<Outgoing>,
+    pub(crate) cluster: Cluster,
+    pub(crate) stats: Stats,
+}
+
+impl Agent {
+    /// An agent with identity `me` on host `host`, starting at `now`.
+    pub fn new(
+        me: PeerId,
+        host: HostName,
+        config: Config,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut rng = match config.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
+        let next_id = rng.random::<u64>() >> 1;
+        Ok(Agent {
+            peers: PeerTable::new(config.max_peers),
+            backoff: config.steal_backoff,
+            cluster: Cluster::new(me.clone(), now),
+            thief: Thief::Idle { next_round: now },
+            config,
+            me,
+            host,
+            rng,
+            node: None,
+            entities: Vec::new(),
+            actions: VecDeque::new(),
+            next_id,
+            seen: VecDeque::new(),
+            seen_set: HashSet::new(),
+            held: HashMap::new(),
+            outgoing: None,
+            stats: Stats::default(),
+        })
+    }
+
+    // ---- getters ----
+
+    /// This agent's identity.
+    pub fn id(&self) -> &PeerId {
+        &self.me
+    }
+
+    /// This agent's host name.
+    pub fn host(&self) -> &HostName {
+        &self.host
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Known peers and their tiers.
+    pub fn peers(&self) -> &PeerTable {
+        &self.peers
+    }
+
+    /// The latest node profile.
+    pub fn node_profile(&self) -> Option<&NodeProfile> {
+        self.node.as_ref()
+    }
+
+    /// The latest entity profiles.
+    pub fn entities(&self) -> &[EntityProfile] {
+        &self.entities
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Whether a work-steal round is waiting for an answer or for the promised work.
+    pub fn is_stealing(&self) -> bool {
+        !matches!(self.thief, Thief::Idle { .. })
+    }
+
+    /// Whether a migration decided here is under way.
+    pub fn is_migrating(&self) -> bool {
+        self.outgoing.is_some()
+    }
+
+    /// Until when an entity is held back from moving, if it is.
+    pub fn held_until(&self, entity: &EntityId) -> Option<Instant> {
+        self.held.get(entity).copied()
+    }
+
+    // ---- inputs ----
+
+    /// A round-trip time measured to `peer` (for example by libp2p ping).
+    pub fn handle_peer_rtt(&mut self, now: Instant, peer: PeerId, rtt: Duration) {
+        if peer == self.me {
+            return;
+        }
+        self.peers.record_rtt(now, peer, rtt);
+        self.c2c_peers_changed(now);
+    }
+
+    /// `peer` disconnected or left.
+    pub fn handle_peer_gone(&mut self, now: Instant, peer: &PeerId) {
+        self.peers.remove(peer);
+        self.cluster_forget(peer);
+        self.c2c_peers_changed(now);
+    }
+
+    /// The node's resources, sampled every [`Config::profile_period`]. Invalid profiles are
+    /// dropped.
+    pub fn handle_node_profile(&mut self, _now: Instant, profile: NodeProfile) {
+        match profile.validate() {
+            Ok(()) => self.node = Some(profile),
+            Err(e) => tracing::warn!(agent = %self.me, "node profile dropped: {e}"),
+        }
+    }
+
+    /// The local entities, from pcmd (all of them, each time). Invalid profiles are dropped;
+    /// at most [`MAX_ENTITIES`] are kept.
+    pub fn handle_entities(&mut self, _now: Instant, mut entities: Vec<EntityProfile>) {
+        entities.retain(|e| e.validate().is_ok());
+        entities.truncate(MAX_ENTITIES);
+        self.entities = entities;
+    }
+
+    /// A message from agent `from` (as the transport authenticated it).
+    pub fn handle_message(&mut self, now: Instant, from: PeerId, message: Message) {
+        if let Err(e) = message.validate() {
+            tracing::debug!(agent = %self.me, %from, "invalid {}: {e}", message.kind());
+            self.stats.messages_refused += 1;
+            return;
+        }
+        match message {
+            Message::WorkSteal {
+                id,
+                origin,
+                source,
+                source_host,
+                source_profile,
+                ttl,
+                tier,
+            } => {
+                let steal = Steal {
+                    id,
+                    origin,
+                    source: Beneficiary {
+                        peer: source,
+                        host: source_host,
+                        profile: source_profile,
+                    },
+                    ttl,
+                    tier,
+                };
+                self.on_work_steal(now, from, steal);
+            }
+            Message::StealAccepted { id, migration, .. } => {
+                if matches!(self.thief, Thief::Stealing { id: current, .. } if current == id) {
+                    tracing::debug!(agent = %self.me, %from, %migration, "steal accepted");
+                    self.thief = Thief::Receiving {
+                        migration,
+                        deadline: now + self.config.migration_timeout,
+                    };
+                    self.backoff = self.config.steal_backoff;
+                }
+            }
+            Message::StealExhausted { id } => {
+                if matches!(self.thief, Thief::Stealing { id: current, .. } if current == id) {
+                    self.escalate(now);
+                }
+            }
+            Message::MigrationFinished {
+                migration,
+                completed,
+            } => self.on_migration_finished(now, migration, completed),
+            Message::Heartbeat { manager, .. } => self.on_heartbeat(now, from, manager),
+            Message::ProfileRequest { id } => self.on_profile_request(from, id),
+            Message::ProfileReply {
+                id,
+                host,
+                node,
+                entities,
+            } => self.on_profile_reply(now, from, id, host, node, entities),
+            Message::MoveOrder {
+                migration,
+                entities,
+                to,
+                to_host,
+                notify,
+            } => self.on_move_order(
+                now,
+                from,
+                crate::c2c::Order {
+                    migration,
+                    entities,
+                    to,
+                    to_host,
+                    notify,
+                },
+            ),
+        }
+    }
+
+    /// Timers: call when [`Agent::poll_timeout`]'s instant has passed.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(deadline) = now.checked_sub(self.config.peer_timeout) {
+            if self.peers.expire(deadline) > 0 {
+                self.c2c_peers_changed(now);
+            }
+        }
+        self.held.retain(|_, until| *until > now);
+        if let Some(out) = &self.outgoing {
+            if now >= out.deadline {
+                tracing::warn!(agent = %self.me, migration = %out.id, "migration timed out");
+                self.finish_outgoing(now, false);
+            }
+        }
+        self.c2c_tick(now);
+        match self.thief {
+            Thief::Idle { next_round } if now >= next_round => {
+                if let Some(b) = self.beneficiary(now) {
+                    let first = match self.config.topology {
+                        Topology::PeerToPeer => LatencyTier::Local,
+                        Topology::ClusterToCluster => LatencyTier::Regional,
+                    };
+                    self.send_steal(now, b, Some(first));
+                }
+            }
+            Thief::Stealing { deadline, .. } if now >= deadline => self.escalate(now),
+            Thief::Receiving { deadline, .. } if now >= deadline => {
+                self.thief = Thief::Idle { next_round: now };
+            }
+            _ => {}
+        }
+    }
+
+    /// The end of a migration started with [`Action::Migrate`].
+    pub fn handle_migration_outcome(
+        &mut self,
+        now: Instant,
+        id: MigrationId,
+        outcome: MigrationOutcome,
+    ) {
+        if self.outgoing.as_ref().is_some_and(|o| o.id == id) {
+            if let MigrationOutcome::Failed { reason } = &outcome {
+                tracing::info!(agent = %self.me, migration = %id, "migration failed: {reason}");
+            }
+            self.finish_outgoing(now, outcome == MigrationOutcome::Completed);
+        }
+    }
+
+    // ---- outputs ----
+
+    /// The next thing the driver must do.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`Agent::handle_timeout`] must next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut add = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        match self.thief {
+            Thief::Idle { next_round } => {
+                if self.may_steal() {
+                    add(next_round);
+                }
+            }
+            Thief::Stealing { deadline, .. } | Thief::Receiving { deadline, .. } => add(deadline),
+        }
+        if let Some(o) = &self.outgoing {
+            add(o.deadline);
+        }
+        if let Some(oldest) = self.peers.oldest_seen() {
+            add(oldest + self.config.peer_timeout);
+        }
+        if let Some(c) = self.c2c_timeout() {
+            add(c);
+        }
+        t
+    }
+
+    // ---- internals shared with c2c ----
+
+    pub(crate) fn fresh_id(&mut self) -> u64 {
+        self.next_id = self.next_id.wrapping_add(1);
+        self.next_id
+    }
+
+    pub(crate) fn send(&mut self, to: PeerId, message: Message) {
+        if self.actions.len() >= MAX_PENDING_ACTIONS {
+            tracing::warn!(agent = %self.me, "action queue full, {} dropped", message.kind());
+            return;
+        }
+        self.stats.messages_sent += 1;
+        self.actions.push_back(Action::Send { to, message });
+    }
+
+    pub(crate) fn policy(&self, now: Instant) -> Policy<'_> {
+        Policy {
+            weights: &self.config.weights,
+            cost: &self.config.cost,
+            min_gain: self.config.min_gain,
+            max_group: self.config.max_group,
+            hold_down: self.config.hold_down,
+            held: &self.held,
+            now,
+        }
+    }
+
+    pub(crate) fn myself(&self) -> Option<Beneficiary> {
+        Some(Beneficiary {
+            peer: self.me.clone(),
+            host: self.host.clone(),
+            profile: self.node?,
+        })
+    }
+
+    /// Whether this agent steals at all now (NSp2p: its node is lightly loaded; NSc2c: it is
+    /// a manager). A fully loaded NSp2p pool therefore sends nothing.
+    fn may_steal(&self) -> bool {
+        match self.config.topology {
+            Topology::PeerToPeer => self
+                .node
+                .is_some_and(|n| n.is_lightly_loaded(self.config.light_threshold)),
+            Topology::ClusterToCluster => self.is_manager() && !self.peers.is_empty(),
+        }
+    }
+
+    fn beneficiary(&self, now: Instant) -> Option<Beneficiary> {
+        if !self.may_steal() {
+            return None;
+        }
+        match self.config.topology {
+            Topology::PeerToPeer => self.myself(),
+            Topology::ClusterToCluster => self.lightest_member(now),
+        }
+    }
+
+    /// Sends a work steal for `b` to a random peer of the first tier from `from` on (up to
+    /// the configured limit) that has peers; ends the round when none has.
+    fn send_steal(&mut self, now: Instant, b: Beneficiary, from: Option<LatencyTier>) {
+        let mut tier = from;
+        while let Some(t) = tier.filter(|t| *t <= self.config.max_tier) {
+            let candidates: Vec<&PeerId> = self
+                .peers
+                .in_tier(t)
+                .into_iter()
+                .filter(|p| **p != b.peer)
+                .collect();
+            if let Some(to) = candidates.choose(&mut self.rng).map(|p| (*p).clone()) {
+                let id = MessageId(self.fresh_id());
+                tracing::debug!(agent = %self.me, %to, ?t, %id, "work steal");
+                self.thief = Thief::Stealing {
+                    id,
+                    tier: t,
+                    deadline: now + self.config.steal_timeout,
+                };
+                self.stats.steals_sent += 1;
+                let steal = Steal {
+                    id,
+                    origin: self.me.clone(),
+                    source: b,
+                    ttl: self.config.rrp_ttl,
+                    tier: t,
+                };
+                self.send(to, steal.into_message());
+                return;
+            }
+            tier = t.next();
+        }
+        // No tier gave work (or had peers): wait, longer each time.
+        self.stats.steal_rounds_failed += 1;
+        self.thief = Thief::Idle {
+            next_round: now + self.backoff,
+        };
+        self.backoff = (self.backoff * 2).min(self.config.max_steal_backoff);
+    }
+
+    /// The current tier gave nothing: try the next one, with a fresh profile.
+    fn escalate(&mut self, now: Instant) {
+        let Thief::Stealing { tier, .. } = self.thief else {
+            return;
+        };
+        match self.beneficiary(now) {
+            Some(b) => self.send_steal(now, b, tier.next()),
+            None => {
+                self.thief = Thief::Idle {
+                    next_round: now + self.config.steal_period,
+                }
+            }
+        }
+    }
+
+    fn on_migration_finished(&mut self, now: Instant, migration: MigrationId, completed: bool) {
+        if matches!(self.thief, Thief::Receiving { migration: m, .. } if m == migration) {
+            tracing::debug!(agent = %self.me, %migration, completed, "stolen work arrived");
+            self.thief = Thief::Idle {
+                next_round: now + self.config.steal_period,
+            };
+        }
+        self.c2c_order_finished(migration);
+    }
+
+    /// Records a work-steal packet; returns whether it is new.
+    fn remember(&mut self, origin: &PeerId, id: MessageId) -> bool {
+        let key = (origin.clone(), id);
+        if self.seen_set.contains(&key) {
+            return false;
+        }
+        if self.seen.len() >= MAX_SEEN {
+            if let Some(old) = self.seen.pop_front() {
+                self.seen_set.remove(&old);
+            }
+        }
+        self.seen.push_back(key.clone());
+        self.seen_set.insert(key);
+        true
+    }
+
+    fn on_work_steal(&mut self, now: Instant, from: PeerId, steal: Steal) {
+        if steal.origin == self.me {
+            // Our own packet came back round: nobody on the way gave work.
+            if matches!(self.thief, Thief::Stealing { id, .. } if id == steal.id) {
+                self.escalate(now);
+            }
+            return;
+        }
+        let first_time = self.remember(&steal.origin, steal.id);
+        match self.config.topology {
+            Topology::PeerToPeer => {
+                if first_time && steal.source.peer != self.me && self.outgoing.is_none() {
+                    if let Some(node) = self.node {
+                        let plan = decision::select(
+                            &self.policy(now),
+                            &node,
+                            &self.entities,
+                            &steal.source.profile,
+                            self.config.max_group,
+                        );
+                        if let Some(plan) = plan {
+                            tracing::info!(agent = %self.me, to = %steal.source.peer, gain = plan.gain.gain, "giving work");
+                            let migration = MigrationId(self.fresh_id());
+                            self.start_migration(
+                                now,
+                                migration,
+                                plan.entities.clone(),
+                                &steal.source,
+                                Some(steal.origin.clone()),
+                            );
+                            self.send(
+                                steal.origin,
+                                Message::StealAccepted {
+                                    id: steal.id,
+                                    migration,
+                                    entities: plan.entities,
+                                },
+                            );
+                            return;
+                        }
+                    }
+                }
+                self.forward(from, steal, LatencyTier::Local);
+            }
+            Topology::ClusterToCluster => self.c2c_work_steal(now, from, steal, first_time),
+        }
+    }
+
+    /// Passes a work steal on to a random peer of `tier` (TTL decremented), or tells the
+    /// origin it is exhausted.
+    pub(crate) fn forward(&mut self, from: PeerId, steal: Steal, tier: LatencyTier) {
+        let exclude = [&from, &steal.origin, &steal.source.peer, &self.me];
+        let candidates: Vec<&PeerId> = self
+            .peers
+            .in_tier(tier)
+            .into_iter()
+            .filter(|p| !exclude.contains(p))
+            .collect();
+        let next = candidates.choose(&mut self.rng).map(|p| (*p).clone());
+        self.pass_on(steal, next);
+    }
+
+    /// Sends the steal on to `next` with its TTL decremented, or reports exhaustion.
+    pub(crate) fn pass_on(&mut self, steal: Steal, next: Option<PeerId>) {
+        match next {
+            Some(to) if steal.ttl > 1 => {
+                self.stats.steals_forwarded += 1;
+                let steal = Steal {
+                    ttl: steal.ttl - 1,
+                    ..steal
+                };
+                self.send(to, steal.into_message());
+            }
+            _ => self.send(steal.origin, Message::StealExhausted { id: steal.id }),
+        }
+    }
+
+    pub(crate) fn start_migration(
+        &mut self,
+        now: Instant,
+        id: MigrationId,
+        entities: Vec<EntityId>,
+        to: &Beneficiary,
+        notify: Option<PeerId>,
+    ) {
+        for e in &entities {
+            self.held.insert(e.clone(), now + self.config.hold_down);
+        }
+        self.stats.migrations_started += 1;
+        self.outgoing = Some(Outgoing {
+            id,
+            notify,
+            deadline: now + self.config.migration_timeout,
+            entities: entities.clone(),
+        });
+        // Never dropped: the queue bound applies to sends only.
+        self.actions.push_back(Action::Migrate {
+            id,
+            entities,
+            to: to.peer.clone(),
+            to_host: to.host.clone(),
+        });
+    }
+
+    fn finish_outgoing(&mut self, now: Instant, completed: bool) {
+        let Some(out) = self.outgoing.take() else {
+            return;
+        };
+        // The hold-down counts from the end of the move.
+        for e in &out.entities {
+            self.held.insert(e.clone(), now + self.config.hold_down);
+        }
+        if completed {
+            self.stats.migrations_completed += 1;
+            self.entities.retain(|e| !out.entities.contains(&e.id));
+        } else {
+            self.stats.migrations_failed += 1;
+        }
+        match out.notify {
+            Some(n) if n == self.me => self.on_migration_finished(now, out.id, completed),
+            Some(n) => self.send(
+                n,
+                Message::MigrationFinished {
+                    migration: out.id,
+                    completed,
+                },
+            ),
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::EntityProfile;
+    use pcm_proto::{JobId, Rank};
+
+    fn peer(s: &str) -> PeerId {
+        PeerId::new(s.as_bytes()).expect("valid")
+    }
+
+    fn host(s: &str) -> HostName {
+        HostName::new(s).expect("valid")
+    }
+
+    fn agent(name: &str, now: Instant) -> Agent {
+        Agent::new(peer(name), host(name), Config::default().with_seed(1), now)
+            .expect("valid config")
+    }
+
+    fn entity(rank: u32, cpu: f64) -> EntityProfile {
+        let mut e = EntityProfile::new(
+            EntityId {
+                job: JobId::new("heat").expect("valid"),
+                rank: Rank(rank),
+            },
+            cpu,
+        );
+        e.resident = Duration::from_secs(3600);
+        e.age = Duration::from_secs(3600);
+        e
+    }
+
+    fn drain(a: &mut Agent) -> Vec<Action> {
+        std::iter::from_fn(|| a.poll_action()).collect()
+    }
+
+    #[test]
+    fn config_errors_name_the_setting() {
+        let err = Config::default()
+            .with_rrp_ttl(0)
+            .validate()
+            .expect_err("bad");
+        assert!(err.to_string().contains("rrp_ttl"));
+        let err = Config::default().with_hold_down(Duration::ZERO).validate();
+        assert!(
+            err.is_ok(),
+            "a zero hold-down disables damping and is allowed"
+        );
+        let err = Config::default()
+            .with_steal_period(Duration::ZERO)
+            .validate()
+            .expect_err("bad");
+        assert!(err.to_string().contains("steal_period"));
+        let err = Config::default()
+            .with_min_gain(-0.1)
+            .validate()
+            .expect_err("bad");
+        assert!(err.to_string().contains("min_gain"));
+    }
+
+    #[test]
+    fn loaded_agent_sends_nothing() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        a.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 1.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        assert_eq!(a.poll_timeout(), Some(t0 + DEFAULT_PEER_TIMEOUT));
+        a.handle_timeout(t0 + Duration::from_secs(1));
+        assert!(drain(&mut a).is_empty());
+    }
+
+    #[test]
+    fn light_agent_steals_locally_and_escalates_on_exhaustion() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        a.handle_peer_rtt(t0, peer("l"), Duration::from_millis(1));
+        a.handle_peer_rtt(t0, peer("r"), Duration::from_millis(50));
+        a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
+        assert_eq!(a.poll_timeout(), Some(t0));
+        a.handle_timeout(t0);
+        let actions = drain(&mut a);
+        let [Action::Send {
+            to,
+            message: Message::WorkSteal { id, tier, ttl, .. },
+        }] = actions.as_slice()
+        else {
+            panic!("one work steal expected, got {actions:?}");
+        };
+        assert_eq!(
+            (to, *tier, *ttl),
+            (&peer("l"), LatencyTier::Local, DEFAULT_RRP_TTL)
+        );
+        a.handle_message(t0, peer("l"), Message::StealExhausted { id: *id });
+        let actions = drain(&mut a);
+        let [Action::Send {
+            to,
+            message: Message::WorkSteal { tier, .. },
+        }] = actions.as_slice()
+        else {
+            panic!("one work steal expected, got {actions:?}");
+        };
+        assert_eq!((to, *tier), (&peer("r"), LatencyTier::Regional));
+        // No national or global peers: the round ends, and the next waits for the backoff.
+        let t1 = t0 + DEFAULT_STEAL_TIMEOUT;
+        a.handle_timeout(t1);
+        assert!(drain(&mut a).is_empty());
+        assert_eq!(a.stats().steal_rounds_failed, 1);
+        assert_eq!(a.poll_timeout(), Some(t1 + DEFAULT_STEAL_BACKOFF));
+    }
+
+    #[test]
+    fn overloaded_agent_gives_work_then_holds_it_down() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        a.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        a.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        let steal = Message::WorkSteal {
+            id: MessageId(9),
+            origin: peer("b"),
+            source: peer("b"),
+            source_host: host("b"),
+            source_profile: NodeProfile::idle(1.0, 1 << 30),
+            ttl: 3,
+            tier: LatencyTier::Local,
+        };
+        a.handle_message(t0, peer("b"), steal.clone());
+        let actions = drain(&mut a);
+        let [Action::Migrate {
+            id,
+            entities,
+            to_host,
+            ..
+        }, Action::Send {
+            message: Message::StealAccepted { migration, .. },
+            ..
+        }] = actions.as_slice()
+        else {
+            panic!("migrate and accept expected, got {actions:?}");
+        };
+        assert_eq!((id, entities.len(), to_host), (migration, 1, &host("b")));
+        // The same packet again (a duplicate) is not acted on twice: it is passed on.
+        a.handle_message(t0, peer("b"), steal);
+        assert!(drain(&mut a).iter().all(|x| matches!(
+            x,
+            Action::Send {
+                message: Message::StealExhausted { .. },
+                ..
+            }
+        )));
+        a.handle_migration_outcome(
+            t0 + Duration::from_secs(1),
+            *id,
+            MigrationOutcome::Completed,
+        );
+        let actions = drain(&mut a);
+        assert!(matches!(
+            actions.as_slice(),
+            [Action::Send {
+                message: Message::MigrationFinished {
+                    completed: true,
+                    ..
+                },
+                ..
+            }]
+        ));
+        assert_eq!(a.entities().len(), 1);
+        assert!(a.held_until(&entities[0]).is_some());
+    }
+
+    #[test]
+    fn invalid_messages_are_refused() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        a.handle_message(
+            t0,
+            peer("b"),
+            Message::WorkSteal {
+                id: MessageId(1),
+                origin: peer("b"),
+                source: peer("b"),
+                source_host: host("b"),
+                source_profile: NodeProfile::idle(f64::NAN, 0),
+                ttl: 3,
+                tier: LatencyTier::Local,
+            },
+        );
+        assert_eq!(a.stats().messages_refused, 1);
+        assert!(a.poll_action().is_none());
+    }
+}

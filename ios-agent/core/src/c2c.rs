@@ -1,0 +1,490 @@
+//! NSc2c (section 5.1 and 5.2, "Cluster-to-cluster load balancing") on the same [`Agent`]
+//! type, enabled by [`Topology::ClusterToCluster`].
+//!
+//! - **Clusters** are latency-defined: an agent's cluster is itself plus its alive peers of
+//!   the local tier. Clusters merge when a peer comes within local latency and split when
+//!   one drifts out of it or dies.
+//! - **Election**: every agent sends a [`Message::Heartbeat`] to its local peers each
+//!   heartbeat period, carrying its vote: the lowest id among itself and the local peers it
+//!   heard within the member timeout. The manager is that lowest id; a dead manager stops
+//!   sending heartbeats, drops out of everyone's alive set after the timeout, and the next
+//!   lowest id takes over with no further messages.
+//! - **Intra-cluster balancing**: the manager polls the members that vote for it
+//!   ([`Message::ProfileRequest`]) each profile period, and from the replies moves entities
+//!   from the node furthest above its share to the node furthest below, towards
+//!   `n_1 / n_2 = sum_i w_i r_{i,1} / sum_i w_i r_{i,2}` ([`crate::decision::balance`]),
+//!   one [`Message::MoveOrder`] at a time.
+//! - **Inter-cluster balancing**: managers are NSp2p peers of each other. A manager with a
+//!   lightly loaded member (and nothing to balance inside) steals work on the member's behalf
+//!   from regional, then national, then global peers; a member receiving such a packet
+//!   relays it to its manager, which compares its heaviest nodes with the packet's source
+//!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use pcm_proto::HostName;
+
+use crate::agent::{Agent, Beneficiary, Steal, Topology};
+use crate::decision::{self, NodeView};
+use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES};
+use crate::model::{EntityId, EntityProfile, NodeProfile};
+use crate::tier::{LatencyTier, PeerId};
+
+#[derive(Debug)]
+struct Heard {
+    at: Instant,
+    vote: PeerId,
+}
+
+#[derive(Debug)]
+struct View {
+    host: HostName,
+    node: NodeProfile,
+    entities: Vec<EntityProfile>,
+    at: Instant,
+}
+
+/// A move order as received.
+#[derive(Debug)]
+pub(crate) struct Order {
+    pub(crate) migration: MigrationId,
+    pub(crate) entities: Vec<EntityId>,
+    pub(crate) to: PeerId,
+    pub(crate) to_host: HostName,
+    pub(crate) notify: PeerId,
+}
+
+/// NSc2c state of one agent.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    heard: HashMap<PeerId, Heard>,
+    manager: PeerId,
+    next_heartbeat: Instant,
+    next_poll: Instant,
+    poll: Option<MessageId>,
+    views: HashMap<PeerId, View>,
+    pending_order: Option<(MigrationId, Instant)>,
+    balancing: bool,
+}
+
+impl Cluster {
+    pub(crate) fn new(me: PeerId, now: Instant) -> Self {
+        Cluster {
+            heard: HashMap::new(),
+            manager: me,
+            next_heartbeat: now,
+            next_poll: now,
+            poll: None,
+            views: HashMap::new(),
+            pending_order: None,
+            balancing: false,
+        }
+    }
+}
+
+impl Agent {
+    fn c2c(&self) -> bool {
+        self.config.topology == Topology::ClusterToCluster
+    }
+
+    /// NSc2c: the manager of this agent's cluster as this agent sees it (`None` in NSp2p).
+    pub fn manager(&self) -> Option<&PeerId> {
+        self.c2c().then_some(&self.cluster.manager)
+    }
+
+    /// NSc2c: whether this agent is its cluster's manager.
+    pub fn is_manager(&self) -> bool {
+        self.c2c() && self.cluster.manager == self.me
+    }
+
+    /// NSc2c: the alive local peers that vote for this agent as manager, sorted.
+    pub fn cluster_members(&self, now: Instant) -> Vec<&PeerId> {
+        let mut v: Vec<&PeerId> = self
+            .cluster
+            .heard
+            .iter()
+            .filter(|(p, h)| h.vote == self.me && self.alive(now, p, h))
+            .map(|(p, _)| p)
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn alive(&self, now: Instant, peer: &PeerId, h: &Heard) -> bool {
+        now < h.at + self.config.member_timeout && self.peers.tier(peer) == Some(LatencyTier::Local)
+    }
+
+    fn elect(&mut self, now: Instant) {
+        let mut manager = self.me.clone();
+        for (p, h) in &self.cluster.heard {
+            if self.alive(now, p, h) && *p < manager {
+                manager = p.clone();
+            }
+        }
+        if manager != self.cluster.manager {
+            tracing::info!(agent = %self.me, old = %self.cluster.manager, new = %manager, "cluster manager changed");
+            self.stats.manager_changes += 1;
+            self.cluster.manager = manager;
+            self.cluster.views.clear();
+            self.cluster.poll = None;
+            self.cluster.pending_order = None;
+        }
+    }
+
+    pub(crate) fn c2c_peers_changed(&mut self, now: Instant) {
+        if !self.c2c() {
+            return;
+        }
+        let peers = &self.peers;
+        self.cluster.heard.retain(|p, _| peers.get(p).is_some());
+        self.cluster.views.retain(|p, _| peers.get(p).is_some());
+        self.elect(now);
+    }
+
+    pub(crate) fn cluster_forget(&mut self, peer: &PeerId) {
+        self.cluster.heard.remove(peer);
+        self.cluster.views.remove(peer);
+    }
+
+    pub(crate) fn c2c_timeout(&self) -> Option<Instant> {
+        if !self.c2c() {
+            return None;
+        }
+        let mut t = self.cluster.next_heartbeat;
+        if self.is_manager() {
+            t = t.min(self.cluster.next_poll);
+        }
+        if let Some((_, deadline)) = self.cluster.pending_order {
+            t = t.min(deadline);
+        }
+        // The earliest moment a member (or the manager) may be declared dead.
+        if let Some(at) = self.cluster.heard.values().map(|h| h.at).min() {
+            t = t.min(at + self.config.member_timeout);
+        }
+        Some(t)
+    }
+
+    pub(crate) fn c2c_tick(&mut self, now: Instant) {
+        if !self.c2c() {
+            return;
+        }
+        let timeout = self.config.member_timeout;
+        self.cluster.heard.retain(|_, h| now < h.at + timeout);
+        self.elect(now);
+        if self
+            .cluster
+            .pending_order
+            .is_some_and(|(_, deadline)| now >= deadline)
+        {
+            self.cluster.pending_order = None;
+        }
+        if now >= self.cluster.next_heartbeat {
+            self.cluster.next_heartbeat = now + self.config.heartbeat_period;
+            let locals: Vec<PeerId> = self
+                .peers
+                .in_tier(LatencyTier::Local)
+                .into_iter()
+                .cloned()
+                .collect();
+            for to in locals {
+                let id = MessageId(self.fresh_id());
+                let manager = self.cluster.manager.clone();
+                self.send(to, Message::Heartbeat { id, manager });
+            }
+        }
+        if self.is_manager() && now >= self.cluster.next_poll {
+            self.cluster.next_poll = now + self.config.profile_period;
+            self.balance_cluster(now);
+            let id = MessageId(self.fresh_id());
+            self.cluster.poll = Some(id);
+            let members: Vec<PeerId> = self.cluster_members(now).into_iter().cloned().collect();
+            for to in members {
+                self.send(to, Message::ProfileRequest { id });
+            }
+        }
+    }
+
+    pub(crate) fn on_heartbeat(&mut self, now: Instant, from: PeerId, vote: PeerId) {
+        if !self.c2c() || self.peers.tier(&from) != Some(LatencyTier::Local) {
+            return;
+        }
+        self.cluster.heard.insert(from, Heard { at: now, vote });
+        self.elect(now);
+    }
+
+    pub(crate) fn on_profile_request(&mut self, from: PeerId, id: MessageId) {
+        if !self.c2c() || from != self.cluster.manager || from == self.me {
+            self.stats.messages_refused += 1;
+            return;
+        }
+        let Some(node) = self.node else { return };
+        let mut entities = self.entities.clone();
+        entities.truncate(MAX_ENTITIES);
+        let host = self.host.clone();
+        self.send(
+            from,
+            Message::ProfileReply {
+                id,
+                host,
+                node,
+                entities,
+            },
+        );
+    }
+
+    pub(crate) fn on_profile_reply(
+        &mut self,
+        now: Instant,
+        from: PeerId,
+        id: MessageId,
+        host: HostName,
+        node: NodeProfile,
+        entities: Vec<EntityProfile>,
+    ) {
+        let member = self
+            .cluster
+            .heard
+            .get(&from)
+            .is_some_and(|h| h.vote == self.me);
+        if !self.is_manager() || self.cluster.poll != Some(id) || !member {
+            self.stats.messages_refused += 1;
+            return;
+        }
+        self.cluster.views.insert(
+            from,
+            View {
+                host,
+                node,
+                entities,
+                at: now,
+            },
+        );
+    }
+
+    /// A manager's order. Obeyed only if it comes from this agent's manager and names this
+    /// node's own entities, all eligible to move: the network can only ask for registered
+    /// processes to move, never name a program.
+    pub(crate) fn on_move_order(&mut self, now: Instant, from: PeerId, order: Order) {
+        let from_manager = self.c2c() && from == self.cluster.manager && from != self.me;
+        let policy = self.policy(now);
+        let own = order.entities.iter().all(|id| {
+            self.entities
+                .iter()
+                .any(|e| &e.id == id && policy.eligible(e))
+        });
+        if !from_manager {
+            tracing::warn!(agent = %self.me, %from, "move order from a non-manager refused");
+            self.stats.messages_refused += 1;
+            return;
+        }
+        if !own || self.is_migrating() || order.to == self.me {
+            self.stats.messages_refused += 1;
+            self.send(
+                order.notify,
+                Message::MigrationFinished {
+                    migration: order.migration,
+                    completed: false,
+                },
+            );
+            return;
+        }
+        let to = Beneficiary {
+            peer: order.to,
+            host: order.to_host,
+            profile: NodeProfile::idle(1.0, 0),
+        };
+        self.start_migration(
+            now,
+            order.migration,
+            order.entities,
+            &to,
+            Some(order.notify),
+        );
+    }
+
+    pub(crate) fn c2c_order_finished(&mut self, migration: MigrationId) {
+        if self
+            .cluster
+            .pending_order
+            .is_some_and(|(m, _)| m == migration)
+        {
+            self.cluster.pending_order = None;
+        }
+    }
+
+    /// The manager's fresh views of its cluster, its own node first.
+    fn views(&self, now: Instant) -> Vec<(PeerId, HostName, NodeProfile, &[EntityProfile])> {
+        let mut out = Vec::new();
+        if let Some(node) = self.node {
+            out.push((self.me.clone(), self.host.clone(), node, &self.entities[..]));
+        }
+        let fresh = self.config.profile_period * 2;
+        let mut members: Vec<(&PeerId, &View)> = self
+            .cluster
+            .views
+            .iter()
+            .filter(|(p, v)| {
+                now <= v.at + fresh
+                    && self
+                        .cluster
+                        .heard
+                        .get(*p)
+                        .is_some_and(|h| h.vote == self.me)
+            })
+            .collect();
+        members.sort_by(|a, b| a.0.cmp(b.0));
+        for (p, v) in members {
+            out.push((p.clone(), v.host.clone(), v.node, &v.entities[..]));
+        }
+        out
+    }
+
+    /// The member with the most idle capacity, if it is lightly loaded and nothing is being
+    /// balanced inside the cluster: the beneficiary of the manager's work steals.
+    pub(crate) fn lightest_member(&self, now: Instant) -> Option<Beneficiary> {
+        if !self.is_manager() || self.cluster.pending_order.is_some() || self.cluster.balancing {
+            return None;
+        }
+        self.views(now)
+            .into_iter()
+            .filter(|v| v.2.is_lightly_loaded(self.config.light_threshold))
+            .max_by(|a, b| {
+                (a.2.free_cores() * a.2.speed)
+                    .total_cmp(&(b.2.free_cores() * b.2.speed))
+                    .then(b.0.cmp(&a.0))
+            })
+            .map(|(peer, host, profile, _)| Beneficiary {
+                peer,
+                host,
+                profile,
+            })
+    }
+
+    /// One step of intra-cluster balancing (manager only, one order at a time).
+    fn balance_cluster(&mut self, now: Instant) {
+        self.cluster.balancing = false;
+        if self.cluster.pending_order.is_some() || self.is_migrating() {
+            return;
+        }
+        let views = self.views(now);
+        if views.len() < 2 {
+            return;
+        }
+        let nodes: Vec<NodeView<'_>> = views
+            .iter()
+            .map(|v| NodeView {
+                node: &v.2,
+                entities: v.3,
+            })
+            .collect();
+        let Some((from, to, plan)) = decision::balance(&self.policy(now), &nodes) else {
+            return;
+        };
+        let from_peer = views[from].0.clone();
+        let target = Beneficiary {
+            peer: views[to].0.clone(),
+            host: views[to].1.clone(),
+            profile: views[to].2,
+        };
+        drop(nodes);
+        drop(views);
+        tracing::info!(agent = %self.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
+        self.cluster.balancing = true;
+        let me = self.me.clone();
+        self.order(now, from_peer, plan.entities, target, me);
+    }
+
+    /// Orders `entities` on `member` to move to `to`, or starts the move if `member` is this
+    /// agent. Returns the migration id.
+    fn order(
+        &mut self,
+        now: Instant,
+        member: PeerId,
+        entities: Vec<EntityId>,
+        to: Beneficiary,
+        notify: PeerId,
+    ) -> MigrationId {
+        let migration = MigrationId(self.fresh_id());
+        if notify == self.me {
+            self.cluster.pending_order = Some((migration, now + self.config.migration_timeout));
+        }
+        if member == self.me {
+            self.start_migration(now, migration, entities, &to, Some(notify));
+        } else {
+            for e in &entities {
+                self.held.insert(e.clone(), now + self.config.hold_down);
+            }
+            self.send(
+                member,
+                Message::MoveOrder {
+                    migration,
+                    entities,
+                    to: to.peer,
+                    to_host: to.host,
+                    notify,
+                },
+            );
+        }
+        migration
+    }
+
+    pub(crate) fn c2c_work_steal(
+        &mut self,
+        now: Instant,
+        from: PeerId,
+        steal: Steal,
+        first_time: bool,
+    ) {
+        if !self.is_manager() {
+            // Members relay to their manager: managers are the peers of the inter-cluster
+            // network.
+            let manager = self.cluster.manager.clone();
+            let next = (manager != from && manager != steal.origin).then_some(manager);
+            self.stats.steals_forwarded += u64::from(next.is_some());
+            self.pass_on(steal, next);
+            return;
+        }
+        if first_time && self.cluster.pending_order.is_none() && !self.is_migrating() {
+            // Heaviest node first: the one with the least idle capacity.
+            let mut views = self.views(now);
+            views.retain(|v| v.0 != steal.source.peer);
+            views.sort_by(|a, b| {
+                (a.2.free_cores() * a.2.speed).total_cmp(&(b.2.free_cores() * b.2.speed))
+            });
+            let policy = self.policy(now);
+            let found = views.iter().find_map(|v| {
+                decision::select(
+                    &policy,
+                    &v.2,
+                    v.3,
+                    &steal.source.profile,
+                    self.config.max_group,
+                )
+                .map(|plan| (v.0.clone(), plan))
+            });
+            drop(views);
+            if let Some((member, plan)) = found {
+                tracing::info!(agent = %self.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
+                let migration = self.order(
+                    now,
+                    member,
+                    plan.entities.clone(),
+                    steal.source.clone(),
+                    steal.origin.clone(),
+                );
+                self.send(
+                    steal.origin,
+                    Message::StealAccepted {
+                        id: steal.id,
+                        migration,
+                        entities: plan.entities,
+                    },
+                );
+                return;
+            }
+        }
+        let tier = steal.tier.max(LatencyTier::Regional);
+        self.forward(from, steal, tier);
+    }
+}
