@@ -77,10 +77,12 @@
 mod daemon;
 mod error;
 mod ffi;
+mod hosts;
 mod reconfig;
 mod schedule;
 mod store;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
@@ -91,6 +93,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
 pub use error::PcmError;
+pub use hosts::HOSTFILE_ENV;
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
@@ -166,6 +169,8 @@ pub(crate) struct JobContext {
     schedule: Schedule,
     migrations: u64,
     check_period: Duration,
+    /// Hosts a replacement may be spawned on (see the `hosts` module).
+    hosts: BTreeSet<HostName>,
 }
 
 /// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
@@ -185,6 +190,8 @@ pub struct Pcm {
     cadence: Option<Cadence>,
     daemon: Option<DaemonLink>,
     host: HostName,
+    /// Host of each rank of the world, by rank.
+    rank_hosts: Vec<HostName>,
     last_outcome: Option<Outcome>,
     exit_without_sync: bool,
     universe: Universe,
@@ -226,6 +233,7 @@ impl Pcm {
         let schedule = Schedule::from_env()?;
         let check_period = schedule::check_period_from_env()?;
         let job = agree_on_job_id(&world, &app);
+        let (hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
         let now = Instant::now();
         let mut pcm = Pcm {
             world,
@@ -238,6 +246,7 @@ impl Pcm {
                 schedule,
                 migrations: 0,
                 check_period,
+                hosts,
             },
             rank,
             size,
@@ -247,6 +256,7 @@ impl Pcm {
             cadence: (rank == 0).then(|| Cadence::new(check_period, now, 0)),
             daemon: None,
             host,
+            rank_hosts,
             last_outcome: None,
             exit_without_sync,
             universe,
@@ -317,6 +327,11 @@ impl Pcm {
     /// Host this process runs on.
     pub fn host(&self) -> &HostName {
         &self.host
+    }
+
+    /// Host of every rank of the world, by rank (kept current across reconfigurations).
+    pub fn rank_hosts(&self) -> &[HostName] {
+        &self.rank_hosts
     }
 
     /// Whether the link to the node's pcmd is up.
@@ -402,7 +417,7 @@ impl Pcm {
         } else {
             return Ok(Status::Continue);
         };
-        match reconfig::validate(plan, self.size) {
+        match reconfig::validate(plan, self.size, &self.job.hosts) {
             Ok(plan) => {
                 let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
                 self.pending = Some(plan);
@@ -575,6 +590,30 @@ fn agree_on_job_id(world: &SimpleCommunicator, app: &AppName) -> JobId {
     name.push_str(&format!("-{:012x}", stamp & 0xffff_ffff_ffff));
     JobId::new(name)
         .unwrap_or_else(|_| JobId::new(format!("job-{stamp:016x}")).expect("hex is a valid id"))
+}
+
+/// Rank 0 reads the hostfile and broadcasts it (or its error, so that every rank fails
+/// alike); every rank adds the hosts the ranks run on. Returns the allowed hosts and the
+/// host of each rank.
+fn agree_on_hosts(
+    world: &SimpleCommunicator,
+    host: &HostName,
+) -> Result<(BTreeSet<HostName>, Vec<HostName>), PcmError> {
+    let from_file = (world.rank() == 0).then(|| {
+        let result = hosts::hostfile_from_env().map_err(|e| e.to_string());
+        encode_cbor(&result)
+    });
+    let bytes = reconfig::broadcast_bytes(world, 0, from_file);
+    let result: Result<BTreeSet<HostName>, String> =
+        ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
+    let mut hosts = result.map_err(|reason| PcmError::Config {
+        variable: "hostfile",
+        value: String::new(),
+        reason,
+    })?;
+    let rank_hosts = reconfig::exchange_hosts(world, host);
+    hosts.extend(rank_hosts.iter().cloned());
+    Ok((hosts, rank_hosts))
 }
 
 fn local_host_name() -> HostName {

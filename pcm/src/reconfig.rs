@@ -45,8 +45,22 @@ struct Handover {
     plan: Plan,
 }
 
+/// Host of each rank of the new world: a moved rank is where its replacement runs, every
+/// other rank where it was. `merged_hosts` lists the parents, then the children.
+fn new_placement(plan: &Plan, parents: usize, merged_hosts: &[HostName]) -> Vec<HostName> {
+    let mut placement = merged_hosts[..parents].to_vec();
+    for (j, m) in plan.moves.iter().enumerate() {
+        placement[m.rank.0 as usize] = merged_hosts[parents + j].clone();
+    }
+    placement
+}
+
 /// Checks a plan against the job: returns it sorted, or the reason to refuse it.
-pub(crate) fn validate(mut plan: Plan, size: u32) -> Result<Plan, (Plan, String)> {
+pub(crate) fn validate(
+    mut plan: Plan,
+    size: u32,
+    hosts: &BTreeSet<HostName>,
+) -> Result<Plan, (Plan, String)> {
     if plan.moves.is_empty() {
         return Err((plan, "the request moves no rank".into()));
     }
@@ -61,6 +75,19 @@ pub(crate) fn validate(mut plan: Plan, size: u32) -> Result<Plan, (Plan, String)
     let distinct: BTreeSet<Rank> = plan.moves.iter().map(|m| m.rank).collect();
     if distinct.len() != plan.moves.len() {
         return Err((plan, "a rank appears more than once in the request".into()));
+    }
+    if let Some(unknown) = plan
+        .moves
+        .iter()
+        .filter_map(|m| m.to.as_ref())
+        .find(|h| !hosts.contains(*h))
+    {
+        let known: Vec<&str> = hosts.iter().map(HostName::as_str).collect();
+        let reason = format!(
+            "host {unknown} is not in the job's allocation (known: {}); list it in the hostfile given to mpirun and name that file in PCM_HOSTFILE",
+            known.join(", ")
+        );
+        return Err((plan, reason));
     }
     plan.moves.sort_by_key(|m| m.rank);
     Ok(plan)
@@ -172,6 +199,8 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
     // 4. Placement and timings.
     let placed_hosts = exchange_hosts(&merged, &pcm.host);
+    pcm.job.hosts.extend(placed_hosts.iter().cloned());
+    pcm.rank_hosts = new_placement(&plan, size as usize, &placed_hosts);
     let timings = agree_on_timings(&merged, [spawn_us, merge_us, transfer_us, state_bytes]);
 
     // 5. Split; 6. release.
@@ -264,7 +293,10 @@ pub(crate) fn join_as_replacement(
         .rank
         .0;
     let store = receive_state(&merged, rank as i32)?;
-    exchange_hosts(&merged, &host);
+    let mut job = handover.job;
+    let merged_hosts = exchange_hosts(&merged, &host);
+    let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
+    job.hosts.extend(merged_hosts);
     agree_on_timings(&merged, [0; 4]);
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)
@@ -272,20 +304,21 @@ pub(crate) fn join_as_replacement(
     drop(merged);
     drop(parent);
 
-    let iteration = handover.job.iteration;
+    let iteration = job.iteration;
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
         store,
         cadence: (rank == 0)
-            .then(|| crate::Cadence::new(handover.job.check_period, Instant::now(), iteration)),
-        job: handover.job,
+            .then(|| crate::Cadence::new(job.check_period, Instant::now(), iteration)),
+        job,
         rank,
         origin: ProcessStatus::Replacement { rank, iteration },
         resume_pending: true,
         pending: None,
         daemon: None,
         host,
+        rank_hosts,
         last_outcome: None,
         exit_without_sync,
         universe,
@@ -336,7 +369,7 @@ fn receive_state(comm: &SimpleCommunicator, from: i32) -> Result<Store, PcmError
 }
 
 /// Every process of `comm` learns every other's host name, in rank order.
-fn exchange_hosts(comm: &SimpleCommunicator, host: &HostName) -> Vec<HostName> {
+pub(crate) fn exchange_hosts(comm: &SimpleCommunicator, host: &HostName) -> Vec<HostName> {
     let mut mine = [0u8; HOST_SLOT];
     let bytes = host.as_str().as_bytes();
     mine[..bytes.len().min(HOST_SLOT)].copy_from_slice(&bytes[..bytes.len().min(HOST_SLOT)]);

@@ -22,6 +22,9 @@ pub struct Report {
     /// Migrations performed (instrumented runs only; omitted when `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrations: Option<u64>,
+    /// Host of each rank at the end, by rank (instrumented runs only; omitted when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
 }
 
 impl Report {
@@ -56,6 +59,7 @@ mod tests {
             rows: 8,
             cols: 9,
             migrations,
+            hosts: None,
         }
     }
 

@@ -69,6 +69,7 @@ fn run(world: &SimpleCommunicator) -> ExitCode {
             rows: args.rows,
             cols: args.cols,
             migrations: None,
+            hosts: None,
         };
         if let Err(e) = report.print() {
             eprintln!("heat2d-plain: writing the report: {e}");

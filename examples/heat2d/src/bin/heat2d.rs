@@ -102,6 +102,7 @@ fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
             rows: args.rows,
             cols: args.cols,
             migrations: Some(pcm.migrations()),
+            hosts: Some(pcm.rank_hosts().iter().map(ToString::to_string).collect()),
         };
         if let Err(e) = report.print() {
             eprintln!("heat2d: writing the report: {e}");

@@ -1,0 +1,72 @@
+//! Which hosts a replacement may be spawned on.
+//!
+//! Open MPI can only spawn onto hosts of the job's allocation, and a spawn onto any other
+//! host does not fail cleanly: it hangs the job. So PCM refuses such moves itself. The
+//! allocation it knows is the hosts of the job's ranks plus the hostfile given to `mpirun`,
+//! which ranks cannot see unless it is named in the environment: `PCM_HOSTFILE`, or Open
+//! MPI's own `OMPI_MCA_orte_default_hostfile` (the environment form of `--hostfile`).
+
+use std::collections::BTreeSet;
+
+use pcm_proto::HostName;
+
+use crate::error::PcmError;
+
+/// Environment variable naming the hostfile given to `mpirun`.
+pub const HOSTFILE_ENV: &str = "PCM_HOSTFILE";
+/// Open MPI's environment form of `mpirun --hostfile`.
+const OMPI_HOSTFILE_ENV: &str = "OMPI_MCA_orte_default_hostfile";
+
+/// Reads the hostfile named in the environment, if any: `(variable, hosts)`.
+pub(crate) fn hostfile_from_env() -> Result<BTreeSet<HostName>, PcmError> {
+    let Some((variable, path)) = [HOSTFILE_ENV, OMPI_HOSTFILE_ENV].into_iter().find_map(|v| {
+        std::env::var(v)
+            .ok()
+            .filter(|p| !p.is_empty())
+            .map(|p| (v, p))
+    }) else {
+        return Ok(BTreeSet::new());
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| PcmError::Config {
+        variable,
+        value: path.clone(),
+        reason: format!("cannot read the hostfile: {e}"),
+    })?;
+    parse_hostfile(&text).map_err(|reason| PcmError::Config {
+        variable,
+        value: path,
+        reason,
+    })
+}
+
+/// Parses Open MPI's hostfile syntax: one host per line, then options such as `slots=4`;
+/// `#` starts a comment.
+pub(crate) fn parse_hostfile(text: &str) -> Result<BTreeSet<HostName>, String> {
+    let mut hosts = BTreeSet::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let host = HostName::new(name).map_err(|e| format!("line {}: {e}", number + 1))?;
+        hosts.insert(host);
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostfile_syntax() {
+        let hosts =
+            parse_hostfile("# pool\nnode-a slots=2\n\n  node-b   max_slots=4 # fast\nnode-a\n")
+                .unwrap();
+        let names: Vec<&str> = hosts.iter().map(HostName::as_str).collect();
+        assert_eq!(names, ["node-a", "node-b"]);
+        assert!(parse_hostfile("bad/host slots=1")
+            .unwrap_err()
+            .contains("line 1"));
+    }
+}
