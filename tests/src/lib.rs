@@ -1,1 +1,341 @@
-//! mpi-ios-tests (work in progress).
+//! Harness for the end-to-end tests: runs the project's release binaries under `mpirun`
+//! with the documented Open MPI settings, with a deadline on every run and a guard that
+//! kills the whole process group it started (mpirun, its daemons, every rank, spawned
+//! replacements included) if a test fails or times out.
+//!
+//! The binaries must be built first (`cargo build --release --bins`, which `scripts/test.sh`
+//! does); tests find them next to the test executable's profile directory.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::Deserialize;
+
+/// Open MPI settings every PCM job needs (see the README): run as root in CI, allow spawning
+/// beyond the slots, let a departing process leave at once, and stop co-located ranks from
+/// burning each other's CPU while they wait.
+pub const OMPI_ENV: &[(&str, &str)] = &[
+    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+    ("OMPI_MCA_orte_allowed_exit_without_sync", "1"),
+    ("OMPI_MCA_mpi_yield_when_idle", "1"),
+    ("OMPI_MCA_btl", "self,vader,tcp"),
+];
+
+/// Directory holding the project's binaries of the profile the tests were built with.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+/// Path of one of the project's binaries; panics with the command to build it.
+pub fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (cargo build --release --bins, or scripts/test.sh)",
+        path.display()
+    );
+    path
+}
+
+static MPI_JOBS: Mutex<()> = Mutex::new(());
+
+/// Runs one MPI job at a time: the machine has two cores, and parallel jobs would only
+/// make every deadline meaningless.
+pub fn mpi_lock() -> MutexGuard<'static, ()> {
+    MPI_JOBS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A started process group, killed on drop.
+#[derive(Debug)]
+pub struct Group {
+    child: Child,
+    /// Where stdout goes.
+    pub stdout: PathBuf,
+    /// Where stderr goes.
+    pub stderr: PathBuf,
+    /// The command, for messages.
+    pub what: String,
+}
+
+impl Group {
+    /// Starts `command` in a new process group with output to files in `dir`.
+    pub fn start(mut command: Command, dir: &Path, label: &str) -> Group {
+        use std::os::unix::process::CommandExt;
+        let stdout = dir.join(format!("{label}.out"));
+        let stderr = dir.join(format!("{label}.err"));
+        let what = format!("{command:?}");
+        command
+            .stdin(Stdio::null())
+            .stdout(File::create(&stdout).unwrap())
+            .stderr(File::create(&stderr).unwrap())
+            .process_group(0);
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        Group {
+            child,
+            stdout,
+            stderr,
+            what,
+        }
+    }
+
+    /// Process id of the group leader.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the leader to exit, at most `timeout`; on timeout kills the group and panics
+    /// with its output.
+    pub fn wait(mut self, timeout: Duration) -> Finished {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let finished = Finished {
+                    code: status.code(),
+                    stdout: std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+                    stderr: std::fs::read_to_string(&self.stderr).unwrap_or_default(),
+                };
+                // Stragglers of the group (a lingering rank) must not outlive the test.
+                self.kill();
+                return finished;
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!(
+                    "{} did not finish within {timeout:?}\n--- stdout\n{}\n--- stderr\n{}",
+                    self.what,
+                    std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the leader is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the whole group.
+    pub fn kill(&mut self) {
+        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// What the group printed to stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        } else {
+            let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// Exit code of mpirun (None if killed by a signal).
+    pub code: Option<i32>,
+    /// Everything printed on stdout.
+    pub stdout: String,
+    /// Everything printed on stderr.
+    pub stderr: String,
+}
+
+impl Finished {
+    /// The JSON report rank 0 prints as its last stdout line; panics with the output if the
+    /// run failed or printed none.
+    pub fn report(&self) -> Report {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "run failed\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout,
+            self.stderr
+        );
+        let last = self.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_else(|| {
+            panic!("no report printed\n--- stderr\n{}", self.stderr)
+        });
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("last stdout line is not a report ({e}): {last}"))
+    }
+}
+
+/// The heat2d report (the fields the tests read).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Report {
+    /// Hex digest of the final grid.
+    pub checksum: String,
+    /// Iterations run.
+    pub iterations: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Migrations (instrumented runs).
+    pub migrations: Option<u64>,
+    /// Host of each rank at the end (instrumented runs).
+    pub hosts: Option<Vec<String>>,
+}
+
+/// An mpirun invocation of one of the project's binaries.
+#[derive(Debug, Clone)]
+pub struct MpiJob {
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Binary name (in [`bin_dir`]).
+    pub program: String,
+    /// Program arguments.
+    pub args: Vec<String>,
+    /// Extra environment, exported to the ranks with `-x`.
+    pub env: BTreeMap<String, String>,
+    /// Extra mpirun options (before the program).
+    pub mpirun_options: Vec<String>,
+}
+
+impl MpiJob {
+    /// `mpirun -np ranks program args...`.
+    pub fn new(ranks: usize, program: &str, args: &[&str]) -> Self {
+        MpiJob {
+            ranks,
+            program: program.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: BTreeMap::new(),
+            mpirun_options: Vec::new(),
+        }
+    }
+
+    /// Adds an environment variable for every rank.
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds mpirun options.
+    pub fn mpirun_options(mut self, options: &[&str]) -> Self {
+        self.mpirun_options.extend(options.iter().map(|s| s.to_string()));
+        self
+    }
+
+    /// The mpirun command.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new("mpirun");
+        for (k, v) in OMPI_ENV {
+            command.env(k, v);
+        }
+        if !self.env.contains_key("PCM_DAEMON") {
+            // Tests never talk to a daemon they did not start.
+            command.env("PCM_DAEMON", "none");
+        }
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        command.arg("-np").arg(self.ranks.to_string());
+        for k in self.env.keys() {
+            command.arg("-x").arg(k);
+        }
+        command.arg("-x").arg("PCM_DAEMON");
+        command.args(&self.mpirun_options);
+        command.arg(bin(&self.program)).args(&self.args);
+        command
+    }
+
+    /// Starts the job in `dir`.
+    pub fn start(&self, dir: &Path, label: &str) -> Group {
+        Group::start(self.command(), dir, label)
+    }
+
+    /// Runs the job to completion within `timeout`.
+    pub fn run(&self, timeout: Duration) -> Finished {
+        let dir = tempfile::tempdir().unwrap();
+        self.start(dir.path(), "job").wait(timeout)
+    }
+}
+
+/// A `pcmd serve` in a temp dir, killed on drop.
+#[derive(Debug)]
+pub struct Pcmd {
+    group: Option<Group>,
+    /// The socket.
+    pub socket: PathBuf,
+    /// The value for `PCM_DAEMON` that makes ranks find this daemon.
+    pub daemon_env: String,
+    /// Temp dir holding the socket and the log.
+    pub dir: tempfile::TempDir,
+}
+
+impl Pcmd {
+    /// Starts a daemon for this host and waits until it accepts connections.
+    pub fn start() -> Pcmd {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon_env = dir.path().join("{host}.sock").display().to_string();
+        let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        let socket = PathBuf::from(daemon_env.replace("{host}", &host));
+        let mut command = Command::new(bin("pcmd"));
+        command.arg("--socket").arg(&socket).arg("serve").env("RUST_LOG", "debug");
+        let group = Group::start(command, dir.path(), "pcmd");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "pcmd did not start: {}", group.stderr_so_far());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Pcmd {
+            group: Some(group),
+            socket,
+            daemon_env,
+            dir,
+        }
+    }
+
+    /// Runs the pcmd CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut command = Command::new(bin("pcmd"));
+        command.arg("--socket").arg(&self.socket).args(args);
+        let dir = self.dir.path();
+        let group = Group::start(command, dir, "cli");
+        let finished = group.wait(Duration::from_secs(60));
+        std::process::Output {
+            status: std::os::unix::process::ExitStatusExt::from_raw(finished.code.unwrap_or(1) << 8),
+            stdout: finished.stdout.into_bytes(),
+            stderr: finished.stderr.into_bytes(),
+        }
+    }
+
+    /// Kills the daemon (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut group) = self.group.take() {
+            group.kill();
+        }
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        self.group.as_ref().map(Group::stderr_so_far).unwrap_or_default()
+    }
+}
+
+/// Waits until `condition` holds, polling, at most `timeout`; panics with `what`.
+pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
