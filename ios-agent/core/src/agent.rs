@@ -422,6 +422,11 @@ pub struct Agent {
     rng: StdRng,
     pub(crate) peers: PeerTable,
     pub(crate) node: Option<NodeProfile>,
+    /// When `node` was sampled.
+    pub(crate) node_at: Option<Instant>,
+    /// Profiles taken before this instant predate a migration that involved this agent (or
+    /// its cluster) and are not acted on.
+    pub(crate) settle_after: Option<Instant>,
     pub(crate) entities: Vec<EntityProfile>,
     actions: VecDeque<Action>,
     next_id: u64,
@@ -452,13 +457,22 @@ impl Agent {
         Ok(Agent {
             peers: PeerTable::new(config.max_peers),
             backoff: config.steal_backoff,
-            cluster: Cluster::new(me.clone(), now),
-            thief: Thief::Idle { next_round: now },
+            cluster: Cluster::new(me.clone(), now, config.heartbeat_period),
+            // In NSc2c, let one failure timeout of heartbeats settle the election before any
+            // agent steals as a manager.
+            thief: Thief::Idle {
+                next_round: match config.topology {
+                    Topology::PeerToPeer => now,
+                    Topology::ClusterToCluster => now + config.member_timeout,
+                },
+            },
             config,
             me,
             host,
             rng,
             node: None,
+            node_at: None,
+            settle_after: None,
             entities: Vec::new(),
             actions: VecDeque::new(),
             next_id,
@@ -542,9 +556,12 @@ impl Agent {
 
     /// The node's resources, sampled every [`Config::profile_period`]. Invalid profiles are
     /// dropped.
-    pub fn handle_node_profile(&mut self, _now: Instant, profile: NodeProfile) {
+    pub fn handle_node_profile(&mut self, now: Instant, profile: NodeProfile) {
         match profile.validate() {
-            Ok(()) => self.node = Some(profile),
+            Ok(()) => {
+                self.node = Some(profile);
+                self.node_at = Some(now);
+            }
             Err(e) => tracing::warn!(agent = %self.me, "node profile dropped: {e}"),
         }
     }
@@ -657,6 +674,10 @@ impl Agent {
                         Topology::ClusterToCluster => LatencyTier::Regional,
                     };
                     self.send_steal(now, b, Some(first));
+                } else {
+                    self.thief = Thief::Idle {
+                        next_round: now + self.config.steal_period,
+                    };
                 }
             }
             Thief::Stealing { deadline, .. } if now >= deadline => self.escalate(now),
@@ -743,6 +764,16 @@ impl Agent {
         }
     }
 
+    /// Whether a profile sampled at `at` was taken after the last migration settled.
+    pub(crate) fn is_fresh(&self, at: Instant) -> bool {
+        self.settle_after.is_none_or(|s| at > s)
+    }
+
+    /// Whether the node profile postdates the last migration.
+    pub(crate) fn node_is_fresh(&self) -> bool {
+        self.node_at.is_some_and(|at| self.is_fresh(at))
+    }
+
     pub(crate) fn myself(&self) -> Option<Beneficiary> {
         Some(Beneficiary {
             peer: self.me.clone(),
@@ -755,9 +786,12 @@ impl Agent {
     /// a manager). A fully loaded NSp2p pool therefore sends nothing.
     fn may_steal(&self) -> bool {
         match self.config.topology {
-            Topology::PeerToPeer => self
-                .node
-                .is_some_and(|n| n.is_lightly_loaded(self.config.light_threshold)),
+            Topology::PeerToPeer => {
+                self.node_is_fresh()
+                    && self
+                        .node
+                        .is_some_and(|n| n.is_lightly_loaded(self.config.light_threshold))
+            }
             Topology::ClusterToCluster => self.is_manager() && !self.peers.is_empty(),
         }
     }
@@ -830,11 +864,12 @@ impl Agent {
     fn on_migration_finished(&mut self, now: Instant, migration: MigrationId, completed: bool) {
         if matches!(self.thief, Thief::Receiving { migration: m, .. } if m == migration) {
             tracing::debug!(agent = %self.me, %migration, completed, "stolen work arrived");
+            self.settle_after = Some(now);
             self.thief = Thief::Idle {
                 next_round: now + self.config.steal_period,
             };
         }
-        self.c2c_order_finished(migration);
+        self.c2c_order_finished(now, migration);
     }
 
     /// Records a work-steal packet; returns whether it is new.
@@ -961,6 +996,7 @@ impl Agent {
         let Some(out) = self.outgoing.take() else {
             return;
         };
+        self.settle_after = Some(now);
         // The hold-down counts from the end of the move.
         for e in &out.entities {
             self.held.insert(e.clone(), now + self.config.hold_down);

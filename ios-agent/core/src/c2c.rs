@@ -21,7 +21,7 @@
 //!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
 
@@ -69,12 +69,13 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    pub(crate) fn new(me: PeerId, now: Instant) -> Self {
+    pub(crate) fn new(me: PeerId, now: Instant, heartbeat_period: Duration) -> Self {
         Cluster {
             heard: HashMap::new(),
             manager: me,
             next_heartbeat: now,
-            next_poll: now,
+            // Heartbeats first, so that the first poll reaches the members.
+            next_poll: now + heartbeat_period * 2,
             poll: None,
             views: HashMap::new(),
             pending_order: None,
@@ -303,20 +304,22 @@ impl Agent {
         );
     }
 
-    pub(crate) fn c2c_order_finished(&mut self, migration: MigrationId) {
+    pub(crate) fn c2c_order_finished(&mut self, now: Instant, migration: MigrationId) {
         if self
             .cluster
             .pending_order
             .is_some_and(|(m, _)| m == migration)
         {
             self.cluster.pending_order = None;
+            // Views taken before the move are stale.
+            self.settle_after = Some(now);
         }
     }
 
     /// The manager's fresh views of its cluster, its own node first.
     fn views(&self, now: Instant) -> Vec<(PeerId, HostName, NodeProfile, &[EntityProfile])> {
         let mut out = Vec::new();
-        if let Some(node) = self.node {
+        if let Some(node) = self.node.filter(|_| self.node_is_fresh()) {
             out.push((self.me.clone(), self.host.clone(), node, &self.entities[..]));
         }
         let fresh = self.config.profile_period * 2;
@@ -326,6 +329,7 @@ impl Agent {
             .iter()
             .filter(|(p, v)| {
                 now <= v.at + fresh
+                    && self.is_fresh(v.at)
                     && self
                         .cluster
                         .heard

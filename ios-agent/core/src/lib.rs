@@ -6,3 +6,5 @@ pub mod message;
 pub mod model;
 pub mod tier;
 pub use agent::Agent;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;

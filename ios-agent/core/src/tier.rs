@@ -192,10 +192,10 @@ impl PeerTable {
         self.peers.remove(peer).is_some()
     }
 
-    /// Forgets peers not heard from since `deadline`; returns how many.
+    /// Forgets peers last heard from at or before `deadline`; returns how many.
     pub fn expire(&mut self, deadline: Instant) -> usize {
         let before = self.peers.len();
-        self.peers.retain(|_, info| info.last_seen >= deadline);
+        self.peers.retain(|_, info| info.last_seen > deadline);
         before - self.peers.len()
     }
 
@@ -311,7 +311,7 @@ mod tests {
             table.in_tier(LatencyTier::Local),
             vec![&peer("a"), &peer("c")]
         );
-        assert_eq!(table.expire(t0 + ms(3)), 1);
+        assert_eq!(table.expire(t0 + ms(2)), 1);
         assert!(table.remove(&peer("c")));
         assert!(table.is_empty());
     }

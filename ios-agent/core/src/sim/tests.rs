@@ -1,0 +1,360 @@
+//! Multi-agent scenarios. A failing one is replayed by its seed.
+
+use std::time::Duration;
+
+use super::{NodeSpec, Sim};
+use crate::agent::{Config, Topology};
+use crate::message::Message;
+use crate::tier::LatencyTier;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn work_steals_from(sim: &Sim, node: usize) -> Vec<LatencyTier> {
+    sim.sent()
+        .iter()
+        .filter(|r| r.from == node)
+        .filter_map(|r| match &r.message {
+            Message::WorkSteal { origin, tier, .. } if origin == sim.agent(node).id() => {
+                Some(*tier)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn given_all_nodes_loaded_then_no_packets_are_sent() {
+    let mut sim = Sim::new(1, Config::default());
+    for i in 0..5 {
+        let n = sim.add_node(NodeSpec::new(2.0));
+        sim.add_entity(n, "heat", 2 * i, 1 << 20);
+        sim.add_entity(n, "heat", 2 * i + 1, 1 << 20);
+    }
+    sim.set_rtt(0, 4, ms(300));
+    sim.set_rtt(1, 3, ms(60));
+    sim.run_for(secs(600));
+    assert!(
+        sim.sent().is_empty(),
+        "sent: {:?}",
+        &sim.sent()[..sim.sent().len().min(5)]
+    );
+    assert!(sim.migrations().is_empty());
+}
+
+#[test]
+fn given_a_newly_joined_idle_node_then_work_steal_finds_it() {
+    let mut sim = Sim::new(7, Config::default());
+    let n0 = sim.add_node(NodeSpec::new(1.0));
+    let n1 = sim.add_node(NodeSpec::new(1.0));
+    let n2 = sim.add_node(NodeSpec::new(1.0));
+    sim.add_entity(n0, "heat", 0, 4 << 20);
+    sim.add_entity(n0, "heat", 1, 4 << 20);
+    sim.add_entity(n1, "heat", 2, 4 << 20);
+    sim.add_entity(n2, "heat", 3, 4 << 20);
+    // n0 is overloaded, but nobody is lightly loaded: nothing is sent.
+    sim.run_for(secs(30));
+    assert!(sim.sent().is_empty());
+    let n3 = sim.add_node(NodeSpec::new(1.0));
+    sim.run_for(secs(60));
+    let moves = sim.migrations();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!((moves[0].from, moves[0].to), (n0, n3));
+    assert_eq!([sim.count_on(n0), sim.count_on(n3)], [1, 1]);
+    assert!(moves[0].at < secs(40), "found late: {:?}", moves[0].at);
+    // Balanced now, with every node exactly full: the pool falls silent.
+    let sent = sim.sent().len();
+    sim.run_for(secs(300));
+    assert_eq!(sim.sent().len(), sent);
+}
+
+#[test]
+fn given_no_local_giver_then_steal_escalates_through_tiers() {
+    let mut sim = Sim::new(3, Config::default());
+    let thief = sim.add_node(NodeSpec::new(1.0));
+    let local = sim.add_node(NodeSpec::new(1.0));
+    let regional = sim.add_node(NodeSpec::new(1.0));
+    let national = sim.add_node(NodeSpec::new(1.0));
+    sim.set_rtt(thief, local, ms(2));
+    sim.set_rtt(thief, regional, ms(50));
+    sim.set_rtt(thief, national, ms(200));
+    sim.set_rtt(local, regional, ms(50));
+    sim.set_rtt(local, national, ms(200));
+    sim.set_rtt(regional, national, ms(150));
+    sim.add_entity(local, "heat", 0, 0);
+    sim.add_entity(regional, "heat", 1, 0);
+    sim.add_entity(national, "heat", 2, 0);
+    sim.add_entity(national, "heat", 3, 0);
+    sim.run_for(secs(20));
+    assert_eq!(
+        work_steals_from(&sim, thief),
+        [
+            LatencyTier::Local,
+            LatencyTier::Regional,
+            LatencyTier::National
+        ]
+    );
+    let moves = sim.migrations();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!((moves[0].from, moves[0].to), (national, thief));
+    // The local and regional agents declined and had nobody to forward to.
+    assert!(sim
+        .sent()
+        .iter()
+        .any(|r| r.from == local && matches!(r.message, Message::StealExhausted { .. })));
+}
+
+#[test]
+fn given_a_chain_of_local_peers_then_the_packet_is_forwarded_to_the_giver() {
+    // thief - a - b - giver, each pair local only along the chain.
+    let mut sim = Sim::new(5, Config::default().with_rrp_ttl(3)).with_default_rtt(ms(60));
+    let thief = sim.add_node(NodeSpec::new(1.0));
+    let a = sim.add_node(NodeSpec::new(1.0));
+    let b = sim.add_node(NodeSpec::new(1.0));
+    let giver = sim.add_node(NodeSpec::new(1.0));
+    sim.set_rtt(thief, a, ms(1));
+    sim.set_rtt(a, b, ms(1));
+    sim.set_rtt(b, giver, ms(1));
+    sim.add_entity(a, "heat", 0, 0);
+    sim.add_entity(b, "heat", 1, 0);
+    sim.add_entity(giver, "heat", 2, 0);
+    sim.add_entity(giver, "heat", 3, 0);
+    sim.run_for(secs(10));
+    assert_eq!(work_steals_from(&sim, thief), [LatencyTier::Local]);
+    let moves = sim.migrations();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!((moves[0].from, moves[0].to), (giver, thief));
+}
+
+#[test]
+fn given_state_too_costly_to_move_then_nothing_moves() {
+    let mut sim = Sim::new(2, Config::default());
+    let busy = sim.add_node(NodeSpec::new(1.0));
+    let idle = sim.add_node(NodeSpec::new(1.0));
+    // 4 GB at 12.5 MB/s: the cost term saturates at 1 and exceeds any improvement.
+    sim.add_entity(busy, "heat", 0, 4 << 30);
+    sim.add_entity(busy, "heat", 1, 4 << 30);
+    sim.run_for(secs(120));
+    assert!(sim.migrations().is_empty());
+    assert_eq!(sim.count_on(idle), 0);
+    // The idle node keeps asking, but backs off.
+    let steals = work_steals_from(&sim, idle).len();
+    assert!(steals <= 10, "{steals} steals in 2 minutes");
+}
+
+#[test]
+fn given_a_fast_node_joins_then_work_moves_to_it_and_not_back() {
+    let mut sim = Sim::new(11, Config::default());
+    let slow = sim.add_node(NodeSpec::new(2.0));
+    sim.add_entity(slow, "heat", 0, 0);
+    sim.add_entity(slow, "heat", 1, 0);
+    let fast = sim.add_node(NodeSpec::new(2.0).with_speed(3.0));
+    sim.run_for(secs(600));
+    // Both ranks end on the fast node (the second once the first's node has a free core),
+    // and nothing moves back to the slow one.
+    assert_eq!(sim.count_on(fast), 2, "{:?}", sim.migrations());
+    assert!(sim.migrations().iter().all(|m| m.to == fast));
+}
+
+/// Background load of `amplitude` threads that switches on and off every `half_period`,
+/// starting on when `phase` is true.
+fn square(amplitude: f64, half_period: Duration, phase: bool) -> impl Fn(Duration) -> f64 {
+    move |t| {
+        let on = (t.as_secs_f64() / half_period.as_secs_f64()) as u64 % 2 == 0;
+        if on == phase {
+            amplitude
+        } else {
+            0.0
+        }
+    }
+}
+
+fn oscillating(config: Config, seed: u64) -> Sim {
+    let mut sim = Sim::new(seed, config);
+    // Two 2-core nodes, three ranks; a competing job of 1.5 threads jumps between the nodes
+    // every 20 s, so whichever node it is on is overloaded and the other is light.
+    let a = sim.add_node(NodeSpec::new(2.0).with_background(square(1.5, secs(20), true)));
+    let b = sim.add_node(NodeSpec::new(2.0).with_background(square(1.5, secs(20), false)));
+    sim.add_entity(a, "heat", 0, 1 << 20);
+    sim.add_entity(a, "heat", 1, 1 << 20);
+    sim.add_entity(b, "heat", 2, 1 << 20);
+    sim.run_for(secs(3600));
+    sim
+}
+
+#[test]
+fn given_fluctuating_load_then_no_entity_ping_pongs() {
+    let hold_down = crate::agent::DEFAULT_HOLD_DOWN;
+    let sim = oscillating(Config::default(), 13);
+    let moves = sim.migrations();
+    assert!(
+        !moves.is_empty(),
+        "the swings are large enough to move work"
+    );
+    let mut last: std::collections::HashMap<_, Duration> = Default::default();
+    for m in moves {
+        if let Some(prev) = last.insert(m.entity.clone(), m.at) {
+            assert!(
+                m.at - prev >= hold_down,
+                "{} moved again after {:?}",
+                m.entity,
+                m.at - prev
+            );
+        }
+    }
+    let per_entity_bound = (3600 / hold_down.as_secs() + 1) as usize;
+    for id in last.keys() {
+        let n = moves.iter().filter(|m| &m.entity == id).count();
+        assert!(n <= per_entity_bound, "{id} moved {n} times");
+    }
+    // Without damping the same load bounces entities far more often.
+    let undamped = oscillating(
+        Config::default()
+            .with_hold_down(Duration::ZERO)
+            .with_min_gain(0.0),
+        13,
+    );
+    let max_moves = |moves: &[super::MigrationRecord]| {
+        let mut counts: std::collections::HashMap<_, usize> = Default::default();
+        for m in moves {
+            *counts.entry(m.entity.clone()).or_default() += 1;
+        }
+        counts.values().copied().max().unwrap_or(0)
+    };
+    assert!(
+        max_moves(undamped.migrations()) > 2 * max_moves(moves),
+        "undamped {} vs damped {}",
+        max_moves(undamped.migrations()),
+        max_moves(moves)
+    );
+}
+
+#[test]
+fn given_load_hovering_around_the_light_threshold_then_nothing_moves() {
+    let mut sim = Sim::new(17, Config::default());
+    // b's idle capacity wobbles between 0.3 and 0.7 cores around the 0.5 threshold.
+    let a = sim.add_node(NodeSpec::new(2.0).with_background(square(0.4, secs(7), true)));
+    let b = sim.add_node(NodeSpec::new(2.0).with_background(|t: Duration| {
+        if (t.as_secs() / 3) % 2 == 0 {
+            0.3
+        } else {
+            0.7
+        }
+    }));
+    sim.add_entity(a, "heat", 0, 1 << 20);
+    sim.add_entity(a, "heat", 1, 1 << 20);
+    sim.add_entity(b, "heat", 2, 1 << 20);
+    sim.run_for(secs(3600));
+    assert!(sim.migrations().is_empty(), "{:?}", sim.migrations());
+    // b steals while light, but backs off: far fewer than one round per steal period.
+    let steals = work_steals_from(&sim, b).len();
+    assert!(steals < 200, "{steals} steals");
+}
+
+#[test]
+fn given_the_same_seed_then_the_run_is_replayed_exactly() {
+    let a = oscillating(Config::default(), 21);
+    let b = oscillating(Config::default(), 21);
+    assert_eq!(a.migrations(), b.migrations());
+    assert_eq!(a.sent(), b.sent());
+}
+
+fn c2c() -> Config {
+    Config::default().with_topology(Topology::ClusterToCluster)
+}
+
+#[test]
+fn given_c2c_manager_dies_then_a_new_manager_is_elected_and_balances() {
+    let mut sim = Sim::new(4, c2c());
+    let nodes: Vec<usize> = (0..5).map(|_| sim.add_node(NodeSpec::new(1.0))).collect();
+    sim.add_entity(nodes[1], "heat", 0, 0);
+    sim.add_entity(nodes[2], "heat", 1, 0);
+    sim.run_for(secs(10));
+    for &n in &nodes {
+        assert_eq!(
+            sim.agent(n).manager(),
+            Some(sim.agent(nodes[0]).id()),
+            "node {n}"
+        );
+    }
+    assert!(sim.agent(nodes[0]).is_manager());
+    assert!(sim.migrations().is_empty(), "{:?}", sim.migrations());
+    sim.kill(nodes[0]);
+    sim.run_for(secs(10));
+    for &n in &nodes[1..] {
+        assert_eq!(
+            sim.agent(n).manager(),
+            Some(sim.agent(nodes[1]).id()),
+            "node {n}"
+        );
+    }
+    assert_eq!(
+        sim.agent(nodes[1])
+            .cluster_members(sim.epoch + sim.elapsed())
+            .len(),
+        3
+    );
+    // The new manager balances: two more ranks land on n2.
+    sim.add_entity(nodes[2], "heat", 2, 0);
+    sim.add_entity(nodes[2], "heat", 3, 0);
+    sim.run_for(secs(60));
+    let counts: Vec<usize> = nodes[1..].iter().map(|&n| sim.count_on(n)).collect();
+    assert_eq!(counts, [1, 1, 1, 1], "{:?}", sim.migrations());
+}
+
+#[test]
+fn given_c2c_cluster_then_entities_follow_the_availability_ratio() {
+    // The last move takes a rank from 0.8 of a core to a whole one: a gain of about 0.09,
+    // below the default threshold, so this cluster accepts smaller gains.
+    let mut sim = Sim::new(8, c2c().with_min_gain(0.05));
+    let big = sim.add_node(NodeSpec::new(4.0));
+    let small = sim.add_node(NodeSpec::new(2.0));
+    for r in 0..6 {
+        sim.add_entity(big, "heat", r, 1 << 20);
+    }
+    sim.run_for(secs(120));
+    // n_big / n_small = 4 / 2.
+    assert_eq!(
+        [sim.count_on(big), sim.count_on(small)],
+        [4, 2],
+        "{:?}",
+        sim.migrations()
+    );
+    let moves = sim.migrations().len();
+    sim.run_for(secs(600));
+    assert_eq!(sim.migrations().len(), moves, "balanced clusters stay put");
+}
+
+#[test]
+fn given_two_clusters_then_managers_steal_across_them() {
+    let mut sim = Sim::new(9, c2c()).with_default_rtt(ms(50));
+    // Cluster x: n0 (manager) and n1, overloaded. Cluster y: n2 (manager) and n3, idle.
+    let x0 = sim.add_node(NodeSpec::new(1.0));
+    let x1 = sim.add_node(NodeSpec::new(1.0));
+    let y0 = sim.add_node(NodeSpec::new(1.0));
+    let y1 = sim.add_node(NodeSpec::new(1.0));
+    sim.set_rtt(x0, x1, ms(1));
+    sim.set_rtt(y0, y1, ms(1));
+    sim.add_entity(x0, "heat", 0, 0);
+    sim.add_entity(x1, "heat", 1, 0);
+    sim.add_entity(x1, "heat", 2, 0);
+    sim.add_entity(y0, "heat", 3, 0);
+    sim.run_for(secs(60));
+    assert_eq!(sim.agent(y1).manager(), Some(sim.agent(y0).id()));
+    assert_eq!(sim.agent(x1).manager(), Some(sim.agent(x0).id()));
+    let moves = sim.migrations();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    assert_eq!((moves[0].from, moves[0].to), (x1, y1));
+    // Only managers started work steals, and only towards other clusters.
+    for r in sim.sent() {
+        if let Message::WorkSteal { origin, tier, .. } = &r.message {
+            assert!(origin == sim.agent(x0).id() || origin == sim.agent(y0).id());
+            assert_ne!(*tier, LatencyTier::Local);
+        }
+    }
+}
