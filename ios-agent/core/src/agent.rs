@@ -1203,6 +1203,77 @@ mod tests {
         assert!(a.held_until(&entities[0]).is_some());
     }
 
+    fn steal_bytes() -> Vec<u8> {
+        let m = Message::WorkSteal {
+            id: MessageId(1),
+            origin: peer("b"),
+            source: peer("b"),
+            source_host: host("b"),
+            source_profile: NodeProfile::idle(2.0, 1 << 30),
+            ttl: 3,
+            tier: LatencyTier::Local,
+        };
+        let mut out = Vec::new();
+        ciborium::into_writer(&m, &mut out).expect("encodes");
+        out
+    }
+
+    proptest::proptest! {
+        /// Mutated wire messages either fail to decode or are handled without panicking,
+        /// by a loaded agent in either topology.
+        #[test]
+        fn hostile_messages_never_panic(edits in proptest::collection::vec((0usize..200, 0u8..=255), 1..6), c2c: bool) {
+            let t0 = Instant::now();
+            let topology = if c2c { Topology::ClusterToCluster } else { Topology::PeerToPeer };
+            let mut a = Agent::new(peer("a"), host("a"), Config::default().with_seed(3).with_topology(topology), t0)
+                .expect("valid config");
+            a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+            a.handle_node_profile(t0, NodeProfile { cpu_load: 3.0, ..NodeProfile::idle(1.0, 1 << 30) });
+            a.handle_entities(t0, vec![entity(0, 0.33), entity(1, 0.33), entity(2, 0.33)]);
+            let mut bytes = steal_bytes();
+            for (pos, b) in edits {
+                let i = pos % bytes.len();
+                bytes[i] = b;
+            }
+            if let Ok(m) = ciborium::from_reader::<Message, _>(bytes.as_slice()) {
+                a.handle_message(t0, peer("b"), m);
+                a.handle_timeout(t0 + Duration::from_secs(1));
+                while a.poll_action().is_some() {}
+            }
+        }
+    }
+
+    #[test]
+    fn move_orders_from_a_non_manager_are_refused() {
+        let t0 = Instant::now();
+        let config = Config::default()
+            .with_seed(1)
+            .with_topology(Topology::ClusterToCluster);
+        let mut a = Agent::new(peer("b"), host("b"), config, t0).expect("valid config");
+        a.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        a.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        // "c" is not b's manager (b has heard of nobody lower than itself).
+        a.handle_message(
+            t0,
+            peer("c"),
+            Message::MoveOrder {
+                migration: MigrationId(1),
+                entities: vec![entity(0, 0.5).id],
+                to: peer("c"),
+                to_host: host("c"),
+                notify: peer("c"),
+            },
+        );
+        assert!(drain(&mut a).is_empty());
+        assert_eq!(a.stats().messages_refused, 1);
+    }
+
     #[test]
     fn invalid_messages_are_refused() {
         let t0 = Instant::now();
