@@ -310,7 +310,12 @@ impl Block {
         &self.data[c..c + self.meta.local_rows * c]
     }
 
-    /// One iteration: [`Block::exchange_halos`] then [`Block::relax`].
+    /// One iteration: exchange halo rows with the ranks above and below, then one Jacobi update
+    /// of every owned interior point, then swap the buffers.
+    ///
+    /// The rows that do not touch a halo are updated while the halo messages are in flight; the
+    /// first and last owned rows after they arrive. The result is bit-for-bit that of
+    /// [`Block::exchange_halos`] followed by [`Block::relax`].
     ///
     /// `comm` must hold the blocks in rank order (rank `r` owns the block above rank `r + 1`'s);
     /// after a migration pass the new communicator. Collective over `comm`.
@@ -319,54 +324,30 @@ impl Block {
     /// If the block's position disagrees with its rank in `comm` (first block not on rank 0, or
     /// last block not on the last rank), or if `data` was resized.
     pub fn step(&mut self, comm: &impl Communicator) {
-        self.exchange_halos(comm);
-        self.relax();
+        let (c, n) = (self.meta.cols, self.meta.local_rows);
+        let scratch = &mut self.scratch;
+        exchange(comm, &self.meta, &mut self.data, |owned| {
+            // Data rows 2..=n-1 need only owned rows.
+            if n >= 3 {
+                relax_rows(owned, &mut scratch[2 * c..n * c], c);
+            }
+        });
+        // Data row 1, then data row n (if distinct), now that the halos are in.
+        relax_rows(&self.data[..3 * c], &mut self.scratch[c..2 * c], c);
+        if n >= 2 {
+            let src = &self.data[(n - 1) * c..(n + 2) * c];
+            relax_rows(src, &mut self.scratch[n * c..(n + 1) * c], c);
+        }
+        std::mem::swap(&mut self.data, &mut self.scratch);
     }
 
     /// Sends the first owned row up and the last owned row down, and receives the halo rows
-    /// from the ranks above and below (non-blocking, all four posted before waiting).
+    /// from the ranks above and below (non-blocking, all posted before waiting). No update.
     ///
     /// # Panics
     /// As [`Block::step`].
     pub fn exchange_halos(&mut self, comm: &impl Communicator) {
-        let (rank, size) = (comm.rank(), comm.size());
-        let has_up = rank > 0;
-        let has_down = rank + 1 < size;
-        assert!(
-            has_up != self.meta.is_top() && has_down != self.meta.is_bottom(),
-            "block at rows {}..{} of {} cannot be rank {rank} of {size}",
-            self.meta.start_row,
-            self.meta.end_row(),
-            self.meta.rows,
-        );
-        assert_eq!(self.data.len(), self.meta.data_len(), "state was resized");
-        let c = self.meta.cols;
-        let (top_halo, rest) = self.data.split_at_mut(c);
-        let (owned, bottom_halo) = rest.split_at_mut(self.meta.local_rows * c);
-        let first: &[f64] = &owned[..c];
-        let last: &[f64] = &owned[owned.len() - c..];
-        let up = has_up.then(|| comm.process_at_rank(rank - 1));
-        let down = has_down.then(|| comm.process_at_rank(rank + 1));
-        mpi::request::scope(|scope| {
-            let recv_top = up
-                .as_ref()
-                .map(|p| p.immediate_receive_into_with_tag(scope, top_halo, TAG_DOWN));
-            let recv_bottom = down
-                .as_ref()
-                .map(|p| p.immediate_receive_into_with_tag(scope, bottom_halo, TAG_UP));
-            let send_up = up
-                .as_ref()
-                .map(|p| p.immediate_send_with_tag(scope, first, TAG_UP));
-            let send_down = down
-                .as_ref()
-                .map(|p| p.immediate_send_with_tag(scope, last, TAG_DOWN));
-            for request in [recv_top, recv_bottom].into_iter().flatten() {
-                request.wait();
-            }
-            for request in [send_up, send_down].into_iter().flatten() {
-                request.wait();
-            }
-        });
+        exchange(comm, &self.meta, &mut self.data, |_| {});
     }
 
     /// One Jacobi update of every owned interior point from the current halos, into the second
@@ -379,17 +360,67 @@ impl Block {
     /// # Panics
     /// If `data` was resized.
     pub fn relax(&mut self) {
-        let c = self.meta.cols;
+        let (c, n) = (self.meta.cols, self.meta.local_rows);
         assert_eq!(self.data.len(), self.meta.data_len(), "state was resized");
-        let old = &self.data;
-        let above = old.chunks_exact(c);
-        let middle = old.chunks_exact(c).skip(1);
-        let below = old.chunks_exact(c).skip(2);
-        let out = self.scratch.chunks_exact_mut(c).skip(1);
-        for (((out, up), mid), down) in out.zip(above).zip(middle).zip(below) {
-            relax_row(up, mid, down, out);
-        }
+        relax_rows(&self.data, &mut self.scratch[c..(n + 1) * c], c);
         std::mem::swap(&mut self.data, &mut self.scratch);
+    }
+}
+
+/// Halo exchange of `data` (laid out as described by `meta`) over `comm`; runs `during` on the
+/// owned rows while the messages are in flight.
+fn exchange(comm: &impl Communicator, meta: &Meta, data: &mut [f64], during: impl FnOnce(&[f64])) {
+    let (rank, size) = (comm.rank(), comm.size());
+    let has_up = rank > 0;
+    let has_down = rank + 1 < size;
+    assert!(
+        has_up != meta.is_top() && has_down != meta.is_bottom(),
+        "block at rows {}..{} of {} cannot be rank {rank} of {size}",
+        meta.start_row,
+        meta.end_row(),
+        meta.rows,
+    );
+    assert_eq!(data.len(), meta.data_len(), "state was resized");
+    let c = meta.cols;
+    let (top_halo, rest) = data.split_at_mut(c);
+    let (owned, bottom_halo) = rest.split_at_mut(meta.local_rows * c);
+    let owned: &[f64] = owned;
+    let first = &owned[..c];
+    let last = &owned[owned.len() - c..];
+    let up = has_up.then(|| comm.process_at_rank(rank - 1));
+    let down = has_down.then(|| comm.process_at_rank(rank + 1));
+    mpi::request::scope(|scope| {
+        let recv_top = up
+            .as_ref()
+            .map(|p| p.immediate_receive_into_with_tag(scope, top_halo, TAG_DOWN));
+        let recv_bottom = down
+            .as_ref()
+            .map(|p| p.immediate_receive_into_with_tag(scope, bottom_halo, TAG_UP));
+        let send_up = up
+            .as_ref()
+            .map(|p| p.immediate_send_with_tag(scope, first, TAG_UP));
+        let send_down = down
+            .as_ref()
+            .map(|p| p.immediate_send_with_tag(scope, last, TAG_DOWN));
+        during(owned);
+        for request in [recv_top, recv_bottom].into_iter().flatten() {
+            request.wait();
+        }
+        for request in [send_up, send_down].into_iter().flatten() {
+            request.wait();
+        }
+    });
+}
+
+/// Jacobi update of `dst` (k rows of `c` values) from `src` (k + 2 rows): `dst` row `i` is
+/// computed from `src` rows `i`, `i + 1`, `i + 2`. Boundary columns of `dst` are not written.
+fn relax_rows(src: &[f64], dst: &mut [f64], c: usize) {
+    debug_assert_eq!(src.len(), dst.len() + 2 * c);
+    let above = src.chunks_exact(c);
+    let middle = src.chunks_exact(c).skip(1);
+    let below = src.chunks_exact(c).skip(2);
+    for (((out, up), mid), down) in dst.chunks_exact_mut(c).zip(above).zip(middle).zip(below) {
+        relax_row(up, mid, down, out);
     }
 }
 

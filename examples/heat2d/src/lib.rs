@@ -41,6 +41,7 @@
 //!         rows: args.rows,
 //!         cols: args.cols,
 //!         migrations: None,
+//!         hosts: None,
 //!     };
 //!     report.print().expect("stdout");
 //! }

@@ -133,6 +133,23 @@ fn given_1_2_3_ranks_then_checksums_are_identical_and_reports_complete() {
 }
 
 #[test]
+fn given_blocks_of_one_and_two_rows_then_checksum_matches_serial() {
+    // 4 rows on 3 ranks: blocks of 2, 1, 1 rows (the overlapped step's edge cases).
+    let expected = serial_checksum(4, 7, 25);
+    for np in [2, 3] {
+        let r = report(&mpirun(
+            np,
+            &["--rows", "4", "--cols", "7", "--iters", "25"],
+        ));
+        assert_eq!(
+            r["checksum"].as_str(),
+            Some(expected.as_str()),
+            "np={np}: {r}"
+        );
+    }
+}
+
+#[test]
 fn given_report_every_then_progress_goes_to_stderr_and_report_stays_last() {
     let o = mpirun(
         2,
