@@ -1,0 +1,503 @@
+//! Emulated hosts on one machine: Linux network namespaces on a private bridge.
+//!
+//! A [`Cluster`] of N nodes is N network namespaces (`pcmt<pid>s<seq>-a`, `-b`, ...), each
+//! with loopback up and one veth leg on a bridge in the root namespace; the bridge and the
+//! nodes get addresses in a private 10.x.y.0/24 chosen per cluster (no route leaves it: the
+//! namespaces have no default route and the bridge is attached to nothing else). Each node has
+//! a host NAME (`node-a`, `node-b`, ...): the rsh agent (`tests/netns/rsh-agent.sh`, written
+//! into the cluster's directory next to a `hosts.map`) runs Open MPI's daemon in the node's
+//! network namespace *and* in a new UTS namespace whose host name is NAME, so `gethostname()`
+//! of every rank there returns NAME. `mpirun` itself stays in the root namespace and reaches
+//! the daemons through the bridge.
+//!
+//! Dropping the cluster kills whatever still runs in its namespaces (Open MPI's daemons
+//! daemonize, so they escape the harness's process group), then deletes the namespaces, the
+//! bridge, the veths and the files, also when a test panicked. A cluster left behind by a test
+//! process that was killed outright is removed by the next [`Cluster::new`].
+//!
+//! # What Open MPI 4.1 needed (found by experiment)
+//! - `--mca plm_rsh_agent SCRIPT`: Open MPI calls it like ssh, `SCRIPT HOST orted ...args`;
+//!   it passed no options before HOST with a custom agent, but the script skips ssh-style
+//!   options anyway. `--mca plm_rsh_no_tree_spawn 1` so that `mpirun` (which can run the
+//!   agent) starts every daemon itself, including the ones started later for spawns.
+//! - `--mca oob_tcp_if_include SUBNET`: `mpirun` must advertise its bridge address
+//!   (`orte_hnp_uri` = `tcp://10.x.y.1:PORT`); otherwise the daemons try addresses they cannot
+//!   reach. `--mca btl_tcp_if_include SUBNET --mca btl tcp,self,vader` for the ranks.
+//! - The host names in the hostfile equal the names the daemons see (`hostname` in the UTS
+//!   namespace), so nothing about FQDNs (`orte_keep_fqdn_hostnames`) was needed, nor
+//!   `plm_rsh_args`, nor name resolution (no host name is ever looked up).
+//! - Placement by the hostfile only (slots, default by-slot mapping). Both `--host` and a
+//!   `--rankfile` restrict the job so that a later `MPI_Comm_spawn` onto another hostfile node
+//!   fails with "All nodes which are allocated for this job are already filled" and then hangs,
+//!   even with `--oversubscribe`. So [`Cluster::job`] writes a hostfile per placement: the
+//!   nodes in order of first use with `slots=` their rank count, then the unused nodes.
+//! - `OMPI_MCA_orte_allowed_exit_without_sync=0` (the harness sets 1). With 1, a departed
+//!   rank of the original launch leaves at once, and across hosts that broke two things:
+//!   the job often did not end (rank 0 waited forever in `MPI_Finalize`), and a later spawn
+//!   onto the node that departed rank had left (e.g. rank 0 moving back home) failed in the
+//!   replacement's `MPI_Init` ("ORTE_ERROR_LOG: Not supported in file dpm.c at line 401",
+//!   `ompi_dpm_dyn_init() failed`), apparently because that node's daemon forgets the
+//!   original job once its last local process of it is gone. With 0 the departed process
+//!   sleeps in `MPI_Finalize` until the job ends, and every scenario tried completed.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::MpiJob;
+
+/// Prefix of every namespace a cluster creates (`pcmt<pid>s<seq>-<letter>`).
+const NETNS_PREFIX: &str = "pcmt";
+/// Prefix of every link a cluster creates (`pt<pid>s<seq>br` for the bridge,
+/// `pt<pid>s<seq><letter>` for the root-side veth legs). Kept short: at most 15 characters.
+const LINK_PREFIX: &str = "pt";
+/// The rsh agent, written next to the `hosts.map` it reads.
+const RSH_AGENT: &str = include_str!("../netns/rsh-agent.sh");
+
+static CLUSTERS: AtomicU32 = AtomicU32::new(0);
+
+/// One emulated host.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The host name processes on it see (`node-a`, ...).
+    pub name: String,
+    /// Its network namespace.
+    pub netns: String,
+    /// Its address on the cluster's bridge.
+    pub addr: String,
+}
+
+/// N emulated hosts; everything is removed on drop.
+#[derive(Debug)]
+pub struct Cluster {
+    nodes: Vec<Node>,
+    /// Namespaces created so far (for cleanup, also after a failure half-way).
+    created_netns: Vec<String>,
+    /// Links created in the root namespace (bridge, veth legs).
+    created_links: Vec<String>,
+    subnet: String,
+    bridge_addr: String,
+    dir: tempfile::TempDir,
+    agent: PathBuf,
+    hostfile: PathBuf,
+    jobs: AtomicU32,
+}
+
+/// Runs a command, returning its stdout or a message with its stderr.
+fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`{program} {}` failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+fn ip(args: &[&str]) -> Result<String, String> {
+    run("ip", args)
+}
+
+/// Process ids whose network namespace is `netns`.
+fn netns_pids(netns: &str) -> Vec<i32> {
+    ip(&["netns", "pids", netns])
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Kills everything in `netns` (repeatedly: daemons may fork while dying).
+fn kill_netns_processes(netns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids = netns_pids(netns);
+        if pids.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The process id in a name `<prefix><pid>s...`, if it has that form.
+fn owner_pid(name: &str, prefix: &str) -> Option<u32> {
+    let rest = name.strip_prefix(prefix)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() || !rest[digits.len()..].starts_with('s') {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Removes namespaces and links of clusters whose test process is gone (killed before its
+/// `Drop` could run).
+fn sweep_stale() {
+    let me = std::process::id();
+    for line in ip(&["netns", "list"]).unwrap_or_default().lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        if let Some(pid) = owner_pid(name, NETNS_PREFIX) {
+            if pid != me && !process_alive(pid) {
+                kill_netns_processes(name);
+                let _ = ip(&["netns", "del", name]);
+            }
+        }
+    }
+    for line in ip(&["-o", "link", "show"]).unwrap_or_default().lines() {
+        // "12: pt123s0br: <...>" or "13: pt123s0a@if2: <...>"
+        let Some(name) = line.split(':').nth(1).map(str::trim) else {
+            continue;
+        };
+        let name = name.split('@').next().unwrap_or(name);
+        if let Some(pid) = owner_pid(name, LINK_PREFIX) {
+            if pid != me && !process_alive(pid) {
+                let _ = ip(&["link", "del", name]);
+            }
+        }
+    }
+}
+
+/// A 10.a.b.0/24 that no address or route of the root namespace touches yet.
+fn free_subnet(seed: u32) -> Result<(u8, u8), String> {
+    let used = format!(
+        "{}\n{}",
+        ip(&["-4", "-o", "addr", "show"])?,
+        ip(&["-4", "route", "show", "table", "all"])?
+    );
+    for attempt in 0..4096u32 {
+        let s = seed
+            .wrapping_mul(2_654_435_761)
+            .wrapping_add(attempt.wrapping_mul(40_503));
+        // 10.64.0.0 - 10.191.255.0: clear of 10.0/16-style defaults and of 10.255 (resolver).
+        let a = 64 + (s >> 8) % 128;
+        let b = s % 256;
+        let probe = format!("10.{a}.{b}.");
+        if !used.contains(&probe) {
+            return Ok((a as u8, b as u8));
+        }
+    }
+    Err("no free 10.x.y.0/24 subnet found".into())
+}
+
+impl Cluster {
+    /// Whether emulated hosts can be made here: root, `ip netns` usable, `unshare` present.
+    /// Checked once per process.
+    pub fn available() -> Result<(), String> {
+        static AVAILABLE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+        AVAILABLE.get_or_init(Self::check_available).clone()
+    }
+
+    fn check_available() -> Result<(), String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("network namespaces need root".into());
+        }
+        run("unshare", &["--version"]).map_err(|e| format!("unshare is missing: {e}"))?;
+        run("sh", &["-c", "command -v hostname"]).map_err(|_| "hostname is missing".to_string())?;
+        let probe = format!("{NETNS_PREFIX}{}sprobe", std::process::id());
+        ip(&["netns", "add", &probe]).map_err(|e| format!("ip netns does not work: {e}"))?;
+        let works = run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &probe,
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                "hostname probe-x && hostname",
+            ],
+        );
+        let _ = ip(&["netns", "del", &probe]);
+        match works {
+            Ok(out) if out.trim() == "probe-x" => Ok(()),
+            Ok(out) => Err(format!(
+                "a UTS namespace did not take its host name (got {out:?})"
+            )),
+            Err(e) => Err(format!(
+                "cannot run in a namespace with its own host name: {e}"
+            )),
+        }
+    }
+
+    /// Creates `n` nodes (`node-a`...), the bridge, the hostfile and the rsh agent.
+    pub fn new(n: usize) -> Result<Cluster, String> {
+        assert!((1..=26).contains(&n), "1 to 26 nodes");
+        sweep_stale();
+        let pid = std::process::id();
+        let seq = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{pid}s{seq}");
+        let (a, b) = free_subnet(pid.wrapping_mul(64).wrapping_add(seq))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("pcm-netns-{id}-"))
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            created_netns: Vec::new(),
+            created_links: Vec::new(),
+            subnet: format!("10.{a}.{b}.0/24"),
+            bridge_addr: format!("10.{a}.{b}.1"),
+            agent: dir.path().join("rsh-agent.sh"),
+            hostfile: dir.path().join("hostfile"),
+            dir,
+            jobs: AtomicU32::new(0),
+        };
+
+        let bridge = format!("{LINK_PREFIX}{id}br");
+        assert!(bridge.len() <= 15, "link name too long: {bridge}");
+        ip(&["link", "add", &bridge, "type", "bridge"])?;
+        cluster.created_links.push(bridge.clone());
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/24", cluster.bridge_addr),
+            "dev",
+            &bridge,
+        ])?;
+        ip(&["link", "set", &bridge, "up"])?;
+
+        for i in 0..n {
+            let letter = (b'a' + i as u8) as char;
+            let netns = format!("{NETNS_PREFIX}{id}-{letter}");
+            let leg = format!("{LINK_PREFIX}{id}{letter}");
+            let addr = format!("10.{a}.{b}.{}", 2 + i);
+            ip(&["netns", "add", &netns])?;
+            cluster.created_netns.push(netns.clone());
+            ip(&[
+                "link", "add", &leg, "type", "veth", "peer", "name", "eth0", "netns", &netns,
+            ])?;
+            cluster.created_links.push(leg.clone());
+            ip(&["link", "set", &leg, "master", &bridge])?;
+            ip(&["link", "set", &leg, "up"])?;
+            ip(&[
+                "-n",
+                &netns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ])?;
+            ip(&["-n", &netns, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &netns, "link", "set", "lo", "up"])?;
+            cluster.nodes.push(Node {
+                name: format!("node-{letter}"),
+                netns,
+                addr,
+            });
+        }
+
+        let mut map = String::new();
+        let mut hostfile = String::new();
+        for node in &cluster.nodes {
+            writeln!(map, "{} {}", node.name, node.netns).unwrap();
+            writeln!(hostfile, "{} slots=4", node.name).unwrap();
+        }
+        std::fs::write(cluster.dir.path().join("hosts.map"), map).map_err(|e| e.to_string())?;
+        std::fs::write(&cluster.hostfile, hostfile).map_err(|e| e.to_string())?;
+        std::fs::write(&cluster.agent, RSH_AGENT).map_err(|e| e.to_string())?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cluster.agent, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+        cluster.wait_reachable()?;
+        Ok(cluster)
+    }
+
+    /// Waits until every node reaches the bridge address. Probes with a TCP connect to a
+    /// closed port of the bridge address: a quick refusal proves the path works, a timeout
+    /// (exit status 124) means it does not yet.
+    fn wait_reachable(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let probe = format!("echo > /dev/tcp/{}/9", self.bridge_addr);
+        for node in &self.nodes {
+            loop {
+                let status = Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &node.netns,
+                        "timeout",
+                        "1",
+                        "bash",
+                        "-c",
+                        &probe,
+                    ])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .map_err(|e| format!("cannot probe {}: {e}", node.name))?;
+                if status.code() != Some(124) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{} cannot reach {}", node.name, self.bridge_addr));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Host names of the nodes (`node-a`, ...).
+    pub fn host_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// The cluster's subnet (`10.a.b.0/24`).
+    pub fn subnet(&self) -> &str {
+        &self.subnet
+    }
+
+    /// The hostfile listing every node (`node-a slots=4` ...).
+    pub fn hostfile(&self) -> &Path {
+        &self.hostfile
+    }
+
+    /// The rsh agent script.
+    pub fn agent(&self) -> &Path {
+        &self.agent
+    }
+
+    /// The mpirun options for running on the cluster with `hostfile` as the allocation.
+    pub fn mpirun_options_with(&self, hostfile: &Path) -> Vec<String> {
+        let mut options = vec!["--hostfile".to_string(), hostfile.display().to_string()];
+        for (k, v) in [
+            ("plm_rsh_agent", self.agent.display().to_string()),
+            ("plm_rsh_no_tree_spawn", "1".into()),
+            ("oob_tcp_if_include", self.subnet.clone()),
+            ("btl_tcp_if_include", self.subnet.clone()),
+            ("btl", "tcp,self,vader".into()),
+        ] {
+            options.extend(["--mca".to_string(), k.to_string(), v]);
+        }
+        options
+    }
+
+    /// The mpirun options for running on the cluster, ranks placed by slot over the
+    /// cluster's hostfile (four per node in node order).
+    pub fn mpirun_options(&self) -> Vec<String> {
+        self.mpirun_options_with(&self.hostfile)
+    }
+
+    /// Environment for jobs on the cluster (see the module notes).
+    pub fn env_with(&self, hostfile: &Path) -> Vec<(String, String)> {
+        vec![
+            ("PCM_HOSTFILE".into(), hostfile.display().to_string()),
+            ("OMPI_MCA_orte_allowed_exit_without_sync".into(), "0".into()),
+        ]
+    }
+
+    /// Environment for jobs using the cluster's hostfile.
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.env_with(&self.hostfile)
+    }
+
+    /// Writes a hostfile that places rank i on `placement[i]`: the nodes in order of first
+    /// use with `slots=` their number of ranks, then the unused nodes (`slots=1`), all in
+    /// the allocation. Ranks on one node must be consecutive.
+    pub fn hostfile_for(&self, placement: &[&str]) -> PathBuf {
+        let mut order: Vec<(&str, usize)> = Vec::new();
+        for (rank, host) in placement.iter().enumerate() {
+            assert!(
+                self.nodes.iter().any(|n| n.name == *host),
+                "rank {rank}: {host} is not a node of this cluster"
+            );
+            match order.last_mut() {
+                Some((last, count)) if last == host => *count += 1,
+                _ => {
+                    assert!(
+                        !order.iter().any(|(h, _)| h == host),
+                        "ranks on {host} must be consecutive in {placement:?}"
+                    );
+                    order.push((host, 1));
+                }
+            }
+        }
+        let mut text = String::new();
+        for (host, count) in &order {
+            writeln!(text, "{host} slots={count}").unwrap();
+        }
+        for node in &self.nodes {
+            if !order.iter().any(|(h, _)| *h == node.name) {
+                writeln!(text, "{} slots=1", node.name).unwrap();
+            }
+        }
+        let n = self.jobs.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.path().join(format!("hostfile-{n}"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `job` set up to run on the cluster with rank i on `placement[i]`.
+    pub fn job(&self, mut job: MpiJob, placement: &[&str]) -> MpiJob {
+        assert_eq!(job.ranks, placement.len(), "one host per rank");
+        let hostfile = self.hostfile_for(placement);
+        for (k, v) in self.env_with(&hostfile) {
+            job = job.env(&k, v);
+        }
+        job.mpirun_options
+            .extend(self.mpirun_options_with(&hostfile));
+        job
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for netns in &self.created_netns {
+            kill_netns_processes(netns);
+        }
+        for netns in &self.created_netns {
+            if let Err(e) = ip(&["netns", "del", netns]) {
+                eprintln!("netns cleanup: {e}");
+            }
+        }
+        for link in self.created_links.iter().rev() {
+            // The veth legs vanish with their peers' namespaces; the bridge does not.
+            if ip(&["link", "show", link]).is_ok() {
+                if let Err(e) = ip(&["link", "del", link]) {
+                    eprintln!("netns cleanup: {e}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pid_parses_only_cluster_names() {
+        assert_eq!(owner_pid("pcmt123s0-a", NETNS_PREFIX), Some(123));
+        assert_eq!(owner_pid("pt77s12b", LINK_PREFIX), Some(77));
+        assert_eq!(owner_pid("pt77", LINK_PREFIX), None);
+        assert_eq!(owner_pid("pcmtx", NETNS_PREFIX), None);
+        assert_eq!(owner_pid("eth0", LINK_PREFIX), None);
+    }
+}

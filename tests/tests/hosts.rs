@@ -1,0 +1,146 @@
+//! A rank really changes host: emulated hosts (network namespaces with their own host names,
+//! see `mpi_ios_tests::netns`) and scripted migrations between them. The ranks report their
+//! host names from `gethostname()`, so the report shows where each rank ended.
+//!
+//! Needs root (CI runs as root); elsewhere each test prints "skipped: <reason>" and passes.
+
+use std::time::Duration;
+
+use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::{mpi_lock, Finished, MpiJob, Report};
+
+const ARGS: &[&str] = &["--rows", "64", "--cols", "64", "--iters", "100"];
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A 3-node cluster, or `None` after printing why the test is skipped.
+fn cluster(test: &str) -> Option<Cluster> {
+    if let Err(reason) = Cluster::available() {
+        eprintln!("{test}: skipped: {reason}");
+        return None;
+    }
+    Some(Cluster::new(3).unwrap_or_else(|e| panic!("cannot create the emulated hosts: {e}")))
+}
+
+fn plain(cluster: &Cluster, placement: &[&str]) -> Report {
+    let job = MpiJob::new(placement.len(), "heat2d-plain", ARGS);
+    let report = cluster.job(job, placement).run(DEADLINE).report();
+    assert_eq!(report.ranks, placement.len());
+    report
+}
+
+fn with_schedule(cluster: &Cluster, placement: &[&str], schedule: &str) -> Finished {
+    let job = MpiJob::new(placement.len(), "heat2d", ARGS).env("PCM_SCHEDULE", schedule);
+    cluster.job(job, placement).run(DEADLINE)
+}
+
+/// The PCM timing lines, `(total, spawn, merge+split, state)` in ms, printed to stderr.
+fn reconfiguration_times(stderr: &str) -> Vec<[f64; 4]> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let rest = line.split("reconfigured in ").nth(1)?;
+            let numbers: Vec<f64> = rest
+                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .filter(|s| !s.is_empty() && *s != ".")
+                .filter_map(|s| s.parse().ok())
+                .take(4)
+                .collect();
+            <[f64; 4]>::try_from(numbers).ok()
+        })
+        .collect()
+}
+
+fn print_times(what: &str, finished: &Finished) {
+    for [total, spawn, merge_split, state] in reconfiguration_times(&finished.stderr) {
+        eprintln!(
+            "{what}: reconfigured across namespaces in {total:.1} ms (spawn {spawn:.1}, merge+split {merge_split:.1}, state {state:.1})"
+        );
+    }
+}
+
+#[test]
+fn given_ranks_on_two_hosts_when_rank_1_moves_to_a_third_then_it_runs_there_and_the_checksum_matches(
+) {
+    let Some(cluster) = cluster("rank_1_moves_to_a_third_host") else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    let finished = with_schedule(&cluster, &placement, "40:1@node-c");
+    let report = finished.report();
+    print_times("rank 1 node-b -> node-c", &finished);
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-c".to_string()][..]),
+        "rank 1 did not end on node-c\n--- stderr\n{}",
+        finished.stderr
+    );
+    assert_eq!(report.migrations, Some(1));
+    assert_eq!(
+        report.checksum, reference.checksum,
+        "checksum differs after the move"
+    );
+    assert_eq!(report.iterations, reference.iterations);
+    assert!(
+        !reconfiguration_times(&finished.stderr).is_empty(),
+        "no timing line on stderr:\n{}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn given_rank_0_moves_away_and_back_then_the_hosts_are_the_original_ones_and_the_checksum_matches()
+{
+    let Some(cluster) = cluster("rank_0_moves_away_and_back") else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    let finished = with_schedule(&cluster, &placement, "20:0@node-c,60:0@node-a");
+    let report = finished.report();
+    print_times("rank 0 node-a -> node-c -> node-a", &finished);
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-b".to_string()][..]),
+        "rank 0 did not come back to node-a\n--- stderr\n{}",
+        finished.stderr
+    );
+    assert_eq!(report.migrations, Some(2));
+    assert_eq!(
+        report.checksum, reference.checksum,
+        "checksum differs after the moves"
+    );
+}
+
+#[test]
+fn given_a_target_host_outside_the_hostfile_then_the_move_is_refused_without_hanging() {
+    let Some(cluster) = cluster("target_host_outside_the_hostfile") else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    // `run` panics if the job does not end within the deadline: a hang fails the test.
+    let finished = with_schedule(&cluster, &placement, "40:1@node-z");
+    let report = finished.report();
+    assert_eq!(report.migrations, Some(0));
+    assert_eq!(report.checksum, reference.checksum);
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-b".to_string()][..])
+    );
+    assert!(
+        finished.stderr.contains("node-z"),
+        "stderr does not name the refused host:\n{}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn the_timing_line_parser_reads_pcm_log_lines() {
+    let line = "2026-11-22T03:45:59Z  INFO pcm::reconfig: iteration 40: reconfigured in 258.9 ms (spawn 256.1, merge+split 2.8, state 0.1 ms for 17451 bytes)";
+    assert_eq!(reconfiguration_times(line), vec![[258.9, 256.1, 2.8, 0.1]]);
+    assert!(reconfiguration_times("nothing here").is_empty());
+}
