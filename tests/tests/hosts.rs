@@ -115,6 +115,33 @@ fn given_rank_0_moves_away_and_back_then_the_hosts_are_the_original_ones_and_the
 }
 
 #[test]
+fn given_rank_1_hops_between_hosts_repeatedly_then_each_move_is_timed_and_the_checksum_matches() {
+    let Some(cluster) = cluster("rank_1_hops_between_hosts") else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    // Replacements of replacements, and back onto hosts a rank has left.
+    let schedule = "10:1@node-c,30:1@node-b,50:1@node-a,70:1@node-c";
+    let finished = with_schedule(&cluster, &placement, schedule);
+    let report = finished.report();
+    print_times("rank 1 b -> c -> b -> a -> c", &finished);
+    assert_eq!(report.migrations, Some(4));
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-c".to_string()][..])
+    );
+    assert_eq!(report.checksum, reference.checksum);
+    assert_eq!(
+        reconfiguration_times(&finished.stderr).len(),
+        4,
+        "{}",
+        finished.stderr
+    );
+}
+
+#[test]
 fn given_a_target_host_outside_the_hostfile_then_the_move_is_refused_without_hanging() {
     let Some(cluster) = cluster("target_host_outside_the_hostfile") else {
         return;
