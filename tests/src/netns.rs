@@ -149,7 +149,7 @@ fn owner_pid(name: &str, prefix: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Removes namespaces and links of clusters whose test process is gone (killed before its
+/// Removes namespaces, links and files of clusters whose test process is gone (killed before its
 /// `Drop` could run).
 fn sweep_stale() {
     let me = std::process::id();
@@ -161,6 +161,16 @@ fn sweep_stale() {
             if pid != me && !process_alive(pid) {
                 kill_netns_processes(name);
                 let _ = ip(&["netns", "del", name]);
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = owner_pid(&name, "pcm-netns-") {
+                if pid != me && !process_alive(pid) {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
             }
         }
     }
