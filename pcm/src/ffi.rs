@@ -3,7 +3,7 @@
 //! rsmpi covers most of what PCM needs safely; what it does not cover is choosing the host of
 //! a spawned process (an `MPI_Info` with the `host` key), error handlers (so that a failed
 //! spawn returns an error instead of aborting the job), disconnecting the parent
-//! intercommunicator of a spawned process, and leaving the job without `MPI_Finalize`.
+//! intercommunicator of a spawned process.
 //!
 //! Ownership: communicators handed out of this module are wrapped in rsmpi types whose
 //! `Drop` frees them (`SimpleCommunicator`: `MPI_Comm_free`) or disconnects them
@@ -230,17 +230,4 @@ pub(crate) fn take_parent() -> Option<InterCommunicator> {
     // SAFETY: `parent` is the live parent intercommunicator; PCM takes it once, in init,
     // and nobody else uses it (the application sees only PCM's world).
     Some(unsafe { InterCommunicator::from_raw(parent) })
-}
-
-/// Leaves the job at once without `MPI_Finalize`, with exit status 0.
-///
-/// Only sound to call when the MPI runtime tolerates it (Open MPI's
-/// `orte_allowed_exit_without_sync`): otherwise `mpirun` aborts the whole job.
-pub(crate) fn exit_without_finalize() -> ! {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    // SAFETY: _exit never returns and runs no destructors; the caller has released every
-    // MPI object this process used in collectives with others.
-    unsafe { libc::_exit(0) }
 }

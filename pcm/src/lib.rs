@@ -61,10 +61,10 @@
 //!
 //! # Launching
 //! `mpirun -np P app` as usual, with spawning allowed (Open MPI:
-//! `OMPI_MCA_rmaps_base_oversubscribe=1`) and, so that a departing process exits at once,
-//! `OMPI_MCA_orte_allowed_exit_without_sync=1`. Without the latter, a departing process
-//! of the original launch frees its state and sleeps in `MPI_Finalize`, using no CPU,
-//! until the job ends (an Open MPI 4 limitation).
+//! `OMPI_MCA_rmaps_base_oversubscribe=1`). Target hosts must be in the hostfile given to
+//! mpirun, named for PCM in `PCM_HOSTFILE`. A departed process frees its state and sleeps,
+//! using no measurable CPU, until the processes started with it finish: Open MPI 4 cannot
+//! finalize a process before the rest of its launch (see the `launch` module).
 //!
 //! # Settings (environment)
 //! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
@@ -78,6 +78,7 @@ mod daemon;
 mod error;
 mod ffi;
 mod hosts;
+mod launch;
 mod reconfig;
 mod schedule;
 mod store;
@@ -99,13 +100,10 @@ pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
 
 use daemon::DaemonLink;
+use launch::Launch;
 use pcm_proto::{Outcome, ToDaemon};
 use schedule::{Cadence, Schedule};
 use store::Store;
-
-/// Environment variable that, set to `1`, lets Open MPI's `mpirun` tolerate a process that
-/// leaves without `MPI_Finalize`; PCM then lets departing processes exit at once.
-pub const EXIT_WITHOUT_SYNC_ENV: &str = "OMPI_MCA_orte_allowed_exit_without_sync";
 
 /// How this process came to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +191,8 @@ pub struct Pcm {
     /// Host of each rank of the world, by rank.
     rank_hosts: Vec<HostName>,
     last_outcome: Option<Outcome>,
-    exit_without_sync: bool,
+    /// The processes started with this one, which `MPI_Finalize` waits for.
+    launch: Launch,
     universe: Universe,
 }
 
@@ -212,21 +211,13 @@ impl Pcm {
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
         let host = local_host_name();
-        let exit_without_sync = env_flag(EXIT_WITHOUT_SYNC_ENV);
         match ffi::take_parent() {
-            Some(parent) => {
-                reconfig::join_as_replacement(universe, parent, host, exit_without_sync)
-            }
-            None => Self::init_fresh(universe, app, host, exit_without_sync),
+            Some(parent) => reconfig::join_as_replacement(universe, parent, host),
+            None => Self::init_fresh(universe, app, host),
         }
     }
 
-    fn init_fresh(
-        universe: Universe,
-        app: AppName,
-        host: HostName,
-        exit_without_sync: bool,
-    ) -> Result<Pcm, PcmError> {
+    fn init_fresh(universe: Universe, app: AppName, host: HostName) -> Result<Pcm, PcmError> {
         let world = ffi::dup_world()?;
         let rank = world.rank() as u32;
         let size = world.size() as u32;
@@ -258,7 +249,7 @@ impl Pcm {
             host,
             rank_hosts,
             last_outcome: None,
-            exit_without_sync,
+            launch: Launch::new(&universe.world(), 0),
             universe,
         };
         pcm.connect_daemon();
@@ -489,18 +480,22 @@ impl Pcm {
     }
 
     /// Ends PCM and MPI (the paper's `PCM_Finalize` followed by `MPI_Finalize`).
+    /// Collective over the world; also releases departed processes waiting for this launch
+    /// to end.
     pub fn finalize(self) {
         let Pcm {
             world,
             daemon,
             universe,
             job,
+            launch,
             ..
         } = self;
         if let Some(daemon) = daemon {
             daemon.set_iteration(job.iteration);
             daemon.shutdown(Duration::from_millis(500));
         }
+        launch.release_if_lowest(&universe.world());
         drop(world);
         drop(universe);
     }
@@ -510,7 +505,7 @@ impl Pcm {
 pub struct Departed {
     rank: u32,
     daemon: Option<DaemonLink>,
-    exit_without_sync: bool,
+    launch: Launch,
     universe: Universe,
 }
 
@@ -522,25 +517,21 @@ impl Departed {
 
     /// Leaves the job and ends the process with status 0.
     ///
-    /// With `OMPI_MCA_orte_allowed_exit_without_sync=1` the process exits at once.
-    /// Otherwise it calls `MPI_Finalize`, which in Open MPI 4 returns, for a process of the
-    /// original launch, only when the whole job ends; it sleeps there using no CPU, so
-    /// release large buffers before calling this.
+    /// Open MPI 4 finalizes a process only together with the processes launched with it, so
+    /// this sleeps (no measurable CPU) until they finish, then returns from `MPI_Finalize`
+    /// and exits. Release large buffers before calling it.
     pub fn finalize(self) -> ! {
         let Departed {
             daemon,
-            exit_without_sync,
+            launch,
             universe,
             rank,
         } = self;
         if let Some(daemon) = daemon {
             daemon.shutdown(Duration::from_millis(500));
         }
-        if exit_without_sync {
-            tracing::debug!("former rank {rank} exits");
-            ffi::exit_without_finalize();
-        }
-        tracing::debug!("former rank {rank} waits in MPI_Finalize for the job to end");
+        tracing::debug!("former rank {rank} waits for its launch to end");
+        launch.leave(&universe.world());
         drop(universe);
         std::process::exit(0)
     }
@@ -622,10 +613,6 @@ fn local_host_name() -> HostName {
         .and_then(|h| h.into_string().ok())
         .and_then(|h| HostName::new(h).ok())
         .unwrap_or_else(|| HostName::new("localhost").expect("literal is valid"))
-}
-
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"))
 }
 
 /// Logs to stderr, filtered by `RUST_LOG`, unless the application installed its own.

@@ -28,6 +28,7 @@ use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
 use serde::{Deserialize, Serialize};
 
 use crate::error::PcmError;
+use crate::launch::Launch;
 use crate::store::{Blob, Entry, EntryHeader, Store};
 use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus, Reconfigured};
 
@@ -199,6 +200,9 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
     // 4. Placement and timings.
     let placed_hosts = exchange_hosts(&merged, &pcm.host);
+    let members = exchange_launches(&merged, &pcm.launch);
+    pcm.launch
+        .record_departures(&members, plan.moves.iter().map(|m| m.rank.0 as usize));
     pcm.job.hosts.extend(placed_hosts.iter().cloned());
     pcm.rank_hosts = new_placement(&plan, size as usize, &placed_hosts);
     let timings = agree_on_timings(&merged, [spawn_us, merge_us, transfer_us, state_bytes]);
@@ -238,14 +242,14 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
                 daemon,
                 universe,
                 rank,
-                exit_without_sync,
+                launch,
                 ..
             } = pcm;
             drop(world);
             Ok(Reconfigured::Departed(Departed {
                 rank,
                 daemon,
-                exit_without_sync,
+                launch,
                 universe,
             }))
         }
@@ -276,7 +280,6 @@ pub(crate) fn join_as_replacement(
     universe: Universe,
     parent: InterCommunicator,
     host: HostName,
-    exit_without_sync: bool,
 ) -> Result<Pcm, PcmError> {
     let merged = parent.merge(MergeOrder::High);
     let bytes = broadcast_bytes(&merged, 0, None);
@@ -295,6 +298,9 @@ pub(crate) fn join_as_replacement(
     let store = receive_state(&merged, rank as i32)?;
     let mut job = handover.job;
     let merged_hosts = exchange_hosts(&merged, &host);
+    // The handover counts this reconfiguration already: it names this launch.
+    let launch = Launch::new(&universe.world(), job.migrations);
+    exchange_launches(&merged, &launch);
     let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
     job.hosts.extend(merged_hosts);
     agree_on_timings(&merged, [0; 4]);
@@ -320,7 +326,7 @@ pub(crate) fn join_as_replacement(
         host,
         rank_hosts,
         last_outcome: None,
-        exit_without_sync,
+        launch,
         universe,
     };
     pcm.connect_daemon();
@@ -383,6 +389,15 @@ pub(crate) fn exchange_hosts(comm: &SimpleCommunicator, host: &HostName) -> Vec<
                 .unwrap_or_else(|_| HostName::new("unknown").expect("literal is valid"))
         })
         .collect()
+}
+
+/// Every process of `comm` learns every other's launch (generation, launch rank), in rank
+/// order.
+fn exchange_launches(comm: &SimpleCommunicator, launch: &Launch) -> Vec<[u64; 2]> {
+    let mine = [launch.generation, launch.rank as u64];
+    let mut all = vec![0u64; 2 * comm.size() as usize];
+    comm.all_gather_into(&mine[..], &mut all[..]);
+    all.chunks(2).map(|c| [c[0], c[1]]).collect()
 }
 
 /// The slowest rank's time for each phase, known to all.

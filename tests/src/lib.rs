@@ -21,13 +21,11 @@ use nix::unistd::Pid;
 use serde::Deserialize;
 
 /// Open MPI settings every PCM job needs (see the README): run as root in CI, allow spawning
-/// beyond the slots, let a departing process leave at once, and stop co-located ranks from
-/// burning each other's CPU while they wait.
+/// beyond the slots, and stop co-located ranks from burning each other's CPU while they wait.
 pub const OMPI_ENV: &[(&str, &str)] = &[
     ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
     ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
     ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-    ("OMPI_MCA_orte_allowed_exit_without_sync", "1"),
     ("OMPI_MCA_mpi_yield_when_idle", "1"),
     ("OMPI_MCA_btl", "self,vader,tcp"),
 ];
@@ -82,7 +80,9 @@ impl Group {
             .stdout(File::create(&stdout).unwrap())
             .stderr(File::create(&stderr).unwrap())
             .process_group(0);
-        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         Group {
             child,
             stdout,
@@ -173,10 +173,14 @@ impl Finished {
             self.stdout,
             self.stderr
         );
-        let last = self.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_else(|| {
-            panic!("no report printed\n--- stderr\n{}", self.stderr)
-        });
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("last stdout line is not a report ({e}): {last}"))
+        let last = self
+            .stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_else(|| panic!("no report printed\n--- stderr\n{}", self.stderr));
+        serde_json::from_str(last)
+            .unwrap_or_else(|e| panic!("last stdout line is not a report ({e}): {last}"))
     }
 }
 
@@ -232,7 +236,8 @@ impl MpiJob {
 
     /// Adds mpirun options.
     pub fn mpirun_options(mut self, options: &[&str]) -> Self {
-        self.mpirun_options.extend(options.iter().map(|s| s.to_string()));
+        self.mpirun_options
+            .extend(options.iter().map(|s| s.to_string()));
         self
     }
 
@@ -291,11 +296,19 @@ impl Pcmd {
         let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
         let socket = PathBuf::from(daemon_env.replace("{host}", &host));
         let mut command = Command::new(bin("pcmd"));
-        command.arg("--socket").arg(&socket).arg("serve").env("RUST_LOG", "debug");
+        command
+            .arg("--socket")
+            .arg(&socket)
+            .arg("serve")
+            .env("RUST_LOG", "debug");
         let group = Group::start(command, dir.path(), "pcmd");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(Instant::now() < deadline, "pcmd did not start: {}", group.stderr_so_far());
+            assert!(
+                Instant::now() < deadline,
+                "pcmd did not start: {}",
+                group.stderr_so_far()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Pcmd {
@@ -314,7 +327,9 @@ impl Pcmd {
         let group = Group::start(command, dir, "cli");
         let finished = group.wait(Duration::from_secs(60));
         std::process::Output {
-            status: std::os::unix::process::ExitStatusExt::from_raw(finished.code.unwrap_or(1) << 8),
+            status: std::os::unix::process::ExitStatusExt::from_raw(
+                finished.code.unwrap_or(1) << 8,
+            ),
             stdout: finished.stdout.into_bytes(),
             stderr: finished.stderr.into_bytes(),
         }
@@ -329,7 +344,10 @@ impl Pcmd {
 
     /// The daemon's log so far.
     pub fn log(&self) -> String {
-        self.group.as_ref().map(Group::stderr_so_far).unwrap_or_default()
+        self.group
+            .as_ref()
+            .map(Group::stderr_so_far)
+            .unwrap_or_default()
     }
 }
 
@@ -337,7 +355,10 @@ impl Pcmd {
 pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -31,14 +31,11 @@
 //!   fails with "All nodes which are allocated for this job are already filled" and then hangs,
 //!   even with `--oversubscribe`. So [`Cluster::job`] writes a hostfile per placement: the
 //!   nodes in order of first use with `slots=` their rank count, then the unused nodes.
-//! - `OMPI_MCA_orte_allowed_exit_without_sync=0` (the harness sets 1). With 1, a departed
-//!   rank of the original launch leaves at once, and across hosts that broke two things:
-//!   the job often did not end (rank 0 waited forever in `MPI_Finalize`), and a later spawn
-//!   onto the node that departed rank had left (e.g. rank 0 moving back home) failed in the
-//!   replacement's `MPI_Init` ("ORTE_ERROR_LOG: Not supported in file dpm.c at line 401",
-//!   `ompi_dpm_dyn_init() failed`), apparently because that node's daemon forgets the
-//!   original job once its last local process of it is gone. With 0 the departed process
-//!   sleeps in `MPI_Finalize` until the job ends, and every scenario tried completed.
+//! - Departed processes must not leave without `MPI_Finalize`: with
+//!   `OMPI_MCA_orte_allowed_exit_without_sync=1` the job often did not end, and a later spawn
+//!   onto the node a departed original rank had left failed in the replacement's `MPI_Init`
+//!   ("ORTE_ERROR_LOG: Not supported in file dpm.c at line 401"). PCM therefore keeps
+//!   departed processes waiting, at no CPU, until their launch ends (pcm's `launch` module).
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 use std::fmt::Write as _;
@@ -417,10 +414,7 @@ impl Cluster {
 
     /// Environment for jobs on the cluster (see the module notes).
     pub fn env_with(&self, hostfile: &Path) -> Vec<(String, String)> {
-        vec![
-            ("PCM_HOSTFILE".into(), hostfile.display().to_string()),
-            ("OMPI_MCA_orte_allowed_exit_without_sync".into(), "0".into()),
-        ]
+        vec![("PCM_HOSTFILE".into(), hostfile.display().to_string())]
     }
 
     /// Environment for jobs using the cluster's hostfile.
