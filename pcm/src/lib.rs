@@ -153,6 +153,9 @@ pub(crate) struct Plan {
     /// Whether this rank's daemon delivered the request (and so awaits the outcome).
     #[serde(skip)]
     held_here: bool,
+    /// When the status check that agreed on it began.
+    #[serde(skip)]
+    agreed_at: Option<Instant>,
 }
 
 /// The part of a rank's state that every rank shares and a replacement inherits.
@@ -385,6 +388,7 @@ impl Pcm {
 
     #[cold]
     fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
+        let started = Instant::now();
         let scheduled = self.job.schedule.take(iteration);
         let local_request = self.daemon.as_ref().map_or(0, DaemonLink::pending_max);
         let proposed_interval = match &mut self.cadence {
@@ -402,6 +406,7 @@ impl Pcm {
                 request: None,
                 moves,
                 held_here: false,
+                agreed_at: None,
             }
         } else if agreed[0] != 0 {
             self.agree_on_request(RequestId(agreed[0]))?
@@ -409,7 +414,8 @@ impl Pcm {
             return Ok(Status::Continue);
         };
         match reconfig::validate(plan, self.size, &self.job.hosts) {
-            Ok(plan) => {
+            Ok(mut plan) => {
+                plan.agreed_at = Some(started);
                 let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
                 self.pending = Some(plan);
                 Ok(if moving {
@@ -453,6 +459,7 @@ impl Pcm {
             request: Some(id),
             moves,
             held_here: held.is_some(),
+            agreed_at: None,
         })
     }
 

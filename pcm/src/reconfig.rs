@@ -141,6 +141,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
     // 1. Spawn, and agree on whether it worked.
     let started = Instant::now();
+    let agree_us = plan.agreed_at.map_or(0, micros);
     let program =
         std::env::current_exe().map_err(|_| PcmError::internal("cannot find own executable"))?;
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -205,7 +206,10 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
         .record_departures(&members, plan.moves.iter().map(|m| m.rank.0 as usize));
     pcm.job.hosts.extend(placed_hosts.iter().cloned());
     pcm.rank_hosts = new_placement(&plan, size as usize, &placed_hosts);
-    let timings = agree_on_timings(&merged, [spawn_us, merge_us, transfer_us, state_bytes]);
+    let timings = agree_on_timings(
+        &merged,
+        [agree_us, spawn_us, merge_us, transfer_us, state_bytes],
+    );
 
     // 5. Split; 6. release.
     let split_started = Instant::now();
@@ -259,8 +263,9 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
             pcm.job.next_check = iteration + 1;
             if pcm.rank == 0 {
                 tracing::info!(
-                    "iteration {iteration}: reconfigured in {:.1} ms (spawn {:.1}, merge+split {:.1}, state {:.1} ms for {} bytes)",
-                    (spawn_us + timings.merge_split_us + timings.state_transfer_us) as f64 / 1e3,
+                    "iteration {iteration}: reconfigured in {:.1} ms (agree {:.1}, spawn {:.1}, merge+split {:.1}, state {:.1} ms for {} bytes)",
+                    (timings.agree_us + timings.spawn_us + timings.merge_split_us + timings.state_transfer_us) as f64 / 1e3,
+                    timings.agree_us as f64 / 1e3,
                     timings.spawn_us as f64 / 1e3,
                     timings.merge_split_us as f64 / 1e3,
                     timings.state_transfer_us as f64 / 1e3,
@@ -303,7 +308,7 @@ pub(crate) fn join_as_replacement(
     exchange_launches(&merged, &launch);
     let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
     job.hosts.extend(merged_hosts);
-    agree_on_timings(&merged, [0; 4]);
+    agree_on_timings(&merged, [0; 5]);
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)
         .ok_or(PcmError::internal("replacement left out of the new world"))?;
@@ -401,14 +406,14 @@ fn exchange_launches(comm: &SimpleCommunicator, launch: &Launch) -> Vec<[u64; 2]
 }
 
 /// The slowest rank's time for each phase, known to all.
-fn agree_on_timings(comm: &SimpleCommunicator, local: [u64; 4]) -> PhaseTimings {
-    let mut max = [0u64; 4];
+fn agree_on_timings(comm: &SimpleCommunicator, local: [u64; 5]) -> PhaseTimings {
+    let mut max = [0u64; 5];
     comm.all_reduce_into(&local[..], &mut max[..], SystemOperation::max());
     PhaseTimings {
-        agree_us: 0,
-        spawn_us: max[0],
-        merge_split_us: max[1],
-        state_transfer_us: max[2],
-        state_bytes: max[3],
+        agree_us: max[0],
+        spawn_us: max[1],
+        merge_split_us: max[2],
+        state_transfer_us: max[3],
+        state_bytes: max[4],
     }
 }

@@ -291,8 +291,28 @@ pub struct Pcmd {
 impl Pcmd {
     /// Starts a daemon for this host and waits until it accepts connections.
     pub fn start() -> Pcmd {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap())
+    }
+
+    /// Starts a new daemon on the socket of `previous` (which must be dead), as an operator
+    /// restarting a crashed daemon would. The socket's directory stays owned by `previous`;
+    /// the new daemon's log goes to a temp dir of its own.
+    pub fn restart_at(previous: &Pcmd) -> Pcmd {
+        let dir = tempfile::Builder::new()
+            .prefix("pcmd-restart")
+            .tempdir()
+            .unwrap();
+        let mut restarted = Self::start_on(dir, previous.daemon_env.clone());
+        restarted.daemon_env = previous.daemon_env.clone();
+        restarted
+    }
+
+    fn start_in(dir: tempfile::TempDir) -> Pcmd {
         let daemon_env = dir.path().join("{host}.sock").display().to_string();
+        Self::start_on(dir, daemon_env)
+    }
+
+    fn start_on(dir: tempfile::TempDir, daemon_env: String) -> Pcmd {
         let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
         let socket = PathBuf::from(daemon_env.replace("{host}", &host));
         let mut command = Command::new(bin("pcmd"));

@@ -33,8 +33,8 @@ fn with_schedule(cluster: &Cluster, placement: &[&str], schedule: &str) -> Finis
     cluster.job(job, placement).run(DEADLINE)
 }
 
-/// The PCM timing lines, `(total, spawn, merge+split, state)` in ms, printed to stderr.
-fn reconfiguration_times(stderr: &str) -> Vec<[f64; 4]> {
+/// The PCM timing lines, `(total, agree, spawn, merge+split, state)` in ms, printed to stderr.
+fn reconfiguration_times(stderr: &str) -> Vec<[f64; 5]> {
     stderr
         .lines()
         .filter_map(|line| {
@@ -43,17 +43,17 @@ fn reconfiguration_times(stderr: &str) -> Vec<[f64; 4]> {
                 .split(|c: char| !(c.is_ascii_digit() || c == '.'))
                 .filter(|s| !s.is_empty() && *s != ".")
                 .filter_map(|s| s.parse().ok())
-                .take(4)
+                .take(5)
                 .collect();
-            <[f64; 4]>::try_from(numbers).ok()
+            <[f64; 5]>::try_from(numbers).ok()
         })
         .collect()
 }
 
 fn print_times(what: &str, finished: &Finished) {
-    for [total, spawn, merge_split, state] in reconfiguration_times(&finished.stderr) {
+    for [total, agree, spawn, merge_split, state] in reconfiguration_times(&finished.stderr) {
         eprintln!(
-            "{what}: reconfigured across namespaces in {total:.1} ms (spawn {spawn:.1}, merge+split {merge_split:.1}, state {state:.1})"
+            "{what}: reconfigured across namespaces in {total:.1} ms (agree {agree:.1}, spawn {spawn:.1}, merge+split {merge_split:.1}, state {state:.1})"
         );
     }
 }
@@ -167,7 +167,10 @@ fn given_a_target_host_outside_the_hostfile_then_the_move_is_refused_without_han
 
 #[test]
 fn the_timing_line_parser_reads_pcm_log_lines() {
-    let line = "2026-11-22T03:45:59Z  INFO pcm::reconfig: iteration 40: reconfigured in 258.9 ms (spawn 256.1, merge+split 2.8, state 0.1 ms for 17451 bytes)";
-    assert_eq!(reconfiguration_times(line), vec![[258.9, 256.1, 2.8, 0.1]]);
+    let line = "2026-11-22T03:45:59Z  INFO pcm::reconfig: iteration 40: reconfigured in 259.0 ms (agree 0.1, spawn 256.1, merge+split 2.8, state 0.1 ms for 17451 bytes)";
+    assert_eq!(
+        reconfiguration_times(line),
+        vec![[259.0, 0.1, 256.1, 2.8, 0.1]]
+    );
     assert!(reconfiguration_times("nothing here").is_empty());
 }

@@ -1,0 +1,192 @@
+//! pcmd with real MPI jobs: manual migration through the CLI, bad requests, a daemon that
+//! dies mid-run, and no daemon at all.
+
+use std::io::Write as _;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use mpi_ios_tests::{mpi_lock, wait_until, MpiJob, Pcmd};
+use pcm_proto::DaemonStatus;
+
+/// Long enough (several seconds) to talk to the job while it runs.
+const LONG_ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "150000"];
+const DEADLINE: Duration = Duration::from_secs(150);
+const WAIT: Duration = Duration::from_secs(30);
+
+fn status(pcmd: &Pcmd) -> DaemonStatus {
+    let output = pcmd.cli(&["status", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Ranks registered with the daemon that have reported progress.
+fn running_ranks(pcmd: &Pcmd) -> usize {
+    status(pcmd)
+        .jobs
+        .iter()
+        .flat_map(|j| j.ranks.iter())
+        .filter(|r| r.iteration > 0)
+        .count()
+}
+
+fn plain_checksum(args: &[&str]) -> String {
+    MpiJob::new(3, "heat2d-plain", args)
+        .run(DEADLINE)
+        .report()
+        .checksum
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches() {
+    let _lock = mpi_lock();
+    let reference = plain_checksum(LONG_ARGS);
+    let pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .start(dir.path(), "heat2d");
+    wait_until(WAIT, "3 ranks registered and running", || {
+        running_ranks(&pcmd) == 3
+    });
+
+    let moved = pcmd.cli(&["migrate", "--rank", "1"]);
+    let out = text(&moved.stdout);
+    assert!(moved.status.success(), "{out}{}", text(&moved.stderr));
+    assert!(
+        out.contains("completed at iteration") && out.contains("rank 1 ->"),
+        "{out}"
+    );
+
+    let job_status = &status(&pcmd).jobs[0];
+    let rank1 = job_status.ranks.iter().find(|r| r.rank.0 == 1).unwrap();
+    assert!(
+        rank1.replacement,
+        "rank 1 should now be a replacement: {job_status:?}"
+    );
+
+    let moved = pcmd.cli(&["migrate", "--rank", "0", "--rank", "2"]);
+    assert!(moved.status.success(), "{}", text(&moved.stderr));
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(2));
+}
+
+#[test]
+fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
+    let _lock = mpi_lock();
+    let reference = plain_checksum(LONG_ARGS);
+    let pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .start(dir.path(), "heat2d");
+    wait_until(WAIT, "3 ranks registered and running", || {
+        running_ranks(&pcmd) == 3
+    });
+
+    // A rank that does not exist.
+    let refused = pcmd.cli(&["migrate", "--rank", "7"]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("rank 7 does not exist"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    // Garbage on the daemon socket: the daemon drops that connection and keeps serving.
+    let mut garbage = UnixStream::connect(&pcmd.socket).unwrap();
+    garbage
+        .write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0x00, 0x13, 0x37])
+        .unwrap();
+    garbage.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    drop(garbage);
+
+    // A second request while the first is in flight.
+    let first = pcmd.cli(&["migrate", "--rank", "1", "--no-wait"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let second = pcmd.cli(&["migrate", "--rank", "2"]);
+    assert!(
+        !second.status.success(),
+        "a second request must be refused while one is in flight"
+    );
+    assert!(
+        text(&second.stderr).contains("in flight"),
+        "{}",
+        text(&second.stderr)
+    );
+
+    // A host outside the allocation: refused by the ranks, reported back, nothing moves.
+    wait_until(WAIT, "the first migration to finish", || {
+        status(&pcmd)
+            .jobs
+            .first()
+            .is_some_and(|j| j.in_flight.is_none())
+    });
+    let unknown = pcmd.cli(&["migrate", "--rank", "2", "--to", "no-such-node"]);
+    assert!(!unknown.status.success());
+    let said = text(&unknown.stdout) + &text(&unknown.stderr);
+    assert!(
+        said.contains("no-such-node") && said.contains("not in the job's allocation"),
+        "{said}"
+    );
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(1));
+}
+
+#[test]
+fn given_the_daemon_dies_mid_run_then_the_run_completes_and_a_new_daemon_sees_the_ranks() {
+    let _lock = mpi_lock();
+    let reference = plain_checksum(LONG_ARGS);
+    let mut pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .start(dir.path(), "heat2d");
+    wait_until(WAIT, "3 ranks registered and running", || {
+        running_ranks(&pcmd) == 3
+    });
+    pcmd.kill();
+
+    // A daemon started again on the same socket gets the ranks back, and can move them.
+    let restarted = Pcmd::restart_at(&pcmd);
+    wait_until(WAIT, "ranks to register with the new daemon", || {
+        running_ranks(&restarted) == 3
+    });
+    let moved = restarted.cli(&["migrate", "--rank", "2"]);
+    assert!(moved.status.success(), "{}", text(&moved.stderr));
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(1));
+}
+
+#[test]
+fn given_no_daemon_then_the_job_runs_as_plain_mpi() {
+    let _lock = mpi_lock();
+    let args = ["--rows", "90", "--cols", "48", "--iters", "200"];
+    let reference = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir
+        .path()
+        .join("nobody-listens-{host}.sock")
+        .display()
+        .to_string();
+    let report = MpiJob::new(3, "heat2d", &args)
+        .env("PCM_DAEMON", missing)
+        .env("PCM_SCHEDULE", "50:1")
+        .run(DEADLINE)
+        .report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(1));
+}
