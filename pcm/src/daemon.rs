@@ -264,7 +264,7 @@ fn handle(message: FromDaemon, shared: &Shared) {
                 );
                 return;
             }
-            tracing::info!("reconfiguration request {request} received: {moves:?}");
+            tracing::debug!("reconfiguration request {request} received: {moves:?}");
             queue.pending.push_back((request, moves));
             shared.pending_max.store(queue.max_id(), Ordering::Release);
         }

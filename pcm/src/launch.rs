@@ -21,7 +21,7 @@ use mpi::traits::*;
 
 /// Tag of the release message on the launch's `MPI_COMM_WORLD` (the application never
 /// uses that communicator, only PCM's world).
-const RELEASE_TAG: i32 = 0x5043_4d;
+const RELEASE_TAG: i32 = 0x0050_434d;
 /// How often a departed process checks for its release.
 const RELEASE_POLL: Duration = Duration::from_millis(50);
 

@@ -135,6 +135,9 @@ pub enum Status {
 /// Result of [`Pcm::reconfigure`].
 #[must_use]
 #[derive(Debug)]
+// Returned once per reconfiguration and moved straight into the caller's binding: boxing
+// the `Pcm` would only add an allocation and a deref to every use of it.
+#[allow(clippy::large_enum_variant)]
 pub enum Reconfigured {
     /// This process goes on, with the new world ([`Pcm::world`]).
     Continue(Pcm),
@@ -451,7 +454,7 @@ impl Pcm {
                 "a request was agreed but no rank holds it",
             ));
         }
-        let bytes = held.as_ref().map(|moves| encode_cbor(moves));
+        let bytes = held.as_ref().map(encode_cbor);
         let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
         let moves: Vec<Move> = ciborium::from_reader(bytes.as_slice())
             .map_err(|e| PcmError::Handover(e.to_string()))?;

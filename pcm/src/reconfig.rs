@@ -262,15 +262,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
             pcm.job.migrations += 1;
             pcm.job.next_check = iteration + 1;
             if pcm.rank == 0 {
-                tracing::info!(
-                    "iteration {iteration}: reconfigured in {:.1} ms (agree {:.1}, spawn {:.1}, merge+split {:.1}, state {:.1} ms for {} bytes)",
-                    (timings.agree_us + timings.spawn_us + timings.merge_split_us + timings.state_transfer_us) as f64 / 1e3,
-                    timings.agree_us as f64 / 1e3,
-                    timings.spawn_us as f64 / 1e3,
-                    timings.merge_split_us as f64 / 1e3,
-                    timings.state_transfer_us as f64 / 1e3,
-                    timings.state_bytes
-                );
+                log_reconfigured(iteration, &timings);
             }
             Ok(Reconfigured::Continue(pcm))
         }
@@ -308,7 +300,7 @@ pub(crate) fn join_as_replacement(
     exchange_launches(&merged, &launch);
     let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
     job.hosts.extend(merged_hosts);
-    agree_on_timings(&merged, [0; 5]);
+    let timings = agree_on_timings(&merged, [0; 5]);
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)
         .ok_or(PcmError::internal("replacement left out of the new world"))?;
@@ -316,6 +308,9 @@ pub(crate) fn join_as_replacement(
     drop(parent);
 
     let iteration = job.iteration;
+    if rank == 0 {
+        log_reconfigured(iteration, &timings);
+    }
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
@@ -394,6 +389,20 @@ pub(crate) fn exchange_hosts(comm: &SimpleCommunicator, host: &HostName) -> Vec<
                 .unwrap_or_else(|_| HostName::new("unknown").expect("literal is valid"))
         })
         .collect()
+}
+
+/// The one line per reconfiguration, from rank 0 of the new world.
+fn log_reconfigured(iteration: u64, t: &PhaseTimings) {
+    let ms = |us: u64| us as f64 / 1e3;
+    tracing::info!(
+        "iteration {iteration}: reconfigured in {:.1} ms (agree {:.1}, spawn {:.1}, merge+split {:.1}, state {:.1} ms for {} bytes)",
+        ms(t.agree_us + t.spawn_us + t.merge_split_us + t.state_transfer_us),
+        ms(t.agree_us),
+        ms(t.spawn_us),
+        ms(t.merge_split_us),
+        ms(t.state_transfer_us),
+        t.state_bytes
+    );
 }
 
 /// Every process of `comm` learns every other's launch (generation, launch rank), in rank

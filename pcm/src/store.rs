@@ -67,7 +67,7 @@ impl Blob {
     /// Turns the bytes into a `Vec<T>`, without copying when `T` has the alignment of `u64`.
     fn into_vec<T: Pod>(self) -> Vec<T> {
         let elem = std::mem::size_of::<T>();
-        let count = if elem == 0 { 0 } else { self.len / elem };
+        let count = self.len.checked_div(elem).unwrap_or(0);
         if std::mem::align_of::<T>() == std::mem::align_of::<u64>()
             && elem != 0
             && self.len % 8 == 0

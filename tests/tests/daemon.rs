@@ -1,6 +1,8 @@
 //! pcmd with real MPI jobs: manual migration through the CLI, bad requests, a daemon that
 //! dies mid-run, and no daemon at all.
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;

@@ -4,6 +4,8 @@
 //! Migrations are scripted with `PCM_SCHEDULE` so that they happen at chosen iterations;
 //! the mechanism is the same as for requests from a daemon (see `daemon.rs` for those).
 
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
 use std::time::Duration;
 
 use mpi_ios_tests::{mpi_lock, MpiJob, Report};

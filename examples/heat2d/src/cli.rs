@@ -125,6 +125,13 @@ impl Progress {
         }
     }
 
+    /// Measures the first rate from iteration `done` (a replacement resuming mid-run).
+    #[must_use]
+    pub fn starting_at(mut self, done: u64) -> Self {
+        self.since_iter = done;
+        self
+    }
+
     /// Call after each iteration with the number of iterations done. Returns a line to print
     /// when one is due; reads the clock only then.
     pub fn tick(&mut self, done: u64) -> Option<String> {

@@ -58,7 +58,8 @@ fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
         }
     };
 
-    let mut progress = Progress::new(args.report_every, args.iters, Instant::now());
+    let mut progress =
+        Progress::new(args.report_every, args.iters, Instant::now()).starting_at(start);
     for iteration in start..args.iters {
         match pcm.status()? {
             // PCM
