@@ -1,0 +1,198 @@
+//! `pcm-state`: a PCM application that does almost nothing but carry a large per-rank state,
+//! so that migrating one of its ranks measures the cost of the migration itself.
+//!
+//! ```text
+//! PCM_SCHEDULE=20:1,40:2,60:3 mpirun -x PCM_SCHEDULE -np 4 pcm-state --state-mb 64 --iters 80
+//! ```
+//!
+//! Each rank holds a `Vec<f64>` of `--state-mb` MiB, filled deterministically from its rank;
+//! every iteration adds 1 to its first element and joins a barrier, so the state at iteration
+//! `i` is known exactly. A departing rank stores the whole array (`store_array`); its
+//! replacement loads it (`load_array`) and checks its checksum against the expected one,
+//! aborting the job if they differ. Every rank checks its state again at the end.
+//!
+//! Stdout carries one JSON object per line:
+//! - `{"event":"stored",...,"store_us":..}` from a departing rank (time of its store calls);
+//! - `{"event":"loaded",...,"load_us":..}` from a replacement (time of `load_array`);
+//! - `{"event":"reconfigured","iteration":..,"spawn_us":..,...}` from rank 0 after every
+//!   reconfiguration (from `Pcm::last_outcome`); rank 0 must not be moved for this line;
+//! - `{"event":"done",...}` from rank 0 at the end.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use pcm::mpi::traits::*;
+use pcm::{Pcm, PcmError, ProcessStatus, Reconfigured, Status};
+use pcm_proto::Outcome;
+use serde_json::json;
+
+/// Command line (replacements get the same arguments).
+#[derive(Debug, Parser)]
+#[command(about = "PCM app with a large per-rank state, for migration benchmarks")]
+struct Args {
+    /// State per rank, in MiB (1 MiB = 131072 f64).
+    #[arg(long, default_value_t = 1)]
+    state_mb: u64,
+    /// Iterations (each: one local update and a barrier).
+    #[arg(long, default_value_t = 100)]
+    iters: u64,
+}
+
+/// Initial value of element `i` of `rank`'s state (exact in f64).
+fn initial(rank: u32, i: usize) -> f64 {
+    f64::from(rank) * 1e9 + i as f64
+}
+
+fn fnv_step(h: u64, x: f64) -> u64 {
+    (h ^ x.to_bits()).wrapping_mul(0x0100_0000_01b3)
+}
+
+const FNV_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Checksum of the data.
+fn checksum(v: &[f64]) -> u64 {
+    v.iter().fold(FNV_SEED, |h, &x| fnv_step(h, x))
+}
+
+/// Checksum the state of `rank` must have after `done` iterations.
+fn expected_checksum(rank: u32, len: usize, done: u64) -> u64 {
+    (0..len).fold(FNV_SEED, |h, i| {
+        let mut x = initial(rank, i);
+        if i == 0 {
+            x += done as f64;
+        }
+        fnv_step(h, x)
+    })
+}
+
+fn verify(pcm: &Pcm, v: &[f64], done: u64, len: usize, when: &str) {
+    let rank = pcm.rank();
+    if v.len() != len {
+        eprintln!(
+            "pcm-state: rank {rank} {when}: state has {} elements, expected {len}",
+            v.len()
+        );
+        pcm.world().abort(3);
+    }
+    let (got, want) = (checksum(v), expected_checksum(rank, len, done));
+    if got != want {
+        eprintln!(
+            "pcm-state: rank {rank} {when}: state checksum {got:016x} != expected {want:016x} \
+             (after {done} iterations)"
+        );
+        pcm.world().abort(3);
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let pcm = match Pcm::init("pcm-state") {
+        Ok(pcm) => pcm,
+        Err(e) => {
+            eprintln!("pcm-state: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(pcm, &args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pcm-state: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
+    let len = usize::try_from(args.state_mb * (1 << 20) / 8)
+        .map_err(|_| PcmError::Internal("--state-mb too large"))?;
+    let started = Instant::now();
+    let (mut state, start) = match pcm.process_status() {
+        ProcessStatus::Fresh => {
+            let rank = pcm.rank();
+            let v: Vec<f64> = (0..len).map(|i| initial(rank, i)).collect();
+            (v, 0)
+        }
+        ProcessStatus::Replacement { rank, .. } => {
+            let t = Instant::now();
+            let v: Vec<f64> = pcm.load_array("state")?;
+            let load_us = t.elapsed().as_micros() as u64;
+            let iteration: u64 = pcm.load("iteration")?;
+            verify(&pcm, &v, iteration, len, "after loading");
+            println!(
+                "{}",
+                json!({"event": "loaded", "rank": rank, "iteration": iteration,
+                       "load_us": load_us, "bytes": v.len() * 8, "verified": true})
+            );
+            (v, iteration)
+        }
+    };
+
+    for iteration in start..args.iters {
+        match pcm.status()? {
+            Status::Continue => {}
+            status => {
+                if status == Status::Migrate {
+                    let t = Instant::now();
+                    pcm.store("iteration", &iteration)?;
+                    pcm.store_array("state", &state)?;
+                    let store_us = t.elapsed().as_micros() as u64;
+                    println!(
+                        "{}",
+                        json!({"event": "stored", "rank": pcm.rank(), "iteration": iteration,
+                               "store_us": store_us, "bytes": state.len() * 8})
+                    );
+                }
+                match pcm.reconfigure()? {
+                    Reconfigured::Continue(next) => pcm = next,
+                    Reconfigured::Departed(departed) => {
+                        drop(state);
+                        departed.finalize();
+                    }
+                }
+                if pcm.rank() == 0 {
+                    print_outcome(&pcm);
+                }
+            }
+        }
+        if let Some(first) = state.first_mut() {
+            *first += 1.0;
+        }
+        pcm.world().barrier();
+    }
+
+    verify(&pcm, &state, args.iters, len, "at the end");
+    pcm.world().barrier();
+    if pcm.rank() == 0 {
+        println!(
+            "{}",
+            json!({"event": "done", "iterations": args.iters, "migrations": pcm.migrations(),
+                   "ranks": pcm.size(), "state_bytes_per_rank": len * 8,
+                   "seconds": started.elapsed().as_secs_f64()})
+        );
+    }
+    pcm.finalize();
+    Ok(())
+}
+
+fn print_outcome(pcm: &Pcm) {
+    match pcm.last_outcome() {
+        Some(Outcome::Completed {
+            iteration, timings, ..
+        }) => println!(
+            "{}",
+            json!({"event": "reconfigured", "iteration": iteration,
+                   "agree_us": timings.agree_us, "spawn_us": timings.spawn_us,
+                   "merge_split_us": timings.merge_split_us,
+                   "state_transfer_us": timings.state_transfer_us,
+                   "state_bytes": timings.state_bytes})
+        ),
+        Some(Outcome::Failed { reason }) => {
+            println!(
+                "{}",
+                json!({"event": "reconfiguration_failed", "reason": reason})
+            );
+        }
+        None => {}
+    }
+}
