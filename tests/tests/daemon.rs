@@ -192,3 +192,41 @@ fn given_no_daemon_then_the_job_runs_as_plain_mpi() {
     assert_eq!(report.checksum, reference);
     assert_eq!(report.migrations, Some(1));
 }
+
+#[test]
+fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_not_hold_then_the_job_agrees(
+) {
+    let _lock = mpi_lock();
+    let reference = plain_checksum(LONG_ARGS);
+    let daemon_a = Pcmd::start();
+    let daemon_b = Pcmd::start();
+    // MPMD launch: rank 0 registers with daemon A, ranks 1 and 2 with daemon B.
+    let mut command = std::process::Command::new("mpirun");
+    for (k, v) in mpi_ios_tests::OMPI_ENV {
+        command.env(k, v);
+    }
+    let heat2d = mpi_ios_tests::bin("heat2d");
+    command
+        .args(["-np", "1", "-x"])
+        .arg(format!("PCM_DAEMON={}", daemon_a.daemon_env));
+    command.arg(&heat2d).args(LONG_ARGS).arg(":");
+    command
+        .args(["-np", "2", "-x"])
+        .arg(format!("PCM_DAEMON={}", daemon_b.daemon_env));
+    command.arg(&heat2d).args(LONG_ARGS);
+    let dir = tempfile::tempdir().unwrap();
+    let job = mpi_ios_tests::Group::start(command, dir.path(), "mpmd");
+    wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);
+    wait_until(WAIT, "ranks 1 and 2 at daemon B", || {
+        running_ranks(&daemon_b) == 2
+    });
+
+    let moved = daemon_b.cli(&["migrate", "--rank", "0"]);
+    let out = text(&moved.stdout);
+    assert!(moved.status.success(), "{out}{}", text(&moved.stderr));
+    assert!(out.contains("rank 0 ->"), "{out}");
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(1));
+}
