@@ -192,7 +192,11 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     let merge_us = micros(merge_started);
 
     let transfer_started = Instant::now();
-    let state_bytes = pcm.store.total_bytes();
+    let state_bytes = if departing.is_some() {
+        pcm.store.total_bytes()
+    } else {
+        0
+    };
     if let Some(j) = departing {
         send_state(&merged, (size as usize + j) as i32, &pcm.store);
     }
@@ -208,7 +212,8 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     pcm.rank_hosts = new_placement(&plan, size as usize, &placed_hosts);
     let timings = agree_on_timings(
         &merged,
-        [agree_us, spawn_us, merge_us, transfer_us, state_bytes],
+        [agree_us, spawn_us, merge_us, transfer_us],
+        state_bytes,
     );
 
     // 5. Split; 6. release.
@@ -300,7 +305,7 @@ pub(crate) fn join_as_replacement(
     exchange_launches(&merged, &launch);
     let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
     job.hosts.extend(merged_hosts);
-    let timings = agree_on_timings(&merged, [0; 5]);
+    let timings = agree_on_timings(&merged, [0; 4], 0);
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)
         .ok_or(PcmError::internal("replacement left out of the new world"))?;
@@ -414,15 +419,18 @@ fn exchange_launches(comm: &SimpleCommunicator, launch: &Launch) -> Vec<[u64; 2]
     all.chunks(2).map(|c| [c[0], c[1]]).collect()
 }
 
-/// The slowest rank's time for each phase, known to all.
-fn agree_on_timings(comm: &SimpleCommunicator, local: [u64; 5]) -> PhaseTimings {
-    let mut max = [0u64; 5];
+/// The slowest rank's time for each phase and the total state moved, known to all.
+/// `local` is `[agree, spawn, merge, transfer]` in microseconds.
+fn agree_on_timings(comm: &SimpleCommunicator, local: [u64; 4], state_bytes: u64) -> PhaseTimings {
+    let mut max = [0u64; 4];
     comm.all_reduce_into(&local[..], &mut max[..], SystemOperation::max());
+    let mut total_bytes = 0u64;
+    comm.all_reduce_into(&state_bytes, &mut total_bytes, SystemOperation::sum());
     PhaseTimings {
         agree_us: max[0],
         spawn_us: max[1],
         merge_split_us: max[2],
         state_transfer_us: max[3],
-        state_bytes: max[4],
+        state_bytes: total_bytes,
     }
 }

@@ -61,8 +61,8 @@ pub struct Move {
     pub to: Option<HostName>,
 }
 
-/// Time spent in each phase of a reconfiguration, in microseconds, as measured by rank 0
-/// of the job (phases are collective, so rank 0 sees each one end).
+/// Time spent in each phase of a reconfiguration, in microseconds: for each phase, the
+/// slowest process's time (every process measures, and they agree on the maximum).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhaseTimings {
     /// Agreeing on the request and broadcasting the plan.
