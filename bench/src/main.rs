@@ -1,0 +1,487 @@
+//! `mpi-ios-bench`: benchmarks of PCM (see `docs/benchmarks.md` and `--help`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use mpi_ios_bench::{
+    append_markdown, events, find_bin, load_average, max, median, mem_available_bytes, min, MpiRun,
+    Pcmd, Table,
+};
+
+/// Benchmarks of MPI/IOS's process checkpointing and migration (PCM).
+///
+/// Every run goes through `mpirun` (Open MPI) with the project's settings (run as root
+/// allowed, oversubscription for spawning, `mpi_yield_when_idle`, btl self,vader,tcp), with a
+/// deadline; on timeout the whole process group is killed. The MPI programs (heat2d,
+/// heat2d-plain, pcmd, pcm-state) are taken from the directory of this executable: build
+/// them first with `cargo build --release --bins`.
+///
+/// The machine has few cores, shared with other work: results are noisy. Run one benchmark
+/// at a time, on an otherwise idle machine if possible.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// PCM overhead during normal execution: heat2d (with PCM, a real pcmd serving the job)
+    /// against heat2d-plain (plain MPI), interleaved runs (plain, pcm, plain, pcm, ...).
+    ///
+    /// Two grid sizes on 2 ranks: about 100 us per iteration (576x576) and about 1 ms per
+    /// iteration (1448x1448). Time per iteration comes from each run's own JSON report
+    /// (`seconds` / iterations); the checksums of both programs must agree. The table gives
+    /// the median time per iteration of each side, and the median, min and max of the
+    /// per-pair ratios pcm/plain, compared with the targets (<= 1.03 at ~100 us,
+    /// <= 1.01 at ~1 ms).
+    Overhead(OverheadArgs),
+    /// Cost of one migration, broken down: spawn, merge+split, state transfer, plus the
+    /// store (departing rank) and load (replacement) calls, for several state sizes.
+    ///
+    /// Runs `pcm-state` with `--ranks` ranks and a per-rank state of each size in MiB,
+    /// moving ranks 1, 2, ... (never rank 0) `--moves` times through PCM_SCHEDULE; the
+    /// phase times come from PCM's own outcome (maximum over ranks), reported per
+    /// reconfiguration, and the table gives medians over the moves. Targets: fixed part
+    /// (spawn + merge+split) <= 300 ms, state transfer >= 1 GB/s within one host (checked
+    /// for states of 64 MiB and more; smaller ones are latency-bound). Sizes that do not fit
+    /// in MemAvailable are skipped with a message.
+    Migration(MigrationArgs),
+}
+
+#[derive(Debug, Args)]
+struct OverheadArgs {
+    /// Interleaved pairs (one plain run, one PCM run) per size.
+    #[arg(long, default_value_t = 7)]
+    pairs: usize,
+    /// Unmeasured pairs run first per size (warm caches).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Ranks per run.
+    #[arg(long, default_value_t = 2)]
+    ranks: usize,
+    /// Grid side of the ~100 us/iteration size.
+    #[arg(long, default_value_t = 576)]
+    small_size: usize,
+    /// Iterations of the small size.
+    #[arg(long, default_value_t = 20_000)]
+    small_iters: u64,
+    /// Grid side of the ~1 ms/iteration size.
+    #[arg(long, default_value_t = 1448)]
+    large_size: usize,
+    /// Iterations of the large size.
+    #[arg(long, default_value_t = 2_500)]
+    large_iters: u64,
+    /// CI mode: tiny grids (64x64, 128x128), 2 pairs, no warm-up.
+    #[arg(long)]
+    quick: bool,
+    /// Deadline of each mpirun run, in seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+    /// Also append the table, as markdown, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct MigrationArgs {
+    /// State sizes per rank, in MiB, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,64,1024")]
+    sizes: Vec<u64>,
+    /// Ranks of the job (ranks 1..ranks-1 are moved in turn; at least 2).
+    #[arg(long, default_value_t = 4)]
+    ranks: usize,
+    /// Migrations per size (one rank each); the table shows medians over them.
+    #[arg(long, default_value_t = 3)]
+    moves: usize,
+    /// Iterations between two migrations.
+    #[arg(long, default_value_t = 20)]
+    spacing: u64,
+    /// CI mode: sizes 1 and 8 MiB, 1 move.
+    #[arg(long)]
+    quick: bool,
+    /// Base deadline of each mpirun run, in seconds (plus 0.3 s per MiB of state).
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Also append the table, as markdown, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Overhead(args) => overhead(args),
+        Command::Migration(args) => migration(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mpi-ios-bench: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// One heat2d report.
+#[derive(Debug, serde::Deserialize)]
+struct HeatReport {
+    checksum: String,
+    seconds: f64,
+    iterations: u64,
+}
+
+fn heat_report(stdout: &str) -> Result<HeatReport> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("the run printed no JSON report")?;
+    serde_json::from_str(line).with_context(|| format!("bad report line: {line}"))
+}
+
+struct SizeCase {
+    side: usize,
+    iters: u64,
+    target: f64,
+    label: &'static str,
+}
+
+fn overhead(mut args: OverheadArgs) -> Result<()> {
+    if args.quick {
+        args.small_size = 64;
+        args.small_iters = 300;
+        args.large_size = 128;
+        args.large_iters = 100;
+        args.pairs = 2;
+        args.warmup = 0;
+    }
+    ensure!(args.pairs >= 1, "--pairs must be at least 1");
+    let plain = find_bin("heat2d-plain")?;
+    let pcm = find_bin("heat2d")?;
+    let pcmd = Pcmd::start(&find_bin("pcmd")?)?;
+    let daemon = pcmd.socket.display().to_string();
+    eprintln!("[overhead] pcmd serving on {daemon}");
+    let timeout = Duration::from_secs(args.timeout);
+    let load_before = load_average();
+    let cases = [
+        SizeCase {
+            side: args.small_size,
+            iters: args.small_iters,
+            target: 1.03,
+            label: "~100 us",
+        },
+        SizeCase {
+            side: args.large_size,
+            iters: args.large_iters,
+            target: 1.01,
+            label: "~1 ms",
+        },
+    ];
+
+    let mut table = Table::new(&[
+        "grid",
+        "class",
+        "iters",
+        "pairs",
+        "plain us/iter (median)",
+        "pcm us/iter (median)",
+        "ratio pcm/plain (median of pairs)",
+        "ratio min",
+        "ratio max",
+        "target",
+        "result",
+    ]);
+    for case in &cases {
+        let run_args: Vec<String> = [
+            "--rows".to_owned(),
+            case.side.to_string(),
+            "--cols".to_owned(),
+            case.side.to_string(),
+            "--iters".to_owned(),
+            case.iters.to_string(),
+        ]
+        .into();
+        let plain_run = MpiRun::new(args.ranks, &plain, &run_args).env("PCM_DAEMON", "none");
+        let pcm_run = MpiRun::new(args.ranks, &pcm, &run_args).env("PCM_DAEMON", daemon.clone());
+        let (mut plain_us, mut pcm_us, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let total = args.warmup + args.pairs;
+        for pair in 0..total {
+            let warm = pair < args.warmup;
+            let p = plain_run.run(timeout)?.check("heat2d-plain")?;
+            let q = pcm_run.run(timeout)?.check("heat2d (PCM)")?;
+            let (p, q) = (heat_report(&p.stdout)?, heat_report(&q.stdout)?);
+            if p.checksum != q.checksum {
+                bail!(
+                    "checksums differ at {0}x{0}: plain {1}, pcm {2}",
+                    case.side,
+                    p.checksum,
+                    q.checksum
+                );
+            }
+            ensure!(
+                p.iterations == case.iters && q.iterations == case.iters,
+                "a run reported a wrong iteration count"
+            );
+            let (pu, qu) = (
+                p.seconds / case.iters as f64 * 1e6,
+                q.seconds / case.iters as f64 * 1e6,
+            );
+            eprintln!(
+                "[overhead] {0}x{0} {1} {2}/{3}: plain {pu:.1} us/iter, pcm {qu:.1} us/iter, ratio {4:.4}",
+                case.side,
+                if warm { "warm-up" } else { "pair" },
+                if warm { pair + 1 } else { pair + 1 - args.warmup },
+                if warm { args.warmup } else { args.pairs },
+                qu / pu
+            );
+            if !warm {
+                plain_us.push(pu);
+                pcm_us.push(qu);
+                ratios.push(qu / pu);
+            }
+        }
+        let ratio = median(&ratios);
+        table.push(vec![
+            format!("{0}x{0}", case.side),
+            case.label.to_owned(),
+            case.iters.to_string(),
+            args.pairs.to_string(),
+            format!("{:.1}", median(&plain_us)),
+            format!("{:.1}", median(&pcm_us)),
+            format!("{ratio:.4}"),
+            format!("{:.4}", min(&ratios)),
+            format!("{:.4}", max(&ratios)),
+            format!("<= {:.2}", case.target),
+            if args.quick {
+                "n/a (quick)".to_owned()
+            } else {
+                pass(ratio <= case.target)
+            },
+        ]);
+    }
+    let notes = vec![format!(
+        "Load average (1/5/15 min) before: {load_before}; after: {}.",
+        load_average()
+    )];
+    println!(
+        "PCM overhead: heat2d (PCM + pcmd) vs heat2d-plain, {} ranks",
+        args.ranks
+    );
+    print!("{}", table.to_text());
+    for note in &notes {
+        println!("{note}");
+    }
+    if let Some(path) = &args.markdown {
+        let title = format!(
+            "PCM overhead: heat2d vs heat2d-plain, {} ranks{}",
+            args.ranks,
+            if args.quick { " (quick)" } else { "" }
+        );
+        append_markdown(path, &title, &table, &notes)?;
+    }
+    Ok(())
+}
+
+/// Per-size medians.
+#[derive(Debug, Default)]
+struct MoveStats {
+    agree_ms: Vec<f64>,
+    spawn_ms: Vec<f64>,
+    merge_split_ms: Vec<f64>,
+    transfer_ms: Vec<f64>,
+    gb_per_s: Vec<f64>,
+    store_ms: Vec<f64>,
+    load_ms: Vec<f64>,
+    bytes: Vec<f64>,
+}
+
+fn field(v: &serde_json::Value, name: &str) -> Result<f64> {
+    v.get(name)
+        .and_then(serde_json::Value::as_f64)
+        .with_context(|| format!("event without `{name}`: {v}"))
+}
+
+fn migration_run(
+    program: &Path,
+    args: &MigrationArgs,
+    size_mb: u64,
+    timeout: Duration,
+) -> Result<MoveStats> {
+    let schedule: Vec<String> = (1..=args.moves)
+        .map(|k| {
+            let rank = 1 + (k - 1) % (args.ranks - 1);
+            format!("{}:{rank}", k as u64 * args.spacing)
+        })
+        .collect();
+    let iters = (args.moves as u64 + 1) * args.spacing;
+    let run_args = vec![
+        "--state-mb".to_owned(),
+        size_mb.to_string(),
+        "--iters".to_owned(),
+        iters.to_string(),
+    ];
+    let out = MpiRun::new(args.ranks, program, &run_args)
+        .env("PCM_DAEMON", "none")
+        .env("PCM_SCHEDULE", schedule.join(","))
+        .run(timeout)?
+        .check(&format!("pcm-state --state-mb {size_mb}"))?;
+    let reconfigured = events(&out.stdout, "reconfigured");
+    let stored = events(&out.stdout, "stored");
+    let loaded = events(&out.stdout, "loaded");
+    let done = events(&out.stdout, "done");
+    ensure!(
+        reconfigured.len() == args.moves
+            && stored.len() == args.moves
+            && loaded.len() == args.moves
+            && done.len() == 1,
+        "pcm-state {size_mb} MiB: expected {} reconfigured/stored/loaded events and one done, got \
+         {}/{}/{}/{}\n--- stdout\n{}",
+        args.moves,
+        reconfigured.len(),
+        stored.len(),
+        loaded.len(),
+        done.len(),
+        out.stdout
+    );
+    let mut stats = MoveStats::default();
+    for r in &reconfigured {
+        let transfer_us = field(r, "state_transfer_us")?;
+        let bytes = field(r, "state_bytes")?;
+        stats.agree_ms.push(field(r, "agree_us")? / 1e3);
+        stats.spawn_ms.push(field(r, "spawn_us")? / 1e3);
+        stats.merge_split_ms.push(field(r, "merge_split_us")? / 1e3);
+        stats.transfer_ms.push(transfer_us / 1e3);
+        stats.gb_per_s.push(bytes / transfer_us.max(1.0) / 1e3);
+        stats.bytes.push(bytes);
+    }
+    for s in &stored {
+        stats.store_ms.push(field(s, "store_us")? / 1e3);
+    }
+    for l in &loaded {
+        stats.load_ms.push(field(l, "load_us")? / 1e3);
+    }
+    Ok(stats)
+}
+
+fn migration(mut args: MigrationArgs) -> Result<()> {
+    if args.quick {
+        args.sizes = vec![1, 8];
+        args.moves = 1;
+    }
+    ensure!(
+        args.ranks >= 2,
+        "--ranks must be at least 2 (rank 0 is never moved)"
+    );
+    ensure!(args.moves >= 1, "--moves must be at least 1");
+    ensure!(args.spacing >= 2, "--spacing must be at least 2");
+    let program = find_bin("pcm-state")?;
+
+    let mut table = Table::new(&[
+        "state/rank",
+        "moves",
+        "spawn ms",
+        "merge+split ms",
+        "fixed ms (spawn+merge+split)",
+        "transfer ms",
+        "transfer GB/s",
+        "store ms",
+        "load ms",
+        "agree ms",
+        "fixed <= 300 ms",
+        "transfer >= 1 GB/s",
+    ]);
+    let mut notes = Vec::new();
+    let load_before = load_average();
+    for &size_mb in &args.sizes {
+        // Every rank's array, the departing rank's store copy, the replacement's receive
+        // buffer, and room for MPI and the rest of the machine.
+        let need = (args.ranks as u64 + 2) * size_mb * (1 << 20) + (1 << 30);
+        if let Some(available) = mem_available_bytes() {
+            if available < need {
+                let note = format!(
+                    "{size_mb} MiB per rank skipped: needs about {:.1} GiB, MemAvailable is {:.1} GiB",
+                    need as f64 / f64::from(1 << 30),
+                    available as f64 / f64::from(1 << 30)
+                );
+                eprintln!("[migration] {note}");
+                table.push(vec![format!("{size_mb} MiB"), "skipped".to_owned()]);
+                notes.push(note);
+                continue;
+            }
+        }
+        eprintln!(
+            "[migration] {size_mb} MiB per rank, {} ranks, {} moves ...",
+            args.ranks, args.moves
+        );
+        let timeout = Duration::from_secs(args.timeout) + Duration::from_millis(300 * size_mb);
+        let s = migration_run(&program, &args, size_mb, timeout)?;
+        let (spawn, merge) = (median(&s.spawn_ms), median(&s.merge_split_ms));
+        let fixed: Vec<f64> = s
+            .spawn_ms
+            .iter()
+            .zip(&s.merge_split_ms)
+            .map(|(a, b)| a + b)
+            .collect();
+        let fixed = median(&fixed);
+        let rate = median(&s.gb_per_s);
+        eprintln!(
+            "[migration] {size_mb} MiB: spawn {spawn:.1} ms, merge+split {merge:.1} ms, \
+             transfer {:.1} ms ({rate:.2} GB/s), store {:.1} ms, load {:.3} ms",
+            median(&s.transfer_ms),
+            median(&s.store_ms),
+            median(&s.load_ms)
+        );
+        table.push(vec![
+            format!("{size_mb} MiB"),
+            args.moves.to_string(),
+            format!("{spawn:.1}"),
+            format!("{merge:.1}"),
+            format!("{fixed:.1}"),
+            format!("{:.1}", median(&s.transfer_ms)),
+            format!("{rate:.2}"),
+            format!("{:.1}", median(&s.store_ms)),
+            format!("{:.3}", median(&s.load_ms)),
+            format!("{:.1}", median(&s.agree_ms)),
+            if args.quick {
+                "n/a (quick)".to_owned()
+            } else {
+                pass(fixed <= 300.0)
+            },
+            if size_mb >= 64 && !args.quick {
+                pass(rate >= 1.0)
+            } else {
+                "n/a (latency-bound)".to_owned()
+            },
+        ]);
+    }
+    notes.push(format!(
+        "Load average (1/5/15 min) before: {load_before}; after: {}.",
+        load_average()
+    ));
+    println!(
+        "PCM migration cost: pcm-state, {} ranks, medians over {} move(s) per size",
+        args.ranks, args.moves
+    );
+    print!("{}", table.to_text());
+    for note in &notes {
+        println!("{note}");
+    }
+    if let Some(path) = &args.markdown {
+        let title = format!(
+            "PCM migration cost: pcm-state, {} ranks, medians over {} move(s){}",
+            args.ranks,
+            args.moves,
+            if args.quick { " (quick)" } else { "" }
+        );
+        append_markdown(path, &title, &table, &notes)?;
+    }
+    Ok(())
+}
+
+fn pass(ok: bool) -> String {
+    if ok { "PASS" } else { "MISS" }.to_owned()
+}

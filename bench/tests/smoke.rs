@@ -1,0 +1,116 @@
+//! Smoke test: both benchmarks run in their quick (CI) mode and print their tables, so that
+//! they do not rot. Needs the project's binaries: `cargo build --release --bins` first
+//! (heat2d, heat2d-plain and pcmd come from other packages).
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// One MPI benchmark at a time: the machine has two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bench() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_mpi-ios-bench"));
+    let dir = exe.parent().unwrap();
+    for name in ["heat2d", "heat2d-plain", "pcmd", "pcm-state"] {
+        assert!(
+            dir.join(name).is_file(),
+            "{} is missing: run `cargo build --release --bins` before `cargo test --release`",
+            dir.join(name).display()
+        );
+    }
+    exe
+}
+
+/// Runs `exe args` in its own process group with a deadline; kills the group on timeout.
+fn run(exe: &Path, args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let pgid = Pid::from_raw(child.id() as i32);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            panic!(
+                "mpi-ios-bench {args:?} did not finish within {DEADLINE:?}\n--- stdout\n{}\n--- stderr\n{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = killpg(pgid, Signal::SIGKILL);
+    Output {
+        status,
+        stdout: std::fs::read(&out).unwrap(),
+        stderr: std::fs::read(&err).unwrap(),
+    }
+}
+
+fn check(output: &Output, header: &str) {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        output.status.success(),
+        "benchmark failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.contains(header),
+        "no table header `{header}` in stdout\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+}
+
+#[test]
+fn overhead_quick_prints_its_table() {
+    let exe = bench();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let md = tempfile::NamedTempFile::new().unwrap();
+    let output = run(
+        &exe,
+        &[
+            "overhead",
+            "--quick",
+            "--markdown",
+            md.path().to_str().unwrap(),
+        ],
+    );
+    check(&output, "plain us/iter (median)");
+    let markdown = std::fs::read_to_string(md.path()).unwrap();
+    assert!(markdown.contains("| grid |"), "markdown: {markdown}");
+}
+
+#[test]
+fn migration_quick_prints_its_table() {
+    let exe = bench();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let output = run(&exe, &["migration", "--quick"]);
+    check(&output, "merge+split ms");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("1 MiB") && stdout.contains("8 MiB"),
+        "{stdout}"
+    );
+}
