@@ -48,7 +48,9 @@ enum Command {
     /// reconfiguration, and the table gives medians over the moves. Targets: fixed part
     /// (spawn + merge+split) <= 300 ms, state transfer >= 1 GB/s within one host (checked
     /// for states of 64 MiB and more; smaller ones are latency-bound). Sizes that do not fit
-    /// in MemAvailable are skipped with a message.
+    /// in MemAvailable are skipped with a message. For comparison, each size also runs
+    /// `mpi-pingpong` (one plain MPI send of the same size between two ranks over TCP
+    /// loopback, the transport a spawned process reaches its parents by in Open MPI 4).
     Migration(MigrationArgs),
 }
 
@@ -379,6 +381,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
     ensure!(args.moves >= 1, "--moves must be at least 1");
     ensure!(args.spacing >= 2, "--spacing must be at least 2");
     let program = find_bin("pcm-state")?;
+    let pingpong = find_bin("mpi-pingpong")?;
 
     let mut table = Table::new(&[
         "state/rank",
@@ -391,6 +394,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
         "store ms",
         "load ms",
         "agree ms",
+        "baseline GB/s (MPI send over tcp)",
         "fixed <= 300 ms",
         "transfer >= 1 GB/s",
     ]);
@@ -419,6 +423,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
         );
         let timeout = Duration::from_secs(args.timeout) + Duration::from_millis(300 * size_mb);
         let s = migration_run(&program, &args, size_mb, timeout)?;
+        let baseline = baseline_rate(&pingpong, size_mb, timeout)?;
         let (spawn, merge) = (median(&s.spawn_ms), median(&s.merge_split_ms));
         let fixed: Vec<f64> = s
             .spawn_ms
@@ -446,6 +451,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
             format!("{:.1}", median(&s.store_ms)),
             format!("{:.3}", median(&s.load_ms)),
             format!("{:.1}", median(&s.agree_ms)),
+            format!("{baseline:.2}"),
             if args.quick {
                 "n/a (quick)".to_owned()
             } else {
@@ -480,6 +486,28 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
         append_markdown(path, &title, &table, &notes)?;
     }
     Ok(())
+}
+
+/// Median rate of a plain MPI send of `size_mb` MiB between two ranks over TCP loopback, the
+/// transport PCM's state transfer uses within one host (Open MPI 4's shared-memory btl does
+/// not reach spawned processes).
+fn baseline_rate(pingpong: &Path, size_mb: u64, timeout: Duration) -> Result<f64> {
+    let args = vec![
+        "--mb".to_owned(),
+        size_mb.to_string(),
+        "--reps".to_owned(),
+        "3".to_owned(),
+    ];
+    let out = MpiRun::new(2, pingpong, &args)
+        .env("OMPI_MCA_btl", "self,tcp")
+        .run(timeout)?
+        .check("mpi-pingpong")?;
+    let rates = events(&out.stdout, "pingpong")
+        .iter()
+        .map(|e| field(e, "gb_per_s"))
+        .collect::<Result<Vec<f64>>>()?;
+    ensure!(!rates.is_empty(), "mpi-pingpong printed no result");
+    Ok(median(&rates))
 }
 
 fn pass(ok: bool) -> String {
