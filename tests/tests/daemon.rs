@@ -42,6 +42,14 @@ fn plain_checksum(args: &[&str]) -> String {
         .checksum
 }
 
+/// User + system CPU time of a process in clock ticks, if it still exists.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -58,6 +66,12 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
     wait_until(WAIT, "3 ranks registered and running", || {
         running_ranks(&pcmd) == 3
     });
+    let departing_pid = status(&pcmd).jobs[0]
+        .ranks
+        .iter()
+        .find(|r| r.rank.0 == 1)
+        .unwrap()
+        .pid;
 
     let moved = pcmd.cli(&["migrate", "--rank", "1"]);
     let out = text(&moved.stdout);
@@ -65,6 +79,16 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
     assert!(
         out.contains("completed at iteration") && out.contains("rank 1 ->"),
         "{out}"
+    );
+
+    // The departed process waits for the job to end without using the CPU it was moved off.
+    let before = cpu_ticks(departing_pid).expect("the departed process waits until the job ends");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = cpu_ticks(departing_pid).expect("the departed process waits until the job ends");
+    assert!(
+        after - before <= 5,
+        "departed process {departing_pid} used {} ticks of CPU in 2 s",
+        after - before
     );
 
     let job_status = &status(&pcmd).jobs[0];
