@@ -13,4 +13,4 @@ echo "== format and lints" >&2
 cargo fmt --all -- --check
 cargo clippy --release --quiet --all-targets -- -D warnings
 echo "== tests" >&2
-cargo test --release --workspace
+cargo test --release --workspace --no-fail-fast

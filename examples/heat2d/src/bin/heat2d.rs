@@ -17,18 +17,19 @@ use pcm::{Pcm, PcmError, ProcessStatus, Reconfigured, Status};
 fn main() -> ExitCode {
     let pcm = match Pcm::init("heat2d") {
         Ok(pcm) => pcm,
-        Err(e) => {
-            eprintln!("heat2d: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return report_error(&e),
     };
     match run(pcm) {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("heat2d: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => report_error(&e),
     }
+}
+
+/// Every rank may fail alike: one write per line keeps the ranks' lines whole.
+fn report_error(e: &PcmError) -> ExitCode {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(format!("heat2d: {e}\n").as_bytes());
+    ExitCode::FAILURE
 }
 
 fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
