@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use mpi_ios_tests::{mpi_lock, wait_until, MpiJob, Pcmd};
+use mpi_ios_tests::{mpi_lock, wait_until, Group, MpiJob, Pcmd};
 use pcm_proto::DaemonStatus;
 
 /// Long enough (several seconds) to talk to the job while it runs.
@@ -50,13 +50,8 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-#[test]
-fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches() {
-    let _lock = mpi_lock();
+/// The reference checksum, a daemon, and a long heat2d job of 3 ranks registered with it.
+fn running_job() -> (String, Pcmd, Group, tempfile::TempDir) {
     let reference = plain_checksum(LONG_ARGS);
     let pcmd = Pcmd::start();
     let dir = tempfile::tempdir().unwrap();
@@ -66,6 +61,17 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
     wait_until(WAIT, "3 ranks registered and running", || {
         running_ranks(&pcmd) == 3
     });
+    (reference, pcmd, job, dir)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches() {
+    let _lock = mpi_lock();
+    let (reference, pcmd, job, _dir) = running_job();
     let departing_pid = status(&pcmd).jobs[0]
         .ranks
         .iter()
@@ -109,15 +115,7 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
 #[test]
 fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
     let _lock = mpi_lock();
-    let reference = plain_checksum(LONG_ARGS);
-    let pcmd = Pcmd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
-        .env("PCM_DAEMON", pcmd.daemon_env.clone())
-        .start(dir.path(), "heat2d");
-    wait_until(WAIT, "3 ranks registered and running", || {
-        running_ranks(&pcmd) == 3
-    });
+    let (reference, pcmd, job, _dir) = running_job();
 
     // A rank that does not exist.
     let refused = pcmd.cli(&["migrate", "--rank", "7"]);
@@ -173,15 +171,7 @@ fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
 #[test]
 fn given_the_daemon_dies_mid_run_then_the_run_completes_and_a_new_daemon_sees_the_ranks() {
     let _lock = mpi_lock();
-    let reference = plain_checksum(LONG_ARGS);
-    let mut pcmd = Pcmd::start();
-    let dir = tempfile::tempdir().unwrap();
-    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
-        .env("PCM_DAEMON", pcmd.daemon_env.clone())
-        .start(dir.path(), "heat2d");
-    wait_until(WAIT, "3 ranks registered and running", || {
-        running_ranks(&pcmd) == 3
-    });
+    let (reference, mut pcmd, job, _dir) = running_job();
     pcmd.kill();
 
     // A daemon started again on the same socket gets the ranks back, and can move them.
@@ -239,7 +229,7 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
         .arg(format!("PCM_DAEMON={}", daemon_b.daemon_env));
     command.arg(&heat2d).args(LONG_ARGS);
     let dir = tempfile::tempdir().unwrap();
-    let job = mpi_ios_tests::Group::start(command, dir.path(), "mpmd");
+    let job = Group::start(command, dir.path(), "mpmd");
     wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);
     wait_until(WAIT, "ranks 1 and 2 at daemon B", || {
         running_ranks(&daemon_b) == 2
