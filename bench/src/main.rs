@@ -297,6 +297,7 @@ struct MoveStats {
     transfer_ms: Vec<f64>,
     gb_per_s: Vec<f64>,
     store_ms: Vec<f64>,
+    total_ms: Vec<f64>,
     load_ms: Vec<f64>,
     bytes: Vec<f64>,
 }
@@ -359,6 +360,7 @@ fn migration_run(
         stats.transfer_ms.push(transfer_us / 1e3);
         stats.gb_per_s.push(bytes / transfer_us.max(1.0) / 1e3);
         stats.bytes.push(bytes);
+        stats.total_ms.push(field(r, "reconfigure_us")? / 1e3);
     }
     for s in &stored {
         stats.store_ms.push(field(s, "store_us")? / 1e3);
@@ -394,6 +396,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
         "store ms",
         "load ms",
         "agree ms",
+        "rank 0 total ms",
         "baseline GB/s (MPI send over tcp)",
         "fixed <= 300 ms",
         "transfer >= 1 GB/s",
@@ -451,6 +454,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
             format!("{:.1}", median(&s.store_ms)),
             format!("{:.3}", median(&s.load_ms)),
             format!("{:.1}", median(&s.agree_ms)),
+            format!("{:.1}", median(&s.total_ms)),
             format!("{baseline:.2}"),
             if args.quick {
                 "n/a (quick)".to_owned()

@@ -15,7 +15,8 @@
 //! - `{"event":"stored",...,"store_us":..}` from a departing rank (time of its store calls);
 //! - `{"event":"loaded",...,"load_us":..}` from a replacement (time of `load_array`);
 //! - `{"event":"reconfigured","iteration":..,"spawn_us":..,...}` from rank 0 after every
-//!   reconfiguration (from `Pcm::last_outcome`); rank 0 must not be moved for this line;
+//!   reconfiguration (from `Pcm::last_outcome`, plus `reconfigure_us`, rank 0's own wall time
+//!   in `reconfigure`); rank 0 must not be moved for this line;
 //! - `{"event":"done",...}` from rank 0 at the end.
 
 use std::process::ExitCode;
@@ -143,6 +144,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                                "store_us": store_us, "bytes": state.len() * 8})
                     );
                 }
+                let entered = Instant::now();
                 match pcm.reconfigure()? {
                     Reconfigured::Continue(next) => pcm = next,
                     Reconfigured::Departed(departed) => {
@@ -151,7 +153,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                     }
                 }
                 if pcm.rank() == 0 {
-                    print_outcome(&pcm);
+                    print_outcome(&pcm, entered.elapsed().as_micros() as u64);
                 }
             }
         }
@@ -175,7 +177,9 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
     Ok(())
 }
 
-fn print_outcome(pcm: &Pcm) {
+/// Prints the outcome of the last reconfiguration; `reconfigure_us` is this rank's wall time
+/// in `reconfigure`.
+fn print_outcome(pcm: &Pcm, reconfigure_us: u64) {
     match pcm.last_outcome() {
         Some(Outcome::Completed {
             iteration, timings, ..
@@ -185,7 +189,7 @@ fn print_outcome(pcm: &Pcm) {
                    "agree_us": timings.agree_us, "spawn_us": timings.spawn_us,
                    "merge_split_us": timings.merge_split_us,
                    "state_transfer_us": timings.state_transfer_us,
-                   "state_bytes": timings.state_bytes})
+                   "state_bytes": timings.state_bytes, "reconfigure_us": reconfigure_us})
         ),
         Some(Outcome::Failed { reason }) => {
             println!(
