@@ -443,6 +443,15 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
             median(&s.store_ms),
             median(&s.load_ms)
         );
+        let store = median(&s.store_ms);
+        if fixed > 300.0 && store > 0.5 * spawn {
+            notes.push(format!(
+                "{size_mb} MiB: the spawn time ({spawn:.1} ms) includes waiting for the departing \
+                 rank to store its state ({store:.1} ms): PCM times the spawn from when each rank \
+                 enters it, the spawn itself runs meanwhile (compare the 'rank 0 total' with \
+                 store + transfer)."
+            ));
+        }
         table.push(vec![
             format!("{size_mb} MiB"),
             args.moves.to_string(),
