@@ -20,7 +20,13 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn bench() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_mpi-ios-bench"));
     let dir = exe.parent().unwrap();
-    for name in ["heat2d", "heat2d-plain", "pcmd", "pcm-state"] {
+    for name in [
+        "heat2d",
+        "heat2d-plain",
+        "pcmd",
+        "pcm-state",
+        "mpi-pingpong",
+    ] {
         assert!(
             dir.join(name).is_file(),
             "{} is missing: run `cargo build --release --bins` before `cargo test --release`",
