@@ -15,8 +15,8 @@ use mpi_ios_bench::{
 /// Every run goes through `mpirun` (Open MPI) with the project's settings (run as root
 /// allowed, oversubscription for spawning, `mpi_yield_when_idle`, btl self,vader,tcp), with a
 /// deadline; on timeout the whole process group is killed. The MPI programs (heat2d,
-/// heat2d-plain, pcmd, pcm-state, mpi-pingpong) are taken from the directory of this executable: build
-/// them first with `cargo build --release --bins`.
+/// heat2d-plain, pcmd, pcm-state, mpi-pingpong) are taken from the directory of this
+/// executable: build them first with `cargo build --release --bins`.
 ///
 /// The machine has few cores, shared with other work: results are noisy. Run one benchmark
 /// at a time, on an otherwise idle machine if possible.
