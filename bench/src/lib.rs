@@ -18,15 +18,8 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-/// Open MPI settings every run uses: run as root (CI), allow spawning beyond the slots, stop
-/// co-located ranks from burning each other's CPU while they wait, shared memory and TCP.
-pub const OMPI_ENV: &[(&str, &str)] = &[
-    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-    ("OMPI_MCA_mpi_yield_when_idle", "1"),
-    ("OMPI_MCA_btl", "self,vader,tcp"),
-];
+/// Open MPI settings every run uses: the same as the end-to-end tests (one list to keep).
+pub use mpi_ios_tests::OMPI_ENV;
 
 /// Directory of the running executable: the project's other binaries of the same profile
 /// are built next to it.
