@@ -184,6 +184,8 @@ fn message_name(message: &ToDaemon) -> &'static str {
         ToDaemon::Progress { .. } => "Progress",
         ToDaemon::ReconfigurationFinished { .. } => "ReconfigurationFinished",
         ToDaemon::QueryStatus => "QueryStatus",
+        ToDaemon::Profile(_) => "Profile",
+        ToDaemon::QueryStats => "QueryStats",
         ToDaemon::Migrate { .. } => "Migrate",
     }
 }

@@ -137,6 +137,12 @@ pub enum ToDaemon {
     },
     /// A controller asks for the daemon's view of its node.
     QueryStatus,
+    /// A rank reports its cumulative measurements (sent with `Progress`, about once a
+    /// second). Counters continue across migrations: a replacement starts from its
+    /// predecessor's values.
+    Profile(RankProfile),
+    /// A controller asks for the daemon's profile of its node and its ranks.
+    QueryStats,
     /// A controller asks for ranks to be moved.
     Migrate {
         /// Job to act on; may be left out when the daemon knows exactly one job.
@@ -170,6 +176,8 @@ pub enum FromDaemon {
     },
     /// Answer to `QueryStatus`.
     Status(DaemonStatus),
+    /// Answer to `QueryStats`.
+    Stats(NodeStats),
     /// Answer to `Migrate`: the request was accepted and delivered to the job's ranks.
     MigrationAccepted {
         /// Identifier of the new request.
@@ -253,6 +261,118 @@ pub struct RankStatus {
     pub iterations_per_second: f64,
     /// Whether the process is a replacement spawned by a migration.
     pub replacement: bool,
+}
+
+/// Messages and bytes exchanged with one peer rank (point-to-point only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerTraffic {
+    /// The peer's rank in the job's world.
+    pub peer: Rank,
+    /// Messages sent to the peer.
+    pub sent_messages: u64,
+    /// Payload bytes sent to the peer.
+    pub sent_bytes: u64,
+    /// Messages received from the peer.
+    pub received_messages: u64,
+    /// Payload bytes received from the peer.
+    pub received_bytes: u64,
+}
+
+/// Collective operations a rank took part in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectiveTraffic {
+    /// Collective calls made.
+    pub calls: u64,
+    /// Payload bytes this rank contributed (send side).
+    pub bytes: u64,
+}
+
+/// Cumulative measurements of one rank, as the rank itself reports them. All counters start
+/// when the rank's first process starts and carry over to replacements.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankProfile {
+    /// Iterations completed (status calls).
+    pub iteration: u64,
+    /// Wall-clock time since the rank started, microseconds.
+    pub wall_us: u64,
+    /// CPU time (user + system) the rank's processes used, microseconds.
+    pub cpu_us: u64,
+    /// Wall-clock time spent inside MPI calls, microseconds.
+    pub mpi_us: u64,
+    /// Bytes in the last stored state (0 if nothing was stored yet).
+    pub state_bytes: u64,
+    /// Resident memory of the current process, bytes.
+    pub rss_bytes: u64,
+    /// Wall-clock time since the current process started (time resident on its host), us.
+    pub resident_us: u64,
+    /// Point-to-point traffic by peer rank, ordered by peer, peers with no traffic left out.
+    pub traffic: Vec<PeerTraffic>,
+    /// Collective traffic.
+    pub collectives: CollectiveTraffic,
+}
+
+/// Load of a node (or of the cgroup that bounds it), as its daemon measures it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeLoad {
+    /// CPUs the node may use (a cgroup quota of 0.5 CPU gives 0.5).
+    pub cores: f64,
+    /// Average runnable demand over the last period, in CPUs (may exceed `cores`).
+    pub cpu_load: f64,
+    /// CPUs left idle over the last period (`cores` minus what was used, at least 0).
+    pub cpu_available: f64,
+    /// Memory the node may use, bytes.
+    pub memory_total: u64,
+    /// Memory free for new processes, bytes.
+    pub memory_available: u64,
+}
+
+/// One rank's profile as its daemon derives it over the last period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankStats {
+    /// Rank number.
+    pub rank: Rank,
+    /// Host the process runs on.
+    pub host: HostName,
+    /// Process id.
+    pub pid: u32,
+    /// Whether the process is a replacement spawned by a migration.
+    pub replacement: bool,
+    /// The rank's latest cumulative report.
+    pub profile: RankProfile,
+    /// Iterations per second over the last period.
+    pub iterations_per_second: f64,
+    /// Wall time per iteration over the last period, microseconds.
+    pub wall_per_iteration_us: f64,
+    /// CPU time per iteration over the last period, microseconds.
+    pub cpu_per_iteration_us: f64,
+    /// Time inside MPI per iteration over the last period, microseconds.
+    pub mpi_per_iteration_us: f64,
+}
+
+/// One job's ranks on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobStats {
+    /// The job.
+    pub job: JobId,
+    /// Its application name.
+    pub app: AppName,
+    /// Number of ranks in the whole job.
+    pub size: u32,
+    /// Ranks registered here, ordered by rank.
+    pub ranks: Vec<RankStats>,
+}
+
+/// A daemon's profile of its node: the answer to [`ToDaemon::QueryStats`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStats {
+    /// Host name of the daemon's node.
+    pub host: HostName,
+    /// Length of the sampling period the per-period figures cover, seconds.
+    pub period_s: f64,
+    /// The node's own load.
+    pub node: NodeLoad,
+    /// Jobs with ranks here.
+    pub jobs: Vec<JobStats>,
 }
 
 /// Errors of framing and decoding.
