@@ -1,0 +1,226 @@
+//! The agent's local control socket: `ios-agent status` and `ios-agent leave` talk to a
+//! running agent through it. A Unix socket in a directory only the user can enter (0700),
+//! itself mode 0600, framed like pcmd's socket (4-byte length, CBOR body).
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pcm_proto::{encode, FrameReader, HostName};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::driver::ControlRequest;
+use crate::status::AgentStatus;
+
+/// Environment variable naming the control socket; `{host}` is replaced by the host name.
+pub const CONTROL_ENV: &str = "IOS_AGENT_CONTROL";
+
+/// What a control client asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ControlMessage {
+    /// The agent's state.
+    Status,
+    /// Stop the agent.
+    Leave,
+}
+
+/// What the agent answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControlReply {
+    /// Answer to `Status`.
+    Status(Box<AgentStatus>),
+    /// Answer to `Leave`: the agent is stopping.
+    Leaving,
+    /// The request could not be served.
+    Error(String),
+}
+
+/// Errors of the control socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// No agent answers at the path.
+    #[error("no ios-agent running at {} (start one with `ios-agent join`, or set {CONTROL_ENV} / --control)", path.display())]
+    NotRunning {
+        /// The path tried.
+        path: PathBuf,
+    },
+    /// Another agent already serves the path.
+    #[error("an ios-agent already runs on this node (control socket {}); `ios-agent leave` stops it", path.display())]
+    AlreadyRunning {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Any other I/O failure.
+    #[error("control socket {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The agent sent something that does not decode.
+    #[error("bad reply on control socket {}: {reason}", path.display())]
+    BadReply {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The control socket path for `host`: `$IOS_AGENT_CONTROL` (with `{host}` replaced) or
+/// `/tmp/ios-agent-{uid}/{host}.sock`.
+pub fn control_path(env_value: Option<&str>, uid: u32, host: &HostName) -> PathBuf {
+    match env_value.filter(|v| !v.is_empty()) {
+        Some(v) => PathBuf::from(v.replace("{host}", host.as_str())),
+        None => PathBuf::from(format!("/tmp/ios-agent-{uid}")).join(format!("{host}.sock")),
+    }
+}
+
+/// Binds the control socket, refusing if a live agent already serves it and replacing a
+/// stale one. Then serves requests until the driver goes away.
+pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+    let io_err = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err)?;
+        }
+    }
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(ControlError::AlreadyRunning {
+                    path: path.to_owned(),
+                });
+            }
+            fs::remove_file(path).map_err(io_err)?;
+        }
+        Ok(_) => {
+            return Err(io_err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io_err)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_err)?;
+    Ok(listener)
+}
+
+/// Accepts control connections and forwards their requests to the driver.
+pub async fn serve(listener: UnixListener, driver: mpsc::Sender<ControlRequest>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let driver = driver.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_connection(stream, driver).await {
+                tracing::debug!("control connection: {e}");
+            }
+        });
+    }
+}
+
+async fn serve_connection(
+    mut stream: tokio::net::UnixStream,
+    driver: mpsc::Sender<ControlRequest>,
+) -> io::Result<()> {
+    let mut reader = FrameReader::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let message = match reader.next_message::<ControlMessage>() {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                let n = stream.read(&mut buf).await?;
+                if n == 0 {
+                    return Ok(());
+                }
+                reader.feed(&buf[..n]);
+                continue;
+            }
+            Err(e) => {
+                let reply = ControlReply::Error(format!("bad request: {e}"));
+                stream.write_all(&encode(&reply)).await?;
+                return Ok(());
+            }
+        };
+        let reply = match message {
+            ControlMessage::Status => {
+                let (tx, rx) = oneshot::channel();
+                match driver.send(ControlRequest::Status(tx)).await {
+                    Ok(()) => match rx.await {
+                        Ok(status) => ControlReply::Status(Box::new(status)),
+                        Err(_) => ControlReply::Error("the agent is stopping".to_owned()),
+                    },
+                    Err(_) => ControlReply::Error("the agent is stopping".to_owned()),
+                }
+            }
+            ControlMessage::Leave => {
+                let (tx, rx) = oneshot::channel();
+                if driver.send(ControlRequest::Leave(tx)).await.is_ok() {
+                    let _ = rx.await;
+                }
+                ControlReply::Leaving
+            }
+        };
+        stream.write_all(&encode(&reply)).await?;
+    }
+}
+
+/// Sends one request to the agent at `path` and waits (at most `timeout`) for the reply.
+pub fn request(
+    path: &Path,
+    message: ControlMessage,
+    timeout: Duration,
+) -> Result<ControlReply, ControlError> {
+    let io_err = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut stream = UnixStream::connect(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ControlError::NotRunning {
+            path: path.to_owned(),
+        },
+        _ => io_err(e),
+    })?;
+    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    stream.write_all(&encode(&message)).map_err(io_err)?;
+    let mut reader = FrameReader::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.next_message::<ControlReply>() {
+            Ok(Some(reply)) => return Ok(reply),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(ControlError::BadReply {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+        let n = stream.read(&mut buf).map_err(io_err)?;
+        if n == 0 {
+            return Err(ControlError::BadReply {
+                path: path.to_owned(),
+                reason: "the agent closed the connection without answering".to_owned(),
+            });
+        }
+        reader.feed(&buf[..n]);
+    }
+}

@@ -1,0 +1,19 @@
+//! The IOS agent: one per node of a pool. It profiles the node and the PCM-enabled MPI
+//! processes registered with the node's pcmd, talks to the other agents, and moves processes
+//! from overloaded nodes to idle or newly joined ones (paper 004, section 4.2, Figure 2).
+//!
+//! The decision and protocol logic is the sans-I/O [`ios_agent_core::Agent`]; this crate is
+//! its I/O around it:
+//! - [`driver`]: the event loop feeding the core network events, profile samples, timer
+//!   expiries and migration outcomes, and carrying out its actions;
+//! - [`transport`]: what the loop needs from the network (the libp2p transport of
+//!   `ios-agent-net` in the binary, channels in tests);
+//! - [`node_daemon`]: the link to the node's pcmd (attach or start it; stats; migrations);
+//! - [`control`]: the local control socket behind `ios-agent status` and `ios-agent leave`;
+//! - [`status`]: what `status` reports.
+
+pub mod control;
+pub mod driver;
+pub mod node_daemon;
+pub mod status;
+pub mod transport;

@@ -1,0 +1,171 @@
+//! What `ios-agent status` shows: peers by latency tier, the node's load, the local
+//! entities and the agent's recent decisions. Serialisable, so `--json` serves programs.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use ios_agent_core::{Agent, EntityProfile, NodeProfile};
+use serde::{Deserialize, Serialize};
+
+/// One peer as the agent sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerStatus {
+    /// The peer's id.
+    pub peer: String,
+    /// Its latency tier (`local`, `regional`, `national`, `global`).
+    pub tier: String,
+    /// Smoothed round-trip time, milliseconds.
+    pub srtt_ms: f64,
+}
+
+/// One thing the agent did, for the history in `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// When, as seconds since the Unix epoch.
+    pub unix_time_s: f64,
+    /// What, in words.
+    pub what: String,
+}
+
+/// The core's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Work-steal packets started.
+    pub steals_sent: u64,
+    /// Work-steal packets forwarded.
+    pub steals_forwarded: u64,
+    /// Steal rounds that found no work in any tier.
+    pub steal_rounds_failed: u64,
+    /// Migrations started here.
+    pub migrations_started: u64,
+    /// Migrations completed.
+    pub migrations_completed: u64,
+    /// Migrations that failed or timed out.
+    pub migrations_failed: u64,
+    /// Messages refused as invalid or not allowed.
+    pub messages_refused: u64,
+}
+
+/// A running agent's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// Host name (as the MPI runtime knows the node).
+    pub host: String,
+    /// The agent's peer id.
+    pub peer_id: String,
+    /// `p2p` or `c2c`.
+    pub topology: String,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// NSc2c: the cluster manager as this agent sees it.
+    pub manager: Option<String>,
+    /// Known peers, nearest tier first.
+    pub peers: Vec<PeerStatus>,
+    /// The node's last profile.
+    pub node: Option<NodeProfile>,
+    /// The local entities' last profiles.
+    pub entities: Vec<EntityProfile>,
+    /// Counters.
+    pub counters: Counters,
+    /// Recent decisions, oldest first.
+    pub decisions: Vec<Decision>,
+}
+
+impl AgentStatus {
+    pub(crate) fn new(
+        agent: &Agent,
+        uptime: Duration,
+        peers: Vec<PeerStatus>,
+        decisions: Vec<Decision>,
+        manager: Option<String>,
+    ) -> Self {
+        let s = agent.stats();
+        AgentStatus {
+            host: agent.host().to_string(),
+            peer_id: agent.id().to_string(),
+            topology: match agent.config().topology() {
+                ios_agent_core::Topology::PeerToPeer => "p2p",
+                ios_agent_core::Topology::ClusterToCluster => "c2c",
+            }
+            .to_owned(),
+            uptime_s: uptime.as_secs_f64(),
+            manager,
+            peers,
+            node: agent.node_profile().copied(),
+            entities: agent.entities().to_vec(),
+            counters: Counters {
+                messages_sent: s.messages_sent,
+                steals_sent: s.steals_sent,
+                steals_forwarded: s.steals_forwarded,
+                steal_rounds_failed: s.steal_rounds_failed,
+                migrations_started: s.migrations_started,
+                migrations_completed: s.migrations_completed,
+                migrations_failed: s.migrations_failed,
+                messages_refused: s.messages_refused,
+            },
+            decisions,
+        }
+    }
+
+    /// The status as a few readable lines.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "agent {} on {} ({}), up {:.0} s",
+            self.peer_id, self.host, self.topology, self.uptime_s
+        );
+        if let Some(m) = &self.manager {
+            let _ = writeln!(out, "cluster manager: {m}");
+        }
+        match &self.node {
+            Some(n) => {
+                let _ = writeln!(
+                    out,
+                    "node: {:.2} cores x speed {:.2}, load {:.2}, {} MiB free",
+                    n.cores,
+                    n.speed,
+                    n.cpu_load,
+                    n.memory_available >> 20
+                );
+            }
+            None => out.push_str("node: not profiled yet\n"),
+        }
+        let _ = writeln!(out, "peers ({}):", self.peers.len());
+        for p in &self.peers {
+            let _ = writeln!(out, "  {:<9} {:>8.2} ms  {}", p.tier, p.srtt_ms, p.peer);
+        }
+        let _ = writeln!(out, "entities ({}):", self.entities.len());
+        for e in &self.entities {
+            let _ = writeln!(
+                out,
+                "  {:<24} cpu {:.2}  compute {:.2} ms  mpi {:.2} ms  {:.1} it/s  state {} KiB",
+                e.id.to_string(),
+                e.cpu,
+                e.compute.as_secs_f64() * 1e3,
+                e.mpi_wait.as_secs_f64() * 1e3,
+                e.iteration_rate,
+                e.state_bytes >> 10
+            );
+        }
+        let c = &self.counters;
+        let _ = writeln!(
+            out,
+            "counters: {} steals sent, {} forwarded, {} rounds without work, migrations {} started / {} completed / {} failed, {} messages refused",
+            c.steals_sent,
+            c.steals_forwarded,
+            c.steal_rounds_failed,
+            c.migrations_started,
+            c.migrations_completed,
+            c.migrations_failed,
+            c.messages_refused
+        );
+        let _ = writeln!(out, "recent decisions ({}):", self.decisions.len());
+        for d in &self.decisions {
+            let _ = writeln!(out, "  {:.1}  {}", d.unix_time_s, d.what);
+        }
+        out
+    }
+}

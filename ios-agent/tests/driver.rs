@@ -1,0 +1,181 @@
+//! The driver loop with an in-process transport: two real driver loops (tokio time, real
+//! channels) exchange the core's messages, and the loaded node's agent asks its "pcmd" to
+//! move a rank to the idle node. Checks the plumbing, not the policy (the core's simulator
+//! tests the policy).
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ios_agent::driver::{self, ControlRequest, Inputs, Migrator, Sample};
+use ios_agent::transport::{PeerEvent, Transport};
+use ios_agent_core::agent::MigrationOutcome;
+use ios_agent_core::{
+    Agent, Config, EntityId, EntityProfile, Message, MigrationId, NodeProfile, PeerId,
+};
+use pcm_proto::{HostName, JobId, Rank};
+use tokio::sync::{mpsc, oneshot};
+
+/// Delivers messages to the other agent's peer-event channel.
+struct Wire {
+    me: PeerId,
+    to: mpsc::Sender<PeerEvent>,
+}
+
+impl Transport for Wire {
+    fn send(&self, _to: &PeerId, message: Message) {
+        let _ = self.to.try_send(PeerEvent::Message {
+            from: self.me.clone(),
+            message,
+        });
+    }
+}
+
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<(Vec<EntityId>, HostName)>>>);
+
+impl Migrator for Recorder {
+    fn migrate(&self, _: MigrationId, entities: &[EntityId], to: &HostName) -> MigrationOutcome {
+        self.0.lock().unwrap().push((entities.to_vec(), to.clone()));
+        MigrationOutcome::Completed
+    }
+}
+
+fn config() -> Config {
+    Config::default()
+        .with_profile_period(Duration::from_millis(100))
+        .with_steal_period(Duration::from_millis(100))
+        .with_steal_timeout(Duration::from_millis(300))
+        .with_seed(7)
+}
+
+fn entity(rank: u32, compute_ms: u64) -> EntityProfile {
+    let mut e = EntityProfile::new(
+        EntityId {
+            job: JobId::new("job-1").unwrap(),
+            rank: Rank(rank),
+        },
+        0.5,
+    );
+    e.compute = Duration::from_millis(compute_ms);
+    e.iteration_rate = 1000.0 / compute_ms as f64;
+    e.age = Duration::from_secs(600);
+    e.resident = Duration::from_secs(600);
+    e
+}
+
+#[tokio::test]
+async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
+    let a = PeerId::new(b"agent-a".to_vec()).unwrap();
+    let b = PeerId::new(b"agent-b".to_vec()).unwrap();
+    let (a_peers_tx, a_peers_rx) = mpsc::channel(64);
+    let (b_peers_tx, b_peers_rx) = mpsc::channel(64);
+    let (a_samples_tx, a_samples_rx) = mpsc::channel(4);
+    let (b_samples_tx, b_samples_rx) = mpsc::channel(4);
+    let (a_control_tx, a_control_rx) = mpsc::channel(4);
+    let (b_control_tx, b_control_rx) = mpsc::channel(4);
+    let now = std::time::Instant::now();
+    let agent_a = Agent::new(a.clone(), HostName::new("node-a").unwrap(), config(), now).unwrap();
+    let agent_b = Agent::new(b.clone(), HostName::new("node-b").unwrap(), config(), now).unwrap();
+    let moves = Recorder::default();
+    let run_a = tokio::spawn(driver::run(
+        agent_a,
+        Wire {
+            me: a.clone(),
+            to: b_peers_tx.clone(),
+        },
+        moves.clone(),
+        Inputs {
+            peers: a_peers_rx,
+            samples: a_samples_rx,
+            control: a_control_rx,
+        },
+    ));
+    let run_b = tokio::spawn(driver::run(
+        agent_b,
+        Wire {
+            me: b.clone(),
+            to: a_peers_tx.clone(),
+        },
+        Recorder::default(),
+        Inputs {
+            peers: b_peers_rx,
+            samples: b_samples_rx,
+            control: b_control_rx,
+        },
+    ));
+    // Node A: one core, two ranks and a hog competing for it. Node B: one idle core.
+    let loaded = NodeProfile {
+        cpu_load: 3.0,
+        ..NodeProfile::idle(1.0, 8 << 30)
+    };
+    let idle = NodeProfile::idle(1.0, 8 << 30);
+    let rtt = Duration::from_millis(1);
+    a_peers_tx
+        .send(PeerEvent::Rtt {
+            peer: b.clone(),
+            rtt,
+        })
+        .await
+        .unwrap();
+    b_peers_tx
+        .send(PeerEvent::Rtt {
+            peer: a.clone(),
+            rtt,
+        })
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while moves.0.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no migration within 10 s"
+        );
+        let _ = a_samples_tx
+            .send(Sample {
+                node: Some(loaded),
+                entities: Some(vec![entity(0, 30), entity(1, 90)]),
+            })
+            .await;
+        let _ = b_samples_tx
+            .send(Sample {
+                node: Some(idle),
+                entities: Some(vec![]),
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (entities, host) = moves.0.lock().unwrap()[0].clone();
+    assert_eq!(host.as_str(), "node-b");
+    assert_eq!(entities.len(), 1);
+
+    // The status shows the peer, the decision and the counters.
+    let (tx, rx) = oneshot::channel();
+    a_control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+    let status = rx.await.unwrap();
+    assert_eq!(status.peers.len(), 1);
+    assert_eq!(status.peers[0].tier, "local");
+    assert!(
+        status
+            .decisions
+            .iter()
+            .any(|d| d.what.contains("to node-b")),
+        "{:?}",
+        status.decisions
+    );
+    assert!(status.to_text().contains("node-b"));
+
+    for control in [a_control_tx, b_control_tx] {
+        let (tx, rx) = oneshot::channel();
+        control.send(ControlRequest::Leave(tx)).await.unwrap();
+        rx.await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(5), run_a)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), run_b)
+        .await
+        .unwrap()
+        .unwrap();
+}
