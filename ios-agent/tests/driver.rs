@@ -31,8 +31,11 @@ impl Transport for Wire {
     }
 }
 
+/// One recorded migration request: what moves where.
+type Move = (Vec<EntityId>, HostName);
+
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(Vec<EntityId>, HostName)>>>);
+struct Recorder(Arc<Mutex<Vec<Move>>>);
 
 impl Migrator for Recorder {
     fn migrate(&self, _: MigrationId, entities: &[EntityId], to: &HostName) -> MigrationOutcome {
