@@ -12,6 +12,7 @@
 //! - [`control`]: the local control socket behind `ios-agent status` and `ios-agent leave`;
 //! - [`status`]: what `status` reports.
 
+pub mod cli;
 pub mod control;
 pub mod driver;
 pub mod node_daemon;

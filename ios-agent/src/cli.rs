@@ -1,0 +1,134 @@
+//! Command-line interface of `ios-agent`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The IOS agent: run one on every node of a pool. It profiles the node and the MPI processes
+/// registered with the node's pcmd, finds the other agents through peer servers, and moves
+/// processes from overloaded nodes to idle or newly joined ones, with no human action.
+///
+/// Quick start (one key per pool, shared by every node):
+///   ios-agent keygen pool.key
+///   peer-server --listen /ip4/0.0.0.0/tcp/7000 --pool-key pool.key
+///   ios-agent join --peer-server /ip4/HOST/tcp/7000 --pool-key pool.key
+///
+/// Logs go to stderr; set RUST_LOG (for example RUST_LOG=ios_agent=debug) for more.
+#[derive(Debug, Parser)]
+#[command(name = "ios-agent", version, verbatim_doc_comment)]
+pub struct Cli {
+    /// Control socket of the node's agent. `{host}` is replaced by the host name.
+    /// Default: $IOS_AGENT_CONTROL, else /tmp/ios-agent-UID/HOST.sock.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub control: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Join the pool and run the agent in the foreground until `ios-agent leave` or a signal.
+    /// Starts the node's pcmd if none is running, so the node is usable at once.
+    Join(Box<JoinArgs>),
+    /// Ask the node's running agent to leave the pool and stop.
+    Leave,
+    /// Show the node's agent: peers by latency tier, loads, local processes, recent decisions.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a new random pool key to FILE (mode 0600). Give the same file to every agent and
+    /// peer server of the pool.
+    Keygen {
+        /// Where to write the key.
+        file: PathBuf,
+    },
+}
+
+/// Virtual topology of the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopologyArg {
+    /// NSp2p: every agent steals work from its peers, nearest latency tier first.
+    P2p,
+    /// NSc2c: nearby agents form clusters with an elected manager; managers steal from each
+    /// other.
+    C2c,
+}
+
+/// Options of `join`.
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// A peer server to register with and discover peers from (multiaddr, for example
+    /// /ip4/10.0.0.1/tcp/7000). Repeat for several; losing one loses nothing.
+    #[arg(long = "peer-server", value_name = "ADDR")]
+    pub peer_servers: Vec<String>,
+
+    /// Another agent to connect to directly (multiaddr). Repeatable.
+    #[arg(long = "peer", value_name = "ADDR")]
+    pub peers: Vec<String>,
+
+    /// The pool's shared key (from `ios-agent keygen`). Only holders can connect.
+    #[arg(long, value_name = "FILE", env = "IOS_POOL_KEY")]
+    pub pool_key: PathBuf,
+
+    /// Address to listen on for other agents.
+    #[arg(long, value_name = "ADDR", default_value = "/ip4/0.0.0.0/tcp/0")]
+    pub listen: String,
+
+    /// Address other agents should dial to reach this one (default: the listen address, with
+    /// 0.0.0.0 replaced by the node's first non-loopback address).
+    #[arg(long, value_name = "ADDR")]
+    pub external: Option<String>,
+
+    /// This node's name as the MPI runtime knows it (default: the host name).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+
+    /// The node's pcmd socket (default: as pcmd resolves it, $PCM_DAEMON or per user).
+    #[arg(long, value_name = "PATH")]
+    pub pcmd_socket: Option<PathBuf>,
+
+    /// The pcmd program to start when none is running (default: next to this program, else
+    /// `pcmd` on PATH).
+    #[arg(long, value_name = "PROGRAM")]
+    pub pcmd: Option<PathBuf>,
+
+    /// Pool topology.
+    #[arg(long, value_enum, default_value = "p2p")]
+    pub topology: TopologyArg,
+
+    /// Seconds between profiles of the node and its processes.
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = positive_seconds)]
+    pub profile_period: Duration,
+
+    /// Seconds a process that moved stays put before it may move again (damping).
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = positive_seconds)]
+    pub hold_down: Duration,
+
+    /// Smallest gain of the resource sensitive model worth a migration (0 to 1).
+    #[arg(long, value_name = "GAIN", default_value = "0.1")]
+    pub min_gain: f64,
+
+    /// Idle CPUs (speed-normalised) that make this node ask for work.
+    #[arg(long, value_name = "CPUS", default_value = "0.3")]
+    pub light_threshold: f64,
+
+    /// Directory for the agent's identity key and logs (default: next to the control socket).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+fn positive_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        return Err(format!("{s} must be between 0 and 86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
