@@ -1,0 +1,179 @@
+//! [`NetConfig`]: everything [`Network::start`](crate::Network::start) needs, with defaults.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use libp2p::identity::Keypair;
+use libp2p::Multiaddr;
+
+use crate::key::PoolKey;
+use crate::NetError;
+
+/// Default rendezvous namespace of a pool.
+pub const DEFAULT_NAMESPACE: &str = "mpi-ios";
+/// Default lifetime of a registration at a peer server. Renewed at half of it, so a dead
+/// agent stays listed at most this long (connection loss reports it much sooner).
+pub const DEFAULT_REGISTRATION_TTL: Duration = Duration::from_secs(20);
+/// Default period between discovery requests to each peer server.
+pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(5);
+/// Default ping period (each ping gives one RTT sample).
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(1);
+/// Default ping timeout: a connection whose ping is not answered within it is closed, and
+/// the peer reported gone.
+pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default wait before dialing a peer server or direct peer again after a failure or loss.
+pub const DEFAULT_REDIAL_INTERVAL: Duration = Duration::from_secs(3);
+/// Default deadline of an agent message's delivery (request and acknowledgement).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default capacity of the event channel.
+pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
+
+/// The node's libp2p identity.
+#[derive(Debug, Clone)]
+pub enum Identity {
+    /// A new random ed25519 identity, lost at exit.
+    Generate,
+    /// This keypair.
+    Keypair(Keypair),
+    /// Loaded from this file (protobuf encoding), or generated and written there (mode 0600)
+    /// if it does not exist, so the node keeps its peer id across restarts.
+    File(PathBuf),
+}
+
+impl Identity {
+    /// The keypair.
+    pub fn load(&self) -> Result<Keypair, NetError> {
+        match self {
+            Identity::Generate => Ok(Keypair::generate_ed25519()),
+            Identity::Keypair(k) => Ok(k.clone()),
+            Identity::File(path) => load_or_create_identity(path),
+        }
+    }
+}
+
+fn load_or_create_identity(path: &Path) -> Result<Keypair, NetError> {
+    let err = |reason: String| NetError::Identity {
+        path: path.to_owned(),
+        reason,
+    };
+    match fs::read(path) {
+        Ok(bytes) => Keypair::from_protobuf_encoding(&bytes)
+            .map_err(|e| err(format!("not a libp2p keypair: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = Keypair::generate_ed25519();
+            let bytes = key
+                .to_protobuf_encoding()
+                .map_err(|e| err(format!("cannot encode: {e}")))?;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| err(format!("cannot create: {e}")))?;
+            f.write_all(&bytes)
+                .map_err(|e| err(format!("cannot write: {e}")))?;
+            Ok(key)
+        }
+        Err(e) => Err(err(format!("cannot read: {e}"))),
+    }
+}
+
+/// Configuration of an agent's network. Build with [`NetConfig::new`] and adjust the fields.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// The pool key; every connection runs over the private network it defines.
+    pub key: PoolKey,
+    /// The node's identity. Default: [`Identity::Generate`].
+    pub identity: Identity,
+    /// Addresses to listen on. Default: `/ip4/127.0.0.1/tcp/0` (loopback, any port).
+    pub listen: Vec<Multiaddr>,
+    /// Addresses announced to peer servers. Default (empty): every address listened on.
+    /// Set it when others must reach this node through another address (a relay, NAT).
+    pub external_addrs: Vec<Multiaddr>,
+    /// Peer servers to register with and discover from. Default: none.
+    pub peer_servers: Vec<Multiaddr>,
+    /// Agents to dial directly and keep connected. Default: none.
+    pub direct_peers: Vec<Multiaddr>,
+    /// Rendezvous namespace of the pool. Default: [`DEFAULT_NAMESPACE`].
+    pub namespace: String,
+    /// Registration lifetime; peer servers must accept it (their minimum TTL).
+    /// Default: [`DEFAULT_REGISTRATION_TTL`].
+    pub registration_ttl: Duration,
+    /// Default: [`DEFAULT_DISCOVER_INTERVAL`].
+    pub discover_interval: Duration,
+    /// Default: [`DEFAULT_PING_INTERVAL`].
+    pub ping_interval: Duration,
+    /// Default: [`DEFAULT_PING_TIMEOUT`].
+    pub ping_timeout: Duration,
+    /// Deadline of a connection's whole handshake. Default:
+    /// [`DEFAULT_HANDSHAKE_TIMEOUT`](crate::transport::DEFAULT_HANDSHAKE_TIMEOUT).
+    pub handshake_timeout: Duration,
+    /// Default: [`DEFAULT_REDIAL_INTERVAL`].
+    pub redial_interval: Duration,
+    /// Default: [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: Duration,
+    /// Capacity of the event channel. Default: [`DEFAULT_EVENT_CAPACITY`].
+    pub event_capacity: usize,
+}
+
+impl NetConfig {
+    /// Defaults (see each field) with this pool key.
+    pub fn new(key: PoolKey) -> Self {
+        NetConfig {
+            key,
+            identity: Identity::Generate,
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("valid multiaddr")],
+            external_addrs: Vec::new(),
+            peer_servers: Vec::new(),
+            direct_peers: Vec::new(),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            registration_ttl: DEFAULT_REGISTRATION_TTL,
+            discover_interval: DEFAULT_DISCOVER_INTERVAL,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
+            handshake_timeout: crate::transport::DEFAULT_HANDSHAKE_TIMEOUT,
+            redial_interval: DEFAULT_REDIAL_INTERVAL,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            event_capacity: DEFAULT_EVENT_CAPACITY,
+        }
+    }
+
+    /// Checks ranges; errors name the field.
+    pub fn validate(&self) -> Result<(), NetError> {
+        let bad = |field: &'static str, reason: String| Err(NetError::Config { field, reason });
+        if self.listen.is_empty() {
+            return bad("listen", "no address to listen on".into());
+        }
+        if self.registration_ttl < Duration::from_secs(2) {
+            return bad(
+                "registration_ttl",
+                format!("{:?} is below 2 s", self.registration_ttl),
+            );
+        }
+        for (field, d) in [
+            ("discover_interval", self.discover_interval),
+            ("ping_interval", self.ping_interval),
+            ("ping_timeout", self.ping_timeout),
+            ("handshake_timeout", self.handshake_timeout),
+            ("redial_interval", self.redial_interval),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if d < Duration::from_millis(10) {
+                return bad(field, format!("{d:?} is below 10 ms"));
+            }
+        }
+        if self.event_capacity == 0 {
+            return bad("event_capacity", "must be at least 1".into());
+        }
+        libp2p::rendezvous::Namespace::new(self.namespace.clone()).map_err(|e| {
+            NetError::Config {
+                field: "namespace",
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(())
+    }
+}

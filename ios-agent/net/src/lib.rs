@@ -1,0 +1,129 @@
+//! Networking of the IOS agent: libp2p with a pool key, discovery through peer servers,
+//! RTT measurement and agent messages.
+//!
+//! MPI/IOS agents (paper 004, section 4.2, Figure 2: the *protocol component*) find each other
+//! through one or more peer servers, measure round-trip times to each other (the latency
+//! tiers of NSp2p, section 5.2) and exchange [`ios_agent_core::Message`]s. This crate is that
+//! I/O: the decision logic lives in `ios-agent-core`, and the `ios-agent` driver connects the
+//! two.
+//!
+//! - [`key`]: [`PoolKey`], the pool's pre-shared key. Every connection (agents and peer
+//!   servers) runs over a libp2p private network with it, then noise, then yamux
+//!   ([`transport`]). A node without the key cannot connect; such failures end within
+//!   [`NetConfig::handshake_timeout`] in an error saying "wrong or missing pool key?".
+//! - [`Network::start`]: the swarm (identify, ping, request-response with a size-capped CBOR
+//!   codec on [`PROTOCOL_NAME`](ios_agent_core::message::PROTOCOL_NAME), rendezvous client)
+//!   in a tokio task; a [`NetHandle`] to command it and a channel of [`NetEvent`]s.
+//! - Discovery: registers with every peer server with a short TTL (renewed at half of it),
+//!   discovers from all, dials the agents found, and keeps connections to them open. A peer
+//!   whose connection closes, or whose pings time out, is reported [`NetEvent::PeerGone`].
+//! - [`relay`]: a TCP relay that delays each direction, to emulate distance on one machine.
+//!
+//! # Usage
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use ios_agent_net::{NetConfig, NetEvent, Network, PoolKey};
+//!
+//! let mut config = NetConfig::new(PoolKey::from_file("pool.key")?);
+//! config.peer_servers = vec!["/ip4/127.0.0.1/tcp/4001".parse()?];
+//! let (net, mut events, _task) = Network::start(config).await?;
+//! while let Some(ev) = events.recv().await {
+//!     match ev {
+//!         NetEvent::PeerRtt { peer, rtt } => println!("{peer}: {rtt:?}"), // agent.handle_peer_rtt
+//!         NetEvent::PeerGone { peer } => println!("{peer} gone"),        // agent.handle_peer_gone
+//!         NetEvent::Message { from, message } => println!("{from}: {}", message.kind()),
+//!         other => println!("{other:?}"),
+//!     }
+//! }
+//! net.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Supported, and not
+//!
+//! Supported: TCP over IPv4/IPv6; several peer servers (losing one loses nothing); direct
+//! peers by address; persistent identities; hostile input (oversized, undecodable or invalid
+//! messages are refused and reported as [`NetEvent::BadMessage`]).
+//! Not supported: NAT traversal, QUIC, DNS addresses, relaying through other agents.
+
+pub mod codec;
+pub mod config;
+pub mod key;
+pub mod network;
+pub mod relay;
+pub mod transport;
+
+pub use codec::Ack;
+pub use config::{Identity, NetConfig};
+pub use key::{KeyError, PoolKey};
+pub use libp2p;
+pub use network::{NetEvent, NetHandle, Network, PeerSummary};
+
+use std::path::PathBuf;
+
+use ios_agent_core::tier::PeerId as CorePeerId;
+use libp2p::Multiaddr;
+
+/// What can go wrong when starting or commanding the network.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// A configuration value is out of range.
+    #[error("invalid network configuration: {field}: {reason}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The pool key could not be loaded.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The identity file could not be loaded or created.
+    #[error("identity file {path}: {reason}")]
+    Identity {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Could not listen on an address.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen {
+        /// The address.
+        addr: Multiaddr,
+        /// Why.
+        reason: String,
+    },
+    /// Could not start dialing an address.
+    #[error("cannot dial {addr}: {reason}")]
+    Dial {
+        /// The address.
+        addr: Multiaddr,
+        /// Why.
+        reason: String,
+    },
+    /// The peer is not connected now.
+    #[error("agent {peer} is not connected")]
+    NotConnected {
+        /// The peer.
+        peer: CorePeerId,
+    },
+    /// The bytes of a core peer id are not a libp2p peer id.
+    #[error("{peer} is not a libp2p peer id")]
+    InvalidPeer {
+        /// The peer.
+        peer: CorePeerId,
+    },
+    /// A message too large to send.
+    #[error("cannot send {kind} message: {reason}")]
+    TooLarge {
+        /// The message kind.
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The network task has stopped.
+    #[error("the network has stopped")]
+    Stopped,
+}

@@ -1,0 +1,1170 @@
+//! The network task: one libp2p swarm driven from a tokio task, a [`NetHandle`] to command it
+//! and a channel of [`NetEvent`]s.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use ios_agent_core::message::PROTOCOL_NAME;
+use ios_agent_core::tier::PeerId as CorePeerId;
+use ios_agent_core::Message;
+use libp2p::core::ConnectedPoint;
+use libp2p::futures::StreamExt;
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::rendezvous::{self, Cookie, Namespace};
+use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::{ConnectionId, DialError, ListenError, NetworkBehaviour, SwarmEvent};
+use libp2p::{identify, ping, Multiaddr, PeerId, StreamProtocol, Swarm};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::codec::{Ack, AgentCodec, Request};
+use crate::config::NetConfig;
+use crate::transport::{build_transport, chain, describe_transport_error};
+use crate::NetError;
+
+/// Identify's protocol version string of the pool.
+pub const IDENTIFY_PROTOCOL: &str = "/mpi-ios/1.0.0";
+/// The rendezvous protocol a peer server speaks.
+const RENDEZVOUS_PROTOCOL: &str = "/rendezvous/1.0.0";
+
+/// An agent peer as the network sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSummary {
+    /// The peer, as the agent core names it.
+    pub peer: CorePeerId,
+    /// The same peer as libp2p names it.
+    pub libp2p_id: PeerId,
+    /// Remote address of the connection in use.
+    pub addr: Multiaddr,
+    /// Latest ping round-trip time, if any yet.
+    pub rtt: Option<Duration>,
+}
+
+/// What the network reports to the driver. Peer ids are the agent core's
+/// ([`CorePeerId`], the bytes of the libp2p peer id), so they go straight into
+/// `Agent::handle_*`.
+#[derive(Debug, Clone)]
+pub enum NetEvent {
+    /// Listening on this address (also announced to peer servers unless
+    /// `external_addrs` is set).
+    Listening {
+        /// The address.
+        addr: Multiaddr,
+    },
+    /// An agent is connected (identify says it speaks the agent protocol).
+    PeerUp {
+        /// The agent.
+        peer: CorePeerId,
+        /// Its address on this connection.
+        addr: Multiaddr,
+    },
+    /// A ping round trip to an agent: feed to `Agent::handle_peer_rtt`.
+    PeerRtt {
+        /// The agent.
+        peer: CorePeerId,
+        /// The round-trip time.
+        rtt: Duration,
+    },
+    /// The last connection to an agent closed (or its pings timed out): feed to
+    /// `Agent::handle_peer_gone`.
+    PeerGone {
+        /// The agent.
+        peer: CorePeerId,
+    },
+    /// A valid agent message: feed to `Agent::handle_message`.
+    Message {
+        /// The sender.
+        from: CorePeerId,
+        /// The message, already checked with `Message::validate`.
+        message: Message,
+    },
+    /// A peer sent something that is not a valid agent message (too long, undecodable or
+    /// invalid). It was refused and the sender told why; nothing else happens.
+    BadMessage {
+        /// The sender.
+        from: CorePeerId,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A message sent with [`NetHandle::send`] was not delivered or was refused.
+    SendFailed {
+        /// The addressee.
+        to: CorePeerId,
+        /// What the message was (`Message::kind`).
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Registered with a peer server (the first time, and again after an error).
+    PeerServerUp {
+        /// The address configured.
+        addr: Multiaddr,
+        /// The server's libp2p peer id.
+        server: PeerId,
+    },
+    /// A peer server cannot be reached, refused us, or the connection to it was lost. The
+    /// network keeps running and tries again every `redial_interval`.
+    PeerServerError {
+        /// The address configured.
+        addr: Multiaddr,
+        /// Why, in one line. Contains "wrong or missing pool key?" when TCP connected but the
+        /// pool handshake failed or stalled.
+        reason: String,
+    },
+    /// Dialing an agent (direct or discovered) failed.
+    DialError {
+        /// The address, or the peer when it was dialed by peer id.
+        addr: String,
+        /// The agent, if known.
+        peer: Option<CorePeerId>,
+        /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
+        reason: String,
+    },
+    /// A connection from outside failed during the handshake.
+    IncomingError {
+        /// The remote address.
+        from: Multiaddr,
+        /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
+        reason: String,
+    },
+}
+
+enum Command {
+    Send {
+        to: CorePeerId,
+        request: Request,
+        kind: &'static str,
+        reply: oneshot::Sender<Result<(), NetError>>,
+    },
+    Peers(oneshot::Sender<Vec<PeerSummary>>),
+    ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
+    Dial(Multiaddr, oneshot::Sender<Result<(), NetError>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// The driver's handle on a running network. Cheap to clone; the network stops when
+/// [`NetHandle::shutdown`] is called or every handle is dropped.
+#[derive(Clone)]
+pub struct NetHandle {
+    commands: mpsc::Sender<Command>,
+    local: CorePeerId,
+    local_libp2p: PeerId,
+}
+
+impl std::fmt::Debug for NetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NetHandle({})", self.local_libp2p)
+    }
+}
+
+impl NetHandle {
+    /// This node's id as the agent core names it.
+    pub fn local_peer_id(&self) -> CorePeerId {
+        self.local.clone()
+    }
+
+    /// This node's libp2p peer id.
+    pub fn local_libp2p_id(&self) -> PeerId {
+        self.local_libp2p
+    }
+
+    async fn command<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, NetError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .await
+            .map_err(|_| NetError::Stopped)?;
+        rx.await.map_err(|_| NetError::Stopped)
+    }
+
+    /// Sends an agent message to a connected agent. Returns once it is queued on the
+    /// connection; delivery failures come later as [`NetEvent::SendFailed`].
+    /// Errors: [`NetError::NotConnected`], [`NetError::InvalidPeer`],
+    /// [`NetError::TooLarge`], [`NetError::Stopped`].
+    pub async fn send(&self, to: &CorePeerId, message: Message) -> Result<(), NetError> {
+        let kind = message.kind();
+        // Encoded here, on the caller's task, so an oversized message fails at once.
+        let bytes = crate::codec::encode_message(&message).map_err(|e| NetError::TooLarge {
+            kind,
+            reason: e.to_string(),
+        })?;
+        self.command(|reply| Command::Send {
+            to: to.clone(),
+            request: Request::Raw(bytes),
+            kind,
+            reply,
+        })
+        .await?
+    }
+
+    /// Sends bytes as they are on the agent protocol. Only for tests of peers' handling of
+    /// hostile input.
+    #[doc(hidden)]
+    pub async fn send_raw(&self, to: &CorePeerId, bytes: Vec<u8>) -> Result<(), NetError> {
+        self.command(|reply| Command::Send {
+            to: to.clone(),
+            request: Request::Raw(bytes),
+            kind: "raw",
+            reply,
+        })
+        .await?
+    }
+
+    /// The agents connected now, with their latest RTT.
+    pub async fn peers(&self) -> Result<Vec<PeerSummary>, NetError> {
+        self.command(Command::Peers).await
+    }
+
+    /// The addresses this node listens on.
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, NetError> {
+        self.command(Command::ListenAddrs).await
+    }
+
+    /// Dials an address once (no redial), for example an agent named on a command line after
+    /// start. Failures come as [`NetEvent::DialError`].
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
+        self.command(|reply| Command::Dial(addr, reply)).await?
+    }
+
+    /// Unregisters from the peer servers, closes every connection and ends the task.
+    pub async fn shutdown(&self) -> Result<(), NetError> {
+        self.command(Command::Shutdown).await
+    }
+}
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    identify: identify::Behaviour,
+    ping: ping::Behaviour,
+    messages: request_response::Behaviour<AgentCodec>,
+    rendezvous: rendezvous::client::Behaviour,
+}
+
+/// The agent's network; see [`Network::start`].
+#[derive(Debug)]
+pub struct Network {
+    _private: (),
+}
+
+impl Network {
+    /// Builds the swarm, starts listening and spawns the network task on the current tokio
+    /// runtime. Returns once every listen address is bound (or with the error naming the
+    /// one that failed). The task then dials the peer servers and direct peers, registers,
+    /// discovers, and reports on the returned channel.
+    pub async fn start(
+        config: NetConfig,
+    ) -> Result<(NetHandle, mpsc::Receiver<NetEvent>, JoinHandle<()>), NetError> {
+        config.validate()?;
+        let keypair = config.identity.load()?;
+        let mut swarm = build_swarm(&keypair, &config)?;
+        let local_libp2p = *swarm.local_peer_id();
+        let local = core_id(&local_libp2p).ok_or_else(|| NetError::Config {
+            field: "identity",
+            reason: "peer id longer than the agent core accepts".into(),
+        })?;
+
+        for addr in &config.listen {
+            swarm
+                .listen_on(addr.clone())
+                .map_err(|e| NetError::Listen {
+                    addr: addr.clone(),
+                    reason: chain(&e),
+                })?;
+        }
+        for addr in &config.external_addrs {
+            swarm.add_external_address(addr.clone());
+        }
+        // Wait until every listener reported an address, so `listen_addrs` is complete.
+        let mut listening: Vec<Multiaddr> = Vec::new();
+        let mut bound = HashSet::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while bound.len() < config.listen.len() {
+            let ev = tokio::time::timeout_at(deadline, swarm.select_next_some())
+                .await
+                .map_err(|_| NetError::Listen {
+                    addr: config.listen[bound.len().min(config.listen.len() - 1)].clone(),
+                    reason: "no address within 5 s".into(),
+                })?;
+            match ev {
+                SwarmEvent::NewListenAddr {
+                    listener_id,
+                    address,
+                } => {
+                    bound.insert(listener_id);
+                    if config.external_addrs.is_empty() {
+                        swarm.add_external_address(address.clone());
+                    }
+                    listening.push(address);
+                }
+                SwarmEvent::ListenerClosed {
+                    addresses, reason, ..
+                } => {
+                    return Err(NetError::Listen {
+                        addr: addresses
+                            .first()
+                            .cloned()
+                            .unwrap_or_else(|| config.listen[0].clone()),
+                        reason: match reason {
+                            Ok(()) => "listener closed".into(),
+                            Err(e) => chain(&e),
+                        },
+                    })
+                }
+                SwarmEvent::ListenerError { error, .. } => {
+                    return Err(NetError::Listen {
+                        addr: config.listen[0].clone(),
+                        reason: chain(&error),
+                    })
+                }
+                _ => {}
+            }
+        }
+
+        let (events_tx, events_rx) = mpsc::channel(config.event_capacity);
+        let (cmd_tx, cmd_rx) = mpsc::channel(64);
+        let now = Instant::now();
+        let mut task = Task {
+            namespace: Namespace::new(config.namespace.clone()).map_err(|e| NetError::Config {
+                field: "namespace",
+                reason: e.to_string(),
+            })?,
+            servers: config
+                .peer_servers
+                .iter()
+                .map(|addr| ServerState::new(addr.clone(), now))
+                .collect(),
+            direct: config
+                .direct_peers
+                .iter()
+                .map(|addr| DirectState {
+                    addr: addr.clone(),
+                    connection: None,
+                    dialing: None,
+                    next_dial: now,
+                })
+                .collect(),
+            config,
+            swarm,
+            events: events_tx,
+            peers: HashMap::new(),
+            pending_dials: HashMap::new(),
+            dial_backoff: HashMap::new(),
+            outbound: HashMap::new(),
+            listening,
+        };
+        for addr in task.listening.clone() {
+            task.emit(NetEvent::Listening { addr });
+        }
+        let join = tokio::spawn(async move { task.run(cmd_rx).await });
+        Ok((
+            NetHandle {
+                commands: cmd_tx,
+                local,
+                local_libp2p,
+            },
+            events_rx,
+            join,
+        ))
+    }
+}
+
+fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>, NetError> {
+    let transport =
+        build_transport(keypair, &config.key, config.handshake_timeout).map_err(|e| {
+            NetError::Config {
+                field: "identity",
+                reason: format!("noise: {e}"),
+            }
+        })?;
+    let behaviour = Behaviour {
+        identify: identify::Behaviour::new(
+            identify::Config::new(IDENTIFY_PROTOCOL.into(), keypair.public())
+                .with_agent_version(format!("ios-agent-net/{}", env!("CARGO_PKG_VERSION"))),
+        ),
+        ping: ping::Behaviour::new(
+            ping::Config::new()
+                .with_interval(config.ping_interval)
+                .with_timeout(config.ping_timeout),
+        ),
+        messages: request_response::Behaviour::with_codec(
+            AgentCodec,
+            [(StreamProtocol::new(PROTOCOL_NAME), ProtocolSupport::Full)],
+            request_response::Config::default()
+                .with_request_timeout(config.request_timeout)
+                .with_max_concurrent_streams(256),
+        ),
+        rendezvous: rendezvous::client::Behaviour::new(keypair.clone()),
+    };
+    // Connections stay open until a side closes them or pings time out: ping alone does not
+    // keep a connection alive, and an agent needs its peers' RTTs continuously.
+    let swarm_config = libp2p::swarm::Config::with_tokio_executor()
+        .with_idle_connection_timeout(Duration::from_secs(365 * 24 * 3600))
+        // One address at a time: concurrent attempts to one agent are aborted once one
+        // succeeds, and the other side would see handshake failures that look like a key
+        // problem.
+        .with_dial_concurrency_factor(std::num::NonZeroU8::MIN);
+    Ok(Swarm::new(
+        transport,
+        behaviour,
+        keypair.public().to_peer_id(),
+        swarm_config,
+    ))
+}
+
+/// The core's id for a libp2p peer id.
+pub fn core_id(p: &PeerId) -> Option<CorePeerId> {
+    CorePeerId::new(p.to_bytes()).ok()
+}
+
+/// The libp2p peer id for a core id.
+pub fn libp2p_id(p: &CorePeerId) -> Option<PeerId> {
+    PeerId::from_bytes(p.as_bytes()).ok()
+}
+
+/// What a dial was for.
+#[derive(Debug, Clone)]
+enum DialTarget {
+    Server(usize),
+    Direct(usize),
+    Discovered(PeerId),
+    Manual(Multiaddr),
+}
+
+struct ServerState {
+    addr: Multiaddr,
+    /// Known from the address's /p2p/ part, or learnt on connection.
+    peer: Option<PeerId>,
+    connection: Option<ConnectionId>,
+    dialing: Option<ConnectionId>,
+    next_dial: Instant,
+    /// When the registration must be renewed (None: not registered).
+    renew_at: Option<Instant>,
+    /// A registration is in flight or wanted.
+    register_wanted: bool,
+    next_discover: Instant,
+    cookie: Option<Cookie>,
+    /// Registered and not failed since ([`NetEvent::PeerServerUp`] sent).
+    registered: bool,
+    /// The last error reported, so a failing server is reported once per change.
+    last_error: Option<String>,
+}
+
+impl ServerState {
+    fn new(addr: Multiaddr, now: Instant) -> Self {
+        let peer = addr.iter().find_map(|p| match p {
+            Protocol::P2p(id) => Some(id),
+            _ => None,
+        });
+        ServerState {
+            addr,
+            peer,
+            connection: None,
+            dialing: None,
+            next_dial: now,
+            renew_at: None,
+            register_wanted: false,
+            next_discover: now,
+            cookie: None,
+            registered: false,
+            last_error: None,
+        }
+    }
+}
+
+struct DirectState {
+    addr: Multiaddr,
+    connection: Option<(PeerId, ConnectionId)>,
+    dialing: Option<ConnectionId>,
+    next_dial: Instant,
+}
+
+#[derive(Debug)]
+struct PeerState {
+    /// Established connections, oldest first, with the address and who dialed.
+    connections: Vec<(ConnectionId, Multiaddr, bool)>,
+    is_agent: bool,
+    rtt: Option<Duration>,
+}
+
+struct Task {
+    config: NetConfig,
+    namespace: Namespace,
+    swarm: Swarm<Behaviour>,
+    events: mpsc::Sender<NetEvent>,
+    servers: Vec<ServerState>,
+    direct: Vec<DirectState>,
+    peers: HashMap<PeerId, PeerState>,
+    pending_dials: HashMap<ConnectionId, DialTarget>,
+    /// Discovered agents whose dial failed: not dialed again before this time.
+    dial_backoff: HashMap<PeerId, Instant>,
+    outbound: HashMap<OutboundRequestId, (PeerId, &'static str)>,
+    listening: Vec<Multiaddr>,
+}
+
+impl Task {
+    /// Reports an event; drops it (with a log) if the driver lags so far behind that the
+    /// channel is full, so the swarm never stalls on a slow driver.
+    fn emit(&self, ev: NetEvent) {
+        match self.events.try_send(ev) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(ev)) => {
+                tracing::warn!(?ev, "event channel full: event dropped");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    async fn run(&mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                ev = self.swarm.select_next_some() => self.on_swarm_event(ev),
+                cmd = commands.recv() => match cmd {
+                    None => { self.close().await; return; }
+                    Some(Command::Shutdown(done)) => {
+                        self.close().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(cmd) => self.on_command(cmd),
+                },
+                _ = tick.tick() => self.on_tick(Instant::now()),
+            }
+        }
+    }
+
+    async fn close(&mut self) {
+        for s in &self.servers {
+            if let (Some(peer), Some(_)) = (s.peer, s.connection) {
+                self.swarm
+                    .behaviour_mut()
+                    .rendezvous
+                    .unregister(self.namespace.clone(), peer);
+            }
+        }
+        // Give the unregistrations a moment to leave.
+        let until = tokio::time::Instant::now() + Duration::from_millis(200);
+        while let Ok(ev) = tokio::time::timeout_at(until, self.swarm.select_next_some()).await {
+            tracing::trace!(?ev, "event while closing");
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Send {
+                to,
+                request,
+                kind,
+                reply,
+            } => {
+                let r = match libp2p_id(&to) {
+                    None => Err(NetError::InvalidPeer { peer: to }),
+                    Some(p) if !self.swarm.is_connected(&p) => {
+                        Err(NetError::NotConnected { peer: to })
+                    }
+                    Some(p) => {
+                        let id = self
+                            .swarm
+                            .behaviour_mut()
+                            .messages
+                            .send_request(&p, request);
+                        self.outbound.insert(id, (p, kind));
+                        Ok(())
+                    }
+                };
+                let _ = reply.send(r);
+            }
+            Command::Peers(reply) => {
+                let list = self
+                    .peers
+                    .iter()
+                    .filter(|(_, s)| s.is_agent && !s.connections.is_empty())
+                    .filter_map(|(p, s)| {
+                        Some(PeerSummary {
+                            peer: core_id(p)?,
+                            libp2p_id: *p,
+                            addr: s.connections[0].1.clone(),
+                            rtt: s.rtt,
+                        })
+                    })
+                    .collect();
+                let _ = reply.send(list);
+            }
+            Command::ListenAddrs(reply) => {
+                let _ = reply.send(self.listening.clone());
+            }
+            Command::Dial(addr, reply) => {
+                let r = self.dial(
+                    DialOpts::unknown_peer_id().address(addr.clone()).build(),
+                    DialTarget::Manual(addr.clone()),
+                );
+                let _ = reply.send(
+                    r.map(|_| ())
+                        .map_err(|reason| NetError::Dial { addr, reason }),
+                );
+            }
+            Command::Shutdown(_) => unreachable!("handled by run"),
+        }
+    }
+
+    fn dial(&mut self, opts: DialOpts, target: DialTarget) -> Result<ConnectionId, String> {
+        let id = opts.connection_id();
+        match self.swarm.dial(opts) {
+            Ok(()) => {
+                self.pending_dials.insert(id, target);
+                Ok(id)
+            }
+            Err(e) => Err(describe_dial_error(&e)),
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        for i in 0..self.servers.len() {
+            let s = &self.servers[i];
+            if s.connection.is_none() && s.dialing.is_none() && now >= s.next_dial {
+                let addr = s.addr.clone();
+                match self.dial(
+                    DialOpts::unknown_peer_id().address(addr.clone()).build(),
+                    DialTarget::Server(i),
+                ) {
+                    Ok(id) => self.servers[i].dialing = Some(id),
+                    Err(reason) => self.server_failed(i, reason, now),
+                }
+                continue;
+            }
+            let (Some(peer), Some(_)) = (s.peer, s.connection) else {
+                continue;
+            };
+            if s.renew_at.is_some_and(|t| now >= t) {
+                self.servers[i].register_wanted = true;
+            }
+            if self.servers[i].register_wanted {
+                self.register(i);
+            }
+            if now >= self.servers[i].next_discover {
+                let cookie = self.servers[i].cookie.clone();
+                self.swarm.behaviour_mut().rendezvous.discover(
+                    Some(self.namespace.clone()),
+                    cookie,
+                    None,
+                    peer,
+                );
+                self.servers[i].next_discover = now + self.config.discover_interval;
+            }
+        }
+        for i in 0..self.direct.len() {
+            let d = &self.direct[i];
+            if d.connection.is_none() && d.dialing.is_none() && now >= d.next_dial {
+                let addr = d.addr.clone();
+                match self.dial(
+                    DialOpts::unknown_peer_id().address(addr.clone()).build(),
+                    DialTarget::Direct(i),
+                ) {
+                    Ok(id) => self.direct[i].dialing = Some(id),
+                    Err(reason) => {
+                        self.direct[i].next_dial = now + self.config.redial_interval;
+                        self.emit(NetEvent::DialError {
+                            addr: addr.to_string(),
+                            peer: None,
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
+        self.dial_backoff.retain(|_, t| *t > now);
+    }
+
+    fn register(&mut self, i: usize) {
+        let Some(peer) = self.servers[i].peer else {
+            return;
+        };
+        let ttl = self.config.registration_ttl.as_secs();
+        match self.swarm.behaviour_mut().rendezvous.register(
+            self.namespace.clone(),
+            peer,
+            Some(ttl),
+        ) {
+            Ok(()) => {
+                self.servers[i].register_wanted = false;
+                // Until the answer comes, do not ask again; the answer sets the renewal.
+                self.servers[i].renew_at = None;
+            }
+            Err(e) => {
+                // No external address yet: tried again on the next tick.
+                tracing::debug!("cannot register yet with {}: {e}", self.servers[i].addr);
+            }
+        }
+    }
+
+    fn server_failed(&mut self, i: usize, reason: String, now: Instant) {
+        let s = &mut self.servers[i];
+        s.next_dial = now + self.config.redial_interval;
+        s.renew_at = None;
+        s.register_wanted = false;
+        s.registered = false;
+        if s.last_error.as_deref() != Some(reason.as_str()) {
+            s.last_error = Some(reason.clone());
+            let addr = s.addr.clone();
+            tracing::warn!("peer server {addr}: {reason}");
+            self.emit(NetEvent::PeerServerError { addr, reason });
+        }
+    }
+
+    fn server_index(&self, peer: &PeerId) -> Option<usize> {
+        self.servers.iter().position(|s| s.peer == Some(*peer))
+    }
+
+    fn on_swarm_event(&mut self, ev: SwarmEvent<BehaviourEvent>) {
+        let now = Instant::now();
+        match ev {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                if self.config.external_addrs.is_empty() {
+                    self.swarm.add_external_address(address.clone());
+                }
+                if !self.listening.contains(&address) {
+                    self.listening.push(address.clone());
+                }
+                self.emit(NetEvent::Listening { addr: address });
+            }
+            SwarmEvent::ExpiredListenAddr { address, .. } => {
+                self.listening.retain(|a| *a != address);
+                if self.config.external_addrs.is_empty() {
+                    self.swarm.remove_external_address(&address);
+                }
+            }
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => self.on_connection(peer_id, connection_id, endpoint, now),
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                cause,
+                ..
+            } => self.on_connection_closed(peer_id, connection_id, num_established, cause, now),
+            SwarmEvent::OutgoingConnectionError {
+                connection_id,
+                peer_id,
+                error,
+            } => {
+                let reason = describe_dial_error(&error);
+                match self.pending_dials.remove(&connection_id) {
+                    Some(DialTarget::Server(i)) => {
+                        self.servers[i].dialing = None;
+                        self.server_failed(i, format!("cannot connect: {reason}"), now);
+                    }
+                    Some(DialTarget::Direct(i)) => {
+                        self.direct[i].dialing = None;
+                        self.direct[i].next_dial = now + self.config.redial_interval;
+                        let addr = self.direct[i].addr.to_string();
+                        self.emit(NetEvent::DialError {
+                            addr,
+                            peer: None,
+                            reason,
+                        });
+                    }
+                    Some(DialTarget::Discovered(p)) => {
+                        if matches!(error, DialError::DialPeerConditionFalse(_)) {
+                            return;
+                        }
+                        self.dial_backoff
+                            .insert(p, now + self.config.redial_interval);
+                        self.emit(NetEvent::DialError {
+                            addr: p.to_string(),
+                            peer: core_id(&p),
+                            reason,
+                        });
+                    }
+                    Some(DialTarget::Manual(addr)) => self.emit(NetEvent::DialError {
+                        addr: addr.to_string(),
+                        peer: peer_id.as_ref().and_then(core_id),
+                        reason,
+                    }),
+                    None => tracing::debug!(?peer_id, "dial failed: {reason}"),
+                }
+            }
+            SwarmEvent::IncomingConnectionError {
+                send_back_addr,
+                error,
+                ..
+            } => {
+                let reason = match &error {
+                    ListenError::Transport(e) => describe_transport_error(e).message,
+                    other => chain(other),
+                };
+                tracing::info!("incoming connection from {send_back_addr} failed: {reason}");
+                self.emit(NetEvent::IncomingError {
+                    from: send_back_addr,
+                    reason,
+                });
+            }
+            SwarmEvent::ListenerError { error, .. } => {
+                tracing::warn!("listener error: {}", chain(&error));
+            }
+            SwarmEvent::Behaviour(ev) => self.on_behaviour(ev, now),
+            _ => {}
+        }
+    }
+
+    fn on_connection(
+        &mut self,
+        peer: PeerId,
+        id: ConnectionId,
+        endpoint: ConnectedPoint,
+        now: Instant,
+    ) {
+        let we_dialed = endpoint.is_dialer();
+        let addr = endpoint.get_remote_address().clone();
+        match self.pending_dials.remove(&id) {
+            Some(DialTarget::Server(i)) => {
+                let s = &mut self.servers[i];
+                s.dialing = None;
+                if s.peer.is_some_and(|p| p != peer) {
+                    tracing::warn!("peer server {} answered as {peer}", s.addr);
+                }
+                s.peer = Some(peer);
+                s.connection = Some(id);
+                s.register_wanted = true;
+                s.next_discover = now;
+                s.cookie = None;
+                self.register(i);
+            }
+            Some(DialTarget::Direct(i)) => {
+                self.direct[i].dialing = None;
+                self.direct[i].connection = Some((peer, id));
+            }
+            _ => {}
+        }
+        self.dial_backoff.remove(&peer);
+        let state = self.peers.entry(peer).or_insert_with(|| PeerState {
+            connections: Vec::new(),
+            is_agent: false,
+            rtt: None,
+        });
+        state.connections.push((id, addr, we_dialed));
+        // Two agents that dial each other at once end up with two connections. Keep one,
+        // chosen alike on both sides: the oldest one dialed by the smaller peer id.
+        if state.connections.len() > 1 {
+            let local = *self.swarm.local_peer_id();
+            let smaller_is_local = local < peer;
+            let keep = state
+                .connections
+                .iter()
+                .find(|(_, _, dialed_by_us)| *dialed_by_us == smaller_is_local)
+                .unwrap_or(&state.connections[0])
+                .0;
+            let close: Vec<ConnectionId> = state
+                .connections
+                .iter()
+                .map(|c| c.0)
+                .filter(|c| *c != keep)
+                .collect();
+            for c in close {
+                self.swarm.close_connection(c);
+            }
+        }
+    }
+
+    fn on_connection_closed(
+        &mut self,
+        peer: PeerId,
+        id: ConnectionId,
+        remaining: u32,
+        cause: Option<libp2p::swarm::ConnectionError>,
+        now: Instant,
+    ) {
+        let cause = cause.map_or_else(|| "closed".to_owned(), |c| chain(&c));
+        if let Some(i) = self.servers.iter().position(|s| s.connection == Some(id)) {
+            self.servers[i].connection = None;
+            self.server_failed(i, format!("connection lost: {cause}"), now);
+        }
+        if let Some(d) = self
+            .direct
+            .iter_mut()
+            .find(|d| d.connection.is_some_and(|(_, c)| c == id))
+        {
+            d.connection = None;
+            d.next_dial = now + self.config.redial_interval;
+        }
+        let Some(state) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        state.connections.retain(|c| c.0 != id);
+        if remaining == 0 || state.connections.is_empty() {
+            let was_agent = state.is_agent;
+            self.peers.remove(&peer);
+            if was_agent {
+                tracing::info!("agent {peer} gone: {cause}");
+                if let Some(p) = core_id(&peer) {
+                    self.emit(NetEvent::PeerGone { peer: p });
+                }
+            }
+        }
+    }
+
+    fn on_behaviour(&mut self, ev: BehaviourEvent, now: Instant) {
+        match ev {
+            BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                let agent = info.protocols.iter().any(|p| p.as_ref() == PROTOCOL_NAME);
+                if let Some(i) = self.server_index(&peer_id) {
+                    if !info
+                        .protocols
+                        .iter()
+                        .any(|p| p.as_ref() == RENDEZVOUS_PROTOCOL)
+                    {
+                        self.server_failed(
+                            i,
+                            format!(
+                                "not a peer server: {peer_id} ({}) does not speak {RENDEZVOUS_PROTOCOL}",
+                                info.agent_version
+                            ),
+                            now,
+                        );
+                    }
+                }
+                if !agent {
+                    return;
+                }
+                let Some(state) = self.peers.get_mut(&peer_id) else {
+                    return;
+                };
+                if state.is_agent || state.connections.is_empty() {
+                    return;
+                }
+                state.is_agent = true;
+                let addr = state.connections[0].1.clone();
+                let rtt = state.rtt;
+                if let Some(p) = core_id(&peer_id) {
+                    tracing::info!("agent {peer_id} up at {addr}");
+                    self.emit(NetEvent::PeerUp {
+                        peer: p.clone(),
+                        addr,
+                    });
+                    if let Some(rtt) = rtt {
+                        self.emit(NetEvent::PeerRtt { peer: p, rtt });
+                    }
+                }
+            }
+            BehaviourEvent::Identify(_) => {}
+            BehaviourEvent::Ping(ping::Event {
+                peer,
+                connection,
+                result,
+            }) => match result {
+                Ok(rtt) => {
+                    let Some(state) = self.peers.get_mut(&peer) else {
+                        return;
+                    };
+                    // Only the connection in use measures the peer.
+                    if state.connections.first().map(|c| c.0) != Some(connection)
+                        && state.connections.len() > 1
+                    {
+                        return;
+                    }
+                    state.rtt = Some(rtt);
+                    if state.is_agent {
+                        if let Some(p) = core_id(&peer) {
+                            self.emit(NetEvent::PeerRtt { peer: p, rtt });
+                        }
+                    }
+                }
+                Err(ping::Failure::Unsupported) => {}
+                Err(e) => {
+                    // A peer that stops answering is gone even if TCP does not say so.
+                    tracing::info!("ping to {peer} failed ({e}): closing the connection");
+                    self.swarm.close_connection(connection);
+                }
+            },
+            BehaviourEvent::Messages(ev) => self.on_message_event(ev),
+            BehaviourEvent::Rendezvous(ev) => self.on_rendezvous(ev, now),
+        }
+    }
+
+    fn on_message_event(&mut self, ev: request_response::Event<Request, Ack>) {
+        use request_response::{Event, Message as M};
+        match ev {
+            Event::Message {
+                peer,
+                message: M::Request {
+                    request, channel, ..
+                },
+                ..
+            } => {
+                let Some(from) = core_id(&peer) else {
+                    return;
+                };
+                let (ack, ev) = match request {
+                    Request::Message(message) => {
+                        (Ack::Accepted, NetEvent::Message { from, message })
+                    }
+                    Request::Bad(reason) => (
+                        Ack::Rejected(reason.clone()),
+                        NetEvent::BadMessage { from, reason },
+                    ),
+                    // The reader never yields raw bytes.
+                    Request::Raw(_) => return,
+                };
+                let _ = self
+                    .swarm
+                    .behaviour_mut()
+                    .messages
+                    .send_response(channel, ack);
+                if let NetEvent::BadMessage { reason, .. } = &ev {
+                    tracing::info!("bad message from {peer}: {reason}");
+                }
+                self.emit(ev);
+            }
+            Event::Message {
+                message:
+                    M::Response {
+                        request_id,
+                        response,
+                    },
+                ..
+            } => {
+                let Some((peer, kind)) = self.outbound.remove(&request_id) else {
+                    return;
+                };
+                if let Ack::Rejected(reason) = response {
+                    if let Some(to) = core_id(&peer) {
+                        self.emit(NetEvent::SendFailed {
+                            to,
+                            kind,
+                            reason: format!("refused by the peer: {reason}"),
+                        });
+                    }
+                }
+            }
+            Event::OutboundFailure {
+                request_id, error, ..
+            } => {
+                let Some((peer, kind)) = self.outbound.remove(&request_id) else {
+                    return;
+                };
+                if let Some(to) = core_id(&peer) {
+                    self.emit(NetEvent::SendFailed {
+                        to,
+                        kind,
+                        reason: chain(&error),
+                    });
+                }
+            }
+            Event::InboundFailure { peer, error, .. } => {
+                tracing::debug!("inbound message from {peer} failed: {}", chain(&error));
+            }
+            Event::ResponseSent { .. } => {}
+        }
+    }
+
+    fn on_rendezvous(&mut self, ev: rendezvous::client::Event, now: Instant) {
+        use rendezvous::client::Event as E;
+        match ev {
+            E::Registered {
+                rendezvous_node,
+                ttl,
+                ..
+            } => {
+                let Some(i) = self.server_index(&rendezvous_node) else {
+                    return;
+                };
+                let s = &mut self.servers[i];
+                // Renew at half the lifetime granted.
+                s.renew_at = Some(now + Duration::from_secs(ttl.max(2)) / 2);
+                s.last_error = None;
+                if !s.registered {
+                    s.registered = true;
+                    let addr = s.addr.clone();
+                    tracing::info!("registered with peer server {addr} for {ttl} s");
+                    self.emit(NetEvent::PeerServerUp {
+                        addr,
+                        server: rendezvous_node,
+                    });
+                }
+                // Look at once for who is there.
+                self.servers[i].next_discover = now;
+            }
+            E::RegisterFailed {
+                rendezvous_node,
+                error,
+                ..
+            } => {
+                if let Some(i) = self.server_index(&rendezvous_node) {
+                    let hint = match error {
+                        rendezvous::ErrorCode::InvalidTtl => format!(
+                            ": the server does not accept a TTL of {} s (start it with a lower --min-ttl)",
+                            self.config.registration_ttl.as_secs()
+                        ),
+                        _ => String::new(),
+                    };
+                    self.server_failed(i, format!("registration refused ({error:?}){hint}"), now);
+                    // Keep the connection; try again after the redial interval.
+                    self.servers[i].renew_at = Some(now + self.config.redial_interval);
+                }
+            }
+            E::Discovered {
+                rendezvous_node,
+                registrations,
+                cookie,
+            } => {
+                if let Some(i) = self.server_index(&rendezvous_node) {
+                    self.servers[i].cookie = Some(cookie);
+                }
+                let local = *self.swarm.local_peer_id();
+                for reg in registrations {
+                    let peer = reg.record.peer_id();
+                    if peer == local
+                        || self.swarm.is_connected(&peer)
+                        || self.dial_backoff.contains_key(&peer)
+                        || self.server_index(&peer).is_some()
+                    {
+                        continue;
+                    }
+                    let opts = DialOpts::peer_id(peer)
+                        .condition(PeerCondition::DisconnectedAndNotDialing)
+                        .addresses(reg.record.addresses().to_vec())
+                        .build();
+                    if let Err(reason) = self.dial(opts, DialTarget::Discovered(peer)) {
+                        tracing::debug!("not dialing discovered {peer}: {reason}");
+                    }
+                }
+            }
+            E::DiscoverFailed {
+                rendezvous_node,
+                error,
+                ..
+            } => {
+                if let Some(i) = self.server_index(&rendezvous_node) {
+                    self.servers[i].cookie = None;
+                    tracing::warn!("discovery at {} failed: {error:?}", self.servers[i].addr);
+                }
+            }
+            E::Expired { .. } => {}
+        }
+    }
+}
+
+/// A dial error in one line, naming each address tried.
+fn describe_dial_error(e: &DialError) -> String {
+    match e {
+        DialError::Transport(errors) => errors
+            .iter()
+            .map(|(addr, e)| format!("{addr}: {}", describe_transport_error(e).message))
+            .collect::<Vec<_>>()
+            .join("; "),
+        DialError::WrongPeerId { obtained, address } => {
+            format!("{address} is {obtained}, not the peer expected")
+        }
+        DialError::NoAddresses => "no address to dial".to_owned(),
+        other => chain(other),
+    }
+}

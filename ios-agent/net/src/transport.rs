@@ -1,0 +1,143 @@
+//! The transport every pool connection uses: TCP, then the private-network handshake with the
+//! pool key, then noise (authentication and encryption), then yamux (streams).
+//!
+//! `SwarmBuilder::with_tcp` has no hook for pnet, so the transport is built by hand. A key
+//! mismatch produces no error of its own (the pnet handshake only swaps nonces); the
+//! connection then fails with garbage or stalls in noise. So the whole handshake runs under a
+//! deadline, and [`describe_dial_error`] turns such failures into a message that says
+//! "wrong or missing pool key?".
+
+use std::error::Error as StdError;
+use std::io;
+use std::time::Duration;
+
+use libp2p::core::muxing::StreamMuxerBox;
+use libp2p::core::transport::{Boxed, TransportError};
+use libp2p::core::upgrade::Version;
+use libp2p::identity::Keypair;
+use libp2p::pnet::PnetConfig;
+use libp2p::{noise, tcp, yamux, PeerId, Transport};
+
+use crate::key::PoolKey;
+
+/// Default deadline for a connection's whole handshake (TCP connect, pnet, noise, yamux).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Builds the pool transport for `identity`, with the given handshake deadline.
+pub fn build_transport(
+    identity: &Keypair,
+    key: &PoolKey,
+    handshake_timeout: Duration,
+) -> Result<Boxed<(PeerId, StreamMuxerBox)>, noise::Error> {
+    let psk = key.psk();
+    let noise = noise::Config::new(identity)?;
+    let transport = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
+        // The pnet stage. It sees only TCP streams that did connect, so its errors (and any
+        // later stage's) are handshake failures, told apart from TCP failures below.
+        .and_then(move |socket, _| PnetConfig::new(psk).handshake(socket))
+        .upgrade(Version::V1Lazy)
+        .authenticate(noise)
+        .multiplex(yamux::Config::default())
+        .timeout(handshake_timeout)
+        .map_err(move |e| {
+            use either::Either as E;
+            use libp2p::core::transport::timeout::TransportTimeoutError as T;
+            match e {
+                T::Timeout => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    Handshake(format!(
+                        "no connection or handshake within {} s",
+                        handshake_timeout.as_secs_f64()
+                    )),
+                ),
+                T::TimerError(e) => e,
+                // TCP itself failed (refused, unreachable): not a key problem.
+                T::Other(E::Left(E::Left(E::Left(tcp)))) => tcp,
+                T::Other(other) => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    Handshake(format!("handshake failed: {}", chain(&other))),
+                ),
+            }
+        })
+        .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
+        .boxed();
+    Ok(transport)
+}
+
+/// A failure after the TCP connection was made: the handshake with the pool key, noise or
+/// yamux failed or stalled.
+#[derive(Debug)]
+struct Handshake(String);
+
+impl std::fmt::Display for Handshake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for Handshake {}
+
+/// What a transport failure means for the operator, in one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureReport {
+    /// True when TCP connected but the pool handshake failed or stalled: most likely the
+    /// other side has another pool key, or none.
+    pub key_suspected: bool,
+    /// The message, naming what failed.
+    pub message: String,
+}
+
+/// The hint appended to every handshake failure.
+pub const KEY_HINT: &str = "wrong or missing pool key?";
+
+/// Describes an `io::Error` that came out of [`build_transport`].
+pub fn describe_io_error(e: &io::Error) -> FailureReport {
+    // Walk the chain: boxing wraps the error in further io::Errors.
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<Handshake>() {
+            return FailureReport {
+                key_suspected: true,
+                message: format!("{h} ({KEY_HINT})"),
+            };
+        }
+        cur = match err.downcast_ref::<io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+            None => err.source(),
+        };
+    }
+    let message = match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused: nothing listens there".to_owned(),
+        _ => chain(e),
+    };
+    FailureReport {
+        key_suspected: false,
+        message,
+    }
+}
+
+/// Describes one `TransportError` of a dial or an incoming connection.
+pub fn describe_transport_error(e: &TransportError<io::Error>) -> FailureReport {
+    match e {
+        TransportError::MultiaddrNotSupported(a) => FailureReport {
+            key_suspected: false,
+            message: format!("address {a} not supported (expected /ip4/A/tcp/P or /ip6/A/tcp/P)"),
+        },
+        TransportError::Other(e) => describe_io_error(e),
+    }
+}
+
+/// An error and its sources on one line.
+pub(crate) fn chain(e: &dyn StdError) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        let t = inner.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = inner.source();
+    }
+    s
+}

@@ -1,0 +1,392 @@
+//! In-process tests of the agent network: two or more `Network`s on loopback, hostile input,
+//! and nodes without the pool key.
+
+use std::time::{Duration, Instant};
+
+use ios_agent_core::message::MAX_MESSAGE_LEN;
+use ios_agent_core::model::NodeProfile;
+use ios_agent_core::{LatencyTier, Message, MessageId};
+use ios_agent_net::libp2p::futures::StreamExt;
+use ios_agent_net::libp2p::{self, noise, ping, tcp, yamux, Multiaddr};
+use ios_agent_net::{NetConfig, NetEvent, NetHandle, Network, PoolKey};
+use pcm_proto::HostName;
+use tokio::sync::mpsc::Receiver;
+
+type Events = Receiver<NetEvent>;
+
+async fn node(key: PoolKey, peers: Vec<Multiaddr>) -> (NetHandle, Events, Multiaddr) {
+    let mut config = NetConfig::new(key);
+    config.direct_peers = peers;
+    config.handshake_timeout = Duration::from_secs(3);
+    let (net, events, _task) = Network::start(config).await.expect("starts");
+    let addr = net.listen_addrs().await.expect("running")[0].clone();
+    (net, events, addr)
+}
+
+/// Waits for the first event that `f` maps to `Some`, at most `timeout`.
+async fn expect<T>(
+    events: &mut Events,
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut(&NetEvent) -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Some(ev)) => {
+                if let Some(t) = f(&ev) {
+                    return t;
+                }
+                seen.push(format!("{ev:?}"));
+            }
+            Ok(None) => panic!("event channel closed while waiting for {what}; seen: {seen:#?}"),
+            Err(_) => panic!("no {what} within {timeout:?}; seen: {seen:#?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn given_two_nodes_then_rtts_and_messages_flow_both_ways() {
+    let key = PoolKey::generate();
+    let (a, mut ea, addr_a) = node(key, vec![]).await;
+    let (b, mut eb, _) = node(key, vec![addr_a]).await;
+    let rtt = expect(&mut eb, Duration::from_secs(5), "rtt at b", |ev| match ev {
+        NetEvent::PeerRtt { peer, rtt } if *peer == a.local_peer_id() => Some(*rtt),
+        _ => None,
+    })
+    .await;
+    assert!(rtt < Duration::from_millis(10), "loopback rtt {rtt:?}");
+    assert_eq!(LatencyTier::from_rtt(rtt), LatencyTier::Local);
+    expect(&mut ea, Duration::from_secs(5), "rtt at a", |ev| match ev {
+        NetEvent::PeerRtt { peer, .. } if *peer == b.local_peer_id() => Some(()),
+        _ => None,
+    })
+    .await;
+    let m = Message::StealExhausted { id: MessageId(42) };
+    b.send(&a.local_peer_id(), m.clone()).await.expect("sent");
+    let got = expect(&mut ea, Duration::from_secs(5), "message", |ev| match ev {
+        NetEvent::Message { from, message } if *from == b.local_peer_id() => Some(message.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(got, m);
+    let peers = a.peers().await.expect("running");
+    assert_eq!(peers.len(), 1);
+    assert_eq!(peers[0].peer, b.local_peer_id());
+
+    b.shutdown().await.expect("stops");
+    expect(
+        &mut ea,
+        Duration::from_secs(5),
+        "peer gone",
+        |ev| match ev {
+            NetEvent::PeerGone { peer } if *peer == b.local_peer_id() => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(a.peers().await.expect("running").is_empty());
+    // Sending to a peer that is gone is an error, not a panic.
+    assert!(a.send(&b.local_peer_id(), m).await.is_err());
+}
+
+#[tokio::test]
+async fn given_malformed_messages_then_bad_message_events_and_the_node_keeps_serving() {
+    let key = PoolKey::generate();
+    let (a, mut ea, addr_a) = node(key, vec![]).await;
+    let (b, mut eb, _) = node(key, vec![addr_a]).await;
+    expect(&mut ea, Duration::from_secs(5), "b up", |ev| {
+        matches!(ev, NetEvent::PeerUp { .. }).then_some(())
+    })
+    .await;
+    let to = a.local_peer_id();
+
+    // Garbage bytes.
+    b.send_raw(&to, b"\xff\xfe not cbor at all".to_vec())
+        .await
+        .expect("queued");
+    let r = expect(&mut ea, Duration::from_secs(5), "bad garbage", bad_reason).await;
+    assert!(r.contains("undecodable"), "{r}");
+
+    // An oversized frame: refused before decoding.
+    b.send_raw(&to, vec![0x80; MAX_MESSAGE_LEN + 4096])
+        .await
+        .expect("queued");
+    let r = expect(
+        &mut ea,
+        Duration::from_secs(10),
+        "bad oversized",
+        bad_reason,
+    )
+    .await;
+    assert!(r.contains("refused"), "{r}");
+
+    // Decodable but invalid: a work steal with TTL 0.
+    let steal = Message::WorkSteal {
+        id: MessageId(1),
+        origin: b.local_peer_id(),
+        source: b.local_peer_id(),
+        source_host: HostName::new("node-b").expect("valid"),
+        source_profile: NodeProfile::idle(2.0, 1 << 30),
+        ttl: 0,
+        tier: LatencyTier::Local,
+    };
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&steal, &mut bytes).expect("encodes");
+    b.send_raw(&to, bytes).await.expect("queued");
+    let r = expect(&mut ea, Duration::from_secs(5), "bad invalid", bad_reason).await;
+    assert!(r.contains("invalid work-steal") && r.contains("ttl"), "{r}");
+
+    // The sender learns each refusal.
+    for _ in 0..3 {
+        let r = expect(
+            &mut eb,
+            Duration::from_secs(10),
+            "send failed",
+            |ev| match ev {
+                NetEvent::SendFailed { reason, .. } => Some(reason.clone()),
+                _ => None,
+            },
+        )
+        .await;
+        assert!(r.contains("refused by the peer"), "{r}");
+    }
+
+    // The node still serves: a valid message goes through on the same connection.
+    let ok = Message::StealExhausted { id: MessageId(7) };
+    b.send(&to, ok.clone()).await.expect("sent");
+    let got = expect(
+        &mut ea,
+        Duration::from_secs(5),
+        "valid message",
+        |ev| match ev {
+            NetEvent::Message { message, .. } => Some(message.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(got, ok);
+    assert_eq!(a.peers().await.expect("running").len(), 1);
+}
+
+fn bad_reason(ev: &NetEvent) -> Option<String> {
+    match ev {
+        NetEvent::BadMessage { reason, .. } => Some(reason.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn given_a_wrong_pool_key_then_no_connection_and_the_error_says_so() {
+    let (_a, mut ea, addr_a) = node(PoolKey::generate(), vec![]).await;
+    let started = Instant::now();
+    let (_b, mut eb, _) = node(PoolKey::generate(), vec![addr_a.clone()]).await;
+    let reason = expect(
+        &mut eb,
+        Duration::from_secs(8),
+        "dial error",
+        |ev| match ev {
+            NetEvent::DialError { reason, .. } => Some(reason.clone()),
+            NetEvent::PeerUp { .. } => panic!("connected with a wrong key"),
+            _ => None,
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(reason.contains("wrong or missing pool key?"), "{reason}");
+    assert!(
+        reason.contains(&addr_a.to_string()),
+        "names the address: {reason}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    eprintln!("wrong key detected by the dialer after {took:?}: {reason}");
+    let reason = expect(
+        &mut ea,
+        Duration::from_secs(8),
+        "incoming error",
+        |ev| match ev {
+            NetEvent::IncomingError { reason, .. } => Some(reason.clone()),
+            NetEvent::PeerUp { .. } => panic!("connected with a wrong key"),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(reason.contains("wrong or missing pool key?"), "{reason}");
+}
+
+/// A plain libp2p node (tcp, noise, yamux, ping) with no pool key at all.
+async fn plain_node() -> (Multiaddr, tokio::task::JoinHandle<()>) {
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default(),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .expect("transport")
+        .with_behaviour(|_| ping::Behaviour::default())
+        .expect("behaviour")
+        .build();
+    swarm
+        .listen_on("/ip4/127.0.0.1/tcp/0".parse().expect("addr"))
+        .expect("listens");
+    let addr = loop {
+        if let libp2p::swarm::SwarmEvent::NewListenAddr { address, .. } =
+            swarm.select_next_some().await
+        {
+            break address;
+        }
+    };
+    let task = tokio::spawn(async move {
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn given_a_node_without_the_pool_key_then_no_connection_either_way() {
+    let (plain_addr, plain) = plain_node().await;
+    // Our node dials the keyless one.
+    let (a, mut ea, addr_a) = node(PoolKey::generate(), vec![plain_addr]).await;
+    let started = Instant::now();
+    let reason = expect(
+        &mut ea,
+        Duration::from_secs(8),
+        "dial error",
+        |ev| match ev {
+            NetEvent::DialError { reason, .. } => Some(reason.clone()),
+            NetEvent::PeerUp { .. } => panic!("connected without a key"),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(reason.contains("wrong or missing pool key?"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    plain.abort();
+
+    // A keyless node dials ours.
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default(),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .expect("transport")
+        .with_behaviour(|_| ping::Behaviour::default())
+        .expect("behaviour")
+        .build();
+    swarm.dial(addr_a).expect("dials");
+    let dialer = tokio::spawn(async move {
+        loop {
+            if let libp2p::swarm::SwarmEvent::OutgoingConnectionError { .. } =
+                swarm.select_next_some().await
+            {
+                return;
+            }
+        }
+    });
+    let reason = expect(
+        &mut ea,
+        Duration::from_secs(8),
+        "incoming error",
+        |ev| match ev {
+            NetEvent::IncomingError { reason, .. } => Some(reason.clone()),
+            NetEvent::PeerUp { .. } => panic!("connected without a key"),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(reason.contains("wrong or missing pool key?"), "{reason}");
+    tokio::time::timeout(Duration::from_secs(8), dialer)
+        .await
+        .expect("the keyless dialer fails too")
+        .expect("task");
+    assert!(a.peers().await.expect("running").is_empty());
+}
+
+#[tokio::test]
+async fn given_an_unreachable_peer_server_then_a_clear_error_and_the_node_keeps_running() {
+    // A port that nothing listens on: bind, read the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let bogus: Multiaddr = format!("/ip4/127.0.0.1/tcp/{port}").parse().expect("addr");
+    let key = PoolKey::generate();
+    let mut config = NetConfig::new(key);
+    config.peer_servers = vec![bogus.clone()];
+    let (a, mut ea, _task) = Network::start(config).await.expect("starts");
+    let (addr, reason) = expect(
+        &mut ea,
+        Duration::from_secs(5),
+        "peer server error",
+        |ev| match ev {
+            NetEvent::PeerServerError { addr, reason } => Some((addr.clone(), reason.clone())),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(addr, bogus);
+    assert!(reason.contains("refused"), "{reason}");
+    // Still serving: another node connects and measures it.
+    let addr_a = a.listen_addrs().await.expect("running")[0].clone();
+    let (_b, mut eb, _) = node(key, vec![addr_a]).await;
+    expect(&mut eb, Duration::from_secs(5), "rtt", |ev| {
+        matches!(ev, NetEvent::PeerRtt { .. }).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn given_a_delaying_relay_then_the_rtt_puts_the_peer_in_the_regional_tier() {
+    let key = PoolKey::generate();
+    let (a, _ea, addr_a) = node(key, vec![]).await;
+    let target = multiaddr_to_socket(&addr_a);
+    let relay = ios_agent_net::relay::DelayRelay::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        target,
+        Duration::from_millis(20),
+    )
+    .await
+    .expect("relay");
+    let via: Multiaddr = format!("/ip4/127.0.0.1/tcp/{}", relay.local_addr().port())
+        .parse()
+        .expect("addr");
+    let (_b, mut eb, _) = node(key, vec![via]).await;
+    let mut samples = Vec::new();
+    while samples.len() < 4 {
+        let rtt = expect(&mut eb, Duration::from_secs(10), "rtt", |ev| match ev {
+            NetEvent::PeerRtt { peer, rtt } if *peer == a.local_peer_id() => Some(*rtt),
+            _ => None,
+        })
+        .await;
+        samples.push(rtt);
+    }
+    eprintln!("rtt through a relay of 2 x 20 ms: {samples:?}");
+    for rtt in samples {
+        assert!(
+            rtt >= Duration::from_millis(40) && rtt < Duration::from_millis(60),
+            "{rtt:?}"
+        );
+        assert_eq!(LatencyTier::from_rtt(rtt), LatencyTier::Regional);
+    }
+}
+
+fn multiaddr_to_socket(a: &Multiaddr) -> std::net::SocketAddr {
+    use libp2p::multiaddr::Protocol;
+    let mut ip = None;
+    let mut port = None;
+    for p in a.iter() {
+        match p {
+            Protocol::Ip4(i) => ip = Some(std::net::IpAddr::V4(i)),
+            Protocol::Tcp(p) => port = Some(p),
+            _ => {}
+        }
+    }
+    std::net::SocketAddr::new(ip.expect("ip"), port.expect("port"))
+}
