@@ -1,0 +1,360 @@
+//! Application entities: pcmd's per-rank figures ([`pcm_proto::NodeStats`]) turned into the
+//! agent model's [`EntityProfile`]s, and the competing load on a node.
+//!
+//! # Why compute vs MPI time, not CPU
+//!
+//! Open MPI ranks busy-poll while they wait for a message, so a rank that waits for a slow
+//! peer uses as much CPU as the slow peer itself. What differs is how the iteration's wall
+//! time splits: the straggler spends it computing, the others inside MPI. So `compute` is
+//! wall time per iteration minus time inside MPI per iteration, and `mpi_wait` the latter;
+//! CPU use is still reported (`cpu`, the model's `U_cpu`), as what the rank gets now.
+
+use std::time::Duration;
+
+use ios_agent_core::model::{EntityId, EntityProfile};
+use pcm_proto::{NodeStats, RankStats};
+use serde::{Deserialize, Serialize};
+
+/// A non-negative finite number, or 0 (figures come from another process: never trust them).
+fn clean(x: f64) -> f64 {
+    if x.is_finite() && x > 0.0 {
+        x
+    } else {
+        0.0
+    }
+}
+
+/// Microseconds (possibly garbage) as a duration.
+fn micros(us: f64) -> Duration {
+    // Clamp before converting: Duration::from_secs_f64 panics on huge values.
+    Duration::from_secs_f64(clean(us).min(1e15) / 1e6)
+}
+
+/// Bytes per second a rank moved over its life (sent + received, point-to-point and
+/// collective), or over the period when `previous` holds the same rank's earlier profile.
+fn network_rate(now: &RankStats, previous: Option<&RankStats>) -> f64 {
+    let total = |r: &RankStats| -> (u64, u64) {
+        let bytes = r
+            .profile
+            .traffic
+            .iter()
+            .map(|t| t.sent_bytes.saturating_add(t.received_bytes))
+            .fold(r.profile.collectives.bytes, u64::saturating_add);
+        (bytes, r.profile.wall_us)
+    };
+    let (bytes, wall) = total(now);
+    let (bytes, wall) = match previous.map(total) {
+        // Same rank, later report: the difference over the period.
+        Some((b0, w0)) if wall > w0 && bytes >= b0 => (bytes - b0, wall - w0),
+        _ => (bytes, wall),
+    };
+    if wall == 0 {
+        0.0
+    } else {
+        bytes as f64 / (wall as f64 / 1e6)
+    }
+}
+
+/// Converts one rank's figures into the model's entity profile.
+///
+/// - `cpu`: CPU per iteration times iterations per second; when no iteration ended in the
+///   period, the rank's lifetime average (`cpu_us / wall_us`).
+/// - `compute` = wall per iteration - MPI per iteration (at least 0); `mpi_wait` = MPI per
+///   iteration; both 0 when no iteration ended in the period.
+/// - `network`: bytes per second over the period when `previous` (the same rank in the
+///   previous answer) is given, else over the rank's life.
+/// - `age` = the rank's wall time (since its first process started), `resident` = the current
+///   process's, `remaining` unknown (`None`: the model then uses the age).
+pub fn entity_profile(
+    job: &pcm_proto::JobId,
+    rank: &RankStats,
+    previous: Option<&RankStats>,
+) -> EntityProfile {
+    let p = &rank.profile;
+    let rate = clean(rank.iterations_per_second);
+    let cpu = if rate > 0.0 {
+        clean(rank.cpu_per_iteration_us) * rate / 1e6
+    } else if p.wall_us > 0 {
+        p.cpu_us as f64 / p.wall_us as f64
+    } else {
+        0.0
+    };
+    let wall = clean(rank.wall_per_iteration_us);
+    let mpi = clean(rank.mpi_per_iteration_us).min(if wall > 0.0 { wall } else { f64::MAX });
+    let (compute, mpi_wait) = if rate > 0.0 {
+        (micros(wall - mpi), micros(mpi))
+    } else {
+        (Duration::ZERO, Duration::ZERO)
+    };
+    let previous = previous.filter(|q| q.rank == rank.rank);
+    EntityProfile {
+        id: EntityId {
+            job: job.clone(),
+            rank: rank.rank,
+        },
+        cpu: clean(cpu),
+        memory: p.rss_bytes,
+        network: clean(network_rate(rank, previous)),
+        state_bytes: p.state_bytes,
+        compute,
+        mpi_wait,
+        iteration_rate: rate,
+        age: Duration::from_micros(p.wall_us),
+        remaining: None,
+        resident: Duration::from_micros(p.resident_us),
+    }
+}
+
+/// Every rank on the node as an entity profile, in pcmd's order (jobs, then ranks).
+/// `previous` is pcmd's previous answer, if any, for per-period network rates.
+pub fn entity_profiles(stats: &NodeStats, previous: Option<&NodeStats>) -> Vec<EntityProfile> {
+    stats
+        .jobs
+        .iter()
+        .flat_map(|job| {
+            let before = previous
+                .and_then(|p| p.jobs.iter().find(|j| j.job == job.job))
+                .map(|j| j.ranks.as_slice())
+                .unwrap_or(&[]);
+            job.ranks.iter().map(move |rank| {
+                let prev = before
+                    .iter()
+                    .find(|r| r.rank == rank.rank && r.pid == rank.pid);
+                entity_profile(&job.job, rank, prev)
+            })
+        })
+        .collect()
+}
+
+/// Process ids of every rank on the node (for [`crate::NodeSensor::sample_with`]).
+pub fn entity_pids(stats: &NodeStats) -> Vec<u32> {
+    stats
+        .jobs
+        .iter()
+        .flat_map(|j| j.ranks.iter().map(|r| r.pid))
+        .collect()
+}
+
+/// Who gets the node's CPU: its own entities (the ranks) or something else (a competing
+/// load: another user's process, a CPU hog).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CompetingLoad {
+    /// CPUs the node may use.
+    pub cores: f64,
+    /// CPUs used by everything on the node.
+    pub used: f64,
+    /// Runnable threads on the node.
+    pub demand: f64,
+    /// CPUs used by the entities.
+    pub entities_used: f64,
+    /// Runnable threads of the entities.
+    pub entities_demand: f64,
+    /// CPUs used by everything else (`used - entities_used`, at least 0).
+    pub others_used: f64,
+    /// Runnable threads of everything else.
+    pub others_demand: f64,
+    /// Share of the node's capacity the entities get (`entities_used / cores`, in [0, 1]).
+    pub entities_share: f64,
+    /// Share of the node's capacity the entities would get if nothing else ran
+    /// (`min(entities_demand, cores) / cores`): compare with `entities_share` to see what the
+    /// competing load costs them.
+    pub entities_fair_share: f64,
+}
+
+impl CompetingLoad {
+    /// Figures from the node's and the entities' CPU use and demand.
+    pub fn new(
+        cores: f64,
+        used: f64,
+        demand: f64,
+        entities_used: f64,
+        entities_demand: f64,
+    ) -> Self {
+        let cores = clean(cores);
+        let (used, demand) = (clean(used), clean(demand));
+        let (eu, ed) = (clean(entities_used), clean(entities_demand));
+        let share = |x: f64| {
+            if cores > 0.0 {
+                (x / cores).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
+        CompetingLoad {
+            cores,
+            used,
+            demand,
+            entities_used: eu,
+            entities_demand: ed,
+            others_used: (used - eu).max(0.0),
+            others_demand: (demand - ed).max(0.0),
+            entities_share: share(eu),
+            entities_fair_share: share(ed.min(cores)),
+        }
+    }
+
+    /// Whether something other than the entities takes at least `threshold` CPUs of the node
+    /// while the entities want more than they get.
+    pub fn is_contended(&self, threshold: f64) -> bool {
+        self.others_used >= threshold && self.entities_share + 1e-9 < self.entities_fair_share
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{
+        AppName, CollectiveTraffic, HostName, JobId, JobStats, NodeLoad, PeerTraffic, Rank,
+        RankProfile,
+    };
+
+    fn rank(r: u32, ips: f64, wall_us: f64, cpu_us: f64, mpi_us: f64) -> RankStats {
+        RankStats {
+            rank: Rank(r),
+            host: HostName::new("node-a").expect("valid"),
+            pid: 100 + r,
+            replacement: false,
+            profile: RankProfile {
+                iteration: 500,
+                wall_us: 10_000_000,
+                cpu_us: 9_000_000,
+                mpi_us: 2_000_000,
+                state_bytes: 4 << 20,
+                rss_bytes: 30 << 20,
+                resident_us: 3_000_000,
+                traffic: vec![PeerTraffic {
+                    peer: Rank(1 - r),
+                    sent_messages: 10,
+                    sent_bytes: 600_000,
+                    received_messages: 10,
+                    received_bytes: 400_000,
+                }],
+                collectives: CollectiveTraffic {
+                    calls: 1,
+                    bytes: 1_000_000,
+                },
+            },
+            iterations_per_second: ips,
+            wall_per_iteration_us: wall_us,
+            cpu_per_iteration_us: cpu_us,
+            mpi_per_iteration_us: mpi_us,
+        }
+    }
+
+    fn stats(ranks: Vec<RankStats>) -> NodeStats {
+        NodeStats {
+            host: HostName::new("node-a").expect("valid"),
+            period_s: 1.0,
+            node: NodeLoad::default(),
+            jobs: vec![JobStats {
+                job: JobId::new("job-1").expect("valid"),
+                app: AppName::new("heat2d").expect("valid"),
+                size: 2,
+                ranks,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_straggler_and_a_waiting_rank_use_the_same_cpu_but_split_their_time_differently() {
+        // 50 iterations/s, 20 ms each; both burn 20 ms of CPU (busy-polling), but rank 0
+        // computes 18 ms and rank 1 only 6 ms (14 ms waiting for rank 0 inside MPI).
+        let s = stats(vec![
+            rank(0, 50.0, 20_000.0, 20_000.0, 2_000.0),
+            rank(1, 50.0, 20_000.0, 20_000.0, 14_000.0),
+        ]);
+        let e = entity_profiles(&s, None);
+        assert_eq!(e.len(), 2);
+        assert!((e[0].cpu - 1.0).abs() < 1e-9 && (e[1].cpu - 1.0).abs() < 1e-9);
+        assert_eq!(e[0].compute, Duration::from_millis(18));
+        assert_eq!(e[0].mpi_wait, Duration::from_millis(2));
+        assert_eq!(e[1].compute, Duration::from_millis(6));
+        assert_eq!(e[1].mpi_wait, Duration::from_millis(14));
+        assert!(e[0].compute_share() > 0.85 && e[1].compute_share() < 0.35);
+        assert_eq!(e[0].id.rank, Rank(0));
+        assert_eq!(e[0].id.job.to_string(), "job-1");
+        assert_eq!(e[0].iteration_rate, 50.0);
+        assert_eq!(e[0].memory, 30 << 20);
+        assert_eq!(e[0].state_bytes, 4 << 20);
+        assert_eq!(e[0].age, Duration::from_secs(10));
+        assert_eq!(e[0].resident, Duration::from_secs(3));
+        assert_eq!(e[0].remaining, None);
+        // 2 MB over 10 s of life.
+        assert!((e[0].network - 200_000.0).abs() < 1e-6);
+        for p in &e {
+            assert!(p.validate().is_ok());
+        }
+    }
+
+    #[test]
+    fn network_rate_uses_the_previous_answer_for_the_same_process() {
+        let before = stats(vec![rank(0, 50.0, 20_000.0, 20_000.0, 2_000.0)]);
+        let mut later = before.clone();
+        let r = &mut later.jobs[0].ranks[0];
+        r.profile.wall_us += 2_000_000;
+        r.profile.traffic[0].sent_bytes += 3_000_000;
+        let e = entity_profiles(&later, Some(&before));
+        assert!(
+            (e[0].network - 1_500_000.0).abs() < 1e-6,
+            "{}",
+            e[0].network
+        );
+        // A replacement process (another pid) starts over: lifetime figure.
+        let mut moved = later.clone();
+        moved.jobs[0].ranks[0].pid = 999;
+        let e = entity_profiles(&moved, Some(&before));
+        assert!((e[0].network - 5_000_000.0 / 12.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn no_iteration_in_the_period_falls_back_to_the_lifetime_cpu() {
+        let e = entity_profiles(&stats(vec![rank(0, 0.0, 0.0, 0.0, 0.0)]), None);
+        assert!((e[0].cpu - 0.9).abs() < 1e-9);
+        assert_eq!(e[0].compute, Duration::ZERO);
+        assert_eq!(e[0].compute_share(), 1.0);
+    }
+
+    #[test]
+    fn garbage_figures_never_panic_and_give_valid_profiles() {
+        for bad in [f64::NAN, f64::INFINITY, -5.0, 1e300, f64::MIN] {
+            let mut r = rank(0, bad, bad, bad, bad);
+            r.profile.wall_us = 0;
+            let e = entity_profiles(&stats(vec![r]), None);
+            assert!(e[0].validate().is_ok(), "{bad}: {:?}", e[0]);
+            let e = entity_profiles(&stats(vec![rank(0, 10.0, bad, bad, bad)]), None);
+            assert!(e[0].validate().is_ok(), "{bad}: {:?}", e[0]);
+        }
+        // MPI time above the wall time: compute 0, not negative.
+        let e = entity_profiles(&stats(vec![rank(0, 10.0, 1000.0, 1000.0, 5000.0)]), None);
+        assert_eq!(e[0].compute, Duration::ZERO);
+        assert_eq!(e[0].mpi_wait, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn pids_are_listed() {
+        let s = stats(vec![
+            rank(0, 1.0, 1.0, 1.0, 0.0),
+            rank(1, 1.0, 1.0, 1.0, 0.0),
+        ]);
+        assert_eq!(entity_pids(&s), vec![100, 101]);
+    }
+
+    #[test]
+    fn a_hog_in_the_node_shows_as_competing_load() {
+        // Node capped at 0.6: one rank (demand 1) and a hog (demand 1) share it.
+        let c = CompetingLoad::new(0.6, 0.6, 2.0, 0.3, 1.0);
+        assert!((c.others_used - 0.3).abs() < 1e-9);
+        assert!((c.others_demand - 1.0).abs() < 1e-9);
+        assert!((c.entities_share - 0.5).abs() < 1e-9);
+        assert!((c.entities_fair_share - 1.0).abs() < 1e-9);
+        assert!(c.is_contended(0.1));
+        // Alone: the rank gets the whole cap; nothing competes.
+        let alone = CompetingLoad::new(0.6, 0.6, 1.0, 0.6, 1.0);
+        assert!(alone.others_used < 1e-9);
+        assert!((alone.entities_share - 1.0).abs() < 1e-9);
+        assert!(!alone.is_contended(0.1));
+        // Garbage does not panic.
+        let g = CompetingLoad::new(f64::NAN, -1.0, f64::INFINITY, 5.0, f64::NAN);
+        assert_eq!(g.entities_share, 0.0);
+    }
+}
