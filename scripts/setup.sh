@@ -7,7 +7,9 @@ set -euo pipefail
 missing=()
 command -v mpicc.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin libopenmpi-dev)
 command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev clang)
+# bindgen needs libclang itself; libclang-cpp (present on some images) does not do.
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+    compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null || missing+=(libclang-dev clang)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 if ((${#missing[@]})); then

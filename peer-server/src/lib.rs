@@ -237,11 +237,9 @@ async fn serve(mut swarm: Swarm<Behaviour>) {
                 peer,
                 connection,
                 result: Err(e),
-            })) => {
-                if !matches!(e, ping::Failure::Unsupported) {
-                    tracing::info!("ping to {peer} failed ({e}): closing");
-                    swarm.close_connection(connection);
-                }
+            })) if !matches!(e, ping::Failure::Unsupported) => {
+                tracing::info!("ping to {peer} failed ({e}): closing");
+                swarm.close_connection(connection);
             }
             SwarmEvent::IncomingConnectionError {
                 send_back_addr,
