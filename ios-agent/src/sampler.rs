@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ios_agent_profile::{entity_pids, entity_profiles, NodeSensor, SensorConfig};
+use ios_agent_profile::{
+    entity_pids, entity_profiles, load_without_waiting, NodeSensor, SensorConfig,
+};
 use pcm_proto::NodeStats;
 use tokio::sync::mpsc;
 
@@ -69,8 +71,12 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample
         if let Some(n) = &node {
             tracing::debug!(cores = n.cores, used = n.used, demand = n.demand, competing = ?n.competing(), "node sample");
         }
+        // Ranks that busy-poll while waiting must not make the node look busy, or a node
+        // whose ranks wait for a slow peer would never offer to take work.
+        let profile =
+            node.map(|n| load_without_waiting(&n.profile(), entities.as_deref().unwrap_or(&[])));
         let sample = Sample {
-            node: node.map(|n| n.profile()),
+            node: profile,
             entities,
         };
         previous = stats;

@@ -167,7 +167,12 @@ impl AgentStatus {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         for d in &self.decisions {
-            let _ = writeln!(out, "  {:>7.1} s ago  {}", (now - d.unix_time_s).max(0.0), d.what);
+            let _ = writeln!(
+                out,
+                "  {:>7.1} s ago  {}",
+                (now - d.unix_time_s).max(0.0),
+                d.what
+            );
         }
         out
     }
