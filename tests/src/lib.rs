@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod netns;
+pub mod pool;
 
 use std::collections::BTreeMap;
 use std::fs::File;
