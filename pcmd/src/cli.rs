@@ -74,6 +74,9 @@ pub struct ServeArgs {
     /// `pcmd migrate` is told it timed out.
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     pub request_timeout: f64,
+    /// Checkpoint storage and the buddy link.
+    #[command(flatten)]
+    pub checkpoint: crate::checkpoint::ServeArgs,
 }
 
 impl ServeArgs {
