@@ -10,6 +10,7 @@
 pub mod cgroup;
 pub mod netns;
 pub mod pool;
+pub mod scenario;
 
 use std::collections::BTreeMap;
 use std::fs::File;
