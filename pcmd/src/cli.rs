@@ -89,6 +89,9 @@ pub struct ServeArgs {
     /// per-iteration figures are recomputed for `pcmd stats`.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub stats_period: f64,
+    /// Checkpoint storage and the buddy link.
+    #[command(flatten)]
+    pub checkpoint: crate::checkpoint::ServeArgs,
 }
 
 impl ServeArgs {

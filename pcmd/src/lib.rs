@@ -32,6 +32,8 @@
 //! reconfiguration in flight per job. Not supported: forwarding requests between daemons
 //! (run the command on a node of the job), authentication beyond the socket's file mode.
 
+pub mod buddy;
+pub mod checkpoint;
 pub mod cli;
 pub mod client;
 pub mod daemon;

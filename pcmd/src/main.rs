@@ -40,13 +40,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let config = daemon::Config {
-                socket,
-                host,
+                socket: socket.clone(),
+                host: host.clone(),
                 registry: registry::Config::default()
                     .with_request_timeout(args.request_timeout()?)
                     .with_stats_period(args.stats_period()?),
             };
+            let checkpoint = args.checkpoint.config(&socket, &host)?;
             let daemon = Daemon::bind(config, Instant::now())?;
+            // After bind: the daemon's lock also guards the checkpoint socket.
+            let _checkpoints = pcmd::checkpoint::Service::start(checkpoint)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
