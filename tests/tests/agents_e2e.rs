@@ -43,7 +43,10 @@ fn scenario(joins: Vec<(usize, Duration)>) -> Scenario {
 }
 
 fn run(cluster: &Cluster, scenario: &Scenario) -> Outcome {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("ios-e2e-")
+        .tempdir()
+        .unwrap();
     let outcome = scenario.run(
         cluster,
         Mode::Adaptive,
@@ -58,6 +61,10 @@ fn run(cluster: &Cluster, scenario: &Scenario) -> Outcome {
     );
     for (host, d) in &outcome.decisions {
         eprintln!("agent {host}: {d}");
+    }
+    // Kept for a look at the agents' logs when asked.
+    if std::env::var_os("IOS_E2E_KEEP").is_some() {
+        eprintln!("logs kept in {}", dir.keep().display());
     }
     outcome
 }
