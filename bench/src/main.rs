@@ -1,5 +1,7 @@
 //! `mpi-ios-bench`: benchmarks of PCM (see `docs/benchmarks.md` and `--help`).
 
+mod profiling;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -52,6 +54,12 @@ enum Command {
     /// `mpi-pingpong` (one plain MPI send of the same size between two ranks over TCP
     /// loopback, the transport a spawned process reaches its parents by in Open MPI 4).
     Migration(MigrationArgs),
+    /// MPI traffic profiling: heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
+    /// served by a pcmd; median of the per-pair ratios, target <= 1.005), and pcmd's CPU use
+    /// (all its threads, from /proc schedstat) over a window while a job of 8 ranks reports
+    /// to it at the default 2 s stats period (target <= 0.2% of one core), with profiling
+    /// off and on, next to an idle pcmd.
+    Profiling(profiling::ProfilingArgs),
 }
 
 #[derive(Debug, Args)]
@@ -118,6 +126,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),
+        Command::Profiling(args) => profiling::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
