@@ -54,8 +54,10 @@ enum Command {
     /// `mpi-pingpong` (one plain MPI send of the same size between two ranks over TCP
     /// loopback, the transport a spawned process reaches its parents by in Open MPI 4).
     Migration(MigrationArgs),
-    /// MPI traffic profiling: heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
-    /// served by a pcmd; median of the per-pair ratios, target <= 1.005), and pcmd's CPU use
+    /// MPI traffic profiling: the CPU cost the wrappers add to a halo-exchange loop
+    /// (mpi-calls, 1 rank), heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
+    /// served by a pcmd; median of the per-pair ratios, and the ratio projected from the
+    /// loop's cost; target <= 1.005), and pcmd's CPU use
     /// (all its threads, from /proc schedstat) over a window while a job of 8 ranks reports
     /// to it at the default 2 s stats period (target <= 0.2% of one core), with profiling
     /// off and on, next to an idle pcmd.
