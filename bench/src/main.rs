@@ -1,5 +1,7 @@
 //! `mpi-ios-bench`: benchmarks of PCM (see `docs/benchmarks.md` and `--help`).
 
+mod profiling;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -57,6 +59,14 @@ enum Command {
     /// slowed rank by themselves. Compared with static MPI under the same load and with the
     /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
     Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
+    /// MPI traffic profiling: the CPU cost the wrappers add to a halo-exchange loop
+    /// (mpi-calls, 1 rank), heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
+    /// served by a pcmd; median of the per-pair ratios, and the ratio projected from the
+    /// loop's cost; target <= 1.005), and pcmd's CPU use
+    /// (all its threads, from /proc schedstat) over a window while a job of 8 ranks reports
+    /// to it at the default 2 s stats period (target <= 0.2% of one core), with profiling
+    /// off and on, next to an idle pcmd.
+    Profiling(profiling::ProfilingArgs),
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +134,7 @@ fn main() -> std::process::ExitCode {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),
         Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
+        Command::Profiling(args) => profiling::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
