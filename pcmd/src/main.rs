@@ -42,7 +42,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let config = daemon::Config {
                 socket: socket.clone(),
                 host: host.clone(),
-                registry: registry::Config::default().with_request_timeout(args.request_timeout()?),
+                registry: registry::Config::default()
+                    .with_request_timeout(args.request_timeout()?)
+                    .with_stats_period(args.stats_period()?),
             };
             let checkpoint = args.checkpoint.config(&socket, &host)?;
             let daemon = Daemon::bind(config, Instant::now())?;
@@ -60,6 +62,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", cli::format_status(&status));
+            }
+        }
+        Command::Stats(args) => {
+            let stats = Client::connect(&socket)?.stats()?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                print!("{}", cli::format_stats(&stats));
             }
         }
         Command::Migrate(args) => {
