@@ -162,11 +162,8 @@ fn decode_all(rng: &mut Rng, input: &[u8]) -> usize {
     let mut reader = FrameReader::new();
     for chunk in input.chunks(1 + rng.below(64)) {
         reader.feed(chunk);
-        loop {
-            match reader.next_message::<ToDaemon>() {
-                Ok(Some(_)) => decoded += 1,
-                Ok(None) | Err(_) => break,
-            }
+        while let Ok(Some(_)) = reader.next_message::<ToDaemon>() {
+            decoded += 1;
         }
     }
     let _ = reader.finish();
