@@ -57,6 +57,10 @@ enum Command {
     /// slowed rank by themselves. Compared with static MPI under the same load and with the
     /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
     Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
+    /// Checkpoint throughput to local disk and to the buddy pcmd, in MB/s, side by side with
+    /// the disk's own write+fsync speed and the TCP loopback's own speed, measured in the same
+    /// run (see docs/checkpoints.md).
+    Checkpoint(mpi_ios_bench::checkpoint::CheckpointArgs),
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +128,7 @@ fn main() -> std::process::ExitCode {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),
         Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
+        Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
