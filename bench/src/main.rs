@@ -67,6 +67,10 @@ enum Command {
     /// to it at the default 2 s stats period (target <= 0.2% of one core), with profiling
     /// off and on, next to an idle pcmd.
     Profiling(profiling::ProfilingArgs),
+    /// Checkpoint throughput to local disk and to the buddy pcmd, in MB/s, side by side with
+    /// the disk's own write+fsync speed and the TCP loopback's own speed, measured in the same
+    /// run (see docs/checkpoints.md).
+    Checkpoint(mpi_ios_bench::checkpoint::CheckpointArgs),
 }
 
 #[derive(Debug, Args)]
@@ -135,6 +139,7 @@ fn main() -> std::process::ExitCode {
         Command::Migration(args) => migration(args),
         Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
         Command::Profiling(args) => profiling::run(args),
+        Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

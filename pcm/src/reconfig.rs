@@ -322,6 +322,7 @@ pub(crate) fn join_as_replacement(
     if rank == 0 {
         log_reconfigured(iteration, &timings);
     }
+    let checkpoints = crate::checkpoint::State::new(rank, &job.checkpoint, Instant::now());
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
@@ -330,6 +331,7 @@ pub(crate) fn join_as_replacement(
             .then(|| crate::Cadence::new(job.check_period, Instant::now(), iteration)),
         job,
         rank,
+        checkpoints,
         origin: ProcessStatus::Replacement { rank, iteration },
         resume_pending: true,
         pending: None,
