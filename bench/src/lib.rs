@@ -6,6 +6,8 @@
 //! application they migrate is `pcm-state` (`src/bin/pcm-state.rs`). See
 //! `docs/benchmarks.md`.
 
+pub mod adaptive;
+
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;

@@ -52,6 +52,11 @@ enum Command {
     /// `mpi-pingpong` (one plain MPI send of the same size between two ranks over TCP
     /// loopback, the transport a spawned process reaches its parents by in Open MPI 4).
     Migration(MigrationArgs),
+    /// The main job: heat2d on emulated nodes (network namespaces with CPU caps) with IOS
+    /// agents; a CPU hog starts on one node, an idle node joins, and the agents move the
+    /// slowed rank by themselves. Compared with static MPI under the same load and with the
+    /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
+    Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
 }
 
 #[derive(Debug, Args)]
@@ -118,6 +123,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),
+        Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -72,13 +72,17 @@
 //!   `none` disables the daemon link.
 //! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
+//! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
+//!   docs/profiling.md); default `on`.
 //! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr.
 
 mod daemon;
 mod error;
 mod ffi;
 mod hosts;
+mod interpose;
 mod launch;
+mod profile;
 mod reconfig;
 mod schedule;
 mod store;
@@ -97,11 +101,13 @@ pub use error::PcmError;
 pub use hosts::HOSTFILE_ENV;
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
+pub use profile::PROFILE_ENV;
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
 
 use daemon::DaemonLink;
 use launch::Launch;
 use pcm_proto::{Outcome, ToDaemon};
+use profile::Profiler;
 use schedule::{Cadence, Schedule};
 use store::Store;
 
@@ -199,6 +205,8 @@ pub struct Pcm {
     last_outcome: Option<Outcome>,
     /// The processes started with this one, which `MPI_Finalize` waits for.
     launch: Launch,
+    /// This rank's profile for pcmd (MPI traffic, times, memory).
+    profiler: Profiler,
     universe: Universe,
 }
 
@@ -214,16 +222,25 @@ impl Pcm {
             value: app.to_owned(),
             reason: e.to_string(),
         })?;
+        let profiling = profile::enabled_from_env()?;
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
+        let _internal = interpose::Internal::enter();
         let host = local_host_name();
-        match ffi::take_parent() {
-            Some(parent) => reconfig::join_as_replacement(universe, parent, host),
-            None => Self::init_fresh(universe, app, host),
-        }
+        let pcm = match ffi::take_parent() {
+            Some(parent) => reconfig::join_as_replacement(universe, parent, host, profiling)?,
+            None => Self::init_fresh(universe, app, host, profiling)?,
+        };
+        pcm.profiler.attach(&pcm.world);
+        Ok(pcm)
     }
 
-    fn init_fresh(universe: Universe, app: AppName, host: HostName) -> Result<Pcm, PcmError> {
+    fn init_fresh(
+        universe: Universe,
+        app: AppName,
+        host: HostName,
+        profiling: bool,
+    ) -> Result<Pcm, PcmError> {
         let world = ffi::dup_world()?;
         let rank = world.rank() as u32;
         let size = world.size() as u32;
@@ -256,6 +273,7 @@ impl Pcm {
             rank_hosts,
             last_outcome: None,
             launch: Launch::new(&universe.world(), 0),
+            profiler: Profiler::new(profiling, pcm_proto::RankProfile::default()),
             universe,
         };
         pcm.connect_daemon();
@@ -378,6 +396,9 @@ impl Pcm {
         self.job.iteration += 1;
         if let Some(daemon) = &self.daemon {
             daemon.set_iteration(iteration);
+            if daemon.profile_due() {
+                self.send_profile(iteration);
+            }
         }
         if self.resume_pending {
             self.resume_pending = false;
@@ -389,8 +410,17 @@ impl Pcm {
         self.check(iteration)
     }
 
+    /// Sends the rank's profile to its daemon (when the link asks, about once a second).
+    #[cold]
+    fn send_profile(&self, iteration: u64) {
+        if let (true, Some(daemon)) = (self.profiler.enabled(), &self.daemon) {
+            daemon.send(ToDaemon::Profile(self.profiler.snapshot(iteration)));
+        }
+    }
+
     #[cold]
     fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
+        let _internal = interpose::Internal::enter();
         let started = Instant::now();
         let scheduled = self.job.schedule.take(iteration);
         let local_request = self.daemon.as_ref().map_or(0, DaemonLink::pending_max);
@@ -486,13 +516,20 @@ impl Pcm {
     /// every rank gets its `Pcm` back unchanged and the failure is logged and reported.
     pub fn reconfigure(mut self) -> Result<Reconfigured, PcmError> {
         let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
-        reconfig::run_as_parent(self, plan)
+        let _internal = interpose::Internal::enter();
+        let reconfigured = reconfig::run_as_parent(self, plan)?;
+        if let Reconfigured::Continue(pcm) = &reconfigured {
+            pcm.profiler.attach(&pcm.world);
+        }
+        Ok(reconfigured)
     }
 
     /// Ends PCM and MPI (the paper's `PCM_Finalize` followed by `MPI_Finalize`).
     /// Collective over the world; also releases departed processes waiting for this launch
     /// to end.
     pub fn finalize(self) {
+        let _internal = interpose::Internal::enter();
+        self.send_profile(self.job.iteration);
         let Pcm {
             world,
             daemon,
@@ -537,6 +574,7 @@ impl Departed {
             universe,
             rank,
         } = self;
+        let _internal = interpose::Internal::enter();
         if let Some(daemon) = daemon {
             daemon.shutdown(Duration::from_millis(500));
         }

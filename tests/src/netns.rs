@@ -466,6 +466,12 @@ impl Cluster {
         )
     }
 
+    /// The root namespace's address on the cluster's bridge: servers that every node must
+    /// reach (a peer server) listen there.
+    pub fn bridge_addr(&self) -> &str {
+        &self.bridge_addr
+    }
+
     /// Host names of the nodes (`node-a`, ...).
     pub fn host_names(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.name.clone()).collect()

@@ -85,10 +85,12 @@ fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
         block.step(pcm.world());
         if pcm.rank() == 0 {
             if let Some(line) = progress.tick(iteration + 1) {
+                // Where every rank runs, so that a watcher sees each move as it happens.
+                let hosts: Vec<String> = pcm.rank_hosts().iter().map(ToString::to_string).collect();
                 eprintln!(
-                    "{line} (migrations: {}, host: {})",
+                    "{line} (migrations: {}, hosts: {})",
                     pcm.migrations(),
-                    pcm.host()
+                    hosts.join(",")
                 );
             }
         }
