@@ -294,6 +294,9 @@ fn libc_erofs() -> i32 {
     nix::errno::Errno::EROFS as i32
 }
 
+/// `EBUSY`: rmdir of a cgroup that still counts processes.
+const EBUSY: i32 = nix::errno::Errno::EBUSY as i32;
+
 fn read_trimmed(path: &Path) -> Result<String, CgroupError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -577,10 +580,16 @@ fn kill_procs_in(dirs: &[&Path], timeout: Duration) -> bool {
 fn remove_dir(dir: &Path, timeout: Duration) -> Result<(), CgroupError> {
     let deadline = Instant::now() + timeout;
     loop {
+        if !dir.exists() {
+            return Ok(());
+        }
         match std::fs::remove_dir(dir) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if Instant::now() > deadline => return Err(io_error("rmdir", dir)(e)),
+            // Only "busy" can pass (processes still leaving); anything else will not.
+            Err(e) if Instant::now() > deadline || e.raw_os_error() != Some(EBUSY) => {
+                return Err(io_error("rmdir", dir)(e))
+            }
             Err(_) => {
                 // Killed processes leave the cgroup only once reaped; move any survivor (for
                 // instance our own process, if a caller added it) to the root.
