@@ -6,6 +6,24 @@
 //! and the IOS agent's sensor (`ios-agent/profile`), reading `/proc/self/cgroup` and the
 //! cgroup file system, finds the cap and the load of exactly that node.
 //!
+//! # Usage
+//! Through a cluster (the usual way; see `docs/emulated-nodes.md`):
+//!
+//! ```no_run
+//! use mpi_ios_tests::cgroup::{self, CpuCap};
+//! use mpi_ios_tests::netns::Cluster;
+//! # fn main() -> Result<(), String> {
+//! cgroup::available()?; // or skip, printing the reason
+//! let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)), Some(CpuCap::cores(0.6))])?;
+//! let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+//! let _hog = cluster.start_hog("node-b", dir.path(), "hog");
+//! let node_b = cluster.cgroup("node-b").ok_or("node-b has no cap")?;
+//! let used = node_b.measure_cores(std::time::Duration::from_secs(1)).map_err(|e| e.to_string())?;
+//! assert!(used <= 0.65);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Hierarchies
 //! - cgroup v1 (this machine): a directory `mpi-ios-NAME` in the `cpu` hierarchy
 //!   (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) and, when `cpuacct` is mounted separately, a
