@@ -421,9 +421,21 @@ impl TimePlot {
     where
         DB::ErrorType: 'static,
     {
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, (FAMILY, 22))
+        let mut legend: Vec<(String, RGBColor, Mark)> = self
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), palette(i), Mark::Line))
+            .collect();
+        let mut kinds: Vec<EventKind> = Vec::new();
+        for e in &self.events {
+            if !kinds.contains(&e.kind) {
+                kinds.push(e.kind);
+                legend.push((e.kind.name().to_owned(), e.kind.color(), Mark::Dashed));
+            }
+        }
+        let (plot_area, legend_area) = layout(root, &self.title, &legend)?;
+        let mut chart = ChartBuilder::on(&plot_area)
             .margin(12)
             .x_label_area_size(45)
             .y_label_area_size(65)
@@ -439,29 +451,24 @@ impl TimePlot {
             .draw()
             .map_err(|e| e.to_string())?;
 
-        for (i, (name, points)) in self.series.iter().enumerate() {
+        for (i, (_, points)) in self.series.iter().enumerate() {
             let color = palette(i);
             chart
                 .draw_series(LineSeries::new(
                     points.iter().copied(),
                     color.stroke_width(2),
                 ))
-                .map_err(|e| e.to_string())?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+                .map_err(|e| e.to_string())?;
         }
 
         let mut events = self.events.clone();
         events.sort_by(|a, b| a.at.total_cmp(&b.at));
-        let mut in_legend = Vec::new();
         // Labels cycle through a few rows so that close events do not overwrite each other.
         const ROWS: usize = 4;
         let label_font = (FAMILY, 13).into_font();
         for (i, event) in events.iter().enumerate() {
             let color = event.kind.color();
-            let line = chart
+            chart
                 .draw_series(DashedLineSeries::new(
                     [(event.at, y0), (event.at, y1)],
                     6,
@@ -469,12 +476,6 @@ impl TimePlot {
                     color.stroke_width(2),
                 ))
                 .map_err(|e| e.to_string())?;
-            if !in_legend.contains(&event.kind) {
-                in_legend.push(event.kind);
-                line.label(event.kind.name()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            }
             if !event.label.is_empty() {
                 let row = (i % ROWS) as f64;
                 let y = y1 - (y1 - y0) * (0.03 + 0.05 * row);
@@ -488,14 +489,7 @@ impl TimePlot {
             }
         }
 
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FAMILY, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        draw_legend(&legend_area, &legend)?;
         root.present().map_err(|e| e.to_string())
     }
 }
@@ -667,11 +661,16 @@ impl BarChart {
     where
         DB::ErrorType: 'static,
     {
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
         let n = self.categories.len();
         let categories = self.categories.clone();
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.title, (FAMILY, 22))
+        let legend: Vec<(String, RGBColor, Mark)> = self
+            .series
+            .iter()
+            .enumerate()
+            .map(|(j, (name, _))| (name.clone(), palette(j), Mark::Box))
+            .collect();
+        let (plot_area, legend_area) = layout(root, &self.title, &legend)?;
+        let mut chart = ChartBuilder::on(&plot_area)
             .margin(12)
             .x_label_area_size(if self.x_label.is_empty() { 35 } else { 55 })
             .y_label_area_size(65)
@@ -698,7 +697,7 @@ impl BarChart {
 
         let k = self.series.len();
         let mut stack = vec![0.0; n];
-        for (j, (name, bars)) in self.series.iter().enumerate() {
+        for (j, (_, bars)) in self.series.iter().enumerate() {
             let color = palette(j);
             let mut rects = Vec::with_capacity(n);
             let mut whiskers = Vec::new();
@@ -728,25 +727,93 @@ impl BarChart {
                     }
                 }
             }
-            chart
-                .draw_series(rects)
-                .map_err(|e| e.to_string())?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
-                });
+            chart.draw_series(rects).map_err(|e| e.to_string())?;
             chart.draw_series(whiskers).map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FAMILY, 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        draw_legend(&legend_area, &legend)?;
         root.present().map_err(|e| e.to_string())
     }
+}
+
+/// How a legend entry shows its colour.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    /// A curve.
+    Line,
+    /// An event marker.
+    Dashed,
+    /// A bar.
+    Box,
+}
+
+/// The plot and legend areas of a picture.
+type Split<DB> = (DrawingArea<DB, Shift>, DrawingArea<DB, Shift>);
+
+/// Fills the picture, writes the title, and splits the rest into the plot and a legend
+/// column on the right wide enough for the longest entry, so the legend never hides data.
+fn layout<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    legend: &[(String, RGBColor, Mark)],
+) -> Result<Split<DB>, String>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    // ab_glyph draws text partly above its anchor: keep the title off the top edge.
+    let body = root
+        .margin(12, 0, 0, 0)
+        .titled(title, (FAMILY, 22))
+        .map_err(|e| e.to_string())?;
+    let (width, _) = body.dim_in_pixel();
+    let font = (FAMILY, 13).into_font();
+    let longest = legend
+        .iter()
+        .map(|(text, _, _)| font.box_size(text).map_or(0, |(w, _)| w))
+        .max()
+        .unwrap_or(0);
+    let column = (longest + 50).clamp(100, width / 3);
+    Ok(body.split_horizontally(width - column))
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    entries: &[(String, RGBColor, Mark)],
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let font = (FAMILY, 13).into_font();
+    for (i, (text, color, mark)) in entries.iter().enumerate() {
+        let y = 24 + 22 * i as i32;
+        let color = *color;
+        match mark {
+            Mark::Line => area.draw(&PathElement::new(
+                vec![(4, y), (28, y)],
+                color.stroke_width(3),
+            )),
+            Mark::Dashed => area
+                .draw(&PathElement::new(
+                    vec![(4, y), (12, y)],
+                    color.stroke_width(3),
+                ))
+                .and_then(|()| {
+                    area.draw(&PathElement::new(
+                        vec![(18, y), (28, y)],
+                        color.stroke_width(3),
+                    ))
+                }),
+            Mark::Box => area.draw(&Rectangle::new([(8, y - 7), (24, y + 7)], color.filled())),
+        }
+        .map_err(|e| e.to_string())?;
+        area.draw(&Text::new(
+            text.clone(),
+            (34, y - 7),
+            font.clone().color(&BLACK),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// The x axis of a bar chart: category `i` is centred at `i`, and the ticks (where the
