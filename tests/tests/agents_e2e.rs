@@ -3,6 +3,7 @@
 //! human action, and the result is bit-for-bit the plain run's.
 //!
 //! Needs root (namespaces, cgroups); skipped with the reason otherwise.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
