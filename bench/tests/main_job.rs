@@ -60,3 +60,25 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
         assert!(len > 500, "{name}: {len} bytes");
     }
 }
+
+#[test]
+fn the_agent_benchmark_quick_mode_measures_a_reaction_and_the_agents_cpu() {
+    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_ios_tests::mpi_lock();
+    let out = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"))
+        .args(["agents", "--quick"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("load onset -> migration: median"), "{text}");
+    assert!(text.contains("agent CPU at steady state: median"), "{text}");
+}
