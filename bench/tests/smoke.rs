@@ -191,4 +191,19 @@ fn fig17_quick_reconfigures_once_and_writes_both_plots() {
     assert!(total > 1.0, "reconfiguration total {total} ms: {breakdown}");
     assert_plot(out.path(), "fig17");
     assert_plot(out.path(), "fig18");
+#[test]
+fn profiling_quick_prints_its_table() {
+    let exe = bench();
+    assert!(
+        exe.with_file_name("mpi-calls").is_file(),
+        "mpi-calls is missing: run `cargo build --release --bins` first"
+    );
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let output = run(&exe, &["profiling", "--quick"]);
+    check(&output, "ratio / share (median)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("halo loop") && stdout.contains("pcmd CPU"),
+        "{stdout}"
+    );
 }
