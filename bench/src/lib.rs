@@ -118,6 +118,11 @@ impl Group {
         std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
     }
 
+    /// Process id of the group leader.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the group printed to stderr so far.
     pub fn stderr_so_far(&self) -> String {
         self.read("stderr")
@@ -239,6 +244,11 @@ pub struct Pcmd {
 }
 
 impl Pcmd {
+    /// Process id of the daemon.
+    pub fn pid(&self) -> u32 {
+        self._group.pid()
+    }
+
     /// Starts the daemon and waits (at most 10 s) until it accepts connections.
     pub fn start(pcmd: &Path) -> Result<Pcmd> {
         let dir = tempfile::Builder::new()

@@ -20,7 +20,9 @@
 //!   unknown until completion, and completions are not tracked per request).
 //! - Collectives: calls, and the payload bytes this rank contributes (its send buffer; for
 //!   `Bcast` and the scatters only at the root).
-//! - Time inside every wrapped call (wall clock), nanoseconds.
+//! - Time inside MPI (wall clock): inside every blocking call, completion (`Wait*`,
+//!   `Test*`) and probe; non-blocking initiations (`Isend`, `Irecv`, `Ibcast`, ...) return
+//!   at once and are counted but not timed.
 //!
 //! PCM's own MPI traffic (status agreement, reconfiguration, state transfer) runs inside an
 //! [`Internal`] guard and is not counted. `PCM_PROFILE=off` leaves the counters unallocated:
@@ -29,8 +31,8 @@
 //! # Cost and threading
 //! PCM initialises MPI with `MPI_THREAD_SINGLE`, so only one thread ever calls MPI: the
 //! counters are plain relaxed atomic loads and stores (no read-modify-write, no lock), with
-//! no allocation on any call. A call on the world communicator costs two clock reads, one
-//! `PMPI_Type_size` and a few adds.
+//! no allocation on any call. A timed call costs two time-stamp counter reads ([`ticks`]); a
+//! counted send or receive adds one `PMPI_Type_size` and a few adds.
 #![allow(unsafe_code, non_snake_case)]
 
 use std::cell::RefCell;
@@ -56,7 +58,31 @@ struct Counters {
     peers: Box<[Peer]>,
     collective_calls: AtomicU64,
     collective_bytes: AtomicU64,
-    mpi_ns: AtomicU64,
+    /// Time inside MPI, in [`ticks`].
+    mpi_ticks: AtomicU64,
+    /// [`ticks`] and clock when the counters were created: converts ticks to time.
+    ticks_at_start: u64,
+    started: Instant,
+}
+
+/// A cheap timestamp: the CPU's time-stamp counter on x86-64 (about 20 ns to read in a VM,
+/// against 50-60 ns for the vDSO clock, and every MPI call reads two), nanoseconds since
+/// the first call elsewhere. Converted to time at snapshot from the clock's progress since
+/// the counters were created, so the counter's frequency need not be known (x86-64 CPUs
+/// that Linux runs MPI on have a constant-rate, synchronised TSC: `constant_tsc`,
+/// `nonstop_tsc`).
+#[inline(always)]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC exists on every x86-64 CPU, reads a register and touches no memory.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
 }
 
 /// Adds to a counter only the MPI thread writes: a load and a store, no locked instruction.
@@ -123,7 +149,9 @@ pub(crate) fn attach(world: MPI_Comm, size: u32, enabled: bool) {
         peers: (0..size).map(|_| Peer::default()).collect(),
         collective_calls: AtomicU64::new(0),
         collective_bytes: AtomicU64::new(0),
-        mpi_ns: AtomicU64::new(0),
+        mpi_ticks: AtomicU64::new(0),
+        ticks_at_start: ticks(),
+        started: Instant::now(),
     });
     // A PCM job never changes size, so at most one earlier set is left behind here.
     COUNTERS.store(Box::into_raw(counters), Ordering::Release);
@@ -150,7 +178,12 @@ pub(crate) fn snapshot() -> Option<(Vec<PeerTraffic>, CollectiveTraffic, u64)> {
         calls: counters.collective_calls.load(Ordering::Relaxed),
         bytes: counters.collective_bytes.load(Ordering::Relaxed),
     };
-    let mpi_us = counters.mpi_ns.load(Ordering::Relaxed) / 1000;
+    let elapsed_ns = counters.started.elapsed().as_nanos();
+    let elapsed_ticks = ticks().saturating_sub(counters.ticks_at_start) as u128;
+    let mpi_ticks = counters.mpi_ticks.load(Ordering::Relaxed) as u128;
+    let mpi_us = (mpi_ticks * elapsed_ns)
+        .checked_div(elapsed_ticks)
+        .map_or(0, |ns| (ns / 1000) as u64);
     Some((traffic, collectives, mpi_us))
 }
 
@@ -163,18 +196,29 @@ fn counters_any() -> Option<&'static Counters> {
 /// Counters to update for an application call, with the time it started; `None` when
 /// profiling is off or the call is PCM's own.
 #[inline(always)]
-fn begin() -> Option<(&'static Counters, Instant)> {
+fn begin() -> Option<(&'static Counters, u64)> {
     let p = COUNTERS.load(Ordering::Acquire);
     if p.is_null() || INTERNAL.load(Ordering::Relaxed) != 0 {
         return None;
     }
     // SAFETY: as in `counters_any`.
-    Some((unsafe { &*p }, Instant::now()))
+    Some((unsafe { &*p }, ticks()))
+}
+
+/// As [`begin`], for calls that are counted but not timed.
+#[inline(always)]
+fn begin_untimed() -> Option<&'static Counters> {
+    let p = COUNTERS.load(Ordering::Acquire);
+    if p.is_null() || INTERNAL.load(Ordering::Relaxed) != 0 {
+        return None;
+    }
+    // SAFETY: as in `counters_any`.
+    Some(unsafe { &*p })
 }
 
 #[inline(always)]
-fn finish((counters, started): (&'static Counters, Instant)) -> &'static Counters {
-    add(&counters.mpi_ns, started.elapsed().as_nanos() as u64);
+fn finish((counters, started): (&'static Counters, u64)) -> &'static Counters {
+    add(&counters.mpi_ticks, ticks().saturating_sub(started));
     counters
 }
 
@@ -374,7 +418,10 @@ fn status_or(
 }
 
 /// Defines `MPI_x` forwarding to `PMPI_x` with the same arguments; the closure-like tail
-/// counts, given the counters, after a successful call.
+/// counts, given the counters, after a successful call. `untimed` wrappers (non-blocking
+/// initiations, which return at once) count without reading the time-stamp counter: that
+/// halves the cost of a halo exchange (`Isend`, `Irecv`, two `Wait`s), and the waiting is
+/// timed where it happens, in the completion calls.
 macro_rules! wrap {
     ($name:ident => $pmpi:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(, |$c:ident| $count:expr)? ) => {
         #[no_mangle]
@@ -397,6 +444,18 @@ macro_rules! wrap {
             rc
         }
     };
+    (untimed $name:ident => $pmpi:ident ( $($arg:ident : $ty:ty),* $(,)? ), |$c:ident| $count:expr ) => {
+        #[no_mangle]
+        unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            // SAFETY: the caller's arguments, unchanged, to the implementation of the same
+            // function (identical signature).
+            let rc = unsafe { ffi::$pmpi($($arg),*) };
+            if let (Some($c), true) = (begin_untimed(), rc == ffi::MPI_SUCCESS as c_int) {
+                $count;
+            }
+            rc
+        }
+    };
 }
 
 // ----- point-to-point sends -----
@@ -408,17 +467,17 @@ wrap!(MPI_Rsend => PMPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Da
     |c| c.sent(comm, dest, count, datatype));
 wrap!(MPI_Bsend => PMPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm),
     |c| c.sent(comm, dest, count, datatype));
-wrap!(MPI_Isend => PMPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Isend => PMPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.sent(comm, dest, count, datatype));
-wrap!(MPI_Issend => PMPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Issend => PMPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.sent(comm, dest, count, datatype));
-wrap!(MPI_Irsend => PMPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Irsend => PMPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.sent(comm, dest, count, datatype));
-wrap!(MPI_Ibsend => PMPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Ibsend => PMPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.sent(comm, dest, count, datatype));
 
 // ----- point-to-point receives -----
-wrap!(MPI_Irecv => PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Irecv => PMPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.received(comm, source, bytes(count, datatype)));
 
 #[no_mangle]
@@ -690,34 +749,34 @@ wrap!(MPI_Alltoallv => PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const
     |c| c.collective(bytes(sum_counts(sendcounts, comm), sendtype)));
 
 // ----- non-blocking collectives (counted when started) -----
-wrap!(MPI_Ibarrier => PMPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request), |c| c.collective(0));
-wrap!(MPI_Ibcast => PMPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Ibarrier => PMPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request), |c| c.collective(0));
+wrap!(untimed MPI_Ibcast => PMPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(if is_root(comm, root) { bytes(count, datatype) } else { 0 }));
-wrap!(MPI_Ireduce => PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Ireduce => PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(count, datatype)));
-wrap!(MPI_Iallreduce => PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iallreduce => PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(count, datatype)));
-wrap!(MPI_Iscan => PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iscan => PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(count, datatype)));
-wrap!(MPI_Iexscan => PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iexscan => PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(count, datatype)));
-wrap!(MPI_Ireduce_scatter_block => PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Ireduce_scatter_block => PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(recvcount.saturating_mul(comm_size(comm)), datatype)));
-wrap!(MPI_Igather => PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Igather => PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sendcount, sendtype)));
-wrap!(MPI_Igatherv => PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Igatherv => PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sendcount, sendtype)));
-wrap!(MPI_Iscatter => PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iscatter => PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(if is_root(comm, root) { bytes(sendcount.saturating_mul(comm_size(comm)), sendtype) } else { 0 }));
-wrap!(MPI_Iscatterv => PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iscatterv => PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(if is_root(comm, root) { bytes(sum_counts(sendcounts, comm), sendtype) } else { 0 }));
-wrap!(MPI_Iallgather => PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iallgather => PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sendcount, sendtype)));
-wrap!(MPI_Iallgatherv => PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Iallgatherv => PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sendcount, sendtype)));
-wrap!(MPI_Ialltoall => PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Ialltoall => PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sendcount.saturating_mul(comm_size(comm)), sendtype)));
-wrap!(MPI_Ialltoallv => PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
+wrap!(untimed MPI_Ialltoallv => PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sum_counts(sendcounts, comm), sendtype)));
 
 // ----- communicator release: forget cached translations -----

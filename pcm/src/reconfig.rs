@@ -417,6 +417,16 @@ fn log_reconfigured(iteration: u64, t: &PhaseTimings) {
         ms(t.state_transfer_us),
         t.state_bytes
     );
+    // The same as JSON, for benchmarks (see `store::log_timing`).
+    tracing::debug!(
+        target: crate::store::TIMING_TARGET,
+        "{{\"event\":\"pcm_reconfigured\",\"iteration\":{iteration},\"agree_us\":{},\"spawn_us\":{},\"merge_split_us\":{},\"state_transfer_us\":{},\"state_bytes\":{}}}",
+        t.agree_us,
+        t.spawn_us,
+        t.merge_split_us,
+        t.state_transfer_us,
+        t.state_bytes
+    );
 }
 
 /// Every process of `comm` learns every other's launch (generation, launch rank), in rank

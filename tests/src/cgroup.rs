@@ -6,6 +6,24 @@
 //! and the IOS agent's sensor (`ios-agent/profile`), reading `/proc/self/cgroup` and the
 //! cgroup file system, finds the cap and the load of exactly that node.
 //!
+//! # Usage
+//! Through a cluster (the usual way; see `docs/emulated-nodes.md`):
+//!
+//! ```no_run
+//! use mpi_ios_tests::cgroup::{self, CpuCap};
+//! use mpi_ios_tests::netns::Cluster;
+//! # fn main() -> Result<(), String> {
+//! cgroup::available()?; // or skip, printing the reason
+//! let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)), Some(CpuCap::cores(0.6))])?;
+//! let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+//! let _hog = cluster.start_hog("node-b", dir.path(), "hog");
+//! let node_b = cluster.cgroup("node-b").ok_or("node-b has no cap")?;
+//! let used = node_b.measure_cores(std::time::Duration::from_secs(1)).map_err(|e| e.to_string())?;
+//! assert!(used <= 0.65);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Hierarchies
 //! - cgroup v1 (this machine): a directory `mpi-ios-NAME` in the `cpu` hierarchy
 //!   (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) and, when `cpuacct` is mounted separately, a
@@ -38,6 +56,12 @@ use nix::unistd::Pid;
 pub const PREFIX: &str = "mpi-ios-";
 /// Default enforcement period of a cap, microseconds (the kernel's default too).
 pub const DEFAULT_PERIOD_US: u64 = 100_000;
+/// CPU weight of a node against the machine's other work, as a multiple of the default
+/// (v1 `cpu.shares` 1024, v2 `cpu.weight` 100). Above 1 so that a node gets its whole cap
+/// whenever the machine has the cores, also while other processes (builds, other tests) keep
+/// the two cores busy: measured here, with the default weight a hog's node and its
+/// neighbours fell well below their caps and timings doubled from run to run.
+pub const NODE_WEIGHT: u64 = 8;
 /// Smallest quota the kernel accepts, microseconds.
 const MIN_QUOTA_US: u64 = 1_000;
 
@@ -288,6 +312,9 @@ fn libc_erofs() -> i32 {
     nix::errno::Errno::EROFS as i32
 }
 
+/// `EBUSY`: rmdir of a cgroup that still counts processes.
+const EBUSY: i32 = nix::errno::Errno::EBUSY as i32;
+
 fn read_trimmed(path: &Path) -> Result<String, CgroupError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -311,7 +338,8 @@ fn procs_in(dir: &Path) -> Vec<u32> {
 #[derive(Debug)]
 pub struct NodeCgroup {
     name: String,
-    cap: CpuCap,
+    /// The cap last set (a lock, not a Cell, so that a cluster can be shared by threads).
+    cap: std::sync::Mutex<CpuCap>,
     version: Version,
     /// The directory in the cpu hierarchy (v1) or the unified one (v2).
     cpu_dir: PathBuf,
@@ -353,7 +381,7 @@ impl NodeCgroup {
         }
         let cgroup = NodeCgroup {
             name: name.into(),
-            cap,
+            cap: std::sync::Mutex::new(cap),
             version: hierarchy.version,
             cpu_dir,
             acct_dir,
@@ -366,7 +394,8 @@ impl NodeCgroup {
                 Err(e) => return Err(io_error("mkdir", dir)(e)),
             }
         }
-        cgroup.set_cap(cap)?;
+        cgroup.write_cap(cap)?;
+        cgroup.write_weight()?;
         Ok(cgroup)
     }
 
@@ -376,10 +405,31 @@ impl NodeCgroup {
             .collect()
     }
 
-    fn set_cap(&self, cap: CpuCap) -> Result<(), CgroupError> {
+    /// Changes the cap while processes run in the node (e.g. to emulate a node that turns
+    /// slower or faster); takes effect within one period.
+    pub fn set_cap(&self, cap: CpuCap) -> Result<(), CgroupError> {
+        self.write_cap(cap)?;
+        *self.cap.lock().unwrap_or_else(|p| p.into_inner()) = cap;
+        Ok(())
+    }
+
+    fn write_weight(&self) -> Result<(), CgroupError> {
+        match self.version {
+            Version::V1 => write_file(
+                &self.cpu_dir.join("cpu.shares"),
+                &(1024 * NODE_WEIGHT).to_string(),
+            ),
+            Version::V2 => write_file(
+                &self.cpu_dir.join("cpu.weight"),
+                &(100 * NODE_WEIGHT).to_string(),
+            ),
+        }
+    }
+
+    fn write_cap(&self, cap: CpuCap) -> Result<(), CgroupError> {
         match self.version {
             Version::V1 => {
-                // The period first: a quota above the old period's limits could be refused.
+                // The period first, so that the quota is checked against the period it runs with.
                 write_file(
                     &self.cpu_dir.join("cpu.cfs_period_us"),
                     &cap.period_us.to_string(),
@@ -432,9 +482,9 @@ impl NodeCgroup {
         &self.name
     }
 
-    /// The cap it was created with.
+    /// The cap it was created with or last set with [`NodeCgroup::set_cap`].
     pub fn cap(&self) -> CpuCap {
-        self.cap
+        *self.cap.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Hierarchy flavour.
@@ -548,10 +598,16 @@ fn kill_procs_in(dirs: &[&Path], timeout: Duration) -> bool {
 fn remove_dir(dir: &Path, timeout: Duration) -> Result<(), CgroupError> {
     let deadline = Instant::now() + timeout;
     loop {
+        if !dir.exists() {
+            return Ok(());
+        }
         match std::fs::remove_dir(dir) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if Instant::now() > deadline => return Err(io_error("rmdir", dir)(e)),
+            // Only "busy" can pass (processes still leaving); anything else will not.
+            Err(e) if Instant::now() > deadline || e.raw_os_error() != Some(EBUSY) => {
+                return Err(io_error("rmdir", dir)(e))
+            }
             Err(_) => {
                 // Killed processes leave the cgroup only once reaped; move any survivor (for
                 // instance our own process, if a caller added it) to the root.

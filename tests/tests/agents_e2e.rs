@@ -3,6 +3,7 @@
 //! human action, and the result is bit-for-bit the plain run's.
 //!
 //! Needs root (namespaces, cgroups); skipped with the reason otherwise.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
@@ -43,7 +44,10 @@ fn scenario(joins: Vec<(usize, Duration)>) -> Scenario {
 }
 
 fn run(cluster: &Cluster, scenario: &Scenario) -> Outcome {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("ios-e2e-")
+        .tempdir()
+        .unwrap();
     let outcome = scenario.run(
         cluster,
         Mode::Adaptive,
@@ -58,6 +62,10 @@ fn run(cluster: &Cluster, scenario: &Scenario) -> Outcome {
     );
     for (host, d) in &outcome.decisions {
         eprintln!("agent {host}: {d}");
+    }
+    // Kept for a look at the agents' logs when asked.
+    if std::env::var_os("IOS_E2E_KEEP").is_some() {
+        eprintln!("logs kept in {}", dir.keep().display());
     }
     outcome
 }

@@ -57,7 +57,7 @@ fn comm(pid: u32) -> String {
 }
 
 #[test]
-fn given_a_half_core_node_then_a_busy_loop_in_it_uses_half_a_core() {
+fn given_a_half_core_node_then_a_busy_loop_in_it_uses_half_a_core_and_a_new_cap_takes() {
     let Some(cluster) = cluster("half_core_node", &[Some(CpuCap::cores(0.5))]) else {
         return;
     };
@@ -94,6 +94,16 @@ fn given_a_half_core_node_then_a_busy_loop_in_it_uses_half_a_core() {
         eprintln!("machine busy (idle {spare:.2} cores): lower bound not checked");
         assert!(used > 0.05, "the loop did not run: {used:.3} cores");
     }
+    // A node that turns slower while it runs.
+    node.set_cap(CpuCap::cores(0.2)).unwrap();
+    assert_eq!(node.read_cap().unwrap(), CpuCap::cores(0.2));
+    std::thread::sleep(Duration::from_millis(200));
+    let slowed = node.measure_cores(Duration::from_secs(1)).unwrap();
+    eprintln!("after set_cap(0.2): {slowed:.3} cores over 1 s");
+    assert!(
+        slowed <= 0.23,
+        "the new cap did not hold: {slowed:.3} cores"
+    );
 }
 
 #[test]
@@ -213,13 +223,20 @@ fn given_a_hog_on_node_b_then_a_rank_there_slows_the_job_and_placing_it_on_idle_
     };
     let _lock = mpi_lock();
     let dir = tempfile::tempdir().unwrap();
-    let idle = heat2d_seconds(&cluster, &["node-a", "node-b"]);
+    // Best of two everywhere: other work on the two cores comes and goes.
+    let idle = (0..2)
+        .map(|_| heat2d_seconds(&cluster, &["node-a", "node-b"]))
+        .fold(f64::INFINITY, f64::min);
     let hog = cluster.start_hog("node-b", dir.path(), "hog");
-    let loaded = heat2d_seconds(&cluster, &["node-a", "node-b"]);
-    let moved = heat2d_seconds(&cluster, &["node-a", "node-c"]);
+    // Alternated, so that a burst of other work does not hit one placement only.
+    let (mut loaded, mut moved) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..2 {
+        loaded = loaded.min(heat2d_seconds(&cluster, &["node-a", "node-b"]));
+        moved = moved.min(heat2d_seconds(&cluster, &["node-a", "node-c"]));
+    }
     drop(hog);
     eprintln!(
-        "heat2d 512x1024 x1500, 0.6-core nodes: a+b idle {idle:.2} s, hog in b {loaded:.2} s ({:.2}x), rank 1 on idle c {moved:.2} s ({:.2}x)",
+        "heat2d 512x1024 x1500, 0.6-core nodes: a+b idle {idle:.2} s, hog in b {loaded:.2} s ({:.2}x), rank 1 on idle c {moved:.2} s ({:.2}x) (best of 2)",
         loaded / idle,
         moved / idle
     );
@@ -236,10 +253,12 @@ fn given_a_hog_on_node_b_then_a_rank_there_slows_the_job_and_placing_it_on_idle_
 #[test]
 fn given_a_capped_cluster_when_dropped_then_no_cgroup_and_no_namespace_remains() {
     let caps = [Some(CpuCap::cores(0.5)), Some(CpuCap::cores(0.5))];
+    let _lock = mpi_lock();
+    let made = Instant::now();
     let Some(cluster) = cluster("cleanup", &caps) else {
         return;
     };
-    let _lock = mpi_lock();
+    let made = made.elapsed();
     let dir = tempfile::tempdir().unwrap();
     let names: Vec<String> = ["node-a", "node-b"]
         .iter()
@@ -264,7 +283,13 @@ fn given_a_capped_cluster_when_dropped_then_no_cgroup_and_no_namespace_remains()
         assert!(cgroup::existing().contains(name), "{name} was not made");
     }
     std::mem::forget(hog); // as if the test forgot it: the cluster must still clean up
+    let dropped = Instant::now();
     drop(cluster);
+    eprintln!(
+        "2 capped nodes: made in {:.0} ms, removed (with 2 processes to kill) in {:.0} ms",
+        made.as_secs_f64() * 1e3,
+        dropped.elapsed().as_secs_f64() * 1e3
+    );
     let status = stray.wait().unwrap();
     assert!(!status.success(), "the stray process was not killed");
     let left = cgroup::existing();
@@ -283,7 +308,7 @@ fn given_a_capped_cluster_when_dropped_then_no_cgroup_and_no_namespace_remains()
 
 #[test]
 fn given_a_cgroup_left_by_a_killed_test_process_then_the_sweep_removes_it_and_its_processes() {
-    if let Some(reason) = unavailable() {
+    if let Err(reason) = cgroup::available() {
         eprintln!("stale_sweep: skipped: {reason}");
         return;
     }
