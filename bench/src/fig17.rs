@@ -140,6 +140,36 @@ fn phases(stderr: &str) -> Result<Phases> {
     })
 }
 
+/// Median iteration rate (heat2d's progress lines, `iteration N/T R it/s`) of the windows
+/// after iteration `at` (the one holding `at` excluded) over that of the windows before it.
+/// `None` when either side has no window.
+fn rate_after_vs_before(stderr: &str, at: u64, every: u64) -> Option<f64> {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for line in stderr.lines() {
+        let Some(rest) = line.split("heat2d: iteration ").nth(1) else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let done: Option<u64> = words
+            .next()
+            .and_then(|w| w.split('/').next())
+            .and_then(|n| n.parse().ok());
+        let rate: Option<f64> = words.next().and_then(|r| r.parse().ok());
+        let (Some(done), Some(rate)) = (done, rate) else {
+            continue;
+        };
+        if done <= at {
+            before.push(rate);
+        } else if done > at + every {
+            after.push(rate);
+        }
+    }
+    if before.is_empty() || after.is_empty() {
+        return None;
+    }
+    Some(median(&after) / median(&before))
+}
+
 /// Measurements of one grid size.
 #[derive(Debug, Default)]
 struct Sample {
@@ -147,6 +177,10 @@ struct Sample {
     without: Vec<f64>,
     with: Vec<f64>,
     phases: Vec<Phases>,
+    /// Iteration rate after the move over the rate before it, runs without the move.
+    rate_ratio_without: Vec<f64>,
+    /// The same, runs with the move.
+    rate_ratio_with: Vec<f64>,
 }
 
 impl Sample {
@@ -199,6 +233,8 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
     let heat = find_bin("heat2d")?;
     let timeout = Duration::from_secs(args.timeout);
     let at = args.iters / 2;
+    // Ten progress windows per run, to compare the iteration rate before and after the move.
+    let every = (args.iters / 10).max(1);
     let load_before = load_average();
 
     let mut samples: Vec<Sample> = args
@@ -220,6 +256,8 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
                 side,
                 "--iters".into(),
                 args.iters.to_string(),
+                "--report-every".into(),
+                every.to_string(),
             ];
             let base = MpiRun::new(args.ranks, &heat, &run_args)
                 .env("PCM_DAEMON", "none")
@@ -265,6 +303,13 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             sample.without.push(p.seconds);
             sample.with.push(m.seconds);
             sample.phases.push(ph);
+            if let (Some(a), Some(b)) = (
+                rate_after_vs_before(&plain.stderr, at, every),
+                rate_after_vs_before(&moved.stderr, at, every),
+            ) {
+                sample.rate_ratio_without.push(a);
+                sample.rate_ratio_with.push(b);
+            }
         }
     }
 
@@ -286,7 +331,10 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         "without min..max",
         "with s (median)",
         "with min..max",
-        "overhead % (totals)",
+        "overhead % (totals, medians)",
+        "overhead % (totals, minima)",
+        "rate after/before (without)",
+        "rate after/before (with)",
         "reconfiguration ms (phases)",
         "overhead % (phases / total)",
         "paper: < 1%",
@@ -314,6 +362,9 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             format!("{:.4}", median(&s.with)),
             format!("{:.4}..{:.4}", min(&s.with), max(&s.with)),
             format!("{:+.2}", s.overhead_totals()),
+            format!("{:+.2}", (min(&s.with) / min(&s.without) - 1.0) * 100.0),
+            format!("{:.2}", median(&s.rate_ratio_without)),
+            format!("{:.2}", median(&s.rate_ratio_with)),
             format!("{:.1}", median(&s.reconfig_ms())),
             format!("{:.2}", s.overhead_phases()),
             quick(s.overhead_phases() < 1.0),
@@ -330,6 +381,10 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
              heat2d's own iteration-loop time, phases from PCM's pcm::timing lines (medians \
              over repeats). The spawn column is PCM's spawn time less the departing rank's \
              store time, which the staying ranks wait out inside the collective spawn. \
+             'rate after/before' is the median iteration rate of heat2d's progress windows \
+             after the move over that before it (the same windows in the run without): a \
+             spawned replacement reaches the original ranks over TCP, not shared memory, so \
+             the job may stay slower after the move, a cost the phases do not include. \
              Load average (1/5/15 min) before: {load_before}; after: {}.",
             args.ranks,
             args.move_rank,
@@ -439,5 +494,20 @@ mod tests {
         assert_eq!(p.agree, 0.5);
         assert!((p.total() - 256.03).abs() < 1e-9);
         assert!(phases("no timing here").is_err());
+    }
+
+    #[test]
+    fn rates_are_compared_around_the_move() {
+        let stderr = "\
+heat2d: iteration 10/40 100.0 it/s (migrations: 0, host: a)
+heat2d: iteration 20/40 110.0 it/s (migrations: 0, host: a)
+heat2d: iteration 30/40 20.0 it/s (migrations: 1, host: a)
+other noise
+heat2d: iteration 40/40 55.0 it/s (migrations: 1, host: a)
+";
+        // Before: 10 and 20 (median 105); the window 21..30 holds the move; after: 40.
+        let r = rate_after_vs_before(stderr, 20, 10).expect("both sides");
+        assert!((r - 55.0 / 105.0).abs() < 1e-9, "{r}");
+        assert_eq!(rate_after_vs_before(stderr, 40, 10), None);
     }
 }
