@@ -24,7 +24,7 @@ use clap::Args;
 use mpi_ios_bench::{
     append_markdown, events, find_bin, load_average, max, median, min, MpiRun, Table,
 };
-use mpi_ios_plots::{Bar, BarChart, Layout};
+use mpi_ios_plots::{Bar, BarChart, Event, EventKind, Layout, TimePlot};
 
 use crate::heat_report;
 
@@ -140,24 +140,26 @@ fn phases(stderr: &str) -> Result<Phases> {
     })
 }
 
+/// heat2d's progress lines (`heat2d: iteration N/T R it/s`) as (N, R).
+fn progress(stderr: &str) -> Vec<(u64, f64)> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let rest = line.split("heat2d: iteration ").nth(1)?;
+            let mut words = rest.split_whitespace();
+            let done = words.next()?.split('/').next()?.parse().ok()?;
+            let rate = words.next()?.parse().ok()?;
+            Some((done, rate))
+        })
+        .collect()
+}
+
 /// Median iteration rate (heat2d's progress lines, `iteration N/T R it/s`) of the windows
 /// after iteration `at` (the one holding `at` excluded) over that of the windows before it.
 /// `None` when either side has no window.
 fn rate_after_vs_before(stderr: &str, at: u64, every: u64) -> Option<f64> {
     let (mut before, mut after) = (Vec::new(), Vec::new());
-    for line in stderr.lines() {
-        let Some(rest) = line.split("heat2d: iteration ").nth(1) else {
-            continue;
-        };
-        let mut words = rest.split_whitespace();
-        let done: Option<u64> = words
-            .next()
-            .and_then(|w| w.split('/').next())
-            .and_then(|n| n.parse().ok());
-        let rate: Option<f64> = words.next().and_then(|r| r.parse().ok());
-        let (Some(done), Some(rate)) = (done, rate) else {
-            continue;
-        };
+    for (done, rate) in progress(stderr) {
         if done <= at {
             before.push(rate);
         } else if done > at + every {
@@ -181,6 +183,10 @@ struct Sample {
     rate_ratio_without: Vec<f64>,
     /// The same, runs with the move.
     rate_ratio_with: Vec<f64>,
+    /// Progress (iteration, it/s) of the last repeat without the move.
+    last_rates_without: Vec<(f64, f64)>,
+    /// Progress (iteration, it/s) of the last repeat with the move.
+    last_rates_with: Vec<(f64, f64)>,
 }
 
 impl Sample {
@@ -310,6 +316,14 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
                 sample.rate_ratio_without.push(a);
                 sample.rate_ratio_with.push(b);
             }
+            let curve = |stderr: &str| -> Vec<(f64, f64)> {
+                progress(stderr)
+                    .into_iter()
+                    .map(|(n, r)| (n as f64, r))
+                    .collect()
+            };
+            sample.last_rates_without = curve(&plain.stderr);
+            sample.last_rates_with = curve(&moved.stderr);
         }
     }
 
@@ -375,6 +389,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         fig18.push(row);
     }
     let written = plot(&args, &samples)?;
+    let rates = plot_rates(&args, &samples)?;
     let notes = vec![
         format!(
             "{} ranks, rank {} moved at iteration {at} (PCM_SCHEDULE), no daemon; seconds are \
@@ -391,9 +406,10 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             load_average()
         ),
         format!(
-            "Plots: {} and {}",
+            "Plots: {}, {}{}",
             written.0.svg.display(),
-            written.1.svg.display()
+            written.1.svg.display(),
+            rates.map_or_else(String::new, |w| format!(", {}", w.svg.display()))
         ),
     ];
     println!(
@@ -425,6 +441,33 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The iteration rate of the largest size's last repeat, with and without the move.
+fn plot_rates(args: &Fig17Args, samples: &[Sample]) -> Result<Option<mpi_ios_plots::Written>> {
+    let Some(s) = samples.iter().max_by_key(|s| s.side) else {
+        return Ok(None);
+    };
+    if s.last_rates_without.is_empty() || s.last_rates_with.is_empty() {
+        return Ok(None);
+    }
+    let at = (args.iters / 2) as f64;
+    Ok(Some(
+        TimePlot::new(format!(
+            "heat2d {0}x{0}, {1} ranks: iteration rate around the reconfiguration",
+            s.side, args.ranks
+        ))
+        .x_label("iteration")
+        .y_label("iterations / s (window mean)")
+        .series("without reconfiguration", s.last_rates_without.clone())
+        .series("with one reconfiguration", s.last_rates_with.clone())
+        .event(Event::new(
+            at,
+            EventKind::Migration,
+            format!("rank {} moved", args.move_rank),
+        ))
+        .write(args.out.join("fig17-rate"))?,
+    ))
 }
 
 fn plot(

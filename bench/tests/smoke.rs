@@ -191,4 +191,5 @@ fn fig17_quick_reconfigures_once_and_writes_both_plots() {
     assert!(total > 1.0, "reconfiguration total {total} ms: {breakdown}");
     assert_plot(out.path(), "fig17");
     assert_plot(out.path(), "fig18");
+    assert_plot(out.path(), "fig17-rate");
 }
