@@ -6,6 +6,9 @@
 //! application they migrate is `pcm-state` (`src/bin/pcm-state.rs`). See
 //! `docs/benchmarks.md`.
 
+pub mod adaptive;
+pub mod checkpoint;
+
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;
@@ -113,6 +116,11 @@ impl Group {
 
     fn read(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// Process id of the group leader.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// What the group printed to stderr so far.
@@ -236,6 +244,11 @@ pub struct Pcmd {
 }
 
 impl Pcmd {
+    /// Process id of the daemon.
+    pub fn pid(&self) -> u32 {
+        self._group.pid()
+    }
+
     /// Starts the daemon and waits (at most 10 s) until it accepts connections.
     pub fn start(pcmd: &Path) -> Result<Pcmd> {
         let dir = tempfile::Builder::new()

@@ -1,5 +1,7 @@
 //! `mpi-ios-bench`: benchmarks of PCM (see `docs/benchmarks.md` and `--help`).
 
+mod profiling;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -65,6 +67,23 @@ enum Command {
     /// merge+split), as tables and bar charts (fig17, fig18 .svg/png in --out).
     /// Paper: overhead under 1% of the total.
     Fig17(fig17::Fig17Args),
+    /// The main job: heat2d on emulated nodes (network namespaces with CPU caps) with IOS
+    /// agents; a CPU hog starts on one node, an idle node joins, and the agents move the
+    /// slowed rank by themselves. Compared with static MPI under the same load and with the
+    /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
+    Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
+    /// MPI traffic profiling: the CPU cost the wrappers add to a halo-exchange loop
+    /// (mpi-calls, 1 rank), heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
+    /// served by a pcmd; median of the per-pair ratios, and the ratio projected from the
+    /// loop's cost; target <= 1.005), and pcmd's CPU use
+    /// (all its threads, from /proc schedstat) over a window while a job of 8 ranks reports
+    /// to it at the default 2 s stats period (target <= 0.2% of one core), with profiling
+    /// off and on, next to an idle pcmd.
+    Profiling(profiling::ProfilingArgs),
+    /// Checkpoint throughput to local disk and to the buddy pcmd, in MB/s, side by side with
+    /// the disk's own write+fsync speed and the TCP loopback's own speed, measured in the same
+    /// run (see docs/checkpoints.md).
+    Checkpoint(mpi_ios_bench::checkpoint::CheckpointArgs),
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +152,9 @@ fn main() -> std::process::ExitCode {
         Command::Migration(args) => migration(args),
         Command::Fig12(args) => fig12::run(args),
         Command::Fig17(args) => fig17::run(args),
+        Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
+        Command::Profiling(args) => profiling::run(args),
+        Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

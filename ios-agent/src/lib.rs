@@ -9,12 +9,16 @@
 //! - [`transport`]: what the loop needs from the network (the libp2p transport of
 //!   `ios-agent-net` in the binary, channels in tests);
 //! - [`node_daemon`]: the link to the node's pcmd (attach or start it; stats; migrations);
+//! - [`net`]: `ios-agent-net` (libp2p, pool key, peer servers) as a [`transport::Transport`];
+//! - [`sampler`]: the profiling loop (`ios-agent-profile` for the node, pcmd for the ranks);
 //! - [`control`]: the local control socket behind `ios-agent status` and `ios-agent leave`;
 //! - [`status`]: what `status` reports.
 
 pub mod cli;
 pub mod control;
 pub mod driver;
+pub mod net;
 pub mod node_daemon;
+pub mod sampler;
 pub mod status;
 pub mod transport;

@@ -163,8 +163,16 @@ impl AgentStatus {
             c.messages_refused
         );
         let _ = writeln!(out, "recent decisions ({}):", self.decisions.len());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         for d in &self.decisions {
-            let _ = writeln!(out, "  {:.1}  {}", d.unix_time_s, d.what);
+            let _ = writeln!(
+                out,
+                "  {:>7.1} s ago  {}",
+                (now - d.unix_time_s).max(0.0),
+                d.what
+            );
         }
         out
     }

@@ -44,6 +44,8 @@ struct Shared {
     queue: Mutex<Queue>,
     stop: AtomicBool,
     connected: AtomicBool,
+    /// Set with each progress report: the next status call sends the rank's profile.
+    profile_due: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -88,6 +90,14 @@ impl DaemonLink {
     #[inline]
     pub(crate) fn set_iteration(&self, iteration: u64) {
         self.shared.iteration.store(iteration, Ordering::Relaxed);
+    }
+
+    /// Whether the rank should send its profile now (clears the request). One relaxed load
+    /// on the status path when nothing is due.
+    #[inline]
+    pub(crate) fn profile_due(&self) -> bool {
+        self.shared.profile_due.load(Ordering::Relaxed)
+            && self.shared.profile_due.swap(false, Ordering::Relaxed)
     }
 
     /// Largest pending request id, 0 when none: the rank's input to the status check.
@@ -226,6 +236,7 @@ fn session(
             let iteration = shared.iteration.load(Ordering::Relaxed);
             stream.write_all(&pcm_proto::encode(&ToDaemon::Progress { iteration }))?;
             last_progress = Instant::now();
+            shared.profile_due.store(true, Ordering::Relaxed);
         }
         if stopping {
             stream.flush()?;

@@ -25,13 +25,14 @@
 //!     let mut pcm = Pcm::init("myapp")?;
 //!     let (mut data, start) = match pcm.process_status() {
 //!         ProcessStatus::Fresh => (vec![0.0f64; 1000], 0),
-//!         ProcessStatus::Replacement { .. } => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
+//!         // A replacement, or a restart from a checkpoint (PCM_RESTART=1).
+//!         _ => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
 //!     };
 //!     for iteration in start..1000 {
 //!         match pcm.status()? {
 //!             Status::Continue => {}
 //!             status => {
-//!                 if status == Status::Migrate {
+//!                 if status.stores_state() {
 //!                     pcm.store("iteration", &iteration)?;
 //!                     pcm.store_array("data", &data)?;
 //!                 }
@@ -72,13 +73,23 @@
 //!   `none` disables the daemon link.
 //! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
+//! - `PCM_CHECKPOINT_INTERVAL`: seconds between coordinated checkpoints (fractions allowed;
+//!   unset: none). They are written by the node's pcmd and copied to its buddy.
+//! - `PCM_RESTART`: `1` resumes the job from its newest checkpoint that is complete and
+//!   intact for every rank ([`ProcessStatus::Restarted`]); the same `mpirun` command plus
+//!   `-x PCM_RESTART=1`.
+//! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
+//!   docs/profiling.md); default `on`.
 //! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr.
 
+mod checkpoint;
 mod daemon;
 mod error;
 mod ffi;
 mod hosts;
+mod interpose;
 mod launch;
+mod profile;
 mod reconfig;
 mod schedule;
 mod store;
@@ -93,15 +104,18 @@ use mpi::traits::*;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
+pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
 pub use error::PcmError;
 pub use hosts::HOSTFILE_ENV;
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
+pub use profile::PROFILE_ENV;
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
 
 use daemon::DaemonLink;
 use launch::Launch;
 use pcm_proto::{Outcome, ToDaemon};
+use profile::Profiler;
 use schedule::{Cadence, Schedule};
 use store::Store;
 
@@ -118,6 +132,19 @@ pub enum ProcessStatus {
         /// Iteration (status call count) at which the predecessor stored its state.
         iteration: u64,
     },
+    /// Started with `PCM_RESTART=1` and resumed from the coordinated checkpoint taken at
+    /// `iteration`: load the state as a replacement does and resume the loop there.
+    Restarted {
+        /// Iteration (status call count) at which the checkpoint was taken.
+        iteration: u64,
+    },
+}
+
+impl ProcessStatus {
+    /// Whether the process starts with stored state to load (a replacement or a restart).
+    pub fn has_state(self) -> bool {
+        !matches!(self, ProcessStatus::Fresh)
+    }
 }
 
 /// What the application must do at this iteration (the paper's `PCM_Status`).
@@ -130,6 +157,17 @@ pub enum Status {
     Migrate,
     /// Other ranks move: call [`Pcm::reconfigure`] (nothing to store).
     Reconfigure,
+    /// Every rank takes a coordinated checkpoint: store the state as for a migration, then
+    /// call [`Pcm::reconfigure`], which writes the checkpoint and hands the `Pcm` back.
+    Checkpoint,
+}
+
+impl Status {
+    /// Whether the application must store its state now: for [`Status::Migrate`] and
+    /// [`Status::Checkpoint`].
+    pub fn stores_state(self) -> bool {
+        matches!(self, Status::Migrate | Status::Checkpoint)
+    }
 }
 
 /// Result of [`Pcm::reconfigure`].
@@ -175,6 +213,9 @@ pub(crate) struct JobContext {
     check_period: Duration,
     /// Hosts a replacement may be spawned on (see the `hosts` module).
     hosts: BTreeSet<HostName>,
+    /// Checkpoint interval (`PCM_CHECKPOINT_INTERVAL`).
+    #[serde(default)]
+    checkpoint: checkpoint::Policy,
 }
 
 /// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
@@ -190,6 +231,8 @@ pub struct Pcm {
     /// A replacement's first status call is its predecessor's last: it returns at once.
     resume_pending: bool,
     pending: Option<Plan>,
+    /// Checkpoint timer (rank 0) and an agreed checkpoint waiting for `reconfigure`.
+    checkpoints: checkpoint::State,
     /// Rank 0 only: picks the check interval.
     cadence: Option<Cadence>,
     daemon: Option<DaemonLink>,
@@ -199,6 +242,8 @@ pub struct Pcm {
     last_outcome: Option<Outcome>,
     /// The processes started with this one, which `MPI_Finalize` waits for.
     launch: Launch,
+    /// This rank's profile for pcmd (MPI traffic, times, memory).
+    profiler: Profiler,
     universe: Universe,
 }
 
@@ -214,21 +259,32 @@ impl Pcm {
             value: app.to_owned(),
             reason: e.to_string(),
         })?;
+        let profiling = profile::enabled_from_env()?;
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
+        let _internal = interpose::Internal::enter();
         let host = local_host_name();
-        match ffi::take_parent() {
-            Some(parent) => reconfig::join_as_replacement(universe, parent, host),
-            None => Self::init_fresh(universe, app, host),
-        }
+        let pcm = match ffi::take_parent() {
+            Some(parent) => reconfig::join_as_replacement(universe, parent, host, profiling)?,
+            None => Self::init_fresh(universe, app, host, profiling)?,
+        };
+        pcm.profiler.attach(&pcm.world);
+        Ok(pcm)
     }
 
-    fn init_fresh(universe: Universe, app: AppName, host: HostName) -> Result<Pcm, PcmError> {
+    fn init_fresh(
+        universe: Universe,
+        app: AppName,
+        host: HostName,
+        profiling: bool,
+    ) -> Result<Pcm, PcmError> {
         let world = ffi::dup_world()?;
         let rank = world.rank() as u32;
         let size = world.size() as u32;
         let schedule = Schedule::from_env()?;
         let check_period = schedule::check_period_from_env()?;
+        let checkpoint_policy = checkpoint::Policy::from_env()?;
+        let restart = checkpoint::restart_requested()?;
         let job = agree_on_job_id(&world, &app);
         let (hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
         let now = Instant::now();
@@ -244,34 +300,51 @@ impl Pcm {
                 migrations: 0,
                 check_period,
                 hosts,
+                checkpoint: checkpoint_policy,
             },
             rank,
             size,
             origin: ProcessStatus::Fresh,
             resume_pending: false,
             pending: None,
+            checkpoints: checkpoint::State::new(rank, &checkpoint_policy, now),
             cadence: (rank == 0).then(|| Cadence::new(check_period, now, 0)),
             daemon: None,
             host,
             rank_hosts,
             last_outcome: None,
             launch: Launch::new(&universe.world(), 0),
+            profiler: Profiler::new(profiling, pcm_proto::RankProfile::default()),
             universe,
         };
+        if restart {
+            checkpoint::restore(&mut pcm)?;
+        }
         pcm.connect_daemon();
         Ok(pcm)
     }
 
-    /// Starts the link to the node's pcmd (unless `PCM_DAEMON=none`).
-    fn connect_daemon(&mut self) {
+    /// The node's pcmd socket, or `None` with `PCM_DAEMON=none`.
+    fn daemon_socket(&self) -> Option<std::path::PathBuf> {
         let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
         if setting.as_deref() == Some("none") {
-            return;
+            return None;
         }
         let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
         let uid = nix::unistd::getuid().as_raw();
-        let path =
-            pcm_proto::socket_path(setting.as_deref(), runtime_dir.as_deref(), uid, &self.host);
+        Some(pcm_proto::socket_path(
+            setting.as_deref(),
+            runtime_dir.as_deref(),
+            uid,
+            &self.host,
+        ))
+    }
+
+    /// Starts the link to the node's pcmd (unless `PCM_DAEMON=none`).
+    fn connect_daemon(&mut self) {
+        let Some(path) = self.daemon_socket() else {
+            return;
+        };
         let registration = ToDaemon::Register {
             job: self.job.job.clone(),
             app: self.job.app.clone(),
@@ -378,6 +451,9 @@ impl Pcm {
         self.job.iteration += 1;
         if let Some(daemon) = &self.daemon {
             daemon.set_iteration(iteration);
+            if daemon.profile_due() {
+                self.send_profile(iteration);
+            }
         }
         if self.resume_pending {
             self.resume_pending = false;
@@ -389,8 +465,17 @@ impl Pcm {
         self.check(iteration)
     }
 
+    /// Sends the rank's profile to its daemon (when the link asks, about once a second).
+    #[cold]
+    fn send_profile(&self, iteration: u64) {
+        if let (true, Some(daemon)) = (self.profiler.enabled(), &self.daemon) {
+            daemon.send(ToDaemon::Profile(self.profiler.snapshot(iteration)));
+        }
+    }
+
     #[cold]
     fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
+        let _internal = interpose::Internal::enter();
         let started = Instant::now();
         let scheduled = self.job.schedule.take(iteration);
         let local_request = self.daemon.as_ref().map_or(0, DaemonLink::pending_max);
@@ -398,8 +483,10 @@ impl Pcm {
             Some(cadence) => cadence.next_interval(iteration, Instant::now()),
             None => 0,
         };
-        let send = [local_request, proposed_interval];
-        let mut agreed = [0u64; 2];
+        // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
+        let checkpoint_due = self.checkpoints.due(Instant::now());
+        let send = [local_request, proposed_interval, checkpoint_due];
+        let mut agreed = [0u64; 3];
         self.world
             .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
         self.job.next_check = iteration + agreed[1].max(1);
@@ -413,6 +500,10 @@ impl Pcm {
             }
         } else if agreed[0] != 0 {
             self.agree_on_request(RequestId(agreed[0]))?
+        } else if agreed[2] != 0 {
+            // A reconfiguration goes first; rank 0 still finds the checkpoint due next time.
+            self.checkpoints.pending = Some(iteration);
+            return Ok(Status::Checkpoint);
         } else {
             return Ok(Status::Continue);
         };
@@ -484,15 +575,29 @@ impl Pcm {
     /// [`Reconfigured::Departed`] and the process must stop. Elsewhere it returns the
     /// updated `Pcm`. If the replacement processes cannot be started (an unknown host, say),
     /// every rank gets its `Pcm` back unchanged and the failure is logged and reported.
+    ///
+    /// After [`Status::Checkpoint`] it writes the coordinated checkpoint of what was stored
+    /// (see the `checkpoint` module) and returns [`Reconfigured::Continue`] with this `Pcm`.
     pub fn reconfigure(mut self) -> Result<Reconfigured, PcmError> {
+        if let Some(iteration) = self.checkpoints.pending.take() {
+            checkpoint::commit(&mut self, iteration);
+            return Ok(Reconfigured::Continue(self));
+        }
         let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
-        reconfig::run_as_parent(self, plan)
+        let _internal = interpose::Internal::enter();
+        let reconfigured = reconfig::run_as_parent(self, plan)?;
+        if let Reconfigured::Continue(pcm) = &reconfigured {
+            pcm.profiler.attach(&pcm.world);
+        }
+        Ok(reconfigured)
     }
 
     /// Ends PCM and MPI (the paper's `PCM_Finalize` followed by `MPI_Finalize`).
     /// Collective over the world; also releases departed processes waiting for this launch
     /// to end.
     pub fn finalize(self) {
+        let _internal = interpose::Internal::enter();
+        self.send_profile(self.job.iteration);
         let Pcm {
             world,
             daemon,
@@ -537,6 +642,7 @@ impl Departed {
             universe,
             rank,
         } = self;
+        let _internal = interpose::Internal::enter();
         if let Some(daemon) = daemon {
             daemon.shutdown(Duration::from_millis(500));
         }

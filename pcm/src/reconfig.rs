@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::PcmError;
 use crate::launch::Launch;
+use crate::profile::Profiler;
 use crate::store::{Blob, Entry, EntryHeader, Store};
 use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus, Reconfigured};
 
@@ -199,6 +200,9 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     };
     if let Some(j) = departing {
         send_state(&merged, (size as usize + j) as i32, &pcm.store);
+        pcm.profiler.note_state_bytes(state_bytes);
+        pcm.profiler
+            .hand_over(&merged, (size as usize + j) as i32, iteration);
     }
     pcm.store.clear();
     let transfer_us = micros(transfer_started);
@@ -282,6 +286,7 @@ pub(crate) fn join_as_replacement(
     universe: Universe,
     parent: InterCommunicator,
     host: HostName,
+    profiling: bool,
 ) -> Result<Pcm, PcmError> {
     let merged = parent.merge(MergeOrder::High);
     let bytes = broadcast_bytes(&merged, 0, None);
@@ -298,6 +303,7 @@ pub(crate) fn join_as_replacement(
         .rank
         .0;
     let store = receive_state(&merged, rank as i32)?;
+    let profiler = Profiler::take_over(&merged, rank as i32, profiling)?;
     let mut job = handover.job;
     let merged_hosts = exchange_hosts(&merged, &host);
     // The handover counts this reconfiguration already: it names this launch.
@@ -316,6 +322,7 @@ pub(crate) fn join_as_replacement(
     if rank == 0 {
         log_reconfigured(iteration, &timings);
     }
+    let checkpoints = crate::checkpoint::State::new(rank, &job.checkpoint, Instant::now());
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
@@ -324,6 +331,7 @@ pub(crate) fn join_as_replacement(
             .then(|| crate::Cadence::new(job.check_period, Instant::now(), iteration)),
         job,
         rank,
+        checkpoints,
         origin: ProcessStatus::Replacement { rank, iteration },
         resume_pending: true,
         pending: None,
@@ -332,6 +340,7 @@ pub(crate) fn join_as_replacement(
         rank_hosts,
         last_outcome: None,
         launch,
+        profiler,
         universe,
     };
     pcm.connect_daemon();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use pcm_proto::{DaemonStatus, HostName, JobId, Move, Outcome, Rank, RequestId};
+use pcm_proto::{DaemonStatus, HostName, JobId, Move, NodeStats, Outcome, Rank, RequestId};
 
 /// Default of `pcmd migrate --timeout`, in seconds: a little longer than the daemon's own
 /// default deadline, so the daemon's answer normally arrives first.
@@ -65,6 +65,17 @@ pub enum Command {
     Status(StatusArgs),
     /// Ask the ranks of a job on this node to move.
     Migrate(MigrateArgs),
+    /// Show the profile of this node's ranks (times per iteration, memory, traffic matrix)
+    /// and the node's load, over the daemon's last stats period.
+    Stats(StatsArgs),
+}
+
+/// Options of `pcmd stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Print the stats as JSON (the `NodeStats` wire type) instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `pcmd serve`.
@@ -74,12 +85,24 @@ pub struct ServeArgs {
     /// `pcmd migrate` is told it timed out.
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     pub request_timeout: f64,
+    /// Seconds per stats period: how often the node's load is sampled and the ranks'
+    /// per-iteration figures are recomputed for `pcmd stats`.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    pub stats_period: f64,
+    /// Checkpoint storage and the buddy link.
+    #[command(flatten)]
+    pub checkpoint: crate::checkpoint::ServeArgs,
 }
 
 impl ServeArgs {
     /// `--request-timeout` as a duration.
     pub fn request_timeout(&self) -> Result<Duration, Error> {
         seconds("request-timeout", self.request_timeout)
+    }
+
+    /// `--stats-period` as a duration.
+    pub fn stats_period(&self) -> Result<Duration, Error> {
+        seconds("stats-period", self.stats_period)
     }
 }
 
@@ -250,6 +273,117 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// The stats as human-readable tables: the node's load, then per job one line per rank and
+/// the traffic matrix (messages and bytes each rank here sent to each peer).
+pub fn format_stats(stats: &NodeStats) -> String {
+    let load = &stats.node;
+    let mut out = format!(
+        "pcmd on {}: figures over the last {:.1} s period\nnode: {:.2} cores, demand {:.2}, {:.2} idle; memory {} available of {}\n",
+        stats.host,
+        stats.period_s,
+        load.cores,
+        load.cpu_load,
+        load.cpu_available,
+        bytes(load.memory_available),
+        bytes(load.memory_total),
+    );
+    if stats.jobs.is_empty() {
+        out.push_str("no jobs registered\n");
+        return out;
+    }
+    let us = |x: f64| {
+        if x < 1000.0 {
+            format!("{x:.1} us")
+        } else {
+            format!("{:.2} ms", x / 1000.0)
+        }
+    };
+    for job in &stats.jobs {
+        let _ = writeln!(
+            out,
+            "\njob {}  app {}  {} ranks, {} here",
+            job.job,
+            job.app,
+            job.size,
+            job.ranks.len()
+        );
+        let _ = writeln!(
+            out,
+            "  {:>5}  {:>8}  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}",
+            "RANK",
+            "PID",
+            "ITERATION",
+            "IT/S",
+            "WALL/IT",
+            "CPU/IT",
+            "MPI/IT",
+            "RSS",
+            "STATE",
+            "COLLECTIVES"
+        );
+        for r in &job.ranks {
+            let p = &r.profile;
+            let _ = writeln!(
+                out,
+                "  {:>5}  {:>8}  {:>10}  {:>8.1}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}{}",
+                r.rank.0,
+                r.pid,
+                p.iteration,
+                r.iterations_per_second,
+                us(r.wall_per_iteration_us),
+                us(r.cpu_per_iteration_us),
+                us(r.mpi_per_iteration_us),
+                bytes(p.rss_bytes),
+                bytes(p.state_bytes),
+                p.collectives.calls,
+                if r.replacement { "  (replacement)" } else { "" }
+            );
+        }
+        let mut peers: Vec<u32> = job
+            .ranks
+            .iter()
+            .flat_map(|r| r.profile.traffic.iter().map(|t| t.peer.0))
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        if peers.is_empty() {
+            out.push_str("  no point-to-point traffic reported\n");
+            continue;
+        }
+        out.push_str("  sent messages / bytes, from rank (rows) to rank (columns):\n");
+        let cell = |r: &pcm_proto::RankStats, peer: u32| {
+            r.profile
+                .traffic
+                .iter()
+                .find(|t| t.peer.0 == peer && t.sent_messages > 0)
+                .map_or_else(
+                    || "-".to_owned(),
+                    |t| format!("{} / {}", t.sent_messages, bytes(t.sent_bytes)),
+                )
+        };
+        let width = job
+            .ranks
+            .iter()
+            .flat_map(|r| peers.iter().map(move |&p| cell(r, p).len()))
+            .max()
+            .unwrap_or(1)
+            .max(6);
+        let _ = write!(out, "  {:>5}", "");
+        for peer in &peers {
+            let _ = write!(out, "  {peer:>width$}");
+        }
+        out.push('\n');
+        for r in &job.ranks {
+            let _ = write!(out, "  {:>5}", r.rank.0);
+            for &peer in &peers {
+                let _ = write!(out, "  {:>width$}", cell(r, peer));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The outcome of a migration as printed by `pcmd migrate`.
 pub fn format_outcome(request: RequestId, outcome: &Outcome) -> String {
     match outcome {
@@ -345,6 +479,66 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn stats_render_with_the_traffic_matrix() {
+        use pcm_proto::{JobStats, NodeLoad, PeerTraffic, RankProfile, RankStats};
+        let rank = |r: u32, peers: &[u32]| RankStats {
+            rank: Rank(r),
+            host: HostName::new("node-a").unwrap(),
+            pid: 100 + r,
+            replacement: r == 1,
+            profile: RankProfile {
+                iteration: 50,
+                traffic: peers
+                    .iter()
+                    .map(|&p| PeerTraffic {
+                        peer: Rank(p),
+                        sent_messages: 50,
+                        sent_bytes: 50 * 2048,
+                        received_messages: 50,
+                        received_bytes: 50 * 2048,
+                    })
+                    .collect(),
+                ..RankProfile::default()
+            },
+            iterations_per_second: 25.0,
+            wall_per_iteration_us: 40_000.0,
+            cpu_per_iteration_us: 850.0,
+            mpi_per_iteration_us: 1500.0,
+        };
+        let stats = NodeStats {
+            host: HostName::new("node-a").unwrap(),
+            period_s: 2.0,
+            node: NodeLoad {
+                cores: 2.0,
+                memory_total: 4 << 30,
+                memory_available: 1 << 30,
+                ..NodeLoad::default()
+            },
+            jobs: vec![JobStats {
+                job: JobId::new("job-1").unwrap(),
+                app: AppName::new("heat2d").unwrap(),
+                size: 3,
+                ranks: vec![rank(0, &[1]), rank(1, &[0, 2]), rank(2, &[1])],
+            }],
+        };
+        let text = format_stats(&stats);
+        assert!(text.contains("2.00 cores"), "{text}");
+        assert!(text.contains("1.0 GiB available of 4.0 GiB"), "{text}");
+        assert!(
+            text.contains("40.00 ms") && text.contains("850.0 us"),
+            "{text}"
+        );
+        assert!(text.contains("50 / 100.0 KiB"), "{text}");
+        // Rank 0 sends to rank 1 only: its row reads "-", "50 / ...", "-".
+        let row0 = text
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with("0 "))
+            .unwrap();
+        assert_eq!(row0.matches('-').count(), 2, "{row0}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::{
     encode, ClientKind, DaemonStatus, ErrorKind, FrameError, FrameReader, FromDaemon, HostName,
-    JobId, Move, Outcome, RequestId, ToDaemon, PROTOCOL_VERSION,
+    JobId, Move, NodeStats, Outcome, RequestId, ToDaemon, PROTOCOL_VERSION,
 };
 
 /// Time allowed for connecting and for each plain request-reply exchange (10 s).
@@ -182,6 +182,15 @@ impl Client {
         match self.recv(DEFAULT_REPLY_TIMEOUT, "the status")? {
             FromDaemon::Status(status) => Ok(status),
             reply => Err(unexpected("the status", reply)),
+        }
+    }
+
+    /// Asks for the profile of the node and its ranks over the daemon's last stats period.
+    pub fn stats(&mut self) -> Result<NodeStats, Error> {
+        self.send(&ToDaemon::QueryStats)?;
+        match self.recv(DEFAULT_REPLY_TIMEOUT, "the stats")? {
+            FromDaemon::Stats(stats) => Ok(stats),
+            reply => Err(unexpected("the stats", reply)),
         }
     }
 

@@ -260,6 +260,10 @@ async fn serve(
     tracing::info!(socket = %socket.display(), host = %registry.host(), pid = std::process::id(), "pcmd serving");
     let (events_tx, mut events) = mpsc::channel::<Event>(EVENT_QUEUE);
     let mut conns: HashMap<ConnId, Handle> = HashMap::new();
+    let mut sensor = crate::node::Sensor::new();
+    let period = registry.config().stats_period();
+    let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         let timer = registry.poll_timeout();
@@ -305,6 +309,10 @@ async fn serve(
                 }
             }
             () = sleep => registry.handle_timeout(Instant::now()),
+            _ = stats_tick.tick() => {
+                let load = sensor.sample();
+                registry.handle_stats_tick(Instant::now(), load);
+            }
         }
         dispatch(&mut registry, &mut conns);
     }

@@ -10,6 +10,8 @@
 //!   deadlines). Inputs carry `now`, outputs are polled; no sockets, no clock.
 //! - [`daemon`]: the tokio driver that moves bytes between Unix-socket clients and the core,
 //!   plus the socket, lock-file and signal handling of `pcmd serve`.
+//! - [`stats`]: the pure profile book (the ranks' reports, per-period rates) the registry
+//!   keeps; [`node`]: the node's own load, sampled by the driver once per stats period.
 //! - [`client`]: a small blocking controller client.
 //! - [`cli`]: the binary's options and output formatting.
 //!
@@ -18,6 +20,7 @@
 //! ```text
 //! pcmd serve &                           # on every node, as the job's user
 //! pcmd status                            # jobs and ranks on this node
+//! pcmd stats                             # per-rank profile and traffic matrix, node load
 //! pcmd migrate --rank 3 --to node-b      # move rank 3, wait for the outcome
 //! ```
 //!
@@ -29,7 +32,11 @@
 //! reconfiguration in flight per job. Not supported: forwarding requests between daemons
 //! (run the command on a node of the job), authentication beyond the socket's file mode.
 
+pub mod buddy;
+pub mod checkpoint;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod node;
 pub mod registry;
+pub mod stats;

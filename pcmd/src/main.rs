@@ -40,11 +40,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let config = daemon::Config {
-                socket,
-                host,
-                registry: registry::Config::default().with_request_timeout(args.request_timeout()?),
+                socket: socket.clone(),
+                host: host.clone(),
+                registry: registry::Config::default()
+                    .with_request_timeout(args.request_timeout()?)
+                    .with_stats_period(args.stats_period()?),
             };
+            let checkpoint = args.checkpoint.config(&socket, &host)?;
             let daemon = Daemon::bind(config, Instant::now())?;
+            // After bind: the daemon's lock also guards the checkpoint socket.
+            let _checkpoints = pcmd::checkpoint::Service::start(checkpoint)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -57,6 +62,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", cli::format_status(&status));
+            }
+        }
+        Command::Stats(args) => {
+            let stats = Client::connect(&socket)?.stats()?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                print!("{}", cli::format_stats(&stats));
             }
         }
         Command::Migrate(args) => {

@@ -17,6 +17,8 @@ use pcm_proto::{
     JobStatus, Move, Outcome, Rank, RankStatus, RequestId, ToDaemon, PROTOCOL_VERSION,
 };
 
+use crate::stats::{self, Book};
+
 /// Default time a reconfiguration may stay in flight before it is abandoned (120 s).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default time a new connection has to send `Hello` (5 s).
@@ -38,15 +40,18 @@ pub struct Config {
     request_timeout: Duration,
     hello_timeout: Duration,
     max_connections: usize,
+    stats_period: Duration,
 }
 
 impl Default for Config {
-    /// [`DEFAULT_REQUEST_TIMEOUT`], [`DEFAULT_HELLO_TIMEOUT`], [`DEFAULT_MAX_CONNECTIONS`].
+    /// [`DEFAULT_REQUEST_TIMEOUT`], [`DEFAULT_HELLO_TIMEOUT`], [`DEFAULT_MAX_CONNECTIONS`],
+    /// [`stats::DEFAULT_STATS_PERIOD`].
     fn default() -> Self {
         Self {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             hello_timeout: DEFAULT_HELLO_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            stats_period: stats::DEFAULT_STATS_PERIOD,
         }
     }
 }
@@ -74,6 +79,18 @@ impl Config {
     /// The in-flight deadline.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// Length of a stats period (default [`stats::DEFAULT_STATS_PERIOD`]): the driver calls
+    /// [`Registry::handle_stats_tick`] this often.
+    pub fn with_stats_period(mut self, period: Duration) -> Self {
+        self.stats_period = period;
+        self
+    }
+
+    /// The stats period.
+    pub fn stats_period(&self) -> Duration {
+        self.stats_period
     }
 }
 
@@ -151,6 +168,8 @@ pub struct Registry {
     conns: HashMap<ConnId, ConnState>,
     jobs: BTreeMap<JobId, Job>,
     outputs: VecDeque<Output>,
+    /// The ranks' profiles and the node's load.
+    stats: Book,
 }
 
 fn ranks_list(moves: &[Move]) -> String {
@@ -204,7 +223,6 @@ impl Registry {
         request_id_seed: u64,
     ) -> Self {
         Self {
-            config,
             host,
             pid,
             started: now,
@@ -213,6 +231,8 @@ impl Registry {
             conns: HashMap::new(),
             jobs: BTreeMap::new(),
             outputs: VecDeque::new(),
+            stats: Book::new(config.stats_period),
+            config,
         }
     }
 
@@ -221,6 +241,39 @@ impl Registry {
     /// Host name of the node.
     pub fn host(&self) -> &HostName {
         &self.host
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The profile of the node and its ranks, as sent in [`FromDaemon::Stats`]: each
+    /// registered rank's latest report with its rates over the last closed stats period.
+    pub fn stats(&self) -> pcm_proto::NodeStats {
+        stats::node_stats(self.host.clone(), &self.stats, self.stats_view())
+    }
+
+    /// Registered ranks, by job, for [`Registry::stats`].
+    fn stats_view(&self) -> Vec<stats::JobView<'_>> {
+        self.jobs
+            .iter()
+            .map(|(id, job)| stats::JobView {
+                job: id,
+                app: &job.app,
+                size: job.size,
+                ranks: job
+                    .ranks
+                    .iter()
+                    .map(|(rank, r)| stats::RankView {
+                        rank: *rank,
+                        host: &r.host,
+                        pid: r.pid,
+                        replacement: r.replacement,
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Number of open connections the core knows.
@@ -365,6 +418,14 @@ impl Registry {
         }
     }
 
+    /// A stats period has ended (the driver calls this every [`Config::stats_period`]):
+    /// per-rank rates are recomputed, and `load`, the node's load sampled by the driver (if
+    /// it could be), is recorded.
+    pub fn handle_stats_tick(&mut self, now: Instant, load: Option<pcm_proto::NodeLoad>) {
+        let _ = now;
+        self.stats.handle_tick(load);
+    }
+
     /// Time has passed: expires Hello and in-flight deadlines due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         let late: Vec<ConnId> = self
@@ -475,6 +536,7 @@ impl Registry {
         // A replacement may already have taken over the rank; leave it alone then.
         if job.ranks.get(&rank).is_some_and(|r| r.conn == conn) {
             job.ranks.remove(&rank);
+            self.stats.forget(job_id, rank);
             tracing::info!(job = %job_id, %rank, "rank unregistered");
         }
         if !job.ranks.is_empty() {
@@ -544,9 +606,16 @@ impl Registry {
             (Some((job, rank)), ToDaemon::ReconfigurationFinished { request, outcome }) => {
                 self.finished(&job, rank, request, outcome);
             }
+            (Some((job, rank)), ToDaemon::Profile(profile)) => {
+                if self.rank_entry(&job, rank, conn).is_some() {
+                    self.stats.handle_profile(&job, rank, profile);
+                }
+            }
             (
                 None,
-                other @ (ToDaemon::Progress { .. } | ToDaemon::ReconfigurationFinished { .. }),
+                other @ (ToDaemon::Progress { .. }
+                | ToDaemon::ReconfigurationFinished { .. }
+                | ToDaemon::Profile(_)),
             ) => {
                 self.send(
                     conn,
@@ -696,6 +765,10 @@ impl Registry {
             ToDaemon::QueryStatus => {
                 let status = self.status(now);
                 self.send(conn, FromDaemon::Status(status));
+            }
+            ToDaemon::QueryStats => {
+                let stats = self.stats();
+                self.send(conn, FromDaemon::Stats(stats));
             }
             ToDaemon::Migrate { job, moves, wait } => {
                 match self.migrate(now, conn, job, moves, wait) {

@@ -7,7 +7,10 @@
 //! does); tests find them next to the test executable's profile directory.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+pub mod cgroup;
 pub mod netns;
+pub mod pool;
+pub mod scenario;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -33,8 +36,14 @@ pub const OMPI_ENV: &[(&str, &str)] = &[
 /// Directory holding the project's binaries of the profile the tests were built with.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let dir = exe.parent().unwrap();
+    // A test runs from target/<profile>/deps; a binary using the harness (the benchmarks)
+    // from target/<profile> itself.
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().unwrap().to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
 }
 
 /// Path of one of the project's binaries; panics with the command to build it.

@@ -30,9 +30,13 @@ pub const DEFAULT_RRP_TTL: u8 = 4;
 /// Furthest tier a work steal escalates to.
 pub const DEFAULT_MAX_TIER: LatencyTier = LatencyTier::Global;
 /// Pause after a round in which no tier gave work; doubles after each such round.
-pub const DEFAULT_STEAL_BACKOFF: Duration = Duration::from_secs(10);
-/// Longest pause between rounds.
-pub const DEFAULT_MAX_STEAL_BACKOFF: Duration = Duration::from_secs(80);
+///
+/// Short on purpose: an idle node learns that work appeared elsewhere only by asking, so the
+/// pause bounds how fast the pool reacts to load onset (target: a migration within 5 s),
+/// while a round costs a few packets of about 200 bytes.
+pub const DEFAULT_STEAL_BACKOFF: Duration = Duration::from_secs(2);
+/// Longest pause between rounds (see [`DEFAULT_STEAL_BACKOFF`]).
+pub const DEFAULT_MAX_STEAL_BACKOFF: Duration = Duration::from_secs(4);
 /// Damping: an entity that moved (or was ordered to) does not move again for this long.
 pub const DEFAULT_HOLD_DOWN: Duration = Duration::from_secs(60);
 /// A node with at least this many idle cores is lightly loaded and steals work.

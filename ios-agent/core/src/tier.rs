@@ -112,11 +112,14 @@ impl fmt::Display for PeerId {
         match std::str::from_utf8(&self.0) {
             Ok(s) if s.chars().all(|c| c.is_ascii_graphic()) => f.write_str(s),
             _ => {
-                for b in self.0.iter().take(8) {
-                    write!(f, "{b:02x}")?;
-                }
-                if self.0.len() > 8 {
+                // libp2p ids start with a fixed multihash and key-type header: the tail is what
+                // tells two peers apart.
+                let tail = self.0.len().saturating_sub(6);
+                if tail > 0 {
                     f.write_str("..")?;
+                }
+                for b in &self.0[tail..] {
+                    write!(f, "{b:02x}")?;
                 }
                 Ok(())
             }
@@ -276,7 +279,7 @@ mod tests {
             PeerId::new(vec![0, 1, 2, 3, 4, 5, 6, 7, 8])
                 .expect("valid")
                 .to_string(),
-            "0001020304050607.."
+            "..030405060708"
         );
     }
 

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use ios_agent_core::model::{EntityId, EntityProfile};
+use ios_agent_core::model::{EntityId, EntityProfile, NodeProfile};
 use pcm_proto::{NodeStats, RankStats};
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +133,25 @@ pub fn entity_pids(stats: &NodeStats) -> Vec<u32> {
         .iter()
         .flat_map(|j| j.ranks.iter().map(|r| r.pid))
         .collect()
+}
+
+/// The node's profile with the runnable demand its ranks only show because they busy-poll
+/// while waiting taken out.
+///
+/// A rank that waits for a slow peer is runnable the whole time (Open MPI polls, at best
+/// yielding), so the node's raw demand makes a node whose ranks mostly wait look fully
+/// loaded: it would never offer to take work, even though it could. Each entity's CPU counts
+/// only in the share of its iteration it spends computing (`cpu * mpi_wait / (compute +
+/// mpi_wait)` is removed); an entity with no measured iteration is left as it is.
+pub fn load_without_waiting(node: &NodeProfile, entities: &[EntityProfile]) -> NodeProfile {
+    let waiting: f64 = entities
+        .iter()
+        .map(|e| clean(e.cpu) * (1.0 - e.compute_share()).clamp(0.0, 1.0))
+        .sum();
+    NodeProfile {
+        cpu_load: (clean(node.cpu_load) - waiting).max(0.0),
+        ..*node
+    }
 }
 
 /// Who gets the node's CPU: its own entities (the ranks) or something else (a competing
@@ -356,5 +375,47 @@ mod tests {
         // Garbage does not panic.
         let g = CompetingLoad::new(f64::NAN, -1.0, f64::INFINITY, 5.0, f64::NAN);
         assert_eq!(g.entities_share, 0.0);
+    }
+
+    #[test]
+    fn waiting_ranks_do_not_count_as_load() {
+        let node = NodeProfile {
+            cores: 1.2,
+            speed: 1.0,
+            cpu_load: 1.0,
+            memory_available: 1 << 30,
+            bandwidth: 0.0,
+            competing: 0.0,
+        };
+        let job = JobId::new("j-1").expect("valid");
+        let mut waiting = EntityProfile::new(
+            EntityId {
+                job: job.clone(),
+                rank: Rank(0),
+            },
+            0.8,
+        );
+        waiting.compute = Duration::from_millis(25);
+        waiting.mpi_wait = Duration::from_millis(75);
+        let adjusted = load_without_waiting(&node, &[waiting.clone()]);
+        // 0.8 CPU, 75% of it waiting: 0.6 of the load was polling.
+        assert!((adjusted.cpu_load - 0.4).abs() < 1e-9, "{adjusted:?}");
+        assert!(adjusted.is_lightly_loaded(0.3));
+        assert!(!node.is_lightly_loaded(0.3));
+        // Unmeasured iterations (all compute) and garbage leave the load alone or at 0.
+        let fresh = EntityProfile::new(
+            EntityId {
+                job: job.clone(),
+                rank: Rank(1),
+            },
+            0.8,
+        );
+        assert_eq!(load_without_waiting(&node, &[fresh]).cpu_load, 1.0);
+        let mut nan = waiting;
+        nan.cpu = f64::NAN;
+        assert_eq!(load_without_waiting(&node, &[nan]).cpu_load, 1.0);
+        let mut huge = EntityProfile::new(EntityId { job, rank: Rank(2) }, 50.0);
+        huge.mpi_wait = Duration::from_secs(1);
+        assert_eq!(load_without_waiting(&node, &[huge]).cpu_load, 0.0);
     }
 }

@@ -35,6 +35,8 @@ pub mod procfs;
 pub mod sensor;
 pub mod speed;
 
-pub use entity::{entity_pids, entity_profile, entity_profiles, CompetingLoad};
+pub use entity::{
+    entity_pids, entity_profile, entity_profiles, load_without_waiting, CompetingLoad,
+};
 pub use sensor::{EntityUsage, NodeSample, NodeSensor, Scope, SensorConfig, SensorError, Target};
 pub use speed::{SpeedProbe, SpeedSample};

@@ -19,6 +19,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod checkpoint;
 mod path;
 mod types;
 pub use path::{socket_path, DAEMON_ENV};

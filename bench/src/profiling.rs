@@ -1,0 +1,379 @@
+//! `mpi-ios-bench profiling`: what MPI traffic profiling costs the application, and what
+//! gathering the profiles costs pcmd (see docs/profiling.md).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use mpi_ios_bench::{
+    append_markdown, find_bin, load_average, max, median, min, MpiRun, Pcmd, Table,
+};
+
+use crate::{heat_report, pass};
+
+/// Options of `mpi-ios-bench profiling`.
+#[derive(Debug, Args)]
+pub(crate) struct ProfilingArgs {
+    /// Interleaved pairs (profiling off, profiling on) per grid size.
+    #[arg(long, default_value_t = 9)]
+    pairs: usize,
+    /// Unmeasured pairs run first per size (warm caches).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Ranks of the overhead runs.
+    #[arg(long, default_value_t = 2)]
+    ranks: usize,
+    /// Grid side of the ~100 us/iteration size.
+    #[arg(long, default_value_t = 576)]
+    small_size: usize,
+    /// Iterations of the small size.
+    #[arg(long, default_value_t = 20_000)]
+    small_iters: u64,
+    /// Grid side of the ~1 ms/iteration size.
+    #[arg(long, default_value_t = 1448)]
+    large_size: usize,
+    /// Iterations of the large size.
+    #[arg(long, default_value_t = 2_500)]
+    large_iters: u64,
+    /// Loops per `mpi-calls` run (the per-call cost measurement).
+    #[arg(long, default_value_t = 1_000_000)]
+    loops: u64,
+    /// Ranks of the job registered with pcmd while its CPU use is measured.
+    #[arg(long, default_value_t = 8)]
+    daemon_ranks: usize,
+    /// Seconds over which pcmd's CPU use is measured (per configuration).
+    #[arg(long, default_value_t = 20)]
+    window: u64,
+    /// CI mode: tiny grids, 2 pairs, no warm-up, 4 s windows.
+    #[arg(long)]
+    quick: bool,
+    /// Deadline of each mpirun run, in seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+    /// Also append the table, as markdown, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+}
+
+/// Target of the median profiling overhead (on / off).
+const OVERHEAD_TARGET: f64 = 1.005;
+/// Target of pcmd's CPU use with `daemon_ranks` ranks at the default period, % of a core.
+const PCMD_CPU_TARGET: f64 = 0.2;
+
+pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
+    if args.quick {
+        args.small_size = 64;
+        args.small_iters = 300;
+        args.large_size = 128;
+        args.large_iters = 100;
+        args.pairs = 2;
+        args.warmup = 0;
+        args.window = 4;
+        args.loops = 20_000;
+    }
+    ensure!(args.pairs >= 1, "--pairs must be at least 1");
+    ensure!(args.window >= 1, "--window must be at least 1 s");
+    let heat2d = find_bin("heat2d")?;
+    let calls = find_bin("mpi-calls")?;
+    let pcmd_bin = find_bin("pcmd")?;
+    let timeout = Duration::from_secs(args.timeout);
+    let load_before = load_average();
+    let mut table = Table::new(&[
+        "measure",
+        "off",
+        "on",
+        "ratio / share (median)",
+        "min",
+        "max",
+        "target",
+        "result",
+    ]);
+
+    // 1. The wrappers' own cost: CPU time of a halo-exchange loop on one rank, which a busy
+    //    machine inflates far less than wall time.
+    let (mut off_ns, mut on_ns) = (Vec::new(), Vec::new());
+    for pair in 0..args.warmup + args.pairs {
+        let mut measured = [0.0f64; 2];
+        for (i, profile) in ["off", "on"].into_iter().enumerate() {
+            let out = MpiRun::new(1, &calls, &["--loops".into(), args.loops.to_string()])
+                .env("PCM_DAEMON", "none")
+                .env("PCM_PROFILE", profile)
+                .run(timeout)?
+                .check("mpi-calls")?;
+            measured[i] = loop_cpu_ns(&out.stdout)?;
+        }
+        eprintln!(
+            "[profiling] halo loop {}: CPU {:.1} ns off, {:.1} ns on",
+            pair + 1,
+            measured[0],
+            measured[1]
+        );
+        if pair >= args.warmup {
+            off_ns.push(measured[0]);
+            on_ns.push(measured[1]);
+        }
+    }
+    let loop_ratios: Vec<f64> = on_ns.iter().zip(&off_ns).map(|(a, b)| a / b).collect();
+    let added_ns = median(&on_ns) - median(&off_ns);
+    table.push(vec![
+        "halo loop (Irecv, Isend, 2 Wait; 1 rank), CPU ns per loop".into(),
+        format!("{:.1}", median(&off_ns)),
+        format!("{:.1}", median(&on_ns)),
+        format!("{:.4}", median(&loop_ratios)),
+        format!("{:.4}", min(&loop_ratios)),
+        format!("{:.4}", max(&loop_ratios)),
+        "-".into(),
+        format!("+{added_ns:.1} ns per loop"),
+    ]);
+
+    // 2. Application overhead: the same job with PCM_PROFILE=off and on, both served by a
+    //    pcmd, so that the only difference is the counting (and the profile reports).
+    let pcmd = Pcmd::start(&pcmd_bin)?;
+    let mut projected = Vec::new();
+    let daemon = pcmd.socket.display().to_string();
+    for (side, iters, label) in [
+        (args.small_size, args.small_iters, "~100 us/iter"),
+        (args.large_size, args.large_iters, "~1 ms/iter"),
+    ] {
+        let run_args: Vec<String> = vec![
+            "--rows".into(),
+            side.to_string(),
+            "--cols".into(),
+            side.to_string(),
+            "--iters".into(),
+            iters.to_string(),
+        ];
+        let job = |profile: &str| {
+            MpiRun::new(args.ranks, &heat2d, &run_args)
+                .env("PCM_DAEMON", daemon.clone())
+                .env("PCM_PROFILE", profile)
+        };
+        let (off_run, on_run) = (job("off"), job("on"));
+        let (mut off_us, mut on_us, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for pair in 0..args.warmup + args.pairs {
+            let warm = pair < args.warmup;
+            let off = heat_report(&off_run.run(timeout)?.check("heat2d, profiling off")?.stdout)?;
+            let on = heat_report(&on_run.run(timeout)?.check("heat2d, profiling on")?.stdout)?;
+            ensure!(
+                off.checksum == on.checksum,
+                "checksums differ at {side}x{side}: off {}, on {}",
+                off.checksum,
+                on.checksum
+            );
+            let (a, b) = (
+                off.seconds / iters as f64 * 1e6,
+                on.seconds / iters as f64 * 1e6,
+            );
+            eprintln!(
+                "[profiling] {side}x{side} {} {}: off {a:.2} us/iter, on {b:.2} us/iter, ratio {:.4}",
+                if warm { "warm-up" } else { "pair" },
+                pair + 1,
+                b / a
+            );
+            if !warm {
+                off_us.push(a);
+                on_us.push(b);
+                ratios.push(b / a);
+            }
+        }
+        let ratio = median(&ratios);
+        // One halo loop per neighbour per iteration; the end ranks of a 2-rank job have one.
+        let neighbours = if args.ranks > 2 { 2.0 } else { 1.0 };
+        projected.push((
+            side,
+            label,
+            1.0 + neighbours * added_ns / (median(&off_us) * 1000.0),
+        ));
+        table.push(vec![
+            format!(
+                "heat2d {side}x{side}, {} ranks ({label}), us/iter",
+                args.ranks
+            ),
+            format!("{:.2}", median(&off_us)),
+            format!("{:.2}", median(&on_us)),
+            format!("{ratio:.4}"),
+            format!("{:.4}", min(&ratios)),
+            format!("{:.4}", max(&ratios)),
+            format!("<= {OVERHEAD_TARGET}"),
+            if args.quick {
+                "n/a (quick)".into()
+            } else {
+                pass(ratio <= OVERHEAD_TARGET)
+            },
+        ]);
+    }
+    drop(pcmd);
+    for (side, label, ratio) in projected {
+        table.push(vec![
+            format!("heat2d {side}x{side} ({label}) projected: 1 + loops/iter x added CPU / us per iter"),
+            "-".into(),
+            "-".into(),
+            format!("{ratio:.5}"),
+            "-".into(),
+            "-".into(),
+            format!("<= {OVERHEAD_TARGET}"),
+            if args.quick {
+                "n/a (quick)".into()
+            } else {
+                pass(ratio <= OVERHEAD_TARGET)
+            },
+        ]);
+    }
+
+    // 3. pcmd's CPU use at the default stats period while a job of `daemon_ranks` ranks
+    //    reports to it, with profiling off (progress reports only) and on.
+    let window = Duration::from_secs(args.window);
+    let idle = {
+        let pcmd = Pcmd::start(&pcmd_bin)?;
+        std::thread::sleep(Duration::from_secs(1));
+        pcmd_cpu_share(pcmd.pid(), window)?
+    };
+    let mut shares = Vec::new();
+    for profile in ["off", "on"] {
+        let pcmd = Pcmd::start(&pcmd_bin)?;
+        let job = MpiRun::new(
+            args.daemon_ranks,
+            &heat2d,
+            &[
+                "--rows".into(),
+                "512".into(),
+                "--cols".into(),
+                "512".into(),
+                "--iters".into(),
+                "100000000".into(),
+            ],
+        )
+        .env("PCM_DAEMON", pcmd.socket.display().to_string())
+        .env("PCM_PROFILE", profile);
+        let mut group = mpi_ios_bench::Group::start(job.command(), "heat2d for pcmd CPU")?;
+        wait_for_ranks(&pcmd_bin, &pcmd.socket, args.daemon_ranks, profile == "on")
+            .with_context(|| format!("job output so far:\n{}", group.stderr_so_far()))?;
+        let share = pcmd_cpu_share(pcmd.pid(), window)?;
+        eprintln!(
+            "[profiling] pcmd with {} ranks, profiling {profile}: {share:.4} % of a core over {} s",
+            args.daemon_ranks, args.window
+        );
+        shares.push(share);
+        group.kill();
+    }
+    table.push(vec![
+        format!(
+            "pcmd CPU, % of one core ({} ranks, 2 s period, {} s window; idle pcmd {idle:.4})",
+            args.daemon_ranks, args.window
+        ),
+        format!("{:.4}", shares[0]),
+        format!("{:.4}", shares[1]),
+        format!("{:.4}", shares[1]),
+        "-".into(),
+        "-".into(),
+        format!("<= {PCMD_CPU_TARGET}"),
+        if args.quick {
+            "n/a (quick)".into()
+        } else {
+            pass(shares[1] <= PCMD_CPU_TARGET)
+        },
+    ]);
+
+    let notes = vec![
+        "Halo loop: mpi-calls on 1 rank, thread CPU time per loop, medians over interleaved \
+         pairs. heat2d rows: median wall time per iteration of each side, and the median, min \
+         and max of the per-pair ratios on/off (pairs interleaved: off, on, off, on, ...); on a \
+         busy machine wall time is dominated by preemption, hence the projection from the \
+         loop's CPU cost (one loop per neighbour per iteration). pcmd row: CPU \
+         time of all pcmd threads (/proc/PID/task/*/schedstat) over the window, as a share of \
+         one core; 'off' = ranks send progress only, 'on' = progress and profiles."
+            .to_owned(),
+        format!(
+            "Load average (1/5/15 min) before: {load_before}; after: {}.",
+            load_average()
+        ),
+    ];
+    println!("MPI traffic profiling: application overhead and pcmd CPU use");
+    print!("{}", table.to_text());
+    for note in &notes {
+        println!("{note}");
+    }
+    if let Some(path) = &args.markdown {
+        let title = format!(
+            "Profiling overhead and pcmd CPU use{}",
+            if args.quick { " (quick)" } else { "" }
+        );
+        append_markdown(path, &title, &table, &notes)?;
+    }
+    Ok(())
+}
+
+/// `cpu_ns_per_loop` from the JSON line `mpi-calls` prints.
+fn loop_cpu_ns(stdout: &str) -> Result<f64> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"mpi-calls\""))
+        .context("mpi-calls printed no result line")?;
+    let value: serde_json::Value =
+        serde_json::from_str(line).with_context(|| format!("bad mpi-calls line: {line}"))?;
+    value["cpu_ns_per_loop"]
+        .as_f64()
+        .with_context(|| format!("no cpu_ns_per_loop in {line}"))
+}
+
+/// CPU time of all threads of `pid`, nanoseconds (first field of each thread's schedstat).
+fn cpu_ns(pid: u32) -> Result<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .with_context(|| format!("process {pid} is gone"))?;
+    let mut total = 0u64;
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let ns = text
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .with_context(|| format!("bad schedstat of {}: {text:?}", task.path().display()))?;
+        total += ns;
+    }
+    Ok(total)
+}
+
+/// Share of one core (percent) that `pid` used over `window`.
+fn pcmd_cpu_share(pid: u32, window: Duration) -> Result<f64> {
+    let start = Instant::now();
+    let before = cpu_ns(pid)?;
+    std::thread::sleep(window);
+    let used = cpu_ns(pid)?.saturating_sub(before);
+    Ok(used as f64 / start.elapsed().as_nanos() as f64 * 100.0)
+}
+
+/// Waits (at most 60 s) until `ranks` ranks are registered and running, and, when
+/// `profiles`, until each has sent a profile with traffic: the measurement then covers the
+/// steady state.
+fn wait_for_ranks(pcmd: &Path, socket: &Path, ranks: usize, profiles: bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let output = std::process::Command::new(pcmd)
+            .arg("--socket")
+            .arg(socket)
+            .args(["stats", "--json"])
+            .output()
+            .context("running pcmd stats")?;
+        if output.status.success() {
+            let stats: pcm_proto::NodeStats = serde_json::from_slice(&output.stdout)
+                .context("pcmd stats --json printed something else")?;
+            let ready = stats.jobs.first().is_some_and(|job| {
+                job.ranks.len() == ranks
+                    && job.ranks.iter().all(|r| {
+                        !profiles || (r.profile.iteration > 0 && !r.profile.traffic.is_empty())
+                    })
+            });
+            if ready {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{ranks} ranks did not register with pcmd within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,205 @@
+//! `ios-agent`: see `ios-agent --help`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser as _;
+use ios_agent::cli::{Cli, Command, JoinArgs, TopologyArg};
+use ios_agent::control::{self, ControlMessage, ControlReply, CONTROL_ENV};
+use ios_agent::driver::{self, Inputs};
+use ios_agent::node_daemon::{NodeDaemon, PcmdMigrator};
+use ios_agent_core::{Agent, Config, Topology};
+use pcm_proto::HostName;
+use tokio::sync::mpsc;
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ios-agent: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Join(args) => join(cli.control.as_deref(), *args),
+        Command::Leave => {
+            let path = control_socket(cli.control.as_deref(), None)?;
+            match control::request(&path, ControlMessage::Leave, Duration::from_secs(10))? {
+                ControlReply::Leaving => {
+                    println!("the agent at {} is leaving the pool", path.display());
+                    Ok(())
+                }
+                ControlReply::Error(e) => bail!("the agent refused: {e}"),
+                other => bail!("unexpected reply from the agent: {other:?}"),
+            }
+        }
+        Command::Status { json } => {
+            let path = control_socket(cli.control.as_deref(), None)?;
+            match control::request(&path, ControlMessage::Status, Duration::from_secs(10))? {
+                ControlReply::Status(status) if json => {
+                    println!("{}", serde_json::to_string_pretty(&status)?);
+                    Ok(())
+                }
+                ControlReply::Status(status) => {
+                    print!("{}", status.to_text());
+                    Ok(())
+                }
+                ControlReply::Error(e) => bail!("the agent refused: {e}"),
+                other => bail!("unexpected reply from the agent: {other:?}"),
+            }
+        }
+        Command::Keygen { file } => {
+            ios_agent::net::write_new_pool_key(&file)?;
+            println!("wrote a new pool key to {}", file.display());
+            Ok(())
+        }
+    }
+}
+
+fn host_name(given: Option<&str>) -> Result<HostName> {
+    let name = match given {
+        Some(h) => h.to_owned(),
+        None => nix::unistd::gethostname()
+            .context("reading the host name")?
+            .to_string_lossy()
+            .into_owned(),
+    };
+    HostName::new(&name).with_context(|| format!("host name {name:?} (set --host)"))
+}
+
+fn control_socket(given: Option<&str>, host: Option<&HostName>) -> Result<PathBuf> {
+    let host = match host {
+        Some(h) => h.clone(),
+        None => host_name(None)?,
+    };
+    let env = std::env::var(CONTROL_ENV).ok();
+    Ok(control::control_path(
+        given.or(env.as_deref()),
+        nix::unistd::getuid().as_raw(),
+        &host,
+    ))
+}
+
+fn pcmd_program(given: Option<&Path>) -> PathBuf {
+    if let Some(p) = given {
+        return p.to_owned();
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("pcmd")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("pcmd"))
+}
+
+fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
+    let host = host_name(args.host.as_deref())?;
+    let control_path = control_socket(control_given, Some(&host))?;
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => control_path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+            .join(format!("{host}.state")),
+    };
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+    if !(0.0..=1.0).contains(&args.min_gain) {
+        bail!("--min-gain {} must be between 0 and 1", args.min_gain);
+    }
+    let config = Config::default()
+        .with_topology(match args.topology {
+            TopologyArg::P2p => Topology::PeerToPeer,
+            TopologyArg::C2c => Topology::ClusterToCluster,
+        })
+        .with_profile_period(args.profile_period)
+        .with_hold_down(args.hold_down)
+        .with_min_gain(args.min_gain)
+        .with_light_threshold(args.light_threshold);
+    config.validate().context("agent settings")?;
+
+    let pcmd_socket = match &args.pcmd_socket {
+        Some(s) => s.clone(),
+        None => pcm_proto::socket_path(
+            std::env::var(pcm_proto::DAEMON_ENV).ok().as_deref(),
+            std::env::var("XDG_RUNTIME_DIR").ok().as_deref(),
+            nix::unistd::getuid().as_raw(),
+            &host,
+        ),
+    };
+    let mut daemon = NodeDaemon::attach_or_start(
+        &pcmd_socket,
+        &pcmd_program(args.pcmd.as_deref()),
+        &state_dir.join("pcmd.log"),
+        args.profile_period,
+    )?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(async {
+        let listener = control::bind(&control_path)?;
+        let (net, peer_events) = ios_agent::net::start(&args, &host, &state_dir).await?;
+        let agent = Agent::new(net.local_peer_id(), host.clone(), config, Instant::now())
+            .context("creating the agent")?;
+        let (control_tx, control_rx) = mpsc::channel(8);
+        tokio::spawn(control::serve(listener, control_tx.clone()));
+        let samples = ios_agent::sampler::spawn(daemon.socket().to_owned(), args.profile_period);
+        shutdown_on_signal(control_tx);
+        tracing::info!(%host, control = %control_path.display(), pcmd = %daemon.socket().display(), "joined the pool");
+        let agent = driver::run(
+            agent,
+            net.transport(),
+            PcmdMigrator::new(daemon.socket().to_owned()),
+            Inputs {
+                peers: peer_events,
+                samples,
+                control: control_rx,
+            },
+        )
+        .await;
+        net.shutdown().await;
+        tracing::info!(stats = ?agent.stats(), "left the pool");
+        anyhow::Ok(())
+    });
+    let _ = std::fs::remove_file(&control_path);
+    if let Some(why) = daemon.stop_if_idle() {
+        eprintln!("ios-agent: {why}");
+    }
+    result
+}
+
+/// SIGINT and SIGTERM leave the pool as `ios-agent leave` does.
+fn shutdown_on_signal(control: mpsc::Sender<driver::ControlRequest>) {
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if control
+            .send(driver::ControlRequest::Leave(tx))
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+    });
+}

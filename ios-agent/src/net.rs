@@ -1,0 +1,150 @@
+//! The libp2p side of the agent: starts `ios-agent-net` from `join`'s options and turns its
+//! events into the driver's [`PeerEvent`]s. Everything else the network reports (peer-server
+//! trouble, refused handshakes, hostile messages) is logged here, so that a user sees e.g.
+//! "wrong or missing pool key?" without the driver knowing about libp2p.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use ios_agent_core::{Message, PeerId};
+use ios_agent_net::libp2p::Multiaddr;
+use ios_agent_net::{Identity, NetConfig, NetEvent, NetHandle, Network, PoolKey};
+use pcm_proto::HostName;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::cli::JoinArgs;
+use crate::transport::{PeerEvent, Transport};
+
+/// The running network of one agent.
+#[derive(Debug)]
+pub struct AgentNet {
+    handle: NetHandle,
+    task: JoinHandle<()>,
+}
+
+/// Writes a new pool key to `file` (mode 0600); refuses to overwrite one.
+pub fn write_new_pool_key(file: &Path) -> Result<()> {
+    PoolKey::generate_to_file(file)?;
+    Ok(())
+}
+
+fn parse_addrs(what: &str, addrs: &[String]) -> Result<Vec<Multiaddr>> {
+    addrs
+        .iter()
+        .map(|a| {
+            a.parse::<Multiaddr>().with_context(|| {
+                format!("{what} {a:?} is not a multiaddr (example: /ip4/10.0.0.1/tcp/7000)")
+            })
+        })
+        .collect()
+}
+
+/// Starts the network for `join`: the pool key, an identity kept in `state_dir` (so the
+/// agent's peer id survives restarts), the listen address, peer servers and direct peers.
+pub async fn start(
+    args: &JoinArgs,
+    host: &HostName,
+    state_dir: &Path,
+) -> Result<(AgentNet, mpsc::Receiver<PeerEvent>)> {
+    let key = PoolKey::from_file(&args.pool_key)?;
+    let mut config = NetConfig::new(key);
+    config.identity = Identity::File(state_dir.join("identity.key"));
+    config.listen = parse_addrs("--listen", std::slice::from_ref(&args.listen))?;
+    config.external_addrs = parse_addrs("--external", args.external.as_slice())?;
+    config.peer_servers = parse_addrs("--peer-server", &args.peer_servers)?;
+    config.direct_peers = parse_addrs("--peer", &args.peers)?;
+    if config.peer_servers.is_empty() && config.direct_peers.is_empty() {
+        tracing::warn!("no --peer-server and no --peer given: this agent can only be found by others that know its address");
+    }
+    let (handle, mut events, task) = Network::start(config).await?;
+    let (tx, rx) = mpsc::channel(1024);
+    let host = host.clone();
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            let forward = match event {
+                NetEvent::PeerRtt { peer, rtt } => PeerEvent::Rtt { peer, rtt },
+                NetEvent::PeerGone { peer } => PeerEvent::Gone { peer },
+                NetEvent::Message { from, message } => PeerEvent::Message { from, message },
+                NetEvent::Listening { addr } => {
+                    tracing::info!(%host, %addr, "listening for agents");
+                    continue;
+                }
+                NetEvent::PeerUp { peer, addr } => {
+                    tracing::info!(%peer, %addr, "agent connected");
+                    continue;
+                }
+                NetEvent::PeerServerUp { addr, server } => {
+                    tracing::info!(%addr, %server, "registered with peer server");
+                    continue;
+                }
+                NetEvent::PeerServerError { addr, reason } => {
+                    tracing::warn!(%addr, "peer server: {reason}");
+                    continue;
+                }
+                NetEvent::DialError { addr, reason, .. } => {
+                    tracing::warn!(%addr, "cannot reach agent: {reason}");
+                    continue;
+                }
+                NetEvent::IncomingError { from, reason } => {
+                    tracing::warn!(%from, "refused incoming connection: {reason}");
+                    continue;
+                }
+                NetEvent::BadMessage { from, reason } => {
+                    tracing::warn!(%from, "refused message: {reason}");
+                    continue;
+                }
+                NetEvent::SendFailed { to, kind, reason } => {
+                    tracing::debug!(%to, kind, "message not delivered: {reason}");
+                    continue;
+                }
+            };
+            if tx.send(forward).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok((AgentNet { handle, task }, rx))
+}
+
+impl AgentNet {
+    /// This agent's id.
+    pub fn local_peer_id(&self) -> PeerId {
+        self.handle.local_peer_id()
+    }
+
+    /// A transport for the driver.
+    pub fn transport(&self) -> NetTransport {
+        NetTransport {
+            handle: self.handle.clone(),
+        }
+    }
+
+    /// Closes every connection and stops the network task.
+    pub async fn shutdown(self) {
+        if let Err(e) = self.handle.shutdown().await {
+            tracing::debug!("network shutdown: {e}");
+        }
+        let _ = self.task.await;
+    }
+}
+
+/// [`Transport`] over `ios-agent-net`.
+#[derive(Debug, Clone)]
+pub struct NetTransport {
+    handle: NetHandle,
+}
+
+impl Transport for NetTransport {
+    fn send(&self, to: &PeerId, message: Message) {
+        let handle = self.handle.clone();
+        let to = to.clone();
+        // Sending waits for the network task's queue; the driver must not.
+        tokio::spawn(async move {
+            let kind = message.kind();
+            if let Err(e) = handle.send(&to, message).await {
+                tracing::debug!(%to, kind, "send failed: {e}");
+            }
+        });
+    }
+}

@@ -1,0 +1,98 @@
+//! The agent's profiling loop: every profile period, on a thread of its own (reading
+//! `/proc` and asking pcmd block), it samples the node ([`ios_agent_profile::NodeSensor`])
+//! and the ranks registered with the node's pcmd ([`ios_agent_profile::entity_profiles`]),
+//! and hands the result to the driver.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ios_agent_profile::{
+    entity_pids, entity_profiles, load_without_waiting, NodeSensor, SensorConfig,
+};
+use pcm_proto::NodeStats;
+use tokio::sync::mpsc;
+
+use crate::driver::Sample;
+use crate::node_daemon;
+
+/// Starts the loop; it ends when the driver drops the receiver.
+pub fn spawn(pcmd_socket: PathBuf, period: Duration) -> mpsc::Receiver<Sample> {
+    let (tx, rx) = mpsc::channel(2);
+    std::thread::Builder::new()
+        .name("ios-agent-profiler".to_owned())
+        .spawn(move || run(&pcmd_socket, period, &tx))
+        .map_err(|e| tracing::error!("cannot start the profiling thread: {e}"))
+        .ok();
+    rx
+}
+
+fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample>) {
+    let mut sensor = match NodeSensor::new(SensorConfig::default()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(
+                "cannot profile this node ({e}); the agent will only give work, never ask for it"
+            );
+            None
+        }
+    };
+    if let Some(s) = &sensor {
+        tracing::info!(scope = ?s.scope(), "profiling the node");
+    }
+    let mut previous: Option<NodeStats> = None;
+    let mut pcmd_ok = true;
+    loop {
+        std::thread::sleep(period);
+        let stats = match node_daemon::stats(pcmd_socket) {
+            Ok(s) => {
+                if !pcmd_ok {
+                    tracing::info!("pcmd answers again");
+                }
+                pcmd_ok = true;
+                Some(s)
+            }
+            Err(e) => {
+                if pcmd_ok {
+                    tracing::warn!("cannot read the node's ranks from pcmd: {e}");
+                }
+                pcmd_ok = false;
+                None
+            }
+        };
+        let pids = stats.as_ref().map(entity_pids).unwrap_or_default();
+        let node = sensor.as_mut().and_then(|s| {
+            s.sample_with(&pids)
+                .map_err(|e| tracing::warn!("node sample: {e}"))
+                .ok()
+        });
+        let entities = stats
+            .as_ref()
+            .map(|s| entity_profiles(s, previous.as_ref()));
+        for e in entities.iter().flatten() {
+            tracing::debug!(
+                entity = %e.id,
+                cpu = e.cpu,
+                compute_ms = e.compute.as_secs_f64() * 1e3,
+                mpi_ms = e.mpi_wait.as_secs_f64() * 1e3,
+                rate = e.iteration_rate,
+                resident_s = e.resident.as_secs_f64(),
+                "entity sample"
+            );
+        }
+        if let Some(n) = &node {
+            tracing::debug!(cores = n.cores, used = n.used, demand = n.demand, competing = ?n.competing(), "node sample");
+        }
+        // Ranks that busy-poll while waiting must not make the node look busy, or a node
+        // whose ranks wait for a slow peer would never offer to take work.
+        let profile =
+            node.map(|n| load_without_waiting(&n.profile(), entities.as_deref().unwrap_or(&[])));
+        let sample = Sample {
+            node: profile,
+            entities,
+        };
+        previous = stats;
+        if tx.blocking_send(sample).is_err() {
+            return;
+        }
+    }
+}

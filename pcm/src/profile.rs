@@ -1,0 +1,229 @@
+//! The rank's profile for pcmd: cumulative figures that follow the rank across migrations.
+//!
+//! The MPI traffic itself is counted by [`crate::interpose`]; this module adds the rest
+//! (iterations, wall and CPU time, stored state size, resident memory) and turns it into the
+//! [`RankProfile`] that the status path sends to pcmd ([`ToDaemon::Profile`]) when the
+//! daemon link asks for one (about once a second, so the status path only reads one flag).
+//!
+//! A replacement process continues its predecessor's figures: the departing process sends
+//! its profile along with its stored state, and the replacement adds its own counts to it.
+//!
+//! [`ToDaemon::Profile`]: pcm_proto::ToDaemon::Profile
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use pcm_proto::{PeerTraffic, RankProfile};
+
+use crate::error::PcmError;
+use crate::interpose;
+
+/// Environment variable that turns profiling off (`off`) or on (`on`, the default).
+pub const PROFILE_ENV: &str = "PCM_PROFILE";
+
+/// Whether profiling is on, from [`PROFILE_ENV`].
+pub(crate) fn enabled_from_env() -> Result<bool, PcmError> {
+    match std::env::var(PROFILE_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(true),
+        Ok(value) => match value.trim().to_ascii_lowercase().as_str() {
+            "" | "on" | "1" | "yes" => Ok(true),
+            "off" | "0" | "no" => Ok(false),
+            _ => Err(PcmError::Config {
+                variable: PROFILE_ENV,
+                value,
+                reason: "expected `on` or `off`".into(),
+            }),
+        },
+        Err(std::env::VarError::NotUnicode(value)) => Err(PcmError::Config {
+            variable: PROFILE_ENV,
+            value: value.to_string_lossy().into_owned(),
+            reason: "not valid UTF-8".into(),
+        }),
+    }
+}
+
+/// One rank's profile, as kept by its current process.
+#[derive(Debug)]
+pub(crate) struct Profiler {
+    enabled: bool,
+    /// The predecessors' cumulative figures when this process took the rank over (zero for
+    /// a process started with the job).
+    base: RankProfile,
+    /// When this process took the rank (its `Pcm` was created).
+    since: Instant,
+    /// CPU time of this process when it took the rank, microseconds.
+    cpu_at_start_us: u64,
+    /// Bytes of the last stored state.
+    state_bytes: u64,
+}
+
+impl Profiler {
+    /// A profiler for a rank starting now, continuing `base`.
+    pub(crate) fn new(enabled: bool, base: RankProfile) -> Self {
+        Profiler {
+            enabled,
+            state_bytes: base.state_bytes,
+            base,
+            since: Instant::now(),
+            cpu_at_start_us: process_cpu_us(),
+        }
+    }
+
+    /// Whether profiling is on.
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Makes `world` the communicator whose ranks the traffic is counted by.
+    pub(crate) fn attach(&self, world: &SimpleCommunicator) {
+        interpose::attach(world.as_raw(), world.size() as u32, self.enabled);
+    }
+
+    /// Records the size of the state just stored.
+    pub(crate) fn note_state_bytes(&mut self, bytes: u64) {
+        self.state_bytes = bytes;
+    }
+
+    /// The rank's cumulative figures now, `iteration` status calls into the job.
+    pub(crate) fn snapshot(&self, iteration: u64) -> RankProfile {
+        let resident_us = self.since.elapsed().as_micros() as u64;
+        let cpu_us = process_cpu_us().saturating_sub(self.cpu_at_start_us);
+        let (traffic, collectives, mpi_us) = interpose::snapshot().unwrap_or_default();
+        let mut peers: BTreeMap<u32, PeerTraffic> =
+            self.base.traffic.iter().map(|t| (t.peer.0, *t)).collect();
+        for t in traffic {
+            peers
+                .entry(t.peer.0)
+                .and_modify(|p| {
+                    p.sent_messages += t.sent_messages;
+                    p.sent_bytes += t.sent_bytes;
+                    p.received_messages += t.received_messages;
+                    p.received_bytes += t.received_bytes;
+                })
+                .or_insert(t);
+        }
+        let mut all_collectives = self.base.collectives;
+        all_collectives.calls += collectives.calls;
+        all_collectives.bytes += collectives.bytes;
+        RankProfile {
+            iteration,
+            wall_us: self.base.wall_us + resident_us,
+            cpu_us: self.base.cpu_us + cpu_us,
+            mpi_us: self.base.mpi_us + mpi_us,
+            state_bytes: self.state_bytes,
+            rss_bytes: resident_bytes(),
+            resident_us,
+            traffic: peers.into_values().collect(),
+            collectives: all_collectives,
+        }
+    }
+
+    /// Sends this rank's figures to its replacement, rank `to` of `comm` (the departing
+    /// process does this right after its state).
+    pub(crate) fn hand_over(&self, comm: &SimpleCommunicator, to: i32, iteration: u64) {
+        let bytes = crate::encode_cbor(&self.snapshot(iteration));
+        let process = comm.process_at_rank(to);
+        process.send(&(bytes.len() as u64));
+        process.send(&bytes[..]);
+    }
+
+    /// Receives the predecessor's figures from rank `from` of `comm` (see [`Self::hand_over`]).
+    pub(crate) fn take_over(
+        comm: &SimpleCommunicator,
+        from: i32,
+        enabled: bool,
+    ) -> Result<Self, PcmError> {
+        let process = comm.process_at_rank(from);
+        let (len, _) = process.receive::<u64>();
+        let mut bytes = vec![0u8; len as usize];
+        process.receive_into(&mut bytes[..]);
+        let base: RankProfile = ciborium::from_reader(bytes.as_slice())
+            .map_err(|e| PcmError::Handover(format!("profile: {e}")))?;
+        Ok(Profiler::new(enabled, base))
+    }
+}
+
+/// CPU time (user + system) of this process, microseconds.
+fn process_cpu_us() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1000)
+        .unwrap_or(0)
+}
+
+/// Resident memory of this process, bytes (0 if `/proc` cannot tell).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use pcm_proto::{CollectiveTraffic, Rank};
+
+    #[test]
+    fn given_a_base_then_the_snapshot_continues_it() {
+        let base = RankProfile {
+            iteration: 10,
+            wall_us: 5_000_000,
+            cpu_us: 4_000_000,
+            mpi_us: 1_000,
+            state_bytes: 4096,
+            traffic: vec![PeerTraffic {
+                peer: Rank(1),
+                sent_messages: 10,
+                sent_bytes: 80,
+                received_messages: 10,
+                received_bytes: 80,
+            }],
+            collectives: CollectiveTraffic {
+                calls: 2,
+                bytes: 16,
+            },
+            ..RankProfile::default()
+        };
+        let profiler = Profiler::new(false, base.clone());
+        let now = profiler.snapshot(11);
+        assert_eq!(now.iteration, 11);
+        assert!(now.wall_us >= base.wall_us && now.cpu_us >= base.cpu_us);
+        assert_eq!(now.traffic, base.traffic);
+        assert_eq!(now.collectives, base.collectives);
+        assert_eq!(now.state_bytes, 4096);
+        assert!(now.rss_bytes > 0);
+    }
+
+    #[test]
+    fn profile_setting_is_parsed_and_bad_values_named() {
+        // Environment is process-wide: one test touches it.
+        std::env::set_var(PROFILE_ENV, "off");
+        assert!(!enabled_from_env().unwrap());
+        std::env::set_var(PROFILE_ENV, "On");
+        assert!(enabled_from_env().unwrap());
+        std::env::set_var(PROFILE_ENV, "sometimes");
+        let err = enabled_from_env().unwrap_err().to_string();
+        assert!(
+            err.contains(PROFILE_ENV) && err.contains("sometimes"),
+            "{err}"
+        );
+        std::env::remove_var(PROFILE_ENV);
+        assert!(enabled_from_env().unwrap());
+    }
+}

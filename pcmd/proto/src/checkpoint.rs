@@ -1,0 +1,650 @@
+//! Checkpoints: the on-disk format and the protocol of a pcmd's checkpoint channels.
+//!
+//! A *coordinated checkpoint* is one *piece* per rank, all taken at the same iteration, and
+//! one *manifest* that names every piece's SHA-256 digest. Ranks stream their pieces to
+//! their node's pcmd over the node-local socket `<pcmd socket>.ckpt`; each pcmd copies what
+//! it holds to a *buddy* pcmd over TCP, after both prove they know the pool key
+//! (HMAC-SHA-256 challenge-response, [`auth`]). A checkpoint is *complete* once its manifest
+//! is written; at restart every rank looks for the newest complete checkpoint whose piece it
+//! can verify against the manifest, locally or at the buddy.
+//!
+//! # Piece format (version [`FORMAT_VERSION`])
+//! `PCMCKPT1` (8 bytes), the length of the header (4 bytes, big-endian), the header
+//! ([`PieceHeader`], CBOR: provenance and the list of stored entries), then each entry's
+//! bytes in the order of the header. The digest covers all of it.
+//!
+//! # Manifest format
+//! [`Manifest`] in CBOR followed by the SHA-256 of that CBOR (32 bytes), so a flipped bit in
+//! a manifest is detected as surely as one in a piece.
+//!
+//! # Channel protocol
+//! Frames as in the main protocol (4-byte big-endian length, CBOR, at most
+//! [`MAX_FRAME_LEN`](crate::MAX_FRAME_LEN)), carrying [`Request`] and [`Response`]. Two of
+//! them are followed by raw bytes: [`Request::Put`] by the piece (its `len` bytes) and
+//! [`Response::Piece`] likewise, so that gigabytes move without any encoding. The first
+//! frame on a Unix socket is [`Request::Hello`]; on TCP it is [`auth::Hello`].
+//!
+//! The blocking helpers [`write_frame`] and [`read_frame`] work on any `Read`/`Write`; they
+//! are the only decoder of this channel, and never panic on arbitrary input.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::{AppName, FrameError, HostName, JobId, Rank, MAX_FRAME_LEN};
+
+pub mod auth;
+
+/// Version of the piece and manifest formats and of this channel's protocol.
+pub const FORMAT_VERSION: u32 = 1;
+/// First bytes of every piece file.
+pub const PIECE_MAGIC: &[u8; 8] = b"PCMCKPT1";
+/// Largest piece header accepted, in bytes (16 MiB: about 100 000 entries).
+pub const MAX_PIECE_HEADER: usize = 16 << 20;
+/// Environment variable: seconds between two checkpoints (fractions allowed).
+pub const INTERVAL_ENV: &str = "PCM_CHECKPOINT_INTERVAL";
+/// Environment variable: `1` makes a job resume from its newest complete checkpoint.
+pub const RESTART_ENV: &str = "PCM_RESTART";
+
+/// The checkpoint socket of the pcmd listening on `socket`.
+pub fn socket_path(socket: &std::path::Path) -> std::path::PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".ckpt");
+    std::path::PathBuf::from(name)
+}
+
+/// A SHA-256 digest. Written as hex for people.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    /// The digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Digest(Sha256::digest(bytes).into())
+    }
+
+    /// Packs the digest into four words (for MPI all-gathers).
+    pub fn to_words(self) -> [u64; 4] {
+        let mut words = [0u64; 4];
+        for (i, w) in words.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&self.0[i * 8..i * 8 + 8]);
+            *w = u64::from_be_bytes(b);
+        }
+        words
+    }
+
+    /// The inverse of [`Digest::to_words`].
+    pub fn from_words(words: [u64; 4]) -> Self {
+        let mut bytes = [0u8; 32];
+        for (i, w) in words.iter().enumerate() {
+            bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_be_bytes());
+        }
+        Digest(bytes)
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({self})")
+    }
+}
+
+/// Incremental SHA-256, for streams.
+#[derive(Clone, Default)]
+pub struct Hasher(Sha256);
+
+impl Hasher {
+    /// A fresh hasher.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+    /// The digest of everything added.
+    pub fn finish(self) -> Digest {
+        Digest(self.0.finalize().into())
+    }
+}
+
+impl fmt::Debug for Hasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Hasher")
+    }
+}
+
+/// Which checkpoint series a piece belongs to: an application run with a number of ranks.
+/// A restarted job finds its checkpoints by these two, since its job id is new.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Series {
+    /// The application name given to `Pcm::init`.
+    pub app: AppName,
+    /// Number of ranks.
+    pub size: u32,
+}
+
+impl fmt::Display for Series {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} ranks)", self.app, self.size)
+    }
+}
+
+/// One rank's piece of one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PieceId {
+    /// The series.
+    pub series: Series,
+    /// Status-call index at which the checkpoint was taken.
+    pub iteration: u64,
+    /// The rank.
+    pub rank: Rank,
+}
+
+impl fmt::Display for PieceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} iteration {} rank {}",
+            self.series, self.iteration, self.rank
+        )
+    }
+}
+
+/// One stored entry of a piece.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceEntry {
+    /// Name given to `store`.
+    pub name: String,
+    /// `true`: a CBOR-encoded value; `false`: the raw bytes of an array.
+    pub encoded: bool,
+    /// Rust type it was stored as (checked again at load).
+    pub type_name: String,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// The provenance and table of contents at the start of a piece.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceHeader {
+    /// [`FORMAT_VERSION`] of the writer.
+    pub format: u32,
+    /// Which piece this is.
+    pub piece: PieceId,
+    /// Job that wrote it.
+    pub job: JobId,
+    /// Host the rank ran on.
+    pub host: HostName,
+    /// The entries, in the order their bytes follow.
+    pub entries: Vec<PieceEntry>,
+}
+
+impl PieceHeader {
+    /// The piece's first bytes: magic, header length, header.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = PIECE_MAGIC.to_vec();
+        out.extend([0u8; 4]);
+        if let Err(e) = ciborium::into_writer(self, &mut out) {
+            unreachable!("encoding a piece header into memory failed: {e}");
+        }
+        let len = (out.len() - 12) as u32;
+        out[8..12].copy_from_slice(&len.to_be_bytes());
+        out
+    }
+
+    /// Reads the header from the start of a piece, feeding what it reads to `hasher`.
+    pub fn read(reader: &mut impl Read, hasher: &mut Hasher) -> Result<Self, Error> {
+        let mut prefix = [0u8; 12];
+        reader.read_exact(&mut prefix)?;
+        hasher.update(&prefix);
+        if &prefix[..8] != PIECE_MAGIC {
+            return Err(Error::Format(
+                "not a PCM checkpoint piece (bad magic)".into(),
+            ));
+        }
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&prefix[8..]);
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_PIECE_HEADER {
+            return Err(Error::Format(format!(
+                "piece header of {len} bytes exceeds {MAX_PIECE_HEADER}"
+            )));
+        }
+        let mut body = vec![0u8; len];
+        reader.read_exact(&mut body)?;
+        hasher.update(&body);
+        let header: PieceHeader = ciborium::from_reader(body.as_slice())
+            .map_err(|e| Error::Format(format!("piece header: {e}")))?;
+        if header.format != FORMAT_VERSION {
+            return Err(Error::Format(format!(
+                "piece format {} (this build reads {FORMAT_VERSION})",
+                header.format
+            )));
+        }
+        Ok(header)
+    }
+
+    /// Bytes of the entries after the header.
+    pub fn data_len(&self) -> u64 {
+        self.entries.iter().map(|e| e.len).sum()
+    }
+}
+
+/// What makes a checkpoint complete: every rank's digest, written once all ranks stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`FORMAT_VERSION`] of the writer.
+    pub format: u32,
+    /// The series.
+    pub series: Series,
+    /// Status-call index at which the checkpoint was taken.
+    pub iteration: u64,
+    /// Job that wrote it.
+    pub job: JobId,
+    /// Seconds since the Unix epoch when it was committed (for people).
+    pub created_unix_s: u64,
+    /// Digest of each rank's piece, by rank.
+    pub digests: Vec<Digest>,
+    /// Length of each rank's piece, by rank.
+    pub lens: Vec<u64>,
+}
+
+impl Manifest {
+    /// The manifest file: CBOR, then the SHA-256 of the CBOR.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Err(e) = ciborium::into_writer(self, &mut out) {
+            unreachable!("encoding a manifest into memory failed: {e}");
+        }
+        let digest = Digest::of(&out);
+        out.extend(digest.0);
+        out
+    }
+
+    /// Reads a manifest file, checking its trailing digest and its consistency.
+    pub fn decode(bytes: &[u8]) -> Result<Self, Error> {
+        if bytes.len() < 32 {
+            return Err(Error::Format(format!(
+                "manifest of {} bytes is truncated",
+                bytes.len()
+            )));
+        }
+        let (body, trailer) = bytes.split_at(bytes.len() - 32);
+        let computed = Digest::of(body);
+        if computed.0 != trailer {
+            return Err(Error::Format(format!(
+                "manifest digest mismatch (computed {computed})"
+            )));
+        }
+        let manifest: Manifest =
+            ciborium::from_reader(body).map_err(|e| Error::Format(format!("manifest: {e}")))?;
+        manifest.check()?;
+        Ok(manifest)
+    }
+
+    /// Checks internal consistency (also done by [`Manifest::decode`]).
+    pub fn check(&self) -> Result<(), Error> {
+        if self.format != FORMAT_VERSION {
+            return Err(Error::Format(format!(
+                "manifest format {} (this build reads {FORMAT_VERSION})",
+                self.format
+            )));
+        }
+        let size = self.series.size as usize;
+        if size == 0 || self.digests.len() != size || self.lens.len() != size {
+            return Err(Error::Format(format!(
+                "manifest for {size} ranks lists {} digests and {} lengths",
+                self.digests.len(),
+                self.lens.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A checkpoint a rank can restart from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Available {
+    /// Status-call index of the checkpoint.
+    pub iteration: u64,
+    /// Digest of this rank's piece (from the manifest, verified against the piece).
+    pub digest: Digest,
+    /// Length of this rank's piece.
+    pub len: u64,
+    /// Whether the piece is only at the buddy.
+    pub at_buddy: bool,
+}
+
+/// A checkpoint found unusable, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejected {
+    /// Status-call index of the checkpoint.
+    pub iteration: u64,
+    /// Why it cannot be used, naming the file.
+    pub reason: String,
+}
+
+/// Requests on a checkpoint channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// First frame on the Unix socket.
+    Hello {
+        /// The client's [`FORMAT_VERSION`].
+        version: u32,
+    },
+    /// Store a piece; exactly `len` raw bytes follow this frame.
+    Put {
+        /// Which piece.
+        piece: PieceId,
+        /// Bytes that follow.
+        len: u64,
+        /// Their SHA-256, checked before the piece is kept.
+        digest: Digest,
+    },
+    /// Mark a checkpoint complete (idempotent: every rank of a node sends the same one).
+    Commit {
+        /// The manifest.
+        manifest: Manifest,
+    },
+    /// Which checkpoints of `series` hold a verified piece for `rank`, newest first.
+    List {
+        /// The series.
+        series: Series,
+        /// The rank.
+        rank: Rank,
+    },
+    /// Send a piece (answered by [`Response::Piece`] and its bytes).
+    Get {
+        /// Which piece.
+        piece: PieceId,
+    },
+    /// Send a manifest (answered by [`Response::Manifest`]).
+    GetManifest {
+        /// The series.
+        series: Series,
+        /// Its iteration.
+        iteration: u64,
+    },
+}
+
+/// Answers on a checkpoint channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Answer to `Hello` (and the end of a successful TCP authentication).
+    Welcome {
+        /// The daemon's [`FORMAT_VERSION`].
+        version: u32,
+        /// Its host.
+        host: HostName,
+    },
+    /// The piece is on disk (written, synced, renamed into place).
+    Stored,
+    /// The manifest is on disk.
+    Committed,
+    /// Answer to `List`.
+    Listing {
+        /// Usable checkpoints, newest first.
+        available: Vec<Available>,
+        /// Checkpoints found corrupt or partial, with the reason (they were quarantined).
+        rejected: Vec<Rejected>,
+    },
+    /// A piece follows: exactly `len` raw bytes.
+    Piece {
+        /// Bytes that follow.
+        len: u64,
+        /// Their digest according to the manifest.
+        digest: Digest,
+    },
+    /// Answer to `GetManifest`.
+    Manifest(Manifest),
+    /// The request failed; the text names the cause.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Errors on a checkpoint channel or in a checkpoint file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The stream failed or ended early.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// A frame could not be decoded.
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    /// A piece or manifest is malformed.
+    #[error("{0}")]
+    Format(String),
+    /// The peer answered something unexpected, or refused the request.
+    #[error("{0}")]
+    Protocol(String),
+    /// Authentication between pcmds failed.
+    #[error("{0}")]
+    Auth(String),
+}
+
+/// Writes one frame.
+pub fn write_frame<T: Serialize>(writer: &mut impl Write, message: &T) -> io::Result<()> {
+    let frame = crate::encode(message);
+    if frame.len() - 4 > MAX_FRAME_LEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "message larger than the frame limit",
+        ));
+    }
+    writer.write_all(&frame)
+}
+
+/// Reads one frame: errors on a stream that ends inside it, an oversized length, or a body
+/// that does not decode. `Ok(None)` when the stream ends cleanly before a frame.
+pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read) -> Result<Option<T>, Error> {
+    let mut prefix = [0u8; 4];
+    let mut have = 0;
+    while have < 4 {
+        match reader.read(&mut prefix[have..]) {
+            Ok(0) if have == 0 => return Ok(None),
+            Ok(0) => return Err(FrameError::Truncated { have, want: 4 }.into()),
+            Ok(n) => have += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_be_bytes(prefix) as usize;
+    if len > MAX_FRAME_LEN {
+        return Err(FrameError::TooLong {
+            len,
+            max: MAX_FRAME_LEN,
+        }
+        .into());
+    }
+    let mut body = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match reader.read(&mut body[got..]) {
+            Ok(0) => {
+                return Err(FrameError::Truncated {
+                    have: 4 + got,
+                    want: 4 + len,
+                }
+                .into())
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some(crate::decode(&body)?))
+}
+
+/// Reads one frame that must be there.
+pub fn expect_frame<T: DeserializeOwned>(reader: &mut impl Read) -> Result<T, Error> {
+    read_frame(reader)?.ok_or_else(|| {
+        Error::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed before the answer",
+        ))
+    })
+}
+
+/// Copies exactly `len` bytes from `reader` to `writer`, hashing them; returns the digest.
+pub fn copy_hashed(
+    reader: &mut impl Read,
+    writer: &mut impl Write,
+    len: u64,
+) -> Result<Digest, Error> {
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let want = (left as usize).min(buf.len());
+        let n = match reader.read(&mut buf[..want]) {
+            Ok(0) => {
+                return Err(Error::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("stream ended {left} bytes short of {len}"),
+                )))
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        hasher.update(&buf[..n]);
+        writer.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn series() -> Series {
+        Series {
+            app: AppName::new("heat2d").unwrap(),
+            size: 2,
+        }
+    }
+
+    fn manifest() -> Manifest {
+        Manifest {
+            format: FORMAT_VERSION,
+            series: series(),
+            iteration: 40,
+            job: JobId::new("heat2d-1").unwrap(),
+            created_unix_s: 1,
+            digests: vec![Digest::of(b"a"), Digest::of(b"b")],
+            lens: vec![1, 1],
+        }
+    }
+
+    #[test]
+    fn manifest_round_trips_and_any_flipped_byte_is_detected() {
+        let m = manifest();
+        let bytes = m.encode();
+        assert_eq!(Manifest::decode(&bytes).unwrap(), m);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(Manifest::decode(&bad).is_err(), "flip at {i} undetected");
+        }
+        assert!(Manifest::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut wrong = m.clone();
+        wrong.lens.pop();
+        assert!(Manifest::decode(&wrong.encode())
+            .unwrap_err()
+            .to_string()
+            .contains("2 ranks"));
+    }
+
+    #[test]
+    fn piece_header_round_trips_and_digest_covers_it() {
+        let header = PieceHeader {
+            format: FORMAT_VERSION,
+            piece: PieceId {
+                series: series(),
+                iteration: 3,
+                rank: Rank(1),
+            },
+            job: JobId::new("j").unwrap(),
+            host: HostName::new("h").unwrap(),
+            entries: vec![PieceEntry {
+                name: "grid".into(),
+                encoded: false,
+                type_name: "[f64]".into(),
+                len: 16,
+            }],
+        };
+        let bytes = header.encode();
+        let mut hasher = Hasher::new();
+        let back = PieceHeader::read(&mut bytes.as_slice(), &mut hasher).unwrap();
+        assert_eq!(back, header);
+        assert_eq!(hasher.finish(), Digest::of(&bytes));
+        assert_eq!(back.data_len(), 16);
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert!(PieceHeader::read(&mut bad.as_slice(), &mut Hasher::new()).is_err());
+    }
+
+    #[test]
+    fn digest_words_round_trip() {
+        let d = Digest::of(b"xyz");
+        assert_eq!(Digest::from_words(d.to_words()), d);
+        assert_eq!(d.to_string().len(), 64);
+    }
+
+    #[test]
+    fn frames_round_trip_and_bad_streams_are_errors() {
+        let mut wire = Vec::new();
+        write_frame(
+            &mut wire,
+            &Request::Commit {
+                manifest: manifest(),
+            },
+        )
+        .unwrap();
+        let back: Request = expect_frame(&mut wire.as_slice()).unwrap();
+        assert_eq!(
+            back,
+            Request::Commit {
+                manifest: manifest()
+            }
+        );
+        assert!(read_frame::<Request>(&mut &wire[..wire.len() - 1]).is_err());
+        assert!(read_frame::<Request>(&mut &wire[..2]).is_err());
+        assert!(read_frame::<Request>(&mut &[][..]).unwrap().is_none());
+        let huge = ((MAX_FRAME_LEN + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            read_frame::<Request>(&mut &huge[..]),
+            Err(Error::Frame(FrameError::TooLong { .. }))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let mut r = bytes.as_slice();
+            for _ in 0..4 {
+                if !matches!(read_frame::<Request>(&mut r), Ok(Some(_))) { break; }
+            }
+            let _ = read_frame::<Response>(&mut bytes.as_slice());
+            let _ = Manifest::decode(&bytes);
+            let _ = PieceHeader::read(&mut bytes.as_slice(), &mut Hasher::new());
+            let _ = read_frame::<auth::Hello>(&mut bytes.as_slice());
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! The checkpoint files of one node: pieces and manifests on local disk.
+//!
+//! Layout under the root directory:
+//! ```text
+//! <app>-<size>r/<iteration, 20 digits>/rank-<rank, 6 digits>.piece
+//! <app>-<size>r/<iteration>/manifest
+//! quarantine/<app>-<size>r-<iteration>-<what>-<unix time>
+//! ```
+//! Every file is written to a temporary name in its final directory, synced, renamed into
+//! place, and the directory synced: a crash leaves either the old state or the new one, never
+//! half a file under a final name. A checkpoint directory without a manifest is incomplete
+//! and never used; one whose manifest or piece fails its digest is moved to `quarantine/`
+//! with a log line saying why, so that the previous complete checkpoint is used instead.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use pcm_proto::checkpoint::{
+    copy_hashed, Available, Digest, Error, Hasher, Manifest, PieceId, Rejected, Series,
+};
+use pcm_proto::Rank;
+
+/// Complete checkpoints kept per series: the newest and the one before it.
+pub const KEEP: usize = 2;
+
+/// The checkpoint directory of a node.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    /// Serialises commits, pruning, listing and quarantining: they read and move whole
+    /// directories. Piece writes go to their own temporary files and need no lock.
+    lock: Mutex<()>,
+    temp_counter: AtomicU64,
+}
+
+/// Where a manifest came from, for [`Store::commit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// It was new here.
+    New,
+    /// The same manifest was already here (another rank of the node sent it first).
+    Already,
+}
+
+impl Store {
+    /// A store rooted at `root` (created on first write, mode 0700).
+    pub fn new(root: PathBuf) -> Self {
+        Store {
+            root,
+            lock: Mutex::new(()),
+            temp_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn series_dir(&self, series: &Series) -> PathBuf {
+        self.root.join(format!("{}-{}r", series.app, series.size))
+    }
+
+    /// Directory of one checkpoint.
+    pub fn checkpoint_dir(&self, series: &Series, iteration: u64) -> PathBuf {
+        self.series_dir(series).join(format!("{iteration:020}"))
+    }
+
+    /// File of one piece.
+    pub fn piece_path(&self, piece: &PieceId) -> PathBuf {
+        self.checkpoint_dir(&piece.series, piece.iteration)
+            .join(format!("rank-{:06}.piece", piece.rank.0))
+    }
+
+    /// File of one manifest.
+    pub fn manifest_path(&self, series: &Series, iteration: u64) -> PathBuf {
+        self.checkpoint_dir(series, iteration).join("manifest")
+    }
+
+    fn guard(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn temp_path(&self, dir: &Path, name: &str) -> PathBuf {
+        let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
+        dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()))
+    }
+
+    fn create_dir(dir: &Path) -> io::Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+
+    /// Writes `len` bytes from `reader` as the piece, if they have `digest`. The bytes are
+    /// always consumed (so the stream stays in step) unless reading them fails.
+    pub fn put(
+        &self,
+        piece: &PieceId,
+        len: u64,
+        digest: Digest,
+        reader: &mut impl Read,
+    ) -> Result<(), Error> {
+        let path = self.piece_path(piece);
+        let dir = path
+            .parent()
+            .ok_or_else(|| Error::Protocol("piece path has no directory".into()))?;
+        let prepared = Self::create_dir(dir).and_then(|()| {
+            let temp = self.temp_path(dir, "piece");
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)?;
+            Ok((temp, file))
+        });
+        let (temp, file) = match prepared {
+            Ok(ok) => ok,
+            Err(e) => {
+                // Keep the stream in step so the client hears the reason.
+                copy_hashed(reader, &mut io::sink(), len)?;
+                return Err(Error::Io(io::Error::new(
+                    e.kind(),
+                    format!("cannot create a piece in {}: {e}", dir.display()),
+                )));
+            }
+        };
+        let result = write_piece(file, reader, len, digest);
+        match result {
+            Ok(()) => {
+                fs::rename(&temp, &path)?;
+                sync_dir(dir)?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the manifest, making the checkpoint complete here, then prunes the series to
+    /// the [`KEEP`] newest complete checkpoints.
+    pub fn commit(&self, manifest: &Manifest) -> Result<Committed, Error> {
+        manifest.check()?;
+        let _guard = self.guard();
+        let path = self.manifest_path(&manifest.series, manifest.iteration);
+        let bytes = manifest.encode();
+        if fs::read(&path).is_ok_and(|old| old == bytes) {
+            return Ok(Committed::Already);
+        }
+        let dir = path
+            .parent()
+            .ok_or_else(|| Error::Protocol("manifest path has no directory".into()))?;
+        Self::create_dir(dir)?;
+        let temp = self.temp_path(dir, "manifest");
+        let written = (|| {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            fs::rename(&temp, &path)?;
+            sync_dir(dir)
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&temp);
+            return Err(e.into());
+        }
+        self.prune(&manifest.series);
+        Ok(Committed::New)
+    }
+
+    /// Iterations with a directory in the series, newest first.
+    fn iterations(&self, series: &Series) -> Vec<u64> {
+        let mut found: Vec<u64> = fs::read_dir(self.series_dir(series))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        found.sort_unstable_by(|a, b| b.cmp(a));
+        found
+    }
+
+    /// Keeps the [`KEEP`] newest complete checkpoints, and incomplete ones newer than the
+    /// newest complete one (they may be in progress).
+    fn prune(&self, series: &Series) {
+        let mut complete = 0;
+        let mut newest_complete = None;
+        for iteration in self.iterations(series) {
+            let has_manifest = self.manifest_path(series, iteration).exists();
+            let keep = if has_manifest {
+                complete += 1;
+                newest_complete.get_or_insert(iteration);
+                complete <= KEEP
+            } else {
+                newest_complete.is_none()
+            };
+            if !keep {
+                let dir = self.checkpoint_dir(series, iteration);
+                match fs::remove_dir_all(&dir) {
+                    Ok(()) => tracing::debug!("removed old checkpoint {}", dir.display()),
+                    Err(e) => tracing::warn!("cannot remove {}: {e}", dir.display()),
+                }
+            }
+        }
+    }
+
+    /// Moves `path` to the quarantine directory; returns where it went.
+    fn quarantine(&self, path: &Path, label: &str) -> String {
+        let stamp = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let target_dir = self.root.join("quarantine");
+        let target = target_dir.join(format!("{label}-{stamp}"));
+        let moved = Self::create_dir(&target_dir).and_then(|()| fs::rename(path, &target));
+        match moved {
+            Ok(()) => target.display().to_string(),
+            Err(e) => {
+                // Could not move it: delete it, so it is never read as good.
+                let _ = fs::remove_dir_all(path).or_else(|_| fs::remove_file(path));
+                format!("nowhere ({e}); removed instead")
+            }
+        }
+    }
+
+    /// Reads and checks a manifest; a corrupt one is quarantined (with its directory).
+    fn read_manifest(&self, series: &Series, iteration: u64) -> Result<Option<Manifest>, String> {
+        let path = self.manifest_path(series, iteration);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let problem = match Manifest::decode(&bytes) {
+            Ok(m) if m.series == *series && m.iteration == iteration => return Ok(Some(m)),
+            Ok(m) => format!(
+                "it describes {} iteration {}, not this directory",
+                m.series, m.iteration
+            ),
+            Err(e) => e.to_string(),
+        };
+        let dir = self.checkpoint_dir(series, iteration);
+        let label = format!("{}-{}r-{iteration}-checkpoint", series.app, series.size);
+        let to = self.quarantine(&dir, &label);
+        Err(format!(
+            "manifest {} is corrupt ({problem}); checkpoint quarantined to {to}",
+            path.display()
+        ))
+    }
+
+    /// Checkpoints of `series` that hold a verified piece of `rank` here, newest first, and
+    /// those found corrupt (now quarantined).
+    pub fn list(&self, series: &Series, rank: Rank) -> (Vec<Available>, Vec<Rejected>) {
+        let _guard = self.guard();
+        let mut available = Vec::new();
+        let mut rejected = Vec::new();
+        for iteration in self.iterations(series) {
+            let manifest = match self.read_manifest(series, iteration) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue, // incomplete: never used
+                Err(reason) => {
+                    tracing::warn!("{series} iteration {iteration}: {reason}");
+                    rejected.push(Rejected { iteration, reason });
+                    continue;
+                }
+            };
+            let Some((&digest, &len)) = manifest
+                .digests
+                .get(rank.0 as usize)
+                .zip(manifest.lens.get(rank.0 as usize))
+            else {
+                continue;
+            };
+            let piece = PieceId {
+                series: series.clone(),
+                iteration,
+                rank,
+            };
+            let path = self.piece_path(&piece);
+            match verify_file(&path, len, digest) {
+                Ok(true) => available.push(Available {
+                    iteration,
+                    digest,
+                    len,
+                    at_buddy: false,
+                }),
+                Ok(false) => {} // not here
+                Err(problem) => {
+                    let label = format!(
+                        "{}-{}r-{iteration}-rank-{}",
+                        series.app, series.size, rank.0
+                    );
+                    let to = self.quarantine(&path, &label);
+                    let reason = format!(
+                        "piece {} is corrupt ({problem}); quarantined to {to}",
+                        path.display()
+                    );
+                    tracing::warn!("{piece}: {reason}; an older checkpoint will be used");
+                    rejected.push(Rejected { iteration, reason });
+                }
+            }
+        }
+        (available, rejected)
+    }
+
+    /// The manifest of a checkpoint, if complete and sound here.
+    pub fn manifest(&self, series: &Series, iteration: u64) -> Result<Manifest, Error> {
+        let _guard = self.guard();
+        match self.read_manifest(series, iteration) {
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => Err(Error::Protocol(format!(
+                "no complete checkpoint of {series} at iteration {iteration} here"
+            ))),
+            Err(reason) => Err(Error::Format(reason)),
+        }
+    }
+
+    /// Opens a piece for sending, with its length and digest from the manifest.
+    pub fn open_piece(&self, piece: &PieceId) -> Result<(File, u64, Digest), Error> {
+        let manifest = self.manifest(&piece.series, piece.iteration)?;
+        let index = piece.rank.0 as usize;
+        let (digest, len) = manifest
+            .digests
+            .get(index)
+            .zip(manifest.lens.get(index))
+            .ok_or_else(|| Error::Protocol(format!("{piece}: rank outside the manifest")))?;
+        let path = self.piece_path(piece);
+        let file = File::open(&path).map_err(|e| {
+            Error::Io(io::Error::new(
+                e.kind(),
+                format!("{piece}: cannot open {}: {e}", path.display()),
+            ))
+        })?;
+        Ok((file, *len, *digest))
+    }
+
+    /// Pieces of one checkpoint held here (for copying to the buddy).
+    pub fn local_pieces(&self, series: &Series, iteration: u64) -> Vec<PieceId> {
+        let dir = self.checkpoint_dir(series, iteration);
+        let mut pieces: Vec<PieceId> = fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let rank = name.strip_prefix("rank-")?.strip_suffix(".piece")?;
+                Some(PieceId {
+                    series: series.clone(),
+                    iteration,
+                    rank: Rank(rank.parse().ok()?),
+                })
+            })
+            .collect();
+        pieces.sort_by_key(|p| p.rank);
+        pieces
+    }
+}
+
+fn write_piece(file: File, reader: &mut impl Read, len: u64, digest: Digest) -> Result<(), Error> {
+    let mut writer = BufWriter::with_capacity(1 << 20, file);
+    let computed = copy_hashed(reader, &mut writer, len)?;
+    if computed != digest {
+        return Err(Error::Format(format!(
+            "piece bytes have digest {computed}, but the sender announced {digest}"
+        )));
+    }
+    let file = writer.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(())
+}
+
+/// `Ok(false)` when the file does not exist; `Err` with the problem when it is not the piece
+/// the manifest describes.
+fn verify_file(path: &Path, len: u64, digest: Digest) -> Result<bool, String> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("cannot open it: {e}")),
+    };
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                total += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+    }
+    if total != len {
+        return Err(format!(
+            "{total} bytes, the manifest says {len}: truncated or partial"
+        ));
+    }
+    let computed = hasher.finish();
+    if computed != digest {
+        return Err(format!(
+            "SHA-256 {computed} does not match the manifest's {digest}"
+        ));
+    }
+    Ok(true)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use pcm_proto::{AppName, JobId};
+
+    fn series() -> Series {
+        Series {
+            app: AppName::new("app").unwrap(),
+            size: 2,
+        }
+    }
+
+    fn checkpoint(store: &Store, iteration: u64) -> Manifest {
+        let mut digests = Vec::new();
+        let mut lens = Vec::new();
+        for rank in 0..2u32 {
+            let bytes = format!("rank {rank} at {iteration}").into_bytes();
+            let digest = Digest::of(&bytes);
+            let piece = PieceId {
+                series: series(),
+                iteration,
+                rank: Rank(rank),
+            };
+            store
+                .put(&piece, bytes.len() as u64, digest, &mut bytes.as_slice())
+                .unwrap();
+            digests.push(digest);
+            lens.push(bytes.len() as u64);
+        }
+        let manifest = Manifest {
+            format: pcm_proto::checkpoint::FORMAT_VERSION,
+            series: series(),
+            iteration,
+            job: JobId::new("job").unwrap(),
+            created_unix_s: 0,
+            digests,
+            lens,
+        };
+        assert_eq!(store.commit(&manifest).unwrap(), Committed::New);
+        assert_eq!(store.commit(&manifest).unwrap(), Committed::Already);
+        manifest
+    }
+
+    #[test]
+    fn keeps_two_newest_complete_and_lists_them_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("ckpt"));
+        for it in [10, 20, 30] {
+            checkpoint(&store, it);
+        }
+        let (available, rejected) = store.list(&series(), Rank(1));
+        let its: Vec<u64> = available.iter().map(|a| a.iteration).collect();
+        assert_eq!(its, vec![30, 20]);
+        assert!(rejected.is_empty());
+        assert!(!store.checkpoint_dir(&series(), 10).exists());
+    }
+
+    #[test]
+    fn wrong_digest_on_put_is_refused_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        let piece = PieceId {
+            series: series(),
+            iteration: 1,
+            rank: Rank(0),
+        };
+        let err = store
+            .put(&piece, 3, Digest::of(b"xyz"), &mut &b"abc"[..])
+            .unwrap_err();
+        assert!(err.to_string().contains("announced"), "{err}");
+        assert!(!store.piece_path(&piece).exists());
+        let leftovers = fs::read_dir(store.checkpoint_dir(&series(), 1))
+            .unwrap()
+            .count();
+        assert_eq!(leftovers, 0);
+    }
+
+    #[test]
+    fn flipped_byte_quarantines_the_newest_and_the_previous_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        checkpoint(&store, 5);
+        checkpoint(&store, 9);
+        let piece = PieceId {
+            series: series(),
+            iteration: 9,
+            rank: Rank(0),
+        };
+        let path = store.piece_path(&piece);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[2] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let (available, rejected) = store.list(&series(), Rank(0));
+        assert_eq!(available.len(), 1);
+        assert_eq!(available[0].iteration, 5);
+        assert_eq!(rejected.len(), 1);
+        assert!(
+            rejected[0].reason.contains("does not match"),
+            "{rejected:?}"
+        );
+        assert!(dir.path().join("quarantine").read_dir().unwrap().count() == 1);
+        // Rank 1's piece of iteration 9 is intact and still listed.
+        let (available, _) = store.list(&series(), Rank(1));
+        assert_eq!(available[0].iteration, 9);
+    }
+
+    #[test]
+    fn corrupt_manifest_and_missing_manifest_are_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        checkpoint(&store, 5);
+        checkpoint(&store, 9);
+        let path = store.manifest_path(&series(), 9);
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x80;
+        fs::write(&path, bytes).unwrap();
+        // An incomplete newer checkpoint: a piece without a manifest.
+        let piece = PieceId {
+            series: series(),
+            iteration: 12,
+            rank: Rank(0),
+        };
+        store
+            .put(&piece, 1, Digest::of(b"x"), &mut &b"x"[..])
+            .unwrap();
+        let (available, rejected) = store.list(&series(), Rank(0));
+        assert_eq!(
+            available.iter().map(|a| a.iteration).collect::<Vec<_>>(),
+            [5]
+        );
+        assert_eq!(rejected.len(), 1);
+        assert!(rejected[0].reason.contains("manifest"), "{rejected:?}");
+    }
+}

@@ -1,0 +1,64 @@
+//! The node's own load for `pcmd stats`, from the IOS agent's sensor.
+//!
+//! [`ios_agent_profile::NodeSensor`] knows what "the node" is (the cgroup that caps pcmd's
+//! CPU, or the whole machine) and reads it cheaply from `/proc` and `/sys`. pcmd samples it
+//! once per stats period and serves the result as [`NodeLoad`]. The sensor's CPU speed probe
+//! is turned off: speed is not part of `NodeLoad`, and the probe would cost pcmd tens of
+//! milliseconds of CPU.
+
+use ios_agent_profile::{NodeSensor, SensorConfig};
+use pcm_proto::NodeLoad;
+
+/// Samples the node pcmd runs on; without a usable sensor every sample is `None`.
+#[derive(Debug)]
+pub struct Sensor {
+    sensor: Option<NodeSensor>,
+    warned: bool,
+}
+
+impl Sensor {
+    /// Finds the node of this process. A failure is logged once and leaves the sensor off.
+    pub fn new() -> Self {
+        let config = SensorConfig {
+            probe_every: None,
+            ..SensorConfig::default()
+        }
+        .with_fixed_speed(1.0);
+        let sensor = NodeSensor::new(config)
+            .map_err(|e| {
+                tracing::warn!("cannot sense this node's load ({e}); `pcmd stats` will show zeros")
+            })
+            .ok();
+        if let Some(sensor) = &sensor {
+            tracing::info!(scope = ?sensor.scope(), cores = sensor.cores(), "sensing the node's load");
+        }
+        Sensor {
+            sensor,
+            warned: false,
+        }
+    }
+
+    /// The node's load since the previous sample, if it could be read.
+    pub fn sample(&mut self) -> Option<NodeLoad> {
+        let sensor = self.sensor.as_mut()?;
+        match sensor.sample() {
+            Ok(sample) => {
+                self.warned = false;
+                Some(sample.load())
+            }
+            Err(e) => {
+                if !self.warned {
+                    tracing::warn!("cannot sample this node's load: {e}");
+                    self.warned = true;
+                }
+                None
+            }
+        }
+    }
+}
+
+impl Default for Sensor {
+    fn default() -> Self {
+        Self::new()
+    }
+}

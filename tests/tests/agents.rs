@@ -1,0 +1,166 @@
+//! Real `ios-agent` processes on loopback with real peer servers: discovery, expiry of a
+//! killed agent, two peer servers with one killed, admission by pool key, bad addresses, and
+//! the agent's own pcmd. (The end-to-end migrations are in `agents_e2e.rs`.)
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
+use mpi_ios_tests::{bin, wait_until};
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ios-agents-")
+        .tempdir()
+        .unwrap()
+}
+
+#[test]
+fn agents_find_each_other_and_a_killed_one_drops_out_within_seconds() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let server = PeerServer::local(dir.path(), &key, "server");
+    let agents: Vec<AgentProc> = ["na", "nb", "nc"]
+        .iter()
+        .map(|h| {
+            AgentProc::local(
+                dir.path(),
+                AgentSpec::local(dir.path(), h, &key, &[&server.addr]),
+            )
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(20),
+        "every agent knows both others",
+        || agents.iter().all(|a| a.peer_count() == 2),
+    );
+    // Peers are in the local tier with measured loopback round-trip times.
+    let status = agents[0].status();
+    for p in status["peers"].as_array().unwrap() {
+        assert_eq!(p["tier"], "local", "{status:#}");
+        let rtt = p["srtt_ms"].as_f64().unwrap();
+        assert!(rtt > 0.0 && rtt < 10.0, "loopback rtt {rtt} ms: {status:#}");
+    }
+
+    let mut agents = agents;
+    let mut killed = agents.pop().unwrap();
+    let t0 = Instant::now();
+    killed.group.kill();
+    wait_until(
+        Duration::from_secs(15),
+        "the others drop the killed agent",
+        || agents.iter().all(|a| a.peer_count() == 1),
+    );
+    eprintln!("killed agent dropped after {:?}", t0.elapsed());
+}
+
+#[test]
+fn with_two_peer_servers_and_one_killed_a_new_agent_still_finds_the_pool() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let mut first = PeerServer::local(dir.path(), &key, "server-1");
+    let second = PeerServer::local(dir.path(), &key, "server-2");
+    let servers = [first.addr.as_str(), second.addr.as_str()];
+    let a = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "na", &key, &servers),
+    );
+    // Let the first agent register with both before one server dies.
+    std::thread::sleep(Duration::from_secs(2));
+    first.group.kill();
+    let b = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nb", &key, &servers),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "both agents know each other through the surviving server",
+        || a.peer_count() == 1 && b.peer_count() == 1,
+    );
+}
+
+#[test]
+fn an_agent_without_the_pool_key_is_not_admitted_and_says_why() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let other_key = pool_key(dir.path(), "other.key");
+    let server = PeerServer::local(dir.path(), &key, "server");
+    let member = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "na", &key, &[&server.addr]),
+    );
+    let intruder = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nx", &other_key, &[&server.addr]),
+    );
+    wait_until(
+        Duration::from_secs(15),
+        "the intruder reports the key problem",
+        || intruder.group.stderr_so_far().contains("pool key"),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(intruder.peer_count(), 0, "{:#}", intruder.status());
+    assert_eq!(member.peer_count(), 0, "{:#}", member.status());
+}
+
+#[test]
+fn bad_peer_server_addresses_get_clear_errors() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    // Not an address at all: join refuses at once and names it.
+    let out = Command::new(bin("ios-agent"))
+        .args(AgentSpec::local(dir.path(), "na", &key, &["not-an-address"]).args())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not-an-address"), "{err}");
+
+    // A well-formed address where nothing listens: the agent keeps running and says so.
+    let nobody = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWRmdSiDKc4C8Wa1bETCcpwAqCexgRmTYEdgPUqeZH9MrR";
+    let agent = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nb", &key, &[nobody]),
+    );
+    wait_until(
+        Duration::from_secs(15),
+        "the agent logs the unreachable peer server",
+        || agent.group.stderr_so_far().contains("127.0.0.1/tcp/9"),
+    );
+    assert!(agent.try_status().is_some(), "the agent must keep running");
+}
+
+#[test]
+fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let agent = AgentProc::local(dir.path(), spec.clone());
+    let mode = std::fs::metadata(&spec.control)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600, "control socket mode {mode:o}");
+    let pcmd_status = || {
+        Command::new(bin("pcmd"))
+            .arg("--socket")
+            .arg(&spec.pcmd_socket)
+            .arg("status")
+            .output()
+            .unwrap()
+    };
+    assert!(
+        pcmd_status().status.success(),
+        "the agent's pcmd does not answer"
+    );
+    let status = agent.status();
+    assert_eq!(status["host"], "na");
+    let log = agent.leave(Duration::from_secs(15));
+    assert!(log.contains("left the pool"), "{log}");
+    wait_until(Duration::from_secs(10), "the idle pcmd stops", || {
+        !pcmd_status().status.success()
+    });
+    assert!(!spec.control.exists(), "control socket left behind");
+}
