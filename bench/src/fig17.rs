@@ -11,10 +11,11 @@
 //! Figure 18 splits the reconfiguration into checkpointing (the departing rank's `store`
 //! calls), loading (the replacement's `load` calls) and communicator rearrangement (spawn,
 //! merge+split), plus the state transfer and the agreement, all read from PCM's
-//! `pcm::timing` debug lines (`RUST_LOG=pcm::timing=debug`). PCM times the spawn on each rank
-//! from when it enters `reconfigure`: the staying ranks enter at once and wait inside the
-//! collective spawn while the departing rank stores its state, so the spawn shown here is
-//! PCM's spawn time less the store time, to count the store once.
+//! `pcm::timing` debug lines (`RUST_LOG=pcm::timing=debug`). PCM reports the slowest rank's
+//! time for each phase: the agreement runs from the status call to `reconfigure`, which on
+//! the departing rank holds its stores, and the spawn from entering `reconfigure`, which on
+//! the staying ranks holds waiting for those stores inside the collective spawn. So both are
+//! shown less the store time, to count the store once.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,6 +70,7 @@ struct Phases {
     store: f64,
     transfer: f64,
     load: f64,
+    /// Agreement less the store (see the module docs).
     agree: f64,
     /// Spawn less the store (see the module docs).
     spawn: f64,
@@ -133,7 +135,7 @@ fn phases(stderr: &str) -> Result<Phases> {
         store,
         transfer: field(r, "state_transfer_us")? / 1e3,
         load: sum_us("pcm_load")? / 1e3,
-        agree: field(r, "agree_us")? / 1e3,
+        agree: (field(r, "agree_us")? / 1e3 - store).max(0.0),
         spawn: (field(r, "spawn_us")? / 1e3 - store).max(0.0),
         merge_split: field(r, "merge_split_us")? / 1e3,
         state_bytes: field(r, "state_bytes")?,
@@ -358,7 +360,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         "store ms",
         "transfer ms",
         "load ms",
-        "agree ms",
+        "agree ms (less store)",
         "spawn ms (less store)",
         "merge+split ms",
         "total ms",
@@ -394,8 +396,9 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         format!(
             "{} ranks, rank {} moved at iteration {at} (PCM_SCHEDULE), no daemon; seconds are \
              heat2d's own iteration-loop time, phases from PCM's pcm::timing lines (medians \
-             over repeats). The spawn column is PCM's spawn time less the departing rank's \
-             store time, which the staying ranks wait out inside the collective spawn. \
+             over repeats). The agree and spawn columns are PCM's times less the departing \
+             rank's store time, which both maxima include (see bench/src/fig17.rs). Stacked \
+             bars are medians per phase, so their height may differ from the median total. \
              'rate after/before' is the median iteration rate of heat2d's progress windows \
              after the move over that before it (the same windows in the run without): a \
              spawned replacement reaches the original ranks over TCP, not shared memory, so \
@@ -525,7 +528,7 @@ mod tests {
         let stderr = "\
 2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"grid\",\"bytes\":100,\"us\":2000}
 2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"meta\",\"bytes\":8,\"us\":1000}
-2026 DEBUG pcm::timing: {\"event\":\"pcm_reconfigured\",\"iteration\":5,\"agree_us\":500,\"spawn_us\":250000,\"merge_split_us\":4000,\"state_transfer_us\":1500,\"state_bytes\":108}
+2026 DEBUG pcm::timing: {\"event\":\"pcm_reconfigured\",\"iteration\":5,\"agree_us\":3500,\"spawn_us\":250000,\"merge_split_us\":4000,\"state_transfer_us\":1500,\"state_bytes\":108}
 2026 DEBUG pcm::timing: {\"event\":\"pcm_load\",\"name\":\"grid\",\"bytes\":100,\"us\":30}
 ";
         let p = phases(stderr).expect("parses");
