@@ -206,6 +206,9 @@ fn fig17_quick_reconfigures_once_and_writes_both_plots() {
     assert!(total > 1.0, "reconfiguration total {total} ms: {breakdown}");
     assert_plot(out.path(), "fig17");
     assert_plot(out.path(), "fig18");
+    assert_plot(out.path(), "fig17-rate");
+}
+
 #[test]
 fn profiling_quick_prints_its_table() {
     let exe = bench();
