@@ -95,11 +95,16 @@ fn an_agent_without_the_pool_key_is_not_admitted_and_says_why() {
         dir.path(),
         AgentSpec::local(dir.path(), "nx", &other_key, &[&server.addr]),
     );
-    wait_until(
-        Duration::from_secs(15),
-        "the intruder reports the key problem",
-        || intruder.group.stderr_so_far().contains("pool key"),
-    );
+    // A key mismatch shows only when the handshake times out: allow for a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while !intruder.group.stderr_so_far().contains("pool key") {
+        assert!(
+            Instant::now() < deadline,
+            "the intruder never reported the key problem:\n{}",
+            intruder.group.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(intruder.peer_count(), 0, "{:#}", intruder.status());
     assert_eq!(member.peer_count(), 0, "{:#}", member.status());
