@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what MPI/IOS needs on a fresh Debian machine: Open MPI (the MPI we build on),
-# clang for rsmpi's bindings, iproute2 and util-linux for the emulated-host tests.
+# clang for rsmpi's bindings, iproute2 and util-linux for the emulated-host tests, and
+# fonts-dejavu-core for the plots.
 # Safe to run again: installs only what is missing. Sourced by the other scripts.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
     compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null || missing+=(libclang-dev clang)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+# The plots (mpi-ios-plots) lay out text with a TrueType font; $MPI_IOS_PLOT_FONT overrides.
+[ -n "${MPI_IOS_PLOT_FONT:-}" ] || [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}" >&2
     sudo=""

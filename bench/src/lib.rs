@@ -6,6 +6,9 @@
 //! application they migrate is `pcm-state` (`src/bin/pcm-state.rs`). See
 //! `docs/benchmarks.md`.
 
+pub mod adaptive;
+pub mod checkpoint;
+
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write as _;

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand};
+mod fig12;
+mod fig17;
+
 use mpi_ios_bench::{
     append_markdown, events, find_bin, load_average, max, median, mem_available_bytes, min, MpiRun,
     Pcmd, Table,
@@ -54,6 +57,11 @@ enum Command {
     /// `mpi-pingpong` (one plain MPI send of the same size between two ranks over TCP
     /// loopback, the transport a spawned process reaches its parents by in Open MPI 4).
     Migration(MigrationArgs),
+    /// The main job: heat2d on emulated nodes (network namespaces with CPU caps) with IOS
+    /// agents; a CPU hog starts on one node, an idle node joins, and the agents move the
+    /// slowed rank by themselves. Compared with static MPI under the same load and with the
+    /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
+    Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
     /// MPI traffic profiling: the CPU cost the wrappers add to a halo-exchange loop
     /// (mpi-calls, 1 rank), heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
     /// served by a pcmd; median of the per-pair ratios, and the ratio projected from the
@@ -62,6 +70,20 @@ enum Command {
     /// to it at the default 2 s stats period (target <= 0.2% of one core), with profiling
     /// off and on, next to an idle pcmd.
     Profiling(profiling::ProfilingArgs),
+    /// Checkpoint throughput to local disk and to the buddy pcmd, in MB/s, side by side with
+    /// the disk's own write+fsync speed and the TCP loopback's own speed, measured in the same
+    /// run (see docs/checkpoints.md).
+    Checkpoint(mpi_ios_bench::checkpoint::CheckpointArgs),
+    /// The paper's Figure 12: PCM overhead for 2, 4 and 8 ranks (heat2d vs heat2d-plain,
+    /// interleaved repeats), as a table and a grouped bar chart (fig12.svg/png in --out).
+    /// Paper: under 5%.
+    Fig12(fig12::Fig12Args),
+    /// The paper's Figures 17 and 18: total time with and without one reconfiguration
+    /// (forced with PCM_SCHEDULE) over a range of grid sizes, the reconfiguration overhead
+    /// in % of the total, and its breakdown (store, state transfer, load, agree, spawn,
+    /// merge+split), as tables and bar charts (fig17, fig18 .svg/png in --out).
+    /// Paper: overhead under 1% of the total.
+    Fig17(fig17::Fig17Args),
 }
 
 #[derive(Debug, Args)]
@@ -128,7 +150,11 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),
+        Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
         Command::Profiling(args) => profiling::run(args),
+        Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
+        Command::Fig12(args) => fig12::run(args),
+        Command::Fig17(args) => fig17::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -145,6 +171,9 @@ struct HeatReport {
     checksum: String,
     seconds: f64,
     iterations: u64,
+    /// Migrations done (PCM runs only).
+    #[serde(default)]
+    migrations: Option<u64>,
 }
 
 fn heat_report(stdout: &str) -> Result<HeatReport> {

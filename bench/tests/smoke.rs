@@ -1,5 +1,5 @@
-//! Smoke test: both benchmarks run in their quick (CI) mode and print their tables, so that
-//! they do not rot. Needs the project's binaries: `cargo build --release --bins` first
+//! Smoke test: every benchmark runs in its quick (CI) mode and prints its table (and the
+//! figures write their plots), so that they do not rot. Needs the project's binaries: `cargo build --release --bins` first
 //! (heat2d, heat2d-plain and pcmd come from other packages).
 #![allow(clippy::unwrap_used)]
 
@@ -136,4 +136,76 @@ fn profiling_quick_prints_its_table() {
         stdout.contains("halo loop") && stdout.contains("pcmd CPU"),
         "{stdout}"
     );
+}
+
+/// Asserts that `dir/stem.svg` and `dir/stem.png` exist and are not empty.
+fn assert_plot(dir: &Path, stem: &str) {
+    for ext in ["svg", "png"] {
+        let path = dir.join(format!("{stem}.{ext}"));
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        assert!(
+            len > 1000,
+            "{} missing or too small ({len} bytes)",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn fig12_quick_prints_its_table_and_writes_its_plot() {
+    let exe = bench();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let md = out.path().join("results.md");
+    let output = run(
+        &exe,
+        &[
+            "fig12",
+            "--quick",
+            "--out",
+            out.path().to_str().unwrap(),
+            "--markdown",
+            md.to_str().unwrap(),
+        ],
+    );
+    check(&output, "overhead % (medians)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // One row per rank count of the quick mode.
+    let rows = stdout
+        .lines()
+        .filter(|l| l.contains("128x128") && !l.starts_with("Figure"))
+        .count();
+    assert_eq!(rows, 2, "{stdout}");
+    assert_plot(out.path(), "fig12");
+    let markdown = std::fs::read_to_string(md).unwrap();
+    assert!(markdown.contains("| ranks |"), "markdown: {markdown}");
+}
+
+#[test]
+fn fig17_quick_reconfigures_once_and_writes_both_plots() {
+    let exe = bench();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let output = run(
+        &exe,
+        &["fig17", "--quick", "--out", out.path().to_str().unwrap()],
+    );
+    check(&output, "overhead % (phases / total)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("spawn ms (less store)"), "{stdout}");
+    // The breakdown rows hold a real spawn: PCM's spawn is hundreds of ms, never zero.
+    let breakdown = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Figure 18"))
+        .find(|l| l.trim_start().starts_with("64x64"))
+        .unwrap_or_else(|| panic!("no 64x64 breakdown row\n{stdout}"));
+    let total: f64 = breakdown
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(total > 1.0, "reconfiguration total {total} ms: {breakdown}");
+    assert_plot(out.path(), "fig17");
+    assert_plot(out.path(), "fig18");
 }

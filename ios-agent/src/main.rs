@@ -141,6 +141,7 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
         &pcmd_socket,
         &pcmd_program(args.pcmd.as_deref()),
         &state_dir.join("pcmd.log"),
+        args.profile_period,
     )?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

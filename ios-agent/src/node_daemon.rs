@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{EntityId, MigrationId};
-use pcm_proto::{FromDaemon, HostName, Move, NodeStats, Outcome, ToDaemon};
+use pcm_proto::{HostName, Move, NodeStats, Outcome};
 use pcmd::client::{Client, Error as ClientError, Migration};
 
 use crate::driver::Migrator;
@@ -52,12 +52,14 @@ pub enum NodeDaemonError {
 }
 
 impl NodeDaemon {
-    /// Attaches to the pcmd serving `socket`, or starts `program --socket SOCKET serve`
-    /// (logging to `log`) and waits until it answers.
+    /// Attaches to the pcmd serving `socket`, or starts `program --socket SOCKET serve
+    /// --stats-period SECS` (logging to `log`) and waits until it answers. The agent reads
+    /// the ranks' profiles every `stats_period`, so pcmd's own period is the same.
     pub fn attach_or_start(
         socket: &Path,
         program: &Path,
         log: &Path,
+        stats_period: Duration,
     ) -> Result<NodeDaemon, NodeDaemonError> {
         match Client::connect(socket) {
             Ok(_) => {
@@ -84,6 +86,8 @@ impl NodeDaemon {
             .arg("--socket")
             .arg(socket)
             .arg("serve")
+            .arg("--stats-period")
+            .arg(format!("{}", stats_period.as_secs_f64()))
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err)
@@ -151,15 +155,7 @@ impl NodeDaemon {
 
 /// Reads the node's profile from pcmd.
 pub fn stats(socket: &Path) -> Result<NodeStats, ClientError> {
-    let mut client = Client::connect(socket)?;
-    client.send(&ToDaemon::QueryStats)?;
-    match client.recv(pcmd::client::DEFAULT_REPLY_TIMEOUT, "stats")? {
-        FromDaemon::Stats(stats) => Ok(stats),
-        other => Err(ClientError::Unexpected {
-            what: "stats",
-            reply: Box::new(other),
-        }),
-    }
+    Client::connect(socket)?.stats()
 }
 
 /// Carries out migrations through pcmd.

@@ -68,6 +68,17 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample
         let entities = stats
             .as_ref()
             .map(|s| entity_profiles(s, previous.as_ref()));
+        for e in entities.iter().flatten() {
+            tracing::debug!(
+                entity = %e.id,
+                cpu = e.cpu,
+                compute_ms = e.compute.as_secs_f64() * 1e3,
+                mpi_ms = e.mpi_wait.as_secs_f64() * 1e3,
+                rate = e.iteration_rate,
+                resident_s = e.resident.as_secs_f64(),
+                "entity sample"
+            );
+        }
         if let Some(n) = &node {
             tracing::debug!(cores = n.cores, used = n.used, demand = n.demand, competing = ?n.competing(), "node sample");
         }

@@ -110,6 +110,7 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
     // Node A: one core, two ranks and a hog competing for it. Node B: one idle core.
     let loaded = NodeProfile {
         cpu_load: 3.0,
+        competing: 1.0,
         ..NodeProfile::idle(1.0, 8 << 30)
     };
     let idle = NodeProfile::idle(1.0, 8 << 30);

@@ -25,13 +25,14 @@
 //!     let mut pcm = Pcm::init("myapp")?;
 //!     let (mut data, start) = match pcm.process_status() {
 //!         ProcessStatus::Fresh => (vec![0.0f64; 1000], 0),
-//!         ProcessStatus::Replacement { .. } => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
+//!         // A replacement, or a restart from a checkpoint (PCM_RESTART=1).
+//!         _ => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
 //!     };
 //!     for iteration in start..1000 {
 //!         match pcm.status()? {
 //!             Status::Continue => {}
 //!             status => {
-//!                 if status == Status::Migrate {
+//!                 if status.stores_state() {
 //!                     pcm.store("iteration", &iteration)?;
 //!                     pcm.store_array("data", &data)?;
 //!                 }
@@ -72,10 +73,16 @@
 //!   `none` disables the daemon link.
 //! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
+//! - `PCM_CHECKPOINT_INTERVAL`: seconds between coordinated checkpoints (fractions allowed;
+//!   unset: none). They are written by the node's pcmd and copied to its buddy.
+//! - `PCM_RESTART`: `1` resumes the job from its newest checkpoint that is complete and
+//!   intact for every rank ([`ProcessStatus::Restarted`]); the same `mpirun` command plus
+//!   `-x PCM_RESTART=1`.
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
 //! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr.
 
+mod checkpoint;
 mod daemon;
 mod error;
 mod ffi;
@@ -97,6 +104,7 @@ use mpi::traits::*;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
+pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
 pub use error::PcmError;
 pub use hosts::HOSTFILE_ENV;
 pub use mpi;
@@ -124,6 +132,19 @@ pub enum ProcessStatus {
         /// Iteration (status call count) at which the predecessor stored its state.
         iteration: u64,
     },
+    /// Started with `PCM_RESTART=1` and resumed from the coordinated checkpoint taken at
+    /// `iteration`: load the state as a replacement does and resume the loop there.
+    Restarted {
+        /// Iteration (status call count) at which the checkpoint was taken.
+        iteration: u64,
+    },
+}
+
+impl ProcessStatus {
+    /// Whether the process starts with stored state to load (a replacement or a restart).
+    pub fn has_state(self) -> bool {
+        !matches!(self, ProcessStatus::Fresh)
+    }
 }
 
 /// What the application must do at this iteration (the paper's `PCM_Status`).
@@ -136,6 +157,17 @@ pub enum Status {
     Migrate,
     /// Other ranks move: call [`Pcm::reconfigure`] (nothing to store).
     Reconfigure,
+    /// Every rank takes a coordinated checkpoint: store the state as for a migration, then
+    /// call [`Pcm::reconfigure`], which writes the checkpoint and hands the `Pcm` back.
+    Checkpoint,
+}
+
+impl Status {
+    /// Whether the application must store its state now: for [`Status::Migrate`] and
+    /// [`Status::Checkpoint`].
+    pub fn stores_state(self) -> bool {
+        matches!(self, Status::Migrate | Status::Checkpoint)
+    }
 }
 
 /// Result of [`Pcm::reconfigure`].
@@ -181,6 +213,9 @@ pub(crate) struct JobContext {
     check_period: Duration,
     /// Hosts a replacement may be spawned on (see the `hosts` module).
     hosts: BTreeSet<HostName>,
+    /// Checkpoint interval (`PCM_CHECKPOINT_INTERVAL`).
+    #[serde(default)]
+    checkpoint: checkpoint::Policy,
 }
 
 /// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
@@ -196,6 +231,8 @@ pub struct Pcm {
     /// A replacement's first status call is its predecessor's last: it returns at once.
     resume_pending: bool,
     pending: Option<Plan>,
+    /// Checkpoint timer (rank 0) and an agreed checkpoint waiting for `reconfigure`.
+    checkpoints: checkpoint::State,
     /// Rank 0 only: picks the check interval.
     cadence: Option<Cadence>,
     daemon: Option<DaemonLink>,
@@ -246,6 +283,8 @@ impl Pcm {
         let size = world.size() as u32;
         let schedule = Schedule::from_env()?;
         let check_period = schedule::check_period_from_env()?;
+        let checkpoint_policy = checkpoint::Policy::from_env()?;
+        let restart = checkpoint::restart_requested()?;
         let job = agree_on_job_id(&world, &app);
         let (hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
         let now = Instant::now();
@@ -261,12 +300,14 @@ impl Pcm {
                 migrations: 0,
                 check_period,
                 hosts,
+                checkpoint: checkpoint_policy,
             },
             rank,
             size,
             origin: ProcessStatus::Fresh,
             resume_pending: false,
             pending: None,
+            checkpoints: checkpoint::State::new(rank, &checkpoint_policy, now),
             cadence: (rank == 0).then(|| Cadence::new(check_period, now, 0)),
             daemon: None,
             host,
@@ -276,20 +317,34 @@ impl Pcm {
             profiler: Profiler::new(profiling, pcm_proto::RankProfile::default()),
             universe,
         };
+        if restart {
+            checkpoint::restore(&mut pcm)?;
+        }
         pcm.connect_daemon();
         Ok(pcm)
     }
 
-    /// Starts the link to the node's pcmd (unless `PCM_DAEMON=none`).
-    fn connect_daemon(&mut self) {
+    /// The node's pcmd socket, or `None` with `PCM_DAEMON=none`.
+    fn daemon_socket(&self) -> Option<std::path::PathBuf> {
         let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
         if setting.as_deref() == Some("none") {
-            return;
+            return None;
         }
         let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
         let uid = nix::unistd::getuid().as_raw();
-        let path =
-            pcm_proto::socket_path(setting.as_deref(), runtime_dir.as_deref(), uid, &self.host);
+        Some(pcm_proto::socket_path(
+            setting.as_deref(),
+            runtime_dir.as_deref(),
+            uid,
+            &self.host,
+        ))
+    }
+
+    /// Starts the link to the node's pcmd (unless `PCM_DAEMON=none`).
+    fn connect_daemon(&mut self) {
+        let Some(path) = self.daemon_socket() else {
+            return;
+        };
         let registration = ToDaemon::Register {
             job: self.job.job.clone(),
             app: self.job.app.clone(),
@@ -430,8 +485,10 @@ impl Pcm {
             Some(cadence) => cadence.next_interval(iteration, Instant::now()),
             None => 0,
         };
-        let send = [local_request, proposed_interval];
-        let mut agreed = [0u64; 2];
+        // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
+        let checkpoint_due = self.checkpoints.due(Instant::now());
+        let send = [local_request, proposed_interval, checkpoint_due];
+        let mut agreed = [0u64; 3];
         self.world
             .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
         self.job.next_check = iteration + agreed[1].max(1);
@@ -445,6 +502,10 @@ impl Pcm {
             }
         } else if agreed[0] != 0 {
             self.agree_on_request(RequestId(agreed[0]))?
+        } else if agreed[2] != 0 {
+            // A reconfiguration goes first; rank 0 still finds the checkpoint due next time.
+            self.checkpoints.pending = Some(iteration);
+            return Ok(Status::Checkpoint);
         } else {
             return Ok(Status::Continue);
         };
@@ -516,7 +577,14 @@ impl Pcm {
     /// [`Reconfigured::Departed`] and the process must stop. Elsewhere it returns the
     /// updated `Pcm`. If the replacement processes cannot be started (an unknown host, say),
     /// every rank gets its `Pcm` back unchanged and the failure is logged and reported.
+    ///
+    /// After [`Status::Checkpoint`] it writes the coordinated checkpoint of what was stored
+    /// (see the `checkpoint` module) and returns [`Reconfigured::Continue`] with this `Pcm`.
     pub fn reconfigure(mut self) -> Result<Reconfigured, PcmError> {
+        if let Some(iteration) = self.checkpoints.pending.take() {
+            checkpoint::commit(&mut self, iteration);
+            return Ok(Reconfigured::Continue(self));
+        }
         let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
         let _internal = interpose::Internal::enter();
         let reconfigured = reconfig::run_as_parent(self, plan)?;

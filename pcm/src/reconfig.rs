@@ -322,6 +322,7 @@ pub(crate) fn join_as_replacement(
     if rank == 0 {
         log_reconfigured(iteration, &timings);
     }
+    let checkpoints = crate::checkpoint::State::new(rank, &job.checkpoint, Instant::now());
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
@@ -330,6 +331,7 @@ pub(crate) fn join_as_replacement(
             .then(|| crate::Cadence::new(job.check_period, Instant::now(), iteration)),
         job,
         rank,
+        checkpoints,
         origin: ProcessStatus::Replacement { rank, iteration },
         resume_pending: true,
         pending: None,
@@ -413,6 +415,16 @@ fn log_reconfigured(iteration: u64, t: &PhaseTimings) {
         ms(t.spawn_us),
         ms(t.merge_split_us),
         ms(t.state_transfer_us),
+        t.state_bytes
+    );
+    // The same as JSON, for benchmarks (see `store::log_timing`).
+    tracing::debug!(
+        target: crate::store::TIMING_TARGET,
+        "{{\"event\":\"pcm_reconfigured\",\"iteration\":{iteration},\"agree_us\":{},\"spawn_us\":{},\"merge_split_us\":{},\"state_transfer_us\":{},\"state_bytes\":{}}}",
+        t.agree_us,
+        t.spawn_us,
+        t.merge_split_us,
+        t.state_transfer_us,
         t.state_bytes
     );
 }

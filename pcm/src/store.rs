@@ -12,6 +12,7 @@
 //! or `i64` received from the network becomes the caller's `Vec<T>` without a copy.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use bytemuck::Pod;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -133,6 +134,21 @@ fn check_name(name: &str) -> Result<(), PcmError> {
     Ok(())
 }
 
+/// Target of the per-call timing lines of stores and loads.
+pub(crate) const TIMING_TARGET: &str = "pcm::timing";
+
+/// One debug line per store or load call, as JSON (`{"event":"pcm_store"|"pcm_load",...}`),
+/// so that benchmarks (`mpi-ios-bench fig17`, the paper's Figure 18) can split a
+/// reconfiguration's cost into checkpointing and loading without instrumenting the
+/// application. Enable with `RUST_LOG=pcm::timing=debug`.
+fn log_timing(op: &str, name: &str, bytes: usize, started: Instant) {
+    tracing::debug!(
+        target: TIMING_TARGET,
+        "{{\"event\":\"pcm_{op}\",\"name\":{name:?},\"bytes\":{bytes},\"us\":{}}}",
+        started.elapsed().as_micros()
+    );
+}
+
 fn type_label<T: ?Sized>() -> String {
     std::any::type_name::<T>().to_owned()
 }
@@ -144,6 +160,7 @@ impl Store {
         value: &T,
     ) -> Result<(), PcmError> {
         check_name(name)?;
+        let started = Instant::now();
         let mut bytes = Vec::new();
         ciborium::into_writer(value, &mut bytes).map_err(|e| PcmError::Codec {
             name: name.to_owned(),
@@ -156,13 +173,17 @@ impl Store {
             type_label::<T>(),
             Blob::from_bytes(&bytes),
         );
+        log_timing("store", name, bytes.len(), started);
         Ok(())
     }
 
     pub(crate) fn store_array<T: Pod>(&mut self, name: &str, values: &[T]) -> Result<(), PcmError> {
         check_name(name)?;
+        let started = Instant::now();
         let blob = Blob::from_bytes(bytemuck::cast_slice(values));
+        let len = blob.len();
         self.insert(name, Kind::Array, type_label::<[T]>(), blob);
+        log_timing("store", name, len, started);
         Ok(())
     }
 
@@ -197,22 +218,29 @@ impl Store {
     }
 
     pub(crate) fn load_value<T: DeserializeOwned>(&self, name: &str) -> Result<T, PcmError> {
+        let started = Instant::now();
         let entry = self.get(name, Kind::Value, type_label::<T>())?;
-        ciborium::from_reader(entry.blob.bytes()).map_err(|e| PcmError::Codec {
+        let value = ciborium::from_reader(entry.blob.bytes()).map_err(|e| PcmError::Codec {
             name: name.to_owned(),
             action: "decoded",
             reason: e.to_string(),
-        })
+        })?;
+        log_timing("load", name, entry.blob.len(), started);
+        Ok(value)
     }
 
     /// Removes an array and returns it, without a copy for 8-byte element types.
     pub(crate) fn take_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
+        let started = Instant::now();
         self.get(name, Kind::Array, type_label::<[T]>())?;
         let entry = self
             .entries
             .remove(name)
             .ok_or(PcmError::internal("entry vanished"))?;
-        Ok(entry.blob.into_vec())
+        let len = entry.blob.len();
+        let values = entry.blob.into_vec();
+        log_timing("load", name, len, started);
+        Ok(values)
     }
 
     pub(crate) fn load_array_into<T: Pod>(
@@ -220,6 +248,7 @@ impl Store {
         name: &str,
         out: &mut [T],
     ) -> Result<(), PcmError> {
+        let started = Instant::now();
         let entry = self.get(name, Kind::Array, type_label::<[T]>())?;
         let found = entry.blob.len() / std::mem::size_of::<T>().max(1);
         if found != out.len() {
@@ -230,6 +259,7 @@ impl Store {
             });
         }
         bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(entry.blob.bytes());
+        log_timing("load", name, entry.blob.len(), started);
         Ok(())
     }
 

@@ -571,7 +571,7 @@ fn list(
                 buddy.addr()
             ),
         }
-        available.sort_by(|a, b| b.iteration.cmp(&a.iteration));
+        available.sort_by_key(|a| std::cmp::Reverse(a.iteration));
     }
     (available, rejected)
 }

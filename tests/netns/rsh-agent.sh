@@ -1,12 +1,10 @@
 #!/bin/sh
 # rsh agent for emulated hosts (Open MPI `--mca plm_rsh_agent THIS_SCRIPT`).
 #
-# Called like ssh: `AGENT [options] HOST command...`. HOST is looked up in the file
-# `hosts.map` next to this script (lines `HOST NAMESPACE`), and the command runs in that
-# network namespace, in a new UTS namespace whose host name is HOST (so gethostname()
-# there returns HOST), through `sh -c` as a remote shell would.
+# Called like ssh: `AGENT [options] HOST command...`. The command runs on emulated node HOST
+# through `node-exec.sh` next to this script (the node's cgroups, network namespace and host
+# name: see there), through `sh -c` as a remote shell would.
 set -eu
-map="$(dirname "$0")/hosts.map"
 
 # Skip ssh-style options: Open MPI may pass some (e.g. `-x`, or whatever plm_rsh_args holds).
 while [ $# -gt 0 ]; do
@@ -23,10 +21,5 @@ if [ $# -lt 2 ]; then
 fi
 host="$1"
 shift
-ns="$(awk -v h="$host" '$1 == h { print $2; exit }' "$map")"
-if [ -z "$ns" ]; then
-    echo "rsh-agent: unknown host $host (not in $map)" >&2
-    exit 255
-fi
 # ssh joins the command words with spaces and hands the line to the remote shell.
-exec ip netns exec "$ns" unshare --uts /bin/sh -c 'hostname "$1" && shift && exec /bin/sh -c "$*"' rsh-agent "$host" "$@"
+exec "$(dirname "$0")/node-exec.sh" "$host" /bin/sh -c "$*"

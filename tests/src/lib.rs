@@ -7,8 +7,10 @@
 //! does); tests find them next to the test executable's profile directory.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+pub mod cgroup;
 pub mod netns;
 pub mod pool;
+pub mod scenario;
 
 use std::collections::BTreeMap;
 use std::fs::File;

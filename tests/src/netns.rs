@@ -10,6 +10,15 @@
 //! of every rank there returns NAME. `mpirun` itself stays in the root namespace and reaches
 //! the daemons through the bridge.
 //!
+//! # CPU caps
+//! [`Cluster::with_caps`] also gives node i a [`NodeCgroup`] with its own CPU cap
+//! (`mpi-ios-<pid>s<seq>-node-a`, ...). Everything started on a node sits in both its
+//! namespace and its cgroup: ranks (the rsh agent runs Open MPI's daemon through
+//! `node-exec.sh`, which joins the cgroup before it execs), and whatever
+//! [`Cluster::command_on`] starts (agents, pcmd, [`Cluster::start_hog`]). Nodes are entered
+//! with `nsenter --net`, not `ip netns exec`, so that `/sys/fs/cgroup` stays visible inside
+//! them: the IOS agent's sensor reads the node's cap there.
+//!
 //! Dropping the cluster kills whatever still runs in its namespaces (Open MPI's daemons
 //! daemonize, so they escape the harness's process group), then deletes the namespaces, the
 //! bridge, the veths and the files, also when a test panicked. A cluster left behind by a test
@@ -38,6 +47,7 @@
 //!   departed processes waiting, at no CPU, until their launch ends (pcm's `launch` module).
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,7 +57,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::MpiJob;
+use crate::cgroup::{self, CpuCap, NodeCgroup};
+use crate::{Group, MpiJob};
 
 /// Prefix of every namespace a cluster creates (`pcmt<pid>s<seq>-<letter>`).
 const NETNS_PREFIX: &str = "pcmt";
@@ -56,6 +67,8 @@ const NETNS_PREFIX: &str = "pcmt";
 const LINK_PREFIX: &str = "pt";
 /// The rsh agent, written next to the `hosts.map` it reads.
 const RSH_AGENT: &str = include_str!("../netns/rsh-agent.sh");
+/// Runs a command on a node (cgroups, network namespace, host name); the agent uses it too.
+const NODE_EXEC: &str = include_str!("../netns/node-exec.sh");
 
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
 
@@ -82,8 +95,11 @@ pub struct Cluster {
     bridge_addr: String,
     dir: tempfile::TempDir,
     agent: PathBuf,
+    node_exec: PathBuf,
     hostfile: PathBuf,
     jobs: AtomicU32,
+    /// Node i's cgroup, if it has a cap. Dropped after the namespaces' processes are killed.
+    cgroups: Vec<Option<NodeCgroup>>,
 }
 
 /// Runs a command, returning its stdout or a message with its stderr.
@@ -220,15 +236,14 @@ impl Cluster {
             return Err("network namespaces need root".into());
         }
         run("unshare", &["--version"]).map_err(|e| format!("unshare is missing: {e}"))?;
+        run("nsenter", &["--version"]).map_err(|e| format!("nsenter is missing: {e}"))?;
         run("sh", &["-c", "command -v hostname"]).map_err(|_| "hostname is missing".to_string())?;
         let probe = format!("{NETNS_PREFIX}{}sprobe", std::process::id());
         ip(&["netns", "add", &probe]).map_err(|e| format!("ip netns does not work: {e}"))?;
         let works = run(
-            "ip",
+            "nsenter",
             &[
-                "netns",
-                "exec",
-                &probe,
+                &format!("--net=/run/netns/{probe}"),
                 "unshare",
                 "--uts",
                 "sh",
@@ -250,8 +265,21 @@ impl Cluster {
 
     /// Creates `n` nodes (`node-a`...), the bridge, the hostfile and the rsh agent.
     pub fn new(n: usize) -> Result<Cluster, String> {
+        Self::with_caps(&vec![None; n])
+    }
+
+    /// Creates one node per entry of `caps` (`node-a`...), as [`Cluster::new`] does; node i
+    /// also gets a cgroup capping its CPU at `caps[i]` when that is `Some` (see the module
+    /// notes). Fails with [`cgroup::available`]'s reason when a cap is asked for and cgroups
+    /// cannot be written; tests should check that first and skip.
+    pub fn with_caps(caps: &[Option<CpuCap>]) -> Result<Cluster, String> {
+        let n = caps.len();
         assert!((1..=26).contains(&n), "1 to 26 nodes");
+        if caps.iter().any(Option::is_some) {
+            cgroup::available().map_err(|e| format!("cannot cap node CPUs: {e}"))?;
+        }
         sweep_stale();
+        cgroup::sweep_stale();
         let pid = std::process::id();
         let seq = CLUSTERS.fetch_add(1, Ordering::Relaxed);
         let id = format!("{pid}s{seq}");
@@ -267,9 +295,11 @@ impl Cluster {
             subnet: format!("10.{a}.{b}.0/24"),
             bridge_addr: format!("10.{a}.{b}.1"),
             agent: dir.path().join("rsh-agent.sh"),
+            node_exec: dir.path().join("node-exec.sh"),
             hostfile: dir.path().join("hostfile"),
             dir,
             jobs: AtomicU32::new(0),
+            cgroups: Vec::new(),
         };
 
         let bridge = format!("{LINK_PREFIX}{id}br");
@@ -316,18 +346,35 @@ impl Cluster {
             });
         }
 
+        for (node, cap) in cluster.nodes.iter().zip(caps) {
+            let cgroup = match cap {
+                Some(cap) => Some(
+                    NodeCgroup::create(&format!("{}{id}-{}", cgroup::PREFIX, node.name), *cap)
+                        .map_err(|e| format!("{}: {e}", node.name))?,
+                ),
+                None => None,
+            };
+            cluster.cgroups.push(cgroup);
+        }
+
         let mut map = String::new();
         let mut hostfile = String::new();
-        for node in &cluster.nodes {
-            writeln!(map, "{} {}", node.name, node.netns).unwrap();
+        for (node, cgroup) in cluster.nodes.iter().zip(&cluster.cgroups) {
+            write!(map, "{} {}", node.name, node.netns).unwrap();
+            for procs in cgroup.iter().flat_map(NodeCgroup::procs_files) {
+                write!(map, " {}", procs.display()).unwrap();
+            }
+            writeln!(map).unwrap();
             writeln!(hostfile, "{} slots=4", node.name).unwrap();
         }
         std::fs::write(cluster.dir.path().join("hosts.map"), map).map_err(|e| e.to_string())?;
         std::fs::write(&cluster.hostfile, hostfile).map_err(|e| e.to_string())?;
-        std::fs::write(&cluster.agent, RSH_AGENT).map_err(|e| e.to_string())?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&cluster.agent, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| e.to_string())?;
+        for (path, text) in [(&cluster.agent, RSH_AGENT), (&cluster.node_exec, NODE_EXEC)] {
+            std::fs::write(path, text).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| e.to_string())?;
+        }
         cluster.wait_reachable()?;
         Ok(cluster)
     }
@@ -369,6 +416,60 @@ impl Cluster {
     /// The nodes.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The node with host name `host`; panics if there is none.
+    pub fn node(&self, host: &str) -> &Node {
+        &self.nodes[self.index(host)]
+    }
+
+    fn index(&self, host: &str) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.name == host)
+            .unwrap_or_else(|| panic!("{host} is not a node of this cluster"))
+    }
+
+    /// The cgroup of node `host`, if it has a cap; panics if there is no such node.
+    pub fn cgroup(&self, host: &str) -> Option<&NodeCgroup> {
+        self.cgroups[self.index(host)].as_ref()
+    }
+
+    /// `node-exec.sh HOST PROGRAM ARGS...` runs PROGRAM on node HOST (cgroups, network
+    /// namespace, host name); for scripts. [`Cluster::command_on`] wraps it.
+    pub fn node_exec(&self) -> &Path {
+        &self.node_exec
+    }
+
+    /// A command that runs `program args...` on node `host`: in its cgroups (when capped),
+    /// its network namespace, with host name `host`. Environment, working directory and
+    /// stdio set on the returned `Command` reach `program`, which keeps the process id the
+    /// command starts (so `Group` and `kill` reach it). Panics if there is no such node.
+    pub fn command_on<I, S>(&self, host: &str, program: impl AsRef<OsStr>, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.index(host);
+        let mut command = Command::new(&self.node_exec);
+        command.arg(host).arg(program).args(args);
+        command
+    }
+
+    /// Starts a CPU busy loop on node `host` (output files `LABEL.out`/`.err` in `dir`);
+    /// it runs until the returned group is dropped or killed.
+    pub fn start_hog(&self, host: &str, dir: &Path, label: &str) -> Group {
+        Group::start(
+            self.command_on(host, "/bin/sh", ["-c", "while :; do :; done"]),
+            dir,
+            label,
+        )
+    }
+
+    /// The root namespace's address on the cluster's bridge: servers that every node must
+    /// reach (a peer server) listen there.
+    pub fn bridge_addr(&self) -> &str {
+        &self.bridge_addr
     }
 
     /// Host names of the nodes (`node-a`, ...).
@@ -476,6 +577,9 @@ impl Drop for Cluster {
         for netns in &self.created_netns {
             kill_netns_processes(netns);
         }
+        // Removes the cgroups (killing anything left in them, e.g. a process that joined a
+        // node's cgroup but had not entered its namespace yet).
+        self.cgroups.clear();
         for netns in &self.created_netns {
             if let Err(e) = ip(&["netns", "del", netns]) {
                 eprintln!("netns cleanup: {e}");

@@ -1,6 +1,7 @@
 //! Real `ios-agent` processes on loopback with real peer servers: discovery, expiry of a
 //! killed agent, two peer servers with one killed, admission by pool key, bad addresses, and
 //! the agent's own pcmd. (The end-to-end migrations are in `agents_e2e.rs`.)
+#![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;

@@ -114,6 +114,11 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
             let v: Vec<f64> = (0..len).map(|i| initial(rank, i)).collect();
             (v, 0)
         }
+        ProcessStatus::Restarted { .. } => {
+            return Err(PcmError::Internal(
+                "pcm-state does not restart from checkpoints",
+            ))
+        }
         ProcessStatus::Replacement { rank, .. } => {
             let t = Instant::now();
             let v: Vec<f64> = pcm.load_array("state")?;

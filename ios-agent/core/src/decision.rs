@@ -15,6 +15,10 @@ use crate::model::{
     Weights,
 };
 
+/// How much more CPU than its share of its node an entity must be offered elsewhere before
+/// it is worth moving (0.1: 10% more).
+pub const MIN_CPU_ADVANTAGE: f64 = 0.1;
+
 /// Everything [`select`] needs besides the two nodes.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy<'a> {
@@ -65,6 +69,14 @@ pub fn select(
     max_count: usize,
 ) -> Option<Plan> {
     let max_count = max_count.min(policy.max_group).max(1);
+    // The entities must get clearly more CPU at `f` than their share of `l`. The RSM's `U` is
+    // what an entity uses, and a rank that waits for a slow peer uses little (Open MPI
+    // blocks or yields while it waits): without this gate, the waiting rank of an
+    // uncontended node would look like the best candidate, and moving it gains nothing.
+    let share_here = l.entity_capacity() / entities.len().max(1) as f64;
+    if f.availability(Resource::Cpu) < share_here * (1.0 + MIN_CPU_ADVANTAGE) {
+        return None;
+    }
     let fits = |mem: u64| mem <= f.memory_available;
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
@@ -257,6 +269,27 @@ mod tests {
         assert_eq!(plan.entities.len(), 1);
         // (1 - 0.5) / 1.5 minus a small cost term.
         assert!(plan.gain.improvement > 0.33 && plan.gain.gain > 0.3);
+    }
+
+    #[test]
+    fn a_waiting_rank_stays_unless_a_competing_load_takes_its_node() {
+        let fx = Fixture::new();
+        // 0.6 cores, one rank that uses 0.33 of them because it mostly waits for its peer;
+        // the thief offers an equal, idle 0.6.
+        let es = [entity("j", 0, 0.33)];
+        let thief = node(0.6, 0.0);
+        assert!(select(&fx.policy(1), &node(0.6, 0.6), &es, &thief, 1).is_none());
+        // The same rank on a node where a hog takes 0.3 CPU: it gets half of what the thief
+        // offers, and moves.
+        let contended = NodeProfile {
+            competing: 0.3,
+            ..node(0.6, 1.6)
+        };
+        let plan = select(&fx.policy(1), &contended, &es, &thief, 1).expect("a move");
+        assert_eq!(plan.entities, vec![es[0].id.clone()]);
+        // A node twice as big as the rank's share attracts it with no competing load.
+        let big = node(1.2, 0.0);
+        assert!(select(&fx.policy(1), &node(0.6, 0.6), &es, &big, 1).is_some());
     }
 
     #[test]

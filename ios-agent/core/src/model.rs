@@ -223,6 +223,10 @@ pub struct NodeProfile {
     pub memory_available: u64,
     /// Measured network bandwidth available to the node, bytes per second (0 if unknown).
     pub bandwidth: f64,
+    /// CPUs taken by processes other than the application entities (a competing load),
+    /// not speed-normalised; 0 when unknown.
+    #[serde(default)]
+    pub competing: f64,
 }
 
 impl NodeProfile {
@@ -235,6 +239,7 @@ impl NodeProfile {
             cpu_load: 0.0,
             memory_available,
             bandwidth: 0.0,
+            competing: 0.0,
         }
     }
 
@@ -244,12 +249,19 @@ impl NodeProfile {
         check("node profile", "speed", self.speed, true)?;
         check("node profile", "cpu_load", self.cpu_load, false)?;
         check("node profile", "bandwidth", self.bandwidth, false)?;
+        check("node profile", "competing", self.competing, false)?;
         Ok(())
     }
 
     /// Idle cores (`cores - cpu_load`, at least 0), not speed-normalised.
     pub fn free_cores(&self) -> f64 {
         (self.cores - self.cpu_load).max(0.0)
+    }
+
+    /// CPU the node gives its application entities together: its cores less the competing
+    /// load, speed-normalised.
+    pub fn entity_capacity(&self) -> f64 {
+        (self.cores - self.competing).max(0.0) * self.speed
     }
 
     /// `A_{r,f}`: availability of `resource` at this node, in the model's units.
@@ -628,6 +640,7 @@ mod tests {
             cpu_load: 2.0,
             memory_available: 1 << 30,
             bandwidth: 10e6,
+            competing: 0.0,
         };
         let f = NodeProfile {
             cores: 2.0,
@@ -635,6 +648,7 @@ mod tests {
             cpu_load: 0.0,
             memory_available: 3 << 20,
             bandwidth: 5e6,
+            competing: 0.0,
         };
         let mut e = entity(0, 0.5);
         e.memory = 1 << 20;
@@ -732,6 +746,7 @@ mod tests {
                     cpu_load,
                     memory_available,
                     bandwidth,
+                    competing: 0.0,
                 }
             })
     }

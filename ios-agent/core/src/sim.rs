@@ -335,6 +335,7 @@ impl Sim {
             cpu_load: load,
             memory_available: n.memory.saturating_sub(on.len() as u64 * ENTITY_MEMORY),
             bandwidth: self.bandwidth,
+            competing: (n.background)(self.elapsed()).max(0.0).min(n.cores),
         };
         // The job's iteration takes as long as its slowest rank; the others wait in MPI.
         let mut iteration: HashMap<&JobId, f64> = HashMap::new();

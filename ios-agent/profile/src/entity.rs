@@ -385,6 +385,7 @@ mod tests {
             cpu_load: 1.0,
             memory_available: 1 << 30,
             bandwidth: 0.0,
+            competing: 0.0,
         };
         let job = JobId::new("j-1").expect("valid");
         let mut waiting = EntityProfile::new(

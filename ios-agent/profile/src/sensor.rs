@@ -222,6 +222,7 @@ impl NodeSample {
             cpu_load: self.demand,
             memory_available: self.memory_available,
             bandwidth: 0.0,
+            competing: self.competing().map_or(0.0, |c| c.others_used),
         }
     }
 

@@ -45,7 +45,8 @@ fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
             Ok(block) => (block, 0, unix_seconds()),
             Err(e) => return Ok(fail(pcm, &e.to_string())),
         },
-        (Ok(()), ProcessStatus::Replacement { .. }) => {
+        // A replacement, or a restart from a checkpoint: load the stored state.
+        (Ok(()), ProcessStatus::Replacement { .. } | ProcessStatus::Restarted { .. }) => {
             let mut meta = [0u64; 4];
             pcm.load_array_into("meta", &mut meta)?; // PCM
             let meta = Meta::from_words(meta).map_err(|e| PcmError::Handover(e.to_string()))?;
@@ -66,7 +67,7 @@ fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
             // PCM
             Status::Continue => {}
             status => {
-                if status == Status::Migrate {
+                if status.stores_state() {
                     pcm.store("iteration", &iteration)?; // PCM
                     pcm.store("started", &started)?; // PCM
                     pcm.store_array("meta", &block.meta().to_words())?; // PCM

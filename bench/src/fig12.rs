@@ -1,0 +1,241 @@
+//! `mpi-ios-bench fig12`: the paper's Figure 12 (section 6.3), the overhead of the PCM
+//! layer: heat2d (PCM, a real pcmd serving the job, no migration) against heat2d-plain
+//! (plain MPI) for several rank counts, with interleaved repeats so that slow drifts of a
+//! shared machine hit both sides alike. Prints a table (median, min, max seconds per side,
+//! overhead %) and writes a grouped bar chart with min..max whiskers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use mpi_ios_bench::{
+    append_markdown, find_bin, load_average, max, median, min, MpiRun, Pcmd, Table,
+};
+use mpi_ios_plots::{Bar, BarChart, Layout};
+
+use crate::heat_report;
+
+/// Options of `fig12`.
+#[derive(Debug, Args)]
+pub(crate) struct Fig12Args {
+    /// Rank counts to compare, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    ranks: Vec<usize>,
+    /// Grid side (rows = columns).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Jacobi iterations per run.
+    #[arg(long, default_value_t = 1500)]
+    iters: u64,
+    /// Measured repeats per rank count (each one plain run then one PCM run).
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Unmeasured pairs run first per rank count.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// CI mode: 128x128 grid, 100 iterations, ranks 2 and 4, 2 repeats, no warm-up.
+    #[arg(long)]
+    quick: bool,
+    /// Directory for the plot (fig12.svg, fig12.png); created if missing.
+    #[arg(long, default_value = "target/figures")]
+    out: PathBuf,
+    /// Deadline of each mpirun run, in seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+    /// Also append the table, as markdown, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+}
+
+/// Seconds of each side's measured runs for one rank count.
+struct Sample {
+    ranks: usize,
+    plain: Vec<f64>,
+    pcm: Vec<f64>,
+}
+
+pub(crate) fn run(mut args: Fig12Args) -> Result<()> {
+    if args.quick {
+        args.size = 128;
+        args.iters = 100;
+        args.ranks = vec![2, 4];
+        args.repeats = 2;
+        args.warmup = 0;
+    }
+    ensure!(args.repeats >= 1, "--repeats must be at least 1");
+    ensure!(!args.ranks.is_empty(), "--ranks is empty");
+    if let Some(&r) = args.ranks.iter().find(|&&r| r == 0 || r > args.size) {
+        bail!(
+            "--ranks {r}: every rank count must be between 1 and the grid side {}",
+            args.size
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let plain = find_bin("heat2d-plain")?;
+    let pcm = find_bin("heat2d")?;
+    let pcmd = Pcmd::start(&find_bin("pcmd")?)?;
+    let daemon = pcmd.socket.display().to_string();
+    let timeout = Duration::from_secs(args.timeout);
+    let load_before = load_average();
+    let run_args: Vec<String> = vec![
+        "--rows".into(),
+        args.size.to_string(),
+        "--cols".into(),
+        args.size.to_string(),
+        "--iters".into(),
+        args.iters.to_string(),
+    ];
+
+    let mut samples = Vec::new();
+    for &ranks in &args.ranks {
+        let plain_run = MpiRun::new(ranks, &plain, &run_args).env("PCM_DAEMON", "none");
+        let pcm_run = MpiRun::new(ranks, &pcm, &run_args).env("PCM_DAEMON", daemon.clone());
+        let mut sample = Sample {
+            ranks,
+            plain: Vec::new(),
+            pcm: Vec::new(),
+        };
+        for pair in 0..args.warmup + args.repeats {
+            let p = heat_report(&plain_run.run(timeout)?.check("heat2d-plain")?.stdout)?;
+            let q = heat_report(&pcm_run.run(timeout)?.check("heat2d (PCM)")?.stdout)?;
+            ensure!(
+                p.checksum == q.checksum,
+                "checksums differ with {ranks} ranks: plain {}, pcm {}",
+                p.checksum,
+                q.checksum
+            );
+            ensure!(
+                p.iterations == args.iters && q.iterations == args.iters,
+                "a run reported a wrong iteration count"
+            );
+            let warm = pair < args.warmup;
+            eprintln!(
+                "[fig12] {ranks} ranks {}: plain {:.4} s, pcm {:.4} s",
+                if warm { "warm-up" } else { "repeat" },
+                p.seconds,
+                q.seconds
+            );
+            if !warm {
+                sample.plain.push(p.seconds);
+                sample.pcm.push(q.seconds);
+            }
+        }
+        samples.push(sample);
+    }
+
+    let mut table = Table::new(&[
+        "ranks",
+        "grid",
+        "iters",
+        "repeats",
+        "plain s (median)",
+        "plain min..max",
+        "PCM s (median)",
+        "PCM min..max",
+        "overhead % (medians)",
+        "paper: < 5%",
+    ]);
+    for s in &samples {
+        let overhead = overhead_percent(median(&s.plain), median(&s.pcm));
+        table.push(vec![
+            s.ranks.to_string(),
+            format!("{0}x{0}", args.size),
+            args.iters.to_string(),
+            args.repeats.to_string(),
+            format!("{:.4}", median(&s.plain)),
+            format!("{:.4}..{:.4}", min(&s.plain), max(&s.plain)),
+            format!("{:.4}", median(&s.pcm)),
+            format!("{:.4}..{:.4}", min(&s.pcm), max(&s.pcm)),
+            format!("{overhead:+.1}"),
+            if args.quick {
+                "n/a (quick)".to_owned()
+            } else if overhead < 5.0 {
+                "yes".to_owned()
+            } else {
+                "no".to_owned()
+            },
+        ]);
+    }
+    let written = plot(&args, &samples)?;
+    let notes = vec![
+        format!(
+            "Seconds are each run's own iteration-loop time (heat2d's JSON report); runs \
+             interleaved plain, PCM, plain, ...; {} warm-up pair(s) not counted. \
+             Load average (1/5/15 min) before: {load_before}; after: {}.",
+            args.warmup,
+            load_average()
+        ),
+        format!("Plot: {}", written.svg.display()),
+    ];
+    println!(
+        "Figure 12: PCM overhead, heat2d (PCM + pcmd) vs heat2d-plain, {0}x{0}, {1} iterations",
+        args.size, args.iters
+    );
+    print!("{}", table.to_text());
+    for note in &notes {
+        println!("{note}");
+    }
+    if let Some(path) = &args.markdown {
+        let title = format!(
+            "Figure 12: PCM overhead, {0}x{0}, {1} iterations{2}",
+            args.size,
+            args.iters,
+            if args.quick { " (quick)" } else { "" }
+        );
+        append_markdown(path, &title, &table, &notes)?;
+    }
+    Ok(())
+}
+
+/// How much longer the PCM side took, in percent of the plain side.
+fn overhead_percent(plain: f64, pcm: f64) -> f64 {
+    (pcm / plain - 1.0) * 100.0
+}
+
+fn plot(args: &Fig12Args, samples: &[Sample]) -> Result<mpi_ios_plots::Written> {
+    let categories: Vec<String> = samples
+        .iter()
+        .map(|s| {
+            format!(
+                "{} ranks ({:+.1}%)",
+                s.ranks,
+                overhead_percent(median(&s.plain), median(&s.pcm))
+            )
+        })
+        .collect();
+    let bars = |side: fn(&Sample) -> &Vec<f64>| -> Vec<Bar> {
+        samples
+            .iter()
+            .map(|s| {
+                let v = side(s);
+                Bar::new(median(v)).spread(min(v), max(v))
+            })
+            .collect()
+    };
+    let chart = BarChart::new(
+        format!(
+            "PCM overhead: heat2d {0}x{0}, {1} iterations (median, min..max of {2})",
+            args.size, args.iters, args.repeats
+        ),
+        categories,
+    )
+    .x_label("ranks (PCM overhead in %)")
+    .y_label("execution time (s)")
+    .layout(Layout::Grouped)
+    .series("plain MPI (heat2d-plain)", bars(|s| &s.plain))
+    .series("MPI/IOS PCM (heat2d + pcmd)", bars(|s| &s.pcm));
+    Ok(chart.write(args.out.join("fig12"))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overhead_is_relative_to_plain() {
+        assert!((overhead_percent(2.0, 2.1) - 5.0).abs() < 1e-9);
+        assert!(overhead_percent(2.0, 1.9) < 0.0);
+    }
+}

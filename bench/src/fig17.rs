@@ -1,0 +1,443 @@
+//! `mpi-ios-bench fig17`: the paper's Figures 17 and 18 (section 6.3), the cost of one
+//! reconfiguration against the whole run, over a range of data sizes.
+//!
+//! For each grid size, heat2d (with PCM, no daemon) runs twice per repeat, interleaved: once
+//! without reconfiguration and once with one migration of `--move-rank` half-way through,
+//! forced with `PCM_SCHEDULE` (the paper loaded a node to trigger it; the reconfiguration
+//! itself is the same). Both runs must end with the same checksum. Figure 17 compares the
+//! total times; the reconfiguration overhead is given two ways: from the totals (noisy on a
+//! shared machine) and from the measured phases in % of the total.
+//!
+//! Figure 18 splits the reconfiguration into checkpointing (the departing rank's `store`
+//! calls), loading (the replacement's `load` calls) and communicator rearrangement (spawn,
+//! merge+split), plus the state transfer and the agreement, all read from PCM's
+//! `pcm::timing` debug lines (`RUST_LOG=pcm::timing=debug`). PCM times the spawn on each rank
+//! from when it enters `reconfigure`: the staying ranks enter at once and wait inside the
+//! collective spawn while the departing rank stores its state, so the spawn shown here is
+//! PCM's spawn time less the store time, to count the store once.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use mpi_ios_bench::{
+    append_markdown, events, find_bin, load_average, max, median, min, MpiRun, Table,
+};
+use mpi_ios_plots::{Bar, BarChart, Layout};
+
+use crate::heat_report;
+
+/// What PCM logs to make the breakdown: debug lines of `pcm::timing`, PCM's info lines.
+const RUST_LOG: &str = "warn,pcm=info,pcm::timing=debug";
+
+/// Options of `fig17`.
+#[derive(Debug, Args)]
+pub(crate) struct Fig17Args {
+    /// Grid sides (rows = columns), comma-separated: the data sizes.
+    #[arg(long, value_delimiter = ',', default_value = "512,1024,2048")]
+    sizes: Vec<usize>,
+    /// Jacobi iterations per run; the migration happens at half of them.
+    #[arg(long, default_value_t = 3000)]
+    iters: u64,
+    /// Ranks of the job.
+    #[arg(long, default_value_t = 2)]
+    ranks: usize,
+    /// The rank that migrates.
+    #[arg(long, default_value_t = 1)]
+    move_rank: usize,
+    /// Repeats per size (each one run without and one with the reconfiguration).
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+    /// CI mode: sizes 64 and 128, 200 iterations, 1 repeat.
+    #[arg(long)]
+    quick: bool,
+    /// Directory for the plots (fig17 and fig18, .svg and .png); created if missing.
+    #[arg(long, default_value = "target/figures")]
+    out: PathBuf,
+    /// Deadline of each mpirun run, in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Also append the tables, as markdown, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+}
+
+/// One reconfiguration's phases, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Phases {
+    store: f64,
+    transfer: f64,
+    load: f64,
+    agree: f64,
+    /// Spawn less the store (see the module docs).
+    spawn: f64,
+    merge_split: f64,
+    /// Bytes of state moved.
+    state_bytes: f64,
+}
+
+impl Phases {
+    const NAMES: [&'static str; 6] = [
+        "checkpoint (store)",
+        "state transfer",
+        "load",
+        "agree",
+        "spawn",
+        "merge+split",
+    ];
+
+    fn values(&self) -> [f64; 6] {
+        [
+            self.store,
+            self.transfer,
+            self.load,
+            self.agree,
+            self.spawn,
+            self.merge_split,
+        ]
+    }
+
+    fn total(&self) -> f64 {
+        self.values().iter().sum()
+    }
+}
+
+/// Reads the phases from the `pcm::timing` lines of a run's stderr.
+fn phases(stderr: &str) -> Result<Phases> {
+    let field = |v: &serde_json::Value, name: &str| -> Result<f64> {
+        v.get(name)
+            .and_then(serde_json::Value::as_f64)
+            .with_context(|| format!("timing line without `{name}`: {v}"))
+    };
+    let sum_us = |event: &str| -> Result<f64> {
+        events(stderr, event)
+            .iter()
+            .map(|v| field(v, "us"))
+            .sum::<Result<f64>>()
+    };
+    let reconfigured = events(stderr, "pcm_reconfigured");
+    let [r] = reconfigured.as_slice() else {
+        bail!(
+            "expected one pcm_reconfigured timing line, found {} (is PCM logging \
+             pcm::timing at debug level?)",
+            reconfigured.len()
+        );
+    };
+    ensure!(
+        !events(stderr, "pcm_store").is_empty() && !events(stderr, "pcm_load").is_empty(),
+        "no pcm_store/pcm_load timing lines in the migrating run"
+    );
+    let store = sum_us("pcm_store")? / 1e3;
+    Ok(Phases {
+        store,
+        transfer: field(r, "state_transfer_us")? / 1e3,
+        load: sum_us("pcm_load")? / 1e3,
+        agree: field(r, "agree_us")? / 1e3,
+        spawn: (field(r, "spawn_us")? / 1e3 - store).max(0.0),
+        merge_split: field(r, "merge_split_us")? / 1e3,
+        state_bytes: field(r, "state_bytes")?,
+    })
+}
+
+/// Measurements of one grid size.
+#[derive(Debug, Default)]
+struct Sample {
+    side: usize,
+    without: Vec<f64>,
+    with: Vec<f64>,
+    phases: Vec<Phases>,
+}
+
+impl Sample {
+    fn phase_median(&self, i: usize) -> f64 {
+        median(
+            &self
+                .phases
+                .iter()
+                .map(|p| p.values()[i])
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn reconfig_ms(&self) -> Vec<f64> {
+        self.phases.iter().map(Phases::total).collect()
+    }
+
+    /// Overhead from the totals, in % of the run without reconfiguration.
+    fn overhead_totals(&self) -> f64 {
+        (median(&self.with) / median(&self.without) - 1.0) * 100.0
+    }
+
+    /// Overhead from the measured phases, in % of the run with the reconfiguration.
+    fn overhead_phases(&self) -> f64 {
+        median(&self.reconfig_ms()) / 1e3 / median(&self.with) * 100.0
+    }
+}
+
+pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
+    if args.quick {
+        args.sizes = vec![64, 128];
+        args.iters = 200;
+        args.repeats = 1;
+    }
+    ensure!(args.repeats >= 1, "--repeats must be at least 1");
+    ensure!(args.ranks >= 2, "--ranks must be at least 2");
+    ensure!(
+        args.move_rank < args.ranks,
+        "--move-rank {} is not a rank of a {}-rank job",
+        args.move_rank,
+        args.ranks
+    );
+    ensure!(args.iters >= 4, "--iters must be at least 4");
+    ensure!(!args.sizes.is_empty(), "--sizes is empty");
+    if let Some(&s) = args.sizes.iter().find(|&&s| s < args.ranks.max(3)) {
+        bail!("--sizes {s}: a grid side must be at least the rank count and 3");
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let heat = find_bin("heat2d")?;
+    let timeout = Duration::from_secs(args.timeout);
+    let at = args.iters / 2;
+    let load_before = load_average();
+
+    let mut samples: Vec<Sample> = args
+        .sizes
+        .iter()
+        .map(|&side| Sample {
+            side,
+            ..Sample::default()
+        })
+        .collect();
+    // Repeats outermost: a slow spell of the shared machine spreads over every size.
+    for repeat in 1..=args.repeats {
+        for sample in &mut samples {
+            let side = sample.side.to_string();
+            let run_args: Vec<String> = vec![
+                "--rows".into(),
+                side.clone(),
+                "--cols".into(),
+                side,
+                "--iters".into(),
+                args.iters.to_string(),
+            ];
+            let base = MpiRun::new(args.ranks, &heat, &run_args)
+                .env("PCM_DAEMON", "none")
+                .env("RUST_LOG", RUST_LOG);
+            let plain = base.run(timeout)?.check("heat2d without reconfiguration")?;
+            let moved = base
+                .clone()
+                .env("PCM_SCHEDULE", format!("{at}:{}", args.move_rank))
+                .run(timeout)?
+                .check("heat2d with one reconfiguration")?;
+            let (p, m) = (heat_report(&plain.stdout)?, heat_report(&moved.stdout)?);
+            ensure!(
+                p.checksum == m.checksum,
+                "{0}x{0}: the checksum changed with the reconfiguration ({1} vs {2})",
+                sample.side,
+                p.checksum,
+                m.checksum
+            );
+            ensure!(
+                p.migrations == Some(0) && m.migrations == Some(1),
+                "{0}x{0}: expected 0 and 1 migrations, got {1:?} and {2:?}",
+                sample.side,
+                p.migrations,
+                m.migrations
+            );
+            let ph = phases(&moved.stderr)
+                .with_context(|| format!("{0}x{0}: reading the phase timings", sample.side))?;
+            eprintln!(
+                "[fig17] {0}x{0} repeat {repeat}/{1}: without {2:.4} s, with {3:.4} s, \
+                 reconfiguration {4:.1} ms (store {5:.1}, transfer {6:.1}, load {7:.2}, \
+                 spawn {8:.1}, merge+split {9:.1})",
+                sample.side,
+                args.repeats,
+                p.seconds,
+                m.seconds,
+                ph.total(),
+                ph.store,
+                ph.transfer,
+                ph.load,
+                ph.spawn,
+                ph.merge_split
+            );
+            sample.without.push(p.seconds);
+            sample.with.push(m.seconds);
+            sample.phases.push(ph);
+        }
+    }
+
+    let quick = |verdict: bool| {
+        if args.quick {
+            "n/a (quick)".to_owned()
+        } else if verdict {
+            "yes".to_owned()
+        } else {
+            "no".to_owned()
+        }
+    };
+    let mut fig17 = Table::new(&[
+        "grid",
+        "state MiB (moved rank)",
+        "iters",
+        "repeats",
+        "without s (median)",
+        "without min..max",
+        "with s (median)",
+        "with min..max",
+        "overhead % (totals)",
+        "reconfiguration ms (phases)",
+        "overhead % (phases / total)",
+        "paper: < 1%",
+    ]);
+    let mut fig18 = Table::new(&[
+        "grid",
+        "store ms",
+        "transfer ms",
+        "load ms",
+        "agree ms",
+        "spawn ms (less store)",
+        "merge+split ms",
+        "total ms",
+    ]);
+    for s in &samples {
+        let state_mib = median(&s.phases.iter().map(|p| p.state_bytes).collect::<Vec<_>>())
+            / f64::from(1 << 20);
+        fig17.push(vec![
+            format!("{0}x{0}", s.side),
+            format!("{state_mib:.2}"),
+            args.iters.to_string(),
+            args.repeats.to_string(),
+            format!("{:.4}", median(&s.without)),
+            format!("{:.4}..{:.4}", min(&s.without), max(&s.without)),
+            format!("{:.4}", median(&s.with)),
+            format!("{:.4}..{:.4}", min(&s.with), max(&s.with)),
+            format!("{:+.2}", s.overhead_totals()),
+            format!("{:.1}", median(&s.reconfig_ms())),
+            format!("{:.2}", s.overhead_phases()),
+            quick(s.overhead_phases() < 1.0),
+        ]);
+        let mut row = vec![format!("{0}x{0}", s.side)];
+        row.extend((0..6).map(|i| format!("{:.2}", s.phase_median(i))));
+        row.push(format!("{:.1}", median(&s.reconfig_ms())));
+        fig18.push(row);
+    }
+    let written = plot(&args, &samples)?;
+    let notes = vec![
+        format!(
+            "{} ranks, rank {} moved at iteration {at} (PCM_SCHEDULE), no daemon; seconds are \
+             heat2d's own iteration-loop time, phases from PCM's pcm::timing lines (medians \
+             over repeats). The spawn column is PCM's spawn time less the departing rank's \
+             store time, which the staying ranks wait out inside the collective spawn. \
+             Load average (1/5/15 min) before: {load_before}; after: {}.",
+            args.ranks,
+            args.move_rank,
+            load_average()
+        ),
+        format!(
+            "Plots: {} and {}",
+            written.0.svg.display(),
+            written.1.svg.display()
+        ),
+    ];
+    println!(
+        "Figure 17: heat2d with and without one reconfiguration, {} ranks, {} iterations",
+        args.ranks, args.iters
+    );
+    print!("{}", fig17.to_text());
+    println!("\nFigure 18: breakdown of the reconfiguration (medians, ms)");
+    print!("{}", fig18.to_text());
+    for note in &notes {
+        println!("{note}");
+    }
+    if let Some(path) = &args.markdown {
+        let q = if args.quick { " (quick)" } else { "" };
+        append_markdown(
+            path,
+            &format!(
+                "Figure 17: with and without one reconfiguration, {} ranks, {} iterations{q}",
+                args.ranks, args.iters
+            ),
+            &fig17,
+            &[],
+        )?;
+        append_markdown(
+            path,
+            &format!("Figure 18: breakdown of the reconfiguration{q}"),
+            &fig18,
+            &notes,
+        )?;
+    }
+    Ok(())
+}
+
+fn plot(
+    args: &Fig17Args,
+    samples: &[Sample],
+) -> Result<(mpi_ios_plots::Written, mpi_ios_plots::Written)> {
+    let spread = |v: &[f64]| Bar::new(median(v)).spread(min(v), max(v));
+    let fig17 = BarChart::new(
+        format!(
+            "Reconfiguration overhead: heat2d, {} ranks, {} iterations (median, min..max)",
+            args.ranks, args.iters
+        ),
+        samples
+            .iter()
+            .map(|s| format!("{0}x{0} ({1:.2}%)", s.side, s.overhead_phases())),
+    )
+    .x_label("grid (reconfiguration time in % of the total)")
+    .y_label("execution time (s)")
+    .series(
+        "without reconfiguration",
+        samples.iter().map(|s| spread(&s.without)).collect(),
+    )
+    .series(
+        "with one reconfiguration",
+        samples.iter().map(|s| spread(&s.with)).collect(),
+    )
+    .write(args.out.join("fig17"))?;
+
+    let mut fig18 = BarChart::new(
+        "Breakdown of the reconfiguration cost (medians)",
+        samples.iter().map(|s| format!("{0}x{0}", s.side)),
+    )
+    .x_label("grid")
+    .y_label("milliseconds")
+    .layout(Layout::Stacked);
+    for (i, name) in Phases::NAMES.iter().enumerate() {
+        fig18 = fig18.series(
+            *name,
+            samples
+                .iter()
+                .map(|s| Bar::new(s.phase_median(i)))
+                .collect(),
+        );
+    }
+    let fig18 = fig18.write(args.out.join("fig18"))?;
+    Ok((fig17, fig18))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_are_read_from_the_timing_lines() {
+        let stderr = "\
+2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"grid\",\"bytes\":100,\"us\":2000}
+2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"meta\",\"bytes\":8,\"us\":1000}
+2026 DEBUG pcm::timing: {\"event\":\"pcm_reconfigured\",\"iteration\":5,\"agree_us\":500,\"spawn_us\":250000,\"merge_split_us\":4000,\"state_transfer_us\":1500,\"state_bytes\":108}
+2026 DEBUG pcm::timing: {\"event\":\"pcm_load\",\"name\":\"grid\",\"bytes\":100,\"us\":30}
+";
+        let p = phases(stderr).expect("parses");
+        assert_eq!(p.store, 3.0);
+        assert_eq!(p.spawn, 247.0);
+        assert_eq!(p.load, 0.03);
+        assert_eq!(p.merge_split, 4.0);
+        assert_eq!(p.transfer, 1.5);
+        assert_eq!(p.agree, 0.5);
+        assert!((p.total() - 256.03).abs() < 1e-9);
+        assert!(phases("no timing here").is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! Coordinated checkpoints and restart, on the rank's side.
+//!
+//! With `PCM_CHECKPOINT_INTERVAL=SECS`, rank 0 notes when a checkpoint is due and says so
+//! in the status check's all-reduce (a third word beside the request id and the check
+//! interval), so every rank learns it at the same iteration and gets
+//! [`Status::Checkpoint`](crate::Status::Checkpoint). The application stores its state
+//! with the same calls as for a migration (`status.stores_state()`), then calls
+//! `reconfigure`, which here only commits the checkpoint and hands the `Pcm` back:
+//!
+//! 1. each rank encodes its stored entries as one *piece* (provenance header, then the raw
+//!    bytes; [`pcm_proto::checkpoint`]), hashes it with SHA-256 and streams it to its node's
+//!    pcmd (`<daemon socket>.ckpt`), which writes it atomically and answers once it is on disk;
+//! 2. the ranks all-gather (ok, length, digest); if every rank succeeded, each sends the
+//!    same manifest (every rank's digest) to its pcmd, which makes the checkpoint complete
+//!    there and copies it to its buddy. If any rank failed, no manifest is written, the
+//!    checkpoint is never used, and the job carries on (a log line says why).
+//!
+//! With `PCM_RESTART=1`, `Pcm::init` asks the node's pcmd which checkpoints of this
+//! application and rank count hold a verified piece of this rank (locally or at the
+//! buddy), and the ranks agree on the newest one every rank has. Each rank fetches its
+//! piece, checks its digest and provenance again, and loads the entries into the store, so
+//! the application reads them like a replacement does. If any rank fails to load, the ranks
+//! fall back to the next older common checkpoint; if there is none, the job starts fresh
+//! and says so.
+
+use std::collections::BTreeSet;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use mpi::collective::SystemOperation;
+use mpi::traits::*;
+use pcm_proto::checkpoint::{
+    self as ckpt, expect_frame, write_frame, Available, Digest, Hasher, Manifest, PieceEntry,
+    PieceHeader, PieceId, Request, Response, Series, FORMAT_VERSION,
+};
+use pcm_proto::Rank;
+use serde::{Deserialize, Serialize};
+
+pub use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
+
+use crate::error::PcmError;
+use crate::store::{Blob, Entry, Kind, Store};
+use crate::{Pcm, ProcessStatus};
+
+/// How long the pcmd may take to answer one checkpoint request (it syncs to disk, and at
+/// restart may fetch from the buddy).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
+/// Newest checkpoints each rank offers in the restart agreement.
+const OFFERED: usize = 8;
+/// Older checkpoints tried at restart when a newer one fails to load somewhere.
+const ATTEMPTS: usize = 4;
+
+/// The checkpoint interval, shared by all ranks and handed to replacements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Policy {
+    interval: Option<Duration>,
+}
+
+impl Policy {
+    /// Reads `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed; unset: no checkpoints).
+    pub(crate) fn from_env() -> Result<Self, PcmError> {
+        let Ok(text) = std::env::var(INTERVAL_ENV) else {
+            return Ok(Policy::default());
+        };
+        let interval = text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PcmError::Config {
+                variable: INTERVAL_ENV,
+                value: text.clone(),
+                reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
+            })?;
+        Ok(Policy {
+            interval: Some(interval),
+        })
+    }
+}
+
+/// Whether `PCM_RESTART` asks to resume from a checkpoint.
+pub(crate) fn restart_requested() -> Result<bool, PcmError> {
+    match std::env::var(RESTART_ENV) {
+        Err(_) => Ok(false),
+        Ok(v) => match v.trim() {
+            "1" | "yes" | "true" => Ok(true),
+            "" | "0" | "no" | "false" => Ok(false),
+            _ => Err(PcmError::Config {
+                variable: RESTART_ENV,
+                value: v,
+                reason: "expected 1 (restart from the newest checkpoint) or 0".into(),
+            }),
+        },
+    }
+}
+
+/// A rank's checkpoint bookkeeping.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Rank 0 with an interval: when the last checkpoint was taken (or the job began).
+    last: Option<Instant>,
+    interval: Option<Duration>,
+    /// Iteration of an agreed checkpoint waiting for `reconfigure`.
+    pub(crate) pending: Option<u64>,
+}
+
+impl State {
+    pub(crate) fn new(rank: u32, policy: &Policy, now: Instant) -> Self {
+        State {
+            last: (rank == 0 && policy.interval.is_some()).then_some(now),
+            interval: policy.interval,
+            pending: None,
+        }
+    }
+
+    /// Rank 0's word in the status check: 1 when a checkpoint is due.
+    pub(crate) fn due(&self, now: Instant) -> u64 {
+        match (self.last, self.interval) {
+            (Some(last), Some(interval)) => u64::from(now.duration_since(last) >= interval),
+            _ => 0,
+        }
+    }
+
+    fn taken(&mut self, now: Instant) {
+        if self.last.is_some() {
+            self.last = Some(now);
+        }
+    }
+}
+
+fn series(pcm: &Pcm) -> Series {
+    Series {
+        app: pcm.job.app.clone(),
+        size: pcm.size,
+    }
+}
+
+/// Opens the checkpoint channel of this node's pcmd.
+fn connect(pcm: &Pcm) -> Result<(BufReader<UnixStream>, BufWriter<UnixStream>), String> {
+    let socket: PathBuf = pcm
+        .daemon_socket()
+        .map(|s| ckpt::socket_path(&s))
+        .ok_or_else(|| format!("no pcmd to write to ({}=none)", pcm_proto::DAEMON_ENV))?;
+    let stream = UnixStream::connect(&socket)
+        .map_err(|e| format!("no pcmd checkpoint socket at {}: {e}", socket.display()))?;
+    let io = |e: std::io::Error| format!("pcmd checkpoint socket {}: {e}", socket.display());
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
+    let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
+    let mut writer = BufWriter::with_capacity(1 << 20, stream);
+    let hello = Request::Hello {
+        version: FORMAT_VERSION,
+    };
+    write_frame(&mut writer, &hello).map_err(io)?;
+    writer.flush().map_err(io)?;
+    match expect_frame(&mut reader).map_err(|e| e.to_string())? {
+        Response::Welcome { .. } => Ok((reader, writer)),
+        other => Err(answer(other)),
+    }
+}
+
+fn answer(response: Response) -> String {
+    match response {
+        Response::Error { message } => format!("pcmd refused: {message}"),
+        other => format!("unexpected answer from pcmd: {other:?}"),
+    }
+}
+
+/// The piece header of this rank's stored entries.
+fn piece_header(pcm: &Pcm, iteration: u64) -> PieceHeader {
+    PieceHeader {
+        format: FORMAT_VERSION,
+        piece: PieceId {
+            series: series(pcm),
+            iteration,
+            rank: Rank(pcm.rank),
+        },
+        job: pcm.job.job.clone(),
+        host: pcm.host.clone(),
+        entries: pcm
+            .store
+            .headers()
+            .into_iter()
+            .map(|h| PieceEntry {
+                name: h.name,
+                encoded: h.kind == Kind::Value,
+                type_name: h.type_name,
+                len: h.len,
+            })
+            .collect(),
+    }
+}
+
+type Channel = (BufReader<UnixStream>, BufWriter<UnixStream>);
+
+/// Step 1: this rank's piece to its pcmd. Returns the channel (for the commit), the
+/// digest and the length.
+fn put_piece(pcm: &Pcm, iteration: u64) -> Result<(Channel, Digest, u64), String> {
+    if pcm.store.total_bytes() == 0 && pcm.store.headers().is_empty() {
+        return Err("nothing was stored: store the state when status.stores_state()".into());
+    }
+    let header = piece_header(pcm, iteration);
+    let header_bytes = header.encode();
+    let mut hasher = Hasher::new();
+    hasher.update(&header_bytes);
+    for entry in pcm.store.entries() {
+        hasher.update(entry.blob.bytes());
+    }
+    let digest = hasher.finish();
+    let len = header_bytes.len() as u64 + header.data_len();
+    let (mut reader, mut writer) = connect(pcm)?;
+    let io = |e: std::io::Error| format!("sending the piece to pcmd: {e}");
+    let put = Request::Put {
+        piece: header.piece.clone(),
+        len,
+        digest,
+    };
+    write_frame(&mut writer, &put).map_err(io)?;
+    writer.write_all(&header_bytes).map_err(io)?;
+    for entry in pcm.store.entries() {
+        writer.write_all(entry.blob.bytes()).map_err(io)?;
+    }
+    writer.flush().map_err(io)?;
+    match expect_frame(&mut reader).map_err(|e| e.to_string())? {
+        Response::Stored => Ok(((reader, writer), digest, len)),
+        other => Err(answer(other)),
+    }
+}
+
+/// Commits the agreed checkpoint at `iteration` (inside `reconfigure`). Collective. A
+/// failure is logged and the job carries on: a checkpoint is insurance, not a result.
+pub(crate) fn commit(pcm: &mut Pcm, iteration: u64) {
+    let started = Instant::now();
+    let put = put_piece(pcm, iteration);
+    if let Err(reason) = &put {
+        tracing::warn!(
+            "rank {}: checkpoint at iteration {iteration} not written: {reason}",
+            pcm.rank
+        );
+    }
+    let mine = match &put {
+        Ok((_, digest, len)) => {
+            let d = digest.to_words();
+            [1, *len, d[0], d[1], d[2], d[3]]
+        }
+        Err(_) => [0; 6],
+    };
+    let mut all = vec![0u64; 6 * pcm.size as usize];
+    pcm.world.all_gather_into(&mine[..], &mut all[..]);
+    pcm.store.clear();
+    pcm.checkpoints.taken(Instant::now());
+    let failed: Vec<usize> = all
+        .chunks(6)
+        .enumerate()
+        .filter(|(_, w)| w[0] == 0)
+        .map(|(r, _)| r)
+        .collect();
+    if !failed.is_empty() {
+        if pcm.rank == 0 {
+            tracing::warn!(
+                "checkpoint at iteration {iteration} abandoned: rank(s) {failed:?} could not write their piece; the previous checkpoint stays the newest"
+            );
+        }
+        return;
+    }
+    let manifest = Manifest {
+        format: FORMAT_VERSION,
+        series: series(pcm),
+        iteration,
+        job: pcm.job.job.clone(),
+        created_unix_s: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        digests: all
+            .chunks(6)
+            .map(|w| Digest::from_words([w[2], w[3], w[4], w[5]]))
+            .collect(),
+        lens: all.chunks(6).map(|w| w[1]).collect(),
+    };
+    let Ok(((mut reader, mut writer), _, _)) = put else {
+        return;
+    };
+    let committed = write_frame(&mut writer, &Request::Commit { manifest })
+        .and_then(|()| writer.flush())
+        .map_err(|e| e.to_string())
+        .and_then(|()| match expect_frame(&mut reader) {
+            Ok(Response::Committed) => Ok(()),
+            Ok(other) => Err(answer(other)),
+            Err(e) => Err(e.to_string()),
+        });
+    match committed {
+        Ok(()) if pcm.rank == 0 => {
+            let bytes: u64 = all.chunks(6).map(|w| w[1]).sum();
+            let seconds = started.elapsed().as_secs_f64();
+            tracing::info!(
+                "checkpoint at iteration {iteration} committed: {bytes} bytes from {} ranks in {seconds:.3} s",
+                pcm.size
+            );
+        }
+        Ok(()) => {}
+        Err(reason) => tracing::warn!(
+            "rank {}: checkpoint at iteration {iteration} not marked complete on this node: {reason}",
+            pcm.rank
+        ),
+    }
+}
+
+/// What this rank can restart from, as its pcmd reports it (rejected ones are logged).
+fn list(pcm: &Pcm) -> Result<Vec<Available>, String> {
+    let (mut reader, mut writer) = connect(pcm)?;
+    let request = Request::List {
+        series: series(pcm),
+        rank: Rank(pcm.rank),
+    };
+    write_frame(&mut writer, &request)
+        .and_then(|()| writer.flush())
+        .map_err(|e| e.to_string())?;
+    match expect_frame(&mut reader).map_err(|e| e.to_string())? {
+        Response::Listing {
+            available,
+            rejected,
+        } => {
+            for r in rejected {
+                tracing::warn!(
+                    "rank {}: checkpoint at iteration {} is not usable: {}",
+                    pcm.rank,
+                    r.iteration,
+                    r.reason
+                );
+            }
+            Ok(available)
+        }
+        other => Err(answer(other)),
+    }
+}
+
+/// Fetches and checks this rank's piece of `available`, returning the entries.
+fn fetch(pcm: &Pcm, available: &Available) -> Result<Store, String> {
+    let piece = PieceId {
+        series: series(pcm),
+        iteration: available.iteration,
+        rank: Rank(pcm.rank),
+    };
+    let (mut reader, mut writer) = connect(pcm)?;
+    write_frame(
+        &mut writer,
+        &Request::Get {
+            piece: piece.clone(),
+        },
+    )
+    .and_then(|()| writer.flush())
+    .map_err(|e| e.to_string())?;
+    let (len, digest) = match expect_frame(&mut reader).map_err(|e| e.to_string())? {
+        Response::Piece { len, digest } => (len, digest),
+        other => return Err(answer(other)),
+    };
+    if digest != available.digest || len != available.len {
+        return Err(format!(
+            "{piece}: pcmd sends digest {digest} ({len} bytes), the listing said {} ({} bytes)",
+            available.digest, available.len
+        ));
+    }
+    let mut hasher = Hasher::new();
+    let mut limited = (&mut reader).take(len);
+    let header =
+        PieceHeader::read(&mut limited, &mut hasher).map_err(|e| format!("{piece}: {e}"))?;
+    if header.piece != piece {
+        return Err(format!("{piece}: the piece says it is {}", header.piece));
+    }
+    let mut store = Store::default();
+    for e in &header.entries {
+        let size = usize::try_from(e.len).map_err(|_| format!("{piece}: entry too large"))?;
+        let mut blob = Blob::zeroed(size);
+        limited
+            .read_exact(blob.bytes_mut())
+            .map_err(|err| format!("{piece}: reading entry {:?}: {err}", e.name))?;
+        hasher.update(blob.bytes());
+        let kind = if e.encoded { Kind::Value } else { Kind::Array };
+        store.insert_entry(
+            e.name.clone(),
+            Entry {
+                kind,
+                type_name: e.type_name.clone(),
+                blob,
+            },
+        );
+    }
+    if limited.limit() != 0 {
+        return Err(format!(
+            "{piece}: {} bytes after the entries the header lists",
+            limited.limit()
+        ));
+    }
+    let computed = hasher.finish();
+    if computed != digest {
+        return Err(format!(
+            "{piece}: received bytes have SHA-256 {computed}, the manifest says {digest}"
+        ));
+    }
+    tracing::debug!(
+        "{piece}: loaded {} entries written by job {} on {}",
+        header.entries.len(),
+        header.job,
+        header.host
+    );
+    Ok(store)
+}
+
+/// Restores the newest checkpoint every rank can load (inside `Pcm::init` with
+/// `PCM_RESTART=1`). Collective. Leaves the process fresh when there is none.
+pub(crate) fn restore(pcm: &mut Pcm) -> Result<(), PcmError> {
+    let offered = match list(pcm) {
+        Ok(a) => a,
+        Err(reason) => {
+            tracing::warn!("rank {}: cannot look for checkpoints: {reason}", pcm.rank);
+            Vec::new()
+        }
+    };
+    let mut excluded = BTreeSet::new();
+    for _ in 0..ATTEMPTS {
+        let mut mine = [0u64; OFFERED];
+        for (slot, a) in mine
+            .iter_mut()
+            .zip(offered.iter().filter(|a| !excluded.contains(&a.iteration)))
+        {
+            *slot = a.iteration + 1;
+        }
+        let mut all = vec![0u64; OFFERED * pcm.size as usize];
+        pcm.world.all_gather_into(&mine[..], &mut all[..]);
+        let common = mine
+            .iter()
+            .filter(|&&c| c != 0)
+            .filter(|c| all.chunks(OFFERED).all(|other| other.contains(c)))
+            .max()
+            .map(|c| c - 1);
+        let Some(iteration) = common else {
+            if pcm.rank == 0 {
+                tracing::warn!(
+                    "{RESTART_ENV}=1, but no checkpoint of {} is complete and intact for every rank; starting from the beginning",
+                    series(pcm)
+                );
+            }
+            return Ok(());
+        };
+        let chosen =
+            offered
+                .iter()
+                .find(|a| a.iteration == iteration)
+                .ok_or(PcmError::internal(
+                    "agreed checkpoint missing from the offer",
+                ))?;
+        let loaded = fetch(pcm, chosen);
+        if let Err(reason) = &loaded {
+            tracing::warn!("rank {}: cannot load checkpoint: {reason}", pcm.rank);
+        }
+        let ok = u64::from(loaded.is_ok());
+        let mut all_ok = 0u64;
+        pcm.world
+            .all_reduce_into(&ok, &mut all_ok, SystemOperation::min());
+        if let (1, Ok(store)) = (all_ok, loaded) {
+            install(pcm, store, iteration, chosen.at_buddy);
+            return Ok(());
+        }
+        if pcm.rank == 0 {
+            tracing::warn!(
+                "checkpoint at iteration {iteration} could not be loaded on every rank; trying an older one"
+            );
+        }
+        excluded.insert(iteration);
+    }
+    if pcm.rank == 0 {
+        tracing::warn!(
+            "no checkpoint could be loaded after {ATTEMPTS} attempts; starting from the beginning"
+        );
+    }
+    Ok(())
+}
+
+fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
+    let now = Instant::now();
+    pcm.store = store;
+    pcm.origin = ProcessStatus::Restarted { iteration };
+    pcm.job.iteration = iteration;
+    pcm.job.next_check = iteration + 1;
+    pcm.resume_pending = true;
+    if let Some(cadence) = &mut pcm.cadence {
+        *cadence = crate::Cadence::new(pcm.job.check_period, now, iteration);
+    }
+    pcm.checkpoints.taken(now);
+    if at_buddy {
+        tracing::info!(
+            "rank {}: state fetched from the buddy pcmd (no local copy)",
+            pcm.rank
+        );
+    }
+    if pcm.rank == 0 {
+        tracing::info!(
+            "restarted from the checkpoint at iteration {iteration} of {}",
+            series(pcm)
+        );
+    }
+}

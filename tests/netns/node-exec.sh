@@ -1,0 +1,33 @@
+#!/bin/sh
+# Runs a command on an emulated node: `node-exec.sh HOST PROGRAM [ARGS...]`.
+#
+# HOST is looked up in the file `hosts.map` next to this script (lines
+# `HOST NAMESPACE [CGROUP_PROCS_FILE...]`). The process first joins the node's cgroups (its
+# pid written to each `cgroup.procs` file, so PROGRAM and all its children count against the
+# node's CPU cap), then enters the node's network namespace and a new UTS namespace whose
+# host name is HOST (so gethostname() there returns HOST), then becomes PROGRAM (exec all
+# the way: the process id stays the caller's child's, so process groups and kill work).
+#
+# nsenter, not `ip netns exec`: the latter also makes a mount namespace with a fresh /sys,
+# which hides /sys/fs/cgroup, and the IOS agent's sensor then cannot see the node's cap.
+set -eu
+map="$(dirname "$0")/hosts.map"
+if [ $# -lt 2 ]; then
+    echo "node-exec: usage: $0 HOST PROGRAM [ARGS...]" >&2
+    exit 255
+fi
+host="$1"
+shift
+line="$(awk -v h="$host" '$1 == h { print; exit }' "$map")"
+if [ -z "$line" ]; then
+    echo "node-exec: unknown host $host (not in $map)" >&2
+    exit 255
+fi
+ns="$(printf '%s\n' "$line" | awk '{ print $2 }')"
+for procs in $(printf '%s\n' "$line" | awk '{ for (i = 3; i <= NF; i++) print $i }'); do
+    if ! echo $$ > "$procs"; then
+        echo "node-exec: cannot join cgroup $procs" >&2
+        exit 255
+    fi
+done
+exec nsenter --net="/run/netns/$ns" unshare --uts /bin/sh -c 'hostname "$1" && shift && exec "$@"' node-exec "$host" "$@"

@@ -1,0 +1,474 @@
+//! The adaptive scenario of the main job, the agent end-to-end tests and the throughput
+//! experiments: heat2d on emulated nodes (network namespaces with CPU caps), a competing CPU
+//! hog started on one node after a warm-up, nodes whose agents join later, and IOS agents
+//! that move ranks by themselves. The same scenario also runs as static MPI (heat2d-plain,
+//! same placement, same hog, no agents) and unloaded, for comparison.
+//!
+//! Rank 0's progress lines (`--report-every`) are read as they appear and time-stamped:
+//! they give the throughput over time and, through the hosts they list, each migration as
+//! it happens.
+
+use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::netns::Cluster;
+use crate::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
+use crate::{bin, Group, MpiJob, Report};
+
+/// What runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// heat2d with PCM and agents on the nodes.
+    Adaptive,
+    /// heat2d-plain on the same placement under the same load, no agents.
+    Static,
+    /// heat2d-plain with no hog: the yardstick.
+    Unloaded,
+}
+
+impl Mode {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Adaptive => "adaptive",
+            Mode::Static => "static",
+            Mode::Unloaded => "unloaded",
+        }
+    }
+}
+
+/// The scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Grid rows.
+    pub rows: usize,
+    /// Grid columns.
+    pub cols: usize,
+    /// Iterations.
+    pub iters: u64,
+    /// Progress line every this many iterations.
+    pub report_every: u64,
+    /// Rank i starts on node `placement[i]` (an index into the cluster's nodes).
+    pub placement: Vec<usize>,
+    /// Nodes whose agents join before the job starts.
+    pub agents_at_start: Vec<usize>,
+    /// The node that gets a CPU hog, and when (after the job starts).
+    pub hog: Option<(usize, Duration)>,
+    /// Nodes whose agents join during the run, and when.
+    pub joins: Vec<(usize, Duration)>,
+    /// Extra `ios-agent join` options.
+    pub agent_options: Vec<String>,
+    /// Longest a run may take.
+    pub timeout: Duration,
+}
+
+/// One progress line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Seconds since the job started.
+    pub t: f64,
+    /// Iterations done.
+    pub iteration: u64,
+    /// Iterations per second since the previous line.
+    pub rate: f64,
+    /// Host of each rank (adaptive runs).
+    pub hosts: Vec<String>,
+}
+
+/// Kinds of events marked on the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The hog started.
+    LoadOnset,
+    /// A node's agent joined.
+    NodeJoin,
+    /// A rank moved (seen in the progress lines).
+    Migration,
+}
+
+/// Something that happened during a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Seconds since the job started.
+    pub t: f64,
+    /// Its kind.
+    pub kind: EventKind,
+    /// In words.
+    pub what: String,
+}
+
+/// What the observer of a run is told as it goes.
+#[derive(Debug, Clone)]
+pub enum Line {
+    /// A progress line.
+    Progress(Sample),
+    /// An event.
+    Event(Event),
+}
+
+/// How a run went.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The mode.
+    pub mode: Mode,
+    /// heat2d's final report.
+    pub report: Report,
+    /// Progress over time.
+    pub samples: Vec<Sample>,
+    /// Events over time.
+    pub events: Vec<Event>,
+    /// Wall time of the whole mpirun, seconds.
+    pub wall_s: f64,
+    /// Decisions the agents recorded (host, what), adaptive runs.
+    pub decisions: Vec<(String, String)>,
+}
+
+impl Outcome {
+    /// The migrations seen.
+    pub fn migrations(&self) -> impl Iterator<Item = &Event> {
+        self.events
+            .iter()
+            .filter(|e| e.kind == EventKind::Migration)
+    }
+
+    /// First time the event of `kind` happened.
+    pub fn first(&self, kind: EventKind) -> Option<f64> {
+        self.events.iter().find(|e| e.kind == kind).map(|e| e.t)
+    }
+
+    /// (seconds, iterations done) points, starting at (0, 0).
+    pub fn progress_points(&self) -> Vec<(f64, u64)> {
+        std::iter::once((0.0, 0))
+            .chain(self.samples.iter().map(|s| (s.t, s.iteration)))
+            .collect()
+    }
+
+    /// Iterations done at time `t` (linear between progress lines).
+    pub fn iteration_at(&self, t: f64) -> f64 {
+        let points = self.progress_points();
+        for w in points.windows(2) {
+            let ((t0, i0), (t1, i1)) = (w[0], w[1]);
+            if t <= t1 {
+                if t1 <= t0 {
+                    return i1 as f64;
+                }
+                return i0 as f64 + (i1 as f64 - i0 as f64) * ((t - t0) / (t1 - t0)).max(0.0);
+            }
+        }
+        points.last().map_or(0.0, |p| p.1 as f64)
+    }
+
+    /// First time after `after` from which every later progress line shows at least `rate`.
+    pub fn sustained_from(&self, after: f64, rate: f64) -> Option<f64> {
+        let later: Vec<&Sample> = self.samples.iter().filter(|s| s.t > after).collect();
+        let mut from = None;
+        for s in &later {
+            if s.rate >= rate {
+                from.get_or_insert(s.t);
+            } else {
+                from = None;
+            }
+        }
+        from
+    }
+}
+
+/// Parses a progress line of heat2d or heat2d-plain:
+/// `heat2d: iteration 300/3000 123.4 it/s (migrations: 1, hosts: node-a,node-c)`.
+pub fn parse_progress(line: &str) -> Option<(u64, f64, Vec<String>)> {
+    let rest = line.split("iteration ").nth(1)?;
+    let mut words = rest.split_whitespace();
+    let done: u64 = words.next()?.split('/').next()?.parse().ok()?;
+    let rate: f64 = words.next()?.parse().ok()?;
+    let hosts = line
+        .split("hosts: ")
+        .nth(1)
+        .map(|h| {
+            h.trim_end_matches(')')
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((done, rate, hosts))
+}
+
+/// Reads the lines appended to a file since the last call.
+#[derive(Debug)]
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+}
+
+impl Tail {
+    fn new(path: &Path) -> Tail {
+        Tail {
+            path: path.to_owned(),
+            offset: 0,
+            partial: String::new(),
+        }
+    }
+
+    fn lines(&mut self) -> Vec<String> {
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return Vec::new();
+        };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut reader = BufReader::new(file);
+        let mut out = Vec::new();
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    self.offset += n as u64;
+                    if line.ends_with('\n') {
+                        let whole = std::mem::take(&mut self.partial) + line.trim_end();
+                        out.push(whole);
+                    } else {
+                        self.partial.push_str(&line);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Where the peer server and agents of an adaptive run live.
+struct Pool {
+    _server: PeerServer,
+    server_addr: String,
+    key: PathBuf,
+    agents: Vec<AgentProc>,
+}
+
+impl Scenario {
+    /// Runs the scenario once on `cluster` (which must have at least as many nodes as the
+    /// scenario names), with logs and sockets under `dir`, telling `observer` each progress
+    /// line and event as it happens.
+    pub fn run(
+        &self,
+        cluster: &Cluster,
+        mode: Mode,
+        dir: &Path,
+        observer: &mut dyn FnMut(&Line),
+    ) -> Outcome {
+        let nodes = cluster.host_names();
+        let host = |i: usize| -> &str {
+            nodes
+                .get(i)
+                .unwrap_or_else(|| panic!("node index {i} but the cluster has {}", nodes.len()))
+        };
+        let placement: Vec<&str> = self.placement.iter().map(|i| host(*i)).collect();
+        let run_dir = dir.join(mode.name());
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let daemon_env = run_dir.join("{host}.sock").display().to_string();
+
+        let mut pool = (mode == Mode::Adaptive).then(|| {
+            let key = pool_key(&run_dir, "pool.key");
+            let server = PeerServer::start(
+                Command::new(bin("peer-server")),
+                &run_dir,
+                &key,
+                cluster.bridge_addr(),
+                "peer-server",
+            );
+            let server_addr = server.addr.clone();
+            let mut pool = Pool {
+                _server: server,
+                server_addr,
+                key,
+                agents: Vec::new(),
+            };
+            for &n in &self.agents_at_start {
+                pool.agents
+                    .push(self.start_agent(cluster, &run_dir, &pool, host(n)));
+            }
+            pool
+        });
+
+        let program = if mode == Mode::Adaptive {
+            "heat2d"
+        } else {
+            "heat2d-plain"
+        };
+        let args = [
+            "--rows".to_owned(),
+            self.rows.to_string(),
+            "--cols".to_owned(),
+            self.cols.to_string(),
+            "--iters".to_owned(),
+            self.iters.to_string(),
+            "--report-every".to_owned(),
+            self.report_every.to_string(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut job = MpiJob::new(self.placement.len(), program, &args);
+        if mode == Mode::Adaptive {
+            job = job.env("PCM_DAEMON", daemon_env.clone());
+        }
+        let job = cluster.job(job, &placement);
+        let started = Instant::now();
+        let mut group = job.start(&run_dir, "job");
+        let mut tail = Tail::new(&group.stderr);
+
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut events: Vec<Event> = Vec::new();
+        let mut hog: Option<Group> = None;
+        let mut joins: Vec<(usize, Duration)> = if mode == Mode::Adaptive {
+            self.joins.clone()
+        } else {
+            Vec::new()
+        };
+        let emit = |observer: &mut dyn FnMut(&Line),
+                    events: &mut Vec<Event>,
+                    kind: EventKind,
+                    what: String| {
+            let e = Event {
+                t: started.elapsed().as_secs_f64(),
+                kind,
+                what,
+            };
+            observer(&Line::Event(e.clone()));
+            events.push(e);
+        };
+
+        while group.running() {
+            let now = started.elapsed();
+            assert!(
+                now < self.timeout,
+                "{} run did not finish within {:?}:\n{}",
+                mode.name(),
+                self.timeout,
+                group.stderr_so_far()
+            );
+            if let Some((node, at)) = self.hog {
+                if mode != Mode::Unloaded && hog.is_none() && now >= at {
+                    hog = Some(cluster.start_hog(host(node), &run_dir, "hog"));
+                    emit(
+                        observer,
+                        &mut events,
+                        EventKind::LoadOnset,
+                        format!("CPU hog started on {}", host(node)),
+                    );
+                }
+            }
+            if let Some(pool) = pool.as_mut() {
+                let due: Vec<usize> = joins
+                    .iter()
+                    .filter(|(_, at)| now >= *at)
+                    .map(|(n, _)| *n)
+                    .collect();
+                joins.retain(|(_, at)| now < *at);
+                for n in due {
+                    let agent = self.start_agent(cluster, &run_dir, pool, host(n));
+                    pool.agents.push(agent);
+                    emit(
+                        observer,
+                        &mut events,
+                        EventKind::NodeJoin,
+                        format!("{} joined the pool", host(n)),
+                    );
+                }
+            }
+            for line in tail.lines() {
+                let Some((iteration, rate, hosts)) = parse_progress(&line) else {
+                    continue;
+                };
+                if let Some(previous) = samples.last() {
+                    for (rank, (was, is)) in previous.hosts.iter().zip(&hosts).enumerate() {
+                        if was != is {
+                            emit(
+                                observer,
+                                &mut events,
+                                EventKind::Migration,
+                                format!("rank {rank} moved {was} -> {is}"),
+                            );
+                        }
+                    }
+                }
+                let s = Sample {
+                    t: started.elapsed().as_secs_f64(),
+                    iteration,
+                    rate,
+                    hosts,
+                };
+                observer(&Line::Progress(s.clone()));
+                samples.push(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let wall_s = started.elapsed().as_secs_f64();
+        let finished = group.wait(Duration::from_secs(5));
+        let report = finished.report();
+        drop(hog);
+        let decisions = pool
+            .as_ref()
+            .map(|p| {
+                p.agents
+                    .iter()
+                    .flat_map(|a| {
+                        a.decisions()
+                            .into_iter()
+                            .map(|d| (a.spec.host.clone(), d))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Outcome {
+            mode,
+            report,
+            samples,
+            events,
+            wall_s,
+            decisions,
+        }
+    }
+
+    fn start_agent(&self, cluster: &Cluster, dir: &Path, pool: &Pool, host: &str) -> AgentProc {
+        let spec = AgentSpec::in_dir(
+            dir,
+            host,
+            &pool.key,
+            &[&pool.server_addr],
+            &cluster.node(host).addr,
+        )
+        .with(
+            &self
+                .agent_options
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        let command = cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
+        AgentProc::start(command, dir, spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_parse() {
+        assert_eq!(
+            parse_progress(
+                "heat2d: iteration 300/3000 123.4 it/s (migrations: 1, hosts: node-a,node-c)"
+            ),
+            Some((300, 123.4, vec!["node-a".to_owned(), "node-c".to_owned()]))
+        );
+        assert_eq!(
+            parse_progress("heat2d-plain: iteration 10/20 5.0 it/s"),
+            Some((10, 5.0, vec![]))
+        );
+        assert_eq!(parse_progress("heat2d: something else"), None);
+    }
+}

@@ -1,0 +1,520 @@
+//! Coordinated checkpoints and restart, with real mpirun jobs and pcmds: a rank killed with
+//! SIGKILL, a node's pcmd killed and its files deleted (the buddy's copy is used), and a
+//! flipped byte in the newest checkpoint (the previous one is used, and the log says why).
+//! Each restart must end with exactly the checksum of `heat2d-plain`.
+//!
+//! Also the checkpoint channels under attack: malformed, truncated and oversized frames, a
+//! wrong first frame, and a wrong pool key, on the ranks' socket and on the buddy port. The
+//! daemon answers with an error, closes only that connection, and keeps serving.
+//!
+//! The two "nodes" of the buddy test are two pcmds on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob};
+use pcm_proto::checkpoint::{
+    self as ckpt, expect_frame, write_frame, Request, Response, Series, FORMAT_VERSION,
+};
+use pcm_proto::{AppName, Rank};
+
+/// About two seconds of heat2d on this machine: long enough to take several checkpoints
+/// at [`INTERVAL`] and be killed in the middle.
+const ARGS: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "20000"];
+const INTERVAL: &str = "0.25";
+const DEADLINE: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(60);
+const KEY: &str = "/key/swarm/psk/1.0.0/\n/base16/\n\
+    5f3c0e1d2a4b69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n";
+const OTHER_KEY: &str = "/key/swarm/psk/1.0.0/\n/base16/\n\
+    00000000000000000000000000000000000000000000000000000000000000ff\n";
+
+/// A `pcmd serve` with a checkpoint directory, killed on drop.
+struct Node {
+    group: Option<Group>,
+    socket: PathBuf,
+    store: PathBuf,
+    dir: PathBuf,
+    args: Vec<String>,
+    starts: usize,
+}
+
+impl Node {
+    fn start(dir: &Path, name: &str, extra: &[String]) -> Node {
+        let mut node = Node {
+            group: None,
+            socket: dir.join(format!("{name}.sock")),
+            store: dir.join(format!("{name}-store")),
+            dir: dir.to_owned(),
+            args: extra.to_vec(),
+            starts: 0,
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new(bin("pcmd"));
+        command
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("serve")
+            .arg("--checkpoint-dir")
+            .arg(&self.store)
+            .args(&self.args)
+            .env("RUST_LOG", "info,pcmd=debug");
+        self.starts += 1;
+        let label = format!(
+            "{}-{}",
+            self.socket.file_stem().unwrap().to_string_lossy(),
+            self.starts
+        );
+        let group = Group::start(command, &self.dir, &label);
+        let ckpt_socket = ckpt::socket_path(&self.socket);
+        wait_until(WAIT, "pcmd to listen", || {
+            UnixStream::connect(&ckpt_socket).is_ok()
+        });
+        self.group = Some(group);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut g) = self.group.take() {
+            g.kill();
+        }
+    }
+
+    fn log(&self) -> String {
+        self.group
+            .as_ref()
+            .map(Group::stderr_so_far)
+            .unwrap_or_default()
+    }
+
+    /// Iterations of the complete checkpoints in the store (those with a manifest).
+    fn complete(&self) -> Vec<u64> {
+        let series = self.store.join("heat2d-2r");
+        let mut found: Vec<u64> = std::fs::read_dir(series)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("manifest").exists())
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
+    /// Process id of `rank` of the job, from `pcmd status --json`.
+    fn rank_pid(&self, rank: u64) -> Option<u32> {
+        let out = Command::new(bin("pcmd"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(["status", "--json"])
+            .output()
+            .ok()?;
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        status["jobs"]
+            .as_array()?
+            .iter()
+            .flat_map(|j| j["ranks"].as_array().cloned().unwrap_or_default())
+            .find(|r| r["rank"].as_u64() == Some(rank))
+            .and_then(|r| r["pid"].as_u64())
+            .map(|p| p as u32)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn plain() -> String {
+    MpiJob::new(2, "heat2d-plain", ARGS)
+        .run(DEADLINE)
+        .report()
+        .checksum
+}
+
+fn job(node: &Node) -> MpiJob {
+    MpiJob::new(2, "heat2d", ARGS)
+        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_CHECKPOINT_INTERVAL", INTERVAL)
+}
+
+/// Runs heat2d until `ready` holds, then kills rank 1 with SIGKILL; returns the output of
+/// the failed run.
+fn run_and_kill_rank(node: &Node, dir: &Path, ready: impl Fn() -> bool) -> String {
+    let mut run = job(node).start(dir, "killed");
+    wait_until(WAIT, "checkpoints to be written", || {
+        assert!(
+            run.running(),
+            "heat2d ended before the kill: {}",
+            run.stderr_so_far()
+        );
+        ready()
+    });
+    let pid = node
+        .rank_pid(1)
+        .expect("rank 1 is registered with the pcmd");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let finished = run.wait(DEADLINE);
+    assert_ne!(
+        finished.code,
+        Some(0),
+        "the job survived the kill of a rank"
+    );
+    finished.stderr
+}
+
+/// Restarts with `PCM_RESTART=1`; returns the checksum, the restart iteration and stderr.
+fn restart(node: &Node) -> (String, u64, String) {
+    let finished = job(node).env("PCM_RESTART", "1").run(DEADLINE);
+    let report = finished.report();
+    let stderr = finished.stderr;
+    let marker = "restarted from the checkpoint at iteration ";
+    let iteration = stderr
+        .split(marker)
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no restart line in the log:\n{stderr}"));
+    assert_eq!(report.iterations, 20000);
+    (report.checksum, iteration, stderr)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn key_file(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn given_a_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    run_and_kill_rank(&node, dir.path(), || !node.complete().is_empty());
+    let newest = *node.complete().last().unwrap();
+    let (checksum, iteration, _) = restart(&node);
+    assert_eq!(checksum, reference, "restart changed the result");
+    assert!(iteration > 0 && iteration < 20000, "restart at {iteration}");
+    assert!(
+        iteration >= newest,
+        "restarted at {iteration}, newest was {newest}"
+    );
+}
+
+#[test]
+fn given_the_node_pcmd_killed_and_its_files_deleted_then_the_buddy_copy_is_used() {
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "pool.key", KEY);
+    let port = free_port();
+    let buddy_addr = format!("127.0.0.1:{port}");
+    let buddy = Node::start(
+        dir.path(),
+        "b",
+        &[
+            "--listen".into(),
+            buddy_addr.clone(),
+            "--pool-key".into(),
+            key.clone(),
+        ],
+    );
+    let mut node = Node::start(
+        dir.path(),
+        "a",
+        &["--buddy".into(), buddy_addr, "--pool-key".into(), key],
+    );
+    run_and_kill_rank(&node, dir.path(), || !buddy.complete().is_empty());
+    assert!(node.log().contains("to buddy"), "{}", node.log());
+    // The node dies with its disk: a new pcmd starts with an empty directory.
+    node.kill();
+    assert!(!node.complete().is_empty());
+    std::fs::remove_dir_all(&node.store).unwrap();
+    node.spawn();
+    let newest_at_buddy = *buddy.complete().last().unwrap();
+    let (checksum, iteration, stderr) = restart(&node);
+    assert_eq!(
+        checksum, reference,
+        "restart from the buddy changed the result"
+    );
+    assert_eq!(iteration, newest_at_buddy);
+    assert!(
+        stderr.contains("fetched from the buddy"),
+        "ranks did not say the state came from the buddy:\n{stderr}"
+    );
+    assert!(node.log().contains("from buddy"), "{}", node.log());
+}
+
+#[test]
+fn given_a_flipped_byte_in_the_newest_checkpoint_then_the_previous_is_used_and_logged() {
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    run_and_kill_rank(&node, dir.path(), || node.complete().len() >= 2);
+    let complete = node.complete();
+    let (older, newest) = (complete[complete.len() - 2], complete[complete.len() - 1]);
+    let piece = node
+        .store
+        .join("heat2d-2r")
+        .join(format!("{newest:020}"))
+        .join("rank-000000.piece");
+    let mut bytes = std::fs::read(&piece).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&piece, bytes).unwrap();
+    let (checksum, iteration, stderr) = restart(&node);
+    assert_eq!(
+        checksum, reference,
+        "restart after corruption changed the result"
+    );
+    assert_eq!(
+        iteration, older,
+        "the corrupt checkpoint {newest} was not skipped"
+    );
+    assert!(
+        stderr.contains(&format!("checkpoint at iteration {newest} is not usable"))
+            && stderr.contains("does not match the manifest"),
+        "the log does not say why:\n{stderr}"
+    );
+    assert!(dir.path().join("a-store/quarantine").exists());
+}
+
+fn series() -> Series {
+    Series {
+        app: AppName::new("heat2d").unwrap(),
+        size: 2,
+    }
+}
+
+/// A well-behaved client still gets an answer.
+fn still_serves(socket: &Path) {
+    let mut s = UnixStream::connect(ckpt::socket_path(socket)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write_frame(
+        &mut s,
+        &Request::Hello {
+            version: FORMAT_VERSION,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        expect_frame::<Response>(&mut s).unwrap(),
+        Response::Welcome { .. }
+    ));
+    write_frame(
+        &mut s,
+        &Request::List {
+            series: series(),
+            rank: Rank(0),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        expect_frame::<Response>(&mut s).unwrap(),
+        Response::Listing { .. }
+    ));
+}
+
+/// Reads the daemon's answers until it closes; returns the first error message.
+fn first_error(mut stream: impl std::io::Read) -> String {
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let mut rest = answer.as_slice();
+    let mut seen = Vec::new();
+    loop {
+        match ckpt::read_frame::<Response>(&mut rest) {
+            Ok(Some(Response::Error { message })) => return message,
+            Ok(Some(other)) => seen.push(other),
+            other => panic!("expected an error answer, got {seen:?} then {other:?}"),
+        }
+    }
+}
+
+fn hello_frame() -> Vec<u8> {
+    pcm_proto::encode(&Request::Hello {
+        version: FORMAT_VERSION,
+    })
+}
+
+#[test]
+fn given_bad_frames_on_the_checkpoint_socket_then_clear_errors_and_the_daemon_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    let connect = || {
+        let s = UnixStream::connect(ckpt::socket_path(&node.socket)).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s
+    };
+    let half_close = |bytes: &[u8]| {
+        let s = connect();
+        let mut w = s.try_clone().unwrap();
+        w.write_all(bytes).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        first_error(s)
+    };
+
+    let garbage = [0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb];
+    assert!(half_close(&garbage).contains("malformed"));
+    still_serves(&node.socket);
+
+    let oversized = (u32::MAX).to_be_bytes();
+    assert!(half_close(&oversized).contains("exceeds the limit"));
+    still_serves(&node.socket);
+
+    let frame = hello_frame();
+    let truncated = half_close(&frame[..frame.len() - 2]);
+    assert!(
+        truncated.contains("closed in the middle of a frame"),
+        "{truncated}"
+    );
+    still_serves(&node.socket);
+
+    let wrong_first = pcm_proto::encode(&Request::List {
+        series: series(),
+        rank: Rank(0),
+    });
+    assert!(half_close(&wrong_first).contains("first frame must be Hello"));
+
+    let old = pcm_proto::encode(&Request::Hello { version: 999 });
+    assert!(half_close(&old).contains("version 999"));
+
+    // A piece larger than the limit is refused before any byte is written.
+    let mut big = hello_frame();
+    big.extend(pcm_proto::encode(&Request::Put {
+        piece: ckpt::PieceId {
+            series: series(),
+            iteration: 1,
+            rank: Rank(0),
+        },
+        len: u64::MAX,
+        digest: ckpt::Digest::of(b""),
+    }));
+    assert!(half_close(&big).contains("exceeds this pcmd's limit"));
+    // A piece that ends early leaves nothing behind.
+    let mut short = hello_frame();
+    short.extend(pcm_proto::encode(&Request::Put {
+        piece: ckpt::PieceId {
+            series: series(),
+            iteration: 1,
+            rank: Rank(0),
+        },
+        len: 1000,
+        digest: ckpt::Digest::of(b""),
+    }));
+    short.extend([7u8; 10]);
+    let s = connect();
+    (&s).write_all(&short).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut sink = Vec::new();
+    let _ = (&s).read_to_end(&mut sink);
+    still_serves(&node.socket);
+    assert!(node.complete().is_empty());
+    let leftovers: Vec<_> = walk(&node.store)
+        .into_iter()
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "partial piece left behind: {leftovers:?}"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+#[test]
+fn given_bad_frames_or_a_wrong_key_on_the_buddy_port_then_refused_and_still_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "pool.key", KEY);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let node = Node::start(
+        dir.path(),
+        "b",
+        &["--listen".into(), addr.clone(), "--pool-key".into(), key],
+    );
+    let tcp = || {
+        let s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s
+    };
+    let half_close = |bytes: &[u8]| {
+        let s = tcp();
+        (&s).write_all(bytes).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        first_error(&s)
+    };
+    assert!(half_close(&[0, 0, 0, 3, 1, 2, 3]).contains("authentication hello"));
+    assert!(half_close(&u32::MAX.to_be_bytes()).contains("exceeds the limit"));
+    assert!(half_close(&hello_frame()[..3]).contains("authentication hello"));
+
+    // A pcmd with another key is refused, and learns it.
+    let other = ckpt::auth::PoolKey::parse(OTHER_KEY).unwrap();
+    let err = pcmd::buddy::Client::connect(&addr, &other).unwrap_err();
+    assert!(err.to_string().contains("pool key"), "{err}");
+    // A client that skips the proof is refused too.
+    let s = tcp();
+    write_frame(
+        &mut &s,
+        &ckpt::auth::Hello {
+            version: FORMAT_VERSION,
+            client_nonce: [1; 32],
+        },
+    )
+    .unwrap();
+    let _challenge: ckpt::auth::Challenge = expect_frame(&mut &s).unwrap();
+    write_frame(
+        &mut &s,
+        &ckpt::auth::Proof {
+            client_proof: ckpt::Digest::of(b"guess"),
+        },
+    )
+    .unwrap();
+    match expect_frame::<Response>(&mut &s).unwrap() {
+        Response::Error { message } => assert!(message.contains("wrong pool key"), "{message}"),
+        other => panic!("a wrong proof was accepted: {other:?}"),
+    }
+
+    // The right key still works, and a bad frame after authentication is answered too.
+    let good = ckpt::auth::PoolKey::parse(KEY).unwrap();
+    let mut client = pcmd::buddy::Client::connect(&addr, &good).unwrap();
+    let (available, rejected) = client.list(&series(), Rank(0)).unwrap();
+    assert!(available.is_empty() && rejected.is_empty());
+    // The refusal is logged once the refused connection's thread ends.
+    wait_until(WAIT, "the refusal in the log", || {
+        node.log().contains("wrong pool key")
+    });
+}
