@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use mpi_ios_tests::{mpi_lock, MpiJob, Pcmd};
+use mpi_ios_tests::{mpi_lock, Group, MpiJob, Pcmd};
 use pcm_proto::{NodeStats, RankStats};
 
 const ROWS: &str = "240";
@@ -18,6 +18,10 @@ const ITERS: &str = "2000000";
 /// Iteration at which `PCM_SCHEDULE` moves rank 1.
 const MIGRATE_AT: u64 = 2000;
 const WAIT: Duration = Duration::from_secs(40);
+/// Keeps Open MPI's TCP transport on loopback: interfaces that come and go meanwhile (the
+/// emulated hosts of other tests on a shared machine) otherwise make a replacement's
+/// connect fail ("bind on local address ... failed").
+const LOOPBACK_ONLY: (&str, &str) = ("OMPI_MCA_btl_tcp_if_include", "lo");
 
 fn stats(pcmd: &Pcmd) -> NodeStats {
     let output = pcmd.cli(&["stats", "--json"]);
@@ -30,7 +34,12 @@ fn stats(pcmd: &Pcmd) -> NodeStats {
 }
 
 /// Polls `pcmd stats` until `ready` accepts the answer (every 300 ms, at most [`WAIT`]).
-fn stats_when(pcmd: &Pcmd, what: &str, ready: impl Fn(&NodeStats) -> bool) -> NodeStats {
+fn stats_when(
+    pcmd: &Pcmd,
+    job: &Group,
+    what: &str,
+    ready: impl Fn(&NodeStats) -> bool,
+) -> NodeStats {
     let deadline = Instant::now() + WAIT;
     loop {
         let stats = stats(pcmd);
@@ -39,7 +48,8 @@ fn stats_when(pcmd: &Pcmd, what: &str, ready: impl Fn(&NodeStats) -> bool) -> No
         }
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for {what}; last stats: {stats:#?}\npcmd log:\n{}",
+            "timed out waiting for {what}; last stats: {stats:#?}\njob stderr:\n{}\npcmd log:\n{}",
+            job.stderr_so_far(),
             pcmd.log()
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -80,24 +90,30 @@ fn given_heat2d_with_a_migration_then_the_traffic_matrix_is_exactly_the_halo_pat
     let _lock = mpi_lock();
     let pcmd = Pcmd::start();
     let dir = tempfile::tempdir().unwrap();
-    let _job = MpiJob::new(
+    let job = MpiJob::new(
         3,
         "heat2d",
         &["--rows", ROWS, "--cols", "240", "--iters", ITERS],
     )
     .env("PCM_DAEMON", pcmd.daemon_env.clone())
     .env("PCM_SCHEDULE", format!("{MIGRATE_AT}:1"))
+    .env(LOOPBACK_ONLY.0, LOOPBACK_ONLY.1)
     .start(dir.path(), "heat2d");
 
     // After the migration, with a full period of rates for every rank.
-    let stats = stats_when(&pcmd, "rank 1 replaced and every rank profiled", |s| {
-        let ranks = ranks(s);
-        ranks.len() == 3
-            && ranks
-                .iter()
-                .all(|r| r.profile.iteration > MIGRATE_AT && r.iterations_per_second > 0.0)
-            && ranks.iter().any(|r| r.rank.0 == 1 && r.replacement)
-    });
+    let stats = stats_when(
+        &pcmd,
+        &job,
+        "rank 1 replaced and every rank profiled",
+        |s| {
+            let ranks = ranks(s);
+            ranks.len() == 3
+                && ranks
+                    .iter()
+                    .all(|r| r.profile.iteration > MIGRATE_AT && r.iterations_per_second > 0.0)
+                && ranks.iter().any(|r| r.rank.0 == 1 && r.replacement)
+        },
+    );
     assert_halo_pattern(&stats);
 
     // The replacement continues its predecessor's figures: its counts cover the iterations
@@ -134,7 +150,7 @@ fn given_heat2d_with_a_migration_then_the_traffic_matrix_is_exactly_the_halo_pat
     }
 
     // Later reports still match exactly (and keep growing).
-    let later = stats_when(&pcmd, "newer reports", |s| {
+    let later = stats_when(&pcmd, &job, "newer reports", |s| {
         ranks(s).len() == 3
             && ranks(s)
                 .iter()
@@ -164,6 +180,7 @@ fn given_pcm_profile_off_then_no_profile_is_reported_and_a_bad_value_is_refused(
     )
     .env("PCM_DAEMON", pcmd.daemon_env.clone())
     .env("PCM_PROFILE", "off")
+    .env(LOOPBACK_ONLY.0, LOOPBACK_ONLY.1)
     .start(dir.path(), "heat2d");
 
     // Registered and running (the status shows progress), but no profile arrives.
