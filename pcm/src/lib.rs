@@ -80,7 +80,9 @@
 //!   `-x PCM_RESTART=1`.
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
-//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr.
+//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr. `pcm::timing=debug` adds
+//!   one JSON line per store and load call and per reconfiguration (phase times), which
+//!   `mpi-ios-bench fig17` reads for the paper's Figure 18.
 
 mod checkpoint;
 mod daemon;

@@ -441,10 +441,13 @@ impl TimePlot {
             .y_label_area_size(65)
             .build_cartesian_2d(x0..x1, y0..y1)
             .map_err(|e| e.to_string())?;
+        let (x_span, y_span) = (x1 - x0, y1 - y0);
         chart
             .configure_mesh()
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
+            .x_label_formatter(&|v| tick(*v, x_span))
+            .y_label_formatter(&|v| tick(*v, y_span))
             .label_style((FAMILY, 14))
             .axis_desc_style((FAMILY, 16))
             .light_line_style(TRANSPARENT)
@@ -679,6 +682,7 @@ impl BarChart {
         chart
             .configure_mesh()
             .disable_x_mesh()
+            .y_label_formatter(&|v| tick(*v, top))
             .x_desc(&self.x_label)
             .y_desc(&self.y_label)
             .x_label_formatter(&|x| {
@@ -839,6 +843,19 @@ impl Ranged for CategoryAxis {
     }
 }
 
+/// A tick label with as many decimals as the axis span needs (no "500.0" on an axis of
+/// thousands).
+fn tick(value: f64, span: f64) -> String {
+    let decimals = if span >= 20.0 {
+        0
+    } else if span >= 2.0 {
+        1
+    } else {
+        (2.0 - span.max(1e-9).log10().floor()).clamp(2.0, 9.0) as usize
+    };
+    format!("{value:.decimals$}")
+}
+
 fn check_size((w, h): (u32, u32)) -> Result<(), Error> {
     if !(200..=10_000).contains(&w) || !(150..=10_000).contains(&h) {
         return Err(Error::Invalid(format!(
@@ -905,4 +922,17 @@ fn write_both(stem: &Path, size: (u32, u32), picture: &impl Picture) -> Result<W
         })?;
     }
     Ok(Written { svg, png })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tick;
+
+    #[test]
+    fn ticks_have_the_decimals_the_span_needs() {
+        assert_eq!(tick(500.0, 3000.0), "500");
+        assert_eq!(tick(2.5, 10.0), "2.5");
+        assert_eq!(tick(0.25, 1.0), "0.25");
+        assert_eq!(tick(0.0125, 0.05), "0.0125");
+    }
 }
