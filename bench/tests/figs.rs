@@ -131,29 +131,30 @@ fn quick(exe: &Path, fig: &str, stems: &[&str]) -> (String, tempfile::TempDir) {
     (stdout, out)
 }
 
-/// The adaptive run's loop time and the limit's, from the summary table.
-fn seconds_of(stdout: &str, row: &str) -> f64 {
-    let line = stdout
-        .lines()
-        .find(|l| l.trim_start().starts_with(row))
-        .unwrap_or_else(|| panic!("no row `{row}` in\n{stdout}"));
-    line[row.len()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
+/// The ratio printed as "Adaptive / physical limit = R".
+fn limit_ratio(stdout: &str) -> f64 {
+    let key = "Adaptive / physical limit = ";
+    let rest = &stdout[stdout.find(key).unwrap() + key.len()..];
+    rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 fn limit_is_not_beaten(stdout: &str) {
-    let adaptive = seconds_of(stdout, "MPI/IOS adaptive (heat2d + agents)");
-    let limit = seconds_of(stdout, "physical limit");
-    // The limit is a lower bound: a run faster than it means the yardstick is wrong (5% for
-    // the noise of a shared machine).
-    assert!(
-        adaptive >= 0.95 * limit,
-        "adaptive {adaptive} s beat the physical limit {limit} s\n{stdout}"
+    // The limit is a lower bound: a run clearly faster than it means the yardstick is wrong
+    // (20% allowed for the noise of a shared two-core machine).
+    let ratio = limit_ratio(stdout);
+    assert!(ratio >= 0.8, "adaptive / limit = {ratio}\n{stdout}");
+}
+
+#[test]
+fn fig13_quick_prints_the_phases_and_writes_three_plots() {
+    let Some(exe) = bench() else { return };
+    let (stdout, _dir) = quick(
+        &exe,
+        "fig13",
+        &["fig13", "fig14", "fig13-14-iteration-time"],
     );
+    assert!(stdout.contains("before the load (ms/it)"), "{stdout}");
+    limit_is_not_beaten(&stdout);
 }
 
 #[test]
