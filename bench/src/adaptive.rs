@@ -23,7 +23,7 @@ pub struct AdaptiveArgs {
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
     /// Iterations.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 20_000)]
     pub iters: u64,
     /// CPU cap of every emulated node, in cores.
     #[arg(long, default_value_t = 0.6)]
@@ -41,7 +41,7 @@ pub struct AdaptiveArgs {
     /// Skip the static MPI run (and the unloaded one).
     #[arg(long)]
     pub adaptive_only: bool,
-    /// Short run for CI: 512x512, 2500 iterations, load at 3 s, join at 4 s.
+    /// Short run for CI: 6000 iterations, load at 2 s, join at 3 s.
     #[arg(long)]
     pub quick: bool,
     /// Fail unless at least one automatic migration happened and the checksums match (the
@@ -69,7 +69,7 @@ pub struct Summary {
 
 fn scenario(args: &AdaptiveArgs) -> Scenario {
     let (size, iters, load_at, join_at) = if args.quick {
-        (512, 2500, 3.0, 4.0)
+        (args.size, 6000, 2.0, 3.0)
     } else {
         (args.size, args.iters, args.load_at, args.join_at)
     };
@@ -313,7 +313,61 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
         ok = false;
     }
     write_timeline(summary, &args.out)?;
+    match plot(summary, &args.out.join("throughput")) {
+        Ok(written) => println!(
+            "plot: {} and {}",
+            written.svg.display(),
+            written.png.display()
+        ),
+        Err(e) => {
+            println!("plot: FAILED: {e:#}");
+            ok = false;
+        }
+    }
     Ok(ok)
+}
+
+/// Throughput over windows of at least `window` seconds, from (seconds, iterations done)
+/// points: one point per window, at its middle.
+pub fn windowed_rate(points: &[(f64, u64)], window: f64) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    let Some(&(mut t0, mut i0)) = points.first() else {
+        return out;
+    };
+    for &(t, i) in &points[1..] {
+        if t - t0 >= window {
+            out.push(((t0 + t) / 2.0, i.saturating_sub(i0) as f64 / (t - t0)));
+            (t0, i0) = (t, i);
+        }
+    }
+    out
+}
+
+/// The throughput-over-time plot of the runs, with the adaptive run's events marked.
+fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
+    use mpi_ios_plots::{Event, EventKind as Kind, TimePlot};
+    let window = (summary.adaptive.wall_s / 60.0).clamp(0.25, 2.0);
+    let mut plot = TimePlot::new("heat2d on emulated nodes: a node is loaded, an idle one joins")
+        .x_label("time since start (s)")
+        .y_label("iterations / s");
+    for (name, o) in [
+        ("MPI/IOS (adaptive)", Some(&summary.adaptive)),
+        ("static MPI, same load", summary.static_run.as_ref()),
+        ("unloaded", summary.unloaded.as_ref()),
+    ] {
+        if let Some(o) = o {
+            plot = plot.series(name, windowed_rate(&o.progress_points(), window));
+        }
+    }
+    plot = plot.events(summary.adaptive.events.iter().map(|e| {
+        let kind = match e.kind {
+            EventKind::LoadOnset => Kind::LoadOnset,
+            EventKind::NodeJoin => Kind::NodeJoin,
+            EventKind::Migration => Kind::Migration,
+        };
+        Event::new(e.t, kind, e.what.clone())
+    }));
+    Ok(plot.write(stem)?)
 }
 
 /// The runs' progress and events as CSV, for plotting elsewhere.

@@ -6,6 +6,8 @@
 //! - **disk**: write the bytes to a new file in the checkpoint file system, `fsync`;
 //! - **loopback**: send the bytes over a TCP connection on 127.0.0.1 to a reader that
 //!   discards them and acknowledges the end;
+//! - **SHA-256**: hashing the bytes in memory (a rank hashes its piece, and the pcmd
+//!   hashes it again as it writes);
 //! - **checkpoint, local**: what a rank does for its piece: SHA-256 of the bytes, stream
 //!   them to the node's pcmd (`<socket>.ckpt`), which writes, syncs and renames them, then
 //!   commit the manifest; timed until the commit is acknowledged;
@@ -258,6 +260,7 @@ pub fn run(mut args: CheckpointArgs) -> Result<()> {
         "reps",
         "disk write+fsync MB/s",
         "loopback TCP MB/s",
+        "SHA-256 MB/s",
         "checkpoint to local pcmd MB/s",
         "copy to buddy pcmd MB/s",
         "local / disk",
@@ -281,9 +284,15 @@ pub fn run(mut args: CheckpointArgs) -> Result<()> {
             chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
         }
         let (mut disk, mut net, mut local, mut copy) = (vec![], vec![], vec![], vec![]);
+        let mut hash = vec![];
         for rep in 0..args.reps {
             disk.push(mb_per_s(bytes, disk_write(dir.path(), &data, rep)?));
             net.push(mb_per_s(bytes, loopback(&data)?));
+            let started = Instant::now();
+            let mut hasher = Hasher::new();
+            hasher.update(&data);
+            std::hint::black_box(hasher.finish());
+            hash.push(mb_per_s(bytes, started.elapsed().as_secs_f64()));
             iteration += 1;
             let (seconds, committed) = checkpoint(&node, &data, iteration)?;
             local.push(mb_per_s(bytes, seconds));
@@ -292,8 +301,8 @@ pub fn run(mut args: CheckpointArgs) -> Result<()> {
                 wait_for_buddy(&buddy, iteration, committed)?,
             ));
             eprintln!(
-                "[checkpoint] {mib} MiB rep {rep}: disk {:.0}, loopback {:.0}, local {:.0}, buddy {:.0} MB/s",
-                disk[rep], net[rep], local[rep], copy[rep]
+                "[checkpoint] {mib} MiB rep {rep}: disk {:.0}, loopback {:.0}, sha256 {:.0}, local {:.0}, buddy {:.0} MB/s",
+                disk[rep], net[rep], hash[rep], local[rep], copy[rep]
             );
         }
         let (d, n, l, c) = (median(&disk), median(&net), median(&local), median(&copy));
@@ -302,6 +311,7 @@ pub fn run(mut args: CheckpointArgs) -> Result<()> {
             args.reps.to_string(),
             format!("{d:.0}"),
             format!("{n:.0}"),
+            format!("{:.0}", median(&hash)),
             format!("{l:.0}"),
             format!("{c:.0}"),
             format!("{:.2}", l / d),

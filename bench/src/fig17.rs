@@ -11,10 +11,11 @@
 //! Figure 18 splits the reconfiguration into checkpointing (the departing rank's `store`
 //! calls), loading (the replacement's `load` calls) and communicator rearrangement (spawn,
 //! merge+split), plus the state transfer and the agreement, all read from PCM's
-//! `pcm::timing` debug lines (`RUST_LOG=pcm::timing=debug`). PCM times the spawn on each rank
-//! from when it enters `reconfigure`: the staying ranks enter at once and wait inside the
-//! collective spawn while the departing rank stores its state, so the spawn shown here is
-//! PCM's spawn time less the store time, to count the store once.
+//! `pcm::timing` debug lines (`RUST_LOG=pcm::timing=debug`). PCM reports the slowest rank's
+//! time for each phase: the agreement runs from the status call to `reconfigure`, which on
+//! the departing rank holds its stores, and the spawn from entering `reconfigure`, which on
+//! the staying ranks holds waiting for those stores inside the collective spawn. So both are
+//! shown less the store time, to count the store once.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use clap::Args;
 use mpi_ios_bench::{
     append_markdown, events, find_bin, load_average, max, median, min, MpiRun, Table,
 };
-use mpi_ios_plots::{Bar, BarChart, Layout};
+use mpi_ios_plots::{Bar, BarChart, Event, EventKind, Layout, TimePlot};
 
 use crate::heat_report;
 
@@ -69,6 +70,7 @@ struct Phases {
     store: f64,
     transfer: f64,
     load: f64,
+    /// Agreement less the store (see the module docs).
     agree: f64,
     /// Spawn less the store (see the module docs).
     spawn: f64,
@@ -133,11 +135,43 @@ fn phases(stderr: &str) -> Result<Phases> {
         store,
         transfer: field(r, "state_transfer_us")? / 1e3,
         load: sum_us("pcm_load")? / 1e3,
-        agree: field(r, "agree_us")? / 1e3,
+        agree: (field(r, "agree_us")? / 1e3 - store).max(0.0),
         spawn: (field(r, "spawn_us")? / 1e3 - store).max(0.0),
         merge_split: field(r, "merge_split_us")? / 1e3,
         state_bytes: field(r, "state_bytes")?,
     })
+}
+
+/// heat2d's progress lines (`heat2d: iteration N/T R it/s`) as (N, R).
+fn progress(stderr: &str) -> Vec<(u64, f64)> {
+    stderr
+        .lines()
+        .filter_map(|line| {
+            let rest = line.split("heat2d: iteration ").nth(1)?;
+            let mut words = rest.split_whitespace();
+            let done = words.next()?.split('/').next()?.parse().ok()?;
+            let rate = words.next()?.parse().ok()?;
+            Some((done, rate))
+        })
+        .collect()
+}
+
+/// Median iteration rate (heat2d's progress lines, `iteration N/T R it/s`) of the windows
+/// after iteration `at` (the one holding `at` excluded) over that of the windows before it.
+/// `None` when either side has no window.
+fn rate_after_vs_before(stderr: &str, at: u64, every: u64) -> Option<f64> {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for (done, rate) in progress(stderr) {
+        if done <= at {
+            before.push(rate);
+        } else if done > at + every {
+            after.push(rate);
+        }
+    }
+    if before.is_empty() || after.is_empty() {
+        return None;
+    }
+    Some(median(&after) / median(&before))
 }
 
 /// Measurements of one grid size.
@@ -147,6 +181,14 @@ struct Sample {
     without: Vec<f64>,
     with: Vec<f64>,
     phases: Vec<Phases>,
+    /// Iteration rate after the move over the rate before it, runs without the move.
+    rate_ratio_without: Vec<f64>,
+    /// The same, runs with the move.
+    rate_ratio_with: Vec<f64>,
+    /// Progress (iteration, it/s) of the last repeat without the move.
+    last_rates_without: Vec<(f64, f64)>,
+    /// Progress (iteration, it/s) of the last repeat with the move.
+    last_rates_with: Vec<(f64, f64)>,
 }
 
 impl Sample {
@@ -199,6 +241,8 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
     let heat = find_bin("heat2d")?;
     let timeout = Duration::from_secs(args.timeout);
     let at = args.iters / 2;
+    // Ten progress windows per run, to compare the iteration rate before and after the move.
+    let every = (args.iters / 10).max(1);
     let load_before = load_average();
 
     let mut samples: Vec<Sample> = args
@@ -220,6 +264,8 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
                 side,
                 "--iters".into(),
                 args.iters.to_string(),
+                "--report-every".into(),
+                every.to_string(),
             ];
             let base = MpiRun::new(args.ranks, &heat, &run_args)
                 .env("PCM_DAEMON", "none")
@@ -265,6 +311,21 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             sample.without.push(p.seconds);
             sample.with.push(m.seconds);
             sample.phases.push(ph);
+            if let (Some(a), Some(b)) = (
+                rate_after_vs_before(&plain.stderr, at, every),
+                rate_after_vs_before(&moved.stderr, at, every),
+            ) {
+                sample.rate_ratio_without.push(a);
+                sample.rate_ratio_with.push(b);
+            }
+            let curve = |stderr: &str| -> Vec<(f64, f64)> {
+                progress(stderr)
+                    .into_iter()
+                    .map(|(n, r)| (n as f64, r))
+                    .collect()
+            };
+            sample.last_rates_without = curve(&plain.stderr);
+            sample.last_rates_with = curve(&moved.stderr);
         }
     }
 
@@ -286,7 +347,10 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         "without min..max",
         "with s (median)",
         "with min..max",
-        "overhead % (totals)",
+        "overhead % (totals, medians)",
+        "overhead % (totals, minima)",
+        "rate after/before (without)",
+        "rate after/before (with)",
         "reconfiguration ms (phases)",
         "overhead % (phases / total)",
         "paper: < 1%",
@@ -296,7 +360,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         "store ms",
         "transfer ms",
         "load ms",
-        "agree ms",
+        "agree ms (less store)",
         "spawn ms (less store)",
         "merge+split ms",
         "total ms",
@@ -314,6 +378,9 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             format!("{:.4}", median(&s.with)),
             format!("{:.4}..{:.4}", min(&s.with), max(&s.with)),
             format!("{:+.2}", s.overhead_totals()),
+            format!("{:+.2}", (min(&s.with) / min(&s.without) - 1.0) * 100.0),
+            format!("{:.2}", median(&s.rate_ratio_without)),
+            format!("{:.2}", median(&s.rate_ratio_with)),
             format!("{:.1}", median(&s.reconfig_ms())),
             format!("{:.2}", s.overhead_phases()),
             quick(s.overhead_phases() < 1.0),
@@ -324,21 +391,28 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         fig18.push(row);
     }
     let written = plot(&args, &samples)?;
+    let rates = plot_rates(&args, &samples)?;
     let notes = vec![
         format!(
             "{} ranks, rank {} moved at iteration {at} (PCM_SCHEDULE), no daemon; seconds are \
              heat2d's own iteration-loop time, phases from PCM's pcm::timing lines (medians \
-             over repeats). The spawn column is PCM's spawn time less the departing rank's \
-             store time, which the staying ranks wait out inside the collective spawn. \
+             over repeats). The agree and spawn columns are PCM's times less the departing \
+             rank's store time, which both maxima include (see bench/src/fig17.rs). Stacked \
+             bars are medians per phase, so their height may differ from the median total. \
+             'rate after/before' is the median iteration rate of heat2d's progress windows \
+             after the move over that before it (the same windows in the run without): a \
+             spawned replacement reaches the original ranks over TCP, not shared memory, so \
+             the job may stay slower after the move, a cost the phases do not include. \
              Load average (1/5/15 min) before: {load_before}; after: {}.",
             args.ranks,
             args.move_rank,
             load_average()
         ),
         format!(
-            "Plots: {} and {}",
+            "Plots: {}, {}{}",
             written.0.svg.display(),
-            written.1.svg.display()
+            written.1.svg.display(),
+            rates.map_or_else(String::new, |w| format!(", {}", w.svg.display()))
         ),
     ];
     println!(
@@ -370,6 +444,33 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The iteration rate of the largest size's last repeat, with and without the move.
+fn plot_rates(args: &Fig17Args, samples: &[Sample]) -> Result<Option<mpi_ios_plots::Written>> {
+    let Some(s) = samples.iter().max_by_key(|s| s.side) else {
+        return Ok(None);
+    };
+    if s.last_rates_without.is_empty() || s.last_rates_with.is_empty() {
+        return Ok(None);
+    }
+    let at = (args.iters / 2) as f64;
+    Ok(Some(
+        TimePlot::new(format!(
+            "heat2d {0}x{0}, {1} ranks: iteration rate around the reconfiguration",
+            s.side, args.ranks
+        ))
+        .x_label("iteration")
+        .y_label("iterations / s (window mean)")
+        .series("without reconfiguration", s.last_rates_without.clone())
+        .series("with one reconfiguration", s.last_rates_with.clone())
+        .event(Event::new(
+            at,
+            EventKind::Migration,
+            format!("rank {} moved", args.move_rank),
+        ))
+        .write(args.out.join("fig17-rate"))?,
+    ))
 }
 
 fn plot(
@@ -427,7 +528,7 @@ mod tests {
         let stderr = "\
 2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"grid\",\"bytes\":100,\"us\":2000}
 2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"meta\",\"bytes\":8,\"us\":1000}
-2026 DEBUG pcm::timing: {\"event\":\"pcm_reconfigured\",\"iteration\":5,\"agree_us\":500,\"spawn_us\":250000,\"merge_split_us\":4000,\"state_transfer_us\":1500,\"state_bytes\":108}
+2026 DEBUG pcm::timing: {\"event\":\"pcm_reconfigured\",\"iteration\":5,\"agree_us\":3500,\"spawn_us\":250000,\"merge_split_us\":4000,\"state_transfer_us\":1500,\"state_bytes\":108}
 2026 DEBUG pcm::timing: {\"event\":\"pcm_load\",\"name\":\"grid\",\"bytes\":100,\"us\":30}
 ";
         let p = phases(stderr).expect("parses");
@@ -439,5 +540,20 @@ mod tests {
         assert_eq!(p.agree, 0.5);
         assert!((p.total() - 256.03).abs() < 1e-9);
         assert!(phases("no timing here").is_err());
+    }
+
+    #[test]
+    fn rates_are_compared_around_the_move() {
+        let stderr = "\
+heat2d: iteration 10/40 100.0 it/s (migrations: 0, host: a)
+heat2d: iteration 20/40 110.0 it/s (migrations: 0, host: a)
+heat2d: iteration 30/40 20.0 it/s (migrations: 1, host: a)
+other noise
+heat2d: iteration 40/40 55.0 it/s (migrations: 1, host: a)
+";
+        // Before: 10 and 20 (median 105); the window 21..30 holds the move; after: 40.
+        let r = rate_after_vs_before(stderr, 20, 10).expect("both sides");
+        assert!((r - 55.0 / 105.0).abs() < 1e-9, "{r}");
+        assert_eq!(rate_after_vs_before(stderr, 40, 10), None);
     }
 }

@@ -7,6 +7,7 @@
 //! `docs/benchmarks.md`.
 
 pub mod adaptive;
+pub mod agents;
 pub mod checkpoint;
 
 use std::fmt::Write as _;

@@ -65,6 +65,10 @@ enum Command {
     /// slowed rank by themselves. Compared with static MPI under the same load and with the
     /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
     Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
+    /// The IOS agents: time from load onset to a completed migration (an idle node in the
+    /// pool, a CPU hog started on a node of the job; target under 5 s) and each agent's CPU
+    /// use at steady state (target at most 0.2% of a core). Needs root.
+    Agents(mpi_ios_bench::agents::AgentsArgs),
     /// MPI traffic profiling: the CPU cost the wrappers add to a halo-exchange loop
     /// (mpi-calls, 1 rank), heat2d with PCM_PROFILE=off vs on (interleaved pairs, both
     /// served by a pcmd; median of the per-pair ratios, and the ratio projected from the
@@ -171,6 +175,7 @@ fn main() -> std::process::ExitCode {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),
         Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
+        Command::Agents(args) => mpi_ios_bench::agents::run(args),
         Command::Profiling(args) => profiling::run(args),
         Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
         Command::Fig12(args) => fig12::run(args),

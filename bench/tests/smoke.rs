@@ -121,6 +121,21 @@ fn migration_quick_prints_its_table() {
     );
 }
 
+#[test]
+fn checkpoint_quick_prints_its_table() {
+    let exe = bench();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let output = run(&exe, &["checkpoint", "--quick"]);
+    check(&output, "copy to buddy pcmd MB/s");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // One row for the 8 MiB size, with a figure in every column.
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("8 "))
+        .unwrap_or_else(|| panic!("no 8 MiB row\n{stdout}"));
+    assert_eq!(row.split_whitespace().count(), 9, "{row}");
+}
+
 /// Asserts that `dir/stem.svg` and `dir/stem.png` exist and are not empty.
 fn assert_plot(dir: &Path, stem: &str) {
     for ext in ["svg", "png"] {
@@ -191,4 +206,22 @@ fn fig17_quick_reconfigures_once_and_writes_both_plots() {
     assert!(total > 1.0, "reconfiguration total {total} ms: {breakdown}");
     assert_plot(out.path(), "fig17");
     assert_plot(out.path(), "fig18");
+    assert_plot(out.path(), "fig17-rate");
+}
+
+#[test]
+fn profiling_quick_prints_its_table() {
+    let exe = bench();
+    assert!(
+        exe.with_file_name("mpi-calls").is_file(),
+        "mpi-calls is missing: run `cargo build --release --bins` first"
+    );
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let output = run(&exe, &["profiling", "--quick"]);
+    check(&output, "ratio / share (median)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("halo loop") && stdout.contains("pcmd CPU"),
+        "{stdout}"
+    );
 }

@@ -20,6 +20,10 @@ use pcm_proto::{ClientKind, FrameReader, FromDaemon, Move, RequestId, ToDaemon, 
 
 /// How often progress is reported.
 const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
+/// With profiling on, the profile carries the iteration and a separate progress report goes
+/// only every this many periods (so that a rank stuck inside one iteration still shows its
+/// rate fall): it halves the messages pcmd handles.
+const PROGRESS_EVERY_WITH_PROFILE: u64 = 5;
 /// How long to wait before reconnecting to a missing daemon.
 const RECONNECT_PERIOD: Duration = Duration::from_secs(2);
 /// Read timeout of the socket: also the thread's tick.
@@ -46,6 +50,8 @@ struct Shared {
     connected: AtomicBool,
     /// Set with each progress report: the next status call sends the rank's profile.
     profile_due: AtomicBool,
+    /// Whether the rank sends profiles.
+    profiling: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -90,6 +96,11 @@ impl DaemonLink {
     #[inline]
     pub(crate) fn set_iteration(&self, iteration: u64) {
         self.shared.iteration.store(iteration, Ordering::Relaxed);
+    }
+
+    /// Tells the link whether the rank sends profiles (which then carry its progress).
+    pub(crate) fn set_profiling(&self, on: bool) {
+        self.shared.profiling.store(on, Ordering::Relaxed);
     }
 
     /// Whether the rank should send its profile now (clears the request). One relaxed load
@@ -222,6 +233,7 @@ fn session(
     tracing::debug!("registered with pcmd");
 
     let mut last_progress = Instant::now() - PROGRESS_PERIOD;
+    let mut periods = 0u64;
     let mut buffer = [0u8; 4096];
     loop {
         let stopping = shared.stop.load(Ordering::Acquire);
@@ -233,8 +245,12 @@ fn session(
             }
         }
         if stopping || last_progress.elapsed() >= PROGRESS_PERIOD {
-            let iteration = shared.iteration.load(Ordering::Relaxed);
-            stream.write_all(&pcm_proto::encode(&ToDaemon::Progress { iteration }))?;
+            let profiling = shared.profiling.load(Ordering::Relaxed);
+            if stopping || !profiling || periods % PROGRESS_EVERY_WITH_PROFILE == 0 {
+                let iteration = shared.iteration.load(Ordering::Relaxed);
+                stream.write_all(&pcm_proto::encode(&ToDaemon::Progress { iteration }))?;
+            }
+            periods += 1;
             last_progress = Instant::now();
             shared.profile_due.store(true, Ordering::Relaxed);
         }

@@ -354,7 +354,9 @@ impl Pcm {
             pid: std::process::id(),
             replacement: matches!(self.origin, ProcessStatus::Replacement { .. }),
         };
-        self.daemon = Some(DaemonLink::start(path, registration));
+        let link = DaemonLink::start(path, registration);
+        link.set_profiling(self.profiler.enabled());
+        self.daemon = Some(link);
     }
 
     /// The communicator of the job: use it for all the application's communication. It

@@ -14,6 +14,9 @@
 //!   keeps; [`node`]: the node's own load, sampled by the driver once per stats period.
 //! - [`client`]: a small blocking controller client.
 //! - [`cli`]: the binary's options and output formatting.
+//! - [`checkpoint`]: the checkpoint service beside the driver (plain threads): receives
+//!   ranks' checkpoint pieces on `<socket>.ckpt`, stores them atomically, serves restarts;
+//!   [`buddy`]: the authenticated TCP link that copies checkpoints to another node's pcmd.
 //!
 //! # Usage
 //!

@@ -608,7 +608,12 @@ impl Registry {
             }
             (Some((job, rank)), ToDaemon::Profile(profile)) => {
                 if self.rank_entry(&job, rank, conn).is_some() {
+                    // A profile carries the rank's progress too (ranks that send profiles
+                    // send fewer progress reports).
+                    let iteration = profile.iteration;
                     self.stats.handle_profile(&job, rank, profile);
+                    let progress = ToDaemon::Progress { iteration };
+                    self.handle_rank_message(now, conn, Some((job, rank)), progress);
                 }
             }
             (

@@ -113,6 +113,13 @@ fn given_profiles_and_ticks_then_stats_carry_reports_rates_and_node_load() {
     assert_eq!(ranks[1].profile, RankProfile::default());
     assert_eq!(ranks[1].iterations_per_second, 0.0);
 
+    // A profile carries the rank's progress: the status shows its iteration.
+    core.handle_message(now, controller, ToDaemon::QueryStatus);
+    match replies(&mut core).pop() {
+        Some(FromDaemon::Status(status)) => assert_eq!(status.jobs[0].ranks[0].iteration, 400),
+        other => panic!("expected the status, got {other:?}"),
+    }
+
     // A rank that leaves takes its profile with it.
     core.handle_disconnected(now, rank0);
     let stats = query(&mut core, now, controller);

@@ -123,6 +123,50 @@ pub struct Outcome {
     pub wall_s: f64,
     /// Decisions the agents recorded (host, what), adaptive runs.
     pub decisions: Vec<(String, String)>,
+    /// CPU use of each agent at steady state (from [`AGENT_WARMUP`] after its start to the
+    /// end of the job), adaptive runs.
+    pub agent_cpu: Vec<AgentCpu>,
+}
+
+/// How long after its start an agent's CPU use is first read: the speed probe and the
+/// first connections are start-up costs, not steady state.
+pub const AGENT_WARMUP: Duration = Duration::from_secs(2);
+
+/// One agent's CPU use over a window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentCpu {
+    /// The agent's node.
+    pub host: String,
+    /// Length of the window, seconds.
+    pub window_s: f64,
+    /// CPU seconds used in the window divided by its length (0.002 = 0.2% of a core).
+    pub cpu_fraction: f64,
+}
+
+/// User plus system CPU time of a process, in clock ticks, from `/proc/PID/stat`.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn ticks_per_second() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100.0, |t| t as f64)
+}
+
+/// An agent of the pool and its CPU reading after warm-up.
+struct PoolAgent {
+    agent: AgentProc,
+    started: Instant,
+    first: Option<(Instant, u64)>,
 }
 
 impl Outcome {
@@ -246,7 +290,7 @@ struct Pool {
     _server: PeerServer,
     server_addr: String,
     key: PathBuf,
-    agents: Vec<AgentProc>,
+    agents: Vec<PoolAgent>,
 }
 
 impl Scenario {
@@ -288,8 +332,12 @@ impl Scenario {
                 agents: Vec::new(),
             };
             for &n in &self.agents_at_start {
-                pool.agents
-                    .push(self.start_agent(cluster, &run_dir, &pool, host(n)));
+                let agent = self.start_agent(cluster, &run_dir, &pool, host(n));
+                pool.agents.push(PoolAgent {
+                    agent,
+                    started: Instant::now(),
+                    first: None,
+                });
             }
             pool
         });
@@ -369,13 +417,24 @@ impl Scenario {
                 joins.retain(|(_, at)| now < *at);
                 for n in due {
                     let agent = self.start_agent(cluster, &run_dir, pool, host(n));
-                    pool.agents.push(agent);
+                    pool.agents.push(PoolAgent {
+                        agent,
+                        started: Instant::now(),
+                        first: None,
+                    });
                     emit(
                         observer,
                         &mut events,
                         EventKind::NodeJoin,
                         format!("{} joined the pool", host(n)),
                     );
+                }
+            }
+            if let Some(pool) = pool.as_mut() {
+                for a in pool.agents.iter_mut().filter(|a| a.first.is_none()) {
+                    if a.started.elapsed() >= AGENT_WARMUP {
+                        a.first = cpu_ticks(a.agent.group.pid()).map(|t| (Instant::now(), t));
+                    }
                 }
             }
             for line in tail.lines() {
@@ -409,20 +468,30 @@ impl Scenario {
         let finished = group.wait(Duration::from_secs(5));
         let report = finished.report();
         drop(hog);
-        let decisions = pool
-            .as_ref()
-            .map(|p| {
-                p.agents
-                    .iter()
-                    .flat_map(|a| {
-                        a.decisions()
-                            .into_iter()
-                            .map(|d| (a.spec.host.clone(), d))
-                            .collect::<Vec<_>>()
-                    })
-                    .collect()
+        let agents: &[PoolAgent] = pool.as_ref().map_or(&[], |p| p.agents.as_slice());
+        let agent_cpu = agents
+            .iter()
+            .filter_map(|a| {
+                let (since, first) = a.first?;
+                let last = cpu_ticks(a.agent.group.pid())?;
+                let window_s = since.elapsed().as_secs_f64();
+                (window_s > 0.0).then(|| AgentCpu {
+                    host: a.agent.spec.host.clone(),
+                    window_s,
+                    cpu_fraction: last.saturating_sub(first) as f64 / ticks_per_second() / window_s,
+                })
             })
-            .unwrap_or_default();
+            .collect();
+        let decisions = agents
+            .iter()
+            .flat_map(|a| {
+                a.agent
+                    .decisions()
+                    .into_iter()
+                    .map(|d| (a.agent.spec.host.clone(), d))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         Outcome {
             mode,
             report,
@@ -430,6 +499,7 @@ impl Scenario {
             events,
             wall_s,
             decisions,
+            agent_cpu,
         }
     }
 

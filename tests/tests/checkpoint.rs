@@ -248,7 +248,9 @@ fn given_the_node_pcmd_killed_and_its_files_deleted_then_the_buddy_copy_is_used(
         &["--buddy".into(), buddy_addr, "--pool-key".into(), key],
     );
     run_and_kill_rank(&node, dir.path(), || !buddy.complete().is_empty());
-    assert!(node.log().contains("to buddy"), "{}", node.log());
+    wait_until(WAIT, "the copy to the buddy in the node's log", || {
+        node.log().contains("to buddy")
+    });
     // The node dies with its disk: a new pcmd starts with an empty directory.
     node.kill();
     assert!(!node.complete().is_empty());

@@ -131,7 +131,9 @@ fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
     garbage
         .write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0x00, 0x13, 0x37])
         .unwrap();
-    garbage.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    // The daemon may already have dropped the connection after the first frame: a broken
+    // pipe here is the daemon doing its job.
+    let _ = garbage.write_all(&u32::MAX.to_be_bytes());
     drop(garbage);
 
     // A second request while the first is in flight.
