@@ -8,7 +8,10 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand};
 mod fig12;
+mod fig13;
+mod fig15;
 mod fig17;
+mod figs;
 
 use mpi_ios_bench::{
     append_markdown, events, find_bin, load_average, max, median, mem_available_bytes, min, MpiRun,
@@ -88,6 +91,23 @@ enum Command {
     /// merge+split), as tables and bar charts (fig17, fig18 .svg/png in --out).
     /// Paper: overhead under 1% of the total.
     Fig17(fig17::Fig17Args),
+    /// The paper's Figures 13 and 14: time per iteration over the run, static MPI vs MPI/IOS,
+    /// when a CPU hog loads one node and an idle node joins; split into the work (the
+    /// unloaded time per iteration) and the time lost to the load. Prints the phases, the
+    /// unloaded time, the physical limit, adaptive/limit and the recovery time; writes
+    /// fig13, fig14 and fig13-14-iteration-time .svg/.png in --out. Paper: 43% shorter
+    /// (115.27 s against 203.97 s). Needs root.
+    Fig13(fig13::Fig13Args),
+    /// The paper's Figure 15: throughput over time, static MPI vs MPI/IOS, when a CPU hog
+    /// loads one node and the agents move its rank to a cooperating node with room (no new
+    /// node). Prints the unloaded time, the physical limit, adaptive/limit, the recovery
+    /// time; writes fig15.svg/png in --out. Paper: 33% shorter than static MPI. Needs root.
+    Fig15(fig15::Fig15Args),
+    /// The paper's Figure 16: throughput over time, static MPI vs MPI/IOS, when the job runs
+    /// on a fast and a slow node and a fast node joins; the agents should move the slow
+    /// node's rank to it. A faster node is emulated by a larger cgroup CPU cap. Same
+    /// yardsticks as fig15; writes fig16.svg/png. Paper: 79% shorter. Needs root.
+    Fig16(fig15::Fig16Args),
 }
 
 #[derive(Debug, Args)]
@@ -160,6 +180,9 @@ fn main() -> std::process::ExitCode {
         Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
         Command::Fig12(args) => fig12::run(args),
         Command::Fig17(args) => fig17::run(args),
+        Command::Fig13(args) => fig13::run(args),
+        Command::Fig15(args) => fig15::run15(args),
+        Command::Fig16(args) => fig15::run16(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,235 @@
+//! `mpi-ios-bench fig15` and `fig16`: the paper's Figures 15 and 16 (section 6.3),
+//! throughput over time of heat2d under MPI/IOS against static MPI.
+//!
+//! - Figure 15, a cooperating node: node-a has room for two ranks (cap 2x), node-b gets a
+//!   CPU hog mid-run; no node joins. The agents should move node-b's rank to node-a. The best
+//!   placement once the hog runs is both ranks on node-a.
+//! - Figure 16, a faster node joins: the job starts on node-a (fast) and node-b (slow, a
+//!   smaller cap), so the slow node holds the whole synchronized job back; node-c, as fast
+//!   as node-a, joins mid-run. The agents should move node-b's rank to node-c. The best
+//!   placement is node-a and node-c. The paper also loaded the slow machine; `--load-at`
+//!   does that too, by default the slow node is only slow.
+//!
+//! Each prints the runs, the physical limit and the recovery (see [`crate::figs`]) beside
+//! the paper's figure, writes the throughput plot (`fig15`/`fig16` .svg/.png in `--out`),
+//! and with `--markdown` appends the table to a file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{ensure, Result};
+use clap::Args;
+use mpi_ios_bench::append_markdown;
+use mpi_ios_tests::scenario::Scenario;
+
+use crate::figs::{self, Experiment, Paper};
+
+/// Options shared by `fig15` and `fig16`.
+#[derive(Debug, Args)]
+pub(crate) struct Common {
+    /// Grid rows and columns (square grid).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Iterations.
+    #[arg(long, default_value_t = 20_000)]
+    iters: u64,
+    /// Short run for CI: 1024x1024, 8000 iterations (about 6 s unloaded), events after 2 and 3 s.
+    #[arg(long)]
+    quick: bool,
+    /// Fail unless a rank moved the expected way and the checksums match.
+    #[arg(long)]
+    check: bool,
+    /// Print only events and results, not every progress line.
+    #[arg(long)]
+    quiet: bool,
+    /// Directory for the plots and the runs' logs; created if missing.
+    #[arg(long, default_value = "target/figures")]
+    out: PathBuf,
+    /// Also append the table, as markdown, to this file.
+    #[arg(long, value_name = "PATH")]
+    markdown: Option<PathBuf>,
+    /// Deadline of each run, seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+/// Options of `fig15`.
+#[derive(Debug, Args)]
+pub(crate) struct Fig15Args {
+    #[command(flatten)]
+    common: Common,
+    /// CPU cap of node-b (the node that gets loaded), in cores; node-a gets twice as much.
+    #[arg(long, default_value_t = 0.6)]
+    cap: f64,
+    /// Seconds after the start at which the CPU hog starts on node-b.
+    #[arg(long, default_value_t = 5.0)]
+    load_at: f64,
+}
+
+/// Options of `fig16`.
+#[derive(Debug, Args)]
+pub(crate) struct Fig16Args {
+    #[command(flatten)]
+    common: Common,
+    /// CPU cap of the fast nodes (node-a, and node-c which joins), in cores.
+    #[arg(long, default_value_t = 0.6)]
+    fast: f64,
+    /// CPU cap of the slow node (node-b), in cores.
+    #[arg(long, default_value_t = 0.2)]
+    slow: f64,
+    /// Seconds after the start at which node-c's agent joins.
+    #[arg(long, default_value_t = 5.0)]
+    join_at: f64,
+    /// Also start a CPU hog on the slow node at this many seconds (as in the paper).
+    #[arg(long)]
+    load_at: Option<f64>,
+}
+
+impl Common {
+    fn apply_quick(&mut self) {
+        if self.quick {
+            self.size = 1024;
+            self.iters = 8000;
+        }
+    }
+}
+
+/// Runs Figure 15.
+pub(crate) fn run15(mut args: Fig15Args) -> Result<()> {
+    args.common.apply_quick();
+    if args.common.quick {
+        args.load_at = 2.0;
+    }
+    ensure!(
+        args.cap > 0.0 && args.cap <= 4.0,
+        "--cap {} must be in (0, 4] cores",
+        args.cap
+    );
+    let c = &args.common;
+    let exp = Experiment {
+        name: "fig15",
+        title: format!(
+            "Figure 15: heat2d {0}x{0}, hog on node-b at {1:.0} s, cooperating node-a (cap {2:.1} vs {3:.1})",
+            c.size,
+            args.load_at,
+            args.cap * 2.0,
+            args.cap
+        ),
+        caps: vec![args.cap * 2.0, args.cap],
+        scenario: Scenario {
+            rows: c.size,
+            cols: c.size,
+            iters: c.iters,
+            report_every: (c.iters / 100).max(1),
+            placement: vec![0, 1],
+            agents_at_start: vec![0, 1],
+            hog: Some((1, figs::secs(args.load_at))),
+            joins: Vec::new(),
+            agent_options: figs::agent_options(args.load_at),
+            timeout: Duration::from_secs(c.timeout),
+        },
+        best_placement: Some(vec![0, 0]),
+        paper: Paper {
+            shorter_pct: 33.0,
+            seconds: None,
+        },
+    };
+    execute(&exp, c, "rank 1 moved node-b -> node-a")
+}
+
+/// Runs Figure 16.
+pub(crate) fn run16(mut args: Fig16Args) -> Result<()> {
+    args.common.apply_quick();
+    if args.common.quick {
+        args.join_at = 3.0;
+        args.load_at = args.load_at.map(|_| 2.0);
+    }
+    for (name, v) in [("--fast", args.fast), ("--slow", args.slow)] {
+        ensure!(v > 0.0 && v <= 4.0, "{name} {v} must be in (0, 4] cores");
+    }
+    ensure!(
+        args.fast > args.slow,
+        "--fast {} must be larger than --slow {}: the joining node must be faster",
+        args.fast,
+        args.slow
+    );
+    let c = &args.common;
+    let first = args.load_at.unwrap_or(args.join_at).min(args.join_at);
+    let exp = Experiment {
+        name: "fig16",
+        title: format!(
+            "Figure 16: heat2d {0}x{0}, slow node-b (cap {1:.1}), fast node-c (cap {2:.1}) joins at {3:.0} s{4}",
+            c.size,
+            args.slow,
+            args.fast,
+            args.join_at,
+            args.load_at
+                .map_or(String::new(), |l| format!(", hog on node-b at {l:.0} s"))
+        ),
+        caps: vec![args.fast, args.slow, args.fast],
+        scenario: Scenario {
+            rows: c.size,
+            cols: c.size,
+            iters: c.iters,
+            report_every: (c.iters / 100).max(1),
+            placement: vec![0, 1],
+            agents_at_start: vec![0, 1],
+            hog: args.load_at.map(|l| (1, figs::secs(l))),
+            joins: vec![(2, figs::secs(args.join_at))],
+            agent_options: figs::agent_options(first),
+            timeout: Duration::from_secs(c.timeout),
+        },
+        best_placement: Some(vec![0, 2]),
+        paper: Paper {
+            shorter_pct: 79.0,
+            seconds: None,
+        },
+    };
+    execute(&exp, c, "rank 1 moved node-b -> node-c")
+}
+
+/// Runs the experiment, prints and records its results; with `--check`, fails unless the
+/// expected migration happened and the checksums match.
+fn execute(exp: &Experiment, c: &Common, expected: &str) -> Result<()> {
+    figs::platform()?;
+    let out = figs::out_dir(&c.out)?;
+    let logs = figs::logs_dir(exp.name)?;
+    let runs = figs::run(exp, logs.path(), c.quiet)?;
+    let y = figs::yardsticks(exp, &runs);
+    let table = figs::summary_table(exp, &runs, &y);
+    let (mut notes, same) = figs::summary_notes(exp, &runs, &y);
+    for (host, d) in runs
+        .adaptive
+        .decisions
+        .iter()
+        .filter(|(_, d)| d.contains("migrat"))
+    {
+        notes.push(format!("Agent on {host}: {d}"));
+    }
+    let plot = figs::throughput_plot(&out, exp.name, &exp.title, &runs)?;
+    notes.push(format!(
+        "Plot: {} (and .png). Logs: {}.",
+        plot.svg.display(),
+        out.join("logs").join(exp.name).display()
+    ));
+    println!();
+    println!("{}", exp.title);
+    print!("{}", table.to_text());
+    for n in &notes {
+        println!("{n}");
+    }
+    if let Some(md) = &c.markdown {
+        let title = format!("{}{}", exp.title, if c.quick { " (quick)" } else { "" });
+        append_markdown(md, &title, &table, &notes)?;
+    }
+    figs::keep_logs(logs.path(), &out.join("logs").join(exp.name));
+    if c.check {
+        ensure!(same, "checksums differ between the runs");
+        ensure!(
+            y.migrations.iter().any(|(_, m)| m == expected),
+            "the agents did not do the expected migration ({expected}); they did: {:?}",
+            y.migrations
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,502 @@
+//! What Figures 13-16 (`fig13`, `fig15`, `fig16`) share: one adaptive experiment on emulated
+//! nodes run three or four ways, and its yardsticks.
+//!
+//! An [`Experiment`] is a [`Scenario`] (placement, hog, joins) on a cluster with per-node CPU
+//! caps. A faster node is emulated by a larger cap (1.2 cores against 0.6, say): the node's
+//! cgroup lets its processes run that much more per period, which is what a faster CPU does
+//! for a compute-bound rank. It runs
+//! - adaptive: heat2d with PCM and IOS agents, which move ranks by themselves;
+//! - static: heat2d-plain on the same placement under the same load (nobody moves anything);
+//! - unloaded: heat2d-plain on the same placement with no hog;
+//! - best (when the experiment names a target placement): heat2d-plain, no hog, on the
+//!   placement the capacity left allows at best (both ranks on the cooperating node, or one
+//!   on the joined node): the speed the job could reach once the capacity appeared.
+//!
+//! The physical limit is the adaptive run's own progress until the capacity appears (the
+//! join, or the load onset when the spare capacity was there from the start), then the rest
+//! of the iterations at the best run's speed. The adaptive run's time over that limit says
+//! how close the agents came to what was physically possible.
+//!
+//! Times are iteration-loop times: each run's progress lines are shifted so that 0 is the
+//! start of its loop (estimated from its first progress line), so mpirun's start-up, which
+//! varies between namespaces, does not count against anyone.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context as _, Result};
+use mpi_ios_bench::Table;
+use mpi_ios_plots::{Event as PlotEvent, EventKind as PlotKind, TimePlot};
+use mpi_ios_tests::cgroup::CpuCap;
+use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
+
+/// What the paper reported for the figure we compare with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Paper {
+    /// "N% shorter than MPICH2" (or "improved with N%").
+    pub shorter_pct: f64,
+    /// Static and adaptive seconds, when the paper gives them.
+    pub seconds: Option<(f64, f64)>,
+}
+
+/// One experiment.
+#[derive(Debug, Clone)]
+pub(crate) struct Experiment {
+    /// Short name: file stems and log lines.
+    pub name: &'static str,
+    /// What it shows, one line.
+    pub title: String,
+    /// CPU cap of each node, in cores.
+    pub caps: Vec<f64>,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Placement of the "best" run; `None`: the unloaded run is the best.
+    pub best_placement: Option<Vec<usize>>,
+    /// The paper's figure.
+    pub paper: Paper,
+}
+
+/// The runs of an experiment.
+#[derive(Debug)]
+pub(crate) struct Runs {
+    /// heat2d + agents.
+    pub adaptive: Outcome,
+    /// heat2d-plain under the same load.
+    pub static_run: Outcome,
+    /// heat2d-plain, no load.
+    pub unloaded: Outcome,
+    /// heat2d-plain, no load, on the best placement (if different from the unloaded one).
+    pub best: Option<Outcome>,
+}
+
+impl Runs {
+    /// The run whose speed is the best reachable.
+    pub(crate) fn best(&self) -> &Outcome {
+        self.best.as_ref().unwrap_or(&self.unloaded)
+    }
+}
+
+/// Checks that namespaces and cgroups can be used, with the reason if not.
+pub(crate) fn platform() -> Result<()> {
+    if let Err(why) = Cluster::available() {
+        bail!("this experiment emulates nodes with network namespaces, which needs root: {why}");
+    }
+    if let Err(why) = mpi_ios_tests::cgroup::available() {
+        bail!(
+            "cannot write CPU cgroups here ({why}): without CPU caps a loaded node is not \
+             slower than the others, and the experiment shows nothing"
+        );
+    }
+    Ok(())
+}
+
+/// Seconds from mpirun's start to the start of the run's iteration loop, estimated from the
+/// first progress line (heat2d's rate there is over the iterations since the loop began).
+pub(crate) fn loop_start(o: &Outcome) -> f64 {
+    o.samples
+        .first()
+        .filter(|s| s.rate > 0.0)
+        .map_or(0.0, |s| (s.t - s.iteration as f64 / s.rate).max(0.0))
+}
+
+/// Time of the first event of `kind`, in loop time.
+pub(crate) fn event_at(o: &Outcome, kind: EventKind) -> Option<f64> {
+    o.first(kind).map(|t| t - loop_start(o))
+}
+
+/// (loop time, iterations per second) of every progress line.
+pub(crate) fn rate_points(o: &Outcome) -> Vec<(f64, f64)> {
+    let t0 = loop_start(o);
+    o.samples.iter().map(|s| (s.t - t0, s.rate)).collect()
+}
+
+/// Iterations per second over a whole run.
+pub(crate) fn mean_rate(o: &Outcome) -> f64 {
+    o.report.iterations as f64 / o.report.seconds.max(1e-9)
+}
+
+/// Runs the experiment's runs (adaptive first), printing progress; logs go under `logs`.
+pub(crate) fn run(exp: &Experiment, logs: &Path, quiet: bool) -> Result<Runs> {
+    let caps: Vec<Option<CpuCap>> = exp
+        .caps
+        .iter()
+        .map(|c| CpuCap::try_cores(*c).map(Some))
+        .collect::<Result<_, _>>()
+        .context("bad CPU cap")?;
+    let cluster = Cluster::with_caps(&caps)
+        .map_err(|e| anyhow::anyhow!("cannot set up the emulated nodes: {e}"))?;
+    let nodes = cluster.host_names();
+    let s = &exp.scenario;
+    println!(
+        "== {}: {} nodes with caps {} cores; heat2d {}x{}, {} iterations, ranks on {}",
+        exp.name,
+        nodes.len(),
+        exp.caps
+            .iter()
+            .zip(&nodes)
+            .map(|(c, n)| format!("{n}={c:.2}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        s.rows,
+        s.cols,
+        s.iters,
+        names(&nodes, &s.placement)
+    );
+    let one = |scenario: &Scenario, mode: Mode, dir: &str, label: &str| -> Outcome {
+        println!("-- {label}");
+        let total = scenario.iters;
+        // Scenario::run logs under a subdirectory named after the mode.
+        let dir = if dir == mode.name() {
+            logs.to_owned()
+        } else {
+            logs.join(dir)
+        };
+        let o = scenario.run(&cluster, mode, &dir, &mut |line| {
+            if !quiet {
+                print_line(line, total);
+            } else if let Line::Event(e) = line {
+                println!("   {:>6.1} s  >>> {}", e.t, e.what);
+            }
+        });
+        println!(
+            "   {label}: loop {:.2} s, {:.1} it/s, checksum {}",
+            o.report.seconds,
+            mean_rate(&o),
+            o.report.checksum
+        );
+        o
+    };
+    let adaptive = one(s, Mode::Adaptive, "adaptive", "adaptive");
+    let static_run = one(s, Mode::Static, "static", "static");
+    // With no load in the scenario the unloaded run is the static one: not run twice.
+    let unloaded = if s.hog.is_some() {
+        one(s, Mode::Unloaded, "unloaded", "unloaded")
+    } else {
+        println!("-- unloaded: the static run (no load in this scenario)");
+        static_run.clone()
+    };
+    let best = exp.best_placement.as_ref().map(|p| {
+        let best = Scenario {
+            placement: p.clone(),
+            ..s.clone()
+        };
+        one(
+            &best,
+            Mode::Unloaded,
+            "best",
+            &format!("best (unloaded, ranks on {})", names(&nodes, p)),
+        )
+    });
+    for o in [&adaptive, &static_run, &unloaded]
+        .into_iter()
+        .chain(best.as_ref())
+    {
+        ensure!(
+            o.report.iterations == s.iters,
+            "the {} run did {} iterations, not {}",
+            o.mode.name(),
+            o.report.iterations,
+            s.iters
+        );
+    }
+    Ok(Runs {
+        adaptive,
+        static_run,
+        unloaded,
+        best,
+    })
+}
+
+fn names(nodes: &[String], placement: &[usize]) -> String {
+    placement
+        .iter()
+        .map(|i| nodes.get(*i).map_or("?", String::as_str))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn print_line(line: &Line, total: u64) {
+    match line {
+        Line::Progress(s) => {
+            let hosts = if s.hosts.is_empty() {
+                String::new()
+            } else {
+                format!("  ranks on {}", s.hosts.join(" "))
+            };
+            println!(
+                "   {:>6.1} s  {:>6}/{total}  {:>8.1} it/s{hosts}",
+                s.t, s.iteration, s.rate
+            );
+        }
+        Line::Event(e) => println!("   {:>6.1} s  >>> {}", e.t, e.what),
+    }
+}
+
+/// The yardsticks of one experiment.
+#[derive(Debug, Clone)]
+pub(crate) struct Yardsticks {
+    /// Loop seconds of each run.
+    pub adaptive_s: f64,
+    /// Static MPI under load.
+    pub static_s: f64,
+    /// No load, same placement.
+    pub unloaded_s: f64,
+    /// No load, best placement.
+    pub best_s: f64,
+    /// Best possible time given the capacity left.
+    pub limit_s: f64,
+    /// When the spare capacity appeared (loop time).
+    pub free_from: f64,
+    /// The event recovery is measured from, in words, and its loop time.
+    pub recovery_from: Option<(&'static str, f64)>,
+    /// The throughput recovery aims at (90% of the reference run's mean).
+    pub recovery_target: f64,
+    /// Seconds from that event until every later progress line shows the target.
+    pub recovery_s: Option<f64>,
+    /// Migrations: (loop time, what).
+    pub migrations: Vec<(f64, String)>,
+}
+
+impl Yardsticks {
+    /// How much shorter the adaptive run was than static MPI, in %.
+    pub(crate) fn shorter_pct(&self) -> f64 {
+        100.0 * (1.0 - self.adaptive_s / self.static_s)
+    }
+
+    /// Adaptive time over the physical limit.
+    pub(crate) fn limit_ratio(&self) -> f64 {
+        self.adaptive_s / self.limit_s
+    }
+}
+
+/// Computes the yardsticks. Recovery is measured from the load onset against 90% of the
+/// unloaded run's throughput, or, with no load in the scenario, from the node join against
+/// 90% of the best run's throughput.
+pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
+    let a = &runs.adaptive;
+    let onset = event_at(a, EventKind::LoadOnset);
+    let join = event_at(a, EventKind::NodeJoin);
+    let free_from = join.or(onset).unwrap_or(0.0);
+    let t0 = loop_start(a);
+    let best_rate = mean_rate(runs.best());
+    let left = (exp.scenario.iters as f64 - a.iteration_at(free_from + t0)).max(0.0);
+    let limit_s = free_from + left / best_rate;
+    let (recovery_from, reference) = match (onset, join) {
+        (Some(o), _) => (Some(("load onset", o)), mean_rate(&runs.unloaded)),
+        (None, Some(j)) => (Some(("node join", j)), best_rate),
+        (None, None) => (None, mean_rate(&runs.unloaded)),
+    };
+    let recovery_target = 0.9 * reference;
+    let recovery_s = recovery_from.and_then(|(_, at)| {
+        a.sustained_from(at + t0, recovery_target)
+            .map(|t| t - t0 - at)
+    });
+    Yardsticks {
+        adaptive_s: a.report.seconds,
+        static_s: runs.static_run.report.seconds,
+        unloaded_s: runs.unloaded.report.seconds,
+        best_s: runs.best().report.seconds,
+        limit_s,
+        free_from,
+        recovery_from,
+        recovery_target,
+        recovery_s,
+        migrations: a.migrations().map(|m| (m.t - t0, m.what.clone())).collect(),
+    }
+}
+
+/// The summary table: every run, the limit, and the ratios.
+pub(crate) fn summary_table(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> Table {
+    let mut table = Table::new(&["run", "loop seconds", "vs unloaded", "it/s", "checksum"]);
+    let mut row = |name: String, s: f64, checksum: &str| {
+        table.push(vec![
+            name,
+            format!("{s:.2}"),
+            format!("{:.2}", s / y.unloaded_s),
+            format!("{:.1}", exp.scenario.iters as f64 / s),
+            checksum.to_owned(),
+        ]);
+    };
+    let short = |c: &str| c.chars().take(16).collect::<String>();
+    row(
+        "static MPI (heat2d-plain, same load)".to_owned(),
+        y.static_s,
+        &short(&runs.static_run.report.checksum),
+    );
+    row(
+        "MPI/IOS adaptive (heat2d + agents)".to_owned(),
+        y.adaptive_s,
+        &short(&runs.adaptive.report.checksum),
+    );
+    if exp.scenario.hog.is_some() {
+        row(
+            "unloaded (same placement, no load)".to_owned(),
+            y.unloaded_s,
+            &short(&runs.unloaded.report.checksum),
+        );
+    }
+    if let Some(b) = &runs.best {
+        row(
+            "best placement, no load".to_owned(),
+            y.best_s,
+            &short(&b.report.checksum),
+        );
+    }
+    row(
+        format!("physical limit (capacity from {:.1} s)", y.free_from),
+        y.limit_s,
+        "-",
+    );
+    table
+}
+
+/// The lines under the table: ratios, recovery, migrations, the paper's figure, checksums.
+/// Returns them and whether the checksums all match.
+pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (Vec<String>, bool) {
+    let mut notes = Vec::new();
+    notes.push(format!(
+        "Adaptive vs static MPI: {:.1}% shorter ({:.2} s against {:.2} s). Paper: {:.0}% shorter{}.",
+        y.shorter_pct(),
+        y.adaptive_s,
+        y.static_s,
+        exp.paper.shorter_pct,
+        exp.paper.seconds.map_or(String::new(), |(s, a)| format!(
+            " ({a:.2} s against {s:.2} s with MPICH2)"
+        ))
+    ));
+    notes.push(format!(
+        "Adaptive / physical limit = {:.3} (target: within 1.10); unloaded {:.2} s, best {:.2} s.",
+        y.limit_ratio(),
+        y.unloaded_s,
+        y.best_s
+    ));
+    match (y.recovery_from, y.recovery_s) {
+        (Some((what, at)), Some(r)) => notes.push(format!(
+            "Recovered to {:.0} it/s (90% of the {} throughput) {r:.1} s after the {what} at {at:.1} s \
+             (target: within 5 s of load onset).",
+            y.recovery_target,
+            if what == "load onset" { "unloaded" } else { "best" },
+        )),
+        (Some((what, at)), None) => notes.push(format!(
+            "Never recovered to {:.0} it/s (90% of the reference throughput) after the {what} at {at:.1} s.",
+            y.recovery_target
+        )),
+        (None, _) => {}
+    }
+    if y.migrations.is_empty() {
+        notes.push("Migrations: NONE (the agents moved no rank).".to_owned());
+    }
+    for (t, what) in &y.migrations {
+        notes.push(format!("Migration at {t:.1} s: {what}."));
+    }
+    let sums: Vec<&str> = [&runs.adaptive, &runs.static_run]
+        .into_iter()
+        .chain(exp.scenario.hog.is_some().then_some(&runs.unloaded))
+        .chain(runs.best.as_ref())
+        .map(|o| o.report.checksum.as_str())
+        .collect();
+    let same = sums.windows(2).all(|w| w[0] == w[1]);
+    notes.push(if same {
+        format!("Checksums: all {} runs match bit for bit.", sums.len())
+    } else {
+        format!("Checksums: MISMATCH {sums:?}")
+    });
+    (notes, same)
+}
+
+/// The adaptive run's events as plot markers (loop time).
+pub(crate) fn plot_events(o: &Outcome) -> Vec<PlotEvent> {
+    let t0 = loop_start(o);
+    o.events
+        .iter()
+        .map(|e| {
+            let kind = match e.kind {
+                EventKind::LoadOnset => PlotKind::LoadOnset,
+                EventKind::NodeJoin => PlotKind::NodeJoin,
+                EventKind::Migration => PlotKind::Migration,
+            };
+            PlotEvent::new(e.t - t0, kind, e.what.clone())
+        })
+        .collect()
+}
+
+/// Throughput over time of the static, adaptive and unloaded runs on one plot, with the
+/// adaptive run's events marked; written as `out/stem.svg` and `.png`.
+pub(crate) fn throughput_plot(
+    out: &Path,
+    stem: &str,
+    title: &str,
+    runs: &Runs,
+) -> Result<mpi_ios_plots::Written> {
+    let mut plot = TimePlot::new(title)
+        .x_label("time since the start of the iteration loop (s)")
+        .y_label("throughput (iterations / s)")
+        .series("static MPI (heat2d-plain)", rate_points(&runs.static_run))
+        .series("MPI/IOS (heat2d + IOS agents)", rate_points(&runs.adaptive));
+    if runs.unloaded.mode == Mode::Unloaded {
+        plot = plot.series("unloaded (no load)", rate_points(&runs.unloaded));
+    }
+    if let Some(b) = &runs.best {
+        plot = plot.series("best placement, no load", rate_points(b));
+    }
+    Ok(plot
+        .events(plot_events(&runs.adaptive))
+        .write(out.join(stem))?)
+}
+
+/// A temporary directory for the runs' logs, kept (copied under `out/logs/NAME`) at the end.
+pub(crate) fn logs_dir(name: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("mpi-ios-{name}-"))
+        .tempdir()
+        .context("creating a temp dir")
+}
+
+/// Copies the runs' logs (agents, pcmd, jobs: *.err, *.out, *.log) to `to`, best effort.
+pub(crate) fn keep_logs(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    copy_logs(from, to, 0);
+}
+
+fn copy_logs(from: &Path, to: &Path, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name();
+        if path.is_dir() && depth < 4 {
+            copy_logs(&path, &to.join(&name), depth + 1);
+        } else if name
+            .to_str()
+            .is_some_and(|n| n.ends_with(".err") || n.ends_with(".out") || n.ends_with(".log"))
+            && std::fs::create_dir_all(to).is_ok()
+        {
+            let _ = std::fs::copy(&path, to.join(name));
+        }
+    }
+}
+
+/// Seconds as a `Duration` (negative taken as 0).
+pub(crate) fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+/// The agent options every experiment uses: a hold-down shorter than the time to the first
+/// event, so the affected rank may move at once, and profiles every second.
+pub(crate) fn agent_options(first_event_at: f64) -> Vec<String> {
+    let hold_down = (first_event_at * 0.6).clamp(1.0, 30.0);
+    vec![
+        "--hold-down".to_owned(),
+        format!("{hold_down:.1}"),
+        "--profile-period".to_owned(),
+        "1".to_owned(),
+    ]
+}
+
+/// Creates `out` and returns it.
+pub(crate) fn out_dir(out: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    Ok(out.to_owned())
+}

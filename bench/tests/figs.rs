@@ -1,0 +1,174 @@
+//! Smoke tests of the adaptive figures (`fig13`, `fig15`, `fig16`) in their quick modes: each
+//! runs its static, adaptive and reference runs on emulated nodes, prints the yardsticks and
+//! writes its plots, and every run computes the same grid. Needs root (network namespaces,
+//! cgroups): skipped with the reason otherwise. Needs the project's binaries:
+//! `cargo build --release --bins` first.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+const DEADLINE: Duration = Duration::from_secs(150);
+
+/// One experiment at a time: the machine has two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The benchmark executable, or `None` (with the reason printed) where emulated nodes
+/// cannot be made.
+fn bench() -> Option<PathBuf> {
+    if let Err(why) = mpi_ios_tests::netns::Cluster::available() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    if let Err(why) = mpi_ios_tests::cgroup::available() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_mpi-ios-bench"));
+    let dir = exe.parent().unwrap();
+    for name in ["heat2d", "heat2d-plain", "pcmd", "ios-agent", "peer-server"] {
+        assert!(
+            dir.join(name).is_file(),
+            "{} is missing: run `cargo build --release --bins` before `cargo test --release`",
+            dir.join(name).display()
+        );
+    }
+    Some(exe)
+}
+
+/// Runs `exe args` in its own process group with a deadline; kills the group at the end.
+fn run(exe: &Path, args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let pgid = Pid::from_raw(child.id() as i32);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            panic!(
+                "mpi-ios-bench {args:?} did not finish within {DEADLINE:?}\n--- stdout\n{}\n--- stderr\n{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = killpg(pgid, Signal::SIGKILL);
+    Output {
+        status,
+        stdout: std::fs::read(&out).unwrap(),
+        stderr: std::fs::read(&err).unwrap(),
+    }
+}
+
+/// Runs `fig --quick` into a temporary directory and checks what every figure prints and
+/// writes; returns stdout and the directory.
+fn quick(exe: &Path, fig: &str, stems: &[&str]) -> (String, tempfile::TempDir) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let md = out.path().join("results.md");
+    let output = run(
+        exe,
+        &[
+            fig,
+            "--quick",
+            "--quiet",
+            "--out",
+            out.path().to_str().unwrap(),
+            "--markdown",
+            md.to_str().unwrap(),
+        ],
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(
+        output.status.success(),
+        "{fig} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    for needle in [
+        "physical limit",
+        "Adaptive / physical limit = ",
+        "Adaptive vs static MPI: ",
+        "Paper: ",
+        "match bit for bit",
+    ] {
+        assert!(stdout.contains(needle), "no `{needle}` in\n{stdout}");
+    }
+    for stem in stems {
+        for ext in ["svg", "png"] {
+            let path = out.path().join(format!("{stem}.{ext}"));
+            let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+            assert!(
+                len > 1000,
+                "{} missing or too small ({len} bytes)",
+                path.display()
+            );
+        }
+    }
+    let markdown = std::fs::read_to_string(&md).unwrap();
+    assert!(markdown.contains("| run |"), "markdown: {markdown}");
+    (stdout, out)
+}
+
+/// The ratio printed as "Adaptive / physical limit = R".
+fn limit_ratio(stdout: &str) -> f64 {
+    let key = "Adaptive / physical limit = ";
+    let rest = &stdout[stdout.find(key).unwrap() + key.len()..];
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn limit_is_not_beaten(stdout: &str) {
+    // The limit is a lower bound: a run clearly faster than it means the yardstick is wrong
+    // (20% allowed for the noise of a shared two-core machine).
+    let ratio = limit_ratio(stdout);
+    assert!(ratio >= 0.8, "adaptive / limit = {ratio}\n{stdout}");
+}
+
+#[test]
+fn fig13_quick_prints_the_phases_and_writes_three_plots() {
+    let Some(exe) = bench() else { return };
+    let (stdout, _dir) = quick(
+        &exe,
+        "fig13",
+        &["fig13", "fig14", "fig13-14-iteration-time"],
+    );
+    assert!(stdout.contains("before the load (ms/it)"), "{stdout}");
+    limit_is_not_beaten(&stdout);
+}
+
+#[test]
+fn fig15_quick_prints_the_yardsticks_and_writes_its_plot() {
+    let Some(exe) = bench() else { return };
+    let (stdout, _dir) = quick(&exe, "fig15", &["fig15"]);
+    assert!(stdout.contains("best placement, no load"), "{stdout}");
+    limit_is_not_beaten(&stdout);
+}
+
+#[test]
+fn fig16_quick_prints_the_yardsticks_and_writes_its_plot() {
+    let Some(exe) = bench() else { return };
+    let (stdout, _dir) = quick(&exe, "fig16", &["fig16"]);
+    assert!(stdout.contains("node-c"), "{stdout}");
+    limit_is_not_beaten(&stdout);
+}
