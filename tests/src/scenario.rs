@@ -204,6 +204,18 @@ impl Outcome {
         points.last().map_or(0.0, |p| p.1 as f64)
     }
 
+    /// First progress line after `after` from which the average throughput to the end of
+    /// the run is at least `rate`: when the run had recovered for good, however noisy single
+    /// progress lines are.
+    pub fn recovered_from(&self, after: f64, rate: f64) -> Option<f64> {
+        let last = self.samples.last()?;
+        self.samples
+            .iter()
+            .filter(|s| s.t > after && s.t < last.t)
+            .find(|s| (last.iteration.saturating_sub(s.iteration)) as f64 / (last.t - s.t) >= rate)
+            .map(|s| s.t)
+    }
+
     /// First time after `after` from which every later progress line shows at least `rate`.
     pub fn sustained_from(&self, after: f64, rate: f64) -> Option<f64> {
         let later: Vec<&Sample> = self.samples.iter().filter(|s| s.t > after).collect();
@@ -526,6 +538,48 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recovery_is_judged_on_the_average_to_the_end() {
+        let sample = |t: f64, iteration: u64, rate: f64| Sample {
+            t,
+            iteration,
+            rate,
+            hosts: Vec::new(),
+        };
+        // 100 it/s, 10 it/s from 2 s to 4 s, then 90-110 it/s (noisy) to 8 s.
+        let samples = vec![
+            sample(1.0, 100, 100.0),
+            sample(2.0, 200, 100.0),
+            sample(3.0, 210, 10.0),
+            sample(4.0, 220, 10.0),
+            sample(5.0, 310, 90.0),
+            sample(6.0, 420, 110.0),
+            sample(7.0, 510, 90.0),
+            sample(8.0, 620, 110.0),
+        ];
+        let outcome = Outcome {
+            mode: Mode::Adaptive,
+            report: Report {
+                checksum: String::new(),
+                iterations: 620,
+                seconds: 8.0,
+                ranks: 2,
+                migrations: None,
+                hosts: None,
+            },
+            samples,
+            events: Vec::new(),
+            wall_s: 8.0,
+            decisions: Vec::new(),
+            agent_cpu: Vec::new(),
+        };
+        assert_eq!(outcome.recovered_from(2.0, 90.0), Some(4.0));
+        // Demanding every line at 95 it/s or more only finds the last one.
+        assert_eq!(outcome.sustained_from(2.0, 95.0), Some(8.0));
+        assert_eq!(outcome.recovered_from(2.0, 200.0), None);
+        assert!((outcome.iteration_at(2.5) - 205.0).abs() < 1e-9);
+    }
 
     #[test]
     fn progress_lines_parse() {
