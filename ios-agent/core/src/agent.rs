@@ -358,7 +358,15 @@ pub struct Stats {
     pub messages_refused: u64,
     /// Times this agent's view of its cluster manager changed.
     pub manager_changes: u64,
+    /// [`Message::WorkAvailable`] hints sent to agents whose steal was refused earlier.
+    pub work_hints_sent: u64,
 }
+
+/// Most refused thieves remembered for a later [`Message::WorkAvailable`] hint.
+const REFUSED_THIEVES_KEPT: usize = 8;
+/// How long a refused thief is remembered: its profile is stale after that, and it will
+/// have stolen again on its own.
+const REFUSED_THIEF_MEMORY: Duration = Duration::from_secs(30);
 
 /// A node that would receive work.
 #[derive(Debug, Clone)]
@@ -439,6 +447,11 @@ pub struct Agent {
     seen: VecDeque<(PeerId, MessageId)>,
     seen_set: HashSet<(PeerId, MessageId)>,
     pub(crate) held: HashMap<EntityId, Instant>,
+    /// NSp2p: thieves refused here (no gain then), newest last, with when; if this node gets
+    /// loaded, one of them is told at once instead of waiting for its next steal round.
+    refused: VecDeque<(Beneficiary, Instant)>,
+    /// When a hint last made this agent steal (hints are obeyed at most once per steal period).
+    hinted_at: Option<Instant>,
     outgoing: Option<Outgoing>,
     pub(crate) cluster: Cluster,
     pub(crate) stats: Stats,
@@ -483,6 +496,8 @@ impl Agent {
             seen: VecDeque::new(),
             seen_set: HashSet::new(),
             held: HashMap::new(),
+            refused: VecDeque::new(),
+            hinted_at: None,
             outgoing: None,
             stats: Stats::default(),
         })
@@ -565,6 +580,7 @@ impl Agent {
             Ok(()) => {
                 self.node = Some(profile);
                 self.node_at = Some(now);
+                self.offer_work(now);
             }
             Err(e) => tracing::warn!(agent = %self.me, "node profile dropped: {e}"),
         }
@@ -572,10 +588,11 @@ impl Agent {
 
     /// The local entities, from pcmd (all of them, each time). Invalid profiles are dropped;
     /// at most [`MAX_ENTITIES`] are kept.
-    pub fn handle_entities(&mut self, _now: Instant, mut entities: Vec<EntityProfile>) {
+    pub fn handle_entities(&mut self, now: Instant, mut entities: Vec<EntityProfile>) {
         entities.retain(|e| e.validate().is_ok());
         entities.truncate(MAX_ENTITIES);
         self.entities = entities;
+        self.offer_work(now);
     }
 
     /// A message from agent `from` (as the transport authenticated it).
@@ -623,6 +640,7 @@ impl Agent {
                     self.escalate(now);
                 }
             }
+            Message::WorkAvailable => self.on_work_available(now, from),
             Message::MigrationFinished {
                 migration,
                 completed,
@@ -822,22 +840,7 @@ impl Agent {
                 .filter(|p| **p != b.peer)
                 .collect();
             if let Some(to) = candidates.choose(&mut self.rng).map(|p| (*p).clone()) {
-                let id = MessageId(self.fresh_id());
-                tracing::debug!(agent = %self.me, %to, ?t, %id, "work steal");
-                self.thief = Thief::Stealing {
-                    id,
-                    tier: t,
-                    deadline: now + self.config.steal_timeout,
-                };
-                self.stats.steals_sent += 1;
-                let steal = Steal {
-                    id,
-                    origin: self.me.clone(),
-                    source: b,
-                    ttl: self.config.rrp_ttl,
-                    tier: t,
-                };
-                self.send(to, steal.into_message());
+                self.steal_from(now, b, to, t);
                 return;
             }
             tier = t.next();
@@ -848,6 +851,95 @@ impl Agent {
             next_round: now + self.backoff,
         };
         self.backoff = (self.backoff * 2).min(self.config.max_steal_backoff);
+    }
+
+    /// Sends one work steal for `b` to `to`, a peer of tier `tier`.
+    fn steal_from(&mut self, now: Instant, b: Beneficiary, to: PeerId, tier: LatencyTier) {
+        let id = MessageId(self.fresh_id());
+        tracing::debug!(agent = %self.me, %to, ?tier, %id, "work steal");
+        self.thief = Thief::Stealing {
+            id,
+            tier,
+            deadline: now + self.config.steal_timeout,
+        };
+        self.stats.steals_sent += 1;
+        let steal = Steal {
+            id,
+            origin: self.me.clone(),
+            source: b,
+            ttl: self.config.rrp_ttl,
+            tier,
+        };
+        self.send(to, steal.into_message());
+    }
+
+    /// NSp2p: a peer that refused our steal now has work. Steal from it at once if we are
+    /// between rounds and still light; the back-off restarts from its shortest pause.
+    fn on_work_available(&mut self, now: Instant, from: PeerId) {
+        if self.config.topology != Topology::PeerToPeer
+            || !matches!(self.thief, Thief::Idle { .. })
+            || self
+                .hinted_at
+                .is_some_and(|at| now < at + self.config.steal_period)
+        {
+            return;
+        }
+        let Some(tier) = self.peers.tier(&from) else {
+            return;
+        };
+        if tier > self.config.max_tier {
+            return;
+        }
+        let Some(b) = self.beneficiary(now) else {
+            return;
+        };
+        tracing::debug!(agent = %self.me, %from, "work available: stealing now");
+        self.hinted_at = Some(now);
+        self.backoff = self.config.steal_backoff;
+        self.steal_from(now, b, from, tier);
+    }
+
+    /// NSp2p: if a thief refused here lately would now get work (this node got loaded), tell
+    /// it, so it steals at once rather than after its back-off. One hint per refusal, to the
+    /// newest such thief: the steal it sends is decided afresh like any other.
+    fn offer_work(&mut self, now: Instant) {
+        if self.config.topology != Topology::PeerToPeer
+            || self.outgoing.is_some()
+            || self.refused.is_empty()
+            || !self.node_is_fresh()
+        {
+            return;
+        }
+        let Some(node) = self.node else {
+            return;
+        };
+        self.refused
+            .retain(|(_, at)| now.saturating_duration_since(*at) < REFUSED_THIEF_MEMORY);
+        let policy = self.policy(now);
+        let pick = self.refused.iter().rposition(|(thief, _)| {
+            decision::select(
+                &policy,
+                &node,
+                &self.entities,
+                &thief.profile,
+                self.config.max_group,
+            )
+            .is_some()
+        });
+        if let Some((thief, _)) = pick.and_then(|i| self.refused.remove(i)) {
+            tracing::debug!(agent = %self.me, to = %thief.peer, "telling a refused thief that work is available");
+            self.stats.work_hints_sent += 1;
+            self.send(thief.peer, Message::WorkAvailable);
+        }
+    }
+
+    /// Remembers a thief refused here, replacing an older refusal of the same one.
+    fn remember_refusal(&mut self, now: Instant, thief: &Beneficiary) {
+        self.refused.retain(|(b, _)| b.peer != thief.peer);
+        if self.refused.len() >= REFUSED_THIEVES_KEPT {
+            self.refused.pop_front();
+        }
+        self.refused.push_back((thief.clone(), now));
     }
 
     /// The current tier gave nothing: try the next one, with a fresh profile.
@@ -931,6 +1023,11 @@ impl Agent {
                                 },
                             );
                             return;
+                        }
+                        // The thief is its own beneficiary in NSp2p: hint it if this node
+                        // gets loaded later.
+                        if steal.origin == steal.source.peer {
+                            self.remember_refusal(now, &steal.source);
                         }
                     }
                 }
@@ -1205,6 +1302,116 @@ mod tests {
         ));
         assert_eq!(a.entities().len(), 1);
         assert!(a.held_until(&entities[0]).is_some());
+    }
+
+    /// A steal refused while the node had no spare work is answered later, when the node
+    /// gets loaded, by a hint; the thief then steals from that node at once, back-off or not.
+    #[test]
+    fn a_refused_thief_is_told_when_work_appears() {
+        let t0 = Instant::now();
+        let mut victim = agent("v", t0);
+        victim.handle_peer_rtt(t0, peer("t"), Duration::from_millis(1));
+        victim.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
+        victim.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        let mut thief = agent("t", t0);
+        thief.handle_peer_rtt(t0, peer("v"), Duration::from_millis(1));
+        thief.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
+        thief.handle_timeout(t0);
+        let actions = drain(&mut thief);
+        let [Action::Send { to, message: steal }] = actions.as_slice() else {
+            panic!("one work steal expected, got {actions:?}");
+        };
+        assert_eq!(to, &peer("v"));
+        victim.handle_message(t0, peer("t"), steal.clone());
+        let answer = drain(&mut victim);
+        let [Action::Send {
+            message: exhausted @ Message::StealExhausted { .. },
+            ..
+        }] = answer.as_slice()
+        else {
+            panic!("an unloaded node gives no work, got {answer:?}");
+        };
+        thief.handle_message(t0, peer("v"), exhausted.clone());
+        assert!(drain(&mut thief).is_empty());
+        assert!(!thief.is_stealing(), "the round ended; the thief backs off");
+        let t1 = t0 + Duration::from_millis(500);
+        // A competing load takes the victim's node: the refused thief hears of it at once.
+        let t2 = t1 + Duration::from_millis(500);
+        victim.handle_node_profile(
+            t2,
+            NodeProfile {
+                cpu_load: 3.0,
+                competing: 1.0,
+                ..NodeProfile::idle(2.0, 1 << 30)
+            },
+        );
+        let hints = drain(&mut victim);
+        assert!(
+            matches!(hints.as_slice(), [Action::Send { to, message: Message::WorkAvailable }] if to == &peer("t")),
+            "one hint to the refused thief expected, got {hints:?}"
+        );
+        assert_eq!(victim.stats().work_hints_sent, 1);
+        // Told once: the next profile sends nothing more.
+        victim.handle_node_profile(
+            t2 + Duration::from_secs(1),
+            NodeProfile {
+                cpu_load: 3.0,
+                competing: 1.0,
+                ..NodeProfile::idle(2.0, 1 << 30)
+            },
+        );
+        assert!(drain(&mut victim).is_empty());
+        // The thief steals from the victim now, well before its back-off would end.
+        thief.handle_message(t2, peer("v"), Message::WorkAvailable);
+        let actions = drain(&mut thief);
+        let [Action::Send {
+            to,
+            message: steal @ Message::WorkSteal { .. },
+        }] = actions.as_slice()
+        else {
+            panic!("a work steal expected after the hint, got {actions:?}");
+        };
+        assert_eq!(to, &peer("v"));
+        victim.handle_message(t2, peer("t"), steal.clone());
+        assert!(
+            drain(&mut victim)
+                .iter()
+                .any(|a| matches!(a, Action::Migrate { to_host, .. } if to_host == &host("t"))),
+            "the victim gives work to the thief"
+        );
+        // A second hint within the steal period is ignored (hints cannot make an agent
+        // send steals faster than its own rounds would).
+        let mut other = agent("o", t0);
+        other.handle_peer_rtt(t0, peer("v"), Duration::from_millis(1));
+        other.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
+        let exhaust = |a: &mut Agent, at: Instant| {
+            let sent = drain(a);
+            let [Action::Send {
+                message: Message::WorkSteal { id, .. },
+                ..
+            }] = sent.as_slice()
+            else {
+                panic!("one work steal expected, got {sent:?}");
+            };
+            a.handle_message(at, peer("v"), Message::StealExhausted { id: *id });
+            assert!(!a.is_stealing());
+        };
+        other.handle_timeout(t0);
+        exhaust(&mut other, t0);
+        let t3 = t0 + Duration::from_millis(500);
+        other.handle_message(t3, peer("v"), Message::WorkAvailable);
+        exhaust(&mut other, t3);
+        other.handle_message(
+            t3 + Duration::from_millis(500),
+            peer("v"),
+            Message::WorkAvailable,
+        );
+        assert!(drain(&mut other).is_empty());
+        // A hint from an unknown peer is ignored.
+        let mut lone = agent("l", t0);
+        lone.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
+        lone.handle_message(t0, peer("x"), Message::WorkAvailable);
+        assert!(drain(&mut lone).is_empty());
     }
 
     fn steal_bytes() -> Vec<u8> {

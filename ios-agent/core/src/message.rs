@@ -17,7 +17,7 @@ use crate::model::{EntityId, EntityProfile, InvalidProfile, NodeProfile};
 use crate::tier::{LatencyTier, PeerId};
 
 /// Protocol name and version, for the transport's protocol negotiation.
-pub const PROTOCOL_NAME: &str = "/mpi-ios/agent/1.0.0";
+pub const PROTOCOL_NAME: &str = "/mpi-ios/agent/1.1.0";
 /// Largest encoded message accepted, in bytes (256 KiB).
 pub const MAX_MESSAGE_LEN: usize = 256 * 1024;
 /// Largest time-to-live of a work-steal packet.
@@ -86,6 +86,11 @@ pub enum Message {
         /// The work steal.
         id: MessageId,
     },
+    /// NSp2p: the sender refused an earlier work steal of the receiver's and now has work it
+    /// would give (its node got loaded). The receiver may steal from the sender at once
+    /// instead of waiting out its back-off; it only ever answers with a work steal, so a
+    /// hint can make an agent send a message, never move or run anything.
+    WorkAvailable,
     /// A migration announced with [`Message::StealAccepted`] or ordered with
     /// [`Message::MoveOrder`] has ended.
     MigrationFinished {
@@ -165,6 +170,7 @@ impl Message {
             Message::WorkSteal { .. } => "work-steal",
             Message::StealAccepted { .. } => "steal-accepted",
             Message::StealExhausted { .. } => "steal-exhausted",
+            Message::WorkAvailable => "work-available",
             Message::MigrationFinished { .. } => "migration-finished",
             Message::Heartbeat { .. } => "heartbeat",
             Message::ProfileRequest { .. } => "profile-request",
@@ -206,6 +212,7 @@ impl Message {
                 }
             }
             Message::StealExhausted { .. }
+            | Message::WorkAvailable
             | Message::MigrationFinished { .. }
             | Message::Heartbeat { .. }
             | Message::ProfileRequest { .. } => {}
@@ -264,6 +271,7 @@ mod tests {
                 migration: MigrationId(2),
                 entities: vec![id.clone()],
             },
+            Message::WorkAvailable,
             Message::Heartbeat {
                 id: MessageId(3),
                 manager: peer("b"),
