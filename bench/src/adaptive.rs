@@ -284,7 +284,7 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
         let target = 0.9 * u.report.iterations as f64 / u.report.seconds;
         match a.recovered_from(o, target) {
             Some(t) => println!(
-                "recovered to 90% of the unloaded throughput ({target:.0} it/s, averaged from then to the end) {:.1} s after load onset",
+                "recovered to 90% of the unloaded throughput ({target:.0} it/s in every 2 s window from then on) {:.1} s after load onset",
                 t - o
             ),
             None => println!("never recovered to 90% of the unloaded throughput ({target:.0} it/s)"),

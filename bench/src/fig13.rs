@@ -92,7 +92,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     let exp = Experiment {
         name: "fig13",
         title: format!(
-            "Figures 13/14: heat2d {0}x{0}, {1} iterations, caps {2:.1}, hog on node-b at {3:.0} s, node-c joins at {4:.0} s",
+            "Figures 13/14: heat2d {0}x{0}, {1} iterations, caps {2:.1}, hog on node-b at {3} s, node-c joins at {4} s",
             args.size, args.iters, args.cap, args.load_at, args.join_at
         ),
         caps: vec![args.cap; 3],
@@ -139,7 +139,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     let (static_slices, adaptive_slices) = (slices(&runs.static_run), slices(&runs.adaptive));
     let fig13 = breakdown_chart(
         &format!(
-            "Figure 13: static MPI (heat2d-plain), time per iteration, hog on node-b at {:.0} s",
+            "Figure 13: static MPI (heat2d-plain), time per iteration, hog on node-b at {} s",
             args.load_at
         ),
         &static_slices,
@@ -148,7 +148,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     .write(out.join("fig13"))?;
     let fig14 = breakdown_chart(
         &format!(
-            "Figure 14: MPI/IOS (heat2d + agents), time per iteration, hog on node-b at {:.0} s, node-c joins at {:.0} s",
+            "Figure 14: MPI/IOS (heat2d + agents), time per iteration, hog on node-b at {} s, node-c joins at {} s",
             args.load_at, args.join_at
         ),
         &adaptive_slices,
@@ -264,7 +264,14 @@ fn slices(o: &Outcome, iters: u64, n: usize) -> Vec<(u64, u64, f64)> {
 
 /// Stacked bars: the work (the unloaded time per iteration) and the time lost, per slice.
 fn breakdown_chart(title: &str, slices: &[(u64, u64, f64)], work_ms: f64) -> BarChart {
-    let categories: Vec<String> = slices.iter().map(|(lo, _, _)| lo.to_string()).collect();
+    // "12k" rather than "12000": twenty five-digit labels overlap on the axis.
+    let categories: Vec<String> = slices
+        .iter()
+        .map(|(lo, _, _)| match lo {
+            lo if *lo >= 1000 && lo % 1000 == 0 => format!("{}k", lo / 1000),
+            lo => lo.to_string(),
+        })
+        .collect();
     let work: Vec<Bar> = slices
         .iter()
         .map(|(_, _, ms)| Bar::new(ms.min(work_ms)))

@@ -109,7 +109,7 @@ pub(crate) fn run15(mut args: Fig15Args) -> Result<()> {
     let exp = Experiment {
         name: "fig15",
         title: format!(
-            "Figure 15: heat2d {0}x{0}, hog on node-b at {1:.0} s, cooperating node-a (cap {2:.1} vs {3:.1})",
+            "Figure 15: heat2d {0}x{0}, hog on node-b at {1} s, cooperating node-a (cap {2:.1} vs {3:.1})",
             c.size,
             args.load_at,
             args.cap * 2.0,
@@ -158,13 +158,13 @@ pub(crate) fn run16(mut args: Fig16Args) -> Result<()> {
     let exp = Experiment {
         name: "fig16",
         title: format!(
-            "Figure 16: heat2d {0}x{0}, slow node-b (cap {1:.1}), fast node-c (cap {2:.1}) joins at {3:.0} s{4}",
+            "Figure 16: heat2d {0}x{0}, slow node-b (cap {1:.1}), fast node-c (cap {2:.1}) joins at {3} s{4}",
             c.size,
             args.slow,
             args.fast,
             args.join_at,
             args.load_at
-                .map_or(String::new(), |l| format!(", hog on node-b at {l:.0} s"))
+                .map_or(String::new(), |l| format!(", hog on node-b at {l} s"))
         ),
         caps: vec![args.fast, args.slow, args.fast],
         scenario: Scenario {

@@ -252,10 +252,14 @@ pub(crate) struct Yardsticks {
     pub recovery_from: Option<(&'static str, f64)>,
     /// The throughput recovery aims at (90% of the reference run's mean).
     pub recovery_target: f64,
-    /// Seconds from that event until every later progress line shows the target.
+    /// Seconds from that event until the run stays recovered: every 2 s window from then on
+    /// averages the target ([`Outcome::recovered_from`], as in the main job).
     pub recovery_s: Option<f64>,
     /// Migrations: (loop time, what).
     pub migrations: Vec<(f64, String)>,
+    /// Mean iterations per second of the adaptive run from its last migration to its end:
+    /// the steady state the agents reached, to set beside the best run's.
+    pub settled_rate: Option<f64>,
 }
 
 impl Yardsticks {
@@ -289,7 +293,7 @@ pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
     };
     let recovery_target = 0.9 * reference;
     let recovery_s = recovery_from.and_then(|(_, at)| {
-        a.sustained_from(at + t0, recovery_target)
+        a.recovered_from(at + t0, recovery_target)
             .map(|t| t - t0 - at)
     });
     Yardsticks {
@@ -303,6 +307,11 @@ pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
         recovery_target,
         recovery_s,
         migrations: a.migrations().map(|m| (m.t - t0, m.what.clone())).collect(),
+        settled_rate: a.migrations().last().and_then(|m| {
+            let last = a.samples.last()?;
+            let done = last.iteration as f64 - a.iteration_at(m.t);
+            (last.t > m.t + 1.0).then(|| done / (last.t - m.t))
+        }),
     }
 }
 
@@ -373,8 +382,8 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
     ));
     match (y.recovery_from, y.recovery_s) {
         (Some((what, at)), Some(r)) => notes.push(format!(
-            "Recovered to {:.0} it/s (90% of the {} throughput) {r:.1} s after the {what} at {at:.1} s \
-             (target: within 5 s of load onset).",
+            "Recovered to {:.0} it/s (90% of the {} throughput, in every 2 s window from then on) \
+             {r:.1} s after the {what} at {at:.1} s (target: within 5 s of load onset).",
             y.recovery_target,
             if what == "load onset" { "unloaded" } else { "best" },
         )),
@@ -389,6 +398,18 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
     }
     for (t, what) in &y.migrations {
         notes.push(format!("Migration at {t:.1} s: {what}."));
+    }
+    if let Some(r) = y.settled_rate {
+        let best = mean_rate(runs.best());
+        notes.push(format!(
+            "After the last migration: {r:.0} it/s, {:.0}% of the {} run's {best:.0} it/s.",
+            100.0 * r / best,
+            if runs.best.is_some() {
+                "best placement"
+            } else {
+                "unloaded"
+            },
+        ));
     }
     let sums: Vec<&str> = [&runs.adaptive, &runs.static_run]
         .into_iter()

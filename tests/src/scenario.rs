@@ -64,6 +64,10 @@ pub struct Scenario {
     pub timeout: Duration,
 }
 
+/// Seconds over which throughput is averaged when judging recovery
+/// ([`Outcome::recovered_from`]).
+pub const RECOVERY_WINDOW_S: f64 = 2.0;
+
 /// One progress line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -204,24 +208,22 @@ impl Outcome {
         points.last().map_or(0.0, |p| p.1 as f64)
     }
 
-    /// First progress line after `after` from which the average throughput to the end of
-    /// the run is at least `rate`: when the run had recovered for good, however noisy single
-    /// progress lines are.
+    /// First progress line after `after` from which the run stays recovered: the throughput
+    /// over every [`RECOVERY_WINDOW_S`] window that starts at a later progress line (and
+    /// ends before the run does) is at least `rate`. Averaging over a window keeps single
+    /// noisy lines from voiding a recovery; requiring every later window keeps a short good
+    /// spell inside a slow stretch from counting as one.
     pub fn recovered_from(&self, after: f64, rate: f64) -> Option<f64> {
         let last = self.samples.last()?;
-        self.samples
-            .iter()
-            .filter(|s| s.t > after && s.t < last.t)
-            .find(|s| (last.iteration.saturating_sub(s.iteration)) as f64 / (last.t - s.t) >= rate)
-            .map(|s| s.t)
-    }
-
-    /// First time after `after` from which every later progress line shows at least `rate`.
-    pub fn sustained_from(&self, after: f64, rate: f64) -> Option<f64> {
-        let later: Vec<&Sample> = self.samples.iter().filter(|s| s.t > after).collect();
         let mut from = None;
-        for s in &later {
-            if s.rate >= rate {
+        for s in self
+            .samples
+            .iter()
+            .filter(|s| s.t > after && s.t + RECOVERY_WINDOW_S <= last.t)
+        {
+            let windowed = (self.iteration_at(s.t + RECOVERY_WINDOW_S) - s.iteration as f64)
+                / RECOVERY_WINDOW_S;
+            if windowed >= rate {
                 from.get_or_insert(s.t);
             } else {
                 from = None;
@@ -575,9 +577,12 @@ mod tests {
             agent_cpu: Vec::new(),
         };
         assert_eq!(outcome.recovered_from(2.0, 90.0), Some(4.0));
-        // Demanding every line at 95 it/s or more only finds the last one.
-        assert_eq!(outcome.sustained_from(2.0, 95.0), Some(8.0));
         assert_eq!(outcome.recovered_from(2.0, 200.0), None);
+        // From 1 s, the window starting at 2 s (200 to 310 iterations) is slow: recovery
+        // still starts at 4 s, not at the first line whose average to the end would do.
+        assert_eq!(outcome.recovered_from(1.0, 90.0), Some(4.0));
+        // A good spell followed by a slow window is not a recovery.
+        assert_eq!(outcome.recovered_from(0.5, 60.0), Some(4.0));
         assert!((outcome.iteration_at(2.5) - 205.0).abs() < 1e-9);
     }
 
