@@ -8,13 +8,15 @@
 //! - adaptive: heat2d with PCM and IOS agents, which move ranks by themselves;
 //! - static: heat2d-plain on the same placement under the same load (nobody moves anything);
 //! - unloaded: heat2d-plain on the same placement with no hog;
-//! - best (when the experiment names a target placement): heat2d-plain, no hog, on the
+//! - best (when the experiment names a target placement): heat2d-plain, under the same load
+//!   (the hog still runs: it takes its share of the machine's cores, which the adaptive run
+//!   has to live with too), on the
 //!   placement the capacity left allows at best (both ranks on the cooperating node, or one
 //!   on the joined node): the speed the job could reach once the capacity appeared.
 //!
 //! The physical limit is the adaptive run's own progress until the capacity appears (the
 //! join, or the load onset when the spare capacity was there from the start), then the rest
-//! of the iterations at the best run's speed. The adaptive run's time over that limit says
+//! of the iterations at the best run's speed (measured from its own load onset when it has one). The adaptive run's time over that limit says
 //! how close the agents came to what was physically possible.
 //!
 //! Times are iteration-loop times: each run's progress lines are shifted so that 0 is the
@@ -66,7 +68,7 @@ pub(crate) struct Runs {
     pub static_run: Outcome,
     /// heat2d-plain, no load.
     pub unloaded: Outcome,
-    /// heat2d-plain, no load, on the best placement (if different from the unloaded one).
+    /// heat2d-plain, same load, on the best placement (if different from the unloaded one).
     pub best: Option<Outcome>,
 }
 
@@ -114,6 +116,19 @@ pub(crate) fn rate_points(o: &Outcome) -> Vec<(f64, f64)> {
 /// Iterations per second over a whole run.
 pub(crate) fn mean_rate(o: &Outcome) -> f64 {
     o.report.iterations as f64 / o.report.seconds.max(1e-9)
+}
+
+/// Iterations per second from loop time `from` to the end of the run.
+pub(crate) fn rate_from(o: &Outcome, from: f64) -> f64 {
+    let t0 = loop_start(o);
+    let Some(last) = o.samples.last() else {
+        return mean_rate(o);
+    };
+    let span = last.t - t0 - from;
+    if span <= 1.0 {
+        return mean_rate(o);
+    }
+    (last.iteration as f64 - o.iteration_at(from + t0)) / span
 }
 
 /// Runs the experiment's runs (adaptive first), printing progress; logs go under `logs`.
@@ -183,9 +198,13 @@ pub(crate) fn run(exp: &Experiment, logs: &Path, quiet: bool) -> Result<Runs> {
         };
         one(
             &best,
-            Mode::Unloaded,
+            if s.hog.is_some() {
+                Mode::Static
+            } else {
+                Mode::Unloaded
+            },
             "best",
-            &format!("best (unloaded, ranks on {})", names(&nodes, p)),
+            &format!("best (ranks on {}, same load)", names(&nodes, p)),
         )
     });
     for o in [&adaptive, &static_run, &unloaded]
@@ -242,8 +261,10 @@ pub(crate) struct Yardsticks {
     pub static_s: f64,
     /// No load, same placement.
     pub unloaded_s: f64,
-    /// No load, best placement.
+    /// Best placement (same load).
     pub best_s: f64,
+    /// Iterations per second of the best placement once the load runs.
+    pub best_rate: f64,
     /// Best possible time given the capacity left.
     pub limit_s: f64,
     /// When the spare capacity appeared (loop time).
@@ -255,6 +276,10 @@ pub(crate) struct Yardsticks {
     /// Seconds from that event until the run stays recovered: every 2 s window from then on
     /// averages the target ([`Outcome::recovered_from`], as in the main job).
     pub recovery_s: Option<f64>,
+    /// Seconds from the load onset until the run stays at 90% of the best placement's
+    /// throughput under the same load (what this machine allows once the load runs), when
+    /// the experiment has both a load and a best placement.
+    pub recovery_best_s: Option<f64>,
     /// Migrations: (loop time, what).
     pub migrations: Vec<(f64, String)>,
     /// Mean iterations per second of the adaptive run from its last migration to its end:
@@ -283,7 +308,10 @@ pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
     let join = event_at(a, EventKind::NodeJoin);
     let free_from = join.or(onset).unwrap_or(0.0);
     let t0 = loop_start(a);
-    let best_rate = mean_rate(runs.best());
+    let best_rate = match &runs.best {
+        Some(b) => rate_from(b, event_at(b, EventKind::LoadOnset).unwrap_or(0.0)),
+        None => mean_rate(&runs.unloaded),
+    };
     let left = (exp.scenario.iters as f64 - a.iteration_at(free_from + t0)).max(0.0);
     let limit_s = free_from + left / best_rate;
     let (recovery_from, reference) = match (onset, join) {
@@ -301,11 +329,18 @@ pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
         static_s: runs.static_run.report.seconds,
         unloaded_s: runs.unloaded.report.seconds,
         best_s: runs.best().report.seconds,
+        best_rate,
         limit_s,
         free_from,
         recovery_from,
         recovery_target,
         recovery_s,
+        recovery_best_s: match (onset, &runs.best) {
+            (Some(o), Some(_)) => a
+                .recovered_from(o + t0, 0.9 * best_rate)
+                .map(|t| t - t0 - o),
+            _ => None,
+        },
         migrations: a.migrations().map(|m| (m.t - t0, m.what.clone())).collect(),
         settled_rate: a.migrations().last().and_then(|m| {
             let last = a.samples.last()?;
@@ -347,7 +382,7 @@ pub(crate) fn summary_table(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> Ta
     }
     if let Some(b) = &runs.best {
         row(
-            "best placement, no load".to_owned(),
+            "best placement, same load".to_owned(),
             y.best_s,
             &short(&b.report.checksum),
         );
@@ -375,10 +410,12 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
         ))
     ));
     notes.push(format!(
-        "Adaptive / physical limit = {:.3} (target: within 1.10); unloaded {:.2} s, best {:.2} s.",
+        "Adaptive / physical limit = {:.3} (target: within 1.10); unloaded {:.2} s, best placement \
+         {:.2} s ({:.0} it/s once the load runs).",
         y.limit_ratio(),
         y.unloaded_s,
-        y.best_s
+        y.best_s,
+        y.best_rate
     ));
     match (y.recovery_from, y.recovery_s) {
         (Some((what, at)), Some(r)) => notes.push(format!(
@@ -393,6 +430,20 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
         )),
         (None, _) => {}
     }
+    if let (Some(("load onset", _)), Some(_)) = (y.recovery_from, &runs.best) {
+        notes.push(match y.recovery_best_s {
+            Some(r) => format!(
+                "Recovered to {:.0} it/s (90% of the best placement's throughput under the same \
+                 load) {r:.1} s after the load onset.",
+                0.9 * y.best_rate
+            ),
+            None => format!(
+                "Never recovered to {:.0} it/s (90% of the best placement's throughput under the \
+                 same load).",
+                0.9 * y.best_rate
+            ),
+        });
+    }
     if y.migrations.is_empty() {
         notes.push("Migrations: NONE (the agents moved no rank).".to_owned());
     }
@@ -400,7 +451,7 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
         notes.push(format!("Migration at {t:.1} s: {what}."));
     }
     if let Some(r) = y.settled_rate {
-        let best = mean_rate(runs.best());
+        let best = y.best_rate;
         notes.push(format!(
             "After the last migration: {r:.0} it/s, {:.0}% of the {} run's {best:.0} it/s.",
             100.0 * r / best,
@@ -459,7 +510,7 @@ pub(crate) fn throughput_plot(
         plot = plot.series("unloaded (no load)", rate_points(&runs.unloaded));
     }
     if let Some(b) = &runs.best {
-        plot = plot.series("best placement, no load", rate_points(b));
+        plot = plot.series("best placement, same load", rate_points(b));
     }
     Ok(plot
         .events(plot_events(&runs.adaptive))

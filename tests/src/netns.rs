@@ -501,6 +501,10 @@ impl Cluster {
             ("oob_tcp_if_include", self.subnet.clone()),
             ("btl_tcp_if_include", self.subnet.clone()),
             ("btl", "tcp,self,vader".into()),
+            // The emulated nodes share the machine's cores, and Open MPI binds the first
+            // rank of every node to core 0: two "nodes" would then share one core while the
+            // other idled. Their cgroup caps are their capacity; the kernel places the ranks.
+            ("hwloc_base_binding_policy", "none".into()),
         ] {
             options.extend(["--mca".to_string(), k.to_string(), v]);
         }
