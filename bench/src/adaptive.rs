@@ -74,9 +74,6 @@ fn scenario(args: &AdaptiveArgs) -> Scenario {
         (args.size, args.iters, args.load_at, args.join_at)
     };
     let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
-    // The hold-down is also the shortest residence before a rank may move: shorter than the
-    // time to load onset, so the loaded rank is eligible at once.
-    let hold_down = (load_at * 0.6).clamp(1.0, 30.0);
     Scenario {
         rows: size,
         cols: size,
@@ -90,14 +87,26 @@ fn scenario(args: &AdaptiveArgs) -> Scenario {
         } else {
             vec![(2, secs(join_at))]
         },
-        agent_options: vec![
-            "--hold-down".to_owned(),
-            format!("{hold_down:.1}"),
-            "--profile-period".to_owned(),
-            "1".to_owned(),
-        ],
+        agent_options: agent_options(load_at),
         timeout: Duration::from_secs(args.timeout),
     }
+}
+
+/// The agent options of the adaptive experiments (the main job and the figures), whose first
+/// event (load onset or join) comes `first_event_at` seconds after the start:
+/// - a hold-down shorter than that, since it is also the shortest residence before a rank
+///   may move, and the affected rank must be eligible at once;
+/// - node profiles every second.
+pub fn agent_options(first_event_at: f64) -> Vec<String> {
+    let hold_down = (first_event_at * 0.6).clamp(1.0, 30.0);
+    [
+        "--hold-down",
+        &format!("{hold_down:.1}"),
+        "--profile-period",
+        "1",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// Runs the main job.

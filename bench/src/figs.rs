@@ -2,15 +2,15 @@
 //! nodes run three or four ways, and its yardsticks.
 //!
 //! An [`Experiment`] is a [`Scenario`] (placement, hog, joins) on a cluster with per-node CPU
-//! caps. A faster node is emulated by a larger cap (1.2 cores against 0.6, say): the node's
+//! caps. A faster node is emulated by a larger cap (0.6 cores against 0.2, say): the node's
 //! cgroup lets its processes run that much more per period, which is what a faster CPU does
 //! for a compute-bound rank. It runs
 //! - adaptive: heat2d with PCM and IOS agents, which move ranks by themselves;
 //! - static: heat2d-plain on the same placement under the same load (nobody moves anything);
 //! - unloaded: heat2d-plain on the same placement with no hog;
 //! - best (when the experiment names a target placement): heat2d-plain, under the same load
-//!   (the hog still runs: it takes its share of the machine's cores, which the adaptive run
-//!   has to live with too), on the
+//!   (the hog still runs: the emulated nodes share the machine's two cores, so it takes
+//!   CPU the other nodes' ranks could have used, which the adaptive run lives with too), on the
 //!   placement the capacity left allows at best (both ranks on the cooperating node, or one
 //!   on the joined node): the speed the job could reach once the capacity appeared.
 //!
@@ -555,16 +555,9 @@ pub(crate) fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.max(0.0))
 }
 
-/// The agent options every experiment uses: a hold-down shorter than the time to the first
-/// event, so the affected rank may move at once, and profiles every second.
+/// The agent options every experiment uses (the main job's).
 pub(crate) fn agent_options(first_event_at: f64) -> Vec<String> {
-    let hold_down = (first_event_at * 0.6).clamp(1.0, 30.0);
-    vec![
-        "--hold-down".to_owned(),
-        format!("{hold_down:.1}"),
-        "--profile-period".to_owned(),
-        "1".to_owned(),
-    ]
+    mpi_ios_bench::adaptive::agent_options(first_event_at)
 }
 
 /// Creates `out` and returns it.

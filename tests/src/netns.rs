@@ -19,6 +19,19 @@
 //! with `nsenter --net`, not `ip netns exec`, so that `/sys/fs/cgroup` stays visible inside
 //! them: the IOS agent's sensor reads the node's cap there.
 //!
+//! # Cores (measured, and kept as found)
+//! The emulated nodes share the machine's two cores. Open MPI binds each node's ranks to
+//! that node's first cores, which are the same physical cores for every node: the first
+//! rank of node-a, node-b and node-c all run on core 0 (two ranks on one node get cores 0
+//! and 1; a replacement spawned onto a node is not bound). Hogs, agents and daemons are
+//! not bound. We tried the alternatives on the adaptive experiments (`docs/results.md`,
+//! "How the nodes are emulated"): with binding off, a hog on node-b ran on whichever core
+//! was free and slowed the ranks of other nodes, which separate machines never do; with
+//! each node pinned to a core of its own and caps of 0.45, the caps' 100 ms throttling
+//! windows of two nodes drifted against each other and a synchronous job fell to 40% of
+//! its speed (10 ms windows were worse). With the binding as found, the ranks time-share
+//! core 0 finely, the cap only bites when a hog shares a node's quota, and runs repeat.
+//!
 //! Dropping the cluster kills whatever still runs in its namespaces (Open MPI's daemons
 //! daemonize, so they escape the harness's process group), then deletes the namespaces, the
 //! bridge, the veths and the files, also when a test panicked. A cluster left behind by a test
@@ -501,10 +514,6 @@ impl Cluster {
             ("oob_tcp_if_include", self.subnet.clone()),
             ("btl_tcp_if_include", self.subnet.clone()),
             ("btl", "tcp,self,vader".into()),
-            // The emulated nodes share the machine's cores, and Open MPI binds the first
-            // rank of every node to core 0: two "nodes" would then share one core while the
-            // other idled. Their cgroup caps are their capacity; the kernel places the ranks.
-            ("hwloc_base_binding_policy", "none".into()),
         ] {
             options.extend(["--mca".to_string(), k.to_string(), v]);
         }
