@@ -410,12 +410,17 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
         ))
     ));
     notes.push(format!(
-        "Adaptive / physical limit = {:.3} (target: within 1.10); unloaded {:.2} s, best placement \
-         {:.2} s ({:.0} it/s once the load runs).",
+        "Adaptive / physical limit = {:.3} (target: within 1.10); unloaded {:.2} s{}.",
         y.limit_ratio(),
         y.unloaded_s,
-        y.best_s,
-        y.best_rate
+        if runs.best.is_some() {
+            format!(
+                ", best placement {:.2} s ({:.0} it/s once the load runs)",
+                y.best_s, y.best_rate
+            )
+        } else {
+            " (the best placement's speed: every node has the same cap)".to_owned()
+        }
     ));
     match (y.recovery_from, y.recovery_s) {
         (Some((what, at)), Some(r)) => notes.push(format!(
