@@ -171,6 +171,20 @@ struct MigrationArgs {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The runs on emulated nodes stop at Ctrl-C and clean up their namespaces, cgroups and
+    // processes (a second Ctrl-C ends at once); the other benchmarks end as usual.
+    if matches!(
+        cli.command,
+        Command::Adaptive(_)
+            | Command::Agents(_)
+            | Command::Fig13(_)
+            | Command::Fig15(_)
+            | Command::Fig16(_)
+    ) {
+        if let Err(e) = mpi_ios_tests::stop_on_interrupt() {
+            eprintln!("warning: Ctrl-C will not clean up the emulated nodes: {e}");
+        }
+    }
     let result = match cli.command {
         Command::Overhead(args) => overhead(args),
         Command::Migration(args) => migration(args),

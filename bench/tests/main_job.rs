@@ -82,3 +82,102 @@ fn the_agent_benchmark_quick_mode_measures_a_reaction_and_the_agents_cpu() {
     assert!(text.contains("load onset -> migration: median"), "{text}");
     assert!(text.contains("agent CPU at steady state: median"), "{text}");
 }
+
+#[test]
+fn ctrl_c_stops_the_main_job_and_leaves_no_namespace_cgroup_or_process() {
+    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_ios_tests::mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = dir.path().join("stderr");
+    // Not in a process group of its own: Ctrl-C reaches the bench alone, as the terminal
+    // would deliver it to a job started with `sudo` (the bench's own children are in
+    // process groups of their own).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"))
+        .args(["adaptive", "--quick", "--out"])
+        .arg(dir.path().join("results"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Mid-run: the agents, pcmd daemons and the job are up (the adaptive run's loop starts
+    // about 1 s in and the quick mode lasts about 5 s).
+    std::thread::sleep(Duration::from_secs(4));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the main job did not stop within 30 s of SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let errors = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        !status.success(),
+        "an interrupted run must not report success"
+    );
+    assert!(errors.contains("interrupted"), "{errors}");
+    // Its namespaces (pcmt<pid>s...) and cgroups (mpi-ios-<pid>s...) are gone.
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(
+        !netns.contains(&format!("pcmt{pid}s")),
+        "namespaces left behind:\n{netns}"
+    );
+    for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
+        for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with(&format!("mpi-ios-{pid}s")),
+                "cgroup left behind: {root}/{name}"
+            );
+        }
+    }
+    // Nothing it started still runs: no agent, daemon, peer server, Open MPI daemon or rank
+    // (the test binaries run one at a time, and this one holds the MPI lock).
+    let ours = [
+        "heat2d",
+        "ios-agent",
+        "pcmd",
+        "peer-server",
+        "orted",
+        "mpirun",
+    ];
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            let cmd = std::fs::read_to_string(e.path().join("cmdline")).unwrap_or_default();
+            // Zombies (killed, not yet reaped by init) run nothing.
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            if stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+            {
+                return None;
+            }
+            (ours.contains(&comm.trim()) || cmd.contains(&format!("pcm-netns-{pid}s"))).then(|| {
+                format!(
+                    "{} {}",
+                    e.file_name().to_string_lossy(),
+                    cmd.replace('\0', " ")
+                )
+            })
+        })
+        .collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -63,6 +64,30 @@ static MPI_JOBS: Mutex<()> = Mutex::new(());
 /// make every deadline meaningless.
 pub fn mpi_lock() -> MutexGuard<'static, ()> {
     MPI_JOBS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Makes SIGINT and SIGTERM set a flag instead of ending the process at once: the long
+/// runs ([`scenario::Scenario::run`]) check it, stop, and unwind, so that the guards of the
+/// runs and of the emulated nodes kill what they started and delete the namespaces and
+/// cgroups. A second signal ends the process at once (the next [`netns::Cluster`] then
+/// sweeps what was left). For programs such as the main job; tests need not call it.
+pub fn stop_on_interrupt() -> std::io::Result<()> {
+    let flag = INTERRUPTED.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, the exit fires only when the flag is already set: on a second signal.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(flag))?;
+        signal_hook::flag::register(signal, Arc::clone(flag))?;
+    }
+    Ok(())
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`stop_on_interrupt`].
+pub fn interrupted() -> bool {
+    INTERRUPTED
+        .get()
+        .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// A started process group, killed on drop.

@@ -405,6 +405,11 @@ impl Scenario {
         while group.running() {
             let now = started.elapsed();
             assert!(
+                !crate::interrupted(),
+                "interrupted: stopping the {} run; the emulated nodes are cleaned up",
+                mode.name()
+            );
+            assert!(
                 now < self.timeout,
                 "{} run did not finish within {:?}:\n{}",
                 mode.name(),
