@@ -16,8 +16,9 @@
 //!
 //! The physical limit is the adaptive run's own progress until the capacity appears (the
 //! join, or the load onset when the spare capacity was there from the start), then the rest
-//! of the iterations at the best run's speed (measured from its own load onset when it has one). The adaptive run's time over that limit says
-//! how close the agents came to what was physically possible.
+//! of the iterations at the best run's speed (measured from its own load onset when it has
+//! one). The adaptive run's time over that limit says how close the agents came to what was
+//! physically possible.
 //!
 //! Times are iteration-loop times: each run's progress lines are shifted so that 0 is the
 //! start of its loop (estimated from its first progress line), so mpirun's start-up, which
@@ -342,11 +343,11 @@ pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
             _ => None,
         },
         migrations: a.migrations().map(|m| (m.t - t0, m.what.clone())).collect(),
-        settled_rate: a.migrations().last().and_then(|m| {
-            let last = a.samples.last()?;
-            let done = last.iteration as f64 - a.iteration_at(m.t);
-            (last.t > m.t + 1.0).then(|| done / (last.t - m.t))
-        }),
+        settled_rate: a
+            .migrations()
+            .last()
+            .filter(|m| a.samples.last().is_some_and(|last| last.t > m.t + 1.0))
+            .map(|m| rate_from(a, m.t - t0)),
     }
 }
 
