@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-const DEADLINE: Duration = Duration::from_secs(150);
+/// Generous: a quick figure takes 30-90 s, but now and then a static run on the emulated nodes
+/// locks into the cgroup quota period and takes minutes (docs/results.md, "A failure mode
+/// all settings share"). That is slow, not wrong: the test waits for it rather than fail.
+const DEADLINE: Duration = Duration::from_secs(900);
 
 /// One experiment at a time: the machine has two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
