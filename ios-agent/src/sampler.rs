@@ -84,8 +84,13 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample
         }
         // Ranks that busy-poll while waiting must not make the node look busy, or a node
         // whose ranks wait for a slow peer would never offer to take work.
-        let profile =
-            node.map(|n| load_without_waiting(&n.profile(), entities.as_deref().unwrap_or(&[])));
+        let profile = node.map(|n| {
+            load_without_waiting(
+                &n.profile(),
+                entities.as_deref().unwrap_or(&[]),
+                n.entities.as_ref(),
+            )
+        });
         let sample = Sample {
             node: profile,
             entities,

@@ -307,7 +307,122 @@ struct Pool {
     agents: Vec<PoolAgent>,
 }
 
+/// Progress lines of the unloaded run that [`Scenario::size_by_time`] asks for over the run.
+pub const PROGRESS_LINES: u64 = 200;
+
 impl Scenario {
+    /// Measures how many iterations per second heat2d-plain makes on the scenario's grid and
+    /// placement on `cluster`, unloaded: a job with no end runs for `window` after its first
+    /// progress line plus a warm-up, then is killed. Logs go under `dir`.
+    ///
+    /// Scenario runs are sized by this measurement, never by an iteration count tuned on one
+    /// machine: machines of one kind differ in speed by 4x or more, and a run sized in
+    /// iterations that takes 10 s on one ended on another before the load it was written to
+    /// show had even started.
+    pub fn unloaded_rate(
+        &self,
+        cluster: &Cluster,
+        dir: &Path,
+        window: Duration,
+    ) -> Result<f64, String> {
+        const WARM_UP: Duration = Duration::from_millis(500);
+        const FIRST_LINE: Duration = Duration::from_secs(60);
+        let nodes = cluster.host_names();
+        let placement =
+            self.placement
+                .iter()
+                .map(|&i| {
+                    nodes.get(i).map(String::as_str).ok_or_else(|| {
+                        format!("node index {i} but the cluster has {}", nodes.len())
+                    })
+                })
+                .collect::<Result<Vec<&str>, String>>()?;
+        let run_dir = dir.join("calibration");
+        std::fs::create_dir_all(&run_dir)
+            .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
+        let args = [
+            "--rows".to_owned(),
+            self.rows.to_string(),
+            "--cols".to_owned(),
+            self.cols.to_string(),
+            "--iters".to_owned(),
+            // Longer than any window: the job is killed once measured.
+            u32::MAX.to_string(),
+            "--report-every".to_owned(),
+            "5".to_owned(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let job = cluster.job(
+            MpiJob::new(self.placement.len(), "heat2d-plain", &args),
+            &placement,
+        );
+        let started = Instant::now();
+        let mut group = job.start(&run_dir, "job");
+        let mut tail = Tail::new(&group.stderr);
+        // (seconds since the first line, iterations done) once the warm-up is over.
+        let mut first: Option<Instant> = None;
+        let mut points: Vec<(f64, u64)> = Vec::new();
+        loop {
+            if crate::interrupted() {
+                return Err("interrupted while measuring the unloaded speed".into());
+            }
+            if !group.running() {
+                return Err(format!(
+                    "the calibration job ended early:\n{}",
+                    group.stderr_so_far()
+                ));
+            }
+            for line in tail.lines() {
+                let Some((iteration, _, _)) = parse_progress(&line) else {
+                    continue;
+                };
+                let since = *first.get_or_insert_with(Instant::now);
+                if since.elapsed() >= WARM_UP {
+                    points.push((since.elapsed().as_secs_f64(), iteration));
+                }
+            }
+            match first {
+                None if started.elapsed() > FIRST_LINE => {
+                    return Err(format!(
+                        "the calibration job printed no progress within {FIRST_LINE:?}:\n{}",
+                        group.stderr_so_far()
+                    ))
+                }
+                Some(since) if since.elapsed() >= WARM_UP + window => break,
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        group.kill();
+        match (points.first(), points.last()) {
+            (Some(&(t0, i0)), Some(&(t1, i1))) if t1 > t0 && i1 > i0 => {
+                Ok((i1 - i0) as f64 / (t1 - t0))
+            }
+            _ => Err(format!(
+                "too few progress lines in {window:?} to measure the speed ({} lines)",
+                points.len()
+            )),
+        }
+    }
+
+    /// Sets the iteration count so that the unloaded job runs about `seconds` on `cluster`,
+    /// measured with [`Scenario::unloaded_rate`] over 2 s, and the progress lines so that
+    /// there are about [`PROGRESS_LINES`] of them. Returns the measured rate.
+    pub fn size_by_time(
+        &mut self,
+        cluster: &Cluster,
+        dir: &Path,
+        seconds: f64,
+    ) -> Result<f64, String> {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(format!("a run of {seconds} s cannot be sized"));
+        }
+        let rate = self.unloaded_rate(cluster, dir, Duration::from_secs(2))?;
+        self.iters = ((rate * seconds).round() as u64).max(PROGRESS_LINES);
+        self.report_every = (self.iters / PROGRESS_LINES).max(1);
+        Ok(rate)
+    }
+
     /// Runs the scenario once on `cluster` (which must have at least as many nodes as the
     /// scenario names), with logs and sockets under `dir`, telling `observer` each progress
     /// line and event as it happens.

@@ -273,10 +273,13 @@ impl NodeProfile {
         }
     }
 
-    /// Whether the node has at least `threshold` idle cores: such a node steals work
-    /// (section 5.2: "have more resources available than are currently being utilized").
+    /// Whether the node has at least `threshold` idle cores, or at least half its cores idle:
+    /// such a node steals work (section 5.2: "have more resources available than are
+    /// currently being utilized"). The second clause is for nodes smaller than twice the
+    /// threshold: an idle node capped at 0.3 core never has 0.3 core idle (its agent and
+    /// daemon use a little), and it sat idle next to an overloaded node until the job ended.
     pub fn is_lightly_loaded(&self, threshold: f64) -> bool {
-        self.free_cores() >= threshold
+        self.free_cores() >= threshold.min(self.cores / 2.0)
     }
 
     /// What the node offers to application entities: its availability if the given entities
@@ -577,6 +580,21 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn a_small_idle_node_is_lightly_loaded() {
+        let node = |cores: f64, cpu_load: f64| NodeProfile {
+            cpu_load,
+            ..NodeProfile::idle(cores, 1 << 30)
+        };
+        // Measured: a node capped at 0.3 core with only its agent and daemon running.
+        assert!(node(0.3, 0.0095).is_lightly_loaded(0.3));
+        // A large node needs the full threshold idle, not half its cores.
+        assert!(!node(4.0, 3.75).is_lightly_loaded(0.3));
+        assert!(node(4.0, 3.6).is_lightly_loaded(0.3));
+        // A small node more than half busy is not light.
+        assert!(!node(0.3, 0.2).is_lightly_loaded(0.3));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use ios_agent_core::model::{EntityId, EntityProfile, NodeProfile};
 use pcm_proto::{NodeStats, RankStats};
 use serde::{Deserialize, Serialize};
 
+use crate::EntityUsage;
+
 /// A non-negative finite number, or 0 (figures come from another process: never trust them).
 fn clean(x: f64) -> f64 {
     if x.is_finite() && x > 0.0 {
@@ -140,13 +142,27 @@ pub fn entity_pids(stats: &NodeStats) -> Vec<u32> {
 ///
 /// A rank that waits for a slow peer is runnable the whole time (Open MPI polls, at best
 /// yielding), so the node's raw demand makes a node whose ranks mostly wait look fully
-/// loaded: it would never offer to take work, even though it could. Each entity's CPU counts
-/// only in the share of its iteration it spends computing (`cpu * mpi_wait / (compute +
-/// mpi_wait)` is removed); an entity with no measured iteration is left as it is.
-pub fn load_without_waiting(node: &NodeProfile, entities: &[EntityProfile]) -> NodeProfile {
+/// loaded: it would never offer to take work, even though it could. Each entity's load
+/// counts only in the share of its iteration it spends computing (`load * mpi_wait /
+/// (compute + mpi_wait)` is removed); an entity with no measured iteration is left as it is.
+///
+/// An entity's load is its CPU scaled by how much longer the node's ranks were runnable
+/// than running (`usage`: their demand over their use, from the node's sensor). On a node
+/// whose cap throttles, a polling rank is runnable all the time but runs only for the cap's
+/// share: measured on a node capped at 0.6 core, a rank using 0.42 core had a demand near
+/// 1.0, and discounting its CPU alone left the node looking full when it had room for
+/// another rank.
+pub fn load_without_waiting(
+    node: &NodeProfile,
+    entities: &[EntityProfile],
+    usage: Option<&EntityUsage>,
+) -> NodeProfile {
+    let runnable_per_running = usage
+        .filter(|u| clean(u.used) > 0.0)
+        .map_or(1.0, |u| (clean(u.demand) / u.used).max(1.0));
     let waiting: f64 = entities
         .iter()
-        .map(|e| clean(e.cpu) * (1.0 - e.compute_share()).clamp(0.0, 1.0))
+        .map(|e| clean(e.cpu) * runnable_per_running * (1.0 - e.compute_share()).clamp(0.0, 1.0))
         .sum();
     NodeProfile {
         cpu_load: (clean(node.cpu_load) - waiting).max(0.0),
@@ -397,7 +413,7 @@ mod tests {
         );
         waiting.compute = Duration::from_millis(25);
         waiting.mpi_wait = Duration::from_millis(75);
-        let adjusted = load_without_waiting(&node, &[waiting.clone()]);
+        let adjusted = load_without_waiting(&node, &[waiting.clone()], None);
         // 0.8 CPU, 75% of it waiting: 0.6 of the load was polling.
         assert!((adjusted.cpu_load - 0.4).abs() < 1e-9, "{adjusted:?}");
         assert!(adjusted.is_lightly_loaded(0.3));
@@ -410,12 +426,61 @@ mod tests {
             },
             0.8,
         );
-        assert_eq!(load_without_waiting(&node, &[fresh]).cpu_load, 1.0);
+        assert_eq!(load_without_waiting(&node, &[fresh], None).cpu_load, 1.0);
         let mut nan = waiting;
         nan.cpu = f64::NAN;
-        assert_eq!(load_without_waiting(&node, &[nan]).cpu_load, 1.0);
+        assert_eq!(load_without_waiting(&node, &[nan], None).cpu_load, 1.0);
         let mut huge = EntityProfile::new(EntityId { job, rank: Rank(2) }, 50.0);
         huge.mpi_wait = Duration::from_secs(1);
-        assert_eq!(load_without_waiting(&node, &[huge]).cpu_load, 0.0);
+        assert_eq!(load_without_waiting(&node, &[huge], None).cpu_load, 0.0);
+    }
+
+    #[test]
+    fn a_throttled_waiting_rank_counts_by_its_demand() {
+        // Measured on node-a capped at 0.6 core: its rank used 0.42 core, computed 0.83 ms
+        // and waited 2.42 ms per iteration, was runnable nearly all the time (demand 1.0),
+        // and the node's demand (rank, pcmd, agent) was 1.03.
+        let node = NodeProfile {
+            cores: 0.6,
+            speed: 1.0,
+            cpu_load: 1.03,
+            memory_available: 1 << 30,
+            bandwidth: 0.0,
+            competing: 0.0,
+        };
+        let job = JobId::new("j-1").expect("valid");
+        let mut rank = EntityProfile::new(EntityId { job, rank: Rank(0) }, 0.42);
+        rank.compute = Duration::from_micros(830);
+        rank.mpi_wait = Duration::from_micros(2420);
+        let usage = EntityUsage {
+            processes: 1,
+            found: 1,
+            used: 0.42,
+            demand: 1.0,
+        };
+        // Counting CPU alone, 0.31 of the 1.03 goes: the node looks full.
+        let by_cpu = load_without_waiting(&node, &[rank.clone()], None);
+        assert!(by_cpu.free_cores() < 0.01, "{by_cpu:?}");
+        // Counting the rank's demand, 0.74 goes: about 0.3 core is free for another rank.
+        let by_demand = load_without_waiting(&node, &[rank.clone()], Some(&usage));
+        assert!(
+            (by_demand.free_cores() - 0.31).abs() < 0.01,
+            "{by_demand:?}"
+        );
+        // A node whose ranks are never throttled (demand = use) is judged as before.
+        let unthrottled = EntityUsage {
+            demand: 0.42,
+            ..usage
+        };
+        assert_eq!(
+            load_without_waiting(&node, &[rank.clone()], Some(&unthrottled)),
+            by_cpu
+        );
+        // Garbage in the usage changes nothing.
+        let garbage = EntityUsage {
+            used: f64::NAN,
+            ..usage
+        };
+        assert_eq!(load_without_waiting(&node, &[rank], Some(&garbage)), by_cpu);
     }
 }
