@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
+use mpi_ios_tests::scenario::{EventKind, Length, Line, Mode, Outcome, Scenario};
 
 use crate::Table;
 
@@ -22,9 +22,13 @@ pub struct AdaptiveArgs {
     /// Grid rows and columns (square grid).
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
-    /// Iterations.
-    #[arg(long, default_value_t = 20_000)]
-    pub iters: u64,
+    /// Iterations; by default as many as take `--seconds` unloaded on the emulated nodes
+    /// (measured there first: machines of one kind differ in speed by 4x or more).
+    #[arg(long)]
+    pub iters: Option<u64>,
+    /// Seconds the job would take unloaded, when `--iters` is not given.
+    #[arg(long, default_value_t = 14.0)]
+    pub seconds: f64,
     /// CPU cap of every emulated node, in cores.
     #[arg(long, default_value_t = 0.6)]
     pub cap: f64,
@@ -41,7 +45,7 @@ pub struct AdaptiveArgs {
     /// Skip the static MPI run (and the unloaded one).
     #[arg(long)]
     pub adaptive_only: bool,
-    /// Short run for CI: 6000 iterations, load at 2 s, join at 3 s.
+    /// Short run for CI: 7 s unloaded, load at 2 s, join at 3 s.
     #[arg(long)]
     pub quick: bool,
     /// Fail unless at least one automatic migration happened and the checksums match (the
@@ -67,18 +71,24 @@ pub struct Summary {
     pub unloaded: Option<Outcome>,
 }
 
-fn scenario(args: &AdaptiveArgs) -> Scenario {
-    let (size, iters, load_at, join_at) = if args.quick {
-        (args.size, 6000, 2.0, 3.0)
+/// The scenario and its length.
+fn scenario(args: &AdaptiveArgs) -> (Scenario, Length) {
+    let (length, load_at, join_at) = if args.quick {
+        (Length::UnloadedSeconds(7.0), 2.0, 3.0)
     } else {
-        (args.size, args.iters, args.load_at, args.join_at)
+        (
+            Length::from_options(args.iters, args.seconds),
+            args.load_at,
+            args.join_at,
+        )
     };
     let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
-    Scenario {
-        rows: size,
-        cols: size,
-        iters,
-        report_every: (iters / 100).max(1),
+    let scenario = Scenario {
+        rows: args.size,
+        cols: args.size,
+        // Set from `length` once the nodes exist.
+        iters: 0,
+        report_every: 0,
         placement: vec![0, 1],
         agents_at_start: vec![0, 1],
         hog: Some((1, secs(load_at))),
@@ -89,7 +99,8 @@ fn scenario(args: &AdaptiveArgs) -> Scenario {
         },
         agent_options: agent_options(load_at),
         timeout: Duration::from_secs(args.timeout),
-    }
+    };
+    (scenario, length)
 }
 
 /// The agent options of the adaptive experiments (the main job and the figures), whose first
@@ -124,7 +135,7 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
              nothing for the agents to fix. Run on a machine where /sys/fs/cgroup is writable."
         );
     }
-    let scenario = scenario(&args);
+    let (mut scenario, length) = scenario(&args);
     let caps: Vec<Option<CpuCap>> = if args.cooperating {
         vec![
             Some(CpuCap::cores(args.cap * 2.0)),
@@ -142,6 +153,15 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
         .tempdir()
         .context("creating a temp dir")?;
     let nodes = cluster.host_names();
+    if let Length::UnloadedSeconds(seconds) = length {
+        println!("== measuring heat2d's unloaded speed on the nodes, to size the runs to {seconds} s");
+    }
+    if let Some(rate) = scenario
+        .set_length(&cluster, logs.path(), length)
+        .map_err(|e| anyhow::anyhow!("cannot size the runs: {e}"))?
+    {
+        println!("   {rate:.0} it/s: {} iterations", scenario.iters);
+    }
     println!(
         "== {} emulated nodes ({}), each capped at {} CPU; heat2d {}x{}, {} iterations, ranks on {}",
         nodes.len(),

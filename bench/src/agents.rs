@@ -41,14 +41,12 @@ pub fn run(args: AgentsArgs) -> Result<()> {
     } else {
         (args.repeats.max(1), args.onset.max(3.0))
     };
-    // The job must outlive the reaction: about 1000 iterations/s at 0.6 CPU, loaded or not
-    // for long, plus a margin.
-    let iters = ((onset + 15.0) * 1000.0) as u64;
-    let scenario = Scenario {
+    let mut scenario = Scenario {
         rows: 1024,
         cols: 1024,
-        iters,
-        report_every: 50,
+        // Sized below, once the nodes exist.
+        iters: 0,
+        report_every: 0,
         placement: vec![0, 1],
         agents_at_start: vec![0, 1, 2],
         hog: Some((1, Duration::from_secs_f64(onset))),
@@ -67,6 +65,15 @@ pub fn run(args: AgentsArgs) -> Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("mpi-ios-agents-")
         .tempdir()?;
+    // The job must outlive the reaction: the onset, then 15 s of unloaded work, measured on
+    // these nodes (machines of one kind differ in speed by 4x or more).
+    let rate = scenario
+        .size_by_time(&cluster, dir.path(), onset + 15.0)
+        .map_err(|e| anyhow::anyhow!("cannot size the job: {e}"))?;
+    println!(
+        "   {rate:.0} it/s unloaded: {} iterations",
+        scenario.iters
+    );
     let mut table = Table::new(&[
         "run",
         "onset -> migrated (s)",

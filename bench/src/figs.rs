@@ -32,7 +32,7 @@ use mpi_ios_bench::Table;
 use mpi_ios_plots::{Event as PlotEvent, EventKind as PlotKind, TimePlot};
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
+use mpi_ios_tests::scenario::{EventKind, Length, Line, Mode, Outcome, Scenario};
 
 /// What the paper reported for the figure we compare with.
 #[derive(Debug, Clone, Copy)]
@@ -52,8 +52,10 @@ pub(crate) struct Experiment {
     pub title: String,
     /// CPU cap of each node, in cores.
     pub caps: Vec<f64>,
-    /// The scenario.
+    /// The scenario; its iteration count is set by [`run`] from `length`.
     pub scenario: Scenario,
+    /// How long the runs are.
+    pub length: Length,
     /// Placement of the "best" run; `None`: the unloaded run is the best.
     pub best_placement: Option<Vec<usize>>,
     /// The paper's figure.
@@ -132,8 +134,10 @@ pub(crate) fn rate_from(o: &Outcome, from: f64) -> f64 {
     (last.iteration as f64 - o.iteration_at(from + t0)) / span
 }
 
-/// Runs the experiment's runs (adaptive first), printing progress; logs go under `logs`.
-pub(crate) fn run(exp: &Experiment, logs: &Path, quiet: bool) -> Result<Runs> {
+/// Sizes the experiment's runs (measuring the unloaded speed on the nodes first, when its
+/// length is in seconds), then runs them (adaptive first), printing progress; logs go under
+/// `logs`.
+pub(crate) fn run(exp: &mut Experiment, logs: &Path, quiet: bool) -> Result<Runs> {
     let caps: Vec<Option<CpuCap>> = exp
         .caps
         .iter()
@@ -143,6 +147,19 @@ pub(crate) fn run(exp: &Experiment, logs: &Path, quiet: bool) -> Result<Runs> {
     let cluster = Cluster::with_caps(&caps)
         .map_err(|e| anyhow::anyhow!("cannot set up the emulated nodes: {e}"))?;
     let nodes = cluster.host_names();
+    if let Length::UnloadedSeconds(seconds) = exp.length {
+        println!("-- measuring the unloaded speed on these nodes, to size the runs to {seconds} s");
+    }
+    let rate = exp
+        .scenario
+        .set_length(&cluster, logs, exp.length)
+        .map_err(|e| anyhow::anyhow!("cannot size the runs: {e}"))?;
+    if let Some(rate) = rate {
+        println!(
+            "   {rate:.0} it/s unloaded: {} iterations",
+            exp.scenario.iters
+        );
+    }
     let s = &exp.scenario;
     println!(
         "== {}: {} nodes with caps {} cores; heat2d {}x{}, {} iterations, ranks on {}",
@@ -394,6 +411,31 @@ pub(crate) fn summary_table(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> Ta
         "-",
     );
     table
+}
+
+/// The `--check` of the adaptive figures: every run computed the same grid, and at the end of
+/// the adaptive run the slowed node `vacated` runs no rank while `used` runs one. Which moves
+/// got there is the agents' choice: a cooperating node with room may take the rank first and
+/// pass it on to a faster newcomer.
+pub(crate) fn check(runs: &Runs, same: bool, vacated: &str, used: &str) -> Result<()> {
+    ensure!(same, "checksums differ between the runs");
+    let moves: Vec<&str> = runs
+        .adaptive
+        .migrations()
+        .map(|m| m.what.as_str())
+        .collect();
+    let hosts = runs
+        .adaptive
+        .report
+        .hosts
+        .as_deref()
+        .context("heat2d's report names no hosts")?;
+    ensure!(
+        !hosts.iter().any(|h| h == vacated) && hosts.iter().any(|h| h == used),
+        "the agents did not leave {vacated} for {used}: the ranks ended on {hosts:?} after \
+         the migrations {moves:?}"
+    );
+    Ok(())
 }
 
 /// The lines under the table: ratios, recovery, migrations, the paper's figure, checksums.

@@ -82,6 +82,29 @@ fn run(exe: &Path, args: &[&str]) -> Output {
     }
 }
 
+/// The node caps from `MPI_IOS_TEST_CAP` (cores; unset: each figure's defaults) as options
+/// of `fig`: the figures must hold from 0.3 to 1.0 cores, as machines of one kind differ in
+/// speed. fig16's slow node gets a third of the cap, as in its defaults (0.6 and 0.2).
+fn cap_options(fig: &str) -> Vec<String> {
+    let Ok(v) = std::env::var("MPI_IOS_TEST_CAP") else {
+        return Vec::new();
+    };
+    let cap: f64 = v
+        .parse()
+        .unwrap_or_else(|e| panic!("MPI_IOS_TEST_CAP={v:?} is not a number of cores: {e}"));
+    let options = match fig {
+        "fig16" => vec![
+            "--fast".to_owned(),
+            cap.to_string(),
+            "--slow".to_owned(),
+            (cap / 3.0).to_string(),
+        ],
+        _ => vec!["--cap".to_owned(), cap.to_string()],
+    };
+    eprintln!("{fig}: caps {options:?}");
+    options
+}
+
 /// Runs `fig --quick --check` (the expected migration must happen and every run's checksum
 /// match) into a temporary directory and checks what every figure prints and writes;
 /// returns stdout and the directory.
@@ -89,19 +112,19 @@ fn quick(exe: &Path, fig: &str, stems: &[&str]) -> (String, tempfile::TempDir) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let out = tempfile::tempdir().unwrap();
     let md = out.path().join("results.md");
-    let output = run(
-        exe,
-        &[
-            fig,
-            "--quick",
-            "--check",
-            "--quiet",
-            "--out",
-            out.path().to_str().unwrap(),
-            "--markdown",
-            md.to_str().unwrap(),
-        ],
-    );
+    let mut args = vec![
+        fig,
+        "--quick",
+        "--check",
+        "--quiet",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--markdown",
+        md.to_str().unwrap(),
+    ];
+    let caps = cap_options(fig);
+    args.extend(caps.iter().map(String::as_str));
+    let output = run(exe, &args);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),

@@ -307,6 +307,24 @@ struct Pool {
     agents: Vec<PoolAgent>,
 }
 
+/// How long a scenario's job runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Length {
+    /// Exactly this many iterations (to repeat a given run).
+    Iterations(u64),
+    /// As many iterations as take this many seconds unloaded on the scenario's nodes,
+    /// measured there first ([`Scenario::size_by_time`]).
+    UnloadedSeconds(f64),
+}
+
+impl Length {
+    /// `Iterations` if given, else `UnloadedSeconds(seconds)`: the usual command-line pair
+    /// `--iters N` (optional) and `--seconds S`.
+    pub fn from_options(iters: Option<u64>, seconds: f64) -> Length {
+        iters.map_or(Length::UnloadedSeconds(seconds), Length::Iterations)
+    }
+}
+
 /// Progress lines of the unloaded run that [`Scenario::size_by_time`] asks for over the run.
 pub const PROGRESS_LINES: u64 = 200;
 
@@ -421,6 +439,26 @@ impl Scenario {
         self.iters = ((rate * seconds).round() as u64).max(PROGRESS_LINES);
         self.report_every = (self.iters / PROGRESS_LINES).max(1);
         Ok(rate)
+    }
+
+    /// Sets the iteration count and progress lines for `length` (measuring on `cluster`
+    /// when it is given in seconds, logs under `dir`). Returns the measured unloaded rate,
+    /// if measured.
+    pub fn set_length(
+        &mut self,
+        cluster: &Cluster,
+        dir: &Path,
+        length: Length,
+    ) -> Result<Option<f64>, String> {
+        match length {
+            Length::Iterations(0) => Err("a run of 0 iterations shows nothing".into()),
+            Length::Iterations(n) => {
+                self.iters = n;
+                self.report_every = (n / PROGRESS_LINES).max(1);
+                Ok(None)
+            }
+            Length::UnloadedSeconds(s) => self.size_by_time(cluster, dir, s).map(Some),
+        }
     }
 
     /// Runs the scenario once on `cluster` (which must have at least as many nodes as the
