@@ -154,7 +154,9 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
         .context("creating a temp dir")?;
     let nodes = cluster.host_names();
     if let Length::UnloadedSeconds(seconds) = length {
-        println!("== measuring heat2d's unloaded speed on the nodes, to size the runs to {seconds} s");
+        println!(
+            "== measuring heat2d's unloaded speed on the nodes, to size the runs to {seconds} s"
+        );
     }
     if let Some(rate) = scenario
         .set_length(&cluster, logs.path(), length)

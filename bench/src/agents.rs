@@ -70,10 +70,7 @@ pub fn run(args: AgentsArgs) -> Result<()> {
     let rate = scenario
         .size_by_time(&cluster, dir.path(), onset + 15.0)
         .map_err(|e| anyhow::anyhow!("cannot size the job: {e}"))?;
-    println!(
-        "   {rate:.0} it/s unloaded: {} iterations",
-        scenario.iters
-    );
+    println!("   {rate:.0} it/s unloaded: {} iterations", scenario.iters);
     let mut table = Table::new(&[
         "run",
         "onset -> migrated (s)",

@@ -99,6 +99,7 @@ fn series() -> Result<Series> {
     Ok(Series {
         app: AppName::new("ckptbench")?,
         size: 1,
+        name: None,
     })
 }
 
@@ -190,6 +191,7 @@ fn checkpoint(node: &Daemon, data: &[u8], iteration: u64) -> Result<(f64, Instan
         iteration,
         job: JobId::new("ckptbench")?,
         created_unix_s: 0,
+        identity: Default::default(),
         digests: vec![digest],
         lens: vec![data.len() as u64],
     };

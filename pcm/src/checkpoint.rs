@@ -32,10 +32,11 @@ use std::time::{Duration, Instant, SystemTime};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use pcm_proto::checkpoint::{
-    self as ckpt, expect_frame, write_frame, Available, Digest, Hasher, Manifest, PieceEntry,
-    PieceHeader, PieceId, Request, Response, Series, FORMAT_VERSION,
+    self as ckpt, expect_frame, write_frame, Available, Digest, Finished, Hasher, Identity,
+    Manifest, PieceEntry, PieceHeader, PieceId, Request, Response, Series, FORMAT_VERSION,
+    JOB_NAME_ENV,
 };
-use pcm_proto::Rank;
+use pcm_proto::{AppName, Rank};
 use serde::{Deserialize, Serialize};
 
 pub use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
@@ -59,6 +60,11 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
+    /// Whether checkpoints are taken.
+    pub(crate) fn enabled(&self) -> bool {
+        self.interval.is_some()
+    }
+
     /// Reads `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed; unset: no checkpoints).
     pub(crate) fn from_env() -> Result<Self, PcmError> {
         let Ok(text) = std::env::var(INTERVAL_ENV) else {
@@ -81,20 +87,64 @@ impl Policy {
     }
 }
 
-/// Whether `PCM_RESTART` asks to resume from a checkpoint.
-pub(crate) fn restart_requested() -> Result<bool, PcmError> {
+/// What `PCM_RESTART` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Restart {
+    /// Unset or `0`: start from the beginning.
+    No,
+    /// `1`: resume from the newest checkpoint of this computation; start from the beginning
+    /// (with a warning) when there is none.
+    IfAny,
+    /// `require`: resume, or fail when there is nothing to resume (for batch scripts).
+    Require,
+    /// `force`: resume from the newest checkpoint of the series even if another computation
+    /// wrote it or its job finished.
+    Force,
+}
+
+/// Reads `PCM_RESTART`.
+pub(crate) fn restart_requested() -> Result<Restart, PcmError> {
     match std::env::var(RESTART_ENV) {
-        Err(_) => Ok(false),
+        Err(_) => Ok(Restart::No),
         Ok(v) => match v.trim() {
-            "1" | "yes" | "true" => Ok(true),
-            "" | "0" | "no" | "false" => Ok(false),
+            "1" | "yes" | "true" => Ok(Restart::IfAny),
+            "require" => Ok(Restart::Require),
+            "force" => Ok(Restart::Force),
+            "" | "0" | "no" | "false" => Ok(Restart::No),
             _ => Err(PcmError::Config {
                 variable: RESTART_ENV,
                 value: v,
-                reason: "expected 1 (restart from the newest checkpoint) or 0".into(),
+                reason: "expected 1 (resume from the newest checkpoint if there is one), \
+                         require (resume or fail), force (resume even another computation's \
+                         or a finished job's checkpoint) or 0"
+                    .into(),
             }),
         },
     }
+}
+
+/// The job name and the program with its arguments, as rank 0 sees them (broadcast, so that
+/// every rank writes the same manifest). Collective.
+pub(crate) fn agree_on_identity(
+    world: &mpi::topology::SimpleCommunicator,
+) -> Result<(Option<AppName>, Identity), PcmError> {
+    let mine = (world.rank() == 0).then(|| {
+        let name = match std::env::var(JOB_NAME_ENV) {
+            Ok(v) => AppName::new(&v)
+                .map(Some)
+                .map_err(|e| format!("invalid {JOB_NAME_ENV}={v:?}: {e}")),
+            Err(_) => Ok(None),
+        };
+        crate::encode_cbor(&name.map(|n| (n, Identity::of_this_process())))
+    });
+    let bytes = crate::reconfig::broadcast_bytes(world, 0, mine);
+    let agreed: Result<(Option<AppName>, Identity), String> =
+        ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
+    agreed.map_err(|reason| PcmError::Config {
+        variable: JOB_NAME_ENV,
+        value: std::env::var(JOB_NAME_ENV).unwrap_or_default(),
+        reason,
+    })
 }
 
 /// A rank's checkpoint bookkeeping.
@@ -135,6 +185,7 @@ fn series(pcm: &Pcm) -> Series {
     Series {
         app: pcm.job.app.clone(),
         size: pcm.size,
+        name: pcm.job.job_name.clone(),
     }
 }
 
@@ -270,9 +321,8 @@ pub(crate) fn commit(pcm: &mut Pcm, iteration: u64) {
         series: series(pcm),
         iteration,
         job: pcm.job.job.clone(),
-        created_unix_s: SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created_unix_s: unix_now(),
+        identity: pcm.job.identity.clone(),
         digests: all
             .chunks(6)
             .map(|w| Digest::from_words([w[2], w[3], w[4], w[5]]))
@@ -307,8 +357,50 @@ pub(crate) fn commit(pcm: &mut Pcm, iteration: u64) {
     }
 }
 
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Tells the node's pcmd that this job ended by itself, so that a later `PCM_RESTART=1`
+/// says so instead of resuming it (rank 0, from `Pcm::finalize`, when checkpoints are on or
+/// the job was resumed from one). A failure is only logged: the job's result stands.
+pub(crate) fn mark_finished(pcm: &Pcm) {
+    let finished = Finished {
+        job: pcm.job.job.clone(),
+        iteration: pcm.job.iteration,
+        unix_s: unix_now(),
+    };
+    let request = Request::Finish {
+        series: series(pcm),
+        finished,
+    };
+    let result = connect(pcm).and_then(|(mut reader, mut writer)| {
+        write_frame(&mut writer, &request)
+            .and_then(|()| writer.flush())
+            .map_err(|e| e.to_string())?;
+        match expect_frame(&mut reader).map_err(|e| e.to_string())? {
+            Response::Marked => Ok(()),
+            other => Err(answer(other)),
+        }
+    });
+    if let Err(reason) = result {
+        tracing::warn!(
+            "could not record that {} finished (a later {RESTART_ENV}=1 would not know): {reason}",
+            series(pcm)
+        );
+    }
+}
+
+/// A node's answer to `List`.
+struct Listing {
+    available: Vec<Available>,
+    finished: Option<Finished>,
+}
+
 /// What this rank can restart from, as its pcmd reports it (rejected ones are logged).
-fn list(pcm: &Pcm) -> Result<Vec<Available>, String> {
+fn list(pcm: &Pcm) -> Result<Listing, String> {
     let (mut reader, mut writer) = connect(pcm)?;
     let request = Request::List {
         series: series(pcm),
@@ -321,6 +413,7 @@ fn list(pcm: &Pcm) -> Result<Vec<Available>, String> {
         Response::Listing {
             available,
             rejected,
+            finished,
         } => {
             for r in rejected {
                 tracing::warn!(
@@ -330,7 +423,10 @@ fn list(pcm: &Pcm) -> Result<Vec<Available>, String> {
                     r.reason
                 );
             }
-            Ok(available)
+            Ok(Listing {
+                available,
+                finished,
+            })
         }
         other => Err(answer(other)),
     }
@@ -408,16 +504,78 @@ fn fetch(pcm: &Pcm, available: &Available) -> Result<Store, String> {
     Ok(store)
 }
 
+/// Why resuming the newest checkpoint in `listing` would not compute what this run asks for,
+/// if it would not.
+fn refusal(pcm: &Pcm, listing: &Listing) -> Option<String> {
+    let newest = listing.available.first()?;
+    let series = series(pcm);
+    let how = format!(
+        "run it without {RESTART_ENV} to start from the beginning, give this job its own \
+         {JOB_NAME_ENV}, or set {RESTART_ENV}=force to resume that checkpoint anyway"
+    );
+    if newest.identity != pcm.job.identity {
+        return Some(format!(
+            "the newest checkpoint of {series} (iteration {}, job {}) was written by `{}`, \
+             not by this run's `{}`: resuming it would compute something other than what \
+             was asked; {how}",
+            newest.iteration, newest.job, newest.identity, pcm.job.identity
+        ));
+    }
+    if let Some(f) = listing.finished.as_ref().filter(|f| f.job == newest.job) {
+        let ago = unix_now().saturating_sub(f.unix_s);
+        return Some(format!(
+            "that job already finished: job {} of {series} ended by itself at iteration {} \
+             ({ago} s ago), and its newest checkpoint is at iteration {}; {how}",
+            f.job, f.iteration, newest.iteration
+        ));
+    }
+    None
+}
+
 /// Restores the newest checkpoint every rank can load (inside `Pcm::init` with
-/// `PCM_RESTART=1`). Collective. Leaves the process fresh when there is none.
-pub(crate) fn restore(pcm: &mut Pcm) -> Result<(), PcmError> {
-    let offered = match list(pcm) {
-        Ok(a) => a,
+/// `PCM_RESTART`). Collective. Refuses, on every rank, a checkpoint of another computation
+/// or of a job that finished unless `mode` is `Force`; leaves the process fresh when there
+/// is none, unless `mode` is `Require`.
+pub(crate) fn restore(pcm: &mut Pcm, mode: Restart) -> Result<(), PcmError> {
+    let listing = match list(pcm) {
+        Ok(l) => l,
         Err(reason) => {
             tracing::warn!("rank {}: cannot look for checkpoints: {reason}", pcm.rank);
-            Vec::new()
+            Listing {
+                available: Vec::new(),
+                finished: None,
+            }
         }
     };
+    let refused = if mode == Restart::Force {
+        None
+    } else {
+        refusal(pcm, &listing)
+    };
+    let mut any_refused = 0u64;
+    pcm.world.all_reduce_into(
+        &u64::from(refused.is_some()),
+        &mut any_refused,
+        SystemOperation::max(),
+    );
+    if any_refused != 0 {
+        return Err(PcmError::Restart(refused.unwrap_or_else(|| {
+            "another rank's node holds a checkpoint this run must not resume (see its message)"
+                .into()
+        })));
+    }
+    if mode == Restart::Force {
+        if let Some(newest) = listing.available.first() {
+            if pcm.rank == 0 && newest.identity != pcm.job.identity {
+                tracing::warn!(
+                    "{RESTART_ENV}=force: resuming a checkpoint written by `{}`, not by this run's `{}`",
+                    newest.identity,
+                    pcm.job.identity
+                );
+            }
+        }
+    }
+    let offered = listing.available;
     let mut excluded = BTreeSet::new();
     for _ in 0..ATTEMPTS {
         let mut mine = [0u64; OFFERED];
@@ -436,13 +594,11 @@ pub(crate) fn restore(pcm: &mut Pcm) -> Result<(), PcmError> {
             .max()
             .map(|c| c - 1);
         let Some(iteration) = common else {
-            if pcm.rank == 0 {
-                tracing::warn!(
-                    "{RESTART_ENV}=1, but no checkpoint of {} is complete and intact for every rank; starting from the beginning",
-                    series(pcm)
-                );
-            }
-            return Ok(());
+            return nothing_to_resume(
+                pcm,
+                mode,
+                "no checkpoint is complete and intact for every rank",
+            );
         };
         let chosen =
             offered
@@ -470,9 +626,26 @@ pub(crate) fn restore(pcm: &mut Pcm) -> Result<(), PcmError> {
         }
         excluded.insert(iteration);
     }
+    nothing_to_resume(
+        pcm,
+        mode,
+        &format!("no checkpoint could be loaded after {ATTEMPTS} attempts"),
+    )
+}
+
+/// The end of a restart that found nothing to resume: the job starts from the beginning,
+/// or with `require` fails on every rank.
+fn nothing_to_resume(pcm: &Pcm, mode: Restart, why: &str) -> Result<(), PcmError> {
+    if mode == Restart::Require {
+        return Err(PcmError::Restart(format!(
+            "{RESTART_ENV}=require, but {why} for {}",
+            series(pcm)
+        )));
+    }
     if pcm.rank == 0 {
         tracing::warn!(
-            "no checkpoint could be loaded after {ATTEMPTS} attempts; starting from the beginning"
+            "{RESTART_ENV}: {why} for {}; starting from the beginning",
+            series(pcm)
         );
     }
     Ok(())
@@ -484,6 +657,7 @@ fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
     pcm.origin = ProcessStatus::Restarted { iteration };
     pcm.job.iteration = iteration;
     pcm.job.next_check = iteration + 1;
+    pcm.job.resumed = true;
     pcm.resume_pending = true;
     if let Some(cadence) = &mut pcm.cadence {
         *cadence = crate::Cadence::new(pcm.job.check_period, now, iteration);

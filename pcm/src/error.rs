@@ -83,6 +83,11 @@ pub enum PcmError {
         /// What is wrong.
         reason: String,
     },
+    /// `PCM_RESTART` asked to resume, and resuming would compute something other than what
+    /// was asked (another computation's checkpoint, a job that finished), or `require` found
+    /// nothing to resume. Every rank gets it, and the job must not start.
+    #[error("cannot restart: {0}")]
+    Restart(String),
     /// The handover from the departing processes was malformed (a bug, or a mismatched
     /// binary spawned as replacement).
     #[error("malformed handover from the departing process: {0}")]

@@ -218,6 +218,16 @@ pub(crate) struct JobContext {
     /// Checkpoint interval (`PCM_CHECKPOINT_INTERVAL`).
     #[serde(default)]
     checkpoint: checkpoint::Policy,
+    /// The job name (`PCM_JOB_NAME`) that keeps checkpoint series apart, if set.
+    #[serde(default)]
+    job_name: Option<AppName>,
+    /// Program and arguments, as rank 0 started: what the checkpoints are checkpoints of.
+    #[serde(default)]
+    identity: pcm_proto::checkpoint::Identity,
+    /// Whether the job resumed from a checkpoint (then its end is recorded like a
+    /// checkpointing job's).
+    #[serde(default)]
+    resumed: bool,
 }
 
 /// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
@@ -288,6 +298,7 @@ impl Pcm {
         let checkpoint_policy = checkpoint::Policy::from_env()?;
         let restart = checkpoint::restart_requested()?;
         let job = agree_on_job_id(&world, &app);
+        let (job_name, identity) = checkpoint::agree_on_identity(&world)?;
         let (hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
         let now = Instant::now();
         let mut pcm = Pcm {
@@ -303,6 +314,9 @@ impl Pcm {
                 check_period,
                 hosts,
                 checkpoint: checkpoint_policy,
+                job_name,
+                identity,
+                resumed: false,
             },
             rank,
             size,
@@ -319,8 +333,8 @@ impl Pcm {
             profiler: Profiler::new(profiling, pcm_proto::RankProfile::default()),
             universe,
         };
-        if restart {
-            checkpoint::restore(&mut pcm)?;
+        if restart != checkpoint::Restart::No {
+            checkpoint::restore(&mut pcm, restart)?;
         }
         pcm.connect_daemon();
         Ok(pcm)
@@ -602,6 +616,9 @@ impl Pcm {
     pub fn finalize(self) {
         let _internal = interpose::Internal::enter();
         self.send_profile(self.job.iteration);
+        if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
+            checkpoint::mark_finished(&self);
+        }
         let Pcm {
             world,
             daemon,

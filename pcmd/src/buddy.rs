@@ -202,6 +202,7 @@ impl Client {
             Response::Listing {
                 available,
                 rejected,
+                ..
             } => Ok((available, rejected)),
             other => Err(unexpected(&other)),
         }

@@ -396,6 +396,7 @@ fn name(request: &Request) -> &'static str {
         Request::List { .. } => "List",
         Request::Get { .. } => "Get",
         Request::GetManifest { .. } => "GetManifest",
+        Request::Finish { .. } => "Finish",
     }
 }
 
@@ -508,14 +509,41 @@ fn serve_requests(
             },
             Request::List { series, rank } => {
                 let (available, rejected) = list(shared, &series, rank, origin);
+                let finished = shared.store.read_finished(&series);
                 reply(
                     writer,
                     &Response::Listing {
                         available,
                         rejected,
+                        finished,
                     },
                 )?;
             }
+            Request::Finish { .. } if origin != Origin::Local => {
+                // Only the job's own ranks say when it ended; a buddy never needs to.
+                reply(
+                    writer,
+                    &Response::Error {
+                        message: "Finish is accepted from local ranks only".into(),
+                    },
+                )?;
+            }
+            Request::Finish { series, finished } => match shared.store.finish(&series, &finished) {
+                Ok(()) => {
+                    tracing::info!(
+                        "job {} of {series} finished at iteration {}",
+                        finished.job,
+                        finished.iteration
+                    );
+                    reply(writer, &Response::Marked)?;
+                }
+                Err(e) => reply(
+                    writer,
+                    &Response::Error {
+                        message: format!("could not mark {series} finished: {e}"),
+                    },
+                )?,
+            },
             Request::GetManifest { series, iteration } => {
                 match shared.store.manifest(&series, iteration) {
                     Ok(m) => reply(writer, &Response::Manifest(m))?,

@@ -224,6 +224,124 @@ fn given_a_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
     );
 }
 
+/// heat2d with checkpoints every 0.1 s on `node`, with `args` and `PCM_RESTART=restart`
+/// (unset if `None`), run to its end.
+fn run_with(node: &Node, args: &[&str], restart: Option<&str>) -> mpi_ios_tests::Finished {
+    let mut job = MpiJob::new(2, "heat2d", args)
+        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_CHECKPOINT_INTERVAL", "0.1");
+    if let Some(mode) = restart {
+        job = job.env("PCM_RESTART", mode);
+    }
+    job.run(DEADLINE)
+}
+
+fn refused(finished: &mpi_ios_tests::Finished, what: &str) {
+    assert_ne!(
+        finished.code,
+        Some(0),
+        "{what}: the restart was not refused\n{}",
+        finished.stderr
+    );
+    assert!(
+        finished.stderr.contains("cannot restart: "),
+        "{what}: no clear error\n{}",
+        finished.stderr
+    );
+    assert!(
+        !finished.stdout.contains("checksum"),
+        "{what}: a refused restart printed a result\n{}",
+        finished.stdout
+    );
+}
+
+#[test]
+fn given_a_finished_job_then_a_restart_with_other_arguments_or_the_same_is_refused() {
+    let _lock = mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    let done = run_with(&node, ARGS, None);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    assert!(
+        !node.complete().is_empty(),
+        "the job took no checkpoint:\n{}",
+        node.log()
+    );
+
+    // Seen from outside: a 200x200 restart printed the 400x400 checksum under its header.
+    let other: Vec<&str> = ARGS
+        .iter()
+        .map(|a| if *a == "400" { "200" } else { *a })
+        .collect();
+    let finished = run_with(&node, &other, Some("1"));
+    refused(&finished, "other arguments");
+    assert!(
+        finished.stderr.contains("--rows 400") && finished.stderr.contains("--rows 200"),
+        "the error must name both computations:\n{}",
+        finished.stderr
+    );
+
+    let finished = run_with(&node, ARGS, Some("1"));
+    refused(&finished, "same arguments");
+    assert!(
+        finished.stderr.contains("already finished"),
+        "{}",
+        finished.stderr
+    );
+
+    // Told explicitly, it resumes the finished job's last checkpoint and computes the rest:
+    // the same result as the plain run.
+    let forced = run_with(&node, ARGS, Some("force"));
+    assert_eq!(forced.report().checksum, plain());
+    assert!(
+        forced
+            .stderr
+            .contains("restarted from the checkpoint at iteration "),
+        "{}",
+        forced.stderr
+    );
+}
+
+#[test]
+fn given_a_fresh_start_after_a_finished_job_then_a_restart_resumes_the_new_job() {
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    let done = run_with(&node, ARGS, None);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let mark = node.store.join("heat2d-2r").join("finished");
+    assert!(mark.exists(), "no finished mark:\n{}", node.log());
+    // The new job's first complete checkpoint supersedes the finished one's (and its mark);
+    // its iterations count from 0 again, below the old job's.
+    run_and_kill_rank(&node, dir.path(), || !mark.exists());
+    let (checksum, iteration, _) = restart(&node);
+    assert_eq!(checksum, reference, "restart changed the result");
+    assert!(iteration < 20000, "restart at {iteration}");
+}
+
+#[test]
+fn given_no_checkpoint_then_restart_1_starts_fresh_and_restart_require_fails() {
+    let _lock = mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    let short = ["--rows", "64", "--cols", "64", "--iters", "50"];
+    let required = run_with(&node, &short, Some("require"));
+    refused(&required, "require with nothing to resume");
+    assert!(
+        required.stderr.contains("PCM_RESTART=require"),
+        "{}",
+        required.stderr
+    );
+    let lenient = run_with(&node, &short, Some("1"));
+    assert_eq!(lenient.report().iterations, 50);
+    assert!(
+        lenient.stderr.contains("starting from the beginning"),
+        "{}",
+        lenient.stderr
+    );
+}
+
 #[test]
 fn given_the_node_pcmd_killed_and_its_files_deleted_then_the_buddy_copy_is_used() {
     let _lock = mpi_lock();
@@ -309,6 +427,7 @@ fn series() -> Series {
     Series {
         app: AppName::new("heat2d").unwrap(),
         size: 2,
+        name: None,
     }
 }
 

@@ -38,15 +38,21 @@ use crate::{AppName, FrameError, HostName, JobId, Rank, MAX_FRAME_LEN};
 pub mod auth;
 
 /// Version of the piece and manifest formats and of this channel's protocol.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// First bytes of every piece file.
 pub const PIECE_MAGIC: &[u8; 8] = b"PCMCKPT1";
 /// Largest piece header accepted, in bytes (16 MiB: about 100 000 entries).
 pub const MAX_PIECE_HEADER: usize = 16 << 20;
 /// Environment variable: seconds between two checkpoints (fractions allowed).
 pub const INTERVAL_ENV: &str = "PCM_CHECKPOINT_INTERVAL";
-/// Environment variable: `1` makes a job resume from its newest complete checkpoint.
+/// Environment variable: `1` makes a job resume from its newest complete checkpoint (and
+/// start from the beginning if there is none), `require` fails instead of starting from the
+/// beginning, `force` also resumes a checkpoint of another computation or of a job that
+/// finished.
 pub const RESTART_ENV: &str = "PCM_RESTART";
+/// Environment variable: the job's name, which keeps the checkpoints of two jobs of one
+/// application and rank count apart (default: the application's name).
+pub const JOB_NAME_ENV: &str = "PCM_JOB_NAME";
 
 /// The checkpoint socket of the pcmd listening on `socket`.
 pub fn socket_path(socket: &std::path::Path) -> std::path::PathBuf {
@@ -126,20 +132,83 @@ impl fmt::Debug for Hasher {
     }
 }
 
-/// Which checkpoint series a piece belongs to: an application run with a number of ranks.
-/// A restarted job finds its checkpoints by these two, since its job id is new.
+/// Which checkpoint series a piece belongs to: an application run with a number of ranks,
+/// under a job name. A restarted job finds its checkpoints by these, since its job id is
+/// new. A series holds the checkpoints of one job at a time: the first checkpoint a new job
+/// commits retires those of the jobs before it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Series {
     /// The application name given to `Pcm::init`.
     pub app: AppName,
     /// Number of ranks.
     pub size: u32,
+    /// The job name (`PCM_JOB_NAME`), when it is not the application's name.
+    #[serde(default)]
+    pub name: Option<AppName>,
 }
 
 impl fmt::Display for Series {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({} ranks)", self.app, self.size)
+        match &self.name {
+            Some(name) => write!(f, "{} ({} ranks, job name {name})", self.app, self.size),
+            None => write!(f, "{} ({} ranks)", self.app, self.size),
+        }
     }
+}
+
+/// What a checkpoint is a checkpoint of: the program and its arguments (the rank count is
+/// in the [`Series`]). A restart with another identity would compute something other than
+/// what the job that wrote the checkpoint computed, under that job's results.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Identity {
+    /// The program's file name (its path without the directories).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+impl Identity {
+    /// This process's program and arguments.
+    pub fn of_this_process() -> Self {
+        let mut args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
+        let program = args
+            .next()
+            .map(|p| {
+                std::path::Path::new(&p)
+                    .file_name()
+                    .map_or(p.clone(), |n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        Identity {
+            program,
+            args: args.collect(),
+        }
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.program)?;
+        for a in &self.args {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'') {
+                write!(f, " '{}'", a.replace('\'', r"'\''"))?;
+            } else {
+                write!(f, " {a}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A series whose job ended by itself (`Pcm::finalize`), with its last iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    /// The job.
+    pub job: JobId,
+    /// Status-call index when it ended.
+    pub iteration: u64,
+    /// Seconds since the Unix epoch when it ended (for people).
+    pub unix_s: u64,
 }
 
 /// One rank's piece of one checkpoint.
@@ -255,6 +324,8 @@ pub struct Manifest {
     pub job: JobId,
     /// Seconds since the Unix epoch when it was committed (for people).
     pub created_unix_s: u64,
+    /// The program and arguments of the job that wrote it.
+    pub identity: Identity,
     /// Digest of each rank's piece, by rank.
     pub digests: Vec<Digest>,
     /// Length of each rank's piece, by rank.
@@ -325,6 +396,10 @@ pub struct Available {
     pub len: u64,
     /// Whether the piece is only at the buddy.
     pub at_buddy: bool,
+    /// Job that wrote it.
+    pub job: JobId,
+    /// The program and arguments of that job.
+    pub identity: Identity,
 }
 
 /// A checkpoint found unusable, and why.
@@ -377,6 +452,14 @@ pub enum Request {
         /// Its iteration.
         iteration: u64,
     },
+    /// The job of `series` ended by itself: a restart must not resume it unless forced
+    /// (answered by [`Response::Marked`]). Cleared when a later job of the series commits.
+    Finish {
+        /// The series.
+        series: Series,
+        /// The job, and when it ended.
+        finished: Finished,
+    },
 }
 
 /// Answers on a checkpoint channel.
@@ -399,7 +482,11 @@ pub enum Response {
         available: Vec<Available>,
         /// Checkpoints found corrupt or partial, with the reason (they were quarantined).
         rejected: Vec<Rejected>,
+        /// Whether the series' job finished (on this node's record).
+        finished: Option<Finished>,
     },
+    /// Answer to `Finish`: the mark is on disk.
+    Marked,
     /// A piece follows: exactly `len` raw bytes.
     Piece {
         /// Bytes that follow.
@@ -537,6 +624,7 @@ mod tests {
         Series {
             app: AppName::new("heat2d").unwrap(),
             size: 2,
+            name: None,
         }
     }
 
@@ -547,6 +635,7 @@ mod tests {
             iteration: 40,
             job: JobId::new("heat2d-1").unwrap(),
             created_unix_s: 1,
+            identity: Default::default(),
             digests: vec![Digest::of(b"a"), Digest::of(b"b")],
             lens: vec![1, 1],
         }

@@ -39,6 +39,7 @@ fn series() -> Series {
     Series {
         app: AppName::new("heat2d").unwrap(),
         size: 3,
+        name: None,
     }
 }
 
@@ -49,6 +50,10 @@ fn manifest() -> Manifest {
         iteration: 77,
         job: JobId::new("heat2d-00ff").unwrap(),
         created_unix_s: 5,
+        identity: ckpt::Identity {
+            program: "heat2d".into(),
+            args: vec!["--rows".into(), "400".into()],
+        },
         digests: vec![Digest::of(b"0"), Digest::of(b"1"), Digest::of(b"2")],
         lens: vec![10, 20, 30],
     }
@@ -93,8 +98,23 @@ fn seeds() -> Vec<Vec<u8>> {
                 digest: Digest::of(b"y"),
                 len: 9,
                 at_buddy: true,
+                job: JobId::new("heat2d-00ff").unwrap(),
+                identity: ckpt::Identity::default(),
             }],
             rejected: vec![],
+            finished: Some(ckpt::Finished {
+                job: JobId::new("heat2d-00ff").unwrap(),
+                iteration: 9,
+                unix_s: 1,
+            }),
+        }),
+        encode(&Request::Finish {
+            series: series(),
+            finished: ckpt::Finished {
+                job: JobId::new("heat2d-00ff").unwrap(),
+                iteration: 9,
+                unix_s: 1,
+            },
         }),
         encode(&auth::Hello {
             version: FORMAT_VERSION,

@@ -2,10 +2,14 @@
 //!
 //! Layout under the root directory:
 //! ```text
-//! <app>-<size>r/<iteration, 20 digits>/rank-<rank, 6 digits>.piece
-//! <app>-<size>r/<iteration>/manifest
+//! <app>-<size>r[-<job name>]/<iteration, 20 digits>/rank-<rank, 6 digits>.piece
+//! <app>-<size>r[-<job name>]/<iteration>/manifest
+//! <app>-<size>r[-<job name>]/finished
 //! quarantine/<app>-<size>r-<iteration>-<what>-<unix time>
 //! ```
+//! A series holds the checkpoints of one job: the first checkpoint a later job (a fresh
+//! start, or a restart) commits retires those of the jobs before it, and the `finished` mark
+//! a job leaves when it ends by itself.
 //! Every file is written to a temporary name in its final directory, synced, renamed into
 //! place, and the directory synced: a crash leaves either the old state or the new one, never
 //! half a file under a final name. A checkpoint directory without a manifest is incomplete
@@ -21,9 +25,9 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use pcm_proto::checkpoint::{
-    copy_hashed, Available, Digest, Error, Hasher, Manifest, PieceId, Rejected, Series,
+    copy_hashed, Available, Digest, Error, Finished, Hasher, Manifest, PieceId, Rejected, Series,
 };
-use pcm_proto::Rank;
+use pcm_proto::{JobId, Rank};
 
 /// Complete checkpoints kept per series: the newest and the one before it.
 pub const KEEP: usize = 2;
@@ -63,7 +67,16 @@ impl Store {
     }
 
     fn series_dir(&self, series: &Series) -> PathBuf {
-        self.root.join(format!("{}-{}r", series.app, series.size))
+        match &series.name {
+            Some(name) => self
+                .root
+                .join(format!("{}-{}r-{name}", series.app, series.size)),
+            None => self.root.join(format!("{}-{}r", series.app, series.size)),
+        }
+    }
+
+    fn finished_path(&self, series: &Series) -> PathBuf {
+        self.series_dir(series).join("finished")
     }
 
     /// Directory of one checkpoint.
@@ -175,8 +188,79 @@ impl Store {
             let _ = fs::remove_file(&temp);
             return Err(e.into());
         }
+        self.retire_jobs_other_than(&manifest.series, &manifest.job);
         self.prune(&manifest.series);
         Ok(Committed::New)
+    }
+
+    /// Once a job has a complete checkpoint, or has finished, the checkpoints of earlier jobs
+    /// of the series and their `finished` mark are superseded: a restart must resume the
+    /// newest job, whatever the iteration numbers say (a fresh start counts from 0 again).
+    fn retire_jobs_other_than(&self, series: &Series, job: &JobId) {
+        for iteration in self.iterations(series) {
+            let other = match self.read_manifest(series, iteration) {
+                Ok(Some(m)) if m.job != *job => m.job,
+                _ => continue,
+            };
+            let dir = self.checkpoint_dir(series, iteration);
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::info!(
+                    "{series}: checkpoint at iteration {iteration} of job {other} retired: the later job {job} supersedes it"
+                ),
+                Err(e) => tracing::warn!("cannot remove {}: {e}", dir.display()),
+            }
+        }
+        let mark = self.finished_path(series);
+        if self.read_finished(series).is_some_and(|f| f.job != *job) {
+            if let Err(e) = fs::remove_file(&mark) {
+                tracing::warn!("cannot remove {}: {e}", mark.display());
+            }
+        }
+    }
+
+    /// Records that the job of `series` ended by itself.
+    pub fn finish(&self, series: &Series, finished: &Finished) -> Result<(), Error> {
+        let _guard = self.guard();
+        let path = self.finished_path(series);
+        let dir = path
+            .parent()
+            .ok_or_else(|| Error::Protocol("series path has no directory".into()))?;
+        Self::create_dir(dir)?;
+        let mut bytes = Vec::new();
+        ciborium::into_writer(finished, &mut bytes)
+            .map_err(|e| Error::Format(format!("encoding the finished mark: {e}")))?;
+        let temp = self.temp_path(dir, "finished");
+        let written = (|| {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            fs::rename(&temp, &path)?;
+            sync_dir(dir)
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&temp);
+            return Err(e.into());
+        }
+        self.retire_jobs_other_than(series, &finished.job);
+        Ok(())
+    }
+
+    /// The `finished` mark of `series`, if there is a readable one (an unreadable one is
+    /// logged and ignored: it only ever stops a restart).
+    pub fn read_finished(&self, series: &Series) -> Option<Finished> {
+        let path = self.finished_path(series);
+        let bytes = fs::read(&path).ok()?;
+        match ciborium::from_reader(bytes.as_slice()) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!("ignoring {}: {e}", path.display());
+                None
+            }
+        }
     }
 
     /// Iterations with a directory in the series, newest first.
@@ -293,6 +377,8 @@ impl Store {
                     digest,
                     len,
                     at_buddy: false,
+                    job: manifest.job.clone(),
+                    identity: manifest.identity.clone(),
                 }),
                 Ok(false) => {} // not here
                 Err(problem) => {
@@ -429,10 +515,15 @@ mod tests {
         Series {
             app: AppName::new("app").unwrap(),
             size: 2,
+            name: None,
         }
     }
 
     fn checkpoint(store: &Store, iteration: u64) -> Manifest {
+        checkpoint_of(store, iteration, "job")
+    }
+
+    fn checkpoint_of(store: &Store, iteration: u64, job: &str) -> Manifest {
         let mut digests = Vec::new();
         let mut lens = Vec::new();
         for rank in 0..2u32 {
@@ -453,14 +544,60 @@ mod tests {
             format: pcm_proto::checkpoint::FORMAT_VERSION,
             series: series(),
             iteration,
-            job: JobId::new("job").unwrap(),
+            job: JobId::new(job).unwrap(),
             created_unix_s: 0,
+            identity: Default::default(),
             digests,
             lens,
         };
         assert_eq!(store.commit(&manifest).unwrap(), Committed::New);
         assert_eq!(store.commit(&manifest).unwrap(), Committed::Already);
         manifest
+    }
+
+    #[test]
+    fn a_later_job_retires_the_checkpoints_and_finished_mark_of_the_one_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("ckpt"));
+        for it in [900, 1000] {
+            checkpoint_of(&store, it, "first");
+        }
+        let finished = Finished {
+            job: JobId::new("first").unwrap(),
+            iteration: 1000,
+            unix_s: 7,
+        };
+        store.finish(&series(), &finished).unwrap();
+        assert_eq!(store.read_finished(&series()), Some(finished));
+        let (available, _) = store.list(&series(), Rank(0));
+        assert_eq!(available.len(), 2);
+        assert!(available.iter().all(|a| a.job.as_str() == "first"));
+        // A fresh start counts from 0: its first complete checkpoint (iteration 10) is what a
+        // restart must resume, not the finished job's 1000.
+        checkpoint_of(&store, 10, "second");
+        let (available, _) = store.list(&series(), Rank(0));
+        let its: Vec<(u64, &str)> = available
+            .iter()
+            .map(|a| (a.iteration, a.job.as_str()))
+            .collect();
+        assert_eq!(its, [(10, "second")]);
+        assert_eq!(store.read_finished(&series()), None);
+        // A job that finishes without a checkpoint of its own still supersedes the others.
+        checkpoint_of(&store, 20, "second");
+        store
+            .finish(
+                &series(),
+                &Finished {
+                    job: JobId::new("third").unwrap(),
+                    iteration: 5,
+                    unix_s: 8,
+                },
+            )
+            .unwrap();
+        assert!(store.list(&series(), Rank(0)).0.is_empty());
+        // Garbage in the mark is ignored, never trusted.
+        std::fs::write(store.finished_path(&series()), b"\xff\x00garbage").unwrap();
+        assert_eq!(store.read_finished(&series()), None);
     }
 
     #[test]
