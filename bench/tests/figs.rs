@@ -166,7 +166,32 @@ fn limit_ratio(stdout: &str) -> f64 {
     rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-fn limit_is_not_beaten(stdout: &str) {
+/// Sum of the node caps of `fig` (its defaults, or from `MPI_IOS_TEST_CAP`), in cores.
+fn caps_sum(fig: &str) -> f64 {
+    let cap = std::env::var("MPI_IOS_TEST_CAP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.6);
+    match fig {
+        // node-a and node-c fast, node-b a third of it.
+        "fig16" => 2.0 * cap + cap / 3.0,
+        // fig13: three nodes at the cap; fig15: node-a at twice the cap, node-b at it.
+        _ => 3.0 * cap,
+    }
+}
+
+fn limit_is_not_beaten(fig: &str, stdout: &str) {
+    // Caps that add up to more than the machine's cores do not bind (docs/emulated-nodes.md,
+    // Limits): the nodes then share the cores as the scheduler likes, the best placement's
+    // run is no physical limit, and only the migration and the checksums are judged.
+    let cores = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+    if caps_sum(fig) > cores {
+        eprintln!(
+            "{fig}: caps add up to {:.2} cores on a {cores}-core machine: the physical limit is not checked",
+            caps_sum(fig)
+        );
+        return;
+    }
     // The limit is a lower bound: a run clearly faster than it means the yardstick is wrong
     // (20% allowed for the noise of a shared two-core machine).
     let ratio = limit_ratio(stdout);
@@ -182,7 +207,7 @@ fn fig13_quick_prints_the_phases_and_writes_three_plots() {
         &["fig13", "fig14", "fig13-14-iteration-time"],
     );
     assert!(stdout.contains("before the load (ms/it)"), "{stdout}");
-    limit_is_not_beaten(&stdout);
+    limit_is_not_beaten("fig13", &stdout);
 }
 
 #[test]
@@ -190,7 +215,7 @@ fn fig15_quick_prints_the_yardsticks_and_writes_its_plot() {
     let Some(exe) = bench() else { return };
     let (stdout, _dir) = quick(&exe, "fig15", &["fig15"]);
     assert!(stdout.contains("best placement, same load"), "{stdout}");
-    limit_is_not_beaten(&stdout);
+    limit_is_not_beaten("fig15", &stdout);
 }
 
 #[test]
@@ -198,5 +223,5 @@ fn fig16_quick_prints_the_yardsticks_and_writes_its_plot() {
     let Some(exe) = bench() else { return };
     let (stdout, _dir) = quick(&exe, "fig16", &["fig16"]);
     assert!(stdout.contains("node-c"), "{stdout}");
-    limit_is_not_beaten(&stdout);
+    limit_is_not_beaten("fig16", &stdout);
 }

@@ -112,8 +112,16 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
             .join(format!("{host}.state")),
     };
-    std::fs::create_dir_all(&state_dir)
-        .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+    // Private, like the control socket's directory it usually sits in (and creates first):
+    // it holds the agent's identity key and logs.
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&state_dir)
+            .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+    }
     if !(0.0..=1.0).contains(&args.min_gain) {
         bail!("--min-gain {} must be between 0 and 1", args.min_gain);
     }

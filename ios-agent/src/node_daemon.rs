@@ -72,7 +72,19 @@ impl NodeDaemon {
             Err(ClientError::NotRunning { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let log_file = std::fs::File::create(log).map_err(|source| NodeDaemonError::Spawn {
+        // Private (the log names jobs, hosts and paths), and never through a symlink planted
+        // where the log goes.
+        let log_file = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(log)
+        }
+        .map_err(|source| NodeDaemonError::Spawn {
             program: log.to_owned(),
             source,
         })?;

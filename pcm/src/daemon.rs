@@ -271,7 +271,7 @@ fn session(
                     handle(message, shared);
                 }
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if retry_read(&e) => {}
             Err(e) => return Err(e),
         }
     }
@@ -300,6 +300,17 @@ fn handle(message: FromDaemon, shared: &Shared) {
         }
         other => tracing::debug!("ignoring unexpected message from pcmd: {other:?}"),
     }
+}
+
+/// Whether a failed read of the pcmd link only means "nothing yet": the read timeout ran out,
+/// or a signal interrupted the call. A rank stopped with SIGSTOP and resumed with SIGCONT
+/// gets `EINTR` from its timed read, and treating that as a lost daemon deregistered the rank
+/// for about 2 s.
+fn retry_read(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }
 
 fn invalid(e: pcm_proto::FrameError) -> std::io::Error {
@@ -337,7 +348,7 @@ fn expect_reply(
                 ))
             }
             Ok(n) => reader.feed(&buffer[..n]),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if retry_read(&e) => {}
             Err(e) => return Err(e),
         }
     }

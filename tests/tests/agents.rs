@@ -141,14 +141,27 @@ fn bad_peer_server_addresses_get_clear_errors() {
 fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
     let dir = tempdir();
     let key = pool_key(dir.path(), "pool.key");
-    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let mut spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    // A control directory that does not exist yet: the agent creates it, privately.
+    let fresh = dir.path().join("fresh");
+    spec.control = fresh.join("na.ctl");
+    spec.state_dir = fresh.join("na.state");
     let agent = AgentProc::local(dir.path(), spec.clone());
-    let mode = std::fs::metadata(&spec.control)
-        .unwrap()
-        .permissions()
-        .mode()
-        & 0o777;
-    assert_eq!(mode, 0o600, "control socket mode {mode:o}");
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&spec.control), 0o600, "control socket mode");
+    assert_eq!(mode(&fresh), 0o700, "control directory mode");
+    assert_eq!(mode(&spec.state_dir), 0o700, "state directory mode");
+    assert_eq!(
+        mode(&spec.state_dir.join("pcmd.log")),
+        0o600,
+        "pcmd.log mode"
+    );
     let pcmd_status = || {
         Command::new(bin("pcmd"))
             .arg("--socket")

@@ -171,6 +171,34 @@ fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
 }
 
 #[test]
+fn given_a_rank_stopped_and_continued_then_it_keeps_its_daemon_link() {
+    let _lock = mpi_lock();
+    let (reference, pcmd, job, _dir) = running_job();
+    let pid = status(&pcmd)
+        .jobs
+        .iter()
+        .flat_map(|j| j.ranks.iter())
+        .find(|r| r.rank.0 == 1)
+        .map(|r| r.pid)
+        .expect("rank 1 registered");
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    // SIGCONT makes a timed read on the daemon link fail with EINTR; that is no lost daemon.
+    for _ in 0..3 {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let finished = job.wait(DEADLINE);
+    assert!(
+        !finished.stderr.contains("lost the pcmd"),
+        "a stopped and continued rank dropped its daemon:\n{}",
+        finished.stderr
+    );
+    assert_eq!(finished.report().checksum, reference);
+}
+
+#[test]
 fn given_the_daemon_dies_mid_run_then_the_run_completes_and_a_new_daemon_sees_the_ranks() {
     let _lock = mpi_lock();
     let (reference, mut pcmd, job, _dir) = running_job();

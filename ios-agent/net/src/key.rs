@@ -21,7 +21,7 @@ pub struct PoolKey(PreSharedKey);
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     /// The key file does not exist.
-    #[error("pool key file {path} does not exist (create one with a key generator, e.g. `ios-net-node --new-pool-key {path}`)")]
+    #[error("pool key file {path} does not exist (create one with `ios-agent keygen {path}` and copy it to every node with mode 0600)")]
     Missing {
         /// The file.
         path: PathBuf,

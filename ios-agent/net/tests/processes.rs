@@ -244,7 +244,12 @@ fn given_a_wrong_or_missing_key_then_the_peer_server_error_says_so() {
         .output()
         .expect("runs");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.key"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The hint names the command users have, not a test tool.
+    assert!(
+        stderr.contains("missing.key") && stderr.contains("ios-agent keygen"),
+        "{stderr}"
+    );
 }
 
 /// CPU time (user + system) of a process, from /proc, in clock ticks.
