@@ -262,18 +262,28 @@ fn put_piece(pcm: &Pcm, iteration: u64) -> Result<(Channel, Digest, u64), String
     let digest = hasher.finish();
     let len = header_bytes.len() as u64 + header.data_len();
     let (mut reader, mut writer) = connect(pcm)?;
-    let io = |e: std::io::Error| format!("sending the piece to pcmd: {e}");
     let put = Request::Put {
         piece: header.piece.clone(),
         len,
         digest,
     };
-    write_frame(&mut writer, &put).map_err(io)?;
-    writer.write_all(&header_bytes).map_err(io)?;
-    for entry in pcm.store.entries() {
-        writer.write_all(entry.blob.bytes()).map_err(io)?;
+    let sent = (|| {
+        write_frame(&mut writer, &put)?;
+        writer.write_all(&header_bytes)?;
+        for entry in pcm.store.entries() {
+            writer.write_all(entry.blob.bytes())?;
+        }
+        writer.flush()
+    })();
+    if let Err(e) = sent {
+        // pcmd may have refused the piece (over its --max-piece-mib, say) and closed the
+        // connection before reading it: its answer, already sent, names the reason, where
+        // the broken pipe alone would not.
+        return Err(match expect_frame::<Response>(&mut reader) {
+            Ok(Response::Error { message }) => format!("pcmd refused the piece: {message}"),
+            _ => format!("sending the piece to pcmd: {e}"),
+        });
     }
-    writer.flush().map_err(io)?;
     match expect_frame(&mut reader).map_err(|e| e.to_string())? {
         Response::Stored => Ok(((reader, writer), digest, len)),
         other => Err(answer(other)),

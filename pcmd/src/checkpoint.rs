@@ -442,6 +442,7 @@ fn serve_requests(
                         "{piece}: piece of {len} bytes exceeds this pcmd's limit of {} bytes (--max-piece-mib)",
                         shared.max_piece
                     );
+                    tracing::warn!("refused a checkpoint piece: {message}");
                     reply(
                         writer,
                         &Response::Error {

@@ -343,6 +343,39 @@ fn given_no_checkpoint_then_restart_1_starts_fresh_and_restart_require_fails() {
 }
 
 #[test]
+fn given_a_piece_over_the_pcmds_limit_then_the_rank_and_the_pcmd_say_why() {
+    let _lock = mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &["--max-piece-mib".into(), "1".into()]);
+    // 1600 x 400 doubles: each of the 2 ranks stores about 2.5 MiB. Runs until stopped.
+    let args = ["--rows", "1600", "--cols", "400", "--iters", "100000000"];
+    let mut run = MpiJob::new(2, "heat2d", &args)
+        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_CHECKPOINT_INTERVAL", "0.1")
+        .start(dir.path(), "oversized");
+    wait_until(WAIT, "the refusal in the job's log", || {
+        assert!(run.running(), "heat2d ended: {}", run.stderr_so_far());
+        run.stderr_so_far().contains("exceeds this pcmd's limit")
+    });
+    let ranks = run.stderr_so_far();
+    run.kill();
+    // Seen before: the ranks got only "Broken pipe", and pcmd logged nothing.
+    assert!(
+        ranks.contains("pcmd refused the piece") && ranks.contains("--max-piece-mib"),
+        "{ranks}"
+    );
+    assert!(
+        node.log().contains("refused a checkpoint piece"),
+        "{}",
+        node.log()
+    );
+    assert!(
+        node.complete().is_empty(),
+        "an oversized checkpoint was kept"
+    );
+}
+
+#[test]
 fn given_the_node_pcmd_killed_and_its_files_deleted_then_the_buddy_copy_is_used() {
     let _lock = mpi_lock();
     let reference = plain();
