@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -91,13 +91,10 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
         source,
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(io_err)?;
-        }
+        pcm_proto::ensure_private_dir(dir).map_err(|e| ControlError::Io {
+            path: path.to_owned(),
+            source: io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()),
+        })?;
     }
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {

@@ -114,14 +114,10 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
     };
     // Private, like the control socket's directory it usually sits in (and creates first):
     // it holds the agent's identity key and logs.
-    {
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&state_dir)
-            .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+    if let Some(parent) = state_dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+        pcm_proto::ensure_private_dir(parent).context("the directory of the state directory")?;
     }
+    pcm_proto::ensure_private_dir(&state_dir).context("the state directory")?;
     if !(0.0..=1.0).contains(&args.min_gain) {
         bail!("--min-gain {} must be between 0 and 1", args.min_gain);
     }

@@ -205,6 +205,9 @@ impl Service {
             (Some(addr), Some(key)) => Some(Buddy::start(addr.clone(), key.clone())),
             _ => None,
         };
+        // Checkpoints are read back into running jobs: their directory must be ours alone.
+        pcm_proto::ensure_private_dir(&config.dir)
+            .map_err(|e| Error::Config(format!("checkpoint directory: {e}")))?;
         let shared = Arc::new(Shared {
             store: Store::new(config.dir.clone()),
             host: config.host,

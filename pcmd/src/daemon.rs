@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::future::Future;
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -46,14 +46,9 @@ pub enum Error {
         /// Process id written in the lock file by the running daemon, if readable.
         pid: Option<u32>,
     },
-    /// The socket's directory could not be created.
-    #[error("cannot create socket directory {}: {source}", dir.display())]
-    CreateDir {
-        /// The directory.
-        dir: PathBuf,
-        /// The cause.
-        source: io::Error,
-    },
+    /// The socket's directory could not be created, or is not private to this user.
+    #[error("socket directory: {0}")]
+    SocketDir(#[from] pcm_proto::PrivateDirError),
     /// The lock file could not be opened, locked or written.
     #[error("cannot lock {}: {source}", path.display())]
     Lock {
@@ -146,16 +141,8 @@ impl Daemon {
     pub fn bind(config: Config, now: Instant) -> Result<Self, Error> {
         let socket = config.socket;
         if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.exists() {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(dir)
-                    .map_err(|source| Error::CreateDir {
-                        dir: dir.to_owned(),
-                        source,
-                    })?;
-            }
+            // The lock file and the socket go there: nobody else may plant anything in it.
+            pcm_proto::ensure_private_dir(dir)?;
         }
         let lock = lock(&socket)?;
         let socket_err = |source| Error::Socket {

@@ -351,3 +351,25 @@ fn given_replacement_registers_then_status_flags_it() {
     let status = daemon.client().status().unwrap();
     assert!(status.jobs[0].ranks[0].replacement);
 }
+
+#[test]
+fn given_a_socket_directory_others_can_write_then_serve_refuses_and_says_why() {
+    // Another local user who creates the runtime directory first (mode 0777, symlinks in it)
+    // must not get the daemon to write through its lock file or bind where they choose.
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("pcmd-0");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, open.join("node.sock.lock")).unwrap();
+    let out = common::cli(&open.join("node.sock"), &["serve"]);
+    assert!(!out.status.success());
+    let stderr = common::text(&out.stderr);
+    assert!(
+        stderr.contains("other users may write") && stderr.contains("pcmd-0"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!open.join("node.sock").exists());
+}

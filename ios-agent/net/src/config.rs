@@ -59,10 +59,10 @@ fn load_or_create_identity(path: &Path) -> Result<Keypair, NetError> {
         path: path.to_owned(),
         reason,
     };
-    match fs::read(path) {
-        Ok(bytes) => Keypair::from_protobuf_encoding(&bytes)
+    match pcm_proto::read_private_file(path).map_err(err)? {
+        Some(bytes) => Keypair::from_protobuf_encoding(&bytes)
             .map_err(|e| err(format!("not a libp2p keypair: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        None => {
             let key = Keypair::generate_ed25519();
             let bytes = key
                 .to_protobuf_encoding()
@@ -77,7 +77,6 @@ fn load_or_create_identity(path: &Path) -> Result<Keypair, NetError> {
                 .map_err(|e| err(format!("cannot write: {e}")))?;
             Ok(key)
         }
-        Err(e) => Err(err(format!("cannot read: {e}"))),
     }
 }
 

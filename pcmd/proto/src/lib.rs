@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub mod checkpoint;
 mod path;
 mod types;
-pub use path::{socket_path, DAEMON_ENV};
+pub use path::{ensure_private_dir, read_private_file, socket_path, PrivateDirError, DAEMON_ENV};
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
 
 /// Version of this protocol; bumped on any incompatible change.
