@@ -93,6 +93,7 @@ mod interpose;
 mod launch;
 mod profile;
 mod reconfig;
+mod runtime;
 mod schedule;
 mod store;
 
@@ -112,6 +113,7 @@ pub use hosts::HOSTFILE_ENV;
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use profile::PROFILE_ENV;
+pub use runtime::{check_mpi_library, mpi_library_version, MpiFamily, MpiLibrary};
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
 
 use daemon::DaemonLink;
@@ -262,6 +264,7 @@ impl Pcm {
             reason: e.to_string(),
         })?;
         let profiling = profile::enabled_from_env()?;
+        runtime::check_mpi_library()?;
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
         let _internal = interpose::Internal::enter();
