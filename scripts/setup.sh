@@ -92,7 +92,12 @@ PATH="${PATH//:$MPI_IOS_ROOT\/.mpi\/bin-mpich:/:}"
 PATH="${PATH#:}"
 PATH="${PATH%:}"
 
-export MPI_IOS_RUNTIME
+# `MPI_IOS_RUNTIME=mpich source scripts/setup.sh` makes the variable temporary: bash would
+# drop it (export included) once `source` returns. Unset that one and export a lasting one.
+mpi_ios_runtime="$MPI_IOS_RUNTIME"
+unset MPI_IOS_RUNTIME
+export MPI_IOS_RUNTIME="$mpi_ios_runtime"
+unset mpi_ios_runtime
 export PATH="$MPI_IOS_ROOT/.mpi/bin-$MPI_IOS_RUNTIME:$PATH"
 if [ "$MPI_IOS_RUNTIME" = openmpi ]; then
     # The Open MPI settings PCM jobs need (see README, "Running your own job").

@@ -232,6 +232,21 @@ pub(crate) fn spawn_on_hosts(
     Ok(unsafe { InterCommunicator::from_raw(inter) })
 }
 
+/// Disconnects an intracommunicator instead of freeing it: `MPI_Comm_disconnect` returns
+/// only once every pending message on it has been delivered, and, in MPICH, ends this
+/// process's ties to the other members, so that it may then finalize and exit alone.
+/// Collective: every member disconnects it at the same point.
+pub(crate) fn disconnect(comm: SimpleCommunicator) {
+    let mut raw = comm.as_raw();
+    // The handle is released below, not by the wrapper's drop (MPI_Comm_free); the wrapper
+    // owns no memory of its own.
+    std::mem::forget(comm);
+    // SAFETY: `raw` is a live user communicator owned by the caller, used no more after this.
+    unsafe {
+        ffi::MPI_Comm_disconnect(&mut raw);
+    }
+}
+
 /// The parent intercommunicator of a spawned process, if this process was spawned.
 ///
 /// Returned as an owned `InterCommunicator` whose drop disconnects it, unlike rsmpi's own

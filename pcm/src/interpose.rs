@@ -257,10 +257,7 @@ fn world_rank(comm: MPI_Comm, rank: c_int, peers: usize) -> Option<usize> {
                 if cache.len() >= MAX_CACHED_COMMS {
                     cache.remove(0);
                 }
-                cache.push((
-                    comm.0 as usize,
-                    translate_all(comm, MPI_Comm(world as _)),
-                ));
+                cache.push((comm.0 as usize, translate_all(comm, MPI_Comm(world as _))));
                 cache.len() - 1
             }
         };

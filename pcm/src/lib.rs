@@ -265,6 +265,10 @@ impl Pcm {
         })?;
         let profiling = profile::enabled_from_env()?;
         runtime::check_mpi_library()?;
+        if runtime::PROMPT_DEPARTURE && std::env::var_os(runtime::MPICH_LOCAL_FINALIZE).is_none() {
+            // Read by MPI_Init, below; still single-threaded here.
+            std::env::set_var(runtime::MPICH_LOCAL_FINALIZE, "1");
+        }
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
         let _internal = interpose::Internal::enter();
@@ -617,7 +621,9 @@ impl Pcm {
             daemon.set_iteration(job.iteration);
             daemon.shutdown(Duration::from_millis(500));
         }
-        launch.release_if_lowest(&universe.world());
+        if !runtime::PROMPT_DEPARTURE {
+            launch.release_if_lowest(&universe.world());
+        }
         drop(world);
         drop(universe);
     }
@@ -639,9 +645,10 @@ impl Departed {
 
     /// Leaves the job and ends the process with status 0.
     ///
-    /// Open MPI 4 finalizes a process only together with the processes launched with it, so
-    /// this sleeps (no measurable CPU) until they finish, then returns from `MPI_Finalize`
-    /// and exits. Release large buffers before calling it.
+    /// On MPICH it finalizes and exits at once. Open MPI 4 finalizes a process only together
+    /// with the processes launched with it, so there this sleeps (no measurable CPU) until
+    /// they finish, then returns from `MPI_Finalize` and exits. Release large buffers
+    /// before calling it.
     pub fn finalize(self) -> ! {
         let Departed {
             daemon,
@@ -653,8 +660,10 @@ impl Departed {
         if let Some(daemon) = daemon {
             daemon.shutdown(Duration::from_millis(500));
         }
-        tracing::debug!("former rank {rank} waits for its launch to end");
-        launch.leave(&universe.world());
+        if !runtime::PROMPT_DEPARTURE {
+            tracing::debug!("former rank {rank} waits for its launch to end");
+            launch.leave(&universe.world());
+        }
         drop(universe);
         std::process::exit(0)
     }
