@@ -3,8 +3,8 @@
 # system packages if missing, builds every binary, then runs formatting and lint checks, unit
 # tests, and the end-to-end tests (real MPI jobs, pcmd daemons, emulated hosts in network
 # namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default openmpi).
-# Then the runtime-dependent tests (migration, checkpoints, the runtime checks) run again on
-# the other runtime, built in its own target directory.
+# Then the runtime-dependent tests (migration, checkpoints, the runtime checks, emulated
+# hosts) run again on the other runtime, built in its own target directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -29,5 +29,5 @@ echo "== migration, checkpoint and runtime tests ($other_runtime)" >&2
     cargo build --release --quiet -p heat2d -p pcmd
     cargo clippy --release --quiet -p pcm -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
-    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime
+    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts
 )
