@@ -23,7 +23,7 @@ tagged() {
     local n=0 pid
     for pid in $(pgrep -x heat2d || true); do
         [ "$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null)" = Z ] && continue
-        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "MPI_IOS_TAG=$1" && n=$((n + 1))
+        tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "MPI_IOS_TAG=$1" && n=$((n + 1))
     done
     echo "$n"
 }
@@ -53,6 +53,9 @@ for runtime in "${runtimes[@]}"; do
         while kill -0 "$job" 2>/dev/null; do
             if grep -q 'reconfigured in' "$work/exit.err" && [ "$(tagged "$tag")" -le 3 ]; then
                 gone="$(date +%s.%N)"
+                # Fewer processes at the end of the job says nothing about the departure.
+                sleep 0.5
+                kill -0 "$job" 2>/dev/null || gone=""
                 break
             fi
             sleep 0.01
