@@ -61,11 +61,14 @@
 //!   calls `status` again there: that first call returns [`Status::Continue`] at once.
 //!
 //! # Launching
-//! `mpirun -np P app` as usual, with spawning allowed (Open MPI:
-//! `OMPI_MCA_rmaps_base_oversubscribe=1`). Target hosts must be in the hostfile given to
-//! mpirun, named for PCM in `PCM_HOSTFILE`. A departed process frees its state and sleeps,
-//! using no measurable CPU, until the processes started with it finish: Open MPI 4 cannot
-//! finalize a process before the rest of its launch (see the `launch` module).
+//! `mpirun -np P app` (Open MPI 4) or `mpiexec -n P app` (MPICH 5, hydra) as usual, with
+//! spawning allowed (Open MPI: `OMPI_MCA_rmaps_base_oversubscribe=1`). Target hosts must be
+//! in the hostfile given to the launcher, named for PCM in `PCM_HOSTFILE`. [`Pcm::init`]
+//! refuses to start on another MPI library than the one pcm was compiled against
+//! ([`check_mpi_library`]). On MPICH a departed process finalizes and exits at once; on
+//! Open MPI 4 it frees its state and sleeps, using no measurable CPU, until the processes
+//! started with it finish, since Open MPI 4 cannot finalize a process before the rest of its
+//! launch (see the `launch` module).
 //!
 //! # Settings (environment)
 //! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
