@@ -100,6 +100,24 @@ impl Runtime {
         [flag.to_owned(), ranks.to_string()]
     }
 
+    /// Launcher arguments that pass `key=value` to the ranks of one program of an MPMD
+    /// launch (`A : B`) only.
+    pub fn local_env_args(self, key: &str, value: &str) -> Vec<String> {
+        match self {
+            Runtime::OpenMpi => vec!["-x".into(), format!("{key}={value}")],
+            Runtime::Mpich => vec!["-env".into(), key.into(), value.into()],
+        }
+    }
+
+    /// The launcher's per-host daemon, which starts the ranks there: Open MPI's `orted`,
+    /// hydra's `hydra_pmi_proxy`.
+    pub fn node_daemon(self) -> &'static str {
+        match self {
+            Runtime::OpenMpi => "orted",
+            Runtime::Mpich => "hydra_pmi_proxy",
+        }
+    }
+
     /// Launcher arguments that pass `key=value` to every rank (replacements included). For
     /// Open MPI (`-x key`) the launcher's own environment must hold the value too.
     pub fn env_args(self, key: &str, value: &str) -> Vec<String> {
