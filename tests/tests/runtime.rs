@@ -47,6 +47,31 @@ fn given_a_run_then_both_reports_name_the_mpi_library_in_use() {
     }
 }
 
+#[test]
+fn given_the_built_binaries_then_the_loader_finds_their_runtimes_library_and_no_other() {
+    let output = Command::new("ldd").arg(bin("heat2d")).output().unwrap();
+    let libraries = String::from_utf8_lossy(&output.stdout);
+    let (wanted, unwanted) = match Runtime::current() {
+        Runtime::OpenMpi => ("libmpi.so.40 => /", "libmpi.so.12"),
+        // Found through the rpath setup.sh adds: rsmpi drops the one `mpicc -show` prints.
+        Runtime::Mpich => ("libmpi.so.12 => ", "libmpi.so.40"),
+    };
+    let line = libraries
+        .lines()
+        .find(|l| l.trim_start().starts_with(wanted))
+        .unwrap_or_else(|| panic!("heat2d does not load {wanted}...:\n{libraries}"));
+    assert!(!libraries.contains(unwanted), "{libraries}");
+    assert!(!libraries.contains("not found"), "{libraries}");
+    if Runtime::current() == Runtime::Mpich {
+        let venv = Runtime::mpich_prefix().canonicalize().unwrap();
+        assert!(
+            line.contains(&venv.join("lib").display().to_string()),
+            "libmpi.so.12 not from {}: {line}",
+            venv.display()
+        );
+    }
+}
+
 /// Builds a library that answers `MPI_Get_library_version` like another MPI would, to be
 /// preloaded in front of the real one.
 fn impostor_library(dir: &Path) -> std::path::PathBuf {
