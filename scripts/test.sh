@@ -22,7 +22,7 @@ case "$default_runtime" in
 openmpi) other_runtime=mpich ;;
 *) other_runtime=openmpi ;;
 esac
-echo "== migration, checkpoint and runtime tests ($other_runtime)" >&2
+echo "== migration, checkpoint, runtime and emulated-host tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
     # The crates whose code depends on the MPI library, and the tests that run jobs.
