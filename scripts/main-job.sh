@@ -6,7 +6,8 @@
 #   scripts/main-job.sh [--quick] [--cooperating] [--size N] [--iters N] [--cap CPUS]
 #                       [--load-at S] [--join-at S] [--out DIR]   (see --help)
 #
-# It installs what is missing (Open MPI, clang, fonts; apt, needs root or sudo), builds, and
+# It installs what is missing (Open MPI, MPICH, clang, fonts; apt and pip, needs root or sudo),
+# builds for the runtime MPI_IOS_RUNTIME selects (default openmpi; see README), and
 # runs `mpi-ios-bench adaptive`, which needs root for the network namespaces and cgroups that
 # emulate the nodes (it is started with sudo when you are not root). Results: the summary on
 # stdout, results/main-job/throughput.{svg,png}, timeline.csv and the logs.
@@ -15,8 +16,8 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 echo "== building (release)" >&2
 cargo build --release --bins --quiet
-run=(target/release/mpi-ios-bench adaptive --check "$@")
+run=("$CARGO_TARGET_DIR/release/mpi-ios-bench" adaptive --check "$@")
 if [ "$(id -u)" -ne 0 ]; then
-    run=(sudo --preserve-env=PATH,RUST_LOG "${run[@]}")
+    run=(sudo --preserve-env=PATH,RUST_LOG,MPI_IOS_RUNTIME "${run[@]}")
 fi
 exec "${run[@]}"

@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
-# Installs what MPI/IOS needs on a fresh Debian machine: Open MPI (the MPI we build on),
-# clang for rsmpi's bindings, iproute2 and util-linux for the emulated-host tests, and
-# fonts-dejavu-core for the plots.
-# Safe to run again: installs only what is missing. Sourced by the other scripts.
+# Installs what MPI/IOS needs on a fresh Debian machine and selects the MPI runtime.
+#
+# Installs: Open MPI 4 (Debian), MPICH 5.0.2 (from the Python package index, into the
+# project-local virtual environment .mpi/mpich-5.0.2; Debian's own MPICH cannot spawn), clang
+# for rsmpi's bindings, iproute2 and util-linux for the emulated-host tests, and
+# fonts-dejavu-core for the plots. Safe to run again: installs only what is missing.
+#
+# Source it (the other scripts do): `source scripts/setup.sh`. The runtime is chosen by
+# MPI_IOS_RUNTIME=openmpi (default) or mpich. For that runtime it exports:
+#   PATH              the runtime's launcher first, as `mpiexec` (and `mpirun`, `mpicc`)
+#   MPICC             the runtime's compiler wrapper, which rsmpi's build script reads
+#   CARGO_TARGET_DIR  target/ for Open MPI, target/mpich for MPICH: rsmpi's build script
+#                     does not rerun when MPICC changes, so two runtimes never share one
+#   RUSTFLAGS         MPICH only: an rpath to the venv's lib/ (rsmpi drops the one that
+#                     `mpicc -show` prints, and libmpi.so.12 is not on the default path)
+#   the runtime's settings for PCM jobs (OMPI_* for Open MPI; MPIR_CVAR_* and UCX_* for MPICH)
+#   MPI_IOS_RUNTIME   the runtime chosen, which the test harness reads
 set -euo pipefail
+
+MPI_IOS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MPI_IOS_RUNTIME="${MPI_IOS_RUNTIME:-openmpi}"
+MPICH_VERSION=5.0.2
+MPICH_PREFIX="$MPI_IOS_ROOT/.mpi/mpich-$MPICH_VERSION"
+case "$MPI_IOS_RUNTIME" in
+openmpi | mpich) ;;
+*)
+    echo "setup: MPI_IOS_RUNTIME=$MPI_IOS_RUNTIME is not a runtime: use openmpi or mpich" >&2
+    return 1 2>/dev/null || exit 1
+    ;;
+esac
 
 missing=()
 command -v mpicc.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin libopenmpi-dev)
-command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin)
+command -v mpirun.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin)
 # bindgen needs libclang itself; libclang-cpp (present on some images) does not do.
 compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
     compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null || missing+=(libclang-dev clang)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+# MPICH comes as a wheel: a virtual environment with pip (Debian splits venv out of python3).
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 # The plots (mpi-ios-plots) lay out text with a TrueType font; $MPI_IOS_PLOT_FONT overrides.
 [ -n "${MPI_IOS_PLOT_FONT:-}" ] || [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if ((${#missing[@]})); then
@@ -24,14 +52,72 @@ if ((${#missing[@]})); then
 fi
 command -v cargo >/dev/null 2>&1 || {
     echo "setup: cargo not found: install a Rust toolchain (1.85 or newer) first" >&2
-    exit 1
+    return 1 2>/dev/null || exit 1
 }
 
-# The Open MPI settings PCM jobs need (see README, "Running your own job").
-export OMPI_MCA_rmaps_base_oversubscribe=1 # spawning a replacement needs a free slot
-export OMPI_MCA_mpi_yield_when_idle=1      # co-located ranks must not spin on each other's CPU
-export OMPI_MCA_btl=self,vader,tcp
-if [ "$(id -u)" -eq 0 ]; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# MPICH, pinned, in its own venv. Checked by what mpichversion reports, so that a half-done
+# install (interrupted pip) is redone rather than trusted.
+if ! "$MPICH_PREFIX/bin/mpichversion" 2>/dev/null | grep -q "^MPICH Version: *$MPICH_VERSION\$"; then
+    echo "setup: installing MPICH $MPICH_VERSION into $MPICH_PREFIX" >&2
+    python3 -m venv "$MPICH_PREFIX"
+    "$MPICH_PREFIX/bin/pip" install --quiet --disable-pip-version-check "mpich==$MPICH_VERSION"
 fi
-export MPICC=mpicc.openmpi
+
+# One directory of launcher and compiler links per runtime, put first on PATH: the venv's
+# bin/ itself would also put its python and pip first, and Debian's /usr/bin/mpiexec is
+# whatever the alternatives system points to.
+mpi_ios_links() {
+    local dir="$MPI_IOS_ROOT/.mpi/bin-$1"
+    shift
+    mkdir -p "$dir"
+    while (($#)); do
+        ln -sfn "$2" "$dir/$1"
+        shift 2
+    done
+}
+mpi_ios_links openmpi mpiexec /usr/bin/mpiexec.openmpi mpirun /usr/bin/mpirun.openmpi \
+    mpicc /usr/bin/mpicc.openmpi
+mpi_ios_links mpich mpiexec "$MPICH_PREFIX/bin/mpiexec.hydra" \
+    mpirun "$MPICH_PREFIX/bin/mpiexec.hydra" mpicc "$MPICH_PREFIX/bin/mpicc" \
+    mpichversion "$MPICH_PREFIX/bin/mpichversion" hydra_pmi_proxy "$MPICH_PREFIX/bin/hydra_pmi_proxy"
+
+# Undo what an earlier `source` with the other runtime put in this shell.
+mpi_ios_rpath="-C link-arg=-Wl,-rpath,$MPICH_PREFIX/lib"
+RUSTFLAGS="${RUSTFLAGS:-}"
+RUSTFLAGS="${RUSTFLAGS//$mpi_ios_rpath/}"
+RUSTFLAGS="$(echo "$RUSTFLAGS" | tr -s ' ' | sed 's/^ //; s/ $//')"
+PATH=":$PATH:"
+PATH="${PATH//:$MPI_IOS_ROOT\/.mpi\/bin-openmpi:/:}"
+PATH="${PATH//:$MPI_IOS_ROOT\/.mpi\/bin-mpich:/:}"
+PATH="${PATH#:}"
+PATH="${PATH%:}"
+
+# `MPI_IOS_RUNTIME=mpich source scripts/setup.sh` makes the variable temporary: bash would
+# drop it (export included) once `source` returns. Unset that one and export a lasting one.
+mpi_ios_runtime="$MPI_IOS_RUNTIME"
+unset MPI_IOS_RUNTIME
+export MPI_IOS_RUNTIME="$mpi_ios_runtime"
+unset mpi_ios_runtime
+export PATH="$MPI_IOS_ROOT/.mpi/bin-$MPI_IOS_RUNTIME:$PATH"
+if [ "$MPI_IOS_RUNTIME" = openmpi ]; then
+    # The Open MPI settings PCM jobs need (see README, "Running your own job").
+    export OMPI_MCA_rmaps_base_oversubscribe=1 # spawning a replacement needs a free slot
+    export OMPI_MCA_mpi_yield_when_idle=1      # co-located ranks must not spin on each other's CPU
+    export OMPI_MCA_btl=self,vader,tcp
+    if [ "$(id -u)" -eq 0 ]; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
+    export MPICC=mpicc.openmpi
+    export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target"
+else
+    # A departed process finalizes alone (no fence with the rest of its launch) and exits.
+    export MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1
+    # UCX prints its warnings on stdout, where they would follow heat2d's JSON report.
+    export UCX_LOG_LEVEL=error
+    export MPICC="$MPICH_PREFIX/bin/mpicc"
+    export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target/mpich"
+    RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$mpi_ios_rpath"
+fi
+if [ -n "$RUSTFLAGS" ]; then export RUSTFLAGS; else unset RUSTFLAGS; fi
+unset mpi_ios_rpath
+unset -f mpi_ios_links

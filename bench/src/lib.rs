@@ -182,12 +182,13 @@ pub struct MpiRun {
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Environment for every rank (exported with `-x`).
+    /// Environment for every rank (exported with `-x`, or `-genv` on MPICH).
     pub env: Vec<(String, String)>,
 }
 
 impl MpiRun {
-    /// `mpirun -np ranks program args...` with the project's Open MPI settings.
+    /// `mpirun -np ranks program args...` with the project's Open MPI settings (or hydra's
+    /// `mpiexec -n ...` with the MPICH settings).
     pub fn new(ranks: usize, program: &Path, args: &[String]) -> MpiRun {
         MpiRun {
             ranks,
@@ -204,18 +205,20 @@ impl MpiRun {
         self
     }
 
-    /// The command line.
+    /// The command line, for the runtime the binaries were built for
+    /// (`mpi_ios_tests::Runtime::current`).
     pub fn command(&self) -> Command {
-        let mut command = Command::new("mpirun");
-        for (k, v) in OMPI_ENV {
+        let runtime = mpi_ios_tests::Runtime::current();
+        let mut command = Command::new(runtime.launcher());
+        for (k, v) in runtime.job_env() {
             command.env(k, v);
         }
         for (k, v) in &self.env {
             command.env(k, v);
         }
-        command.arg("-np").arg(self.ranks.to_string());
-        for (k, _) in &self.env {
-            command.arg("-x").arg(k);
+        command.args(runtime.ranks_args(self.ranks));
+        for (k, v) in &self.env {
+            command.args(runtime.env_args(k, v));
         }
         command.arg(&self.program).args(&self.args);
         command
@@ -229,7 +232,7 @@ impl MpiRun {
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let what = format!("mpirun -np {} {name} {}", self.ranks, self.args.join(" "));
         let group = Group::start(self.command(), &what).map_err(|e| {
-            e.context("is Open MPI installed (mpirun on PATH; apt install openmpi-bin)?")
+            e.context("is the MPI runtime installed (source scripts/setup.sh installs both)?")
         })?;
         group.wait(timeout)
     }

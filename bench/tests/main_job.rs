@@ -147,8 +147,10 @@ fn ctrl_c_stops_the_main_job_and_leaves_no_namespace_cgroup_or_process() {
             );
         }
     }
-    // Nothing it started still runs: no agent, daemon, peer server, Open MPI daemon or rank
-    // (the test binaries run one at a time, and this one holds the MPI lock).
+    // Nothing it started still runs: no agent, daemon, peer server, launcher daemon or rank
+    // (the test binaries run one at a time, and this one holds the MPI lock). Only processes
+    // of this build (binaries of its directory) or of the bench's emulated nodes count: the
+    // machine may run another checkout's jobs meanwhile.
     let ours = [
         "heat2d",
         "ios-agent",
@@ -156,7 +158,14 @@ fn ctrl_c_stops_the_main_job_and_leaves_no_namespace_cgroup_or_process() {
         "peer-server",
         "orted",
         "mpirun",
+        "mpiexec.hydra",
+        "hydra_pmi_proxy",
     ];
+    let build_dir = std::path::Path::new(env!("CARGO_BIN_EXE_mpi-ios-bench"))
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
     let left: Vec<String> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -172,7 +181,9 @@ fn ctrl_c_stops_the_main_job_and_leaves_no_namespace_cgroup_or_process() {
             {
                 return None;
             }
-            (ours.contains(&comm.trim()) || cmd.contains(&format!("pcm-netns-{pid}s"))).then(|| {
+            let of_this_build = cmd.contains(&format!("{build_dir}/"));
+            let on_its_nodes = cmd.contains(&format!("pcm-netns-{pid}s"));
+            (of_this_build && ours.contains(&comm.trim()) || on_its_nodes).then(|| {
                 format!(
                     "{} {}",
                     e.file_name().to_string_lossy(),

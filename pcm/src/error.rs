@@ -92,6 +92,15 @@ pub enum PcmError {
     /// binary spawned as replacement).
     #[error("malformed handover from the departing process: {0}")]
     Handover(String),
+    /// The MPI library loaded at run time is not the one the program was compiled against
+    /// (the rpath or `LD_LIBRARY_PATH` points to another MPI).
+    #[error("this program was built for {built_for}, but the MPI library loaded is {loaded:?}: run it with the MPI it was built for (source scripts/setup.sh with the same MPI_IOS_RUNTIME as the build), or rebuild it")]
+    WrongMpiLibrary {
+        /// The library found at build time, e.g. "MPICH 5.0.2".
+        built_for: String,
+        /// The first line of the loaded library's `MPI_Get_library_version`.
+        loaded: String,
+    },
     /// A broken invariant inside PCM.
     #[error("internal PCM error: {0}")]
     Internal(&'static str),

@@ -91,6 +91,27 @@ pub(crate) fn error_string(code: c_int) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// The loaded MPI library's `MPI_Get_library_version` text (allowed before `MPI_Init`).
+pub(crate) fn library_version() -> String {
+    // The size of the headers built against; the loaded library may be another one (that is
+    // what the caller checks), so leave room for the largest known (MPICH's 8192).
+    let size = (ffi::MPI_MAX_LIBRARY_VERSION_STRING as usize).max(8192) + 1;
+    let mut buffer = vec![0 as c_char; size];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds more than MPI_MAX_LIBRARY_VERSION_STRING characters, as the
+    // standard requires; the call may be made before MPI_Init.
+    let rc = unsafe { ffi::MPI_Get_library_version(buffer.as_mut_ptr(), &mut len) };
+    if rc != ffi::MPI_SUCCESS as c_int {
+        return String::new();
+    }
+    let bytes: Vec<u8> = buffer[..(len.max(0) as usize).min(size)]
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Duplicates `MPI_COMM_WORLD` into a communicator PCM owns (and may later free).
 pub(crate) fn dup_world() -> Result<SimpleCommunicator, PcmError> {
     let mut raw = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
@@ -209,6 +230,21 @@ pub(crate) fn spawn_on_hosts(
     let inter = unsafe { inter.assume_init() };
     // SAFETY: as above; ownership passes to the wrapper, whose drop disconnects it.
     Ok(unsafe { InterCommunicator::from_raw(inter) })
+}
+
+/// Disconnects an intracommunicator instead of freeing it: `MPI_Comm_disconnect` returns
+/// only once every pending message on it has been delivered, and, in MPICH, ends this
+/// process's ties to the other members, so that it may then finalize and exit alone.
+/// Collective: every member disconnects it at the same point.
+pub(crate) fn disconnect(comm: SimpleCommunicator) {
+    let mut raw = comm.as_raw();
+    // The handle is released below, not by the wrapper's drop (MPI_Comm_free); the wrapper
+    // owns no memory of its own.
+    std::mem::forget(comm);
+    // SAFETY: `raw` is a live user communicator owned by the caller, used no more after this.
+    unsafe {
+        ffi::MPI_Comm_disconnect(&mut raw);
+    }
 }
 
 /// The parent intercommunicator of a spawned process, if this process was spawned.

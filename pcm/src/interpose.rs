@@ -97,7 +97,8 @@ fn add(counter: &AtomicU64, n: u64) {
 /// The counters, or null while profiling is off. Leaked once allocated: the wrappers may
 /// run until the process ends, after `Pcm` is gone.
 static COUNTERS: AtomicPtr<Counters> = AtomicPtr::new(std::ptr::null_mut());
-/// Handle of the current PCM world (as an address), 0 before init.
+/// Handle of the current PCM world, 0 before init. Handles are stored as `usize` and cast
+/// back with `as _`: they are pointers in Open MPI and `int`s in MPICH (never 0 in either).
 static WORLD: AtomicUsize = AtomicUsize::new(0);
 /// Nesting depth of [`Internal`] guards: non-zero while PCM itself talks.
 static INTERNAL: AtomicU32 = AtomicU32::new(0);
@@ -256,10 +257,7 @@ fn world_rank(comm: MPI_Comm, rank: c_int, peers: usize) -> Option<usize> {
                 if cache.len() >= MAX_CACHED_COMMS {
                     cache.remove(0);
                 }
-                cache.push((
-                    comm.0 as usize,
-                    translate_all(comm, MPI_Comm(world as *mut _)),
-                ));
+                cache.push((comm.0 as usize, translate_all(comm, MPI_Comm(world as _))));
                 cache.len() - 1
             }
         };
@@ -653,7 +651,7 @@ fn message_comm(message: *mut MPI_Message) -> Option<MPI_Comm> {
     // SAFETY: the caller passes a valid message handle pointer to MPI_(I)mrecv.
     let handle = unsafe { *message }.0 as usize;
     (handle != 0 && handle == PROBED_MESSAGE.load(Ordering::Relaxed))
-        .then(|| MPI_Comm(PROBED_COMM.load(Ordering::Relaxed) as *mut _))
+        .then(|| MPI_Comm(PROBED_COMM.load(Ordering::Relaxed) as _))
 }
 
 #[no_mangle]

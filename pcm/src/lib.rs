@@ -61,11 +61,14 @@
 //!   calls `status` again there: that first call returns [`Status::Continue`] at once.
 //!
 //! # Launching
-//! `mpirun -np P app` as usual, with spawning allowed (Open MPI:
-//! `OMPI_MCA_rmaps_base_oversubscribe=1`). Target hosts must be in the hostfile given to
-//! mpirun, named for PCM in `PCM_HOSTFILE`. A departed process frees its state and sleeps,
-//! using no measurable CPU, until the processes started with it finish: Open MPI 4 cannot
-//! finalize a process before the rest of its launch (see the `launch` module).
+//! `mpirun -np P app` (Open MPI 4) or `mpiexec -n P app` (MPICH 5, hydra) as usual, with
+//! spawning allowed (Open MPI: `OMPI_MCA_rmaps_base_oversubscribe=1`). Target hosts must be
+//! in the hostfile given to the launcher, named for PCM in `PCM_HOSTFILE`. [`Pcm::init`]
+//! refuses to start on another MPI library than the one pcm was compiled against
+//! ([`check_mpi_library`]). On MPICH a departed process finalizes and exits at once; on
+//! Open MPI 4 it frees its state and sleeps, using no measurable CPU, until the processes
+//! started with it finish, since Open MPI 4 cannot finalize a process before the rest of its
+//! launch (see the `launch` module).
 //!
 //! # Settings (environment)
 //! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
@@ -93,6 +96,7 @@ mod interpose;
 mod launch;
 mod profile;
 mod reconfig;
+mod runtime;
 mod schedule;
 mod store;
 
@@ -112,6 +116,7 @@ pub use hosts::HOSTFILE_ENV;
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use profile::PROFILE_ENV;
+pub use runtime::{check_mpi_library, mpi_library_version, MpiFamily, MpiLibrary};
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
 
 use daemon::DaemonLink;
@@ -272,6 +277,11 @@ impl Pcm {
             reason: e.to_string(),
         })?;
         let profiling = profile::enabled_from_env()?;
+        runtime::check_mpi_library()?;
+        if runtime::PROMPT_DEPARTURE && std::env::var_os(runtime::MPICH_LOCAL_FINALIZE).is_none() {
+            // Read by MPI_Init, below; still single-threaded here.
+            std::env::set_var(runtime::MPICH_LOCAL_FINALIZE, "1");
+        }
         let (universe, _) =
             mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
         let _internal = interpose::Internal::enter();
@@ -631,7 +641,9 @@ impl Pcm {
             daemon.set_iteration(job.iteration);
             daemon.shutdown(Duration::from_millis(500));
         }
-        launch.release_if_lowest(&universe.world());
+        if !runtime::PROMPT_DEPARTURE {
+            launch.release_if_lowest(&universe.world());
+        }
         drop(world);
         drop(universe);
     }
@@ -653,9 +665,10 @@ impl Departed {
 
     /// Leaves the job and ends the process with status 0.
     ///
-    /// Open MPI 4 finalizes a process only together with the processes launched with it, so
-    /// this sleeps (no measurable CPU) until they finish, then returns from `MPI_Finalize`
-    /// and exits. Release large buffers before calling it.
+    /// On MPICH it finalizes and exits at once. Open MPI 4 finalizes a process only together
+    /// with the processes launched with it, so there this sleeps (no measurable CPU) until
+    /// they finish, then returns from `MPI_Finalize` and exits. Release large buffers
+    /// before calling it.
     pub fn finalize(self) -> ! {
         let Departed {
             daemon,
@@ -667,8 +680,10 @@ impl Departed {
         if let Some(daemon) = daemon {
             daemon.shutdown(Duration::from_millis(500));
         }
-        tracing::debug!("former rank {rank} waits for its launch to end");
-        launch.leave(&universe.world());
+        if !runtime::PROMPT_DEPARTURE {
+            tracing::debug!("former rank {rank} waits for its launch to end");
+            launch.leave(&universe.world());
+        }
         drop(universe);
         std::process::exit(0)
     }

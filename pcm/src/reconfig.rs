@@ -14,7 +14,9 @@
 //! 5. Everyone but the departing ranks splits out the new world, ordered so that child j
 //!    takes rank `moves[j].rank` and every other rank keeps its own.
 //! 6. The merged and spawn communicators are released (the intercommunicator disconnect is
-//!    collective between parents and children).
+//!    collective between parents and children), and the parents release the old world. On
+//!    MPICH all three are disconnected, so that a departing process shares nothing with
+//!    the job any more and can exit at once (see `runtime::PROMPT_DEPARTURE`).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -228,7 +230,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
         Color::with_value(0)
     };
     let new_world = merged.split_by_color_with_key(color, pcm.rank as i32);
-    drop(merged);
+    release(merged);
     drop(inter);
     let mut timings = timings;
     timings.merge_split_us += micros(split_started);
@@ -258,7 +260,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
                 launch,
                 ..
             } = pcm;
-            drop(world);
+            release(world);
             Ok(Reconfigured::Departed(Departed {
                 rank,
                 daemon,
@@ -267,7 +269,8 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
             }))
         }
         (None, Some(world)) => {
-            pcm.world = world;
+            // The departing ranks release the old world at this point too.
+            release(std::mem::replace(&mut pcm.world, world));
             pcm.job.migrations += 1;
             pcm.job.next_check = iteration + 1;
             if pcm.rank == 0 {
@@ -315,7 +318,7 @@ pub(crate) fn join_as_replacement(
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)
         .ok_or(PcmError::internal("replacement left out of the new world"))?;
-    drop(merged);
+    release(merged);
     drop(parent);
 
     let iteration = job.iteration;
@@ -349,6 +352,17 @@ pub(crate) fn join_as_replacement(
         pcm.host
     );
     Ok(pcm)
+}
+
+/// Lets go of a communicator shared with departing processes, at the same point on all its
+/// members: disconnected where departures are prompt (so that the departing process owes
+/// the others nothing and can finalize alone), freed otherwise.
+fn release(comm: SimpleCommunicator) {
+    if crate::runtime::PROMPT_DEPARTURE {
+        ffi::disconnect(comm);
+    } else {
+        drop(comm);
+    }
 }
 
 fn send_state(comm: &SimpleCommunicator, to: i32, store: &Store) {

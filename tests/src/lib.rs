@@ -1,6 +1,7 @@
-//! Harness for the end-to-end tests: runs the project's release binaries under `mpirun`
-//! with the documented Open MPI settings, with a deadline on every run and a guard that
-//! kills the whole process group it started (mpirun, its daemons, every rank, spawned
+//! Harness for the end-to-end tests: runs the project's release binaries under the MPI
+//! runtime they were built for (`mpirun` with the documented Open MPI settings, or MPICH's
+//! hydra `mpiexec`; see [`Runtime`]), with a deadline on every run and a guard that kills
+//! the whole process group it started (the launcher, its daemons, every rank, spawned
 //! replacements included) if a test fails or times out.
 //!
 //! The binaries must be built first (`cargo build --release --bins`, which `scripts/test.sh`
@@ -33,6 +34,99 @@ pub const OMPI_ENV: &[(&str, &str)] = &[
     ("OMPI_MCA_mpi_yield_when_idle", "1"),
     ("OMPI_MCA_btl", "self,vader,tcp"),
 ];
+
+/// MPICH settings every PCM job needs: a departed process finalizes alone (PCM sets it too),
+/// and UCX keeps its warnings off stdout, where they would follow the JSON report.
+pub const MPICH_ENV: &[(&str, &str)] = &[
+    ("MPIR_CVAR_NO_COLLECTIVE_FINALIZE", "1"),
+    ("UCX_LOG_LEVEL", "error"),
+];
+
+/// The MPICH version `scripts/setup.sh` installs, and where.
+pub const MPICH_VERSION: &str = "5.0.2";
+
+/// An MPI runtime the project builds and runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// Open MPI 4 from Debian: `mpirun`.
+    OpenMpi,
+    /// MPICH from the project's venv (`.mpi/mpich-VERSION`): hydra's `mpiexec`.
+    Mpich,
+}
+
+impl Runtime {
+    /// The runtime the binaries under test were built for: `MPI_IOS_RUNTIME`, as
+    /// `scripts/setup.sh` exports it with the build's target directory (default `openmpi`).
+    /// Panics on any other value.
+    pub fn current() -> Runtime {
+        match std::env::var("MPI_IOS_RUNTIME").as_deref() {
+            Err(_) | Ok("") | Ok("openmpi") => Runtime::OpenMpi,
+            Ok("mpich") => Runtime::Mpich,
+            Ok(other) => panic!("MPI_IOS_RUNTIME={other:?}: use openmpi or mpich"),
+        }
+    }
+
+    /// MPICH's installation prefix (the venv `scripts/setup.sh` creates).
+    pub fn mpich_prefix() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(".mpi")
+            .join(format!("mpich-{MPICH_VERSION}"))
+    }
+
+    /// The launcher: Open MPI's `mpirun`, or hydra's `mpiexec` from MPICH's venv (by path,
+    /// so that a PATH set up for the other runtime cannot mix them).
+    pub fn launcher(self) -> PathBuf {
+        match self {
+            Runtime::OpenMpi => PathBuf::from("mpirun"),
+            Runtime::Mpich => Self::mpich_prefix().join("bin").join("mpiexec.hydra"),
+        }
+    }
+
+    /// The settings every PCM job needs on this runtime.
+    pub fn job_env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Runtime::OpenMpi => OMPI_ENV,
+            Runtime::Mpich => MPICH_ENV,
+        }
+    }
+
+    /// Launcher arguments that run `ranks` processes.
+    pub fn ranks_args(self, ranks: usize) -> [String; 2] {
+        let flag = match self {
+            Runtime::OpenMpi => "-np",
+            Runtime::Mpich => "-n",
+        };
+        [flag.to_owned(), ranks.to_string()]
+    }
+
+    /// Launcher arguments that pass `key=value` to the ranks of one program of an MPMD
+    /// launch (`A : B`) only.
+    pub fn local_env_args(self, key: &str, value: &str) -> Vec<String> {
+        match self {
+            Runtime::OpenMpi => vec!["-x".into(), format!("{key}={value}")],
+            Runtime::Mpich => vec!["-env".into(), key.into(), value.into()],
+        }
+    }
+
+    /// The launcher's per-host daemon, which starts the ranks there: Open MPI's `orted`,
+    /// hydra's `hydra_pmi_proxy`.
+    pub fn node_daemon(self) -> &'static str {
+        match self {
+            Runtime::OpenMpi => "orted",
+            Runtime::Mpich => "hydra_pmi_proxy",
+        }
+    }
+
+    /// Launcher arguments that pass `key=value` to every rank (replacements included). For
+    /// Open MPI (`-x key`) the launcher's own environment must hold the value too.
+    pub fn env_args(self, key: &str, value: &str) -> Vec<String> {
+        match self {
+            Runtime::OpenMpi => vec!["-x".into(), key.into()],
+            Runtime::Mpich => vec!["-genv".into(), key.into(), value.into()],
+        }
+    }
+}
 
 /// Directory holding the project's binaries of the profile the tests were built with.
 pub fn bin_dir() -> PathBuf {
@@ -218,6 +312,17 @@ impl Finished {
     }
 }
 
+impl Finished {
+    /// The report's `mpi_library`: the first line of the MPI library's version text, as the
+    /// program found it at run time. Panics like [`Finished::report`].
+    pub fn mpi_library(&self) -> String {
+        self.report();
+        let last = self.stdout.lines().rev().find(|l| !l.trim().is_empty());
+        let value: serde_json::Value = serde_json::from_str(last.unwrap_or("")).unwrap();
+        value["mpi_library"].as_str().unwrap_or("").to_owned()
+    }
+}
+
 /// The heat2d report (the fields the tests read).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Report {
@@ -244,14 +349,14 @@ pub struct MpiJob {
     pub program: String,
     /// Program arguments.
     pub args: Vec<String>,
-    /// Extra environment, exported to the ranks with `-x`.
+    /// Extra environment, exported to the ranks (`-x` for Open MPI, `-genv` for hydra).
     pub env: BTreeMap<String, String>,
-    /// Extra mpirun options (before the program).
+    /// Extra launcher options (before the program), for the runtime the job runs on.
     pub mpirun_options: Vec<String>,
 }
 
 impl MpiJob {
-    /// `mpirun -np ranks program args...`.
+    /// `mpirun -np ranks program args...` (or `mpiexec -n ...` on MPICH).
     pub fn new(ranks: usize, program: &str, args: &[&str]) -> Self {
         MpiJob {
             ranks,
@@ -275,24 +380,26 @@ impl MpiJob {
         self
     }
 
-    /// The mpirun command.
+    /// The launcher command, for [`Runtime::current`].
     pub fn command(&self) -> Command {
-        let mut command = Command::new("mpirun");
-        for (k, v) in OMPI_ENV {
+        let runtime = Runtime::current();
+        let mut command = Command::new(runtime.launcher());
+        for (k, v) in runtime.job_env() {
             command.env(k, v);
         }
-        if !self.env.contains_key("PCM_DAEMON") {
-            // Tests never talk to a daemon they did not start.
-            command.env("PCM_DAEMON", "none");
-        }
-        for (k, v) in &self.env {
+        let mut env = self.env.clone();
+        // Tests never talk to a daemon they did not start.
+        env.entry("PCM_DAEMON".into())
+            .or_insert_with(|| "none".into());
+        // Set for the launcher too: hydra passes its own environment on, and Open MPI's `-x`
+        // below takes the values from there.
+        for (k, v) in &env {
             command.env(k, v);
         }
-        command.arg("-np").arg(self.ranks.to_string());
-        for k in self.env.keys() {
-            command.arg("-x").arg(k);
+        command.args(runtime.ranks_args(self.ranks));
+        for (k, v) in &env {
+            command.args(runtime.env_args(k, v));
         }
-        command.arg("-x").arg("PCM_DAEMON");
         command.args(&self.mpirun_options);
         command.arg(bin(&self.program)).args(&self.args);
         command

@@ -37,6 +37,15 @@
 //! bridge, the veths and the files, also when a test panicked. A cluster left behind by a test
 //! process that was killed outright is removed by the next [`Cluster::new`].
 //!
+//! # MPICH (hydra)
+//! With `MPI_IOS_RUNTIME=mpich` ([`Runtime::current`]) the same agent script serves as
+//! hydra's `-launcher ssh -launcher-exec SCRIPT`: hydra calls it like ssh too, to start a
+//! `hydra_pmi_proxy` on each node (also later, for spawns). `-localhost BRIDGE_ADDR` makes
+//! the proxies call `mpiexec` back on the bridge (`-iface` needs the interface where
+//! `mpiexec` runs, and the bridge's name differs from the nodes' `eth0`). The ranks get
+//! `UCX_NET_DEVICES=eth0` and `UCX_TLS=tcp,self,sm`: UCX's TCP transport on `lo` is not
+//! usable. Hostfiles are written in hydra's `host:N` form.
+//!
 //! # What Open MPI 4.1 needed (found by experiment)
 //! - `--mca plm_rsh_agent SCRIPT`: Open MPI calls it like ssh, `SCRIPT HOST orted ...args`;
 //!   it passed no options before HOST with a custom agent, but the script skips ssh-style
@@ -71,7 +80,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::cgroup::{self, CpuCap, NodeCgroup};
-use crate::{Group, MpiJob};
+use crate::{Group, MpiJob, Runtime};
 
 /// Prefix of every namespace a cluster creates (`pcmt<pid>s<seq>-<letter>`).
 const NETNS_PREFIX: &str = "pcmt";
@@ -135,6 +144,14 @@ fn run(program: &str, args: &[&str]) -> Result<String, String> {
 
 fn ip(args: &[&str]) -> Result<String, String> {
     run("ip", args)
+}
+
+/// A hostfile line giving `host` `slots` processes, in the current runtime's syntax.
+fn hostfile_line(host: &str, slots: usize) -> String {
+    match Runtime::current() {
+        Runtime::OpenMpi => format!("{host} slots={slots}"),
+        Runtime::Mpich => format!("{host}:{slots}"),
+    }
 }
 
 /// Process ids whose network namespace is `netns`.
@@ -378,7 +395,7 @@ impl Cluster {
                 write!(map, " {}", procs.display()).unwrap();
             }
             writeln!(map).unwrap();
-            writeln!(hostfile, "{} slots=4", node.name).unwrap();
+            writeln!(hostfile, "{}", hostfile_line(&node.name, 4)).unwrap();
         }
         std::fs::write(cluster.dir.path().join("hosts.map"), map).map_err(|e| e.to_string())?;
         std::fs::write(&cluster.hostfile, hostfile).map_err(|e| e.to_string())?;
@@ -434,6 +451,17 @@ impl Cluster {
     /// The node with host name `host`; panics if there is none.
     pub fn node(&self, host: &str) -> &Node {
         &self.nodes[self.index(host)]
+    }
+
+    /// Process ids of everything running on node `host` (in its network namespace).
+    pub fn processes_on(&self, host: &str) -> Vec<i32> {
+        netns_pids(&self.node(host).netns)
+    }
+
+    /// Kills everything running on node `host` (SIGKILL), as an owner taking the machine
+    /// back would.
+    pub fn kill_everything_on(&self, host: &str) {
+        kill_netns_processes(&self.node(host).netns);
     }
 
     fn index(&self, host: &str) -> usize {
@@ -505,8 +533,23 @@ impl Cluster {
         &self.agent
     }
 
-    /// The mpirun options for running on the cluster with `hostfile` as the allocation.
+    /// The launcher options for running on the cluster with `hostfile` as the allocation,
+    /// for [`Runtime::current`] (see the module notes).
     pub fn mpirun_options_with(&self, hostfile: &Path) -> Vec<String> {
+        if Runtime::current() == Runtime::Mpich {
+            return [
+                "-f",
+                &hostfile.display().to_string(),
+                "-launcher",
+                "ssh",
+                "-launcher-exec",
+                &self.agent.display().to_string(),
+                "-localhost",
+                &self.bridge_addr,
+            ]
+            .map(str::to_owned)
+            .to_vec();
+        }
         let mut options = vec!["--hostfile".to_string(), hostfile.display().to_string()];
         for (k, v) in [
             ("plm_rsh_agent", self.agent.display().to_string()),
@@ -528,7 +571,14 @@ impl Cluster {
 
     /// Environment for jobs on the cluster (see the module notes).
     pub fn env_with(&self, hostfile: &Path) -> Vec<(String, String)> {
-        vec![("PCM_HOSTFILE".into(), hostfile.display().to_string())]
+        let mut env = vec![("PCM_HOSTFILE".into(), hostfile.display().to_string())];
+        if Runtime::current() == Runtime::Mpich {
+            // UCX between nodes over their one interface; its TCP transport on `lo` is not
+            // usable ("no route"), and shared memory joins ranks on one node.
+            env.push(("UCX_NET_DEVICES".into(), "eth0".into()));
+            env.push(("UCX_TLS".into(), "tcp,self,sm".into()));
+        }
+        env
     }
 
     /// Environment for jobs using the cluster's hostfile.
@@ -559,11 +609,11 @@ impl Cluster {
         }
         let mut text = String::new();
         for (host, count) in &order {
-            writeln!(text, "{host} slots={count}").unwrap();
+            writeln!(text, "{}", hostfile_line(host, *count)).unwrap();
         }
         for node in &self.nodes {
             if !order.iter().any(|(h, _)| *h == node.name) {
-                writeln!(text, "{} slots=1", node.name).unwrap();
+                writeln!(text, "{}", hostfile_line(&node.name, 1)).unwrap();
             }
         }
         let n = self.jobs.fetch_add(1, Ordering::Relaxed);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mpi_ios_tests::cgroup::{self, CpuCap, NodeCgroup};
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob};
+use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Runtime};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -148,10 +148,12 @@ fn given_capped_nodes_then_ranks_started_by_mpirun_sit_in_their_nodes_cgroups() 
         let pids = node.pids();
         let names: Vec<String> = pids.iter().map(|&p| comm(p)).collect();
         eprintln!("{host} cgroup {}: {names:?}", node.name());
-        // Open MPI's daemon for the node is there too, so nothing of the node escapes.
+        // The launcher's daemon for the node is there too, so nothing of the node escapes.
+        // (`comm` is at most 15 characters: hydra_pmi_proxy just fits.)
+        let daemon = Runtime::current().node_daemon();
         assert!(
-            names.iter().any(|n| n == "orted"),
-            "no orted in {host}'s cgroup: {names:?}"
+            names.iter().any(|n| n == daemon),
+            "no {daemon} in {host}'s cgroup: {names:?}"
         );
         let rank = ranks_in(node)[0];
         let proc_cgroup = std::fs::read_to_string(format!("/proc/{rank}/cgroup")).unwrap();

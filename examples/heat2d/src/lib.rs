@@ -42,6 +42,7 @@
 //!         cols: args.cols,
 //!         migrations: None,
 //!         hosts: None,
+//!         mpi_library: pcm::mpi_library_version(),
 //!     };
 //!     report.print().expect("stdout");
 //! }

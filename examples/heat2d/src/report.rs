@@ -25,6 +25,10 @@ pub struct Report {
     /// Host of each rank at the end, by rank (instrumented runs only; omitted when `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// The MPI library the run used: the first line of its `MPI_Get_library_version`
+    /// (`pcm::mpi_library_version`). Empty in reports written before it was added.
+    #[serde(default)]
+    pub mpi_library: String,
 }
 
 impl Report {
@@ -60,6 +64,7 @@ mod tests {
             cols: 9,
             migrations,
             hosts: None,
+            mpi_library: "MPICH Version: 5.0.2".into(),
         }
     }
 
@@ -68,7 +73,7 @@ mod tests {
         let json = report(None).to_json();
         assert_eq!(
             json,
-            r#"{"checksum":"ab","iterations":10,"seconds":1.5,"ranks":2,"rows":8,"cols":9}"#
+            r#"{"checksum":"ab","iterations":10,"seconds":1.5,"ranks":2,"rows":8,"cols":9,"mpi_library":"MPICH Version: 5.0.2"}"#
         );
         let back: Report = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, report(None));
@@ -77,6 +82,6 @@ mod tests {
     #[test]
     fn given_migrations_then_field_is_present() {
         let json = report(Some(3)).to_json();
-        assert!(json.ends_with(r#","migrations":3}"#), "{json}");
+        assert!(json.contains(r#","migrations":3,"#), "{json}");
     }
 }

@@ -14,15 +14,23 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
 fn main() -> ExitCode {
+    // No PCM here, but the same check: the MPI library loaded must be the one built against.
+    let mpi_library = match pcm::check_mpi_library() {
+        Ok(library) => library,
+        Err(e) => {
+            eprintln!("heat2d-plain: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let Some(universe) = mpi::initialize() else {
         eprintln!("heat2d-plain: MPI initialization failed");
         return ExitCode::FAILURE;
     };
-    run(&universe.world())
+    run(&universe.world(), mpi_library)
     // `universe` drops here: MPI_Finalize on every rank, whatever the outcome.
 }
 
-fn run(world: &SimpleCommunicator) -> ExitCode {
+fn run(world: &SimpleCommunicator, mpi_library: String) -> ExitCode {
     let (rank, size) = (world.rank(), world.size());
     let args: Args = match parse_on_all_ranks(world) {
         Ok(args) => args,
@@ -70,6 +78,7 @@ fn run(world: &SimpleCommunicator) -> ExitCode {
             cols: args.cols,
             migrations: None,
             hosts: None,
+            mpi_library,
         };
         if let Err(e) = report.print() {
             eprintln!("heat2d-plain: writing the report: {e}");

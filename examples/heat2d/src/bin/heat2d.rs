@@ -108,6 +108,7 @@ fn run(mut pcm: Pcm) -> Result<ExitCode, PcmError> {
             cols: args.cols,
             migrations: Some(pcm.migrations()),
             hosts: Some(pcm.rank_hosts().iter().map(ToString::to_string).collect()),
+            mpi_library: pcm::mpi_library_version(),
         };
         if let Err(e) = report.print() {
             eprintln!("heat2d: writing the report: {e}");
