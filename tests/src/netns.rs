@@ -528,6 +528,16 @@ impl Cluster {
         &self.hostfile
     }
 
+    /// Kills every process running on the nodes (in their network namespaces) and waits
+    /// until they are gone, at most 5 s. The ranks of a launch killed through its process
+    /// group outlive it by up to a second (their node daemon notices later), and would run
+    /// on into the next experiment.
+    pub fn clear_nodes(&self) {
+        for netns in &self.created_netns {
+            kill_netns_processes(netns);
+        }
+    }
+
     /// The rsh agent script.
     pub fn agent(&self) -> &Path {
         &self.agent

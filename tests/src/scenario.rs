@@ -331,7 +331,8 @@ pub const PROGRESS_LINES: u64 = 200;
 impl Scenario {
     /// Measures how many iterations per second heat2d-plain makes on the scenario's grid and
     /// placement on `cluster`, unloaded: a job with no end runs for `window` after its first
-    /// progress line plus a warm-up, then is killed. Logs go under `dir`.
+    /// progress line plus a warm-up, then it and everything else on the nodes is killed (call
+    /// it before anything else runs there). Logs go under `dir`.
     ///
     /// Scenario runs are sized by this measurement, never by an iteration count tuned on one
     /// machine: machines of one kind differ in speed by 4x or more, and a run sized in
@@ -412,6 +413,8 @@ impl Scenario {
             std::thread::sleep(Duration::from_millis(10));
         }
         group.kill();
+        // Nothing else runs on the nodes yet (the agents start with the run itself).
+        cluster.clear_nodes();
         match (points.first(), points.last()) {
             (Some(&(t0, i0)), Some(&(t1, i1))) if t1 > t0 && i1 > i0 => {
                 Ok((i1 - i0) as f64 / (t1 - t0))
