@@ -329,6 +329,22 @@ impl Length {
 pub const PROGRESS_LINES: u64 = 200;
 
 impl Scenario {
+    /// heat2d's arguments for the scenario's grid.
+    fn heat2d_args(&self, iters: u64, report_every: u64) -> Vec<String> {
+        [
+            "--rows",
+            &self.rows.to_string(),
+            "--cols",
+            &self.cols.to_string(),
+            "--iters",
+            &iters.to_string(),
+            "--report-every",
+            &report_every.to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
     /// Measures how many iterations per second heat2d-plain makes on the scenario's grid and
     /// placement on `cluster`, unloaded: a job with no end runs for `window` after its first
     /// progress line plus a warm-up, then it and everything else on the nodes is killed (call
@@ -359,17 +375,8 @@ impl Scenario {
         let run_dir = dir.join("calibration");
         std::fs::create_dir_all(&run_dir)
             .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
-        let args = [
-            "--rows".to_owned(),
-            self.rows.to_string(),
-            "--cols".to_owned(),
-            self.cols.to_string(),
-            "--iters".to_owned(),
-            // Longer than any window: the job is killed once measured.
-            u32::MAX.to_string(),
-            "--report-every".to_owned(),
-            "5".to_owned(),
-        ];
+        // Longer than any window: the job is killed once measured.
+        let args = self.heat2d_args(u64::from(u32::MAX), 5);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let job = cluster.job(
             MpiJob::new(self.placement.len(), "heat2d-plain", &args),
@@ -517,16 +524,7 @@ impl Scenario {
         } else {
             "heat2d-plain"
         };
-        let args = [
-            "--rows".to_owned(),
-            self.rows.to_string(),
-            "--cols".to_owned(),
-            self.cols.to_string(),
-            "--iters".to_owned(),
-            self.iters.to_string(),
-            "--report-every".to_owned(),
-            self.report_every.to_string(),
-        ];
+        let args = self.heat2d_args(self.iters, self.report_every);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut job = MpiJob::new(self.placement.len(), program, &args);
         if mode == Mode::Adaptive {

@@ -168,29 +168,36 @@ impl Store {
         if fs::read(&path).is_ok_and(|old| old == bytes) {
             return Ok(Committed::Already);
         }
+        self.write_atomically(&path, "manifest", &bytes)?;
+        self.retire_jobs_other_than(&manifest.series, &manifest.job);
+        self.prune(&manifest.series);
+        Ok(Committed::New)
+    }
+
+    /// Writes `bytes` as `path` (mode 0600): to a temporary file in its directory, synced,
+    /// renamed into place, the directory synced.
+    fn write_atomically(&self, path: &Path, label: &str, bytes: &[u8]) -> Result<(), Error> {
         let dir = path
             .parent()
-            .ok_or_else(|| Error::Protocol("manifest path has no directory".into()))?;
+            .ok_or_else(|| Error::Protocol(format!("{} has no directory", path.display())))?;
         Self::create_dir(dir)?;
-        let temp = self.temp_path(dir, "manifest");
+        let temp = self.temp_path(dir, label);
         let written = (|| {
             let mut file = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .open(&temp)?;
-            file.write_all(&bytes)?;
+            file.write_all(bytes)?;
             file.sync_all()?;
-            fs::rename(&temp, &path)?;
+            fs::rename(&temp, path)?;
             sync_dir(dir)
         })();
         if let Err(e) = written {
             let _ = fs::remove_file(&temp);
             return Err(e.into());
         }
-        self.retire_jobs_other_than(&manifest.series, &manifest.job);
-        self.prune(&manifest.series);
-        Ok(Committed::New)
+        Ok(())
     }
 
     /// Once a job has a complete checkpoint, or has finished, the checkpoints of earlier jobs
@@ -222,29 +229,10 @@ impl Store {
     pub fn finish(&self, series: &Series, finished: &Finished) -> Result<(), Error> {
         let _guard = self.guard();
         let path = self.finished_path(series);
-        let dir = path
-            .parent()
-            .ok_or_else(|| Error::Protocol("series path has no directory".into()))?;
-        Self::create_dir(dir)?;
         let mut bytes = Vec::new();
         ciborium::into_writer(finished, &mut bytes)
             .map_err(|e| Error::Format(format!("encoding the finished mark: {e}")))?;
-        let temp = self.temp_path(dir, "finished");
-        let written = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)?;
-            file.write_all(&bytes)?;
-            file.sync_all()?;
-            fs::rename(&temp, &path)?;
-            sync_dir(dir)
-        })();
-        if let Err(e) = written {
-            let _ = fs::remove_file(&temp);
-            return Err(e.into());
-        }
+        self.write_atomically(&path, "finished", &bytes)?;
         self.retire_jobs_other_than(series, &finished.job);
         Ok(())
     }
