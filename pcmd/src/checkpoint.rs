@@ -179,6 +179,10 @@ impl Service {
     /// Binds the listeners and starts serving on background threads. Call it after the
     /// daemon took its lock, which also guards the `.ckpt` socket.
     pub fn start(config: Config) -> Result<Service, Error> {
+        // Checkpoints are read back into running jobs: their directory must be ours alone.
+        // Checked first, so that a refusal leaves no socket or buddy thread behind.
+        pcm_proto::ensure_private_dir(&config.dir)
+            .map_err(|e| Error::Config(format!("checkpoint directory: {e}")))?;
         let listen_err = |what: String| move |source| Error::Listen { what, source };
         let socket = config.socket.clone();
         let socket_name = socket.display().to_string();
@@ -205,9 +209,6 @@ impl Service {
             (Some(addr), Some(key)) => Some(Buddy::start(addr.clone(), key.clone())),
             _ => None,
         };
-        // Checkpoints are read back into running jobs: their directory must be ours alone.
-        pcm_proto::ensure_private_dir(&config.dir)
-            .map_err(|e| Error::Config(format!("checkpoint directory: {e}")))?;
         let shared = Arc::new(Shared {
             store: Store::new(config.dir.clone()),
             host: config.host,
