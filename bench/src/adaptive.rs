@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, ensure, Context as _, Result};
 use clap::Args;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
@@ -48,7 +48,8 @@ pub struct AdaptiveArgs {
     /// Short run for CI: 5 s unloaded, load at 2 s, join at 3 s.
     #[arg(long)]
     pub quick: bool,
-    /// Fail unless at least one automatic migration happened and the checksums match (the
+    /// Fail unless at least one automatic migration happened, the ranks ended off the loaded
+    /// node and on the node that brought the capacity, and the checksums match (the
     /// run's own acceptance check; CI uses it).
     #[arg(long)]
     pub check: bool,
@@ -326,6 +327,19 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
     for (host, d) in a.decisions.iter().filter(|(_, d)| d.contains("migration")) {
         println!("agent on {host}: {d}");
     }
+    // The hog runs on node-b; the capacity that frees it is node-c's (the joining node) or,
+    // with a cooperating node from the start, node-a's.
+    let used = if args.cooperating { "node-a" } else { "node-c" };
+    match check_final_placement(a, "node-b", used) {
+        Ok(hosts) => println!(
+            "final placement: {} (node-b vacated, {used} used)",
+            hosts.join(" ")
+        ),
+        Err(e) => {
+            println!("final placement: FAILED: {e:#}");
+            ok = false;
+        }
+    }
     let sums: Vec<&str> = [
         Some(a),
         summary.static_run.as_ref(),
@@ -462,4 +476,26 @@ fn keep_logs(from: &Path, to: &Path) {
             }
         }
     }
+}
+
+/// At the end of an adaptive run the slowed node `vacated` runs no rank while `used` runs
+/// one. Which moves got there is the agents' choice: a cooperating node with room may take
+/// the rank first and pass it on to a faster newcomer. Returns where the ranks ended.
+pub fn check_final_placement(
+    adaptive: &Outcome,
+    vacated: &str,
+    used: &str,
+) -> Result<Vec<String>> {
+    let moves: Vec<&str> = adaptive.migrations().map(|m| m.what.as_str()).collect();
+    let hosts = adaptive
+        .report
+        .hosts
+        .clone()
+        .context("heat2d's report names no hosts")?;
+    ensure!(
+        !hosts.iter().any(|h| h == vacated) && hosts.iter().any(|h| h == used),
+        "the agents did not leave {vacated} for {used}: the ranks ended on {hosts:?} after \
+         the migrations {moves:?}"
+    );
+    Ok(hosts)
 }

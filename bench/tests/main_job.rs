@@ -1,5 +1,6 @@
 //! The main job in its short mode (what `scripts/main-job.sh --quick` runs after building):
-//! at least one automatic migration, checksums equal to the plain runs, the plot written.
+//! at least one automatic migration, the loaded node left for the joining one, checksums equal
+//! to the plain runs, the plot written.
 //! Needs root (network namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
@@ -56,7 +57,14 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
         text.contains("RESULT: checksums match bit for bit"),
         "{text}"
     );
-    assert!(text.contains("moved node-b -> node-c"), "{text}");
+    // The agents' own moves took the rank off the loaded node; where it went first is their
+    // choice (node-a may take it and pass one on to node-c), where the ranks ended is checked
+    // by `--check`, and printed.
+    assert!(text.contains("moved node-b -> "), "{text}");
+    assert!(
+        text.contains("final placement: ") && text.contains("(node-b vacated, node-c used)"),
+        "{text}"
+    );
     for name in ["throughput.svg", "throughput.png", "timeline.csv"] {
         let len = std::fs::metadata(out.join(name)).map_or(0, |m| m.len());
         assert!(len > 500, "{name}: {len} bytes");
