@@ -453,9 +453,46 @@ pub struct Agent {
     /// When a hint last made this agent steal (hints are obeyed at most once per steal period).
     hinted_at: Option<Instant>,
     outgoing: Option<Outgoing>,
+    /// Set by [`Agent::handle_leave`]: the node is being drained.
+    leaving: Option<Leaving>,
     pub(crate) cluster: Cluster,
     pub(crate) stats: Stats,
 }
+
+/// The drain of a node whose agent leaves the pool.
+#[derive(Debug, Clone, Copy)]
+struct Leaving {
+    started: Instant,
+    /// When peers are next told that this node has work to give.
+    next_call: Instant,
+    moved: u64,
+    failed: u64,
+}
+
+/// How far the drain started by [`Agent::handle_leave`] has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaveProgress {
+    /// When the drain started.
+    pub started: Instant,
+    /// Registered entities still on the node.
+    pub entities_left: usize,
+    /// The move under way, if any.
+    pub moving: Option<MigrationId>,
+    /// Moves that completed since the drain started.
+    pub moved: u64,
+    /// Moves that failed or timed out since the drain started.
+    pub failed: u64,
+}
+
+impl LeaveProgress {
+    /// Whether nothing of any job is registered on the node and no move is under way.
+    pub fn is_drained(&self) -> bool {
+        self.entities_left == 0 && self.moving.is_none()
+    }
+}
+
+/// Most peers a leaving node calls at once (nearest tiers first).
+pub const MAX_LEAVE_CALLS: usize = 32;
 
 impl Agent {
     /// An agent with identity `me` on host `host`, starting at `now`.
@@ -499,6 +536,7 @@ impl Agent {
             refused: VecDeque::new(),
             hinted_at: None,
             outgoing: None,
+            leaving: None,
             stats: Stats::default(),
         })
     }
@@ -548,6 +586,17 @@ impl Agent {
     /// Whether a migration decided here is under way.
     pub fn is_migrating(&self) -> bool {
         self.outgoing.is_some()
+    }
+
+    /// The drain's progress, once [`Agent::handle_leave`] was called.
+    pub fn leave_progress(&self) -> Option<LeaveProgress> {
+        self.leaving.map(|l| LeaveProgress {
+            started: l.started,
+            entities_left: self.entities.len(),
+            moving: self.outgoing.as_ref().map(|o| o.id),
+            moved: l.moved,
+            failed: l.failed,
+        })
     }
 
     /// Until when an entity is held back from moving, if it is.
@@ -673,6 +722,32 @@ impl Agent {
         }
     }
 
+    /// The node leaves the pool: from now on the agent moves every registered entity of its
+    /// node to other nodes, one move at a time, each destination chosen by the same model as
+    /// any move but with this node offering nothing ([`NodeProfile::departing`]) and with no
+    /// hold-down (an entity that just arrived must leave too). It stops stealing and taking
+    /// work. NSp2p: peers are told that work is available every steal period, and a lightly
+    /// loaded one steals it as usual. NSc2c: the node reports the departing profile to its
+    /// manager, so no work comes to it, but moving its entities off is left to the manager's
+    /// balancing and not driven from here (not yet tested). Follow the drain with
+    /// [`Agent::leave_progress`]; calling this again changes nothing.
+    pub fn handle_leave(&mut self, now: Instant) {
+        if self.leaving.is_some() {
+            return;
+        }
+        tracing::info!(agent = %self.me, entities = self.entities.len(), "leaving: draining the node");
+        self.leaving = Some(Leaving {
+            started: now,
+            next_call: now,
+            moved: 0,
+            failed: 0,
+        });
+        if matches!(self.thief, Thief::Stealing { .. }) {
+            self.thief = Thief::Idle { next_round: now };
+        }
+        self.call_for_thieves(now);
+    }
+
     /// Timers: call when [`Agent::poll_timeout`]'s instant has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(deadline) = now.checked_sub(self.config.peer_timeout) {
@@ -688,6 +763,7 @@ impl Agent {
             }
         }
         self.c2c_tick(now);
+        self.call_for_thieves(now);
         match self.thief {
             Thief::Idle { next_round } if now >= next_round => {
                 if let Some(b) = self.beneficiary(now) {
@@ -749,6 +825,9 @@ impl Agent {
         if let Some(o) = &self.outgoing {
             add(o.deadline);
         }
+        if let Some(l) = self.leaving.filter(|_| self.calls_for_thieves()) {
+            add(l.next_call);
+        }
         if let Some(oldest) = self.peers.oldest_seen() {
             add(oldest + self.config.peer_timeout);
         }
@@ -774,15 +853,76 @@ impl Agent {
         self.actions.push_back(Action::Send { to, message });
     }
 
+    /// The gates of a move of this node's entities. A leaving node's entities must go: no
+    /// hold-down (however recently they came) and no minimum gain beyond 0 (`min_gain` damps
+    /// optional moves; any destination with more room than the entity uses will do).
     pub(crate) fn policy(&self, now: Instant) -> Policy<'_> {
+        static NONE_HELD: std::sync::OnceLock<HashMap<EntityId, Instant>> =
+            std::sync::OnceLock::new();
+        let leaving = self.leaving.is_some();
         Policy {
             weights: &self.config.weights,
             cost: &self.config.cost,
-            min_gain: self.config.min_gain,
+            min_gain: if leaving { 0.0 } else { self.config.min_gain },
             max_group: self.config.max_group,
-            hold_down: self.config.hold_down,
-            held: &self.held,
+            hold_down: if leaving {
+                Duration::ZERO
+            } else {
+                self.config.hold_down
+            },
+            held: if leaving {
+                NONE_HELD.get_or_init(HashMap::new)
+            } else {
+                &self.held
+            },
             now,
+        }
+    }
+
+    /// This node's profile as the model and other agents see it: the sampled one, or
+    /// [`NodeProfile::departing`] while the node is drained.
+    pub(crate) fn own_profile(&self) -> Option<NodeProfile> {
+        let node = self.node?;
+        Some(if self.leaving.is_some() {
+            node.departing()
+        } else {
+            node
+        })
+    }
+
+    /// Whether a leaving NSp2p node still calls peers to take its entities.
+    fn calls_for_thieves(&self) -> bool {
+        self.config.topology == Topology::PeerToPeer
+            && self.leaving.is_some()
+            && self.outgoing.is_none()
+            && !self.entities.is_empty()
+    }
+
+    /// NSp2p, leaving: once per steal period while entities are left and none is moving,
+    /// tells the nearest peers (up to [`MAX_LEAVE_CALLS`]) that work is available. Each may
+    /// answer with a work steal, decided here like any other.
+    fn call_for_thieves(&mut self, now: Instant) {
+        if !self.calls_for_thieves() {
+            return;
+        }
+        let Some(leaving) = self.leaving.as_mut() else {
+            return;
+        };
+        if now < leaving.next_call {
+            return;
+        }
+        leaving.next_call = now + self.config.steal_period;
+        let mut tier = Some(LatencyTier::Local);
+        let mut called: Vec<PeerId> = Vec::new();
+        while let Some(t) = tier.filter(|t| *t <= self.config.max_tier) {
+            called.extend(self.peers.in_tier(t).into_iter().cloned());
+            tier = t.next();
+        }
+        called.truncate(MAX_LEAVE_CALLS);
+        tracing::debug!(agent = %self.me, peers = called.len(), "leaving: calling for thieves");
+        for to in called {
+            self.stats.work_hints_sent += 1;
+            self.send(to, Message::WorkAvailable);
         }
     }
 
@@ -800,13 +940,16 @@ impl Agent {
         Some(Beneficiary {
             peer: self.me.clone(),
             host: self.host.clone(),
-            profile: self.node?,
+            profile: self.own_profile()?,
         })
     }
 
     /// Whether this agent steals at all now (NSp2p: its node is lightly loaded; NSc2c: it is
     /// a manager). A fully loaded NSp2p pool therefore sends nothing.
     fn may_steal(&self) -> bool {
+        if self.leaving.is_some() {
+            return false;
+        }
         match self.config.topology {
             Topology::PeerToPeer => {
                 self.node_is_fresh()
@@ -904,6 +1047,7 @@ impl Agent {
     /// newest such thief: the steal it sends is decided afresh like any other.
     fn offer_work(&mut self, now: Instant) {
         if self.config.topology != Topology::PeerToPeer
+            || self.leaving.is_some()
             || self.outgoing.is_some()
             || self.refused.is_empty()
             || !self.node_is_fresh()
@@ -996,7 +1140,7 @@ impl Agent {
         match self.config.topology {
             Topology::PeerToPeer => {
                 if first_time && steal.source.peer != self.me && self.outgoing.is_none() {
-                    if let Some(node) = self.node {
+                    if let Some(node) = self.own_profile() {
                         let plan = decision::select(
                             &self.policy(now),
                             &node,
@@ -1107,6 +1251,15 @@ impl Agent {
             self.entities.retain(|e| !out.entities.contains(&e.id));
         } else {
             self.stats.migrations_failed += 1;
+        }
+        if let Some(leaving) = self.leaving.as_mut() {
+            if completed {
+                leaving.moved += 1;
+            } else {
+                leaving.failed += 1;
+            }
+            // The next entity goes at once.
+            leaving.next_call = now;
         }
         match out.notify {
             Some(n) if n == self.me => self.on_migration_finished(now, out.id, completed),
@@ -1236,6 +1389,149 @@ mod tests {
         assert!(drain(&mut a).is_empty());
         assert_eq!(a.stats().steal_rounds_failed, 1);
         assert_eq!(a.poll_timeout(), Some(t1 + DEFAULT_STEAL_BACKOFF));
+    }
+
+    fn steal_from(thief: &str, id: u64, profile: NodeProfile) -> Message {
+        Message::WorkSteal {
+            id: MessageId(id),
+            origin: peer(thief),
+            source: peer(thief),
+            source_host: host(thief),
+            source_profile: profile,
+            ttl: 3,
+            tier: LatencyTier::Local,
+        }
+    }
+
+    fn migrations(actions: &[Action]) -> Vec<(MigrationId, Vec<EntityId>, PeerId)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Migrate {
+                    id, entities, to, ..
+                } => Some((*id, entities.clone(), to.clone())),
+                Action::Send { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_leaving_agent_calls_its_peers_and_gives_every_entity_to_idle_thieves_one_by_one() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        a.handle_peer_rtt(t0, peer("c"), Duration::from_millis(50));
+        // An idle, uncontended node: nothing would move if it were not leaving. Its entities
+        // arrived a moment ago, within the hold-down.
+        a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
+        let mut fresh = [entity(0, 0.9), entity(1, 0.9)];
+        for e in &mut fresh {
+            e.resident = Duration::from_secs(1);
+        }
+        a.handle_entities(t0, fresh.to_vec());
+        drain(&mut a);
+        assert!(a.leave_progress().is_none());
+        a.handle_leave(t0);
+        let calls: Vec<PeerId> = drain(&mut a)
+            .into_iter()
+            .filter_map(|x| match x {
+                Action::Send {
+                    to,
+                    message: Message::WorkAvailable,
+                } => Some(to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls, vec![peer("b"), peer("c")], "nearest tier first");
+        // It does not steal, even though its node is idle.
+        a.handle_timeout(t0 + Duration::from_secs(1));
+        assert!(drain(&mut a).iter().all(|x| !matches!(
+            x,
+            Action::Send {
+                message: Message::WorkSteal { .. },
+                ..
+            }
+        )));
+
+        a.handle_message(
+            t0,
+            peer("b"),
+            steal_from("b", 1, NodeProfile::idle(1.0, 1 << 30)),
+        );
+        let moves = migrations(&drain(&mut a));
+        assert_eq!(moves.len(), 1, "one entity at a time");
+        let (first, entities, to) = moves[0].clone();
+        assert_eq!((entities.len(), to), (1, peer("b")));
+        let progress = a.leave_progress().expect("leaving");
+        assert_eq!((progress.entities_left, progress.moving), (2, Some(first)));
+        // While it moves, another thief gets nothing.
+        a.handle_message(
+            t0,
+            peer("c"),
+            steal_from("c", 2, NodeProfile::idle(1.0, 1 << 30)),
+        );
+        assert!(migrations(&drain(&mut a)).is_empty());
+
+        let t1 = t0 + Duration::from_secs(1);
+        a.handle_migration_outcome(t1, first, MigrationOutcome::Completed);
+        // The peers are called again at once for the entity left.
+        assert_eq!(a.poll_timeout(), Some(t1));
+        a.handle_timeout(t1);
+        assert!(drain(&mut a).iter().any(|x| matches!(
+            x,
+            Action::Send {
+                message: Message::WorkAvailable,
+                ..
+            }
+        )));
+        a.handle_message(
+            t1,
+            peer("c"),
+            steal_from("c", 3, NodeProfile::idle(1.0, 1 << 30)),
+        );
+        let moves = migrations(&drain(&mut a));
+        assert_eq!(moves.len(), 1);
+        a.handle_migration_outcome(t1, moves[0].0, MigrationOutcome::Completed);
+        let progress = a.leave_progress().expect("leaving");
+        assert!(progress.is_drained(), "{progress:?}");
+        assert_eq!((progress.moved, progress.failed), (2, 0));
+        // Drained: no more calls.
+        a.handle_timeout(t1 + Duration::from_secs(10));
+        assert!(drain(&mut a).iter().all(|x| !matches!(
+            x,
+            Action::Send {
+                message: Message::WorkAvailable,
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn a_leaving_agent_gives_nothing_to_a_loaded_thief() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
+        a.handle_entities(t0, vec![entity(0, 0.9)]);
+        a.handle_leave(t0);
+        drain(&mut a);
+        let busy = NodeProfile {
+            cpu_load: 1.0,
+            ..NodeProfile::idle(1.0, 1 << 30)
+        };
+        a.handle_message(t0, peer("b"), steal_from("b", 1, busy));
+        assert!(migrations(&drain(&mut a)).is_empty());
+        assert_eq!(a.leave_progress().map(|p| p.entities_left), Some(1));
+    }
+
+    #[test]
+    fn a_departing_profile_offers_nothing_and_does_not_steal() {
+        let idle = NodeProfile::idle(2.0, 1 << 30);
+        let gone = idle.departing();
+        assert_eq!(gone.entity_capacity(), 0.0);
+        assert_eq!(gone.availability(crate::model::Resource::Cpu), 0.0);
+        assert!(!gone.is_lightly_loaded(DEFAULT_LIGHT_THRESHOLD));
+        assert!(gone.validate().is_ok());
     }
 
     #[test]

@@ -219,7 +219,9 @@ impl Agent {
             self.stats.messages_refused += 1;
             return;
         }
-        let Some(node) = self.node else { return };
+        let Some(node) = self.own_profile() else {
+            return;
+        };
         let mut entities = self.entities.clone();
         entities.truncate(MAX_ENTITIES);
         let host = self.host.clone();
@@ -319,7 +321,7 @@ impl Agent {
     /// The manager's fresh views of its cluster, its own node first.
     fn views(&self, now: Instant) -> Vec<(PeerId, HostName, NodeProfile, &[EntityProfile])> {
         let mut out = Vec::new();
-        if let Some(node) = self.node.filter(|_| self.node_is_fresh()) {
+        if let Some(node) = self.own_profile().filter(|_| self.node_is_fresh()) {
             out.push((self.me.clone(), self.host.clone(), node, &self.entities[..]));
         }
         let fresh = self.config.profile_period * 2;

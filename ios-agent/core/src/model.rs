@@ -282,6 +282,19 @@ impl NodeProfile {
         self.free_cores() >= threshold.min(self.cores / 2.0)
     }
 
+    /// The profile a node shows while its agent drains it before leaving the pool: no CPU
+    /// for application entities and none idle. Used as the local node `l` of the model its
+    /// entities then leave, it makes every destination with room a gain and keeps the node
+    /// from stealing or being chosen; a destination without room still shows no gain, so a
+    /// leaving node never pushes work onto a loaded one.
+    pub fn departing(&self) -> NodeProfile {
+        NodeProfile {
+            competing: self.cores,
+            cpu_load: self.cpu_load.max(self.cores),
+            ..*self
+        }
+    }
+
     /// What the node offers to application entities: its availability if the given entities
     /// were not there (their CPU and memory added back). Used by NSc2c for the `r_{i,j}` of
     /// the intra-cluster ratio.
