@@ -34,8 +34,17 @@ pub enum Command {
     /// Join the pool and run the agent in the foreground until `ios-agent leave` or a signal.
     /// Starts the node's pcmd if none is running, so the node is usable at once.
     Join(Box<JoinArgs>),
-    /// Ask the node's running agent to leave the pool and stop.
-    Leave,
+    /// Give the node back: the running agent moves every MPI rank on this node to other
+    /// nodes of the pool (each destination chosen by the same model as any move, one rank at
+    /// a time), waits until no process of any job is left here (departed ranks and the
+    /// launcher's proxy included), then stops. Progress is shown as it goes.
+    ///
+    /// When it returns with success the owner may switch the machine off or kill everything
+    /// on it without harming the jobs. If the node cannot be drained within --within (no
+    /// node has room, or the runtime keeps a departed process until its job ends: Open
+    /// MPI 4 does), it says what is left and the agent stays in the pool (exit status 1),
+    /// unless --force: then the agent stops anyway and what is left keeps running here.
+    Leave(LeaveArgs),
     /// Show the node's agent: peers by latency tier, loads, local processes, recent decisions.
     Status {
         /// Print JSON instead of text.
@@ -48,6 +57,18 @@ pub enum Command {
         /// Where to write the key.
         file: PathBuf,
     },
+}
+
+/// Options of `ios-agent leave`.
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    /// How long the drain may take.
+    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = positive_seconds)]
+    pub within: Duration,
+    /// Stop the agent even if the node could not be drained in time (the ranks left keep
+    /// running here, and die with the machine).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Virtual topology of the pool.

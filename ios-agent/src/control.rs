@@ -15,31 +15,46 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::driver::ControlRequest;
+use crate::driver::{ControlRequest, LeaveOrder, LeaveReport, LeaveUpdate};
 use crate::status::AgentStatus;
 
 /// Environment variable naming the control socket; `{host}` is replaced by the host name.
 pub const CONTROL_ENV: &str = "IOS_AGENT_CONTROL";
 
 /// What a control client asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum ControlMessage {
     /// The agent's state.
     Status,
-    /// Stop the agent.
-    Leave,
+    /// Drain the node (move every rank elsewhere, wait until no job process is left), then
+    /// stop. If that takes longer than `within_s` seconds, stop anyway when `force`, else
+    /// stay in the pool.
+    Leave {
+        /// Seconds the drain may take.
+        within_s: f64,
+        /// Stop even if the node could not be drained.
+        force: bool,
+    },
 }
 
-/// What the agent answers.
+/// What the agent answers: one reply to `Status`; to `Leave`, `Draining` about once a
+/// second, then `Left` or `Stayed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControlReply {
     /// Answer to `Status`.
     Status(Box<AgentStatus>),
-    /// Answer to `Leave`: the agent is stopping.
-    Leaving,
+    /// The drain goes on.
+    Draining(LeaveReport),
+    /// The agent left the pool.
+    Left(LeaveReport),
+    /// The drain did not finish in time; the agent stays in the pool.
+    Stayed(LeaveReport),
     /// The request could not be served.
     Error(String),
 }
+
+/// Longest drain a client may ask for (a day): a typo must not pin an agent for years.
+pub const MAX_LEAVE_WITHIN: Duration = Duration::from_secs(24 * 3600);
 
 /// Errors of the control socket.
 #[derive(Debug, thiserror::Error)]
@@ -168,15 +183,81 @@ async fn serve_connection(
                     Err(_) => ControlReply::Error("the agent is stopping".to_owned()),
                 }
             }
-            ControlMessage::Leave => {
-                let (tx, rx) = oneshot::channel();
-                if driver.send(ControlRequest::Leave(tx)).await.is_ok() {
-                    let _ = rx.await;
+            ControlMessage::Leave { within_s, force } => {
+                let within = match Duration::try_from_secs_f64(within_s) {
+                    Ok(d) if d > Duration::ZERO && d <= MAX_LEAVE_WITHIN => d,
+                    _ => {
+                        let reply = ControlReply::Error(format!(
+                            "leave within {within_s} s: must be more than 0 and at most {} s",
+                            MAX_LEAVE_WITHIN.as_secs()
+                        ));
+                        stream.write_all(&encode(&reply)).await?;
+                        continue;
+                    }
+                };
+                let (updates, mut rx) = mpsc::unbounded_channel();
+                let order = LeaveOrder {
+                    within,
+                    force,
+                    updates,
+                };
+                if driver.send(ControlRequest::Leave(order)).await.is_err() {
+                    let reply = ControlReply::Error("the agent is stopping".to_owned());
+                    stream.write_all(&encode(&reply)).await?;
+                    return Ok(());
                 }
-                ControlReply::Leaving
+                loop {
+                    let reply = match rx.recv().await {
+                        Some(LeaveUpdate::Progress(r)) => ControlReply::Draining(r),
+                        Some(LeaveUpdate::Left(r)) => ControlReply::Left(r),
+                        Some(LeaveUpdate::Stayed(r)) => ControlReply::Stayed(r),
+                        None => ControlReply::Error(
+                            "another `ios-agent leave` took over the drain, or the agent stopped"
+                                .to_owned(),
+                        ),
+                    };
+                    let last = !matches!(reply, ControlReply::Draining(_));
+                    stream.write_all(&encode(&reply)).await?;
+                    if last {
+                        break;
+                    }
+                }
+                continue;
             }
         };
         stream.write_all(&encode(&reply)).await?;
+    }
+}
+
+/// Asks the agent at `path` to leave (see [`ControlMessage::Leave`]) and waits for the end
+/// of the drain, passing each progress report to `progress`. Returns the final reply:
+/// [`ControlReply::Left`], [`ControlReply::Stayed`] or [`ControlReply::Error`].
+pub fn leave(
+    path: &Path,
+    within: Duration,
+    force: bool,
+    mut progress: impl FnMut(&LeaveReport),
+) -> Result<ControlReply, ControlError> {
+    let mut stream = connect(path)?;
+    let io_err = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    // Progress comes every second; silence for much longer means the agent is stuck.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(io_err)?;
+    let message = ControlMessage::Leave {
+        within_s: within.as_secs_f64(),
+        force,
+    };
+    stream.write_all(&encode(&message)).map_err(io_err)?;
+    let mut reader = FrameReader::new();
+    loop {
+        match read_reply(path, &mut stream, &mut reader)? {
+            ControlReply::Draining(report) => progress(&report),
+            last => return Ok(last),
+        }
     }
 }
 
@@ -190,15 +271,34 @@ pub fn request(
         path: path.to_owned(),
         source,
     };
-    let mut stream = UnixStream::connect(path).map_err(|e| match e.kind() {
+    let mut stream = connect(path)?;
+    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    stream.write_all(&encode(&message)).map_err(io_err)?;
+    read_reply(path, &mut stream, &mut FrameReader::new())
+}
+
+fn connect(path: &Path) -> Result<UnixStream, ControlError> {
+    UnixStream::connect(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ControlError::NotRunning {
             path: path.to_owned(),
         },
-        _ => io_err(e),
-    })?;
-    stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
-    stream.write_all(&encode(&message)).map_err(io_err)?;
-    let mut reader = FrameReader::new();
+        _ => ControlError::Io {
+            path: path.to_owned(),
+            source: e,
+        },
+    })
+}
+
+/// Reads the next reply from `stream`, buffering in `reader` what comes after it.
+fn read_reply(
+    path: &Path,
+    stream: &mut UnixStream,
+    reader: &mut FrameReader,
+) -> Result<ControlReply, ControlError> {
+    let io_err = |source| ControlError::Io {
+        path: path.to_owned(),
+        source,
+    };
     let mut buf = [0u8; 8192];
     loop {
         match reader.next_message::<ControlReply>() {

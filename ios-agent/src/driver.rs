@@ -11,6 +11,7 @@ use ios_agent_core::{Agent, EntityId, EntityProfile, MigrationId, NodeProfile, P
 use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::job_processes::{JobProcess, JobProcesses};
 use crate::status::{AgentStatus, Decision, PeerStatus};
 use crate::transport::{PeerEvent, Transport};
 
@@ -24,6 +25,8 @@ pub struct Sample {
     pub node: Option<NodeProfile>,
     /// The local entities, if pcmd answered this round.
     pub entities: Option<Vec<EntityProfile>>,
+    /// Process ids of the ranks registered with pcmd this round.
+    pub rank_pids: Vec<u32>,
 }
 
 /// Carries out migrations the core decided. Runs on a blocking thread: pcmd's client is
@@ -38,13 +41,96 @@ pub trait Migrator: Send + Sync + 'static {
     ) -> MigrationOutcome;
 }
 
-/// A request from the local control socket (`ios-agent status`, `ios-agent leave`).
+/// A request from the local control socket (`ios-agent status`, `ios-agent leave`) or a
+/// signal.
 #[derive(Debug)]
 pub enum ControlRequest {
     /// Report the agent's state.
     Status(oneshot::Sender<AgentStatus>),
-    /// Stop the agent.
-    Leave(oneshot::Sender<()>),
+    /// Drain the node, then stop.
+    Leave(LeaveOrder),
+    /// Stop at once, whatever still runs here (a second stop signal).
+    Stop,
+}
+
+/// How to leave: drain the node within `within`; if that fails, stop anyway when `force`,
+/// else give up the drain and stay. Progress goes to `updates` (about once a second), then
+/// one final [`LeaveUpdate::Left`] or [`LeaveUpdate::Stayed`].
+#[derive(Debug)]
+pub struct LeaveOrder {
+    /// How long the drain may take.
+    pub within: Duration,
+    /// Stop even if the node could not be drained.
+    pub force: bool,
+    /// Where progress goes (a closed receiver is fine: the drain goes on).
+    pub updates: mpsc::UnboundedSender<LeaveUpdate>,
+}
+
+/// News of a drain.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum LeaveUpdate {
+    /// Still draining.
+    Progress(LeaveReport),
+    /// The agent left the pool (drained, or forced).
+    Left(LeaveReport),
+    /// The drain did not finish in time; the agent stays in the pool.
+    Stayed(LeaveReport),
+}
+
+/// Where a drain stands.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LeaveReport {
+    /// Seconds since the drain started.
+    pub elapsed_s: f64,
+    /// Registered ranks still on the node (`job/rank`).
+    pub ranks_left: Vec<String>,
+    /// The move under way, if any.
+    pub moving: Option<String>,
+    /// Moves completed since the drain started.
+    pub moved: u64,
+    /// Moves failed since the drain started.
+    pub failed: u64,
+    /// Processes of jobs still alive on the node (ranks, departed ranks, launcher proxies).
+    pub processes: Vec<JobProcess>,
+    /// Peers the agent knows (whom it can call to take the ranks).
+    pub peers: usize,
+}
+
+impl LeaveReport {
+    /// Whether the node runs nothing of any job.
+    pub fn is_empty(&self) -> bool {
+        self.ranks_left.is_empty() && self.moving.is_none() && self.processes.is_empty()
+    }
+
+    /// One line for people.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![format!("{} moved, {} failed", self.moved, self.failed)];
+        if !self.ranks_left.is_empty() {
+            parts.push(format!("ranks here: {}", self.ranks_left.join(", ")));
+        }
+        if let Some(m) = &self.moving {
+            parts.push(format!("moving {m}"));
+        }
+        if !self.processes.is_empty() {
+            let names: Vec<String> = self.processes.iter().map(ToString::to_string).collect();
+            parts.push(format!("job processes alive: {}", names.join(", ")));
+        }
+        format!("{:.1} s: {}", self.elapsed_s, parts.join("; "))
+    }
+}
+
+/// How often a drain's progress is reported and checked.
+const LEAVE_TICK: Duration = Duration::from_millis(250);
+/// How often progress goes to the client.
+const LEAVE_REPORT_PERIOD: Duration = Duration::from_secs(1);
+
+struct Draining {
+    order: LeaveOrder,
+    until: Instant,
+    next_report: Instant,
+    /// Whether pcmd reported the node's ranks since the drain started: until then an empty
+    /// entity list only means none was read yet.
+    sampled: bool,
 }
 
 /// The inputs of the loop.
@@ -78,6 +164,8 @@ struct Driver<T, M> {
     decisions: VecDeque<Decision>,
     outcomes_tx: mpsc::Sender<(MigrationId, MigrationOutcome)>,
     outcomes_rx: mpsc::Receiver<(MigrationId, MigrationOutcome)>,
+    processes: JobProcesses,
+    draining: Option<Draining>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -91,6 +179,8 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             decisions: VecDeque::new(),
             outcomes_tx,
             outcomes_rx,
+            processes: JobProcesses::default(),
+            draining: None,
         }
     }
 
@@ -100,8 +190,15 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         let mut control_open = true;
         loop {
             let deadline = self.agent.poll_timeout();
-            // A far-away sleep when there is no timer keeps one select arm for both cases.
-            let wake = deadline.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            // A far-away sleep when there is no timer keeps one select arm for both cases;
+            // a drain is checked every tick.
+            let far = Instant::now()
+                + if self.draining.is_some() {
+                    LEAVE_TICK
+                } else {
+                    Duration::from_secs(3600)
+                };
+            let wake = deadline.map_or(far, |d| d.min(far));
             tokio::select! {
                 event = inputs.peers.recv(), if peers_open => match event {
                     Some(event) => self.on_peer_event(event),
@@ -115,9 +212,9 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     Some(ControlRequest::Status(reply)) => {
                         let _ = reply.send(self.status());
                     }
-                    Some(ControlRequest::Leave(reply)) => {
-                        tracing::info!("leaving the pool on request");
-                        let _ = reply.send(());
+                    Some(ControlRequest::Leave(order)) => self.start_drain(order),
+                    Some(ControlRequest::Stop) => {
+                        tracing::warn!("stopping at once on request");
                         return;
                     }
                     None => control_open = false,
@@ -127,7 +224,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     self.agent.handle_migration_outcome(Instant::now(), id, outcome);
                 }
                 () = tokio::time::sleep_until(wake.into()) => {
-                    if deadline.is_some() {
+                    if deadline.is_some_and(|d| d <= Instant::now()) {
                         self.agent.handle_timeout(Instant::now());
                     }
                 }
@@ -136,6 +233,101 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 return;
             }
             self.carry_out_actions();
+            if self.check_drain() {
+                return;
+            }
+        }
+    }
+
+    fn start_drain(&mut self, order: LeaveOrder) {
+        let now = Instant::now();
+        if let Some(d) = &mut self.draining {
+            // A second request replaces the first's terms and client (whose channel closes).
+            d.until = now + order.within;
+            d.order = order;
+            return;
+        }
+        tracing::info!(within = ?order.within, force = order.force, "leaving the pool: draining the node");
+        self.note("leaving: draining the node".to_owned());
+        self.agent.handle_leave(now);
+        self.draining = Some(Draining {
+            until: now + order.within,
+            next_report: now,
+            order,
+            sampled: false,
+        });
+    }
+
+    /// Reports a drain's progress; returns true when the agent must stop.
+    fn check_drain(&mut self) -> bool {
+        let Some(draining) = &self.draining else {
+            return false;
+        };
+        let now = Instant::now();
+        let (until, force, next_report, sampled) = (
+            draining.until,
+            draining.order.force,
+            draining.next_report,
+            draining.sampled,
+        );
+        let report = self.leave_report(now);
+        let send = |this: &Self, update: LeaveUpdate| {
+            if let Some(d) = &this.draining {
+                let _ = d.order.updates.send(update);
+            }
+        };
+        if sampled && report.is_empty() {
+            tracing::info!("node drained: {}", report.summary());
+            self.note(format!("left the pool: {}", report.summary()));
+            send(self, LeaveUpdate::Left(report));
+            return true;
+        }
+        if now >= until {
+            if force {
+                tracing::warn!(
+                    "leaving without a full drain (forced): {}",
+                    report.summary()
+                );
+                send(self, LeaveUpdate::Left(report));
+                return true;
+            }
+            tracing::warn!(
+                "drain did not finish in time, staying in the pool: {}",
+                report.summary()
+            );
+            self.note(format!("drain given up, staying: {}", report.summary()));
+            send(self, LeaveUpdate::Stayed(report));
+            self.agent.handle_stay(now);
+            self.draining = None;
+            return false;
+        }
+        if now >= next_report {
+            tracing::info!("draining: {}", report.summary());
+            send(self, LeaveUpdate::Progress(report));
+            if let Some(d) = &mut self.draining {
+                d.next_report = now + LEAVE_REPORT_PERIOD;
+            }
+        }
+        false
+    }
+
+    fn leave_report(&mut self, now: Instant) -> LeaveReport {
+        let progress = self.agent.leave_progress();
+        LeaveReport {
+            elapsed_s: progress.map_or(0.0, |p| {
+                now.saturating_duration_since(p.started).as_secs_f64()
+            }),
+            ranks_left: self
+                .agent
+                .entities()
+                .iter()
+                .map(|e| e.id.to_string())
+                .collect(),
+            moving: progress.and_then(|p| p.moving).map(|m| m.to_string()),
+            moved: progress.map_or(0, |p| p.moved),
+            failed: progress.map_or(0, |p| p.failed),
+            processes: self.processes.alive(),
+            peers: self.agent.peers().len(),
         }
     }
 
@@ -156,11 +348,15 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
 
     fn on_sample(&mut self, sample: Sample) {
         let now = Instant::now();
+        self.processes.note_ranks(&sample.rank_pids);
         if let Some(node) = sample.node {
             self.agent.handle_node_profile(now, node);
         }
         if let Some(entities) = sample.entities {
             self.agent.handle_entities(now, entities);
+            if let Some(d) = &mut self.draining {
+                d.sampled = true;
+            }
         }
     }
 

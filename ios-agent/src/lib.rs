@@ -12,11 +12,13 @@
 //! - [`net`]: `ios-agent-net` (libp2p, pool key, peer servers) as a [`transport::Transport`];
 //! - [`sampler`]: the profiling loop (`ios-agent-profile` for the node, pcmd for the ranks);
 //! - [`control`]: the local control socket behind `ios-agent status` and `ios-agent leave`;
+//! - [`job_processes`]: the job processes on the node, which a leaving agent waits to see gone;
 //! - [`status`]: what `status` reports.
 
 pub mod cli;
 pub mod control;
 pub mod driver;
+pub mod job_processes;
 pub mod net;
 pub mod node_daemon;
 pub mod sampler;

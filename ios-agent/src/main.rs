@@ -33,13 +33,36 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Join(args) => join(cli.control.as_deref(), *args),
-        Command::Leave => {
+        Command::Leave(args) => {
             let path = control_socket(cli.control.as_deref(), None)?;
-            match control::request(&path, ControlMessage::Leave, Duration::from_secs(10))? {
-                ControlReply::Leaving => {
-                    println!("the agent at {} is leaving the pool", path.display());
+            println!(
+                "draining this node (agent at {}), at most {:.0} s",
+                path.display(),
+                args.within.as_secs_f64()
+            );
+            let reply = control::leave(&path, args.within, args.force, |report| {
+                println!("  {}", report.summary());
+            })?;
+            match reply {
+                ControlReply::Left(report) if report.is_empty() => {
+                    println!(
+                        "left the pool: {} rank(s) moved in {:.1} s; no process of any job is left on this node",
+                        report.moved, report.elapsed_s
+                    );
                     Ok(())
                 }
+                ControlReply::Left(report) => {
+                    println!("left the pool WITHOUT a full drain (--force): {}", report.summary());
+                    println!("what is listed above still runs on this node");
+                    Ok(())
+                }
+                ControlReply::Stayed(report) => bail!(
+                    "the node could not be drained within {:.0} s, so the agent stays in the pool: {}{}. \
+                     `ios-agent leave --force` stops the agent anyway",
+                    args.within.as_secs_f64(),
+                    report.summary(),
+                    why_not_drained(&report)
+                ),
                 ControlReply::Error(e) => bail!("the agent refused: {e}"),
                 other => bail!("unexpected reply from the agent: {other:?}"),
             }
@@ -64,6 +87,24 @@ fn run(cli: Cli) -> Result<()> {
             println!("wrote a new pool key to {}", file.display());
             Ok(())
         }
+    }
+}
+
+/// The likely reason a drain did not finish, for the person who asked.
+fn why_not_drained(report: &ios_agent::driver::LeaveReport) -> String {
+    if !report.ranks_left.is_empty() && report.peers == 0 {
+        " (this agent knows no other node of the pool)".to_owned()
+    } else if !report.ranks_left.is_empty() {
+        format!(
+            " (none of the {} known nodes had room for the ranks left)",
+            report.peers
+        )
+    } else if report.processes.is_empty() {
+        String::new()
+    } else {
+        " (every rank moved, but job processes remain: Open MPI 4 keeps a departed process \
+         until its job ends; see README, \"MPI runtimes\")"
+            .to_owned()
     }
 }
 
@@ -185,7 +226,11 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
     result
 }
 
-/// SIGINT and SIGTERM leave the pool as `ios-agent leave` does.
+/// How long a drain started by a stop signal may take before the agent stops anyway.
+const SIGNAL_LEAVE_WITHIN: Duration = Duration::from_secs(60);
+
+/// SIGINT and SIGTERM leave the pool as `ios-agent leave --force --within 60` does (the
+/// drain's progress goes to the log); a second signal stops the agent at once.
 fn shutdown_on_signal(control: mpsc::Sender<driver::ControlRequest>) {
     tokio::spawn(async move {
         let Ok(mut term) =
@@ -197,13 +242,27 @@ fn shutdown_on_signal(control: mpsc::Sender<driver::ControlRequest>) {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        tracing::info!(
+            "stop signal: draining the node before leaving (a second signal stops at once)"
+        );
+        // The driver logs the progress itself; nobody reads these updates.
+        let (updates, _ignored) = mpsc::unbounded_channel();
+        let order = driver::LeaveOrder {
+            within: SIGNAL_LEAVE_WITHIN,
+            force: true,
+            updates,
+        };
         if control
-            .send(driver::ControlRequest::Leave(tx))
+            .send(driver::ControlRequest::Leave(order))
             .await
-            .is_ok()
+            .is_err()
         {
-            let _ = rx.await;
+            return;
         }
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        let _ = control.send(driver::ControlRequest::Stop).await;
     });
 }

@@ -94,6 +94,7 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample
         let sample = Sample {
             node: profile,
             entities,
+            rank_pids: pids,
         };
         previous = stats;
         if tx.blocking_send(sample).is_err() {

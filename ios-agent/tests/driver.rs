@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ios_agent::driver::{self, ControlRequest, Inputs, Migrator, Sample};
+use ios_agent::driver::{self, ControlRequest, Inputs, LeaveOrder, LeaveUpdate, Migrator, Sample};
 use ios_agent::transport::{PeerEvent, Transport};
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{
@@ -139,12 +139,14 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
             .send(Sample {
                 node: Some(loaded),
                 entities: Some(vec![entity(0, 30), entity(1, 90)]),
+                rank_pids: vec![],
             })
             .await;
         let _ = b_samples_tx
             .send(Sample {
                 node: Some(idle),
                 entities: Some(vec![]),
+                rank_pids: vec![],
             })
             .await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -170,9 +172,7 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
     assert!(status.to_text().contains("node-b"));
 
     for control in [a_control_tx, b_control_tx] {
-        let (tx, rx) = oneshot::channel();
-        control.send(ControlRequest::Leave(tx)).await.unwrap();
-        rx.await.unwrap();
+        control.send(ControlRequest::Stop).await.unwrap();
     }
     tokio::time::timeout(Duration::from_secs(5), run_a)
         .await
@@ -182,4 +182,171 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// Two driver loops joined by wires, A leaving, B idle; returns what A's leave reported.
+async fn leave_with_a_peer(
+    peer_present: bool,
+    within: Duration,
+    force: bool,
+) -> (Vec<LeaveUpdate>, Vec<Move>, bool) {
+    let a = PeerId::new(b"agent-a".to_vec()).unwrap();
+    let b = PeerId::new(b"agent-b".to_vec()).unwrap();
+    let (a_peers_tx, a_peers_rx) = mpsc::channel(64);
+    let (b_peers_tx, b_peers_rx) = mpsc::channel(64);
+    let (a_samples_tx, a_samples_rx) = mpsc::channel(4);
+    let (b_samples_tx, b_samples_rx) = mpsc::channel(4);
+    let (a_control_tx, a_control_rx) = mpsc::channel(4);
+    let (b_control_tx, b_control_rx) = mpsc::channel(4);
+    let now = std::time::Instant::now();
+    let agent_a = Agent::new(a.clone(), HostName::new("node-a").unwrap(), config(), now).unwrap();
+    let agent_b = Agent::new(b.clone(), HostName::new("node-b").unwrap(), config(), now).unwrap();
+    let moves = Recorder::default();
+    let run_a = tokio::spawn(driver::run(
+        agent_a,
+        Wire {
+            me: a.clone(),
+            to: b_peers_tx.clone(),
+        },
+        moves.clone(),
+        Inputs {
+            peers: a_peers_rx,
+            samples: a_samples_rx,
+            control: a_control_rx,
+        },
+    ));
+    let run_b = tokio::spawn(driver::run(
+        agent_b,
+        Wire {
+            me: b.clone(),
+            to: a_peers_tx.clone(),
+        },
+        Recorder::default(),
+        Inputs {
+            peers: b_peers_rx,
+            samples: b_samples_rx,
+            control: b_control_rx,
+        },
+    ));
+    if peer_present {
+        let rtt = Duration::from_millis(1);
+        a_peers_tx
+            .send(PeerEvent::Rtt {
+                peer: b.clone(),
+                rtt,
+            })
+            .await
+            .unwrap();
+        b_peers_tx
+            .send(PeerEvent::Rtt {
+                peer: a.clone(),
+                rtt,
+            })
+            .await
+            .unwrap();
+    }
+    // Node A is idle and uncontended: only the leave makes its ranks move. Node B has two
+    // idle cores.
+    let all = [entity(0, 30), entity(1, 30)];
+    let (updates, mut rx) = mpsc::unbounded_channel();
+    let mut left = Vec::new();
+    let mut ended = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut asked = false;
+    while tokio::time::Instant::now() < deadline && !ended {
+        // pcmd's view: the ranks not yet moved.
+        let moved: Vec<EntityId> = moves
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m.0.clone())
+            .collect();
+        let here: Vec<EntityProfile> = all
+            .iter()
+            .filter(|e| !moved.contains(&e.id))
+            .cloned()
+            .collect();
+        let _ = a_samples_tx
+            .send(Sample {
+                node: Some(NodeProfile::idle(1.0, 8 << 30)),
+                entities: Some(here),
+                rank_pids: vec![],
+            })
+            .await;
+        let _ = b_samples_tx
+            .send(Sample {
+                node: Some(NodeProfile::idle(2.0, 8 << 30)),
+                entities: Some(vec![]),
+                rank_pids: vec![],
+            })
+            .await;
+        if !asked {
+            asked = true;
+            a_control_tx
+                .send(ControlRequest::Leave(LeaveOrder {
+                    within,
+                    force,
+                    updates: updates.clone(),
+                }))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        while let Ok(u) = rx.try_recv() {
+            ended = !matches!(u, LeaveUpdate::Progress(_));
+            left.push(u);
+        }
+    }
+    let stopped = tokio::time::timeout(Duration::from_millis(500), async {
+        while !run_a.is_finished() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_ok();
+    let _ = a_control_tx.send(ControlRequest::Stop).await;
+    let _ = b_control_tx.send(ControlRequest::Stop).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), run_b).await;
+    let recorded = moves.0.lock().unwrap().clone();
+    (left, recorded, stopped)
+}
+
+#[tokio::test]
+async fn a_leaving_node_hands_every_rank_to_its_idle_peer_then_stops() {
+    let (updates, moves, stopped) = leave_with_a_peer(true, Duration::from_secs(15), false).await;
+    let Some(LeaveUpdate::Left(report)) = updates.last() else {
+        panic!("no Left at the end: {updates:?}");
+    };
+    assert!(report.is_empty(), "{report:?}");
+    assert_eq!(report.moved, 2, "{report:?}");
+    assert_eq!(moves.len(), 2, "one rank per move: {moves:?}");
+    assert!(moves
+        .iter()
+        .all(|(e, host)| e.len() == 1 && host.as_str() == "node-b"));
+    assert!(stopped, "the agent did not stop after the drain");
+}
+
+#[tokio::test]
+async fn a_node_nobody_can_take_from_stays_unless_forced() {
+    let (updates, moves, stopped) = leave_with_a_peer(false, Duration::from_secs(1), false).await;
+    let Some(LeaveUpdate::Stayed(report)) = updates.last() else {
+        panic!("no Stayed at the end: {updates:?}");
+    };
+    assert_eq!(report.ranks_left.len(), 2, "{report:?}");
+    assert_eq!(report.peers, 0);
+    assert!(moves.is_empty());
+    assert!(!stopped, "the agent stopped although the drain failed");
+    assert!(
+        report.summary().contains("ranks here: job-1/0, job-1/1"),
+        "{}",
+        report.summary()
+    );
+
+    let (updates, _, stopped) = leave_with_a_peer(false, Duration::from_secs(1), true).await;
+    let Some(LeaveUpdate::Left(report)) = updates.last() else {
+        panic!("no Left at the end: {updates:?}");
+    };
+    assert_eq!(report.ranks_left.len(), 2, "{report:?}");
+    assert!(stopped, "--force: the agent must stop");
 }

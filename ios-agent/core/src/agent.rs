@@ -748,6 +748,15 @@ impl Agent {
         self.call_for_thieves(now);
     }
 
+    /// The drain is given up (it did not finish in time and the node stays): the agent goes
+    /// back to normal work. Entities already moved stay where they went.
+    pub fn handle_stay(&mut self, now: Instant) {
+        if self.leaving.take().is_some() {
+            tracing::info!(agent = %self.me, entities = self.entities.len(), "staying in the pool");
+            self.thief = Thief::Idle { next_round: now };
+        }
+    }
+
     /// Timers: call when [`Agent::poll_timeout`]'s instant has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(deadline) = now.checked_sub(self.config.peer_timeout) {

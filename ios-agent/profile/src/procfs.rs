@@ -100,9 +100,55 @@ pub fn parse_stat_comm(stat: &str) -> Option<&str> {
     (end > start).then(|| &stat[start + 1..end])
 }
 
+/// The fields of `/proc/PID/stat` that identify a process and its life: command name,
+/// state letter (`Z` for a zombie), parent pid and start time (clock ticks after boot; with
+/// the pid it tells a process from a later one that reused the pid).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatIdentity {
+    /// The command name, without its parentheses.
+    pub comm: String,
+    /// The state letter (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// The parent's pid.
+    pub ppid: u32,
+    /// Start time, clock ticks after boot.
+    pub start_time: u64,
+}
+
+/// Parses the [`StatIdentity`] fields of a `/proc/PID/stat` line.
+pub fn parse_stat_identity(stat: &str) -> Option<StatIdentity> {
+    let comm = parse_stat_comm(stat)?.to_owned();
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // State and ppid are fields 3 and 4 of the line, start time field 22: 0, 1 and 19 here.
+    Some(StatIdentity {
+        comm,
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_identity_reads_names_with_spaces_and_parentheses() {
+        let stat = "4242 (heat (2) d) S 4200 4242 4200 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        assert_eq!(
+            parse_stat_identity(stat),
+            Some(StatIdentity {
+                comm: "heat (2) d".to_owned(),
+                state: 'S',
+                ppid: 4200,
+                start_time: 987654,
+            })
+        );
+        assert_eq!(parse_stat_identity("4242 (x) Z"), None);
+        assert_eq!(parse_stat_identity("garbage"), None);
+    }
 
     #[test]
     fn meminfo_in_kib() {
