@@ -100,6 +100,7 @@ fn scenario(args: &AdaptiveArgs) -> (Scenario, Length) {
         } else {
             vec![(2, secs(join_at))]
         },
+        leaves: Vec::new(),
         agent_options: agent_options(load_at),
         timeout: Duration::from_secs(args.timeout),
     };
@@ -410,6 +411,7 @@ fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
         let kind = match e.kind {
             EventKind::LoadOnset => Kind::LoadOnset,
             EventKind::NodeJoin => Kind::NodeJoin,
+                EventKind::NodeLeave => Kind::NodeLeave,
             EventKind::Migration => Kind::Migration,
         };
         Event::new(e.t, kind, e.what.clone())
@@ -481,11 +483,7 @@ fn keep_logs(from: &Path, to: &Path) {
 /// At the end of an adaptive run the slowed node `vacated` runs no rank while `used` runs
 /// one. Which moves got there is the agents' choice: a cooperating node with room may take
 /// the rank first and pass it on to a faster newcomer. Returns where the ranks ended.
-pub fn check_final_placement(
-    adaptive: &Outcome,
-    vacated: &str,
-    used: &str,
-) -> Result<Vec<String>> {
+pub fn check_final_placement(adaptive: &Outcome, vacated: &str, used: &str) -> Result<Vec<String>> {
     let moves: Vec<&str> = adaptive.migrations().map(|m| m.what.as_str()).collect();
     let hosts = adaptive
         .report

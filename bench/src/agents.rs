@@ -51,6 +51,7 @@ pub fn run(args: AgentsArgs) -> Result<()> {
         agents_at_start: vec![0, 1, 2],
         hog: Some((1, Duration::from_secs_f64(onset))),
         joins: Vec::new(),
+        leaves: Vec::new(),
         // Default periods (profile 1 s, steal 2 s, back-off 2-4 s); only the hold-down
         // (which is also the shortest residence before a move) is shortened below the onset,
         // so the job need not run 30 s before the load starts.

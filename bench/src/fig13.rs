@@ -110,6 +110,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             agents_at_start: vec![0, 1],
             hog: Some((1, figs::secs(args.load_at))),
             joins: vec![(2, figs::secs(args.join_at))],
+            leaves: Vec::new(),
             agent_options: figs::agent_options(args.load_at),
             timeout: Duration::from_secs(args.timeout),
         },

@@ -516,6 +516,7 @@ pub(crate) fn plot_events(o: &Outcome) -> Vec<PlotEvent> {
             let kind = match e.kind {
                 EventKind::LoadOnset => PlotKind::LoadOnset,
                 EventKind::NodeJoin => PlotKind::NodeJoin,
+                EventKind::NodeLeave => PlotKind::NodeLeave,
                 EventKind::Migration => PlotKind::Migration,
             };
             PlotEvent::new(e.t - t0, kind, e.what.clone())

@@ -101,9 +101,17 @@ fn why_not_drained(report: &ios_agent::driver::LeaveReport) -> String {
         )
     } else if report.processes.is_empty() {
         String::new()
+    } else if report
+        .processes
+        .iter()
+        .any(|p| p.role == ios_agent::job_processes::Role::Rank)
+    {
+        " (every rank moved, but a departed rank still runs: Open MPI 4 keeps a departed \
+         process until its job ends; see README, \"MPI runtimes\")"
+            .to_owned()
     } else {
-        " (every rank moved, but job processes remain: Open MPI 4 keeps a departed process \
-         until its job ends; see README, \"MPI runtimes\")"
+        " (every rank moved, but the launcher's proxy stays: Open MPI 4's orted lives as long \
+         as its job, and killing it would end the job; see README, \"MPI runtimes\")"
             .to_owned()
     }
 }

@@ -58,6 +58,8 @@ pub struct Scenario {
     pub hog: Option<(usize, Duration)>,
     /// Nodes whose agents join during the run, and when.
     pub joins: Vec<(usize, Duration)>,
+    /// Nodes given back during the run (adaptive runs).
+    pub leaves: Vec<NodeLeave>,
     /// Extra `ios-agent join` options.
     pub agent_options: Vec<String>,
     /// Longest a run may take.
@@ -88,6 +90,8 @@ pub enum EventKind {
     LoadOnset,
     /// A node's agent joined.
     NodeJoin,
+    /// A node's agent left the pool (`ios-agent leave` returned).
+    NodeLeave,
     /// A rank moved (seen in the progress lines).
     Migration,
 }
@@ -130,6 +134,45 @@ pub struct Outcome {
     /// CPU use of each agent at steady state (from [`AGENT_WARMUP`] after its start to the
     /// end of the job), adaptive runs.
     pub agent_cpu: Vec<AgentCpu>,
+    /// The nodes given back ([`Scenario::leaves`]), adaptive runs.
+    pub leaves: Vec<LeaveResult>,
+}
+
+/// A node given back during a run: at `at` after the start, `ios-agent leave --within
+/// WITHIN` drains the node, and once it returns with success the owner kills everything
+/// there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeLeave {
+    /// The node (an index into the cluster's nodes).
+    pub node: usize,
+    /// When, after the job starts.
+    pub at: Duration,
+    /// How long the drain may take.
+    pub within: Duration,
+}
+
+/// How a node was given back.
+#[derive(Debug, Clone)]
+pub struct LeaveResult {
+    /// The node.
+    pub host: String,
+    /// Seconds after the start that `ios-agent leave` was run, and that it returned.
+    pub asked_at: f64,
+    /// Seconds after the start that it returned.
+    pub returned_at: f64,
+    /// Whether it exited with success.
+    pub success: bool,
+    /// What it printed (stdout, then stderr).
+    pub output: String,
+    /// Processes of the node when it returned, before the owner killed them (`PID COMM`).
+    pub processes_left: Vec<String>,
+}
+
+/// An `ios-agent leave` under way.
+struct Leaving {
+    host: String,
+    asked_at: f64,
+    output: std::thread::JoinHandle<std::io::Result<std::process::Output>>,
 }
 
 /// How long after its start an agent's CPU use is first read: the speed probe and the
@@ -543,6 +586,13 @@ impl Scenario {
         } else {
             Vec::new()
         };
+        let mut leaves_due: Vec<NodeLeave> = if mode == Mode::Adaptive {
+            self.leaves.clone()
+        } else {
+            Vec::new()
+        };
+        let mut leaving: Vec<Leaving> = Vec::new();
+        let mut leaves: Vec<LeaveResult> = Vec::new();
         let emit = |observer: &mut dyn FnMut(&Line),
                     events: &mut Vec<Event>,
                     kind: EventKind,
@@ -602,6 +652,84 @@ impl Scenario {
                         format!("{} joined the pool", host(n)),
                     );
                 }
+            }
+            if let Some(pool) = pool.as_ref() {
+                let due: Vec<NodeLeave> = leaves_due
+                    .iter()
+                    .filter(|l| now >= l.at)
+                    .copied()
+                    .collect();
+                leaves_due.retain(|l| now < l.at);
+                for NodeLeave { node: n, within, .. } in due {
+                    let agent = pool
+                        .agents
+                        .iter()
+                        .find(|a| a.agent.spec.host == host(n))
+                        .unwrap_or_else(|| panic!("no agent on {} to leave", host(n)));
+                    let mut command = Command::new(bin("ios-agent"));
+                    command
+                        .arg("--control")
+                        .arg(&agent.agent.spec.control)
+                        .args(["leave", "--within"])
+                        .arg(within.as_secs_f64().to_string());
+                    leaving.push(Leaving {
+                        host: host(n).to_owned(),
+                        asked_at: started.elapsed().as_secs_f64(),
+                        output: std::thread::spawn(move || command.output()),
+                    });
+                }
+            }
+            let (done, going): (Vec<Leaving>, Vec<Leaving>) =
+                leaving.drain(..).partition(|l| l.output.is_finished());
+            leaving = going;
+            for l in done {
+                let returned_at = started.elapsed().as_secs_f64();
+                let processes_left: Vec<String> = cluster
+                    .processes_on(&l.host)
+                    .into_iter()
+                    .map(|pid| {
+                        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                            .unwrap_or_default();
+                        format!("{pid} {}", comm.trim())
+                    })
+                    .collect();
+                let out = l
+                    .output
+                    .join()
+                    .expect("the leave thread panicked")
+                    .expect("cannot run ios-agent leave");
+                let output = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let last = output.lines().last().unwrap_or("").to_owned();
+                emit(
+                    observer,
+                    &mut events,
+                    EventKind::NodeLeave,
+                    format!(
+                        "{} {}: {last}",
+                        l.host,
+                        if out.status.success() {
+                            "left the pool"
+                        } else {
+                            "could not leave"
+                        }
+                    ),
+                );
+                if out.status.success() {
+                    // The owner takes the machine back: whatever runs there now dies.
+                    cluster.kill_everything_on(&l.host);
+                }
+                leaves.push(LeaveResult {
+                    host: l.host,
+                    asked_at: l.asked_at,
+                    returned_at,
+                    success: out.status.success(),
+                    output,
+                    processes_left,
+                });
             }
             if let Some(pool) = pool.as_mut() {
                 for a in pool.agents.iter_mut().filter(|a| a.first.is_none()) {
@@ -673,6 +801,7 @@ impl Scenario {
             wall_s,
             decisions,
             agent_cpu,
+            leaves,
         }
     }
 
@@ -734,6 +863,7 @@ mod tests {
             wall_s: 8.0,
             decisions: Vec::new(),
             agent_cpu: Vec::new(),
+            leaves: Vec::new(),
         };
         assert_eq!(outcome.recovered_from(2.0, 90.0), Some(4.0));
         assert_eq!(outcome.recovered_from(2.0, 200.0), None);

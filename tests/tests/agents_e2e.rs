@@ -50,6 +50,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
         agents_at_start: vec![0, 1],
         hog: Some((1, Duration::from_secs(3))),
         joins,
+        leaves: Vec::new(),
         agent_options: ["--hold-down", "2", "--profile-period", "1"]
             .iter()
             .map(|s| (*s).to_owned())

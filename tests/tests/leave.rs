@@ -1,0 +1,167 @@
+//! A node given back while a job runs on it: `ios-agent leave` on a node that runs both
+//! ranks of heat2d, on emulated nodes with IOS agents. With MPICH the agents move both ranks
+//! to the other nodes, the leave returns once the node holds no process of the job, the
+//! owner then kills everything there, and the job ends with the plain run's checksum. With
+//! Open MPI 4 the ranks move too, but the node keeps Open MPI's daemon until the job ends, so
+//! the leave says so and the agent stays; the job is unharmed either way.
+//!
+//! Needs root (namespaces, cgroups); skipped with the reason otherwise.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use mpi_ios_tests::cgroup::CpuCap;
+use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
+use mpi_ios_tests::{mpi_lock, MpiJob, Runtime};
+
+/// Seconds the job would take unloaded on its first placement: it must outlive the leave
+/// (at 4 s) and the two moves with room to spare.
+const UNLOADED_SECONDS: f64 = 20.0;
+
+fn usable() -> bool {
+    for check in [Cluster::available(), mpi_ios_tests::cgroup::available()] {
+        if let Err(why) = check {
+            eprintln!("skipped: {why}");
+            return false;
+        }
+    }
+    true
+}
+
+/// Both ranks on node-b; agents on node-a, node-b and node-c. The agents' hold-down is
+/// longer than the job, so nothing moves unless the node leaves (a leaving node's ranks
+/// move however recently they came).
+fn scenario(cluster: &Cluster, dir: &std::path::Path) -> Scenario {
+    let mut scenario = Scenario {
+        rows: 512,
+        cols: 512,
+        iters: 0,
+        report_every: 0,
+        placement: vec![1, 1],
+        agents_at_start: vec![0, 1, 2],
+        hog: None,
+        joins: Vec::new(),
+        leaves: vec![NodeLeave {
+            node: 1,
+            at: Duration::from_secs(4),
+            // Open MPI: the drain cannot finish while the job runs; a short wait shows it.
+            within: Duration::from_secs(match Runtime::current() {
+                Runtime::Mpich => 30,
+                Runtime::OpenMpi => 5,
+            }),
+        }],
+        agent_options: ["--hold-down", "3600", "--profile-period", "1"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        timeout: Duration::from_secs(300),
+    };
+    let rate = scenario
+        .size_by_time(cluster, dir, UNLOADED_SECONDS)
+        .unwrap();
+    eprintln!(
+        "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
+        scenario.iters
+    );
+    scenario
+}
+
+fn run(cluster: &Cluster, scenario: &Scenario, dir: &std::path::Path) -> Outcome {
+    let outcome = scenario.run(cluster, Mode::Adaptive, dir, &mut |line| match line {
+        Line::Progress(s) => eprintln!(
+            "{:6.1} s {:6} {:8.1} it/s {:?}",
+            s.t, s.iteration, s.rate, s.hosts
+        ),
+        Line::Event(e) => eprintln!("{:6.1} s >>> {}", e.t, e.what),
+    });
+    for (host, d) in &outcome.decisions {
+        eprintln!("agent {host}: {d}");
+    }
+    for l in &outcome.leaves {
+        eprintln!(
+            "leave of {} asked at {:.1} s, returned at {:.1} s (success: {}), processes there then: {:?}\n{}",
+            l.host, l.asked_at, l.returned_at, l.success, l.processes_left, l.output
+        );
+    }
+    outcome
+}
+
+fn plain_checksum(scenario: &Scenario) -> String {
+    let args = [
+        "--rows".to_owned(),
+        scenario.rows.to_string(),
+        "--cols".to_owned(),
+        scenario.cols.to_string(),
+        "--iters".to_owned(),
+        scenario.iters.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    MpiJob::new(2, "heat2d-plain", &args)
+        .run(Duration::from_secs(300))
+        .report()
+        .checksum
+}
+
+#[test]
+fn a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everything_there() {
+    if !usable() {
+        return;
+    }
+    let _lock = mpi_lock();
+    let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("ios-leave-")
+        .tempdir()
+        .unwrap();
+    let scenario = scenario(&cluster, dir.path());
+    let outcome = run(&cluster, &scenario, dir.path());
+    let [leave] = outcome.leaves.as_slice() else {
+        panic!(
+            "the leave did not return before the job ended: {:?}",
+            outcome.leaves
+        );
+    };
+    // Whatever happened, the result is the one asked for.
+    assert_eq!(outcome.report.checksum, plain_checksum(&scenario));
+    match Runtime::current() {
+        Runtime::Mpich => {
+            assert!(leave.success, "{}", leave.output);
+            assert!(
+                leave.output.contains("no process of any job is left"),
+                "{}",
+                leave.output
+            );
+            assert!(
+                leave.processes_left.is_empty(),
+                "node-b still ran {:?} when the leave returned",
+                leave.processes_left
+            );
+            let hosts = outcome.report.hosts.clone().unwrap();
+            assert!(
+                !hosts.iter().any(|h| h == "node-b"),
+                "a rank ended on node-b: {hosts:?}"
+            );
+            assert_eq!(outcome.migrations().count(), 2, "{:?}", outcome.events);
+            // Bounded: two moves and the departures.
+            assert!(
+                leave.returned_at - leave.asked_at < 30.0,
+                "the leave took {:.1} s",
+                leave.returned_at - leave.asked_at
+            );
+        }
+        Runtime::OpenMpi => {
+            // The ranks move, but Open MPI keeps its daemon (and may keep a departed
+            // process) on the node until the job ends: the node cannot be given back, and
+            // the leave says why instead of returning while job processes still run there.
+            assert!(!leave.success, "{}", leave.output);
+            assert_eq!(outcome.migrations().count(), 2, "{:?}", outcome.events);
+            assert!(
+                leave.output.contains("2 moved") && leave.output.contains("Open MPI 4"),
+                "{}",
+                leave.output
+            );
+            assert!(!leave.processes_left.is_empty());
+        }
+    }
+}
