@@ -654,13 +654,13 @@ impl Scenario {
                 }
             }
             if let Some(pool) = pool.as_ref() {
-                let due: Vec<NodeLeave> = leaves_due
-                    .iter()
-                    .filter(|l| now >= l.at)
-                    .copied()
-                    .collect();
+                let due: Vec<NodeLeave> =
+                    leaves_due.iter().filter(|l| now >= l.at).copied().collect();
                 leaves_due.retain(|l| now < l.at);
-                for NodeLeave { node: n, within, .. } in due {
+                for NodeLeave {
+                    node: n, within, ..
+                } in due
+                {
                     let agent = pool
                         .agents
                         .iter()

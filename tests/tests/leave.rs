@@ -132,10 +132,15 @@ fn a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everyt
                 "{}",
                 leave.output
             );
+            // The agent and the pcmd it started are on their way out; nothing of the job.
+            let job: Vec<&String> = leave
+                .processes_left
+                .iter()
+                .filter(|p| !p.ends_with(" ios-agent") && !p.ends_with(" pcmd"))
+                .collect();
             assert!(
-                leave.processes_left.is_empty(),
-                "node-b still ran {:?} when the leave returned",
-                leave.processes_left
+                job.is_empty(),
+                "node-b still ran {job:?} when the leave returned"
             );
             let hosts = outcome.report.hosts.clone().unwrap();
             assert!(
@@ -161,7 +166,11 @@ fn a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everyt
                 "{}",
                 leave.output
             );
-            assert!(!leave.processes_left.is_empty());
+            assert!(
+                leave.processes_left.iter().any(|p| p.ends_with(" orted")),
+                "{:?}",
+                leave.processes_left
+            );
         }
     }
 }

@@ -863,8 +863,8 @@ impl Agent {
     }
 
     /// The gates of a move of this node's entities. A leaving node's entities must go: no
-    /// hold-down (however recently they came) and no minimum gain beyond 0 (`min_gain` damps
-    /// optional moves; any destination with more room than the entity uses will do).
+    /// hold-down (however recently they came), and any destination with free CPU takes them
+    /// ([`Policy::leaving`]).
     pub(crate) fn policy(&self, now: Instant) -> Policy<'_> {
         static NONE_HELD: std::sync::OnceLock<HashMap<EntityId, Instant>> =
             std::sync::OnceLock::new();
@@ -872,7 +872,7 @@ impl Agent {
         Policy {
             weights: &self.config.weights,
             cost: &self.config.cost,
-            min_gain: if leaving { 0.0 } else { self.config.min_gain },
+            min_gain: self.config.min_gain,
             max_group: self.config.max_group,
             hold_down: if leaving {
                 Duration::ZERO
@@ -885,6 +885,7 @@ impl Agent {
                 &self.held
             },
             now,
+            leaving,
         }
     }
 
@@ -1513,6 +1514,39 @@ mod tests {
                 ..
             }
         )));
+    }
+
+    #[test]
+    fn a_leaving_agent_gives_a_rank_to_an_idle_thief_even_with_less_room_than_it_uses() {
+        // Seen on emulated nodes capped at 0.6 CPU: the last rank of a leaving node used the
+        // whole cap, the idle thief had 0.55 free, and a gain above 0 was never reached.
+        let t0 = Instant::now();
+        let thief = NodeProfile {
+            cpu_load: 0.05,
+            ..NodeProfile::idle(0.6, 1 << 30)
+        };
+        for leaving in [false, true] {
+            let mut a = agent("a", t0);
+            a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+            a.handle_node_profile(
+                t0,
+                NodeProfile {
+                    cpu_load: 0.6,
+                    ..NodeProfile::idle(0.6, 1 << 30)
+                },
+            );
+            a.handle_entities(t0, vec![entity(0, 0.6)]);
+            if leaving {
+                a.handle_leave(t0);
+            }
+            drain(&mut a);
+            a.handle_message(t0, peer("b"), steal_from("b", 1, thief));
+            assert_eq!(
+                migrations(&drain(&mut a)).len(),
+                usize::from(leaving),
+                "leaving: {leaving}"
+            );
+        }
     }
 
     #[test]

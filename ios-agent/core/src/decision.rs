@@ -36,6 +36,10 @@ pub struct Policy<'a> {
     pub held: &'a HashMap<EntityId, Instant>,
     /// The current time.
     pub now: Instant,
+    /// The entities' node is leaving the pool: they must go, so any destination with free
+    /// CPU (and the memory) takes them, whatever the gain; the gain still ranks which goes
+    /// first. Damping (`hold_down`, `held`) is the caller's to lift.
+    pub leaving: bool,
 }
 
 impl Policy<'_> {
@@ -103,7 +107,14 @@ pub fn select(
         }
         group.push(e);
         let g = gain(l, f, &group, policy.weights, policy.cost);
-        if !(g.gain > 0.0 && g.gain >= policy.min_gain) {
+        let acceptable = if policy.leaving {
+            // Staying is not possible: a destination that gives the entities any CPU at all
+            // is better. Only lightly loaded nodes ask for work, so this is a node with room.
+            f.availability(Resource::Cpu) > 0.0
+        } else {
+            g.gain > 0.0 && g.gain >= policy.min_gain
+        };
+        if !acceptable {
             group.pop();
             break;
         }
@@ -256,6 +267,7 @@ mod tests {
                 hold_down: Duration::from_secs(60),
                 held: &self.held,
                 now: self.now,
+                leaving: false,
             }
         }
     }
