@@ -411,7 +411,7 @@ fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
         let kind = match e.kind {
             EventKind::LoadOnset => Kind::LoadOnset,
             EventKind::NodeJoin => Kind::NodeJoin,
-                EventKind::NodeLeave => Kind::NodeLeave,
+            EventKind::NodeLeave => Kind::NodeLeave,
             EventKind::Migration => Kind::Migration,
         };
         Event::new(e.t, kind, e.what.clone())
