@@ -112,6 +112,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             joins: vec![(2, figs::secs(args.join_at))],
             agent_options: figs::agent_options(args.load_at),
             timeout: Duration::from_secs(args.timeout),
+            unlisted_spares: false,
         },
         length: Length::from_options(args.iters, args.seconds),
         // All nodes have the same cap, and Open MPI binds the first rank of every emulated

@@ -181,8 +181,8 @@ pub(crate) fn probe(launcher: &[String], host: &HostName, timeout: Duration) -> 
         }
     };
     if status.success() {
-        tracing::debug!(
-            "launcher reached new host {host} in {:.1} ms",
+        tracing::info!(
+            "host {host} is outside the allocation; the launcher reached it in {:.1} ms",
             started.elapsed().as_secs_f64() * 1e3
         );
         return Ok(());
