@@ -44,7 +44,10 @@
 //! the proxies call `mpiexec` back on the bridge (`-iface` needs the interface where
 //! `mpiexec` runs, and the bridge's name differs from the nodes' `eth0`). The ranks get
 //! `UCX_NET_DEVICES=eth0` and `UCX_TLS=tcp,self,sm`: UCX's TCP transport on `lo` is not
-//! usable. Hostfiles are written in hydra's `host:N` form.
+//! usable. Hostfiles are written in hydra's `host:N` form. The ranks also get the script as
+//! `HYDRA_LAUNCHER_EXEC`, so that PCM checks a host outside the launch's host list with the
+//! launcher hydra uses (`PCM_ALLOW_NEW_HOSTS`; [`Cluster::job_without_spares`] leaves the
+//! unused nodes out of that list).
 //!
 //! # What Open MPI 4.1 needed (found by experiment)
 //! - `--mca plm_rsh_agent SCRIPT`: Open MPI calls it like ssh, `SCRIPT HOST orted ...args`;
