@@ -223,6 +223,17 @@ fn given_hydra_launched_on_two_hosts_when_rank_1_moves_to_a_third_host_outside_i
     assert_eq!(report.migrations, Some(1));
     assert_eq!(report.checksum, reference.checksum);
     assert_eq!(report.iterations, reference.iterations);
+    // PCM checked node-c with hydra's launcher before the spawn.
+    let checked = finished
+        .stderr
+        .lines()
+        .find(|l| l.contains("host node-c is outside the allocation; the launcher reached it"));
+    assert!(
+        checked.is_some(),
+        "no sign that node-c was checked before the spawn:\n{}",
+        finished.stderr
+    );
+    eprintln!("{}", checked.unwrap_or_default());
 }
 
 #[test]
@@ -261,6 +272,8 @@ fn given_new_hosts_allowed_when_the_target_is_no_host_of_the_pool_then_the_move_
         "stderr does not say that node-z is unreachable:\n{}",
         finished.stderr
     );
+    let refusal = finished.stderr.lines().find(|l| l.contains("host node-z"));
+    eprintln!("{}", refusal.unwrap_or_default());
 }
 
 #[test]
@@ -295,6 +308,8 @@ fn given_a_target_outside_the_launch_list_and_no_way_to_start_it_then_the_refusa
         "stderr does not name the refused host:\n{}",
         finished.stderr
     );
+    let refusal = finished.stderr.lines().find(|l| l.contains("host node-c"));
+    eprintln!("{}", refusal.unwrap_or_default());
     for words in expected {
         assert!(
             finished.stderr.contains(words),
