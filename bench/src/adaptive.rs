@@ -103,6 +103,7 @@ fn scenario(args: &AdaptiveArgs) -> (Scenario, Length) {
         leaves: Vec::new(),
         agent_options: agent_options(load_at),
         timeout: Duration::from_secs(args.timeout),
+        unlisted_spares: false,
     };
     (scenario, length)
 }

@@ -57,6 +57,7 @@ pub fn run(args: AgentsArgs) -> Result<()> {
         // so the job need not run 30 s before the load starts.
         agent_options: vec!["--hold-down".to_owned(), format!("{:.1}", onset / 2.0)],
         timeout: Duration::from_secs(300),
+        unlisted_spares: false,
     };
     println!(
         "== agent benchmarks: heat2d 1024x1024 on node-a and node-b (0.6 CPU each), idle node-c in the pool, CPU hog on node-b at {onset:.0} s; {repeats} run(s)"

@@ -113,6 +113,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             leaves: Vec::new(),
             agent_options: figs::agent_options(args.load_at),
             timeout: Duration::from_secs(args.timeout),
+            unlisted_spares: false,
         },
         length: Length::from_options(args.iters, args.seconds),
         // All nodes have the same cap, and Open MPI binds the first rank of every emulated

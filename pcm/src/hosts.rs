@@ -8,12 +8,195 @@
 //! unless it is named in the environment: `PCM_HOSTFILE`, or the launcher's own environment
 //! form of its hostfile option (Open MPI's `OMPI_MCA_orte_default_hostfile`, hydra's
 //! `HYDRA_HOST_FILE`).
+//!
+//! # Hosts that join late (MPICH only, opt-in)
+//! On MPICH, a job launched with `PCM_ALLOW_NEW_HOSTS=1` may also move ranks to a host
+//! outside that allocation, such as a machine whose IOS agent joined the pool after the job
+//! started: hydra then starts a proxy there through its launcher (measured: checksums
+//! equal). Since a spawn onto a host the launcher cannot reach kills the whole job, rank 0
+//! first runs the launcher itself, `LAUNCHER HOST true`, and the move goes ahead only if
+//! that exits with status 0 within [`PROBE_TIMEOUT`]; otherwise it is refused and the job
+//! carries on. The launcher is `PCM_LAUNCHER` (a command line, split at white space), else
+//! hydra's `HYDRA_LAUNCHER_EXEC`, else `ssh` (hydra's default launcher). Which hosts are
+//! pool members is the IOS agents' business: an agent only asks its pcmd to move ranks to
+//! a host whose agent proved the pool key and answered its offer (see `ios-agent`).
+//!
+//! On Open MPI 4 the setting is ignored (with a warning at start): a spawn outside the
+//! allocation hangs, so the only way is to list spare hosts in the hostfile at launch.
 
 use std::collections::BTreeSet;
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
+use serde::{Deserialize, Serialize};
 
 use crate::error::PcmError;
+use crate::runtime::MpiFamily;
+
+/// Environment variable that lets ranks move to hosts outside the launch's allocation
+/// (`1`; default `0`). Honoured on MPICH only.
+pub const ALLOW_NEW_HOSTS_ENV: &str = "PCM_ALLOW_NEW_HOSTS";
+/// Environment variable naming the command that checks a new host: PCM runs
+/// `PCM_LAUNCHER HOST true`. Default: hydra's `HYDRA_LAUNCHER_EXEC`, else `ssh`.
+pub const LAUNCHER_ENV: &str = "PCM_LAUNCHER";
+/// How long the check of a new host may take before the host counts as unreachable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// hydra's environment forms of `-launcher` and `-launcher-exec`.
+const HYDRA_LAUNCHER_ENV: &str = "HYDRA_LAUNCHER";
+const HYDRA_LAUNCHER_EXEC_ENV: &str = "HYDRA_LAUNCHER_EXEC";
+
+/// Whether ranks may move to hosts outside the allocation: decided by rank 0 at start and
+/// inherited by replacements.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum NewHosts {
+    /// Only hosts of the allocation (the default, and always on Open MPI).
+    #[default]
+    Refused,
+    /// Hosts the launcher reaches, checked with this command line before each spawn.
+    Probed {
+        /// The launcher: program, then its options; the host and `true` follow.
+        launcher: Vec<String>,
+    },
+}
+
+impl NewHosts {
+    /// Reads `PCM_ALLOW_NEW_HOSTS` and the launcher settings, for the MPI built against.
+    pub(crate) fn from_env() -> Result<NewHosts, PcmError> {
+        let get = |v: &str| std::env::var(v).ok().filter(|s| !s.trim().is_empty());
+        Self::from_settings(MpiFamily::BUILT_FOR, get)
+    }
+
+    fn from_settings(
+        family: MpiFamily,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<NewHosts, PcmError> {
+        let allowed = match get(ALLOW_NEW_HOSTS_ENV).as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(other) => {
+                return Err(PcmError::Config {
+                    variable: ALLOW_NEW_HOSTS_ENV,
+                    value: other.to_owned(),
+                    reason: "use 1 (allow hosts outside the launch's allocation) or 0".into(),
+                })
+            }
+        };
+        if !allowed {
+            return Ok(NewHosts::Refused);
+        }
+        if family != MpiFamily::Mpich {
+            tracing::warn!(
+                "{ALLOW_NEW_HOSTS_ENV}=1 is ignored: {} can only spawn onto hosts of its allocation; list spare hosts in the hostfile at launch",
+                family.name()
+            );
+            return Ok(NewHosts::Refused);
+        }
+        let launcher: Vec<String> = if let Some(command) = get(LAUNCHER_ENV) {
+            command.split_whitespace().map(str::to_owned).collect()
+        } else {
+            match get(HYDRA_LAUNCHER_ENV).as_deref() {
+                None | Some("ssh") | Some("rsh") => {}
+                Some(other) => {
+                    return Err(PcmError::Config {
+                        variable: HYDRA_LAUNCHER_ENV,
+                        value: other.to_owned(),
+                        reason: format!(
+                            "{ALLOW_NEW_HOSTS_ENV}=1 needs a launcher PCM can run to check a new host; name it in {LAUNCHER_ENV}"
+                        ),
+                    })
+                }
+            }
+            let program = get(HYDRA_LAUNCHER_EXEC_ENV)
+                .or_else(|| get(HYDRA_LAUNCHER_ENV))
+                .unwrap_or_else(|| "ssh".into());
+            vec![program]
+        };
+        Ok(NewHosts::Probed { launcher })
+    }
+
+    /// Why a move to `host`, outside the allocation `known`, is refused under this setting;
+    /// `None` if it may go ahead once [`probe`] passes.
+    pub(crate) fn refusal(&self, host: &HostName, known: &BTreeSet<HostName>) -> Option<String> {
+        let known: Vec<&str> = known.iter().map(HostName::as_str).collect();
+        let outside = format!(
+            "host {host} is not in the job's allocation (known: {})",
+            known.join(", ")
+        );
+        match (self, MpiFamily::BUILT_FOR) {
+            (NewHosts::Probed { .. }, _) => None,
+            (NewHosts::Refused, MpiFamily::Mpich) => Some(format!(
+                "{outside}; hydra can start a host outside its host list: launch with {ALLOW_NEW_HOSTS_ENV}=1 (PCM then checks that the launcher reaches the host first), or list the host in the hostfile given to mpiexec and name that file in {HOSTFILE_ENV}"
+            )),
+            (NewHosts::Refused, family) => Some(format!(
+                "{outside}; {} can only spawn onto hosts of its allocation (a spawn elsewhere hangs the job): list spare hosts in the hostfile given to mpirun at launch (slots=1 each, or --oversubscribe) and name that file in {HOSTFILE_ENV}",
+                family.name()
+            )),
+        }
+    }
+}
+
+/// Checks that the launcher starts a process on `host`: runs `LAUNCHER HOST true` and waits
+/// at most `timeout`. Returns why not, in words naming the host and the command.
+pub(crate) fn probe(launcher: &[String], host: &HostName, timeout: Duration) -> Result<(), String> {
+    let unreachable = |why: String| {
+        format!(
+            "host {host} is not in the job's allocation and the launcher does not reach it ({} {host} true: {why}); a spawn there would kill the job",
+            launcher.join(" ")
+        )
+    };
+    // A host name is passed as one argument; one that looks like an option is not a host.
+    if host.as_str().starts_with(['-', '.']) {
+        return Err(unreachable("not a host name".into()));
+    }
+    let Some((program, options)) = launcher.split_first() else {
+        return Err(unreachable("no launcher".into()));
+    };
+    let started = Instant::now();
+    let mut child = Command::new(program)
+        .args(options)
+        .arg(host.as_str())
+        .arg("true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| unreachable(format!("cannot run it: {e}")))?;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(unreachable(format!(
+                    "no answer within {:.1} s",
+                    timeout.as_secs_f64()
+                )));
+            }
+            Err(e) => return Err(unreachable(format!("cannot wait for it: {e}"))),
+        }
+    };
+    if status.success() {
+        tracing::info!(
+            "host {host} is outside the allocation; the launcher reached it in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        return Ok(());
+    }
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.by_ref().take(4096).read_to_string(&mut stderr);
+    }
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+    Err(unreachable(match last {
+        Some(line) => format!("{status}: {}", line.trim()),
+        None => status.to_string(),
+    }))
+}
 
 /// Environment variable naming the hostfile given to `mpirun`.
 pub const HOSTFILE_ENV: &str = "PCM_HOSTFILE";
@@ -70,6 +253,113 @@ pub(crate) fn parse_hostfile(text: &str) -> Result<BTreeSet<HostName>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn host(name: &str) -> HostName {
+        HostName::new(name).unwrap()
+    }
+
+    fn settings<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |key| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn new_hosts_are_opt_in_and_mpich_only() {
+        let mpich = MpiFamily::Mpich;
+        assert_eq!(
+            NewHosts::from_settings(mpich, settings(&[])).unwrap(),
+            NewHosts::Refused
+        );
+        assert_eq!(
+            NewHosts::from_settings(mpich, settings(&[(ALLOW_NEW_HOSTS_ENV, "0")])).unwrap(),
+            NewHosts::Refused
+        );
+        assert!(
+            NewHosts::from_settings(mpich, settings(&[(ALLOW_NEW_HOSTS_ENV, "yes")]))
+                .unwrap_err()
+                .to_string()
+                .contains(ALLOW_NEW_HOSTS_ENV)
+        );
+        assert_eq!(
+            NewHosts::from_settings(MpiFamily::OpenMpi, settings(&[(ALLOW_NEW_HOSTS_ENV, "1")]))
+                .unwrap(),
+            NewHosts::Refused
+        );
+        let launcher =
+            |pairs: &[(&str, &str)]| match NewHosts::from_settings(mpich, settings(pairs)) {
+                Ok(NewHosts::Probed { launcher }) => launcher,
+                other => panic!("{other:?}"),
+            };
+        let allow = (ALLOW_NEW_HOSTS_ENV, "1");
+        assert_eq!(launcher(&[allow]), ["ssh"]);
+        assert_eq!(
+            launcher(&[allow, (HYDRA_LAUNCHER_EXEC_ENV, "/x/agent.sh")]),
+            ["/x/agent.sh"]
+        );
+        assert_eq!(
+            launcher(&[
+                allow,
+                (HYDRA_LAUNCHER_EXEC_ENV, "/x/agent.sh"),
+                (LAUNCHER_ENV, "ssh -o BatchMode=yes")
+            ]),
+            ["ssh", "-o", "BatchMode=yes"]
+        );
+        assert!(
+            NewHosts::from_settings(mpich, settings(&[allow, (HYDRA_LAUNCHER_ENV, "slurm")]))
+                .unwrap_err()
+                .to_string()
+                .contains(LAUNCHER_ENV)
+        );
+    }
+
+    #[test]
+    fn the_probe_tells_reachable_from_failing_and_silent_launchers() {
+        let sh = |script: &str| {
+            vec![
+                "sh".to_owned(),
+                "-c".to_owned(),
+                script.to_owned(),
+                "sh".to_owned(),
+            ]
+        };
+        // `sh -c SCRIPT sh HOST true`: $1 is the host, $2 the command.
+        probe(
+            &sh("test \"$1\" = node-c && $2"),
+            &host("node-c"),
+            PROBE_TIMEOUT,
+        )
+        .unwrap();
+        let failed = probe(
+            &sh("echo \"no such host $1\" >&2; exit 255"),
+            &host("node-z"),
+            PROBE_TIMEOUT,
+        )
+        .unwrap_err();
+        assert!(
+            failed.contains("node-z") && failed.contains("no such host"),
+            "{failed}"
+        );
+        let started = Instant::now();
+        let silent =
+            probe(&sh("sleep 5"), &host("node-y"), Duration::from_millis(200)).unwrap_err();
+        assert!(
+            silent.contains("node-y") && silent.contains("within"),
+            "{silent}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+        let missing = probe(
+            &["/nonexistent/launcher".to_owned()],
+            &host("node-c"),
+            PROBE_TIMEOUT,
+        )
+        .unwrap_err();
+        assert!(missing.contains("cannot run"), "{missing}");
+        assert!(probe(&sh("exit 0"), &host("-oProxy"), PROBE_TIMEOUT).is_err());
+    }
 
     #[test]
     fn hostfile_syntax() {

@@ -63,7 +63,9 @@
 //! # Launching
 //! `mpirun -np P app` (Open MPI 4) or `mpiexec -n P app` (MPICH 5, hydra) as usual, with
 //! spawning allowed (Open MPI: `OMPI_MCA_rmaps_base_oversubscribe=1`). Target hosts must be
-//! in the hostfile given to the launcher, named for PCM in `PCM_HOSTFILE`. [`Pcm::init`]
+//! in the hostfile given to the launcher, named for PCM in `PCM_HOSTFILE`; on MPICH,
+//! `PCM_ALLOW_NEW_HOSTS=1` also allows hosts the launcher reaches (see the `hosts` module).
+//! [`Pcm::init`]
 //! refuses to start on another MPI library than the one pcm was compiled against
 //! ([`check_mpi_library`]). On MPICH a departed process finalizes and exits at once; on
 //! Open MPI 4 it frees its state and sleeps, using no measurable CPU, until the processes
@@ -74,6 +76,10 @@
 //! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
 //!   default `$XDG_RUNTIME_DIR/pcmd/{host}.sock` or `/tmp/pcmd-{uid}/{host}.sock`;
 //!   `none` disables the daemon link.
+//! - `PCM_HOSTFILE`: the hostfile given to the launcher (the hosts ranks may move to).
+//! - `PCM_ALLOW_NEW_HOSTS`: `1` lets ranks move to hosts outside that allocation, each
+//!   checked first with `PCM_LAUNCHER HOST true` (default launcher: hydra's
+//!   `HYDRA_LAUNCHER_EXEC`, else `ssh`); MPICH only, ignored with a warning on Open MPI.
 //! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
 //! - `PCM_CHECKPOINT_INTERVAL`: seconds between coordinated checkpoints (fractions allowed;
@@ -112,7 +118,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 pub use bytemuck::Pod;
 pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
 pub use error::PcmError;
-pub use hosts::HOSTFILE_ENV;
+pub use hosts::{ALLOW_NEW_HOSTS_ENV, HOSTFILE_ENV, LAUNCHER_ENV, PROBE_TIMEOUT};
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use profile::PROFILE_ENV;
@@ -220,6 +226,9 @@ pub(crate) struct JobContext {
     check_period: Duration,
     /// Hosts a replacement may be spawned on (see the `hosts` module).
     hosts: BTreeSet<HostName>,
+    /// Whether hosts outside `hosts` may be used, after a check (`PCM_ALLOW_NEW_HOSTS`).
+    #[serde(default)]
+    new_hosts: hosts::NewHosts,
     /// Checkpoint interval (`PCM_CHECKPOINT_INTERVAL`).
     #[serde(default)]
     checkpoint: checkpoint::Policy,
@@ -309,7 +318,7 @@ impl Pcm {
         let restart = checkpoint::restart_requested()?;
         let job = agree_on_job_id(&world, &app);
         let (job_name, identity) = checkpoint::agree_on_identity(&world)?;
-        let (hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
+        let (hosts, new_hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
         let now = Instant::now();
         let mut pcm = Pcm {
             world,
@@ -323,6 +332,7 @@ impl Pcm {
                 migrations: 0,
                 check_period,
                 hosts,
+                new_hosts,
                 checkpoint: checkpoint_policy,
                 job_name,
                 identity,
@@ -535,7 +545,12 @@ impl Pcm {
         } else {
             return Ok(Status::Continue);
         };
-        match reconfig::validate(plan, self.size, &self.job.hosts) {
+        let validated = reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts)
+            .and_then(|(plan, outside)| match self.probe_new_hosts(&outside) {
+                Ok(()) => Ok(plan),
+                Err(reason) => Err((plan, reason)),
+            });
+        match validated {
             Ok(mut plan) => {
                 plan.agreed_at = Some(started);
                 let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
@@ -554,6 +569,27 @@ impl Pcm {
                 Ok(Status::Continue)
             }
         }
+    }
+
+    /// Rank 0 checks that the launcher reaches each host of `outside` (hosts outside the
+    /// allocation, which the job's setting allows), and tells every rank the verdict.
+    /// Collective; nothing is run when `outside` is empty.
+    fn probe_new_hosts(&self, outside: &BTreeSet<HostName>) -> Result<(), String> {
+        let hosts::NewHosts::Probed { launcher } = &self.job.new_hosts else {
+            return Ok(());
+        };
+        if outside.is_empty() {
+            return Ok(());
+        }
+        let verdict = (self.rank == 0).then(|| {
+            let result: Result<(), String> = outside
+                .iter()
+                .try_for_each(|h| hosts::probe(launcher, h, hosts::PROBE_TIMEOUT));
+            encode_cbor(&result)
+        });
+        let bytes = reconfig::broadcast_bytes(&self.world, 0, verdict);
+        ciborium::from_reader::<Result<(), String>, _>(bytes.as_slice())
+            .unwrap_or_else(|e| Err(format!("the check of new hosts was garbled: {e}")))
     }
 
     /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
@@ -735,28 +771,30 @@ fn agree_on_job_id(world: &SimpleCommunicator, app: &AppName) -> JobId {
         .unwrap_or_else(|_| JobId::new(format!("job-{stamp:016x}")).expect("hex is a valid id"))
 }
 
-/// Rank 0 reads the hostfile and broadcasts it (or its error, so that every rank fails
-/// alike); every rank adds the hosts the ranks run on. Returns the allowed hosts and the
-/// host of each rank.
+/// Rank 0 reads the hostfile and the new-hosts setting and broadcasts them (or its error,
+/// so that every rank fails alike); every rank adds the hosts the ranks run on. Returns the
+/// allowed hosts, whether others may be used, and the host of each rank.
 fn agree_on_hosts(
     world: &SimpleCommunicator,
     host: &HostName,
-) -> Result<(BTreeSet<HostName>, Vec<HostName>), PcmError> {
-    let from_file = (world.rank() == 0).then(|| {
-        let result = hosts::hostfile_from_env().map_err(|e| e.to_string());
+) -> Result<(BTreeSet<HostName>, hosts::NewHosts, Vec<HostName>), PcmError> {
+    let from_env = (world.rank() == 0).then(|| {
+        let result = hosts::hostfile_from_env()
+            .and_then(|h| Ok((h, hosts::NewHosts::from_env()?)))
+            .map_err(|e| e.to_string());
         encode_cbor(&result)
     });
-    let bytes = reconfig::broadcast_bytes(world, 0, from_file);
-    let result: Result<BTreeSet<HostName>, String> =
+    let bytes = reconfig::broadcast_bytes(world, 0, from_env);
+    let result: Result<(BTreeSet<HostName>, hosts::NewHosts), String> =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
-    let mut hosts = result.map_err(|reason| PcmError::Config {
+    let (mut hosts, new_hosts) = result.map_err(|reason| PcmError::Config {
         variable: "hostfile",
         value: String::new(),
         reason,
     })?;
     let rank_hosts = reconfig::exchange_hosts(world, host);
     hosts.extend(rank_hosts.iter().cloned());
-    Ok((hosts, rank_hosts))
+    Ok((hosts, new_hosts, rank_hosts))
 }
 
 fn local_host_name() -> HostName {

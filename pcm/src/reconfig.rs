@@ -30,6 +30,7 @@ use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
 use serde::{Deserialize, Serialize};
 
 use crate::error::PcmError;
+use crate::hosts::NewHosts;
 use crate::launch::Launch;
 use crate::profile::Profiler;
 use crate::store::{Blob, Entry, EntryHeader, Store};
@@ -59,12 +60,15 @@ fn new_placement(plan: &Plan, parents: usize, merged_hosts: &[HostName]) -> Vec<
     placement
 }
 
-/// Checks a plan against the job: returns it sorted, or the reason to refuse it.
+/// Checks a plan against the job: returns it sorted with the target hosts outside the
+/// allocation `hosts` (which [`crate::hosts::probe`] must check before the spawn), or the
+/// reason to refuse it.
 pub(crate) fn validate(
     mut plan: Plan,
     size: u32,
     hosts: &BTreeSet<HostName>,
-) -> Result<Plan, (Plan, String)> {
+    new_hosts: &NewHosts,
+) -> Result<(Plan, BTreeSet<HostName>), (Plan, String)> {
     if plan.moves.is_empty() {
         return Err((plan, "the request moves no rank".into()));
     }
@@ -80,21 +84,18 @@ pub(crate) fn validate(
     if distinct.len() != plan.moves.len() {
         return Err((plan, "a rank appears more than once in the request".into()));
     }
-    if let Some(unknown) = plan
+    let outside: BTreeSet<HostName> = plan
         .moves
         .iter()
         .filter_map(|m| m.to.as_ref())
-        .find(|h| !hosts.contains(*h))
-    {
-        let known: Vec<&str> = hosts.iter().map(HostName::as_str).collect();
-        let reason = format!(
-            "host {unknown} is not in the job's allocation (known: {}); list it in the hostfile given to mpirun and name that file in PCM_HOSTFILE",
-            known.join(", ")
-        );
+        .filter(|h| !hosts.contains(*h))
+        .cloned()
+        .collect();
+    if let Some(reason) = outside.iter().find_map(|h| new_hosts.refusal(h, hosts)) {
         return Err((plan, reason));
     }
     plan.moves.sort_by_key(|m| m.rank);
-    Ok(plan)
+    Ok((plan, outside))
 }
 
 /// Broadcasts bytes of any length from `root` (which passes `Some`).

@@ -30,7 +30,7 @@ impl MpiFamily {
         _ => MpiFamily::Unknown,
     };
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             MpiFamily::OpenMpi => "Open MPI",
             MpiFamily::Mpich => "MPICH",

@@ -44,7 +44,10 @@
 //! the proxies call `mpiexec` back on the bridge (`-iface` needs the interface where
 //! `mpiexec` runs, and the bridge's name differs from the nodes' `eth0`). The ranks get
 //! `UCX_NET_DEVICES=eth0` and `UCX_TLS=tcp,self,sm`: UCX's TCP transport on `lo` is not
-//! usable. Hostfiles are written in hydra's `host:N` form.
+//! usable. Hostfiles are written in hydra's `host:N` form. The ranks also get the script as
+//! `HYDRA_LAUNCHER_EXEC`, so that PCM checks a host outside the launch's host list with the
+//! launcher hydra uses (`PCM_ALLOW_NEW_HOSTS`; [`Cluster::job_without_spares`] leaves the
+//! unused nodes out of that list).
 //!
 //! # What Open MPI 4.1 needed (found by experiment)
 //! - `--mca plm_rsh_agent SCRIPT`: Open MPI calls it like ssh, `SCRIPT HOST orted ...args`;
@@ -587,6 +590,12 @@ impl Cluster {
             // usable ("no route"), and shared memory joins ranks on one node.
             env.push(("UCX_NET_DEVICES".into(), "eth0".into()));
             env.push(("UCX_TLS".into(), "tcp,self,sm".into()));
+            // The environment form of `-launcher-exec`, so that PCM checks a host outside
+            // the allocation with the launcher hydra uses (`PCM_ALLOW_NEW_HOSTS`).
+            env.push((
+                "HYDRA_LAUNCHER_EXEC".into(),
+                self.agent.display().to_string(),
+            ));
         }
         env
     }
@@ -600,6 +609,11 @@ impl Cluster {
     /// use with `slots=` their number of ranks, then the unused nodes (`slots=1`), all in
     /// the allocation. Ranks on one node must be consecutive.
     pub fn hostfile_for(&self, placement: &[&str]) -> PathBuf {
+        self.hostfile_with(placement, true)
+    }
+
+    /// As [`Cluster::hostfile_for`]; the unused nodes are listed only if `spares`.
+    fn hostfile_with(&self, placement: &[&str], spares: bool) -> PathBuf {
         let mut order: Vec<(&str, usize)> = Vec::new();
         for (rank, host) in placement.iter().enumerate() {
             assert!(
@@ -621,7 +635,7 @@ impl Cluster {
         for (host, count) in &order {
             writeln!(text, "{}", hostfile_line(host, *count)).unwrap();
         }
-        for node in &self.nodes {
+        for node in self.nodes.iter().filter(|_| spares) {
             if !order.iter().any(|(h, _)| *h == node.name) {
                 writeln!(text, "{}", hostfile_line(&node.name, 1)).unwrap();
             }
@@ -633,9 +647,20 @@ impl Cluster {
     }
 
     /// `job` set up to run on the cluster with rank i on `placement[i]`.
-    pub fn job(&self, mut job: MpiJob, placement: &[&str]) -> MpiJob {
+    pub fn job(&self, job: MpiJob, placement: &[&str]) -> MpiJob {
+        self.job_with(job, placement, true)
+    }
+
+    /// As [`Cluster::job`], but the launch's host list names only the hosts of `placement`:
+    /// the other nodes are outside the job's allocation, as hosts that join the pool after
+    /// the job started are.
+    pub fn job_without_spares(&self, job: MpiJob, placement: &[&str]) -> MpiJob {
+        self.job_with(job, placement, false)
+    }
+
+    fn job_with(&self, mut job: MpiJob, placement: &[&str], spares: bool) -> MpiJob {
         assert_eq!(job.ranks, placement.len(), "one host per rank");
-        let hostfile = self.hostfile_for(placement);
+        let hostfile = self.hostfile_with(placement, spares);
         for (k, v) in self.env_with(&hostfile) {
             job = job.env(&k, v);
         }

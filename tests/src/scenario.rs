@@ -64,6 +64,12 @@ pub struct Scenario {
     pub agent_options: Vec<String>,
     /// Longest a run may take.
     pub timeout: Duration,
+    /// Whether the adaptive run's launch leaves the nodes that hold no rank at the start
+    /// (those that join among them) out of its host list, as hosts that join the pool after
+    /// the start are, and sets `PCM_ALLOW_NEW_HOSTS=1` so that ranks may still move there.
+    /// MPICH only: Open MPI 4 cannot spawn outside its allocation. Otherwise (`false`) they
+    /// are listed as spares.
+    pub unlisted_spares: bool,
 }
 
 /// Seconds over which throughput is averaged when judging recovery
@@ -573,7 +579,11 @@ impl Scenario {
         if mode == Mode::Adaptive {
             job = job.env("PCM_DAEMON", daemon_env.clone());
         }
-        let job = cluster.job(job, &placement);
+        let job = if mode == Mode::Adaptive && self.unlisted_spares {
+            cluster.job_without_spares(job.env("PCM_ALLOW_NEW_HOSTS", "1"), &placement)
+        } else {
+            cluster.job(job, &placement)
+        };
         let started = Instant::now();
         let mut group = job.start(&run_dir, "job");
         let mut tail = Tail::new(&group.stderr);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
-use mpi_ios_tests::{mpi_lock, MpiJob};
+use mpi_ios_tests::{mpi_lock, MpiJob, Runtime};
 
 fn usable() -> bool {
     if let Err(why) = Cluster::available() {
@@ -56,6 +56,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
             .map(|s| (*s).to_owned())
             .collect(),
         timeout: Duration::from_secs(240),
+        unlisted_spares: false,
     };
     let rate = scenario
         .size_by_time(cluster, dir, UNLOADED_SECONDS)
@@ -127,10 +128,33 @@ fn an_idle_node_joins_and_the_agents_move_the_loaded_rank_there() {
     if !usable() {
         return;
     }
+    an_idle_node_joins(false);
+}
+
+/// On MPICH a node the launch did not list can receive a rank too (`PCM_ALLOW_NEW_HOSTS`).
+#[test]
+fn a_node_outside_the_launch_list_joins_and_the_agents_move_the_loaded_rank_there() {
+    if !usable() {
+        return;
+    }
+    if Runtime::current() != Runtime::Mpich {
+        eprintln!(
+            "skipped: needs MPICH (hydra), built for {:?}: Open MPI 4 cannot spawn outside its allocation",
+            Runtime::current()
+        );
+        return;
+    }
+    an_idle_node_joins(true);
+}
+
+/// node-c's agent joins after the start, while node-b is loaded; `unlisted`: node-c is not
+/// in the launch's host list.
+fn an_idle_node_joins(unlisted: bool) {
     let _lock = mpi_lock();
     let cluster = Cluster::with_caps(&[Some(CpuCap::cores(node_cap())); 3]).unwrap();
     let dir = logs();
-    let scenario = scenario(&cluster, dir.path(), vec![(2, Duration::from_secs(4))]);
+    let mut scenario = scenario(&cluster, dir.path(), vec![(2, Duration::from_secs(4))]);
+    scenario.unlisted_spares = unlisted;
     let outcome = run(&cluster, &scenario, dir);
     let nodes = cluster.host_names();
     let moved: Vec<_> = outcome.migrations().collect();

@@ -58,6 +58,8 @@ fn print_times(what: &str, finished: &Finished) {
     }
 }
 
+/// Also the workaround for Open MPI 4, which cannot start a host outside its allocation:
+/// [`Cluster::job`] lists the unused node-c in the hostfile as a spare (`slots=1`).
 #[test]
 fn given_ranks_on_two_hosts_when_rank_1_moves_to_a_third_then_it_runs_there_and_the_checksum_matches(
 ) {
@@ -163,6 +165,158 @@ fn given_a_target_host_outside_the_hostfile_then_the_move_is_refused_without_han
         "stderr does not name the refused host:\n{}",
         finished.stderr
     );
+}
+
+/// `heat2d` launched with rank i on `placement[i]` and a host list naming only those hosts,
+/// so that the cluster's other nodes are outside the launch's allocation, as a host whose
+/// agent joined the pool after the start is.
+fn without_spares(
+    cluster: &Cluster,
+    placement: &[&str],
+    schedule: &str,
+    env: &[(&str, &str)],
+) -> Finished {
+    let mut job = MpiJob::new(placement.len(), "heat2d", ARGS).env("PCM_SCHEDULE", schedule);
+    for (k, v) in env {
+        job = job.env(k, *v);
+    }
+    cluster.job_without_spares(job, placement).run(DEADLINE)
+}
+
+/// Whether the binaries were built for MPICH (only hydra starts a host outside its launch's
+/// host list); prints why the test is skipped if not.
+fn hydra(test: &str) -> bool {
+    if Runtime::current() != Runtime::Mpich {
+        eprintln!(
+            "{test}: skipped: needs MPICH (hydra); built for {:?}: Open MPI 4 cannot spawn outside its allocation",
+            Runtime::current()
+        );
+        return false;
+    }
+    true
+}
+
+#[test]
+fn given_hydra_launched_on_two_hosts_when_rank_1_moves_to_a_third_host_outside_its_list_then_it_runs_there_and_the_checksum_matches(
+) {
+    let test = "late_join_move_to_a_host_outside_the_list";
+    let Some(cluster) = hydra(test).then(|| cluster(test)).flatten() else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    let finished = without_spares(
+        &cluster,
+        &placement,
+        "40:1@node-c",
+        &[("PCM_ALLOW_NEW_HOSTS", "1")],
+    );
+    let report = finished.report();
+    print_times("rank 1 node-b -> node-c (not in the host list)", &finished);
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-c".to_string()][..]),
+        "rank 1 did not end on node-c\n--- stderr\n{}",
+        finished.stderr
+    );
+    assert_eq!(report.migrations, Some(1));
+    assert_eq!(report.checksum, reference.checksum);
+    assert_eq!(report.iterations, reference.iterations);
+    // PCM checked node-c with hydra's launcher before the spawn.
+    let checked = finished
+        .stderr
+        .lines()
+        .find(|l| l.contains("host node-c is outside the allocation; the launcher reached it"));
+    assert!(
+        checked.is_some(),
+        "no sign that node-c was checked before the spawn:\n{}",
+        finished.stderr
+    );
+    eprintln!("{}", checked.unwrap_or_default());
+}
+
+#[test]
+fn given_new_hosts_allowed_when_the_target_is_no_host_of_the_pool_then_the_move_is_refused_and_the_job_finishes(
+) {
+    let test = "late_join_unreachable_target";
+    let Some(cluster) = hydra(test).then(|| cluster(test)).flatten() else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    // node-z is no node of the cluster: the launcher cannot start anything there, and a
+    // spawn there would kill the job (measured). `run` panics on a hang.
+    let started = Instant::now();
+    let finished = without_spares(
+        &cluster,
+        &placement,
+        "40:1@node-z",
+        &[("PCM_ALLOW_NEW_HOSTS", "1")],
+    );
+    eprintln!(
+        "{test}: the job ended {:?} after its start",
+        started.elapsed()
+    );
+    let report = finished.report();
+    assert_eq!(report.migrations, Some(0));
+    assert_eq!(report.checksum, reference.checksum);
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-b".to_string()][..])
+    );
+    assert!(
+        finished.stderr.contains("host node-z")
+            && finished.stderr.contains("launcher does not reach it"),
+        "stderr does not say that node-z is unreachable:\n{}",
+        finished.stderr
+    );
+    let refusal = finished.stderr.lines().find(|l| l.contains("host node-z"));
+    eprintln!("{}", refusal.unwrap_or_default());
+}
+
+#[test]
+fn given_a_target_outside_the_launch_list_and_no_way_to_start_it_then_the_refusal_names_the_host_and_the_workaround(
+) {
+    let Some(cluster) = cluster("late_join_refused") else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let reference = plain(&cluster, &placement);
+    // Open MPI: the opt-in is asked for and ignored. MPICH: it is not asked for.
+    let (env, expected): (&[(&str, &str)], &[&str]) = match Runtime::current() {
+        Runtime::OpenMpi => (
+            &[("PCM_ALLOW_NEW_HOSTS", "1")],
+            &[
+                "PCM_ALLOW_NEW_HOSTS=1 is ignored",
+                "Open MPI can only spawn onto hosts of its allocation",
+                "list spare hosts in the hostfile",
+            ],
+        ),
+        Runtime::Mpich => (&[], &["launch with PCM_ALLOW_NEW_HOSTS=1"]),
+    };
+    let finished = without_spares(&cluster, &placement, "40:1@node-c", env);
+    let report = finished.report();
+    assert_eq!(report.migrations, Some(0));
+    assert_eq!(report.checksum, reference.checksum);
+    assert!(
+        finished
+            .stderr
+            .contains("host node-c is not in the job's allocation"),
+        "stderr does not name the refused host:\n{}",
+        finished.stderr
+    );
+    let refusal = finished.stderr.lines().find(|l| l.contains("host node-c"));
+    eprintln!("{}", refusal.unwrap_or_default());
+    for words in expected {
+        assert!(
+            finished.stderr.contains(words),
+            "stderr does not say {words:?}:\n{}",
+            finished.stderr
+        );
+    }
 }
 
 /// Several seconds across namespaces: the job must still run well after the move.

@@ -56,6 +56,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path) -> Scenario {
             .map(|s| (*s).to_owned())
             .collect(),
         timeout: Duration::from_secs(300),
+        unlisted_spares: false,
     };
     let rate = scenario
         .size_by_time(cluster, dir, UNLOADED_SECONDS)
