@@ -86,6 +86,16 @@ fn job_processes(root: u32) -> BTreeSet<u32> {
 /// process the runtime did not clean up must not outlive the test.
 struct Victim(u32);
 
+impl Victim {
+    /// Whether the runtime left the process behind (alive or stopped, not a zombie).
+    fn left_behind(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.0)).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    }
+}
+
 impl Drop for Victim {
     fn drop(&mut self) {
         let _ = kill(Pid::from_raw(self.0 as i32), Signal::SIGKILL);
@@ -143,6 +153,7 @@ fn assert_names_the_stall(stderr: &str, host: &str) {
         .lines()
         .find(|l| l.contains("did not finish within"))
         .unwrap_or_else(|| panic!("no watchdog error in stderr:\n{stderr}"));
+    eprintln!("watchdog said: {line}");
     assert!(line.contains(&format!("rank 1 to {host}")), "{line}");
     assert!(line.contains(&format!("on host {host}")), "{line}");
     assert!(
@@ -163,8 +174,13 @@ fn given_a_replacement_stopped_while_starting_then_the_job_ends_after_the_deadli
         .env("PCM_SCHEDULE", format!("1:1@{host}"))
         .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
         .start(dir.path(), "job");
-    let (_victim, hit) = hit_replacement(&mut job, 3, Signal::SIGSTOP);
+    let (victim, hit) = hit_replacement(&mut job, 3, Signal::SIGSTOP);
     let (code, stderr, took) = wait_end(job, hit);
+    // Informative only: the guard kills it either way.
+    eprintln!(
+        "stopped replacement left behind by the runtime: {}",
+        victim.left_behind()
+    );
 
     assert_eq!(code, Some(TIMEOUT_EXIT), "stderr:\n{stderr}");
     assert!(
