@@ -271,3 +271,81 @@ fn given_a_pcmd_migration_whose_replacement_stalls_then_the_requester_gets_the_f
         "pcmd log:\n{log}"
     );
 }
+
+/// Checkpoints taken before a stalled reconfiguration ended the job still restart it: the
+/// restart resumes from one of them and ends with heat2d-plain's checksum.
+#[test]
+fn given_checkpoints_before_a_stalled_migration_then_a_restart_resumes_from_them() {
+    // A few seconds of work on a quiet machine: the job is stalled right after its first
+    // checkpoint, and the reference and the restart must still run to the end.
+    const ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "30000"];
+    const RUN: Duration = Duration::from_secs(180);
+    let _lock = mpi_lock();
+    let host = host_name();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("node.sock");
+    let store = dir.path().join("store");
+    let mut command = std::process::Command::new(bin("pcmd"));
+    command
+        .arg("--socket")
+        .arg(&socket)
+        .arg("serve")
+        .arg("--checkpoint-dir")
+        .arg(&store)
+        .env("RUST_LOG", "info");
+    let _pcmd = Group::start(command, dir.path(), "pcmd");
+    wait_until(WAIT, "pcmd to listen", || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    });
+    let job = || {
+        MpiJob::new(3, "heat2d", ARGS)
+            .env("PCM_DAEMON", socket.display().to_string())
+            .env("PCM_CHECKPOINT_INTERVAL", "0.25")
+            .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
+    };
+    let complete = || {
+        std::fs::read_dir(store.join("heat2d-3r"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("manifest").exists())
+            .count()
+    };
+
+    let mut run = job().start(dir.path(), "stalled");
+    wait_until(WAIT, "a complete checkpoint", || {
+        assert!(run.running(), "ended early: {}", run.stderr_so_far());
+        complete() > 0
+    });
+    let migrate = std::process::Command::new(bin("pcmd"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["migrate", "--rank", "1", "--to", &host, "--no-wait"])
+        .output()
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    let (victim, hit) = hit_replacement(&mut run, 3, Signal::SIGSTOP);
+    let (code, stderr, _) = wait_end(run, hit);
+    drop(victim);
+    assert_eq!(code, Some(TIMEOUT_EXIT), "stderr:\n{stderr}");
+    assert!(complete() > 0);
+
+    let reference = MpiJob::new(3, "heat2d-plain", ARGS)
+        .run(RUN)
+        .report()
+        .checksum;
+    let restarted = job().env("PCM_RESTART", "require").run(RUN);
+    let report = restarted.report();
+    assert!(
+        restarted
+            .stderr
+            .contains("restarted from the checkpoint at iteration"),
+        "{}",
+        restarted.stderr
+    );
+    assert_eq!(report.checksum, reference);
+}
