@@ -45,6 +45,10 @@ const REPORT_FLUSH: Duration = Duration::from_secs(1);
 /// How long the other ranks wait before aborting, so that the rank that reports to pcmd
 /// (whose abort would kill them) and the parents (who know the request) go first.
 const REPORTER_HEAD_START: Duration = Duration::from_secs(2);
+/// How long every process waits between logging and aborting: the log line travels through
+/// the launcher's output forwarding (hydra's proxy, Open MPI's iof), and an abort tears that
+/// down; without the pause MPICH jobs sometimes ended with status 75 and no line at all.
+const OUTPUT_FLUSH: Duration = Duration::from_millis(500);
 /// How long `MPI_Abort` may take before the process ends itself.
 const ABORT_GRACE: Duration = Duration::from_secs(10);
 
@@ -310,6 +314,7 @@ fn fire(context: &Context, phase: Phase, timeout: Duration, reporter: Option<Rep
         }
         _ => false,
     };
+    std::thread::sleep(OUTPUT_FLUSH);
     // The rank that reports to pcmd, and the parents when a replacement fired, go first:
     // the first MPI_Abort ends every process, and the report would be lost with them.
     if !reported && (context.request.is_some() || context.side == Side::Replacement) {
