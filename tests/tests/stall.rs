@@ -256,10 +256,7 @@ fn given_a_pcmd_migration_whose_replacement_stalls_then_the_requester_gets_the_f
     assert!(stderr.contains("migration #"), "{stderr}");
 
     let out = String::from_utf8_lossy(&migrated.stdout);
-    assert!(
-        !migrated.status.success(),
-        "pcmd migrate succeeded: {out}"
-    );
+    assert!(!migrated.status.success(), "pcmd migrate succeeded: {out}");
     assert!(
         out.contains("failed") && out.contains("did not finish within"),
         "pcmd migrate printed: {out}{}",
