@@ -112,6 +112,29 @@ impl std::fmt::Display for Phase {
     }
 }
 
+/// What a watchdog knew when the deadline of a reconfiguration passed (the content of
+/// [`PcmError::ReconfigurationStalled`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{request} ({moves}) at iteration {iteration} did not finish within {timeout_s} s: {side} {rank} on host {host} was still waiting in the {phase} phase")]
+pub struct Stall {
+    /// "migration #N" (a pcmd request) or "scheduled reconfiguration (PCM_SCHEDULE)".
+    pub request: String,
+    /// The moves, "rank 1 to node-b".
+    pub moves: String,
+    /// The phase this process was in when the deadline passed.
+    pub phase: Phase,
+    /// "rank" (a parent) or "replacement for rank".
+    pub side: &'static str,
+    /// This process's rank, or "(not known yet)" on a replacement before the hand-over.
+    pub rank: String,
+    /// This process's host.
+    pub host: String,
+    /// The iteration of the reconfiguration, or "(not known yet)".
+    pub iteration: String,
+    /// The deadline, in seconds.
+    pub timeout_s: f64,
+}
+
 /// Which side of the protocol a process is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -158,7 +181,7 @@ pub(crate) fn describe_moves(moves: &[Move]) -> String {
 
 impl Context {
     fn stalled(&self, phase: Phase, timeout: Duration) -> PcmError {
-        PcmError::ReconfigurationStalled {
+        PcmError::ReconfigurationStalled(Box::new(Stall {
             request: self.request.map_or_else(
                 || "scheduled reconfiguration (PCM_SCHEDULE)".to_owned(),
                 |r| format!("migration {r}"),
@@ -177,7 +200,7 @@ impl Context {
                 .iteration
                 .map_or_else(|| "(not known yet)".to_owned(), |i| i.to_string()),
             timeout_s: timeout.as_secs_f64(),
-        }
+        }))
     }
 }
 

@@ -105,25 +105,8 @@ pub enum PcmError {
     /// stalled or died while starting, and every process waits inside a blocking MPI call.
     /// Logged by the watchdog that then ends the job (see the `deadline` module); never
     /// returned by a call, since the call it concerns cannot return.
-    #[error("{request} ({moves}) at iteration {iteration} did not finish within {timeout_s} s: {side} {rank} on host {host} was still waiting in the {phase} phase")]
-    ReconfigurationStalled {
-        /// "migration #N" (a pcmd request) or "scheduled reconfiguration".
-        request: String,
-        /// The moves, "rank 1 to node-b".
-        moves: String,
-        /// The phase this process was in when the deadline passed.
-        phase: crate::deadline::Phase,
-        /// "rank" (a parent) or "replacement for rank".
-        side: &'static str,
-        /// This process's rank, or "(not known yet)" on a replacement before the hand-over.
-        rank: String,
-        /// This process's host.
-        host: String,
-        /// The iteration of the reconfiguration, or "(not known yet)".
-        iteration: String,
-        /// The deadline, in seconds.
-        timeout_s: f64,
-    },
+    #[error("{0}")]
+    ReconfigurationStalled(Box<crate::deadline::Stall>),
     /// A broken invariant inside PCM.
     #[error("internal PCM error: {0}")]
     Internal(&'static str),

@@ -119,7 +119,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 pub use bytemuck::Pod;
 pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
 pub use deadline::{
-    Phase, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_ENV, RECONFIGURE_TIMEOUT_EXIT,
+    Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_ENV, RECONFIGURE_TIMEOUT_EXIT,
 };
 pub use error::PcmError;
 pub use hosts::HOSTFILE_ENV;
