@@ -3,8 +3,8 @@
 # system packages if missing, builds every binary, then runs formatting and lint checks, unit
 # tests, and the end-to-end tests (real MPI jobs, pcmd daemons, emulated hosts in network
 # namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default openmpi).
-# Then the runtime-dependent tests (migration, checkpoints, the runtime checks, stalled starts, emulated
-# hosts) run again on the other runtime, built in its own target directory.
+# Then the runtime-dependent tests (migration, checkpoints, the runtime checks, stalled starts,
+# emulated hosts) run again on the other runtime, built in its own target directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
