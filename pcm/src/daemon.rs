@@ -406,3 +406,108 @@ fn expect_reply(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{AppName, FromDaemon, HostName, JobId, Outcome, Rank};
+    use std::os::unix::net::UnixListener;
+
+    /// Reads one message from a blocking stream.
+    fn read_message(stream: &mut UnixStream, reader: &mut FrameReader) -> ToDaemon {
+        let mut buffer = [0u8; 4096];
+        loop {
+            if let Some(message) = reader.next_message::<ToDaemon>().unwrap() {
+                return message;
+            }
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(n > 0, "the link closed the connection");
+            reader.feed(&buffer[..n]);
+        }
+    }
+
+    /// The watchdog's path: a report sent from another thread than the link's owner reaches
+    /// the daemon before `send_and_flush` returns true.
+    #[test]
+    fn reporter_flushes_a_message_to_a_connected_daemon() {
+        let dir = std::env::temp_dir().join(format!("pcm-reporter-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pcmd.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let host = HostName::new("node-a").unwrap();
+        let registration = ToDaemon::Register {
+            job: JobId::new("job-1").unwrap(),
+            app: AppName::new("test").unwrap(),
+            rank: Rank(0),
+            size: 1,
+            host: host.clone(),
+            pid: std::process::id(),
+            replacement: false,
+        };
+        let link = DaemonLink::start(path.clone(), registration);
+
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut reader = FrameReader::new();
+        assert!(matches!(
+            read_message(&mut stream, &mut reader),
+            ToDaemon::Hello { .. }
+        ));
+        let welcome = FromDaemon::Welcome {
+            version: PROTOCOL_VERSION,
+            host,
+        };
+        stream.write_all(&pcm_proto::encode(&welcome)).unwrap();
+        assert!(matches!(
+            read_message(&mut stream, &mut reader),
+            ToDaemon::Register { .. }
+        ));
+        stream
+            .write_all(&pcm_proto::encode(&FromDaemon::Registered))
+            .unwrap();
+        while !link.is_connected() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+
+        let reporter = link.reporter();
+        let report = ToDaemon::ReconfigurationFinished {
+            request: RequestId(7),
+            outcome: Outcome::Failed {
+                reason: "stalled in the spawn phase".into(),
+            },
+        };
+        let sent =
+            std::thread::spawn(move || reporter.send_and_flush(report, Duration::from_secs(5)));
+        assert!(sent.join().unwrap(), "the report was not flushed");
+        loop {
+            match read_message(&mut stream, &mut reader) {
+                ToDaemon::ReconfigurationFinished { request, outcome } => {
+                    assert_eq!(request, RequestId(7));
+                    assert!(matches!(outcome, Outcome::Failed { .. }));
+                    break;
+                }
+                // Progress reports may come first.
+                _ => continue,
+            }
+        }
+        drop(link);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reporter_without_a_daemon_gives_up_within_its_timeout() {
+        let path = std::env::temp_dir().join(format!(
+            "pcm-reporter-test-none-{}/pcmd.sock",
+            std::process::id()
+        ));
+        let registration = ToDaemon::Progress { iteration: 0 };
+        let link = DaemonLink::start(path, registration);
+        let started = Instant::now();
+        let sent = link.reporter().send_and_flush(
+            ToDaemon::Progress { iteration: 1 },
+            Duration::from_millis(300),
+        );
+        assert!(!sent);
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+}
