@@ -52,6 +52,11 @@ struct Shared {
     profile_due: AtomicBool,
     /// Whether the rank sends profiles.
     profiling: AtomicBool,
+    /// Messages put in the outbox so far, and how many of them the thread has written to
+    /// the daemon or dropped (disconnected): lets [`Reporter::send_and_flush`] wait for its
+    /// own message.
+    queued: AtomicU64,
+    handled: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -142,7 +147,16 @@ impl DaemonLink {
 
     /// Queues a message for the daemon; dropped if the daemon is not reachable.
     pub(crate) fn send(&self, message: ToDaemon) {
-        let _ = self.outbox.send(message);
+        queue(&self.shared, &self.outbox, message);
+    }
+
+    /// A handle another thread can report through (the reconfiguration watchdog, which
+    /// must report while the main thread, owner of the link, is stuck in MPI).
+    pub(crate) fn reporter(&self) -> Reporter {
+        Reporter {
+            shared: Arc::clone(&self.shared),
+            outbox: self.outbox.clone(),
+        }
     }
 
     /// Sends what is queued (waiting at most `timeout`) and stops the thread.
@@ -170,6 +184,39 @@ impl Drop for DaemonLink {
     }
 }
 
+/// Puts a message in the outbox, counted; returns its ticket (see `Shared::queued`).
+fn queue(shared: &Shared, outbox: &Sender<ToDaemon>, message: ToDaemon) -> u64 {
+    let ticket = shared.queued.fetch_add(1, Ordering::AcqRel) + 1;
+    if outbox.send(message).is_err() {
+        // The thread is gone: nobody will handle it.
+        shared.handled.fetch_add(1, Ordering::AcqRel);
+    }
+    ticket
+}
+
+/// Sends messages to the daemon from a thread other than the rank's main thread.
+#[derive(Debug)]
+pub(crate) struct Reporter {
+    shared: Arc<Shared>,
+    outbox: Sender<ToDaemon>,
+}
+
+impl Reporter {
+    /// Queues `message` and waits, at most `timeout`, until the link thread has written it.
+    /// Returns whether it was written to a connected daemon.
+    pub(crate) fn send_and_flush(&self, message: ToDaemon, timeout: Duration) -> bool {
+        let ticket = queue(&self.shared, &self.outbox, message);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.shared.handled.load(Ordering::Acquire) >= ticket {
+                return self.shared.connected.load(Ordering::Relaxed);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+}
+
 fn run(path: PathBuf, registration: Registration, shared: Arc<Shared>, inbox: Receiver<ToDaemon>) {
     let mut warned = false;
     while !shared.stop.load(Ordering::Acquire) {
@@ -194,7 +241,7 @@ fn run(path: PathBuf, registration: Registration, shared: Arc<Shared>, inbox: Re
                     warned = true;
                 }
                 // Nothing can be delivered while disconnected; keep only recent outcomes.
-                drain_while_disconnected(&inbox);
+                drain_while_disconnected(&inbox, &shared);
             }
         }
         let until = Instant::now() + RECONNECT_PERIOD;
@@ -204,8 +251,10 @@ fn run(path: PathBuf, registration: Registration, shared: Arc<Shared>, inbox: Re
     }
 }
 
-fn drain_while_disconnected(inbox: &Receiver<ToDaemon>) {
-    while inbox.try_recv().is_ok() {}
+fn drain_while_disconnected(inbox: &Receiver<ToDaemon>, shared: &Shared) {
+    while inbox.try_recv().is_ok() {
+        shared.handled.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// One connection's life. `Ok` when asked to stop, `Err` when the connection failed.
@@ -239,7 +288,11 @@ fn session(
         let stopping = shared.stop.load(Ordering::Acquire);
         loop {
             match inbox.try_recv() {
-                Ok(message) => stream.write_all(&pcm_proto::encode(&message))?,
+                Ok(message) => {
+                    let written = stream.write_all(&pcm_proto::encode(&message));
+                    shared.handled.fetch_add(1, Ordering::AcqRel);
+                    written?;
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return Ok(()),
             }
@@ -351,5 +404,110 @@ fn expect_reply(
             Err(e) if retry_read(&e) => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{AppName, FromDaemon, HostName, JobId, Outcome, Rank};
+    use std::os::unix::net::UnixListener;
+
+    /// Reads one message from a blocking stream.
+    fn read_message(stream: &mut UnixStream, reader: &mut FrameReader) -> ToDaemon {
+        let mut buffer = [0u8; 4096];
+        loop {
+            if let Some(message) = reader.next_message::<ToDaemon>().unwrap() {
+                return message;
+            }
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(n > 0, "the link closed the connection");
+            reader.feed(&buffer[..n]);
+        }
+    }
+
+    /// The watchdog's path: a report sent from another thread than the link's owner reaches
+    /// the daemon before `send_and_flush` returns true.
+    #[test]
+    fn reporter_flushes_a_message_to_a_connected_daemon() {
+        let dir = std::env::temp_dir().join(format!("pcm-reporter-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pcmd.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let host = HostName::new("node-a").unwrap();
+        let registration = ToDaemon::Register {
+            job: JobId::new("job-1").unwrap(),
+            app: AppName::new("test").unwrap(),
+            rank: Rank(0),
+            size: 1,
+            host: host.clone(),
+            pid: std::process::id(),
+            replacement: false,
+        };
+        let link = DaemonLink::start(path.clone(), registration);
+
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut reader = FrameReader::new();
+        assert!(matches!(
+            read_message(&mut stream, &mut reader),
+            ToDaemon::Hello { .. }
+        ));
+        let welcome = FromDaemon::Welcome {
+            version: PROTOCOL_VERSION,
+            host,
+        };
+        stream.write_all(&pcm_proto::encode(&welcome)).unwrap();
+        assert!(matches!(
+            read_message(&mut stream, &mut reader),
+            ToDaemon::Register { .. }
+        ));
+        stream
+            .write_all(&pcm_proto::encode(&FromDaemon::Registered))
+            .unwrap();
+        while !link.is_connected() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+
+        let reporter = link.reporter();
+        let report = ToDaemon::ReconfigurationFinished {
+            request: RequestId(7),
+            outcome: Outcome::Failed {
+                reason: "stalled in the spawn phase".into(),
+            },
+        };
+        let sent =
+            std::thread::spawn(move || reporter.send_and_flush(report, Duration::from_secs(5)));
+        assert!(sent.join().unwrap(), "the report was not flushed");
+        loop {
+            match read_message(&mut stream, &mut reader) {
+                ToDaemon::ReconfigurationFinished { request, outcome } => {
+                    assert_eq!(request, RequestId(7));
+                    assert!(matches!(outcome, Outcome::Failed { .. }));
+                    break;
+                }
+                // Progress reports may come first.
+                _ => continue,
+            }
+        }
+        drop(link);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reporter_without_a_daemon_gives_up_within_its_timeout() {
+        let path = std::env::temp_dir().join(format!(
+            "pcm-reporter-test-none-{}/pcmd.sock",
+            std::process::id()
+        ));
+        let registration = ToDaemon::Progress { iteration: 0 };
+        let link = DaemonLink::start(path, registration);
+        let started = Instant::now();
+        let sent = link.reporter().send_and_flush(
+            ToDaemon::Progress { iteration: 1 },
+            Duration::from_millis(300),
+        );
+        assert!(!sent);
+        assert!(started.elapsed() < Duration::from_secs(3));
     }
 }

@@ -101,6 +101,12 @@ pub enum PcmError {
         /// The first line of the loaded library's `MPI_Get_library_version`.
         loaded: String,
     },
+    /// A reconfiguration did not finish within `PCM_RECONFIGURE_TIMEOUT`: a replacement
+    /// stalled or died while starting, and every process waits inside a blocking MPI call.
+    /// Logged by the watchdog that then ends the job (see the `deadline` module); never
+    /// returned by a call, since the call it concerns cannot return.
+    #[error("{0}")]
+    ReconfigurationStalled(Box<crate::deadline::Stall>),
     /// A broken invariant inside PCM.
     #[error("internal PCM error: {0}")]
     Internal(&'static str),

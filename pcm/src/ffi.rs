@@ -297,3 +297,26 @@ pub(crate) fn advise_huge_pages(buffer: &mut [u64]) {
         );
     }
 }
+
+/// `MPI_Abort(MPI_COMM_WORLD, code)`: asks the runtime to end every process of the job, the
+/// calling one included, with exit status `code`.
+///
+/// Called by the reconfiguration watchdog from its own thread while the main thread is
+/// blocked inside MPI. The MPI standard promises nothing for that at `MPI_THREAD_SINGLE`;
+/// Open MPI 4 and MPICH 5 both end the job this way (checked by tests/tests/stall.rs), and
+/// the watchdog falls back to [`exit_now`] if this returns or hangs.
+pub(crate) fn abort(code: c_int) {
+    // SAFETY: MPI is initialised (the watchdog exists only inside a reconfiguration, between
+    // MPI_Init and MPI_Finalize); MPI_COMM_WORLD is a predefined handle.
+    unsafe {
+        ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code);
+    }
+}
+
+/// Ends the process at once with `code`, running no exit handlers: the main thread is stuck
+/// inside MPI, and MPI's or Rust's exit handlers could wait for it forever.
+pub(crate) fn exit_now(code: c_int) -> ! {
+    // SAFETY: `_exit` takes no pointers and never returns; skipping destructors only loses
+    // in-memory state, and checkpoints on disk were written whole (atomic renames) before.
+    unsafe { libc::_exit(code) }
+}

@@ -87,6 +87,12 @@
 //! - `PCM_RESTART`: `1` resumes the job from its newest checkpoint that is complete and
 //!   intact for every rank ([`ProcessStatus::Restarted`]); the same `mpirun` command plus
 //!   `-x PCM_RESTART=1`.
+//! - `PCM_RECONFIGURE_TIMEOUT`: seconds the spawn, merge, state transfer and split of one
+//!   reconfiguration may take together (fractions allowed; default 60). If a replacement
+//!   stalls or dies while starting and the runtime does not end the job itself, PCM logs
+//!   which migration, rank, host and phase stalled, reports the failure to the pcmd that
+//!   delivered the request, and ends the job with `MPI_Abort` and exit status 75
+//!   ([`RECONFIGURE_TIMEOUT_EXIT`]); checkpoints already taken stay usable.
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
 //! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr. `pcm::timing=debug` adds
@@ -95,6 +101,7 @@
 
 mod checkpoint;
 mod daemon;
+mod deadline;
 mod error;
 mod ffi;
 mod hosts;
@@ -117,6 +124,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
 pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
+pub use deadline::{
+    Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_ENV, RECONFIGURE_TIMEOUT_EXIT,
+};
 pub use error::PcmError;
 pub use hosts::{ALLOW_NEW_HOSTS_ENV, HOSTFILE_ENV, LAUNCHER_ENV, PROBE_TIMEOUT};
 pub use mpi;
@@ -242,6 +252,14 @@ pub(crate) struct JobContext {
     /// checkpointing job's).
     #[serde(default)]
     resumed: bool,
+    /// Deadline of a reconfiguration's collective part (`PCM_RECONFIGURE_TIMEOUT`), read at
+    /// launch and inherited by replacements for the reconfigurations they take part in.
+    #[serde(default = "default_reconfigure_timeout")]
+    reconfigure_timeout: Duration,
+}
+
+fn default_reconfigure_timeout() -> Duration {
+    DEFAULT_RECONFIGURE_TIMEOUT
 }
 
 /// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
@@ -315,6 +333,7 @@ impl Pcm {
         let schedule = Schedule::from_env()?;
         let check_period = schedule::check_period_from_env()?;
         let checkpoint_policy = checkpoint::Policy::from_env()?;
+        let reconfigure_timeout = deadline::timeout_from_env()?;
         let restart = checkpoint::restart_requested()?;
         let job = agree_on_job_id(&world, &app);
         let (job_name, identity) = checkpoint::agree_on_identity(&world)?;
@@ -337,6 +356,7 @@ impl Pcm {
                 job_name,
                 identity,
                 resumed: false,
+                reconfigure_timeout,
             },
             rank,
             size,

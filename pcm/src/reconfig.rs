@@ -17,6 +17,10 @@
 //!    collective between parents and children), and the parents release the old world. On
 //!    MPICH all three are disconnected, so that a departing process shares nothing with
 //!    the job any more and can exit at once (see `runtime::PROMPT_DEPARTURE`).
+//!
+//! Steps 1 to 6 run under a deadline (`PCM_RECONFIGURE_TIMEOUT`) on every process, parents
+//! and children alike: a process that never joins would otherwise leave the others blocked
+//! in MPI forever (see the `deadline` module).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -29,6 +33,7 @@ use mpi::traits::*;
 use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
 use serde::{Deserialize, Serialize};
 
+use crate::deadline::{self, Context, Phase, Side, Watchdog};
 use crate::error::PcmError;
 use crate::hosts::NewHosts;
 use crate::launch::Launch;
@@ -143,6 +148,24 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
         );
     }
 
+    // Only the rank that delivered a pcmd request reports its outcome, as `Pcm::report` does.
+    let reporter = match (plan.request, plan.held_here, &pcm.daemon) {
+        (Some(_), true, Some(daemon)) => Some(daemon.reporter()),
+        _ => None,
+    };
+    let watchdog = Watchdog::arm(
+        Context {
+            side: Side::Parent,
+            rank: Some(pcm.rank),
+            host: pcm.host.clone(),
+            request: plan.request,
+            moves: plan.moves.clone(),
+            iteration: Some(iteration),
+        },
+        pcm.job.reconfigure_timeout,
+        reporter,
+    );
+
     // 1. Spawn, and agree on whether it worked.
     let started = Instant::now();
     let agree_us = plan.agreed_at.map_or(0, micros);
@@ -157,6 +180,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     let inter = match (spawned, ok_everywhere) {
         (Ok(inter), 1) => inter,
         (Err(error), 0) => {
+            watchdog.disarm();
             if pcm.rank == 0 {
                 tracing::warn!("reconfiguration abandoned, the job carries on unchanged: {error}");
             }
@@ -180,6 +204,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
     // 2. Merge; 3. hand over.
     let merge_started = Instant::now();
+    watchdog.enter(Phase::Merge);
     let merged = inter.merge(MergeOrder::Low);
     let handover = (pcm.rank == 0).then(|| {
         let mut job = pcm.job.clone();
@@ -196,6 +221,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     let merge_us = micros(merge_started);
 
     let transfer_started = Instant::now();
+    watchdog.enter(Phase::StateTransfer);
     let state_bytes = if departing.is_some() {
         pcm.store.total_bytes()
     } else {
@@ -211,6 +237,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     let transfer_us = micros(transfer_started);
 
     // 4. Placement and timings.
+    watchdog.enter(Phase::Placement);
     let placed_hosts = exchange_hosts(&merged, &pcm.host);
     let members = exchange_launches(&merged, &pcm.launch);
     pcm.launch
@@ -225,6 +252,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
     // 5. Split; 6. release.
     let split_started = Instant::now();
+    watchdog.enter(Phase::Split);
     let color = if departing.is_some() {
         Color::undefined()
     } else {
@@ -233,6 +261,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     let new_world = merged.split_by_color_with_key(color, pcm.rank as i32);
     release(merged);
     drop(inter);
+    watchdog.disarm();
     let mut timings = timings;
     timings.merge_split_us += micros(split_started);
 
@@ -292,6 +321,27 @@ pub(crate) fn join_as_replacement(
     host: HostName,
     profiling: bool,
 ) -> Result<Pcm, PcmError> {
+    // The parents read the setting at launch and refused a bad value then; a replacement
+    // whose environment differs falls back to the default rather than leave them waiting.
+    let timeout = deadline::timeout_from_env().unwrap_or_else(|e| {
+        tracing::warn!("{e}; using {:?}", deadline::DEFAULT_RECONFIGURE_TIMEOUT);
+        deadline::DEFAULT_RECONFIGURE_TIMEOUT
+    });
+    // Nothing is known of the reconfiguration until the hand-over; the pcmd link starts
+    // only afterwards, so a replacement never reports (its parents do).
+    let watchdog = Watchdog::arm(
+        Context {
+            side: Side::Replacement,
+            rank: None,
+            host: host.clone(),
+            request: None,
+            moves: Vec::new(),
+            iteration: None,
+        },
+        timeout,
+        None,
+    );
+    watchdog.enter(Phase::Merge);
     let merged = parent.merge(MergeOrder::High);
     let bytes = broadcast_bytes(&merged, 0, None);
     let handover: Handover =
@@ -306,9 +356,17 @@ pub(crate) fn join_as_replacement(
         .ok_or_else(|| PcmError::Handover(format!("no move for replacement {index}")))?
         .rank
         .0;
+    watchdog.update(|c| {
+        c.rank = Some(rank);
+        c.request = handover.plan.request;
+        c.moves = handover.plan.moves.clone();
+        c.iteration = Some(handover.job.iteration);
+    });
+    watchdog.enter(Phase::StateTransfer);
     let store = receive_state(&merged, rank as i32)?;
     let profiler = Profiler::take_over(&merged, rank as i32, profiling)?;
     let mut job = handover.job;
+    watchdog.enter(Phase::Placement);
     let merged_hosts = exchange_hosts(&merged, &host);
     // The handover counts this reconfiguration already: it names this launch.
     let launch = Launch::new(&universe.world(), job.migrations);
@@ -316,11 +374,13 @@ pub(crate) fn join_as_replacement(
     let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
     job.hosts.extend(merged_hosts);
     let timings = agree_on_timings(&merged, [0; 4], 0);
+    watchdog.enter(Phase::Split);
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)
         .ok_or(PcmError::internal("replacement left out of the new world"))?;
     release(merged);
     drop(parent);
+    watchdog.disarm();
 
     let iteration = job.iteration;
     if rank == 0 {

@@ -756,10 +756,17 @@ impl Registry {
         let Some(flight) = job.in_flight.take() else {
             return;
         };
-        if matches!(outcome, Outcome::Completed { .. }) {
-            job.migrations += 1;
+        match &outcome {
+            Outcome::Completed { .. } => {
+                job.migrations += 1;
+                tracing::info!(job = %job_id, %request, reported_by = %rank, ?outcome, "reconfiguration finished");
+            }
+            // Among these: a replacement that stalled while starting, after which the job
+            // ends (the reason names the rank, host and phase); worth a warning.
+            Outcome::Failed { reason } => {
+                tracing::warn!(job = %job_id, %request, reported_by = %rank, "reconfiguration failed: {reason}");
+            }
         }
-        tracing::info!(job = %job_id, %request, reported_by = %rank, ?outcome, "reconfiguration finished");
         if let Some(waiter) = flight.waiter {
             self.send(waiter, FromDaemon::MigrationFinished { request, outcome });
         }

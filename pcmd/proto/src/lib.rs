@@ -90,7 +90,9 @@ pub enum Outcome {
         /// Host of each moved rank after the move, as the new process reports it.
         placed: Vec<(Rank, HostName)>,
     },
-    /// Nothing was moved; the job carries on as before.
+    /// Nothing was moved. Usually the job carries on as before; when a replacement stalled
+    /// or died while starting and the reconfiguration missed its deadline
+    /// (`PCM_RECONFIGURE_TIMEOUT`), the job is ending, and the reason says so.
     Failed {
         /// Why, in words that name the bad input.
         reason: String,

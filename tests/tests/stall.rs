@@ -1,0 +1,348 @@
+//! A replacement that stalls or dies while starting does not hang the job (issue 10, item 7).
+//!
+//! The test watches the job's process tree, and the moment the replacement process appears
+//! it stops it (SIGSTOP: a replacement stuck in start-up) or kills it (SIGKILL). Nothing in
+//! PCM knows about the fault: production code has no test hooks. The job is sized to run for
+//! hours, so it can only end in time because of what PCM or the runtime did about the fault.
+//!
+//! Expected: a stalled replacement makes PCM's reconfiguration watchdog end the job after
+//! `PCM_RECONFIGURE_TIMEOUT` with exit status 75, naming the migration, the rank, the host
+//! and the phase (and, for a pcmd request, the requester gets a failed outcome with that
+//! reason); a killed one ends the job too, through the runtime or the watchdog, whichever
+//! comes first.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Pcmd};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use pcm_proto::DaemonStatus;
+
+/// Hours of work: the job never ends by itself within any bound used here.
+const ENDLESS_ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "2000000000"];
+/// `PCM_RECONFIGURE_TIMEOUT` for these jobs, in seconds.
+const TIMEOUT_S: u64 = 4;
+/// What the end of the job may take after the deadline: the reporter's head start (2 s), the
+/// runtime tearing the job down, and a loaded machine.
+const SLACK: Duration = Duration::from_secs(30);
+/// How long to wait for the job to start and for the replacement to appear.
+const WAIT: Duration = Duration::from_secs(60);
+/// `pcm::RECONFIGURE_TIMEOUT_EXIT` (the tests do not link pcm, which links MPI).
+const TIMEOUT_EXIT: i32 = 75;
+
+fn host_name() -> String {
+    nix::unistd::gethostname().unwrap().into_string().unwrap()
+}
+
+/// Parent pid of `pid`, if it still exists.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    fields.get(1)?.parse().ok()
+}
+
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        match parent_of(pid) {
+            Some(parent) if parent > 1 => pid = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Live (non-zombie) processes running this worktree's heat2d under the launcher `root`:
+/// other engineers' jobs on the machine run their own heat2d and are never touched.
+fn job_processes(root: u32) -> BTreeSet<u32> {
+    let program = bin("heat2d");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return BTreeSet::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                cmdline.split(|&b| b == 0).next() == Some(program.as_os_str().as_encoded_bytes())
+            })
+        })
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
+        })
+        .filter(|&pid| descends_from(pid, root))
+        .collect()
+}
+
+/// The replacement the test stopped or killed; killed for good on drop, since a stopped
+/// process the runtime did not clean up must not outlive the test.
+struct Victim(u32);
+
+impl Victim {
+    /// Whether the runtime left the process behind (alive or stopped, not a zombie).
+    fn left_behind(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.0)).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.0 as i32), Signal::SIGKILL);
+    }
+}
+
+/// Waits for the job's `ranks` original processes, then for the first process beyond them
+/// (the replacement, which only the originals can spawn), and sends it `signal` at once.
+fn hit_replacement(job: &mut Group, ranks: usize, signal: Signal) -> (Victim, Instant) {
+    let root = job.pid();
+    let deadline = Instant::now() + WAIT;
+    let mut originals = BTreeSet::new();
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no replacement appeared within {WAIT:?} (originals {originals:?})\n{}",
+            job.stderr_so_far()
+        );
+        assert!(
+            job.running(),
+            "the job ended before a replacement appeared\n{}",
+            job.stderr_so_far()
+        );
+        for pid in job_processes(root) {
+            if originals.len() < ranks {
+                originals.insert(pid);
+            } else if !originals.contains(&pid) {
+                kill(Pid::from_raw(pid as i32), signal).unwrap();
+                eprintln!("sent {signal} to replacement {pid} (originals {originals:?})");
+                return (Victim(pid), Instant::now());
+            }
+        }
+        // Spawning takes 0.1 s and more; a millisecond's poll catches it in start-up.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits for the job to end, at most the deadline plus [`SLACK`] after `hit`; returns its
+/// exit code and stderr, and how long after `hit` it ended.
+fn wait_end(job: Group, hit: Instant) -> (Option<i32>, String, Duration) {
+    let bound = Duration::from_secs(TIMEOUT_S) + SLACK;
+    let finished = job.wait(bound.saturating_sub(hit.elapsed()));
+    let took = hit.elapsed();
+    eprintln!(
+        "job ended {took:.1?} after the fault with exit code {:?}",
+        finished.code
+    );
+    (finished.code, finished.stderr, took)
+}
+
+/// The watchdog's line names the reconfiguration, the moved rank and target host, and the
+/// phase the parents were in.
+fn assert_names_the_stall(stderr: &str, host: &str) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("did not finish within"))
+        .unwrap_or_else(|| panic!("no watchdog error in stderr:\n{stderr}"));
+    eprintln!("watchdog said: {line}");
+    assert!(line.contains(&format!("rank 1 to {host}")), "{line}");
+    assert!(line.contains(&format!("on host {host}")), "{line}");
+    assert!(
+        ["spawn", "merge"]
+            .iter()
+            .any(|phase| line.contains(&format!("in the {phase} phase"))),
+        "{line}"
+    );
+    assert!(line.contains("exit status 75"), "{line}");
+}
+
+#[test]
+fn given_a_replacement_stopped_while_starting_then_the_job_ends_after_the_deadline_naming_it() {
+    let _lock = mpi_lock();
+    let host = host_name();
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = MpiJob::new(3, "heat2d", ENDLESS_ARGS)
+        .env("PCM_SCHEDULE", format!("1:1@{host}"))
+        .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
+        .start(dir.path(), "job");
+    let (victim, hit) = hit_replacement(&mut job, 3, Signal::SIGSTOP);
+    let (code, stderr, took) = wait_end(job, hit);
+    // Informative only: the guard kills it either way.
+    eprintln!(
+        "stopped replacement left behind by the runtime: {}",
+        victim.left_behind()
+    );
+
+    assert_eq!(code, Some(TIMEOUT_EXIT), "stderr:\n{stderr}");
+    assert!(
+        took >= Duration::from_secs(TIMEOUT_S) - Duration::from_millis(500),
+        "ended {took:?} after the fault, before the deadline: stderr:\n{stderr}"
+    );
+    assert_names_the_stall(&stderr, &host);
+    assert!(stderr.contains("scheduled reconfiguration"), "{stderr}");
+}
+
+#[test]
+fn given_a_replacement_killed_while_starting_then_the_job_ends() {
+    let _lock = mpi_lock();
+    let host = host_name();
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = MpiJob::new(3, "heat2d", ENDLESS_ARGS)
+        .env("PCM_SCHEDULE", format!("1:1@{host}"))
+        .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
+        .start(dir.path(), "job");
+    let (_victim, hit) = hit_replacement(&mut job, 3, Signal::SIGKILL);
+    let (code, stderr, _took) = wait_end(job, hit);
+
+    assert_ne!(code, Some(0), "stderr:\n{stderr}");
+    // Either the runtime noticed the death and aborted the job first (Open MPI and MPICH
+    // both do), or the parents were left waiting and the watchdog named the stall.
+    if code == Some(TIMEOUT_EXIT) {
+        assert_names_the_stall(&stderr, &host);
+    }
+}
+
+fn daemon_status(pcmd: &Pcmd) -> DaemonStatus {
+    let output = pcmd.cli(&["status", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn given_a_pcmd_migration_whose_replacement_stalls_then_the_requester_gets_the_failure() {
+    let _lock = mpi_lock();
+    let host = host_name();
+    let pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = MpiJob::new(3, "heat2d", ENDLESS_ARGS)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
+        .start(dir.path(), "job");
+    wait_until(WAIT, "3 ranks registered and running", || {
+        daemon_status(&pcmd)
+            .jobs
+            .iter()
+            .flat_map(|j| j.ranks.iter())
+            .filter(|r| r.iteration > 0)
+            .count()
+            == 3
+    });
+
+    let (migrated, code, stderr, took) = std::thread::scope(|scope| {
+        // The CLI waits for the outcome; the replacement is hit meanwhile.
+        let cli = scope.spawn(|| pcmd.cli(&["migrate", "--rank", "1", "--to", &host]));
+        let (victim, hit) = hit_replacement(&mut job, 3, Signal::SIGSTOP);
+        let (code, stderr, took) = wait_end(job, hit);
+        drop(victim);
+        (cli.join().unwrap(), code, stderr, took)
+    });
+
+    assert_eq!(code, Some(TIMEOUT_EXIT), "stderr:\n{stderr}");
+    assert!(took >= Duration::from_secs(TIMEOUT_S) - Duration::from_millis(500));
+    assert_names_the_stall(&stderr, &host);
+    assert!(stderr.contains("migration #"), "{stderr}");
+
+    let out = String::from_utf8_lossy(&migrated.stdout);
+    assert!(!migrated.status.success(), "pcmd migrate succeeded: {out}");
+    assert!(
+        out.contains("failed") && out.contains("did not finish within"),
+        "pcmd migrate printed: {out}{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let log = pcmd.log();
+    assert!(
+        log.contains("did not finish within") && log.contains("phase"),
+        "pcmd log:\n{log}"
+    );
+}
+
+/// Checkpoints taken before a stalled reconfiguration ended the job still restart it: the
+/// restart resumes from one of them and ends with heat2d-plain's checksum.
+#[test]
+fn given_checkpoints_before_a_stalled_migration_then_a_restart_resumes_from_them() {
+    // A few seconds of work on a quiet machine: the job is stalled right after its first
+    // checkpoint, and the reference and the restart must still run to the end.
+    const ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "30000"];
+    const RUN: Duration = Duration::from_secs(180);
+    let _lock = mpi_lock();
+    let host = host_name();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("node.sock");
+    let store = dir.path().join("store");
+    let mut command = std::process::Command::new(bin("pcmd"));
+    command
+        .arg("--socket")
+        .arg(&socket)
+        .arg("serve")
+        .arg("--checkpoint-dir")
+        .arg(&store)
+        .env("RUST_LOG", "info");
+    let _pcmd = Group::start(command, dir.path(), "pcmd");
+    wait_until(WAIT, "pcmd to listen", || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    });
+    let job = || {
+        MpiJob::new(3, "heat2d", ARGS)
+            .env("PCM_DAEMON", socket.display().to_string())
+            .env("PCM_CHECKPOINT_INTERVAL", "0.25")
+            .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
+    };
+    let complete = || {
+        std::fs::read_dir(store.join("heat2d-3r"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("manifest").exists())
+            .count()
+    };
+
+    let mut run = job().start(dir.path(), "stalled");
+    wait_until(WAIT, "a complete checkpoint", || {
+        assert!(run.running(), "ended early: {}", run.stderr_so_far());
+        complete() > 0
+    });
+    let migrate = std::process::Command::new(bin("pcmd"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["migrate", "--rank", "1", "--to", &host, "--no-wait"])
+        .output()
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    let (victim, hit) = hit_replacement(&mut run, 3, Signal::SIGSTOP);
+    let (code, stderr, _) = wait_end(run, hit);
+    drop(victim);
+    assert_eq!(code, Some(TIMEOUT_EXIT), "stderr:\n{stderr}");
+    assert!(complete() > 0);
+
+    let reference = MpiJob::new(3, "heat2d-plain", ARGS)
+        .run(RUN)
+        .report()
+        .checksum;
+    let restarted = job().env("PCM_RESTART", "require").run(RUN);
+    let report = restarted.report();
+    assert!(
+        restarted
+            .stderr
+            .contains("restarted from the checkpoint at iteration"),
+        "{}",
+        restarted.stderr
+    );
+    assert_eq!(report.checksum, reference);
+}
