@@ -22,12 +22,13 @@ case "$default_runtime" in
 openmpi) other_runtime=mpich ;;
 *) other_runtime=openmpi ;;
 esac
-echo "== migration, checkpoint, runtime, stall and emulated-host tests ($other_runtime)" >&2
+echo "== migration, checkpoint, runtime, stall, emulated-host, agent and leave tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
     # The crates whose code depends on the MPI library, and the tests that run jobs.
-    cargo build --release --quiet -p heat2d -p pcmd
+    # Every binary: the agent tests start ios-agent and peer-server from this target too.
+    cargo build --release --quiet --bins
     cargo clippy --release --quiet -p pcm -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
-    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall
+    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test agents_e2e --test leave
 )
