@@ -7,7 +7,7 @@
 #                       [--load-at S] [--join-at S] [--out DIR]   (see --help)
 #
 # It installs what is missing (Open MPI, MPICH, clang, fonts; apt and pip, needs root or sudo),
-# builds for the runtime MPI_IOS_RUNTIME selects (default openmpi; see README), and
+# builds for the runtime MPI_IOS_RUNTIME selects (default mpich; see README), and
 # runs `mpi-ios-bench adaptive`, which needs root for the network namespaces and cgroups that
 # emulate the nodes (it is started with sudo when you are not root). Results: the summary on
 # stdout, results/main-job/throughput.{svg,png}, timeline.csv and the logs.

@@ -7,11 +7,12 @@
 # fonts-dejavu-core for the plots. Safe to run again: installs only what is missing.
 #
 # Source it (the other scripts do): `source scripts/setup.sh`. The runtime is chosen by
-# MPI_IOS_RUNTIME=openmpi (default) or mpich. For that runtime it exports:
+# MPI_IOS_RUNTIME=mpich (default) or openmpi. For that runtime it exports:
 #   PATH              the runtime's launcher first, as `mpiexec` (and `mpirun`, `mpicc`)
 #   MPICC             the runtime's compiler wrapper, which rsmpi's build script reads
-#   CARGO_TARGET_DIR  target/ for Open MPI, target/mpich for MPICH: rsmpi's build script
+#   CARGO_TARGET_DIR  target/ for MPICH, target/openmpi for Open MPI: rsmpi's build script
 #                     does not rerun when MPICC changes, so two runtimes never share one
+#                     (a directory built for the other runtime gets its MPI detection redone)
 #   RUSTFLAGS         MPICH only: an rpath to the venv's lib/ (rsmpi drops the one that
 #                     `mpicc -show` prints, and libmpi.so.12 is not on the default path)
 #   the runtime's settings for PCM jobs (OMPI_* for Open MPI; MPIR_CVAR_* and UCX_* for MPICH)
@@ -19,7 +20,7 @@
 set -euo pipefail
 
 MPI_IOS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MPI_IOS_RUNTIME="${MPI_IOS_RUNTIME:-openmpi}"
+MPI_IOS_RUNTIME="${MPI_IOS_RUNTIME:-mpich}"
 MPICH_VERSION=5.0.2
 MPICH_PREFIX="$MPI_IOS_ROOT/.mpi/mpich-$MPICH_VERSION"
 case "$MPI_IOS_RUNTIME" in
@@ -108,16 +109,31 @@ if [ "$MPI_IOS_RUNTIME" = openmpi ]; then
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     fi
     export MPICC=mpicc.openmpi
-    export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target"
+    # The same directory as .cargo/config.toml's fallback, which is pinned to Open MPI too.
+    export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target/openmpi"
 else
     # A departed process finalizes alone (no fence with the rest of its launch) and exits.
     export MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1
     # UCX prints its warnings on stdout, where they would follow heat2d's JSON report.
     export UCX_LOG_LEVEL=error
     export MPICC="$MPICH_PREFIX/bin/mpicc"
-    export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target/mpich"
+    export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target"
     RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$mpi_ios_rpath"
 fi
 if [ -n "$RUSTFLAGS" ]; then export RUSTFLAGS; else unset RUSTFLAGS; fi
+# A target directory records the runtime it was built for. One built for another runtime
+# (target/ before MPICH became the default held Open MPI builds) would keep rsmpi's and
+# pcm's MPI detection, which do not rerun when MPICC changes: remove those build outputs so
+# that they rerun and everything linked to MPI is rebuilt.
+mpi_ios_stamp="$CARGO_TARGET_DIR/.mpi-runtime"
+if [ "$(cat "$mpi_ios_stamp" 2>/dev/null)" != "$MPI_IOS_RUNTIME" ] &&
+    compgen -G "$CARGO_TARGET_DIR/*/build/mpi-sys-*" >/dev/null; then
+    echo "setup: $CARGO_TARGET_DIR was built for another MPI runtime; redoing its MPI detection" >&2
+    rm -rf "$CARGO_TARGET_DIR"/*/build/mpi-sys-* "$CARGO_TARGET_DIR"/*/.fingerprint/mpi-sys-* \
+        "$CARGO_TARGET_DIR"/*/build/pcm-* "$CARGO_TARGET_DIR"/*/.fingerprint/pcm-*
+fi
+mkdir -p "$CARGO_TARGET_DIR"
+echo "$MPI_IOS_RUNTIME" >"$mpi_ios_stamp"
+unset mpi_ios_stamp
 unset mpi_ios_rpath
 unset -f mpi_ios_links

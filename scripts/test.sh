@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh Debian machine: installs both MPI runtimes and the other
 # system packages if missing, builds every binary, then runs formatting and lint checks, unit
 # tests, and the end-to-end tests (real MPI jobs, pcmd daemons, emulated hosts in network
-# namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default openmpi).
+# namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default mpich).
 # Then the runtime-dependent tests (migration, checkpoints, the runtime checks, stalled starts,
 # emulated hosts) run again on the other runtime, built in its own target directory.
 set -euo pipefail

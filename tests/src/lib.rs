@@ -56,7 +56,8 @@ pub enum Runtime {
 
 impl Runtime {
     /// The runtime the binaries under test were built for: `MPI_IOS_RUNTIME`, as
-    /// `scripts/setup.sh` exports it with the build's target directory (default `openmpi`).
+    /// `scripts/setup.sh` exports it with the build's target directory. Unset means a build
+    /// without `setup.sh`, which `.cargo/config.toml` pins to Open MPI.
     /// Panics on any other value.
     pub fn current() -> Runtime {
         match std::env::var("MPI_IOS_RUNTIME").as_deref() {
