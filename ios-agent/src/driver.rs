@@ -348,6 +348,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
 
     fn on_sample(&mut self, sample: Sample) {
         let now = Instant::now();
+        self.processes.forget_gone();
         self.processes.note_ranks(&sample.rank_pids);
         if let Some(node) = sample.node {
             self.agent.handle_node_profile(now, node);

@@ -89,6 +89,15 @@ impl JobProcesses {
     /// The noted processes still alive (neither exited, nor zombies, nor replaced by another
     /// process with the same pid), ranks first; forgets the others.
     pub fn alive(&mut self) -> Vec<JobProcess> {
+        self.forget_gone();
+        let mut out: Vec<JobProcess> = self.seen.values().map(|(_, p)| p.clone()).collect();
+        out.sort_by_key(|p| (p.role, p.pid));
+        out
+    }
+
+    /// Forgets the noted processes that are gone, so that an agent running for months keeps
+    /// only the live ones.
+    pub fn forget_gone(&mut self) {
         let pids: Vec<u32> = self.seen.keys().copied().collect();
         for pid in pids {
             let same = self.identity(pid).is_some_and(|now| {
@@ -102,9 +111,6 @@ impl JobProcesses {
                 self.seen.remove(&pid);
             }
         }
-        let mut out: Vec<JobProcess> = self.seen.values().map(|(_, p)| p.clone()).collect();
-        out.sort_by_key(|p| (p.role, p.pid));
-        out
     }
 
     fn insert(&mut self, pid: u32, start_time: u64, comm: String, role: Role) {
