@@ -588,6 +588,11 @@ impl Agent {
         self.outgoing.is_some()
     }
 
+    /// Whether the node is being drained ([`Agent::handle_leave`]).
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.is_some()
+    }
+
     /// The drain's progress, once [`Agent::handle_leave`] was called.
     pub fn leave_progress(&self) -> Option<LeaveProgress> {
         self.leaving.map(|l| LeaveProgress {
@@ -701,7 +706,18 @@ impl Agent {
                 host,
                 node,
                 entities,
-            } => self.on_profile_reply(now, from, id, host, node, entities),
+                leaving,
+            } => self.on_profile_reply(
+                now,
+                from,
+                id,
+                crate::c2c::MemberView {
+                    host,
+                    node,
+                    entities,
+                    leaving,
+                },
+            ),
             Message::MoveOrder {
                 migration,
                 entities,
@@ -727,9 +743,9 @@ impl Agent {
     /// any move but with this node offering nothing ([`NodeProfile::departing`]) and with no
     /// hold-down (an entity that just arrived must leave too). It stops stealing and taking
     /// work. NSp2p: peers are told that work is available every steal period, and a lightly
-    /// loaded one steals it as usual. NSc2c: the node reports the departing profile to its
-    /// manager, so no work comes to it, but moving its entities off is left to the manager's
-    /// balancing and not driven from here (not yet tested). Follow the drain with
+    /// loaded one steals it as usual. NSc2c: the node tells its manager it is leaving (with
+    /// the departing profile), and the manager moves its entities one at a time to the
+    /// member with the most idle CPU, under the same rules. Follow the drain with
     /// [`Agent::leave_progress`]; calling this again changes nothing.
     pub fn handle_leave(&mut self, now: Instant) {
         if self.leaving.is_some() {
@@ -866,9 +882,14 @@ impl Agent {
     /// hold-down (however recently they came), and any destination with free CPU takes them
     /// ([`Policy::leaving`]).
     pub(crate) fn policy(&self, now: Instant) -> Policy<'_> {
+        self.policy_for(now, self.leaving.is_some())
+    }
+
+    /// [`Agent::policy`] for the entities of a node that is leaving or not (an NSc2c manager
+    /// also decides for its members' nodes).
+    pub(crate) fn policy_for(&self, now: Instant, leaving: bool) -> Policy<'_> {
         static NONE_HELD: std::sync::OnceLock<HashMap<EntityId, Instant>> =
             std::sync::OnceLock::new();
-        let leaving = self.leaving.is_some();
         Policy {
             weights: &self.config.weights,
             cost: &self.config.cost,

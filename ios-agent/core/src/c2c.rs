@@ -39,10 +39,26 @@ struct Heard {
 
 #[derive(Debug)]
 struct View {
+    member: MemberView,
+    at: Instant,
+}
+
+/// What a member reports of itself ([`Message::ProfileReply`]).
+#[derive(Debug)]
+pub(crate) struct MemberView {
+    pub(crate) host: HostName,
+    pub(crate) node: NodeProfile,
+    pub(crate) entities: Vec<EntityProfile>,
+    pub(crate) leaving: bool,
+}
+
+/// One node of the manager's cluster, as it decides with it (its own node included).
+struct ClusterNode<'a> {
+    peer: PeerId,
     host: HostName,
     node: NodeProfile,
-    entities: Vec<EntityProfile>,
-    at: Instant,
+    entities: &'a [EntityProfile],
+    leaving: bool,
 }
 
 /// A move order as received.
@@ -225,6 +241,7 @@ impl Agent {
         let mut entities = self.entities.clone();
         entities.truncate(MAX_ENTITIES);
         let host = self.host.clone();
+        let leaving = self.is_leaving();
         self.send(
             from,
             Message::ProfileReply {
@@ -232,6 +249,7 @@ impl Agent {
                 host,
                 node,
                 entities,
+                leaving,
             },
         );
     }
@@ -241,28 +259,18 @@ impl Agent {
         now: Instant,
         from: PeerId,
         id: MessageId,
-        host: HostName,
-        node: NodeProfile,
-        entities: Vec<EntityProfile>,
+        member: MemberView,
     ) {
-        let member = self
+        let is_member = self
             .cluster
             .heard
             .get(&from)
             .is_some_and(|h| h.vote == self.me);
-        if !self.is_manager() || self.cluster.poll != Some(id) || !member {
+        if !self.is_manager() || self.cluster.poll != Some(id) || !is_member {
             self.stats.messages_refused += 1;
             return;
         }
-        self.cluster.views.insert(
-            from,
-            View {
-                host,
-                node,
-                entities,
-                at: now,
-            },
-        );
+        self.cluster.views.insert(from, View { member, at: now });
     }
 
     /// A manager's order. Obeyed only if it comes from this agent's manager and names this
@@ -319,10 +327,16 @@ impl Agent {
     }
 
     /// The manager's fresh views of its cluster, its own node first.
-    fn views(&self, now: Instant) -> Vec<(PeerId, HostName, NodeProfile, &[EntityProfile])> {
+    fn views(&self, now: Instant) -> Vec<ClusterNode<'_>> {
         let mut out = Vec::new();
         if let Some(node) = self.own_profile().filter(|_| self.node_is_fresh()) {
-            out.push((self.me.clone(), self.host.clone(), node, &self.entities[..]));
+            out.push(ClusterNode {
+                peer: self.me.clone(),
+                host: self.host.clone(),
+                node,
+                entities: &self.entities[..],
+                leaving: self.is_leaving(),
+            });
         }
         let fresh = self.config.profile_period * 2;
         let mut members: Vec<(&PeerId, &View)> = self
@@ -341,7 +355,13 @@ impl Agent {
             .collect();
         members.sort_by(|a, b| a.0.cmp(b.0));
         for (p, v) in members {
-            out.push((p.clone(), v.host.clone(), v.node, &v.entities[..]));
+            out.push(ClusterNode {
+                peer: p.clone(),
+                host: v.member.host.clone(),
+                node: v.member.node,
+                entities: &v.member.entities[..],
+                leaving: v.member.leaving,
+            });
         }
         out
     }
@@ -354,16 +374,16 @@ impl Agent {
         }
         self.views(now)
             .into_iter()
-            .filter(|v| v.2.is_lightly_loaded(self.config.light_threshold))
+            .filter(|v| !v.leaving && v.node.is_lightly_loaded(self.config.light_threshold))
             .max_by(|a, b| {
-                (a.2.free_cores() * a.2.speed)
-                    .total_cmp(&(b.2.free_cores() * b.2.speed))
-                    .then(b.0.cmp(&a.0))
+                (a.node.free_cores() * a.node.speed)
+                    .total_cmp(&(b.node.free_cores() * b.node.speed))
+                    .then(b.peer.cmp(&a.peer))
             })
-            .map(|(peer, host, profile, _)| Beneficiary {
-                peer,
-                host,
-                profile,
+            .map(|v| Beneficiary {
+                peer: v.peer,
+                host: v.host,
+                profile: v.node,
             })
     }
 
@@ -377,28 +397,73 @@ impl Agent {
         if views.len() < 2 {
             return;
         }
-        let nodes: Vec<NodeView<'_>> = views
-            .iter()
-            .map(|v| NodeView {
-                node: &v.2,
-                entities: v.3,
-            })
-            .collect();
-        let Some((from, to, plan)) = decision::balance(&self.policy(now), &nodes) else {
+        let Some((from, to, plan)) = self
+            .evacuation(now, &views)
+            .or_else(|| self.balance_staying(now, &views))
+        else {
             return;
         };
-        let from_peer = views[from].0.clone();
+        let from_peer = views[from].peer.clone();
         let target = Beneficiary {
-            peer: views[to].0.clone(),
-            host: views[to].1.clone(),
-            profile: views[to].2,
+            peer: views[to].peer.clone(),
+            host: views[to].host.clone(),
+            profile: views[to].node,
         };
-        drop(nodes);
         drop(views);
         tracing::info!(agent = %self.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
         self.cluster.balancing = true;
         let me = self.me.clone();
         self.order(now, from_peer, plan.entities, target, me);
+    }
+
+    /// A leaving node's entities first: one of them, to the staying member with the most idle
+    /// CPU that takes it under the leaving rules ([`crate::decision::Policy::leaving`]).
+    /// Returns `(from, to, plan)` as indices into `views`.
+    fn evacuation(
+        &self,
+        now: Instant,
+        views: &[ClusterNode<'_>],
+    ) -> Option<(usize, usize, decision::Plan)> {
+        let policy = self.policy_for(now, true);
+        let mut targets: Vec<usize> = (0..views.len()).filter(|&i| !views[i].leaving).collect();
+        targets.sort_by(|&a, &b| {
+            let free = |i: usize| views[i].node.free_cores() * views[i].node.speed;
+            free(b).total_cmp(&free(a)).then(a.cmp(&b))
+        });
+        for from in (0..views.len()).filter(|&i| views[i].leaving && !views[i].entities.is_empty())
+        {
+            for &to in &targets {
+                if let Some(plan) = decision::select(
+                    &policy,
+                    &views[from].node.departing(),
+                    views[from].entities,
+                    &views[to].node,
+                    1,
+                ) {
+                    return Some((from, to, plan));
+                }
+            }
+        }
+        None
+    }
+
+    /// The ratio rule among the members that stay (a leaving one neither gives nor takes
+    /// here). Returns `(from, to, plan)` as indices into `views`.
+    fn balance_staying(
+        &self,
+        now: Instant,
+        views: &[ClusterNode<'_>],
+    ) -> Option<(usize, usize, decision::Plan)> {
+        let staying: Vec<usize> = (0..views.len()).filter(|&i| !views[i].leaving).collect();
+        let nodes: Vec<NodeView<'_>> = staying
+            .iter()
+            .map(|&i| NodeView {
+                node: &views[i].node,
+                entities: views[i].entities,
+            })
+            .collect();
+        let (from, to, plan) = decision::balance(&self.policy(now), &nodes)?;
+        Some((staying[from], staying[to], plan))
     }
 
     /// Orders `entities` on `member` to move to `to`, or starts the move if `member` is this
@@ -452,22 +517,30 @@ impl Agent {
             return;
         }
         if first_time && self.cluster.pending_order.is_none() && !self.is_migrating() {
-            // Heaviest node first: the one with the least idle capacity.
+            // Leaving nodes first (their entities must go), then the heaviest node: the one
+            // with the least idle capacity.
             let mut views = self.views(now);
-            views.retain(|v| v.0 != steal.source.peer);
+            views.retain(|v| v.peer != steal.source.peer);
             views.sort_by(|a, b| {
-                (a.2.free_cores() * a.2.speed).total_cmp(&(b.2.free_cores() * b.2.speed))
-            });
-            let policy = self.policy(now);
-            let found = views.iter().find_map(|v| {
-                decision::select(
-                    &policy,
-                    &v.2,
-                    v.3,
-                    &steal.source.profile,
-                    self.config.max_group,
+                b.leaving.cmp(&a.leaving).then(
+                    (a.node.free_cores() * a.node.speed)
+                        .total_cmp(&(b.node.free_cores() * b.node.speed)),
                 )
-                .map(|plan| (v.0.clone(), plan))
+            });
+            let found = views.iter().find_map(|v| {
+                let (node, max) = if v.leaving {
+                    (v.node.departing(), 1)
+                } else {
+                    (v.node, self.config.max_group)
+                };
+                decision::select(
+                    &self.policy_for(now, v.leaving),
+                    &node,
+                    v.entities,
+                    &steal.source.profile,
+                    max,
+                )
+                .map(|plan| (v.peer.clone(), plan))
             });
             drop(views);
             if let Some((member, plan)) = found {

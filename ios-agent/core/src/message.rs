@@ -123,6 +123,10 @@ pub enum Message {
         node: NodeProfile,
         /// The member's entities.
         entities: Vec<EntityProfile>,
+        /// The member is leaving the pool ([`crate::Agent::handle_leave`]): its entities
+        /// must all go, and none may come to it. Absent in older agents' replies: false.
+        #[serde(default)]
+        leaving: bool,
     },
     /// NSc2c: a cluster manager tells a member to move some of its registered entities.
     /// Members obey only their own manager, and only for their own eligible entities.
@@ -281,6 +285,7 @@ mod tests {
                 host: HostName::new("h").expect("valid"),
                 node: NodeProfile::idle(1.0, 0),
                 entities: vec![EntityProfile::new(id.clone(), 0.5)],
+                leaving: true,
             },
             Message::MoveOrder {
                 migration: MigrationId(5),

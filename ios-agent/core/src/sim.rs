@@ -269,6 +269,12 @@ impl Sim {
         self.nodes[node].alive = false;
     }
 
+    /// The node's agent starts leaving the pool now ([`Agent::handle_leave`]).
+    pub fn leave(&mut self, node: usize) {
+        let now = self.now;
+        self.nodes[node].agent.handle_leave(now);
+    }
+
     /// The agent of a node.
     pub fn agent(&self, node: usize) -> &Agent {
         &self.nodes[node].agent

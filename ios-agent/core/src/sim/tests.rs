@@ -332,6 +332,53 @@ fn given_c2c_cluster_then_entities_follow_the_availability_ratio() {
     assert_eq!(sim.migrations().len(), moves, "balanced clusters stay put");
 }
 
+/// `config` with damping so strong that only a leave moves anything: a hold-down longer
+/// than the run and a minimum gain no ordinary move reaches.
+fn still(config: Config) -> Config {
+    config.with_hold_down(secs(3600)).with_min_gain(0.95)
+}
+
+/// Three nodes with two cores each, two entities on `busy`; `busy` leaves after the cluster
+/// settled. Returns the simulation once it has run for a minute more.
+fn c2c_leave(busy: usize, config: Config) -> Sim {
+    let mut sim = Sim::new(11, config);
+    for _ in 0..3 {
+        sim.add_node(NodeSpec::new(2.0));
+    }
+    sim.add_entity(busy, "heat", 0, 1 << 20);
+    sim.add_entity(busy, "heat", 1, 1 << 20);
+    sim.run_for(secs(30));
+    // Balanced as it is (one core each): nothing moved.
+    assert_eq!(sim.count_on(busy), 2, "{:?}", sim.migrations());
+    sim.leave(busy);
+    sim.run_for(secs(60));
+    sim
+}
+
+#[test]
+fn given_a_c2c_member_leaves_then_the_manager_moves_its_entities_to_the_others() {
+    let sim = c2c_leave(1, still(c2c()));
+    assert_eq!(sim.count_on(1), 0, "{:?}", sim.migrations());
+    assert_eq!(sim.count_on(0) + sim.count_on(2), 2);
+    let progress = sim.agent(1).leave_progress().expect("leaving");
+    assert!(progress.is_drained(), "{progress:?}");
+    assert_eq!(sim.migrations().len(), 2, "{:?}", sim.migrations());
+}
+
+#[test]
+fn given_the_c2c_manager_itself_leaves_then_its_entities_go_to_its_members() {
+    let sim = c2c_leave(0, still(c2c()));
+    assert_eq!(sim.count_on(0), 0, "{:?}", sim.migrations());
+    assert_eq!(sim.count_on(1) + sim.count_on(2), 2);
+}
+
+#[test]
+fn given_a_p2p_node_leaves_then_idle_peers_take_its_entities() {
+    let sim = c2c_leave(1, still(Config::default()));
+    assert_eq!(sim.count_on(1), 0, "{:?}", sim.migrations());
+    assert!(sim.agent(1).leave_progress().expect("leaving").is_drained());
+}
+
 #[test]
 fn given_two_clusters_then_managers_steal_across_them() {
     let mut sim = Sim::new(9, c2c()).with_default_rtt(ms(50));
