@@ -161,23 +161,7 @@ pub(crate) struct Context {
     pub(crate) iteration: Option<u64>,
 }
 
-/// Describes the moves for people: "rank 1 to host-b, rank 2 to any host".
-pub(crate) fn describe_moves(moves: &[Move]) -> String {
-    if moves.is_empty() {
-        return "(moves not known yet)".to_owned();
-    }
-    moves
-        .iter()
-        .map(|m| {
-            format!(
-                "rank {} to {}",
-                m.rank,
-                m.to.as_ref().map_or("any host", |h| h.as_str())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+pub(crate) use pcm_proto::describe_moves;
 
 impl Context {
     fn stalled(&self, phase: Phase, timeout: Duration) -> PcmError {

@@ -134,17 +134,15 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
         .map(|m| m.to.as_ref().map(|h| h.to_string()))
         .collect();
     if pcm.rank == 0 {
+        // Named before the spawn: if a replacement dies while starting, the runtime ends
+        // the job before PCM can say more, and this is the line that tells which move it was.
         tracing::info!(
-            "iteration {iteration}: moving {}",
-            plan.moves
-                .iter()
-                .map(|m| format!(
-                    "rank {} to {}",
-                    m.rank,
-                    m.to.as_ref().map_or("any host", |h| h.as_str())
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "iteration {iteration}: {}: moving {}",
+            plan.request.map_or_else(
+                || "scheduled (PCM_SCHEDULE)".to_owned(),
+                |r| format!("migration request {r}")
+            ),
+            crate::deadline::describe_moves(&plan.moves)
         );
     }
 

@@ -547,7 +547,11 @@ impl Registry {
         };
         tracing::info!(job = %job_id, "job has no ranks left here");
         if let Some(flight) = job.in_flight {
-            let reason = format!("all ranks of job {job_id} disconnected");
+            let reason = format!(
+                "all ranks of job {job_id} disconnected during the reconfiguration ({}): the job \
+                 ended, or its replacement died while starting",
+                pcm_proto::describe_moves(&flight.moves)
+            );
             tracing::warn!(request = %flight.request, job = %job_id, "{reason}");
             if let Some(waiter) = flight.waiter {
                 self.send(

@@ -62,6 +62,24 @@ pub struct Move {
     pub to: Option<HostName>,
 }
 
+/// Describes moves for people: "rank 1 to host-b, rank 2 to any host".
+pub fn describe_moves(moves: &[Move]) -> String {
+    if moves.is_empty() {
+        return "(moves not known yet)".to_owned();
+    }
+    moves
+        .iter()
+        .map(|m| {
+            format!(
+                "rank {} to {}",
+                m.rank,
+                m.to.as_ref().map_or("any host", |h| h.as_str())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Time spent in each phase of a reconfiguration, in microseconds: for each phase, the
 /// slowest process's time (every process measures, and they agree on the maximum).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

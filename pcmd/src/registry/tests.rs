@@ -523,7 +523,10 @@ fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
             message: FromDaemon::MigrationFinished {
                 request,
                 outcome: Outcome::Failed {
-                    reason: "all ranks of job job-1 disconnected".into()
+                    reason: "all ranks of job job-1 disconnected during the reconfiguration \
+                             (rank 1 to any host): the job ended, or its replacement died while \
+                             starting"
+                        .into()
                 }
             }
         }]
