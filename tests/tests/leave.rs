@@ -1,6 +1,6 @@
-//! A node given back while a job runs on it: `ios-agent leave` on a node that runs both
-//! ranks of heat2d, on emulated nodes with IOS agents. With MPICH the agents move both ranks
-//! to the other nodes, the leave returns once the node holds no process of the job, the
+//! A node given back while a job runs on it (NSp2p and NSc2c pools): `ios-agent leave` on a
+//! node that runs both ranks of heat2d, on emulated nodes with IOS agents. With MPICH the
+//! agents move both ranks to the other nodes, the leave returns once the node holds no process of the job, the
 //! owner then kills everything there, and the job ends with the plain run's checksum. With
 //! Open MPI 4 the ranks move too, but the node keeps Open MPI's daemon until the job ends, so
 //! the leave says so and the agent stays; the job is unharmed either way.
@@ -16,7 +16,7 @@ use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, MpiJob, Runtime};
 
 /// Seconds the job would take unloaded on its first placement: it must outlive the leave
-/// (at 4 s) and the two moves with room to spare.
+/// (at 4 s, 8 s in NSc2c) and the two moves with room to spare.
 const UNLOADED_SECONDS: f64 = 20.0;
 
 fn usable() -> bool {
@@ -32,7 +32,7 @@ fn usable() -> bool {
 /// Both ranks on node-b; agents on node-a, node-b and node-c. The agents' hold-down is
 /// longer than the job, so nothing moves unless the node leaves (a leaving node's ranks
 /// move however recently they came).
-fn scenario(cluster: &Cluster, dir: &std::path::Path) -> Scenario {
+fn scenario(cluster: &Cluster, dir: &std::path::Path, topology: &str) -> Scenario {
     let mut scenario = Scenario {
         rows: 512,
         cols: 512,
@@ -44,17 +44,25 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path) -> Scenario {
         joins: Vec::new(),
         leaves: vec![NodeLeave {
             node: 1,
-            at: Duration::from_secs(4),
+            // NSc2c elects its manager first (one member timeout, 5 s).
+            at: Duration::from_secs(if topology == "c2c" { 8 } else { 4 }),
             // Open MPI: the drain cannot finish while the job runs; a short wait shows it.
             within: Duration::from_secs(match Runtime::current() {
                 Runtime::Mpich => 30,
                 Runtime::OpenMpi => 5,
             }),
         }],
-        agent_options: ["--hold-down", "3600", "--profile-period", "1"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
+        agent_options: [
+            "--hold-down",
+            "3600",
+            "--profile-period",
+            "1",
+            "--topology",
+            topology,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect(),
         timeout: Duration::from_secs(300),
         unlisted_spares: false,
     };
@@ -106,6 +114,16 @@ fn plain_checksum(scenario: &Scenario) -> String {
 
 #[test]
 fn a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everything_there() {
+    leave_and_kill("p2p");
+}
+
+#[test]
+fn in_a_c2c_pool_a_node_running_two_ranks_leaves_and_the_job_survives_the_kill() {
+    leave_and_kill("c2c");
+}
+
+/// The test of the two topologies.
+fn leave_and_kill(topology: &str) {
     if !usable() {
         return;
     }
@@ -115,7 +133,7 @@ fn a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everyt
         .prefix("ios-leave-")
         .tempdir()
         .unwrap();
-    let scenario = scenario(&cluster, dir.path());
+    let scenario = scenario(&cluster, dir.path(), topology);
     let outcome = run(&cluster, &scenario, dir.path());
     let [leave] = outcome.leaves.as_slice() else {
         panic!(
