@@ -462,7 +462,8 @@ impl Agent {
                 entities: views[i].entities,
             })
             .collect();
-        let (from, to, plan) = decision::balance(&self.policy(now), &nodes)?;
+        // The staying nodes' rules, also when the manager itself is leaving.
+        let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes)?;
         Some((staying[from], staying[to], plan))
     }
 
