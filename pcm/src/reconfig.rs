@@ -454,6 +454,7 @@ fn quiet_barrier<C: Communicator>(comm: &C) {
 }
 
 fn send_state(comm: &SimpleCommunicator, to: i32, store: &Store) {
+    let started = Instant::now();
     let process = comm.process_at_rank(to);
     let header = encode_cbor(&store.headers());
     process.send(&(header.len() as u64));
@@ -463,21 +464,35 @@ fn send_state(comm: &SimpleCommunicator, to: i32, store: &Store) {
             process.send(chunk);
         }
     }
+    log_transfer("send_state", store.total_bytes(), started);
+}
+
+/// One debug line per side of a state transfer, like `store::log_timing`.
+fn log_transfer(op: &str, bytes: u64, started: Instant) {
+    tracing::debug!(
+        target: crate::store::TIMING_TARGET,
+        "{{\"event\":\"pcm_{op}\",\"bytes\":{bytes},\"us\":{}}}",
+        micros(started)
+    );
 }
 
 fn receive_state(comm: &SimpleCommunicator, from: i32) -> Result<Store, PcmError> {
     let process = comm.process_at_rank(from);
     let (header_len, _) = process.receive::<u64>();
+    let started = Instant::now();
     let mut header = vec![0u8; header_len as usize];
     process.receive_into(&mut header[..]);
     let headers: Vec<EntryHeader> =
         ciborium::from_reader(header.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
     let mut store = Store::default();
+    let mut receive_us = 0;
     for h in headers {
         let mut blob = Blob::zeroed(h.len as usize);
+        let receiving = Instant::now();
         for chunk in blob.words_mut().chunks_mut(CHUNK_WORDS) {
             process.receive_into(chunk);
         }
+        receive_us += micros(receiving);
         store.insert_entry(
             h.name,
             Entry {
@@ -487,6 +502,11 @@ fn receive_state(comm: &SimpleCommunicator, from: i32) -> Result<Store, PcmError
             },
         );
     }
+    log_transfer("receive_state", store.total_bytes(), started);
+    tracing::debug!(
+        target: crate::store::TIMING_TARGET,
+        "{{\"event\":\"pcm_receive_state_calls\",\"us\":{receive_us}}}"
+    );
     Ok(store)
 }
 
