@@ -466,6 +466,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
     ensure!(args.spacing >= 2, "--spacing must be at least 2");
     let program = find_bin("pcm-state")?;
     let pingpong = find_bin("mpi-pingpong")?;
+    let target = MigrationTarget::for_runtime(pcm::MpiFamily::BUILT_FOR);
 
     let mut table = Table::new(&[
         "state/rank",
@@ -479,9 +480,12 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
         "load ms",
         "agree ms",
         "rank 0 total ms",
-        "baseline GB/s (MPI send over tcp)",
-        "fixed <= 300 ms",
-        "transfer >= 1 GB/s",
+        "baseline GB/s (MPI send, 2 ranks)",
+        &format!("fixed <= {:.0} ms ({})", target.fixed_ms, target.runtime),
+        &format!(
+            "transfer >= {:.0} GB/s ({}, >= 64 MiB)",
+            target.gb_per_s, target.runtime
+        ),
     ]);
     let mut notes = Vec::new();
     let load_before = load_average();
@@ -526,7 +530,7 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
             median(&s.load_ms)
         );
         let store = median(&s.store_ms);
-        if fixed > 300.0 && store > 0.5 * spawn {
+        if fixed > target.fixed_ms && store > 0.5 * spawn {
             notes.push(format!(
                 "{size_mb} MiB: the spawn time ({spawn:.1} ms) includes waiting for the departing \
                  rank to store its state ({store:.1} ms): PCM times the spawn from when each rank \
@@ -550,10 +554,10 @@ fn migration(mut args: MigrationArgs) -> Result<()> {
             if args.quick {
                 "n/a (quick)".to_owned()
             } else {
-                pass(fixed <= 300.0)
+                pass(fixed <= target.fixed_ms)
             },
             if size_mb >= 64 && !args.quick {
-                pass(rate >= 1.0)
+                pass(rate >= target.gb_per_s)
             } else {
                 "n/a (latency-bound)".to_owned()
             },
@@ -603,6 +607,37 @@ fn baseline_rate(pingpong: &Path, size_mb: u64, timeout: Duration) -> Result<f64
         .collect::<Result<Vec<f64>>>()?;
     ensure!(!rates.is_empty(), "mpi-pingpong printed no result");
     Ok(median(&rates))
+}
+
+/// What one migration must achieve on the runtime the binaries were built for (issue 10
+/// item 6): MPICH spawns in about 100 ms and moves state through UCX shared memory across
+/// launches; Open MPI 4 spawns in about 230 ms and has only TCP between launches.
+struct MigrationTarget {
+    runtime: &'static str,
+    fixed_ms: f64,
+    gb_per_s: f64,
+}
+
+impl MigrationTarget {
+    fn for_runtime(family: pcm::MpiFamily) -> Self {
+        match family {
+            pcm::MpiFamily::Mpich => MigrationTarget {
+                runtime: "MPICH",
+                fixed_ms: 150.0,
+                gb_per_s: 3.0,
+            },
+            pcm::MpiFamily::OpenMpi => MigrationTarget {
+                runtime: "Open MPI",
+                fixed_ms: 300.0,
+                gb_per_s: 1.0,
+            },
+            _ => MigrationTarget {
+                runtime: "unknown MPI",
+                fixed_ms: 300.0,
+                gb_per_s: 1.0,
+            },
+        }
+    }
 }
 
 fn pass(ok: bool) -> String {
