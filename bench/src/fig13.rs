@@ -219,7 +219,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     }
     figs::keep_logs(logs.path(), &out.join("logs").join(exp.name));
     if args.check {
-        figs::check(&runs, same, "node-b", "node-c")?;
+        figs::check(&runs, same, "node-b", &["node-c"])?;
     }
     Ok(())
 }

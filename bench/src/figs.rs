@@ -415,7 +415,7 @@ pub(crate) fn summary_table(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> Ta
 
 /// The `--check` of the adaptive figures: every run computed the same grid, and the final
 /// placement passes [`mpi_ios_bench::adaptive::check_final_placement`].
-pub(crate) fn check(runs: &Runs, same: bool, vacated: &str, used: &str) -> Result<()> {
+pub(crate) fn check(runs: &Runs, same: bool, vacated: &str, used: &[&str]) -> Result<()> {
     ensure!(same, "checksums differ between the runs");
     mpi_ios_bench::adaptive::check_final_placement(&runs.adaptive, vacated, used).map(|_| ())
 }
