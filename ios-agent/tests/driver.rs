@@ -67,8 +67,22 @@ fn entity(rank: u32, compute_ms: u64) -> EntityProfile {
     e
 }
 
-#[tokio::test]
-async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
+/// Two driver loops, node-a's and node-b's, joined by wires; node-a's migrations are recorded.
+struct Pair {
+    a: PeerId,
+    b: PeerId,
+    a_peers_tx: mpsc::Sender<PeerEvent>,
+    b_peers_tx: mpsc::Sender<PeerEvent>,
+    a_samples_tx: mpsc::Sender<Sample>,
+    b_samples_tx: mpsc::Sender<Sample>,
+    a_control_tx: mpsc::Sender<ControlRequest>,
+    b_control_tx: mpsc::Sender<ControlRequest>,
+    run_a: tokio::task::JoinHandle<Agent>,
+    run_b: tokio::task::JoinHandle<Agent>,
+    moves: Recorder,
+}
+
+fn two_loops() -> Pair {
     let a = PeerId::new(b"agent-a".to_vec()).unwrap();
     let b = PeerId::new(b"agent-b".to_vec()).unwrap();
     let (a_peers_tx, a_peers_rx) = mpsc::channel(64);
@@ -107,6 +121,36 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
             control: b_control_rx,
         },
     ));
+    Pair {
+        a,
+        b,
+        a_peers_tx,
+        b_peers_tx,
+        a_samples_tx,
+        b_samples_tx,
+        a_control_tx,
+        b_control_tx,
+        run_a,
+        run_b,
+        moves,
+    }
+}
+
+#[tokio::test]
+async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
+    let Pair {
+        a,
+        b,
+        a_peers_tx,
+        b_peers_tx,
+        a_samples_tx,
+        b_samples_tx,
+        a_control_tx,
+        b_control_tx,
+        run_a,
+        run_b,
+        moves,
+    } = two_loops();
     // Node A: one core, two ranks and a hog competing for it. Node B: one idle core.
     let loaded = NodeProfile {
         cpu_load: 3.0,
@@ -190,44 +234,19 @@ async fn leave_with_a_peer(
     within: Duration,
     force: bool,
 ) -> (Vec<LeaveUpdate>, Vec<Move>, bool) {
-    let a = PeerId::new(b"agent-a".to_vec()).unwrap();
-    let b = PeerId::new(b"agent-b".to_vec()).unwrap();
-    let (a_peers_tx, a_peers_rx) = mpsc::channel(64);
-    let (b_peers_tx, b_peers_rx) = mpsc::channel(64);
-    let (a_samples_tx, a_samples_rx) = mpsc::channel(4);
-    let (b_samples_tx, b_samples_rx) = mpsc::channel(4);
-    let (a_control_tx, a_control_rx) = mpsc::channel(4);
-    let (b_control_tx, b_control_rx) = mpsc::channel(4);
-    let now = std::time::Instant::now();
-    let agent_a = Agent::new(a.clone(), HostName::new("node-a").unwrap(), config(), now).unwrap();
-    let agent_b = Agent::new(b.clone(), HostName::new("node-b").unwrap(), config(), now).unwrap();
-    let moves = Recorder::default();
-    let run_a = tokio::spawn(driver::run(
-        agent_a,
-        Wire {
-            me: a.clone(),
-            to: b_peers_tx.clone(),
-        },
-        moves.clone(),
-        Inputs {
-            peers: a_peers_rx,
-            samples: a_samples_rx,
-            control: a_control_rx,
-        },
-    ));
-    let run_b = tokio::spawn(driver::run(
-        agent_b,
-        Wire {
-            me: b.clone(),
-            to: a_peers_tx.clone(),
-        },
-        Recorder::default(),
-        Inputs {
-            peers: b_peers_rx,
-            samples: b_samples_rx,
-            control: b_control_rx,
-        },
-    ));
+    let Pair {
+        a,
+        b,
+        a_peers_tx,
+        b_peers_tx,
+        a_samples_tx,
+        b_samples_tx,
+        a_control_tx,
+        b_control_tx,
+        run_a,
+        run_b,
+        moves,
+    } = two_loops();
     if peer_present {
         let rtt = Duration::from_millis(1);
         a_peers_tx

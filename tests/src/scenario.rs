@@ -378,6 +378,25 @@ impl Length {
 pub const PROGRESS_LINES: u64 = 200;
 
 impl Scenario {
+    /// The checksum heat2d-plain computes for the scenario's grid and iterations, run on this
+    /// machine outside the emulated nodes (the reference a run with moves must match bit for
+    /// bit). Panics if the run does not end within `timeout`.
+    pub fn plain_checksum(&self, timeout: Duration) -> String {
+        let args = [
+            "--rows".to_owned(),
+            self.rows.to_string(),
+            "--cols".to_owned(),
+            self.cols.to_string(),
+            "--iters".to_owned(),
+            self.iters.to_string(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        MpiJob::new(self.placement.len(), "heat2d-plain", &args)
+            .run(timeout)
+            .report()
+            .checksum
+    }
+
     /// heat2d's arguments for the scenario's grid.
     fn heat2d_args(&self, iters: u64, report_every: u64) -> Vec<String> {
         [

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
-use mpi_ios_tests::{mpi_lock, MpiJob, Runtime};
+use mpi_ios_tests::{mpi_lock, Runtime};
 
 fn usable() -> bool {
     if let Err(why) = Cluster::available() {
@@ -107,22 +107,6 @@ fn logs() -> tempfile::TempDir {
         .unwrap()
 }
 
-fn plain_checksum(scenario: &Scenario) -> String {
-    let args = [
-        "--rows".to_owned(),
-        scenario.rows.to_string(),
-        "--cols".to_owned(),
-        scenario.cols.to_string(),
-        "--iters".to_owned(),
-        scenario.iters.to_string(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    MpiJob::new(2, "heat2d-plain", &args)
-        .run(Duration::from_secs(120))
-        .report()
-        .checksum
-}
-
 #[test]
 fn an_idle_node_joins_and_the_agents_move_the_loaded_rank_there() {
     if !usable() {
@@ -174,7 +158,10 @@ fn an_idle_node_joins(unlisted: bool) {
     if let Some(first) = moved.first() {
         eprintln!("first migration {:.1} s after load onset", first.t - onset);
     }
-    assert_eq!(outcome.report.checksum, plain_checksum(&scenario));
+    assert_eq!(
+        outcome.report.checksum,
+        scenario.plain_checksum(Duration::from_secs(120))
+    );
 }
 
 #[test]
@@ -204,5 +191,8 @@ fn without_a_new_node_the_loaded_rank_moves_to_a_cooperating_node() {
         [nodes[0].as_str(), nodes[0].as_str()],
         "both ranks must end on the cooperating node"
     );
-    assert_eq!(outcome.report.checksum, plain_checksum(&scenario));
+    assert_eq!(
+        outcome.report.checksum,
+        scenario.plain_checksum(Duration::from_secs(120))
+    );
 }

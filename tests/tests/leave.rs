@@ -13,7 +13,7 @@ use std::time::Duration;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
-use mpi_ios_tests::{mpi_lock, MpiJob, Runtime};
+use mpi_ios_tests::{mpi_lock, Runtime};
 
 /// Seconds the job would take unloaded on its first placement: it must outlive the leave
 /// (at 4 s, 8 s in NSc2c) and the two moves with room to spare.
@@ -96,22 +96,6 @@ fn run(cluster: &Cluster, scenario: &Scenario, dir: &std::path::Path) -> Outcome
     outcome
 }
 
-fn plain_checksum(scenario: &Scenario) -> String {
-    let args = [
-        "--rows".to_owned(),
-        scenario.rows.to_string(),
-        "--cols".to_owned(),
-        scenario.cols.to_string(),
-        "--iters".to_owned(),
-        scenario.iters.to_string(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    MpiJob::new(2, "heat2d-plain", &args)
-        .run(Duration::from_secs(300))
-        .report()
-        .checksum
-}
-
 #[test]
 fn a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everything_there() {
     leave_and_kill("p2p");
@@ -142,7 +126,10 @@ fn leave_and_kill(topology: &str) {
         );
     };
     // Whatever happened, the result is the one asked for.
-    assert_eq!(outcome.report.checksum, plain_checksum(&scenario));
+    assert_eq!(
+        outcome.report.checksum,
+        scenario.plain_checksum(Duration::from_secs(300))
+    );
     match Runtime::current() {
         Runtime::Mpich => {
             assert!(leave.success, "{}", leave.output);
