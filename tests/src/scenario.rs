@@ -374,6 +374,70 @@ impl Length {
     }
 }
 
+/// Starts `job` (which must print heat2d progress lines, `--report-every`, and run longer
+/// than the measurement) on `placement`, measures its iterations per second over `window`
+/// after a 0.5 s warm-up, and kills it. Sized by time, not by iterations: a slow machine gives
+/// a low rate, not a timeout. Errors when the job ends early or prints no progress within 60 s.
+pub fn measure_rate(
+    cluster: &Cluster,
+    job: MpiJob,
+    placement: &[&str],
+    dir: &Path,
+    window: Duration,
+) -> Result<f64, String> {
+    const WARM_UP: Duration = Duration::from_millis(500);
+    const FIRST_LINE: Duration = Duration::from_secs(60);
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let job = cluster.job(job, placement);
+    let started = Instant::now();
+    let mut group = job.start(dir, "job");
+    let mut tail = Tail::new(&group.stderr);
+    // (seconds since the first line, iterations done) once the warm-up is over.
+    let mut first: Option<Instant> = None;
+    let mut points: Vec<(f64, u64)> = Vec::new();
+    loop {
+        if crate::interrupted() {
+            return Err("interrupted while measuring the speed".into());
+        }
+        if !group.running() {
+            return Err(format!(
+                "the measured job ended early:\n{}",
+                group.stderr_so_far()
+            ));
+        }
+        for line in tail.lines() {
+            let Some((iteration, _, _)) = parse_progress(&line) else {
+                continue;
+            };
+            let since = *first.get_or_insert_with(Instant::now);
+            if since.elapsed() >= WARM_UP {
+                points.push((since.elapsed().as_secs_f64(), iteration));
+            }
+        }
+        match first {
+            None if started.elapsed() > FIRST_LINE => {
+                return Err(format!(
+                    "the measured job printed no progress within {FIRST_LINE:?}:\n{}",
+                    group.stderr_so_far()
+                ))
+            }
+            Some(since) if since.elapsed() >= WARM_UP + window => break,
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    group.kill();
+    match (points.first(), points.last()) {
+        (Some(&(t0, i0)), Some(&(t1, i1))) if t1 > t0 && i1 > i0 => {
+            Ok((i1 - i0) as f64 / (t1 - t0))
+        }
+        _ => Err(format!(
+            "too few progress lines in {window:?} to measure the speed ({} lines)",
+            points.len()
+        )),
+    }
+}
+
 /// Progress lines of the unloaded run that [`Scenario::size_by_time`] asks for over the run.
 pub const PROGRESS_LINES: u64 = 200;
 
@@ -428,8 +492,6 @@ impl Scenario {
         dir: &Path,
         window: Duration,
     ) -> Result<f64, String> {
-        const WARM_UP: Duration = Duration::from_millis(500);
-        const FIRST_LINE: Duration = Duration::from_secs(60);
         let nodes = cluster.host_names();
         let placement =
             self.placement
@@ -441,64 +503,14 @@ impl Scenario {
                 })
                 .collect::<Result<Vec<&str>, String>>()?;
         let run_dir = dir.join("calibration");
-        std::fs::create_dir_all(&run_dir)
-            .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
         // Longer than any window: the job is killed once measured.
         let args = self.heat2d_args(u64::from(u32::MAX), 5);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let job = cluster.job(
-            MpiJob::new(self.placement.len(), "heat2d-plain", &args),
-            &placement,
-        );
-        let started = Instant::now();
-        let mut group = job.start(&run_dir, "job");
-        let mut tail = Tail::new(&group.stderr);
-        // (seconds since the first line, iterations done) once the warm-up is over.
-        let mut first: Option<Instant> = None;
-        let mut points: Vec<(f64, u64)> = Vec::new();
-        loop {
-            if crate::interrupted() {
-                return Err("interrupted while measuring the unloaded speed".into());
-            }
-            if !group.running() {
-                return Err(format!(
-                    "the calibration job ended early:\n{}",
-                    group.stderr_so_far()
-                ));
-            }
-            for line in tail.lines() {
-                let Some((iteration, _, _)) = parse_progress(&line) else {
-                    continue;
-                };
-                let since = *first.get_or_insert_with(Instant::now);
-                if since.elapsed() >= WARM_UP {
-                    points.push((since.elapsed().as_secs_f64(), iteration));
-                }
-            }
-            match first {
-                None if started.elapsed() > FIRST_LINE => {
-                    return Err(format!(
-                        "the calibration job printed no progress within {FIRST_LINE:?}:\n{}",
-                        group.stderr_so_far()
-                    ))
-                }
-                Some(since) if since.elapsed() >= WARM_UP + window => break,
-                _ => {}
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        group.kill();
+        let job = MpiJob::new(self.placement.len(), "heat2d-plain", &args);
+        let rate = measure_rate(cluster, job, &placement, &run_dir, window);
         // Nothing else runs on the nodes yet (the agents start with the run itself).
         cluster.clear_nodes();
-        match (points.first(), points.last()) {
-            (Some(&(t0, i0)), Some(&(t1, i1))) if t1 > t0 && i1 > i0 => {
-                Ok((i1 - i0) as f64 / (t1 - t0))
-            }
-            _ => Err(format!(
-                "too few progress lines in {window:?} to measure the speed ({} lines)",
-                points.len()
-            )),
-        }
+        rate
     }
 
     /// Sets the iteration count so that the unloaded job runs about `seconds` on `cluster`,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use mpi_ios_tests::cgroup::{self, CpuCap, NodeCgroup};
 use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::scenario;
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Runtime};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -210,11 +211,25 @@ fn given_a_node_with_a_cap_then_the_agents_sensor_inside_it_reports_the_cap() {
     assert!(free["sample"]["scope"]["Machine"].is_object(), "{free}");
 }
 
-/// The compute seconds heat2d reports for `placement`.
-fn heat2d_seconds(cluster: &Cluster, placement: &[&str]) -> f64 {
-    let args = ["--rows", "512", "--cols", "1024", "--iters", "1500"];
+/// Iterations per second of a 512x1024 heat2d on `placement`, measured over 2 s of progress
+/// lines: sized by time, so that a slow machine (or a node throttled into lockstep with its
+/// neighbour's cgroup period) gives a low rate instead of a run that outlasts its deadline.
+fn heat2d_rate(cluster: &Cluster, placement: &[&str], dir: &Path) -> f64 {
+    let iters = u32::MAX.to_string();
+    let args = [
+        "--rows",
+        "512",
+        "--cols",
+        "1024",
+        "--iters",
+        &iters,
+        "--report-every",
+        "5",
+    ];
     let job = MpiJob::new(placement.len(), "heat2d-plain", &args);
-    cluster.job(job, placement).run(DEADLINE).report().seconds
+    let run_dir = dir.join(placement.join("+"));
+    scenario::measure_rate(cluster, job, placement, &run_dir, Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("heat2d on {placement:?}: {e}"))
 }
 
 #[test]
@@ -227,28 +242,28 @@ fn given_a_hog_on_node_b_then_a_rank_there_slows_the_job_and_placing_it_on_idle_
     let dir = tempfile::tempdir().unwrap();
     // Best of two everywhere: other work on the two cores comes and goes.
     let idle = (0..2)
-        .map(|_| heat2d_seconds(&cluster, &["node-a", "node-b"]))
-        .fold(f64::INFINITY, f64::min);
+        .map(|_| heat2d_rate(&cluster, &["node-a", "node-b"], dir.path()))
+        .fold(0.0, f64::max);
     let hog = cluster.start_hog("node-b", dir.path(), "hog");
     // Alternated, so that a burst of other work does not hit one placement only.
-    let (mut loaded, mut moved) = (f64::INFINITY, f64::INFINITY);
+    let (mut loaded, mut moved) = (0.0_f64, 0.0_f64);
     for _ in 0..2 {
-        loaded = loaded.min(heat2d_seconds(&cluster, &["node-a", "node-b"]));
-        moved = moved.min(heat2d_seconds(&cluster, &["node-a", "node-c"]));
+        loaded = loaded.max(heat2d_rate(&cluster, &["node-a", "node-b"], dir.path()));
+        moved = moved.max(heat2d_rate(&cluster, &["node-a", "node-c"], dir.path()));
     }
     drop(hog);
     eprintln!(
-        "heat2d 512x1024 x1500, 0.6-core nodes: a+b idle {idle:.2} s, hog in b {loaded:.2} s ({:.2}x), rank 1 on idle c {moved:.2} s ({:.2}x) (best of 2)",
+        "heat2d 512x1024, 0.6-core nodes: a+b idle {idle:.0} it/s, hog in b {loaded:.0} it/s ({:.2}x), rank 1 on idle c {moved:.0} it/s ({:.2}x) (best of 2)",
         loaded / idle,
         moved / idle
     );
     assert!(
-        loaded > 1.4 * idle,
-        "the hog did not slow the job: {loaded:.2} s vs {idle:.2} s"
+        loaded < idle / 1.4,
+        "the hog did not slow the job: {loaded:.0} it/s vs {idle:.0} it/s"
     );
     assert!(
-        moved < 0.75 * loaded,
-        "moving the rank to idle node-c did not recover: {moved:.2} s vs {loaded:.2} s loaded"
+        moved > loaded / 0.75,
+        "moving the rank to idle node-c did not recover: {moved:.0} it/s vs {loaded:.0} it/s loaded"
     );
 }
 
