@@ -321,6 +321,10 @@ fn fire(context: &Context, phase: Phase, timeout: Duration, reporter: Option<Rep
         }
         _ => false,
     };
+    crate::events::emit(&pcm_proto::run::RunEvent::Aborting {
+        code: RECONFIGURE_TIMEOUT_EXIT,
+        reason: error.to_string(),
+    });
     std::thread::sleep(OUTPUT_FLUSH);
     // The rank that reports to pcmd, and the parents when a replacement fired, go first:
     // the first MPI_Abort ends every process, and the report would be lost with them.

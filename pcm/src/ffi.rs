@@ -320,3 +320,20 @@ pub(crate) fn exit_now(code: c_int) -> ! {
     // in-memory state, and checkpoints on disk were written whole (atomic renames) before.
     unsafe { libc::_exit(code) }
 }
+
+extern "C" {
+    /// glibc: registers `function`, which `exit` calls with the exit status and `arg`.
+    #[link_name = "on_exit"]
+    fn glibc_on_exit(
+        function: extern "C" fn(status: c_int, arg: *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> c_int;
+}
+
+/// Registers `handler` to run when the process calls `exit` (returning from `main`
+/// included), with the exit status. False when glibc refuses (no room for more handlers).
+pub(crate) fn on_exit(handler: extern "C" fn(status: c_int, arg: *mut libc::c_void)) -> bool {
+    // SAFETY: `handler` is a plain function that lives as long as the process; it is
+    // called with the null argument given here, which it must ignore.
+    unsafe { glibc_on_exit(handler, std::ptr::null_mut()) == 0 }
+}

@@ -103,6 +103,7 @@ mod checkpoint;
 mod daemon;
 mod deadline;
 mod error;
+mod events;
 mod ffi;
 mod hosts;
 mod interpose;
@@ -318,6 +319,11 @@ impl Pcm {
             None => Self::init_fresh(universe, app, host, profiling)?,
         };
         pcm.profiler.attach(&pcm.world);
+        events::started(
+            pcm.rank,
+            &pcm.host,
+            matches!(pcm.origin, ProcessStatus::Replacement { .. }),
+        );
         Ok(pcm)
     }
 
@@ -548,6 +554,9 @@ impl Pcm {
         self.world
             .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
         self.job.next_check = iteration + agreed[1].max(1);
+        if self.rank == 0 {
+            events::progress(iteration);
+        }
 
         let plan = if let Some(moves) = scheduled {
             Plan {

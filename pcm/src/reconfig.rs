@@ -268,12 +268,18 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
     let mut timings = timings;
     timings.merge_split_us += micros(split_started);
 
-    let placed = plan
+    let placed: Vec<_> = plan
         .moves
         .iter()
         .enumerate()
         .map(|(j, m)| (m.rank, placed_hosts[size as usize + j].clone()))
         .collect();
+    if pcm.rank == 0 {
+        crate::events::emit(&pcm_proto::run::RunEvent::Migrated {
+            iteration,
+            placed: placed.clone(),
+        });
+    }
     pcm.report(
         &plan,
         Outcome::Completed {

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod checkpoint;
 mod path;
+pub mod run;
 mod types;
 pub use path::{ensure_private_dir, read_private_file, socket_path, PrivateDirError, DAEMON_ENV};
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
