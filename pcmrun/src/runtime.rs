@@ -1,0 +1,276 @@
+//! The MPI runtimes PCM jobs run on, and what each needs on its launcher's command line.
+//!
+//! The settings the README used to ask users to export by hand live here, once, for
+//! `pcmrun` and for the test harness alike.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Open MPI settings every PCM job needs: allow spawning beyond the slots (a replacement
+/// needs one), stop co-located ranks from burning each other's CPU while they wait, and
+/// keep to transports that connect a spawned process.
+pub const OMPI_ENV: &[(&str, &str)] = &[
+    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+    ("OMPI_MCA_mpi_yield_when_idle", "1"),
+    ("OMPI_MCA_btl", "self,vader,tcp"),
+];
+
+/// What Open MPI needs to run as root (in containers and CI), added only for root.
+pub const OMPI_ROOT_ENV: &[(&str, &str)] = &[
+    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+];
+
+/// MPICH settings every PCM job needs: a departed process finalizes alone (PCM sets it too),
+/// and UCX keeps its warnings off stdout, where they would follow the application's output.
+pub const MPICH_ENV: &[(&str, &str)] = &[
+    ("MPIR_CVAR_NO_COLLECTIVE_FINALIZE", "1"),
+    ("UCX_LOG_LEVEL", "error"),
+];
+
+/// An MPI runtime the project builds and runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// Open MPI 4 from Debian: `mpirun`.
+    OpenMpi,
+    /// MPICH (the project's default): hydra's `mpiexec`.
+    Mpich,
+}
+
+/// Why the runtime of a launcher could not be told.
+#[derive(Debug, thiserror::Error)]
+pub enum DetectError {
+    /// The launcher did not run.
+    #[error("cannot run the MPI launcher {launcher}: {source} (source scripts/setup.sh, or name the launcher with --launcher)")]
+    NotRunnable {
+        /// The launcher tried.
+        launcher: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It ran but is neither Open MPI's nor MPICH's.
+    #[error("{launcher} --version names neither Open MPI nor MPICH's hydra: {output:?}")]
+    Unknown {
+        /// The launcher tried.
+        launcher: PathBuf,
+        /// The start of what it printed.
+        output: String,
+    },
+}
+
+impl Runtime {
+    /// The runtime of `launcher`, from what `launcher --version` prints.
+    pub fn detect(launcher: &Path) -> Result<Runtime, DetectError> {
+        let output = Command::new(launcher)
+            .arg("--version")
+            .output()
+            .map_err(|source| DetectError::NotRunnable {
+                launcher: launcher.to_owned(),
+                source,
+            })?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Self::from_version_text(&text).ok_or_else(|| DetectError::Unknown {
+            launcher: launcher.to_owned(),
+            output: text.chars().take(200).collect(),
+        })
+    }
+
+    /// The runtime a launcher's `--version` text names.
+    pub fn from_version_text(text: &str) -> Option<Runtime> {
+        if text.contains("HYDRA") {
+            Some(Runtime::Mpich)
+        } else if text.contains("Open MPI") || text.contains("OpenRTE") {
+            Some(Runtime::OpenMpi)
+        } else {
+            None
+        }
+    }
+
+    /// The settings every PCM job needs on this runtime, for a user who is root or not.
+    pub fn job_env(self, root: bool) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Runtime::OpenMpi if root => [OMPI_ENV, OMPI_ROOT_ENV].concat(),
+            Runtime::OpenMpi => OMPI_ENV.to_vec(),
+            Runtime::Mpich => MPICH_ENV.to_vec(),
+        }
+    }
+
+    /// Launcher arguments that run `ranks` processes.
+    pub fn ranks_args(self, ranks: usize) -> [String; 2] {
+        let flag = match self {
+            Runtime::OpenMpi => "-np",
+            Runtime::Mpich => "-n",
+        };
+        [flag.to_owned(), ranks.to_string()]
+    }
+
+    /// Launcher arguments that place the ranks on the hosts of `hostfile`.
+    pub fn hostfile_args(self, hostfile: &Path) -> [OsString; 2] {
+        let flag = match self {
+            Runtime::OpenMpi => "--hostfile",
+            Runtime::Mpich => "-f",
+        };
+        [flag.into(), hostfile.as_os_str().to_owned()]
+    }
+
+    /// Launcher arguments that pass `key=value` to the ranks of one program of an MPMD
+    /// launch (`A : B`) only.
+    pub fn local_env_args(self, key: &str, value: &str) -> Vec<String> {
+        match self {
+            Runtime::OpenMpi => vec!["-x".into(), format!("{key}={value}")],
+            Runtime::Mpich => vec!["-env".into(), key.into(), value.into()],
+        }
+    }
+
+    /// The launcher's per-host daemon, which starts the ranks there: Open MPI's `orted`,
+    /// hydra's `hydra_pmi_proxy`.
+    pub fn node_daemon(self) -> &'static str {
+        match self {
+            Runtime::OpenMpi => "orted",
+            Runtime::Mpich => "hydra_pmi_proxy",
+        }
+    }
+
+    /// Launcher arguments that pass `key=value` to every rank (replacements included). For
+    /// Open MPI (`-x key`) the launcher's own environment must hold the value too.
+    pub fn env_args(self, key: &str, value: &str) -> Vec<String> {
+        match self {
+            Runtime::OpenMpi => vec!["-x".into(), key.into()],
+            Runtime::Mpich => vec!["-genv".into(), key.into(), value.into()],
+        }
+    }
+}
+
+/// One launch of a program: the launcher command line with the runtime's settings.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The runtime of `launcher`.
+    pub runtime: Runtime,
+    /// `mpirun` or `mpiexec`, by name (searched on PATH) or path.
+    pub launcher: PathBuf,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Where the ranks may run (`None`: the launcher's default, this host).
+    pub hostfile: Option<PathBuf>,
+    /// Environment for every rank, replacements included.
+    pub env: BTreeMap<String, String>,
+    /// Extra launcher options, placed before the program.
+    pub options: Vec<OsString>,
+    /// The program and its arguments.
+    pub program: Vec<OsString>,
+}
+
+impl Launch {
+    /// Whether the settings for root are needed (the effective user is root).
+    fn as_root() -> bool {
+        nix::unistd::geteuid().is_root()
+    }
+
+    /// The launcher's environment additions: the runtime's settings, then [`Launch::env`].
+    pub fn launcher_env(&self) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .runtime
+            .job_env(Self::as_root())
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        // Set for the launcher too: hydra passes its own environment on, and Open MPI's
+        // `-x` takes the values from there.
+        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env
+    }
+
+    /// The launcher's arguments.
+    pub fn args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = self
+            .runtime
+            .ranks_args(self.ranks)
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+        if let Some(hostfile) = &self.hostfile {
+            args.extend(self.runtime.hostfile_args(hostfile));
+        }
+        for (k, v) in &self.env {
+            args.extend(self.runtime.env_args(k, v).into_iter().map(OsString::from));
+        }
+        args.extend(self.options.iter().cloned());
+        args.extend(self.program.iter().cloned());
+        args
+    }
+
+    /// The command that starts the launch (not yet spawned).
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(&self.launcher);
+        command.envs(self.launcher_env()).args(self.args());
+        command
+    }
+
+    /// The launch as a shell command line, for `--dry-run` and logs.
+    pub fn shell_line(&self) -> String {
+        let env = self.launcher_env().into_iter().map(|(k, v)| format!("{k}={}", quote(&v)));
+        let args = std::iter::once(self.launcher.as_os_str().to_owned())
+            .chain(self.args())
+            .map(|a| quote(&a.to_string_lossy()));
+        env.chain(args).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// `text` quoted for a POSIX shell when it needs it.
+fn quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%{}".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_version_texts_then_the_runtime_is_told() {
+        let hydra = "HYDRA build details:\n    Version:  5.0.2\n";
+        let ompi = "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n";
+        assert_eq!(Runtime::from_version_text(hydra), Some(Runtime::Mpich));
+        assert_eq!(Runtime::from_version_text(ompi), Some(Runtime::OpenMpi));
+        assert_eq!(Runtime::from_version_text("Intel(R) MPI Library"), None);
+    }
+
+    #[test]
+    fn given_a_launch_then_each_runtime_gets_its_own_flags() {
+        let mut launch = Launch {
+            runtime: Runtime::Mpich,
+            launcher: "mpiexec".into(),
+            ranks: 4,
+            hostfile: Some("/tmp/hosts".into()),
+            env: BTreeMap::from([("PCM_RESTART".to_owned(), "require".to_owned())]),
+            options: vec![],
+            program: vec!["heat2d".into(), "--rows".into(), "it's".into()],
+        };
+        assert_eq!(
+            launch.shell_line(),
+            "MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1 UCX_LOG_LEVEL=error PCM_RESTART=require \
+             mpiexec -n 4 -f /tmp/hosts -genv PCM_RESTART require heat2d --rows 'it'\\''s'"
+        );
+        launch.runtime = Runtime::OpenMpi;
+        let line = launch.shell_line();
+        assert!(
+            line.contains("OMPI_MCA_rmaps_base_oversubscribe=1")
+                && line.contains("mpiexec -np 4 --hostfile /tmp/hosts -x PCM_RESTART heat2d"),
+            "{line}"
+        );
+        assert_eq!(line.contains("OMPI_ALLOW_RUN_AS_ROOT=1"), Launch::as_root());
+    }
+}

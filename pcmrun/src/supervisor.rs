@@ -1,0 +1,633 @@
+//! The decisions of `pcmrun`, as a pure state machine: fed the run events of the job's
+//! processes and the launcher's end, it says whether the job is done, with which exit
+//! status, or must be relaunched from its newest checkpoint; it keeps what the progress
+//! lines and the final report show. No I/O and no clock of its own: callers pass the time.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use pcm_proto::run::RunEvent;
+use pcm_proto::{HostName, Rank};
+use serde::Serialize;
+
+/// Exit status of a job ended by PCM because a reconfiguration missed its deadline: a
+/// temporary failure, worth a restart (the value `pcm` passes to `MPI_Abort`).
+pub const RECONFIGURE_TIMEOUT_EXIT: i32 = 75;
+
+/// Exit status of `pcmrun` when the user interrupted it (SIGINT or SIGTERM).
+pub const INTERRUPTED_EXIT: i32 = 130;
+
+/// What the user asked for about recovery.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Whether the job takes checkpoints (without them a lost process cannot be recovered).
+    pub checkpoints: bool,
+    /// Most relaunches after failures in one `pcmrun`.
+    pub max_restarts: u32,
+    /// Wait before the first relaunch; doubled for each further one, at most [`MAX_DELAY`].
+    pub first_delay: Duration,
+    /// Whether the first launch resumes a checkpoint (`--restart`).
+    pub resume_first: bool,
+}
+
+/// Longest wait between relaunches.
+pub const MAX_DELAY: Duration = Duration::from_secs(30);
+
+/// How a launch is to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Start {
+    /// From iteration 0.
+    Fresh,
+    /// From the newest complete checkpoint; failing if there is none (`PCM_RESTART=require`).
+    FromCheckpoint,
+}
+
+/// How the launcher ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LauncherEnd {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal killed it.
+    Signaled(i32),
+}
+
+impl LauncherEnd {
+    /// The status a shell would report (128 + signal for a killed launcher).
+    pub fn code(self) -> i32 {
+        match self {
+            LauncherEnd::Exited(code) => code,
+            LauncherEnd::Signaled(signal) => 128 + signal,
+        }
+    }
+}
+
+/// What to do after a launch ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Stop with this exit status; `reason` says why when it is not a plain success.
+    Done {
+        /// `pcmrun`'s exit status.
+        code: i32,
+        /// For people, when there is something to say.
+        reason: Option<String>,
+    },
+    /// Start the job again after `delay`.
+    Relaunch {
+        /// From where.
+        start: Start,
+        /// How long to wait first.
+        delay: Duration,
+        /// What was lost, for people.
+        reason: String,
+    },
+}
+
+/// One process of the current launch.
+#[derive(Debug, Clone)]
+struct Process {
+    rank: Rank,
+    exited: Option<i32>,
+}
+
+/// One recovery, for the final report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recovery {
+    /// What was lost, for people.
+    pub reason: String,
+    /// Seconds since `pcmrun` started when the failed launch ended.
+    pub failed_at_s: f64,
+    /// The last iteration rank 0 reported before the failure.
+    pub last_iteration: u64,
+    /// How the relaunch started.
+    pub start: Start,
+    /// Iteration the relaunch resumed from, once it did.
+    pub resumed_from: Option<u64>,
+    /// Iterations computed again: `last_iteration - resumed_from` (at least; rank 0 reports
+    /// about once a second).
+    pub iterations_lost: Option<u64>,
+    /// Seconds from the end of the failed launch to the resumed job's first iteration.
+    pub seconds_to_resume: Option<f64>,
+}
+
+/// The typed summary of a `pcmrun` (`--report FILE`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// `pcmrun`'s exit status.
+    pub exit_code: i32,
+    /// Why it stopped, when not a plain success.
+    pub reason: Option<String>,
+    /// Launches made (1 + relaunches).
+    pub launches: u32,
+    /// Each recovery.
+    pub recoveries: Vec<Recovery>,
+    /// Migrations seen (all launches).
+    pub migrations: u64,
+    /// Checkpoints committed (all launches).
+    pub checkpoints: u64,
+    /// The newest committed checkpoint's iteration.
+    pub last_checkpoint: Option<u64>,
+    /// The last iteration rank 0 reported.
+    pub last_iteration: Option<u64>,
+    /// Seconds from start to end.
+    pub seconds: f64,
+}
+
+/// The supervisor of one `pcmrun`.
+#[derive(Debug)]
+pub struct Supervisor {
+    policy: Policy,
+    started: Instant,
+    launches: u32,
+    /// Processes of the current launch, by host and pid.
+    processes: BTreeMap<(HostName, u32), Process>,
+    /// Where each rank's newest process runs (a replacement overrides its predecessor).
+    placement: BTreeMap<Rank, HostName>,
+    /// A process said it is ending the job with this status.
+    aborting: Option<(i32, String)>,
+    /// Last progress of the current launch: (time, iteration).
+    progress: Option<(Instant, u64)>,
+    /// The progress before it, for the rate.
+    previous_progress: Option<(Instant, u64)>,
+    migrations: u64,
+    checkpoints: u64,
+    last_checkpoint: Option<u64>,
+    last_iteration: Option<u64>,
+    /// Whether a checkpoint exists to resume from (committed in this run, or resumed from).
+    resumable: bool,
+    recoveries: Vec<Recovery>,
+    /// When the failed launch ended, while its relaunch has not resumed yet.
+    failed_at: Option<Instant>,
+}
+
+impl Supervisor {
+    /// A supervisor for a run that starts at `now`.
+    pub fn new(policy: Policy, now: Instant) -> Self {
+        Supervisor {
+            policy,
+            started: now,
+            launches: 0,
+            processes: BTreeMap::new(),
+            placement: BTreeMap::new(),
+            aborting: None,
+            progress: None,
+            previous_progress: None,
+            migrations: 0,
+            checkpoints: 0,
+            last_checkpoint: None,
+            last_iteration: None,
+            resumable: policy.resume_first,
+            recoveries: Vec::new(),
+            failed_at: None,
+        }
+    }
+
+    /// How the first launch starts.
+    pub fn first_start(&self) -> Start {
+        if self.policy.resume_first {
+            Start::FromCheckpoint
+        } else {
+            Start::Fresh
+        }
+    }
+
+    /// A launch begins: forget the processes of the one before.
+    pub fn launching(&mut self) {
+        self.launches += 1;
+        self.processes.clear();
+        self.placement.clear();
+        self.aborting = None;
+        self.progress = None;
+        self.previous_progress = None;
+    }
+
+    /// Takes one event of the current launch; returns a line for people when it is worth
+    /// one (a migration, a resumed job).
+    pub fn on_event(&mut self, event: RunEvent, now: Instant) -> Option<String> {
+        match event {
+            RunEvent::Started { rank, pid, host, .. } => {
+                self.placement.insert(rank, host.clone());
+                self.processes.insert((host, pid), Process { rank, exited: None });
+                None
+            }
+            RunEvent::Exited { pid, host, code } => {
+                if let Some(process) = self.processes.get_mut(&(host, pid)) {
+                    process.exited = Some(code);
+                }
+                None
+            }
+            RunEvent::Aborting { code, reason } => {
+                self.aborting = Some((code, reason));
+                None
+            }
+            RunEvent::Progress { iteration } => {
+                self.progressed(iteration, now);
+                if self.failed_at.is_some() {
+                    // A fresh relaunch resumes at its first progress.
+                    return self.resumed(0, now);
+                }
+                None
+            }
+            RunEvent::Checkpointed { iteration } => {
+                self.checkpoints += 1;
+                self.last_checkpoint = Some(iteration);
+                self.resumable = true;
+                self.progressed(iteration, now);
+                None
+            }
+            RunEvent::Restarted { iteration } => {
+                self.resumable = true;
+                self.progressed(iteration, now);
+                self.resumed(iteration, now)
+            }
+            RunEvent::Migrated { iteration, placed } => {
+                self.migrations += 1;
+                self.progressed(iteration, now);
+                for (rank, host) in &placed {
+                    self.placement.insert(*rank, host.clone());
+                }
+                let moves: Vec<String> = placed
+                    .iter()
+                    .map(|(rank, host)| format!("rank {rank} to {host}"))
+                    .collect();
+                Some(format!(
+                    "iteration {iteration}: moved {}",
+                    moves.join(", ")
+                ))
+            }
+        }
+    }
+
+    fn progressed(&mut self, iteration: u64, now: Instant) {
+        if self.progress.is_some_and(|(_, i)| i == iteration) {
+            return;
+        }
+        self.previous_progress = self.progress;
+        self.progress = Some((now, iteration));
+        self.last_iteration = Some(iteration);
+    }
+
+    /// The relaunch after a failure resumed from `iteration`.
+    fn resumed(&mut self, iteration: u64, now: Instant) -> Option<String> {
+        let failed_at = self.failed_at.take()?;
+        let recovery = self.recoveries.last_mut()?;
+        let seconds = now.duration_since(failed_at).as_secs_f64();
+        let lost = recovery.last_iteration.saturating_sub(iteration);
+        recovery.resumed_from = Some(iteration);
+        recovery.iterations_lost = Some(lost);
+        recovery.seconds_to_resume = Some(seconds);
+        Some(format!(
+            "resumed at iteration {iteration}, {seconds:.1} s after the failure; at least {lost} iterations are computed again"
+        ))
+    }
+
+    /// The launch ended as `end`; `interrupted` when the user asked `pcmrun` to stop.
+    pub fn on_launcher_end(&mut self, end: LauncherEnd, interrupted: bool, now: Instant) -> Verdict {
+        let code = end.code();
+        if interrupted {
+            return Verdict::Done {
+                code: INTERRUPTED_EXIT,
+                reason: Some("interrupted: the job was stopped and is not restarted".into()),
+            };
+        }
+        if end == LauncherEnd::Exited(0) {
+            return Verdict::Done { code: 0, reason: None };
+        }
+        if let Some((host, pid, process, own)) = self.processes.iter().find_map(|((host, pid), p)| {
+            p.exited
+                .filter(|&c| c != 0 && c != RECONFIGURE_TIMEOUT_EXIT)
+                .map(|c| (host, pid, p, c))
+        }) {
+            return Verdict::Done {
+                code: if code == 0 { own } else { code },
+                reason: Some(format!(
+                    "rank {} (pid {pid} on {host}) ended with exit status {own}: the application failed by itself, so the job is not restarted",
+                    process.rank
+                )),
+            };
+        }
+        let lost: Vec<String> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.exited.is_none())
+            .map(|((host, pid), p)| format!("rank {} (pid {pid} on {host})", p.rank))
+            .collect();
+        let stalled = self
+            .aborting
+            .as_ref()
+            .filter(|(c, _)| *c == RECONFIGURE_TIMEOUT_EXIT)
+            .map(|(_, reason)| reason.clone())
+            .or_else(|| {
+                self.processes
+                    .values()
+                    .any(|p| p.exited == Some(RECONFIGURE_TIMEOUT_EXIT))
+                    .then(|| "a reconfiguration missed its deadline".to_owned())
+            });
+        let what = match (stalled, lost.is_empty()) {
+            (Some(reason), _) => format!("PCM ended the job: {reason}"),
+            (None, false) => format!("lost {}", lost.join(", ")),
+            (None, true) if self.processes.is_empty() => {
+                return Verdict::Done {
+                    code,
+                    reason: Some(format!(
+                        "the launcher ended with status {code} before any PCM process started (a launch error, or a program that does not call Pcm::init); not restarted"
+                    )),
+                };
+            }
+            (None, true) => {
+                return Verdict::Done {
+                    code,
+                    reason: Some(format!(
+                        "the launcher ended with status {code} although every process exited normally; not restarted"
+                    )),
+                };
+            }
+        };
+        let last_iteration = self.last_iteration.unwrap_or(0);
+        if !self.policy.checkpoints {
+            return Verdict::Done {
+                code: nonzero(code),
+                reason: Some(format!(
+                    "{what}; checkpoints are off (--checkpoint-interval 0), so the job cannot be recovered"
+                )),
+            };
+        }
+        let used = self.recoveries.len() as u32;
+        if used >= self.policy.max_restarts {
+            return Verdict::Done {
+                code: nonzero(code),
+                reason: Some(format!(
+                    "{what}; giving up after {used} recoveries (--max-restarts {})",
+                    self.policy.max_restarts
+                )),
+            };
+        }
+        let start = if self.resumable {
+            Start::FromCheckpoint
+        } else {
+            Start::Fresh
+        };
+        let delay = self
+            .policy
+            .first_delay
+            .saturating_mul(1 << used.min(16))
+            .min(MAX_DELAY);
+        self.recoveries.push(Recovery {
+            reason: what.clone(),
+            failed_at_s: now.duration_since(self.started).as_secs_f64(),
+            last_iteration,
+            start,
+            resumed_from: None,
+            iterations_lost: None,
+            seconds_to_resume: None,
+        });
+        self.failed_at = Some(now);
+        let from = match (start, self.last_checkpoint) {
+            (Start::Fresh, _) => "from the start (no checkpoint was taken yet)".to_owned(),
+            (Start::FromCheckpoint, Some(i)) => format!("from the newest checkpoint (iteration {i})"),
+            (Start::FromCheckpoint, None) => "from the newest checkpoint".to_owned(),
+        };
+        Verdict::Relaunch {
+            start,
+            delay,
+            reason: format!(
+                "{what} at about iteration {last_iteration}; restarting {from} in {:.1} s (recovery {} of at most {})",
+                delay.as_secs_f64(),
+                used + 1,
+                self.policy.max_restarts
+            ),
+        }
+    }
+
+    /// A progress line for people.
+    pub fn progress_line(&self) -> String {
+        let mut parts = Vec::new();
+        match (self.progress, self.previous_progress) {
+            (Some((t1, i1)), Some((t0, i0))) if t1 > t0 => {
+                let rate = i1.saturating_sub(i0) as f64 / t1.duration_since(t0).as_secs_f64();
+                parts.push(format!("iteration {i1} ({rate:.1} it/s)"));
+            }
+            (Some((_, i)), _) => parts.push(format!("iteration {i}")),
+            (None, _) => parts.push("starting".to_owned()),
+        }
+        if !self.placement.is_empty() {
+            let hosts: Vec<String> = self
+                .placement
+                .iter()
+                .map(|(rank, host)| format!("{rank}@{host}"))
+                .collect();
+            parts.push(format!("ranks {}", hosts.join(" ")));
+        }
+        parts.push(format!("{} migrations", self.migrations));
+        parts.push(match self.last_checkpoint {
+            Some(i) => format!("{} checkpoints (newest at {i})", self.checkpoints),
+            None => format!("{} checkpoints", self.checkpoints),
+        });
+        parts.push(format!("{} recoveries", self.recoveries.len()));
+        parts.join(", ")
+    }
+
+    /// The final report for a run that ended with `verdict` at `now`.
+    pub fn report(&self, code: i32, reason: Option<String>, now: Instant) -> Report {
+        Report {
+            exit_code: code,
+            reason,
+            launches: self.launches,
+            recoveries: self.recoveries.clone(),
+            migrations: self.migrations,
+            checkpoints: self.checkpoints,
+            last_checkpoint: self.last_checkpoint,
+            last_iteration: self.last_iteration,
+            seconds: now.duration_since(self.started).as_secs_f64(),
+        }
+    }
+}
+
+/// A failure must not exit 0 even when the launcher did.
+fn nonzero(code: i32) -> i32 {
+    if code == 0 {
+        1
+    } else {
+        code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str) -> HostName {
+        HostName::new(name).unwrap()
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            checkpoints: true,
+            max_restarts: 2,
+            first_delay: Duration::from_secs(1),
+            resume_first: false,
+        }
+    }
+
+    fn started(s: &mut Supervisor, rank: u32, pid: u32, now: Instant) {
+        s.on_event(
+            RunEvent::Started {
+                rank: Rank(rank),
+                pid,
+                host: host("a"),
+                replacement: false,
+            },
+            now,
+        );
+    }
+
+    fn exited(s: &mut Supervisor, pid: u32, code: i32, now: Instant) {
+        s.on_event(RunEvent::Exited { pid, host: host("a"), code }, now);
+    }
+
+    #[test]
+    fn given_a_clean_end_then_done_with_zero() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        exited(&mut s, 10, 0, t);
+        assert_eq!(
+            s.on_launcher_end(LauncherEnd::Exited(0), false, t),
+            Verdict::Done { code: 0, reason: None }
+        );
+    }
+
+    #[test]
+    fn given_a_rank_killed_after_a_checkpoint_then_relaunch_from_it_and_count_the_loss() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 100 }, t);
+        s.on_event(RunEvent::Progress { iteration: 150 }, t);
+        // Rank 1 killed: no exit event; hydra exits with the signal number.
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
+        let Verdict::Relaunch { start, delay, reason } = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert_eq!((start, delay), (Start::FromCheckpoint, Duration::from_secs(1)));
+        assert!(reason.contains("rank 0 (pid 10 on a), rank 1 (pid 11 on a)"), "{reason}");
+        assert!(reason.contains("iteration 100"), "{reason}");
+        s.launching();
+        let later = t + Duration::from_secs(3);
+        let line = s.on_event(RunEvent::Restarted { iteration: 100 }, later);
+        assert!(line.is_some_and(|l| l.contains("at least 50 iterations")));
+        let report = s.report(0, None, later);
+        assert_eq!(report.launches, 2);
+        assert_eq!(report.recoveries[0].iterations_lost, Some(50));
+        assert_eq!(report.recoveries[0].seconds_to_resume, Some(3.0));
+    }
+
+    #[test]
+    fn given_an_application_error_then_never_restart_and_pass_its_status_on() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        exited(&mut s, 11, 3, t);
+        // Rank 0 was killed by the launcher after rank 1 failed.
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(3), false, t);
+        let Verdict::Done { code: 3, reason: Some(reason) } = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert!(reason.contains("rank 1 (pid 11 on a) ended with exit status 3"), "{reason}");
+    }
+
+    #[test]
+    fn given_a_stalled_reconfiguration_then_restart() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        s.on_event(
+            RunEvent::Aborting {
+                code: RECONFIGURE_TIMEOUT_EXIT,
+                reason: "migration #3 stalled".into(),
+            },
+            t,
+        );
+        exited(&mut s, 10, RECONFIGURE_TIMEOUT_EXIT, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(75), false, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { start: Start::Fresh, reason, .. } if reason.contains("migration #3 stalled") && reason.contains("no checkpoint was taken yet")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_failures_past_the_limit_then_give_up_with_a_nonzero_status() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        let mut delays = Vec::new();
+        for _ in 0..3 {
+            s.launching();
+            started(&mut s, 0, 10, t);
+            match s.on_launcher_end(LauncherEnd::Signaled(9), false, t) {
+                Verdict::Relaunch { delay, .. } => delays.push(delay),
+                Verdict::Done { code, reason } => {
+                    assert_eq!(code, 137);
+                    assert!(reason.unwrap().contains("giving up after 2 recoveries"));
+                }
+            }
+        }
+        assert_eq!(delays, [Duration::from_secs(1), Duration::from_secs(2)]);
+    }
+
+    #[test]
+    fn given_no_checkpoints_or_an_interrupt_or_no_pcm_process_then_done() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(
+            Policy {
+                checkpoints: false,
+                ..policy()
+            },
+            t,
+        );
+        s.launching();
+        started(&mut s, 0, 10, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(0), true, t);
+        assert!(matches!(verdict, Verdict::Done { code: INTERRUPTED_EXIT, .. }));
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
+        assert!(
+            matches!(&verdict, Verdict::Done { code: 9, reason: Some(r) } if r.contains("checkpoints are off")),
+            "{verdict:?}"
+        );
+        s.launching();
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(127), false, t);
+        assert!(
+            matches!(&verdict, Verdict::Done { code: 127, reason: Some(r) } if r.contains("before any PCM process started")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_events_then_the_progress_line_shows_rate_placement_and_counts() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 1, 11, t);
+        started(&mut s, 0, 10, t);
+        s.on_event(RunEvent::Progress { iteration: 10 }, t);
+        s.on_event(RunEvent::Progress { iteration: 30 }, t + Duration::from_secs(2));
+        let line = s.on_event(
+            RunEvent::Migrated {
+                iteration: 30,
+                placed: vec![(Rank(1), host("c"))],
+            },
+            t,
+        );
+        assert_eq!(line.as_deref(), Some("iteration 30: moved rank 1 to c"));
+        assert_eq!(
+            s.progress_line(),
+            "iteration 30 (10.0 it/s), ranks 0@a 1@c, 1 migrations, 0 checkpoints, 0 recoveries"
+        );
+    }
+}
