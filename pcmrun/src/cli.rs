@@ -81,6 +81,11 @@ pub struct Options {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 
+    /// Append every run event of the job's processes here, one JSON object per line
+    /// (`{"seconds":..,"launch":N,"event":{..}}`), for programs that follow the job.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+
     /// Print the launch command and exit.
     #[arg(long)]
     pub dry_run: bool,
@@ -105,6 +110,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--launcher-arg",
     "--progress",
     "--report",
+    "--events",
 ];
 
 /// Rewrites mpirun's `-np` to `--np` among pcmrun's own options (before the application),

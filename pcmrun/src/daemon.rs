@@ -135,6 +135,7 @@ fn start(pcmd: &Path, checkpoint_dir: Option<&Path>, host: &HostName) -> anyhow:
         // Its own process group: Ctrl-C at the terminal reaches pcmrun, which stops the
         // job first and the daemon last.
         .process_group(0);
+    crate::end_with_parent(&mut command);
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {}", pcmd.display()))?;

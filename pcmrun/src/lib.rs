@@ -13,3 +13,30 @@ pub mod runtime;
 pub mod supervisor;
 
 pub use runtime::{Launch, Runtime};
+
+/// One line of `--events FILE`: a run event as pcmrun received it, for programs (tests,
+/// benchmarks) that follow a job.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EventRecord {
+    /// Seconds since pcmrun started.
+    pub seconds: f64,
+    /// Which launch it came from (1 for the first, 2 after the first recovery...).
+    pub launch: u32,
+    /// The event.
+    pub event: pcm_proto::run::RunEvent,
+}
+
+/// Makes the process `command` starts get SIGTERM when pcmrun dies (even by SIGKILL), so
+/// that a launch or a pcmd in its own process group is not left running unsupervised.
+#[allow(unsafe_code)]
+pub fn end_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec; it only makes the
+    // async-signal-safe prctl system call and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)
+        });
+    }
+}

@@ -113,6 +113,13 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             d.log.display()
         ));
     }
+    let mut events = match &options.events {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create the events file {}", path.display()))?,
+        ),
+        None => None,
+    };
     let signals = Arc::new(AtomicUsize::new(0));
     watch_signals(Arc::clone(&signals))?;
     let progress_every = (options.progress > 0.0).then(|| Duration::from_secs_f64(options.progress));
@@ -120,7 +127,12 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     let (code, reason) = loop {
         let launch = launch_for(start);
         supervisor.launching();
-        let end = run_launch(&launch, &mut supervisor, &signals, progress_every)?;
+        let mut sink = Sink {
+            supervisor: &mut supervisor,
+            events: events.as_mut(),
+            started,
+        };
+        let end = run_launch(&launch, &mut sink, &signals, progress_every)?;
         let interrupted = signals.load(Ordering::SeqCst) > 0;
         match supervisor.on_launcher_end(end, interrupted, Instant::now()) {
             Verdict::Done { code, reason } => break (code, reason),
@@ -201,7 +213,7 @@ fn sleep_unless_signalled(delay: Duration, signals: &AtomicUsize) -> bool {
 /// progress, and stops the launch on a signal.
 fn run_launch(
     launch: &Launch,
-    supervisor: &mut Supervisor,
+    sink: &mut Sink<'_>,
     signals: &AtomicUsize,
     progress_every: Option<Duration>,
 ) -> anyhow::Result<LauncherEnd> {
@@ -218,6 +230,7 @@ fn run_launch(
         // Its own process group, so that the whole launch (launcher, proxies, local ranks)
         // can be stopped together, and Ctrl-C reaches pcmrun first.
         .process_group(0);
+    pcmrun::end_with_parent(&mut command);
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {}", launch.launcher.display()))?;
@@ -231,11 +244,7 @@ fn run_launch(
     let mut stopping: Option<(usize, Instant)> = None;
     let end = loop {
         match receiver.recv_timeout(Duration::from_millis(100)) {
-            Ok(Output::Event(event, at)) => {
-                if let Some(line) = supervisor.on_event(event, at) {
-                    say(&line);
-                }
-            }
+            Ok(Output::Event(event, at)) => sink.take(event, at),
             Ok(Output::End) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
         if let Some(status) = child.try_wait()? {
@@ -258,29 +267,51 @@ fn run_launch(
         }
         if let Some(at) = next_progress {
             if Instant::now() >= at {
-                say(&supervisor.progress_line());
+                say(&sink.supervisor.progress_line());
                 next_progress = progress_every.map(|d| Instant::now() + d);
             }
         }
     };
-    drain(&receiver, supervisor);
+    drain(&receiver, sink);
     // Whatever of the launch is left on this host (a proxy, an orphaned rank) goes too.
     let _ = killpg(group, Signal::SIGKILL);
     reap(&mut child);
     Ok(end)
 }
 
+/// Where the events of a launch go: the supervisor, and the `--events` file.
+struct Sink<'a> {
+    supervisor: &'a mut Supervisor,
+    events: Option<&'a mut std::fs::File>,
+    started: Instant,
+}
+
+impl Sink<'_> {
+    fn take(&mut self, event: RunEvent, at: Instant) {
+        if let Some(file) = self.events.as_deref_mut() {
+            let record = pcmrun::EventRecord {
+                seconds: at.duration_since(self.started).as_secs_f64(),
+                launch: self.supervisor.launches(),
+                event: event.clone(),
+            };
+            if let Ok(mut line) = serde_json::to_string(&record) {
+                line.push('\n');
+                let _ = file.write_all(line.as_bytes());
+            }
+        }
+        if let Some(line) = self.supervisor.on_event(event, at) {
+            say(&line);
+        }
+    }
+}
+
 /// Takes the events still in the pipe after the launcher ended.
-fn drain(receiver: &Receiver<Output>, supervisor: &mut Supervisor) {
+fn drain(receiver: &Receiver<Output>, sink: &mut Sink<'_>) {
     let until = Instant::now() + DRAIN;
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match receiver.recv_timeout(left) {
-            Ok(Output::Event(event, at)) => {
-                if let Some(line) = supervisor.on_event(event, at) {
-                    say(&line);
-                }
-            }
+            Ok(Output::Event(event, at)) => sink.take(event, at),
             Ok(Output::End) | Err(_) => return,
         }
     }

@@ -182,6 +182,11 @@ impl Supervisor {
         }
     }
 
+    /// Launches made so far.
+    pub fn launches(&self) -> u32 {
+        self.launches
+    }
+
     /// How the first launch starts.
     pub fn first_start(&self) -> Start {
         if self.policy.resume_first {
