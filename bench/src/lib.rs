@@ -23,7 +23,6 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 /// Open MPI settings every run uses: the same as the end-to-end tests (one list to keep).
-pub use mpi_ios_tests::OMPI_ENV;
 
 /// Directory of the running executable: the project's other binaries of the same profile
 /// are built next to it.
@@ -208,20 +207,21 @@ impl MpiRun {
     /// The command line, for the runtime the binaries were built for
     /// (`mpi_ios_tests::Runtime::current`).
     pub fn command(&self) -> Command {
+        use mpi_ios_tests::RuntimeExt as _;
         let runtime = mpi_ios_tests::Runtime::current();
-        let mut command = Command::new(runtime.launcher());
-        for (k, v) in runtime.job_env() {
-            command.env(k, v);
+        let program = std::iter::once(self.program.clone().into_os_string())
+            .chain(self.args.iter().map(Into::into))
+            .collect();
+        pcmrun::Launch {
+            runtime,
+            launcher: runtime.launcher(),
+            ranks: self.ranks,
+            hostfile: None,
+            env: self.env.iter().cloned().collect(),
+            options: Vec::new(),
+            program,
         }
-        for (k, v) in &self.env {
-            command.env(k, v);
-        }
-        command.args(runtime.ranks_args(self.ranks));
-        for (k, v) in &self.env {
-            command.args(runtime.env_args(k, v));
-        }
-        command.arg(&self.program).args(&self.args);
-        command
+        .command()
     }
 
     /// Runs to completion within `timeout` (the process group is killed otherwise).

@@ -32,7 +32,12 @@ pub struct Options {
 
     /// Seconds between coordinated checkpoints (fractions allowed). 0 turns checkpoints,
     /// and with them recovery, off.
-    #[arg(long, value_name = "S", default_value_t = 60.0, env = "PCM_CHECKPOINT_INTERVAL")]
+    #[arg(
+        long,
+        value_name = "S",
+        default_value_t = 60.0,
+        env = "PCM_CHECKPOINT_INTERVAL"
+    )]
     pub checkpoint_interval: f64,
 
     /// Most relaunches after lost processes.
@@ -66,7 +71,12 @@ pub struct Options {
 
     /// The MPI launcher (default: mpiexec on PATH, which scripts/setup.sh points at the
     /// runtime the project was built for).
-    #[arg(long, value_name = "PATH", env = "PCMRUN_LAUNCHER", default_value = "mpiexec")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "PCMRUN_LAUNCHER",
+        default_value = "mpiexec"
+    )]
     pub launcher: PathBuf,
 
     /// An extra option for the launcher, placed before the application (repeatable).
@@ -91,7 +101,12 @@ pub struct Options {
     pub dry_run: bool,
 
     /// The application and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "APP ARGS")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "APP ARGS"
+    )]
     pub program: Vec<OsString>,
 }
 
@@ -158,7 +173,11 @@ impl Options {
             } else {
                 Err(format!(
                     "{name} {value}: expected {} number of seconds",
-                    if zero_ok { "a non-negative" } else { "a positive" }
+                    if zero_ok {
+                        "a non-negative"
+                    } else {
+                        "a positive"
+                    }
                 ))
             }
         };
@@ -166,10 +185,15 @@ impl Options {
         seconds("--retry-delay", self.retry_delay, false)?;
         seconds("--progress", self.progress, true)?;
         if self.restart && self.checkpoint_interval == 0.0 {
-            return Err("--restart needs checkpoints: --checkpoint-interval 0 turns them off".into());
+            return Err(
+                "--restart needs checkpoints: --checkpoint-interval 0 turns them off".into(),
+            );
         }
         if self.restart && self.daemon == "none" {
-            return Err("--restart needs the pcmd that holds the checkpoints: not with --daemon none".into());
+            return Err(
+                "--restart needs the pcmd that holds the checkpoints: not with --daemon none"
+                    .into(),
+            );
         }
         if let Some(name) = &self.job_name {
             pcm_proto::AppName::new(name.as_str())
@@ -211,7 +235,16 @@ mod tests {
         assert!(parse(&["pcmrun", "-np", "2"]).is_err());
         let o = parse(&["pcmrun", "-n", "2", "--retry-delay", "0", "app"]).unwrap();
         assert!(o.validate().unwrap_err().contains("--retry-delay 0"));
-        let o = parse(&["pcmrun", "-n", "2", "--checkpoint-interval", "0", "--restart", "app"]).unwrap();
+        let o = parse(&[
+            "pcmrun",
+            "-n",
+            "2",
+            "--checkpoint-interval",
+            "0",
+            "--restart",
+            "app",
+        ])
+        .unwrap();
         assert!(o.validate().unwrap_err().contains("--restart"));
         let o = parse(&["pcmrun", "-n", "2", "--job-name", "a b", "app"]).unwrap();
         assert!(o.validate().unwrap_err().contains("--job-name"));

@@ -92,7 +92,9 @@ pub fn choose(
         "auto" if answers(&socket_for(inherited.as_deref(), &host)) => {
             Ok(Daemon::Running(inherited))
         }
-        "auto" | "start" if dry_run => Ok(Daemon::Running(Some("<a pcmd pcmrun would start>".into()))),
+        "auto" | "start" if dry_run => {
+            Ok(Daemon::Running(Some("<a pcmd pcmrun would start>".into())))
+        }
         "auto" | "start" => Ok(Daemon::Started(start(pcmd, checkpoint_dir, &host)?)),
         path => {
             let socket = socket_for(Some(path), &host);
@@ -109,7 +111,11 @@ pub fn choose(
 }
 
 /// Starts `pcmd serve` in a new private directory and waits until it answers.
-fn start(pcmd: &Path, checkpoint_dir: Option<&Path>, host: &HostName) -> anyhow::Result<StartedDaemon> {
+fn start(
+    pcmd: &Path,
+    checkpoint_dir: Option<&Path>,
+    host: &HostName,
+) -> anyhow::Result<StartedDaemon> {
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|d| d.is_dir())
@@ -122,7 +128,8 @@ fn start(pcmd: &Path, checkpoint_dir: Option<&Path>, host: &HostName) -> anyhow:
     let daemon_env = dir.path().join("{host}.sock").display().to_string();
     let socket = socket_for(Some(&daemon_env), host);
     let log = dir.path().join("pcmd.log");
-    let log_file = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let log_file =
+        File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut command = Command::new(pcmd);
     command.arg("--socket").arg(&socket).arg("serve");
     if let Some(checkpoint_dir) = checkpoint_dir {

@@ -122,7 +122,8 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     };
     let signals = Arc::new(AtomicUsize::new(0));
     watch_signals(Arc::clone(&signals))?;
-    let progress_every = (options.progress > 0.0).then(|| Duration::from_secs_f64(options.progress));
+    let progress_every =
+        (options.progress > 0.0).then(|| Duration::from_secs_f64(options.progress));
     let mut start = supervisor.first_start();
     let (code, reason) = loop {
         let launch = launch_for(start);
@@ -235,7 +236,10 @@ fn run_launch(
         .spawn()
         .with_context(|| format!("cannot start {}", launch.launcher.display()))?;
     let group = Pid::from_raw(child.id() as i32);
-    let stderr = child.stderr.take().context("no pipe for the launcher's stderr")?;
+    let stderr = child
+        .stderr
+        .take()
+        .context("no pipe for the launcher's stderr")?;
     let (sender, receiver) = mpsc::channel();
     std::thread::Builder::new()
         .name("launcher-stderr".into())
@@ -331,7 +335,9 @@ fn forward(stderr: impl Read, sender: &mpsc::Sender<Output>) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let event = std::str::from_utf8(&line).ok().and_then(RunEvent::from_line);
+        let event = std::str::from_utf8(&line)
+            .ok()
+            .and_then(RunEvent::from_line);
         match event {
             Some(event) => {
                 if sender.send(Output::Event(event, Instant::now())).is_err() {

@@ -214,7 +214,10 @@ impl Launch {
 
     /// The launch as a shell command line, for `--dry-run` and logs.
     pub fn shell_line(&self) -> String {
-        let env = self.launcher_env().into_iter().map(|(k, v)| format!("{k}={}", quote(&v)));
+        let env = self
+            .launcher_env()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={}", quote(&v)));
         let args = std::iter::once(self.launcher.as_os_str().to_owned())
             .chain(self.args())
             .map(|a| quote(&a.to_string_lossy()));
@@ -242,7 +245,8 @@ mod tests {
     #[test]
     fn given_version_texts_then_the_runtime_is_told() {
         let hydra = "HYDRA build details:\n    Version:  5.0.2\n";
-        let ompi = "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n";
+        let ompi =
+            "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n";
         assert_eq!(Runtime::from_version_text(hydra), Some(Runtime::Mpich));
         assert_eq!(Runtime::from_version_text(ompi), Some(Runtime::OpenMpi));
         assert_eq!(Runtime::from_version_text("Intel(R) MPI Library"), None);

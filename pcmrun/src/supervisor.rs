@@ -210,9 +210,12 @@ impl Supervisor {
     /// one (a migration, a resumed job).
     pub fn on_event(&mut self, event: RunEvent, now: Instant) -> Option<String> {
         match event {
-            RunEvent::Started { rank, pid, host, .. } => {
+            RunEvent::Started {
+                rank, pid, host, ..
+            } => {
                 self.placement.insert(rank, host.clone());
-                self.processes.insert((host, pid), Process { rank, exited: None });
+                self.processes
+                    .insert((host, pid), Process { rank, exited: None });
                 None
             }
             RunEvent::Exited { pid, host, code } => {
@@ -255,10 +258,7 @@ impl Supervisor {
                     .iter()
                     .map(|(rank, host)| format!("rank {rank} to {host}"))
                     .collect();
-                Some(format!(
-                    "iteration {iteration}: moved {}",
-                    moves.join(", ")
-                ))
+                Some(format!("iteration {iteration}: moved {}", moves.join(", ")))
             }
         }
     }
@@ -287,7 +287,12 @@ impl Supervisor {
     }
 
     /// The launch ended as `end`; `interrupted` when the user asked `pcmrun` to stop.
-    pub fn on_launcher_end(&mut self, end: LauncherEnd, interrupted: bool, now: Instant) -> Verdict {
+    pub fn on_launcher_end(
+        &mut self,
+        end: LauncherEnd,
+        interrupted: bool,
+        now: Instant,
+    ) -> Verdict {
         let code = end.code();
         if interrupted {
             return Verdict::Done {
@@ -296,13 +301,18 @@ impl Supervisor {
             };
         }
         if end == LauncherEnd::Exited(0) {
-            return Verdict::Done { code: 0, reason: None };
+            return Verdict::Done {
+                code: 0,
+                reason: None,
+            };
         }
-        if let Some((host, pid, process, own)) = self.processes.iter().find_map(|((host, pid), p)| {
-            p.exited
-                .filter(|&c| c != 0 && c != RECONFIGURE_TIMEOUT_EXIT)
-                .map(|c| (host, pid, p, c))
-        }) {
+        if let Some((host, pid, process, own)) =
+            self.processes.iter().find_map(|((host, pid), p)| {
+                p.exited
+                    .filter(|&c| c != 0 && c != RECONFIGURE_TIMEOUT_EXIT)
+                    .map(|c| (host, pid, p, c))
+            })
+        {
             return Verdict::Done {
                 code: if code == 0 { own } else { code },
                 reason: Some(format!(
@@ -389,7 +399,9 @@ impl Supervisor {
         self.failed_at = Some(now);
         let from = match (start, self.last_checkpoint) {
             (Start::Fresh, _) => "from the start (no checkpoint was taken yet)".to_owned(),
-            (Start::FromCheckpoint, Some(i)) => format!("from the newest checkpoint (iteration {i})"),
+            (Start::FromCheckpoint, Some(i)) => {
+                format!("from the newest checkpoint (iteration {i})")
+            }
             (Start::FromCheckpoint, None) => "from the newest checkpoint".to_owned(),
         };
         Verdict::Relaunch {
@@ -487,7 +499,14 @@ mod tests {
     }
 
     fn exited(s: &mut Supervisor, pid: u32, code: i32, now: Instant) {
-        s.on_event(RunEvent::Exited { pid, host: host("a"), code }, now);
+        s.on_event(
+            RunEvent::Exited {
+                pid,
+                host: host("a"),
+                code,
+            },
+            now,
+        );
     }
 
     #[test]
@@ -499,7 +518,10 @@ mod tests {
         exited(&mut s, 10, 0, t);
         assert_eq!(
             s.on_launcher_end(LauncherEnd::Exited(0), false, t),
-            Verdict::Done { code: 0, reason: None }
+            Verdict::Done {
+                code: 0,
+                reason: None
+            }
         );
     }
 
@@ -514,11 +536,22 @@ mod tests {
         s.on_event(RunEvent::Progress { iteration: 150 }, t);
         // Rank 1 killed: no exit event; hydra exits with the signal number.
         let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
-        let Verdict::Relaunch { start, delay, reason } = verdict else {
+        let Verdict::Relaunch {
+            start,
+            delay,
+            reason,
+        } = verdict
+        else {
             panic!("{verdict:?}")
         };
-        assert_eq!((start, delay), (Start::FromCheckpoint, Duration::from_secs(1)));
-        assert!(reason.contains("rank 0 (pid 10 on a), rank 1 (pid 11 on a)"), "{reason}");
+        assert_eq!(
+            (start, delay),
+            (Start::FromCheckpoint, Duration::from_secs(1))
+        );
+        assert!(
+            reason.contains("rank 0 (pid 10 on a), rank 1 (pid 11 on a)"),
+            "{reason}"
+        );
         assert!(reason.contains("iteration 100"), "{reason}");
         s.launching();
         let later = t + Duration::from_secs(3);
@@ -540,10 +573,17 @@ mod tests {
         exited(&mut s, 11, 3, t);
         // Rank 0 was killed by the launcher after rank 1 failed.
         let verdict = s.on_launcher_end(LauncherEnd::Exited(3), false, t);
-        let Verdict::Done { code: 3, reason: Some(reason) } = verdict else {
+        let Verdict::Done {
+            code: 3,
+            reason: Some(reason),
+        } = verdict
+        else {
             panic!("{verdict:?}")
         };
-        assert!(reason.contains("rank 1 (pid 11 on a) ended with exit status 3"), "{reason}");
+        assert!(
+            reason.contains("rank 1 (pid 11 on a) ended with exit status 3"),
+            "{reason}"
+        );
     }
 
     #[test]
@@ -599,7 +639,13 @@ mod tests {
         s.launching();
         started(&mut s, 0, 10, t);
         let verdict = s.on_launcher_end(LauncherEnd::Exited(0), true, t);
-        assert!(matches!(verdict, Verdict::Done { code: INTERRUPTED_EXIT, .. }));
+        assert!(matches!(
+            verdict,
+            Verdict::Done {
+                code: INTERRUPTED_EXIT,
+                ..
+            }
+        ));
         let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
         assert!(
             matches!(&verdict, Verdict::Done { code: 9, reason: Some(r) } if r.contains("checkpoints are off")),
@@ -621,7 +667,10 @@ mod tests {
         started(&mut s, 1, 11, t);
         started(&mut s, 0, 10, t);
         s.on_event(RunEvent::Progress { iteration: 10 }, t);
-        s.on_event(RunEvent::Progress { iteration: 30 }, t + Duration::from_secs(2));
+        s.on_event(
+            RunEvent::Progress { iteration: 30 },
+            t + Duration::from_secs(2),
+        );
         let line = s.on_event(
             RunEvent::Migrated {
                 iteration: 30,

@@ -25,41 +25,30 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
 
-/// Open MPI settings every PCM job needs (see the README): run as root in CI, allow spawning
-/// beyond the slots, and stop co-located ranks from burning each other's CPU while they wait.
-pub const OMPI_ENV: &[(&str, &str)] = &[
-    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
-    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
-    ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
-    ("OMPI_MCA_mpi_yield_when_idle", "1"),
-    ("OMPI_MCA_btl", "self,vader,tcp"),
-];
-
-/// MPICH settings every PCM job needs: a departed process finalizes alone (PCM sets it too),
-/// and UCX keeps its warnings off stdout, where they would follow the JSON report.
-pub const MPICH_ENV: &[(&str, &str)] = &[
-    ("MPIR_CVAR_NO_COLLECTIVE_FINALIZE", "1"),
-    ("UCX_LOG_LEVEL", "error"),
-];
+pub use pcmrun::Runtime;
 
 /// The MPICH version `scripts/setup.sh` installs, and where.
 pub const MPICH_VERSION: &str = "5.0.2";
 
-/// An MPI runtime the project builds and runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Runtime {
-    /// Open MPI 4 from Debian: `mpirun`.
-    OpenMpi,
-    /// MPICH from the project's venv (`.mpi/mpich-VERSION`): hydra's `mpiexec`.
-    Mpich,
-}
-
-impl Runtime {
+/// What the harness adds to [`Runtime`] (which `pcmrun` shares): which runtime the binaries
+/// under test were built for, and where the project's setup installed it.
+pub trait RuntimeExt {
     /// The runtime the binaries under test were built for: `MPI_IOS_RUNTIME`, as
     /// `scripts/setup.sh` exports it with the build's target directory. Unset means a build
     /// without `setup.sh`, which `.cargo/config.toml` pins to Open MPI.
     /// Panics on any other value.
-    pub fn current() -> Runtime {
+    fn current() -> Runtime;
+    /// MPICH's installation prefix (the venv `scripts/setup.sh` creates).
+    fn mpich_prefix() -> PathBuf;
+    /// The launcher: Open MPI's `mpirun`, or hydra's `mpiexec` from MPICH's venv (by path,
+    /// so that a PATH set up for the other runtime cannot mix them).
+    fn launcher(self) -> PathBuf;
+    /// The settings every PCM job needs on this runtime, for the user running the tests.
+    fn test_env(self) -> Vec<(&'static str, &'static str)>;
+}
+
+impl RuntimeExt for Runtime {
+    fn current() -> Runtime {
         match std::env::var("MPI_IOS_RUNTIME").as_deref() {
             Err(_) | Ok("") | Ok("openmpi") => Runtime::OpenMpi,
             Ok("mpich") => Runtime::Mpich,
@@ -67,65 +56,22 @@ impl Runtime {
         }
     }
 
-    /// MPICH's installation prefix (the venv `scripts/setup.sh` creates).
-    pub fn mpich_prefix() -> PathBuf {
+    fn mpich_prefix() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("..")
             .join(".mpi")
             .join(format!("mpich-{MPICH_VERSION}"))
     }
 
-    /// The launcher: Open MPI's `mpirun`, or hydra's `mpiexec` from MPICH's venv (by path,
-    /// so that a PATH set up for the other runtime cannot mix them).
-    pub fn launcher(self) -> PathBuf {
+    fn launcher(self) -> PathBuf {
         match self {
             Runtime::OpenMpi => PathBuf::from("mpirun"),
             Runtime::Mpich => Self::mpich_prefix().join("bin").join("mpiexec.hydra"),
         }
     }
 
-    /// The settings every PCM job needs on this runtime.
-    pub fn job_env(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Runtime::OpenMpi => OMPI_ENV,
-            Runtime::Mpich => MPICH_ENV,
-        }
-    }
-
-    /// Launcher arguments that run `ranks` processes.
-    pub fn ranks_args(self, ranks: usize) -> [String; 2] {
-        let flag = match self {
-            Runtime::OpenMpi => "-np",
-            Runtime::Mpich => "-n",
-        };
-        [flag.to_owned(), ranks.to_string()]
-    }
-
-    /// Launcher arguments that pass `key=value` to the ranks of one program of an MPMD
-    /// launch (`A : B`) only.
-    pub fn local_env_args(self, key: &str, value: &str) -> Vec<String> {
-        match self {
-            Runtime::OpenMpi => vec!["-x".into(), format!("{key}={value}")],
-            Runtime::Mpich => vec!["-env".into(), key.into(), value.into()],
-        }
-    }
-
-    /// The launcher's per-host daemon, which starts the ranks there: Open MPI's `orted`,
-    /// hydra's `hydra_pmi_proxy`.
-    pub fn node_daemon(self) -> &'static str {
-        match self {
-            Runtime::OpenMpi => "orted",
-            Runtime::Mpich => "hydra_pmi_proxy",
-        }
-    }
-
-    /// Launcher arguments that pass `key=value` to every rank (replacements included). For
-    /// Open MPI (`-x key`) the launcher's own environment must hold the value too.
-    pub fn env_args(self, key: &str, value: &str) -> Vec<String> {
-        match self {
-            Runtime::OpenMpi => vec!["-x".into(), key.into()],
-            Runtime::Mpich => vec!["-genv".into(), key.into(), value.into()],
-        }
+    fn test_env(self) -> Vec<(&'static str, &'static str)> {
+        self.job_env(nix::unistd::geteuid().is_root())
     }
 }
 
@@ -381,29 +327,26 @@ impl MpiJob {
         self
     }
 
-    /// The launcher command, for [`Runtime::current`].
+    /// The launcher command, for [`Runtime::current`] (the same launch `pcmrun` makes).
     pub fn command(&self) -> Command {
         let runtime = Runtime::current();
-        let mut command = Command::new(runtime.launcher());
-        for (k, v) in runtime.job_env() {
-            command.env(k, v);
-        }
         let mut env = self.env.clone();
         // Tests never talk to a daemon they did not start.
         env.entry("PCM_DAEMON".into())
             .or_insert_with(|| "none".into());
-        // Set for the launcher too: hydra passes its own environment on, and Open MPI's `-x`
-        // below takes the values from there.
-        for (k, v) in &env {
-            command.env(k, v);
+        let program = std::iter::once(bin(&self.program).into_os_string())
+            .chain(self.args.iter().map(Into::into))
+            .collect();
+        pcmrun::Launch {
+            runtime,
+            launcher: runtime.launcher(),
+            ranks: self.ranks,
+            hostfile: None,
+            env,
+            options: self.mpirun_options.iter().map(Into::into).collect(),
+            program,
         }
-        command.args(runtime.ranks_args(self.ranks));
-        for (k, v) in &env {
-            command.args(runtime.env_args(k, v));
-        }
-        command.args(&self.mpirun_options);
-        command.arg(bin(&self.program)).args(&self.args);
-        command
+        .command()
     }
 
     /// Starts the job in `dir`.

@@ -83,7 +83,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::cgroup::{self, CpuCap, NodeCgroup};
-use crate::{Group, MpiJob, Runtime};
+use crate::{Group, MpiJob, Runtime, RuntimeExt as _};
 
 /// Prefix of every namespace a cluster creates (`pcmt<pid>s<seq>-<letter>`).
 const NETNS_PREFIX: &str = "pcmt";

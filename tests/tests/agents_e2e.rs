@@ -10,7 +10,7 @@ use std::time::Duration;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
-use mpi_ios_tests::{mpi_lock, Runtime};
+use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
 fn usable() -> bool {
     if let Err(why) = Cluster::available() {

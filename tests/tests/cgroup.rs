@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use mpi_ios_tests::cgroup::{self, CpuCap, NodeCgroup};
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario;
-use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Runtime};
+use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Runtime, RuntimeExt as _};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use mpi_ios_tests::{mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime};
+use mpi_ios_tests::{mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _};
 use pcm_proto::DaemonStatus;
 
 /// Long enough (several seconds) to talk to the job while it runs.
@@ -268,7 +268,7 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
     // MPMD launch: rank 0 registers with daemon A, ranks 1 and 2 with daemon B.
     let runtime = Runtime::current();
     let mut command = std::process::Command::new(runtime.launcher());
-    for (k, v) in runtime.job_env() {
+    for (k, v) in runtime.test_env() {
         command.env(k, v);
     }
     let heat2d = mpi_ios_tests::bin("heat2d");

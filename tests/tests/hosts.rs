@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::{mpi_lock, wait_until, Finished, MpiJob, Report, Runtime};
+use mpi_ios_tests::{mpi_lock, wait_until, Finished, MpiJob, Report, Runtime, RuntimeExt as _};
 
 const ARGS: &[&str] = &["--rows", "64", "--cols", "64", "--iters", "100"];
 const DEADLINE: Duration = Duration::from_secs(60);

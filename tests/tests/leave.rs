@@ -13,7 +13,7 @@ use std::time::Duration;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
-use mpi_ios_tests::{mpi_lock, Runtime};
+use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
 /// Seconds the job would take unloaded on its first placement: it must outlive the leave
 /// (at 4 s, 8 s in NSc2c) and the two moves with room to spare.

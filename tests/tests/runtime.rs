@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mpi_ios_tests::{bin, mpi_lock, wait_until, MpiJob, Runtime};
+use mpi_ios_tests::{bin, mpi_lock, wait_until, MpiJob, Runtime, RuntimeExt as _};
 
 const SHORT: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
 /// Several seconds of heat2d with 3 ranks on this machine: the job must still run well

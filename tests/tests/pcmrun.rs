@@ -1,0 +1,392 @@
+//! `pcmrun`, the launcher with automatic recovery, run as a user would on this host: a rank
+//! killed with SIGKILL mid-run (the job comes back from its newest checkpoint with the plain
+//! run's checksum), an application that fails by itself (never restarted, its status passed
+//! on), a lost rank whose checkpoints are gone (a clear error, no loop), Ctrl-C while the job
+//! runs and while it waits to be relaunched (stopped, nothing left behind), and `--dry-run`.
+//!
+//! Jobs are sized by time (a calibration run), and the tests act on pcmrun's typed event
+//! stream (`--events FILE`): a rank is killed after the first checkpoint is complete.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mpi_ios_tests::{bin, mpi_lock, wait_until, Finished, Group, MpiJob, Runtime, RuntimeExt as _};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use pcm_proto::run::RunEvent;
+use pcmrun::EventRecord;
+
+const DEADLINE: Duration = Duration::from_secs(180);
+const WAIT: Duration = Duration::from_secs(60);
+const SIZE: [&str; 4] = ["--rows", "256", "--cols", "256"];
+
+/// heat2d's arguments for a run of about `seconds` on this machine, unloaded (measured).
+fn args_for(seconds: f64) -> Vec<String> {
+    const PROBE: u64 = 5000;
+    let mut args: Vec<String> = SIZE.iter().map(|s| s.to_string()).collect();
+    let probe: Vec<String> = args
+        .iter()
+        .cloned()
+        .chain(["--iters".into(), PROBE.to_string()])
+        .collect();
+    let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
+    let report = MpiJob::new(2, "heat2d-plain", &probe).run(WAIT).report();
+    let rate = PROBE as f64 / report.seconds.max(1e-3);
+    let iters = ((rate * seconds) as u64).max(PROBE);
+    eprintln!(
+        "heat2d 256x256 on 2 ranks: {rate:.0} it/s, so {iters} iterations for about {seconds} s"
+    );
+    args.extend(["--iters".into(), iters.to_string()]);
+    args
+}
+
+fn plain_checksum(args: &[String]) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    MpiJob::new(2, "heat2d-plain", &args)
+        .run(DEADLINE)
+        .report()
+        .checksum
+}
+
+/// A pcmrun of heat2d on 2 ranks with its own pcmd, checkpoint directory, event stream and
+/// report, all in `dir`.
+struct Run {
+    group: Option<Group>,
+    events: PathBuf,
+    report: PathBuf,
+    checkpoints: PathBuf,
+}
+
+fn start(dir: &Path, args: &[String], options: &[&str]) -> Run {
+    let events = dir.join("events.jsonl");
+    let report = dir.join("report.json");
+    let checkpoints = dir.join("checkpoints");
+    std::fs::create_dir_all(&checkpoints).unwrap();
+    let mut command = Command::new(bin("pcmrun"));
+    command
+        .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
+        .env_remove("PCM_DAEMON")
+        .env_remove("PCM_CHECKPOINT_INTERVAL")
+        .args(["-np", "2", "--daemon", "start", "--progress", "1"])
+        .arg("--checkpoint-dir")
+        .arg(&checkpoints)
+        .arg("--events")
+        .arg(&events)
+        .arg("--report")
+        .arg(&report)
+        .args(options)
+        .arg(bin("heat2d"))
+        .args(args);
+    Run {
+        group: Some(Group::start(command, dir, "pcmrun")),
+        events,
+        report,
+        checkpoints,
+    }
+}
+
+impl Run {
+    fn events(&self) -> Vec<EventRecord> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// Waits for the first event of `launch` that `wanted` accepts.
+    fn wait_for(
+        &mut self,
+        what: &str,
+        launch: u32,
+        wanted: impl Fn(&RunEvent) -> bool,
+    ) -> RunEvent {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(r) = self
+                .events()
+                .into_iter()
+                .find(|r| r.launch == launch && wanted(&r.event))
+            {
+                return r.event;
+            }
+            let group = self.group.as_mut().unwrap();
+            assert!(
+                group.running(),
+                "pcmrun ended before {what}:\n{}",
+                group.stderr_so_far()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {WAIT:?}:\n{}",
+                group.stderr_so_far()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The pid of `rank`'s first process in `launch`.
+    fn pid_of(&mut self, launch: u32, rank: u32) -> Pid {
+        let event = self.wait_for(
+            &format!("rank {rank} started"),
+            launch,
+            |e| matches!(e, RunEvent::Started { rank: r, .. } if r.0 == rank),
+        );
+        let RunEvent::Started { pid, .. } = event else {
+            unreachable!()
+        };
+        Pid::from_raw(pid as i32)
+    }
+
+    /// Waits for pcmrun to end.
+    fn wait(&mut self, timeout: Duration) -> Finished {
+        self.group.take().unwrap().wait(timeout)
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.group.as_ref().unwrap().pid() as i32)
+    }
+
+    fn report(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(&self.report).unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("no report ({e}): {text:?}"))
+    }
+
+    /// Every process pcmrun saw start (launcher ranks and replacements, all launches).
+    fn pids(&self) -> Vec<Pid> {
+        self.events()
+            .into_iter()
+            .filter_map(|r| match r.event {
+                RunEvent::Started { pid, .. } => Some(Pid::from_raw(pid as i32)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn alive(pid: Pid) -> bool {
+    kill(pid, None).is_ok()
+}
+
+/// Nothing of the run is left: no rank process and no pcmd.
+fn assert_nothing_left(run: &Run, finished: &Finished) {
+    wait_until(Duration::from_secs(10), "every rank process gone", || {
+        run.pids().into_iter().all(|p| !alive(p))
+    });
+    let pcmds = Command::new("pgrep")
+        .arg("-f")
+        .arg(format!(
+            "pcmd --socket .*--checkpoint-dir {}",
+            run.checkpoints.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        pcmds.stdout.is_empty(),
+        "pcmd still runs: {}\n{}",
+        String::from_utf8_lossy(&pcmds.stdout),
+        finished.stderr
+    );
+}
+
+#[test]
+fn given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_checksum() {
+    let _lock = mpi_lock();
+    let args = args_for(8.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(
+        dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5", "--retry-delay", "0.2"],
+    );
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let victim = run.pid_of(1, 1);
+    kill(victim, Signal::SIGKILL).unwrap();
+    let killed_at = Instant::now();
+    let finished = run.wait(DEADLINE);
+    eprintln!(
+        "{}",
+        finished
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("pcmrun:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the recovered run computed something else"
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 2, "{report}");
+    let recovery = &report["recoveries"][0];
+    assert_eq!(recovery["start"], "from_checkpoint", "{report}");
+    let resumed = recovery["resumed_from"].as_u64().expect("resumed");
+    assert!(resumed > 0, "resumed from iteration 0: {report}");
+    let to_resume = recovery["seconds_to_resume"].as_f64().unwrap();
+    eprintln!(
+        "killed rank 1; resumed from iteration {resumed} {to_resume:.2} s after the launch ended ({:.2} s after the kill is the upper bound), {} iterations lost",
+        killed_at.elapsed().as_secs_f64().min(to_resume + 10.0),
+        recovery["iterations_lost"]
+    );
+    assert!(
+        run.events().iter().any(|r| r.launch == 2
+            && matches!(r.event, RunEvent::Restarted { iteration } if iteration == resumed)),
+        "no restart event in the second launch"
+    );
+    assert_nothing_left(&run, &finished);
+}
+
+#[test]
+fn given_the_application_fails_by_itself_then_pcmrun_passes_its_status_on_and_does_not_restart() {
+    let _lock = mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    // Fewer rows than ranks: heat2d reports the error on every rank and exits with 1.
+    let args: Vec<String> = ["--rows", "1", "--cols", "8", "--iters", "10"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut run = start(dir.path(), &args, &[]);
+    let finished = run.wait(DEADLINE);
+    assert_eq!(finished.code, Some(1), "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("--rows 1 is less than the number of ranks"),
+        "the application's own message was not passed on:\n{}",
+        finished.stderr
+    );
+    assert!(
+        !finished.stderr.contains("PCMRUN-EVENT"),
+        "event lines leaked:\n{}",
+        finished.stderr
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 1, "{report}");
+    assert!(
+        report["reason"]
+            .as_str()
+            .unwrap()
+            .contains("failed by itself"),
+        "{report}"
+    );
+}
+
+#[test]
+fn given_a_lost_rank_and_no_usable_checkpoint_then_a_clear_error_and_no_loop() {
+    let _lock = mpi_lock();
+    let args = args_for(8.0);
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(
+        dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5", "--retry-delay", "2"],
+    );
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let victim = run.pid_of(1, 1);
+    kill(victim, Signal::SIGKILL).unwrap();
+    // The node's disk loses the checkpoints while pcmrun waits to relaunch.
+    std::fs::remove_dir_all(&run.checkpoints).unwrap();
+    std::fs::create_dir_all(&run.checkpoints).unwrap();
+    let finished = run.wait(DEADLINE);
+    assert_eq!(finished.code, Some(1), "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("cannot restart: PCM_RESTART=require"),
+        "no clear error:\n{}",
+        finished.stderr
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 2, "it must try once and stop: {report}");
+    assert_nothing_left(&run, &finished);
+}
+
+#[test]
+fn given_ctrl_c_while_the_job_runs_or_waits_for_its_relaunch_then_pcmrun_stops_and_leaves_nothing()
+{
+    let _lock = mpi_lock();
+    let args = args_for(30.0);
+    for during_recovery in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = start(
+            dir.path(),
+            &args,
+            &["--checkpoint-interval", "0.5", "--retry-delay", "60"],
+        );
+        run.wait_for("a checkpoint", 1, |e| {
+            matches!(e, RunEvent::Checkpointed { .. })
+        });
+        if during_recovery {
+            let victim = run.pid_of(1, 1);
+            let rank0 = run.pid_of(1, 0);
+            kill(victim, Signal::SIGKILL).unwrap();
+            // The launch is over when its other rank is gone; pcmrun then waits 60 s.
+            wait_until(WAIT, "the failed launch to end", || !alive(rank0));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let interrupted = Instant::now();
+        kill(run.pid(), Signal::SIGINT).unwrap();
+        let finished = run.wait(Duration::from_secs(30));
+        let took = interrupted.elapsed();
+        eprintln!(
+            "Ctrl-C (during recovery: {during_recovery}): pcmrun ended in {:.2} s",
+            took.as_secs_f64()
+        );
+        assert_eq!(finished.code, Some(130), "{}", finished.stderr);
+        assert!(
+            took < Duration::from_secs(15),
+            "pcmrun took {took:?} to stop"
+        );
+        let report = run.report();
+        assert_eq!(report["launches"], 1, "relaunched after Ctrl-C: {report}");
+        assert_nothing_left(&run, &finished);
+    }
+}
+
+#[test]
+fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings() {
+    let output = Command::new(bin("pcmrun"))
+        .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
+        .args([
+            "--dry-run",
+            "-np",
+            "3",
+            "--daemon",
+            "none",
+            "--checkpoint-interval",
+            "5",
+        ])
+        .arg(bin("heat2d"))
+        .args(["--rows", "64"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let line = String::from_utf8(output.stdout).unwrap();
+    let ranks = Runtime::current().ranks_args(3).join(" ");
+    for part in [
+        ranks.as_str(),
+        "PCMRUN_EVENTS",
+        "PCM_DAEMON=none",
+        "heat2d --rows 64",
+    ] {
+        assert!(line.contains(part), "{part:?} missing from {line}");
+    }
+    // Without a pcmd there are no checkpoints, whatever the interval says.
+    assert!(!line.contains("PCM_CHECKPOINT_INTERVAL"), "{line}");
+}
