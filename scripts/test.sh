@@ -4,7 +4,7 @@
 # tests, and the end-to-end tests (real MPI jobs, pcmd daemons, emulated hosts in network
 # namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default mpich).
 # Then the runtime-dependent tests (migration, checkpoints, the runtime checks, stalled starts,
-# emulated hosts) run again on the other runtime, built in its own target directory.
+# emulated hosts, pcmrun) run again on the other runtime, built in its own target directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -22,7 +22,7 @@ case "$default_runtime" in
 openmpi) other_runtime=mpich ;;
 *) other_runtime=openmpi ;;
 esac
-echo "== migration, checkpoint, runtime, stall, emulated-host, agent and leave tests ($other_runtime)" >&2
+echo "== migration, checkpoint, runtime, stall, emulated-host, agent, leave and pcmrun tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
     # The crates whose code depends on the MPI library, and the tests that run jobs.
@@ -30,5 +30,5 @@ echo "== migration, checkpoint, runtime, stall, emulated-host, agent and leave t
     cargo build --release --quiet --bins
     cargo clippy --release --quiet -p pcm -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
-    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test agents_e2e --test leave
+    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test agents_e2e --test leave --test pcmrun
 )

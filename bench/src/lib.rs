@@ -22,8 +22,6 @@ use anyhow::{bail, Context, Result};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-/// Open MPI settings every run uses: the same as the end-to-end tests (one list to keep).
-
 /// Directory of the running executable: the project's other binaries of the same profile
 /// are built next to it.
 pub fn bin_dir() -> Result<PathBuf> {

@@ -208,7 +208,6 @@ fn given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_ch
     });
     let victim = run.pid_of(1, 1);
     kill(victim, Signal::SIGKILL).unwrap();
-    let killed_at = Instant::now();
     let finished = run.wait(DEADLINE);
     eprintln!(
         "{}",
@@ -238,8 +237,7 @@ fn given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_ch
     assert!(resumed > 0, "resumed from iteration 0: {report}");
     let to_resume = recovery["seconds_to_resume"].as_f64().unwrap();
     eprintln!(
-        "killed rank 1; resumed from iteration {resumed} {to_resume:.2} s after the launch ended ({:.2} s after the kill is the upper bound), {} iterations lost",
-        killed_at.elapsed().as_secs_f64().min(to_resume + 10.0),
+        "killed rank 1; resumed from iteration {resumed} {to_resume:.2} s after the launch ended, at least {} iterations computed again",
         recovery["iterations_lost"]
     );
     assert!(
