@@ -19,6 +19,14 @@ use pcmrun::daemon::{self, Daemon};
 use pcmrun::supervisor::{LauncherEnd, Policy, Start, Supervisor, Verdict, INTERRUPTED_EXIT};
 use pcmrun::{Launch, Runtime};
 
+/// Settings pcmrun sets itself from its options, never taken from its environment.
+const CONTROLLED: &[&str] = &[
+    "PCM_RESTART",
+    "PCM_DAEMON",
+    "PCM_CHECKPOINT_INTERVAL",
+    "PCM_JOB_NAME",
+];
+
 /// How long the launcher may take to end after SIGTERM before its group is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long to wait for the last output after the launcher ended (a process that outlives
@@ -74,6 +82,15 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                 "PCM_CHECKPOINT_INTERVAL".to_owned(),
                 options.checkpoint_interval.to_string(),
             );
+        }
+        // The user's PCM settings and log filter reach every rank on every runtime (Open
+        // MPI passes only what `-x` names); those pcmrun decides are set below.
+        for (key, value) in std::env::vars() {
+            let forwarded = (key.starts_with("PCM_") || key == "RUST_LOG")
+                && !CONTROLLED.contains(&key.as_str());
+            if forwarded {
+                env.insert(key, value);
+            }
         }
         if let Some(value) = daemon.env_value() {
             env.insert(pcm_proto::DAEMON_ENV.to_owned(), value.to_owned());

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod cgroup;
+pub mod faults;
 pub mod netns;
 pub mod pool;
 pub mod scenario;

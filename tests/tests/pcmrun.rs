@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Finished, Group, MpiJob, Runtime, RuntimeExt as _};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -25,6 +26,11 @@ const SIZE: [&str; 4] = ["--rows", "256", "--cols", "256"];
 
 /// heat2d's arguments for a run of about `seconds` on this machine, unloaded (measured).
 fn args_for(seconds: f64) -> Vec<String> {
+    sized_args(seconds).0
+}
+
+/// [`args_for`], and the measured rate in iterations per second.
+fn sized_args(seconds: f64) -> (Vec<String>, f64) {
     const PROBE: u64 = 5000;
     let mut args: Vec<String> = SIZE.iter().map(|s| s.to_string()).collect();
     let probe: Vec<String> = args
@@ -40,7 +46,7 @@ fn args_for(seconds: f64) -> Vec<String> {
         "heat2d 256x256 on 2 ranks: {rate:.0} it/s, so {iters} iterations for about {seconds} s"
     );
     args.extend(["--iters".into(), iters.to_string()]);
-    args
+    (args, rate)
 }
 
 fn plain_checksum(args: &[String]) -> String {
@@ -61,6 +67,11 @@ struct Run {
 }
 
 fn start(dir: &Path, args: &[String], options: &[&str]) -> Run {
+    start_with(dir, args, options, &[])
+}
+
+/// [`start`] with extra environment for pcmrun (which forwards `PCM_*` to the ranks).
+fn start_with(dir: &Path, args: &[String], options: &[&str], env: &[(&str, String)]) -> Run {
     let events = dir.join("events.jsonl");
     let report = dir.join("report.json");
     let checkpoints = dir.join("checkpoints");
@@ -70,6 +81,7 @@ fn start(dir: &Path, args: &[String], options: &[&str]) -> Run {
         .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
         .env_remove("PCM_DAEMON")
         .env_remove("PCM_CHECKPOINT_INTERVAL")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .args(["-np", "2", "--daemon", "start", "--progress", "1"])
         .arg("--checkpoint-dir")
         .arg(&checkpoints)
@@ -387,4 +399,61 @@ fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings()
     }
     // Without a pcmd there are no checkpoints, whatever the interval says.
     assert!(!line.contains("PCM_CHECKPOINT_INTERVAL"), "{line}");
+}
+
+#[test]
+fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum() {
+    let _lock = mpi_lock();
+    let (args, rate) = sized_args(8.0);
+    let plain = plain_checksum(&args);
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    // A move of rank 1 after about 2 s, when checkpoints (every 0.5 s) exist.
+    let at = (rate * 2.0) as u64;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("PCM_SCHEDULE", format!("{at}:1@{host}")),
+        ("PCM_RECONFIGURE_TIMEOUT", "4".to_owned()),
+    ];
+    let mut run = start_with(
+        dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5", "--retry-delay", "0.2"],
+        &env,
+    );
+    // The first replacement dies in start-up; the relaunch resumes before the scheduled move
+    // and makes it again, and that replacement lives.
+    let (victim, _) = hit_replacement(run.group.as_mut().unwrap(), 2, Signal::SIGKILL);
+    let finished = run.wait(DEADLINE);
+    drop(victim);
+    eprintln!(
+        "{}",
+        finished
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("pcmrun:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the recovered run computed something else"
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 2, "{report}");
+    assert_eq!(
+        report["recoveries"][0]["start"], "from_checkpoint",
+        "{report}"
+    );
+    assert!(
+        report["migrations"].as_u64() >= Some(1),
+        "the move was not made again: {report}"
+    );
+    assert_nothing_left(&run, &finished);
 }

@@ -13,12 +13,11 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Pcmd};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use pcm_proto::DaemonStatus;
 
 /// Hours of work: the job never ends by itself within any bound used here.
@@ -35,102 +34,6 @@ const TIMEOUT_EXIT: i32 = 75;
 
 fn host_name() -> String {
     nix::unistd::gethostname().unwrap().into_string().unwrap()
-}
-
-/// Parent pid of `pid`, if it still exists.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    fields.get(1)?.parse().ok()
-}
-
-fn descends_from(mut pid: u32, root: u32) -> bool {
-    for _ in 0..64 {
-        if pid == root {
-            return true;
-        }
-        match parent_of(pid) {
-            Some(parent) if parent > 1 => pid = parent,
-            _ => return false,
-        }
-    }
-    false
-}
-
-/// Live (non-zombie) processes running this worktree's heat2d under the launcher `root`:
-/// other engineers' jobs on the machine run their own heat2d and are never touched.
-fn job_processes(root: u32) -> BTreeSet<u32> {
-    let program = bin("heat2d");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return BTreeSet::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                cmdline.split(|&b| b == 0).next() == Some(program.as_os_str().as_encoded_bytes())
-            })
-        })
-        .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(')')
-                    .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            })
-        })
-        .filter(|&pid| descends_from(pid, root))
-        .collect()
-}
-
-/// The replacement the test stopped or killed; killed for good on drop, since a stopped
-/// process the runtime did not clean up must not outlive the test.
-struct Victim(u32);
-
-impl Victim {
-    /// Whether the runtime left the process behind (alive or stopped, not a zombie).
-    fn left_behind(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.0)).is_ok_and(|stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-    }
-}
-
-impl Drop for Victim {
-    fn drop(&mut self) {
-        let _ = kill(Pid::from_raw(self.0 as i32), Signal::SIGKILL);
-    }
-}
-
-/// Waits for the job's `ranks` original processes, then for the first process beyond them
-/// (the replacement, which only the originals can spawn), and sends it `signal` at once.
-fn hit_replacement(job: &mut Group, ranks: usize, signal: Signal) -> (Victim, Instant) {
-    let root = job.pid();
-    let deadline = Instant::now() + WAIT;
-    let mut originals = BTreeSet::new();
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "no replacement appeared within {WAIT:?} (originals {originals:?})\n{}",
-            job.stderr_so_far()
-        );
-        assert!(
-            job.running(),
-            "the job ended before a replacement appeared\n{}",
-            job.stderr_so_far()
-        );
-        for pid in job_processes(root) {
-            if originals.len() < ranks {
-                originals.insert(pid);
-            } else if !originals.contains(&pid) {
-                kill(Pid::from_raw(pid as i32), signal).unwrap();
-                eprintln!("sent {signal} to replacement {pid} (originals {originals:?})");
-                return (Victim(pid), Instant::now());
-            }
-        }
-        // Spawning takes 0.1 s and more; a millisecond's poll catches it in start-up.
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Waits for the job to end, at most the deadline plus [`SLACK`] after `hit`; returns its
