@@ -53,10 +53,20 @@ const OFFERED: usize = 8;
 /// Older checkpoints tried at restart when a newer one fails to load somewhere.
 const ATTEMPTS: usize = 4;
 
-/// The checkpoint interval, shared by all ranks and handed to replacements.
+/// Environment variable: with checkpoints on, take one right before a migration when the
+/// newest is older than this many seconds (default 0: before every migration; `off`: never),
+/// so that a move that fails (a replacement that dies while starting ends the job) loses
+/// nothing: the job restarts from the state it had when the move began.
+pub(crate) const BEFORE_MOVE_ENV: &str = "PCM_CHECKPOINT_BEFORE_MOVE";
+
+/// The checkpoint interval and the pre-move bound, shared by all ranks and handed to
+/// replacements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Policy {
     interval: Option<Duration>,
+    /// Take a checkpoint before a move when the newest is at least this old (`None`: never).
+    #[serde(default)]
+    before_move: Option<Duration>,
 }
 
 impl Policy {
@@ -81,8 +91,24 @@ impl Policy {
                 value: text.clone(),
                 reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
             })?;
+        let before_move = match std::env::var(BEFORE_MOVE_ENV) {
+            Err(_) => Some(Duration::ZERO),
+            Ok(v) if v.trim() == "off" => None,
+            Ok(v) => Some(
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| PcmError::Config {
+                        variable: BEFORE_MOVE_ENV,
+                        value: v.clone(),
+                        reason: "expected a number of seconds (0: before every move) or off".into(),
+                    })?,
+            ),
+        };
         Ok(Policy {
             interval: Some(interval),
+            before_move,
         })
     }
 }
@@ -147,14 +173,22 @@ pub(crate) fn agree_on_identity(
     })
 }
 
+/// Bit of [`State::word`]: the interval has passed.
+pub(crate) const DUE: u64 = 1;
+/// Bit of [`State::word`]: a move agreed at this check waits for a checkpoint.
+pub(crate) const BEFORE_MOVE: u64 = 2;
+
 /// A rank's checkpoint bookkeeping.
 #[derive(Debug, Default)]
 pub(crate) struct State {
     /// Rank 0 with an interval: when the last checkpoint was taken (or the job began).
     last: Option<Instant>,
     interval: Option<Duration>,
+    before_move: Option<Duration>,
     /// Iteration of an agreed checkpoint waiting for `reconfigure`.
     pub(crate) pending: Option<u64>,
+    /// A move agreed at the check that took the checkpoint before it; made at the next check.
+    pub(crate) deferred_move: Option<crate::Plan>,
 }
 
 impl State {
@@ -162,16 +196,22 @@ impl State {
         State {
             last: (rank == 0 && policy.interval.is_some()).then_some(now),
             interval: policy.interval,
+            before_move: policy.before_move,
             pending: None,
+            deferred_move: None,
         }
     }
 
-    /// Rank 0's word in the status check: 1 when a checkpoint is due.
-    pub(crate) fn due(&self, now: Instant) -> u64 {
-        match (self.last, self.interval) {
-            (Some(last), Some(interval)) => u64::from(now.duration_since(last) >= interval),
-            _ => 0,
-        }
+    /// Rank 0's word in the status check: [`DUE`] when a checkpoint is due, plus
+    /// [`BEFORE_MOVE`] when a move agreed now must wait for a checkpoint first.
+    pub(crate) fn word(&self, now: Instant) -> u64 {
+        let Some(last) = self.last else {
+            return 0;
+        };
+        let age = now.duration_since(last);
+        let due = self.interval.is_some_and(|i| age >= i);
+        let before_move = self.before_move.is_some_and(|b| age >= b);
+        u64::from(due) * DUE + u64::from(before_move) * BEFORE_MOVE
     }
 
     fn taken(&mut self, now: Instant) {
@@ -686,5 +726,37 @@ fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
             series(pcm)
         );
         crate::events::emit(&pcm_proto::run::RunEvent::Restarted { iteration });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(interval_s: u64, before_move: Option<Duration>) -> Policy {
+        Policy {
+            interval: Some(Duration::from_secs(interval_s)),
+            before_move,
+        }
+    }
+
+    #[test]
+    fn given_rank_0_then_its_word_says_when_a_checkpoint_is_due_and_when_a_move_waits_for_one() {
+        let t = Instant::now();
+        let mut state = State::new(0, &policy(10, Some(Duration::ZERO)), t);
+        assert_eq!(state.word(t), BEFORE_MOVE);
+        assert_eq!(state.word(t + Duration::from_secs(10)), DUE | BEFORE_MOVE);
+        state.taken(t + Duration::from_secs(10));
+        assert_eq!(state.word(t + Duration::from_secs(11)), BEFORE_MOVE);
+
+        let bounded = State::new(0, &policy(10, Some(Duration::from_secs(3))), t);
+        assert_eq!(bounded.word(t + Duration::from_secs(2)), 0);
+        assert_eq!(bounded.word(t + Duration::from_secs(3)), BEFORE_MOVE);
+
+        let off = State::new(0, &policy(10, None), t);
+        assert_eq!(off.word(t + Duration::from_secs(5)), 0);
+        // Other ranks leave the decision to rank 0; without checkpoints nobody waits.
+        assert_eq!(State::new(1, &policy(10, Some(Duration::ZERO)), t).word(t), 0);
+        assert_eq!(State::new(0, &Policy::default(), t).word(t), 0);
     }
 }

@@ -548,8 +548,8 @@ impl Pcm {
             None => 0,
         };
         // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
-        let checkpoint_due = self.checkpoints.due(Instant::now());
-        let send = [local_request, proposed_interval, checkpoint_due];
+        let checkpoint_word = self.checkpoints.word(Instant::now());
+        let send = [local_request, proposed_interval, checkpoint_word];
         let mut agreed = [0u64; 3];
         self.world
             .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
@@ -558,7 +558,10 @@ impl Pcm {
             events::progress(iteration);
         }
 
-        let plan = if let Some(moves) = scheduled {
+        let plan = if let Some(plan) = self.checkpoints.deferred_move.take() {
+            // The checkpoint before this move was taken at the last check: make the move.
+            return Ok(self.announce(plan, started));
+        } else if let Some(moves) = scheduled {
             Plan {
                 request: None,
                 moves,
@@ -567,7 +570,7 @@ impl Pcm {
             }
         } else if agreed[0] != 0 {
             self.agree_on_request(RequestId(agreed[0]))?
-        } else if agreed[2] != 0 {
+        } else if agreed[2] & checkpoint::DUE != 0 {
             // A reconfiguration goes first; rank 0 still finds the checkpoint due next time.
             self.checkpoints.pending = Some(iteration);
             return Ok(Status::Checkpoint);
@@ -580,16 +583,16 @@ impl Pcm {
                 Err(reason) => Err((plan, reason)),
             });
         match validated {
-            Ok(mut plan) => {
-                plan.agreed_at = Some(started);
-                let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
-                self.pending = Some(plan);
-                Ok(if moving {
-                    Status::Migrate
-                } else {
-                    Status::Reconfigure
-                })
+            Ok(plan) if agreed[2] & checkpoint::BEFORE_MOVE != 0 => {
+                // Checkpoint first, so that if the move fails (a replacement dies while
+                // starting and the job ends) the restart loses nothing; the move is made
+                // at the next status call, which checks again.
+                self.checkpoints.deferred_move = Some(plan);
+                self.checkpoints.pending = Some(iteration);
+                self.job.next_check = iteration + 1;
+                Ok(Status::Checkpoint)
             }
+            Ok(plan) => Ok(self.announce(plan, started)),
             Err((plan, reason)) => {
                 if self.rank == 0 {
                     tracing::warn!("ignoring reconfiguration request: {reason}");
@@ -597,6 +600,19 @@ impl Pcm {
                 self.report(&plan, Outcome::Failed { reason });
                 Ok(Status::Continue)
             }
+        }
+    }
+
+    /// Makes `plan`, agreed at the check that began at `started`, the pending
+    /// reconfiguration, and says what this rank does in it.
+    fn announce(&mut self, mut plan: Plan, started: Instant) -> Status {
+        plan.agreed_at = Some(started);
+        let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
+        self.pending = Some(plan);
+        if moving {
+            Status::Migrate
+        } else {
+            Status::Reconfigure
         }
     }
 
