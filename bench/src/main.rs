@@ -81,6 +81,10 @@ enum Command {
     /// the disk's own write+fsync speed and the TCP loopback's own speed, measured in the same
     /// run (see docs/checkpoints.md).
     Checkpoint(mpi_ios_bench::checkpoint::CheckpointArgs),
+    /// Recovery by pcmrun after a rank is killed: time from the kill to the end of the failed
+    /// launch and on to the resumed job, and the work lost, for checkpoint intervals of 2, 10
+    /// and 60 s and states of 1, 64 and 512 MiB per rank (see docs/checkpoints.md).
+    Recovery(mpi_ios_bench::recovery::RecoveryArgs),
     /// The paper's Figure 12: PCM overhead for 2, 4 and 8 ranks (heat2d vs heat2d-plain,
     /// interleaved repeats), as a table and a grouped bar chart (fig12.svg/png in --out).
     /// Paper: under 5%.
@@ -192,6 +196,7 @@ fn main() -> std::process::ExitCode {
         Command::Agents(args) => mpi_ios_bench::agents::run(args),
         Command::Profiling(args) => profiling::run(args),
         Command::Checkpoint(args) => mpi_ios_bench::checkpoint::run(args),
+        Command::Recovery(args) => mpi_ios_bench::recovery::run(args),
         Command::Fig12(args) => fig12::run(args),
         Command::Fig17(args) => fig17::run(args),
         Command::Fig13(args) => fig13::run(args),

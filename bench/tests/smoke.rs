@@ -136,6 +136,28 @@ fn checkpoint_quick_prints_its_table() {
     assert_eq!(row.split_whitespace().count(), 9, "{row}");
 }
 
+#[test]
+fn recovery_quick_measures_a_recovery_within_the_targets() {
+    let exe = bench();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let output = run(&exe, &["recovery", "--quick"]);
+    check(&output, "kill to resumed s");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let row = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no row for the 1 s interval\n{stdout}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells.len(), 8, "{row}");
+    // At most one interval of work lost (the kill comes half an interval after a checkpoint).
+    assert_eq!(cells[7], "yes", "{row}");
+    let resumed: f64 = cells[4].parse().unwrap();
+    assert!(
+        resumed < 30.0,
+        "{resumed} s from the kill to the resumed job: {row}"
+    );
+}
+
 /// Asserts that `dir/stem.svg` and `dir/stem.png` exist and are not empty.
 fn assert_plot(dir: &Path, stem: &str) {
     for ext in ["svg", "png"] {

@@ -756,7 +756,10 @@ mod tests {
         let off = State::new(0, &policy(10, None), t);
         assert_eq!(off.word(t + Duration::from_secs(5)), 0);
         // Other ranks leave the decision to rank 0; without checkpoints nobody waits.
-        assert_eq!(State::new(1, &policy(10, Some(Duration::ZERO)), t).word(t), 0);
+        assert_eq!(
+            State::new(1, &policy(10, Some(Duration::ZERO)), t).word(t),
+            0
+        );
         assert_eq!(State::new(0, &Policy::default(), t).word(t), 0);
     }
 }

@@ -118,6 +118,9 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         resume_first: options.restart,
     };
     let started = Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     let mut supervisor = Supervisor::new(policy, started);
     if options.dry_run {
         println!("{}", launch_for(supervisor.first_start()).shell_line());
@@ -170,7 +173,8 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             }
         }
     };
-    let report = supervisor.report(code, reason.clone(), Instant::now());
+    let mut report = supervisor.report(code, reason.clone(), Instant::now());
+    report.started_unix_s = started_unix_s;
     if let Some(reason) = &reason {
         say(reason);
     }

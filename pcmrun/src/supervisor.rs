@@ -131,6 +131,10 @@ pub struct Report {
     pub last_iteration: Option<u64>,
     /// Seconds from start to end.
     pub seconds: f64,
+    /// When pcmrun started, seconds since the Unix epoch (the origin of every `*_s` time
+    /// here and of the `--events` records), so that other programs can line up their own
+    /// clocks with them.
+    pub started_unix_s: f64,
 }
 
 /// The supervisor of one `pcmrun`.
@@ -456,6 +460,7 @@ impl Supervisor {
             last_checkpoint: self.last_checkpoint,
             last_iteration: self.last_iteration,
             seconds: now.duration_since(self.started).as_secs_f64(),
+            started_unix_s: 0.0,
         }
     }
 }
