@@ -63,6 +63,13 @@ fn say(line: &str) {
 
 fn run(options: &Options) -> anyhow::Result<i32> {
     let runtime = Runtime::detect(&options.launcher)?;
+    let hostfile = match &options.hostfile {
+        Some(path) => Some(
+            std::fs::canonicalize(path)
+                .with_context(|| format!("--hostfile {}", path.display()))?,
+        ),
+        None => None,
+    };
     let pcmd = sibling_binary("pcmd");
     let daemon = daemon::choose(
         &options.daemon,
@@ -92,6 +99,11 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                 env.insert(key, value);
             }
         }
+        // Moves may target the hosts of the hostfile: PCM learns them from PCM_HOSTFILE.
+        if let Some(hostfile) = &hostfile {
+            env.entry("PCM_HOSTFILE".to_owned())
+                .or_insert_with(|| hostfile.display().to_string());
+        }
         if let Some(value) = daemon.env_value() {
             env.insert(pcm_proto::DAEMON_ENV.to_owned(), value.to_owned());
         }
@@ -105,7 +117,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             runtime,
             launcher: options.launcher.clone(),
             ranks: options.ranks as usize,
-            hostfile: options.hostfile.clone(),
+            hostfile: hostfile.clone(),
             env,
             options: options.launcher_args.clone(),
             program: options.program.clone(),

@@ -313,7 +313,7 @@ impl Supervisor {
         if let Some((host, pid, process, own)) =
             self.processes.iter().find_map(|((host, pid), p)| {
                 p.exited
-                    .filter(|&c| c != 0 && c != RECONFIGURE_TIMEOUT_EXIT)
+                    .filter(|&c| c != 0 && c != RECONFIGURE_TIMEOUT_EXIT && !is_mpi_abort(c))
                     .map(|c| (host, pid, p, c))
             })
         {
@@ -328,8 +328,14 @@ impl Supervisor {
         let lost: Vec<String> = self
             .processes
             .iter()
-            .filter(|(_, p)| p.exited.is_none())
-            .map(|((host, pid), p)| format!("rank {} (pid {pid} on {host})", p.rank))
+            .filter_map(|((host, pid), p)| match p.exited {
+                None => Some(format!("rank {} (pid {pid} on {host})", p.rank)),
+                Some(code) if is_mpi_abort(code) => Some(format!(
+                    "rank {} (pid {pid} on {host}, ended by an MPI error, code {code})",
+                    p.rank
+                )),
+                Some(_) => None,
+            })
             .collect();
         let stalled = self
             .aborting
@@ -465,6 +471,16 @@ impl Supervisor {
     }
 }
 
+/// Whether `code`, passed to `exit`, is an MPI library's error code rather than an exit
+/// status the application chose. The kernel keeps only the low 8 bits of a status, so a
+/// program that means one uses 0-255; MPICH's fatal-error handler passes its error code
+/// (e.g. 807612431 when a peer died in the middle of a transfer: `process_vm_readv failed
+/// (errno 3)`) to `exit` through `MPI_Abort`. Such an end is counted with the lost
+/// processes: it is what a process does when a peer is lost under it.
+pub fn is_mpi_abort(code: i32) -> bool {
+    !(0..=255).contains(&code)
+}
+
 /// A failure must not exit 0 even when the launcher did.
 fn nonzero(code: i32) -> i32 {
     if code == 0 {
@@ -588,6 +604,24 @@ mod tests {
         assert!(
             reason.contains("rank 1 (pid 11 on a) ended with exit status 3"),
             "{reason}"
+        );
+    }
+
+    #[test]
+    fn given_a_rank_killed_and_its_peer_aborted_by_an_mpi_error_then_restart() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        // Rank 1 killed; rank 0's MPI_Wait fails and MPICH aborts it with the error code.
+        exited(&mut s, 10, 807_612_431, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { start: Start::FromCheckpoint, reason, .. }
+                if reason.contains("ended by an MPI error, code 807612431") && reason.contains("rank 1 (pid 11 on a)")),
+            "{verdict:?}"
         );
     }
 

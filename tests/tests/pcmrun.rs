@@ -459,3 +459,43 @@ fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain
     );
     assert_nothing_left(&run, &finished);
 }
+
+#[test]
+fn given_a_hostfile_then_the_launch_uses_it_and_a_missing_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostfile = dir.path().join("hosts");
+    std::fs::write(&hostfile, "localhost:2\n").unwrap();
+    let dry_run = |hostfile: &Path| {
+        Command::new(bin("pcmrun"))
+            .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
+            .env_remove("PCM_HOSTFILE")
+            .args(["--dry-run", "-np", "2", "--daemon", "none", "--hostfile"])
+            .arg(hostfile)
+            .arg(bin("heat2d"))
+            .output()
+            .unwrap()
+    };
+    let output = dry_run(&hostfile);
+    assert!(output.status.success(), "{output:?}");
+    let line = String::from_utf8(output.stdout).unwrap();
+    let flag = Runtime::current().hostfile_args(&hostfile);
+    let flag = format!(
+        "{} {}",
+        flag[0].to_string_lossy(),
+        flag[1].to_string_lossy()
+    );
+    assert!(line.contains(&flag), "{flag:?} missing from {line}");
+    // PCM learns the hosts it may move ranks to from the same file.
+    assert!(
+        line.contains(&format!("PCM_HOSTFILE={}", hostfile.display())),
+        "{line}"
+    );
+    let missing = dir.path().join("no-such-hosts");
+    let output = dry_run(&missing);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--hostfile") && stderr.contains("no-such-hosts"),
+        "{stderr}"
+    );
+}
