@@ -174,6 +174,13 @@ impl State {
         }
     }
 
+    /// No more checkpoints in this process (the application does not answer them).
+    pub(crate) fn stop(&mut self) {
+        self.last = None;
+        self.interval = None;
+        self.pending = None;
+    }
+
     fn taken(&mut self, now: Instant) {
         if self.last.is_some() {
             self.last = Some(now);
