@@ -1,0 +1,357 @@
+//! PCM's C interface (`pcm/capi`), with real MPI jobs: the C heat2d (`heat2d-c`) through
+//! migrations and a checkpoint restart ends with exactly the checksum of its plain version
+//! (`heat2d-c-plain`), which is also the Rust heat2d's; a C program that calls every
+//! function wrongly on purpose gets error codes and no crash; and programs built outside
+//! the repository against the installed library and its pkg-config file work the same.
+//!
+//! The C binaries are built by `scripts/build-c.sh` (scripts/test.sh runs it).
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use mpi_ios_tests::{bin, bin_dir, mpi_lock, wait_until, Finished, Group, MpiJob, Report, Runtime};
+
+const ARGS: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn plain(program: &str, ranks: usize) -> Report {
+    MpiJob::new(ranks, program, ARGS).run(DEADLINE).report()
+}
+
+fn with_schedule(ranks: usize, schedule: &str) -> Report {
+    MpiJob::new(ranks, "heat2d-c", ARGS)
+        .env("PCM_SCHEDULE", schedule)
+        .run(DEADLINE)
+        .report()
+}
+
+fn assert_same_result(ranks: usize, schedule: &str, migrations: u64) {
+    let _lock = mpi_lock();
+    let reference = plain("heat2d-c-plain", ranks);
+    let migrated = with_schedule(ranks, schedule);
+    assert_eq!(
+        migrated.checksum, reference.checksum,
+        "checksum differs after PCM_SCHEDULE={schedule}"
+    );
+    assert_eq!(
+        migrated.migrations,
+        Some(migrations),
+        "PCM_SCHEDULE={schedule}"
+    );
+    assert_eq!(migrated.iterations, reference.iterations);
+    assert_eq!(migrated.ranks, ranks);
+}
+
+#[test]
+fn given_the_same_arguments_then_c_and_rust_heat2d_give_the_same_checksum() {
+    let _lock = mpi_lock();
+    let c = plain("heat2d-c-plain", 3);
+    let rust = plain("heat2d-plain", 3);
+    assert_eq!(c.checksum, rust.checksum, "C and Rust grids differ");
+    assert_eq!(c.iterations, 120);
+    assert_eq!(c.migrations, None);
+}
+
+#[test]
+fn given_no_migration_then_instrumented_c_equals_plain() {
+    assert_same_result(3, "", 0);
+}
+
+#[test]
+fn given_rank_0_migrates_then_c_checksum_equals_plain() {
+    assert_same_result(3, "40:0", 1);
+}
+
+#[test]
+fn given_a_middle_rank_migrates_then_c_checksum_equals_plain() {
+    assert_same_result(3, "40:1", 1);
+}
+
+#[test]
+fn given_the_last_rank_migrates_then_c_checksum_equals_plain() {
+    assert_same_result(3, "40:2", 1);
+}
+
+#[test]
+fn given_two_ranks_in_one_reconfiguration_then_c_checksum_equals_plain() {
+    assert_same_result(4, "50:0+3", 1);
+}
+
+#[test]
+fn given_ten_moves_in_one_run_then_c_checksum_equals_plain() {
+    assert_same_result(
+        3,
+        "5:0,15:1,25:2,35:0,45:1,55:2,65:0+1,75:2,85:0,95:1+2",
+        10,
+    );
+}
+
+/// A `pcmd serve` with a checkpoint directory, killed on drop.
+struct Node {
+    group: Option<Group>,
+    socket: PathBuf,
+    store: PathBuf,
+}
+
+impl Node {
+    fn start(dir: &Path) -> Node {
+        let socket = dir.join("a.sock");
+        let store = dir.join("a-store");
+        let mut command = Command::new(bin("pcmd"));
+        command
+            .arg("--socket")
+            .arg(&socket)
+            .arg("serve")
+            .arg("--checkpoint-dir")
+            .arg(&store);
+        let group = Group::start(command, dir, "pcmd");
+        let ckpt_socket = pcm_proto::checkpoint::socket_path(&socket);
+        wait_until(DEADLINE, "pcmd to listen", || {
+            UnixStream::connect(&ckpt_socket).is_ok()
+        });
+        Node {
+            group: Some(group),
+            socket,
+            store,
+        }
+    }
+
+    /// Iterations of the complete checkpoints of the 2-rank heat2d-c job.
+    fn complete(&self) -> Vec<u64> {
+        let mut found: Vec<u64> = std::fs::read_dir(self.store.join("heat2d-c-2r"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("manifest").exists())
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
+    /// Process id of `rank` of the job, from `pcmd status --json`.
+    fn rank_pid(&self, rank: u64) -> Option<u32> {
+        let out = Command::new(bin("pcmd"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(["status", "--json"])
+            .output()
+            .ok()?;
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        status["jobs"]
+            .as_array()?
+            .iter()
+            .flat_map(|j| j["ranks"].as_array().cloned().unwrap_or_default())
+            .find(|r| r["rank"].as_u64() == Some(rank))
+            .and_then(|r| r["pid"].as_u64())
+            .map(|p| p as u32)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut group) = self.group.take() {
+            group.kill();
+        }
+    }
+}
+
+#[test]
+fn given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
+    // About two seconds of work: several checkpoints at 0.25 s, then a kill in the middle.
+    const LONG: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "20000"];
+    let _lock = mpi_lock();
+    let reference = MpiJob::new(2, "heat2d-c-plain", LONG)
+        .run(DEADLINE)
+        .report()
+        .checksum;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path());
+    let job = MpiJob::new(2, "heat2d-c", LONG)
+        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_CHECKPOINT_INTERVAL", "0.25");
+
+    let mut run = job.start(dir.path(), "killed");
+    wait_until(DEADLINE, "a checkpoint to be written", || {
+        assert!(
+            run.running(),
+            "heat2d-c ended before the kill: {}",
+            run.stderr_so_far()
+        );
+        !node.complete().is_empty()
+    });
+    let pid = node.rank_pid(1).expect("rank 1 is registered with pcmd");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = run.wait(DEADLINE);
+    assert_ne!(killed.code, Some(0), "the job survived the kill of a rank");
+    let newest = *node.complete().last().unwrap();
+
+    let restarted = job.env("PCM_RESTART", "require").run(DEADLINE);
+    let report = restarted.report();
+    let iteration: u64 = restarted
+        .stderr
+        .split("restarted from the checkpoint at iteration ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no restart line in the log:\n{}", restarted.stderr));
+    assert_eq!(report.checksum, reference, "restart changed the result");
+    assert_eq!(report.iterations, 20000);
+    assert!(
+        iteration >= newest && iteration < 20000,
+        "restarted at {iteration}, newest checkpoint {newest}"
+    );
+}
+
+/// The repository's root.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The mpicc of the runtime the binaries were built for.
+fn mpicc() -> PathBuf {
+    match Runtime::current() {
+        Runtime::OpenMpi => PathBuf::from("mpicc.openmpi"),
+        Runtime::Mpich => Runtime::mpich_prefix().join("bin").join("mpicc"),
+    }
+}
+
+/// Installs libpcm from the binaries under test into `prefix` with scripts/install.sh.
+fn install(prefix: &Path) {
+    let out = Command::new(repo().join("scripts/install.sh"))
+        .arg("--prefix")
+        .arg(prefix)
+        .arg("--from")
+        .arg(bin_dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "install.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in [
+        "lib/libpcm.so",
+        "lib/libpcm.a",
+        "include/pcm.h",
+        "lib/pkgconfig/pcm.pc",
+    ] {
+        assert!(prefix.join(file).exists(), "{file} not installed");
+    }
+}
+
+/// `mpicc -o dir/name sources... $(pkg-config --cflags --libs pcm)`, run in `dir`, with
+/// only the installed prefix to find PCM.
+fn build_outside(dir: &Path, prefix: &Path, name: &str, sources: &[&str]) -> PathBuf {
+    let pkg_config = |args: &[&str]| -> Vec<String> {
+        let out = Command::new("pkg-config")
+            .args(args)
+            .arg("pcm")
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+            .output()
+            .expect("pkg-config runs (scripts/setup.sh installs it)");
+        assert!(out.status.success(), "pkg-config {args:?} pcm failed");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let output = dir.join(name);
+    let out = Command::new(mpicc())
+        .current_dir(dir)
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"])
+        .args(pkg_config(&["--cflags"]))
+        .arg("-o")
+        .arg(&output)
+        .args(sources)
+        .args(pkg_config(&["--libs"]))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mpicc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    output
+}
+
+fn copy_into(dir: &Path, from: &Path, files: &[&str]) {
+    for file in files {
+        std::fs::copy(from.join(file), dir.join(file)).unwrap();
+    }
+}
+
+#[test]
+fn given_every_call_made_wrongly_then_error_codes_and_no_crash() {
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    copy_into(build.path(), &repo().join("pcm/capi/tests"), &["bad_input.c"]);
+    let program = build_outside(build.path(), prefix.path(), "bad_input", &["bad_input.c"]);
+    let _lock = mpi_lock();
+    let finished: Finished = MpiJob::new(2, program.to_str().unwrap(), &[]).run(DEADLINE);
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "bad_input failed\n--- stdout\n{}\n--- stderr\n{}",
+        finished.stdout,
+        finished.stderr
+    );
+    assert!(
+        finished.stdout.contains("checks passed"),
+        "{}",
+        finished.stdout
+    );
+    // Each failure is also logged, naming the call and the reason.
+    assert!(
+        finished
+            .stderr
+            .contains("PCM_Load_checked: state \"x\" holds 3 elements"),
+        "{}",
+        finished.stderr
+    );
+}
+
+#[test]
+fn given_heat2d_c_built_outside_against_the_installed_library_then_it_migrates_correctly() {
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    copy_into(
+        build.path(),
+        &repo().join("examples/heat2d-c"),
+        &["heat2d.c", "heat.c", "heat.h", "sha256.c", "sha256.h"],
+    );
+    let program = build_outside(
+        build.path(),
+        prefix.path(),
+        "heat2d",
+        &["heat2d.c", "heat.c", "sha256.c"],
+    );
+    let _lock = mpi_lock();
+    let reference = plain("heat2d-c-plain", 3);
+    // Without the MPICH setting the harness exports: libpcm's MPI_Init must supply it, or
+    // PCM warns that a departed process cannot leave at once.
+    let mut command = MpiJob::new(3, program.to_str().unwrap(), ARGS)
+        .env("PCM_SCHEDULE", "30:1,60:0")
+        .command();
+    command.env_remove("MPIR_CVAR_NO_COLLECTIVE_FINALIZE");
+    let dir = tempfile::tempdir().unwrap();
+    let finished = Group::start(command, dir.path(), "outside").wait(DEADLINE);
+    let report = finished.report();
+    assert_eq!(report.checksum, reference.checksum);
+    assert_eq!(report.migrations, Some(2));
+    assert!(
+        !finished.stderr.contains("MPI was initialised without"),
+        "{}",
+        finished.stderr
+    );
+}
