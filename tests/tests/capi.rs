@@ -267,7 +267,14 @@ fn build_outside(dir: &Path, prefix: &Path, name: &str, sources: &[&str]) -> Pat
     let output = dir.join(name);
     let out = Command::new(mpicc())
         .current_dir(dir)
-        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"])
+        .args([
+            "-O2",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-ffp-contract=off",
+        ])
         .args(pkg_config(&["--cflags"]))
         .arg("-o")
         .arg(&output)
@@ -294,7 +301,11 @@ fn given_every_call_made_wrongly_then_error_codes_and_no_crash() {
     let prefix = tempfile::tempdir().unwrap();
     let build = tempfile::tempdir().unwrap();
     install(prefix.path());
-    copy_into(build.path(), &repo().join("pcm/capi/tests"), &["bad_input.c"]);
+    copy_into(
+        build.path(),
+        &repo().join("pcm/capi/tests"),
+        &["bad_input.c"],
+    );
     let program = build_outside(build.path(), prefix.path(), "bad_input", &["bad_input.c"]);
     let _lock = mpi_lock();
     let finished: Finished = MpiJob::new(2, program.to_str().unwrap(), &[]).run(DEADLINE);
@@ -353,5 +364,44 @@ fn given_heat2d_c_built_outside_against_the_installed_library_then_it_migrates_c
         !finished.stderr.contains("MPI was initialised without"),
         "{}",
         finished.stderr
+    );
+}
+
+#[test]
+fn given_a_figure_11_program_that_ignores_checkpoints_then_it_is_told_once_and_runs_on() {
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    copy_into(
+        build.path(),
+        &repo().join("pcm/capi/tests"),
+        &["figure11.c"],
+    );
+    let program = build_outside(build.path(), prefix.path(), "figure11", &["figure11.c"]);
+    let program = program.to_str().unwrap();
+    let _lock = mpi_lock();
+    let reference = MpiJob::new(2, program, &[]).run(DEADLINE);
+    assert_eq!(reference.code, Some(0), "{}", reference.stderr);
+    // Checkpoints due every 0.1 s of a run of more than a second, and a move after them.
+    let ignoring = MpiJob::new(2, program, &[])
+        .env("PCM_CHECKPOINT_INTERVAL", "0.1")
+        .env("PCM_SCHEDULE", "900:1")
+        .run(DEADLINE);
+    assert_eq!(ignoring.code, Some(0), "{}", ignoring.stderr);
+    let told = ignoring
+        .stderr
+        .matches("no checkpoint is written in this run")
+        .count();
+    assert_eq!(told, 1, "{}", ignoring.stderr);
+    let total = |out: &str| out.lines().find(|l| l.contains("total")).map(str::to_owned);
+    assert_eq!(
+        total(&ignoring.stdout).map(|l| l.replace("migrations 1", "migrations 0")),
+        total(&reference.stdout),
+        "the result changed"
+    );
+    assert!(
+        ignoring.stdout.contains("migrations 1"),
+        "{}",
+        ignoring.stdout
     );
 }

@@ -119,7 +119,10 @@ enum Announced {
 /// The process's PCM, from `PCM_Init` to `PCM_Finalize`.
 enum State {
     Uninitialized,
-    Running { pcm: Box<Pcm>, announced: Announced },
+    Running {
+        pcm: Box<Pcm>,
+        announced: Announced,
+    },
     Finalized,
     /// A panic inside PCM, or a reconfiguration that failed after taking the `Pcm`.
     Broken,
@@ -139,7 +142,9 @@ static STATE: Mutex<Global> = Mutex::new(Global(State::Uninitialized));
 fn lock() -> MutexGuard<'static, Global> {
     // A panic while locked is caught at the boundary and marks the state broken itself, so a
     // poisoned lock holds nothing inconsistent to refuse.
-    STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 thread_local! {
@@ -855,13 +860,19 @@ mod tests {
         for (code, ty) in (1..).zip(Datatype::ALL) {
             assert_eq!(Datatype::from_c(code).ok(), Some(ty));
             assert_eq!(
-                Datatype::ALL.iter().filter(|t| t.label() == ty.label()).count(),
+                Datatype::ALL
+                    .iter()
+                    .filter(|t| t.label() == ty.label())
+                    .count(),
                 1
             );
         }
         assert_eq!(Datatype::Double.label(), "[f64]");
         for bad in [0, 7, -1, c_int::MAX] {
-            assert_eq!(Datatype::from_c(bad).map_err(|f| f.code).err(), Some(ERR_ARG));
+            assert_eq!(
+                Datatype::from_c(bad).map_err(|f| f.code).err(),
+                Some(ERR_ARG)
+            );
         }
     }
 
@@ -880,10 +891,7 @@ mod tests {
         );
         assert_eq!(PCM_Migrations(), 0);
         // PCM_Init with a NULL communicator fails before it looks at MPI.
-        assert_eq!(
-            unsafe { PCM_Init(std::ptr::null_mut(), null) },
-            ERR_NULL
-        );
+        assert_eq!(unsafe { PCM_Init(std::ptr::null_mut(), null) }, ERR_NULL);
     }
 
     #[test]
