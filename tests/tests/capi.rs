@@ -4,6 +4,9 @@
 //! function wrongly on purpose gets error codes and no crash; and programs built outside
 //! the repository against the installed library and its pkg-config file work the same.
 //!
+//! A C program's MPI traffic reaches `pcmd stats` as a Rust program's does: libpcm exports
+//! the same PMPI wrappers.
+//!
 //! The C binaries are built by `scripts/build-c.sh` (scripts/test.sh runs it).
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
@@ -13,7 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mpi_ios_tests::{bin, bin_dir, mpi_lock, wait_until, Finished, Group, MpiJob, Report, Runtime};
+use mpi_ios_tests::{
+    bin, bin_dir, mpi_lock, wait_until, Finished, Group, MpiJob, Pcmd, Report, Runtime,
+};
+use pcm_proto::{NodeStats, RankStats};
 
 const ARGS: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -404,4 +410,67 @@ fn given_a_figure_11_program_that_ignores_checkpoints_then_it_is_told_once_and_r
         "{}",
         ignoring.stdout
     );
+}
+
+fn job_ranks(stats: &NodeStats) -> &[RankStats] {
+    stats.jobs.first().map_or(&[], |j| j.ranks.as_slice())
+}
+
+#[test]
+fn given_heat2d_c_with_a_migration_then_pcmd_stats_show_exactly_its_halo_traffic() {
+    const COLS: u64 = 240;
+    const MIGRATE_AT: u64 = 2000;
+    let _lock = mpi_lock();
+    let pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Far more iterations than the test needs: the job is killed when the test ends.
+    let job = MpiJob::new(
+        3,
+        "heat2d-c",
+        &["--rows", "240", "--cols", "240", "--iters", "2000000"],
+    )
+    .env("PCM_DAEMON", pcmd.daemon_env.clone())
+    .env("PCM_SCHEDULE", format!("{MIGRATE_AT}:1"))
+    .env("OMPI_MCA_btl_tcp_if_include", "lo")
+    .start(dir.path(), "heat2d-c");
+    let stats_now = || -> NodeStats {
+        let output = pcmd.cli(&["stats", "--json"]);
+        assert!(output.status.success(), "pcmd stats failed");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let mut stats = stats_now();
+    wait_until(
+        Duration::from_secs(40),
+        "rank 1 replaced and every rank profiled",
+        || {
+            stats = stats_now();
+            let ranks = job_ranks(&stats);
+            ranks.len() == 3
+                && ranks
+                    .iter()
+                    .all(|r| r.profile.iteration > MIGRATE_AT && r.iterations_per_second > 0.0)
+                && ranks.iter().any(|r| r.rank.0 == 1 && r.replacement)
+        },
+    );
+    // Each rank talks to its neighbours only: one row of COLS doubles each way per
+    // iteration, counted up to the status call of the snapshot.
+    for r in job_ranks(&stats) {
+        let n = r.profile.iteration;
+        let expected: Vec<u32> = [r.rank.0.checked_sub(1), Some(r.rank.0 + 1)]
+            .into_iter()
+            .flatten()
+            .filter(|&peer| peer < 3)
+            .collect();
+        let peers: Vec<u32> = r.profile.traffic.iter().map(|t| t.peer.0).collect();
+        assert_eq!(peers, expected, "rank {}: {:#?}", r.rank, r.profile);
+        for t in &r.profile.traffic {
+            let what = format!("rank {} with peer {} at iteration {n}", r.rank, t.peer);
+            assert_eq!(t.sent_messages, n, "messages sent by {what}");
+            assert_eq!(t.received_messages, n, "messages received by {what}");
+            assert_eq!(t.sent_bytes, n * COLS * 8, "bytes sent by {what}");
+            assert_eq!(t.received_bytes, n * COLS * 8, "bytes received by {what}");
+        }
+        assert!(r.profile.mpi_us > 0, "{r:?}");
+    }
+    drop(job);
 }
