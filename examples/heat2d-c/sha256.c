@@ -91,3 +91,10 @@ void sha256_hex(struct sha256 *h, char hex[65]) {
     for (int i = 0; i < 8; i++)
         snprintf(hex + 8 * i, 9, "%08x", (unsigned)h->state[i]);
 }
+
+void sha256_hex_of(const void *data, size_t len, char hex[65]) {
+    struct sha256 h;
+    sha256_init(&h);
+    sha256_update(&h, data, len);
+    sha256_hex(&h, hex);
+}

@@ -17,5 +17,7 @@ void sha256_init(struct sha256 *h);
 void sha256_update(struct sha256 *h, const void *data, size_t len);
 /* Writes the digest as 64 lowercase hex digits and a NUL into hex. */
 void sha256_hex(struct sha256 *h, char hex[65]);
+/* One call: the hex digest of len bytes at data (for Fortran, through ISO_C_BINDING). */
+void sha256_hex_of(const void *data, size_t len, char hex[65]);
 
 #endif

@@ -150,6 +150,15 @@ const char *PCM_Last_error(void);
 /* Informative: reconfigurations the job has completed (0 before PCM_Init). */
 long PCM_Migrations(void);
 
+/*
+ * The calls that take a communicator, for Fortran (the `pcm` module calls them): comm
+ * is a Fortran handle (MPI_Fint), converted with MPI_Comm_f2c / MPI_Comm_c2f.
+ */
+int PCM_Init_f(MPI_Fint *comm, const char *app_name);
+int PCM_Status_f(MPI_Fint comm);
+int PCM_Reconfigure_f(MPI_Fint *comm, const char *app_name);
+int PCM_Finalize_f(MPI_Fint comm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,7 +28,7 @@ use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard};
 
-use mpi::ffi::MPI_Comm;
+use mpi::ffi::{MPI_Comm, MPI_Fint};
 use mpi::raw::AsRaw;
 use pcm_rs::{Pcm, PcmError, Pod, ProcessStatus, Reconfigured, Status};
 
@@ -810,6 +810,80 @@ pub extern "C" fn PCM_Finalize(comm: MPI_Comm) -> c_int {
         global.0 = State::Finalized;
         Ok(SUCCESS)
     })
+}
+
+/// The C handle of a Fortran communicator handle, or `MPI_COMM_NULL` when MPI is not
+/// running (converting before `MPI_Init` or after `MPI_Finalize` is not allowed).
+fn comm_from_fortran(comm: MPI_Fint) -> MPI_Comm {
+    if mpi::environment::is_initialized() && !mpi::environment::is_finalized() {
+        // SAFETY: MPI is running; a handle that names no communicator converts to
+        // MPI_COMM_NULL, which PCM then refuses.
+        unsafe { mpi::ffi::MPI_Comm_f2c(comm) }
+    } else {
+        // SAFETY: reading an extern constant.
+        unsafe { mpi::ffi::RSMPI_COMM_NULL }
+    }
+}
+
+/// Writes `comm`'s Fortran handle to `out` after a call that succeeded.
+///
+/// # Safety
+/// `out` points to an `MPI_Fint`.
+unsafe fn comm_to_fortran(code: c_int, comm: MPI_Comm, out: *mut MPI_Fint) -> c_int {
+    if code == SUCCESS {
+        // SAFETY: MPI is running (the call succeeded); `out` is the caller's.
+        unsafe { *out = mpi::ffi::MPI_Comm_c2f(comm) };
+    }
+    code
+}
+
+/// `PCM_Init` for Fortran (the `pcm` module): `comm` is a Fortran handle (`use mpi`, or
+/// `comm%MPI_VAL` with `use mpi_f08`), converted with `MPI_Comm_f2c`/`c2f`.
+///
+/// # Safety
+/// As [`PCM_Init`], with `comm` pointing to an `MPI_Fint`.
+#[no_mangle]
+pub unsafe extern "C" fn PCM_Init_f(comm: *mut MPI_Fint, app_name: *const c_char) -> c_int {
+    if comm.is_null() {
+        // SAFETY: PCM_Init checks the NULL first.
+        return unsafe { PCM_Init(std::ptr::null_mut(), app_name) };
+    }
+    // SAFETY: not NULL, the caller's handle.
+    let mut c_comm = comm_from_fortran(unsafe { *comm });
+    // SAFETY: a valid MPI_Comm slot; the caller's name.
+    let code = unsafe { PCM_Init(&mut c_comm, app_name) };
+    // SAFETY: `comm` is not NULL.
+    unsafe { comm_to_fortran(code, c_comm, comm) }
+}
+
+/// `PCM_Status` for Fortran: `comm` is a Fortran handle.
+#[no_mangle]
+pub extern "C" fn PCM_Status_f(comm: MPI_Fint) -> c_int {
+    PCM_Status(comm_from_fortran(comm))
+}
+
+/// `PCM_Reconfigure` for Fortran: `comm` is a Fortran handle, updated in place.
+///
+/// # Safety
+/// As [`PCM_Reconfigure`], with `comm` pointing to an `MPI_Fint`.
+#[no_mangle]
+pub unsafe extern "C" fn PCM_Reconfigure_f(comm: *mut MPI_Fint, app_name: *const c_char) -> c_int {
+    if comm.is_null() {
+        // SAFETY: PCM_Reconfigure checks the NULL first.
+        return unsafe { PCM_Reconfigure(std::ptr::null_mut(), app_name) };
+    }
+    // SAFETY: not NULL, the caller's handle.
+    let mut c_comm = comm_from_fortran(unsafe { *comm });
+    // SAFETY: a valid MPI_Comm slot.
+    let code = unsafe { PCM_Reconfigure(&mut c_comm, app_name) };
+    // SAFETY: `comm` is not NULL.
+    unsafe { comm_to_fortran(code, c_comm, comm) }
+}
+
+/// `PCM_Finalize` for Fortran: `comm` is a Fortran handle.
+#[no_mangle]
+pub extern "C" fn PCM_Finalize_f(comm: MPI_Fint) -> c_int {
+    PCM_Finalize(comm_from_fortran(comm))
 }
 
 /// `PCM_Migrations()`: see pcm.h.
