@@ -2,6 +2,9 @@
 # Installs PCM's C interface under a prefix (default /usr/local):
 #   PREFIX/lib/libpcm.so, PREFIX/lib/libpcm.a, PREFIX/include/pcm.h,
 #   PREFIX/lib/pkgconfig/pcm.pc
+# and, when the runtime has a Fortran compiler wrapper (Open MPI's mpif90), the Fortran
+# module: PREFIX/include/pcm.mod, PREFIX/lib/libpcmf.a, PREFIX/lib/pkgconfig/pcm-fortran.pc
+# (mpif90 app.f90 $(pkg-config --cflags --libs pcm-fortran)).
 # after building it for the runtime scripts/setup.sh selects (MPI_IOS_RUNTIME). Then
 #   PKG_CONFIG_PATH=PREFIX/lib/pkgconfig mpicc app.c $(pkg-config --cflags --libs pcm)
 # builds a PCM program anywhere, with that runtime's mpicc.
@@ -43,4 +46,23 @@ install -m 0644 pcm/capi/include/pcm.h "$prefix/include/pcm.h"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@RUNTIME@|$runtime|" \
     pcm/capi/pcm.pc.in >"$prefix/lib/pkgconfig/pcm.pc"
+mpif90=""
+case "$runtime" in
+openmpi) command -v mpif90.openmpi >/dev/null 2>&1 && mpif90=mpif90.openmpi ;;
+esac
+if [ -n "$mpif90" ]; then
+    # The module and its wrappers, compiled by the runtime's Fortran compiler: a .mod file
+    # is only readable by the compiler (and version) that wrote it.
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+    "$mpif90" -O2 -c -J"$work" -o "$work/pcm.o" pcm/capi/fortran/pcm.f90
+    install -m 0644 "$work/pcm.mod" "$prefix/include/pcm.mod"
+    rm -f "$prefix/lib/libpcmf.a"
+    ar rcs "$prefix/lib/libpcmf.a" "$work/pcm.o"
+    sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@RUNTIME@|$runtime|" \
+        pcm/capi/pcm-fortran.pc.in >"$prefix/lib/pkgconfig/pcm-fortran.pc"
+    echo "installed the Fortran module ($mpif90)" >&2
+else
+    echo "install.sh: no Fortran module: $runtime has no Fortran compiler wrapper here" >&2
+fi
 echo "installed libpcm ($runtime) under $prefix" >&2
