@@ -156,7 +156,7 @@ contains
         call MPI_Get_library_version(version, len, ierr)
         i = index(version(1:len), new_line('a'))
         if (i > 0) len = i - 1
-        write (text, '(f0.6)') seconds
+        write (text, '(f20.6)') seconds
         write (*, '(a)', advance='no') '{"checksum":"'//transfer(hex(1:64), repeat(' ', 64))//'"'
         write (*, '(a,i0,3a,i0,a,i0,a,i0)', advance='no') ',"iterations":', args%iters, &
             ',"seconds":', trim(adjustl(text)), ',"ranks":', size, ',"rows":', b%rows, ',"cols":', b%cols

@@ -28,7 +28,7 @@ use std::ffi::{c_char, c_int, c_long, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard};
 
-use mpi::ffi::{MPI_Comm, MPI_Fint};
+use mpi::ffi::{MPI_Comm, RSMPI_Fint as MPI_Fint};
 use mpi::raw::AsRaw;
 use pcm_rs::{Pcm, PcmError, Pod, ProcessStatus, Reconfigured, Status};
 
