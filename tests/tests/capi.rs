@@ -517,3 +517,86 @@ fn given_fortran_jacobi_with_migrations_then_checksum_equals_plain() {
         assert_eq!(migrated.iterations, 120);
     }
 }
+
+#[test]
+fn given_jacobi_built_outside_against_the_installed_fortran_module_then_it_migrates_correctly() {
+    if !fortran_available() {
+        return;
+    }
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    for file in [
+        "include/pcm.mod",
+        "lib/libpcmf.a",
+        "lib/pkgconfig/pcm-fortran.pc",
+    ] {
+        assert!(prefix.path().join(file).exists(), "{file} not installed");
+    }
+    copy_into(
+        build.path(),
+        &repo().join("examples/jacobi-f90"),
+        &["jacobi.f90", "jacobi_common.f90"],
+    );
+    copy_into(
+        build.path(),
+        &repo().join("examples/heat2d-c"),
+        &["sha256.c", "sha256.h"],
+    );
+    let pkg_config = |args: &[&str]| -> Vec<String> {
+        let out = Command::new("pkg-config")
+            .args(args)
+            .arg("pcm-fortran")
+            .env("PKG_CONFIG_PATH", prefix.path().join("lib/pkgconfig"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pkg-config {args:?} pcm-fortran failed"
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let compile = |compiler: &str, args: &[String]| {
+        let out = Command::new(compiler)
+            .current_dir(build.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{compiler} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    compile(
+        mpicc().to_str().unwrap(),
+        &strings(&["-O2", "-c", "sha256.c"]),
+    );
+    let mut args = strings(&["-O2", "-ffree-line-length-132", "-ffp-contract=off"]);
+    args.extend(pkg_config(&["--cflags"]));
+    args.extend(strings(&[
+        "-o",
+        "jacobi",
+        "jacobi_common.f90",
+        "jacobi.f90",
+        "sha256.o",
+    ]));
+    args.extend(pkg_config(&["--libs"]));
+    compile("mpif90.openmpi", &args);
+
+    let _lock = mpi_lock();
+    let reference = MpiJob::new(3, "jacobi-f90-plain", ARGS)
+        .run(DEADLINE)
+        .report();
+    let program = build.path().join("jacobi");
+    let migrated = MpiJob::new(3, program.to_str().unwrap(), ARGS)
+        .env("PCM_SCHEDULE", "30:2,60:0")
+        .run(DEADLINE)
+        .report();
+    assert_eq!(migrated.checksum, reference.checksum);
+    assert_eq!(migrated.migrations, Some(2));
+}
