@@ -600,3 +600,71 @@ fn given_jacobi_built_outside_against_the_installed_fortran_module_then_it_migra
     assert_eq!(migrated.checksum, reference.checksum);
     assert_eq!(migrated.migrations, Some(2));
 }
+
+fn daemon_status(pcmd: &Pcmd) -> pcm_proto::DaemonStatus {
+    let output = pcmd.cli(&["status", "--json"]);
+    assert!(output.status.success(), "pcmd status failed");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Whether a process has exited (gone, or a zombie its parent has not reaped yet).
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| Some(stat.rsplit_once(')')?.1.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+#[test]
+fn given_a_running_c_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches() {
+    // Several seconds of work, to talk to the job while it runs.
+    const LONG: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "150000"];
+    let _lock = mpi_lock();
+    let reference = MpiJob::new(3, "heat2d-c-plain", LONG)
+        .run(DEADLINE)
+        .report()
+        .checksum;
+    let pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let job = MpiJob::new(3, "heat2d-c", LONG)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .start(dir.path(), "heat2d-c");
+    wait_until(
+        Duration::from_secs(30),
+        "3 ranks registered and running",
+        || {
+            daemon_status(&pcmd)
+                .jobs
+                .iter()
+                .flat_map(|j| j.ranks.iter())
+                .filter(|r| r.iteration > 0)
+                .count()
+                == 3
+        },
+    );
+    let departing = daemon_status(&pcmd).jobs[0]
+        .ranks
+        .iter()
+        .find(|r| r.rank.0 == 1)
+        .unwrap()
+        .pid;
+
+    let moved = pcmd.cli(&["migrate", "--rank", "1"]);
+    let out = String::from_utf8_lossy(&moved.stdout).into_owned();
+    assert!(moved.status.success(), "{out}");
+    assert!(out.contains("completed at iteration"), "{out}");
+    if Runtime::current() == Runtime::Mpich {
+        // A C rank moved away leaves at once too.
+        wait_until(
+            Duration::from_secs(1),
+            "the departed process to exit",
+            || exited(departing),
+        );
+    }
+    let moved = pcmd.cli(&["migrate", "--rank", "0", "--rank", "2"]);
+    assert!(moved.status.success());
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(2));
+}
