@@ -108,7 +108,9 @@ int PCM_Store(int rank, const char *name, const void *buf, PCM_Datatype type, lo
 
 /*
  * Copies the array stored under name into buf, which must hold all of it (PCM_Count
- * says how much). rank: as PCM_Process_Status returned it.
+ * says how much). rank: as PCM_Process_Status returned it. The state is handed over
+ * once: PCM frees its copy, and a second PCM_Load of the name returns
+ * PCM_ERR_NOT_STORED. Nothing is written to buf when the call fails.
  */
 int PCM_Load(int rank, const char *name, void *buf);
 
