@@ -254,9 +254,28 @@ fn install(prefix: &Path) {
     }
 }
 
+/// The mpicxx of the runtime the binaries were built for.
+fn mpicxx() -> PathBuf {
+    match Runtime::current() {
+        Runtime::OpenMpi => PathBuf::from("mpicxx.openmpi"),
+        Runtime::Mpich => Runtime::mpich_prefix().join("bin").join("mpicxx"),
+    }
+}
+
 /// `mpicc -o dir/name sources... $(pkg-config --cflags --libs pcm)`, run in `dir`, with
 /// only the installed prefix to find PCM.
 fn build_outside(dir: &Path, prefix: &Path, name: &str, sources: &[&str]) -> PathBuf {
+    build_outside_with(&mpicc(), &["-std=c11"], dir, prefix, name, sources)
+}
+
+fn build_outside_with(
+    compiler: &Path,
+    flags: &[&str],
+    dir: &Path,
+    prefix: &Path,
+    name: &str,
+    sources: &[&str],
+) -> PathBuf {
     let pkg_config = |args: &[&str]| -> Vec<String> {
         let out = Command::new("pkg-config")
             .args(args)
@@ -271,16 +290,10 @@ fn build_outside(dir: &Path, prefix: &Path, name: &str, sources: &[&str]) -> Pat
             .collect()
     };
     let output = dir.join(name);
-    let out = Command::new(mpicc())
+    let out = Command::new(compiler)
         .current_dir(dir)
-        .args([
-            "-O2",
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-ffp-contract=off",
-        ])
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"])
+        .args(flags)
         .args(pkg_config(&["--cflags"]))
         .arg("-o")
         .arg(&output)
@@ -290,7 +303,8 @@ fn build_outside(dir: &Path, prefix: &Path, name: &str, sources: &[&str]) -> Pat
         .unwrap();
     assert!(
         out.status.success(),
-        "mpicc failed: {}",
+        "{} failed: {}",
+        compiler.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     output
@@ -334,6 +348,34 @@ fn given_every_call_made_wrongly_then_error_codes_and_no_crash() {
             .contains("PCM_Load_checked: state \"x\" holds 3 elements"),
         "{}",
         finished.stderr
+    );
+}
+
+#[test]
+fn given_a_cpp_program_then_pcm_h_compiles_and_links() {
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    copy_into(
+        build.path(),
+        &repo().join("pcm/capi/tests"),
+        &["cxx_smoke.cpp"],
+    );
+    let program = build_outside_with(
+        &mpicxx(),
+        &["-std=c++17"],
+        build.path(),
+        prefix.path(),
+        "cxx_smoke",
+        &["cxx_smoke.cpp"],
+    );
+    let _lock = mpi_lock();
+    let finished = MpiJob::new(2, program.to_str().unwrap(), &[]).run(DEADLINE);
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert!(
+        finished.stdout.contains("cxx_smoke: ok"),
+        "{}",
+        finished.stdout
     );
 }
 
