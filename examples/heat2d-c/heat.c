@@ -243,6 +243,19 @@ void heat_report(const struct heat_block *b, const struct heat_args *args, MPI_C
         }
     MPI_Gatherv(b->data + b->cols, (int)(b->local_rows * b->cols), MPI_DOUBLE, grid, counts,
                 displs, MPI_DOUBLE, 0, comm);
+    /* Where each rank ended (instrumented runs), as the Rust heat2d reports it. */
+    char host[MPI_MAX_PROCESSOR_NAME] = {0}, *hosts = NULL;
+    if (migrations >= 0) {
+        int len = 0;
+        MPI_Get_processor_name(host, &len);
+        hosts = rank == 0 ? calloc((size_t)size, MPI_MAX_PROCESSOR_NAME) : NULL;
+        if (rank == 0 && !hosts) {
+            fprintf(stderr, "heat2d-c: out of memory gathering the host names\n");
+            MPI_Abort(comm, 1);
+        }
+        MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                   0, comm);
+    }
     if (rank == 0) {
         /* SHA-256 of the values as little-endian f64 bytes (x86-64 and arm64 are). */
         struct sha256 h;
@@ -254,8 +267,17 @@ void heat_report(const struct heat_block *b, const struct heat_args *args, MPI_C
         printf("{\"checksum\":\"%s\",\"iterations\":%ld,\"seconds\":%.9f,\"ranks\":%d,"
                "\"rows\":%ld,\"cols\":%ld,",
                hex, args->iters, seconds, size, b->rows, b->cols);
-        if (migrations >= 0)
-            printf("\"migrations\":%ld,", migrations);
+        if (migrations >= 0) {
+            printf("\"migrations\":%ld,\"hosts\":[", migrations);
+            for (int r = 0; r < size; r++) {
+                char *name = hosts + (size_t)r * MPI_MAX_PROCESSOR_NAME;
+                name[MPI_MAX_PROCESSOR_NAME - 1] = '\0';
+                if (r > 0)
+                    putchar(',');
+                print_json_string(name);
+            }
+            printf("],");
+        }
         printf("\"mpi_library\":");
         print_json_string(mpi_library);
         printf("}\n");
@@ -265,4 +287,5 @@ void heat_report(const struct heat_block *b, const struct heat_args *args, MPI_C
     free(counts);
     free(displs);
     free(grid);
+    free(hosts);
 }

@@ -713,3 +713,31 @@ fn given_a_running_c_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matc
     assert_eq!(report.checksum, reference);
     assert_eq!(report.migrations, Some(2));
 }
+
+/// A C rank really changes host: emulated hosts (network namespaces with their own host
+/// names; needs root, else the test prints why it is skipped and passes, as hosts.rs does).
+#[test]
+fn given_c_ranks_on_two_emulated_hosts_when_rank_1_moves_to_a_third_then_it_runs_there() {
+    use mpi_ios_tests::netns::Cluster;
+    if let Err(reason) = Cluster::available() {
+        eprintln!("c_rank_moves_to_a_third_host: skipped: {reason}");
+        return;
+    }
+    let cluster =
+        Cluster::new(3).unwrap_or_else(|e| panic!("cannot create the emulated hosts: {e}"));
+    let _lock = mpi_lock();
+    let placement = ["node-a", "node-b"];
+    let plain_job = MpiJob::new(2, "heat2d-c-plain", ARGS);
+    let reference = cluster.job(plain_job, &placement).run(DEADLINE).report();
+    let job = MpiJob::new(2, "heat2d-c", ARGS).env("PCM_SCHEDULE", "40:1@node-c");
+    let finished = cluster.job(job, &placement).run(DEADLINE);
+    let report = finished.report();
+    assert_eq!(
+        report.hosts.as_deref(),
+        Some(&["node-a".to_string(), "node-c".to_string()][..]),
+        "rank 1 did not end on node-c\n--- stderr\n{}",
+        finished.stderr
+    );
+    assert_eq!(report.migrations, Some(1));
+    assert_eq!(report.checksum, reference.checksum);
+}
