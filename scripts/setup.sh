@@ -39,6 +39,11 @@ compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
     compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null || missing+=(libclang-dev clang)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+# The C interface: make builds the C examples, pkg-config finds an installed libpcm.
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+# The Fortran module and example (Open MPI's Fortran bindings come with libopenmpi-dev).
+command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
 # MPICH comes as a wheel: a virtual environment with pip (Debian splits venv out of python3).
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)

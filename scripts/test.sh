@@ -4,7 +4,8 @@
 # tests, and the end-to-end tests (real MPI jobs, pcmd daemons, emulated hosts in network
 # namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default mpich).
 # Then the runtime-dependent tests (migration, checkpoints, the runtime checks, stalled starts,
-# emulated hosts, pcmrun) run again on the other runtime, built in its own target directory.
+# emulated hosts, pcmrun, the C interface) run again on the other runtime, built in its own
+# target directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -12,6 +13,8 @@ default_runtime="$MPI_IOS_RUNTIME"
 
 echo "== build ($default_runtime)" >&2
 cargo build --release --bins --quiet
+# The C interface (libpcm) and the C examples, which the capi tests run.
+scripts/build-c.sh
 echo "== format and lints" >&2
 cargo fmt --all -- --check
 cargo clippy --release --quiet --all-targets -- -D warnings
@@ -22,13 +25,14 @@ case "$default_runtime" in
 openmpi) other_runtime=mpich ;;
 *) other_runtime=openmpi ;;
 esac
-echo "== migration, checkpoint, runtime, stall, emulated-host, agent, leave and pcmrun tests ($other_runtime)" >&2
+echo "== migration, checkpoint, runtime, stall, emulated-host, agent, leave, pcmrun and C interface tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
     # The crates whose code depends on the MPI library, and the tests that run jobs.
     # Every binary: the agent tests start ios-agent and peer-server from this target too.
     cargo build --release --quiet --bins
-    cargo clippy --release --quiet -p pcm -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
+    scripts/build-c.sh
+    cargo clippy --release --quiet -p pcm -p pcm-capi -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
-    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test agents_e2e --test leave --test pcmrun
+    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test agents_e2e --test leave --test pcmrun --test capi
 )

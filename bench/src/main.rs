@@ -146,6 +146,10 @@ struct OverheadArgs {
     /// Also append the table, as markdown, to this file.
     #[arg(long, value_name = "PATH")]
     markdown: Option<PathBuf>,
+    /// The instrumented program: `heat2d` (Rust) or `heat2d-c` (C, built by
+    /// scripts/build-c.sh); its plain version is the same name with `-plain`.
+    #[arg(long, default_value = "heat2d", value_parser = ["heat2d", "heat2d-c"])]
+    program: String,
 }
 
 #[derive(Debug, Args)]
@@ -249,8 +253,10 @@ fn overhead(mut args: OverheadArgs) -> Result<()> {
         args.warmup = 0;
     }
     ensure!(args.pairs >= 1, "--pairs must be at least 1");
-    let plain = find_bin("heat2d-plain")?;
-    let pcm = find_bin("heat2d")?;
+    let program = args.program.clone();
+    let plain_name = format!("{program}-plain");
+    let plain = find_bin(&plain_name)?;
+    let pcm = find_bin(&program)?;
     let pcmd = Pcmd::start(&find_bin("pcmd")?)?;
     let daemon = pcmd.socket.display().to_string();
     eprintln!("[overhead] pcmd serving on {daemon}");
@@ -300,8 +306,8 @@ fn overhead(mut args: OverheadArgs) -> Result<()> {
         let total = args.warmup + args.pairs;
         for pair in 0..total {
             let warm = pair < args.warmup;
-            let p = plain_run.run(timeout)?.check("heat2d-plain")?;
-            let q = pcm_run.run(timeout)?.check("heat2d (PCM)")?;
+            let p = plain_run.run(timeout)?.check(&plain_name)?;
+            let q = pcm_run.run(timeout)?.check(&format!("{program} (PCM)"))?;
             let (p, q) = (heat_report(&p.stdout)?, heat_report(&q.stdout)?);
             if p.checksum != q.checksum {
                 bail!(
@@ -357,7 +363,7 @@ fn overhead(mut args: OverheadArgs) -> Result<()> {
         load_average()
     )];
     println!(
-        "PCM overhead: heat2d (PCM + pcmd) vs heat2d-plain, {} ranks",
+        "PCM overhead: {program} (PCM + pcmd) vs {plain_name}, {} ranks",
         args.ranks
     );
     print!("{}", table.to_text());
@@ -366,7 +372,7 @@ fn overhead(mut args: OverheadArgs) -> Result<()> {
     }
     if let Some(path) = &args.markdown {
         let title = format!(
-            "PCM overhead: heat2d vs heat2d-plain, {} ranks{}",
+            "PCM overhead: {program} vs {plain_name}, {} ranks{}",
             args.ranks,
             if args.quick { " (quick)" } else { "" }
         );

@@ -214,6 +214,13 @@ impl State {
         u64::from(due) * DUE + u64::from(before_move) * BEFORE_MOVE
     }
 
+    /// No more checkpoints in this process (the application does not answer them).
+    pub(crate) fn stop(&mut self) {
+        self.last = None;
+        self.interval = None;
+        self.pending = None;
+    }
+
     fn taken(&mut self, now: Instant) {
         if self.last.is_some() {
             self.last = Some(now);

@@ -70,6 +70,10 @@ pub enum PcmError {
     /// MPI could not be initialised, or was initialised by someone else.
     #[error("MPI could not be initialised (was it initialised before Pcm::init?)")]
     MpiInit,
+    /// [`crate::Pcm::attach`] (the C interface's `PCM_Init`) before `MPI_Init` or after
+    /// `MPI_Finalize`.
+    #[error("MPI is not initialised: call MPI_Init before PCM_Init")]
+    MpiNotInitialized,
     /// `reconfigure` called when the last status asked for none.
     #[error("reconfigure called but no reconfiguration is pending (status returned Continue)")]
     NothingPending,

@@ -252,6 +252,15 @@ pub(crate) fn disconnect(comm: SimpleCommunicator) {
 /// Returned as an owned `InterCommunicator` whose drop disconnects it, unlike rsmpi's own
 /// `parent()` whose drop does nothing: a replacement must disconnect from its parents at
 /// the same point as they disconnect from it.
+/// `MPI_Finalize`, for a departed process whose MPI the application initialised.
+pub(crate) fn finalize() {
+    // SAFETY: MPI is initialised and not finalized (the departed process holds no
+    // communicator any more, and PCM makes no MPI call after this).
+    unsafe {
+        ffi::MPI_Finalize();
+    }
+}
+
 pub(crate) fn take_parent() -> Option<InterCommunicator> {
     let mut parent = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
     // SAFETY: MPI is initialised; MPI_Comm_get_parent writes one handle.

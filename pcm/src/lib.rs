@@ -289,7 +289,31 @@ pub struct Pcm {
     launch: Launch,
     /// This rank's profile for pcmd (MPI traffic, times, memory).
     profiler: Profiler,
-    universe: Universe,
+    universe: MpiOwner,
+}
+
+/// Who initialised MPI, and so who finalizes it.
+pub(crate) enum MpiOwner {
+    /// [`Pcm::init`] initialised MPI: dropping rsmpi's `Universe` finalizes it.
+    Pcm(Universe),
+    /// The application initialised MPI before [`Pcm::attach`] (the C interface's
+    /// `MPI_Init` + `PCM_Init`), and calls `MPI_Finalize` itself after [`Pcm::finalize`].
+    Application,
+}
+
+impl MpiOwner {
+    /// The process's `MPI_COMM_WORLD` (its launch), whoever initialised MPI.
+    pub(crate) fn world(&self) -> SimpleCommunicator {
+        SimpleCommunicator::world()
+    }
+
+    /// Ends MPI in a process that will not return to the application: a departed one.
+    fn finalize_departed(self) {
+        match self {
+            MpiOwner::Pcm(universe) => drop(universe),
+            MpiOwner::Application => ffi::finalize(),
+        }
+    }
 }
 
 impl Pcm {
@@ -298,6 +322,24 @@ impl Pcm {
     ///
     /// `app` names the application for people and daemons (letters, digits, `.`, `-`, `_`).
     pub fn init(app: &str) -> Result<Pcm, PcmError> {
+        Self::start(app, Ownership::Pcm)
+    }
+
+    /// Like [`Pcm::init`], for a process whose MPI the application initialised itself
+    /// (`MPI_Init` before the paper's `PCM_Init(comm)`, as C and Fortran programs do).
+    /// [`Pcm::finalize`] then leaves MPI initialised, and the application calls
+    /// `MPI_Finalize`; a departed process is still finalized and ended by
+    /// [`Departed::finalize`], since it never returns to the application.
+    ///
+    /// MPI must be initialised at `MPI_THREAD_SINGLE` or above. On MPICH, a departed process
+    /// leaves at once only if `MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1` was in the environment
+    /// at `MPI_Init` ([`prompt_departure_env`]; the C interface's `MPI_Init` sets it);
+    /// without it, it waits in `MPI_Finalize` until the job ends (logged once).
+    pub fn attach(app: &str) -> Result<Pcm, PcmError> {
+        Self::start(app, Ownership::Application)
+    }
+
+    fn start(app: &str, ownership: Ownership) -> Result<Pcm, PcmError> {
         init_logging();
         let app = AppName::new(app).map_err(|e| PcmError::Config {
             variable: "application name",
@@ -306,12 +348,34 @@ impl Pcm {
         })?;
         let profiling = profile::enabled_from_env()?;
         runtime::check_mpi_library()?;
-        if runtime::PROMPT_DEPARTURE && std::env::var_os(runtime::MPICH_LOCAL_FINALIZE).is_none() {
-            // Read by MPI_Init, below; still single-threaded here.
-            std::env::set_var(runtime::MPICH_LOCAL_FINALIZE, "1");
-        }
-        let (universe, _) =
-            mpi::initialize_with_threading(mpi::Threading::Single).ok_or(PcmError::MpiInit)?;
+        let universe = match ownership {
+            Ownership::Pcm => {
+                if runtime::PROMPT_DEPARTURE
+                    && std::env::var_os(runtime::MPICH_LOCAL_FINALIZE).is_none()
+                {
+                    // Read by MPI_Init, below; still single-threaded here.
+                    std::env::set_var(runtime::MPICH_LOCAL_FINALIZE, "1");
+                }
+                let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Single)
+                    .ok_or(PcmError::MpiInit)?;
+                MpiOwner::Pcm(universe)
+            }
+            Ownership::Application => {
+                if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+                    return Err(PcmError::MpiNotInitialized);
+                }
+                if runtime::PROMPT_DEPARTURE
+                    && std::env::var_os(runtime::MPICH_LOCAL_FINALIZE).is_none()
+                {
+                    tracing::warn!(
+                        "MPI was initialised without {}=1: a process moved away will wait in \
+                         MPI_Finalize until the job ends instead of exiting at once",
+                        runtime::MPICH_LOCAL_FINALIZE
+                    );
+                }
+                MpiOwner::Application
+            }
+        };
         let _internal = interpose::Internal::enter();
         let host = local_host_name();
         let pcm = match ffi::take_parent() {
@@ -328,7 +392,7 @@ impl Pcm {
     }
 
     fn init_fresh(
-        universe: Universe,
+        universe: MpiOwner,
         app: AppName,
         host: HostName,
         profiling: bool,
@@ -501,6 +565,30 @@ impl Pcm {
     /// Copies an array stored with [`Pcm::store_array`] into `out`, which must have its length.
     pub fn load_array_into<T: Pod>(&self, name: &str, out: &mut [T]) -> Result<(), PcmError> {
         self.store.load_array_into(name, out)
+    }
+
+    /// The element type and size of the array stored under `name` (with
+    /// [`Pcm::store_array`], or handed over to this replacement): Rust's name of the slice
+    /// type (`[f64]`, `[i32]`, ...) and the length in bytes. Lets a caller that does not
+    /// know the type statically (the C interface) check it and size its buffer.
+    pub fn array_layout(&self, name: &str) -> Result<(&str, usize), PcmError> {
+        self.store.array_layout(name)
+    }
+
+    /// Gives up the coordinated checkpoint the last [`Pcm::status`] announced
+    /// ([`Status::Checkpoint`]) without writing it, and turns checkpoints off for the rest of
+    /// the run, in this process and the replacements it hands its context to. For a
+    /// program that does not answer checkpoints (the C interface uses it when a program
+    /// written like the paper's Figure 11 ignores `PCM_CHECKPOINT`). Every rank must call
+    /// it at the same iteration, as they all got the same status. Returns whether a
+    /// checkpoint was pending.
+    pub fn decline_checkpoint(&mut self) -> bool {
+        let pending = self.checkpoints.pending.is_some();
+        if pending {
+            self.checkpoints.stop();
+            self.job.checkpoint = checkpoint::Policy::default();
+        }
+        pending
     }
 
     /// Asks whether the job must reconfigure at this iteration (the paper's `PCM_Status`).
@@ -726,8 +814,24 @@ impl Pcm {
             launch.release_if_lowest(&universe.world());
         }
         drop(world);
+        // Finalizes MPI if PCM initialised it; the application finalizes it otherwise.
         drop(universe);
     }
+}
+
+/// The environment setting `MPI_Init` must find for a departed process to exit at once
+/// (MPICH: `MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1`, which makes `MPI_Finalize` local), or
+/// `None` for an MPI library that cannot let a process leave early (Open MPI 4). For code
+/// that calls `MPI_Init` itself before [`Pcm::attach`]; [`Pcm::init`] sets it.
+pub fn prompt_departure_env() -> Option<(&'static str, &'static str)> {
+    runtime::PROMPT_DEPARTURE.then_some((runtime::MPICH_LOCAL_FINALIZE, "1"))
+}
+
+/// Who is to initialise MPI: [`Pcm::init`] or the application ([`Pcm::attach`]).
+#[derive(Debug, Clone, Copy)]
+enum Ownership {
+    Pcm,
+    Application,
 }
 
 /// A process that has handed its rank to a replacement. It must not compute any more.
@@ -735,7 +839,7 @@ pub struct Departed {
     rank: u32,
     daemon: Option<DaemonLink>,
     launch: Launch,
-    universe: Universe,
+    universe: MpiOwner,
 }
 
 impl Departed {
@@ -765,7 +869,7 @@ impl Departed {
             tracing::debug!("former rank {rank} waits for its launch to end");
             launch.leave(&universe.world());
         }
-        drop(universe);
+        universe.finalize_departed();
         std::process::exit(0)
     }
 }
@@ -850,8 +954,10 @@ fn local_host_name() -> HostName {
         .unwrap_or_else(|| HostName::new("localhost").expect("literal is valid"))
 }
 
-/// Logs to stderr, filtered by `RUST_LOG`, unless the application installed its own.
-fn init_logging() {
+/// Logs to stderr, filtered by `RUST_LOG` (default `warn,pcm=info`), unless the
+/// application installed its own subscriber. [`Pcm::init`] calls it; the C interface calls
+/// it to log errors of calls made before `PCM_Init`.
+pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,pcm=info"));
     let _ = tracing_subscriber::fmt()

@@ -27,7 +27,6 @@ use std::ffi::OsString;
 use std::time::Instant;
 
 use mpi::collective::SystemOperation;
-use mpi::environment::Universe;
 use mpi::topology::{Color, InterCommunicator, MergeOrder, SimpleCommunicator};
 use mpi::traits::*;
 use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
@@ -325,7 +324,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
 /// Runs the protocol on a freshly spawned replacement, inside `Pcm::init`.
 pub(crate) fn join_as_replacement(
-    universe: Universe,
+    universe: crate::MpiOwner,
     parent: InterCommunicator,
     host: HostName,
     profiling: bool,

@@ -263,6 +263,22 @@ impl Store {
         Ok(())
     }
 
+    /// Type label (`[f64]`, ...) and byte length of the array stored under `name`.
+    pub(crate) fn array_layout(&self, name: &str) -> Result<(&str, usize), PcmError> {
+        let entry = self.entries.get(name).ok_or_else(|| PcmError::NotStored {
+            name: name.to_owned(),
+            available: self.entries.keys().cloned().collect(),
+        })?;
+        if entry.kind != Kind::Array {
+            return Err(PcmError::WrongType {
+                name: name.to_owned(),
+                expected: "an array".to_owned(),
+                found: entry.type_name.clone(),
+            });
+        }
+        Ok((&entry.type_name, entry.blob.len()))
+    }
+
     pub(crate) fn total_bytes(&self) -> u64 {
         self.entries.values().map(|e| e.blob.len() as u64).sum()
     }

@@ -1,0 +1,168 @@
+/*
+ * pcm.h: the C interface of PCM (Process Checkpointing and Migration), MPI/IOS.
+ *
+ * A thin layer over the Rust `pcm` library (pcm/capi/src/lib.rs): the same status
+ * agreement, store, migration and checkpoints as Rust programs get. The calls are the
+ * paper's (El Maghraoui et al., Figure 11) with the smallest changes C needs; see
+ * docs/instrumenting-c.md for the step-by-step and the differences.
+ *
+ * Every call returns an int: PCM_SUCCESS (0) or, for PCM_Status and PCM_Process_Status,
+ * a non-negative answer; a negative PCM_ERR_* code on error. No call aborts the process
+ * on bad input. PCM_Error_string(code) describes a code, PCM_Last_error() the last
+ * failed call on the calling thread in detail (what was wrong, with names and sizes).
+ *
+ * Build:  mpicc app.c $(pkg-config --cflags --libs pcm)
+ */
+#ifndef PCM_H
+#define PCM_H
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PCM_VERSION_MAJOR 0
+#define PCM_VERSION_MINOR 1
+
+/* Return codes. */
+#define PCM_SUCCESS 0
+/* PCM_Process_Status: the process started with the job (not an error). */
+#define PCM_FRESH (-1)
+/* A call before PCM_Init, after PCM_Finalize, or PCM_Init before MPI_Init. */
+#define PCM_ERR_NOT_INITIALIZED (-2)
+/* PCM_Init called twice. */
+#define PCM_ERR_ALREADY_INITIALIZED (-3)
+/* A NULL pointer where one is required. */
+#define PCM_ERR_NULL (-4)
+/* An invalid argument: unknown datatype, negative count, empty or over-long name,
+ * not valid UTF-8, a rank other than this process's. */
+#define PCM_ERR_ARG (-5)
+/* The communicator is not PCM's current world (use the one PCM_Init or
+ * PCM_Reconfigure gave back). */
+#define PCM_ERR_COMM (-6)
+/* PCM_Load / PCM_Count of a name nothing was stored under. */
+#define PCM_ERR_NOT_STORED (-7)
+/* Stored with another datatype than the one asked for. */
+#define PCM_ERR_TYPE (-8)
+/* Stored with another element count than the one given. */
+#define PCM_ERR_COUNT (-9)
+/* A call out of order: PCM_Reconfigure when the last PCM_Status returned
+ * PCM_CONTINUE, or PCM_Status again before the PCM_Reconfigure that PCM_MIGRATE or
+ * PCM_RECONFIGURE asked for. */
+#define PCM_ERR_ORDER (-10)
+/* A PCM setting (PCM_SCHEDULE, PCM_RESTART, ...) is malformed, or the MPI library is
+ * not the one libpcm was built for. */
+#define PCM_ERR_CONFIG (-11)
+/* An MPI call inside PCM failed, or the reconfiguration / restart failed. */
+#define PCM_ERR_MPI (-12)
+/* A bug in PCM (caught; the process was not aborted). PCM is unusable afterwards. */
+#define PCM_ERR_INTERNAL (-13)
+
+/* PCM_Status answers. */
+#define PCM_CONTINUE 0    /* compute */
+#define PCM_MIGRATE 1     /* this rank moves: PCM_Store the state, then PCM_Reconfigure */
+#define PCM_RECONFIGURE 2 /* other ranks move: PCM_Reconfigure */
+#define PCM_CHECKPOINT 3  /* coordinated checkpoint: PCM_Store, then PCM_Reconfigure */
+
+/* Element types of stored arrays. */
+typedef int PCM_Datatype;
+#define PCM_CHAR 1   /* char (stored as signed 8-bit) */
+#define PCM_INT 2    /* int (32-bit) */
+#define PCM_LONG 3   /* long (64-bit: LP64 only) */
+#define PCM_FLOAT 4  /* float */
+#define PCM_DOUBLE 5 /* double */
+#define PCM_BYTE 6   /* raw bytes (unsigned 8-bit) */
+
+/*
+ * Starts PCM after MPI_Init. *comm must be MPI_COMM_WORLD; on return it is PCM's world,
+ * which the program uses for all its communication. A replacement (spawned by a
+ * migration) receives its predecessor's rank and state here. app_name names the
+ * program for pcmd (letters, digits, '.', '-', '_'); NULL: the executable's name.
+ * (Paper: PCM_Init(PCM_COMM_WORLD); the communicator is passed by address so that a
+ * replacement gets the job's world.)
+ */
+int PCM_Init(MPI_Comm *comm, const char *app_name);
+
+/*
+ * PCM_FRESH (-1) if the process started with the job; otherwise (a replacement, or a
+ * restart from a checkpoint with PCM_RESTART=1) the rank whose stored state to
+ * PCM_Load, which is this process's rank and may be 0. (Figure 11's `spawnrank <= 0`
+ * would take a replacement of rank 0 for a fresh process: test `< 0`.)
+ */
+int PCM_Process_Status(void);
+
+/*
+ * Once per iteration, on every rank, at the same point, with no message in flight:
+ * PCM_CONTINUE, PCM_MIGRATE, PCM_RECONFIGURE or PCM_CHECKPOINT (or a PCM_ERR_* code).
+ * comm: PCM's current world.
+ */
+int PCM_Status(MPI_Comm comm);
+
+/*
+ * Copies count elements of type at buf under name, for the replacement or the
+ * checkpoint. rank: this process's rank in PCM's world. Storing a name again replaces
+ * it. count 0 stores an empty array (buf may then be NULL).
+ */
+int PCM_Store(int rank, const char *name, const void *buf, PCM_Datatype type, long count);
+
+/*
+ * Copies the array stored under name into buf, which must hold all of it (PCM_Count
+ * says how much). rank: as PCM_Process_Status returned it. The state is handed over
+ * once: PCM frees its copy, and a second PCM_Load of the name returns
+ * PCM_ERR_NOT_STORED. Nothing is written to buf when the call fails.
+ */
+int PCM_Load(int rank, const char *name, void *buf);
+
+/* PCM_Load that also checks the stored type and count (PCM_ERR_TYPE, PCM_ERR_COUNT). */
+int PCM_Load_checked(int rank, const char *name, void *buf, PCM_Datatype type, long count);
+
+/*
+ * The number of elements stored under name, which must have been stored as type
+ * (else PCM_ERR_TYPE): lets a replacement allocate before it loads.
+ */
+int PCM_Count(int rank, const char *name, PCM_Datatype type, long *count);
+
+/*
+ * Carries out the reconfiguration the last PCM_Status announced (collective over
+ * PCM's world). On the ranks that stay, *comm becomes the new world and it returns
+ * PCM_SUCCESS. On a departing rank it does not return: PCM frees what it holds,
+ * finalizes MPI and ends the process with status 0 (on Open MPI 4 it first waits,
+ * idle, until the processes launched with it end). After PCM_CHECKPOINT it writes
+ * the checkpoint and returns with *comm unchanged. app_name is not used (the
+ * replacement runs this executable with the same arguments); it may be NULL.
+ */
+int PCM_Reconfigure(MPI_Comm *comm, const char *app_name);
+
+/*
+ * Ends PCM (collective over PCM's world). MPI stays initialised: call MPI_Finalize
+ * next. comm: PCM's current world, freed here.
+ */
+int PCM_Finalize(MPI_Comm comm);
+
+/* A static description of a return code. Never NULL. */
+const char *PCM_Error_string(int code);
+
+/*
+ * The message of the most recent failed PCM call on this thread (empty if none): what
+ * was wrong, with names and sizes. Valid until the next failed call. Never NULL.
+ */
+const char *PCM_Last_error(void);
+
+/* Informative: reconfigurations the job has completed (0 before PCM_Init). */
+long PCM_Migrations(void);
+
+/*
+ * The calls that take a communicator, for Fortran (the `pcm` module calls them): comm
+ * is a Fortran handle (MPI_Fint), converted with MPI_Comm_f2c / MPI_Comm_c2f.
+ */
+int PCM_Init_f(MPI_Fint *comm, const char *app_name);
+int PCM_Status_f(MPI_Fint comm);
+int PCM_Reconfigure_f(MPI_Fint *comm, const char *app_name);
+int PCM_Finalize_f(MPI_Fint comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PCM_H */
