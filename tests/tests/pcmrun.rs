@@ -204,6 +204,35 @@ fn assert_nothing_left(run: &Run, finished: &Finished) {
     );
 }
 
+/// pcmrun ended with 0 and the plain run's checksum after exactly one relaunch from a
+/// checkpoint; returns its report.
+fn assert_recovered_once(run: &Run, finished: &Finished, plain: &str) -> serde_json::Value {
+    let said: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("pcmrun:"))
+        .collect();
+    eprintln!("{}", said.join("\n"));
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the recovered run computed something else"
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 2, "{report}");
+    assert_eq!(
+        report["recoveries"][0]["start"], "from_checkpoint",
+        "{report}"
+    );
+    report
+}
+
 #[test]
 fn given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_checksum() {
     let _lock = mpi_lock();
@@ -221,30 +250,8 @@ fn given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_ch
     let victim = run.pid_of(1, 1);
     kill(victim, Signal::SIGKILL).unwrap();
     let finished = run.wait(DEADLINE);
-    eprintln!(
-        "{}",
-        finished
-            .stderr
-            .lines()
-            .filter(|l| l.starts_with("pcmrun:"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the recovered run computed something else"
-    );
-    let report = run.report();
-    assert_eq!(report["launches"], 2, "{report}");
+    let report = assert_recovered_once(&run, &finished, &plain);
     let recovery = &report["recoveries"][0];
-    assert_eq!(recovery["start"], "from_checkpoint", "{report}");
     let resumed = recovery["resumed_from"].as_u64().expect("resumed");
     assert!(resumed > 0, "resumed from iteration 0: {report}");
     let to_resume = recovery["seconds_to_resume"].as_f64().unwrap();
@@ -426,32 +433,7 @@ fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain
     let (victim, _) = hit_replacement(run.group.as_mut().unwrap(), 2, Signal::SIGKILL);
     let finished = run.wait(DEADLINE);
     drop(victim);
-    eprintln!(
-        "{}",
-        finished
-            .stderr
-            .lines()
-            .filter(|l| l.starts_with("pcmrun:"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the recovered run computed something else"
-    );
-    let report = run.report();
-    assert_eq!(report["launches"], 2, "{report}");
-    assert_eq!(
-        report["recoveries"][0]["start"], "from_checkpoint",
-        "{report}"
-    );
+    let report = assert_recovered_once(&run, &finished, &plain);
     assert_eq!(
         report["recoveries"][0]["resumed_from"].as_u64(),
         Some(at),
