@@ -50,8 +50,12 @@ fn sized_args(seconds: f64) -> (Vec<String>, f64) {
 }
 
 fn plain_checksum(args: &[String]) -> String {
+    plain_checksum_of("heat2d-plain", args)
+}
+
+fn plain_checksum_of(program: &str, args: &[String]) -> String {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    MpiJob::new(2, "heat2d-plain", &args)
+    MpiJob::new(2, program, &args)
         .run(DEADLINE)
         .report()
         .checksum
@@ -67,11 +71,18 @@ struct Run {
 }
 
 fn start(dir: &Path, args: &[String], options: &[&str]) -> Run {
-    start_with(dir, args, options, &[])
+    start_with(dir, "heat2d", args, options, &[])
 }
 
-/// [`start`] with extra environment for pcmrun (which forwards `PCM_*` to the ranks).
-fn start_with(dir: &Path, args: &[String], options: &[&str], env: &[(&str, String)]) -> Run {
+/// [`start`] of `program`, with extra environment for pcmrun (which forwards `PCM_*` to the
+/// ranks).
+fn start_with(
+    dir: &Path,
+    program: &str,
+    args: &[String],
+    options: &[&str],
+    env: &[(&str, String)],
+) -> Run {
     let events = dir.join("events.jsonl");
     let report = dir.join("report.json");
     let checkpoints = dir.join("checkpoints");
@@ -90,7 +101,7 @@ fn start_with(dir: &Path, args: &[String], options: &[&str], env: &[(&str, Strin
         .arg("--report")
         .arg(&report)
         .args(options)
-        .arg(bin("heat2d"))
+        .arg(bin(program))
         .args(args);
     Run {
         group: Some(Group::start(command, dir, "pcmrun")),
@@ -235,14 +246,27 @@ fn assert_recovered_once(run: &Run, finished: &Finished, plain: &str) -> serde_j
 
 #[test]
 fn given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_checksum() {
+    kill_a_rank_and_expect_recovery("heat2d", "heat2d-plain");
+}
+
+#[test]
+fn given_a_rank_of_the_c_heat2d_killed_mid_run_then_pcmrun_brings_it_back_too() {
+    kill_a_rank_and_expect_recovery("heat2d-c", "heat2d-c-plain");
+}
+
+/// Runs `program` under pcmrun, kills rank 1 after the first checkpoint, and expects one
+/// recovery ending with the checksum of `plain_program`.
+fn kill_a_rank_and_expect_recovery(program: &str, plain_program: &str) {
     let _lock = mpi_lock();
     let args = args_for(8.0);
-    let plain = plain_checksum(&args);
+    let plain = plain_checksum_of(plain_program, &args);
     let dir = tempfile::tempdir().unwrap();
-    let mut run = start(
+    let mut run = start_with(
         dir.path(),
+        program,
         &args,
         &["--checkpoint-interval", "0.5", "--retry-delay", "0.2"],
+        &[],
     );
     run.wait_for("a checkpoint", 1, |e| {
         matches!(e, RunEvent::Checkpointed { .. })
@@ -424,6 +448,7 @@ fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain
     ];
     let mut run = start_with(
         dir.path(),
+        "heat2d",
         &args,
         &["--checkpoint-interval", "600", "--retry-delay", "0.2"],
         &env,
