@@ -616,8 +616,11 @@ impl Agent {
         if peer == self.me {
             return;
         }
-        self.peers.record_rtt(now, peer, rtt);
-        self.c2c_peers_changed(now);
+        // A sample that changes neither the set of peers nor a tier changes no cluster
+        // (member timeouts are the timer's business).
+        if self.peers.record_rtt(now, peer, rtt) {
+            self.c2c_peers_changed(now);
+        }
     }
 
     /// `peer` disconnected or left.
