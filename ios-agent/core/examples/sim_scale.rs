@@ -20,7 +20,16 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
     let secs: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(600);
-    let mut sim = Sim::new(1, Config::default()).with_max_steps(u64::MAX);
+    let discovery = std::env::var("DISCOVERY").ok().and_then(|s| s.parse().ok());
+    let tiers = [2u64, 40, 180, 300];
+    let mut sim = Sim::new(1, Config::default()).with_rtt_model(move |i, j| {
+        Duration::from_millis(tiers[(hash(i as u64, j as u64) % 4) as usize])
+    });
+    if let Some(k) = discovery {
+        sim = sim
+            .with_discovery(k)
+            .with_rtt_period(Duration::from_secs(15));
+    }
     for i in 0..n {
         let h = hash(i as u64, 7);
         let cores = [1.0, 2.0, 4.0, 8.0][(h % 4) as usize];
@@ -37,13 +46,6 @@ fn main() {
         }
         sim.add_node(spec);
     }
-    let tiers = [2u64, 40, 180, 300];
-    for i in 0..n {
-        for j in i + 1..n {
-            let t = tiers[(hash(i as u64, j as u64) % 4) as usize];
-            sim.set_rtt(i, j, Duration::from_millis(t));
-        }
-    }
     let entities = 2 * n / 3;
     for e in 0..entities {
         let node = (hash(e as u64, 99) % n as u64) as usize;
@@ -55,6 +57,7 @@ fn main() {
         "nodes {n} simulated {secs} s wall {:.1} s migrations {} messages {}",
         wall.elapsed().as_secs_f64(),
         sim.migrations().len(),
-        sim.sent().len()
+        sim.messages().messages
     );
+    println!("steps {} iterations {:.0}", sim.steps(), sim.iterations());
 }
