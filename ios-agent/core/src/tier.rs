@@ -154,9 +154,13 @@ pub struct PeerInfo {
 /// table keeps its peers indexed by last sample, by RTT and by tier.
 #[derive(Debug, Clone)]
 pub struct PeerTable {
-    peers: HashMap<PeerId, PeerInfo>,
-    by_seen: BTreeSet<(Instant, PeerId)>,
-    by_rtt: BTreeSet<(Duration, PeerId)>,
+    /// Peer to its slot in `slots`; the ordered indexes hold slots, not ids, so that they
+    /// compare integers and never copy an id.
+    index: HashMap<PeerId, u32>,
+    slots: Vec<Option<(PeerId, PeerInfo)>>,
+    free: Vec<u32>,
+    by_seen: BTreeSet<(Instant, u32)>,
+    by_rtt: BTreeSet<(Duration, u32)>,
     tiers: [BTreeSet<PeerId>; 4],
     capacity: usize,
 }
@@ -174,7 +178,9 @@ impl PeerTable {
     /// An empty table holding at most `capacity` peers (at least 1).
     pub fn new(capacity: usize) -> Self {
         PeerTable {
-            peers: HashMap::new(),
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             by_seen: BTreeSet::new(),
             by_rtt: BTreeSet::new(),
             tiers: Default::default(),
@@ -186,9 +192,12 @@ impl PeerTable {
     /// evicts the farthest one if it is nearer than it, and is not added otherwise. Returns
     /// whether the set of peers or a peer's tier changed.
     pub fn record_rtt(&mut self, now: Instant, peer: PeerId, rtt: Duration) -> bool {
-        if let Some(info) = self.peers.get_mut(&peer) {
-            self.by_seen.remove(&(info.last_seen, peer.clone()));
-            self.by_rtt.remove(&(info.srtt, peer.clone()));
+        if let Some(&slot) = self.index.get(&peer) {
+            let Some((_, info)) = self.slots[slot as usize].as_mut() else {
+                return false;
+            };
+            self.by_seen.remove(&(info.last_seen, slot));
+            self.by_rtt.remove(&(info.srtt, slot));
             // srtt = 7/8 srtt + 1/8 sample
             info.srtt = (info.srtt * 7 + rtt) / 8;
             info.last_seen = now;
@@ -196,58 +205,76 @@ impl PeerTable {
             let retiered = tier != info.tier;
             if retiered {
                 self.tiers[tier_index(info.tier)].remove(&peer);
-                self.tiers[tier_index(tier)].insert(peer.clone());
+                self.tiers[tier_index(tier)].insert(peer);
                 info.tier = tier;
             }
-            self.by_seen.insert((now, peer.clone()));
-            self.by_rtt.insert((info.srtt, peer));
+            self.by_seen.insert((now, slot));
+            self.by_rtt.insert((info.srtt, slot));
             return retiered;
         }
-        if self.peers.len() >= self.capacity {
-            let Some((far_rtt, far)) = self.by_rtt.last().cloned() else {
+        if self.index.len() >= self.capacity {
+            let Some(&(far_rtt, far)) = self.by_rtt.last() else {
                 return false;
             };
             if rtt >= far_rtt {
                 return false;
             }
-            self.remove(&far);
+            if let Some((far, _)) = self.slots[far as usize].clone() {
+                self.remove(&far);
+            }
         }
         let tier = LatencyTier::from_rtt(rtt);
-        self.by_seen.insert((now, peer.clone()));
-        self.by_rtt.insert((rtt, peer.clone()));
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_seen.insert((now, slot));
+        self.by_rtt.insert((rtt, slot));
         self.tiers[tier_index(tier)].insert(peer.clone());
-        self.peers.insert(
+        self.index.insert(peer.clone(), slot);
+        self.slots[slot as usize] = Some((
             peer,
             PeerInfo {
                 srtt: rtt,
                 tier,
                 last_seen: now,
             },
-        );
+        ));
         true
     }
 
     /// Forgets a peer; returns whether it was known.
     pub fn remove(&mut self, peer: &PeerId) -> bool {
-        match self.peers.remove(peer) {
-            Some(info) => {
-                self.by_seen.remove(&(info.last_seen, peer.clone()));
-                self.by_rtt.remove(&(info.srtt, peer.clone()));
-                self.tiers[tier_index(info.tier)].remove(peer);
-                true
-            }
-            None => false,
+        let Some(slot) = self.index.remove(peer) else {
+            return false;
+        };
+        if let Some((_, info)) = self.slots[slot as usize].take() {
+            self.by_seen.remove(&(info.last_seen, slot));
+            self.by_rtt.remove(&(info.srtt, slot));
+            self.tiers[tier_index(info.tier)].remove(peer);
         }
+        self.free.push(slot);
+        true
     }
 
     /// Forgets peers last heard from at or before `deadline`; returns how many.
     pub fn expire(&mut self, deadline: Instant) -> usize {
         let mut gone = 0;
-        while let Some((at, peer)) = self.by_seen.first().cloned() {
+        while let Some(&(at, slot)) = self.by_seen.first() {
             if at > deadline {
                 break;
             }
-            self.remove(&peer);
+            match self.slots[slot as usize].as_ref().map(|(p, _)| p.clone()) {
+                Some(peer) => {
+                    self.remove(&peer);
+                }
+                None => {
+                    self.by_seen.remove(&(at, slot));
+                }
+            }
             gone += 1;
         }
         gone
@@ -255,12 +282,13 @@ impl PeerTable {
 
     /// What is known of one peer.
     pub fn get(&self, peer: &PeerId) -> Option<&PeerInfo> {
-        self.peers.get(peer)
+        let slot = *self.index.get(peer)?;
+        self.slots[slot as usize].as_ref().map(|(_, info)| info)
     }
 
     /// The tier of a known peer.
     pub fn tier(&self, peer: &PeerId) -> Option<LatencyTier> {
-        self.peers.get(peer).map(|i| i.tier)
+        self.get(peer).map(|i| i.tier)
     }
 
     /// Peers of one tier, sorted by id (so that a seeded choice among them is replayable).
@@ -270,17 +298,19 @@ impl PeerTable {
 
     /// Every known peer, nearest first.
     pub fn by_rtt(&self) -> impl Iterator<Item = (&PeerId, Duration)> + '_ {
-        self.by_rtt.iter().map(|(rtt, id)| (id, *rtt))
+        self.by_rtt.iter().filter_map(|&(rtt, slot)| {
+            self.slots[slot as usize].as_ref().map(|(id, _)| (id, rtt))
+        })
     }
 
     /// Number of known peers.
     pub fn len(&self) -> usize {
-        self.peers.len()
+        self.index.len()
     }
 
     /// Whether no peer is known.
     pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
+        self.index.is_empty()
     }
 
     /// Oldest `last_seen`, to schedule expiry.
