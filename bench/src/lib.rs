@@ -9,6 +9,7 @@
 pub mod adaptive;
 pub mod agents;
 pub mod checkpoint;
+pub mod scale;
 
 use std::fmt::Write as _;
 use std::fs::File;
