@@ -1010,12 +1010,7 @@ impl Agent {
     fn send_steal(&mut self, now: Instant, b: Beneficiary, from: Option<LatencyTier>) {
         let mut tier = from;
         while let Some(t) = tier.filter(|t| *t <= self.config.max_tier) {
-            let candidates: Vec<&PeerId> = self
-                .peers
-                .in_tier(t)
-                .into_iter()
-                .filter(|p| **p != b.peer)
-                .collect();
+            let candidates = self.peers.in_tier_except(t, &[&b.peer]);
             if let Some(to) = candidates.choose(&mut self.rng).map(|p| (*p).clone()) {
                 self.steal_from(now, b, to, t);
                 return;
@@ -1219,12 +1214,7 @@ impl Agent {
     /// origin it is exhausted.
     pub(crate) fn forward(&mut self, from: PeerId, steal: Steal, tier: LatencyTier) {
         let exclude = [&from, &steal.origin, &steal.source.peer, &self.me];
-        let candidates: Vec<&PeerId> = self
-            .peers
-            .in_tier(tier)
-            .into_iter()
-            .filter(|p| !exclude.contains(p))
-            .collect();
+        let candidates = self.peers.in_tier_except(tier, &exclude);
         let next = candidates.choose(&mut self.rng).map(|p| (*p).clone());
         self.pass_on(steal, next);
     }

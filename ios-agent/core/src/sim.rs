@@ -325,7 +325,6 @@ pub struct Sim {
     epoch: Instant,
     now: Instant,
     nodes: Vec<Node>,
-    by_peer: HashMap<PeerId, usize>,
     entities: Vec<Entity>,
     by_entity: HashMap<EntityId, usize>,
     jobs: Vec<Job>,
@@ -369,7 +368,6 @@ impl Sim {
             epoch,
             now: epoch,
             nodes: Vec::new(),
-            by_peer: HashMap::new(),
             entities: Vec::new(),
             by_entity: HashMap::new(),
             jobs: Vec::new(),
@@ -469,7 +467,6 @@ impl Sim {
             .clone()
             .with_seed(self.seed.wrapping_mul(1000).wrapping_add(index as u64));
         let agent = Agent::new(peer.clone(), host.clone(), config, self.now).expect("valid config");
-        self.by_peer.insert(peer.clone(), index);
         self.nodes.push(Node {
             peer,
             host,
@@ -653,6 +650,19 @@ impl Sim {
         self.steps
     }
 
+    /// The node of an agent id (`nNN`, the node's index), without a map lookup.
+    fn index_of(&self, peer: &PeerId) -> Option<usize> {
+        let digits = peer.as_bytes().strip_prefix(b"n")?;
+        let mut i: usize = 0;
+        for &d in digits {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            i = i.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
+        }
+        self.nodes.get(i).filter(|n| &n.peer == peer).map(|_| i)
+    }
+
     fn rtt_between(&self, a: usize, b: usize) -> Duration {
         if a == b {
             return Duration::ZERO;
@@ -823,7 +833,7 @@ impl Sim {
         while let Some(action) = self.nodes[node].agent.poll_action() {
             match action {
                 Action::Send { to, message } => {
-                    let Some(&j) = self.by_peer.get(&to) else {
+                    let Some(j) = self.index_of(&to) else {
                         continue;
                     };
                     let bytes = cbor_len(&message);
@@ -856,7 +866,7 @@ impl Sim {
                     to,
                     to_host,
                 } => {
-                    let target = self.by_peer.get(&to).copied();
+                    let target = self.index_of(&to);
                     let indices: Option<Vec<usize>> = entities
                         .iter()
                         .map(|id| {
@@ -1005,7 +1015,7 @@ impl Sim {
                         .agent
                         .peers()
                         .by_rtt()
-                        .filter_map(|(p, _)| self.by_peer.get(p).copied())
+                        .filter_map(|(p, _)| self.index_of(p))
                         .filter(|&j| self.nodes[j].alive)
                         .collect();
                     for j in known {

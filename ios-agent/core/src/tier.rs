@@ -296,6 +296,21 @@ impl PeerTable {
         self.tiers[tier_index(tier)].iter().collect()
     }
 
+    /// [`PeerTable::in_tier`] without the peers in `exclude` (in the same order). Each
+    /// excluded id is looked up once; the tier's peers are then told apart by address, not
+    /// by comparing ids.
+    pub fn in_tier_except(&self, tier: LatencyTier, exclude: &[&PeerId]) -> Vec<&PeerId> {
+        let set = &self.tiers[tier_index(tier)];
+        let found: Vec<*const PeerId> = exclude
+            .iter()
+            .filter_map(|p| set.get(*p))
+            .map(|p| p as *const PeerId)
+            .collect();
+        set.iter()
+            .filter(|p| !found.contains(&(*p as *const PeerId)))
+            .collect()
+    }
+
     /// Every known peer, nearest first.
     pub fn by_rtt(&self) -> impl Iterator<Item = (&PeerId, Duration)> + '_ {
         self.by_rtt.iter().filter_map(|&(rtt, slot)| {
