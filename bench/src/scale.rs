@@ -276,6 +276,8 @@ pub struct Outcome {
     pub seconds: f64,
     /// Wall-clock seconds of the simulation.
     pub wall: f64,
+    /// CPU seconds of the simulation (wall time on a shared machine overstates it).
+    pub cpu: f64,
     /// Peak resident memory of this process so far, bytes.
     pub peak_rss: u64,
 }
@@ -285,6 +287,25 @@ impl Outcome {
     pub fn messages_per_node_second(&self) -> f64 {
         self.messages as f64 / (self.nodes as f64 * self.seconds)
     }
+}
+
+/// CPU seconds (user + system) this process has used so far, from /proc/self/stat.
+pub fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at ')'.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    // USER_HZ is 100 on the Linux architectures this runs on.
+    ticks / 100.0
 }
 
 /// Peak resident set of this process (VmHWM), bytes.
@@ -362,6 +383,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     let mut series = Vec::new();
     let mut last = [0.0; 2];
     let wall = Instant::now();
+    let cpu = cpu_seconds();
     let steps = (pool.length.as_secs() / 60).max(1);
     for m in 0..steps {
         let start = minute * m as u32;
@@ -387,6 +409,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         last = now;
     }
     let wall = wall.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
     let moves = sim.migrations();
     // Thrashing: moves of one entity within a hold-down, and returns; moves off a leaving
     // node are forced and not counted.
@@ -450,6 +473,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         joins: joins.len(),
         seconds: sim.elapsed().as_secs_f64(),
         wall,
+        cpu,
         peak_rss: peak_rss(),
     }
 }
@@ -474,6 +498,7 @@ pub fn table(outcomes: &[Outcome]) -> Table {
         "bytes/node/s",
         "join->work (s)",
         "wall (s)",
+        "cpu (s)",
         "peak RSS (MB)",
     ]);
     for o in outcomes {
@@ -499,6 +524,7 @@ pub fn table(outcomes: &[Outcome]) -> Table {
                 None => format!("- (0/{})", o.joins),
             },
             f(o.wall, 1),
+            f(o.cpu, 1),
             f(o.peak_rss as f64 / 1e6, 0),
         ]);
     }
@@ -583,14 +609,15 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                 }
                 let o = run_one(pool, s);
                 eprintln!(
-                    "scale: {} {} nodes {}: {:.0} iterations, {} migrations, {} messages, wall {:.1} s",
+                    "scale: {} {} nodes {}: {:.0} iterations, {} migrations, {} messages, wall {:.1} s, cpu {:.1} s",
                     network.name(),
                     nodes,
                     s.name(),
                     o.iterations,
                     o.migrations,
                     o.messages,
-                    o.wall
+                    o.wall,
+                    o.cpu
                 );
                 outcomes.push(o);
             }
@@ -691,6 +718,7 @@ mod tests {
         let mut b = run_one(pool, Strategy::NsP2p);
         for o in [&mut a, &mut b] {
             o.wall = 0.0;
+            o.cpu = 0.0;
             o.peak_rss = 0;
         }
         assert_eq!(a, b);
