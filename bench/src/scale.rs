@@ -39,8 +39,8 @@ pub struct ScaleArgs {
     /// Seed of the pool and of the agents.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Strategies to run (nsp2p, nsc2c, random, none, oracle).
-    #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "none".to_owned(), "oracle".to_owned()])]
+    /// Strategies to run (nsp2p, nsp2p+cap, nsc2c, random, random+cap, none, oracle).
+    #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsp2p+cap".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "random+cap".to_owned(), "none".to_owned(), "oracle".to_owned()])]
     pub strategies: Vec<String>,
     /// Largest pool NSc2c runs on (its heartbeats cost the simulator one message per local
     /// peer per second and node).
@@ -80,10 +80,15 @@ impl Network {
 pub enum Strategy {
     /// Agents, NSp2p.
     NsP2p,
+    /// Agents, NSp2p, with a rank's demand capped at one core in the model
+    /// ([`ios_agent_core::agent::Config::with_entity_cores`]).
+    NsP2pCapped,
     /// Agents, NSc2c.
     NsC2c,
     /// Agents, NSp2p told the same RTT for every peer: random work stealing.
     Random,
+    /// [`Strategy::Random`] with [`Strategy::NsP2pCapped`]'s model.
+    RandomCapped,
     /// No balancing.
     None,
     /// The central oracle.
@@ -94,8 +99,10 @@ impl Strategy {
     fn name(self) -> &'static str {
         match self {
             Strategy::NsP2p => "NSp2p",
+            Strategy::NsP2pCapped => "NSp2p+cap",
             Strategy::NsC2c => "NSc2c",
             Strategy::Random => "random",
+            Strategy::RandomCapped => "random+cap",
             Strategy::None => "none",
             Strategy::Oracle => "oracle",
         }
@@ -104,8 +111,10 @@ impl Strategy {
     fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
             "nsp2p" | "p2p" => Strategy::NsP2p,
+            "nsp2p+cap" | "cap" => Strategy::NsP2pCapped,
             "nsc2c" | "c2c" => Strategy::NsC2c,
             "random" => Strategy::Random,
+            "random+cap" => Strategy::RandomCapped,
             "none" => Strategy::None,
             "oracle" => Strategy::Oracle,
             _ => return None,
@@ -326,6 +335,7 @@ pub fn agent_config(strategy: Strategy) -> Config {
     let config = Config::default().with_max_peers(SCALE_MAX_PEERS);
     match strategy {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
+        Strategy::NsP2pCapped | Strategy::RandomCapped => config.with_entity_cores(Some(1.0)),
         _ => config,
     }
 }
@@ -346,7 +356,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         .with_balancer(balancer)
         .with_discovery(DISCOVERY_PER_ROUND)
         .with_rtt_period(SCALE_RTT_PERIOD);
-    if strategy == Strategy::Random {
+    if matches!(strategy, Strategy::Random | Strategy::RandomCapped) {
         sim = sim.with_reported_rtt(Duration::from_millis(1));
     }
     for i in 0..pool.nodes {
@@ -543,7 +553,12 @@ pub fn targets(outcomes: &[Outcome]) -> Vec<String> {
     sizes.sort_unstable();
     sizes.dedup();
     for &nodes in &sizes {
-        for (s, n) in [(Strategy::NsP2p, Network::Internet), (Strategy::NsC2c, Network::Grid)] {
+        for (s, n) in [
+            (Strategy::NsP2p, Network::Internet),
+            (Strategy::NsP2pCapped, Network::Internet),
+            (Strategy::NsC2c, Network::Grid),
+            (Strategy::NsP2pCapped, Network::Grid),
+        ] {
             if let (Some(a), Some(o)) = (find(s, n, nodes), find(Strategy::Oracle, n, nodes)) {
                 out.push(format!(
                     "{nodes} nodes, {}: {} / oracle = {:.2} (target >= 0.90)",
@@ -554,12 +569,17 @@ pub fn targets(outcomes: &[Outcome]) -> Vec<String> {
             }
         }
         for n in [Network::Internet, Network::Grid] {
-            for s in [Strategy::NsP2p, Strategy::NsC2c] {
-                if let (Some(a), Some(r)) = (find(s, n, nodes), find(Strategy::Random, n, nodes)) {
+            for (s, random) in [
+                (Strategy::NsP2p, Strategy::Random),
+                (Strategy::NsP2pCapped, Strategy::RandomCapped),
+                (Strategy::NsC2c, Strategy::Random),
+            ] {
+                if let (Some(a), Some(r)) = (find(s, n, nodes), find(random, n, nodes)) {
                     out.push(format!(
-                        "{nodes} nodes, {}: {} / random on hypercube = {:.2}, on sparse = {:.2} (target >= 2)",
+                        "{nodes} nodes, {}: {} / {} on hypercube = {:.2}, on sparse = {:.2} (target >= 2)",
                         n.name(),
                         s.name(),
+                        random.name(),
                         a.by_pattern[0] / r.by_pattern[0],
                         a.by_pattern[2] / r.by_pattern[2]
                     ));
@@ -672,7 +692,13 @@ fn plots(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         .x_label("nodes (log10)")
         .y_label("messages / node / s");
     let mut any = false;
-    for s in [Strategy::NsP2p, Strategy::NsC2c, Strategy::Random] {
+    for s in [
+        Strategy::NsP2p,
+        Strategy::NsP2pCapped,
+        Strategy::NsC2c,
+        Strategy::Random,
+        Strategy::RandomCapped,
+    ] {
         for network in [Network::Internet, Network::Grid] {
             let mut points: Vec<(f64, f64)> = outcomes
                 .iter()
@@ -736,6 +762,7 @@ mod tests {
             let pool = quick(network, 20);
             let all: Vec<Outcome> = [
                 Strategy::NsP2p,
+                Strategy::NsP2pCapped,
                 Strategy::Random,
                 Strategy::None,
                 Strategy::Oracle,
@@ -744,10 +771,10 @@ mod tests {
             .map(|s| run_one(pool, s))
             .collect();
             eprintln!("{}", table(&all).to_text());
-            let [p2p, random, none, oracle] = &all[..] else {
+            let [p2p, capped, random, none, oracle] = &all[..] else {
                 unreachable!()
             };
-            for o in [p2p, random, none] {
+            for o in [p2p, capped, random, none] {
                 assert!(
                     oracle.iterations > o.iterations,
                     "{network:?}: oracle {} <= {} {}",
@@ -756,7 +783,18 @@ mod tests {
                     o.iterations
                 );
             }
+            // With a rank's demand capped at one core the agents stop thrashing: moves
+            // per entity and hour drop from about 50 (every hold-down) to under 1.
+            let hours = capped.seconds / 3600.0;
+            let rate = capped.migrations as f64 / capped.entities as f64 / hours;
+            assert!(rate < 2.0, "{network:?}: NSp2p+cap moved {rate:.1} times per entity and hour");
             if network == Network::Internet {
+                assert!(
+                    capped.iterations > p2p.iterations,
+                    "{network:?}: NSp2p+cap {} <= NSp2p {}",
+                    capped.iterations,
+                    p2p.iterations
+                );
                 assert!(
                     p2p.iterations > 1.2 * none.iterations,
                     "{network:?}: NSp2p {} against none {}",
@@ -764,7 +802,7 @@ mod tests {
                     none.iterations
                 );
             }
-            for o in [p2p, random] {
+            for o in [p2p, capped, random] {
                 assert!(
                     o.messages_per_node_second() < 5.0,
                     "{network:?} {}: {} messages per node per second",
@@ -772,7 +810,7 @@ mod tests {
                     o.messages_per_node_second()
                 );
             }
-            for o in [p2p, random, oracle] {
+            for o in [p2p, capped, random, oracle] {
                 assert!(
                     o.max_moves_per_hold_down <= 1,
                     "{network:?} {}: {} moves within one hold-down",
