@@ -229,7 +229,10 @@ impl Pool {
     fn joins(&self) -> Vec<Duration> {
         let n = self.nodes / 20;
         (0..n)
-            .map(|k| self.length.mul_f64(0.1 + 0.8 * unit(hash(self.seed ^ 0x101, k as u64))))
+            .map(|k| {
+                self.length
+                    .mul_f64(0.1 + 0.8 * unit(hash(self.seed ^ 0x101, k as u64)))
+            })
             .collect()
     }
 
@@ -239,7 +242,9 @@ impl Pool {
         (0..n)
             .map(|k| {
                 let node = (hash(self.seed ^ 0x202, k as u64) % self.nodes as u64) as usize;
-                let at = self.length.mul_f64(0.1 + 0.8 * unit(hash(self.seed ^ 0x303, k as u64)));
+                let at = self
+                    .length
+                    .mul_f64(0.1 + 0.8 * unit(hash(self.seed ^ 0x303, k as u64)));
                 (node, at)
             })
             .collect()
@@ -515,7 +520,10 @@ pub fn table(outcomes: &[Outcome]) -> Table {
         let oracle = outcomes.iter().find(|x| {
             x.strategy == Strategy::Oracle && x.network == o.network && x.nodes == o.nodes
         });
-        let ratio = |a: f64, b: Option<f64>| b.filter(|b| *b > 0.0).map_or("-".to_owned(), |b| f(a / b, 2));
+        let ratio = |a: f64, b: Option<f64>| {
+            b.filter(|b| *b > 0.0)
+                .map_or("-".to_owned(), |b| f(a / b, 2))
+        };
         let hours = o.seconds / 3600.0;
         t.push(vec![
             o.network.name().to_owned(),
@@ -659,7 +667,10 @@ fn plots(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
     let Some(largest) = outcomes.iter().map(|o| o.nodes).max() else {
         return Ok(());
     };
-    for (k, (fig, pattern)) in [("fig6", "hypercube"), ("fig7", "tree")].into_iter().enumerate() {
+    for (k, (fig, pattern)) in [("fig6", "hypercube"), ("fig7", "tree")]
+        .into_iter()
+        .enumerate()
+    {
         for network in [Network::Internet, Network::Grid] {
             let mut plot = mpi_ios_plots::TimePlot::new(format!(
                 "{pattern} jobs, {}-like network, {largest} nodes",
@@ -787,7 +798,10 @@ mod tests {
             // per entity and hour drop from about 50 (every hold-down) to under 1.
             let hours = capped.seconds / 3600.0;
             let rate = capped.migrations as f64 / capped.entities as f64 / hours;
-            assert!(rate < 2.0, "{network:?}: NSp2p+cap moved {rate:.1} times per entity and hour");
+            assert!(
+                rate < 2.0,
+                "{network:?}: NSp2p+cap moved {rate:.1} times per entity and hour"
+            );
             if network == Network::Internet {
                 assert!(
                     capped.iterations > p2p.iterations,

@@ -39,7 +39,11 @@ fn main() {
         let phase = ((h >> 32) % 600) as f64;
         if kind < 25 {
             spec = spec.with_background(move |t| {
-                if ((t.as_secs_f64() + phase) / 300.0) as u64 % 2 == 0 { cores } else { 0.0 }
+                if ((t.as_secs_f64() + phase) / 300.0) as u64 % 2 == 0 {
+                    cores
+                } else {
+                    0.0
+                }
             });
         } else if kind < 40 {
             spec = spec.with_background(move |t| if t.as_secs_f64() > phase { cores } else { 0.0 });

@@ -149,7 +149,10 @@ impl Pattern {
                 let e = if n < 2 {
                     Vec::new()
                 } else {
-                    (0..n).map(|i| (i, (i + 1) % n)).filter(|(a, b)| a != b).collect()
+                    (0..n)
+                        .map(|i| (i, (i + 1) % n))
+                        .filter(|(a, b)| a != b)
+                        .collect()
                 };
                 (e, 1)
             }
@@ -377,7 +380,7 @@ impl Sim {
             default_rtt: Duration::from_millis(1),
             reported_rtt: None,
             discovery: None,
-            rng: StdRng::seed_from_u64(seed ^ 0x5eed_0f_5171),
+            rng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5171),
             events: BinaryHeap::new(),
             timers: BinaryHeap::new(),
             dirty: Vec::new(),
@@ -728,7 +731,12 @@ impl Sim {
     }
 
     /// Seconds of one iteration of `job`, from per-node compute seconds and node placement.
-    fn job_iteration(&self, job: &Job, compute: impl Fn(usize) -> f64, node: impl Fn(usize) -> usize) -> f64 {
+    fn job_iteration(
+        &self,
+        job: &Job,
+        compute: impl Fn(usize) -> f64,
+        node: impl Fn(usize) -> usize,
+    ) -> f64 {
         let mut slowest: f64 = 0.0;
         for &e in &job.ranks {
             slowest = slowest.max(compute(e));
@@ -870,18 +878,19 @@ impl Sim {
                     let indices: Option<Vec<usize>> = entities
                         .iter()
                         .map(|id| {
-                            self.by_entity
-                                .get(id)
-                                .copied()
-                                .filter(|&e| {
-                                    self.entities[e].node == node && !self.entities[e].migrating
-                                })
+                            self.by_entity.get(id).copied().filter(|&e| {
+                                self.entities[e].node == node && !self.entities[e].migrating
+                            })
                         })
                         .collect();
-                    let ok = target.is_some_and(|j| self.nodes[j].host == to_host)
-                        && indices.is_some();
+                    let ok =
+                        target.is_some_and(|j| self.nodes[j].host == to_host) && indices.is_some();
                     let j = target.unwrap_or(node);
-                    let indices = if ok { indices.unwrap_or_default() } else { Vec::new() };
+                    let indices = if ok {
+                        indices.unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
                     self.begin_move(id, node, j, indices, true);
                 }
             }
@@ -889,10 +898,22 @@ impl Sim {
     }
 
     /// Starts moving `entities` from `from` to `to` (a refused move if empty: it ends now).
-    fn begin_move(&mut self, id: MigrationId, from: usize, to: usize, entities: Vec<usize>, by_agent: bool) {
+    fn begin_move(
+        &mut self,
+        id: MigrationId,
+        from: usize,
+        to: usize,
+        entities: Vec<usize>,
+        by_agent: bool,
+    ) {
         let bytes: u64 = entities.iter().map(|&e| self.entities[e].state_bytes).sum();
         let cost = self.spawn + Duration::from_secs_f64(bytes as f64 / self.bandwidth);
-        let at = self.now + if entities.is_empty() { Duration::ZERO } else { cost };
+        let at = self.now
+            + if entities.is_empty() {
+                Duration::ZERO
+            } else {
+                cost
+            };
         for &e in &entities {
             self.entities[e].migrating = true;
             let job = self.entities[e].job;
@@ -970,9 +991,7 @@ impl Sim {
 
     /// Feeds agent `i` one RTT sample of node `j`.
     fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
-        let rtt = self
-            .reported_rtt
-            .unwrap_or_else(|| self.rtt_between(i, j));
+        let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
         let peer = self.nodes[j].peer.clone();
         let _span = tracing::debug_span!("node", i).entered();
         self.nodes[i].agent.handle_peer_rtt(now, peer, rtt);

@@ -313,9 +313,9 @@ impl PeerTable {
 
     /// Every known peer, nearest first.
     pub fn by_rtt(&self) -> impl Iterator<Item = (&PeerId, Duration)> + '_ {
-        self.by_rtt.iter().filter_map(|&(rtt, slot)| {
-            self.slots[slot as usize].as_ref().map(|(id, _)| (id, rtt))
-        })
+        self.by_rtt
+            .iter()
+            .filter_map(|&(rtt, slot)| self.slots[slot as usize].as_ref().map(|(id, _)| (id, rtt)))
     }
 
     /// Number of known peers.
