@@ -217,12 +217,22 @@ impl Pool {
                     0.0
                 }
             });
-        } else if kind < 0.40 {
+        } else if let Some(at) = self.step_onset(i) {
             // A load that starts once and stays.
-            let at = unit(hash(h, 4)) * length;
+            let at = at.as_secs_f64();
             spec = spec.with_background(move |t| if t.as_secs_f64() >= at { cores } else { 0.0 });
         }
+        let _ = length;
         spec
+    }
+
+    /// When node `i`'s step load starts, if it has one (15% of the nodes).
+    fn step_onset(&self, i: usize) -> Option<Duration> {
+        let h = hash(self.seed.wrapping_add(77), i as u64);
+        let kind = unit(hash(h, 1));
+        (0.25..0.40)
+            .contains(&kind)
+            .then(|| self.length.mul_f64(unit(hash(h, 4))))
     }
 
     /// Nodes that join during the run (5%), with when.
@@ -286,6 +296,11 @@ pub struct Outcome {
     pub joins_served: usize,
     /// Joined nodes.
     pub joins: usize,
+    /// Median seconds from a step load's onset to the first rank moving off that node, over
+    /// the nodes that held ranks then and shed one.
+    pub load_to_shed: Option<f64>,
+    /// Step-loaded nodes that shed a rank, and those that held ranks at the onset.
+    pub sheds: (usize, usize),
     /// Simulated seconds.
     pub seconds: f64,
     /// Wall-clock seconds of the simulation.
@@ -387,6 +402,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         }
         sim.set_pattern(&name, Pattern::COMMUNICATING[j % 4]);
     }
+    let initial: Vec<usize> = (0..pool.nodes).map(|i| sim.count_on(i)).collect();
     let mut joins: Vec<(Duration, usize)> = Vec::new();
     let mut pending_joins = pool.joins();
     pending_joins.sort();
@@ -464,6 +480,36 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         })
         .collect();
     waits.sort_by(f64::total_cmp);
+    // Reaction to a load change: step-loaded nodes that held ranks at the onset.
+    let mut changes: HashMap<usize, Vec<(Duration, i64)>> = HashMap::new();
+    for m in moves {
+        changes.entry(m.from).or_default().push((m.at, -1));
+        changes.entry(m.to).or_default().push((m.at, 1));
+    }
+    let count_at = |i: usize, at: Duration| -> i64 {
+        let base = initial.get(i).copied().unwrap_or(0) as i64;
+        base + changes.get(&i).map_or(0, |v| {
+            v.iter()
+                .take_while(|(t, _)| *t < at)
+                .map(|(_, d)| d)
+                .sum::<i64>()
+        })
+    };
+    let mut held_at_onset = 0;
+    let mut sheds: Vec<f64> = Vec::new();
+    for i in 0..pool.nodes {
+        let Some(at) = pool.step_onset(i).filter(|at| *at < pool.length) else {
+            continue;
+        };
+        if count_at(i, at) <= 0 {
+            continue;
+        }
+        held_at_onset += 1;
+        if let Some(m) = moves.iter().find(|m| m.from == i && m.at >= at) {
+            sheds.push((m.at - at).as_secs_f64());
+        }
+    }
+    sheds.sort_by(f64::total_cmp);
     let counts = sim.messages();
     Outcome {
         strategy,
@@ -486,6 +532,8 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         join_to_work: (!waits.is_empty()).then(|| waits[waits.len() / 2]),
         joins_served: waits.len(),
         joins: joins.len(),
+        load_to_shed: (!sheds.is_empty()).then(|| sheds[sheds.len() / 2]),
+        sheds: (sheds.len(), held_at_onset),
         seconds: sim.elapsed().as_secs_f64(),
         wall,
         cpu,
@@ -512,6 +560,7 @@ pub fn table(outcomes: &[Outcome]) -> Table {
         "msgs/node/s",
         "bytes/node/s",
         "join->work (s)",
+        "load->shed (s)",
         "wall (s)",
         "cpu (s)",
         "peak RSS (MB)",
@@ -540,6 +589,10 @@ pub fn table(outcomes: &[Outcome]) -> Table {
             match o.join_to_work {
                 Some(s) => format!("{} ({}/{})", f(s, 0), o.joins_served, o.joins),
                 None => format!("- (0/{})", o.joins),
+            },
+            match o.load_to_shed {
+                Some(s) => format!("{} ({}/{})", f(s, 0), o.sheds.0, o.sheds.1),
+                None => format!("- (0/{})", o.sheds.1),
             },
             f(o.wall, 1),
             f(o.cpu, 1),
