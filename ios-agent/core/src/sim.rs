@@ -355,6 +355,7 @@ pub struct Sim {
     bandwidth: f64,
     counts: MessageCounts,
     log: Option<Vec<SentRecord>>,
+    waiting_as_idle: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
 }
@@ -398,6 +399,7 @@ impl Sim {
             bandwidth: 12.5e6,
             counts: MessageCounts::default(),
             log: None,
+            waiting_as_idle: false,
             migrations: Vec::new(),
             oracle_ids: 0,
         }
@@ -443,6 +445,15 @@ impl Sim {
     /// Who moves entities (default: the agents).
     pub fn with_balancer(mut self, balancer: Balancer) -> Self {
         self.balancer = balancer;
+        self
+    }
+
+    /// Node profiles count a rank only for the share of its iteration it computes, not the
+    /// time it waits for its partners: what the real sampler reports
+    /// (`load_without_waiting`, docs/agents.md). Default off: every rank counts as one
+    /// runnable thread.
+    pub fn with_waiting_as_idle(mut self) -> Self {
+        self.waiting_as_idle = true;
         self
     }
 
@@ -748,6 +759,23 @@ impl Sim {
         slowest + exchange.as_secs_f64() * f64::from(job.rounds)
     }
 
+    /// Runnable threads of node `i`'s entities as its profile shows them: one each, or with
+    /// [`Sim::with_waiting_as_idle`] only the share of its iteration each one computes.
+    fn entity_load(&self, i: usize, share: f64, iterations: &[f64]) -> f64 {
+        let n = &self.nodes[i];
+        if !self.waiting_as_idle {
+            return n.entities.len() as f64;
+        }
+        n.entities
+            .iter()
+            .map(|&e| {
+                let compute = WORK_PER_ITERATION / (share * n.speed);
+                let iter = iterations[self.entities[e].job].max(compute);
+                compute / iter
+            })
+            .sum()
+    }
+
     /// A profile round: the jobs' progress since the last one, then every node's profile.
     fn profile_round(&mut self, now: Instant) {
         let dt = (now - self.last_profile).as_secs_f64();
@@ -793,7 +821,7 @@ impl Sim {
             let profile = NodeProfile {
                 cores: n.cores,
                 speed: n.speed,
-                cpu_load: bg[i] + n.entities.len() as f64,
+                cpu_load: bg[i] + self.entity_load(i, share, &iterations),
                 memory_available: n
                     .memory
                     .saturating_sub(n.entities.len() as u64 * ENTITY_MEMORY),
