@@ -55,6 +55,10 @@ pub struct ScaleArgs {
     /// CI mode: 100 nodes, 20 simulated minutes, every strategy on both networks.
     #[arg(long)]
     pub quick: bool,
+    /// Node profiles count a rank only while it computes, as the real sampler does
+    /// (`Sim::with_waiting_as_idle`); by default every rank is one runnable thread.
+    #[arg(long)]
+    pub waiting_as_idle: bool,
     /// Only the fidelity check: the emulated-node scenarios of Figures 13/14, 15 and 16
     /// replayed in the simulator, against the measured runs.
     #[arg(long)]
@@ -294,6 +298,8 @@ pub struct Pool {
     pub seed: u64,
     /// Simulated length.
     pub length: Duration,
+    /// See [`ScaleArgs::waiting_as_idle`].
+    pub waiting_as_idle: bool,
 }
 
 impl Pool {
@@ -500,6 +506,9 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         .with_balancer(balancer)
         .with_discovery(DISCOVERY_PER_ROUND)
         .with_rtt_period(SCALE_RTT_PERIOD);
+    if pool.waiting_as_idle {
+        sim = sim.with_waiting_as_idle();
+    }
     if matches!(strategy, Strategy::Random | Strategy::RandomCapped) {
         sim = sim.with_reported_rtt(Duration::from_millis(1));
     }
@@ -810,6 +819,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                 network,
                 seed: args.seed,
                 length: Duration::from_secs(minutes * 60),
+                waiting_as_idle: args.waiting_as_idle,
             };
             for &s in &strategies {
                 if s == Strategy::NsC2c && nodes > args.c2c_max_nodes {
@@ -921,6 +931,7 @@ mod tests {
             network,
             seed: 1,
             length: Duration::from_secs(minutes * 60),
+            waiting_as_idle: false,
         }
     }
 
@@ -947,6 +958,7 @@ mod tests {
             network: Network::Grid,
             seed: 3,
             length: Duration::from_secs(300),
+            waiting_as_idle: false,
         };
         let mut a = run_one(pool, Strategy::NsP2p);
         let mut b = run_one(pool, Strategy::NsP2p);
