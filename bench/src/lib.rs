@@ -10,6 +10,7 @@ pub mod adaptive;
 pub mod agents;
 pub mod checkpoint;
 pub mod recovery;
+pub mod scale;
 
 use std::fmt::Write as _;
 use std::fs::File;

@@ -112,6 +112,14 @@ enum Command {
     /// node's rank to it. A faster node is emulated by a larger cgroup CPU cap. Same
     /// yardsticks as fig15; writes fig16.svg/png. Paper: 79% shorter. Needs root.
     Fig16(fig15::Fig16Args),
+    /// Issue 15: the unchanged agent core in the deterministic simulator on pools of 100,
+    /// 1,000 and 10,000 nodes (heterogeneous, owners' load over time, joins and leaves),
+    /// Internet-like and Grid-like networks, jobs with hypercube, tree, sparse and stencil
+    /// exchanges; NSp2p, NSc2c, random stealing, no balancing and a central oracle. Prints
+    /// throughput against the oracle, thrashing, messages per node per second, the
+    /// simulator's wall time and memory, the targets as ratios; writes fig6-*, fig7-* and
+    /// messages-per-node .svg/.png in --out. No MPI, no root.
+    Scale(mpi_ios_bench::scale::ScaleArgs),
 }
 
 #[derive(Debug, Args)]
@@ -206,6 +214,7 @@ fn main() -> std::process::ExitCode {
         Command::Fig13(args) => fig13::run(args),
         Command::Fig15(args) => fig15::run15(args),
         Command::Fig16(args) => fig15::run16(args),
+        Command::Scale(args) => mpi_ios_bench::scale::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -94,6 +94,7 @@ pub struct Config {
     pub(crate) member_timeout: Duration,
     pub(crate) peer_timeout: Duration,
     pub(crate) max_peers: usize,
+    pub(crate) entity_cores: Option<f64>,
     pub(crate) seed: Option<u64>,
 }
 
@@ -119,6 +120,7 @@ impl Default for Config {
             member_timeout: DEFAULT_MEMBER_TIMEOUT,
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             max_peers: DEFAULT_MAX_PEERS,
+            entity_cores: None,
             seed: None,
         }
     }
@@ -214,6 +216,16 @@ impl Config {
         /// Peer table size; default [`DEFAULT_MAX_PEERS`].
         with_max_peers, max_peers: usize);
 
+    /// Cores one entity can use at most (an MPI rank with one thread: 1.0): a
+    /// destination's idle CPU then counts only up to that much per entity moved
+    /// ([`crate::decision::Policy::entity_cores`]). Default `None`, the paper's model, in
+    /// which an idle many-core node draws a rank away from a core it has to itself (the scale
+    /// experiment measured the thrashing that causes; docs/results.md, "Scale").
+    pub fn with_entity_cores(mut self, cores: Option<f64>) -> Self {
+        self.entity_cores = cores;
+        self
+    }
+
     /// Seeds the random choices (peer picks, message ids) so that a run can be replayed;
     /// by default the RNG is seeded from the operating system.
     pub fn with_seed(mut self, seed: u64) -> Self {
@@ -278,6 +290,9 @@ impl Config {
             (1..=MAX_TTL).contains(&self.rrp_ttl),
             "1 to 32",
         )?;
+        if let Some(c) = self.entity_cores {
+            range("entity_cores", c, c.is_finite() && c > 0.0, "> 0 cores")?;
+        }
         range(
             "max_group",
             self.max_group as f64,
@@ -616,8 +631,11 @@ impl Agent {
         if peer == self.me {
             return;
         }
-        self.peers.record_rtt(now, peer, rtt);
-        self.c2c_peers_changed(now);
+        // A sample that changes neither the set of peers nor a tier changes no cluster
+        // (member timeouts are the timer's business).
+        if self.peers.record_rtt(now, peer, rtt) {
+            self.c2c_peers_changed(now);
+        }
     }
 
     /// `peer` disconnected or left.
@@ -907,6 +925,7 @@ impl Agent {
             },
             now,
             leaving,
+            entity_cores: self.config.entity_cores,
         }
     }
 
@@ -1007,12 +1026,7 @@ impl Agent {
     fn send_steal(&mut self, now: Instant, b: Beneficiary, from: Option<LatencyTier>) {
         let mut tier = from;
         while let Some(t) = tier.filter(|t| *t <= self.config.max_tier) {
-            let candidates: Vec<&PeerId> = self
-                .peers
-                .in_tier(t)
-                .into_iter()
-                .filter(|p| **p != b.peer)
-                .collect();
+            let candidates = self.peers.in_tier_except(t, &[&b.peer]);
             if let Some(to) = candidates.choose(&mut self.rng).map(|p| (*p).clone()) {
                 self.steal_from(now, b, to, t);
                 return;
@@ -1216,12 +1230,7 @@ impl Agent {
     /// origin it is exhausted.
     pub(crate) fn forward(&mut self, from: PeerId, steal: Steal, tier: LatencyTier) {
         let exclude = [&from, &steal.origin, &steal.source.peer, &self.me];
-        let candidates: Vec<&PeerId> = self
-            .peers
-            .in_tier(tier)
-            .into_iter()
-            .filter(|p| !exclude.contains(p))
-            .collect();
+        let candidates = self.peers.in_tier_except(tier, &exclude);
         let next = candidates.choose(&mut self.rng).map(|p| (*p).clone());
         self.pass_on(steal, next);
     }

@@ -40,6 +40,11 @@ pub struct Policy<'a> {
     /// CPU (and the memory) takes them, whatever the gain; the gain still ranks which goes
     /// first. Damping (`hold_down`, `held`) is the caller's to lift.
     pub leaving: bool,
+    /// Cores one entity can use at most, if known (an MPI rank with one thread: 1). The
+    /// destination's idle CPU then counts only up to that much per moved entity, in the gate
+    /// and in the gain. `None` is the paper's model: all of `f`'s idle CPU counts, so an idle
+    /// many-core node draws a rank away from a core it has to itself.
+    pub entity_cores: Option<f64>,
 }
 
 impl Policy<'_> {
@@ -78,14 +83,20 @@ pub fn select(
     // blocks or yields while it waits): without this gate, the waiting rank of an
     // uncontended node would look like the best candidate, and moving it gains nothing.
     let share_here = l.entity_capacity() / entities.len().max(1) as f64;
-    if f.availability(Resource::Cpu) < share_here * (1.0 + MIN_CPU_ADVANTAGE) {
+    // What `f` offers a group of `n` entities.
+    let offer = |n: usize| match policy.entity_cores {
+        Some(c) => f.with_idle_at_most(c * n as f64),
+        None => *f,
+    };
+    let f1 = offer(1);
+    if f1.availability(Resource::Cpu) < share_here * (1.0 + MIN_CPU_ADVANTAGE) {
         return None;
     }
     let fits = |mem: u64| mem <= f.memory_available;
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
         .filter(|e| policy.eligible(e) && fits(e.memory))
-        .map(|e| (e, gain(l, f, &[e], policy.weights, policy.cost).gain))
+        .map(|e| (e, gain(l, &f1, &[e], policy.weights, policy.cost).gain))
         .collect();
     ranked.sort_by(|a, b| {
         b.1.total_cmp(&a.1)
@@ -106,7 +117,7 @@ pub fn select(
             break;
         }
         group.push(e);
-        let g = gain(l, f, &group, policy.weights, policy.cost);
+        let g = gain(l, &offer(group.len()), &group, policy.weights, policy.cost);
         let acceptable = if policy.leaving {
             // Staying is not possible: a destination that gives the entities any CPU at all
             // is better. Only lightly loaded nodes ask for work, so this is a node with room.
@@ -268,6 +279,7 @@ mod tests {
                 held: &self.held,
                 now: self.now,
                 leaving: false,
+                entity_cores: None,
             }
         }
     }
@@ -302,6 +314,35 @@ mod tests {
         // A node twice as big as the rank's share attracts it with no competing load.
         let big = node(1.2, 0.0);
         assert!(select(&fx.policy(1), &node(0.6, 0.6), &es, &big, 1).is_some());
+    }
+
+    #[test]
+    fn with_entity_cores_an_idle_big_node_draws_only_ranks_it_would_speed_up() {
+        let fx = Fixture::new();
+        // A rank with a core to itself, an idle 8-core node of the same speed.
+        let es = [entity("j", 0, 1.0)];
+        let big = node(8.0, 0.0);
+        // The paper's model: 8 idle cores against 1 used, a gain of about 0.78.
+        assert!(select(&fx.policy(1), &node(1.0, 1.0), &es, &big, 1).is_some());
+        let capped = Policy {
+            entity_cores: Some(1.0),
+            ..fx.policy(1)
+        };
+        // One rank can use one of those cores: nothing to gain.
+        assert!(select(&capped, &node(1.0, 1.0), &es, &big, 1).is_none());
+        // The same rank sharing its core with a competing load does move.
+        let contended = NodeProfile {
+            competing: 1.0,
+            ..node(1.0, 2.0)
+        };
+        let shared = [entity("j", 0, 0.5)];
+        assert!(select(&capped, &contended, &shared, &big, 1).is_some());
+        // And so does one on a slower core, to a faster one.
+        let fast = NodeProfile {
+            speed: 2.0,
+            ..node(8.0, 0.0)
+        };
+        assert!(select(&capped, &node(1.0, 1.0), &es, &fast, 1).is_some());
     }
 
     #[test]

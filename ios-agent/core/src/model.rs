@@ -264,6 +264,16 @@ impl NodeProfile {
         (self.cores - self.competing).max(0.0) * self.speed
     }
 
+    /// This profile with at most `cores` idle cores (the rest shown as busy): what the node
+    /// offers entities that can use no more than that.
+    pub fn with_idle_at_most(&self, cores: f64) -> NodeProfile {
+        let mut p = *self;
+        if p.free_cores() > cores {
+            p.cpu_load = p.cores - cores.max(0.0);
+        }
+        p
+    }
+
     /// `A_{r,f}`: availability of `resource` at this node, in the model's units.
     pub fn availability(&self, resource: Resource) -> f64 {
         match resource {

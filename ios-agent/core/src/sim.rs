@@ -2,21 +2,34 @@
 //! tests).
 //!
 //! Time is virtual: the clock jumps to the next wake-up (a message delivery, the end of a
-//! migration, a profile or RTT sample, or an agent's [`Agent::poll_timeout`]). Round-trip
-//! times between node pairs are settings; a message takes half the RTT. Nodes have cores, a
-//! speed and a background load that may vary with time; entities (MPI ranks) want one core
-//! each and share an overloaded node's cores equally. A [`Action::Migrate`] moves its
-//! entities after a simulated cost (spawn time plus state over bandwidth). Every run is
-//! replayable from its seed; the number of steps is bounded, so a livelock fails loudly.
+//! migration, a profile or RTT round, or an agent's [`Agent::poll_timeout`], kept in a timer
+//! heap that is re-armed after every input to that agent, so a step costs what happens in
+//! it, not the pool's size). Round-trip times between node pairs come from a model
+//! ([`Sim::with_rtt_model`]) or per-pair settings; a message takes half the RTT. Nodes have
+//! cores, a speed and a background load that may vary with time; entities (MPI ranks) want
+//! one core each and share an overloaded node's cores equally. The ranks of a job exchange
+//! messages every iteration along a [`Pattern`], so that an iteration lasts as long as the
+//! slowest rank's compute plus the slowest exchange. A [`Action::Migrate`] moves its
+//! entities after a simulated cost (spawn time plus state over bandwidth), during which
+//! their job makes no progress. Every run is replayable from its seed; a livelock (many
+//! steps without the clock moving) fails loudly.
 //!
 //! It plays the driver's part exactly as a real one would: the same inputs, in the same
-//! order, so a failing scenario here is a failing seed to replay.
+//! order, so a failing scenario here is a failing seed to replay. Besides the agents
+//! ([`Balancer::Agents`]) it can run with no balancing at all, or with a central
+//! [`Balancer::Oracle`] that sees every node and entity and places greedily: the baselines
+//! of the scale experiment (`mpi-ios-bench scale`).
+//!
+//! Messages are counted (number and CBOR bytes, per kind), not kept, unless
+//! [`Sim::with_message_log`] asks for them.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
 use pcm_proto::{HostName, JobId, Rank};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::agent::{Action, Agent, Config, MigrationOutcome};
 use crate::message::{Message, MigrationId};
@@ -25,6 +38,9 @@ use crate::tier::PeerId;
 
 /// Background load of a node as a function of simulated time since the start.
 pub type LoadFn = Box<dyn Fn(Duration) -> f64>;
+
+/// Round-trip time between two nodes (by index), for pairs without a [`Sim::set_rtt`].
+pub type RttFn = Box<dyn Fn(usize, usize) -> Duration>;
 
 /// A node to add to the simulation.
 pub struct NodeSpec {
@@ -58,6 +74,105 @@ impl NodeSpec {
     }
 }
 
+/// Who moves entities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balancer {
+    /// The agents, as configured (the default).
+    Agents,
+    /// Nobody: entities stay where they were put.
+    None,
+    /// A central oracle that sees every node and entity; every `period` it moves the
+    /// bottleneck rank of the slowest jobs to the node where the job's iteration would be
+    /// shortest (compute and exchanges), if that saves at least 10%, at most one rank in 50
+    /// per period, with the agents' hold-down.
+    Oracle {
+        /// Time between two placements.
+        period: Duration,
+    },
+}
+
+/// How the ranks of a job exchange messages each iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pattern {
+    /// No exchange: ranks wait only for the slowest one.
+    #[default]
+    Independent,
+    /// Rank i with i xor 2^d, one round per dimension.
+    Hypercube,
+    /// A binary tree (rank i with (i-1)/2): a reduction up and a broadcast down.
+    Tree,
+    /// A ring (rank i with i+1), one round.
+    Sparse,
+    /// A 2-D grid as square as the rank count allows, the four neighbours in one round.
+    Stencil,
+}
+
+impl Pattern {
+    /// Every pattern with exchanges.
+    pub const COMMUNICATING: [Pattern; 4] = [
+        Pattern::Hypercube,
+        Pattern::Tree,
+        Pattern::Sparse,
+        Pattern::Stencil,
+    ];
+
+    /// Name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Independent => "independent",
+            Pattern::Hypercube => "hypercube",
+            Pattern::Tree => "tree",
+            Pattern::Sparse => "sparse",
+            Pattern::Stencil => "stencil",
+        }
+    }
+
+    /// Pairs of ranks that exchange, and the sequential rounds per iteration, for `n` ranks.
+    fn edges(self, n: usize) -> (Vec<(usize, usize)>, u32) {
+        let log2 = |n: usize| usize::BITS - n.saturating_sub(1).leading_zeros();
+        match self {
+            Pattern::Independent => (Vec::new(), 0),
+            Pattern::Hypercube => {
+                let mut e = Vec::new();
+                for i in 0..n {
+                    for d in 0..log2(n) {
+                        let j = i ^ (1 << d);
+                        if j > i && j < n {
+                            e.push((i, j));
+                        }
+                    }
+                }
+                (e, log2(n))
+            }
+            Pattern::Tree => ((1..n).map(|i| (i, (i - 1) / 2)).collect(), 2 * log2(n + 1)),
+            Pattern::Sparse => {
+                let e = if n < 2 {
+                    Vec::new()
+                } else {
+                    (0..n)
+                        .map(|i| (i, (i + 1) % n))
+                        .filter(|(a, b)| a != b)
+                        .collect()
+                };
+                (e, 1)
+            }
+            Pattern::Stencil => {
+                let w = ((n as f64).sqrt().floor() as usize).max(1);
+                let mut e = Vec::new();
+                for i in 0..n {
+                    if (i + 1) % w != 0 && i + 1 < n {
+                        e.push((i, i + 1));
+                    }
+                    if i + w < n {
+                        e.push((i, i + w));
+                    }
+                }
+                (e, 1)
+            }
+        }
+    }
+}
+
 struct Node {
     peer: PeerId,
     host: HostName,
@@ -67,10 +182,17 @@ struct Node {
     memory: u64,
     background: LoadFn,
     alive: bool,
+    leaving: bool,
+    /// Indices of the entities on this node.
+    entities: Vec<usize>,
+    /// The instant the timer heap holds for this node's agent, if any.
+    armed: Option<Instant>,
+    dirty: bool,
 }
 
 struct Entity {
     id: EntityId,
+    job: usize,
     node: usize,
     state_bytes: u64,
     /// `None`: on its node since before the simulation started.
@@ -78,12 +200,29 @@ struct Entity {
     migrating: bool,
 }
 
+struct Job {
+    pattern: Pattern,
+    /// Entity indices, by rank order of addition.
+    ranks: Vec<usize>,
+    /// Pattern edges as entity indices, and rounds per iteration (rebuilt when ranks change).
+    edges: Vec<(usize, usize)>,
+    rounds: u32,
+    /// Seconds per iteration at the last profile round (infinite while nothing runs).
+    iteration: f64,
+    /// Iterations done so far.
+    done: f64,
+    /// Seconds of migration pauses charged to the current profile interval.
+    paused: f64,
+}
+
 /// Memory of one simulated rank.
 const ENTITY_MEMORY: u64 = 100 << 20;
 /// Seconds of reference-core compute per iteration.
-const WORK_PER_ITERATION: f64 = 0.1;
+pub const WORK_PER_ITERATION: f64 = 0.1;
 /// Age of entities that exist at the start of the simulation.
 const INITIAL_AGE: Duration = Duration::from_secs(3600);
+/// Steps at one instant before the simulation is taken as livelocked.
+const MAX_STEPS_AT_ONE_INSTANT: u64 = 100_000;
 
 /// One completed migration.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,7 +237,7 @@ pub struct MigrationRecord {
     pub to: usize,
 }
 
-/// One message put on the simulated network.
+/// One message put on the simulated network (kept only with [`Sim::with_message_log`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentRecord {
     /// Simulated time since the start.
@@ -111,6 +250,17 @@ pub struct SentRecord {
     pub message: Message,
 }
 
+/// Messages put on the simulated network so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageCounts {
+    /// Messages sent.
+    pub messages: u64,
+    /// Their size in CBOR, as the libp2p driver frames them.
+    pub bytes: u64,
+    /// Messages and bytes by [`Message::kind`].
+    pub by_kind: BTreeMap<&'static str, (u64, u64)>,
+}
+
 enum EventKind {
     Deliver {
         to: usize,
@@ -121,7 +271,9 @@ enum EventKind {
         id: MigrationId,
         from: usize,
         to: usize,
-        entities: Vec<EntityId>,
+        entities: Vec<usize>,
+        /// Whether an agent started it (and gets its outcome).
+        by_agent: bool,
     },
 }
 
@@ -148,29 +300,64 @@ impl Ord for Event {
     }
 }
 
+struct CountingWriter(u64);
+
+impl std::io::Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn cbor_len(message: &Message) -> u64 {
+    let mut w = CountingWriter(0);
+    match ciborium::into_writer(message, &mut w) {
+        Ok(()) => w.0,
+        Err(_) => 0,
+    }
+}
+
 /// The simulator.
 pub struct Sim {
     seed: u64,
     config: Config,
+    balancer: Balancer,
     epoch: Instant,
     now: Instant,
     nodes: Vec<Node>,
-    by_peer: HashMap<PeerId, usize>,
     entities: Vec<Entity>,
+    by_entity: HashMap<EntityId, usize>,
+    jobs: Vec<Job>,
+    by_job: HashMap<JobId, usize>,
     rtt: HashMap<(usize, usize), Duration>,
+    rtt_model: Option<RttFn>,
     default_rtt: Duration,
+    reported_rtt: Option<Duration>,
+    discovery: Option<usize>,
+    rng: StdRng,
     events: BinaryHeap<Reverse<Event>>,
+    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    dirty: Vec<usize>,
     seq: u64,
     profile_period: Duration,
     rtt_period: Duration,
     next_profile: Instant,
     next_rtt: Instant,
+    next_oracle: Instant,
+    last_profile: Instant,
     steps: u64,
+    steps_now: u64,
     max_steps: u64,
     spawn: Duration,
     bandwidth: f64,
-    sent: Vec<SentRecord>,
+    counts: MessageCounts,
+    log: Option<Vec<SentRecord>>,
+    waiting_as_idle: bool,
     migrations: Vec<MigrationRecord>,
+    oracle_ids: u64,
 }
 
 impl Sim {
@@ -181,35 +368,103 @@ impl Sim {
         Sim {
             seed,
             config,
+            balancer: Balancer::Agents,
             epoch,
             now: epoch,
             nodes: Vec::new(),
-            by_peer: HashMap::new(),
             entities: Vec::new(),
+            by_entity: HashMap::new(),
+            jobs: Vec::new(),
+            by_job: HashMap::new(),
             rtt: HashMap::new(),
+            rtt_model: None,
             default_rtt: Duration::from_millis(1),
+            reported_rtt: None,
+            discovery: None,
+            rng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5171),
             events: BinaryHeap::new(),
+            timers: BinaryHeap::new(),
+            dirty: Vec::new(),
             seq: 0,
             profile_period,
             rtt_period: Duration::from_secs(5),
             next_profile: epoch,
             next_rtt: epoch,
+            next_oracle: epoch,
+            last_profile: epoch,
             steps: 0,
-            max_steps: 10_000_000,
+            steps_now: 0,
+            max_steps: u64::MAX,
             spawn: Duration::from_millis(300),
             bandwidth: 12.5e6,
-            sent: Vec::new(),
+            counts: MessageCounts::default(),
+            log: None,
+            waiting_as_idle: false,
             migrations: Vec::new(),
+            oracle_ids: 0,
         }
     }
 
-    /// Round-trip time between nodes not given one with [`Sim::set_rtt`] (default 1 ms).
+    /// Round-trip time between nodes not given one with [`Sim::set_rtt`] nor by a model
+    /// (default 1 ms).
     pub fn with_default_rtt(mut self, rtt: Duration) -> Self {
         self.default_rtt = rtt;
         self
     }
 
-    /// Most steps before [`Sim::run_for`] panics (default ten million).
+    /// Round-trip times of pairs not given one with [`Sim::set_rtt`], as a function of
+    /// the two node indices (called with the lower index first); for pools too large to
+    /// list every pair.
+    pub fn with_rtt_model(mut self, model: impl Fn(usize, usize) -> Duration + 'static) -> Self {
+        self.rtt_model = Some(Box::new(model));
+        self
+    }
+
+    /// Agents are told this RTT for every peer (so all are in one tier: stealing without
+    /// tiers), while messages and exchanges still take the real one.
+    pub fn with_reported_rtt(mut self, rtt: Duration) -> Self {
+        self.reported_rtt = Some(rtt);
+        self
+    }
+
+    /// Peer discovery as in a large pool: each RTT round, an agent measures the peers in
+    /// its table plus `per_round` others drawn at random (both ends of such a new pair get
+    /// the sample). Without it (the default), every agent measures every other node each
+    /// round.
+    pub fn with_discovery(mut self, per_round: usize) -> Self {
+        self.discovery = Some(per_round);
+        self
+    }
+
+    /// Time between two RTT rounds (default 5 s).
+    pub fn with_rtt_period(mut self, period: Duration) -> Self {
+        self.rtt_period = period;
+        self
+    }
+
+    /// Who moves entities (default: the agents).
+    pub fn with_balancer(mut self, balancer: Balancer) -> Self {
+        self.balancer = balancer;
+        self
+    }
+
+    /// Node profiles count a rank only for the share of its iteration it computes, not the
+    /// time it waits for its partners: what the real sampler reports
+    /// (`load_without_waiting`, docs/agents.md). Default off: every rank counts as one
+    /// runnable thread.
+    pub fn with_waiting_as_idle(mut self) -> Self {
+        self.waiting_as_idle = true;
+        self
+    }
+
+    /// Keeps every message sent, for [`Sim::sent`] (tests; unbounded).
+    pub fn with_message_log(mut self) -> Self {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    /// Most steps before [`Sim::run_for`] panics (default: no bound; a run panics anyway
+    /// after 100,000 steps at one instant).
     pub fn with_max_steps(mut self, max_steps: u64) -> Self {
         self.max_steps = max_steps;
         self
@@ -226,7 +481,6 @@ impl Sim {
             .clone()
             .with_seed(self.seed.wrapping_mul(1000).wrapping_add(index as u64));
         let agent = Agent::new(peer.clone(), host.clone(), config, self.now).expect("valid config");
-        self.by_peer.insert(peer.clone(), index);
         self.nodes.push(Node {
             peer,
             host,
@@ -236,9 +490,23 @@ impl Sim {
             memory: spec.memory,
             background: spec.background,
             alive: true,
+            leaving: false,
+            entities: Vec::new(),
+            armed: None,
+            dirty: false,
         });
-        // Let the newcomer (and the others) measure RTTs right away.
-        self.next_rtt = self.now;
+        self.mark(index);
+        match self.discovery {
+            // Let the newcomer (and the others) measure RTTs right away.
+            None => self.next_rtt = self.now,
+            // In a large pool the newcomer discovers a few peers at once, and they it.
+            Some(k) => {
+                if self.balancer == Balancer::Agents && self.now > self.epoch {
+                    self.discover(index, k.max(1));
+                    self.rearm();
+                }
+            }
+        }
         self.next_profile = self.next_profile.min(self.now);
         index
     }
@@ -254,14 +522,55 @@ impl Sim {
             job: JobId::new(job).expect("valid job id"),
             rank: Rank(rank),
         };
+        let j = match self.by_job.get(&id.job) {
+            Some(&j) => j,
+            None => {
+                self.jobs.push(Job {
+                    pattern: Pattern::Independent,
+                    ranks: Vec::new(),
+                    edges: Vec::new(),
+                    rounds: 0,
+                    iteration: f64::INFINITY,
+                    done: 0.0,
+                    paused: 0.0,
+                });
+                self.by_job.insert(id.job.clone(), self.jobs.len() - 1);
+                self.jobs.len() - 1
+            }
+        };
+        let e = self.entities.len();
         self.entities.push(Entity {
             id: id.clone(),
+            job: j,
             node,
             state_bytes,
             arrived: None,
             migrating: false,
         });
+        self.by_entity.insert(id.clone(), e);
+        self.nodes[node].entities.push(e);
+        self.jobs[j].ranks.push(e);
+        self.rebuild_edges(j);
         id
+    }
+
+    /// Sets how the ranks of `job` exchange messages (default [`Pattern::Independent`]).
+    pub fn set_pattern(&mut self, job: &str, pattern: Pattern) {
+        let id = JobId::new(job).expect("valid job id");
+        if let Some(&j) = self.by_job.get(&id) {
+            self.jobs[j].pattern = pattern;
+            self.rebuild_edges(j);
+        }
+    }
+
+    fn rebuild_edges(&mut self, j: usize) {
+        let job = &mut self.jobs[j];
+        let (edges, rounds) = job.pattern.edges(job.ranks.len());
+        job.edges = edges
+            .into_iter()
+            .map(|(a, b)| (job.ranks[a], job.ranks[b]))
+            .collect();
+        job.rounds = rounds;
     }
 
     /// Stops a node silently: it no longer sends, receives or answers pings.
@@ -269,10 +578,16 @@ impl Sim {
         self.nodes[node].alive = false;
     }
 
-    /// The node's agent starts leaving the pool now ([`Agent::handle_leave`]).
+    /// The node starts leaving the pool now: its agent drains it ([`Agent::handle_leave`]);
+    /// the oracle moves its entities first and sends none there; with no balancer they stay.
     pub fn leave(&mut self, node: usize) {
         let now = self.now;
-        self.nodes[node].agent.handle_leave(now);
+        self.nodes[node].leaving = true;
+        if self.balancer == Balancer::Agents {
+            self.nodes[node].agent.handle_leave(now);
+            self.drain(node);
+            self.rearm();
+        }
     }
 
     /// The agent of a node.
@@ -280,17 +595,29 @@ impl Sim {
         &self.nodes[node].agent
     }
 
+    /// Number of nodes added so far.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Number of nodes alive and not leaving.
+    pub fn active_nodes(&self) -> usize {
+        self.nodes.iter().filter(|n| n.alive && !n.leaving).count()
+    }
+
+    /// Number of entities.
+    pub fn entity_count(&self) -> usize {
+        self.entities.len()
+    }
+
     /// Indices of the entities' nodes, by entity.
     pub fn node_of(&self, entity: &EntityId) -> Option<usize> {
-        self.entities
-            .iter()
-            .find(|e| &e.id == entity)
-            .map(|e| e.node)
+        self.by_entity.get(entity).map(|&e| self.entities[e].node)
     }
 
     /// Number of entities on a node.
     pub fn count_on(&self, node: usize) -> usize {
-        self.entities.iter().filter(|e| e.node == node).count()
+        self.nodes[node].entities.len()
     }
 
     /// Simulated time since the start.
@@ -299,8 +626,18 @@ impl Sim {
     }
 
     /// Every message sent so far.
+    ///
+    /// # Panics
+    /// Without [`Sim::with_message_log`]: messages are only counted then ([`Sim::messages`]).
     pub fn sent(&self) -> &[SentRecord] {
-        &self.sent
+        self.log
+            .as_deref()
+            .expect("Sim::sent needs Sim::with_message_log")
+    }
+
+    /// Messages sent so far, counted.
+    pub fn messages(&self) -> &MessageCounts {
+        &self.counts
     }
 
     /// Every completed migration so far.
@@ -308,11 +645,50 @@ impl Sim {
         &self.migrations
     }
 
+    /// Iterations done so far, summed over all jobs (updated every profile period).
+    pub fn iterations(&self) -> f64 {
+        self.jobs.iter().map(|j| j.done).sum()
+    }
+
+    /// Iterations done so far by each job whose pattern is `pattern`, summed.
+    pub fn iterations_of(&self, pattern: Pattern) -> f64 {
+        self.jobs
+            .iter()
+            .filter(|j| j.pattern == pattern)
+            .map(|j| j.done)
+            .sum()
+    }
+
+    /// Steps taken so far (each one a distinct instant, or more inputs at the same one).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The node of an agent id (`nNN`, the node's index), without a map lookup.
+    fn index_of(&self, peer: &PeerId) -> Option<usize> {
+        let digits = peer.as_bytes().strip_prefix(b"n")?;
+        let mut i: usize = 0;
+        for &d in digits {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            i = i.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
+        }
+        self.nodes.get(i).filter(|n| &n.peer == peer).map(|_| i)
+    }
+
     fn rtt_between(&self, a: usize, b: usize) -> Duration {
-        self.rtt
-            .get(&(a.min(b), a.max(b)))
-            .copied()
-            .unwrap_or(self.default_rtt)
+        if a == b {
+            return Duration::ZERO;
+        }
+        let key = (a.min(b), a.max(b));
+        if let Some(r) = self.rtt.get(&key) {
+            return *r;
+        }
+        match &self.rtt_model {
+            Some(model) => model(key.0, key.1),
+            None => self.default_rtt,
+        }
     }
 
     fn push(&mut self, at: Instant, kind: EventKind) {
@@ -324,80 +700,192 @@ impl Sim {
         }));
     }
 
-    /// Load of a node: background plus one runnable thread per entity.
-    fn load(&self, node: usize) -> f64 {
-        let n = &self.nodes[node];
-        (n.background)(self.elapsed()).max(0.0) + self.count_on(node) as f64
+    fn mark(&mut self, node: usize) {
+        if !self.nodes[node].dirty {
+            self.nodes[node].dirty = true;
+            self.dirty.push(node);
+        }
     }
 
-    fn profiles(&self, node: usize) -> (NodeProfile, Vec<EntityProfile>) {
-        let n = &self.nodes[node];
-        let load = self.load(node);
-        let share = if load > n.cores { n.cores / load } else { 1.0 };
-        let on: Vec<&Entity> = self.entities.iter().filter(|e| e.node == node).collect();
-        let profile = NodeProfile {
-            cores: n.cores,
-            speed: n.speed,
-            cpu_load: load,
-            memory_available: n.memory.saturating_sub(on.len() as u64 * ENTITY_MEMORY),
-            bandwidth: self.bandwidth,
-            competing: (n.background)(self.elapsed()).max(0.0).min(n.cores),
-        };
-        // The job's iteration takes as long as its slowest rank; the others wait in MPI.
-        let mut iteration: HashMap<&JobId, f64> = HashMap::new();
-        for e in &self.entities {
-            let en = &self.nodes[e.node];
-            let l = self.load(e.node);
-            let s = if l > en.cores { en.cores / l } else { 1.0 };
-            let t = WORK_PER_ITERATION / (s * en.speed);
-            let slot = iteration.entry(&e.id.job).or_insert(0.0);
-            *slot = slot.max(t);
-        }
-        let elapsed = self.elapsed();
-        let entities = on
-            .iter()
-            .map(|e| {
-                let compute = WORK_PER_ITERATION / (share * n.speed);
-                let iter = iteration
-                    .get(&e.id.job)
-                    .copied()
-                    .unwrap_or(compute)
-                    .max(compute);
-                let resident = match e.arrived {
-                    Some(t) => self.now - t,
-                    None => elapsed + INITIAL_AGE,
-                };
-                EntityProfile {
-                    id: e.id.clone(),
-                    cpu: share,
-                    memory: ENTITY_MEMORY,
-                    network: 0.0,
-                    state_bytes: e.state_bytes,
-                    compute: Duration::from_secs_f64(compute),
-                    mpi_wait: Duration::from_secs_f64(iter - compute),
-                    iteration_rate: 1.0 / iter,
-                    age: elapsed + INITIAL_AGE,
-                    remaining: None,
-                    resident,
+    /// Re-arms the timers of the agents that got an input since the last call.
+    fn rearm(&mut self) {
+        for i in std::mem::take(&mut self.dirty) {
+            let n = &mut self.nodes[i];
+            n.dirty = false;
+            let t = if n.alive && self.balancer == Balancer::Agents {
+                n.agent.poll_timeout()
+            } else {
+                None
+            };
+            if t != n.armed {
+                n.armed = t;
+                if let Some(t) = t {
+                    self.timers.push(Reverse((t, i)));
                 }
+            }
+        }
+    }
+
+    /// Background load of a node now.
+    fn background(&self, node: usize) -> f64 {
+        (self.nodes[node].background)(self.elapsed()).max(0.0)
+    }
+
+    /// Share of a core each entity gets on `node` with `count` entities and background `bg`.
+    fn share(cores: f64, bg: f64, count: usize) -> f64 {
+        let load = bg + count as f64;
+        if load > cores {
+            cores / load
+        } else {
+            1.0
+        }
+    }
+
+    /// Seconds of one iteration of `job`, from per-node compute seconds and node placement.
+    fn job_iteration(
+        &self,
+        job: &Job,
+        compute: impl Fn(usize) -> f64,
+        node: impl Fn(usize) -> usize,
+    ) -> f64 {
+        let mut slowest: f64 = 0.0;
+        for &e in &job.ranks {
+            slowest = slowest.max(compute(e));
+        }
+        let mut exchange = Duration::ZERO;
+        for &(a, b) in &job.edges {
+            exchange = exchange.max(self.rtt_between(node(a), node(b)) / 2);
+        }
+        slowest + exchange.as_secs_f64() * f64::from(job.rounds)
+    }
+
+    /// Runnable threads of node `i`'s entities as its profile shows them: one each, or with
+    /// [`Sim::with_waiting_as_idle`] only the share of its iteration each one computes.
+    fn entity_load(&self, i: usize, share: f64, iterations: &[f64]) -> f64 {
+        let n = &self.nodes[i];
+        if !self.waiting_as_idle {
+            return n.entities.len() as f64;
+        }
+        n.entities
+            .iter()
+            .map(|&e| {
+                let compute = WORK_PER_ITERATION / (share * n.speed);
+                let iter = iterations[self.entities[e].job].max(compute);
+                compute / iter
+            })
+            .sum()
+    }
+
+    /// A profile round: the jobs' progress since the last one, then every node's profile.
+    fn profile_round(&mut self, now: Instant) {
+        let dt = (now - self.last_profile).as_secs_f64();
+        self.last_profile = now;
+        for job in &mut self.jobs {
+            if job.iteration.is_finite() && job.iteration > 0.0 {
+                job.done += (dt - job.paused).max(0.0) / job.iteration;
+            }
+            job.paused = 0.0;
+        }
+        let bg: Vec<f64> = (0..self.nodes.len()).map(|i| self.background(i)).collect();
+        let shares: Vec<f64> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Self::share(n.cores, bg[i], n.entities.len()))
+            .collect();
+        let compute = |e: usize| {
+            let n = self.entities[e].node;
+            WORK_PER_ITERATION / (shares[n] * self.nodes[n].speed)
+        };
+        let iterations: Vec<f64> = self
+            .jobs
+            .iter()
+            .map(|job| {
+                // A move's pause is charged through `paused`.
+                self.job_iteration(job, compute, |e| self.entities[e].node)
             })
             .collect();
-        (profile, entities)
+        for (job, it) in self.jobs.iter_mut().zip(&iterations) {
+            job.iteration = *it;
+        }
+        if self.balancer != Balancer::Agents {
+            return;
+        }
+        let elapsed = self.elapsed();
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].alive {
+                continue;
+            }
+            let n = &self.nodes[i];
+            let share = shares[i];
+            let profile = NodeProfile {
+                cores: n.cores,
+                speed: n.speed,
+                cpu_load: bg[i] + self.entity_load(i, share, &iterations),
+                memory_available: n
+                    .memory
+                    .saturating_sub(n.entities.len() as u64 * ENTITY_MEMORY),
+                bandwidth: self.bandwidth,
+                competing: bg[i].min(n.cores),
+            };
+            let entities = n
+                .entities
+                .iter()
+                .map(|&e| {
+                    let e = &self.entities[e];
+                    // The job's iteration takes as long as its slowest rank and exchange;
+                    // the others wait in MPI.
+                    let compute = WORK_PER_ITERATION / (share * n.speed);
+                    let iter = iterations[e.job].max(compute);
+                    let resident = match e.arrived {
+                        Some(t) => now - t,
+                        None => elapsed + INITIAL_AGE,
+                    };
+                    EntityProfile {
+                        id: e.id.clone(),
+                        cpu: share,
+                        memory: ENTITY_MEMORY,
+                        network: 0.0,
+                        state_bytes: e.state_bytes,
+                        compute: Duration::from_secs_f64(compute),
+                        mpi_wait: Duration::from_secs_f64(iter - compute),
+                        iteration_rate: 1.0 / iter,
+                        age: elapsed + INITIAL_AGE,
+                        remaining: None,
+                        resident,
+                    }
+                })
+                .collect();
+            let _span = tracing::debug_span!("node", i).entered();
+            let agent = &mut self.nodes[i].agent;
+            agent.handle_node_profile(now, profile);
+            agent.handle_entities(now, entities);
+            self.drain(i);
+        }
     }
 
     fn drain(&mut self, node: usize) {
+        self.mark(node);
         while let Some(action) = self.nodes[node].agent.poll_action() {
             match action {
                 Action::Send { to, message } => {
-                    let Some(&j) = self.by_peer.get(&to) else {
+                    let Some(j) = self.index_of(&to) else {
                         continue;
                     };
-                    self.sent.push(SentRecord {
-                        at: self.elapsed(),
-                        from: node,
-                        to: j,
-                        message: message.clone(),
-                    });
+                    let bytes = cbor_len(&message);
+                    self.counts.messages += 1;
+                    self.counts.bytes += bytes;
+                    let slot = self.counts.by_kind.entry(message.kind()).or_default();
+                    slot.0 += 1;
+                    slot.1 += bytes;
+                    if let Some(log) = self.log.as_mut() {
+                        log.push(SentRecord {
+                            at: self.now - self.epoch,
+                            from: node,
+                            to: j,
+                            message: message.clone(),
+                        });
+                    }
                     let at = self.now + self.rtt_between(node, j) / 2;
                     self.push(
                         at,
@@ -414,55 +902,78 @@ impl Sim {
                     to,
                     to_host,
                 } => {
-                    let target = self.by_peer.get(&to).copied();
-                    let ok = target.is_some_and(|j| self.nodes[j].host == to_host)
-                        && entities.iter().all(|id| {
-                            self.entities
-                                .iter()
-                                .any(|e| &e.id == id && e.node == node && !e.migrating)
-                        });
-                    let j = target.unwrap_or(node);
-                    let bytes: u64 = self
-                        .entities
+                    let target = self.index_of(&to);
+                    let indices: Option<Vec<usize>> = entities
                         .iter()
-                        .filter(|e| entities.contains(&e.id))
-                        .map(|e| e.state_bytes)
-                        .sum();
-                    let cost = self.spawn + Duration::from_secs_f64(bytes as f64 / self.bandwidth);
-                    if ok {
-                        for e in self
-                            .entities
-                            .iter_mut()
-                            .filter(|e| entities.contains(&e.id))
-                        {
-                            e.migrating = true;
-                        }
-                    }
-                    let at = self.now + if ok { cost } else { Duration::ZERO };
-                    let entities = if ok { entities } else { Vec::new() };
-                    self.push(
-                        at,
-                        EventKind::MigrationDone {
-                            id,
-                            from: node,
-                            to: j,
-                            entities,
-                        },
-                    );
+                        .map(|id| {
+                            self.by_entity.get(id).copied().filter(|&e| {
+                                self.entities[e].node == node && !self.entities[e].migrating
+                            })
+                        })
+                        .collect();
+                    let ok =
+                        target.is_some_and(|j| self.nodes[j].host == to_host) && indices.is_some();
+                    let j = target.unwrap_or(node);
+                    let indices = if ok {
+                        indices.unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
+                    self.begin_move(id, node, j, indices, true);
                 }
             }
         }
     }
 
-    fn next_wakeup(&self) -> Instant {
-        let mut t = self.next_profile.min(self.next_rtt);
+    /// Starts moving `entities` from `from` to `to` (a refused move if empty: it ends now).
+    fn begin_move(
+        &mut self,
+        id: MigrationId,
+        from: usize,
+        to: usize,
+        entities: Vec<usize>,
+        by_agent: bool,
+    ) {
+        let bytes: u64 = entities.iter().map(|&e| self.entities[e].state_bytes).sum();
+        let cost = self.spawn + Duration::from_secs_f64(bytes as f64 / self.bandwidth);
+        let at = self.now
+            + if entities.is_empty() {
+                Duration::ZERO
+            } else {
+                cost
+            };
+        for &e in &entities {
+            self.entities[e].migrating = true;
+            let job = self.entities[e].job;
+            self.jobs[job].paused += cost.as_secs_f64();
+        }
+        self.push(
+            at,
+            EventKind::MigrationDone {
+                id,
+                from,
+                to,
+                entities,
+                by_agent,
+            },
+        );
+    }
+
+    fn next_wakeup(&mut self) -> Instant {
+        let mut t = self.next_profile;
+        if self.balancer == Balancer::Agents {
+            t = t.min(self.next_rtt);
+        }
         if let Some(Reverse(e)) = self.events.peek() {
             t = t.min(e.at);
         }
-        for n in self.nodes.iter().filter(|n| n.alive) {
-            if let Some(x) = n.agent.poll_timeout() {
-                t = t.min(x);
+        // Drop timers that were re-armed since (lazy deletion).
+        while let Some(&Reverse((at, i))) = self.timers.peek() {
+            if self.nodes[i].armed == Some(at) && self.nodes[i].alive {
+                t = t.min(at);
+                break;
             }
+            self.timers.pop();
         }
         t.max(self.now)
     }
@@ -470,62 +981,113 @@ impl Sim {
     /// Runs the simulation for `duration` of simulated time.
     ///
     /// # Panics
-    /// When the step bound is exceeded (a livelock).
+    /// When the step bound is exceeded, or the clock does not move for 100,000 steps (a
+    /// livelock).
     pub fn run_for(&mut self, duration: Duration) {
         let end = self.now + duration;
+        self.rearm();
         loop {
             let next = self.next_wakeup();
             if next > end {
                 self.now = end;
                 return;
             }
+            if next == self.now {
+                self.steps_now += 1;
+            } else {
+                self.steps_now = 0;
+            }
             self.now = next;
             self.step();
             self.steps += 1;
-            if self.steps == self.max_steps {
-                for (i, n) in self.nodes.iter().enumerate() {
+            if self.steps == self.max_steps || self.steps_now == MAX_STEPS_AT_ONE_INSTANT {
+                for (i, n) in self.nodes.iter().enumerate().take(50) {
                     let timeout = n.agent.poll_timeout().map(|t| t - self.epoch);
                     eprintln!("node {i}: alive {}, next timeout {timeout:?}", n.alive);
                 }
             }
             assert!(
-                self.steps <= self.max_steps,
-                "simulation exceeded {} steps at {:?} (seed {})",
+                self.steps <= self.max_steps && self.steps_now < MAX_STEPS_AT_ONE_INSTANT,
+                "simulation exceeded {} steps, or {} at one instant, at {:?} (seed {})",
                 self.max_steps,
+                MAX_STEPS_AT_ONE_INSTANT,
                 self.elapsed(),
                 self.seed
             );
         }
     }
 
-    fn step(&mut self) {
+    /// Feeds agent `i` one RTT sample of node `j`.
+    fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
+        let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
+        let peer = self.nodes[j].peer.clone();
+        let _span = tracing::debug_span!("node", i).entered();
+        self.nodes[i].agent.handle_peer_rtt(now, peer, rtt);
+        self.drain(i);
+    }
+
+    /// Node `i` measures `k` random other alive nodes, and they it.
+    fn discover(&mut self, i: usize, k: usize) {
+        let n = self.nodes.len();
+        if n < 2 {
+            return;
+        }
         let now = self.now;
-        if now >= self.next_rtt {
-            self.next_rtt = now + self.rtt_period;
-            for i in 0..self.nodes.len() {
-                for j in 0..self.nodes.len() {
-                    if i != j && self.nodes[i].alive && self.nodes[j].alive {
-                        let rtt = self.rtt_between(i, j);
-                        let peer = self.nodes[j].peer.clone();
-                        let _span = tracing::debug_span!("node", i).entered();
-                        self.nodes[i].agent.handle_peer_rtt(now, peer, rtt);
-                        self.drain(i);
+        for _ in 0..k {
+            let j = self.rng.random_range(0..n);
+            if j != i && self.nodes[j].alive {
+                self.feed_rtt(now, i, j);
+                self.feed_rtt(now, j, i);
+            }
+        }
+    }
+
+    fn rtt_round(&mut self, now: Instant) {
+        match self.discovery {
+            None => {
+                for i in 0..self.nodes.len() {
+                    for j in 0..self.nodes.len() {
+                        if i != j && self.nodes[i].alive && self.nodes[j].alive {
+                            self.feed_rtt(now, i, j);
+                        }
                     }
                 }
             }
+            Some(k) => {
+                for i in 0..self.nodes.len() {
+                    if !self.nodes[i].alive {
+                        continue;
+                    }
+                    let known: Vec<usize> = self.nodes[i]
+                        .agent
+                        .peers()
+                        .by_rtt()
+                        .filter_map(|(p, _)| self.index_of(p))
+                        .filter(|&j| self.nodes[j].alive)
+                        .collect();
+                    for j in known {
+                        self.feed_rtt(now, i, j);
+                    }
+                    self.discover(i, k);
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let now = self.now;
+        if self.balancer == Balancer::Agents && now >= self.next_rtt {
+            self.next_rtt = now + self.rtt_period;
+            self.rtt_round(now);
         }
         if now >= self.next_profile {
             self.next_profile = now + self.profile_period;
-            for i in 0..self.nodes.len() {
-                if !self.nodes[i].alive {
-                    continue;
+            self.profile_round(now);
+            if let Balancer::Oracle { period } = self.balancer {
+                if now >= self.next_oracle {
+                    self.next_oracle = now + period;
+                    self.oracle(now);
                 }
-                let (profile, entities) = self.profiles(i);
-                let _span = tracing::debug_span!("node", i).entered();
-                let agent = &mut self.nodes[i].agent;
-                agent.handle_node_profile(now, profile);
-                agent.handle_entities(now, entities);
-                self.drain(i);
             }
         }
         while self.events.peek().is_some_and(|Reverse(e)| e.at <= now) {
@@ -546,16 +1108,34 @@ impl Sim {
                     from,
                     to,
                     entities,
-                } => self.finish_migration(id, from, to, entities),
+                    by_agent,
+                } => self.finish_migration(id, from, to, entities, by_agent),
             }
         }
-        for i in 0..self.nodes.len() {
+        self.rearm();
+        // Agents whose timer is due, in index order.
+        let mut due = Vec::new();
+        while let Some(&Reverse((at, i))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.nodes[i].armed == Some(at) {
+                self.nodes[i].armed = None;
+                due.push(i);
+            }
+        }
+        due.sort_unstable();
+        for i in due {
             if self.nodes[i].alive && self.nodes[i].agent.poll_timeout().is_some_and(|t| t <= now) {
                 let _span = tracing::debug_span!("node", i).entered();
                 self.nodes[i].agent.handle_timeout(now);
                 self.drain(i);
+            } else {
+                self.mark(i);
             }
         }
+        self.rearm();
     }
 
     fn finish_migration(
@@ -563,29 +1143,30 @@ impl Sim {
         id: MigrationId,
         from: usize,
         to: usize,
-        entities: Vec<EntityId>,
+        entities: Vec<usize>,
+        by_agent: bool,
     ) {
         let now = self.now;
         let at = self.elapsed();
         let ok = !entities.is_empty() && self.nodes[to].alive;
-        for e in self
-            .entities
-            .iter_mut()
-            .filter(|e| entities.contains(&e.id))
-        {
-            e.migrating = false;
+        for &e in &entities {
+            self.entities[e].migrating = false;
             if ok {
-                e.node = to;
-                e.arrived = Some(now);
+                let old = self.entities[e].node;
+                self.nodes[old].entities.retain(|&x| x != e);
+                self.nodes[to].entities.push(e);
+                let entity = &mut self.entities[e];
+                entity.node = to;
+                entity.arrived = Some(now);
                 self.migrations.push(MigrationRecord {
                     at,
-                    entity: e.id.clone(),
+                    entity: entity.id.clone(),
                     from,
                     to,
                 });
             }
         }
-        if self.nodes[from].alive {
+        if by_agent && self.nodes[from].alive {
             let outcome = if ok {
                 MigrationOutcome::Completed
             } else {
@@ -597,6 +1178,104 @@ impl Sim {
                 .agent
                 .handle_migration_outcome(now, id, outcome);
             self.drain(from);
+        }
+    }
+
+    /// The central oracle: see [`Balancer::Oracle`].
+    fn oracle(&mut self, now: Instant) {
+        const CANDIDATES: usize = 64;
+        let hold_down = self.config.hold_down();
+        let bg: Vec<f64> = (0..self.nodes.len()).map(|i| self.background(i)).collect();
+        let mut counts: Vec<usize> = self.nodes.iter().map(|n| n.entities.len()).collect();
+        let usable = |n: &Node| n.alive && !n.leaving;
+        // Compute speed each entity gets on node `i` holding `k` entities.
+        let eff = |nodes: &[Node], i: usize, k: usize| -> f64 {
+            let n = &nodes[i];
+            if !usable(n) {
+                return 1e-9;
+            }
+            n.speed * Self::share(n.cores, bg[i], k)
+        };
+        let mut candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| usable(&self.nodes[i]))
+            .collect();
+        let rank_nodes = |c: &mut Vec<usize>, counts: &[usize], nodes: &[Node]| {
+            c.sort_by(|&a, &b| {
+                eff(nodes, b, counts[b] + 1)
+                    .total_cmp(&eff(nodes, a, counts[a] + 1))
+                    .then(a.cmp(&b))
+            });
+        };
+        rank_nodes(&mut candidates, &counts, &self.nodes);
+        candidates.truncate(CANDIDATES);
+        let mut order: Vec<usize> = (0..self.jobs.len()).collect();
+        order.sort_by(|&a, &b| {
+            self.jobs[b]
+                .iteration
+                .total_cmp(&self.jobs[a].iteration)
+                .then(a.cmp(&b))
+        });
+        let budget = (self.entities.len() / 50).max(1);
+        let mut moves = 0;
+        for j in order {
+            if moves >= budget {
+                break;
+            }
+            let job = &self.jobs[j];
+            if job.ranks.iter().any(|&e| self.entities[e].migrating) {
+                continue;
+            }
+            let compute_at = |_entity: usize, node: usize, counts: &[usize]| {
+                WORK_PER_ITERATION / eff(&self.nodes, node, counts[node])
+            };
+            // The bottleneck: the slowest rank, or a leaving node's.
+            let Some(&r) = job.ranks.iter().max_by(|&&a, &&b| {
+                let ka = compute_at(a, self.entities[a].node, &counts);
+                let kb = compute_at(b, self.entities[b].node, &counts);
+                ka.total_cmp(&kb).then(b.cmp(&a))
+            }) else {
+                continue;
+            };
+            let held = self.entities[r]
+                .arrived
+                .is_some_and(|t| now < t + hold_down);
+            if held {
+                continue;
+            }
+            let from = self.entities[r].node;
+            let current = self.job_iteration(
+                job,
+                |e| compute_at(e, self.entities[e].node, &counts),
+                |e| self.entities[e].node,
+            );
+            let mut options: Vec<usize> = candidates.clone();
+            options.extend(job.ranks.iter().map(|&e| self.entities[e].node));
+            options.sort_unstable();
+            options.dedup();
+            let mut best: Option<(f64, usize)> = None;
+            for m in options {
+                if m == from || !usable(&self.nodes[m]) {
+                    continue;
+                }
+                let mut trial = counts.clone();
+                trial[from] -= 1;
+                trial[m] += 1;
+                let node = |e: usize| if e == r { m } else { self.entities[e].node };
+                let t = self.job_iteration(job, |e| compute_at(e, node(e), &trial), node);
+                if best.is_none_or(|(b, bm)| t < b || (t == b && m < bm)) {
+                    best = Some((t, m));
+                }
+            }
+            let Some((t, m)) = best else { continue };
+            if t < current * 0.9 || (!usable(&self.nodes[from]) && t.is_finite()) {
+                counts[from] -= 1;
+                counts[m] += 1;
+                moves += 1;
+                self.oracle_ids += 1;
+                let id = MigrationId(self.oracle_ids);
+                self.begin_move(id, from, m, vec![r], false);
+                rank_nodes(&mut candidates, &counts, &self.nodes);
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Peers grouped by round-trip time (section 5.2): local, regional, national, global.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -144,99 +144,193 @@ pub struct PeerInfo {
     pub last_seen: Instant,
 }
 
-/// Known peers keyed by id, at most `capacity` of them; when full, a new peer replaces the
-/// one heard from least recently.
+/// Known peers keyed by id, at most `capacity` of them. When the table is full, a new peer
+/// replaces the farthest one (highest smoothed RTT) if it is nearer, and is left out
+/// otherwise: which peers stay depends on latency only, never on the order in which samples
+/// arrive, so a near peer is never dropped for a far one. Dead peers leave by
+/// [`PeerTable::expire`].
+///
+/// Every operation is logarithmic in the table's size or linear in what it returns: the
+/// table keeps its peers indexed by last sample, by RTT and by tier.
 #[derive(Debug, Clone)]
 pub struct PeerTable {
-    peers: HashMap<PeerId, PeerInfo>,
+    /// Peer to its slot in `slots`; the ordered indexes hold slots, not ids, so that they
+    /// compare integers and never copy an id.
+    index: HashMap<PeerId, u32>,
+    slots: Vec<Option<(PeerId, PeerInfo)>>,
+    free: Vec<u32>,
+    by_seen: BTreeSet<(Instant, u32)>,
+    by_rtt: BTreeSet<(Duration, u32)>,
+    tiers: [BTreeSet<PeerId>; 4],
     capacity: usize,
+}
+
+fn tier_index(tier: LatencyTier) -> usize {
+    match tier {
+        LatencyTier::Local => 0,
+        LatencyTier::Regional => 1,
+        LatencyTier::National => 2,
+        LatencyTier::Global => 3,
+    }
 }
 
 impl PeerTable {
     /// An empty table holding at most `capacity` peers (at least 1).
     pub fn new(capacity: usize) -> Self {
         PeerTable {
-            peers: HashMap::new(),
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_seen: BTreeSet::new(),
+            by_rtt: BTreeSet::new(),
+            tiers: Default::default(),
             capacity: capacity.max(1),
         }
     }
 
-    /// Records an RTT sample, adding the peer if new (evicting the stalest peer when full).
-    pub fn record_rtt(&mut self, now: Instant, peer: PeerId, rtt: Duration) {
-        if let Some(info) = self.peers.get_mut(&peer) {
+    /// Records an RTT sample, adding the peer if new. When the table is full, a new peer
+    /// evicts the farthest one if it is nearer than it, and is not added otherwise. Returns
+    /// whether the set of peers or a peer's tier changed.
+    pub fn record_rtt(&mut self, now: Instant, peer: PeerId, rtt: Duration) -> bool {
+        if let Some(&slot) = self.index.get(&peer) {
+            let Some((_, info)) = self.slots[slot as usize].as_mut() else {
+                return false;
+            };
+            self.by_seen.remove(&(info.last_seen, slot));
+            self.by_rtt.remove(&(info.srtt, slot));
             // srtt = 7/8 srtt + 1/8 sample
             info.srtt = (info.srtt * 7 + rtt) / 8;
-            info.tier = LatencyTier::from_rtt(info.srtt);
             info.last_seen = now;
-            return;
+            let tier = LatencyTier::from_rtt(info.srtt);
+            let retiered = tier != info.tier;
+            if retiered {
+                self.tiers[tier_index(info.tier)].remove(&peer);
+                self.tiers[tier_index(tier)].insert(peer);
+                info.tier = tier;
+            }
+            self.by_seen.insert((now, slot));
+            self.by_rtt.insert((info.srtt, slot));
+            return retiered;
         }
-        if self.peers.len() >= self.capacity {
-            if let Some(stalest) = self
-                .peers
-                .iter()
-                .min_by(|a, b| a.1.last_seen.cmp(&b.1.last_seen).then(a.0.cmp(b.0)))
-                .map(|(id, _)| id.clone())
-            {
-                self.peers.remove(&stalest);
+        if self.index.len() >= self.capacity {
+            let Some(&(far_rtt, far)) = self.by_rtt.last() else {
+                return false;
+            };
+            if rtt >= far_rtt {
+                return false;
+            }
+            if let Some((far, _)) = self.slots[far as usize].clone() {
+                self.remove(&far);
             }
         }
-        self.peers.insert(
+        let tier = LatencyTier::from_rtt(rtt);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_seen.insert((now, slot));
+        self.by_rtt.insert((rtt, slot));
+        self.tiers[tier_index(tier)].insert(peer.clone());
+        self.index.insert(peer.clone(), slot);
+        self.slots[slot as usize] = Some((
             peer,
             PeerInfo {
                 srtt: rtt,
-                tier: LatencyTier::from_rtt(rtt),
+                tier,
                 last_seen: now,
             },
-        );
+        ));
+        true
     }
 
     /// Forgets a peer; returns whether it was known.
     pub fn remove(&mut self, peer: &PeerId) -> bool {
-        self.peers.remove(peer).is_some()
+        let Some(slot) = self.index.remove(peer) else {
+            return false;
+        };
+        if let Some((_, info)) = self.slots[slot as usize].take() {
+            self.by_seen.remove(&(info.last_seen, slot));
+            self.by_rtt.remove(&(info.srtt, slot));
+            self.tiers[tier_index(info.tier)].remove(peer);
+        }
+        self.free.push(slot);
+        true
     }
 
     /// Forgets peers last heard from at or before `deadline`; returns how many.
     pub fn expire(&mut self, deadline: Instant) -> usize {
-        let before = self.peers.len();
-        self.peers.retain(|_, info| info.last_seen > deadline);
-        before - self.peers.len()
+        let mut gone = 0;
+        while let Some(&(at, slot)) = self.by_seen.first() {
+            if at > deadline {
+                break;
+            }
+            match self.slots[slot as usize].as_ref().map(|(p, _)| p.clone()) {
+                Some(peer) => {
+                    self.remove(&peer);
+                }
+                None => {
+                    self.by_seen.remove(&(at, slot));
+                }
+            }
+            gone += 1;
+        }
+        gone
     }
 
     /// What is known of one peer.
     pub fn get(&self, peer: &PeerId) -> Option<&PeerInfo> {
-        self.peers.get(peer)
+        let slot = *self.index.get(peer)?;
+        self.slots[slot as usize].as_ref().map(|(_, info)| info)
     }
 
     /// The tier of a known peer.
     pub fn tier(&self, peer: &PeerId) -> Option<LatencyTier> {
-        self.peers.get(peer).map(|i| i.tier)
+        self.get(peer).map(|i| i.tier)
     }
 
     /// Peers of one tier, sorted by id (so that a seeded choice among them is replayable).
     pub fn in_tier(&self, tier: LatencyTier) -> Vec<&PeerId> {
-        let mut v: Vec<&PeerId> = self
-            .peers
+        self.tiers[tier_index(tier)].iter().collect()
+    }
+
+    /// [`PeerTable::in_tier`] without the peers in `exclude` (in the same order). Each
+    /// excluded id is looked up once; the tier's peers are then told apart by address, not
+    /// by comparing ids.
+    pub fn in_tier_except(&self, tier: LatencyTier, exclude: &[&PeerId]) -> Vec<&PeerId> {
+        let set = &self.tiers[tier_index(tier)];
+        let found: Vec<*const PeerId> = exclude
             .iter()
-            .filter(|(_, info)| info.tier == tier)
-            .map(|(id, _)| id)
+            .filter_map(|p| set.get(*p))
+            .map(|p| p as *const PeerId)
             .collect();
-        v.sort();
-        v
+        set.iter()
+            .filter(|p| !found.contains(&(*p as *const PeerId)))
+            .collect()
+    }
+
+    /// Every known peer, nearest first.
+    pub fn by_rtt(&self) -> impl Iterator<Item = (&PeerId, Duration)> + '_ {
+        self.by_rtt
+            .iter()
+            .filter_map(|&(rtt, slot)| self.slots[slot as usize].as_ref().map(|(id, _)| (id, rtt)))
     }
 
     /// Number of known peers.
     pub fn len(&self) -> usize {
-        self.peers.len()
+        self.index.len()
     }
 
     /// Whether no peer is known.
     pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
+        self.index.is_empty()
     }
 
     /// Oldest `last_seen`, to schedule expiry.
     pub fn oldest_seen(&self) -> Option<Instant> {
-        self.peers.values().map(|i| i.last_seen).min()
+        self.by_seen.first().map(|(at, _)| *at)
     }
 }
 
@@ -301,21 +395,68 @@ mod tests {
     }
 
     #[test]
-    fn table_is_bounded_and_evicts_the_stalest() {
+    fn table_is_bounded_and_keeps_the_nearest() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(2);
-        table.record_rtt(t0, peer("a"), ms(1));
-        table.record_rtt(t0 + ms(1), peer("b"), ms(1));
-        table.record_rtt(t0 + ms(2), peer("a"), ms(1));
-        table.record_rtt(t0 + ms(3), peer("c"), ms(1));
+        assert!(table.record_rtt(t0, peer("a"), ms(5)));
+        assert!(table.record_rtt(t0 + ms(1), peer("b"), ms(50)));
+        // A far newcomer is left out, however fresh.
+        assert!(!table.record_rtt(t0 + ms(2), peer("c"), ms(80)));
+        assert!(table.get(&peer("c")).is_none());
+        // A near one replaces the farthest.
+        assert!(table.record_rtt(t0 + ms(3), peer("d"), ms(1)));
         assert_eq!(table.len(), 2);
         assert!(table.get(&peer("b")).is_none());
         assert_eq!(
             table.in_tier(LatencyTier::Local),
-            vec![&peer("a"), &peer("c")]
+            vec![&peer("a"), &peer("d")]
         );
+        assert_eq!(table.oldest_seen(), Some(t0));
         assert_eq!(table.expire(t0 + ms(2)), 1);
-        assert!(table.remove(&peer("c")));
+        assert_eq!(table.oldest_seen(), Some(t0 + ms(3)));
+        assert!(table.remove(&peer("d")));
         assert!(table.is_empty());
+        assert_eq!(table.oldest_seen(), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of the samples, a full table holds the `capacity` nearest
+        /// peers: a near peer is never dropped for a far one.
+        #[test]
+        fn a_full_table_holds_the_nearest_peers_whatever_the_feed_order(
+            rtts in proptest::collection::vec(0u64..400, 1..60),
+            capacity in 1usize..20,
+            order in proptest::collection::vec(0usize..1000, 60),
+            rounds in 1usize..4,
+        ) {
+            let t0 = Instant::now();
+            let mut table = PeerTable::new(capacity);
+            let n = rtts.len();
+            // A permutation of the peers from `order`.
+            let mut idx: Vec<usize> = (0..n).collect();
+            idx.sort_by_key(|&i| (order[i], i));
+            for round in 0..rounds {
+                for (k, &i) in idx.iter().enumerate() {
+                    let at = t0 + ms((round * n + k) as u64);
+                    table.record_rtt(at, peer(&format!("p{i}")), ms(rtts[i]));
+                }
+                idx.reverse();
+            }
+            // Nearest `capacity`, ties in favour of whoever came first: compare by RTT only.
+            let mut sorted = rtts.clone();
+            sorted.sort_unstable();
+            let kept: Vec<u64> = {
+                let mut v: Vec<u64> = table.by_rtt().map(|(_, r)| r.as_millis() as u64).collect();
+                v.sort_unstable();
+                v
+            };
+            proptest::prop_assert_eq!(kept.len(), n.min(capacity));
+            proptest::prop_assert_eq!(&kept[..], &sorted[..n.min(capacity)]);
+            for t in LatencyTier::ALL {
+                for p in table.in_tier(t) {
+                    proptest::prop_assert_eq!(table.tier(p), Some(t));
+                }
+            }
+        }
     }
 }

@@ -7,6 +7,11 @@ use crate::agent::{Config, Topology};
 use crate::message::Message;
 use crate::tier::LatencyTier;
 
+/// A simulation that keeps its messages, for the assertions on them.
+fn logged(seed: u64, config: Config) -> Sim {
+    Sim::new(seed, config).with_message_log()
+}
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -30,7 +35,7 @@ fn work_steals_from(sim: &Sim, node: usize) -> Vec<LatencyTier> {
 
 #[test]
 fn given_all_nodes_loaded_then_no_packets_are_sent() {
-    let mut sim = Sim::new(1, Config::default());
+    let mut sim = logged(1, Config::default());
     for i in 0..5 {
         let n = sim.add_node(NodeSpec::new(2.0));
         sim.add_entity(n, "heat", 2 * i, 1 << 20);
@@ -49,7 +54,7 @@ fn given_all_nodes_loaded_then_no_packets_are_sent() {
 
 #[test]
 fn given_a_newly_joined_idle_node_then_work_steal_finds_it() {
-    let mut sim = Sim::new(7, Config::default());
+    let mut sim = logged(7, Config::default());
     let n0 = sim.add_node(NodeSpec::new(1.0));
     let n1 = sim.add_node(NodeSpec::new(1.0));
     let n2 = sim.add_node(NodeSpec::new(1.0));
@@ -75,7 +80,7 @@ fn given_a_newly_joined_idle_node_then_work_steal_finds_it() {
 
 #[test]
 fn given_no_local_giver_then_steal_escalates_through_tiers() {
-    let mut sim = Sim::new(3, Config::default());
+    let mut sim = logged(3, Config::default());
     let thief = sim.add_node(NodeSpec::new(1.0));
     let local = sim.add_node(NodeSpec::new(1.0));
     let regional = sim.add_node(NodeSpec::new(1.0));
@@ -112,7 +117,7 @@ fn given_no_local_giver_then_steal_escalates_through_tiers() {
 #[test]
 fn given_a_chain_of_local_peers_then_the_packet_is_forwarded_to_the_giver() {
     // thief - a - b - giver, each pair local only along the chain.
-    let mut sim = Sim::new(5, Config::default().with_rrp_ttl(3)).with_default_rtt(ms(60));
+    let mut sim = logged(5, Config::default().with_rrp_ttl(3)).with_default_rtt(ms(60));
     let thief = sim.add_node(NodeSpec::new(1.0));
     let a = sim.add_node(NodeSpec::new(1.0));
     let b = sim.add_node(NodeSpec::new(1.0));
@@ -133,7 +138,7 @@ fn given_a_chain_of_local_peers_then_the_packet_is_forwarded_to_the_giver() {
 
 #[test]
 fn given_state_too_costly_to_move_then_nothing_moves() {
-    let mut sim = Sim::new(2, Config::default());
+    let mut sim = logged(2, Config::default());
     let busy = sim.add_node(NodeSpec::new(1.0));
     let idle = sim.add_node(NodeSpec::new(1.0));
     // 4 GB at 12.5 MB/s: the cost term saturates at 1 and exceeds any improvement.
@@ -150,7 +155,7 @@ fn given_state_too_costly_to_move_then_nothing_moves() {
 
 #[test]
 fn given_a_fast_node_joins_then_work_moves_to_it_and_not_back() {
-    let mut sim = Sim::new(11, Config::default());
+    let mut sim = logged(11, Config::default());
     let slow = sim.add_node(NodeSpec::new(2.0));
     sim.add_entity(slow, "heat", 0, 0);
     sim.add_entity(slow, "heat", 1, 0);
@@ -176,7 +181,7 @@ fn square(amplitude: f64, half_period: Duration, phase: bool) -> impl Fn(Duratio
 }
 
 fn oscillating(config: Config, seed: u64) -> Sim {
-    let mut sim = Sim::new(seed, config);
+    let mut sim = logged(seed, config);
     // Two 2-core nodes, three ranks; a competing job of 1.5 threads jumps between the nodes
     // every 20 s, so whichever node it is on is overloaded and the other is light.
     let a = sim.add_node(NodeSpec::new(2.0).with_background(square(1.5, secs(20), true)));
@@ -237,7 +242,7 @@ fn given_fluctuating_load_then_no_entity_ping_pongs() {
 
 #[test]
 fn given_load_hovering_around_the_light_threshold_then_nothing_moves() {
-    let mut sim = Sim::new(17, Config::default());
+    let mut sim = logged(17, Config::default());
     // b's idle capacity wobbles between 0.3 and 0.7 cores around the 0.5 threshold.
     let a = sim.add_node(NodeSpec::new(2.0).with_background(square(0.4, secs(7), true)));
     let b = sim.add_node(NodeSpec::new(2.0).with_background(|t: Duration| {
@@ -272,7 +277,7 @@ fn c2c() -> Config {
 
 #[test]
 fn given_c2c_manager_dies_then_a_new_manager_is_elected_and_balances() {
-    let mut sim = Sim::new(4, c2c());
+    let mut sim = logged(4, c2c());
     let nodes: Vec<usize> = (0..5).map(|_| sim.add_node(NodeSpec::new(1.0))).collect();
     sim.add_entity(nodes[1], "heat", 0, 0);
     sim.add_entity(nodes[2], "heat", 1, 0);
@@ -313,7 +318,7 @@ fn given_c2c_manager_dies_then_a_new_manager_is_elected_and_balances() {
 fn given_c2c_cluster_then_entities_follow_the_availability_ratio() {
     // The last move takes a rank from 0.8 of a core to a whole one: a gain of about 0.09,
     // below the default threshold, so this cluster accepts smaller gains.
-    let mut sim = Sim::new(8, c2c().with_min_gain(0.05));
+    let mut sim = logged(8, c2c().with_min_gain(0.05));
     let big = sim.add_node(NodeSpec::new(4.0));
     let small = sim.add_node(NodeSpec::new(2.0));
     for r in 0..6 {
@@ -341,7 +346,7 @@ fn still(config: Config) -> Config {
 /// Three nodes with two cores each, two entities on `busy`; `busy` leaves after the cluster
 /// settled. Returns the simulation once it has run for a minute more.
 fn c2c_leave(busy: usize, config: Config) -> Sim {
-    let mut sim = Sim::new(11, config);
+    let mut sim = logged(11, config);
     for _ in 0..3 {
         sim.add_node(NodeSpec::new(2.0));
     }
@@ -381,7 +386,7 @@ fn given_a_p2p_node_leaves_then_idle_peers_take_its_entities() {
 
 #[test]
 fn given_two_clusters_then_managers_steal_across_them() {
-    let mut sim = Sim::new(9, c2c()).with_default_rtt(ms(50));
+    let mut sim = logged(9, c2c()).with_default_rtt(ms(50));
     // Cluster x: n0 (manager) and n1, overloaded. Cluster y: n2 (manager) and n3, idle.
     let x0 = sim.add_node(NodeSpec::new(1.0));
     let x1 = sim.add_node(NodeSpec::new(1.0));
