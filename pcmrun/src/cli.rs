@@ -17,6 +17,9 @@ use clap::Parser;
 /// checkpoint, at most --max-restarts times, waiting --retry-delay seconds before the first
 /// relaunch and twice as long before each further one.
 ///
+/// The application gets no standard input. Logs: RUST_LOG (forwarded to the ranks, with
+/// every PCM_* setting of this shell).
+///
 /// Example: pcmrun -np 4 --checkpoint-interval 30 target/release/heat2d --rows 4096
 #[derive(Debug, Clone, Parser)]
 #[command(name = "pcmrun", version, verbatim_doc_comment)]
@@ -60,7 +63,9 @@ pub struct Options {
     /// The node daemon (pcmd) the ranks talk to, which keeps the checkpoints: `auto` uses
     /// the one running for this user on this host, or starts one for the job; `start`
     /// always starts one for the job; `none` runs without (no checkpoints, no recovery);
-    /// anything else is a socket path (`{host}` stands for the host name).
+    /// anything else is a socket path (`{host}` stands for the host name). pcmrun starts a
+    /// pcmd on this host only: on several hosts, run one on each (`pcmd serve`, or the
+    /// agents' pool).
     #[arg(long, value_name = "auto|start|none|PATH", default_value = "auto")]
     pub daemon: String,
 
@@ -91,7 +96,7 @@ pub struct Options {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 
-    /// Append every run event of the job's processes here, one JSON object per line
+    /// Write every run event of the job's processes here, one JSON object per line
     /// (`{"seconds":..,"launch":N,"event":{..}}`), for programs that follow the job.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
