@@ -647,7 +647,11 @@ impl Pcm {
         }
 
         let plan = if let Some(plan) = self.checkpoints.deferred_move.take() {
-            // The checkpoint before this move was taken at the last check: make the move.
+            // The checkpoint before this move was taken at the last check: make the move. A
+            // scripted move due now waits for the next check instead of being dropped.
+            if let Some(moves) = scheduled {
+                self.job.schedule.postpone(iteration + 1, moves);
+            }
             return Ok(self.announce(plan, started));
         } else if let Some(moves) = scheduled {
             Plan {

@@ -93,6 +93,12 @@ impl Schedule {
     pub(crate) fn take(&mut self, iteration: u64) -> Option<Vec<Move>> {
         self.entries.remove(&iteration)
     }
+
+    /// Puts `moves`, taken at a check that had to make another move, back for `iteration`,
+    /// after any moves already scheduled there.
+    pub(crate) fn postpone(&mut self, iteration: u64, moves: Vec<Move>) {
+        self.entries.entry(iteration).or_default().extend(moves);
+    }
 }
 
 /// Reads the check period from the environment.
@@ -158,6 +164,18 @@ mod tests {
         assert_eq!(moves[1].to.as_ref().unwrap().as_str(), "node-c");
         assert!(!s2.has(10));
         assert_eq!(Schedule::parse("").unwrap(), Schedule::default());
+    }
+
+    #[test]
+    fn given_a_postponed_move_then_it_comes_after_those_already_due() {
+        let mut s = Schedule::parse("11:2").unwrap();
+        let taken = s.take(11).unwrap();
+        let mut later = Schedule::parse("10:1").unwrap().take(10).unwrap();
+        s.postpone(11, later.clone());
+        assert!(s.has(11));
+        s.postpone(11, taken.clone());
+        later.extend(taken);
+        assert_eq!(s.take(11), Some(later));
     }
 
     #[test]

@@ -506,3 +506,49 @@ fn given_a_hostfile_then_the_launch_uses_it_and_a_missing_one_is_named() {
         "{stderr}"
     );
 }
+
+#[test]
+fn given_moves_scheduled_at_consecutive_iterations_then_each_waits_for_its_checkpoint_and_none_is_lost(
+) {
+    let _lock = mpi_lock();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let args: Vec<String> = SIZE
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--iters".into(), "400".into()])
+        .collect();
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    // Each move is preceded by a checkpoint (PCM_CHECKPOINT_BEFORE_MOVE's default), which
+    // takes the iteration of the next scripted move: that one must be made one check later.
+    let env = [(
+        "PCM_SCHEDULE",
+        format!("100:1@{host},101:0@{host},102:1@{host}"),
+    )];
+    let mut run = start_with(
+        dir.path(),
+        "heat2d",
+        &args,
+        &["--checkpoint-interval", "600"],
+        &env,
+    );
+    let finished = run.wait(DEADLINE);
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert_eq!(finished.report().checksum, plain);
+    // The postponed move joins the one scripted for the next check: 3 ranks moved in 2
+    // reconfigurations, each after its checkpoint.
+    let moved: usize = run
+        .events()
+        .iter()
+        .map(|r| match &r.event {
+            RunEvent::Migrated { placed, .. } => placed.len(),
+            _ => 0,
+        })
+        .sum();
+    let report = run.report();
+    assert_eq!(moved, 3, "a scheduled move was lost: {report}");
+    assert_eq!(
+        report["checkpoints"], report["migrations"],
+        "one checkpoint before each reconfiguration: {report}"
+    );
+}
