@@ -207,21 +207,8 @@ impl MpiRun {
     /// The command line, for the runtime the binaries were built for
     /// (`mpi_ios_tests::Runtime::current`).
     pub fn command(&self) -> Command {
-        use mpi_ios_tests::RuntimeExt as _;
-        let runtime = mpi_ios_tests::Runtime::current();
-        let program = std::iter::once(self.program.clone().into_os_string())
-            .chain(self.args.iter().map(Into::into))
-            .collect();
-        pcmrun::Launch {
-            runtime,
-            launcher: runtime.launcher(),
-            ranks: self.ranks,
-            hostfile: None,
-            env: self.env.iter().cloned().collect(),
-            options: Vec::new(),
-            program,
-        }
-        .command()
+        let env = self.env.iter().cloned().collect();
+        mpi_ios_tests::launch_command(self.ranks, env, Vec::new(), &self.program, &self.args)
     }
 
     /// Runs to completion within `timeout` (the process group is killed otherwise).

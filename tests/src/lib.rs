@@ -330,24 +330,12 @@ impl MpiJob {
 
     /// The launcher command, for [`Runtime::current`] (the same launch `pcmrun` makes).
     pub fn command(&self) -> Command {
-        let runtime = Runtime::current();
         let mut env = self.env.clone();
         // Tests never talk to a daemon they did not start.
         env.entry("PCM_DAEMON".into())
             .or_insert_with(|| "none".into());
-        let program = std::iter::once(bin(&self.program).into_os_string())
-            .chain(self.args.iter().map(Into::into))
-            .collect();
-        pcmrun::Launch {
-            runtime,
-            launcher: runtime.launcher(),
-            ranks: self.ranks,
-            hostfile: None,
-            env,
-            options: self.mpirun_options.iter().map(Into::into).collect(),
-            program,
-        }
-        .command()
+        let options = self.mpirun_options.iter().map(Into::into).collect();
+        launch_command(self.ranks, env, options, &bin(&self.program), &self.args)
     }
 
     /// Starts the job in `dir`.
@@ -360,6 +348,31 @@ impl MpiJob {
         let dir = tempfile::tempdir().unwrap();
         self.start(dir.path(), "job").wait(timeout)
     }
+}
+
+/// The launcher command running `program args` on `ranks` ranks with `env` for every rank
+/// and `options` for the launcher, on [`Runtime::current`]: the launch `pcmrun` makes.
+pub fn launch_command(
+    ranks: usize,
+    env: BTreeMap<String, String>,
+    options: Vec<std::ffi::OsString>,
+    program: &Path,
+    args: &[String],
+) -> Command {
+    let runtime = Runtime::current();
+    let program = std::iter::once(program.as_os_str().to_owned())
+        .chain(args.iter().map(Into::into))
+        .collect();
+    pcmrun::Launch {
+        runtime,
+        launcher: runtime.launcher(),
+        ranks,
+        hostfile: None,
+        env,
+        options,
+        program,
+    }
+    .command()
 }
 
 /// A `pcmd serve` in a temp dir, killed on drop.
