@@ -29,7 +29,9 @@ pub struct Options {
     pub ranks: u32,
 
     /// Hosts to run on, in the launcher's own format (hydra: `host:slots`; Open MPI:
-    /// `host slots=N`). Default: this host.
+    /// `host slots=N`). Default: this host. A relaunch after a lost host uses this file
+    /// without the hosts that no longer answer (list spare hosts here to keep the job's
+    /// width after a loss).
     #[arg(long, value_name = "FILE")]
     pub hostfile: Option<PathBuf>,
 
@@ -63,14 +65,21 @@ pub struct Options {
     /// The node daemon (pcmd) the ranks talk to, which keeps the checkpoints: `auto` uses
     /// the one running for this user on this host, or starts one for the job; `start`
     /// always starts one for the job; `none` runs without (no checkpoints, no recovery);
-    /// anything else is a socket path (`{host}` stands for the host name). pcmrun starts a
-    /// pcmd on this host only: on several hosts, run one on each (`pcmd serve`, or the
-    /// agents' pool).
+    /// anything else is a socket path (`{host}` stands for the host name). With a
+    /// --hostfile naming other hosts, `auto` and `start` start one pcmd per host of the
+    /// hostfile for the job, through the remote launcher (PCM_LAUNCHER, else hydra's
+    /// HYDRA_LAUNCHER_EXEC, else Open MPI's OMPI_MCA_plm_rsh_agent, else ssh), all keeping
+    /// the checkpoints in one --checkpoint-dir; before a relaunch every host is probed
+    /// through that launcher (`LAUNCHER HOST true`, 5 s) and the hosts that no longer
+    /// answer are left out.
     #[arg(long, value_name = "auto|start|none|PATH", default_value = "auto")]
     pub daemon: String,
 
     /// Where the pcmd that pcmrun starts keeps checkpoints (default: pcmd's,
-    /// $XDG_STATE_HOME/pcmd/HOST).
+    /// $XDG_STATE_HOME/pcmd/HOST). On several hosts it must be a directory that every host
+    /// sees (a shared file system), so that the ranks of a lost host resume on another;
+    /// pcmrun checks that at start and warns otherwise (default there:
+    /// $XDG_STATE_HOME/pcmrun/checkpoints, else ~/.local/state/pcmrun/checkpoints).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
 
@@ -87,6 +96,13 @@ pub struct Options {
     /// An extra option for the launcher, placed before the application (repeatable).
     #[arg(long = "launcher-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub launcher_args: Vec<OsString>,
+
+    /// On several hosts: seconds without any sign of the job (progress, a checkpoint) after
+    /// which pcmrun probes its hosts. A host that does not answer ends the launch, which is
+    /// relaunched without it (a host that loses power ends no connection, so the job would
+    /// wait on it); a job that is only slow goes on.
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub stall_timeout: f64,
 
     /// Seconds between progress lines on standard error (0: none).
     #[arg(long, value_name = "S", default_value_t = 10.0)]
@@ -129,6 +145,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--launcher",
     "--launcher-arg",
     "--progress",
+    "--stall-timeout",
     "--report",
     "--events",
 ];
@@ -189,6 +206,7 @@ impl Options {
         seconds("--checkpoint-interval", self.checkpoint_interval, true)?;
         seconds("--retry-delay", self.retry_delay, false)?;
         seconds("--progress", self.progress, true)?;
+        seconds("--stall-timeout", self.stall_timeout, false)?;
         if self.restart && self.checkpoint_interval == 0.0 {
             return Err(
                 "--restart needs checkpoints: --checkpoint-interval 0 turns them off".into(),

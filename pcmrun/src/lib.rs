@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod hosts;
 pub mod runtime;
 pub mod supervisor;
 

@@ -14,8 +14,10 @@ use clap::Parser as _;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use pcm_proto::run::{RunEvent, EVENTS_ENV};
+use pcm_proto::HostName;
 use pcmrun::cli::{normalize_args, Options};
-use pcmrun::daemon::{self, Daemon};
+use pcmrun::daemon::{self, Daemon, HostDaemons};
+use pcmrun::hosts::{Hostfile, RemoteLauncher, PROBE_TIMEOUT};
 use pcmrun::supervisor::{LauncherEnd, Policy, Start, Supervisor, Verdict, INTERRUPTED_EXIT};
 use pcmrun::{Launch, Runtime};
 
@@ -64,24 +66,69 @@ fn say(line: &str) {
 fn run(options: &Options) -> anyhow::Result<i32> {
     let runtime = Runtime::detect(&options.launcher)?;
     let hostfile = match &options.hostfile {
-        Some(path) => Some(
-            std::fs::canonicalize(path)
-                .with_context(|| format!("--hostfile {}", path.display()))?,
-        ),
+        Some(path) => {
+            let path = std::fs::canonicalize(path)
+                .with_context(|| format!("--hostfile {}", path.display()))?;
+            let hosts = Hostfile::read(&path)?;
+            Some((path, hosts))
+        }
         None => None,
     };
     let pcmd = sibling_binary("pcmd");
-    let daemon = daemon::choose(
-        &options.daemon,
-        &pcmd,
-        options.checkpoint_dir.as_deref(),
-        options.dry_run,
-    )?;
+    let local = daemon::local_host()?;
+    let remote_launcher = RemoteLauncher::from_env(|key| std::env::var(key).ok());
+    // Hosts other than this one: a pcmd on each, and the hosts probed before a relaunch.
+    let several_hosts = hostfile
+        .as_ref()
+        .is_some_and(|(_, file)| file.hosts().iter().any(|h| *h != local));
+    let per_host = several_hosts && matches!(options.daemon.as_str(), "auto" | "start");
+    let mut daemon = if per_host && !options.dry_run {
+        let hosts = hostfile
+            .as_ref()
+            .map(|(_, file)| file.hosts())
+            .unwrap_or_default();
+        let dir = options
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(shared_checkpoint_dir);
+        let daemons = HostDaemons::start(&pcmd, &dir, remote_launcher.clone(), &hosts)?;
+        say(&format!(
+            "started a pcmd on each of {} (PCM_DAEMON={}, checkpoints in {}, logs in {})",
+            names(&hosts),
+            daemons.daemon_env,
+            daemons.checkpoint_dir.display(),
+            daemons.dir().display()
+        ));
+        for (host, why) in daemons.hosts_not_sharing(&hosts) {
+            say(&format!(
+                "warning: {why}: the ranks of {host} cannot resume on another host if {host} is lost (give --checkpoint-dir a directory every host sees)"
+            ));
+        }
+        Daemon::PerHost(daemons)
+    } else {
+        daemon::choose(
+            &options.daemon,
+            &pcmd,
+            options.checkpoint_dir.as_deref(),
+            options.dry_run,
+        )?
+    };
+    // Hostfiles of relaunches that leave lost hosts out.
+    let relaunch_dir = match several_hosts {
+        true => Some(
+            tempfile::Builder::new()
+                .prefix("pcmrun-hosts-")
+                .tempdir()
+                .context("cannot create a private directory for the relaunches' hostfiles")?,
+        ),
+        false => None,
+    };
     let checkpoints = options.checkpoint_interval > 0.0 && daemon.keeps_checkpoints();
     if options.checkpoint_interval > 0.0 && !daemon.keeps_checkpoints() {
         say("no pcmd (--daemon none): no checkpoints are taken, and a lost rank ends the job");
     }
-    let launch_for = |start: Start| -> Launch {
+    let daemon_env = daemon.env_value().map(str::to_owned);
+    let launch_for = |start: Start, hostfile: Option<&PathBuf>| -> Launch {
         let mut env = std::collections::BTreeMap::new();
         env.insert(EVENTS_ENV.to_owned(), "stderr".to_owned());
         if checkpoints {
@@ -100,12 +147,11 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             }
         }
         // Moves may target the hosts of the hostfile: PCM learns them from PCM_HOSTFILE.
-        if let Some(hostfile) = &hostfile {
-            env.entry("PCM_HOSTFILE".to_owned())
-                .or_insert_with(|| hostfile.display().to_string());
+        if let Some(hostfile) = hostfile {
+            env.insert("PCM_HOSTFILE".to_owned(), hostfile.display().to_string());
         }
-        if let Some(value) = daemon.env_value() {
-            env.insert(pcm_proto::DAEMON_ENV.to_owned(), value.to_owned());
+        if let Some(value) = &daemon_env {
+            env.insert(pcm_proto::DAEMON_ENV.to_owned(), value.clone());
         }
         if let Some(name) = &options.job_name {
             env.insert("PCM_JOB_NAME".to_owned(), name.clone());
@@ -117,7 +163,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             runtime,
             launcher: options.launcher.clone(),
             ranks: options.ranks as usize,
-            hostfile: hostfile.clone(),
+            hostfile: hostfile.cloned(),
             env,
             options: options.launcher_args.clone(),
             program: options.program.clone(),
@@ -135,7 +181,11 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         .map_or(0.0, |d| d.as_secs_f64());
     let mut supervisor = Supervisor::new(policy, started);
     if options.dry_run {
-        println!("{}", launch_for(supervisor.first_start()).shell_line());
+        let hostfile = hostfile.as_ref().map(|(path, _)| path);
+        println!(
+            "{}",
+            launch_for(supervisor.first_start(), hostfile).shell_line()
+        );
         return Ok(0);
     }
     if let Daemon::Started(d) = &daemon {
@@ -157,15 +207,33 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     let progress_every =
         (options.progress > 0.0).then(|| Duration::from_secs_f64(options.progress));
     let mut start = supervisor.first_start();
+    let mut hosts = hostfile.clone();
     let (code, reason) = loop {
-        let launch = launch_for(start);
+        let launch = launch_for(start, hosts.as_ref().map(|(path, _)| path));
         supervisor.launching();
         let mut sink = Sink {
             supervisor: &mut supervisor,
             events: events.as_mut(),
             started,
+            last_sign: Instant::now(),
         };
-        let end = run_launch(&launch, &mut sink, &signals, progress_every)?;
+        let mut watch = HostWatch {
+            launcher: &remote_launcher,
+            hosts: hosts
+                .as_ref()
+                .map(|(_, file)| file.hosts())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|h| *h != local && several_hosts)
+                .collect(),
+            daemons: match &mut daemon {
+                Daemon::PerHost(d) => Some(d),
+                _ => None,
+            },
+            stall: Duration::from_secs_f64(options.stall_timeout),
+            quiet_probe_after: None,
+        };
+        let end = run_launch(&launch, &mut sink, &signals, progress_every, &mut watch)?;
         let interrupted = signals.load(Ordering::SeqCst) > 0;
         match supervisor.on_launcher_end(end, interrupted, Instant::now()) {
             Verdict::Done { code, reason } => break (code, reason),
@@ -180,6 +248,38 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                         INTERRUPTED_EXIT,
                         Some("interrupted during recovery: the job is not relaunched".into()),
                     );
+                }
+                if let (Some((_, file)), Some(dir)) = (hosts.clone(), &relaunch_dir) {
+                    let daemons = match &mut daemon {
+                        Daemon::PerHost(d) => Some(d),
+                        _ => None,
+                    };
+                    match hosts_still_alive(
+                        &file,
+                        &local,
+                        &remote_launcher,
+                        daemons,
+                        &mut supervisor,
+                    ) {
+                        Some(alive) => {
+                            let path = dir
+                                .path()
+                                .join(format!("hosts-launch-{}", supervisor.launches() + 1));
+                            std::fs::write(&path, alive.text()).with_context(|| {
+                                format!("cannot write the hostfile {}", path.display())
+                            })?;
+                            hosts = Some((path, alive));
+                        }
+                        None => {
+                            break (
+                                1,
+                                Some(format!(
+                                    "no host of the hostfile answers any more ({}): the job cannot be relaunched",
+                                    names(&file.hosts())
+                                )),
+                            );
+                        }
+                    }
                 }
                 start = next;
             }
@@ -205,6 +305,64 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     }
     drop(daemon);
     Ok(code)
+}
+
+/// The hostfile `file` without its hosts that no longer answer through the launcher (or,
+/// with `daemons`, whose pcmd cannot be started again), each said and recorded in the
+/// report; `None` when no host is left.
+fn hosts_still_alive(
+    file: &Hostfile,
+    local: &HostName,
+    launcher: &RemoteLauncher,
+    daemons: Option<&mut HostDaemons>,
+    supervisor: &mut Supervisor,
+) -> Option<Hostfile> {
+    let remote: Vec<HostName> = file.hosts().into_iter().filter(|h| h != local).collect();
+    let mut lost = pcmrun::hosts::lost_hosts(launcher, &remote, PROBE_TIMEOUT);
+    if let Some(daemons) = daemons {
+        let alive: Vec<HostName> = file
+            .hosts()
+            .into_iter()
+            .filter(|h| !lost.iter().any(|(l, _)| l == h))
+            .collect();
+        lost.extend(daemons.ensure(&alive));
+    }
+    for (host, why) in &lost {
+        say(&format!(
+            "host {host} is lost ({why}): the relaunch leaves it out"
+        ));
+    }
+    let lost: Vec<HostName> = lost.into_iter().map(|(h, _)| h).collect();
+    let alive = file.without(&lost);
+    supervisor.hosts_lost(lost);
+    if alive.lines.is_empty() {
+        return None;
+    }
+    if alive.lines.len() < file.lines.len() {
+        say(&format!("relaunching on {}", names(&alive.hosts())));
+    }
+    Some(alive)
+}
+
+/// Host names for people: `a, b, c`.
+fn names(hosts: &[HostName]) -> String {
+    hosts
+        .iter()
+        .map(HostName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The checkpoint directory of jobs on several hosts when `--checkpoint-dir` is not given:
+/// `$XDG_STATE_HOME/pcmrun/checkpoints`, else `~/.local/state/pcmrun/checkpoints` (home
+/// directories are shared by the hosts of most clusters; pcmrun checks it).
+fn shared_checkpoint_dir() -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir);
+    state.join("pcmrun").join("checkpoints")
 }
 
 /// A binary installed next to pcmrun, else found on PATH.
@@ -250,6 +408,7 @@ fn run_launch(
     sink: &mut Sink<'_>,
     signals: &AtomicUsize,
     progress_every: Option<Duration>,
+    watch: &mut HostWatch<'_>,
 ) -> anyhow::Result<LauncherEnd> {
     let mut command = launch.command();
     if !launch.env.contains_key("PCM_RESTART") {
@@ -297,6 +456,15 @@ fn run_launch(
                 let _ = killpg(group, Signal::SIGTERM);
                 stopping = Some((seen, Instant::now()));
             }
+            None => {
+                if let Some(why) = watch.lost_host(sink.last_sign, Instant::now()) {
+                    say(&format!(
+                        "{why}: stopping the launch to relaunch without it"
+                    ));
+                    let _ = killpg(group, Signal::SIGTERM);
+                    stopping = Some((seen, Instant::now()));
+                }
+            }
             Some((first, since)) if seen > first || since.elapsed() > STOP_GRACE => {
                 let _ = killpg(group, Signal::SIGKILL);
             }
@@ -316,15 +484,65 @@ fn run_launch(
     Ok(end)
 }
 
+/// Watches a launch on several hosts for a host that died. A job that loses a host may not
+/// end by itself: a host that loses power sends no TCP end, so the ranks and the launcher
+/// wait on it. So when the launcher command of a host's pcmd ends, or the job has said
+/// nothing for `stall`, the hosts are probed through the remote launcher; one that does not
+/// answer ends the launch (and the relaunch leaves it out). A job that is only slow is
+/// never stopped: without a lost host the probes change nothing.
+struct HostWatch<'a> {
+    launcher: &'a RemoteLauncher,
+    /// The hosts to probe (those of the launch other than this one).
+    hosts: Vec<HostName>,
+    daemons: Option<&'a mut HostDaemons>,
+    stall: Duration,
+    /// After a stall probe that found every host alive, the next one is due then.
+    quiet_probe_after: Option<Instant>,
+}
+
+impl HostWatch<'_> {
+    /// Why the launch must stop (a host is lost), if it must; `last_sign` is when the job
+    /// last said anything.
+    fn lost_host(&mut self, last_sign: Instant, now: Instant) -> Option<String> {
+        if self.hosts.is_empty() {
+            return None;
+        }
+        let suspects: Vec<HostName> = match self.daemons.as_deref_mut() {
+            Some(daemons) => daemons.ended(),
+            None => Vec::new(),
+        };
+        let quiet = now.duration_since(last_sign) >= self.stall
+            && self.quiet_probe_after.is_none_or(|t| now >= t);
+        let to_probe = if quiet {
+            self.quiet_probe_after = Some(now + self.stall);
+            self.hosts.clone()
+        } else {
+            suspects
+                .into_iter()
+                .filter(|h| self.hosts.contains(h))
+                .collect()
+        };
+        if to_probe.is_empty() {
+            return None;
+        }
+        let lost = pcmrun::hosts::lost_hosts(self.launcher, &to_probe, PROBE_TIMEOUT);
+        let (host, why) = lost.into_iter().next()?;
+        Some(format!("host {host} is lost ({why})"))
+    }
+}
+
 /// Where the events of a launch go: the supervisor, and the `--events` file.
 struct Sink<'a> {
     supervisor: &'a mut Supervisor,
     events: Option<&'a mut std::fs::File>,
     started: Instant,
+    /// When the launch last said anything (any run event), or began.
+    last_sign: Instant,
 }
 
 impl Sink<'_> {
     fn take(&mut self, event: RunEvent, at: Instant) {
+        self.last_sign = self.last_sign.max(at);
         if let Some(file) = self.events.as_deref_mut() {
             let record = pcmrun::EventRecord {
                 seconds: at.duration_since(self.started).as_secs_f64(),

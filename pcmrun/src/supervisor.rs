@@ -108,6 +108,8 @@ pub struct Recovery {
     pub iterations_lost: Option<u64>,
     /// Seconds from the end of the failed launch to the resumed job's first iteration.
     pub seconds_to_resume: Option<f64>,
+    /// Hosts of the hostfile that no longer answered, left out of the relaunch.
+    pub hosts_lost: Vec<HostName>,
 }
 
 /// The typed summary of a `pcmrun` (`--report FILE`).
@@ -405,6 +407,7 @@ impl Supervisor {
             resumed_from: None,
             iterations_lost: None,
             seconds_to_resume: None,
+            hosts_lost: Vec::new(),
         });
         self.failed_at = Some(now);
         let from = match (start, self.last_checkpoint) {
@@ -423,6 +426,14 @@ impl Supervisor {
                 used + 1,
                 self.policy.max_restarts
             ),
+        }
+    }
+
+    /// The relaunch just decided leaves out `hosts`, which no longer answer (recorded in
+    /// the report's recovery).
+    pub fn hosts_lost(&mut self, hosts: Vec<HostName>) {
+        if let Some(recovery) = self.recoveries.last_mut() {
+            recovery.hosts_lost.extend(hosts);
         }
     }
 

@@ -467,6 +467,38 @@ impl Cluster {
         kill_netns_processes(&self.node(host).netns);
     }
 
+    /// Powers node `host` off, as a machine that dies or is unplugged: its network link goes
+    /// down, the launcher can no longer reach it (its line leaves `hosts.map`, so the agent
+    /// script fails as ssh to a dead host does, with status 255), and everything running on
+    /// it is killed (SIGKILL).
+    pub fn power_off(&self, host: &str) {
+        let index = self.index(host);
+        let map = self.dir.path().join("hosts.map");
+        let text = std::fs::read_to_string(&map).unwrap();
+        let kept: String = text
+            .lines()
+            .filter(|line| line.split_whitespace().next() != Some(host))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        // Replaced whole (rename), so that a launcher reading it meanwhile sees either file.
+        let temp = self.dir.path().join("hosts.map.new");
+        std::fs::write(&temp, kept).unwrap();
+        std::fs::rename(&temp, &map).unwrap();
+        // The root-side veth leg of node i is the bridge's name with its letter for `br`.
+        let letter = (b'a' + index as u8) as char;
+        let leg = self
+            .created_links
+            .first()
+            .and_then(|bridge| bridge.strip_suffix("br"))
+            .map(|id| format!("{id}{letter}"));
+        if let Some(leg) = leg {
+            if let Err(e) = ip(&["link", "set", &leg, "down"]) {
+                eprintln!("power_off {host}: {e}");
+            }
+        }
+        kill_netns_processes(&self.nodes[index].netns);
+    }
+
     fn index(&self, host: &str) -> usize {
         self.nodes
             .iter()
@@ -549,10 +581,20 @@ impl Cluster {
     /// The launcher options for running on the cluster with `hostfile` as the allocation,
     /// for [`Runtime::current`] (see the module notes).
     pub fn mpirun_options_with(&self, hostfile: &Path) -> Vec<String> {
+        let mut options: Vec<String> = Runtime::current()
+            .hostfile_args(hostfile)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        options.extend(self.launcher_options());
+        options
+    }
+
+    /// The launcher options for running on the cluster, without the hostfile (for a
+    /// launcher such as `pcmrun` that is given the hostfile by its own option).
+    pub fn launcher_options(&self) -> Vec<String> {
         if Runtime::current() == Runtime::Mpich {
             return [
-                "-f",
-                &hostfile.display().to_string(),
                 "-launcher",
                 "ssh",
                 "-launcher-exec",
@@ -563,7 +605,7 @@ impl Cluster {
             .map(str::to_owned)
             .to_vec();
         }
-        let mut options = vec!["--hostfile".to_string(), hostfile.display().to_string()];
+        let mut options = Vec::new();
         for (k, v) in [
             ("plm_rsh_agent", self.agent.display().to_string()),
             ("plm_rsh_no_tree_spawn", "1".into()),

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::faults::hit_replacement;
+use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Finished, Group, MpiJob, Runtime, RuntimeExt as _};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -551,4 +552,74 @@ fn given_moves_scheduled_at_consecutive_iterations_then_each_waits_for_its_check
         report["checkpoints"], report["migrations"],
         "one checkpoint before each reconfiguration: {report}"
     );
+}
+
+/// A host that runs a rank dies outright (emulated: its link goes down, the launcher can no
+/// longer reach it, and everything on it is killed). pcmrun, which started a pcmd on every
+/// host of the hostfile with one checkpoint directory, finds the host gone, relaunches on
+/// the hosts still alive (the spare node-c takes rank 1), and the job ends with the plain
+/// run's checksum; nothing is left on the nodes.
+#[test]
+fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_alive() {
+    if let Err(why) = Cluster::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_lock();
+    let args = args_for(15.0);
+    let plain = plain_checksum(&args);
+    let cluster = Cluster::new(3).unwrap();
+    // Rank 0 on node-a, rank 1 on node-b, node-c a spare of the allocation.
+    let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut options: Vec<String> = vec![
+        "--hostfile".into(),
+        hostfile.display().to_string(),
+        "--checkpoint-interval".into(),
+        "0.5".into(),
+        "--retry-delay".into(),
+        "0.2".into(),
+    ];
+    for option in cluster.launcher_options() {
+        options.extend(["--launcher-arg".into(), option]);
+    }
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let mut env: Vec<(&str, String)> =
+        vec![("PCM_LAUNCHER", cluster.agent().display().to_string())];
+    let cluster_env = cluster.env_with(&hostfile);
+    env.extend(cluster_env.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    let mut run = start_with(dir.path(), "heat2d", &args, &options, &env);
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let started = Instant::now();
+    cluster.power_off("node-b");
+    eprintln!("node-b powered off");
+    let finished = run.wait(DEADLINE);
+    let report = assert_recovered_once(&run, &finished, &plain);
+    eprintln!(
+        "pcmrun ended {:.1} s after node-b went; the recovery: {}",
+        started.elapsed().as_secs_f64(),
+        report["recoveries"][0]
+    );
+    assert_eq!(
+        report["recoveries"][0]["hosts_lost"],
+        serde_json::json!(["node-b"]),
+        "{report}"
+    );
+    let hosts = finished
+        .report()
+        .hosts
+        .expect("heat2d names the ranks' hosts");
+    assert_eq!(
+        hosts,
+        ["node-a", "node-c"],
+        "where the relaunched ranks ran"
+    );
+    for node in ["node-a", "node-c"] {
+        wait_until(Duration::from_secs(10), &format!("{node} empty"), || {
+            cluster.processes_on(node).is_empty()
+        });
+    }
+    assert_nothing_left(&run, &finished);
 }

@@ -1,0 +1,355 @@
+//! The hosts of a job: its hostfile read and rewritten, and the remote launcher through
+//! which `pcmrun` reaches each host (to start a pcmd there, and to tell whether a host is
+//! still alive before a relaunch).
+//!
+//! A relaunch after a lost host uses the hostfile minus the hosts that no longer answer, so
+//! the file is kept as lines: the lines of the hosts still alive are written again as the
+//! user wrote them (slots and all), in their order.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pcm_proto::HostName;
+
+/// The remote launcher as a command line (`HOST COMMAND` is appended): `PCM_LAUNCHER`
+/// (split at white space), else hydra's `HYDRA_LAUNCHER_EXEC`, else Open MPI's
+/// `OMPI_MCA_plm_rsh_agent`, else `ssh` (both runtimes' default). PCM checks a new host with
+/// the same setting.
+pub const LAUNCHER_ENV: &str = "PCM_LAUNCHER";
+
+/// How long a host may take to run `true` through the launcher before it counts as lost.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One host line of a hostfile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLine {
+    /// The host it names.
+    pub host: HostName,
+    /// The line as written.
+    pub line: String,
+}
+
+/// A hostfile's host lines, in order (comments and blank lines dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hostfile {
+    /// Its lines.
+    pub lines: Vec<HostLine>,
+}
+
+/// A hostfile that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HostfileError {
+    /// It could not be read.
+    #[error("cannot read the hostfile {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line names no usable host.
+    #[error("hostfile {path}, line {line}: {reason}: {text:?}")]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// Line number, from 1.
+        line: usize,
+        /// The line.
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// It names no host.
+    #[error("hostfile {0} names no host")]
+    Empty(PathBuf),
+}
+
+impl Hostfile {
+    /// Reads `path`: hydra's `host[:slots]` lines or Open MPI's `host [slots=N ...]` lines,
+    /// `#` comments.
+    pub fn read(path: &Path) -> Result<Hostfile, HostfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| HostfileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Hostfile::parse(&text, path)
+    }
+
+    /// Parses the text of the hostfile `path` (named in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Hostfile, HostfileError> {
+        let mut lines = Vec::new();
+        for (number, raw) in text.lines().enumerate() {
+            let content = raw.split('#').next().unwrap_or("").trim();
+            if content.is_empty() {
+                continue;
+            }
+            let bad = |reason: String| HostfileError::Line {
+                path: path.to_owned(),
+                line: number + 1,
+                text: raw.to_owned(),
+                reason,
+            };
+            let first = content.split_whitespace().next().unwrap_or(content);
+            // hydra: `host:slots`; Open MPI: `host slots=N`.
+            let name = first.split(':').next().unwrap_or(first);
+            let host = HostName::new(name).map_err(|e| bad(e.to_string()))?;
+            lines.push(HostLine {
+                host,
+                line: content.to_owned(),
+            });
+        }
+        if lines.is_empty() {
+            return Err(HostfileError::Empty(path.to_owned()));
+        }
+        Ok(Hostfile { lines })
+    }
+
+    /// The hosts, each once, in order of first appearance.
+    pub fn hosts(&self) -> Vec<HostName> {
+        let mut hosts: Vec<HostName> = Vec::new();
+        for line in &self.lines {
+            if !hosts.contains(&line.host) {
+                hosts.push(line.host.clone());
+            }
+        }
+        hosts
+    }
+
+    /// The same file without the lines of `lost`.
+    pub fn without(&self, lost: &[HostName]) -> Hostfile {
+        Hostfile {
+            lines: self
+                .lines
+                .iter()
+                .filter(|l| !lost.contains(&l.host))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The file's text.
+    pub fn text(&self) -> String {
+        self.lines.iter().map(|l| format!("{}\n", l.line)).collect()
+    }
+}
+
+/// The command that runs a command on another host, like ssh: `program args... HOST COMMAND`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteLauncher {
+    /// The program and its leading arguments.
+    pub words: Vec<String>,
+}
+
+impl RemoteLauncher {
+    /// The launcher the environment names (see [`LAUNCHER_ENV`]); `get` reads a variable.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> RemoteLauncher {
+        let set = |key: &str| get(key).filter(|v| !v.trim().is_empty());
+        let words = match set(LAUNCHER_ENV) {
+            Some(line) => line.split_whitespace().map(str::to_owned).collect(),
+            None => vec![set("HYDRA_LAUNCHER_EXEC")
+                .or_else(|| set("OMPI_MCA_plm_rsh_agent"))
+                .unwrap_or_else(|| "ssh".to_owned())],
+        };
+        RemoteLauncher { words }
+    }
+
+    /// A command that runs the shell command line `line` on `host`.
+    pub fn command(&self, host: &HostName, line: &str) -> Command {
+        let mut command = Command::new(&self.words[0]);
+        command.args(&self.words[1..]).arg(host.as_str()).arg(line);
+        command
+    }
+
+    /// Whether `host` runs `true` through the launcher within `timeout`; the error says why
+    /// not.
+    pub fn probe(&self, host: &HostName, timeout: Duration) -> Result<(), String> {
+        let mut command = self.command(host, "true");
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.words[0]))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => {
+                    let mut text = String::new();
+                    if let Some(mut stderr) = child.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+                    }
+                    let text = text.trim();
+                    return Err(if text.is_empty() {
+                        format!("`{} {host} true` ended with {status}", self.line())
+                    } else {
+                        format!("`{} {host} true` ended with {status}: {text}", self.line())
+                    });
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "`{} {host} true` did not end within {timeout:?}",
+                        self.line()
+                    ));
+                }
+                Err(e) => return Err(format!("cannot wait for the launcher: {e}")),
+            }
+        }
+    }
+
+    /// The launcher as one line, for messages.
+    pub fn line(&self) -> String {
+        self.words.join(" ")
+    }
+}
+
+/// Quotes `word` for a POSIX shell (the remote shell a launcher hands its command line to).
+pub fn shell_quote(word: &OsString) -> String {
+    let text = word.to_string_lossy();
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@{}".contains(c));
+    if plain {
+        text.into_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// Probes every host at once; returns the ones that did not answer, with why.
+pub fn lost_hosts(
+    launcher: &RemoteLauncher,
+    hosts: &[HostName],
+    timeout: Duration,
+) -> Vec<(HostName, String)> {
+    std::thread::scope(|scope| {
+        let probes: Vec<_> = hosts
+            .iter()
+            .map(|host| (host, scope.spawn(move || launcher.probe(host, timeout))))
+            .collect();
+        probes
+            .into_iter()
+            .filter_map(|(host, probe)| match probe.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(why)) => Some((host.clone(), why)),
+                Err(_) => Some((host.clone(), "the probe panicked".to_owned())),
+            })
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str) -> HostName {
+        HostName::new(name).unwrap()
+    }
+
+    #[test]
+    fn given_hydra_and_open_mpi_lines_then_hosts_are_read_in_order_once_each() {
+        let text = "# spare nodes\nnode-a:2\nnode-b slots=1 max_slots=4\n\n node-a:1 # again\n";
+        let file = Hostfile::parse(text, Path::new("h")).unwrap();
+        assert_eq!(file.hosts(), [host("node-a"), host("node-b")]);
+        assert_eq!(file.lines.len(), 3);
+        assert_eq!(file.lines[1].line, "node-b slots=1 max_slots=4");
+    }
+
+    #[test]
+    fn given_lost_hosts_then_their_lines_go_and_the_others_stay_as_written() {
+        let file = Hostfile::parse("a:1\nb:2\nc slots=3\n", Path::new("h")).unwrap();
+        assert_eq!(file.without(&[host("b")]).text(), "a:1\nc slots=3\n");
+        assert_eq!(file.without(&[host("a"), host("b"), host("c")]).lines, []);
+    }
+
+    #[test]
+    fn given_a_bad_or_empty_hostfile_then_the_error_names_file_and_line() {
+        let e = Hostfile::parse("a:1\nbad/host:2\n", Path::new("/x/hosts")).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("/x/hosts") && text.contains("line 2"),
+            "{text}"
+        );
+        let e = Hostfile::parse("# nothing\n\n", Path::new("/x/hosts")).unwrap_err();
+        assert!(e.to_string().contains("names no host"), "{e}");
+    }
+
+    #[test]
+    fn given_the_environment_then_the_launcher_is_pcm_launcher_hydras_open_mpis_or_ssh() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |key: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let words = |l: RemoteLauncher| l.words;
+        assert_eq!(
+            words(RemoteLauncher::from_env(env(&[
+                ("PCM_LAUNCHER", "/x/agent -q"),
+                ("HYDRA_LAUNCHER_EXEC", "/y")
+            ]))),
+            ["/x/agent", "-q"]
+        );
+        assert_eq!(
+            words(RemoteLauncher::from_env(env(&[(
+                "HYDRA_LAUNCHER_EXEC",
+                "/y"
+            )]))),
+            ["/y"]
+        );
+        assert_eq!(
+            words(RemoteLauncher::from_env(env(&[(
+                "OMPI_MCA_plm_rsh_agent",
+                "/z"
+            )]))),
+            ["/z"]
+        );
+        assert_eq!(words(RemoteLauncher::from_env(env(&[]))), ["ssh"]);
+    }
+
+    #[test]
+    fn given_a_launcher_that_fails_or_hangs_then_the_host_counts_as_lost_with_why() {
+        let failing = RemoteLauncher {
+            words: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo no route to $0 >&2; exit 255".into(),
+            ],
+        };
+        let why = failing.probe(&host("node-b"), PROBE_TIMEOUT).unwrap_err();
+        assert!(why.contains("no route to node-b"), "{why}");
+        let hanging = RemoteLauncher {
+            words: vec!["sh".into(), "-c".into(), "sleep 30".into()],
+        };
+        let started = Instant::now();
+        let why = hanging
+            .probe(&host("node-c"), Duration::from_millis(300))
+            .unwrap_err();
+        assert!(why.contains("did not end within"), "{why}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let working = RemoteLauncher {
+            words: vec!["sh".into(), "-c".into(), "exec $1".into()],
+        };
+        let lost = lost_hosts(&working, &[host("a"), host("b")], PROBE_TIMEOUT);
+        assert_eq!(lost, []);
+    }
+
+    #[test]
+    fn given_words_with_spaces_or_quotes_then_they_are_quoted_for_the_remote_shell() {
+        assert_eq!(shell_quote(&"/opt/pcmd".into()), "/opt/pcmd");
+        assert_eq!(shell_quote(&"a b".into()), "'a b'");
+        assert_eq!(shell_quote(&"it's".into()), r"'it'\''s'");
+        assert_eq!(shell_quote(&"".into()), "''");
+    }
+}
