@@ -42,6 +42,13 @@ pub struct AdaptiveArgs {
     /// rank (a cooperating node); node-c never joins.
     #[arg(long)]
     pub cooperating: bool,
+    /// After the runs, the fault act: heat2d under pcmrun on the nodes (rank 0 on node-a,
+    /// rank 1 on node-b, node-c spare), a checkpoint every second; node-b is powered off
+    /// mid-run (at --load-at, or 2 s with --quick) and pcmrun brings the job back by itself
+    /// on node-a and node-c, checked against the plain run's checksum. Not with
+    /// --cooperating.
+    #[arg(long)]
+    pub fault: bool,
     /// Skip the static MPI run (and the unloaded one).
     #[arg(long)]
     pub adaptive_only: bool,
@@ -140,6 +147,9 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
              nothing for the agents to fix. Run on a machine where /sys/fs/cgroup is writable."
         );
     }
+    if args.fault && args.cooperating {
+        bail!("--fault needs the three nodes of the default scenario: not with --cooperating");
+    }
     let (mut scenario, length) = scenario(&args);
     let caps: Vec<Option<CpuCap>> = if args.cooperating {
         vec![
@@ -212,7 +222,31 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
         static_run: runs.next(),
         unloaded: runs.next(),
     };
-    let ok = report(&summary, &scenario, &args)?;
+    let mut ok = report(&summary, &scenario, &args)?;
+    if args.fault {
+        println!();
+        println!("== fault act (heat2d under pcmrun; node-b is powered off mid-run)");
+        // Nothing of the runs before may run on into the act.
+        cluster.clear_nodes();
+        let fault_at = if args.quick { 2.0 } else { args.load_at };
+        let plain = match &summary.unloaded {
+            Some(u) => u.report.checksum.clone(),
+            None => scenario.plain_checksum(Duration::from_secs(args.timeout)),
+        };
+        match crate::fault::run(
+            &cluster,
+            &scenario,
+            fault_at,
+            Duration::from_secs(args.timeout),
+            logs.path(),
+        ) {
+            Ok(outcome) => ok &= crate::fault::summarize(&outcome, &plain),
+            Err(e) => {
+                println!("fault act: FAILED: {e:#}");
+                ok = false;
+            }
+        }
+    }
     keep_logs(logs.path(), &args.out.join("logs"));
     if args.check && !ok {
         bail!("the main job's own check failed (see above)");

@@ -9,6 +9,7 @@
 pub mod adaptive;
 pub mod agents;
 pub mod checkpoint;
+pub mod fault;
 pub mod recovery;
 pub mod scale;
 

@@ -1,6 +1,7 @@
-//! The main job in its short mode (what `scripts/main-job.sh --quick` runs after building):
-//! at least one automatic migration, the loaded node left for the joining one, checksums equal
-//! to the plain runs, the plot written.
+//! The main job in its short mode (what `scripts/main-job.sh --quick --fault` runs after
+//! building): at least one automatic migration, the loaded node left for the joining one,
+//! checksums equal to the plain runs, the plot written; then the fault act, a node powered
+//! off mid-run and the job back by itself on the others with the plain checksum.
 //! Needs root (network namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
@@ -21,7 +22,7 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
     let out = dir.path().join("results");
     let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"))
-        .args(["adaptive", "--quick", "--check", "--out"])
+        .args(["adaptive", "--quick", "--check", "--fault", "--out"])
         .arg(&out)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout).unwrap())
@@ -63,6 +64,11 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
     assert!(text.contains("moved node-b -> "), "{text}");
     assert!(
         text.contains("final placement: ") && text.contains("(node-b vacated, node-c used)"),
+        "{text}"
+    );
+    // The fault act: node-b powered off mid-run, pcmrun relaunched on node-a and node-c.
+    assert!(
+        text.contains("fault act: RESULT: recovered by itself on the other nodes"),
         "{text}"
     );
     for name in ["throughput.svg", "throughput.png", "timeline.csv"] {

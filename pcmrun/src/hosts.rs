@@ -140,25 +140,51 @@ impl Hostfile {
 pub struct RemoteLauncher {
     /// The program and its leading arguments.
     pub words: Vec<String>,
+    /// Whether it runs a program rather than a shell line (srun): the line then goes
+    /// through `sh -c`.
+    pub runs_programs: bool,
 }
 
 impl RemoteLauncher {
     /// The launcher the environment names (see [`LAUNCHER_ENV`]); `get` reads a variable.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> RemoteLauncher {
         let set = |key: &str| get(key).filter(|v| !v.trim().is_empty());
-        let words = match set(LAUNCHER_ENV) {
-            Some(line) => line.split_whitespace().map(str::to_owned).collect(),
-            None => vec![set("HYDRA_LAUNCHER_EXEC")
-                .or_else(|| set("OMPI_MCA_plm_rsh_agent"))
-                .unwrap_or_else(|| "ssh".to_owned())],
-        };
-        RemoteLauncher { words }
+        let words = |line: String| line.split_whitespace().map(str::to_owned).collect();
+        if let Some(line) = set(LAUNCHER_ENV) {
+            return RemoteLauncher {
+                words: words(line),
+                runs_programs: false,
+            };
+        }
+        if let Some(program) = set("HYDRA_LAUNCHER_EXEC").or_else(|| set("OMPI_MCA_plm_rsh_agent"))
+        {
+            return RemoteLauncher {
+                words: vec![program],
+                runs_programs: false,
+            };
+        }
+        if set("SLURM_JOB_ID").is_some() {
+            // Inside a Slurm allocation: one more step on that node, beside the job's.
+            return RemoteLauncher {
+                words: words("srun --overlap --nodes=1 --ntasks=1 --nodelist".to_owned()),
+                runs_programs: true,
+            };
+        }
+        RemoteLauncher {
+            words: vec!["ssh".to_owned()],
+            runs_programs: false,
+        }
     }
 
     /// A command that runs the shell command line `line` on `host`.
     pub fn command(&self, host: &HostName, line: &str) -> Command {
         let mut command = Command::new(&self.words[0]);
-        command.args(&self.words[1..]).arg(host.as_str()).arg(line);
+        command.args(&self.words[1..]).arg(host.as_str());
+        if self.runs_programs {
+            command.args(["sh", "-c", line]);
+        } else {
+            command.arg(line);
+        }
         command
     }
 
@@ -316,6 +342,14 @@ mod tests {
             ["/z"]
         );
         assert_eq!(words(RemoteLauncher::from_env(env(&[]))), ["ssh"]);
+        let srun = RemoteLauncher::from_env(env(&[("SLURM_JOB_ID", "42")]));
+        assert!(srun.runs_programs && srun.words[0] == "srun", "{srun:?}");
+        let line: Vec<String> = srun
+            .command(&host("n1"), "true")
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(line[line.len() - 4..], ["n1", "sh", "-c", "true"]);
     }
 
     #[test]
@@ -326,11 +360,13 @@ mod tests {
                 "-c".into(),
                 "echo no route to $0 >&2; exit 255".into(),
             ],
+            runs_programs: false,
         };
         let why = failing.probe(&host("node-b"), PROBE_TIMEOUT).unwrap_err();
         assert!(why.contains("no route to node-b"), "{why}");
         let hanging = RemoteLauncher {
             words: vec!["sh".into(), "-c".into(), "sleep 30".into()],
+            runs_programs: false,
         };
         let started = Instant::now();
         let why = hanging
@@ -340,6 +376,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
         let working = RemoteLauncher {
             words: vec!["sh".into(), "-c".into(), "exec $1".into()],
+            runs_programs: false,
         };
         let lost = lost_hosts(&working, &[host("a"), host("b")], PROBE_TIMEOUT);
         assert_eq!(lost, []);
@@ -351,5 +388,179 @@ mod tests {
         assert_eq!(shell_quote(&"a b".into()), "'a b'");
         assert_eq!(shell_quote(&"it's".into()), r"'it'\''s'");
         assert_eq!(shell_quote(&"".into()), "''");
+    }
+}
+
+/// Slurm allocations: the hosts of `SLURM_JOB_NODELIST` with the slots of
+/// `SLURM_TASKS_PER_NODE`, for a job started inside `salloc` or `sbatch` without a hostfile.
+pub mod slurm {
+    use super::HostfileError;
+    use std::path::Path;
+
+    /// Variables that name the allocation's hosts (the first one set wins).
+    pub const NODELIST_ENV: [&str; 2] = ["SLURM_JOB_NODELIST", "SLURM_NODELIST"];
+    /// The variable that gives each host's task count (`2(x3),1`).
+    pub const TASKS_ENV: &str = "SLURM_TASKS_PER_NODE";
+
+    /// Expands a Slurm host list: `node[01-03,7],login` gives node01, node02, node03, node7,
+    /// login (ranges keep their zero padding). The error names the bad part.
+    pub fn expand_nodelist(list: &str) -> Result<Vec<String>, String> {
+        let mut hosts = Vec::new();
+        for item in split_top_level(list)? {
+            match item.find('[') {
+                None => hosts.push(item.to_owned()),
+                Some(open) => {
+                    let close = item
+                        .rfind(']')
+                        .filter(|&c| c > open)
+                        .ok_or_else(|| format!("unbalanced brackets in {item:?}"))?;
+                    let (prefix, suffix) = (&item[..open], &item[close + 1..]);
+                    if suffix.contains('[') {
+                        return Err(format!("{item:?}: more than one bracket group"));
+                    }
+                    for part in item[open + 1..close].split(',') {
+                        let (low, high) = part.split_once('-').unwrap_or((part, part));
+                        let bad = || format!("{item:?}: {part:?} is not a number or range");
+                        let from: u64 = low.parse().map_err(|_| bad())?;
+                        let to: u64 = high.parse().map_err(|_| bad())?;
+                        if to < from || to - from > 100_000 {
+                            return Err(bad());
+                        }
+                        let width = low.len();
+                        for n in from..=to {
+                            hosts.push(format!("{prefix}{n:0width$}{suffix}"));
+                        }
+                    }
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return Err("the host list is empty".into());
+        }
+        Ok(hosts)
+    }
+
+    /// Splits at the commas outside brackets.
+    fn split_top_level(list: &str) -> Result<Vec<&str>, String> {
+        let mut parts = Vec::new();
+        let (mut depth, mut start) = (0i32, 0);
+        for (i, c) in list.char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&list[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+            if depth < 0 {
+                return Err(format!("unbalanced brackets in {list:?}"));
+            }
+        }
+        if depth != 0 {
+            return Err(format!("unbalanced brackets in {list:?}"));
+        }
+        parts.push(&list[start..]);
+        Ok(parts
+            .into_iter()
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect())
+    }
+
+    /// Expands `SLURM_TASKS_PER_NODE` (`2(x3),1` gives 2, 2, 2, 1).
+    pub fn expand_tasks(list: &str) -> Result<Vec<u32>, String> {
+        let mut counts = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let bad = || format!("{item:?} is not N or N(xM)");
+            let (count, times) = match item.split_once("(x") {
+                Some((count, rest)) => (
+                    count,
+                    rest.strip_suffix(')')
+                        .ok_or_else(bad)?
+                        .parse::<u32>()
+                        .map_err(|_| bad())?,
+                ),
+                None => (item, 1),
+            };
+            let count: u32 = count.parse().map_err(|_| bad())?;
+            counts.extend(std::iter::repeat_n(count, times as usize));
+        }
+        Ok(counts)
+    }
+
+    /// The allocation as hostfile text in the runtime's form (`line(host, slots)`), if the
+    /// environment (`get`) describes one.
+    pub fn hostfile_text(
+        get: impl Fn(&str) -> Option<String>,
+        line: impl Fn(&str, u32) -> String,
+    ) -> Option<Result<String, HostfileError>> {
+        let (variable, list) = NODELIST_ENV
+            .iter()
+            .find_map(|v| get(v).filter(|l| !l.trim().is_empty()).map(|l| (*v, l)))?;
+        let bad = |reason: String| HostfileError::Line {
+            path: Path::new(variable).to_owned(),
+            line: 1,
+            text: list.clone(),
+            reason,
+        };
+        let hosts = match expand_nodelist(&list) {
+            Ok(hosts) => hosts,
+            Err(e) => return Some(Err(bad(e))),
+        };
+        let tasks = match get(TASKS_ENV).map(|t| expand_tasks(&t)) {
+            Some(Ok(tasks)) => tasks,
+            Some(Err(e)) => return Some(Err(bad(format!("{TASKS_ENV}: {e}")))),
+            None => Vec::new(),
+        };
+        let text = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| format!("{}\n", line(host, tasks.get(i).copied().unwrap_or(1))))
+            .collect();
+        Some(Ok(text))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn given_slurm_host_lists_then_they_expand_with_their_padding() {
+            assert_eq!(
+                expand_nodelist("node[01-03,7],login").unwrap(),
+                ["node01", "node02", "node03", "node7", "login"]
+            );
+            assert_eq!(
+                expand_nodelist("a[8-10]-ib,b").unwrap(),
+                ["a8-ib", "a9-ib", "a10-ib", "b"]
+            );
+            assert_eq!(expand_nodelist("solo").unwrap(), ["solo"]);
+            for bad in ["n[1-", "n[3-1]", "n[x]", "", "n]1["] {
+                assert!(expand_nodelist(bad).is_err(), "{bad:?} accepted");
+            }
+        }
+
+        #[test]
+        fn given_tasks_per_node_then_each_host_gets_its_slots() {
+            assert_eq!(expand_tasks("2(x3),1").unwrap(), [2, 2, 2, 1]);
+            assert!(expand_tasks("2(x").is_err());
+            let env = |key: &str| match key {
+                "SLURM_JOB_NODELIST" => Some("n[1-2]".to_owned()),
+                "SLURM_TASKS_PER_NODE" => Some("3,1".to_owned()),
+                _ => None,
+            };
+            let text = hostfile_text(env, |h, n| format!("{h}:{n}"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(text, "n1:3\nn2:1\n");
+            assert!(hostfile_text(|_| None, |h, n| format!("{h}:{n}")).is_none());
+            let bad = |key: &str| (key == "SLURM_NODELIST").then(|| "n[1-".to_owned());
+            let e = hostfile_text(bad, |h, n| format!("{h}:{n}"))
+                .unwrap()
+                .unwrap_err();
+            assert!(e.to_string().contains("SLURM_NODELIST"), "{e}");
+        }
     }
 }

@@ -65,7 +65,33 @@ fn say(line: &str) {
 
 fn run(options: &Options) -> anyhow::Result<i32> {
     let runtime = Runtime::detect(&options.launcher)?;
-    let hostfile = match &options.hostfile {
+    // Inside a Slurm allocation without --hostfile: the allocation's hosts, written as a
+    // hostfile in the runtime's form (the launch stays within the allocation either way).
+    let slurm_dir = tempfile::Builder::new()
+        .prefix("pcmrun-slurm-")
+        .tempdir()
+        .context("cannot create a private directory")?;
+    let slurm_hostfile = match &options.hostfile {
+        Some(_) => None,
+        None => pcmrun::hosts::slurm::hostfile_text(
+            |key| std::env::var(key).ok(),
+            |host, slots| runtime.hostfile_line(host, slots),
+        )
+        .transpose()?
+        .map(|text| -> anyhow::Result<PathBuf> {
+            let path = slurm_dir.path().join("hosts");
+            std::fs::write(&path, &text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            say(&format!(
+                "inside a Slurm allocation: hosts {} (from {})",
+                text.lines().collect::<Vec<_>>().join(", "),
+                pcmrun::hosts::slurm::NODELIST_ENV.join(" or ")
+            ));
+            Ok(path)
+        })
+        .transpose()?,
+    };
+    let hostfile = match options.hostfile.as_ref().or(slurm_hostfile.as_ref()) {
         Some(path) => {
             let path = std::fs::canonicalize(path)
                 .with_context(|| format!("--hostfile {}", path.display()))?;

@@ -119,6 +119,15 @@ impl Runtime {
         [flag.into(), hostfile.as_os_str().to_owned()]
     }
 
+    /// One line of a hostfile in the runtime's form: `host:slots` (hydra) or
+    /// `host slots=N` (Open MPI).
+    pub fn hostfile_line(self, host: &str, slots: u32) -> String {
+        match self {
+            Runtime::OpenMpi => format!("{host} slots={slots}"),
+            Runtime::Mpich => format!("{host}:{slots}"),
+        }
+    }
+
     /// Launcher arguments that pass `key=value` to the ranks of one program of an MPMD
     /// launch (`A : B`) only.
     pub fn local_env_args(self, key: &str, value: &str) -> Vec<String> {

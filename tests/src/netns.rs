@@ -151,10 +151,7 @@ fn ip(args: &[&str]) -> Result<String, String> {
 
 /// A hostfile line giving `host` `slots` processes, in the current runtime's syntax.
 fn hostfile_line(host: &str, slots: usize) -> String {
-    match Runtime::current() {
-        Runtime::OpenMpi => format!("{host} slots={slots}"),
-        Runtime::Mpich => format!("{host}:{slots}"),
-    }
+    Runtime::current().hostfile_line(host, u32::try_from(slots).unwrap_or(u32::MAX))
 }
 
 /// Process ids whose network namespace is `netns`.
@@ -639,6 +636,25 @@ impl Cluster {
                 self.agent.display().to_string(),
             ));
         }
+        env
+    }
+
+    /// `pcmrun`'s options for a job on the cluster with `hostfile` as its allocation: the
+    /// hostfile, and the cluster's launcher options as `--launcher-arg`s.
+    pub fn pcmrun_args(&self, hostfile: &Path) -> Vec<String> {
+        let mut args = vec!["--hostfile".to_owned(), hostfile.display().to_string()];
+        for option in self.launcher_options() {
+            args.extend(["--launcher-arg".to_owned(), option]);
+        }
+        args
+    }
+
+    /// `pcmrun`'s environment for a job on the cluster with `hostfile`: the jobs'
+    /// environment, and the agent script as `PCM_LAUNCHER`, the remote launcher through
+    /// which pcmrun starts a pcmd on each node and probes the nodes.
+    pub fn pcmrun_env(&self, hostfile: &Path) -> Vec<(String, String)> {
+        let mut env = self.env_with(hostfile);
+        env.push(("PCM_LAUNCHER".into(), self.agent.display().to_string()));
         env
     }
 

@@ -572,22 +572,14 @@ fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_
     // Rank 0 on node-a, rank 1 on node-b, node-c a spare of the allocation.
     let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
     let dir = tempfile::tempdir().unwrap();
-    let mut options: Vec<String> = vec![
-        "--hostfile".into(),
-        hostfile.display().to_string(),
-        "--checkpoint-interval".into(),
-        "0.5".into(),
-        "--retry-delay".into(),
-        "0.2".into(),
-    ];
-    for option in cluster.launcher_options() {
-        options.extend(["--launcher-arg".into(), option]);
-    }
+    let mut options = cluster.pcmrun_args(&hostfile);
+    options.extend(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"].map(String::from));
     let options: Vec<&str> = options.iter().map(String::as_str).collect();
-    let mut env: Vec<(&str, String)> =
-        vec![("PCM_LAUNCHER", cluster.agent().display().to_string())];
-    let cluster_env = cluster.env_with(&hostfile);
-    env.extend(cluster_env.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    let cluster_env = cluster.pcmrun_env(&hostfile);
+    let env: Vec<(&str, String)> = cluster_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
     let mut run = start_with(dir.path(), "heat2d", &args, &options, &env);
     run.wait_for("a checkpoint", 1, |e| {
         matches!(e, RunEvent::Checkpointed { .. })
@@ -622,4 +614,50 @@ fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_
         });
     }
     assert_nothing_left(&run, &finished);
+}
+
+/// Inside a Slurm allocation (its variables, as `salloc` and `sbatch` set them) and without
+/// `--hostfile`, pcmrun takes the allocation's hosts: the launch gets them as a hostfile in
+/// the runtime's form, and PCM gets the same file. A malformed host list is named.
+#[test]
+fn given_a_slurm_allocation_then_its_hosts_are_the_launchs() {
+    let dry_run = |nodelist: &str| {
+        Command::new(bin("pcmrun"))
+            .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
+            .env("SLURM_JOB_ID", "4242")
+            .env("SLURM_JOB_NODELIST", nodelist)
+            .env("SLURM_TASKS_PER_NODE", "2,1(x2)")
+            .args(["--dry-run", "-np", "4", "--daemon", "none"])
+            .arg(bin("heat2d"))
+            .output()
+            .unwrap()
+    };
+    let output = dry_run("cn[07-09]");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stderr}");
+    let line = |host: &str, slots: u32| Runtime::current().hostfile_line(host, slots);
+    let expected = format!(
+        "{}, {}, {}",
+        line("cn07", 2),
+        line("cn08", 1),
+        line("cn09", 1)
+    );
+    assert!(stderr.contains(&expected), "hosts not taken: {stderr}");
+    let flag = Runtime::current().hostfile_args(Path::new("x"))[0]
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        stdout.contains(&format!("{flag} ")) && stdout.contains("PCM_HOSTFILE="),
+        "the launch does not get the allocation's hostfile: {stdout}"
+    );
+    let output = dry_run("cn[07-");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("SLURM_JOB_NODELIST") && stderr.contains("unbalanced"),
+        "{stderr}"
+    );
 }
