@@ -557,18 +557,27 @@ pub fn read_frame<T: DeserializeOwned>(reader: &mut impl Read) -> Result<Option<
         }
         .into());
     }
-    let mut body = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match reader.read(&mut body[got..]) {
+    // Grown with the bytes that arrive (at most doubling, never past `len`), not allocated
+    // from the prefix: a peer that announces 1 MiB and sends 8 bytes costs 16 KiB.
+    let mut body: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    while body.len() < len {
+        let want = (len - body.len()).min(chunk.len());
+        match reader.read(&mut chunk[..want]) {
             Ok(0) => {
                 return Err(FrameError::Truncated {
-                    have: 4 + got,
+                    have: 4 + body.len(),
                     want: 4 + len,
                 }
                 .into())
             }
-            Ok(n) => got += n,
+            Ok(n) => {
+                if body.len() + n > body.capacity() {
+                    let target = body.capacity().saturating_mul(2).max(chunk.len()).min(len);
+                    body.reserve_exact(target.max(body.len() + n) - body.len());
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
