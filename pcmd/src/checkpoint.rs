@@ -426,20 +426,34 @@ struct Timed<'a> {
 
 impl Read for Timed<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(deadline) = self.deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the authentication was not completed within {} s",
-                        buddy::HANDSHAKE_TIMEOUT.as_secs_f64()
-                    ),
-                ));
-            }
-            self.stream.set_read_timeout(Some(left.min(IDLE_TIMEOUT)))?;
+        let Some(deadline) = self.deadline else {
+            return (&mut &*self.stream).read(buf);
+        };
+        let late = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the authentication was not completed within {} s",
+                    buddy::HANDSHAKE_TIMEOUT.as_secs_f64()
+                ),
+            )
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
         }
-        (&mut &*self.stream).read(buf)
+        self.stream.set_read_timeout(Some(left.min(IDLE_TIMEOUT)))?;
+        match (&mut &*self.stream).read(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && Instant::now() >= deadline =>
+            {
+                Err(late())
+            }
+            other => other,
+        }
     }
 }
 

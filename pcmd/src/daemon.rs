@@ -34,6 +34,10 @@ pub const EVENT_QUEUE: usize = 1024;
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read from a socket at a time (64 KiB).
 const READ_CHUNK: usize = 64 * 1024;
+/// Clients served at once (256): each may buffer up to one frame
+/// ([`pcm_proto::MAX_FRAME_LEN`]), so this bounds the memory a flood of connections can
+/// take. More are closed at once, with a rate-limited warning.
+pub const MAX_CLIENTS: usize = 256;
 
 /// Errors of starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +251,7 @@ async fn serve(
     tracing::info!(socket = %socket.display(), host = %registry.host(), pid = std::process::id(), "pcmd serving");
     let (events_tx, mut events) = mpsc::channel::<Event>(EVENT_QUEUE);
     let mut conns: HashMap<ConnId, Handle> = HashMap::new();
+    let mut log = crate::log_limit::LogLimit::default();
     let mut sensor = crate::node::Sensor::new();
     let period = registry.config().stats_period();
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -263,6 +268,15 @@ async fn serve(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
+                Ok((stream, _)) if conns.len() >= MAX_CLIENTS => {
+                    drop(stream);
+                    if let Some(n) = log.check("too-many-clients", Instant::now()) {
+                        tracing::warn!(
+                            "serving {MAX_CLIENTS} clients already; closed a new connection{}",
+                            crate::log_limit::suffix(n)
+                        );
+                    }
+                }
                 Ok((stream, _)) => {
                     let conn = registry.handle_connected(Instant::now());
                     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
@@ -272,7 +286,9 @@ async fn serve(
                 }
                 Err(e) => {
                     // Typically out of file descriptors: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    if let Some(n) = log.check("accept", Instant::now()) {
+                        tracing::warn!("accept failed: {e}{}", crate::log_limit::suffix(n));
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },

@@ -35,7 +35,7 @@ fn init_logging() {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let host = cli::local_host()?;
+    let host = cli.host()?;
     let socket = cli::resolve_socket(cli.socket.as_deref(), &host);
     match cli.command {
         Command::Serve(args) => {
