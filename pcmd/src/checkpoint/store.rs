@@ -868,10 +868,78 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("announced"), "{err}");
         assert!(!store.piece_path(&piece).exists());
-        let leftovers = fs::read_dir(store.checkpoint_dir(&series(), 1))
-            .unwrap()
-            .count();
-        assert_eq!(leftovers, 0);
+        // Not even the directory the piece would have gone to.
+        assert!(!store.checkpoint_dir(&series(), 1).exists());
+    }
+
+    #[test]
+    fn given_an_abandoned_checkpoint_then_finish_and_a_new_pcmd_remove_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        checkpoint(&store, 5);
+        let abandoned = |iteration| {
+            let piece = PieceId {
+                series: series(),
+                iteration,
+                rank: Rank(0),
+            };
+            store
+                .put(&piece, 1, Digest::of(b"x"), &mut &b"x"[..])
+                .unwrap();
+            // A temporary file left by a writer that died.
+            fs::write(store.checkpoint_dir(&series(), iteration).join(".piece.tmp-1-0"), b"x")
+                .unwrap();
+        };
+        abandoned(9);
+        store
+            .finish(
+                &series(),
+                &Finished {
+                    job: JobId::new("job").unwrap(),
+                    iteration: 10,
+                    unix_s: 1,
+                },
+            )
+            .unwrap();
+        assert!(!store.checkpoint_dir(&series(), 9).exists());
+        assert!(store.manifest_path(&series(), 5).exists());
+        abandoned(12);
+        let temp_in_complete = store.checkpoint_dir(&series(), 5).join(".manifest.tmp-1-1");
+        fs::write(&temp_in_complete, b"x").unwrap();
+        Store::new(dir.path().to_owned()).sweep();
+        assert!(!store.checkpoint_dir(&series(), 12).exists());
+        assert!(!temp_in_complete.exists());
+        assert_eq!(store.list(&series(), Rank(0)).0.len(), 1);
+    }
+
+    #[test]
+    fn given_no_room_then_the_newest_verified_checkpoint_is_kept_and_older_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        checkpoint(&store, 5);
+        checkpoint(&store, 9);
+        // An abandoned one, and the one being written.
+        let piece = |iteration| PieceId {
+            series: series(),
+            iteration,
+            rank: Rank(0),
+        };
+        store.put(&piece(10), 1, Digest::of(b"x"), &mut &b"x"[..]).unwrap();
+        store.put(&piece(11), 1, Digest::of(b"y"), &mut &b"y"[..]).unwrap();
+        // The newest complete one is corrupt here: the older one is what must stay.
+        let path = store.piece_path(&piece(9));
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let mut epoch = store.room_epoch.load(Ordering::Acquire);
+        assert!(store.make_room(&series(), 11, &mut epoch));
+        let left: Vec<u64> = store.iterations(&series());
+        assert_eq!(left, [11, 5]);
+        // Nothing more to free: the writer is told so instead of looping.
+        assert!(!store.make_room(&series(), 11, &mut epoch));
+        // A writer that saw an older epoch retries: someone freed space meanwhile.
+        let mut stale = 0;
+        assert!(store.make_room(&series(), 11, &mut stale));
     }
 
     #[test]
