@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, WAIT};
 use pcm_proto::checkpoint::{
-    read_frame, write_frame, Digest, Manifest, PieceId, Request, Response, Series,
-    FORMAT_VERSION,
+    read_frame, write_frame, Digest, Manifest, PieceId, Request, Response, Series, FORMAT_VERSION,
 };
 use pcm_proto::{AppName, JobId, Rank};
 
@@ -102,9 +101,7 @@ impl Rankc {
             },
             &[],
         ) {
-            Response::Listing { available, .. } => {
-                available.iter().map(|a| a.iteration).collect()
-            }
+            Response::Listing { available, .. } => available.iter().map(|a| a.iteration).collect(),
             other => panic!("{other:?}"),
         }
     }
@@ -118,7 +115,11 @@ fn checkpoint(daemon: &Daemon, iteration: u64, len: usize) {
     let mut c = Rankc::open(daemon).unwrap();
     for (rank, bytes) in pieces.iter().enumerate() {
         let answer = c.put(iteration, rank as u32, bytes);
-        assert_eq!(answer, Response::Stored, "iteration {iteration} rank {rank}");
+        assert_eq!(
+            answer,
+            Response::Stored,
+            "iteration {iteration} rank {rank}"
+        );
     }
     assert_eq!(c.commit(iteration, &pieces), Response::Committed);
 }
@@ -147,7 +148,9 @@ fn start_with_listen(extra: &[&str]) -> (Daemon, SocketAddr) {
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     daemon.spawn(&args);
-    wait_until("the buddy port listens", || TcpStream::connect(addr).is_ok());
+    wait_until("the buddy port listens", || {
+        TcpStream::connect(addr).is_ok()
+    });
     (daemon, addr)
 }
 
@@ -164,9 +167,7 @@ fn given_64_idle_connections_without_the_key_then_local_ranks_still_checkpoint()
     let (daemon, addr) = start_with_listen(&[]);
     // The reviewer's attack: 64 idle TCP connections, no key, filled the slots the ranks'
     // socket shared.
-    let idle: Vec<TcpStream> = (0..64)
-        .map(|_| TcpStream::connect(addr).unwrap())
-        .collect();
+    let idle: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
     // Those beyond the address's cap are told so at once (not after a timeout).
     let mut extra = TcpStream::connect(addr).unwrap();
     extra.set_read_timeout(Some(WAIT)).unwrap();

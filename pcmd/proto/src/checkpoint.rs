@@ -719,8 +719,31 @@ mod tests {
                 manifest: manifest()
             }
         );
-        assert!(read_frame::<Request>(&mut &wire[..wire.len() - 1]).is_err());
+        assert!(matches!(
+            read_frame::<Request>(&mut &wire[..wire.len() - 1]),
+            Err(Error::Frame(FrameError::Truncated { .. }))
+        ));
         assert!(read_frame::<Request>(&mut &wire[..2]).is_err());
+        // Bytes after the message inside its frame are skipped; the next frame is in step.
+        let mut padded = wire.clone();
+        let body_len = u32::from_be_bytes(padded[..4].try_into().unwrap()) + 3;
+        padded[..4].copy_from_slice(&body_len.to_be_bytes());
+        padded.extend_from_slice(&[0, 0, 0]);
+        padded.extend_from_slice(&wire);
+        let mut stream = padded.as_slice();
+        for _ in 0..2 {
+            assert!(matches!(
+                expect_frame::<Request>(&mut stream),
+                Ok(Request::Commit { .. })
+            ));
+        }
+        // Garbage is refused at its first byte, whatever length the prefix announced.
+        let mut liar = (MAX_FRAME_LEN as u32).to_be_bytes().to_vec();
+        liar.extend_from_slice(&[0xff, 0xfe]);
+        assert!(matches!(
+            read_frame::<Request>(&mut liar.as_slice()),
+            Err(Error::Frame(FrameError::Malformed(_)))
+        ));
         assert!(read_frame::<Request>(&mut &[][..]).unwrap().is_none());
         let huge = ((MAX_FRAME_LEN + 1) as u32).to_be_bytes();
         assert!(matches!(

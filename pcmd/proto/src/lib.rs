@@ -479,7 +479,8 @@ impl FrameReader {
                 Some(len) => doubled.min(4 + len.min(MAX_FRAME_LEN)),
                 None => doubled,
             };
-            self.buffer.reserve_exact(target.max(needed) - self.buffer.len());
+            self.buffer
+                .reserve_exact(target.max(needed) - self.buffer.len());
         }
         self.buffer.extend_from_slice(bytes);
     }

@@ -360,7 +360,11 @@ impl Store {
             if series_dir.file_name() == "quarantine" || !series_dir.path().is_dir() {
                 continue;
             }
-            for entry in fs::read_dir(series_dir.path()).into_iter().flatten().flatten() {
+            for entry in fs::read_dir(series_dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 let path = entry.path();
                 if is_temp(&path) {
                     let _ = fs::remove_file(&path);
@@ -887,8 +891,13 @@ mod tests {
                 .put(&piece, 1, Digest::of(b"x"), &mut &b"x"[..])
                 .unwrap();
             // A temporary file left by a writer that died.
-            fs::write(store.checkpoint_dir(&series(), iteration).join(".piece.tmp-1-0"), b"x")
-                .unwrap();
+            fs::write(
+                store
+                    .checkpoint_dir(&series(), iteration)
+                    .join(".piece.tmp-1-0"),
+                b"x",
+            )
+            .unwrap();
         };
         abandoned(9);
         store
@@ -924,8 +933,12 @@ mod tests {
             iteration,
             rank: Rank(0),
         };
-        store.put(&piece(10), 1, Digest::of(b"x"), &mut &b"x"[..]).unwrap();
-        store.put(&piece(11), 1, Digest::of(b"y"), &mut &b"y"[..]).unwrap();
+        store
+            .put(&piece(10), 1, Digest::of(b"x"), &mut &b"x"[..])
+            .unwrap();
+        store
+            .put(&piece(11), 1, Digest::of(b"y"), &mut &b"y"[..])
+            .unwrap();
         // The newest complete one is corrupt here: the older one is what must stay.
         let path = store.piece_path(&piece(9));
         let mut bytes = fs::read(&path).unwrap();
