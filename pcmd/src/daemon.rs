@@ -34,9 +34,9 @@ pub const EVENT_QUEUE: usize = 1024;
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read from a socket at a time (64 KiB).
 const READ_CHUNK: usize = 64 * 1024;
-/// Clients served at once (256): each may buffer up to one frame
-/// ([`pcm_proto::MAX_FRAME_LEN`]), so this bounds the memory a flood of connections can
-/// take. More are closed at once, with a rate-limited warning.
+/// Clients `pcmd serve` serves at once (256; the registry's
+/// [`registry::Config::with_max_connections`]): each may buffer up to one frame
+/// ([`pcm_proto::MAX_FRAME_LEN`]), so this bounds the memory a flood of connections can take.
 pub const MAX_CLIENTS: usize = 256;
 
 /// Errors of starting or running the daemon.
@@ -268,15 +268,6 @@ async fn serve(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) if conns.len() >= MAX_CLIENTS => {
-                    drop(stream);
-                    if let Some(n) = log.check("too-many-clients", Instant::now()) {
-                        tracing::warn!(
-                            "serving {MAX_CLIENTS} clients already; closed a new connection{}",
-                            crate::log_limit::suffix(n)
-                        );
-                    }
-                }
                 Ok((stream, _)) => {
                     let conn = registry.handle_connected(Instant::now());
                     let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
