@@ -192,6 +192,7 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
     };
     let mut daemon = NodeDaemon::attach_or_start(
         &pcmd_socket,
+        &host,
         &pcmd_program(args.pcmd.as_deref()),
         &state_dir.join("pcmd.log"),
         args.profile_period,

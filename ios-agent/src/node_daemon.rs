@@ -52,11 +52,14 @@ pub enum NodeDaemonError {
 }
 
 impl NodeDaemon {
-    /// Attaches to the pcmd serving `socket`, or starts `program --socket SOCKET serve
-    /// --stats-period SECS` (logging to `log`) and waits until it answers. The agent reads
-    /// the ranks' profiles every `stats_period`, so pcmd's own period is the same.
+    /// Attaches to the pcmd serving `socket`, or starts `program --socket SOCKET --host
+    /// HOST serve --stats-period SECS` (logging to `log`) and waits until it answers. The
+    /// agent reads the ranks' profiles every `stats_period`, so pcmd's own period is the
+    /// same. `host` is the agent's node name: pcmd reports it and keeps its checkpoints
+    /// under it, so that agents of several emulated nodes on one machine do not share them.
     pub fn attach_or_start(
         socket: &Path,
+        host: &HostName,
         program: &Path,
         log: &Path,
         stats_period: Duration,
@@ -97,6 +100,8 @@ impl NodeDaemon {
         let child = Command::new(program)
             .arg("--socket")
             .arg(socket)
+            .arg("--host")
+            .arg(host.as_str())
             .arg("serve")
             .arg("--stats-period")
             .arg(format!("{}", stats_period.as_secs_f64()))

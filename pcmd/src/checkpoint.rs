@@ -10,14 +10,20 @@
 //! - optionally `--listen ADDR:PORT`, TCP for the buddy pcmd, where every connection first
 //!   proves it holds the pool key ([`pcm_proto::checkpoint::auth`]).
 //!
-//! Connections are bounded ([`MAX_CONNECTIONS`]) and idle ones time out
+//! Connections are bounded by [`admission`]: the node's ranks and the network have separate
+//! budgets, and each network address a cap of its own, so that connections from the network
+//! (which anyone who reaches the port can open, key or not) never take the ranks' slots.
+//! A TCP peer must complete the pool-key handshake within [`buddy::HANDSHAKE_TIMEOUT`] in
+//! total, however it paces its bytes; after that, idle connections time out
 //! ([`IDLE_TIMEOUT`]). A malformed, truncated or oversized frame gets an error answer and
-//! closes only its connection. Requests that arrive from the buddy are never forwarded, so
+//! closes only its connection; the warnings such connections cause are rate-limited
+//! ([`crate::log_limit`]). Requests that arrive from the buddy are never forwarded, so
 //! two pcmds that are each other's buddy cannot loop.
 //!
 //! The protocol and file formats are in [`pcm_proto::checkpoint`]; the disk layout in
 //! [`store`]; the buddy client and copy worker in [`crate::buddy`].
 
+pub mod admission;
 pub mod store;
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -25,9 +31,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use pcm_proto::checkpoint::{
@@ -37,10 +42,13 @@ use pcm_proto::checkpoint::{
 use pcm_proto::{HostName, Rank};
 
 use crate::buddy::{self, Buddy};
+use crate::log_limit::{self, LogLimit};
+use admission::{Admission, Limits, Source};
 pub use store::Store;
 
-/// Connections served at once (both listeners together); more are answered with an error.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Buffer of a connection's reader (64 KiB). Piece bytes are copied in larger blocks that
+/// bypass it; frames are read into buffers sized by the bytes that arrive.
+const READ_BUFFER: usize = 64 << 10;
 /// A connection that sends nothing for this long is closed (120 s).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default of `--max-piece-mib`: the largest piece accepted (64 GiB).
@@ -109,6 +117,7 @@ impl ServeArgs {
             buddy: self.buddy.clone(),
             key,
             max_piece: self.max_piece_mib.saturating_mul(1 << 20),
+            limits: Limits::default(),
         })
     }
 }
@@ -145,6 +154,8 @@ pub struct Config {
     pub key: Option<PoolKey>,
     /// Largest piece accepted, bytes.
     pub max_piece: u64,
+    /// Connection budgets.
+    pub limits: Limits,
 }
 
 /// What every connection needs.
@@ -155,7 +166,43 @@ struct Shared {
     buddy: Option<Buddy>,
     key: Option<PoolKey>,
     max_piece: u64,
-    connections: AtomicUsize,
+    admission: Mutex<Admission>,
+    log: Mutex<LogLimit>,
+}
+
+impl Shared {
+    /// Whether a warning of `kind` may be logged now; `Some(suffix)` to append to it.
+    fn may_log(&self, kind: &'static str) -> Option<String> {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.check(kind, Instant::now()).map(log_limit::suffix)
+    }
+
+    fn admit(self: &Arc<Self>, source: Source) -> Result<Ticket, admission::Refusal> {
+        self.admission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .admit(source)?;
+        Ok(Ticket {
+            shared: Arc::clone(self),
+            source,
+        })
+    }
+}
+
+/// A connection's slot, given back when the connection ends.
+struct Ticket {
+    shared: Arc<Shared>,
+    source: Source,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.shared
+            .admission
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .release(self.source);
+    }
 }
 
 /// Who is on the other end of a connection.
@@ -209,13 +256,17 @@ impl Service {
             (Some(addr), Some(key)) => Some(Buddy::start(addr.clone(), key.clone())),
             _ => None,
         };
+        let store = Store::new(config.dir.clone());
+        // Nobody writes here before we listen: what a previous pcmd left half-done is garbage.
+        store.sweep();
         let shared = Arc::new(Shared {
-            store: Store::new(config.dir.clone()),
+            store,
             host: config.host,
             buddy,
             key: config.key,
             max_piece: config.max_piece,
-            connections: AtomicUsize::new(0),
+            admission: Mutex::new(Admission::new(config.limits)),
+            log: Mutex::new(LogLimit::default()),
         });
         tracing::info!(
             socket = %socket.display(),
@@ -258,28 +309,35 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
         .map(drop)
 }
 
-/// Counts a connection for as long as it lives.
-struct Slot<'a>(&'a AtomicUsize);
+/// Tells a turned-away client why, without ever waiting on it.
+fn refuse(stream: &impl Refusable, shared: &Shared, refusal: &admission::Refusal) {
+    if let Some(suffix) = shared.may_log("refused") {
+        tracing::warn!("checkpoint service: refused a connection: {refusal}{suffix}");
+    }
+    stream.refuse(&Response::Error {
+        message: refusal.to_string(),
+    });
+}
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+/// The two stream kinds, for [`refuse`]: a best-effort error frame on a non-blocking socket.
+trait Refusable {
+    fn refuse(&self, response: &Response);
+}
+
+impl Refusable for UnixStream {
+    fn refuse(&self, response: &Response) {
+        if self.set_nonblocking(true).is_ok() {
+            let _ = write_frame(&mut &*self, response);
+        }
     }
 }
 
-fn take_slot(shared: &Shared) -> Option<Slot<'_>> {
-    let n = shared.connections.fetch_add(1, Ordering::AcqRel);
-    let slot = Slot(&shared.connections);
-    (n < MAX_CONNECTIONS).then_some(slot)
-}
-
-fn refuse_busy(mut stream: impl Write) {
-    let _ = write_frame(
-        &mut stream,
-        &Response::Error {
-            message: format!("pcmd is serving {MAX_CONNECTIONS} checkpoint connections; retry"),
-        },
-    );
+impl Refusable for TcpStream {
+    fn refuse(&self, response: &Response) {
+        if self.set_nonblocking(true).is_ok() {
+            let _ = write_frame(&mut &*self, response);
+        }
+    }
 }
 
 fn accept_unix(listener: UnixListener, shared: Arc<Shared>) {
@@ -287,19 +345,27 @@ fn accept_unix(listener: UnixListener, shared: Arc<Shared>) {
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!("checkpoint socket accept failed: {e}");
+                if let Some(suffix) = shared.may_log("accept") {
+                    tracing::warn!("checkpoint socket accept failed: {e}{suffix}");
+                }
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
-        let shared = Arc::clone(&shared);
+        // Decided here, before any thread or buffer exists for the connection.
+        let ticket = match shared.admit(Source::Local) {
+            Ok(t) => t,
+            Err(refusal) => {
+                refuse(&stream, &shared, &refusal);
+                continue;
+            }
+        };
         let started = spawn("pcmd-ckpt-conn", move || {
-            let Some(_slot) = take_slot(&shared) else {
-                return refuse_busy(&stream);
-            };
+            let shared = Arc::clone(&ticket.shared);
             if let Err(e) = serve_unix(&stream, &shared) {
                 tracing::debug!("checkpoint connection ended: {e}");
             }
+            drop(ticket);
         });
         if let Err(e) = started {
             tracing::warn!("cannot start a checkpoint connection thread: {e}");
@@ -312,22 +378,37 @@ fn accept_tcp(listener: TcpListener, shared: Arc<Shared>) {
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!("buddy listener accept failed: {e}");
+                if let Some(suffix) = shared.may_log("accept") {
+                    tracing::warn!("buddy listener accept failed: {e}{suffix}");
+                }
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
-        let peer = stream
-            .peer_addr()
-            .map_or_else(|_| "?".to_owned(), |a| a.to_string());
-        let shared = Arc::clone(&shared);
-        let started = spawn("pcmd-buddy-conn", move || {
-            let Some(_slot) = take_slot(&shared) else {
-                return refuse_busy(&stream);
-            };
-            if let Err(e) = serve_tcp(&stream, &shared) {
-                tracing::warn!("buddy connection from {peer} ended: {e}");
+        let peer = match stream.peer_addr() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!("buddy connection without a peer address: {e}");
+                continue;
             }
+        };
+        let ticket = match shared.admit(Source::Remote(peer.ip())) {
+            Ok(t) => t,
+            Err(refusal) => {
+                refuse(&stream, &shared, &refusal);
+                continue;
+            }
+        };
+        let started = spawn("pcmd-buddy-conn", move || {
+            let shared = Arc::clone(&ticket.shared);
+            if let Err(e) = serve_tcp(&stream, &shared) {
+                // Anyone can connect and fail: one line per failure would let them fill
+                // the log.
+                if let Some(suffix) = shared.may_log("buddy-conn") {
+                    tracing::warn!("buddy connection from {peer} ended: {e}{suffix}");
+                }
+            }
+            drop(ticket);
         });
         if let Err(e) = started {
             tracing::warn!("cannot start a buddy connection thread: {e}");
@@ -335,10 +416,51 @@ fn accept_tcp(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// Reads a TCP stream under a total deadline for the current phase (the handshake) on top
+/// of the per-read idle timeout: a per-read timeout alone lets a peer that sends one byte
+/// every few seconds keep an unauthenticated connection for ever.
+struct Timed<'a> {
+    stream: &'a TcpStream,
+    deadline: Option<Instant>,
+}
+
+impl Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(deadline) = self.deadline else {
+            return (&mut &*self.stream).read(buf);
+        };
+        let late = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the authentication was not completed within {} s",
+                    buddy::HANDSHAKE_TIMEOUT.as_secs_f64()
+                ),
+            )
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        self.stream.set_read_timeout(Some(left.min(IDLE_TIMEOUT)))?;
+        match (&mut &*self.stream).read(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && Instant::now() >= deadline =>
+            {
+                Err(late())
+            }
+            other => other,
+        }
+    }
+}
+
 fn serve_unix(stream: &UnixStream, shared: &Shared) -> Result<(), ckpt::Error> {
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
-    let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let mut reader = BufReader::with_capacity(READ_BUFFER, stream);
     let mut writer = BufWriter::with_capacity(1 << 16, stream);
     match read_frame::<Request>(&mut reader) {
         Ok(Some(Request::Hello { version })) if version == FORMAT_VERSION => {
@@ -373,22 +495,28 @@ fn serve_unix(stream: &UnixStream, shared: &Shared) -> Result<(), ckpt::Error> {
             return Err(ckpt::Error::Protocol(message));
         }
         Ok(None) => return Ok(()),
-        Err(e) => return refuse_frame(&mut writer, e),
+        Err(e) => return refuse_frame(&mut writer, shared, e),
     }
     serve_requests(&mut reader, &mut writer, shared, Origin::Local)
 }
 
 fn serve_tcp(stream: &TcpStream, shared: &Shared) -> Result<(), ckpt::Error> {
-    stream.set_read_timeout(Some(buddy::HANDSHAKE_TIMEOUT))?;
-    stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
+    // Writes during the handshake are a few small frames; the deadline bounds them too.
+    stream.set_write_timeout(Some(buddy::HANDSHAKE_TIMEOUT))?;
     stream.set_nodelay(true)?;
-    let mut reader = BufReader::with_capacity(1 << 20, stream);
+    let timed = Timed {
+        stream,
+        deadline: Some(Instant::now() + buddy::HANDSHAKE_TIMEOUT),
+    };
+    let mut reader = BufReader::with_capacity(READ_BUFFER, timed);
     let mut writer = BufWriter::with_capacity(1 << 16, stream);
     let Some(key) = &shared.key else {
         return Err(ckpt::Error::Auth("no pool key configured".into()));
     };
     buddy::accept(&mut reader, &mut writer, key, &shared.host)?;
+    reader.get_mut().deadline = None;
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
+    stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
     serve_requests(&mut reader, &mut writer, shared, Origin::Buddy)
 }
 
@@ -412,9 +540,15 @@ fn reply(writer: &mut impl Write, response: &Response) -> Result<(), ckpt::Error
 
 /// Answers a bad frame with an error naming it, then ends the connection: after a bad
 /// length or body the stream cannot be trusted to be in step.
-fn refuse_frame(writer: &mut impl Write, e: ckpt::Error) -> Result<(), ckpt::Error> {
+fn refuse_frame(
+    writer: &mut impl Write,
+    shared: &Shared,
+    e: ckpt::Error,
+) -> Result<(), ckpt::Error> {
     let message = format!("bad frame: {e}");
-    tracing::warn!("checkpoint channel: {message}; closing that connection");
+    if let Some(suffix) = shared.may_log("bad-frame") {
+        tracing::warn!("checkpoint channel: {message}; closing that connection{suffix}");
+    }
     let _ = reply(writer, &Response::Error { message });
     Err(e)
 }
@@ -429,7 +563,7 @@ fn serve_requests(
         let request = match read_frame::<Request>(reader) {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(()),
-            Err(e) => return refuse_frame(writer, e),
+            Err(e) => return refuse_frame(writer, shared, e),
         };
         match request {
             Request::Hello { .. } => {

@@ -51,9 +51,24 @@ pub struct Cli {
     /// $XDG_RUNTIME_DIR/pcmd/HOST.sock, else /tmp/pcmd-UID/HOST.sock.
     #[arg(long, global = true, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// This node's name as the MPI runtime and the agents know it (default: the host name).
+    /// It is the host pcmd reports, and it names the default socket and checkpoint
+    /// directory, so that several emulated nodes on one machine keep apart.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub host: Option<HostName>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The node's name: `--host`, else the machine's host name.
+    pub fn host(&self) -> Result<HostName, Error> {
+        match &self.host {
+            Some(host) => Ok(host.clone()),
+            None => local_host(),
+        }
+    }
 }
 
 /// Subcommands.
@@ -473,6 +488,7 @@ mod tests {
             Cli {
                 socket: Some(s),
                 command: Command::Serve(a),
+                ..
             } => {
                 assert_eq!(s, PathBuf::from("/x.sock"));
                 assert_eq!(a.request_timeout().unwrap(), Duration::from_millis(500));

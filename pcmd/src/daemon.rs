@@ -34,6 +34,10 @@ pub const EVENT_QUEUE: usize = 1024;
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes read from a socket at a time (64 KiB).
 const READ_CHUNK: usize = 64 * 1024;
+/// Clients `pcmd serve` serves at once (256; the registry's
+/// [`registry::Config::with_max_connections`]): each may buffer up to one frame
+/// ([`pcm_proto::MAX_FRAME_LEN`]), so this bounds the memory a flood of connections can take.
+pub const MAX_CLIENTS: usize = 256;
 
 /// Errors of starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +251,7 @@ async fn serve(
     tracing::info!(socket = %socket.display(), host = %registry.host(), pid = std::process::id(), "pcmd serving");
     let (events_tx, mut events) = mpsc::channel::<Event>(EVENT_QUEUE);
     let mut conns: HashMap<ConnId, Handle> = HashMap::new();
+    let mut log = crate::log_limit::LogLimit::default();
     let mut sensor = crate::node::Sensor::new();
     let period = registry.config().stats_period();
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -272,7 +277,9 @@ async fn serve(
                 }
                 Err(e) => {
                     // Typically out of file descriptors: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    if let Some(n) = log.check("accept", Instant::now()) {
+                        tracing::warn!("accept failed: {e}{}", crate::log_limit::suffix(n));
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },

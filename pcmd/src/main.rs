@@ -35,7 +35,7 @@ fn init_logging() {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let host = cli::local_host()?;
+    let host = cli.host()?;
     let socket = cli::resolve_socket(cli.socket.as_deref(), &host);
     match cli.command {
         Command::Serve(args) => {
@@ -43,6 +43,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 socket: socket.clone(),
                 host: host.clone(),
                 registry: registry::Config::default()
+                    .with_max_connections(daemon::MAX_CLIENTS)
                     .with_request_timeout(args.request_timeout()?)
                     .with_stats_period(args.stats_period()?),
             };

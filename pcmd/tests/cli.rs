@@ -142,3 +142,72 @@ fn given_migrate_cli_errors_then_exit_1_with_daemon_message() {
         text(&out.stdout)
     );
 }
+
+/// Kills the daemons a test started, and only those.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn given_two_pcmds_with_host_on_one_machine_then_each_reports_its_host_and_keeps_its_own_checkpoints(
+) {
+    use pcm_proto::checkpoint::{read_frame, write_frame, Request, Response, FORMAT_VERSION};
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = dir.path().join("run").join("{host}.sock");
+    let state = dir.path().join("state");
+    let mut children = Children(Vec::new());
+    for name in ["node-a", "node-b"] {
+        let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
+        let child = std::process::Command::new(common::BIN)
+            .args(["--host", name, "serve"])
+            .env("PCM_DAEMON", &pattern)
+            .env("XDG_STATE_HOME", &state)
+            .env_remove("PCMD_CHECKPOINT_DIR")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        children.0.push(child);
+    }
+    for name in ["node-a", "node-b"] {
+        let socket = dir.path().join("run").join(format!("{name}.sock"));
+        let deadline = std::time::Instant::now() + common::WAIT;
+        let status = loop {
+            match pcmd::client::Client::connect(&socket) {
+                Ok(mut c) => break c.status().unwrap(),
+                Err(e) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "pcmd --host {name} did not answer at {}: {e}",
+                    socket.display()
+                ),
+            }
+            thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(status.host.as_str(), name);
+        // The checkpoint channel reports the same host, and its directory is the node's own.
+        let ckpt = pcm_proto::checkpoint::socket_path(&socket);
+        let mut stream = std::os::unix::net::UnixStream::connect(&ckpt).unwrap();
+        stream.set_read_timeout(Some(common::WAIT)).unwrap();
+        write_frame(
+            &mut stream,
+            &Request::Hello {
+                version: FORMAT_VERSION,
+            },
+        )
+        .unwrap();
+        match read_frame::<Response>(&mut stream).unwrap() {
+            Some(Response::Welcome { host, .. }) => assert_eq!(host.as_str(), name),
+            other => panic!("{other:?}"),
+        }
+        assert!(state.join("pcmd").join(name).is_dir(), "{name}");
+    }
+    drop(children);
+}

@@ -448,6 +448,9 @@ pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, FrameError
     ciborium::from_reader(body).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
+/// Buffer a [`FrameReader`] keeps between frames (64 KiB); larger ones are shrunk back.
+const KEPT_CAPACITY: usize = 64 << 10;
+
 /// Splits a byte stream into frames: feed it what the socket gave, then take out messages.
 ///
 /// Sans-I/O, so the blocking client and the async daemon use the same code. Buffers at most
@@ -464,8 +467,28 @@ impl FrameReader {
     }
 
     /// Appends bytes received from the stream.
+    ///
+    /// The buffer grows with the bytes that actually arrived (at most doubling), but never
+    /// beyond the frame being assembled: a length prefix that lies costs the liar the bytes it
+    /// sends, not the bytes it announces, and a 1 MiB frame never leaves a 2 MiB buffer behind.
     pub fn feed(&mut self, bytes: &[u8]) {
+        let needed = self.buffer.len() + bytes.len();
+        if needed > self.buffer.capacity() {
+            let doubled = self.buffer.capacity().saturating_mul(2).max(KEPT_CAPACITY);
+            let target = match self.announced() {
+                Some(len) => doubled.min(4 + len.min(MAX_FRAME_LEN)),
+                None => doubled,
+            };
+            self.buffer
+                .reserve_exact(target.max(needed) - self.buffer.len());
+        }
         self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The body length the buffered prefix announces, once four bytes are there.
+    fn announced(&self) -> Option<usize> {
+        let prefix: [u8; 4] = self.buffer.get(..4)?.try_into().ok()?;
+        Some(u32::from_be_bytes(prefix) as usize)
     }
 
     /// Bytes buffered and not yet returned as a frame.
@@ -495,6 +518,11 @@ impl FrameReader {
         }
         let result = decode(&self.buffer[4..4 + len]);
         self.buffer.drain(..4 + len);
+        if self.buffer.capacity() > KEPT_CAPACITY && self.buffer.len() <= KEPT_CAPACITY {
+            // A large frame is done: give its memory back instead of holding it for the
+            // life of the connection.
+            self.buffer.shrink_to(KEPT_CAPACITY);
+        }
         result.map(Some)
     }
 

@@ -15,9 +15,20 @@
 //! half a file under a final name. A checkpoint directory without a manifest is incomplete
 //! and never used; one whose manifest or piece fails its digest is moved to `quarantine/`
 //! with a log line saying why, so that the previous complete checkpoint is used instead.
+//!
+//! **A full disk.** A piece whose write fails with "no space left" does not fail at once:
+//! the store makes room in the piece's series ([`Store::put`]) and carries on writing. It
+//! removes incomplete checkpoints of other iterations (abandoned: a coordinated checkpoint
+//! starts only after the one before ended) and every complete checkpoint older than the
+//! newest one whose pieces here verify; that one is always kept, so a restart stays
+//! possible. Only when nothing is left to remove does the piece fail.
+//!
+//! **Leftovers.** A failed piece leaves no temporary file and no empty directory; a job that
+//! finishes and a pcmd that starts ([`Store::sweep`]) remove incomplete checkpoints, whose
+//! writers are gone.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +42,8 @@ use pcm_proto::{JobId, Rank};
 
 /// Complete checkpoints kept per series: the newest and the one before it.
 pub const KEEP: usize = 2;
+/// Bytes of a piece written at a time (256 KiB).
+const WRITE_CHUNK: usize = 256 << 10;
 
 /// The checkpoint directory of a node.
 #[derive(Debug)]
@@ -40,6 +53,9 @@ pub struct Store {
     /// directories. Piece writes go to their own temporary files and need no lock.
     lock: Mutex<()>,
     temp_counter: AtomicU64,
+    /// Bumped each time [`Store::make_room`] frees something, so that a writer that ran out
+    /// of space while another was freeing it retries instead of failing.
+    room_epoch: AtomicU64,
 }
 
 /// Where a manifest came from, for [`Store::commit`].
@@ -58,6 +74,7 @@ impl Store {
             root,
             lock: Mutex::new(()),
             temp_counter: AtomicU64::new(0),
+            room_epoch: AtomicU64::new(0),
         }
     }
 
@@ -111,8 +128,9 @@ impl Store {
             .create(dir)
     }
 
-    /// Writes `len` bytes from `reader` as the piece, if they have `digest`. The bytes are
-    /// always consumed (so the stream stays in step) unless reading them fails.
+    /// Writes `len` bytes from `reader` as the piece, if they have `digest`, making room on a
+    /// full disk (see the module docs). The bytes are always consumed (so the stream stays
+    /// in step) unless reading them fails.
     pub fn put(
         &self,
         piece: &PieceId,
@@ -124,36 +142,269 @@ impl Store {
         let dir = path
             .parent()
             .ok_or_else(|| Error::Protocol("piece path has no directory".into()))?;
-        let prepared = Self::create_dir(dir).and_then(|()| {
-            let temp = self.temp_path(dir, "piece");
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)?;
-            Ok((temp, file))
-        });
+        let prepared = self.prepare_piece(piece, dir);
         let (temp, file) = match prepared {
             Ok(ok) => ok,
             Err(e) => {
                 // Keep the stream in step so the client hears the reason.
                 copy_hashed(reader, &mut io::sink(), len)?;
+                self.remove_if_empty(dir);
                 return Err(Error::Io(io::Error::new(
                     e.kind(),
                     format!("cannot create a piece in {}: {e}", dir.display()),
                 )));
             }
         };
-        let result = write_piece(file, reader, len, digest);
-        match result {
-            Ok(()) => {
-                fs::rename(&temp, &path)?;
-                sync_dir(dir)?;
-                Ok(())
+        let result = self.write_piece(file, piece, reader, len, digest);
+        let result = result.and_then(|()| {
+            fs::rename(&temp, &path)?;
+            sync_dir(dir)?;
+            Ok(())
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&temp);
+            self.remove_if_empty(dir);
+        }
+        result
+    }
+
+    /// Creates the piece's directory and temporary file, under the lock so that no
+    /// cleanup removes the directory in between.
+    fn prepare_piece(&self, piece: &PieceId, dir: &Path) -> io::Result<(PathBuf, File)> {
+        let mut epoch = self.room_epoch.load(Ordering::Acquire);
+        loop {
+            let attempt = {
+                let _guard = self.guard();
+                Self::create_dir(dir).and_then(|()| {
+                    let temp = self.temp_path(dir, "piece");
+                    let file = OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(&temp)?;
+                    Ok((temp, file))
+                })
+            };
+            match attempt {
+                Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+                    if !self.make_room(&piece.series, piece.iteration, &mut epoch) {
+                        return Err(e);
+                    }
+                }
+                other => return other,
             }
-            Err(e) => {
-                let _ = fs::remove_file(&temp);
-                Err(e)
+        }
+    }
+
+    /// Removes `dir` if it is empty (a checkpoint directory a failed piece left behind).
+    fn remove_if_empty(&self, dir: &Path) {
+        let _guard = self.guard();
+        // Fails harmlessly when another piece is there.
+        let _ = fs::remove_dir(dir);
+    }
+
+    /// Streams the piece's bytes into `file`, hashing them; on a full disk makes room and
+    /// goes on. After a failed write the rest of the bytes are drained, so that the client
+    /// hears the reason.
+    fn write_piece(
+        &self,
+        mut file: File,
+        piece: &PieceId,
+        reader: &mut impl Read,
+        len: u64,
+        digest: Digest,
+    ) -> Result<(), Error> {
+        let mut hasher = Hasher::new();
+        let mut buf = vec![0u8; WRITE_CHUNK];
+        let mut left = len;
+        let mut epoch = self.room_epoch.load(Ordering::Acquire);
+        while left > 0 {
+            let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            let n = match reader.read(&mut buf[..want]) {
+                Ok(0) => {
+                    return Err(Error::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("stream ended {left} bytes short of {len}"),
+                    )))
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            hasher.update(&buf[..n]);
+            left -= n as u64;
+            if let Err(e) = self.write_making_room(&mut file, &buf[..n], piece, &mut epoch) {
+                copy_hashed(reader, &mut io::sink(), left)?;
+                return Err(e);
+            }
+        }
+        let computed = hasher.finish();
+        if computed != digest {
+            return Err(Error::Format(format!(
+                "piece bytes have digest {computed}, but the sender announced {digest}"
+            )));
+        }
+        file.sync_all()?;
+        Ok(())
+    }
+
+    fn write_making_room(
+        &self,
+        file: &mut File,
+        mut bytes: &[u8],
+        piece: &PieceId,
+        epoch: &mut u64,
+    ) -> Result<(), Error> {
+        while !bytes.is_empty() {
+            match file.write(bytes) {
+                Ok(0) => return Err(Error::Io(io::ErrorKind::WriteZero.into())),
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+                    if !self.make_room(&piece.series, piece.iteration, epoch) {
+                        return Err(Error::Io(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "{e}: the disk is full and no older checkpoint of {} is left to remove",
+                                piece.series
+                            ),
+                        )));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees space for the checkpoint at `current` of `series`; `epoch` is the writer's last
+    /// seen [`Store::room_epoch`]. True when the writer should try again: something was
+    /// freed, now or by another writer since `epoch`.
+    fn make_room(&self, series: &Series, current: u64, epoch: &mut u64) -> bool {
+        let _guard = self.guard();
+        let now = self.room_epoch.load(Ordering::Acquire);
+        if now != *epoch {
+            *epoch = now;
+            return true;
+        }
+        let freed = self.make_room_locked(series, current);
+        if freed {
+            *epoch = self.room_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        }
+        freed
+    }
+
+    /// [`Store::make_room`] with the lock held.
+    fn make_room_locked(&self, series: &Series, current: u64) -> bool {
+        let mut freed = false;
+        let mut kept = None;
+        for iteration in self.iterations(series) {
+            if iteration == current {
+                continue;
+            }
+            let why = match self.read_manifest(series, iteration) {
+                Ok(Some(manifest)) if kept.is_none() => match self.verify_here(&manifest) {
+                    Ok(()) => {
+                        kept = Some(iteration);
+                        continue;
+                    }
+                    Err(problem) => format!("it does not verify ({problem})"),
+                },
+                Ok(Some(_)) => format!(
+                    "the newer complete checkpoint at iteration {} is kept",
+                    kept.unwrap_or_default()
+                ),
+                Ok(None) => "it is incomplete (abandoned)".to_owned(),
+                // Corrupt: already moved to quarantine by `read_manifest`.
+                Err(_) => continue,
+            };
+            let dir = self.checkpoint_dir(series, iteration);
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    freed = true;
+                    tracing::warn!(
+                        "{series}: disk full while writing iteration {current}: removed the checkpoint at iteration {iteration} to make room, as {why}"
+                    );
+                }
+                Err(e) => tracing::warn!("cannot remove {}: {e}", dir.display()),
+            }
+        }
+        freed
+    }
+
+    /// Whether every piece of `manifest` held here matches it, and at least one is here.
+    fn verify_here(&self, manifest: &Manifest) -> Result<(), String> {
+        let mut found = 0;
+        for (rank, (&digest, &len)) in manifest.digests.iter().zip(&manifest.lens).enumerate() {
+            let piece = PieceId {
+                series: manifest.series.clone(),
+                iteration: manifest.iteration,
+                rank: Rank(u32::try_from(rank).map_err(|e| e.to_string())?),
+            };
+            if verify_file(&self.piece_path(&piece), len, digest)? {
+                found += 1;
+            }
+        }
+        if found == 0 {
+            return Err("no piece of it is here".into());
+        }
+        Ok(())
+    }
+
+    /// Removes what writers that are gone left behind: temporary files, and incomplete
+    /// checkpoints. Call it before serving, when nobody writes.
+    pub fn sweep(&self) {
+        let _guard = self.guard();
+        let series_dirs = fs::read_dir(&self.root).into_iter().flatten().flatten();
+        for series_dir in series_dirs {
+            if series_dir.file_name() == "quarantine" || !series_dir.path().is_dir() {
+                continue;
+            }
+            for entry in fs::read_dir(series_dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = entry.path();
+                if is_temp(&path) {
+                    let _ = fs::remove_file(&path);
+                    continue;
+                }
+                let is_checkpoint = entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| n.parse::<u64>().is_ok());
+                if is_checkpoint && path.is_dir() && !path.join("manifest").exists() {
+                    match fs::remove_dir_all(&path) {
+                        Ok(()) => tracing::info!(
+                            "removed the incomplete checkpoint {} a previous pcmd left",
+                            path.display()
+                        ),
+                        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
+                    }
+                } else if is_checkpoint && path.is_dir() {
+                    for file in fs::read_dir(&path).into_iter().flatten().flatten() {
+                        if is_temp(&file.path()) {
+                            let _ = fs::remove_file(file.path());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes the incomplete checkpoints of `series` (with the lock held).
+    fn remove_incomplete(&self, series: &Series) {
+        for iteration in self.iterations(series) {
+            if self.manifest_path(series, iteration).exists() {
+                continue;
+            }
+            let dir = self.checkpoint_dir(series, iteration);
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::info!(
+                    "{series}: removed the abandoned checkpoint at iteration {iteration}"
+                ),
+                Err(e) => tracing::warn!("cannot remove {}: {e}", dir.display()),
             }
         }
     }
@@ -168,7 +419,16 @@ impl Store {
         if fs::read(&path).is_ok_and(|old| old == bytes) {
             return Ok(Committed::Already);
         }
-        self.write_atomically(&path, "manifest", &bytes)?;
+        match self.write_atomically(&path, "manifest", &bytes) {
+            Err(Error::Io(e)) if e.kind() == io::ErrorKind::StorageFull => {
+                if !self.make_room_locked(&manifest.series, manifest.iteration) {
+                    return Err(Error::Io(e));
+                }
+                self.room_epoch.fetch_add(1, Ordering::AcqRel);
+                self.write_atomically(&path, "manifest", &bytes)?;
+            }
+            other => other?,
+        }
         self.retire_jobs_other_than(&manifest.series, &manifest.job);
         self.prune(&manifest.series);
         Ok(Committed::New)
@@ -234,6 +494,8 @@ impl Store {
             .map_err(|e| Error::Format(format!("encoding the finished mark: {e}")))?;
         self.write_atomically(&path, "finished", &bytes)?;
         self.retire_jobs_other_than(series, &finished.job);
+        // The job has ended: a checkpoint it did not complete never will be.
+        self.remove_incomplete(series);
         Ok(())
     }
 
@@ -440,17 +702,11 @@ impl Store {
     }
 }
 
-fn write_piece(file: File, reader: &mut impl Read, len: u64, digest: Digest) -> Result<(), Error> {
-    let mut writer = BufWriter::with_capacity(1 << 20, file);
-    let computed = copy_hashed(reader, &mut writer, len)?;
-    if computed != digest {
-        return Err(Error::Format(format!(
-            "piece bytes have digest {computed}, but the sender announced {digest}"
-        )));
-    }
-    let file = writer.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    Ok(())
+/// Whether `path` is one of the store's temporary files.
+fn is_temp(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.') && n.contains(".tmp-"))
 }
 
 /// `Ok(false)` when the file does not exist; `Err` with the problem when it is not the piece
@@ -616,10 +872,87 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("announced"), "{err}");
         assert!(!store.piece_path(&piece).exists());
-        let leftovers = fs::read_dir(store.checkpoint_dir(&series(), 1))
-            .unwrap()
-            .count();
-        assert_eq!(leftovers, 0);
+        // Not even the directory the piece would have gone to.
+        assert!(!store.checkpoint_dir(&series(), 1).exists());
+    }
+
+    #[test]
+    fn given_an_abandoned_checkpoint_then_finish_and_a_new_pcmd_remove_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        checkpoint(&store, 5);
+        let abandoned = |iteration| {
+            let piece = PieceId {
+                series: series(),
+                iteration,
+                rank: Rank(0),
+            };
+            store
+                .put(&piece, 1, Digest::of(b"x"), &mut &b"x"[..])
+                .unwrap();
+            // A temporary file left by a writer that died.
+            fs::write(
+                store
+                    .checkpoint_dir(&series(), iteration)
+                    .join(".piece.tmp-1-0"),
+                b"x",
+            )
+            .unwrap();
+        };
+        abandoned(9);
+        store
+            .finish(
+                &series(),
+                &Finished {
+                    job: JobId::new("job").unwrap(),
+                    iteration: 10,
+                    unix_s: 1,
+                },
+            )
+            .unwrap();
+        assert!(!store.checkpoint_dir(&series(), 9).exists());
+        assert!(store.manifest_path(&series(), 5).exists());
+        abandoned(12);
+        let temp_in_complete = store.checkpoint_dir(&series(), 5).join(".manifest.tmp-1-1");
+        fs::write(&temp_in_complete, b"x").unwrap();
+        Store::new(dir.path().to_owned()).sweep();
+        assert!(!store.checkpoint_dir(&series(), 12).exists());
+        assert!(!temp_in_complete.exists());
+        assert_eq!(store.list(&series(), Rank(0)).0.len(), 1);
+    }
+
+    #[test]
+    fn given_no_room_then_the_newest_verified_checkpoint_is_kept_and_older_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_owned());
+        checkpoint(&store, 5);
+        checkpoint(&store, 9);
+        // An abandoned one, and the one being written.
+        let piece = |iteration| PieceId {
+            series: series(),
+            iteration,
+            rank: Rank(0),
+        };
+        store
+            .put(&piece(10), 1, Digest::of(b"x"), &mut &b"x"[..])
+            .unwrap();
+        store
+            .put(&piece(11), 1, Digest::of(b"y"), &mut &b"y"[..])
+            .unwrap();
+        // The newest complete one is corrupt here: the older one is what must stay.
+        let path = store.piece_path(&piece(9));
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let mut epoch = store.room_epoch.load(Ordering::Acquire);
+        assert!(store.make_room(&series(), 11, &mut epoch));
+        let left: Vec<u64> = store.iterations(&series());
+        assert_eq!(left, [11, 5]);
+        // Nothing more to free: the writer is told so instead of looping.
+        assert!(!store.make_room(&series(), 11, &mut epoch));
+        // A writer that saw an older epoch retries: someone freed space meanwhile.
+        let mut stale = 0;
+        assert!(store.make_room(&series(), 11, &mut stale));
     }
 
     #[test]
