@@ -237,6 +237,49 @@ impl RemoteLauncher {
     }
 }
 
+/// Which hosts to probe while a launch runs on several hosts, and when (pure: the caller
+/// probes). A host whose pcmd (or the launcher command holding it) ended is probed once; when
+/// the job has said nothing for `stall`, every host is probed, and again after each further
+/// `stall` of silence. A job that is only slow is never stopped for it: a probe that finds
+/// every host alive changes nothing.
+#[derive(Debug, Clone)]
+pub struct ProbePlan {
+    hosts: Vec<HostName>,
+    stall: Duration,
+    next_quiet_probe: Option<Instant>,
+    probed: Vec<HostName>,
+}
+
+impl ProbePlan {
+    /// A plan for a launch on `hosts` (those other than pcmrun's own).
+    pub fn new(hosts: Vec<HostName>, stall: Duration) -> ProbePlan {
+        ProbePlan {
+            hosts,
+            stall,
+            next_quiet_probe: None,
+            probed: Vec::new(),
+        }
+    }
+
+    /// The hosts to probe now: `ended` lists the hosts whose pcmd has ended, `last_sign` is
+    /// when the job last said anything.
+    pub fn due(&mut self, ended: &[HostName], last_sign: Instant, now: Instant) -> Vec<HostName> {
+        let quiet = now.saturating_duration_since(last_sign) >= self.stall
+            && self.next_quiet_probe.is_none_or(|t| now >= t);
+        if quiet {
+            self.next_quiet_probe = Some(now + self.stall);
+            return self.hosts.clone();
+        }
+        let suspects: Vec<HostName> = ended
+            .iter()
+            .filter(|h| self.hosts.contains(h) && !self.probed.contains(h))
+            .cloned()
+            .collect();
+        self.probed.extend(suspects.iter().cloned());
+        suspects
+    }
+}
+
 /// Quotes `word` for a POSIX shell (the remote shell a launcher hands its command line to).
 pub fn shell_quote(word: &OsString) -> String {
     let text = word.to_string_lossy();
@@ -380,6 +423,25 @@ mod tests {
         };
         let lost = lost_hosts(&working, &[host("a"), host("b")], PROBE_TIMEOUT);
         assert_eq!(lost, []);
+    }
+
+    #[test]
+    fn given_an_ended_pcmd_or_a_quiet_job_then_the_hosts_are_probed_once_per_reason() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut plan = ProbePlan::new(vec![host("a"), host("b")], s(30));
+        assert_eq!(plan.due(&[], t0, t0 + s(5)), [] as [HostName; 0]);
+        // b's pcmd ended: b once, not again at every look; a host of no concern is ignored.
+        let ended = [host("b"), host("z")];
+        assert_eq!(plan.due(&ended, t0, t0 + s(6)), [host("b")]);
+        assert_eq!(plan.due(&ended, t0, t0 + s(7)), [] as [HostName; 0]);
+        // Silence for the stall time: every host, then again only after another stall time.
+        assert_eq!(plan.due(&ended, t0, t0 + s(30)), [host("a"), host("b")]);
+        assert_eq!(plan.due(&ended, t0, t0 + s(40)), [] as [HostName; 0]);
+        assert_eq!(plan.due(&ended, t0, t0 + s(60)), [host("a"), host("b")]);
+        // A job that speaks again is not quiet.
+        let spoke = t0 + s(70);
+        assert_eq!(plan.due(&ended, spoke, t0 + s(95)), [] as [HostName; 0]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use pcm_proto::run::{RunEvent, EVENTS_ENV};
 use pcm_proto::HostName;
 use pcmrun::cli::{normalize_args, Options};
 use pcmrun::daemon::{self, Daemon, HostDaemons};
-use pcmrun::hosts::{Hostfile, RemoteLauncher, PROBE_TIMEOUT};
+use pcmrun::hosts::{Hostfile, ProbePlan, RemoteLauncher, PROBE_TIMEOUT};
 use pcmrun::supervisor::{LauncherEnd, Policy, Start, Supervisor, Verdict, INTERRUPTED_EXIT};
 use pcmrun::{Launch, Runtime};
 
@@ -243,21 +243,17 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             started,
             last_sign: Instant::now(),
         };
+        let watched: Vec<HostName> = match (&hosts, several_hosts) {
+            (Some((_, file)), true) => file.hosts().into_iter().filter(|h| *h != local).collect(),
+            _ => Vec::new(),
+        };
         let mut watch = HostWatch {
             launcher: &remote_launcher,
-            hosts: hosts
-                .as_ref()
-                .map(|(_, file)| file.hosts())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|h| *h != local && several_hosts)
-                .collect(),
             daemons: match &mut daemon {
                 Daemon::PerHost(d) => Some(d),
                 _ => None,
             },
-            stall: Duration::from_secs_f64(options.stall_timeout),
-            quiet_probe_after: None,
+            plan: ProbePlan::new(watched, Duration::from_secs_f64(options.stall_timeout)),
         };
         let end = run_launch(&launch, &mut sink, &signals, progress_every, &mut watch)?;
         let interrupted = signals.load(Ordering::SeqCst) > 0;
@@ -512,42 +508,23 @@ fn run_launch(
 
 /// Watches a launch on several hosts for a host that died. A job that loses a host may not
 /// end by itself: a host that loses power sends no TCP end, so the ranks and the launcher
-/// wait on it. So when the launcher command of a host's pcmd ends, or the job has said
-/// nothing for `stall`, the hosts are probed through the remote launcher; one that does not
-/// answer ends the launch (and the relaunch leaves it out). A job that is only slow is
-/// never stopped: without a lost host the probes change nothing.
+/// wait on it. The hosts [`ProbePlan`] names are probed through the remote launcher; one
+/// that does not answer ends the launch (and the relaunch leaves it out).
 struct HostWatch<'a> {
     launcher: &'a RemoteLauncher,
-    /// The hosts to probe (those of the launch other than this one).
-    hosts: Vec<HostName>,
     daemons: Option<&'a mut HostDaemons>,
-    stall: Duration,
-    /// After a stall probe that found every host alive, the next one is due then.
-    quiet_probe_after: Option<Instant>,
+    plan: ProbePlan,
 }
 
 impl HostWatch<'_> {
     /// Why the launch must stop (a host is lost), if it must; `last_sign` is when the job
     /// last said anything.
     fn lost_host(&mut self, last_sign: Instant, now: Instant) -> Option<String> {
-        if self.hosts.is_empty() {
-            return None;
-        }
-        let suspects: Vec<HostName> = match self.daemons.as_deref_mut() {
+        let ended: Vec<HostName> = match self.daemons.as_deref_mut() {
             Some(daemons) => daemons.ended(),
             None => Vec::new(),
         };
-        let quiet = now.duration_since(last_sign) >= self.stall
-            && self.quiet_probe_after.is_none_or(|t| now >= t);
-        let to_probe = if quiet {
-            self.quiet_probe_after = Some(now + self.stall);
-            self.hosts.clone()
-        } else {
-            suspects
-                .into_iter()
-                .filter(|h| self.hosts.contains(h))
-                .collect()
-        };
+        let to_probe = self.plan.due(&ended, last_sign, now);
         if to_probe.is_empty() {
             return None;
         }
