@@ -375,6 +375,107 @@ pub struct Stats {
     pub manager_changes: u64,
     /// [`Message::WorkAvailable`] hints sent to agents whose steal was refused earlier.
     pub work_hints_sent: u64,
+    /// Work steals dropped because they did not come from the agent they name, or named a
+    /// beneficiary or host this agent cannot tie to an agent of the pool (see
+    /// [`StealRefusal`]).
+    pub steals_refused: u64,
+    /// Host announcements refused ([`Agent::handle_peer_host`]).
+    pub hosts_refused: u64,
+}
+
+/// Why a work steal is not acted on (it is dropped, and counted in
+/// [`Stats::steals_refused`]; a [`StealRefusal::Forwarded`] one is answered with a hint
+/// instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StealRefusal {
+    /// The packet was passed on by another agent: its origin is a claim nobody
+    /// authenticated, so no work moves on it. The giver tells the origin directly
+    /// ([`Message::WorkAvailable`]), and the origin asks again, over its own connection.
+    #[error("forwarded by {from}, not sent by its origin {origin}")]
+    Forwarded {
+        /// The agent that passed the packet on.
+        from: PeerId,
+        /// The origin the packet names.
+        origin: PeerId,
+    },
+    /// A packet passed on by another agent names an origin this agent does not know: it is
+    /// made up (every agent of a pool knows the others), so it is not passed on.
+    #[error("origin {origin} is not a known agent of the pool")]
+    UnknownOrigin {
+        /// The origin named.
+        origin: PeerId,
+    },
+    /// NSp2p: the beneficiary named is not the agent asking.
+    #[error("beneficiary {beneficiary} is not the agent asking ({origin})")]
+    NotOrigin {
+        /// The beneficiary named.
+        beneficiary: PeerId,
+        /// The agent asking.
+        origin: PeerId,
+    },
+    /// The beneficiary is not an agent this one knows (no RTT sample of it).
+    #[error("beneficiary {beneficiary} is not a known agent of the pool")]
+    UnknownAgent {
+        /// The beneficiary named.
+        beneficiary: PeerId,
+    },
+    /// The host named is not the one the beneficiary announced over its own connection.
+    #[error("host {claimed} is not the host agent {beneficiary} announced ({announced})")]
+    HostMismatch {
+        /// The beneficiary.
+        beneficiary: PeerId,
+        /// The host in the packet.
+        claimed: HostName,
+        /// The host the beneficiary announced, if any.
+        announced: String,
+    },
+}
+
+/// Why a host announcement is refused ([`Agent::handle_peer_host`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostRefusal {
+    /// A loopback name means "this machine" to whoever resolves it: a move there would land
+    /// on the giver's own node, not on the announcing agent's.
+    #[error("{host} is a loopback name")]
+    Loopback {
+        /// The name.
+        host: HostName,
+    },
+    /// This agent's own host: another agent cannot run there in its place.
+    #[error("{host} is this agent's own host")]
+    OwnHost {
+        /// The name.
+        host: HostName,
+    },
+    /// Another connected agent announced this host first.
+    #[error("{host} is already the host of agent {holder}")]
+    Taken {
+        /// The name.
+        host: HostName,
+        /// The agent that announced it first.
+        holder: PeerId,
+    },
+    /// The table of hosts is full.
+    #[error("too many hosts known ({max})")]
+    Full {
+        /// The bound.
+        max: usize,
+    },
+}
+
+/// Whether `host` names the local machine whoever resolves it (`localhost`, `localhost.*`,
+/// `*.localhost`, `ip6-localhost`, 127.0.0.0/8, `::1`, `0.0.0.0`).
+pub fn is_loopback_name(host: &HostName) -> bool {
+    let h = host.as_str().to_ascii_lowercase();
+    let h = h.trim_end_matches('.');
+    h == "localhost"
+        || h.starts_with("localhost.")
+        || h.ends_with(".localhost")
+        || h == "ip6-localhost"
+        || h == "ip6-loopback"
+        || h == "::1"
+        || h == "0.0.0.0"
+        || h.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
 }
 
 /// Most refused thieves remembered for a later [`Message::WorkAvailable`] hint.
@@ -448,6 +549,9 @@ pub struct Agent {
     pub(crate) host: HostName,
     rng: StdRng,
     pub(crate) peers: PeerTable,
+    /// The host each connected agent announced over its own connection
+    /// ([`Agent::handle_peer_host`]): the only hosts work is ever moved to.
+    hosts: HashMap<PeerId, HostName>,
     pub(crate) node: Option<NodeProfile>,
     /// When `node` was sampled.
     pub(crate) node_at: Option<Instant>,
@@ -539,6 +643,7 @@ impl Agent {
             me,
             host,
             rng,
+            hosts: HashMap::new(),
             node: None,
             node_at: None,
             settle_after: None,
@@ -576,6 +681,11 @@ impl Agent {
     /// Known peers and their tiers.
     pub fn peers(&self) -> &PeerTable {
         &self.peers
+    }
+
+    /// The host `peer` announced, if it did and the announcement was accepted.
+    pub fn peer_host(&self, peer: &PeerId) -> Option<&HostName> {
+        self.hosts.get(peer)
     }
 
     /// The latest node profile.
@@ -638,8 +748,50 @@ impl Agent {
         }
     }
 
+    /// `peer` announced, over its own authenticated connection, the host it runs on (as the
+    /// MPI runtime names it). Work is only ever moved to a host announced this way, and only
+    /// when the agent of that host asks for it. Refused (and counted in
+    /// [`Stats::hosts_refused`]): loopback names, this agent's own host, a host another
+    /// connected agent announced first, and new hosts beyond the table's bound. A second
+    /// announcement by the same agent replaces its first.
+    pub fn handle_peer_host(
+        &mut self,
+        _now: Instant,
+        peer: PeerId,
+        host: HostName,
+    ) -> Result<(), HostRefusal> {
+        if peer == self.me || self.hosts.get(&peer) == Some(&host) {
+            return Ok(());
+        }
+        let refusal = if is_loopback_name(&host) {
+            Some(HostRefusal::Loopback { host })
+        } else if host == self.host {
+            Some(HostRefusal::OwnHost { host })
+        } else if let Some((holder, _)) = self.hosts.iter().find(|(p, h)| **h == host && **p != peer) {
+            Some(HostRefusal::Taken {
+                host,
+                holder: holder.clone(),
+            })
+        } else if !self.hosts.contains_key(&peer) && self.hosts.len() >= 2 * self.config.max_peers {
+            Some(HostRefusal::Full {
+                max: 2 * self.config.max_peers,
+            })
+        } else {
+            self.hosts.insert(peer, host);
+            None
+        };
+        match refusal {
+            Some(r) => {
+                self.stats.hosts_refused += 1;
+                Err(r)
+            }
+            None => Ok(()),
+        }
+    }
+
     /// `peer` disconnected or left.
     pub fn handle_peer_gone(&mut self, now: Instant, peer: &PeerId) {
+        self.hosts.remove(peer);
         self.peers.remove(peer);
         self.cluster_forget(peer);
         self.c2c_peers_changed(now);
@@ -1063,9 +1215,17 @@ impl Agent {
 
     /// NSp2p: a peer that refused our steal now has work. Steal from it at once if we are
     /// between rounds and still light; the back-off restarts from its shortest pause.
+    ///
+    /// Also the answer to a steal of ours that reached a giver through another agent
+    /// ([`StealRefusal::Forwarded`]): then we are still stealing, and ask the giver directly.
+    /// NSc2c managers take hints too (managers steal on behalf of their members).
     fn on_work_available(&mut self, now: Instant, from: PeerId) {
-        if self.config.topology != Topology::PeerToPeer
-            || !matches!(self.thief, Thief::Idle { .. })
+        let may_take_hints = match self.config.topology {
+            Topology::PeerToPeer => true,
+            Topology::ClusterToCluster => self.is_manager(),
+        };
+        if !may_take_hints
+            || matches!(self.thief, Thief::Receiving { .. })
             || self
                 .hinted_at
                 .is_some_and(|at| now < at + self.config.steal_period)
@@ -1173,6 +1333,63 @@ impl Agent {
         true
     }
 
+    /// Checks that work may move on `steal`, received from `from`: it comes from its origin
+    /// itself (the transport authenticated `from`), its beneficiary is the origin (NSp2p) or
+    /// a known agent (NSc2c: a member the origin manages), and the host it names is the one
+    /// that agent announced itself ([`Agent::handle_peer_host`]).
+    pub(crate) fn check_steal(&self, from: &PeerId, steal: &Steal) -> Result<(), StealRefusal> {
+        if *from != steal.origin {
+            if self.peers.get(&steal.origin).is_none() {
+                return Err(StealRefusal::UnknownOrigin {
+                    origin: steal.origin.clone(),
+                });
+            }
+            return Err(StealRefusal::Forwarded {
+                from: from.clone(),
+                origin: steal.origin.clone(),
+            });
+        }
+        let source = &steal.source;
+        if self.config.topology == Topology::PeerToPeer && source.peer != steal.origin {
+            return Err(StealRefusal::NotOrigin {
+                beneficiary: source.peer.clone(),
+                origin: steal.origin.clone(),
+            });
+        }
+        if self.peers.get(&source.peer).is_none() {
+            return Err(StealRefusal::UnknownAgent {
+                beneficiary: source.peer.clone(),
+            });
+        }
+        match self.hosts.get(&source.peer) {
+            Some(h) if *h == source.host => Ok(()),
+            other => Err(StealRefusal::HostMismatch {
+                beneficiary: source.peer.clone(),
+                claimed: source.host.clone(),
+                announced: other.map_or_else(|| "none".to_owned(), ToString::to_string),
+            }),
+        }
+    }
+
+    /// A steal that would get work here but reached us through another agent: tell its
+    /// origin directly, so that it asks over its own connection. Returns false (nothing
+    /// sent) when the origin is not a peer of ours; the packet then goes on as usual.
+    pub(crate) fn hint_origin(&mut self, steal: &Steal) -> bool {
+        if self.peers.get(&steal.origin).is_none() {
+            return false;
+        }
+        tracing::debug!(agent = %self.me, origin = %steal.origin, "forwarded steal: telling its origin to ask here");
+        self.stats.work_hints_sent += 1;
+        self.send(steal.origin.clone(), Message::WorkAvailable);
+        true
+    }
+
+    /// Counts and logs a refused steal (debug level: a hostile peer must not fill the log).
+    pub(crate) fn refuse_steal(&mut self, from: &PeerId, why: &StealRefusal) {
+        tracing::debug!(agent = %self.me, %from, "work steal refused: {why}");
+        self.stats.steals_refused += 1;
+    }
+
     fn on_work_steal(&mut self, now: Instant, from: PeerId, steal: Steal) {
         if steal.origin == self.me {
             // Our own packet came back round: nobody on the way gave work.
@@ -1180,6 +1397,14 @@ impl Agent {
                 self.escalate(now);
             }
             return;
+        }
+        let checked = self.check_steal(&from, &steal);
+        if let Err(why) = &checked {
+            if !matches!(why, StealRefusal::Forwarded { .. }) {
+                // A forged request: neither acted on nor passed on.
+                self.refuse_steal(&from, why);
+                return;
+            }
         }
         let first_time = self.remember(&steal.origin, steal.id);
         match self.config.topology {
@@ -1194,6 +1419,13 @@ impl Agent {
                             self.config.max_group,
                         );
                         if let Some(plan) = plan {
+                            if checked.is_err() {
+                                if self.hint_origin(&steal) {
+                                    return;
+                                }
+                                self.forward(from, steal, LatencyTier::Local);
+                                return;
+                            }
                             tracing::info!(agent = %self.me, to = %steal.source.peer, gain = plan.gain.gain, "giving work");
                             let migration = MigrationId(self.fresh_id());
                             self.start_migration(
@@ -1214,15 +1446,17 @@ impl Agent {
                             return;
                         }
                         // The thief is its own beneficiary in NSp2p: hint it if this node
-                        // gets loaded later.
-                        if steal.origin == steal.source.peer {
+                        // gets loaded later (only a thief that asked itself).
+                        if checked.is_ok() {
                             self.remember_refusal(now, &steal.source);
                         }
                     }
                 }
                 self.forward(from, steal, LatencyTier::Local);
             }
-            Topology::ClusterToCluster => self.c2c_work_steal(now, from, steal, first_time),
+            Topology::ClusterToCluster => {
+                self.c2c_work_steal(now, from, steal, first_time, checked.is_ok())
+            }
         }
     }
 
@@ -1347,6 +1581,13 @@ mod tests {
         e
     }
 
+    /// `a` meets agent `name` (on host `name`): its announced host, then an RTT sample.
+    fn meet(a: &mut Agent, now: Instant, name: &str, rtt: Duration) {
+        a.handle_peer_host(now, peer(name), host(name))
+            .expect("host accepted");
+        a.handle_peer_rtt(now, peer(name), rtt);
+    }
+
     fn drain(a: &mut Agent) -> Vec<Action> {
         std::iter::from_fn(|| a.poll_action()).collect()
     }
@@ -1379,7 +1620,7 @@ mod tests {
     fn loaded_agent_sends_nothing() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
         a.handle_node_profile(
             t0,
             NodeProfile {
@@ -1396,8 +1637,8 @@ mod tests {
     fn light_agent_steals_locally_and_escalates_on_exhaustion() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("l"), Duration::from_millis(1));
-        a.handle_peer_rtt(t0, peer("r"), Duration::from_millis(50));
+        meet(&mut a, t0, "l", Duration::from_millis(1));
+        meet(&mut a, t0, "r", Duration::from_millis(50));
         a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
         assert_eq!(a.poll_timeout(), Some(t0));
         a.handle_timeout(t0);
@@ -1459,8 +1700,8 @@ mod tests {
     fn a_leaving_agent_calls_its_peers_and_gives_every_entity_to_idle_thieves_one_by_one() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
-        a.handle_peer_rtt(t0, peer("c"), Duration::from_millis(50));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
+        meet(&mut a, t0, "c", Duration::from_millis(50));
         // An idle, uncontended node: nothing would move if it were not leaving. Its entities
         // arrived a moment ago, within the hold-down.
         a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
@@ -1557,7 +1798,7 @@ mod tests {
         };
         for leaving in [false, true] {
             let mut a = agent("a", t0);
-            a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+            meet(&mut a, t0, "b", Duration::from_millis(1));
             a.handle_node_profile(
                 t0,
                 NodeProfile {
@@ -1583,7 +1824,7 @@ mod tests {
     fn a_leaving_agent_gives_nothing_to_a_loaded_thief() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
         a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
         a.handle_entities(t0, vec![entity(0, 0.9)]);
         a.handle_leave(t0);
@@ -1611,7 +1852,7 @@ mod tests {
     fn overloaded_agent_gives_work_then_holds_it_down() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
         a.handle_node_profile(
             t0,
             NodeProfile {
@@ -1679,11 +1920,11 @@ mod tests {
     fn a_refused_thief_is_told_when_work_appears() {
         let t0 = Instant::now();
         let mut victim = agent("v", t0);
-        victim.handle_peer_rtt(t0, peer("t"), Duration::from_millis(1));
+        meet(&mut victim, t0, "t", Duration::from_millis(1));
         victim.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
         victim.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
         let mut thief = agent("t", t0);
-        thief.handle_peer_rtt(t0, peer("v"), Duration::from_millis(1));
+        meet(&mut thief, t0, "v", Duration::from_millis(1));
         thief.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
         thief.handle_timeout(t0);
         let actions = drain(&mut thief);
@@ -1751,7 +1992,7 @@ mod tests {
         // A second hint within the steal period is ignored (hints cannot make an agent
         // send steals faster than its own rounds would).
         let mut other = agent("o", t0);
-        other.handle_peer_rtt(t0, peer("v"), Duration::from_millis(1));
+        meet(&mut other, t0, "v", Duration::from_millis(1));
         other.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
         let exhaust = |a: &mut Agent, at: Instant| {
             let sent = drain(a);
@@ -1807,7 +2048,7 @@ mod tests {
             let topology = if c2c { Topology::ClusterToCluster } else { Topology::PeerToPeer };
             let mut a = Agent::new(peer("a"), host("a"), Config::default().with_seed(3).with_topology(topology), t0)
                 .expect("valid config");
-            a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+            meet(&mut a, t0, "b", Duration::from_millis(1));
             a.handle_node_profile(t0, NodeProfile { cpu_load: 3.0, ..NodeProfile::idle(1.0, 1 << 30) });
             a.handle_entities(t0, vec![entity(0, 0.33), entity(1, 0.33), entity(2, 0.33)]);
             let mut bytes = steal_bytes();
@@ -1821,6 +2062,126 @@ mod tests {
                 while a.poll_action().is_some() {}
             }
         }
+    }
+
+    /// A loaded agent with two ranks that would give one to any idle thief.
+    fn loaded_giver(t0: Instant) -> Agent {
+        let mut a = agent("a", t0);
+        a.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        a.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        drain(&mut a);
+        a
+    }
+
+    fn forged(origin: &str, source: &str, source_host: &str) -> Message {
+        Message::WorkSteal {
+            id: MessageId(77),
+            origin: peer(origin),
+            source: peer(source),
+            source_host: host(source_host),
+            // A fake idle 64-core node.
+            source_profile: NodeProfile::idle(64.0, 1 << 40),
+            ttl: 3,
+            tier: LatencyTier::Local,
+        }
+    }
+
+    /// Issue 12, item 5: a pool-key holder "k" sends one work steal with a made-up origin
+    /// and source, a fake idle 64-core profile and `source_host=localhost`. No work moves,
+    /// and the packet goes no further.
+    #[test]
+    fn given_a_forged_work_steal_then_nothing_moves() {
+        let t0 = Instant::now();
+        let mut a = loaded_giver(t0);
+        a.handle_peer_rtt(t0, peer("k"), Duration::from_millis(1));
+        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        a.handle_message(t0, peer("k"), forged("x", "y", "localhost"));
+        let actions = drain(&mut a);
+        assert!(migrations(&actions).is_empty(), "{actions:?}");
+        assert!(
+            actions.iter().all(|x| !matches!(
+                x,
+                Action::Send {
+                    message: Message::WorkSteal { .. },
+                    ..
+                }
+            )),
+            "a forged steal is not passed on: {actions:?}"
+        );
+        assert_eq!(a.stats().steals_refused, 1);
+    }
+
+    /// Each way of pointing a move elsewhere than the host of the agent asking is refused;
+    /// the honest request that follows is served.
+    #[test]
+    fn a_move_goes_only_to_the_announced_host_of_the_agent_that_asked() {
+        let t0 = Instant::now();
+        let mut a = loaded_giver(t0);
+        meet(&mut a, t0, "k", Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
+        let cases = [
+            // Its own id, a host that is not the one it announced.
+            forged("k", "k", "localhost"),
+            forged("k", "k", "b"),
+            // Work for another agent (b did not ask).
+            forged("k", "b", "b"),
+            // A beneficiary nobody knows, with a plausible host.
+            forged("k", "y", "y"),
+        ];
+        for (i, m) in cases.into_iter().enumerate() {
+            a.handle_message(t0, peer("k"), m);
+            let actions = drain(&mut a);
+            assert!(migrations(&actions).is_empty(), "case {i}: {actions:?}");
+            assert_eq!(a.stats().steals_refused, i as u64 + 1, "case {i}");
+        }
+        // Claiming to be b: the packet is taken as forwarded. Nothing moves; b (the origin
+        // named) is told to ask itself, and nothing else is sent.
+        a.handle_message(t0, peer("k"), forged("b", "b", "b"));
+        let actions = drain(&mut a);
+        assert_eq!(
+            actions,
+            vec![Action::Send {
+                to: peer("b"),
+                message: Message::WorkAvailable
+            }]
+        );
+        // k asking for itself, on its announced host, gets work.
+        a.handle_message(t0, peer("k"), forged("k", "k", "k"));
+        let moves = migrations(&drain(&mut a));
+        assert_eq!(moves.len(), 1);
+        assert_eq!(moves[0].2, peer("k"));
+    }
+
+    #[test]
+    fn host_announcements_that_could_redirect_a_move_are_refused() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        for name in ["localhost", "LOCALHOST.", "127.0.0.1", "127.1.2.3", "foo.localhost"] {
+            let err = a
+                .handle_peer_host(t0, peer("k"), host(name))
+                .expect_err(name);
+            assert!(matches!(err, HostRefusal::Loopback { .. }), "{name}: {err}");
+        }
+        assert!(matches!(
+            a.handle_peer_host(t0, peer("k"), host("a")),
+            Err(HostRefusal::OwnHost { .. })
+        ));
+        a.handle_peer_host(t0, peer("b"), host("b")).expect("first claim");
+        let err = a
+            .handle_peer_host(t0, peer("k"), host("b"))
+            .expect_err("taken");
+        assert!(err.to_string().contains("already the host of agent"), "{err}");
+        assert_eq!(a.peer_host(&peer("k")), None);
+        // Once b is gone, its host is free again.
+        a.handle_peer_gone(t0, &peer("b"));
+        a.handle_peer_host(t0, peer("k"), host("b")).expect("free again");
+        assert_eq!(a.stats().hosts_refused, 7);
     }
 
     #[test]

@@ -289,7 +289,9 @@ impl Agent {
             self.stats.messages_refused += 1;
             return;
         }
-        if !own || self.is_migrating() || order.to == self.me {
+        // Even the manager moves work only to a host its agent announced itself.
+        let host_known = self.peer_host(&order.to) == Some(&order.to_host);
+        if !own || !host_known || self.is_migrating() || order.to == self.me {
             self.stats.messages_refused += 1;
             self.send(
                 order.notify,
@@ -507,6 +509,7 @@ impl Agent {
         from: PeerId,
         steal: Steal,
         first_time: bool,
+        direct: bool,
     ) {
         if !self.is_manager() {
             // Members relay to their manager: managers are the peers of the inter-cluster
@@ -544,7 +547,12 @@ impl Agent {
                 .map(|plan| (v.peer.clone(), plan))
             });
             drop(views);
-            if let Some((member, plan)) = found {
+            // Work moves only on a request the origin sent us itself; a relayed or
+            // forwarded one gets the origin told to ask here directly.
+            if found.is_some() && !direct && self.hint_origin(&steal) {
+                return;
+            }
+            if let Some((member, plan)) = found.filter(|_| direct) {
                 tracing::info!(agent = %self.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
                 let migration = self.order(
                     now,
