@@ -475,7 +475,8 @@ pub fn is_loopback_name(host: &HostName) -> bool {
         || h == "ip6-loopback"
         || h == "::1"
         || h == "0.0.0.0"
-        || h.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback())
+        || h.parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| a.is_loopback())
 }
 
 /// Most refused thieves remembered for a later [`Message::WorkAvailable`] hint.
@@ -767,7 +768,9 @@ impl Agent {
             Some(HostRefusal::Loopback { host })
         } else if host == self.host {
             Some(HostRefusal::OwnHost { host })
-        } else if let Some((holder, _)) = self.hosts.iter().find(|(p, h)| **h == host && **p != peer) {
+        } else if let Some((holder, _)) =
+            self.hosts.iter().find(|(p, h)| **h == host && **p != peer)
+        {
             Some(HostRefusal::Taken {
                 host,
                 holder: holder.clone(),
@@ -869,7 +872,9 @@ impl Agent {
                 migration,
                 completed,
             } => self.on_migration_finished(now, migration, completed),
-            Message::Heartbeat { manager, .. } => self.on_heartbeat(now, from, manager),
+            Message::Heartbeat {
+                manager, successor, ..
+            } => self.on_heartbeat(now, from, manager, successor),
             Message::ProfileRequest { id } => self.on_profile_request(from, id),
             Message::ProfileReply {
                 id,
@@ -2162,7 +2167,13 @@ mod tests {
     fn host_announcements_that_could_redirect_a_move_are_refused() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        for name in ["localhost", "LOCALHOST.", "127.0.0.1", "127.1.2.3", "foo.localhost"] {
+        for name in [
+            "localhost",
+            "LOCALHOST.",
+            "127.0.0.1",
+            "127.1.2.3",
+            "foo.localhost",
+        ] {
             let err = a
                 .handle_peer_host(t0, peer("k"), host(name))
                 .expect_err(name);
@@ -2172,16 +2183,178 @@ mod tests {
             a.handle_peer_host(t0, peer("k"), host("a")),
             Err(HostRefusal::OwnHost { .. })
         ));
-        a.handle_peer_host(t0, peer("b"), host("b")).expect("first claim");
+        a.handle_peer_host(t0, peer("b"), host("b"))
+            .expect("first claim");
         let err = a
             .handle_peer_host(t0, peer("k"), host("b"))
             .expect_err("taken");
-        assert!(err.to_string().contains("already the host of agent"), "{err}");
+        assert!(
+            err.to_string().contains("already the host of agent"),
+            "{err}"
+        );
         assert_eq!(a.peer_host(&peer("k")), None);
         // Once b is gone, its host is free again.
         a.handle_peer_gone(t0, &peer("b"));
-        a.handle_peer_host(t0, peer("k"), host("b")).expect("free again");
+        a.handle_peer_host(t0, peer("k"), host("b"))
+            .expect("free again");
         assert_eq!(a.stats().hosts_refused, 7);
+    }
+
+    fn c2c_agent(name: &str, now: Instant) -> Agent {
+        let config = Config::default()
+            .with_seed(1)
+            .with_topology(Topology::ClusterToCluster);
+        Agent::new(peer(name), host(name), config, now).expect("valid config")
+    }
+
+    fn heartbeat(vote: &str) -> Message {
+        Message::Heartbeat {
+            id: MessageId(1),
+            manager: peer(vote),
+            successor: None,
+        }
+    }
+
+    /// Issue 12, item 6: a key holder that generated keys until one sorts lowest ("a")
+    /// joins a running cluster. It does not become anyone's manager, its move orders are
+    /// refused, and an honest newcomer with the lowest id follows the existing manager too.
+    #[test]
+    fn given_a_running_cluster_then_a_newcomer_with_the_lowest_id_does_not_become_manager() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = c2c_agent("p", t0);
+        p.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        p.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        meet(&mut p, t0, "m", ms(1));
+        let mut t = t0;
+        for _ in 0..30 {
+            p.handle_message(t, peer("m"), heartbeat("m"));
+            p.handle_timeout(t);
+            drain(&mut p);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(p.manager(), Some(&peer("m")));
+        // The grinder arrives, votes for itself, and orders a move to itself.
+        meet(&mut p, t, "a", ms(1));
+        for _ in 0..30 {
+            p.handle_message(t, peer("m"), heartbeat("m"));
+            p.handle_message(t, peer("a"), heartbeat("a"));
+            p.handle_timeout(t);
+            drain(&mut p);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(p.manager(), Some(&peer("m")), "the newcomer took over");
+        assert_eq!(p.stats().manager_changes, 1, "only the first election");
+        p.handle_message(
+            t,
+            peer("a"),
+            Message::MoveOrder {
+                migration: MigrationId(9),
+                entities: vec![entity(0, 0.5).id],
+                to: peer("a"),
+                to_host: host("a"),
+                notify: peer("a"),
+            },
+        );
+        assert!(migrations(&drain(&mut p)).is_empty());
+
+        // An honest newcomer with the lowest id hears m and p (who votes for m): it follows m.
+        let mut a = c2c_agent("a", t);
+        meet(&mut a, t, "m", ms(1));
+        meet(&mut a, t, "p", ms(1));
+        for _ in 0..10 {
+            a.handle_message(t, peer("m"), heartbeat("m"));
+            a.handle_message(t, peer("p"), heartbeat("m"));
+            a.handle_timeout(t);
+            drain(&mut a);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(a.manager(), Some(&peer("m")));
+    }
+
+    /// When the manager dies, its most senior member takes over, as the manager named it:
+    /// a key holder with the lowest id that joined later ("a") does not, even in the eyes
+    /// of a member that arrived after both and cannot order them itself.
+    #[test]
+    fn given_the_manager_dies_then_the_successor_it_named_takes_over() {
+        let t0 = Instant::now();
+        let mut y = c2c_agent("y", t0);
+        for name in ["m", "q", "a"] {
+            meet(&mut y, t0, name, Duration::from_millis(1));
+        }
+        let mut t = t0;
+        let named = Message::Heartbeat {
+            id: MessageId(2),
+            manager: peer("m"),
+            successor: Some(peer("q")),
+        };
+        for _ in 0..10 {
+            y.handle_message(t, peer("m"), named.clone());
+            y.handle_message(t, peer("q"), heartbeat("m"));
+            y.handle_message(t, peer("a"), heartbeat("m"));
+            y.handle_timeout(t);
+            drain(&mut y);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(y.manager(), Some(&peer("m")));
+        // m dies; q and a each vote for themselves.
+        for _ in 0..30 {
+            y.handle_message(t, peer("q"), heartbeat("q"));
+            y.handle_message(t, peer("a"), heartbeat("a"));
+            y.handle_timeout(t);
+            drain(&mut y);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(y.manager(), Some(&peer("q")));
+    }
+
+    /// Two agents that start together agree on one manager (the lower id), and one that
+    /// starts alone keeps managing when a later agent with a lower id arrives.
+    #[test]
+    fn c2c_pairs_agree_on_one_manager() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        fn step(a: &mut Agent, b: &mut Agent, t: Instant) {
+            a.handle_timeout(t);
+            for action in drain(a) {
+                if let Action::Send { message, .. } = action {
+                    b.handle_message(t, a.id().clone(), message);
+                }
+            }
+        }
+        let run = |x: &mut Agent, y: &mut Agent, from: Instant, secs: u64| {
+            let mut t = from;
+            for _ in 0..secs {
+                step(x, y, t);
+                step(y, x, t);
+                t += Duration::from_secs(1);
+            }
+        };
+        let (mut x, mut y) = (c2c_agent("x", t0), c2c_agent("y", t0));
+        meet(&mut x, t0, "y", ms(1));
+        meet(&mut y, t0, "x", ms(1));
+        run(&mut x, &mut y, t0, 10);
+        assert_eq!(
+            (x.manager(), y.manager()),
+            (Some(&peer("x")), Some(&peer("x")))
+        );
+        // "z" runs alone for a minute; "b" (lower id) comes later.
+        let mut z = c2c_agent("z", t0);
+        let t1 = t0 + Duration::from_secs(60);
+        let mut b = c2c_agent("b", t1);
+        meet(&mut z, t1, "b", ms(1));
+        meet(&mut b, t1, "z", ms(1));
+        run(&mut z, &mut b, t1, 10);
+        assert_eq!(
+            (z.manager(), b.manager()),
+            (Some(&peer("z")), Some(&peer("z")))
+        );
     }
 
     #[test]

@@ -1024,7 +1024,9 @@ impl Sim {
         let host = self.nodes[j].host.clone();
         let _span = tracing::debug_span!("node", i).entered();
         // The host a connection announces (identify, in the real driver) comes with it.
-        let _ = self.nodes[i].agent.handle_peer_host(now, peer.clone(), host);
+        let _ = self.nodes[i]
+            .agent
+            .handle_peer_host(now, peer.clone(), host);
         self.nodes[i].agent.handle_peer_rtt(now, peer, rtt);
         self.drain(i);
     }
