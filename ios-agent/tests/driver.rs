@@ -136,6 +136,22 @@ fn two_loops() -> Pair {
     }
 }
 
+/// What the network reports when a peer connects: the host it announced, then an RTT.
+async fn connect(tx: &mpsc::Sender<PeerEvent>, peer: &PeerId, host: &str, rtt: Duration) {
+    tx.send(PeerEvent::Host {
+        peer: peer.clone(),
+        host: HostName::new(host).unwrap(),
+    })
+    .await
+    .unwrap();
+    tx.send(PeerEvent::Rtt {
+        peer: peer.clone(),
+        rtt,
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
     let Pair {
@@ -159,20 +175,8 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
     };
     let idle = NodeProfile::idle(1.0, 8 << 30);
     let rtt = Duration::from_millis(1);
-    a_peers_tx
-        .send(PeerEvent::Rtt {
-            peer: b.clone(),
-            rtt,
-        })
-        .await
-        .unwrap();
-    b_peers_tx
-        .send(PeerEvent::Rtt {
-            peer: a.clone(),
-            rtt,
-        })
-        .await
-        .unwrap();
+    connect(&a_peers_tx, &b, "node-b", rtt).await;
+    connect(&b_peers_tx, &a, "node-a", rtt).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while moves.0.lock().unwrap().is_empty() {
         assert!(
@@ -249,20 +253,8 @@ async fn leave_with_a_peer(
     } = two_loops();
     if peer_present {
         let rtt = Duration::from_millis(1);
-        a_peers_tx
-            .send(PeerEvent::Rtt {
-                peer: b.clone(),
-                rtt,
-            })
-            .await
-            .unwrap();
-        b_peers_tx
-            .send(PeerEvent::Rtt {
-                peer: a.clone(),
-                rtt,
-            })
-            .await
-            .unwrap();
+        connect(&a_peers_tx, &b, "node-b", rtt).await;
+        connect(&b_peers_tx, &a, "node-a", rtt).await;
     }
     // Node A is idle and uncontended: only the leave makes its ranks move. Node B has two
     // idle cores.

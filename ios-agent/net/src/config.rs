@@ -116,6 +116,11 @@ pub struct NetConfig {
     pub request_timeout: Duration,
     /// Capacity of the event channel. Default: [`DEFAULT_EVENT_CAPACITY`].
     pub event_capacity: usize,
+    /// The host this node runs on, as the MPI runtime names it, announced to every peer over
+    /// the authenticated connection (identify's agent version). Peers move work only to a
+    /// host announced this way ([`NetEvent::PeerUp`](crate::NetEvent::PeerUp)). Default:
+    /// none (a node that takes no work, like a test node).
+    pub host: Option<pcm_proto::HostName>,
 }
 
 impl NetConfig {
@@ -137,6 +142,7 @@ impl NetConfig {
             redial_interval: DEFAULT_REDIAL_INTERVAL,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             event_capacity: DEFAULT_EVENT_CAPACITY,
+            host: None,
         }
     }
 

@@ -16,6 +16,7 @@ use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, DialError, ListenError, NetworkBehaviour, SwarmEvent};
 use libp2p::{identify, ping, Multiaddr, PeerId, StreamProtocol, Swarm};
+use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -26,6 +27,24 @@ use crate::NetError;
 
 /// Identify's protocol version string of the pool.
 pub const IDENTIFY_PROTOCOL: &str = "/mpi-ios/1.0.0";
+/// What precedes the host name in identify's agent version of an agent that announces one.
+const HOST_MARK: &str = " host=";
+
+/// The agent version identify announces: the crate and version, then the host if any.
+fn agent_version(host: Option<&HostName>) -> String {
+    let base = format!("ios-agent-net/{}", env!("CARGO_PKG_VERSION"));
+    match host {
+        Some(h) => format!("{base}{HOST_MARK}{h}"),
+        None => base,
+    }
+}
+
+/// The host an agent version announces, if it announces a valid one.
+pub fn announced_host(agent_version: &str) -> Option<HostName> {
+    let (_, host) = agent_version.rsplit_once(HOST_MARK)?;
+    HostName::new(host).ok()
+}
+
 /// The rendezvous protocol a peer server speaks.
 const RENDEZVOUS_PROTOCOL: &str = "/rendezvous/1.0.0";
 
@@ -59,6 +78,9 @@ pub enum NetEvent {
         peer: CorePeerId,
         /// Its address on this connection.
         addr: Multiaddr,
+        /// The host it announced over this connection ([`NetConfig::host`]), if any:
+        /// feed to `Agent::handle_peer_host`.
+        host: Option<HostName>,
     },
     /// A ping round trip to an agent: feed to `Agent::handle_peer_rtt`.
     PeerRtt {
@@ -384,7 +406,7 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
     let behaviour = Behaviour {
         identify: identify::Behaviour::new(
             identify::Config::new(IDENTIFY_PROTOCOL.into(), keypair.public())
-                .with_agent_version(format!("ios-agent-net/{}", env!("CARGO_PKG_VERSION"))),
+                .with_agent_version(agent_version(config.host.as_ref())),
         ),
         ping: ping::Behaviour::new(
             ping::Config::new()
@@ -949,6 +971,7 @@ impl Task {
                     self.emit(NetEvent::PeerUp {
                         peer: p.clone(),
                         addr,
+                        host: announced_host(&info.agent_version),
                     });
                     if let Some(rtt) = rtt {
                         self.emit(NetEvent::PeerRtt { peer: p, rtt });
