@@ -261,6 +261,7 @@ impl NetHandle {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    limits: libp2p::connection_limits::Behaviour,
     identify: identify::Behaviour,
     ping: ping::Behaviour,
     messages: request_response::Behaviour<AgentCodec>,
@@ -378,6 +379,7 @@ impl Network {
             dial_backoff: HashMap::new(),
             outbound: HashMap::new(),
             listening,
+            incoming_failures: crate::limits::LogLimiter::default(),
         };
         for addr in task.listening.clone() {
             task.emit(NetEvent::Listening { addr });
@@ -404,6 +406,11 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
             }
         })?;
     let behaviour = Behaviour {
+        limits: crate::limits::connection_limits(
+            config.max_connections,
+            config.max_pending,
+            crate::limits::DEFAULT_MAX_PER_PEER,
+        ),
         identify: identify::Behaviour::new(
             identify::Config::new(IDENTIFY_PROTOCOL.into(), keypair.public())
                 .with_agent_version(agent_version(config.host.as_ref())),
@@ -526,6 +533,9 @@ struct Task {
     dial_backoff: HashMap<PeerId, Instant>,
     outbound: HashMap<OutboundRequestId, (PeerId, &'static str)>,
     listening: Vec<Multiaddr>,
+    /// Failed incoming connections are logged and reported at this rate at most: garbage
+    /// connections must not fill the log or the event channel.
+    incoming_failures: crate::limits::LogLimiter,
 }
 
 impl Task {
@@ -820,10 +830,17 @@ impl Task {
                 error,
                 ..
             } => {
+                let crate::limits::LogVerdict::Write { suppressed } =
+                    self.incoming_failures.check(now)
+                else {
+                    return;
+                };
                 let reason = match &error {
                     ListenError::Transport(e) => describe_transport_error(e).message,
+                    ListenError::Denied { .. } => "refused: too many connections".to_owned(),
                     other => chain(other),
                 };
+                let reason = crate::limits::with_suppressed(&reason, suppressed);
                 tracing::info!("incoming connection from {send_back_addr} failed: {reason}");
                 self.emit(NetEvent::IncomingError {
                     from: send_back_addr,
@@ -1184,9 +1201,10 @@ fn describe_dial_error(e: &DialError) -> String {
             .map(|(addr, e)| format!("{addr}: {}", describe_transport_error(e).message))
             .collect::<Vec<_>>()
             .join("; "),
-        DialError::WrongPeerId { obtained, address } => {
-            format!("{address} is {obtained}, not the peer expected")
-        }
+        DialError::WrongPeerId { obtained, address } => format!(
+            "{address} is {obtained}, not the peer expected (if it was restarted with a new \
+             identity, give its new address, /p2p/ part included)"
+        ),
         DialError::NoAddresses => "no address to dial".to_owned(),
         other => chain(other),
     }
