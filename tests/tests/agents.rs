@@ -183,3 +183,90 @@ fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
     });
     assert!(!spec.control.exists(), "control socket left behind");
 }
+
+/// Issue 12, item 9: the peer server restarted with the README's command (no `--identity`)
+/// keeps its peer id, the agents registered with it reconnect and register again, and an
+/// agent that joins after the restart finds them through it.
+#[test]
+fn a_restarted_peer_server_keeps_its_id_and_the_agents_come_back_to_it() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    // A fixed port, as in the README (a free one, found by binding and letting go).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("/ip4/127.0.0.1/tcp/{port}");
+    let start = || {
+        PeerServer::start_at(
+            Command::new(bin("peer-server")),
+            dir.path(),
+            &key,
+            &listen,
+            "server",
+        )
+    };
+    let mut server = start();
+    assert_eq!(server.port(), port);
+    let first_addr = server.addr.clone();
+    let agents: Vec<AgentProc> = ["na", "nb"]
+        .iter()
+        .map(|h| {
+            AgentProc::local(
+                dir.path(),
+                AgentSpec::local(dir.path(), h, &key, &[&first_addr]),
+            )
+        })
+        .collect();
+    wait_until(Duration::from_secs(20), "the two agents meet", || {
+        agents.iter().all(|a| a.peer_count() == 1)
+    });
+    let state = dir.path().join("server.xdg-state/mpi-ios");
+    let server_dir = std::fs::read_dir(&state)
+        .unwrap()
+        .next()
+        .expect("a state directory")
+        .unwrap()
+        .path();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&server_dir), 0o700);
+    assert_eq!(mode(&server_dir.join("identity.key")), 0o600);
+
+    server.group.kill();
+    let t0 = Instant::now();
+    let restarted = start();
+    assert_eq!(restarted.addr, first_addr, "the peer id changed on restart");
+    // Only the restarted server can introduce the newcomer to the others.
+    let late = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nc", &key, &[&restarted.addr]),
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the agent joining after the restart finds the others through the server",
+        || late.peer_count() == 2 && agents.iter().all(|a| a.peer_count() == 2),
+    );
+    eprintln!("pool whole again {:?} after the restart", t0.elapsed());
+    for a in &agents {
+        let log = a.group.stderr_so_far();
+        assert!(!log.contains("not the peer expected"), "{log}");
+    }
+}
+
+/// Issue 12, item 16 (part): the peer server's missing-key error says how to make a key.
+#[test]
+fn a_peer_server_without_its_key_file_names_ios_agent_keygen() {
+    let dir = tempdir();
+    let missing = dir.path().join("no-such.key");
+    let out = Command::new(bin("peer-server"))
+        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--pool-key"])
+        .arg(&missing)
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ios-agent keygen"), "{err}");
+    assert!(err.contains("no-such.key"), "{err}");
+}
