@@ -270,3 +270,103 @@ fn a_peer_server_without_its_key_file_names_ios_agent_keygen() {
     assert!(err.contains("ios-agent keygen"), "{err}");
     assert!(err.contains("no-such.key"), "{err}");
 }
+
+/// A TCP connection to `port` on 127.0.0.1 from the source address `from` (in 127.0.0.0/8).
+fn connect_from(from: [u8; 4], port: u16) -> std::io::Result<std::net::TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(from[0], from[1], from[2], from[3], 0),
+    )?;
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, port),
+    )?;
+    Ok(std::net::TcpStream::from(fd))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Issue 12, item 7: a peer server limited to 256 file descriptors, held 600 idle TCP
+/// connections from another address, still lets two agents register and discover each
+/// other; then 2,000 garbage connections to it and to an agent leave a few lines of log,
+/// not one per connection.
+#[test]
+fn connection_floods_neither_lock_agents_out_nor_fill_the_logs() {
+    use std::io::Write as _;
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let port = free_port();
+    let mut limited = Command::new("sh");
+    limited
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" \"$@\"")
+        .arg(bin("peer-server"));
+    let server = PeerServer::start_at(
+        limited,
+        dir.path(),
+        &key,
+        &format!("/ip4/127.0.0.1/tcp/{port}"),
+        "server",
+    );
+    let idle: Vec<std::net::TcpStream> = (0..600)
+        .filter_map(|_| connect_from([127, 0, 0, 2], port).ok())
+        .collect();
+    assert!(idle.len() >= 256, "only {} connections opened", idle.len());
+    let t0 = Instant::now();
+    let agent_port = free_port();
+    let mut spec_a = AgentSpec::local(dir.path(), "na", &key, &[&server.addr]);
+    spec_a.listen = format!("/ip4/127.0.0.1/tcp/{agent_port}");
+    let a = AgentProc::local(dir.path(), spec_a);
+    let b = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nb", &key, &[&server.addr]),
+    );
+    wait_until(
+        Duration::from_secs(40),
+        "the agents find each other through the flooded server",
+        || a.peer_count() == 1 && b.peer_count() == 1,
+    );
+    eprintln!("agents met {:?} after the flood began", t0.elapsed());
+    drop(idle);
+
+    let server_log = server.group.stderr_so_far().len();
+    let agent_log = a.group.stderr_so_far().len();
+    let t1 = Instant::now();
+    let mut sent = 0;
+    for i in 0..2000 {
+        for target in [port, agent_port] {
+            if let Ok(mut s) = connect_from([127, 0, 0, 3 + (i % 2) as u8], target) {
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nnot a pool handshake at all");
+                sent += 1;
+            }
+        }
+    }
+    eprintln!("{sent} garbage connections in {:?}", t1.elapsed());
+    assert!(sent >= 2000, "only {sent} garbage connections made");
+    // Let the handshakes time out and the failures be logged.
+    std::thread::sleep(Duration::from_secs(7));
+    let server_growth = server.group.stderr_so_far().len() - server_log;
+    let agent_growth = a.group.stderr_so_far().len() - agent_log;
+    eprintln!("log growth: peer server {server_growth} B, agent {agent_growth} B");
+    assert!(
+        server_growth < 16 * 1024,
+        "peer server log grew {server_growth} B"
+    );
+    assert!(agent_growth < 32 * 1024, "agent log grew {agent_growth} B");
+    // Both still serve.
+    assert!(a.try_status().is_some());
+    assert_eq!(b.peer_count(), 1);
+}
