@@ -20,7 +20,9 @@
 //!
 //! Bounded against a flood of connections (issue 12, item 7): [`DEFAULT_MAX_CONNECTIONS`]
 //! established connections, [`DEFAULT_MAX_PENDING`] handshakes under way, and
-//! [`DEFAULT_MAX_PER_PEER`] connections per peer id; repeated warnings (a failed handshake
+//! [`DEFAULT_MAX_PER_PEER`] connections per peer id, and
+//! [`DEFAULT_MAX_PENDING_PER_ADDRESS`](ios_agent_net::limits::DEFAULT_MAX_PENDING_PER_ADDRESS)
+//! handshakes per remote IP address; repeated warnings (a failed handshake
 //! per garbage connection) are summarised rather than written each time.
 
 use std::path::PathBuf;
@@ -162,6 +164,7 @@ pub enum ServerError {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    per_address: limits::PendingPerAddress,
     limits: libp2p::connection_limits::Behaviour,
     rendezvous: rendezvous::server::Behaviour,
     identify: identify::Behaviour,
@@ -204,6 +207,7 @@ impl PeerServer {
             ));
         }
         let behaviour = Behaviour {
+            per_address: limits::PendingPerAddress::new(limits::DEFAULT_MAX_PENDING_PER_ADDRESS),
             limits: limits::connection_limits(
                 args.max_connections,
                 args.max_pending,

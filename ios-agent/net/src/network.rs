@@ -261,6 +261,7 @@ impl NetHandle {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    per_address: crate::limits::PendingPerAddress,
     limits: libp2p::connection_limits::Behaviour,
     identify: identify::Behaviour,
     ping: ping::Behaviour,
@@ -406,6 +407,9 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
             }
         })?;
     let behaviour = Behaviour {
+        per_address: crate::limits::PendingPerAddress::new(
+            crate::limits::DEFAULT_MAX_PENDING_PER_ADDRESS,
+        ),
         limits: crate::limits::connection_limits(
             config.max_connections,
             config.max_pending,
