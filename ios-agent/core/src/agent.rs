@@ -553,6 +553,10 @@ pub struct Agent {
     /// The host each connected agent announced over its own connection
     /// ([`Agent::handle_peer_host`]): the only hosts work is ever moved to.
     hosts: HashMap<PeerId, HostName>,
+    /// Announcements refused because another agent held the host: the newest claim of each
+    /// host is promoted when the holder goes (an agent restarted with a new identity while
+    /// its old connection had not yet timed out).
+    contested: HashMap<HostName, PeerId>,
     pub(crate) node: Option<NodeProfile>,
     /// When `node` was sampled.
     pub(crate) node_at: Option<Instant>,
@@ -645,6 +649,7 @@ impl Agent {
             host,
             rng,
             hosts: HashMap::new(),
+            contested: HashMap::new(),
             node: None,
             node_at: None,
             settle_after: None,
@@ -771,10 +776,11 @@ impl Agent {
         } else if let Some((holder, _)) =
             self.hosts.iter().find(|(p, h)| **h == host && **p != peer)
         {
-            Some(HostRefusal::Taken {
-                host,
-                holder: holder.clone(),
-            })
+            let holder = holder.clone();
+            if self.contested.len() < self.config.max_peers || self.contested.contains_key(&host) {
+                self.contested.insert(host.clone(), peer);
+            }
+            Some(HostRefusal::Taken { host, holder })
         } else if !self.hosts.contains_key(&peer) && self.hosts.len() >= 2 * self.config.max_peers {
             Some(HostRefusal::Full {
                 max: 2 * self.config.max_peers,
@@ -794,7 +800,13 @@ impl Agent {
 
     /// `peer` disconnected or left.
     pub fn handle_peer_gone(&mut self, now: Instant, peer: &PeerId) {
-        self.hosts.remove(peer);
+        self.contested.retain(|_, claimant| claimant != peer);
+        if let Some(host) = self.hosts.remove(peer) {
+            if let Some(next) = self.contested.remove(&host) {
+                tracing::info!(agent = %self.me, %host, peer = %next, "host now announced by another agent");
+                self.hosts.insert(next, host);
+            }
+        }
         self.peers.remove(peer);
         self.cluster_forget(peer);
         self.c2c_peers_changed(now);
@@ -2193,10 +2205,10 @@ mod tests {
             "{err}"
         );
         assert_eq!(a.peer_host(&peer("k")), None);
-        // Once b is gone, its host is free again.
+        // Once b is gone, the waiting claim of its host (an agent restarted with a new
+        // identity, say) is taken up.
         a.handle_peer_gone(t0, &peer("b"));
-        a.handle_peer_host(t0, peer("k"), host("b"))
-            .expect("free again");
+        assert_eq!(a.peer_host(&peer("k")), Some(&host("b")));
         assert_eq!(a.stats().hosts_refused, 7);
     }
 
