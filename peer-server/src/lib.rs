@@ -79,7 +79,7 @@ pub struct Args {
     /// Private directory for the server's identity, so that its peer id (the /p2p/ part of
     /// the address agents are given) survives restarts. Default: see `default_state_dir`:
     /// $XDG_STATE_HOME/mpi-ios/peer-server-PORT, else ~/.local/state/mpi-ios/peer-server-PORT
-    /// (PORT: of the first --listen address).
+    /// (PORT: of the first --listen address); none with port 0 (a new identity each run).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Most connections established at once (agents); further ones are refused.
@@ -118,13 +118,19 @@ pub fn default_state_dir(
 }
 
 /// The identity file of a server started with `args`: `--identity`, else `identity.key` in
-/// the state directory, which is created private (0700) or refused if unsafe.
-pub fn identity_file(args: &Args) -> Result<PathBuf, ServerError> {
+/// the state directory, which is created private (0700) or refused if unsafe. `None` (a new
+/// identity each run) when neither is given and the first listen port is 0: an ephemeral
+/// port changes at each start anyway, and two such servers must not share one identity.
+pub fn identity_file(args: &Args) -> Result<Option<PathBuf>, ServerError> {
     if let Some(f) = &args.identity {
-        return Ok(f.clone());
+        return Ok(Some(f.clone()));
     }
+    let ephemeral = args.listen[0]
+        .iter()
+        .any(|p| matches!(p, libp2p::multiaddr::Protocol::Tcp(0)));
     let dir = match &args.state_dir {
         Some(d) => d.clone(),
+        None if ephemeral => return Ok(None),
         None => default_state_dir(
             &args.listen[0],
             std::env::var("XDG_STATE_HOME").ok().as_deref(),
@@ -137,7 +143,7 @@ pub fn identity_file(args: &Args) -> Result<PathBuf, ServerError> {
         })?,
     };
     pcm_proto::ensure_private_dir(&dir).map_err(|e| ServerError::Config(e.to_string()))?;
-    Ok(dir.join("identity.key"))
+    Ok(Some(dir.join("identity.key")))
 }
 
 /// What can stop the peer server.
@@ -192,9 +198,14 @@ impl PeerServer {
             )));
         }
         let key = PoolKey::from_file(&args.pool_key)?;
-        let identity_file = identity_file(args)?;
-        let identity = Identity::File(identity_file.clone()).load()?;
-        tracing::info!("identity from {}", identity_file.display());
+        let identity = match identity_file(args)? {
+            Some(file) => {
+                tracing::info!("identity from {}", file.display());
+                Identity::File(file)
+            }
+            None => Identity::Generate,
+        }
+        .load()?;
         let transport = build_transport(
             &identity,
             &key,
