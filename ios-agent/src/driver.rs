@@ -335,6 +335,12 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         let now = Instant::now();
         match event {
             PeerEvent::Rtt { peer, rtt } => self.agent.handle_peer_rtt(now, peer, rtt),
+            PeerEvent::Host { peer, host } => {
+                if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host) {
+                    // Once per connection, and only from holders of the pool key.
+                    tracing::warn!(%peer, "host announcement refused: {e}");
+                }
+            }
             PeerEvent::Gone { peer } => {
                 tracing::info!(%peer, "peer gone");
                 self.agent.handle_peer_gone(now, &peer);

@@ -54,6 +54,7 @@ pub async fn start(
     config.external_addrs = parse_addrs("--external", args.external.as_slice())?;
     config.peer_servers = parse_addrs("--peer-server", &args.peer_servers)?;
     config.direct_peers = parse_addrs("--peer", &args.peers)?;
+    config.host = Some(host.clone());
     if config.peer_servers.is_empty() && config.direct_peers.is_empty() {
         tracing::warn!("no --peer-server and no --peer given: this agent can only be found by others that know its address");
     }
@@ -70,9 +71,12 @@ pub async fn start(
                     tracing::info!(%host, %addr, "listening for agents");
                     continue;
                 }
-                NetEvent::PeerUp { peer, addr } => {
-                    tracing::info!(%peer, %addr, "agent connected");
-                    continue;
+                NetEvent::PeerUp { peer, addr, host } => {
+                    tracing::info!(%peer, %addr, ?host, "agent connected");
+                    match host {
+                        Some(host) => PeerEvent::Host { peer, host },
+                        None => continue,
+                    }
                 }
                 NetEvent::PeerServerUp { addr, server } => {
                     tracing::info!(%addr, %server, "registered with peer server");

@@ -15,6 +15,13 @@ pub enum PeerEvent {
         /// The measured round trip.
         rtt: Duration,
     },
+    /// `peer` announced over its connection the host it runs on.
+    Host {
+        /// The peer.
+        peer: PeerId,
+        /// Its host, as the MPI runtime names it.
+        host: pcm_proto::HostName,
+    },
     /// `peer` disconnected or its registration expired.
     Gone {
         /// The peer.

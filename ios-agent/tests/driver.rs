@@ -136,6 +136,22 @@ fn two_loops() -> Pair {
     }
 }
 
+/// What the network reports when a peer connects: the host it announced, then an RTT.
+async fn connect(tx: &mpsc::Sender<PeerEvent>, peer: &PeerId, host: &str, rtt: Duration) {
+    tx.send(PeerEvent::Host {
+        peer: peer.clone(),
+        host: HostName::new(host).unwrap(),
+    })
+    .await
+    .unwrap();
+    tx.send(PeerEvent::Rtt {
+        peer: peer.clone(),
+        rtt,
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
     let Pair {
@@ -159,20 +175,8 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
     };
     let idle = NodeProfile::idle(1.0, 8 << 30);
     let rtt = Duration::from_millis(1);
-    a_peers_tx
-        .send(PeerEvent::Rtt {
-            peer: b.clone(),
-            rtt,
-        })
-        .await
-        .unwrap();
-    b_peers_tx
-        .send(PeerEvent::Rtt {
-            peer: a.clone(),
-            rtt,
-        })
-        .await
-        .unwrap();
+    connect(&a_peers_tx, &b, "node-b", rtt).await;
+    connect(&b_peers_tx, &a, "node-a", rtt).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while moves.0.lock().unwrap().is_empty() {
         assert!(
@@ -249,20 +253,8 @@ async fn leave_with_a_peer(
     } = two_loops();
     if peer_present {
         let rtt = Duration::from_millis(1);
-        a_peers_tx
-            .send(PeerEvent::Rtt {
-                peer: b.clone(),
-                rtt,
-            })
-            .await
-            .unwrap();
-        b_peers_tx
-            .send(PeerEvent::Rtt {
-                peer: a.clone(),
-                rtt,
-            })
-            .await
-            .unwrap();
+        connect(&a_peers_tx, &b, "node-b", rtt).await;
+        connect(&b_peers_tx, &a, "node-a", rtt).await;
     }
     // Node A is idle and uncontended: only the leave makes its ranks move. Node B has two
     // idle cores.
@@ -368,4 +360,103 @@ async fn a_node_nobody_can_take_from_stays_unless_forced() {
     };
     assert_eq!(report.ranks_left.len(), 2, "{report:?}");
     assert!(stopped, "--force: the agent must stop");
+}
+
+/// Issue 12, item 5, through the driver: a pool-key holder "agent-k" (announced host
+/// node-k) sends forged work steals to a loaded agent: a made-up origin and source with
+/// `source_host=localhost` and a fake idle 64-core profile, one claiming to come from another
+/// agent, and one for itself but naming localhost. Nothing moves. Its honest request for
+/// itself then moves a rank to node-k, showing that the node would have given work.
+#[tokio::test]
+async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
+    let Pair {
+        a_peers_tx,
+        b,
+        a_samples_tx,
+        a_control_tx,
+        b_control_tx,
+        run_a,
+        run_b,
+        moves,
+        ..
+    } = two_loops();
+    let k = PeerId::new(b"agent-k".to_vec()).unwrap();
+    let rtt = Duration::from_millis(1);
+    connect(&a_peers_tx, &k, "node-k", rtt).await;
+    connect(&a_peers_tx, &b, "node-b", rtt).await;
+    let loaded = NodeProfile {
+        cpu_load: 3.0,
+        competing: 1.0,
+        ..NodeProfile::idle(1.0, 8 << 30)
+    };
+    let sample = || Sample {
+        node: Some(loaded),
+        entities: Some(vec![entity(0, 30), entity(1, 90)]),
+        rank_pids: vec![],
+    };
+    a_samples_tx.send(sample()).await.unwrap();
+    let steal = |id: u64, origin: &PeerId, source: &PeerId, host: &str| PeerEvent::Message {
+        from: k.clone(),
+        message: Message::WorkSteal {
+            id: ios_agent_core::MessageId(id),
+            origin: origin.clone(),
+            source: source.clone(),
+            source_host: HostName::new(host).unwrap(),
+            source_profile: NodeProfile::idle(64.0, 1 << 40),
+            ttl: 3,
+            tier: ios_agent_core::LatencyTier::Local,
+        },
+    };
+    let x = PeerId::new(b"made-up-x".to_vec()).unwrap();
+    let y = PeerId::new(b"made-up-y".to_vec()).unwrap();
+    for forged in [
+        steal(1, &x, &y, "localhost"),
+        steal(2, &b, &b, "node-b"),
+        steal(3, &k, &k, "localhost"),
+        steal(4, &k, &b, "node-b"),
+    ] {
+        a_peers_tx.send(forged).await.unwrap();
+    }
+    // Samples keep the node loaded meanwhile; a second is ample for the loop to act.
+    for _ in 0..10 {
+        let _ = a_samples_tx.send(sample()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(moves.0.lock().unwrap().is_empty(), "{:?}", moves.0.lock());
+
+    a_peers_tx.send(steal(5, &k, &k, "node-k")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while moves.0.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the honest steal moved nothing within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recorded = moves.0.lock().unwrap().clone();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].1.as_str(), "node-k");
+    let (tx, rx) = oneshot::channel();
+    a_control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+    let status = rx.await.unwrap();
+    assert!(
+        status
+            .decisions
+            .iter()
+            .all(|d| !d.what.contains("localhost")),
+        "{:?}",
+        status.decisions
+    );
+    for control in [a_control_tx, b_control_tx] {
+        control.send(ControlRequest::Stop).await.unwrap();
+    }
+    let agent = tokio::time::timeout(Duration::from_secs(5), run_a)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(agent.stats().steals_refused, 3);
+    tokio::time::timeout(Duration::from_secs(5), run_b)
+        .await
+        .unwrap()
+        .unwrap();
 }

@@ -10,6 +10,20 @@
 //! The binary (`peer-server --listen ADDR --pool-key FILE [--min-ttl S]`) is a thin `main`
 //! around [`PeerServer::start`]. On startup it prints one machine-readable line:
 //! `{"event":"listening","peer_id":ID,"addrs":[ADDR/p2p/ID,...]}`.
+//!
+//! Its identity (and so its peer id, which agents pin in the `/p2p/ID` part of its address)
+//! survives restarts: it is kept in a private state directory ([`default_state_dir`], or
+//! `--state-dir`), created mode 0700 and refused if it is a symbolic link, another user's,
+//! or writable by others; the key file is created 0600 and never adopted from another user
+//! or through a link (issue 12, item 9). Agents redial a lost peer server every few seconds,
+//! so a restarted one is back in use within seconds.
+//!
+//! Bounded against a flood of connections (issue 12, item 7): [`DEFAULT_MAX_CONNECTIONS`]
+//! established connections, [`DEFAULT_MAX_PENDING`] handshakes under way, and
+//! [`DEFAULT_MAX_PER_PEER`] connections per peer id, and
+//! [`DEFAULT_MAX_PENDING_PER_ADDRESS`](ios_agent_net::limits::DEFAULT_MAX_PENDING_PER_ADDRESS)
+//! handshakes per remote IP address; repeated warnings (a failed handshake
+//! per garbage connection) are summarised rather than written each time.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,8 +33,13 @@ use ios_agent_net::libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use ios_agent_net::libp2p::{
     self, identify, ping, rendezvous, swarm::ListenError, Multiaddr, PeerId, Swarm,
 };
+use ios_agent_net::limits::{self, LogLimiter, LogVerdict};
 use ios_agent_net::transport::{build_transport, describe_transport_error};
 use ios_agent_net::{Identity, PoolKey};
+
+pub use ios_agent_net::limits::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING, DEFAULT_MAX_PER_PEER,
+};
 use tokio::task::JoinHandle;
 
 /// Default smallest registration lifetime accepted, in seconds.
@@ -53,10 +72,78 @@ pub struct Args {
     /// Largest registration lifetime accepted, in seconds.
     #[arg(long, default_value_t = DEFAULT_MAX_TTL)]
     pub max_ttl: u64,
-    /// Identity file (created if missing), so the peer id survives restarts. Default: a new
-    /// identity each run.
+    /// Identity file (created if missing, mode 0600). Default: `identity.key` in the state
+    /// directory.
     #[arg(long, value_name = "FILE")]
     pub identity: Option<PathBuf>,
+    /// Private directory for the server's identity, so that its peer id (the /p2p/ part of
+    /// the address agents are given) survives restarts. Default: see `default_state_dir`:
+    /// $XDG_STATE_HOME/mpi-ios/peer-server-PORT, else ~/.local/state/mpi-ios/peer-server-PORT
+    /// (PORT: of the first --listen address); none with port 0 (a new identity each run).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Most connections established at once (agents); further ones are refused.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: u32,
+    /// Most incoming connections in their handshake at once; further ones are closed at once.
+    #[arg(long, default_value_t = DEFAULT_MAX_PENDING)]
+    pub max_pending: u32,
+}
+
+/// The state directory used when `--state-dir` is not given, for a server whose first
+/// listen address is `listen`: `$XDG_STATE_HOME/mpi-ios/peer-server-PORT`, else
+/// `$HOME/.local/state/mpi-ios/peer-server-PORT`. One per port, so that two servers of one
+/// user on one machine keep distinct identities. `None` when neither variable is set.
+pub fn default_state_dir(
+    listen: &Multiaddr,
+    xdg_state_home: Option<&str>,
+    home: Option<&str>,
+) -> Option<PathBuf> {
+    let port = listen
+        .iter()
+        .find_map(|p| match p {
+            libp2p::multiaddr::Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let base = match (
+        xdg_state_home.filter(|s| !s.is_empty()),
+        home.filter(|s| !s.is_empty()),
+    ) {
+        (Some(x), _) => PathBuf::from(x),
+        (None, Some(h)) => PathBuf::from(h).join(".local").join("state"),
+        (None, None) => return None,
+    };
+    Some(base.join("mpi-ios").join(format!("peer-server-{port}")))
+}
+
+/// The identity file of a server started with `args`: `--identity`, else `identity.key` in
+/// the state directory, which is created private (0700) or refused if unsafe. `None` (a new
+/// identity each run) when neither is given and the first listen port is 0: an ephemeral
+/// port changes at each start anyway, and two such servers must not share one identity.
+pub fn identity_file(args: &Args) -> Result<Option<PathBuf>, ServerError> {
+    if let Some(f) = &args.identity {
+        return Ok(Some(f.clone()));
+    }
+    let ephemeral = args.listen[0]
+        .iter()
+        .any(|p| matches!(p, libp2p::multiaddr::Protocol::Tcp(0)));
+    let dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None if ephemeral => return Ok(None),
+        None => default_state_dir(
+            &args.listen[0],
+            std::env::var("XDG_STATE_HOME").ok().as_deref(),
+            std::env::var("HOME").ok().as_deref(),
+        )
+        .ok_or_else(|| {
+            ServerError::Config(
+                "no state directory for the identity: set --state-dir (or HOME)".into(),
+            )
+        })?,
+    };
+    pcm_proto::ensure_private_dir(&dir).map_err(|e| ServerError::Config(e.to_string()))?;
+    Ok(Some(dir.join("identity.key")))
 }
 
 /// What can stop the peer server.
@@ -83,6 +170,8 @@ pub enum ServerError {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    per_address: limits::PendingPerAddress,
+    limits: libp2p::connection_limits::Behaviour,
     rendezvous: rendezvous::server::Behaviour,
     identify: identify::Behaviour,
     ping: ping::Behaviour,
@@ -109,8 +198,11 @@ impl PeerServer {
             )));
         }
         let key = PoolKey::from_file(&args.pool_key)?;
-        let identity = match &args.identity {
-            Some(f) => Identity::File(f.clone()),
+        let identity = match identity_file(args)? {
+            Some(file) => {
+                tracing::info!("identity from {}", file.display());
+                Identity::File(file)
+            }
             None => Identity::Generate,
         }
         .load()?;
@@ -120,7 +212,18 @@ impl PeerServer {
             ios_agent_net::transport::DEFAULT_HANDSHAKE_TIMEOUT,
         )
         .map_err(|e| ServerError::Config(format!("noise: {e}")))?;
+        if args.max_connections == 0 || args.max_pending == 0 {
+            return Err(ServerError::Config(
+                "--max-connections and --max-pending must be at least 1".into(),
+            ));
+        }
         let behaviour = Behaviour {
+            per_address: limits::PendingPerAddress::new(limits::DEFAULT_MAX_PENDING_PER_ADDRESS),
+            limits: limits::connection_limits(
+                args.max_connections,
+                args.max_pending,
+                DEFAULT_MAX_PER_PEER,
+            ),
             rendezvous: rendezvous::server::Behaviour::new(
                 rendezvous::server::Config::default()
                     .with_min_ttl(args.min_ttl)
@@ -204,6 +307,8 @@ impl PeerServer {
 }
 
 async fn serve(mut swarm: Swarm<Behaviour>) {
+    // One failed or refused connection is one line at most; a flood is a few per window.
+    let mut incoming_failures = LogLimiter::default();
     loop {
         match swarm.select_next_some().await {
             SwarmEvent::Behaviour(BehaviourEvent::Rendezvous(ev)) => {
@@ -246,11 +351,22 @@ async fn serve(mut swarm: Swarm<Behaviour>) {
                 error,
                 ..
             } => {
-                let reason = match &error {
-                    ListenError::Transport(e) => describe_transport_error(e).message,
-                    other => other.to_string(),
-                };
-                tracing::warn!("connection from {send_back_addr} failed: {reason}");
+                if let LogVerdict::Write { suppressed } =
+                    incoming_failures.check(std::time::Instant::now())
+                {
+                    let reason = match &error {
+                        ListenError::Transport(e) => describe_transport_error(e).message,
+                        ListenError::Denied { .. } => "refused: too many connections".to_owned(),
+                        other => other.to_string(),
+                    };
+                    tracing::warn!(
+                        "{}",
+                        limits::with_suppressed(
+                            &format!("connection from {send_back_addr} failed: {reason}"),
+                            suppressed
+                        )
+                    );
+                }
             }
             SwarmEvent::ConnectionEstablished {
                 peer_id, endpoint, ..

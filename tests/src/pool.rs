@@ -43,12 +43,27 @@ impl PeerServer {
     /// its startup line. `command` is the command to run it with: `Command::new(bin(...))`
     /// on loopback, or one that enters a namespace first and then runs the program.
     pub fn start(command: Command, dir: &Path, key: &Path, ip: &str, label: &str) -> PeerServer {
+        PeerServer::start_at(command, dir, key, &format!("/ip4/{ip}/tcp/0"), label)
+    }
+
+    /// [`PeerServer::start`] on the address `listen`. The server keeps its state (its
+    /// identity) where it would by default, with `XDG_STATE_HOME` set to a directory of the
+    /// test named after `label`: the same label after a restart finds the same identity,
+    /// as a server restarted with the README's command does.
+    pub fn start_at(
+        command: Command,
+        dir: &Path,
+        key: &Path,
+        listen: &str,
+        label: &str,
+    ) -> PeerServer {
         let mut command = command;
         command
             .arg("--listen")
-            .arg(format!("/ip4/{ip}/tcp/0"))
+            .arg(listen)
             .arg("--pool-key")
-            .arg(key);
+            .arg(key)
+            .env("XDG_STATE_HOME", dir.join(format!("{label}.xdg-state")));
         let group = Group::start(command, dir, label);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -70,6 +85,18 @@ impl PeerServer {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The server's TCP port, from its address.
+    pub fn port(&self) -> u16 {
+        let parts: Vec<&str> = self.addr.split('/').collect();
+        let i = parts
+            .iter()
+            .position(|p| *p == "tcp")
+            .unwrap_or_else(|| panic!("no tcp port in {}", self.addr));
+        parts[i + 1]
+            .parse()
+            .unwrap_or_else(|e| panic!("bad port in {}: {e}", self.addr))
     }
 
     /// A loopback peer server.

@@ -183,3 +183,215 @@ fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
     });
     assert!(!spec.control.exists(), "control socket left behind");
 }
+
+/// Issue 12, item 9: the peer server restarted with the README's command (no `--identity`)
+/// keeps its peer id, the agents registered with it reconnect and register again, and an
+/// agent that joins after the restart finds them through it.
+#[test]
+fn a_restarted_peer_server_keeps_its_id_and_the_agents_come_back_to_it() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    // A fixed port, as in the README (a free one, found by binding and letting go).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("/ip4/127.0.0.1/tcp/{port}");
+    let start = || {
+        PeerServer::start_at(
+            Command::new(bin("peer-server")),
+            dir.path(),
+            &key,
+            &listen,
+            "server",
+        )
+    };
+    let mut server = start();
+    assert_eq!(server.port(), port);
+    let first_addr = server.addr.clone();
+    let agents: Vec<AgentProc> = ["na", "nb"]
+        .iter()
+        .map(|h| {
+            AgentProc::local(
+                dir.path(),
+                AgentSpec::local(dir.path(), h, &key, &[&first_addr]),
+            )
+        })
+        .collect();
+    wait_until(Duration::from_secs(20), "the two agents meet", || {
+        agents.iter().all(|a| a.peer_count() == 1)
+    });
+    let state = dir.path().join("server.xdg-state/mpi-ios");
+    let server_dir = std::fs::read_dir(&state)
+        .unwrap()
+        .next()
+        .expect("a state directory")
+        .unwrap()
+        .path();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&server_dir), 0o700);
+    assert_eq!(mode(&server_dir.join("identity.key")), 0o600);
+
+    server.group.kill();
+    let t0 = Instant::now();
+    let restarted = start();
+    assert_eq!(restarted.addr, first_addr, "the peer id changed on restart");
+    // Only the restarted server can introduce the newcomer to the others.
+    let late = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nc", &key, &[&restarted.addr]),
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the agent joining after the restart finds the others through the server",
+        || late.peer_count() == 2 && agents.iter().all(|a| a.peer_count() == 2),
+    );
+    eprintln!("pool whole again {:?} after the restart", t0.elapsed());
+    for a in &agents {
+        let log = a.group.stderr_so_far();
+        assert!(!log.contains("not the peer expected"), "{log}");
+    }
+}
+
+/// Issue 12, item 16 (part): the peer server's missing-key error says how to make a key.
+#[test]
+fn a_peer_server_without_its_key_file_names_ios_agent_keygen() {
+    let dir = tempdir();
+    let missing = dir.path().join("no-such.key");
+    let out = Command::new(bin("peer-server"))
+        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--pool-key"])
+        .arg(&missing)
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ios-agent keygen"), "{err}");
+    assert!(err.contains("no-such.key"), "{err}");
+}
+
+/// A TCP connection to `port` on 127.0.0.1 from the source address `from` (in 127.0.0.0/8).
+fn connect_from(from: [u8; 4], port: u16) -> std::io::Result<std::net::TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(from[0], from[1], from[2], from[3], 0),
+    )?;
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::new(127, 0, 0, 1, port),
+    )?;
+    Ok(std::net::TcpStream::from(fd))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Issue 12, item 7: a peer server limited to 256 file descriptors, flooded with idle TCP
+/// connections from another address (600, then 300 more a second), still lets two agents
+/// register and discover each other; then 2,000 garbage connections to it and to an agent leave a few lines of log,
+/// not one per connection.
+#[test]
+fn connection_floods_neither_lock_agents_out_nor_fill_the_logs() {
+    use std::io::Write as _;
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let port = free_port();
+    let mut limited = Command::new("sh");
+    limited
+        .arg("-c")
+        .arg("ulimit -n 256 && exec \"$0\" \"$@\"")
+        .arg(bin("peer-server"));
+    let server = PeerServer::start_at(
+        limited,
+        dir.path(),
+        &key,
+        &format!("/ip4/127.0.0.1/tcp/{port}"),
+        "server",
+    );
+    let idle: Vec<std::net::TcpStream> = (0..600)
+        .filter_map(|_| connect_from([127, 0, 0, 2], port).ok())
+        .collect();
+    assert!(idle.len() >= 256, "only {} connections opened", idle.len());
+    // The flood goes on while the agents start: 300 fresh idle connections a second, each
+    // held 6 s (beyond the server's 5 s handshake timeout), as an attacker would keep it up.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut held: std::collections::VecDeque<(Instant, std::net::TcpStream)> =
+                idle.into_iter().map(|s| (Instant::now(), s)).collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while held
+                    .front()
+                    .is_some_and(|(at, _)| at.elapsed() > Duration::from_secs(6))
+                {
+                    held.pop_front();
+                }
+                for _ in 0..300 {
+                    if let Ok(s) = connect_from([127, 0, 0, 2], port) {
+                        held.push_back((Instant::now(), s));
+                    }
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let agent_port = free_port();
+    let mut spec_a = AgentSpec::local(dir.path(), "na", &key, &[&server.addr]);
+    spec_a.listen = format!("/ip4/127.0.0.1/tcp/{agent_port}");
+    let a = AgentProc::local(dir.path(), spec_a);
+    let b = AgentProc::local(
+        dir.path(),
+        AgentSpec::local(dir.path(), "nb", &key, &[&server.addr]),
+    );
+    wait_until(
+        Duration::from_secs(40),
+        "the agents find each other through the flooded server",
+        || a.peer_count() == 1 && b.peer_count() == 1,
+    );
+    eprintln!("agents met {:?} after the flood began", t0.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flood.join().unwrap();
+
+    let server_log = server.group.stderr_so_far().len();
+    let agent_log = a.group.stderr_so_far().len();
+    let t1 = Instant::now();
+    let mut sent = 0;
+    for i in 0..2000 {
+        for target in [port, agent_port] {
+            if let Ok(mut s) = connect_from([127, 0, 0, 3 + (i % 2) as u8], target) {
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\nnot a pool handshake at all");
+                sent += 1;
+            }
+        }
+    }
+    eprintln!("{sent} garbage connections in {:?}", t1.elapsed());
+    assert!(sent >= 2000, "only {sent} garbage connections made");
+    // Let the handshakes time out and the failures be logged.
+    std::thread::sleep(Duration::from_secs(7));
+    let server_growth = server.group.stderr_so_far().len() - server_log;
+    let agent_growth = a.group.stderr_so_far().len() - agent_log;
+    eprintln!("log growth: peer server {server_growth} B, agent {agent_growth} B");
+    assert!(
+        server_growth < 16 * 1024,
+        "peer server log grew {server_growth} B"
+    );
+    assert!(agent_growth < 32 * 1024, "agent log grew {agent_growth} B");
+    // Both still serve.
+    assert!(a.try_status().is_some());
+    assert_eq!(b.peer_count(), 1);
+}

@@ -375,6 +375,108 @@ pub struct Stats {
     pub manager_changes: u64,
     /// [`Message::WorkAvailable`] hints sent to agents whose steal was refused earlier.
     pub work_hints_sent: u64,
+    /// Work steals dropped because they did not come from the agent they name, or named a
+    /// beneficiary or host this agent cannot tie to an agent of the pool (see
+    /// [`StealRefusal`]).
+    pub steals_refused: u64,
+    /// Host announcements refused ([`Agent::handle_peer_host`]).
+    pub hosts_refused: u64,
+}
+
+/// Why a work steal is not acted on (it is dropped, and counted in
+/// [`Stats::steals_refused`]; a [`StealRefusal::Forwarded`] one is answered with a hint
+/// instead).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StealRefusal {
+    /// The packet was passed on by another agent: its origin is a claim nobody
+    /// authenticated, so no work moves on it. The giver tells the origin directly
+    /// ([`Message::WorkAvailable`]), and the origin asks again, over its own connection.
+    #[error("forwarded by {from}, not sent by its origin {origin}")]
+    Forwarded {
+        /// The agent that passed the packet on.
+        from: PeerId,
+        /// The origin the packet names.
+        origin: PeerId,
+    },
+    /// A packet passed on by another agent names an origin this agent does not know: it is
+    /// made up (every agent of a pool knows the others), so it is not passed on.
+    #[error("origin {origin} is not a known agent of the pool")]
+    UnknownOrigin {
+        /// The origin named.
+        origin: PeerId,
+    },
+    /// NSp2p: the beneficiary named is not the agent asking.
+    #[error("beneficiary {beneficiary} is not the agent asking ({origin})")]
+    NotOrigin {
+        /// The beneficiary named.
+        beneficiary: PeerId,
+        /// The agent asking.
+        origin: PeerId,
+    },
+    /// The beneficiary is not an agent this one knows (no RTT sample of it).
+    #[error("beneficiary {beneficiary} is not a known agent of the pool")]
+    UnknownAgent {
+        /// The beneficiary named.
+        beneficiary: PeerId,
+    },
+    /// The host named is not the one the beneficiary announced over its own connection.
+    #[error("host {claimed} is not the host agent {beneficiary} announced ({announced})")]
+    HostMismatch {
+        /// The beneficiary.
+        beneficiary: PeerId,
+        /// The host in the packet.
+        claimed: HostName,
+        /// The host the beneficiary announced, if any.
+        announced: String,
+    },
+}
+
+/// Why a host announcement is refused ([`Agent::handle_peer_host`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostRefusal {
+    /// A loopback name means "this machine" to whoever resolves it: a move there would land
+    /// on the giver's own node, not on the announcing agent's.
+    #[error("{host} is a loopback name")]
+    Loopback {
+        /// The name.
+        host: HostName,
+    },
+    /// This agent's own host: another agent cannot run there in its place.
+    #[error("{host} is this agent's own host")]
+    OwnHost {
+        /// The name.
+        host: HostName,
+    },
+    /// Another connected agent announced this host first.
+    #[error("{host} is already the host of agent {holder}")]
+    Taken {
+        /// The name.
+        host: HostName,
+        /// The agent that announced it first.
+        holder: PeerId,
+    },
+    /// The table of hosts is full.
+    #[error("too many hosts known ({max})")]
+    Full {
+        /// The bound.
+        max: usize,
+    },
+}
+
+/// Whether `host` names the local machine whoever resolves it (`localhost`, `localhost.*`,
+/// `*.localhost`, `ip6-localhost`, 127.0.0.0/8, `::1`, `0.0.0.0`).
+pub fn is_loopback_name(host: &HostName) -> bool {
+    let h = host.as_str().to_ascii_lowercase();
+    let h = h.trim_end_matches('.');
+    h == "localhost"
+        || h.starts_with("localhost.")
+        || h.ends_with(".localhost")
+        || h == "ip6-localhost"
+        || h == "ip6-loopback"
+        || h == "::1"
+        || h == "0.0.0.0"
+        || h.parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| a.is_loopback())
 }
 
 /// Most refused thieves remembered for a later [`Message::WorkAvailable`] hint.
@@ -448,6 +550,13 @@ pub struct Agent {
     pub(crate) host: HostName,
     rng: StdRng,
     pub(crate) peers: PeerTable,
+    /// The host each connected agent announced over its own connection
+    /// ([`Agent::handle_peer_host`]): the only hosts work is ever moved to.
+    hosts: HashMap<PeerId, HostName>,
+    /// Announcements refused because another agent held the host: the newest claim of each
+    /// host is promoted when the holder goes (an agent restarted with a new identity while
+    /// its old connection had not yet timed out).
+    contested: HashMap<HostName, PeerId>,
     pub(crate) node: Option<NodeProfile>,
     /// When `node` was sampled.
     pub(crate) node_at: Option<Instant>,
@@ -539,6 +648,8 @@ impl Agent {
             me,
             host,
             rng,
+            hosts: HashMap::new(),
+            contested: HashMap::new(),
             node: None,
             node_at: None,
             settle_after: None,
@@ -576,6 +687,11 @@ impl Agent {
     /// Known peers and their tiers.
     pub fn peers(&self) -> &PeerTable {
         &self.peers
+    }
+
+    /// The host `peer` announced, if it did and the announcement was accepted.
+    pub fn peer_host(&self, peer: &PeerId) -> Option<&HostName> {
+        self.hosts.get(peer)
     }
 
     /// The latest node profile.
@@ -638,8 +754,59 @@ impl Agent {
         }
     }
 
+    /// `peer` announced, over its own authenticated connection, the host it runs on (as the
+    /// MPI runtime names it). Work is only ever moved to a host announced this way, and only
+    /// when the agent of that host asks for it. Refused (and counted in
+    /// [`Stats::hosts_refused`]): loopback names, this agent's own host, a host another
+    /// connected agent announced first, and new hosts beyond the table's bound. A second
+    /// announcement by the same agent replaces its first.
+    pub fn handle_peer_host(
+        &mut self,
+        _now: Instant,
+        peer: PeerId,
+        host: HostName,
+    ) -> Result<(), HostRefusal> {
+        if peer == self.me || self.hosts.get(&peer) == Some(&host) {
+            return Ok(());
+        }
+        let refusal = if is_loopback_name(&host) {
+            Some(HostRefusal::Loopback { host })
+        } else if host == self.host {
+            Some(HostRefusal::OwnHost { host })
+        } else if let Some((holder, _)) =
+            self.hosts.iter().find(|(p, h)| **h == host && **p != peer)
+        {
+            let holder = holder.clone();
+            if self.contested.len() < self.config.max_peers || self.contested.contains_key(&host) {
+                self.contested.insert(host.clone(), peer);
+            }
+            Some(HostRefusal::Taken { host, holder })
+        } else if !self.hosts.contains_key(&peer) && self.hosts.len() >= 2 * self.config.max_peers {
+            Some(HostRefusal::Full {
+                max: 2 * self.config.max_peers,
+            })
+        } else {
+            self.hosts.insert(peer, host);
+            None
+        };
+        match refusal {
+            Some(r) => {
+                self.stats.hosts_refused += 1;
+                Err(r)
+            }
+            None => Ok(()),
+        }
+    }
+
     /// `peer` disconnected or left.
     pub fn handle_peer_gone(&mut self, now: Instant, peer: &PeerId) {
+        self.contested.retain(|_, claimant| claimant != peer);
+        if let Some(host) = self.hosts.remove(peer) {
+            if let Some(next) = self.contested.remove(&host) {
+                tracing::info!(agent = %self.me, %host, peer = %next, "host now announced by another agent");
+                self.hosts.insert(next, host);
+            }
+        }
         self.peers.remove(peer);
         self.cluster_forget(peer);
         self.c2c_peers_changed(now);
@@ -717,7 +884,9 @@ impl Agent {
                 migration,
                 completed,
             } => self.on_migration_finished(now, migration, completed),
-            Message::Heartbeat { manager, .. } => self.on_heartbeat(now, from, manager),
+            Message::Heartbeat {
+                manager, successor, ..
+            } => self.on_heartbeat(now, from, manager, successor),
             Message::ProfileRequest { id } => self.on_profile_request(from, id),
             Message::ProfileReply {
                 id,
@@ -1063,9 +1232,17 @@ impl Agent {
 
     /// NSp2p: a peer that refused our steal now has work. Steal from it at once if we are
     /// between rounds and still light; the back-off restarts from its shortest pause.
+    ///
+    /// Also the answer to a steal of ours that reached a giver through another agent
+    /// ([`StealRefusal::Forwarded`]): then we are still stealing, and ask the giver directly.
+    /// NSc2c managers take hints too (managers steal on behalf of their members).
     fn on_work_available(&mut self, now: Instant, from: PeerId) {
-        if self.config.topology != Topology::PeerToPeer
-            || !matches!(self.thief, Thief::Idle { .. })
+        let may_take_hints = match self.config.topology {
+            Topology::PeerToPeer => true,
+            Topology::ClusterToCluster => self.is_manager(),
+        };
+        if !may_take_hints
+            || matches!(self.thief, Thief::Receiving { .. })
             || self
                 .hinted_at
                 .is_some_and(|at| now < at + self.config.steal_period)
@@ -1173,6 +1350,63 @@ impl Agent {
         true
     }
 
+    /// Checks that work may move on `steal`, received from `from`: it comes from its origin
+    /// itself (the transport authenticated `from`), its beneficiary is the origin (NSp2p) or
+    /// a known agent (NSc2c: a member the origin manages), and the host it names is the one
+    /// that agent announced itself ([`Agent::handle_peer_host`]).
+    pub(crate) fn check_steal(&self, from: &PeerId, steal: &Steal) -> Result<(), StealRefusal> {
+        if *from != steal.origin {
+            if self.peers.get(&steal.origin).is_none() {
+                return Err(StealRefusal::UnknownOrigin {
+                    origin: steal.origin.clone(),
+                });
+            }
+            return Err(StealRefusal::Forwarded {
+                from: from.clone(),
+                origin: steal.origin.clone(),
+            });
+        }
+        let source = &steal.source;
+        if self.config.topology == Topology::PeerToPeer && source.peer != steal.origin {
+            return Err(StealRefusal::NotOrigin {
+                beneficiary: source.peer.clone(),
+                origin: steal.origin.clone(),
+            });
+        }
+        if self.peers.get(&source.peer).is_none() {
+            return Err(StealRefusal::UnknownAgent {
+                beneficiary: source.peer.clone(),
+            });
+        }
+        match self.hosts.get(&source.peer) {
+            Some(h) if *h == source.host => Ok(()),
+            other => Err(StealRefusal::HostMismatch {
+                beneficiary: source.peer.clone(),
+                claimed: source.host.clone(),
+                announced: other.map_or_else(|| "none".to_owned(), ToString::to_string),
+            }),
+        }
+    }
+
+    /// A steal that would get work here but reached us through another agent: tell its
+    /// origin directly, so that it asks over its own connection. Returns false (nothing
+    /// sent) when the origin is not a peer of ours; the packet then goes on as usual.
+    pub(crate) fn hint_origin(&mut self, steal: &Steal) -> bool {
+        if self.peers.get(&steal.origin).is_none() {
+            return false;
+        }
+        tracing::debug!(agent = %self.me, origin = %steal.origin, "forwarded steal: telling its origin to ask here");
+        self.stats.work_hints_sent += 1;
+        self.send(steal.origin.clone(), Message::WorkAvailable);
+        true
+    }
+
+    /// Counts and logs a refused steal (debug level: a hostile peer must not fill the log).
+    pub(crate) fn refuse_steal(&mut self, from: &PeerId, why: &StealRefusal) {
+        tracing::debug!(agent = %self.me, %from, "work steal refused: {why}");
+        self.stats.steals_refused += 1;
+    }
+
     fn on_work_steal(&mut self, now: Instant, from: PeerId, steal: Steal) {
         if steal.origin == self.me {
             // Our own packet came back round: nobody on the way gave work.
@@ -1180,6 +1414,14 @@ impl Agent {
                 self.escalate(now);
             }
             return;
+        }
+        let checked = self.check_steal(&from, &steal);
+        if let Err(why) = &checked {
+            if !matches!(why, StealRefusal::Forwarded { .. }) {
+                // A forged request: neither acted on nor passed on.
+                self.refuse_steal(&from, why);
+                return;
+            }
         }
         let first_time = self.remember(&steal.origin, steal.id);
         match self.config.topology {
@@ -1194,6 +1436,13 @@ impl Agent {
                             self.config.max_group,
                         );
                         if let Some(plan) = plan {
+                            if checked.is_err() {
+                                if self.hint_origin(&steal) {
+                                    return;
+                                }
+                                self.forward(from, steal, LatencyTier::Local);
+                                return;
+                            }
                             tracing::info!(agent = %self.me, to = %steal.source.peer, gain = plan.gain.gain, "giving work");
                             let migration = MigrationId(self.fresh_id());
                             self.start_migration(
@@ -1214,15 +1463,17 @@ impl Agent {
                             return;
                         }
                         // The thief is its own beneficiary in NSp2p: hint it if this node
-                        // gets loaded later.
-                        if steal.origin == steal.source.peer {
+                        // gets loaded later (only a thief that asked itself).
+                        if checked.is_ok() {
                             self.remember_refusal(now, &steal.source);
                         }
                     }
                 }
                 self.forward(from, steal, LatencyTier::Local);
             }
-            Topology::ClusterToCluster => self.c2c_work_steal(now, from, steal, first_time),
+            Topology::ClusterToCluster => {
+                self.c2c_work_steal(now, from, steal, first_time, checked.is_ok())
+            }
         }
     }
 
@@ -1347,6 +1598,13 @@ mod tests {
         e
     }
 
+    /// `a` meets agent `name` (on host `name`): its announced host, then an RTT sample.
+    fn meet(a: &mut Agent, now: Instant, name: &str, rtt: Duration) {
+        a.handle_peer_host(now, peer(name), host(name))
+            .expect("host accepted");
+        a.handle_peer_rtt(now, peer(name), rtt);
+    }
+
     fn drain(a: &mut Agent) -> Vec<Action> {
         std::iter::from_fn(|| a.poll_action()).collect()
     }
@@ -1379,7 +1637,7 @@ mod tests {
     fn loaded_agent_sends_nothing() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
         a.handle_node_profile(
             t0,
             NodeProfile {
@@ -1396,8 +1654,8 @@ mod tests {
     fn light_agent_steals_locally_and_escalates_on_exhaustion() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("l"), Duration::from_millis(1));
-        a.handle_peer_rtt(t0, peer("r"), Duration::from_millis(50));
+        meet(&mut a, t0, "l", Duration::from_millis(1));
+        meet(&mut a, t0, "r", Duration::from_millis(50));
         a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
         assert_eq!(a.poll_timeout(), Some(t0));
         a.handle_timeout(t0);
@@ -1459,8 +1717,8 @@ mod tests {
     fn a_leaving_agent_calls_its_peers_and_gives_every_entity_to_idle_thieves_one_by_one() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
-        a.handle_peer_rtt(t0, peer("c"), Duration::from_millis(50));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
+        meet(&mut a, t0, "c", Duration::from_millis(50));
         // An idle, uncontended node: nothing would move if it were not leaving. Its entities
         // arrived a moment ago, within the hold-down.
         a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
@@ -1557,7 +1815,7 @@ mod tests {
         };
         for leaving in [false, true] {
             let mut a = agent("a", t0);
-            a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+            meet(&mut a, t0, "b", Duration::from_millis(1));
             a.handle_node_profile(
                 t0,
                 NodeProfile {
@@ -1583,7 +1841,7 @@ mod tests {
     fn a_leaving_agent_gives_nothing_to_a_loaded_thief() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
         a.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
         a.handle_entities(t0, vec![entity(0, 0.9)]);
         a.handle_leave(t0);
@@ -1611,7 +1869,7 @@ mod tests {
     fn overloaded_agent_gives_work_then_holds_it_down() {
         let t0 = Instant::now();
         let mut a = agent("a", t0);
-        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
         a.handle_node_profile(
             t0,
             NodeProfile {
@@ -1679,11 +1937,11 @@ mod tests {
     fn a_refused_thief_is_told_when_work_appears() {
         let t0 = Instant::now();
         let mut victim = agent("v", t0);
-        victim.handle_peer_rtt(t0, peer("t"), Duration::from_millis(1));
+        meet(&mut victim, t0, "t", Duration::from_millis(1));
         victim.handle_node_profile(t0, NodeProfile::idle(2.0, 1 << 30));
         victim.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
         let mut thief = agent("t", t0);
-        thief.handle_peer_rtt(t0, peer("v"), Duration::from_millis(1));
+        meet(&mut thief, t0, "v", Duration::from_millis(1));
         thief.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
         thief.handle_timeout(t0);
         let actions = drain(&mut thief);
@@ -1751,7 +2009,7 @@ mod tests {
         // A second hint within the steal period is ignored (hints cannot make an agent
         // send steals faster than its own rounds would).
         let mut other = agent("o", t0);
-        other.handle_peer_rtt(t0, peer("v"), Duration::from_millis(1));
+        meet(&mut other, t0, "v", Duration::from_millis(1));
         other.handle_node_profile(t0, NodeProfile::idle(1.0, 1 << 30));
         let exhaust = |a: &mut Agent, at: Instant| {
             let sent = drain(a);
@@ -1807,7 +2065,7 @@ mod tests {
             let topology = if c2c { Topology::ClusterToCluster } else { Topology::PeerToPeer };
             let mut a = Agent::new(peer("a"), host("a"), Config::default().with_seed(3).with_topology(topology), t0)
                 .expect("valid config");
-            a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+            meet(&mut a, t0, "b", Duration::from_millis(1));
             a.handle_node_profile(t0, NodeProfile { cpu_load: 3.0, ..NodeProfile::idle(1.0, 1 << 30) });
             a.handle_entities(t0, vec![entity(0, 0.33), entity(1, 0.33), entity(2, 0.33)]);
             let mut bytes = steal_bytes();
@@ -1821,6 +2079,294 @@ mod tests {
                 while a.poll_action().is_some() {}
             }
         }
+    }
+
+    /// A loaded agent with two ranks that would give one to any idle thief.
+    fn loaded_giver(t0: Instant) -> Agent {
+        let mut a = agent("a", t0);
+        a.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        a.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        drain(&mut a);
+        a
+    }
+
+    fn forged(origin: &str, source: &str, source_host: &str) -> Message {
+        Message::WorkSteal {
+            id: MessageId(77),
+            origin: peer(origin),
+            source: peer(source),
+            source_host: host(source_host),
+            // A fake idle 64-core node.
+            source_profile: NodeProfile::idle(64.0, 1 << 40),
+            ttl: 3,
+            tier: LatencyTier::Local,
+        }
+    }
+
+    /// Issue 12, item 5: a pool-key holder "k" sends one work steal with a made-up origin
+    /// and source, a fake idle 64-core profile and `source_host=localhost`. No work moves,
+    /// and the packet goes no further.
+    #[test]
+    fn given_a_forged_work_steal_then_nothing_moves() {
+        let t0 = Instant::now();
+        let mut a = loaded_giver(t0);
+        a.handle_peer_rtt(t0, peer("k"), Duration::from_millis(1));
+        a.handle_peer_rtt(t0, peer("b"), Duration::from_millis(1));
+        a.handle_message(t0, peer("k"), forged("x", "y", "localhost"));
+        let actions = drain(&mut a);
+        assert!(migrations(&actions).is_empty(), "{actions:?}");
+        assert!(
+            actions.iter().all(|x| !matches!(
+                x,
+                Action::Send {
+                    message: Message::WorkSteal { .. },
+                    ..
+                }
+            )),
+            "a forged steal is not passed on: {actions:?}"
+        );
+        assert_eq!(a.stats().steals_refused, 1);
+    }
+
+    /// Each way of pointing a move elsewhere than the host of the agent asking is refused;
+    /// the honest request that follows is served.
+    #[test]
+    fn a_move_goes_only_to_the_announced_host_of_the_agent_that_asked() {
+        let t0 = Instant::now();
+        let mut a = loaded_giver(t0);
+        meet(&mut a, t0, "k", Duration::from_millis(1));
+        meet(&mut a, t0, "b", Duration::from_millis(1));
+        let cases = [
+            // Its own id, a host that is not the one it announced.
+            forged("k", "k", "localhost"),
+            forged("k", "k", "b"),
+            // Work for another agent (b did not ask).
+            forged("k", "b", "b"),
+            // A beneficiary nobody knows, with a plausible host.
+            forged("k", "y", "y"),
+        ];
+        for (i, m) in cases.into_iter().enumerate() {
+            a.handle_message(t0, peer("k"), m);
+            let actions = drain(&mut a);
+            assert!(migrations(&actions).is_empty(), "case {i}: {actions:?}");
+            assert_eq!(a.stats().steals_refused, i as u64 + 1, "case {i}");
+        }
+        // Claiming to be b: the packet is taken as forwarded. Nothing moves; b (the origin
+        // named) is told to ask itself, and nothing else is sent.
+        a.handle_message(t0, peer("k"), forged("b", "b", "b"));
+        let actions = drain(&mut a);
+        assert_eq!(
+            actions,
+            vec![Action::Send {
+                to: peer("b"),
+                message: Message::WorkAvailable
+            }]
+        );
+        // k asking for itself, on its announced host, gets work.
+        a.handle_message(t0, peer("k"), forged("k", "k", "k"));
+        let moves = migrations(&drain(&mut a));
+        assert_eq!(moves.len(), 1);
+        assert_eq!(moves[0].2, peer("k"));
+    }
+
+    #[test]
+    fn host_announcements_that_could_redirect_a_move_are_refused() {
+        let t0 = Instant::now();
+        let mut a = agent("a", t0);
+        for name in [
+            "localhost",
+            "LOCALHOST.",
+            "127.0.0.1",
+            "127.1.2.3",
+            "foo.localhost",
+        ] {
+            let err = a
+                .handle_peer_host(t0, peer("k"), host(name))
+                .expect_err(name);
+            assert!(matches!(err, HostRefusal::Loopback { .. }), "{name}: {err}");
+        }
+        assert!(matches!(
+            a.handle_peer_host(t0, peer("k"), host("a")),
+            Err(HostRefusal::OwnHost { .. })
+        ));
+        a.handle_peer_host(t0, peer("b"), host("b"))
+            .expect("first claim");
+        let err = a
+            .handle_peer_host(t0, peer("k"), host("b"))
+            .expect_err("taken");
+        assert!(
+            err.to_string().contains("already the host of agent"),
+            "{err}"
+        );
+        assert_eq!(a.peer_host(&peer("k")), None);
+        // Once b is gone, the waiting claim of its host (an agent restarted with a new
+        // identity, say) is taken up.
+        a.handle_peer_gone(t0, &peer("b"));
+        assert_eq!(a.peer_host(&peer("k")), Some(&host("b")));
+        assert_eq!(a.stats().hosts_refused, 7);
+    }
+
+    fn c2c_agent(name: &str, now: Instant) -> Agent {
+        let config = Config::default()
+            .with_seed(1)
+            .with_topology(Topology::ClusterToCluster);
+        Agent::new(peer(name), host(name), config, now).expect("valid config")
+    }
+
+    fn heartbeat(vote: &str) -> Message {
+        Message::Heartbeat {
+            id: MessageId(1),
+            manager: peer(vote),
+            successor: None,
+        }
+    }
+
+    /// Issue 12, item 6: a key holder that generated keys until one sorts lowest ("a")
+    /// joins a running cluster. It does not become anyone's manager, its move orders are
+    /// refused, and an honest newcomer with the lowest id follows the existing manager too.
+    #[test]
+    fn given_a_running_cluster_then_a_newcomer_with_the_lowest_id_does_not_become_manager() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = c2c_agent("p", t0);
+        p.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        p.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        meet(&mut p, t0, "m", ms(1));
+        let mut t = t0;
+        for _ in 0..30 {
+            p.handle_message(t, peer("m"), heartbeat("m"));
+            p.handle_timeout(t);
+            drain(&mut p);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(p.manager(), Some(&peer("m")));
+        // The grinder arrives, votes for itself, and orders a move to itself.
+        meet(&mut p, t, "a", ms(1));
+        for _ in 0..30 {
+            p.handle_message(t, peer("m"), heartbeat("m"));
+            p.handle_message(t, peer("a"), heartbeat("a"));
+            p.handle_timeout(t);
+            drain(&mut p);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(p.manager(), Some(&peer("m")), "the newcomer took over");
+        assert_eq!(p.stats().manager_changes, 1, "only the first election");
+        p.handle_message(
+            t,
+            peer("a"),
+            Message::MoveOrder {
+                migration: MigrationId(9),
+                entities: vec![entity(0, 0.5).id],
+                to: peer("a"),
+                to_host: host("a"),
+                notify: peer("a"),
+            },
+        );
+        assert!(migrations(&drain(&mut p)).is_empty());
+
+        // An honest newcomer with the lowest id hears m and p (who votes for m): it follows m.
+        let mut a = c2c_agent("a", t);
+        meet(&mut a, t, "m", ms(1));
+        meet(&mut a, t, "p", ms(1));
+        for _ in 0..10 {
+            a.handle_message(t, peer("m"), heartbeat("m"));
+            a.handle_message(t, peer("p"), heartbeat("m"));
+            a.handle_timeout(t);
+            drain(&mut a);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(a.manager(), Some(&peer("m")));
+    }
+
+    /// When the manager dies, its most senior member takes over, as the manager named it:
+    /// a key holder with the lowest id that joined later ("a") does not, even in the eyes
+    /// of a member that arrived after both and cannot order them itself.
+    #[test]
+    fn given_the_manager_dies_then_the_successor_it_named_takes_over() {
+        let t0 = Instant::now();
+        let mut y = c2c_agent("y", t0);
+        for name in ["m", "q", "a"] {
+            meet(&mut y, t0, name, Duration::from_millis(1));
+        }
+        let mut t = t0;
+        let named = Message::Heartbeat {
+            id: MessageId(2),
+            manager: peer("m"),
+            successor: Some(peer("q")),
+        };
+        for _ in 0..10 {
+            y.handle_message(t, peer("m"), named.clone());
+            y.handle_message(t, peer("q"), heartbeat("m"));
+            y.handle_message(t, peer("a"), heartbeat("m"));
+            y.handle_timeout(t);
+            drain(&mut y);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(y.manager(), Some(&peer("m")));
+        // m dies; q and a each vote for themselves.
+        for _ in 0..30 {
+            y.handle_message(t, peer("q"), heartbeat("q"));
+            y.handle_message(t, peer("a"), heartbeat("a"));
+            y.handle_timeout(t);
+            drain(&mut y);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(y.manager(), Some(&peer("q")));
+    }
+
+    /// Two agents that start together agree on one manager (the lower id), and one that
+    /// starts alone keeps managing when a later agent with a lower id arrives.
+    #[test]
+    fn c2c_pairs_agree_on_one_manager() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        fn step(a: &mut Agent, b: &mut Agent, t: Instant) {
+            a.handle_timeout(t);
+            for action in drain(a) {
+                if let Action::Send { message, .. } = action {
+                    b.handle_message(t, a.id().clone(), message);
+                }
+            }
+        }
+        let run = |x: &mut Agent, y: &mut Agent, from: Instant, secs: u64| {
+            let mut t = from;
+            for _ in 0..secs {
+                step(x, y, t);
+                step(y, x, t);
+                t += Duration::from_secs(1);
+            }
+        };
+        let (mut x, mut y) = (c2c_agent("x", t0), c2c_agent("y", t0));
+        meet(&mut x, t0, "y", ms(1));
+        meet(&mut y, t0, "x", ms(1));
+        run(&mut x, &mut y, t0, 10);
+        assert_eq!(
+            (x.manager(), y.manager()),
+            (Some(&peer("x")), Some(&peer("x")))
+        );
+        // "z" runs alone for a minute; "b" (lower id) comes later.
+        let mut z = c2c_agent("z", t0);
+        let t1 = t0 + Duration::from_secs(60);
+        let mut b = c2c_agent("b", t1);
+        meet(&mut z, t1, "b", ms(1));
+        meet(&mut b, t1, "z", ms(1));
+        run(&mut z, &mut b, t1, 10);
+        assert_eq!(
+            (z.manager(), b.manager()),
+            (Some(&peer("z")), Some(&peer("z")))
+        );
     }
 
     #[test]

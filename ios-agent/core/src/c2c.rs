@@ -4,11 +4,24 @@
 //! - **Clusters** are latency-defined: an agent's cluster is itself plus its alive peers of
 //!   the local tier. Clusters merge when a peer comes within local latency and split when
 //!   one drifts out of it or dies.
-//! - **Election**: every agent sends a [`Message::Heartbeat`] to its local peers each
-//!   heartbeat period, carrying its vote: the lowest id among itself and the local peers it
-//!   heard within the member timeout. The manager is that lowest id; a dead manager stops
-//!   sending heartbeats, drops out of everyone's alive set after the timeout, and the next
-//!   lowest id takes over with no further messages.
+//! - **Election** by seniority, then votes (issue 12, item 6: the lowest peer id could be
+//!   won by generating keys until one sorts low). Every agent sends a [`Message::Heartbeat`]
+//!   to its local peers each heartbeat period, carrying its vote. Each agent ranks the
+//!   candidates (itself and the alive local peers) by what it observed itself: its own
+//!   start, and when it first heard each peer (continuously since). Only the *senior
+//!   generation* may win: candidates first seen within [`Agent::seniority_grace`] of the
+//!   earliest. Among them wins the one with the most votes (the alive peers' and this
+//!   agent's own), then a peer that votes for itself (it does not take this agent as its
+//!   senior, and may have been there first: a peer heard from this agent's first moment
+//!   cannot be ordered by this agent), then the lowest id. A newcomer is junior in the eyes of
+//!   every agent that was there before it, whatever its id, so it cannot take over an
+//!   existing cluster; ids decide only among agents that started together. A candidate
+//!   outside the senior generation wins only with strictly more votes than the best senior
+//!   one: so a larger cluster absorbs a smaller one that comes within local latency.
+//! - **Succession**: a manager names in its heartbeats its successor, the member it heard
+//!   first (then the lowest id). A dead manager drops out of the alive set after the member
+//!   timeout, and every member that followed it takes the successor it named, if alive:
+//!   members that arrived later cannot order the older ones themselves, the manager could.
 //! - **Intra-cluster balancing**: the manager polls the members that vote for it
 //!   ([`Message::ProfileRequest`]) each profile period, and from the replies moves entities
 //!   from the node furthest above its share to the node furthest below, towards
@@ -33,7 +46,11 @@ use crate::tier::{LatencyTier, PeerId};
 
 #[derive(Debug)]
 struct Heard {
+    /// Last heartbeat.
     at: Instant,
+    /// First heartbeat of the current run of heartbeats (reset when the peer times out):
+    /// the peer's seniority as this agent saw it, which nobody can claim or choose.
+    first: Instant,
     vote: PeerId,
 }
 
@@ -74,6 +91,10 @@ pub(crate) struct Order {
 /// NSc2c state of one agent.
 #[derive(Debug)]
 pub(crate) struct Cluster {
+    /// When this agent started: its own seniority.
+    joined: Instant,
+    /// The successor the manager last named in its heartbeats.
+    successor: Option<PeerId>,
     heard: HashMap<PeerId, Heard>,
     manager: PeerId,
     next_heartbeat: Instant,
@@ -87,6 +108,8 @@ pub(crate) struct Cluster {
 impl Cluster {
     pub(crate) fn new(me: PeerId, now: Instant, heartbeat_period: Duration) -> Self {
         Cluster {
+            joined: now,
+            successor: None,
             heard: HashMap::new(),
             manager: me,
             next_heartbeat: now,
@@ -132,13 +155,96 @@ impl Agent {
         now < h.at + self.config.member_timeout && self.peers.tier(peer) == Some(LatencyTier::Local)
     }
 
+    /// NSc2c: how far apart two agents' first sightings may be for both to count as
+    /// equally senior: discovery, the first RTT samples and the first heartbeat take a few
+    /// seconds, so a peer heard that soon after this agent started was there before it.
+    /// Twice the member timeout.
+    pub fn seniority_grace(&self) -> Duration {
+        self.config.member_timeout * 2
+    }
+
+    /// The election of the module docs: seniority first, then votes, then a peer over self,
+    /// then the lowest id.
     fn elect(&mut self, now: Instant) {
-        let mut manager = self.me.clone();
-        for (p, h) in &self.cluster.heard {
-            if self.alive(now, p, h) && *p < manager {
-                manager = p.clone();
+        // The manager died: its named successor takes over, if alive. Everyone that followed
+        // it agrees, whatever they saw of the members' seniority themselves.
+        let manager_alive = self.cluster.manager == self.me
+            || self
+                .cluster
+                .heard
+                .get(&self.cluster.manager)
+                .is_some_and(|h| self.alive(now, &self.cluster.manager, h));
+        if !manager_alive {
+            if let Some(s) = self.cluster.successor.take() {
+                let alive = s == self.me
+                    || self
+                        .cluster
+                        .heard
+                        .get(&s)
+                        .is_some_and(|h| self.alive(now, &s, h));
+                if alive {
+                    self.set_manager(s);
+                    return;
+                }
             }
         }
+        // (candidate, first seen, votes)
+        let mut candidates: Vec<(PeerId, Instant, usize)> =
+            vec![(self.me.clone(), self.cluster.joined, 0)];
+        for (p, h) in &self.cluster.heard {
+            if self.alive(now, p, h) {
+                candidates.push((p.clone(), h.first, 0));
+            }
+        }
+        for c in &mut candidates {
+            let peers = self
+                .cluster
+                .heard
+                .iter()
+                .filter(|(p, h)| h.vote == c.0 && self.alive(now, p, h))
+                .count();
+            c.2 = peers + usize::from(self.cluster.manager == c.0);
+        }
+        let oldest = candidates.iter().map(|c| c.1).min().unwrap_or(now);
+        let senior_until = oldest + self.seniority_grace();
+        // A peer that votes for itself although it hears this agent does not take this
+        // agent as its senior: on equal votes it goes first (it may have been there first;
+        // this agent cannot tell, having heard it from its own first moment).
+        let self_voting =
+            |c: &PeerId| *c != self.me && self.cluster.heard.get(c).is_some_and(|h| h.vote == *c);
+        // Greater is better: votes, then a self-voting peer, then the lower id.
+        let better = |a: &&(PeerId, Instant, usize), b: &&(PeerId, Instant, usize)| {
+            a.2.cmp(&b.2)
+                .then(self_voting(&a.0).cmp(&self_voting(&b.0)))
+                .then(b.0.cmp(&a.0))
+        };
+        let senior = candidates
+            .iter()
+            .filter(|c| c.1 <= senior_until)
+            .max_by(better);
+        let junior = candidates
+            .iter()
+            .filter(|c| c.1 > senior_until)
+            .max_by(better);
+        let manager = match (senior, junior) {
+            (Some(s), Some(j)) if j.2 > s.2 => j.0.clone(),
+            (Some(s), _) => s.0.clone(),
+            (None, _) => self.me.clone(),
+        };
+        self.set_manager(manager);
+    }
+
+    /// A manager's successor: its most senior member (heard first), then the lowest id.
+    fn successor(&self, now: Instant) -> Option<PeerId> {
+        self.cluster
+            .heard
+            .iter()
+            .filter(|(p, h)| h.vote == self.me && self.alive(now, p, h))
+            .min_by(|a, b| a.1.first.cmp(&b.1.first).then(a.0.cmp(b.0)))
+            .map(|(p, _)| p.clone())
+    }
+
+    fn set_manager(&mut self, manager: PeerId) {
         if manager != self.cluster.manager {
             tracing::info!(agent = %self.me, old = %self.cluster.manager, new = %manager, "cluster manager changed");
             self.stats.manager_changes += 1;
@@ -198,6 +304,7 @@ impl Agent {
         }
         if now >= self.cluster.next_heartbeat {
             self.cluster.next_heartbeat = now + self.config.heartbeat_period;
+            let successor = self.is_manager().then(|| self.successor(now)).flatten();
             let locals: Vec<PeerId> = self
                 .peers
                 .in_tier(LatencyTier::Local)
@@ -207,7 +314,15 @@ impl Agent {
             for to in locals {
                 let id = MessageId(self.fresh_id());
                 let manager = self.cluster.manager.clone();
-                self.send(to, Message::Heartbeat { id, manager });
+                let successor = successor.clone();
+                self.send(
+                    to,
+                    Message::Heartbeat {
+                        id,
+                        manager,
+                        successor,
+                    },
+                );
             }
         }
         if self.is_manager() && now >= self.cluster.next_poll {
@@ -222,11 +337,28 @@ impl Agent {
         }
     }
 
-    pub(crate) fn on_heartbeat(&mut self, now: Instant, from: PeerId, vote: PeerId) {
+    pub(crate) fn on_heartbeat(
+        &mut self,
+        now: Instant,
+        from: PeerId,
+        vote: PeerId,
+        successor: Option<PeerId>,
+    ) {
         if !self.c2c() || self.peers.tier(&from) != Some(LatencyTier::Local) {
             return;
         }
-        self.cluster.heard.insert(from, Heard { at: now, vote });
+        if from == self.cluster.manager && vote == from {
+            self.cluster.successor = successor;
+        }
+        let first = self.cluster.heard.get(&from).map_or(now, |h| h.first);
+        self.cluster.heard.insert(
+            from,
+            Heard {
+                at: now,
+                first,
+                vote,
+            },
+        );
         self.elect(now);
     }
 
@@ -289,7 +421,9 @@ impl Agent {
             self.stats.messages_refused += 1;
             return;
         }
-        if !own || self.is_migrating() || order.to == self.me {
+        // Even the manager moves work only to a host its agent announced itself.
+        let host_known = self.peer_host(&order.to) == Some(&order.to_host);
+        if !own || !host_known || self.is_migrating() || order.to == self.me {
             self.stats.messages_refused += 1;
             self.send(
                 order.notify,
@@ -507,6 +641,7 @@ impl Agent {
         from: PeerId,
         steal: Steal,
         first_time: bool,
+        direct: bool,
     ) {
         if !self.is_manager() {
             // Members relay to their manager: managers are the peers of the inter-cluster
@@ -544,7 +679,12 @@ impl Agent {
                 .map(|plan| (v.peer.clone(), plan))
             });
             drop(views);
-            if let Some((member, plan)) = found {
+            // Work moves only on a request the origin sent us itself; a relayed or
+            // forwarded one gets the origin told to ask here directly.
+            if found.is_some() && !direct && self.hint_origin(&steal) {
+                return;
+            }
+            if let Some((member, plan)) = found.filter(|_| direct) {
                 tracing::info!(agent = %self.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
                 let migration = self.order(
                     now,

@@ -100,13 +100,17 @@ pub enum Message {
         completed: bool,
     },
     /// NSc2c: sent to local peers every heartbeat period. Carries the sender's vote, the
-    /// lowest id among the alive members of its cluster; it is both the liveness signal and
-    /// the election message.
+    /// manager it elected (seniority, then votes: see [`crate::c2c`]); it is both the
+    /// liveness signal and the election message.
     Heartbeat {
         /// Id of this heartbeat.
         id: MessageId,
         /// Whom the sender takes as its cluster manager.
         manager: PeerId,
+        /// Sent by a manager: the member that takes over if the manager dies, its most
+        /// senior member as the manager saw them arrive. Absent in older agents' heartbeats.
+        #[serde(default)]
+        successor: Option<PeerId>,
     },
     /// NSc2c: a cluster manager asks a member for its profile.
     ProfileRequest {
@@ -279,6 +283,7 @@ mod tests {
             Message::Heartbeat {
                 id: MessageId(3),
                 manager: peer("b"),
+                successor: Some(peer("c")),
             },
             Message::ProfileReply {
                 id: MessageId(4),

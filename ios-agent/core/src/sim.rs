@@ -1021,7 +1021,12 @@ impl Sim {
     fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
         let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
         let peer = self.nodes[j].peer.clone();
+        let host = self.nodes[j].host.clone();
         let _span = tracing::debug_span!("node", i).entered();
+        // The host a connection announces (identify, in the real driver) comes with it.
+        let _ = self.nodes[i]
+            .agent
+            .handle_peer_host(now, peer.clone(), host);
         self.nodes[i].agent.handle_peer_rtt(now, peer, rtt);
         self.drain(i);
     }

@@ -116,6 +116,17 @@ pub struct NetConfig {
     pub request_timeout: Duration,
     /// Capacity of the event channel. Default: [`DEFAULT_EVENT_CAPACITY`].
     pub event_capacity: usize,
+    /// The host this node runs on, as the MPI runtime names it, announced to every peer over
+    /// the authenticated connection (identify's agent version). Peers move work only to a
+    /// host announced this way ([`NetEvent::PeerUp`](crate::NetEvent::PeerUp)). Default:
+    /// none (a node that takes no work, like a test node).
+    pub host: Option<pcm_proto::HostName>,
+    /// Most established connections. Default:
+    /// [`DEFAULT_MAX_CONNECTIONS`](crate::limits::DEFAULT_MAX_CONNECTIONS).
+    pub max_connections: u32,
+    /// Most incoming connections in their handshake. Default:
+    /// [`DEFAULT_MAX_PENDING`](crate::limits::DEFAULT_MAX_PENDING).
+    pub max_pending: u32,
 }
 
 impl NetConfig {
@@ -137,6 +148,9 @@ impl NetConfig {
             redial_interval: DEFAULT_REDIAL_INTERVAL,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             event_capacity: DEFAULT_EVENT_CAPACITY,
+            host: None,
+            max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
+            max_pending: crate::limits::DEFAULT_MAX_PENDING,
         }
     }
 
@@ -163,6 +177,12 @@ impl NetConfig {
             if d < Duration::from_millis(10) {
                 return bad(field, format!("{d:?} is below 10 ms"));
             }
+        }
+        if self.max_connections == 0 || self.max_pending == 0 {
+            return bad(
+                "max_connections",
+                "connection caps must be at least 1".into(),
+            );
         }
         if self.event_capacity == 0 {
             return bad("event_capacity", "must be at least 1".into());

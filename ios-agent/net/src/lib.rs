@@ -50,6 +50,7 @@
 pub mod codec;
 pub mod config;
 pub mod key;
+pub mod limits;
 pub mod network;
 pub mod relay;
 pub mod transport;

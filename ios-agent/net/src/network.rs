@@ -16,6 +16,7 @@ use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, DialError, ListenError, NetworkBehaviour, SwarmEvent};
 use libp2p::{identify, ping, Multiaddr, PeerId, StreamProtocol, Swarm};
+use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -26,6 +27,24 @@ use crate::NetError;
 
 /// Identify's protocol version string of the pool.
 pub const IDENTIFY_PROTOCOL: &str = "/mpi-ios/1.0.0";
+/// What precedes the host name in identify's agent version of an agent that announces one.
+const HOST_MARK: &str = " host=";
+
+/// The agent version identify announces: the crate and version, then the host if any.
+fn agent_version(host: Option<&HostName>) -> String {
+    let base = format!("ios-agent-net/{}", env!("CARGO_PKG_VERSION"));
+    match host {
+        Some(h) => format!("{base}{HOST_MARK}{h}"),
+        None => base,
+    }
+}
+
+/// The host an agent version announces, if it announces a valid one.
+pub fn announced_host(agent_version: &str) -> Option<HostName> {
+    let (_, host) = agent_version.rsplit_once(HOST_MARK)?;
+    HostName::new(host).ok()
+}
+
 /// The rendezvous protocol a peer server speaks.
 const RENDEZVOUS_PROTOCOL: &str = "/rendezvous/1.0.0";
 
@@ -59,6 +78,9 @@ pub enum NetEvent {
         peer: CorePeerId,
         /// Its address on this connection.
         addr: Multiaddr,
+        /// The host it announced over this connection ([`NetConfig::host`]), if any:
+        /// feed to `Agent::handle_peer_host`.
+        host: Option<HostName>,
     },
     /// A ping round trip to an agent: feed to `Agent::handle_peer_rtt`.
     PeerRtt {
@@ -239,6 +261,8 @@ impl NetHandle {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    per_address: crate::limits::PendingPerAddress,
+    limits: libp2p::connection_limits::Behaviour,
     identify: identify::Behaviour,
     ping: ping::Behaviour,
     messages: request_response::Behaviour<AgentCodec>,
@@ -356,6 +380,7 @@ impl Network {
             dial_backoff: HashMap::new(),
             outbound: HashMap::new(),
             listening,
+            incoming_failures: crate::limits::LogLimiter::default(),
         };
         for addr in task.listening.clone() {
             task.emit(NetEvent::Listening { addr });
@@ -382,9 +407,17 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
             }
         })?;
     let behaviour = Behaviour {
+        per_address: crate::limits::PendingPerAddress::new(
+            crate::limits::DEFAULT_MAX_PENDING_PER_ADDRESS,
+        ),
+        limits: crate::limits::connection_limits(
+            config.max_connections,
+            config.max_pending,
+            crate::limits::DEFAULT_MAX_PER_PEER,
+        ),
         identify: identify::Behaviour::new(
             identify::Config::new(IDENTIFY_PROTOCOL.into(), keypair.public())
-                .with_agent_version(format!("ios-agent-net/{}", env!("CARGO_PKG_VERSION"))),
+                .with_agent_version(agent_version(config.host.as_ref())),
         ),
         ping: ping::Behaviour::new(
             ping::Config::new()
@@ -504,6 +537,9 @@ struct Task {
     dial_backoff: HashMap<PeerId, Instant>,
     outbound: HashMap<OutboundRequestId, (PeerId, &'static str)>,
     listening: Vec<Multiaddr>,
+    /// Failed incoming connections are logged and reported at this rate at most: garbage
+    /// connections must not fill the log or the event channel.
+    incoming_failures: crate::limits::LogLimiter,
 }
 
 impl Task {
@@ -798,10 +834,17 @@ impl Task {
                 error,
                 ..
             } => {
+                let crate::limits::LogVerdict::Write { suppressed } =
+                    self.incoming_failures.check(now)
+                else {
+                    return;
+                };
                 let reason = match &error {
                     ListenError::Transport(e) => describe_transport_error(e).message,
+                    ListenError::Denied { .. } => "refused: too many connections".to_owned(),
                     other => chain(other),
                 };
+                let reason = crate::limits::with_suppressed(&reason, suppressed);
                 tracing::info!("incoming connection from {send_back_addr} failed: {reason}");
                 self.emit(NetEvent::IncomingError {
                     from: send_back_addr,
@@ -949,6 +992,7 @@ impl Task {
                     self.emit(NetEvent::PeerUp {
                         peer: p.clone(),
                         addr,
+                        host: announced_host(&info.agent_version),
                     });
                     if let Some(rtt) = rtt {
                         self.emit(NetEvent::PeerRtt { peer: p, rtt });
@@ -1161,9 +1205,10 @@ fn describe_dial_error(e: &DialError) -> String {
             .map(|(addr, e)| format!("{addr}: {}", describe_transport_error(e).message))
             .collect::<Vec<_>>()
             .join("; "),
-        DialError::WrongPeerId { obtained, address } => {
-            format!("{address} is {obtained}, not the peer expected")
-        }
+        DialError::WrongPeerId { obtained, address } => format!(
+            "{address} is {obtained}, not the peer expected (if it was restarted with a new \
+             identity, give its new address, /p2p/ part included)"
+        ),
         DialError::NoAddresses => "no address to dial".to_owned(),
         other => chain(other),
     }

@@ -390,3 +390,31 @@ fn multiaddr_to_socket(a: &Multiaddr) -> std::net::SocketAddr {
     }
     std::net::SocketAddr::new(ip.expect("ip"), port.expect("port"))
 }
+
+/// Issue 12, item 5: the host a node runs on reaches its peers over the authenticated
+/// connection (identify), so an agent ties every host it moves work to to the agent that
+/// announced it.
+#[tokio::test]
+async fn given_a_node_with_a_host_then_its_peers_learn_the_host_with_its_peer_id() {
+    let key = PoolKey::generate();
+    let mut config = NetConfig::new(key);
+    config.host = Some(HostName::new("node-a").expect("valid"));
+    let (a, _ea, _task) = Network::start(config).await.expect("starts");
+    let addr_a = a.listen_addrs().await.expect("running")[0].clone();
+    let (_b, mut eb, _) = node(key, vec![addr_a]).await;
+    let (peer, host) = expect(&mut eb, Duration::from_secs(5), "a up", |ev| match ev {
+        NetEvent::PeerUp { peer, host, .. } => Some((peer.clone(), host.clone())),
+        _ => None,
+    })
+    .await;
+    assert_eq!(peer, a.local_peer_id());
+    assert_eq!(host, Some(HostName::new("node-a").expect("valid")));
+    assert_eq!(
+        ios_agent_net::network::announced_host("ios-agent-net/0.1.0"),
+        None
+    );
+    assert_eq!(
+        ios_agent_net::network::announced_host("x host=bad;name"),
+        None
+    );
+}

@@ -64,7 +64,9 @@ fn server(dir: &Path, key: &Path, label: &str) -> (Group, String) {
         "2",
         "--pool-key",
     ])
-    .arg(key);
+    .arg(key)
+    .arg("--state-dir")
+    .arg(dir.join(format!("{label}.state")));
     let g = Group::start(cmd, dir, label);
     let v = wait_line(&g, Duration::from_secs(10), "listening line", |v| {
         v["event"] == "listening"

@@ -115,8 +115,10 @@ fn given_no_local_giver_then_steal_escalates_through_tiers() {
 }
 
 #[test]
-fn given_a_chain_of_local_peers_then_the_packet_is_forwarded_to_the_giver() {
-    // thief - a - b - giver, each pair local only along the chain.
+fn given_a_chain_of_local_peers_then_the_packet_finds_the_giver_and_the_thief_asks_it_directly() {
+    // thief - a - b - giver, each pair local only along the chain. The giver moves no work
+    // on a forwarded packet (its origin is unauthenticated): it tells the thief, which asks
+    // the giver over its own connection.
     let mut sim = logged(5, Config::default().with_rrp_ttl(3)).with_default_rtt(ms(60));
     let thief = sim.add_node(NodeSpec::new(1.0));
     let a = sim.add_node(NodeSpec::new(1.0));
@@ -130,7 +132,10 @@ fn given_a_chain_of_local_peers_then_the_packet_is_forwarded_to_the_giver() {
     sim.add_entity(giver, "heat", 2, 0);
     sim.add_entity(giver, "heat", 3, 0);
     sim.run_for(secs(10));
-    assert_eq!(work_steals_from(&sim, thief), [LatencyTier::Local]);
+    assert_eq!(
+        work_steals_from(&sim, thief),
+        [LatencyTier::Local, LatencyTier::Regional]
+    );
     let moves = sim.migrations();
     assert_eq!(moves.len(), 1, "{moves:?}");
     assert_eq!((moves[0].from, moves[0].to), (giver, thief));
