@@ -45,9 +45,15 @@ fn assert_alive(daemon: &Daemon) {
 fn given_fake_rank_registers_then_status_shows_it_with_a_rate() {
     let daemon = Daemon::start(&[]);
     let mut r = rank(&daemon.socket, "job-1", 1, 4);
-    r.send(&ToDaemon::Progress { iteration: 100 });
+    r.send(&ToDaemon::Progress {
+        iteration: 100,
+        reconfigurations: 0,
+    });
     thread::sleep(Duration::from_millis(200));
-    r.send(&ToDaemon::Progress { iteration: 120 });
+    r.send(&ToDaemon::Progress {
+        iteration: 120,
+        reconfigurations: 0,
+    });
     // Let the daemon process it before asking.
     let deadline = Instant::now() + WAIT;
     let status = loop {
@@ -106,7 +112,8 @@ fn given_request_in_flight_then_second_migrate_is_busy() {
         r.recv(),
         FromDaemon::ReconfigurationRequested {
             request,
-            moves: moves(&[1])
+            moves: moves(&[1]),
+            epoch: 0,
         }
     );
     let err = client
@@ -129,7 +136,9 @@ fn given_wait_and_rank_reports_finished_then_migration_finished_is_delivered() {
             .migrate(None, moves(&[1]), true, WAIT)
     });
     let request = match r0.recv() {
-        FromDaemon::ReconfigurationRequested { request, moves: m } => {
+        FromDaemon::ReconfigurationRequested {
+            request, moves: m, ..
+        } => {
             assert_eq!(m, moves(&[1]));
             request
         }
@@ -279,7 +288,10 @@ fn given_silent_and_garbage_clients_then_others_are_served() {
     let mut half = Conn::open(&daemon.socket);
     half.send_raw(&[0, 0]);
     let mut misplaced = Conn::hello(&daemon.socket, ClientKind::Rank);
-    misplaced.send(&ToDaemon::Progress { iteration: 1 });
+    misplaced.send(&ToDaemon::Progress {
+        iteration: 1,
+        reconfigurations: 0,
+    });
     assert!(matches!(
         misplaced.recv(),
         FromDaemon::Error {
@@ -351,6 +363,7 @@ fn given_replacement_registers_then_status_flags_it() {
         host: host("node-a"),
         pid: 9,
         replacement: true,
+        reconfigurations: 0,
     });
     assert_eq!(r.recv(), FromDaemon::Registered);
     let status = daemon.client().status().unwrap();

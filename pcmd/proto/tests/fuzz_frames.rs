@@ -78,6 +78,7 @@ fn seeds() -> Vec<Vec<u8>> {
             host: HostName::new("h").unwrap(),
             pid: 9,
             replacement: false,
+            reconfigurations: 0,
         }),
         encode(&FromDaemon::Registered),
         encode(&Request::Hello {
