@@ -626,6 +626,7 @@ mod tests {
                 host: HostName::new("node-a").unwrap(),
                 pid: 1234,
                 replacement: false,
+                reconfigurations: 0,
             },
             ToDaemon::Migrate {
                 job: None,
