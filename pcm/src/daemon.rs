@@ -21,8 +21,9 @@ use pcm_proto::{ClientKind, FrameReader, FromDaemon, Move, RequestId, ToDaemon, 
 /// How often progress is reported.
 const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
 /// With profiling on, the profile carries the iteration and a separate progress report goes
-/// only every this many periods (so that a rank stuck inside one iteration still shows its
-/// rate fall): it halves the messages pcmd handles.
+/// only every this many periods, and every period while no profile comes (so that a rank
+/// stuck inside one iteration still shows its rate fall, and is not taken for stalled): it
+/// halves the messages pcmd handles.
 const PROGRESS_EVERY_WITH_PROFILE: u64 = 5;
 /// How long to wait before reconnecting to a missing daemon.
 const RECONNECT_PERIOD: Duration = Duration::from_secs(2);
@@ -348,7 +349,15 @@ fn session(
         }
         if stopping || last_progress.elapsed() >= PROGRESS_PERIOD {
             let profiling = shared.profiling.load(Ordering::Relaxed);
-            if stopping || !profiling || periods % PROGRESS_EVERY_WITH_PROFILE == 0 {
+            // A profile asked for a period ago and not sent means the main thread is stuck
+            // (waiting in MPI for a stopped peer, say): report progress every period then,
+            // or pcmd, hearing nothing, would show this running rank as stalled.
+            let profile_missed = shared.profile_due.load(Ordering::Relaxed);
+            if stopping
+                || !profiling
+                || profile_missed
+                || periods % PROGRESS_EVERY_WITH_PROFILE == 0
+            {
                 let iteration = shared.iteration.load(Ordering::Relaxed);
                 let reconfigurations = shared.reconfigurations.load(Ordering::Relaxed);
                 stream.write_all(&pcm_proto::encode(&ToDaemon::Progress {
