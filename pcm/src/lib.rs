@@ -917,6 +917,9 @@ impl Pcm {
     pub fn finalize(self) {
         let _internal = interpose::Internal::enter();
         self.send_profile(self.job.iteration);
+        if self.rank == 0 {
+            warn_unreached(&self.job.schedule, self.job.iteration);
+        }
         if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
             checkpoint::mark_finished(&self);
         }
@@ -1052,20 +1055,91 @@ fn agree_on_hosts(
     let from_env = (world.rank() == 0).then(|| {
         let result = hosts::hostfile_from_env()
             .and_then(|h| Ok((h, hosts::NewHosts::from_env()?)))
-            .map_err(|e| e.to_string());
+            .map_err(SettingError::from);
         encode_cbor(&result)
     });
     let bytes = reconfig::broadcast_bytes(world, 0, from_env);
-    let result: Result<(BTreeSet<HostName>, hosts::NewHosts), String> =
+    let result: Result<(BTreeSet<HostName>, hosts::NewHosts), SettingError> =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
-    let (mut hosts, new_hosts) = result.map_err(|reason| PcmError::Config {
-        variable: "hostfile",
-        value: String::new(),
-        reason,
-    })?;
+    // Every rank fails with rank 0's own error: the variable, its value (the file) and the
+    // problem, once (it used to be wrapped again as `invalid hostfile="": ...`).
+    let (mut hosts, new_hosts) = result.map_err(SettingError::into_error)?;
     let rank_hosts = reconfig::exchange_hosts(world, host);
     hosts.extend(rank_hosts.iter().cloned());
     Ok((hosts, new_hosts, rank_hosts))
+}
+
+/// Warns about each `PCM_SCHEDULE` entry a run of `iterations` status calls never reached
+/// (it used to be ignored silently). Returns the warnings, for tests.
+fn warn_unreached(schedule: &Schedule, iterations: u64) -> Vec<String> {
+    let warnings: Vec<String> = schedule
+        .unreached()
+        .into_iter()
+        .map(|entry| {
+            format!(
+                "{}: entry {entry:?} was never carried out: the run ended after {iterations} iterations (status calls 0 to {})",
+                schedule::SCHEDULE_ENV,
+                iterations.saturating_sub(1)
+            )
+        })
+        .collect();
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    warnings
+}
+
+/// A setting rank 0 read for every rank, and what is wrong with it, as it crosses the
+/// broadcast (a [`PcmError`] is not serialisable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum SettingError {
+    /// [`PcmError::Config`].
+    Config {
+        variable: String,
+        value: String,
+        reason: String,
+    },
+    /// Any other error, as its message.
+    Other(String),
+}
+
+impl From<PcmError> for SettingError {
+    fn from(e: PcmError) -> Self {
+        match e {
+            PcmError::Config {
+                variable,
+                value,
+                reason,
+            } => SettingError::Config {
+                variable: variable.to_owned(),
+                value,
+                reason,
+            },
+            other => SettingError::Other(other.to_string()),
+        }
+    }
+}
+
+impl SettingError {
+    /// The error every rank returns.
+    fn into_error(self) -> PcmError {
+        match self {
+            SettingError::Config {
+                variable,
+                value,
+                reason,
+            } => PcmError::Config {
+                variable: hosts::setting_name(&variable),
+                value,
+                reason,
+            },
+            SettingError::Other(reason) => PcmError::Config {
+                variable: "the host settings",
+                value: String::new(),
+                reason,
+            },
+        }
+    }
 }
 
 fn local_host_name() -> HostName {
@@ -1115,6 +1189,44 @@ mod verdict_tests {
     fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
         assert_eq!(request_verdict(true, 5, 5), RequestVerdict::Drop);
         assert_eq!(request_verdict(true, 0, 5), RequestVerdict::Drop);
+    }
+
+    /// Item 16: a scripted move past the end of the run is named in a warning.
+    #[test]
+    fn given_a_schedule_entry_past_the_end_then_a_warning_names_it() {
+        let schedule = Schedule::parse("50:1,5000:2@node-b").unwrap();
+        let mut left = schedule.clone();
+        left.take(50);
+        let warnings = warn_unreached(&left, 200);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("PCM_SCHEDULE")
+                && warnings[0].contains("\"5000:2@node-b\"")
+                && warnings[0].contains("after 200 iterations"),
+            "{warnings:?}"
+        );
+        assert!(warn_unreached(&Schedule::default(), 200).is_empty());
+    }
+
+    /// Item 16: a bad hostfile read by rank 0 reaches every rank as one message naming the
+    /// variable, the file and the problem (not `invalid hostfile="": invalid ...`).
+    #[test]
+    fn given_a_bad_hostfile_then_every_rank_gets_one_clear_message() {
+        let on_rank_0 = PcmError::Config {
+            variable: hosts::HOSTFILE_ENV,
+            value: "/nonexistent/hosts".into(),
+            reason: "cannot read the hostfile: No such file or directory (os error 2)".into(),
+        };
+        let expected = on_rank_0.to_string();
+        let sent: Result<(), SettingError> = Err(on_rank_0.into());
+        let bytes = encode_cbor(&sent);
+        let received: Result<(), SettingError> = ciborium::from_reader(bytes.as_slice()).unwrap();
+        let message = received.unwrap_err().into_error().to_string();
+        assert_eq!(message, expected);
+        assert_eq!(
+            message,
+            "invalid PCM_HOSTFILE=\"/nonexistent/hosts\": cannot read the hostfile: No such file or directory (os error 2)"
+        );
     }
 
     #[test]

@@ -137,6 +137,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 type_name: "[f64]".into(),
                 len: 8,
             }],
+            reconfigurations: 0,
         }
         .encode(),
     ]
