@@ -465,3 +465,65 @@ fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs()
     assert_eq!(report.checksum, reference);
     assert_eq!(report.migrations, Some(1));
 }
+
+/// Item 16 (review issue 12): `Pcm::migrations` counts reconfigurations since the job first
+/// started, so a restart from a checkpoint written after a move resumes the count (it used
+/// to return to 0). A scripted move at iteration 20, checkpoints every 0.25 s, rank 1
+/// killed once a checkpoint after the move exists, then `PCM_RESTART=1`: the restarted
+/// run's report says 1 migration, and its log names the schedule entry it never reached.
+#[test]
+fn given_a_move_then_a_restart_from_a_later_checkpoint_then_the_migration_count_is_kept() {
+    let _lock = mpi_lock();
+    let args = ["--rows", "400", "--cols", "400", "--iters", "20000"];
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store_arg = store.display().to_string();
+    let pcmd = Pcmd::start_with(&["--checkpoint-dir", &store_arg]);
+    let job = |restart: bool| {
+        let job = MpiJob::new(2, "heat2d", &args)
+            .env("PCM_DAEMON", pcmd.daemon_env.clone())
+            .env("PCM_CHECKPOINT_INTERVAL", "0.25")
+            .env("PCM_SCHEDULE", "20:1");
+        if restart {
+            job.env("PCM_RESTART", "1")
+        } else {
+            job
+        }
+    };
+    let checkpoints_after_the_move = || {
+        std::fs::read_dir(store.join("heat2d-2r"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("manifest").exists())
+            .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+            .any(|iteration| iteration > 20)
+    };
+    let mut first = job(false).start(dir.path(), "first");
+    wait_until(WAIT, "a checkpoint after the scripted move", || {
+        assert!(first.running(), "heat2d ended early: {}", first.stderr_so_far());
+        checkpoints_after_the_move()
+    });
+    let replacement = rank_status(&pcmd, 1);
+    assert!(replacement.replacement, "{replacement:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(replacement.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_ne!(first.wait(DEADLINE).code, Some(0));
+
+    let restarted = job(true).run(DEADLINE);
+    let report = restarted.report();
+    assert!(
+        restarted.stderr.contains("restarted from the checkpoint"),
+        "{}",
+        restarted.stderr
+    );
+    assert_eq!(report.migrations, Some(1), "{}", restarted.stderr);
+    assert!(
+        restarted.stderr.contains("PCM_SCHEDULE: entry \"20:1\" was never carried out"),
+        "{}",
+        restarted.stderr
+    );
+}
