@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ios_agent_profile::{
-    entity_pids, entity_profiles, stalled_entities, load_without_waiting, NodeSensor, SensorConfig,
+    entity_pids, entity_profiles, load_without_waiting, stalled_entities, NodeSensor, SensorConfig,
 };
 use pcm_proto::NodeStats;
 use tokio::sync::mpsc;

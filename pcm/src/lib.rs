@@ -300,7 +300,11 @@ pub(crate) enum RequestVerdict {
 
 /// The verdict on an agreed request: `settled_somewhere` if any rank reported it settled,
 /// `epoch` the job's epoch when the daemon made it, `migrations` the job's epoch now.
-pub(crate) fn request_verdict(settled_somewhere: bool, epoch: u64, migrations: u64) -> RequestVerdict {
+pub(crate) fn request_verdict(
+    settled_somewhere: bool,
+    epoch: u64,
+    migrations: u64,
+) -> RequestVerdict {
     if settled_somewhere {
         RequestVerdict::Drop
     } else if epoch < migrations {

@@ -365,7 +365,10 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
     let moved = pcmd.cli(&["migrate", "--rank", "1", "--timeout", "60"]);
     let out = text(&moved.stdout);
     assert!(!moved.status.success(), "{out}");
-    assert!(out.contains("cancelled") && out.contains("withdrew it"), "{out}");
+    assert!(
+        out.contains("cancelled") && out.contains("withdrew it"),
+        "{out}"
+    );
     let job_status = status(&pcmd).jobs[0].clone();
     assert_eq!(
         (
@@ -384,7 +387,10 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
         rank_status(&pcmd, 0).iteration > before + 200
     });
     let after = rank_status(&pcmd, 1);
-    assert!(!after.stalled && after.pid == pid && !after.replacement, "{after:?}");
+    assert!(
+        !after.stalled && after.pid == pid && !after.replacement,
+        "{after:?}"
+    );
     let job_status = status(&pcmd).jobs[0].clone();
     assert_eq!((job_status.migrations, job_status.cancelled), (0, 1));
     let report = job.wait(DEADLINE).report();
@@ -422,17 +428,17 @@ fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs()
         running_ranks(&daemon_b) == 2
     });
 
-    let host = nix::unistd::gethostname()
-        .unwrap()
-        .into_string()
-        .unwrap();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
     let ask = |pcmd: &Pcmd, to: Option<String>| {
         let socket = pcmd.socket.clone();
         let barrier = barrier.clone();
         std::thread::spawn(move || {
             let mut command = std::process::Command::new(mpi_ios_tests::bin("pcmd"));
-            command.arg("--socket").arg(&socket).args(["migrate", "--rank", "1"]);
+            command
+                .arg("--socket")
+                .arg(&socket)
+                .args(["migrate", "--rank", "1"]);
             if let Some(to) = to {
                 command.args(["--to", &to]);
             }
@@ -501,7 +507,11 @@ fn given_a_move_then_a_restart_from_a_later_checkpoint_then_the_migration_count_
     };
     let mut first = job(false).start(dir.path(), "first");
     wait_until(WAIT, "a checkpoint after the scripted move", || {
-        assert!(first.running(), "heat2d ended early: {}", first.stderr_so_far());
+        assert!(
+            first.running(),
+            "heat2d ended early: {}",
+            first.stderr_so_far()
+        );
         checkpoints_after_the_move()
     });
     let replacement = rank_status(&pcmd, 1);
@@ -522,7 +532,9 @@ fn given_a_move_then_a_restart_from_a_later_checkpoint_then_the_migration_count_
     );
     assert_eq!(report.migrations, Some(1), "{}", restarted.stderr);
     assert!(
-        restarted.stderr.contains("PCM_SCHEDULE: entry \"20:1\" was never carried out"),
+        restarted
+            .stderr
+            .contains("PCM_SCHEDULE: entry \"20:1\" was never carried out"),
         "{}",
         restarted.stderr
     );

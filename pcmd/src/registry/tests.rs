@@ -669,10 +669,7 @@ fn given_deadline_passes_and_the_job_completes_it_anyway_then_it_counts_as_a_mig
     let (_, outcome) = finished_of(&out, c);
     assert!(outcome.is_completed(), "{outcome:?}");
     let job = &h.status().jobs[0];
-    assert_eq!(
-        (job.in_flight, job.migrations, job.cancelled),
-        (None, 1, 0)
-    );
+    assert_eq!((job.in_flight, job.migrations, job.cancelled), (None, 1, 0));
 }
 
 /// Item 13: while a request is being withdrawn, every rank that received it leaving without
@@ -749,7 +746,10 @@ fn given_two_daemons_then_their_request_id_seeds_differ() {
     let mut h = Harness::with_seed(0);
     h.rank("job-1", 0, 2);
     let c = h.controller();
-    assert_ne!(accepted(&h.migrate(c, None, vec![mv(1, None)], false), c).0, 0);
+    assert_ne!(
+        accepted(&h.migrate(c, None, vec![mv(1, None)], false), c).0,
+        0
+    );
 }
 
 /// Item 10: a rank whose link falls silent (a stopped process) shows as stalled with no
@@ -776,7 +776,10 @@ fn given_a_rank_stops_reporting_then_status_shows_it_stalled_and_the_others_thei
     let status = h.status();
     let ranks = &status.jobs[0].ranks;
     assert!(!ranks[0].stalled);
-    assert!((ranks[0].iterations_per_second - 20.0).abs() < 1e-9, "{ranks:?}");
+    assert!(
+        (ranks[0].iterations_per_second - 20.0).abs() < 1e-9,
+        "{ranks:?}"
+    );
     assert!(ranks[1].stalled, "{ranks:?}");
     assert_eq!(ranks[1].iterations_per_second, 0.0);
     assert!(ranks[1].silent_s >= 4.0, "{ranks:?}");
