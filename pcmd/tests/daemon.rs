@@ -199,14 +199,37 @@ fn given_all_ranks_disconnect_then_in_flight_is_cleared_with_failed() {
     assert!(daemon.client().status().unwrap().jobs.is_empty());
 }
 
+/// Item 13: past its deadline a request is withdrawn, not forgotten: the rank is asked to
+/// withdraw it, and the waiter hears "cancelled" only once the rank has.
 #[test]
-fn given_request_deadline_passes_then_waiter_gets_timed_out() {
+fn given_request_deadline_passes_then_the_rank_withdraws_it_and_the_waiter_hears_cancelled() {
     let daemon = Daemon::start(&["--request-timeout", "0.3"]);
-    let _r = rank(&daemon.socket, "job-1", 0, 2);
-    let mut client = daemon.client();
-    let err = client.migrate(None, moves(&[1]), true, WAIT).unwrap_err();
-    assert_eq!(err.kind(), Some(ErrorKind::TimedOut), "{err}");
-    assert_eq!(client.status().unwrap().jobs[0].in_flight, None);
+    let mut r = rank(&daemon.socket, "job-1", 0, 2);
+    let socket = daemon.socket.clone();
+    let waiter = thread::spawn(move || {
+        Client::connect(&socket)
+            .unwrap()
+            .migrate(None, moves(&[1]), true, WAIT)
+    });
+    let request = match r.recv() {
+        FromDaemon::ReconfigurationRequested { request, .. } => request,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(r.recv(), FromDaemon::CancelReconfiguration { request });
+    assert!(daemon.client().status().unwrap().jobs[0].cancelling);
+    r.send(&ToDaemon::ReconfigurationCancelled { request });
+    match waiter.join().unwrap().unwrap() {
+        Migration::Finished {
+            request: answered,
+            outcome: Outcome::Cancelled { reason },
+        } => {
+            assert_eq!(answered, request);
+            assert!(reason.contains("did not start within 0.3 s"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let job = daemon.client().status().unwrap().jobs[0].clone();
+    assert_eq!((job.in_flight, job.migrations, job.cancelled), (None, 0, 1));
 }
 
 #[test]
@@ -267,14 +290,14 @@ fn given_wrong_version_then_mismatch_error_and_close() {
     let daemon = Daemon::start(&[]);
     let mut bad = Conn::open(&daemon.socket);
     bad.send(&ToDaemon::Hello {
-        version: 2,
+        version: 1,
         client: ClientKind::Rank,
     });
     assert_eq!(
         bad.recv(),
         FromDaemon::Error {
             kind: ErrorKind::VersionMismatch,
-            message: "client speaks protocol v2, this daemon speaks v1".into()
+            message: "client speaks protocol v1, this daemon speaks v2".into()
         }
     );
     bad.expect_closed();
