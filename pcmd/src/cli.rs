@@ -81,8 +81,10 @@ pub struct StatsArgs {
 /// Options of `pcmd serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Seconds a reconfiguration may stay in flight before it is abandoned and a waiting
-    /// `pcmd migrate` is told it timed out.
+    /// Seconds a request may wait for the job to start it. Past it, the ranks are asked to
+    /// withdraw it; it stays in flight until one withdraws it (a waiting `pcmd migrate` is
+    /// told it was cancelled) or the job reports its end (a stopped rank that resumes may
+    /// still carry it out; the outcome is then reported and counted as such).
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     pub request_timeout: f64,
     /// Seconds per stats period: how often the node's load is sampled and the ranks'
