@@ -333,6 +333,9 @@ fn session(
 
     let mut last_progress = Instant::now() - PROGRESS_PERIOD;
     let mut periods = 0u64;
+    // The epoch pcmd last heard from this link: a new one is reported at once, so that a
+    // request pcmd makes just after a move is not refused as superseded for want of news.
+    let mut reported_reconfigurations = shared.reconfigurations.load(Ordering::Relaxed);
     let mut buffer = [0u8; 4096];
     loop {
         let stopping = shared.stop.load(Ordering::Acquire);
@@ -347,6 +350,16 @@ fn session(
                 Err(TryRecvError::Disconnected) => return Ok(()),
             }
         }
+        let reconfigurations = shared.reconfigurations.load(Ordering::Relaxed);
+        let epoch_changed = reconfigurations != reported_reconfigurations;
+        if epoch_changed {
+            let iteration = shared.iteration.load(Ordering::Relaxed);
+            stream.write_all(&pcm_proto::encode(&ToDaemon::Progress {
+                iteration,
+                reconfigurations,
+            }))?;
+            reported_reconfigurations = reconfigurations;
+        }
         if stopping || last_progress.elapsed() >= PROGRESS_PERIOD {
             let profiling = shared.profiling.load(Ordering::Relaxed);
             // A profile asked for a period ago and not sent means the main thread is stuck
@@ -359,7 +372,6 @@ fn session(
                 || periods % PROGRESS_EVERY_WITH_PROFILE == 0
             {
                 let iteration = shared.iteration.load(Ordering::Relaxed);
-                let reconfigurations = shared.reconfigurations.load(Ordering::Relaxed);
                 stream.write_all(&pcm_proto::encode(&ToDaemon::Progress {
                     iteration,
                     reconfigurations,
