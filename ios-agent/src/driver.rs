@@ -27,6 +27,8 @@ pub struct Sample {
     pub entities: Option<Vec<EntityProfile>>,
     /// Process ids of the ranks registered with pcmd this round.
     pub rank_pids: Vec<u32>,
+    /// The local entities pcmd reports as stalled this round (shown by `status`).
+    pub stalled: Vec<ios_agent_core::EntityId>,
 }
 
 /// Carries out migrations the core decided. Runs on a blocking thread: pcmd's client is
@@ -166,6 +168,8 @@ struct Driver<T, M> {
     outcomes_rx: mpsc::Receiver<(MigrationId, MigrationOutcome)>,
     processes: JobProcesses,
     draining: Option<Draining>,
+    /// Entities pcmd reported stalled in the last sample that had entities.
+    stalled: Vec<ios_agent_core::EntityId>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -181,6 +185,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             outcomes_rx,
             processes: JobProcesses::default(),
             draining: None,
+            stalled: Vec::new(),
         }
     }
 
@@ -360,6 +365,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             self.agent.handle_node_profile(now, node);
         }
         if let Some(entities) = sample.entities {
+            self.stalled = sample.stalled;
             self.agent.handle_entities(now, entities);
             if let Some(d) = &mut self.draining {
                 d.sampled = true;
@@ -436,6 +442,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             peers,
             self.decisions.iter().cloned().collect(),
             manager_of(&self.agent),
+            self.stalled.iter().map(ToString::to_string).collect(),
         )
     }
 }

@@ -214,10 +214,9 @@ impl Migrator for PcmdMigrator {
                 outcome: Outcome::Completed { .. },
                 ..
             }) => MigrationOutcome::Completed,
-            Ok(Migration::Finished {
-                outcome: Outcome::Failed { reason },
-                ..
-            }) => MigrationOutcome::Failed { reason },
+            Ok(Migration::Finished { outcome, .. }) => MigrationOutcome::Failed {
+                reason: outcome.failure().unwrap_or_default(),
+            },
             Ok(Migration::Accepted { request }) => MigrationOutcome::Failed {
                 reason: format!("pcmd accepted {request} but did not report its end"),
             },

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ios_agent_profile::{
-    entity_pids, entity_profiles, load_without_waiting, NodeSensor, SensorConfig,
+    entity_pids, entity_profiles, load_without_waiting, stalled_entities, NodeSensor, SensorConfig,
 };
 use pcm_proto::NodeStats;
 use tokio::sync::mpsc;
@@ -95,6 +95,7 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample
             node: profile,
             entities,
             rank_pids: pids,
+            stalled: stats.as_ref().map(stalled_entities).unwrap_or_default(),
         };
         previous = stats;
         if tx.blocking_send(sample).is_err() {

@@ -67,6 +67,11 @@ pub struct AgentStatus {
     pub node: Option<NodeProfile>,
     /// The local entities' last profiles.
     pub entities: Vec<EntityProfile>,
+    /// Entities (as `job/rank`, like [`EntityProfile::id`] prints) that pcmd reports as
+    /// stalled: no report from the rank for a few seconds, so a stopped or hung process.
+    /// Their figures are zeros, not their last ones.
+    #[serde(default)]
+    pub stalled: Vec<String>,
     /// Counters.
     pub counters: Counters,
     /// Recent decisions, oldest first.
@@ -80,6 +85,7 @@ impl AgentStatus {
         peers: Vec<PeerStatus>,
         decisions: Vec<Decision>,
         manager: Option<String>,
+        stalled: Vec<String>,
     ) -> Self {
         let s = agent.stats();
         AgentStatus {
@@ -95,6 +101,7 @@ impl AgentStatus {
             peers,
             node: agent.node_profile().copied(),
             entities: agent.entities().to_vec(),
+            stalled,
             counters: Counters {
                 messages_sent: s.messages_sent,
                 steals_sent: s.steals_sent,
@@ -139,6 +146,14 @@ impl AgentStatus {
         }
         let _ = writeln!(out, "entities ({}):", self.entities.len());
         for e in &self.entities {
+            let id = e.id.to_string();
+            if self.stalled.contains(&id) {
+                let _ = writeln!(
+                    out,
+                    "  {id:<24} STALLED (no report from the rank for a few seconds: stopped or hung)"
+                );
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  {:<24} cpu {:.2}  compute {:.2} ms  mpi {:.2} ms  {:.1} it/s  state {} KiB",
@@ -175,5 +190,57 @@ impl AgentStatus {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ios_agent_core::EntityId;
+    use pcm_proto::{JobId, Rank};
+
+    fn entity(rank: u32, cpu: f64) -> EntityProfile {
+        EntityProfile {
+            id: EntityId {
+                job: JobId::new("job-1").expect("valid"),
+                rank: Rank(rank),
+            },
+            cpu,
+            memory: 0,
+            network: 0.0,
+            state_bytes: 0,
+            compute: Duration::from_millis(5),
+            mpi_wait: Duration::ZERO,
+            iteration_rate: 40.0,
+            age: Duration::from_secs(10),
+            remaining: None,
+            resident: Duration::from_secs(10),
+        }
+    }
+
+    /// Item 10 (review issue 12): a stalled rank is shown as stalled, the others with their
+    /// figures.
+    #[test]
+    fn given_a_stalled_entity_then_the_text_says_so_instead_of_its_figures() {
+        let status = AgentStatus {
+            host: "node-a".into(),
+            peer_id: "peer".into(),
+            topology: "p2p".into(),
+            uptime_s: 1.0,
+            manager: None,
+            peers: vec![],
+            node: None,
+            entities: vec![entity(0, 0.9), entity(1, 0.0)],
+            stalled: vec!["job-1/1".into()],
+            counters: Counters::default(),
+            decisions: vec![],
+        };
+        let text = status.to_text();
+        let line = |id: &str| text.lines().find(|l| l.contains(id)).expect(id).to_owned();
+        assert!(line("job-1/1").contains("STALLED"), "{text}");
+        assert!(line("job-1/0").contains("cpu 0.90"), "{text}");
+        let json = serde_json::to_string(&status).expect("serialisable");
+        let back: AgentStatus = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back.stalled, vec!["job-1/1".to_owned()]);
     }
 }

@@ -188,6 +188,7 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
                 node: Some(loaded),
                 entities: Some(vec![entity(0, 30), entity(1, 90)]),
                 rank_pids: vec![],
+                stalled: vec![],
             })
             .await;
         let _ = b_samples_tx
@@ -195,6 +196,7 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
                 node: Some(idle),
                 entities: Some(vec![]),
                 rank_pids: vec![],
+                stalled: vec![],
             })
             .await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -283,6 +285,7 @@ async fn leave_with_a_peer(
                 node: Some(NodeProfile::idle(1.0, 8 << 30)),
                 entities: Some(here),
                 rank_pids: vec![],
+                stalled: vec![],
             })
             .await;
         let _ = b_samples_tx
@@ -290,6 +293,7 @@ async fn leave_with_a_peer(
                 node: Some(NodeProfile::idle(2.0, 8 << 30)),
                 entities: Some(vec![]),
                 rank_pids: vec![],
+                stalled: vec![],
             })
             .await;
         if !asked {

@@ -288,6 +288,7 @@ fn piece_header(pcm: &Pcm, iteration: u64) -> PieceHeader {
                 len: h.len,
             })
             .collect(),
+        reconfigurations: pcm.job.migrations,
     }
 }
 
@@ -491,7 +492,8 @@ fn list(pcm: &Pcm) -> Result<Listing, String> {
 }
 
 /// Fetches and checks this rank's piece of `available`, returning the entries.
-fn fetch(pcm: &Pcm, available: &Available) -> Result<Store, String> {
+/// Returns the piece's stored state and the job's reconfiguration count when it was written.
+fn fetch(pcm: &Pcm, available: &Available) -> Result<(Store, u64), String> {
     let piece = PieceId {
         series: series(pcm),
         iteration: available.iteration,
@@ -559,7 +561,7 @@ fn fetch(pcm: &Pcm, available: &Available) -> Result<Store, String> {
         header.job,
         header.host
     );
-    Ok(store)
+    Ok((store, header.reconfigurations))
 }
 
 /// Why resuming the newest checkpoint in `listing` would not compute what this run asks for,
@@ -673,8 +675,14 @@ pub(crate) fn restore(pcm: &mut Pcm, mode: Restart) -> Result<(), PcmError> {
         let mut all_ok = 0u64;
         pcm.world
             .all_reduce_into(&ok, &mut all_ok, SystemOperation::min());
-        if let (1, Ok(store)) = (all_ok, loaded) {
+        if let (1, Ok((store, reconfigurations))) = (all_ok, loaded) {
             install(pcm, store, iteration, chosen.at_buddy);
+            // Every rank's piece of one checkpoint carries the same count; agree anyway
+            // (max), so that a piece written before the count existed cannot split them.
+            let mut agreed = 0u64;
+            pcm.world
+                .all_reduce_into(&reconfigurations, &mut agreed, SystemOperation::max());
+            pcm.job.migrations = agreed;
             return Ok(());
         }
         if pcm.rank == 0 {

@@ -21,8 +21,9 @@ use pcm_proto::{ClientKind, FrameReader, FromDaemon, Move, RequestId, ToDaemon, 
 /// How often progress is reported.
 const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
 /// With profiling on, the profile carries the iteration and a separate progress report goes
-/// only every this many periods (so that a rank stuck inside one iteration still shows its
-/// rate fall): it halves the messages pcmd handles.
+/// only every this many periods, and every period while no profile comes (so that a rank
+/// stuck inside one iteration still shows its rate fall, and is not taken for stalled): it
+/// halves the messages pcmd handles.
 const PROGRESS_EVERY_WITH_PROFILE: u64 = 5;
 /// How long to wait before reconnecting to a missing daemon.
 const RECONNECT_PERIOD: Duration = Duration::from_secs(2);
@@ -43,6 +44,8 @@ pub(crate) type Registration = ToDaemon;
 struct Shared {
     /// Iterations completed, written by the status path.
     iteration: AtomicU64,
+    /// Reconfigurations the job has completed (its epoch), reported with progress.
+    reconfigurations: AtomicU64,
     /// Largest pending request id (0: none): what the status check reads.
     pending_max: AtomicU64,
     queue: Mutex<Queue>,
@@ -59,16 +62,51 @@ struct Shared {
     handled: AtomicU64,
 }
 
+/// A request received and not yet taken up by a status check.
+#[derive(Debug)]
+struct Pending {
+    id: RequestId,
+    moves: Vec<Move>,
+    epoch: u64,
+}
+
 #[derive(Debug, Default)]
 struct Queue {
-    pending: VecDeque<(RequestId, Vec<Move>)>,
+    pending: VecDeque<Pending>,
+    /// Requests settled here: taken up by a status check, or withdrawn at the daemon's
+    /// request. A settled request never runs again, nor for the first time: if the job
+    /// agrees on it later (another rank still held it), this rank makes the job drop it.
     done: VecDeque<RequestId>,
 }
 
 impl Queue {
     fn max_id(&self) -> u64 {
-        self.pending.iter().map(|(id, _)| id.0).max().unwrap_or(0)
+        self.pending.iter().map(|p| p.id.0).max().unwrap_or(0)
     }
+
+    fn settle(&mut self, id: RequestId) {
+        self.done.push_back(id);
+        if self.done.len() > MAX_DONE {
+            self.done.pop_front();
+        }
+    }
+}
+
+/// What a rank knows of a request the job agreed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// It was pending here; now taken up.
+    Held {
+        /// What it moves.
+        moves: Vec<Move>,
+        /// The job's epoch the daemon made it in.
+        epoch: u64,
+    },
+    /// It was settled here before: taken up by an earlier check, or withdrawn after its
+    /// deadline. The job must drop it.
+    Settled,
+    /// This rank never received it.
+    Absent,
 }
 
 /// Handle held by `Pcm`; dropping it stops the thread.
@@ -122,22 +160,15 @@ impl DaemonLink {
         self.shared.pending_max.load(Ordering::Acquire)
     }
 
-    /// Removes a request from the queue and returns its moves, if this rank holds it.
-    pub(crate) fn take(&self, id: RequestId) -> Option<Vec<Move>> {
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let position = queue
-            .pending
-            .iter()
-            .position(|(pending, _)| *pending == id)?;
-        let (_, moves) = queue.pending.remove(position)?;
-        queue.done.push_back(id);
-        if queue.done.len() > MAX_DONE {
-            queue.done.pop_front();
-        }
-        self.shared
-            .pending_max
-            .store(queue.max_id(), Ordering::Release);
-        Some(moves)
+    /// Takes up a request the job agreed on: removes it from the queue and returns its
+    /// moves if this rank holds it, or says it was settled here before.
+    pub(crate) fn take(&self, id: RequestId) -> Take {
+        take(&self.shared, id)
+    }
+
+    /// Tells the link how many reconfigurations the job has completed.
+    pub(crate) fn set_reconfigurations(&self, count: u64) {
+        self.shared.reconfigurations.store(count, Ordering::Relaxed);
     }
 
     /// Whether the daemon connection is up (for diagnostics).
@@ -181,6 +212,25 @@ impl DaemonLink {
 impl Drop for DaemonLink {
     fn drop(&mut self) {
         self.stop_and_wait(Duration::from_millis(200));
+    }
+}
+
+fn take(shared: &Shared, id: RequestId) -> Take {
+    let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+    if queue.done.contains(&id) {
+        return Take::Settled;
+    }
+    let Some(position) = queue.pending.iter().position(|p| p.id == id) else {
+        return Take::Absent;
+    };
+    let Some(pending) = queue.pending.remove(position) else {
+        return Take::Absent;
+    };
+    queue.settle(id);
+    shared.pending_max.store(queue.max_id(), Ordering::Release);
+    Take::Held {
+        moves: pending.moves,
+        epoch: pending.epoch,
     }
 }
 
@@ -283,6 +333,9 @@ fn session(
 
     let mut last_progress = Instant::now() - PROGRESS_PERIOD;
     let mut periods = 0u64;
+    // The epoch pcmd last heard from this link: a new one is reported at once, so that a
+    // request pcmd makes just after a move is not refused as superseded for want of news.
+    let mut reported_reconfigurations = shared.reconfigurations.load(Ordering::Relaxed);
     let mut buffer = [0u8; 4096];
     loop {
         let stopping = shared.stop.load(Ordering::Acquire);
@@ -297,11 +350,32 @@ fn session(
                 Err(TryRecvError::Disconnected) => return Ok(()),
             }
         }
+        let reconfigurations = shared.reconfigurations.load(Ordering::Relaxed);
+        let epoch_changed = reconfigurations != reported_reconfigurations;
+        if epoch_changed {
+            let iteration = shared.iteration.load(Ordering::Relaxed);
+            stream.write_all(&pcm_proto::encode(&ToDaemon::Progress {
+                iteration,
+                reconfigurations,
+            }))?;
+            reported_reconfigurations = reconfigurations;
+        }
         if stopping || last_progress.elapsed() >= PROGRESS_PERIOD {
             let profiling = shared.profiling.load(Ordering::Relaxed);
-            if stopping || !profiling || periods % PROGRESS_EVERY_WITH_PROFILE == 0 {
+            // A profile asked for a period ago and not sent means the main thread is stuck
+            // (waiting in MPI for a stopped peer, say): report progress every period then,
+            // or pcmd, hearing nothing, would show this running rank as stalled.
+            let profile_missed = shared.profile_due.load(Ordering::Relaxed);
+            if stopping
+                || !profiling
+                || profile_missed
+                || periods % PROGRESS_EVERY_WITH_PROFILE == 0
+            {
                 let iteration = shared.iteration.load(Ordering::Relaxed);
-                stream.write_all(&pcm_proto::encode(&ToDaemon::Progress { iteration }))?;
+                stream.write_all(&pcm_proto::encode(&ToDaemon::Progress {
+                    iteration,
+                    reconfigurations,
+                }))?;
             }
             periods += 1;
             last_progress = Instant::now();
@@ -321,7 +395,9 @@ fn session(
             Ok(n) => {
                 reader.feed(&buffer[..n]);
                 while let Some(message) = reader.next_message::<FromDaemon>().map_err(invalid)? {
-                    handle(message, shared);
+                    if let Some(reply) = handle(message, shared) {
+                        stream.write_all(&pcm_proto::encode(&reply))?;
+                    }
                 }
             }
             Err(e) if retry_read(&e) => {}
@@ -330,28 +406,62 @@ fn session(
     }
 }
 
-fn handle(message: FromDaemon, shared: &Shared) {
+/// Acts on a message from the daemon; returns the answer to send, if any.
+fn handle(message: FromDaemon, shared: &Shared) -> Option<ToDaemon> {
     match message {
-        FromDaemon::ReconfigurationRequested { request, moves } => {
+        FromDaemon::ReconfigurationRequested {
+            request,
+            moves,
+            epoch,
+        } => {
             let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            if queue.done.contains(&request) || queue.pending.iter().any(|(id, _)| *id == request) {
+            if queue.done.contains(&request) || queue.pending.iter().any(|p| p.id == request) {
                 tracing::debug!("request {request} delivered again; already known");
-                return;
+                return None;
             }
             if queue.pending.len() >= MAX_PENDING {
                 tracing::warn!(
                     "dropping reconfiguration request {request}: {MAX_PENDING} already pending"
                 );
-                return;
+                return None;
+            }
+            if request.0 == 0 {
+                // 0 means "no request" in the status check's agreement.
+                tracing::warn!("ignoring a reconfiguration request with id 0");
+                return None;
             }
             tracing::debug!("reconfiguration request {request} received: {moves:?}");
-            queue.pending.push_back((request, moves));
+            queue.pending.push_back(Pending {
+                id: request,
+                moves,
+                epoch,
+            });
             shared.pending_max.store(queue.max_id(), Ordering::Release);
+            None
+        }
+        FromDaemon::CancelReconfiguration { request } => {
+            let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(position) = queue.pending.iter().position(|p| p.id == request) else {
+                // Taken up already (its end will be reported), or never received.
+                tracing::debug!("request {request} cannot be withdrawn here: not pending");
+                return None;
+            };
+            queue.pending.remove(position);
+            // Settled: should the job still agree on it (a rank that had not seen the
+            // cancellation proposed it), this rank makes it drop it.
+            queue.settle(request);
+            shared.pending_max.store(queue.max_id(), Ordering::Release);
+            tracing::info!("reconfiguration request {request} withdrawn after its deadline");
+            Some(ToDaemon::ReconfigurationCancelled { request })
         }
         FromDaemon::Error { kind, message } => {
-            tracing::warn!("pcmd refused a message ({kind:?}): {message}")
+            tracing::warn!("pcmd refused a message ({kind:?}): {message}");
+            None
         }
-        other => tracing::debug!("ignoring unexpected message from pcmd: {other:?}"),
+        other => {
+            tracing::debug!("ignoring unexpected message from pcmd: {other:?}");
+            None
+        }
     }
 }
 
@@ -444,6 +554,7 @@ mod tests {
             host: host.clone(),
             pid: std::process::id(),
             replacement: false,
+            reconfigurations: 0,
         };
         let link = DaemonLink::start(path.clone(), registration);
 
@@ -494,17 +605,84 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    fn requested(id: u64, rank: u32) -> FromDaemon {
+        FromDaemon::ReconfigurationRequested {
+            request: RequestId(id),
+            moves: vec![Move {
+                rank: Rank(rank),
+                to: None,
+            }],
+            epoch: 3,
+        }
+    }
+
+    /// Item 13: a pending request is withdrawn on the daemon's word, answered, and from
+    /// then on settled: should the job still agree on it, this rank makes it drop it.
+    #[test]
+    fn given_a_pending_request_when_cancelled_then_it_is_answered_and_settled() {
+        let shared = Shared::default();
+        assert_eq!(handle(requested(5, 1), &shared), None);
+        assert_eq!(shared.pending_max.load(Ordering::Acquire), 5);
+        let reply = handle(
+            FromDaemon::CancelReconfiguration {
+                request: RequestId(5),
+            },
+            &shared,
+        );
+        assert_eq!(
+            reply,
+            Some(ToDaemon::ReconfigurationCancelled {
+                request: RequestId(5)
+            })
+        );
+        assert_eq!(shared.pending_max.load(Ordering::Acquire), 0);
+        assert_eq!(take(&shared, RequestId(5)), Take::Settled);
+        // Redelivery does not revive it.
+        assert_eq!(handle(requested(5, 1), &shared), None);
+        assert_eq!(shared.pending_max.load(Ordering::Acquire), 0);
+    }
+
+    /// Item 13: a request already taken up cannot be withdrawn: no answer (its end is
+    /// reported instead), and taking it again says it is settled.
+    #[test]
+    fn given_a_taken_request_when_cancelled_then_no_answer() {
+        let shared = Shared::default();
+        handle(requested(9, 0), &shared);
+        assert_eq!(
+            take(&shared, RequestId(9)),
+            Take::Held {
+                moves: vec![Move {
+                    rank: Rank(0),
+                    to: None
+                }],
+                epoch: 3
+            }
+        );
+        let cancel = FromDaemon::CancelReconfiguration {
+            request: RequestId(9),
+        };
+        assert_eq!(handle(cancel, &shared), None);
+        assert_eq!(take(&shared, RequestId(9)), Take::Settled);
+        assert_eq!(take(&shared, RequestId(10)), Take::Absent);
+    }
+
     #[test]
     fn reporter_without_a_daemon_gives_up_within_its_timeout() {
         let path = std::env::temp_dir().join(format!(
             "pcm-reporter-test-none-{}/pcmd.sock",
             std::process::id()
         ));
-        let registration = ToDaemon::Progress { iteration: 0 };
+        let registration = ToDaemon::Progress {
+            iteration: 0,
+            reconfigurations: 0,
+        };
         let link = DaemonLink::start(path, registration);
         let started = Instant::now();
         let sent = link.reporter().send_and_flush(
-            ToDaemon::Progress { iteration: 1 },
+            ToDaemon::Progress {
+                iteration: 1,
+                reconfigurations: 0,
+            },
             Duration::from_millis(300),
         );
         assert!(!sent);

@@ -204,6 +204,16 @@ pub const HOSTFILE_ENV: &str = "PCM_HOSTFILE";
 /// --hostfile`, hydra's `mpiexec -f`.
 const LAUNCHER_HOSTFILE_ENVS: [&str; 2] = ["OMPI_MCA_orte_default_hostfile", "HYDRA_HOST_FILE"];
 
+/// The static name of a host setting read by rank 0 (`PCM_HOSTFILE`, a launcher's hostfile
+/// variable, `PCM_ALLOW_NEW_HOSTS`), for the error the other ranks rebuild from its text.
+pub(crate) fn setting_name(variable: &str) -> &'static str {
+    [HOSTFILE_ENV, ALLOW_NEW_HOSTS_ENV]
+        .into_iter()
+        .chain(LAUNCHER_HOSTFILE_ENVS)
+        .find(|known| *known == variable)
+        .unwrap_or("a host setting")
+}
+
 /// Reads the hostfile named in the environment, if any: `(variable, hosts)`.
 pub(crate) fn hostfile_from_env() -> Result<BTreeSet<HostName>, PcmError> {
     let Some((variable, path)) = [HOSTFILE_ENV]

@@ -233,7 +233,13 @@ pub(crate) struct JobContext {
     /// Next status call that checks with the other ranks.
     next_check: u64,
     schedule: Schedule,
+    /// Reconfigurations completed since the job first started (across restarts: a
+    /// checkpoint carries it). Also the job's epoch: a pcmd request made at an older epoch
+    /// is refused as superseded.
     migrations: u64,
+    /// The last reconfiguration completed, named to the callers of requests it superseded.
+    #[serde(default)]
+    last_reconfiguration: Option<LastReconfiguration>,
     check_period: Duration,
     /// Hosts a replacement may be spawned on (see the `hosts` module).
     hosts: BTreeSet<HostName>,
@@ -257,6 +263,55 @@ pub(crate) struct JobContext {
     /// launch and inherited by replacements for the reconfigurations they take part in.
     #[serde(default = "default_reconfigure_timeout")]
     reconfigure_timeout: Duration,
+}
+
+/// A completed reconfiguration, as a superseded request's caller is told of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LastReconfiguration {
+    /// The pcmd request it answered; `None` for a scripted move.
+    request: Option<RequestId>,
+    /// What it moved.
+    moves: Vec<Move>,
+}
+
+impl JobContext {
+    /// Counts a completed reconfiguration of `plan`.
+    pub(crate) fn record_reconfiguration(&mut self, plan: &Plan) {
+        self.migrations += 1;
+        self.last_reconfiguration = Some(LastReconfiguration {
+            request: plan.request,
+            moves: plan.moves.clone(),
+        });
+    }
+}
+
+/// What a status check does with a pcmd request the ranks agreed on, from what every rank
+/// told of it: pure, so that every rank reaches the same verdict from the same inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RequestVerdict {
+    /// Carry it out.
+    Run,
+    /// Some rank had settled it (withdrawn after its deadline, or already taken up once):
+    /// drop it.
+    Drop,
+    /// The job reconfigured after the request was made: refuse it.
+    Superseded,
+}
+
+/// The verdict on an agreed request: `settled_somewhere` if any rank reported it settled,
+/// `epoch` the job's epoch when the daemon made it, `migrations` the job's epoch now.
+pub(crate) fn request_verdict(
+    settled_somewhere: bool,
+    epoch: u64,
+    migrations: u64,
+) -> RequestVerdict {
+    if settled_somewhere {
+        RequestVerdict::Drop
+    } else if epoch < migrations {
+        RequestVerdict::Superseded
+    } else {
+        RequestVerdict::Run
+    }
 }
 
 fn default_reconfigure_timeout() -> Duration {
@@ -419,6 +474,7 @@ impl Pcm {
                 next_check: 0,
                 schedule,
                 migrations: 0,
+                last_reconfiguration: None,
                 check_period,
                 hosts,
                 new_hosts,
@@ -479,9 +535,11 @@ impl Pcm {
             host: self.host.clone(),
             pid: std::process::id(),
             replacement: matches!(self.origin, ProcessStatus::Replacement { .. }),
+            reconfigurations: self.job.migrations,
         };
         let link = DaemonLink::start(path, registration);
         link.set_profiling(self.profiler.enabled());
+        link.set_reconfigurations(self.job.migrations);
         self.daemon = Some(link);
     }
 
@@ -512,7 +570,11 @@ impl Pcm {
         self.job.iteration
     }
 
-    /// Reconfigurations the job has completed.
+    /// Reconfigurations the job has completed since it first started: each counts once,
+    /// however many ranks it moved, whether a pcmd request or a scripted move
+    /// (`PCM_SCHEDULE`) asked for it; failed, cancelled or refused requests do not count.
+    /// Replacements inherit the count, and a restart from a checkpoint resumes it from the
+    /// checkpoint (reconfigurations after that checkpoint are lost with the run).
     pub fn migrations(&self) -> u64 {
         self.job.migrations
     }
@@ -661,7 +723,10 @@ impl Pcm {
                 agreed_at: None,
             }
         } else if agreed[0] != 0 {
-            self.agree_on_request(RequestId(agreed[0]))?
+            match self.agree_on_request(RequestId(agreed[0]))? {
+                Some(plan) => plan,
+                None => return Ok(Status::Continue),
+            }
         } else if agreed[2] & checkpoint::DUE != 0 {
             // A reconfiguration goes first; rank 0 still finds the checkpoint due next time.
             self.checkpoints.pending = Some(iteration);
@@ -730,17 +795,55 @@ impl Pcm {
     }
 
     /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
-    /// and that rank broadcasts its moves.
-    fn agree_on_request(&mut self, id: RequestId) -> Result<Plan, PcmError> {
-        let held = self.daemon.as_ref().and_then(|d| d.take(id));
-        let candidate = if held.is_some() {
-            self.rank as u64
-        } else {
-            u64::MAX
+    /// and that rank broadcasts its moves and epoch. `None` when the job must not run it:
+    /// some rank settled it before (withdrawn after its deadline, or taken up already),
+    /// or the job reconfigured since it was made (another daemon's request won); the
+    /// holders then report why to their daemon.
+    fn agree_on_request(&mut self, id: RequestId) -> Result<Option<Plan>, PcmError> {
+        let taken = self
+            .daemon
+            .as_ref()
+            .map_or(daemon::Take::Absent, |d| d.take(id));
+        let held = match &taken {
+            daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
+            _ => None,
         };
-        let mut owner = u64::MAX;
+        // One all-reduce (min) for both: the lowest holder, and whether any rank has it
+        // settled (0) or not (1).
+        let candidate = [
+            if held.is_some() {
+                self.rank as u64
+            } else {
+                u64::MAX
+            },
+            u64::from(taken != daemon::Take::Settled),
+        ];
+        let mut agreed = [u64::MAX, 1];
         self.world
-            .all_reduce_into(&candidate, &mut owner, SystemOperation::min());
+            .all_reduce_into(&candidate[..], &mut agreed[..], SystemOperation::min());
+        let (owner, settled_somewhere) = (agreed[0], agreed[1] == 0);
+        if settled_somewhere {
+            let plan = Plan {
+                request: Some(id),
+                moves: held.map(|(m, _)| m).unwrap_or_default(),
+                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
+                agreed_at: None,
+            };
+            if self.rank == 0 {
+                tracing::info!(
+                    "reconfiguration request {id} dropped: a rank had withdrawn it after its deadline or taken it up before"
+                );
+            }
+            self.report(
+                &plan,
+                Outcome::Cancelled {
+                    reason: format!(
+                        "request {id} was withdrawn (it missed its deadline) or already taken up before the job agreed on it; nothing was moved"
+                    ),
+                },
+            );
+            return Ok(None);
+        }
         if owner >= self.size as u64 {
             return Err(PcmError::internal(
                 "a request was agreed but no rank holds it",
@@ -748,14 +851,33 @@ impl Pcm {
         }
         let bytes = held.as_ref().map(encode_cbor);
         let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
-        let moves: Vec<Move> = ciborium::from_reader(bytes.as_slice())
+        let (moves, epoch): (Vec<Move>, u64) = ciborium::from_reader(bytes.as_slice())
             .map_err(|e| PcmError::Handover(e.to_string()))?;
-        Ok(Plan {
+        let plan = Plan {
             request: Some(id),
             moves,
             held_here: held.is_some(),
             agreed_at: None,
-        })
+        };
+        match request_verdict(false, epoch, self.job.migrations) {
+            RequestVerdict::Superseded => {
+                let last = self.job.last_reconfiguration.clone();
+                if self.rank == 0 {
+                    tracing::warn!(
+                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and it has completed {} since; it was superseded by {}",
+                        crate::deadline::describe_moves(&plan.moves),
+                        self.job.migrations,
+                        last.as_ref()
+                            .and_then(|l| l.request)
+                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}"))
+                    );
+                }
+                let (by, moves) = last.map_or((None, Vec::new()), |l| (l.request, l.moves));
+                self.report(&plan, Outcome::Superseded { by, moves });
+                Ok(None)
+            }
+            _ => Ok(Some(plan)),
+        }
     }
 
     /// Tells this rank's daemon how a request it delivered ended.
@@ -799,6 +921,9 @@ impl Pcm {
     pub fn finalize(self) {
         let _internal = interpose::Internal::enter();
         self.send_profile(self.job.iteration);
+        if self.rank == 0 {
+            warn_unreached(&self.job.schedule, self.job.iteration);
+        }
         if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
             checkpoint::mark_finished(&self);
         }
@@ -934,20 +1059,91 @@ fn agree_on_hosts(
     let from_env = (world.rank() == 0).then(|| {
         let result = hosts::hostfile_from_env()
             .and_then(|h| Ok((h, hosts::NewHosts::from_env()?)))
-            .map_err(|e| e.to_string());
+            .map_err(SettingError::from);
         encode_cbor(&result)
     });
     let bytes = reconfig::broadcast_bytes(world, 0, from_env);
-    let result: Result<(BTreeSet<HostName>, hosts::NewHosts), String> =
+    let result: Result<(BTreeSet<HostName>, hosts::NewHosts), SettingError> =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
-    let (mut hosts, new_hosts) = result.map_err(|reason| PcmError::Config {
-        variable: "hostfile",
-        value: String::new(),
-        reason,
-    })?;
+    // Every rank fails with rank 0's own error: the variable, its value (the file) and the
+    // problem, once (it used to be wrapped again as `invalid hostfile="": ...`).
+    let (mut hosts, new_hosts) = result.map_err(SettingError::into_error)?;
     let rank_hosts = reconfig::exchange_hosts(world, host);
     hosts.extend(rank_hosts.iter().cloned());
     Ok((hosts, new_hosts, rank_hosts))
+}
+
+/// Warns about each `PCM_SCHEDULE` entry a run of `iterations` status calls never reached
+/// (it used to be ignored silently). Returns the warnings, for tests.
+fn warn_unreached(schedule: &Schedule, iterations: u64) -> Vec<String> {
+    let warnings: Vec<String> = schedule
+        .unreached()
+        .into_iter()
+        .map(|entry| {
+            format!(
+                "{}: entry {entry:?} was never carried out: the run ended after {iterations} iterations (status calls 0 to {})",
+                schedule::SCHEDULE_ENV,
+                iterations.saturating_sub(1)
+            )
+        })
+        .collect();
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    warnings
+}
+
+/// A setting rank 0 read for every rank, and what is wrong with it, as it crosses the
+/// broadcast (a [`PcmError`] is not serialisable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum SettingError {
+    /// [`PcmError::Config`].
+    Config {
+        variable: String,
+        value: String,
+        reason: String,
+    },
+    /// Any other error, as its message.
+    Other(String),
+}
+
+impl From<PcmError> for SettingError {
+    fn from(e: PcmError) -> Self {
+        match e {
+            PcmError::Config {
+                variable,
+                value,
+                reason,
+            } => SettingError::Config {
+                variable: variable.to_owned(),
+                value,
+                reason,
+            },
+            other => SettingError::Other(other.to_string()),
+        }
+    }
+}
+
+impl SettingError {
+    /// The error every rank returns.
+    fn into_error(self) -> PcmError {
+        match self {
+            SettingError::Config {
+                variable,
+                value,
+                reason,
+            } => PcmError::Config {
+                variable: hosts::setting_name(&variable),
+                value,
+                reason,
+            },
+            SettingError::Other(reason) => PcmError::Config {
+                variable: "the host settings",
+                value: String::new(),
+                reason,
+            },
+        }
+    }
 }
 
 fn local_host_name() -> HostName {
@@ -969,4 +1165,110 @@ pub fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::*;
+
+    /// Item 14: two daemons' requests for the same job, made at the same epoch: the one the
+    /// job agrees on first runs and moves the epoch on; the other, agreed later, is refused
+    /// as superseded instead of moving the rank a second time.
+    #[test]
+    fn given_two_requests_of_one_epoch_then_only_the_first_agreed_runs() {
+        let mut migrations = 0;
+        assert_eq!(request_verdict(false, 0, migrations), RequestVerdict::Run);
+        migrations += 1;
+        assert_eq!(
+            request_verdict(false, 0, migrations),
+            RequestVerdict::Superseded
+        );
+        // A request made after the move (the daemon heard of it) runs.
+        assert_eq!(request_verdict(false, 1, migrations), RequestVerdict::Run);
+    }
+
+    /// Item 13: a request some rank withdrew (or took up before) is dropped, whatever its
+    /// epoch.
+    #[test]
+    fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
+        assert_eq!(request_verdict(true, 5, 5), RequestVerdict::Drop);
+        assert_eq!(request_verdict(true, 0, 5), RequestVerdict::Drop);
+    }
+
+    /// Item 16: a scripted move past the end of the run is named in a warning.
+    #[test]
+    fn given_a_schedule_entry_past_the_end_then_a_warning_names_it() {
+        let schedule = Schedule::parse("50:1,5000:2@node-b").unwrap();
+        let mut left = schedule.clone();
+        left.take(50);
+        let warnings = warn_unreached(&left, 200);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("PCM_SCHEDULE")
+                && warnings[0].contains("\"5000:2@node-b\"")
+                && warnings[0].contains("after 200 iterations"),
+            "{warnings:?}"
+        );
+        assert!(warn_unreached(&Schedule::default(), 200).is_empty());
+    }
+
+    /// Item 16: a bad hostfile read by rank 0 reaches every rank as one message naming the
+    /// variable, the file and the problem (not `invalid hostfile="": invalid ...`).
+    #[test]
+    fn given_a_bad_hostfile_then_every_rank_gets_one_clear_message() {
+        let on_rank_0 = PcmError::Config {
+            variable: hosts::HOSTFILE_ENV,
+            value: "/nonexistent/hosts".into(),
+            reason: "cannot read the hostfile: No such file or directory (os error 2)".into(),
+        };
+        let expected = on_rank_0.to_string();
+        let sent: Result<(), SettingError> = Err(on_rank_0.into());
+        let bytes = encode_cbor(&sent);
+        let received: Result<(), SettingError> = ciborium::from_reader(bytes.as_slice()).unwrap();
+        let message = received.unwrap_err().into_error().to_string();
+        assert_eq!(message, expected);
+        assert_eq!(
+            message,
+            "invalid PCM_HOSTFILE=\"/nonexistent/hosts\": cannot read the hostfile: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_reconfiguration_is_counted_and_named() {
+        let mut job = JobContext {
+            job: JobId::new("j-1").unwrap(),
+            app: AppName::new("a").unwrap(),
+            iteration: 0,
+            next_check: 0,
+            schedule: Schedule::default(),
+            migrations: 2,
+            last_reconfiguration: None,
+            check_period: Duration::from_millis(5),
+            hosts: BTreeSet::new(),
+            new_hosts: hosts::NewHosts::default(),
+            checkpoint: checkpoint::Policy::default(),
+            job_name: None,
+            identity: Default::default(),
+            resumed: false,
+            reconfigure_timeout: DEFAULT_RECONFIGURE_TIMEOUT,
+        };
+        let moves = vec![Move {
+            rank: Rank(1),
+            to: None,
+        }];
+        job.record_reconfiguration(&Plan {
+            request: Some(RequestId(77)),
+            moves: moves.clone(),
+            held_here: false,
+            agreed_at: None,
+        });
+        assert_eq!(job.migrations, 3);
+        assert_eq!(
+            job.last_reconfiguration,
+            Some(LastReconfiguration {
+                request: Some(RequestId(77)),
+                moves
+            })
+        );
+    }
 }

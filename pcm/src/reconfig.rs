@@ -210,7 +210,7 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
         let mut job = pcm.job.clone();
         job.iteration = iteration;
         job.next_check = iteration + 1;
-        job.migrations += 1;
+        job.record_reconfiguration(&plan);
         encode_cbor(&Handover {
             job,
             parents: size,
@@ -309,7 +309,10 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
         (None, Some(world)) => {
             // The departing ranks release the old world at this point too.
             release(std::mem::replace(&mut pcm.world, world));
-            pcm.job.migrations += 1;
+            pcm.job.record_reconfiguration(&plan);
+            if let Some(daemon) = &pcm.daemon {
+                daemon.set_reconfigurations(pcm.job.migrations);
+            }
             pcm.job.next_check = iteration + 1;
             if pcm.rank == 0 {
                 log_reconfigured(iteration, &timings);

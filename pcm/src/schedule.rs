@@ -90,6 +90,24 @@ impl Schedule {
         !self.entries.is_empty() && self.entries.contains_key(&iteration)
     }
 
+    /// The entries still waiting, as `PCM_SCHEDULE` writes them (`500:1@node-b+2`): at the
+    /// end of a run, the ones its iterations never reached.
+    pub(crate) fn unreached(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|(iteration, moves)| {
+                let moves: Vec<String> = moves
+                    .iter()
+                    .map(|m| match &m.to {
+                        Some(host) => format!("{}@{host}", m.rank),
+                        None => m.rank.to_string(),
+                    })
+                    .collect();
+                format!("{iteration}:{}", moves.join("+"))
+            })
+            .collect()
+    }
+
     pub(crate) fn take(&mut self, iteration: u64) -> Option<Vec<Move>> {
         self.entries.remove(&iteration)
     }
@@ -152,6 +170,14 @@ impl Cadence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Item 16: the entries a run never reached are named as written.
+    #[test]
+    fn given_entries_past_the_end_then_unreached_names_them() {
+        let mut s = Schedule::parse("10:1,500:0@node-b+2,900:1").unwrap();
+        s.take(10);
+        assert_eq!(s.unreached(), vec!["500:0@node-b+2", "900:1"]);
+    }
 
     #[test]
     fn schedule_syntax() {

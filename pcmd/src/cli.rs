@@ -96,8 +96,10 @@ pub struct StatsArgs {
 /// Options of `pcmd serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Seconds a reconfiguration may stay in flight before it is abandoned and a waiting
-    /// `pcmd migrate` is told it timed out.
+    /// Seconds a request may wait for the job to start it. Past it, the ranks are asked to
+    /// withdraw it; it stays in flight until one withdraws it (a waiting `pcmd migrate` is
+    /// told it was cancelled) or the job reports its end (a stopped rank that resumes may
+    /// still carry it out; the outcome is then reported and counted as such).
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     pub request_timeout: f64,
     /// Seconds per stats period: how often the node's load is sampled and the ranks'
@@ -228,17 +230,26 @@ pub fn format_status(status: &DaemonStatus) -> String {
         return out;
     }
     for job in &status.jobs {
-        let in_flight = job
-            .in_flight
-            .map_or_else(|| "none".to_owned(), |r| r.to_string());
+        let in_flight = job.in_flight.map_or_else(
+            || "none".to_owned(),
+            |r| {
+                if job.cancelling {
+                    format!("{r} (missed its deadline, being withdrawn)")
+                } else {
+                    r.to_string()
+                }
+            },
+        );
         let _ = writeln!(
             out,
-            "\njob {}  app {}  {} ranks, {} here  migrations {}  in flight: {}",
+            "\njob {}  app {}  {} ranks, {} here  migrations {}  cancelled {}  failed {}  in flight: {}",
             job.job,
             job.app,
             job.size,
             job.ranks.len(),
             job.migrations,
+            job.cancelled,
+            job.failed,
             in_flight
         );
         let host_width = job
@@ -254,15 +265,27 @@ pub fn format_status(status: &DaemonStatus) -> String {
             "RANK", "HOST", "PID", "ITERATION", "IT/S"
         );
         for r in &job.ranks {
+            let rate = if r.stalled {
+                "stalled".to_owned()
+            } else {
+                format!("{:.1}", r.iterations_per_second)
+            };
+            let mut notes = String::new();
+            if r.stalled {
+                let _ = write!(notes, "  (no report for {})", duration(r.silent_s));
+            }
+            if r.replacement {
+                notes.push_str("  (replacement)");
+            }
             let _ = writeln!(
                 out,
-                "  {:>5}  {:<host_width$}  {:>8}  {:>10}  {:>10.1}{}",
+                "  {:>5}  {:<host_width$}  {:>8}  {:>10}  {:>10}{}",
                 r.rank.0,
                 r.host.as_str(),
                 r.pid,
                 r.iteration,
-                r.iterations_per_second,
-                if r.replacement { "  (replacement)" } else { "" }
+                rate,
+                notes
             );
         }
     }
@@ -338,13 +361,18 @@ pub fn format_stats(stats: &NodeStats) -> String {
         );
         for r in &job.ranks {
             let p = &r.profile;
+            let rate = if r.stalled {
+                "stalled".to_owned()
+            } else {
+                format!("{:.1}", r.iterations_per_second)
+            };
             let _ = writeln!(
                 out,
-                "  {:>5}  {:>8}  {:>10}  {:>8.1}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}{}",
+                "  {:>5}  {:>8}  {:>10}  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>10}  {:>12}{}",
                 r.rank.0,
                 r.pid,
                 p.iteration,
-                r.iterations_per_second,
+                rate,
                 us(r.wall_per_iteration_us),
                 us(r.cpu_per_iteration_us),
                 us(r.mpi_per_iteration_us),
@@ -428,6 +456,12 @@ pub fn format_outcome(request: RequestId, outcome: &Outcome) -> String {
             out
         }
         Outcome::Failed { reason } => format!("migration {request} failed: {reason}\n"),
+        Outcome::Cancelled { reason } => format!("migration {request} cancelled: {reason}\n"),
+        Outcome::Superseded { by, moves } => format!(
+            "migration {request} not carried out: {} won ({}); the job reconfigured first, so nothing of this request was moved\n",
+            by.map_or_else(|| "a scripted move (PCM_SCHEDULE)".to_owned(), |r| format!("request {r}")),
+            pcm_proto::describe_moves(moves)
+        ),
     }
 }
 
@@ -505,6 +539,7 @@ mod tests {
             host: HostName::new("node-a").unwrap(),
             pid: 100 + r,
             replacement: r == 1,
+            stalled: false,
             profile: RankProfile {
                 iteration: 50,
                 traffic: peers
@@ -567,21 +602,50 @@ mod tests {
                 job: JobId::new("job-1").unwrap(),
                 app: AppName::new("heat2d").unwrap(),
                 size: 4,
-                ranks: vec![RankStatus {
-                    rank: Rank(3),
-                    host: HostName::new("node-a").unwrap(),
-                    pid: 1003,
-                    iteration: 500,
-                    iterations_per_second: 12.5,
-                    replacement: true,
-                }],
+                ranks: vec![
+                    RankStatus {
+                        rank: Rank(2),
+                        host: HostName::new("node-a").unwrap(),
+                        pid: 1002,
+                        iteration: 480,
+                        iterations_per_second: 0.0,
+                        replacement: false,
+                        stalled: true,
+                        silent_s: 12.0,
+                    },
+                    RankStatus {
+                        rank: Rank(3),
+                        host: HostName::new("node-a").unwrap(),
+                        pid: 1003,
+                        iteration: 500,
+                        iterations_per_second: 12.5,
+                        replacement: true,
+                        stalled: false,
+                        silent_s: 0.4,
+                    },
+                ],
                 in_flight: Some(RequestId(9)),
+                cancelling: false,
                 migrations: 2,
+                cancelled: 1,
+                failed: 0,
             }],
         };
         let text = format_status(&status);
         assert!(text.contains("up 1m15s"), "{text}");
         assert!(text.contains("in flight: #9"), "{text}");
+        assert!(text.contains("cancelled 1"), "{text}");
+        // The stalled rank says so instead of showing a rate; the running one its rate.
+        let stalled = text.lines().find(|l| l.contains("1002")).unwrap();
+        assert!(
+            stalled.contains("stalled") && stalled.contains("no report for 12s"),
+            "{text}"
+        );
+        let running = text.lines().find(|l| l.contains("1003")).unwrap();
+        assert!(
+            running.contains("12.5") && !running.contains("stalled"),
+            "{text}"
+        );
         assert!(text.contains("12.5  (replacement)"), "{text}");
         let text = format_outcome(
             RequestId(9),

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 use pcm_proto::{encode, FrameError, FrameReader, HostName, ToDaemon};
@@ -166,15 +166,12 @@ impl Daemon {
         let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(socket_err)?;
         fs::set_permissions(&socket, fs::Permissions::from_mode(0o600)).map_err(socket_err)?;
         listener.set_nonblocking(true).map_err(socket_err)?;
-        let since_epoch = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default();
         let registry = Registry::new(
             config.registry,
             config.host,
             std::process::id(),
             now,
-            registry::request_id_seed(since_epoch),
+            registry::request_id_seed(),
         );
         Ok(Self {
             listener,

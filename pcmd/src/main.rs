@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
-use pcm_proto::Outcome;
 use pcmd::cli::{self, Cli, Command};
 use pcmd::client::{Client, Migration};
 use pcmd::daemon::{self, Daemon};
@@ -86,8 +85,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Migration::Finished { request, outcome } => {
                     print!("{}", cli::format_outcome(request, &outcome));
-                    if let Outcome::Failed { .. } = outcome {
-                        bail!("migration {request} failed");
+                    if !outcome.is_completed() {
+                        bail!("migration {request} was not carried out");
                     }
                 }
             }

@@ -135,16 +135,39 @@ struct RankEntry {
     pid: u32,
     iteration: u64,
     last_progress: Option<(Instant, u64)>,
+    /// When the rank's link last sent anything: it reports about once a second even while
+    /// the rank waits in MPI, so a long silence means the process does not run.
+    last_report: Instant,
     rate: f64,
     replacement: bool,
 }
 
+impl RankEntry {
+    fn silent(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_report)
+    }
+
+    fn stalled(&self, now: Instant) -> bool {
+        self.silent(now).as_secs_f64() >= pcm_proto::STALLED_AFTER_S
+    }
+}
+
+/// A request delivered to the job's ranks here and not yet known to have ended.
 #[derive(Debug)]
 struct InFlight {
     request: RequestId,
     moves: Vec<Move>,
     deadline: Instant,
     waiter: Option<ConnId>,
+    /// The job's epoch the request was made in.
+    epoch: u64,
+    /// The connections the request was delivered to that are still open: only they can
+    /// withdraw it or report its end.
+    holders: Vec<ConnId>,
+    /// The deadline passed and the holders were told to withdraw the request: it stays in
+    /// flight until one of them withdraws it or reports its end (no new deadline: a stopped
+    /// rank can answer only once it runs again, and until then the move may still happen).
+    cancelling: bool,
 }
 
 #[derive(Debug)]
@@ -153,7 +176,14 @@ struct Job {
     size: u32,
     ranks: BTreeMap<Rank, RankEntry>,
     in_flight: Option<InFlight>,
+    /// Requests made here that the job completed.
     migrations: u64,
+    /// Requests made here that the job withdrew after their deadline.
+    cancelled: u64,
+    /// Requests made here that ended with nothing moved otherwise.
+    failed: u64,
+    /// Reconfigurations the job has completed, as its ranks last reported.
+    epoch: u64,
 }
 
 /// The daemon's whole state. See the [module docs](self).
@@ -202,6 +232,7 @@ fn message_name(message: &ToDaemon) -> &'static str {
         ToDaemon::Register { .. } => "Register",
         ToDaemon::Progress { .. } => "Progress",
         ToDaemon::ReconfigurationFinished { .. } => "ReconfigurationFinished",
+        ToDaemon::ReconfigurationCancelled { .. } => "ReconfigurationCancelled",
         ToDaemon::QueryStatus => "QueryStatus",
         ToDaemon::Profile(_) => "Profile",
         ToDaemon::QueryStats => "QueryStats",
@@ -212,9 +243,9 @@ fn message_name(message: &ToDaemon) -> &'static str {
 impl Registry {
     /// A core for the daemon of `host`, process `pid`, started at `now`.
     ///
-    /// Request ids count up from `request_id_seed`; the driver seeds it with the start time
-    /// in milliseconds shifted left by 16 bits, so that ids of different daemons rarely
-    /// collide (see [`request_id_seed`]).
+    /// Request ids count up from `request_id_seed` (0 is skipped: it means "no request" to
+    /// the ranks); the driver seeds it with [`request_id_seed`], a random number, so that
+    /// ids of different daemons do not collide. Tests pass a fixed seed.
     pub fn new(
         config: Config,
         host: HostName,
@@ -227,7 +258,7 @@ impl Registry {
             pid,
             started: now,
             next_conn: 0,
-            next_request: request_id_seed,
+            next_request: request_id_seed.max(1),
             conns: HashMap::new(),
             jobs: BTreeMap::new(),
             outputs: VecDeque::new(),
@@ -250,12 +281,13 @@ impl Registry {
 
     /// The profile of the node and its ranks, as sent in [`FromDaemon::Stats`]: each
     /// registered rank's latest report with its rates over the last closed stats period.
-    pub fn stats(&self) -> pcm_proto::NodeStats {
-        stats::node_stats(self.host.clone(), &self.stats, self.stats_view())
+    /// A rank that is stalled at `now` (see [`RankStatus::stalled`]) shows zeros.
+    pub fn stats(&self, now: Instant) -> pcm_proto::NodeStats {
+        stats::node_stats(self.host.clone(), &self.stats, self.stats_view(now))
     }
 
     /// Registered ranks, by job, for [`Registry::stats`].
-    fn stats_view(&self) -> Vec<stats::JobView<'_>> {
+    fn stats_view(&self, now: Instant) -> Vec<stats::JobView<'_>> {
         self.jobs
             .iter()
             .map(|(id, job)| stats::JobView {
@@ -270,6 +302,7 @@ impl Registry {
                         host: &r.host,
                         pid: r.pid,
                         replacement: r.replacement,
+                        stalled: r.stalled(now),
                     })
                     .collect(),
             })
@@ -293,17 +326,27 @@ impl Registry {
                 ranks: job
                     .ranks
                     .iter()
-                    .map(|(rank, r)| RankStatus {
-                        rank: *rank,
-                        host: r.host.clone(),
-                        pid: r.pid,
-                        iteration: r.iteration,
-                        iterations_per_second: r.rate,
-                        replacement: r.replacement,
+                    .map(|(rank, r)| {
+                        let stalled = r.stalled(now);
+                        RankStatus {
+                            rank: *rank,
+                            host: r.host.clone(),
+                            pid: r.pid,
+                            iteration: r.iteration,
+                            // The last rate of a rank that stopped reporting is history,
+                            // not its speed.
+                            iterations_per_second: if stalled { 0.0 } else { r.rate },
+                            replacement: r.replacement,
+                            stalled,
+                            silent_s: r.silent(now).as_secs_f64(),
+                        }
                     })
                     .collect(),
                 in_flight: job.in_flight.as_ref().map(|f| f.request),
+                cancelling: job.in_flight.as_ref().is_some_and(|f| f.cancelling),
                 migrations: job.migrations,
+                cancelled: job.cancelled,
+                failed: job.failed,
             })
             .collect();
         DaemonStatus {
@@ -446,31 +489,82 @@ impl Registry {
             );
             self.close(conn);
         }
-        let timeout = self.config.request_timeout;
+        // A request past its deadline is withdrawn, not forgotten: the ranks that hold it
+        // may still start it (a stopped rank resumes), so it stays in flight until one of
+        // them withdraws it or reports how it ended, and every counter follows the job.
         let mut expired = Vec::new();
         for (id, job) in &mut self.jobs {
-            if job.in_flight.as_ref().is_some_and(|f| f.deadline <= now) {
-                if let Some(flight) = job.in_flight.take() {
-                    expired.push((id.clone(), flight));
+            if let Some(flight) = &mut job.in_flight {
+                if !flight.cancelling && flight.deadline <= now {
+                    flight.cancelling = true;
+                    expired.push((id.clone(), flight.request, flight.holders.clone()));
                 }
             }
         }
-        for (job, flight) in expired {
-            tracing::warn!(request = %flight.request, %job, "reconfiguration timed out");
-            if let Some(waiter) = flight.waiter {
-                self.send(
-                    waiter,
-                    error(
-                        ErrorKind::TimedOut,
-                        format!(
-                            "request {} for job {job} (ranks {}) did not finish within {} s; it may still complete",
-                            flight.request,
-                            ranks_list(&flight.moves),
-                            timeout.as_secs_f64()
-                        ),
-                    ),
+        for (job, request, holders) in expired {
+            if holders.is_empty() {
+                let reason = self.missed_deadline(
+                    &job,
+                    request,
+                    "no rank that received it is registered any more",
                 );
+                self.end_flight(&job, request, Outcome::Cancelled { reason });
+                continue;
             }
+            tracing::warn!(%request, %job, "reconfiguration missed its deadline; asking the ranks to withdraw it");
+            for holder in holders {
+                self.send(holder, FromDaemon::CancelReconfiguration { request });
+            }
+        }
+    }
+
+    /// Why a request that missed its deadline ended, for people.
+    fn missed_deadline(&self, job: &JobId, request: RequestId, what: &str) -> String {
+        let moves = self
+            .jobs
+            .get(job)
+            .and_then(|j| j.in_flight.as_ref())
+            .filter(|f| f.request == request)
+            .map_or_else(String::new, |f| pcm_proto::describe_moves(&f.moves));
+        format!(
+            "request {request} for job {job} ({moves}) did not start within {} s; {what}; nothing was moved",
+            self.config.request_timeout.as_secs_f64()
+        )
+    }
+
+    /// Ends the request in flight for `job` if it is `request`: counts it, and tells the
+    /// waiter. Reports of requests no longer in flight are ignored.
+    fn end_flight(&mut self, job_id: &JobId, request: RequestId, outcome: Outcome) {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        if job.in_flight.as_ref().map(|f| f.request) != Some(request) {
+            tracing::debug!(job = %job_id, %request, "ignoring the end of a request not in flight");
+            return;
+        }
+        let Some(flight) = job.in_flight.take() else {
+            return;
+        };
+        match &outcome {
+            Outcome::Completed { .. } => {
+                job.migrations += 1;
+                job.epoch = job.epoch.max(flight.epoch + 1);
+                tracing::info!(job = %job_id, %request, ?outcome, "reconfiguration finished");
+            }
+            Outcome::Cancelled { reason } => {
+                job.cancelled += 1;
+                tracing::warn!(job = %job_id, %request, "reconfiguration cancelled: {reason}");
+            }
+            // Among these: a replacement that stalled while starting, after which the job
+            // ends (the reason names the rank, host and phase); worth a warning.
+            other => {
+                job.failed += 1;
+                let reason = other.failure().unwrap_or_default();
+                tracing::warn!(job = %job_id, %request, "reconfiguration failed: {reason}");
+            }
+        }
+        if let Some(waiter) = flight.waiter {
+            self.send(waiter, FromDaemon::MigrationFinished { request, outcome });
         }
     }
 
@@ -489,10 +583,12 @@ impl Registry {
             ConnState::AwaitingHello { deadline } => Some(*deadline),
             _ => None,
         });
-        let flights = self
-            .jobs
-            .values()
-            .filter_map(|j| j.in_flight.as_ref().map(|f| f.deadline));
+        let flights = self.jobs.values().filter_map(|j| {
+            j.in_flight
+                .as_ref()
+                .filter(|f| !f.cancelling)
+                .map(|f| f.deadline)
+        });
         hello.chain(flights).min()
     }
 
@@ -539,6 +635,27 @@ impl Registry {
             self.stats.forget(job_id, rank);
             tracing::info!(job = %job_id, %rank, "rank unregistered");
         }
+        let mut orphaned = None;
+        if let Some(flight) = &mut job.in_flight {
+            flight.holders.retain(|h| *h != conn);
+            // Being withdrawn, and nobody left here who could withdraw it or report its
+            // end: what became of it cannot be known from here.
+            if flight.cancelling && flight.holders.is_empty() && !job.ranks.is_empty() {
+                orphaned = Some(flight.request);
+            }
+        }
+        if let Some(request) = orphaned {
+            let reason = self.missed_deadline(
+                job_id,
+                request,
+                "every rank that received it disconnected before withdrawing it or reporting its end, so whether it ran is not known here",
+            );
+            self.end_flight(job_id, request, Outcome::Failed { reason });
+            return;
+        }
+        let Some(job) = self.jobs.get(job_id) else {
+            return;
+        };
         if !job.ranks.is_empty() {
             return;
         }
@@ -583,8 +700,20 @@ impl Registry {
                     host,
                     pid,
                     replacement,
+                    reconfigurations,
                 },
-            ) => self.register(conn, job, app, rank, size, host, pid, replacement),
+            ) => self.register(
+                now,
+                conn,
+                job,
+                app,
+                rank,
+                size,
+                host,
+                pid,
+                replacement,
+                reconfigurations,
+            ),
             (Some((job, rank)), ToDaemon::Register { .. }) => {
                 self.send(
                     conn,
@@ -593,8 +722,18 @@ impl Registry {
                     )),
                 );
             }
-            (Some((job, rank)), ToDaemon::Progress { iteration }) => {
+            (
+                Some((job, rank)),
+                ToDaemon::Progress {
+                    iteration,
+                    reconfigurations,
+                },
+            ) => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.epoch = j.epoch.max(reconfigurations);
+                }
                 if let Some(entry) = self.rank_entry(&job, rank, conn) {
+                    entry.last_report = now;
                     if let Some((then, before)) = entry.last_progress {
                         let dt = now.saturating_duration_since(then).as_secs_f64();
                         if dt > 0.0 {
@@ -608,7 +747,25 @@ impl Registry {
                 }
             }
             (Some((job, rank)), ToDaemon::ReconfigurationFinished { request, outcome }) => {
-                self.finished(&job, rank, request, outcome);
+                if let Some(entry) = self.rank_entry(&job, rank, conn) {
+                    entry.last_report = now;
+                }
+                tracing::debug!(job = %job, %rank, %request, "end of a reconfiguration reported");
+                self.end_flight(&job, request, outcome);
+            }
+            (Some((job, rank)), ToDaemon::ReconfigurationCancelled { request }) => {
+                if let Some(entry) = self.rank_entry(&job, rank, conn) {
+                    entry.last_report = now;
+                }
+                tracing::info!(job = %job, %rank, %request, "rank withdrew the request");
+                let reason = self.missed_deadline(
+                    &job,
+                    request,
+                    &format!(
+                        "rank {rank} withdrew it before the job started it, so it will not run"
+                    ),
+                );
+                self.end_flight(&job, request, Outcome::Cancelled { reason });
             }
             (Some((job, rank)), ToDaemon::Profile(profile)) => {
                 if self.rank_entry(&job, rank, conn).is_some() {
@@ -616,7 +773,10 @@ impl Registry {
                     // send fewer progress reports).
                     let iteration = profile.iteration;
                     self.stats.handle_profile(&job, rank, profile);
-                    let progress = ToDaemon::Progress { iteration };
+                    let progress = ToDaemon::Progress {
+                        iteration,
+                        reconfigurations: 0,
+                    };
                     self.handle_rank_message(now, conn, Some((job, rank)), progress);
                 }
             }
@@ -624,6 +784,7 @@ impl Registry {
                 None,
                 other @ (ToDaemon::Progress { .. }
                 | ToDaemon::ReconfigurationFinished { .. }
+                | ToDaemon::ReconfigurationCancelled { .. }
                 | ToDaemon::Profile(_)),
             ) => {
                 self.send(
@@ -671,6 +832,7 @@ impl Registry {
     #[allow(clippy::too_many_arguments)]
     fn register(
         &mut self,
+        now: Instant,
         conn: ConnId,
         job_id: JobId,
         app: AppName,
@@ -679,6 +841,7 @@ impl Registry {
         host: HostName,
         pid: u32,
         replacement: bool,
+        reconfigurations: u64,
     ) {
         if rank.0 >= size {
             self.send(
@@ -713,6 +876,9 @@ impl Registry {
             ranks: BTreeMap::new(),
             in_flight: None,
             migrations: 0,
+            cancelled: 0,
+            failed: 0,
+            epoch: 0,
         });
         if job.size != size || job.app != app {
             let message = format!(
@@ -722,12 +888,14 @@ impl Registry {
             self.send(conn, bad(message));
             return;
         }
+        job.epoch = job.epoch.max(reconfigurations);
         let entry = RankEntry {
             conn,
             host: host.clone(),
             pid,
             iteration: 0,
             last_progress: None,
+            last_report: now,
             rate: 0.0,
             replacement,
         };
@@ -749,33 +917,6 @@ impl Registry {
         self.send(conn, FromDaemon::Registered);
     }
 
-    fn finished(&mut self, job_id: &JobId, rank: Rank, request: RequestId, outcome: Outcome) {
-        let Some(job) = self.jobs.get_mut(job_id) else {
-            return;
-        };
-        if job.in_flight.as_ref().map(|f| f.request) != Some(request) {
-            tracing::debug!(job = %job_id, %rank, %request, "ignoring report of a request not in flight");
-            return;
-        }
-        let Some(flight) = job.in_flight.take() else {
-            return;
-        };
-        match &outcome {
-            Outcome::Completed { .. } => {
-                job.migrations += 1;
-                tracing::info!(job = %job_id, %request, reported_by = %rank, ?outcome, "reconfiguration finished");
-            }
-            // Among these: a replacement that stalled while starting, after which the job
-            // ends (the reason names the rank, host and phase); worth a warning.
-            Outcome::Failed { reason } => {
-                tracing::warn!(job = %job_id, %request, reported_by = %rank, "reconfiguration failed: {reason}");
-            }
-        }
-        if let Some(waiter) = flight.waiter {
-            self.send(waiter, FromDaemon::MigrationFinished { request, outcome });
-        }
-    }
-
     fn handle_controller_message(&mut self, now: Instant, conn: ConnId, message: ToDaemon) {
         match message {
             ToDaemon::QueryStatus => {
@@ -783,7 +924,7 @@ impl Registry {
                 self.send(conn, FromDaemon::Status(status));
             }
             ToDaemon::QueryStats => {
-                let stats = self.stats();
+                let stats = self.stats(now);
                 self.send(conn, FromDaemon::Stats(stats));
             }
             ToDaemon::Migrate { job, moves, wait } => {
@@ -886,14 +1027,16 @@ impl Registry {
             ));
         }
         let request = RequestId(self.next_request);
-        self.next_request = self.next_request.wrapping_add(1);
-        let targets: Vec<ConnId> = job.ranks.values().map(|r| r.conn).collect();
-        for target in targets {
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        let epoch = job.epoch;
+        let holders: Vec<ConnId> = job.ranks.values().map(|r| r.conn).collect();
+        for target in &holders {
             self.send(
-                target,
+                *target,
                 FromDaemon::ReconfigurationRequested {
                     request,
                     moves: moves.clone(),
+                    epoch,
                 },
             );
         }
@@ -905,16 +1048,21 @@ impl Registry {
                 moves,
                 deadline,
                 waiter: wait.then_some(conn),
+                epoch,
+                holders,
+                cancelling: false,
             });
         }
         Ok(request)
     }
 }
 
-/// The request-id seed for a daemon started `since_epoch` after the Unix epoch: milliseconds
-/// shifted left by 16 bits, leaving 65536 ids before it runs into the next millisecond's seed.
-pub fn request_id_seed(since_epoch: Duration) -> u64 {
-    (since_epoch.as_millis() as u64) << 16
+/// A random request-id seed, never 0. Seeds from the start time collided for daemons
+/// started in the same millisecond, and ids of a daemon started later always exceeded those
+/// of an earlier one; random 64-bit seeds make ids of different daemons collide with odds
+/// of about (requests made) / 2^64.
+pub fn request_id_seed() -> u64 {
+    rand::random::<u64>().max(1)
 }
 
 #[cfg(test)]

@@ -179,6 +179,8 @@ pub struct RankView<'a> {
     pub pid: u32,
     /// Whether the process replaced another.
     pub replacement: bool,
+    /// Whether the rank has stopped reporting (see [`pcm_proto::RankStatus::stalled`]).
+    pub stalled: bool,
 }
 
 /// The answer to a stats query: every registered rank (with an empty profile if it has not
@@ -197,10 +199,15 @@ pub fn node_stats(host: HostName, book: &Book, jobs: Vec<JobView<'_>>) -> NodeSt
                 .ranks
                 .into_iter()
                 .map(|r| {
-                    let (profile, rates) = book
+                    let (profile, mut rates) = book
                         .rank(job.job, r.rank)
                         .map(|(p, rates)| (p.clone(), rates))
                         .unwrap_or_default();
+                    if r.stalled {
+                        // A rank that stopped reporting has no current figures; its last
+                        // period's would read as a rank still working.
+                        rates = Rates::default();
+                    }
                     RankStats {
                         rank: r.rank,
                         host: r.host.clone(),
@@ -211,6 +218,7 @@ pub fn node_stats(host: HostName, book: &Book, jobs: Vec<JobView<'_>>) -> NodeSt
                         wall_per_iteration_us: rates.wall_per_iteration_us,
                         cpu_per_iteration_us: rates.cpu_per_iteration_us,
                         mpi_per_iteration_us: rates.mpi_per_iteration_us,
+                        stalled: r.stalled,
                     }
                 })
                 .collect(),

@@ -48,7 +48,10 @@ fn given_no_daemon_and_pcm_daemon_env_then_the_env_path_is_named() {
 fn given_registered_rank_then_status_table_and_json_show_it() {
     let daemon = Daemon::start(&[]);
     let mut r = rank(&daemon.socket, "job-7", 2, 4);
-    r.send(&ToDaemon::Progress { iteration: 31 });
+    r.send(&ToDaemon::Progress {
+        iteration: 31,
+        reconfigurations: 0,
+    });
     // A status round trip on the rank's daemon orders after the Progress message only per
     // connection, so poll until it shows.
     let deadline = std::time::Instant::now() + common::WAIT;
@@ -83,7 +86,7 @@ fn given_migrate_cli_and_rank_answers_then_outcome_with_timings_printed() {
         )
     });
     let request = match r.recv() {
-        FromDaemon::ReconfigurationRequested { request, moves } => {
+        FromDaemon::ReconfigurationRequested { request, moves, .. } => {
             assert_eq!(moves.len(), 2);
             assert!(moves.iter().all(|m| m.to == Some(host("node-b"))));
             request

@@ -45,9 +45,15 @@ fn assert_alive(daemon: &Daemon) {
 fn given_fake_rank_registers_then_status_shows_it_with_a_rate() {
     let daemon = Daemon::start(&[]);
     let mut r = rank(&daemon.socket, "job-1", 1, 4);
-    r.send(&ToDaemon::Progress { iteration: 100 });
+    r.send(&ToDaemon::Progress {
+        iteration: 100,
+        reconfigurations: 0,
+    });
     thread::sleep(Duration::from_millis(200));
-    r.send(&ToDaemon::Progress { iteration: 120 });
+    r.send(&ToDaemon::Progress {
+        iteration: 120,
+        reconfigurations: 0,
+    });
     // Let the daemon process it before asking.
     let deadline = Instant::now() + WAIT;
     let status = loop {
@@ -106,7 +112,8 @@ fn given_request_in_flight_then_second_migrate_is_busy() {
         r.recv(),
         FromDaemon::ReconfigurationRequested {
             request,
-            moves: moves(&[1])
+            moves: moves(&[1]),
+            epoch: 0,
         }
     );
     let err = client
@@ -129,7 +136,9 @@ fn given_wait_and_rank_reports_finished_then_migration_finished_is_delivered() {
             .migrate(None, moves(&[1]), true, WAIT)
     });
     let request = match r0.recv() {
-        FromDaemon::ReconfigurationRequested { request, moves: m } => {
+        FromDaemon::ReconfigurationRequested {
+            request, moves: m, ..
+        } => {
             assert_eq!(m, moves(&[1]));
             request
         }
@@ -190,14 +199,37 @@ fn given_all_ranks_disconnect_then_in_flight_is_cleared_with_failed() {
     assert!(daemon.client().status().unwrap().jobs.is_empty());
 }
 
+/// Item 13: past its deadline a request is withdrawn, not forgotten: the rank is asked to
+/// withdraw it, and the waiter hears "cancelled" only once the rank has.
 #[test]
-fn given_request_deadline_passes_then_waiter_gets_timed_out() {
+fn given_request_deadline_passes_then_the_rank_withdraws_it_and_the_waiter_hears_cancelled() {
     let daemon = Daemon::start(&["--request-timeout", "0.3"]);
-    let _r = rank(&daemon.socket, "job-1", 0, 2);
-    let mut client = daemon.client();
-    let err = client.migrate(None, moves(&[1]), true, WAIT).unwrap_err();
-    assert_eq!(err.kind(), Some(ErrorKind::TimedOut), "{err}");
-    assert_eq!(client.status().unwrap().jobs[0].in_flight, None);
+    let mut r = rank(&daemon.socket, "job-1", 0, 2);
+    let socket = daemon.socket.clone();
+    let waiter = thread::spawn(move || {
+        Client::connect(&socket)
+            .unwrap()
+            .migrate(None, moves(&[1]), true, WAIT)
+    });
+    let request = match r.recv() {
+        FromDaemon::ReconfigurationRequested { request, .. } => request,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(r.recv(), FromDaemon::CancelReconfiguration { request });
+    assert!(daemon.client().status().unwrap().jobs[0].cancelling);
+    r.send(&ToDaemon::ReconfigurationCancelled { request });
+    match waiter.join().unwrap().unwrap() {
+        Migration::Finished {
+            request: answered,
+            outcome: Outcome::Cancelled { reason },
+        } => {
+            assert_eq!(answered, request);
+            assert!(reason.contains("did not start within 0.3 s"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let job = daemon.client().status().unwrap().jobs[0].clone();
+    assert_eq!((job.in_flight, job.migrations, job.cancelled), (None, 0, 1));
 }
 
 #[test]
@@ -258,14 +290,14 @@ fn given_wrong_version_then_mismatch_error_and_close() {
     let daemon = Daemon::start(&[]);
     let mut bad = Conn::open(&daemon.socket);
     bad.send(&ToDaemon::Hello {
-        version: 2,
+        version: 1,
         client: ClientKind::Rank,
     });
     assert_eq!(
         bad.recv(),
         FromDaemon::Error {
             kind: ErrorKind::VersionMismatch,
-            message: "client speaks protocol v2, this daemon speaks v1".into()
+            message: "client speaks protocol v1, this daemon speaks v2".into()
         }
     );
     bad.expect_closed();
@@ -279,7 +311,10 @@ fn given_silent_and_garbage_clients_then_others_are_served() {
     let mut half = Conn::open(&daemon.socket);
     half.send_raw(&[0, 0]);
     let mut misplaced = Conn::hello(&daemon.socket, ClientKind::Rank);
-    misplaced.send(&ToDaemon::Progress { iteration: 1 });
+    misplaced.send(&ToDaemon::Progress {
+        iteration: 1,
+        reconfigurations: 0,
+    });
     assert!(matches!(
         misplaced.recv(),
         FromDaemon::Error {
@@ -351,6 +386,7 @@ fn given_replacement_registers_then_status_flags_it() {
         host: host("node-a"),
         pid: 9,
         replacement: true,
+        reconfigurations: 0,
     });
     assert_eq!(r.recv(), FromDaemon::Registered);
     let status = daemon.client().status().unwrap();

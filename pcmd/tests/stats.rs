@@ -47,6 +47,7 @@ fn register(core: &mut Registry, now: Instant, rank: u32) -> ConnId {
             host: HostName::new("node-a").unwrap(),
             pid: 100 + rank,
             replacement: false,
+            reconfigurations: 0,
         },
     );
     assert_eq!(replies(core), vec![FromDaemon::Registered]);

@@ -390,7 +390,14 @@ pub struct Pcmd {
 impl Pcmd {
     /// Starts a daemon for this host and waits until it accepts connections.
     pub fn start() -> Pcmd {
-        Self::start_in(tempfile::tempdir().unwrap())
+        Self::start_with(&[])
+    }
+
+    /// Like [`Pcmd::start`], with extra `pcmd serve` options (`--request-timeout 3`).
+    pub fn start_with(serve_args: &[&str]) -> Pcmd {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon_env = dir.path().join("{host}.sock").display().to_string();
+        Self::start_on(dir, daemon_env, serve_args)
     }
 
     /// Starts a new daemon on the socket of `previous` (which must be dead), as an operator
@@ -401,17 +408,12 @@ impl Pcmd {
             .prefix("pcmd-restart")
             .tempdir()
             .unwrap();
-        let mut restarted = Self::start_on(dir, previous.daemon_env.clone());
+        let mut restarted = Self::start_on(dir, previous.daemon_env.clone(), &[]);
         restarted.daemon_env = previous.daemon_env.clone();
         restarted
     }
 
-    fn start_in(dir: tempfile::TempDir) -> Pcmd {
-        let daemon_env = dir.path().join("{host}.sock").display().to_string();
-        Self::start_on(dir, daemon_env)
-    }
-
-    fn start_on(dir: tempfile::TempDir, daemon_env: String) -> Pcmd {
+    fn start_on(dir: tempfile::TempDir, daemon_env: String, serve_args: &[&str]) -> Pcmd {
         let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
         let socket = PathBuf::from(daemon_env.replace("{host}", &host));
         let mut command = Command::new(bin("pcmd"));
@@ -419,6 +421,7 @@ impl Pcmd {
             .arg("--socket")
             .arg(&socket)
             .arg("serve")
+            .args(serve_args)
             .env("RUST_LOG", "debug");
         let group = Group::start(command, dir.path(), "pcmd");
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -296,3 +296,246 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
     assert_eq!(report.checksum, reference);
     assert_eq!(report.migrations, Some(1));
 }
+
+/// Sends SIGCONT to a stopped rank when dropped, so a failed assertion never leaves the job
+/// stopped.
+struct Stopped(nix::unistd::Pid);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+fn rank_status(pcmd: &Pcmd, rank: u32) -> pcm_proto::RankStatus {
+    status(pcmd).jobs[0]
+        .ranks
+        .iter()
+        .find(|r| r.rank.0 == rank)
+        .cloned()
+        .unwrap_or_else(|| panic!("rank {rank} not registered"))
+}
+
+/// Items 13 and 10 (review issue 12). A request with a 3 s deadline for a job with a stopped
+/// rank: the stopped rank shows as stalled (with no rate) in `pcmd status`, the ranks still
+/// running withdraw the request at the deadline, the caller is told it was cancelled, and
+/// after SIGCONT the move never runs: pcmd's counters and the job's own report agree (no
+/// migration, one cancelled request).
+#[test]
+fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_and_never_runs() {
+    let _lock = mpi_lock();
+    let reference = plain_checksum(LONG_ARGS);
+    let pcmd = Pcmd::start_with(&["--request-timeout", "3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .start(dir.path(), "heat2d");
+    wait_until(WAIT, "3 ranks registered and running", || {
+        running_ranks(&pcmd) == 3
+    });
+    let pid = rank_status(&pcmd, 1).pid;
+    let stopped = Stopped::stop(pid);
+
+    // Item 10: stalled, shown as such, in the typed status and in the table.
+    wait_until(WAIT, "rank 1 shown as stalled", || {
+        rank_status(&pcmd, 1).stalled
+    });
+    let shown = rank_status(&pcmd, 1);
+    assert_eq!(shown.iterations_per_second, 0.0, "{shown:?}");
+    for rank in [0, 2] {
+        let healthy = rank_status(&pcmd, rank);
+        assert!(!healthy.stalled, "{healthy:?}");
+    }
+    let table = text(&pcmd.cli(&["status"]).stdout);
+    let line = table
+        .lines()
+        .find(|l| l.contains(&pid.to_string()))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains("stalled"), "{table}");
+
+    // Item 13: the request misses its deadline and is withdrawn by the running ranks.
+    let moved = pcmd.cli(&["migrate", "--rank", "1", "--timeout", "60"]);
+    let out = text(&moved.stdout);
+    assert!(!moved.status.success(), "{out}");
+    assert!(
+        out.contains("cancelled") && out.contains("withdrew it"),
+        "{out}"
+    );
+    let job_status = status(&pcmd).jobs[0].clone();
+    assert_eq!(
+        (
+            job_status.in_flight,
+            job_status.migrations,
+            job_status.cancelled
+        ),
+        (None, 0, 1),
+        "{job_status:?}"
+    );
+
+    // Resumed, the rank runs on and the withdrawn move never happens.
+    let before = rank_status(&pcmd, 0).iteration;
+    drop(stopped);
+    wait_until(WAIT, "the job to run on after SIGCONT", || {
+        rank_status(&pcmd, 0).iteration > before + 200
+    });
+    let after = rank_status(&pcmd, 1);
+    assert!(
+        !after.stalled && after.pid == pid && !after.replacement,
+        "{after:?}"
+    );
+    let job_status = status(&pcmd).jobs[0].clone();
+    assert_eq!((job_status.migrations, job_status.cancelled), (0, 1));
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(job_status.migrations));
+}
+
+/// Item 14 (review issue 12): `pcmd migrate --rank 1` sent at the same instant to the two
+/// daemons of a job (rank 0 registered with A, ranks 1 and 2 with B), to different targets:
+/// exactly one move runs, and the other caller is told which request won.
+#[test]
+fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs() {
+    let _lock = mpi_lock();
+    let reference = plain_checksum(LONG_ARGS);
+    let daemon_a = Pcmd::start();
+    let daemon_b = Pcmd::start();
+    let runtime = Runtime::current();
+    let mut command = std::process::Command::new(runtime.launcher());
+    for (k, v) in runtime.test_env() {
+        command.env(k, v);
+    }
+    let heat2d = mpi_ios_tests::bin("heat2d");
+    command
+        .args(runtime.ranks_args(1))
+        .args(runtime.local_env_args("PCM_DAEMON", &daemon_a.daemon_env));
+    command.arg(&heat2d).args(LONG_ARGS).arg(":");
+    command
+        .args(runtime.ranks_args(2))
+        .args(runtime.local_env_args("PCM_DAEMON", &daemon_b.daemon_env));
+    command.arg(&heat2d).args(LONG_ARGS);
+    let dir = tempfile::tempdir().unwrap();
+    let job = Group::start(command, dir.path(), "mpmd");
+    wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);
+    wait_until(WAIT, "ranks 1 and 2 at daemon B", || {
+        running_ranks(&daemon_b) == 2
+    });
+
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let ask = |pcmd: &Pcmd, to: Option<String>| {
+        let socket = pcmd.socket.clone();
+        let barrier = barrier.clone();
+        std::thread::spawn(move || {
+            let mut command = std::process::Command::new(mpi_ios_tests::bin("pcmd"));
+            command
+                .arg("--socket")
+                .arg(&socket)
+                .args(["migrate", "--rank", "1"]);
+            if let Some(to) = to {
+                command.args(["--to", &to]);
+            }
+            barrier.wait();
+            command.output().unwrap()
+        })
+    };
+    let a = ask(&daemon_a, Some(host));
+    let b = ask(&daemon_b, None);
+    let outputs = [a.join().unwrap(), b.join().unwrap()];
+    let texts: Vec<String> = outputs
+        .iter()
+        .map(|o| format!("{}{}", text(&o.stdout), text(&o.stderr)))
+        .collect();
+    let won: Vec<usize> = (0..2).filter(|&i| outputs[i].status.success()).collect();
+    assert_eq!(won.len(), 1, "exactly one request must win: {texts:#?}");
+    let (winner, loser) = (won[0], 1 - won[0]);
+    assert!(texts[winner].contains("rank 1 ->"), "{texts:#?}");
+    let winner_id = texts[winner]
+        .split_whitespace()
+        .find(|w| w.starts_with('#'))
+        .unwrap()
+        .to_owned();
+    assert!(
+        texts[loser].contains("not carried out") && texts[loser].contains(&winner_id),
+        "the loser must be told which request won ({winner_id}): {texts:#?}"
+    );
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(1));
+}
+
+/// Item 16 (review issue 12): `Pcm::migrations` counts reconfigurations since the job first
+/// started, so a restart from a checkpoint written after a move resumes the count (it used
+/// to return to 0). A scripted move at iteration 20, checkpoints every 0.25 s, rank 1
+/// killed once a checkpoint after the move exists, then `PCM_RESTART=1`: the restarted
+/// run's report says 1 migration, and its log names the schedule entry it never reached.
+#[test]
+fn given_a_move_then_a_restart_from_a_later_checkpoint_then_the_migration_count_is_kept() {
+    let _lock = mpi_lock();
+    let args = ["--rows", "400", "--cols", "400", "--iters", "20000"];
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store_arg = store.display().to_string();
+    let pcmd = Pcmd::start_with(&["--checkpoint-dir", &store_arg]);
+    let job = |restart: bool| {
+        let job = MpiJob::new(2, "heat2d", &args)
+            .env("PCM_DAEMON", pcmd.daemon_env.clone())
+            .env("PCM_CHECKPOINT_INTERVAL", "0.25")
+            .env("PCM_SCHEDULE", "20:1");
+        if restart {
+            job.env("PCM_RESTART", "1")
+        } else {
+            job
+        }
+    };
+    let checkpoints_after_the_move = || {
+        std::fs::read_dir(store.join("heat2d-2r"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("manifest").exists())
+            .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+            .any(|iteration| iteration > 20)
+    };
+    let mut first = job(false).start(dir.path(), "first");
+    wait_until(WAIT, "a checkpoint after the scripted move", || {
+        assert!(
+            first.running(),
+            "heat2d ended early: {}",
+            first.stderr_so_far()
+        );
+        checkpoints_after_the_move()
+    });
+    let replacement = rank_status(&pcmd, 1);
+    assert!(replacement.replacement, "{replacement:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(replacement.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_ne!(first.wait(DEADLINE).code, Some(0));
+
+    let restarted = job(true).run(DEADLINE);
+    let report = restarted.report();
+    assert!(
+        restarted.stderr.contains("restarted from the checkpoint"),
+        "{}",
+        restarted.stderr
+    );
+    assert_eq!(report.migrations, Some(1), "{}", restarted.stderr);
+    assert!(
+        restarted
+            .stderr
+            .contains("PCM_SCHEDULE: entry \"20:1\" was never carried out"),
+        "{}",
+        restarted.stderr
+    );
+}

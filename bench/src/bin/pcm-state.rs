@@ -196,10 +196,10 @@ fn print_outcome(pcm: &Pcm, reconfigure_us: u64) {
                    "state_transfer_us": timings.state_transfer_us,
                    "state_bytes": timings.state_bytes, "reconfigure_us": reconfigure_us})
         ),
-        Some(Outcome::Failed { reason }) => {
+        Some(other) => {
             println!(
                 "{}",
-                json!({"event": "reconfiguration_failed", "reason": reason})
+                json!({"event": "reconfiguration_failed", "reason": other.failure().unwrap_or_default()})
             );
         }
         None => {}

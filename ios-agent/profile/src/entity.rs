@@ -60,7 +60,9 @@ fn network_rate(now: &RankStats, previous: Option<&RankStats>) -> f64 {
 /// Converts one rank's figures into the model's entity profile.
 ///
 /// - `cpu`: CPU per iteration times iterations per second; when no iteration ended in the
-///   period, the rank's lifetime average (`cpu_us / wall_us`).
+///   period, the rank's lifetime average (`cpu_us / wall_us`); 0 for a stalled rank (pcmd
+///   heard nothing from it: a stopped process uses no CPU, and its lifetime average would
+///   be a stale figure).
 /// - `compute` = wall per iteration - MPI per iteration (at least 0); `mpi_wait` = MPI per
 ///   iteration; both 0 when no iteration ended in the period.
 /// - `network`: bytes per second over the period when `previous` (the same rank in the
@@ -74,7 +76,9 @@ pub fn entity_profile(
 ) -> EntityProfile {
     let p = &rank.profile;
     let rate = clean(rank.iterations_per_second);
-    let cpu = if rate > 0.0 {
+    let cpu = if rank.stalled {
+        0.0
+    } else if rate > 0.0 {
         clean(rank.cpu_per_iteration_us) * rate / 1e6
     } else if p.wall_us > 0 {
         p.cpu_us as f64 / p.wall_us as f64
@@ -123,6 +127,21 @@ pub fn entity_profiles(stats: &NodeStats, previous: Option<&NodeStats>) -> Vec<E
                     .iter()
                     .find(|r| r.rank == rank.rank && r.pid == rank.pid);
                 entity_profile(&job.job, rank, prev)
+            })
+        })
+        .collect()
+}
+
+/// The ranks pcmd reports as stalled (no report for a few seconds: a stopped or hung
+/// process), in pcmd's order.
+pub fn stalled_entities(stats: &NodeStats) -> Vec<EntityId> {
+    stats
+        .jobs
+        .iter()
+        .flat_map(|job| {
+            job.ranks.iter().filter(|r| r.stalled).map(|r| EntityId {
+                job: job.job.clone(),
+                rank: r.rank,
             })
         })
         .collect()
@@ -273,7 +292,24 @@ mod tests {
             wall_per_iteration_us: wall_us,
             cpu_per_iteration_us: cpu_us,
             mpi_per_iteration_us: mpi_us,
+            stalled: false,
         }
+    }
+
+    /// Item 10 (review issue 12): a stopped rank's figures in pcmd are zeros and it is
+    /// marked stalled; its entity must not show its lifetime CPU average as current use.
+    #[test]
+    fn given_a_stalled_rank_then_its_cpu_is_zero_and_it_is_listed_as_stalled() {
+        let mut stopped = rank(1, 0.0, 0.0, 0.0, 0.0);
+        stopped.stalled = true;
+        let s = stats(vec![rank(0, 0.0, 0.0, 0.0, 0.0), stopped]);
+        let e = entity_profiles(&s, None);
+        // A rank waiting (no iteration ended) still shows its average; the stalled one 0.
+        assert!(e[0].cpu > 0.5, "{:?}", e[0]);
+        assert_eq!(e[1].cpu, 0.0);
+        let stalled = stalled_entities(&s);
+        assert_eq!(stalled.len(), 1);
+        assert_eq!(stalled[0].rank, Rank(1));
     }
 
     fn stats(ranks: Vec<RankStats>) -> NodeStats {

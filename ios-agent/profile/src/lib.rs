@@ -36,7 +36,8 @@ pub mod sensor;
 pub mod speed;
 
 pub use entity::{
-    entity_pids, entity_profile, entity_profiles, load_without_waiting, CompetingLoad,
+    entity_pids, entity_profile, entity_profiles, load_without_waiting, stalled_entities,
+    CompetingLoad,
 };
 pub use sensor::{EntityUsage, NodeSample, NodeSensor, Scope, SensorConfig, SensorError, Target};
 pub use speed::{SpeedProbe, SpeedSample};

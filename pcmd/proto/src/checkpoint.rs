@@ -258,6 +258,11 @@ pub struct PieceHeader {
     pub host: HostName,
     /// The entries, in the order their bytes follow.
     pub entries: Vec<PieceEntry>,
+    /// Reconfigurations the job had completed when it wrote the checkpoint: a restart
+    /// resumes the count (`Pcm::migrations`) from here. Pieces written before this field
+    /// existed read as 0.
+    #[serde(default)]
+    pub reconfigurations: u64,
 }
 
 impl PieceHeader {
@@ -683,6 +688,7 @@ mod tests {
                 type_name: "[f64]".into(),
                 len: 16,
             }],
+            reconfigurations: 2,
         };
         let bytes = header.encode();
         let mut hasher = Hasher::new();

@@ -27,14 +27,15 @@ pub use path::{ensure_private_dir, read_private_file, socket_path, PrivateDirErr
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
 
 /// Version of this protocol; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame body accepted, in bytes (1 MiB). Status replies for thousands of ranks fit
 /// comfortably; anything larger is a bug or an attack.
 pub const MAX_FRAME_LEN: usize = 1 << 20;
 
-/// Identifier of one reconfiguration request. Unique per daemon (daemons seed it from their
-/// start time), so that a request delivered twice is recognised and acted on once.
+/// Identifier of one reconfiguration request, never 0. Unique across daemons: each daemon
+/// starts counting from a random 64-bit seed, so ids of two daemons collide only with odds of
+/// about one in 2^64 per request; a request delivered twice is recognised and acted on once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RequestId(pub u64);
 
@@ -116,6 +117,42 @@ pub enum Outcome {
         /// Why, in words that name the bad input.
         reason: String,
     },
+    /// Nothing was moved and nothing will be: the daemon withdrew the request after its
+    /// deadline ([`FromDaemon::CancelReconfiguration`]) before the job started it.
+    Cancelled {
+        /// Why, for people.
+        reason: String,
+    },
+    /// Nothing was moved: the job reconfigured after the request was made (another
+    /// daemon's request, or a scripted move, won), so its moves no longer describe the job.
+    Superseded {
+        /// The request that won, or `None` for a scripted move (`PCM_SCHEDULE`).
+        by: Option<RequestId>,
+        /// What the winner moved.
+        moves: Vec<Move>,
+    },
+}
+
+impl Outcome {
+    /// Whether every move was carried out.
+    pub fn is_completed(&self) -> bool {
+        matches!(self, Outcome::Completed { .. })
+    }
+
+    /// Why nothing was moved, in words, or `None` if the moves were carried out.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Outcome::Completed { .. } => None,
+            Outcome::Failed { reason } => Some(reason.clone()),
+            Outcome::Cancelled { reason } => Some(format!("cancelled: {reason}")),
+            Outcome::Superseded { by, moves } => Some(format!(
+                "superseded by {} ({}), which the job carried out first; nothing of this \
+                 request was moved",
+                by.map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}")),
+                describe_moves(moves)
+            )),
+        }
+    }
 }
 
 /// Everything a client sends to a daemon.
@@ -144,11 +181,25 @@ pub enum ToDaemon {
         pid: u32,
         /// Whether this process replaced an earlier one (it was spawned by a migration).
         replacement: bool,
+        /// Reconfigurations the job has completed so far (its epoch; see
+        /// [`FromDaemon::ReconfigurationRequested`]).
+        #[serde(default)]
+        reconfigurations: u64,
     },
     /// A rank reports how far it has come (sent about once a second).
     Progress {
         /// Iterations completed, counted by status calls.
         iteration: u64,
+        /// Reconfigurations the job has completed so far.
+        #[serde(default)]
+        reconfigurations: u64,
+    },
+    /// A rank answers [`FromDaemon::CancelReconfiguration`]: it withdrew the request before
+    /// the job started it, and the job will drop it. A rank that had already started it
+    /// sends nothing and later reports [`ToDaemon::ReconfigurationFinished`].
+    ReconfigurationCancelled {
+        /// The request withdrawn.
+        request: RequestId,
     },
     /// A rank reports that a reconfiguration request it received has ended.
     ReconfigurationFinished {
@@ -195,6 +246,18 @@ pub enum FromDaemon {
         request: RequestId,
         /// What to move.
         moves: Vec<Move>,
+        /// Reconfigurations the job had completed when the request was made, as far as the
+        /// daemon knows. A job that has completed more by the time it agrees on the request
+        /// refuses it ([`Outcome::Superseded`]): two requests sent at once to two daemons
+        /// never both run.
+        #[serde(default)]
+        epoch: u64,
+    },
+    /// Pushed to the ranks that received a request which missed its deadline: withdraw it
+    /// unless it has started. Answered by [`ToDaemon::ReconfigurationCancelled`].
+    CancelReconfiguration {
+        /// The request to withdraw.
+        request: RequestId,
     },
     /// Answer to `QueryStatus`.
     Status(DaemonStatus),
@@ -262,10 +325,21 @@ pub struct JobStatus {
     pub size: u32,
     /// Ranks of the job registered with this daemon, ordered by rank.
     pub ranks: Vec<RankStatus>,
-    /// Reconfiguration in flight, if any.
+    /// Reconfiguration in flight, if any (also while it is being cancelled).
     pub in_flight: Option<RequestId>,
-    /// Reconfigurations this daemon saw finish for the job.
+    /// Whether the request in flight missed its deadline and is being cancelled: the daemon
+    /// waits for the job to withdraw it or to report how it ended.
+    #[serde(default)]
+    pub cancelling: bool,
+    /// Requests made through this daemon that the job completed.
     pub migrations: u64,
+    /// Requests made through this daemon that the job withdrew after their deadline.
+    #[serde(default)]
+    pub cancelled: u64,
+    /// Requests made through this daemon that ended with nothing moved (failed or
+    /// superseded).
+    #[serde(default)]
+    pub failed: u64,
 }
 
 /// One registered rank.
@@ -279,11 +353,23 @@ pub struct RankStatus {
     pub pid: u32,
     /// Last iteration reported.
     pub iteration: u64,
-    /// Iterations per second over the last reporting period.
+    /// Iterations per second over the last reporting period (0 when stalled).
     pub iterations_per_second: f64,
     /// Whether the process is a replacement spawned by a migration.
     pub replacement: bool,
+    /// Whether the rank is stalled: its link has sent nothing for [`STALLED_AFTER_S`]
+    /// seconds (the process is stopped, or hung outside MPI).
+    #[serde(default)]
+    pub stalled: bool,
+    /// Seconds since the rank's last report.
+    #[serde(default)]
+    pub silent_s: f64,
 }
+
+/// Seconds without a report after which a rank counts as stalled. Ranks report about once a
+/// second, even while they wait inside MPI, so three missed reports mean the process itself
+/// does not run.
+pub const STALLED_AFTER_S: f64 = 3.0;
 
 /// Messages and bytes exchanged with one peer rank (point-to-point only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,6 +455,10 @@ pub struct RankStats {
     pub cpu_per_iteration_us: f64,
     /// Time inside MPI per iteration over the last period, microseconds.
     pub mpi_per_iteration_us: f64,
+    /// Whether the rank is stalled (see [`RankStatus::stalled`]); its figures are then zeros,
+    /// not the last ones it reported.
+    #[serde(default)]
+    pub stalled: bool,
 }
 
 /// One job's ranks on one node.
@@ -564,6 +654,7 @@ mod tests {
                 host: HostName::new("node-a").unwrap(),
                 pid: 1234,
                 replacement: false,
+                reconfigurations: 0,
             },
             ToDaemon::Migrate {
                 job: None,

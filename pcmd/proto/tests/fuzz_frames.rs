@@ -78,6 +78,7 @@ fn seeds() -> Vec<Vec<u8>> {
             host: HostName::new("h").unwrap(),
             pid: 9,
             replacement: false,
+            reconfigurations: 0,
         }),
         encode(&FromDaemon::Registered),
         encode(&Request::Hello {
@@ -136,6 +137,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 type_name: "[f64]".into(),
                 len: 8,
             }],
+            reconfigurations: 0,
         }
         .encode(),
     ]

@@ -48,6 +48,14 @@ impl Harness {
         }
     }
 
+    fn with_seed(seed: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            core: Registry::new(Config::default(), host("node-a"), 99, now, seed),
+            now,
+        }
+    }
+
     fn advance(&mut self, by: Duration) {
         self.now += by;
         if self.core.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -134,6 +142,7 @@ fn register(job_name: &str, rank: u32, size: u32, replacement: bool) -> ToDaemon
         host: host("node-a"),
         pid: 1000 + rank,
         replacement,
+        reconfigurations: 0,
     }
 }
 
@@ -188,15 +197,35 @@ fn given_rank_registers_then_status_lists_it() {
 fn given_consecutive_progress_then_rate_is_delta_over_time() {
     let mut h = Harness::new();
     let r = h.rank("job-1", 0, 1);
-    assert!(h.send(r, ToDaemon::Progress { iteration: 10 }).is_empty());
+    assert!(h
+        .send(
+            r,
+            ToDaemon::Progress {
+                iteration: 10,
+                reconfigurations: 0,
+            }
+        )
+        .is_empty());
     assert_eq!(h.status().jobs[0].ranks[0].iterations_per_second, 0.0);
     h.advance(Duration::from_secs(2));
-    h.send(r, ToDaemon::Progress { iteration: 50 });
+    h.send(
+        r,
+        ToDaemon::Progress {
+            iteration: 50,
+            reconfigurations: 0,
+        },
+    );
     let rank = &h.status().jobs[0].ranks[0];
     assert_eq!(rank.iteration, 50);
     assert!((rank.iterations_per_second - 20.0).abs() < 1e-9, "{rank:?}");
     // A report at the same instant does not divide by zero.
-    h.send(r, ToDaemon::Progress { iteration: 60 });
+    h.send(
+        r,
+        ToDaemon::Progress {
+            iteration: 60,
+            reconfigurations: 0,
+        },
+    );
     assert!(h.status().jobs[0].ranks[0]
         .iterations_per_second
         .is_finite());
@@ -206,7 +235,13 @@ fn given_consecutive_progress_then_rate_is_delta_over_time() {
 fn given_progress_before_register_then_bad_message_and_connection_stays() {
     let mut h = Harness::new();
     let r = h.connect(ClientKind::Rank);
-    let out = h.send(r, ToDaemon::Progress { iteration: 1 });
+    let out = h.send(
+        r,
+        ToDaemon::Progress {
+            iteration: 1,
+            reconfigurations: 0,
+        },
+    );
     let (kind, message) = error_of(&out, r);
     assert_eq!(kind, ErrorKind::BadMessage);
     assert!(message.contains("Progress before Register"), "{message}");
@@ -266,13 +301,13 @@ fn given_wrong_version_then_mismatch_named_and_closed() {
     let out = h.send(
         c,
         ToDaemon::Hello {
-            version: 2,
+            version: 1,
             client: ClientKind::Controller,
         },
     );
     let (kind, message) = error_of(&out, c);
     assert_eq!(kind, ErrorKind::VersionMismatch);
-    assert_eq!(message, "client speaks protocol v2, this daemon speaks v1");
+    assert_eq!(message, "client speaks protocol v1, this daemon speaks v2");
     assert!(closes(&out, c));
     assert_eq!(h.core.connections(), 0);
 }
@@ -348,7 +383,8 @@ fn given_migrate_then_every_rank_of_the_job_gets_the_request() {
             conn: r,
             message: FromDaemon::ReconfigurationRequested {
                 request,
-                moves: moves.clone()
+                moves: moves.clone(),
+                epoch: 0,
             }
         }));
     }
@@ -361,7 +397,6 @@ fn given_migrate_then_every_rank_of_the_job_gets_the_request() {
 
 #[test]
 fn given_request_ids_then_they_count_up_from_the_seed() {
-    assert_eq!(request_id_seed(Duration::from_millis(3)), 3 << 16);
     let mut h = Harness::new();
     let r = h.rank("job-1", 0, 2);
     let c = h.controller();
@@ -535,10 +570,30 @@ fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
     assert_eq!(h.core.poll_timeout(), None);
 }
 
+/// The finished report in `out` for `conn`.
+fn finished_of(out: &[Output], conn: ConnId) -> (RequestId, Outcome) {
+    let found: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                conn: c,
+                message: FromDaemon::MigrationFinished { request, outcome },
+            } if *c == conn => Some((*request, outcome.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "expected one MigrationFinished in {out:?}");
+    found[0].clone()
+}
+
+/// Item 13: a request past its deadline is not dropped while a stopped rank may still run
+/// it. The holders are asked to withdraw it, and it stays in flight (the job stays busy)
+/// until one withdraws it; then the waiter hears it was cancelled and it counts as such.
 #[test]
-fn given_deadline_passes_then_waiter_gets_timed_out_and_job_is_free() {
+fn given_deadline_passes_then_holders_are_asked_to_withdraw_and_a_withdrawal_cancels_it() {
     let mut h = Harness::with(Config::default().with_request_timeout(Duration::from_secs(10)));
-    h.rank("job-1", 0, 2);
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
     let c = h.controller();
     let request = accepted(&h.migrate(c, None, vec![mv(1, None)], true), c);
     assert_eq!(h.core.poll_timeout(), Some(h.now + Duration::from_secs(10)));
@@ -546,11 +601,194 @@ fn given_deadline_passes_then_waiter_gets_timed_out_and_job_is_free() {
     assert!(h.outputs().is_empty());
     h.advance(Duration::from_secs(1));
     let out = h.outputs();
-    let (kind, message) = error_of(&out, c);
-    assert_eq!(kind, ErrorKind::TimedOut);
-    assert!(message.contains(&request.to_string()), "{message}");
-    assert_eq!(h.status().jobs[0].in_flight, None);
+    for r in [r0, r1] {
+        assert!(
+            out.contains(&Output::Send {
+                conn: r,
+                message: FromDaemon::CancelReconfiguration { request }
+            }),
+            "{out:?}"
+        );
+    }
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Send { conn, .. } if *conn == c)),
+        "the waiter is answered only once the request's fate is known: {out:?}"
+    );
+    let status = h.status();
+    assert_eq!(status.jobs[0].in_flight, Some(request));
+    assert!(status.jobs[0].cancelling);
+    // No new deadline: the daemon waits for the job.
+    assert_eq!(h.core.poll_timeout(), None);
+    let (kind, _) = error_of(&h.migrate(c, None, vec![mv(0, None)], false), c);
+    assert_eq!(kind, ErrorKind::Busy);
+
+    let out = h.send(r0, ToDaemon::ReconfigurationCancelled { request });
+    let (answered, outcome) = finished_of(&out, c);
+    assert_eq!(answered, request);
+    match outcome {
+        Outcome::Cancelled { reason } => {
+            assert!(reason.contains("did not start within 10 s"), "{reason}");
+            assert!(reason.contains("rank 0 withdrew it"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let job = &h.status().jobs[0];
+    assert_eq!(
+        (job.in_flight, job.migrations, job.cancelled, job.failed),
+        (None, 0, 1, 0)
+    );
+    // The other holder's late answer changes nothing.
+    assert!(h
+        .send(r1, ToDaemon::ReconfigurationCancelled { request })
+        .is_empty());
+    assert_eq!(h.status().jobs[0].cancelled, 1);
     accepted(&h.migrate(c, None, vec![mv(1, None)], false), c);
+}
+
+/// Item 13, the reviewer's case: the job had already started the request (the stopped rank
+/// resumed), so no rank withdraws it and the job reports it completed: the daemon counts
+/// the migration the job counts, and the waiter gets the real outcome.
+#[test]
+fn given_deadline_passes_and_the_job_completes_it_anyway_then_it_counts_as_a_migration() {
+    let mut h = Harness::with(Config::default().with_request_timeout(Duration::from_secs(3)));
+    let r0 = h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, None)], true), c);
+    h.advance(Duration::from_secs(3));
+    h.outputs();
+    h.advance(Duration::from_secs(30));
+    assert!(h.outputs().is_empty());
+    let out = h.send(
+        r0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed(),
+        },
+    );
+    let (_, outcome) = finished_of(&out, c);
+    assert!(outcome.is_completed(), "{outcome:?}");
+    let job = &h.status().jobs[0];
+    assert_eq!((job.in_flight, job.migrations, job.cancelled), (None, 1, 0));
+}
+
+/// Item 13: while a request is being withdrawn, every rank that received it leaving without
+/// an answer ends it as failed with an unknown fate, not as a clean cancellation.
+#[test]
+fn given_cancelling_and_every_holder_leaves_then_it_fails_as_unknown() {
+    let mut h = Harness::with(Config::default().with_request_timeout(Duration::from_secs(3)));
+    let r0 = h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(1, None)], true), c);
+    h.advance(Duration::from_secs(3));
+    h.outputs();
+    // A replacement registered after the request: it never held it.
+    h.rank("job-1", 1, 2);
+    h.core.handle_disconnected(h.now, r0);
+    let (answered, outcome) = finished_of(&h.outputs(), c);
+    assert_eq!(answered, request);
+    match outcome {
+        Outcome::Failed { reason } => assert!(reason.contains("not known"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.status().jobs[0].failed, 1);
+}
+
+/// Item 14: a request tells the ranks the job's epoch as last reported, so that a job that
+/// reconfigured meanwhile (another daemon's request won) refuses it.
+#[test]
+fn given_ranks_report_reconfigurations_then_requests_carry_that_epoch() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    h.send(
+        r0,
+        ToDaemon::Progress {
+            iteration: 10,
+            reconfigurations: 4,
+        },
+    );
+    let c = h.controller();
+    let out = h.migrate(c, None, vec![mv(1, None)], false);
+    let request = accepted(&out, c);
+    assert!(out.contains(&Output::Send {
+        conn: r0,
+        message: FromDaemon::ReconfigurationRequested {
+            request,
+            moves: vec![mv(1, None)],
+            epoch: 4,
+        }
+    }));
+    // Completing it moves the daemon's view on at once, before the next progress report.
+    h.send(
+        r0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed(),
+        },
+    );
+    let out = h.migrate(c, None, vec![mv(0, None)], false);
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Send {
+            message: FromDaemon::ReconfigurationRequested { epoch: 5, .. },
+            ..
+        }
+    )));
+}
+
+/// Item 14: request ids are not derived from the start time, so two daemons started in the
+/// same millisecond do not hand out the same ids; 0 (no request) is never used.
+#[test]
+fn given_two_daemons_then_their_request_id_seeds_differ() {
+    let seeds: std::collections::BTreeSet<u64> = (0..64).map(|_| request_id_seed()).collect();
+    assert_eq!(seeds.len(), 64);
+    assert!(!seeds.contains(&0));
+    let mut h = Harness::with_seed(0);
+    h.rank("job-1", 0, 2);
+    let c = h.controller();
+    assert_ne!(
+        accepted(&h.migrate(c, None, vec![mv(1, None)], false), c).0,
+        0
+    );
+}
+
+/// Item 10: a rank whose link falls silent (a stopped process) shows as stalled with no
+/// rate, while a rank that keeps reporting shows its own rate.
+#[test]
+fn given_a_rank_stops_reporting_then_status_shows_it_stalled_and_the_others_their_rate() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
+    let progress = |iteration| ToDaemon::Progress {
+        iteration,
+        reconfigurations: 0,
+    };
+    h.send(r0, progress(100));
+    h.send(r1, progress(100));
+    h.advance(Duration::from_secs(1));
+    h.send(r0, progress(150));
+    h.send(r1, progress(150));
+    // Rank 1 stops; rank 0 goes on reporting (here at 20 it/s).
+    for i in 1..=4 {
+        h.advance(Duration::from_secs(1));
+        h.send(r0, progress(150 + 20 * i));
+    }
+    let status = h.status();
+    let ranks = &status.jobs[0].ranks;
+    assert!(!ranks[0].stalled);
+    assert!(
+        (ranks[0].iterations_per_second - 20.0).abs() < 1e-9,
+        "{ranks:?}"
+    );
+    assert!(ranks[1].stalled, "{ranks:?}");
+    assert_eq!(ranks[1].iterations_per_second, 0.0);
+    assert!(ranks[1].silent_s >= 4.0, "{ranks:?}");
+    let stats = h.core.stats(h.now);
+    assert!(stats.jobs[0].ranks[1].stalled);
+    assert!(!stats.jobs[0].ranks[0].stalled);
+    // It reports again: no longer stalled.
+    h.send(r1, progress(151));
+    assert!(!h.status().jobs[0].ranks[1].stalled);
 }
 
 #[test]
@@ -581,7 +819,13 @@ fn given_replacement_registers_before_old_rank_leaves_then_new_one_kept() {
     assert_eq!(status.jobs.len(), 1);
     assert!(status.jobs[0].ranks[0].replacement);
     // The old connection's later messages do not touch the new entry.
-    h.send(new, ToDaemon::Progress { iteration: 5 });
+    h.send(
+        new,
+        ToDaemon::Progress {
+            iteration: 5,
+            reconfigurations: 0,
+        },
+    );
     assert_eq!(h.status().jobs[0].ranks[0].iteration, 5);
 }
 
@@ -631,6 +875,7 @@ fn given_registrations_with_long_host_names_then_status_always_fits_a_frame() {
                 host: host(&long_host),
                 pid: 1,
                 replacement: false,
+                reconfigurations: 0,
             },
         );
         if out.iter().any(|o| {

@@ -256,6 +256,7 @@ pub fn rank(socket: &Path, job_name: &str, rank: u32, size: u32) -> Conn {
         host: host("node-a"),
         pid: 4000 + rank,
         replacement: false,
+        reconfigurations: 0,
     });
     assert_eq!(conn.recv(), FromDaemon::Registered);
     conn
