@@ -75,6 +75,9 @@ pub enum Error {
 
 /// Checkpoint options of `pcmd serve`.
 #[derive(Debug, Clone, Args)]
+// Flattened into `cli::ServeArgs`: without `skip`, both would make an argument group named
+// `ServeArgs`, and clap's definition check panics (in debug builds, at the first parse).
+#[group(skip)]
 pub struct ServeArgs {
     /// Directory for checkpoints. Default: $XDG_STATE_HOME/pcmd/HOST, else
     /// $HOME/.local/state/pcmd/HOST, else /tmp/pcmd-UID/checkpoints-HOST.
