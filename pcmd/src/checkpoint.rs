@@ -42,8 +42,8 @@ use pcm_proto::checkpoint::{
 use pcm_proto::{HostName, Rank};
 
 use crate::buddy::{self, Buddy};
-use crate::log_limit::{self, LogLimit};
 use admission::{Admission, Limits, Source};
+use pcm_proto::log_limit::{self, LogLimit};
 pub use store::Store;
 
 /// Buffer of a connection's reader (64 KiB). Piece bytes are copied in larger blocks that

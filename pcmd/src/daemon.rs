@@ -248,7 +248,7 @@ async fn serve(
     tracing::info!(socket = %socket.display(), host = %registry.host(), pid = std::process::id(), "pcmd serving");
     let (events_tx, mut events) = mpsc::channel::<Event>(EVENT_QUEUE);
     let mut conns: HashMap<ConnId, Handle> = HashMap::new();
-    let mut log = crate::log_limit::LogLimit::default();
+    let mut log = pcm_proto::log_limit::LogLimit::default();
     let mut sensor = crate::node::Sensor::new();
     let period = registry.config().stats_period();
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -275,7 +275,7 @@ async fn serve(
                 Err(e) => {
                     // Typically out of file descriptors: back off instead of spinning.
                     if let Some(n) = log.check("accept", Instant::now()) {
-                        tracing::warn!("accept failed: {e}{}", crate::log_limit::suffix(n));
+                        tracing::warn!("accept failed: {e}{}", pcm_proto::log_limit::suffix(n));
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

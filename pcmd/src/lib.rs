@@ -13,7 +13,6 @@
 //! - [`stats`]: the pure profile book (the ranks' reports, per-period rates) the registry
 //!   keeps; [`node`]: the node's own load, sampled by the driver once per stats period.
 //! - [`client`]: a small blocking controller client.
-//! - [`log_limit`]: a rate limit for warnings that any client can provoke.
 //! - [`cli`]: the binary's options and output formatting.
 //! - [`checkpoint`]: the checkpoint service beside the driver (plain threads): receives
 //!   ranks' checkpoint pieces on `<socket>.ckpt`, stores them atomically, serves restarts;
@@ -41,7 +40,6 @@ pub mod checkpoint;
 pub mod cli;
 pub mod client;
 pub mod daemon;
-pub mod log_limit;
 pub mod node;
 pub mod registry;
 pub mod stats;

@@ -168,12 +168,9 @@ fn given_64_idle_connections_without_the_key_then_local_ranks_still_checkpoint()
     // The reviewer's attack: 64 idle TCP connections, no key, filled the slots the ranks'
     // socket shared.
     let idle: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    // Every local connection the ranks' budget allows is served meanwhile.
-    let ranks: Vec<Rankc> = (0..60)
-        .map(|i| Rankc::open(&daemon).unwrap_or_else(|e| panic!("rank connection {i}: {e}")))
-        .collect();
-    drop(ranks);
-    // Those beyond the address's cap are told so at once (not after a timeout).
+    // Those beyond the address's cap are told so at once (not after a timeout). Checked
+    // right away: the idle ones that hold the address's slots lose them at the handshake
+    // deadline (10 s), which a loaded machine can reach while the ranks connect below.
     let mut extra = TcpStream::connect(addr).unwrap();
     extra.set_read_timeout(Some(WAIT)).unwrap();
     match read_frame::<Response>(&mut extra) {
@@ -182,6 +179,11 @@ fn given_64_idle_connections_without_the_key_then_local_ranks_still_checkpoint()
         }
         other => panic!("expected a refusal naming the address, got {other:?}"),
     }
+    // Every local connection the ranks' budget allows is served meanwhile.
+    let ranks: Vec<Rankc> = (0..60)
+        .map(|i| Rankc::open(&daemon).unwrap_or_else(|e| panic!("rank connection {i}: {e}")))
+        .collect();
+    drop(ranks);
     checkpoint(&daemon, 10, 1000);
     // 60 refusals, a handful of lines.
     let refusals = daemon

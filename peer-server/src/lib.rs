@@ -33,7 +33,7 @@ use ios_agent_net::libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use ios_agent_net::libp2p::{
     self, identify, ping, rendezvous, swarm::ListenError, Multiaddr, PeerId, Swarm,
 };
-use ios_agent_net::limits::{self, LogLimiter, LogVerdict};
+use ios_agent_net::limits;
 use ios_agent_net::transport::{build_transport, describe_transport_error};
 use ios_agent_net::{Identity, PoolKey};
 
@@ -308,7 +308,7 @@ impl PeerServer {
 
 async fn serve(mut swarm: Swarm<Behaviour>) {
     // One failed or refused connection is one line at most; a flood is a few per window.
-    let mut incoming_failures = LogLimiter::default();
+    let mut incoming_failures = pcm_proto::log_limit::LogLimit::default();
     loop {
         match swarm.select_next_some().await {
             SwarmEvent::Behaviour(BehaviourEvent::Rendezvous(ev)) => {
@@ -351,8 +351,8 @@ async fn serve(mut swarm: Swarm<Behaviour>) {
                 error,
                 ..
             } => {
-                if let LogVerdict::Write { suppressed } =
-                    incoming_failures.check(std::time::Instant::now())
+                if let Some(suppressed) =
+                    incoming_failures.check("incoming", std::time::Instant::now())
                 {
                     let reason = match &error {
                         ListenError::Transport(e) => describe_transport_error(e).message,
@@ -360,11 +360,8 @@ async fn serve(mut swarm: Swarm<Behaviour>) {
                         other => other.to_string(),
                     };
                     tracing::warn!(
-                        "{}",
-                        limits::with_suppressed(
-                            &format!("connection from {send_back_addr} failed: {reason}"),
-                            suppressed
-                        )
+                        "connection from {send_back_addr} failed: {reason}{}",
+                        pcm_proto::log_limit::suffix(suppressed)
                     );
                 }
             }

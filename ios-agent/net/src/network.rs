@@ -380,7 +380,7 @@ impl Network {
             dial_backoff: HashMap::new(),
             outbound: HashMap::new(),
             listening,
-            incoming_failures: crate::limits::LogLimiter::default(),
+            incoming_failures: pcm_proto::log_limit::LogLimit::default(),
         };
         for addr in task.listening.clone() {
             task.emit(NetEvent::Listening { addr });
@@ -539,7 +539,7 @@ struct Task {
     listening: Vec<Multiaddr>,
     /// Failed incoming connections are logged and reported at this rate at most: garbage
     /// connections must not fill the log or the event channel.
-    incoming_failures: crate::limits::LogLimiter,
+    incoming_failures: pcm_proto::log_limit::LogLimit,
 }
 
 impl Task {
@@ -834,9 +834,7 @@ impl Task {
                 error,
                 ..
             } => {
-                let crate::limits::LogVerdict::Write { suppressed } =
-                    self.incoming_failures.check(now)
-                else {
+                let Some(suppressed) = self.incoming_failures.check("incoming", now) else {
                     return;
                 };
                 let reason = match &error {
@@ -844,7 +842,7 @@ impl Task {
                     ListenError::Denied { .. } => "refused: too many connections".to_owned(),
                     other => chain(other),
                 };
-                let reason = crate::limits::with_suppressed(&reason, suppressed);
+                let reason = format!("{reason}{}", pcm_proto::log_limit::suffix(suppressed));
                 tracing::info!("incoming connection from {send_back_addr} failed: {reason}");
                 self.emit(NetEvent::IncomingError {
                     from: send_back_addr,

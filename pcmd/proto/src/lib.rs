@@ -20,6 +20,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod checkpoint;
+pub mod log_limit;
 mod path;
 pub mod run;
 mod types;

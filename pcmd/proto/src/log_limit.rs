@@ -1,4 +1,5 @@
-//! Rate limit for log lines that anyone who can open a connection can provoke.
+//! Rate limit for log lines that anyone who can open a connection can provoke: used by pcmd,
+//! the agents and the peer servers.
 //!
 //! A warning per bad connection lets a stream of garbage write megabytes of log. A
 //! [`LogLimit`] lets a few lines of each kind through per window and counts the rest; the
