@@ -397,6 +397,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
         node: Some(loaded),
         entities: Some(vec![entity(0, 30), entity(1, 90)]),
         rank_pids: vec![],
+        stalled: vec![],
     };
     a_samples_tx.send(sample()).await.unwrap();
     let steal = |id: u64, origin: &PeerId, source: &PeerId, host: &str| PeerEvent::Message {
