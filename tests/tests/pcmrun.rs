@@ -292,6 +292,61 @@ fn kill_a_rank_and_expect_recovery(program: &str, plain_program: &str) {
     assert_nothing_left(&run, &finished);
 }
 
+/// Two failures in a row: rank 1 killed after the first launch's first checkpoint, then
+/// rank 0 after a checkpoint of the relaunch; pcmrun recovers twice (3 launches), the second
+/// time from a checkpoint the relaunch took, and ends with the plain run's checksum.
+#[test]
+fn given_two_failures_in_a_row_then_pcmrun_recovers_twice_with_the_plain_checksum() {
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(
+        dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5", "--retry-delay", "0.2"],
+    );
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    kill(run.pid_of(1, 1), Signal::SIGKILL).unwrap();
+    // The relaunch resumed and took a checkpoint of its own: then its rank 0 goes.
+    let resumed = match run.wait_for("the relaunch resumed", 2, |e| {
+        matches!(e, RunEvent::Restarted { .. })
+    }) {
+        RunEvent::Restarted { iteration } => iteration,
+        _ => unreachable!(),
+    };
+    run.wait_for(
+        "a checkpoint of the relaunch",
+        2,
+        |e| matches!(e, RunEvent::Checkpointed { iteration } if *iteration > resumed),
+    );
+    kill(run.pid_of(2, 0), Signal::SIGKILL).unwrap();
+    let finished = run.wait(DEADLINE);
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the twice recovered run computed something else"
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 3, "{report}");
+    let second = report["recoveries"][1]["resumed_from"]
+        .as_u64()
+        .expect("the second recovery resumed");
+    assert!(
+        second > resumed,
+        "the second recovery resumed from {second}, not from the relaunch's own checkpoint (after {resumed}): {report}"
+    );
+    assert_nothing_left(&run, &finished);
+}
+
 #[test]
 fn given_the_application_fails_by_itself_then_pcmrun_passes_its_status_on_and_does_not_restart() {
     let _lock = mpi_lock();
