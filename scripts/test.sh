@@ -11,6 +11,16 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 default_runtime="$MPI_IOS_RUNTIME"
 
+# A one-node Slurm for tests/tests/slurm.rs, which starts it (as root; without it that test
+# is skipped and says why).
+if [ "$(id -u)" -eq 0 ] && ! command -v slurmctld >/dev/null 2>&1; then
+    echo "test.sh: installing slurmctld slurmd slurm-client munge for the Slurm test" >&2
+    { apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            slurmctld slurmd slurm-client munge >/dev/null; } ||
+        echo "test.sh: Slurm could not be installed; its test will be skipped" >&2
+fi
+
 echo "== build ($default_runtime)" >&2
 cargo build --release --bins --quiet
 # The C interface (libpcm) and the C examples, which the capi tests run.

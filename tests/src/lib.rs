@@ -13,6 +13,7 @@ pub mod faults;
 pub mod netns;
 pub mod pool;
 pub mod scenario;
+pub mod slurm;
 
 use std::collections::BTreeMap;
 use std::fs::File;
