@@ -616,6 +616,20 @@ fn given_moves_scheduled_at_consecutive_iterations_then_each_waits_for_its_check
 /// run's checksum; nothing is left on the nodes.
 #[test]
 fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_alive() {
+    lose_node_b(true);
+}
+
+/// Everything on a host that runs a rank is killed (its owner took it back, or the OOM
+/// killer), but the host still answers: pcmrun starts its pcmd there again and relaunches on
+/// the same hosts; the job ends with the plain run's checksum.
+#[test]
+fn given_every_process_of_a_host_killed_then_pcmrun_restarts_its_pcmd_and_relaunches_there() {
+    lose_node_b(false);
+}
+
+/// Runs heat2d under pcmrun with rank 0 on node-a, rank 1 on node-b and node-c a spare, and
+/// after the first checkpoint powers node-b off (`power_off`) or kills everything on it.
+fn lose_node_b(power_off: bool) {
     if let Err(why) = Cluster::available() {
         eprintln!("skipped: {why}");
         return;
@@ -624,7 +638,6 @@ fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_
     let args = args_for(15.0);
     let plain = plain_checksum(&args);
     let cluster = Cluster::new(3).unwrap();
-    // Rank 0 on node-a, rank 1 on node-b, node-c a spare of the allocation.
     let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
     let dir = tempfile::tempdir().unwrap();
     let mut options = cluster.pcmrun_args(&hostfile);
@@ -640,8 +653,11 @@ fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_
         matches!(e, RunEvent::Checkpointed { .. })
     });
     let started = Instant::now();
-    cluster.power_off("node-b");
-    eprintln!("node-b powered off");
+    if power_off {
+        cluster.power_off("node-b");
+    } else {
+        cluster.kill_everything_on("node-b");
+    }
     let finished = run.wait(DEADLINE);
     let report = assert_recovered_once(&run, &finished, &plain);
     eprintln!(
@@ -649,21 +665,18 @@ fn given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_
         started.elapsed().as_secs_f64(),
         report["recoveries"][0]
     );
-    assert_eq!(
-        report["recoveries"][0]["hosts_lost"],
-        serde_json::json!(["node-b"]),
-        "{report}"
-    );
+    let (lost, ended_on) = if power_off {
+        (serde_json::json!(["node-b"]), ["node-a", "node-c"])
+    } else {
+        (serde_json::json!([]), ["node-a", "node-b"])
+    };
+    assert_eq!(report["recoveries"][0]["hosts_lost"], lost, "{report}");
     let hosts = finished
         .report()
         .hosts
         .expect("heat2d names the ranks' hosts");
-    assert_eq!(
-        hosts,
-        ["node-a", "node-c"],
-        "where the relaunched ranks ran"
-    );
-    for node in ["node-a", "node-c"] {
+    assert_eq!(hosts, ended_on, "where the relaunched ranks ran");
+    for node in ["node-a", "node-b", "node-c"] {
         wait_until(Duration::from_secs(10), &format!("{node} empty"), || {
             cluster.processes_on(node).is_empty()
         });
