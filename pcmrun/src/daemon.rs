@@ -197,6 +197,15 @@ pub struct HostDaemons {
     dir: tempfile::TempDir,
 }
 
+/// What [`HostDaemons::ensure`] did.
+#[derive(Debug, Default)]
+pub struct Ensured {
+    /// Hosts whose pcmd had ended and runs again.
+    pub restarted: Vec<HostName>,
+    /// Hosts where no pcmd could be started, with why.
+    pub failed: Vec<(HostName, String)>,
+}
+
 /// The pcmd of one host (or the launcher command that runs it there).
 #[derive(Debug)]
 struct HostDaemon {
@@ -303,10 +312,10 @@ impl HostDaemons {
             .collect()
     }
 
-    /// Makes sure a pcmd runs on each of `hosts` (starting one again where the one before
-    /// ended); returns the hosts where that failed, with why.
-    pub fn ensure(&mut self, hosts: &[HostName]) -> Vec<(HostName, String)> {
-        let mut failed = Vec::new();
+    /// Makes sure a pcmd runs on each of `hosts`, starting one again where the one before
+    /// ended.
+    pub fn ensure(&mut self, hosts: &[HostName]) -> Ensured {
+        let mut ensured = Ensured::default();
         for host in hosts {
             let ended = match self.running.get_mut(host) {
                 Some(daemon) => !matches!(daemon.child.try_wait(), Ok(None)),
@@ -316,19 +325,24 @@ impl HostDaemons {
                 if let Some(old) = self.running.remove(host) {
                     stop(old);
                 }
-                if let Err(e) = self.start_on(host) {
-                    failed.push((host.clone(), format!("{e:#}")));
+                match self.start_on(host) {
+                    Ok(()) => ensured.restarted.push(host.clone()),
+                    Err(e) => ensured.failed.push((host.clone(), format!("{e:#}"))),
                 }
             }
         }
-        failed
+        ensured
     }
 
     fn start_on(&mut self, host: &HostName) -> anyhow::Result<()> {
         let socket = socket_for(Some(&self.daemon_env), host);
         let log = self.dir.path().join(format!("pcmd-{host}.log"));
-        let log_file =
-            File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        // Appended to: a pcmd started again keeps the log of the one that ended.
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
         let remote = *host != self.local;
         let mut command = if remote {
             // The remote shell runs pcmd in the background and stops it when its standard

@@ -347,7 +347,16 @@ fn hosts_still_alive(
             .into_iter()
             .filter(|h| !lost.iter().any(|(l, _)| l == h))
             .collect();
-        lost.extend(daemons.ensure(&alive));
+        let ensured = daemons.ensure(&alive);
+        for host in &ensured.restarted {
+            say(&format!(
+                "the pcmd on {host} had ended; started it again (log {})",
+                daemons
+                    .log(host)
+                    .map_or(String::new(), |l| l.display().to_string())
+            ));
+        }
+        lost.extend(ensured.failed);
     }
     for (host, why) in &lost {
         say(&format!(
