@@ -149,6 +149,8 @@ pub struct Supervisor {
     processes: BTreeMap<(HostName, u32), Process>,
     /// Where each rank's newest process runs (a replacement overrides its predecessor).
     placement: BTreeMap<Rank, HostName>,
+    /// Each rank's newest process (host, pid): the one that must end the job.
+    newest: BTreeMap<Rank, (HostName, u32)>,
     /// A process said it is ending the job with this status.
     aborting: Option<(i32, String)>,
     /// Last progress of the current launch: (time, iteration).
@@ -175,6 +177,7 @@ impl Supervisor {
             launches: 0,
             processes: BTreeMap::new(),
             placement: BTreeMap::new(),
+            newest: BTreeMap::new(),
             aborting: None,
             progress: None,
             previous_progress: None,
@@ -207,6 +210,7 @@ impl Supervisor {
         self.launches += 1;
         self.processes.clear();
         self.placement.clear();
+        self.newest.clear();
         self.aborting = None;
         self.progress = None;
         self.previous_progress = None;
@@ -220,6 +224,7 @@ impl Supervisor {
                 rank, pid, host, ..
             } => {
                 self.placement.insert(rank, host.clone());
+                self.newest.insert(rank, (host.clone(), pid));
                 self.processes
                     .insert((host, pid), Process { rank, exited: None });
                 None
@@ -306,7 +311,16 @@ impl Supervisor {
                 reason: Some("interrupted: the job was stopped and is not restarted".into()),
             };
         }
-        if end == LauncherEnd::Exited(0) {
+        // A launcher's 0 is trusted only if every rank's newest process said it exited:
+        // hydra has been seen exiting 0 after a replacement was killed while starting, its
+        // proxy failing an assertion and the other ranks killed in the clean-up.
+        let never_exited: Vec<String> = self
+            .newest
+            .iter()
+            .filter(|(_, key)| self.processes.get(key).is_some_and(|p| p.exited.is_none()))
+            .map(|(rank, (host, pid))| format!("rank {rank} (pid {pid} on {host})"))
+            .collect();
+        if end == LauncherEnd::Exited(0) && never_exited.is_empty() {
             return Verdict::Done {
                 code: 0,
                 reason: None,
@@ -352,6 +366,11 @@ impl Supervisor {
             });
         let what = match (stalled, lost.is_empty()) {
             (Some(reason), _) => format!("PCM ended the job: {reason}"),
+            (None, false) if code == 0 => format!(
+                "lost {} (the launcher exited with 0, but {} never exited)",
+                lost.join(", "),
+                never_exited.join(", ")
+            ),
             (None, false) => format!("lost {}", lost.join(", ")),
             (None, true) if self.processes.is_empty() => {
                 return Verdict::Done {
@@ -548,6 +567,55 @@ mod tests {
         s.launching();
         started(&mut s, 0, 10, t);
         exited(&mut s, 10, 0, t);
+        assert_eq!(
+            s.on_launcher_end(LauncherEnd::Exited(0), false, t),
+            Verdict::Done {
+                code: 0,
+                reason: None
+            }
+        );
+    }
+
+    #[test]
+    fn given_a_launcher_that_exits_0_while_a_rank_never_exited_then_relaunch() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 100 }, t);
+        exited(&mut s, 11, 0, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(0), false, t);
+        let Verdict::Relaunch { start, reason, .. } = verdict else {
+            panic!("{verdict:?}")
+        };
+        assert_eq!(start, Start::FromCheckpoint);
+        assert!(
+            reason.contains("the launcher exited with 0, but rank 0 (pid 10 on a) never exited"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn given_a_departed_process_without_an_exit_then_its_replacements_exit_counts() {
+        // A rank moved (its first process never said it exited, as a departed process that
+        // the runtime ends may not): the replacement's exit is what counts.
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(
+            RunEvent::Started {
+                rank: Rank(1),
+                pid: 12,
+                host: host("a"),
+                replacement: true,
+            },
+            t,
+        );
+        exited(&mut s, 10, 0, t);
+        exited(&mut s, 12, 0, t);
         assert_eq!(
             s.on_launcher_end(LauncherEnd::Exited(0), false, t),
             Verdict::Done {
