@@ -66,11 +66,8 @@ fn say(line: &str) {
 fn run(options: &Options) -> anyhow::Result<i32> {
     let runtime = Runtime::detect(&options.launcher)?;
     // Inside a Slurm allocation without --hostfile: the allocation's hosts, written as a
-    // hostfile in the runtime's form (the launch stays within the allocation either way).
-    let slurm_dir = tempfile::Builder::new()
-        .prefix("pcmrun-slurm-")
-        .tempdir()
-        .context("cannot create a private directory")?;
+    // hostfile in the runtime's form (the launch stays within the allocation either way), in
+    // a private directory that lives as long as pcmrun.
     let slurm_hostfile = match &options.hostfile {
         Some(_) => None,
         None => pcmrun::hosts::slurm::hostfile_text(
@@ -78,8 +75,12 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             |host, slots| runtime.hostfile_line(host, slots),
         )
         .transpose()?
-        .map(|text| -> anyhow::Result<PathBuf> {
-            let path = slurm_dir.path().join("hosts");
+        .map(|text| -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
+            let dir = tempfile::Builder::new()
+                .prefix("pcmrun-slurm-")
+                .tempdir()
+                .context("cannot create a private directory")?;
+            let path = dir.path().join("hosts");
             std::fs::write(&path, &text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             say(&format!(
@@ -87,11 +88,15 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                 text.lines().collect::<Vec<_>>().join(", "),
                 pcmrun::hosts::slurm::NODELIST_ENV.join(" or ")
             ));
-            Ok(path)
+            Ok((dir, path))
         })
         .transpose()?,
     };
-    let hostfile = match options.hostfile.as_ref().or(slurm_hostfile.as_ref()) {
+    let hostfile = match options
+        .hostfile
+        .as_ref()
+        .or(slurm_hostfile.as_ref().map(|(_, path)| path))
+    {
         Some(path) => {
             let path = std::fs::canonicalize(path)
                 .with_context(|| format!("--hostfile {}", path.display()))?;
