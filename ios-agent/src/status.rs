@@ -46,6 +46,13 @@ pub struct Counters {
     pub migrations_failed: u64,
     /// Messages refused as invalid or not allowed.
     pub messages_refused: u64,
+    /// Work steals refused because their origin was not the peer that sent them.
+    #[serde(default)]
+    pub steals_refused: u64,
+    /// Hosts a peer announced that were refused as move targets (loopback, this agent's own
+    /// host, a host another peer already claims).
+    #[serde(default)]
+    pub hosts_refused: u64,
 }
 
 /// A running agent's state.
@@ -111,6 +118,8 @@ impl AgentStatus {
                 migrations_completed: s.migrations_completed,
                 migrations_failed: s.migrations_failed,
                 messages_refused: s.messages_refused,
+                steals_refused: s.steals_refused,
+                hosts_refused: s.hosts_refused,
             },
             decisions,
         }
@@ -168,14 +177,16 @@ impl AgentStatus {
         let c = &self.counters;
         let _ = writeln!(
             out,
-            "counters: {} steals sent, {} forwarded, {} rounds without work, migrations {} started / {} completed / {} failed, {} messages refused",
+            "counters: {} steals sent, {} forwarded, {} rounds without work, migrations {} started / {} completed / {} failed, {} messages refused, {} forged steals refused, {} announced hosts refused",
             c.steals_sent,
             c.steals_forwarded,
             c.steal_rounds_failed,
             c.migrations_started,
             c.migrations_completed,
             c.migrations_failed,
-            c.messages_refused
+            c.messages_refused,
+            c.steals_refused,
+            c.hosts_refused
         );
         let _ = writeln!(out, "recent decisions ({}):", self.decisions.len());
         let now = std::time::SystemTime::now()
@@ -242,5 +253,38 @@ mod tests {
         let json = serde_json::to_string(&status).expect("serialisable");
         let back: AgentStatus = serde_json::from_str(&json).expect("round trip");
         assert_eq!(back.stalled, vec!["job-1/1".to_owned()]);
+    }
+
+    /// Items 5 (review issue 12): what the agent refused from its peers is shown, and a status
+    /// from an agent that predates those counters still reads.
+    #[test]
+    fn given_refused_steals_and_hosts_then_the_status_shows_them() {
+        let counters = Counters {
+            steals_refused: 3,
+            hosts_refused: 7,
+            ..Counters::default()
+        };
+        let status = AgentStatus {
+            host: "node-a".into(),
+            peer_id: "peer".into(),
+            topology: "p2p".into(),
+            uptime_s: 1.0,
+            manager: None,
+            peers: vec![],
+            node: None,
+            entities: vec![],
+            stalled: vec![],
+            counters,
+            decisions: vec![],
+        };
+        let text = status.to_text();
+        assert!(text.contains("3 forged steals refused"), "{text}");
+        assert!(text.contains("7 announced hosts refused"), "{text}");
+        let mut json = serde_json::to_value(counters).expect("serialisable");
+        let fields = json.as_object_mut().expect("an object");
+        fields.remove("steals_refused");
+        fields.remove("hosts_refused");
+        let old: Counters = serde_json::from_value(json).expect("an older agent's counters");
+        assert_eq!(old.steals_refused, 0);
     }
 }

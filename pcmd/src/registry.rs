@@ -18,6 +18,7 @@ use pcm_proto::{
 };
 
 use crate::stats::{self, Book};
+use pcm_proto::log_limit::{self, LogLimit};
 
 /// Default time a reconfiguration may stay in flight before it is abandoned (120 s).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -200,6 +201,11 @@ pub struct Registry {
     outputs: VecDeque<Output>,
     /// The ranks' profiles and the node's load.
     stats: Book,
+    /// Refusals for lack of room: anyone who can reach the socket can provoke one per
+    /// connection, so their warnings are rate-limited.
+    refusals_log: LogLimit,
+    /// Connections refused because the daemon was full, since it started.
+    refused_connections: u64,
 }
 
 fn ranks_list(moves: &[Move]) -> String {
@@ -263,11 +269,19 @@ impl Registry {
             jobs: BTreeMap::new(),
             outputs: VecDeque::new(),
             stats: Book::new(config.stats_period),
+            refusals_log: LogLimit::default(),
+            refused_connections: 0,
             config,
         }
     }
 
     // ----- getters -----
+
+    /// Connections refused since the daemon started because it already served
+    /// `max_connections`.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused_connections
+    }
 
     /// Host name of the node.
     pub fn host(&self) -> &HostName {
@@ -365,7 +379,15 @@ impl Registry {
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
         if self.conns.len() >= self.config.max_connections {
-            tracing::warn!(%conn, max = self.config.max_connections, "refusing connection: too many connections");
+            self.refused_connections += 1;
+            if let Some(suppressed) = self.refusals_log.check("full", now) {
+                tracing::warn!(
+                    %conn,
+                    max = self.config.max_connections,
+                    "refusing connection: too many connections{}",
+                    log_limit::suffix(suppressed)
+                );
+            }
             self.send(
                 conn,
                 bad(format!(

@@ -367,6 +367,60 @@ fn given_too_many_connections_then_new_one_refused() {
     assert_eq!(h.core.connections(), 2);
 }
 
+/// What `f` logs, as text.
+fn logged(f: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Buffer::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = log.0.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn given_a_flood_of_connections_to_a_full_daemon_then_its_warnings_are_rate_limited() {
+    let mut h = Harness::with(Config::default().with_max_connections(1));
+    h.controller();
+    let text = logged(|| {
+        for _ in 0..1000 {
+            h.core.handle_connected(h.now);
+        }
+    });
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("too many connections"))
+        .count();
+    assert!(
+        (1..=pcm_proto::log_limit::DEFAULT_BURST as usize).contains(&lines),
+        "{lines} warning lines for 1000 refusals:\n{text}"
+    );
+    assert_eq!(h.core.refused_connections(), 1000);
+    // Once the window is over, the next refusal is logged and says how many were left out.
+    h.now += pcm_proto::log_limit::DEFAULT_WINDOW;
+    let text = logged(|| {
+        h.core.handle_connected(h.now);
+    });
+    assert!(
+        text.contains(&format!("({} more like this suppressed)", 1000 - lines)),
+        "{text}"
+    );
+}
+
 #[test]
 fn given_migrate_then_every_rank_of_the_job_gets_the_request() {
     let mut h = Harness::new();
