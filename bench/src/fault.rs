@@ -6,13 +6,12 @@
 //! with 0, left node-b out, and the result is bit for bit the plain run's.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::pcmrun_job::{PcmrunCommand, PcmrunJob};
 use mpi_ios_tests::scenario::Scenario;
-use mpi_ios_tests::{bin, Group, Runtime, RuntimeExt as _};
 use pcm_proto::run::RunEvent;
 
 /// What the fault act measured.
@@ -49,43 +48,36 @@ pub fn run(
         bail!("the fault act needs three nodes (it cannot run with --cooperating)");
     }
     let hostfile = cluster.hostfile_for(&[&nodes[0], &nodes[1]]);
-    let events = logs.join("fault-events.jsonl");
-    let report = logs.join("fault-report.json");
-    let checkpoints = logs.join("fault-checkpoints");
-    let mut command = Command::new(bin("pcmrun"));
-    command
-        .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
-        .env_remove("PCM_DAEMON")
-        .env_remove("PCM_CHECKPOINT_INTERVAL")
+    let dir = logs.join("fault");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut pcmrun = PcmrunCommand::new(&dir, 2);
+    pcmrun
+        .command()
         .envs(cluster.pcmrun_env(&hostfile))
-        .args(["-np", "2", "--daemon", "start", "--progress", "0"])
-        .args(["--checkpoint-interval", "1", "--retry-delay", "0.2"])
-        .args(cluster.pcmrun_args(&hostfile))
-        .arg("--checkpoint-dir")
-        .arg(&checkpoints)
-        .arg("--events")
-        .arg(&events)
-        .arg("--report")
-        .arg(&report)
-        .arg(bin("heat2d"))
         .args([
-            "--rows",
-            &scenario.rows.to_string(),
-            "--cols",
-            &scenario.cols.to_string(),
-            "--iters",
-            &scenario.iters.to_string(),
-        ]);
+            "--progress",
+            "0",
+            "--checkpoint-interval",
+            "1",
+            "--retry-delay",
+            "0.2",
+        ])
+        .args(cluster.pcmrun_args(&hostfile));
+    let args: Vec<String> = [
+        "--rows".to_owned(),
+        scenario.rows.to_string(),
+        "--cols".to_owned(),
+        scenario.cols.to_string(),
+        "--iters".to_owned(),
+        scenario.iters.to_string(),
+    ]
+    .into();
     let started = Instant::now();
-    let mut group = Group::start(command, logs, "fault-pcmrun");
+    let mut job = pcmrun.start("heat2d", &args, &dir, "pcmrun");
     let mut shown = 0;
-    let read_events = || -> Vec<(f64, RunEvent)> {
-        std::fs::read_to_string(&events)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<pcmrun::EventRecord>(l).ok())
-            .map(|r| (r.seconds, r.event))
-            .collect()
+    let read_events = |job: &PcmrunJob| -> Vec<(f64, RunEvent)> {
+        let records = job.events().into_iter();
+        records.map(|r| (r.seconds, r.event)).collect()
     };
     // Shown on this program's clock, as they are read (pcmrun's own clock starts a little
     // later; the figures below line the two up through the report's start time).
@@ -108,7 +100,7 @@ pub fn run(
         *shown = list.len();
     };
     loop {
-        let list = read_events();
+        let list = read_events(&job);
         show(&list, &mut shown);
         let checkpointed = list
             .iter()
@@ -116,14 +108,11 @@ pub fn run(
         if checkpointed && started.elapsed().as_secs_f64() >= fault_at {
             break;
         }
-        if !group.running() {
-            bail!("pcmrun ended before the fault:\n{}", group.stderr_so_far());
+        if !job.running() {
+            bail!("pcmrun ended before the fault:\n{}", job.stderr_so_far());
         }
         if started.elapsed() > timeout {
-            bail!(
-                "no checkpoint within {timeout:?}:\n{}",
-                group.stderr_so_far()
-            );
+            bail!("no checkpoint within {timeout:?}:\n{}", job.stderr_so_far());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -134,16 +123,15 @@ pub fn run(
         "   {off_at:>6.1} s  >>> {} powered off (link down, unreachable, everything on it killed)",
         nodes[1]
     );
-    let finished = group.wait(timeout);
-    let list = read_events();
+    let finished = job.wait(timeout);
+    let list = read_events(&job);
     show(&list, &mut shown);
     for line in finished.stderr.lines().filter(|l| l.starts_with("pcmrun:")) {
         println!("   {line}");
     }
-    let report: serde_json::Value = std::fs::read_to_string(&report)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .context("pcmrun wrote no report")?;
+    let report = job
+        .report()
+        .map_err(|e| anyhow::anyhow!("pcmrun wrote no usable report: {e}"))?;
     // pcmrun's event times count from its start, which its report gives as Unix time.
     let origin = report["started_unix_s"].as_f64().unwrap_or(0.0);
     let off_to_resumed = list

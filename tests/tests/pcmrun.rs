@@ -9,13 +9,16 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::{bin, mpi_lock, wait_until, Finished, Group, MpiJob, Runtime, RuntimeExt as _};
+use mpi_ios_tests::pcmrun_job::{PcmrunCommand, PcmrunJob};
+use mpi_ios_tests::{
+    bin, heat2d_args_for, mpi_lock, wait_until, Finished, MpiJob, Runtime, RuntimeExt as _,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use pcm_proto::run::RunEvent;
@@ -32,22 +35,7 @@ fn args_for(seconds: f64) -> Vec<String> {
 
 /// [`args_for`], and the measured rate in iterations per second.
 fn sized_args(seconds: f64) -> (Vec<String>, f64) {
-    const PROBE: u64 = 5000;
-    let mut args: Vec<String> = SIZE.iter().map(|s| s.to_string()).collect();
-    let probe: Vec<String> = args
-        .iter()
-        .cloned()
-        .chain(["--iters".into(), PROBE.to_string()])
-        .collect();
-    let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
-    let report = MpiJob::new(2, "heat2d-plain", &probe).run(WAIT).report();
-    let rate = PROBE as f64 / report.seconds.max(1e-3);
-    let iters = ((rate * seconds) as u64).max(PROBE);
-    eprintln!(
-        "heat2d 256x256 on 2 ranks: {rate:.0} it/s, so {iters} iterations for about {seconds} s"
-    );
-    args.extend(["--iters".into(), iters.to_string()]);
-    (args, rate)
+    heat2d_args_for(256, 256, seconds, WAIT)
 }
 
 fn plain_checksum(args: &[String]) -> String {
@@ -65,10 +53,7 @@ fn plain_checksum_of(program: &str, args: &[String]) -> String {
 /// A pcmrun of heat2d on 2 ranks with its own pcmd, checkpoint directory, event stream and
 /// report, all in `dir`.
 struct Run {
-    group: Option<Group>,
-    events: PathBuf,
-    report: PathBuf,
-    checkpoints: PathBuf,
+    job: PcmrunJob,
 }
 
 fn start(dir: &Path, args: &[String], options: &[&str]) -> Run {
@@ -84,41 +69,20 @@ fn start_with(
     options: &[&str],
     env: &[(&str, String)],
 ) -> Run {
-    let events = dir.join("events.jsonl");
-    let report = dir.join("report.json");
-    let checkpoints = dir.join("checkpoints");
-    std::fs::create_dir_all(&checkpoints).unwrap();
-    let mut command = Command::new(bin("pcmrun"));
-    command
-        .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
-        .env_remove("PCM_DAEMON")
-        .env_remove("PCM_CHECKPOINT_INTERVAL")
+    let mut pcmrun = PcmrunCommand::new(dir, 2);
+    pcmrun
+        .command()
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .args(["-np", "2", "--daemon", "start", "--progress", "1"])
-        .arg("--checkpoint-dir")
-        .arg(&checkpoints)
-        .arg("--events")
-        .arg(&events)
-        .arg("--report")
-        .arg(&report)
-        .args(options)
-        .arg(bin(program))
-        .args(args);
+        .args(["--progress", "1"])
+        .args(options);
     Run {
-        group: Some(Group::start(command, dir, "pcmrun")),
-        events,
-        report,
-        checkpoints,
+        job: pcmrun.start(program, args, dir, "pcmrun"),
     }
 }
 
 impl Run {
     fn events(&self) -> Vec<EventRecord> {
-        std::fs::read_to_string(&self.events)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect()
+        self.job.events()
     }
 
     /// Waits for the first event of `launch` that `wanted` accepts.
@@ -128,28 +92,10 @@ impl Run {
         launch: u32,
         wanted: impl Fn(&RunEvent) -> bool,
     ) -> RunEvent {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(r) = self
-                .events()
-                .into_iter()
-                .find(|r| r.launch == launch && wanted(&r.event))
-            {
-                return r.event;
-            }
-            let group = self.group.as_mut().unwrap();
-            assert!(
-                group.running(),
-                "pcmrun ended before {what}:\n{}",
-                group.stderr_so_far()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {WAIT:?}:\n{}",
-                group.stderr_so_far()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.job
+            .wait_for(what, WAIT, |r| r.launch == launch && wanted(&r.event))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .event
     }
 
     /// The pid of `rank`'s first process in `launch`.
@@ -167,27 +113,21 @@ impl Run {
 
     /// Waits for pcmrun to end.
     fn wait(&mut self, timeout: Duration) -> Finished {
-        self.group.take().unwrap().wait(timeout)
+        self.job.wait(timeout)
     }
 
     fn pid(&self) -> Pid {
-        Pid::from_raw(self.group.as_ref().unwrap().pid() as i32)
+        Pid::from_raw(self.job.pid() as i32)
     }
 
     fn report(&self) -> serde_json::Value {
-        let text = std::fs::read_to_string(&self.report).unwrap_or_default();
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("no report ({e}): {text:?}"))
+        self.job.report().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Every process pcmrun saw start (launcher ranks and replacements, all launches).
     fn pids(&self) -> Vec<Pid> {
-        self.events()
-            .into_iter()
-            .filter_map(|r| match r.event {
-                RunEvent::Started { pid, .. } => Some(Pid::from_raw(pid as i32)),
-                _ => None,
-            })
-            .collect()
+        let pids = self.job.pids().into_iter();
+        pids.map(|pid| Pid::from_raw(pid as i32)).collect()
     }
 }
 
@@ -204,7 +144,7 @@ fn assert_nothing_left(run: &Run, finished: &Finished) {
         .arg("-f")
         .arg(format!(
             "pcmd --socket .*--checkpoint-dir {}",
-            run.checkpoints.display()
+            run.job.checkpoints().display()
         ))
         .output()
         .unwrap();
@@ -398,8 +338,8 @@ fn given_a_lost_rank_and_no_usable_checkpoint_then_a_clear_error_and_no_loop() {
     let victim = run.pid_of(1, 1);
     kill(victim, Signal::SIGKILL).unwrap();
     // The node's disk loses the checkpoints while pcmrun waits to relaunch.
-    std::fs::remove_dir_all(&run.checkpoints).unwrap();
-    std::fs::create_dir_all(&run.checkpoints).unwrap();
+    std::fs::remove_dir_all(run.job.checkpoints()).unwrap();
+    std::fs::create_dir_all(run.job.checkpoints()).unwrap();
     let finished = run.wait(DEADLINE);
     assert_eq!(finished.code, Some(1), "{}", finished.stderr);
     assert!(
@@ -511,7 +451,7 @@ fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain
     );
     // The replacement dies in start-up and the job ends; the relaunch resumes from the
     // checkpoint taken when the move began, so nothing computed before it is lost.
-    let (victim, _) = hit_replacement(run.group.as_mut().unwrap(), 2, Signal::SIGKILL);
+    let (victim, _) = hit_replacement(run.job.group(), 2, Signal::SIGKILL);
     let finished = run.wait(DEADLINE);
     drop(victim);
     let report = assert_recovered_once(&run, &finished, &plain);
