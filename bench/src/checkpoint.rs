@@ -33,7 +33,7 @@ use pcm_proto::checkpoint::{
 };
 use pcm_proto::{AppName, JobId, Rank};
 
-use crate::{append_markdown, find_bin, load_average, median, mem_available_bytes, Group, Table};
+use crate::{append_markdown, load_average, median, mem_available_bytes, try_bin, Group, Table};
 
 /// Options of `mpi-ios-bench checkpoint`.
 #[derive(Debug, Args)]
@@ -78,7 +78,7 @@ impl Daemon {
             .arg(&store)
             .args(extra)
             .env("RUST_LOG", "warn");
-        let group = Group::start(command, &format!("pcmd {name}"))?;
+        let group = Group::spawn_in_temp(command, &format!("pcmd-{name}"))?;
         let ckpt_socket = ckpt::socket_path(&socket);
         let deadline = Instant::now() + Duration::from_secs(10);
         while UnixStream::connect(&ckpt_socket).is_err() {
@@ -228,7 +228,7 @@ pub fn run(mut args: CheckpointArgs) -> Result<()> {
         args.reps = 2;
     }
     ensure!(args.reps >= 1, "--reps must be at least 1");
-    let pcmd = find_bin("pcmd")?;
+    let pcmd = try_bin("pcmd")?;
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = tempfile::Builder::new()
         .prefix("mpi-ios-bench-ckpt")

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use mpi_ios_bench::{
-    append_markdown, find_bin, load_average, max, median, min, MpiRun, Pcmd, Table,
+    append_markdown, load_average, max, median, min, try_bin, MpiJob, Pcmd, Table,
 };
 use mpi_ios_plots::{Bar, BarChart, Layout};
 
@@ -73,9 +73,9 @@ pub(crate) fn run(mut args: Fig12Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let plain = find_bin("heat2d-plain")?;
-    let pcm = find_bin("heat2d")?;
-    let pcmd = Pcmd::start(&find_bin("pcmd")?)?;
+    let plain = try_bin("heat2d-plain")?;
+    let pcm = try_bin("heat2d")?;
+    let pcmd = Pcmd::spawn(&[], "info")?;
     let daemon = pcmd.socket.display().to_string();
     let timeout = Duration::from_secs(args.timeout);
     let load_before = load_average();
@@ -90,16 +90,16 @@ pub(crate) fn run(mut args: Fig12Args) -> Result<()> {
 
     let mut samples = Vec::new();
     for &ranks in &args.ranks {
-        let plain_run = MpiRun::new(ranks, &plain, &run_args).env("PCM_DAEMON", "none");
-        let pcm_run = MpiRun::new(ranks, &pcm, &run_args).env("PCM_DAEMON", daemon.clone());
+        let plain_run = MpiJob::of(ranks, &plain, &run_args).env("PCM_DAEMON", "none");
+        let pcm_run = MpiJob::of(ranks, &pcm, &run_args).env("PCM_DAEMON", daemon.clone());
         let mut sample = Sample {
             ranks,
             plain: Vec::new(),
             pcm: Vec::new(),
         };
         for pair in 0..args.warmup + args.repeats {
-            let p = heat_report(&plain_run.run(timeout)?.check("heat2d-plain")?.stdout)?;
-            let q = heat_report(&pcm_run.run(timeout)?.check("heat2d (PCM)")?.stdout)?;
+            let p = heat_report(&plain_run.run_within(timeout)?.check("heat2d-plain")?.stdout)?;
+            let q = heat_report(&pcm_run.run_within(timeout)?.check("heat2d (PCM)")?.stdout)?;
             ensure!(
                 p.checksum == q.checksum,
                 "checksums differ with {ranks} ranks: plain {}, pcm {}",

@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use mpi_ios_bench::{
-    append_markdown, events, find_bin, load_average, max, median, min, MpiRun, Table,
+    append_markdown, events, load_average, max, median, min, try_bin, MpiJob, Table,
 };
 use mpi_ios_plots::{Bar, BarChart, Event, EventKind, Layout, TimePlot};
 
@@ -238,7 +238,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let heat = find_bin("heat2d")?;
+    let heat = try_bin("heat2d")?;
     let timeout = Duration::from_secs(args.timeout);
     let at = args.iters / 2;
     // Ten progress windows per run, to compare the iteration rate before and after the move.
@@ -267,14 +267,16 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
                 "--report-every".into(),
                 every.to_string(),
             ];
-            let base = MpiRun::new(args.ranks, &heat, &run_args)
+            let base = MpiJob::of(args.ranks, &heat, &run_args)
                 .env("PCM_DAEMON", "none")
                 .env("RUST_LOG", RUST_LOG);
-            let plain = base.run(timeout)?.check("heat2d without reconfiguration")?;
+            let plain = base
+                .run_within(timeout)?
+                .check("heat2d without reconfiguration")?;
             let moved = base
                 .clone()
                 .env("PCM_SCHEDULE", format!("{at}:{}", args.move_rank))
-                .run(timeout)?
+                .run_within(timeout)?
                 .check("heat2d with one reconfiguration")?;
             let (p, m) = (heat_report(&plain.stdout)?, heat_report(&moved.stdout)?);
             ensure!(

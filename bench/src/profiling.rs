@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use mpi_ios_bench::{
-    append_markdown, find_bin, load_average, max, median, min, MpiRun, Pcmd, Table,
+    append_markdown, load_average, max, median, min, try_bin, MpiJob, Pcmd, Table,
 };
 
 use crate::{heat_report, pass};
@@ -74,9 +74,9 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     }
     ensure!(args.pairs >= 1, "--pairs must be at least 1");
     ensure!(args.window >= 1, "--window must be at least 1 s");
-    let heat2d = find_bin("heat2d")?;
-    let calls = find_bin("mpi-calls")?;
-    let pcmd_bin = find_bin("pcmd")?;
+    let heat2d = try_bin("heat2d")?;
+    let calls = try_bin("mpi-calls")?;
+    let pcmd_bin = try_bin("pcmd")?;
     let timeout = Duration::from_secs(args.timeout);
     let load_before = load_average();
     let mut table = Table::new(&[
@@ -96,10 +96,10 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     for pair in 0..args.warmup + args.pairs {
         let mut measured = [0.0f64; 2];
         for (i, profile) in ["off", "on"].into_iter().enumerate() {
-            let out = MpiRun::new(1, &calls, &["--loops".into(), args.loops.to_string()])
+            let out = MpiJob::of(1, &calls, &["--loops".into(), args.loops.to_string()])
                 .env("PCM_DAEMON", "none")
                 .env("PCM_PROFILE", profile)
-                .run(timeout)?
+                .run_within(timeout)?
                 .check("mpi-calls")?;
             measured[i] = loop_cpu_ns(&out.stdout)?;
         }
@@ -129,7 +129,7 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
 
     // 2. Application overhead: the same job with PCM_PROFILE=off and on, both served by a
     //    pcmd, so that the only difference is the counting (and the profile reports).
-    let pcmd = Pcmd::start(&pcmd_bin)?;
+    let pcmd = Pcmd::spawn(&[], "info")?;
     let mut projected = Vec::new();
     let daemon = pcmd.socket.display().to_string();
     for (side, iters, label) in [
@@ -145,7 +145,7 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
             iters.to_string(),
         ];
         let job = |profile: &str| {
-            MpiRun::new(args.ranks, &heat2d, &run_args)
+            MpiJob::of(args.ranks, &heat2d, &run_args)
                 .env("PCM_DAEMON", daemon.clone())
                 .env("PCM_PROFILE", profile)
         };
@@ -153,8 +153,18 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
         let (mut off_us, mut on_us, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for pair in 0..args.warmup + args.pairs {
             let warm = pair < args.warmup;
-            let off = heat_report(&off_run.run(timeout)?.check("heat2d, profiling off")?.stdout)?;
-            let on = heat_report(&on_run.run(timeout)?.check("heat2d, profiling on")?.stdout)?;
+            let off = heat_report(
+                &off_run
+                    .run_within(timeout)?
+                    .check("heat2d, profiling off")?
+                    .stdout,
+            )?;
+            let on = heat_report(
+                &on_run
+                    .run_within(timeout)?
+                    .check("heat2d, profiling on")?
+                    .stdout,
+            )?;
             ensure!(
                 off.checksum == on.checksum,
                 "checksums differ at {side}x{side}: off {}, on {}",
@@ -226,14 +236,14 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     //    reports to it, with profiling off (progress reports only) and on.
     let window = Duration::from_secs(args.window);
     let idle = {
-        let pcmd = Pcmd::start(&pcmd_bin)?;
+        let pcmd = Pcmd::spawn(&[], "info")?;
         std::thread::sleep(Duration::from_secs(1));
-        pcmd_cpu_share(pcmd.pid(), window)?
+        pcmd_cpu_share(pcmd.pid().context("pcmd is gone")?, window)?
     };
     let mut shares = Vec::new();
     for profile in ["off", "on"] {
-        let pcmd = Pcmd::start(&pcmd_bin)?;
-        let job = MpiRun::new(
+        let pcmd = Pcmd::spawn(&[], "info")?;
+        let job = MpiJob::of(
             args.daemon_ranks,
             &heat2d,
             &[
@@ -247,10 +257,10 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
         )
         .env("PCM_DAEMON", pcmd.socket.display().to_string())
         .env("PCM_PROFILE", profile);
-        let mut group = mpi_ios_bench::Group::start(job.command(), "heat2d for pcmd CPU")?;
+        let mut group = mpi_ios_bench::Group::spawn_in_temp(job.command(), "heat2d-for-pcmd-cpu")?;
         wait_for_ranks(&pcmd_bin, &pcmd.socket, args.daemon_ranks, profile == "on")
             .with_context(|| format!("job output so far:\n{}", group.stderr_so_far()))?;
-        let share = pcmd_cpu_share(pcmd.pid(), window)?;
+        let share = pcmd_cpu_share(pcmd.pid().context("pcmd is gone")?, window)?;
         eprintln!(
             "[profiling] pcmd with {} ranks, profiling {profile}: {share:.4} % of a core over {} s",
             args.daemon_ranks, args.window

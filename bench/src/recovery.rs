@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 use pcm_proto::run::RunEvent;
 use pcmrun::EventRecord;
 
-use crate::{append_markdown, find_bin, load_average, Group, MpiRun, Table};
+use crate::{append_markdown, load_average, try_bin, Group, MpiJob, Table};
 
 /// Options of `mpi-ios-bench recovery`.
 #[derive(Debug, Args)]
@@ -72,8 +72,8 @@ fn rate(plain: &Path, side: u64) -> Result<f64> {
             iters.to_string(),
         ]
         .to_vec();
-        let output = MpiRun::new(2, plain, &args)
-            .run(Duration::from_secs(600))?
+        let output = MpiJob::of(2, plain, &args)
+            .run_within(Duration::from_secs(600))?
             .check("heat2d-plain")?;
         let report: serde_json::Value =
             serde_json::from_str(output.stdout.lines().last().unwrap_or_default())
@@ -126,7 +126,7 @@ fn measure(interval: f64, rate_side: (f64, u64)) -> Result<Measured> {
     let events_path = dir.path().join("events.jsonl");
     let report_path = dir.path().join("report.json");
     let iters = (rate * (3.0 * interval + 20.0)) as u64;
-    let mut command = Command::new(find_bin("pcmrun")?);
+    let mut command = Command::new(try_bin("pcmrun")?);
     command
         .env_remove("PCM_DAEMON")
         .env_remove("PCM_CHECKPOINT_INTERVAL")
@@ -148,10 +148,10 @@ fn measure(interval: f64, rate_side: (f64, u64)) -> Result<Measured> {
         .arg(&events_path)
         .arg("--report")
         .arg(&report_path)
-        .arg(find_bin("heat2d")?)
+        .arg(try_bin("heat2d")?)
         .args(["--rows", &side.to_string(), "--cols", &side.to_string()])
         .args(["--iters", &iters.to_string()]);
-    let group = Group::start(command, "pcmrun")?;
+    let group = Group::spawn_in_temp(command, "pcmrun")?;
     let patience = Duration::from_secs_f64(interval * 2.0 + 120.0);
     let victim = wait_for(
         &events_path,
@@ -179,7 +179,7 @@ fn measure(interval: f64, rate_side: (f64, u64)) -> Result<Measured> {
     };
     // Enough: stop the job (pcmrun writes its report on the way out).
     kill(Pid::from_raw(i32::try_from(group.pid())?), Signal::SIGINT)?;
-    let output = group.wait(Duration::from_secs(60))?;
+    let output = group.wait_within(Duration::from_secs(60))?;
     let report: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(&report_path).context("pcmrun wrote no report")?,
     )?;
@@ -214,7 +214,7 @@ pub fn run(mut args: RecoveryArgs) -> Result<()> {
         args.intervals = vec![1.0];
         args.states = vec![1];
     }
-    let plain = find_bin("heat2d-plain")?;
+    let plain = try_bin("heat2d-plain")?;
     let load_before = load_average();
     let mut table = Table::new(&[
         "interval s",

@@ -5,14 +5,12 @@
 //! `cargo build --release --bins` first.
 #![allow(clippy::unwrap_used)]
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use mpi_ios_tests::Finished;
 
 /// Generous: a quick figure takes 30-90 s, but now and then a static run on the emulated nodes
 /// locks into the cgroup quota period and takes minutes (docs/results.md, "A failure mode
@@ -45,41 +43,14 @@ fn bench() -> Option<PathBuf> {
     Some(exe)
 }
 
-/// Runs `exe args` in its own process group with a deadline; kills the group at the end.
-fn run(exe: &Path, args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let pgid = Pid::from_raw(child.id() as i32);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            let _ = child.wait();
-            panic!(
-                "mpi-ios-bench {args:?} did not finish within {DEADLINE:?}\n--- stdout\n{}\n--- stderr\n{}",
-                std::fs::read_to_string(&out).unwrap_or_default(),
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let _ = killpg(pgid, Signal::SIGKILL);
-    Output {
-        status,
-        stdout: std::fs::read(&out).unwrap(),
-        stderr: std::fs::read(&err).unwrap(),
-    }
+/// Runs `exe args` in its own process group (output to files) with a deadline; kills the
+/// whole group when it ends or times out.
+fn run(exe: &Path, args: &[&str]) -> Finished {
+    let mut command = Command::new(exe);
+    command.args(args);
+    mpi_ios_tests::Group::spawn_in_temp(command, "bench")
+        .and_then(|group| group.wait_within(DEADLINE))
+        .unwrap_or_else(|e| panic!("mpi-ios-bench {args:?}: {e}"))
 }
 
 /// The node caps from `MPI_IOS_TEST_CAP` (cores; unset: each figure's defaults) as options
@@ -125,14 +96,11 @@ fn quick(exe: &Path, fig: &str, stems: &[&str]) -> (String, tempfile::TempDir) {
     let caps = cap_options(fig);
     args.extend(caps.iter().map(String::as_str));
     let output = run(exe, &args);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    );
+    let (stdout, stderr) = (output.stdout.clone(), output.stderr.clone());
     assert!(
-        output.status.success(),
-        "{fig} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
+        output.code == Some(0),
+        "{fig} failed (exit code {:?})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.code
     );
     for needle in [
         "physical limit",

@@ -5,7 +5,6 @@
 //! Needs root (network namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
-use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,39 +19,22 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
     let _lock = mpi_ios_tests::mpi_lock();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"));
+    command
         .args(["adaptive", "--quick", "--check", "--fault", "--out"])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout).unwrap())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        // Generous for the same reason as in figs.rs: a static run that locks into the
-        // cgroup quota period is slow, not wrong.
-        if started.elapsed() > Duration::from_secs(900) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            let _ = child.wait();
-            panic!("the main job did not finish within 900 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let text = std::fs::read_to_string(&stdout).unwrap();
-    let errors = std::fs::read_to_string(&stderr).unwrap();
+        .arg(&out);
+    // Generous for the same reason as in figs.rs: a static run that locks into the cgroup
+    // quota period is slow, not wrong.
+    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), "main-job")
+        .and_then(|group| group.wait_within(Duration::from_secs(900)))
+        .unwrap_or_else(|e| panic!("the main job: {e}"));
+    let text = &finished.stdout;
     eprintln!("{text}");
-    assert!(
-        status.success(),
-        "the main job failed ({status})\n{text}\n{errors}"
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "the main job failed\n{text}\n{}",
+        finished.stderr
     );
     assert!(
         text.contains("RESULT: checksums match bit for bit"),

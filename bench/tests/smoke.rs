@@ -3,14 +3,12 @@
 //! (heat2d, heat2d-plain and pcmd come from other packages).
 #![allow(clippy::unwrap_used)]
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use mpi_ios_tests::Finished;
 
 const DEADLINE: Duration = Duration::from_secs(180);
 
@@ -36,52 +34,22 @@ fn bench() -> PathBuf {
     exe
 }
 
-/// Runs `exe args` in its own process group with a deadline; kills the group on timeout.
-fn run(exe: &Path, args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let pgid = Pid::from_raw(child.id() as i32);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            let _ = child.wait();
-            panic!(
-                "mpi-ios-bench {args:?} did not finish within {DEADLINE:?}\n--- stdout\n{}\n--- stderr\n{}",
-                std::fs::read_to_string(&out).unwrap_or_default(),
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = killpg(pgid, Signal::SIGKILL);
-    Output {
-        status,
-        stdout: std::fs::read(&out).unwrap(),
-        stderr: std::fs::read(&err).unwrap(),
-    }
+/// Runs `exe args` in its own process group (output to files) with a deadline; kills the
+/// whole group when it ends or times out.
+fn run(exe: &Path, args: &[&str]) -> Finished {
+    let mut command = Command::new(exe);
+    command.args(args);
+    mpi_ios_tests::Group::spawn_in_temp(command, "bench")
+        .and_then(|group| group.wait_within(DEADLINE))
+        .unwrap_or_else(|e| panic!("mpi-ios-bench {args:?}: {e}"))
 }
 
-fn check(output: &Output, header: &str) {
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
+fn check(output: &Finished, header: &str) {
+    let (stdout, stderr) = (output.stdout.as_str(), output.stderr.as_str());
     assert!(
-        output.status.success(),
-        "benchmark failed ({})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        output.status
+        output.code == Some(0),
+        "benchmark failed (exit code {:?})\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.code
     );
     assert!(
         stdout.contains(header),
@@ -114,7 +82,7 @@ fn migration_quick_prints_its_table() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let output = run(&exe, &["migration", "--quick"]);
     check(&output, "merge+split ms");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = output.stdout.as_str();
     assert!(
         stdout.contains("1 MiB") && stdout.contains("8 MiB"),
         "{stdout}"
@@ -127,7 +95,7 @@ fn checkpoint_quick_prints_its_table() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let output = run(&exe, &["checkpoint", "--quick"]);
     check(&output, "copy to buddy pcmd MB/s");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = output.stdout.as_str();
     // One row for the 8 MiB size, with a figure in every column.
     let row = stdout
         .lines()
@@ -142,7 +110,7 @@ fn recovery_quick_measures_a_recovery_within_the_targets() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let output = run(&exe, &["recovery", "--quick"]);
     check(&output, "kill to resumed s");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = output.stdout.as_str();
     let row = stdout
         .lines()
         .find(|l| l.trim_start().starts_with("1 "))
@@ -189,7 +157,7 @@ fn fig12_quick_prints_its_table_and_writes_its_plot() {
         ],
     );
     check(&output, "overhead % (medians)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = output.stdout.as_str();
     // One row per rank count of the quick mode.
     let rows = stdout
         .lines()
@@ -211,7 +179,7 @@ fn fig17_quick_reconfigures_once_and_writes_both_plots() {
         &["fig17", "--quick", "--out", out.path().to_str().unwrap()],
     );
     check(&output, "overhead % (phases / total)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = output.stdout.as_str();
     assert!(stdout.contains("spawn ms (less store)"), "{stdout}");
     // The breakdown rows hold a real spawn: PCM's spawn is hundreds of ms, never zero.
     let breakdown = stdout
@@ -241,7 +209,7 @@ fn profiling_quick_prints_its_table() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let output = run(&exe, &["profiling", "--quick"]);
     check(&output, "ratio / share (median)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = output.stdout.as_str();
     assert!(
         stdout.contains("halo loop") && stdout.contains("pcmd CPU"),
         "{stdout}"

@@ -78,6 +78,73 @@ impl RuntimeExt for Runtime {
     }
 }
 
+/// What can go wrong when the harness starts, waits for or reads a process. The tests'
+/// shorthands ([`Group::start`], [`Group::wait`], [`MpiJob::run`], [`Pcmd::start`], [`bin`])
+/// panic with it; programs (the benchmarks) use the `try_`/`_within` forms that return it.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// A project binary is not built.
+    #[error("{} is missing: build the binaries first (cargo build --release --bins, or scripts/test.sh)", .path.display())]
+    MissingBinary {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A process could not be started, or its output files not created.
+    #[error("cannot start {what}: {source}")]
+    Start {
+        /// The command.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A process did not end within its deadline; its process group was killed.
+    #[error("{what} did not finish within {timeout:?}: killed its process group\n--- stdout (end)\n{stdout}\n--- stderr (end)\n{stderr}")]
+    Timeout {
+        /// The command.
+        what: String,
+        /// The deadline.
+        timeout: Duration,
+        /// The end of its stdout.
+        stdout: String,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// A process ended with a failure status.
+    #[error("{what} failed (exit status {code:?})\n--- stderr (end)\n{stderr}")]
+    Failed {
+        /// What it was.
+        what: String,
+        /// Its exit code (`None`: killed by a signal).
+        code: Option<i32>,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// A daemon did not accept connections in time.
+    #[error("{what} did not accept connections within {timeout:?}:\n{log}")]
+    NotReady {
+        /// The daemon.
+        what: String,
+        /// The deadline.
+        timeout: Duration,
+        /// Its log so far.
+        log: String,
+    },
+    /// Waiting on a process failed.
+    #[error("waiting for {what}: {source}")]
+    Wait {
+        /// The command.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 /// Directory holding the project's binaries of the profile the tests were built with.
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -91,15 +158,19 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
-/// Path of one of the project's binaries; panics with the command to build it.
-pub fn bin(name: &str) -> PathBuf {
+/// Path of one of the project's binaries, or an error that says how to build it.
+pub fn try_bin(name: &str) -> Result<PathBuf, HarnessError> {
     let path = bin_dir().join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the binaries first (cargo build --release --bins, or scripts/test.sh)",
-        path.display()
-    );
-    path
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::MissingBinary { path })
+    }
+}
+
+/// [`try_bin`] for tests: panics with the command to build it.
+pub fn bin(name: &str) -> PathBuf {
+    try_bin(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 static MPI_JOBS: Mutex<()> = Mutex::new(());
@@ -162,39 +233,75 @@ pub fn heat2d_args_for(
     (args, rate)
 }
 
-/// A started process group, killed on drop.
+/// A started process group, killed on drop: no launcher, rank, spawned replacement or daemon
+/// outlives the test or benchmark that started it.
 #[derive(Debug)]
 pub struct Group {
     child: Child,
+    started: Instant,
     /// Where stdout goes.
     pub stdout: PathBuf,
     /// Where stderr goes.
     pub stderr: PathBuf,
     /// The command, for messages.
     pub what: String,
+    /// The directory of the output files, when the group made its own.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Group {
-    /// Starts `command` in a new process group with output to files in `dir`.
-    pub fn start(mut command: Command, dir: &Path, label: &str) -> Group {
+    /// Starts `command` in a new process group with output to `dir/label.{out,err}`.
+    pub fn spawn(command: Command, dir: &Path, label: &str) -> Result<Group, HarnessError> {
+        Self::spawn_with_dir(command, dir, label, None)
+    }
+
+    /// [`Group::spawn`] with output to a temporary directory of its own, removed with it.
+    pub fn spawn_in_temp(command: Command, label: &str) -> Result<Group, HarnessError> {
+        let dir = tempfile::Builder::new()
+            .prefix("mpi-ios-")
+            .tempdir()
+            .map_err(|source| HarnessError::Start {
+                what: format!("{label} (a temporary directory)"),
+                source,
+            })?;
+        let path = dir.path().to_path_buf();
+        Self::spawn_with_dir(command, &path, label, Some(dir))
+    }
+
+    fn spawn_with_dir(
+        mut command: Command,
+        dir: &Path,
+        label: &str,
+        own: Option<tempfile::TempDir>,
+    ) -> Result<Group, HarnessError> {
         use std::os::unix::process::CommandExt;
         let stdout = dir.join(format!("{label}.out"));
         let stderr = dir.join(format!("{label}.err"));
         let what = format!("{command:?}");
+        let start_error = |source| HarnessError::Start {
+            what: what.clone(),
+            source,
+        };
         command
             .stdin(Stdio::null())
-            .stdout(File::create(&stdout).unwrap())
-            .stderr(File::create(&stderr).unwrap())
+            .stdout(File::create(&stdout).map_err(start_error)?)
+            .stderr(File::create(&stderr).map_err(start_error)?)
             .process_group(0);
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        Group {
+        let started = Instant::now();
+        let child = command.spawn().map_err(start_error)?;
+        Ok(Group {
             child,
+            started,
             stdout,
             stderr,
             what,
-        }
+            _dir: own,
+        })
+    }
+
+    /// [`Group::spawn`] for tests: panics if the command cannot start.
+    pub fn start(command: Command, dir: &Path, label: &str) -> Group {
+        Self::spawn(command, dir, label).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Process id of the group leader.
@@ -202,32 +309,46 @@ impl Group {
         self.child.id()
     }
 
-    /// Waits for the leader to exit, at most `timeout`; on timeout kills the group and panics
-    /// with its output.
-    pub fn wait(mut self, timeout: Duration) -> Finished {
+    /// Waits for the leader to exit, at most `timeout` from now; on timeout kills the group
+    /// and fails with the end of its output. Stragglers of the group (a lingering rank) are
+    /// killed either way.
+    pub fn wait_within(mut self, timeout: Duration) -> Result<Finished, HarnessError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
+            let status = self.child.try_wait().map_err(|source| HarnessError::Wait {
+                what: self.what.clone(),
+                source,
+            })?;
+            if let Some(status) = status {
                 let finished = Finished {
                     code: status.code(),
                     stdout: std::fs::read_to_string(&self.stdout).unwrap_or_default(),
                     stderr: std::fs::read_to_string(&self.stderr).unwrap_or_default(),
+                    elapsed: self.started.elapsed(),
                 };
-                // Stragglers of the group (a lingering rank) must not outlive the test.
                 self.kill();
-                return finished;
+                return Ok(finished);
             }
             if Instant::now() > deadline {
                 self.kill();
-                panic!(
-                    "{} did not finish within {timeout:?}\n--- stdout\n{}\n--- stderr\n{}",
-                    self.what,
-                    std::fs::read_to_string(&self.stdout).unwrap_or_default(),
-                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
-                );
+                return Err(HarnessError::Timeout {
+                    what: self.what.clone(),
+                    timeout,
+                    stdout: tail(
+                        &std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+                        30,
+                    ),
+                    stderr: tail(&self.stderr_so_far(), 40),
+                });
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // 1 ms: whole-process wall times are compared to within 1% by the benchmarks.
+            std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// [`Group::wait_within`] for tests: panics with the output on timeout.
+    pub fn wait(self, timeout: Duration) -> Finished {
+        self.wait_within(timeout).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Whether the leader is still running.
@@ -235,9 +356,11 @@ impl Group {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kills the whole group.
+    /// Kills the whole group and reaps the leader.
     pub fn kill(&mut self) {
-        let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         let _ = self.child.wait();
     }
 
@@ -249,11 +372,8 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.kill();
-        } else {
-            let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
-        }
+        // Also when the leader is gone: its stragglers must not outlive it.
+        self.kill();
     }
 }
 
@@ -266,9 +386,24 @@ pub struct Finished {
     pub stdout: String,
     /// Everything printed on stderr.
     pub stderr: String,
+    /// Wall time from the start to the leader's exit.
+    pub elapsed: Duration,
 }
 
 impl Finished {
+    /// Itself if it exited with status 0, else an error with the end of its stderr.
+    pub fn check(self, what: &str) -> Result<Finished, HarnessError> {
+        if self.code == Some(0) {
+            Ok(self)
+        } else {
+            Err(HarnessError::Failed {
+                what: what.to_owned(),
+                code: self.code,
+                stderr: tail(&self.stderr, 40),
+            })
+        }
+    }
+
     /// The JSON report rank 0 prints as its last stdout line; panics with the output if the
     /// run failed or printed none.
     pub fn report(&self) -> Report {
@@ -323,8 +458,8 @@ pub struct Report {
 pub struct MpiJob {
     /// Number of ranks.
     pub ranks: usize,
-    /// Binary name (in [`bin_dir`]).
-    pub program: String,
+    /// The program.
+    pub program: PathBuf,
     /// Program arguments.
     pub args: Vec<String>,
     /// Extra environment, exported to the ranks (`-x` for Open MPI, `-genv` for hydra).
@@ -334,24 +469,33 @@ pub struct MpiJob {
 }
 
 impl MpiJob {
-    /// `mpirun -np ranks program args...` (or `mpiexec -n ...` on MPICH).
+    /// `mpirun -np ranks program args...` (or `mpiexec -n ...` on MPICH) of the project's
+    /// binary `program` (in [`bin_dir`]).
     pub fn new(ranks: usize, program: &str, args: &[&str]) -> Self {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        Self::of(ranks, &bin_dir().join(program), &args)
+    }
+
+    /// As [`MpiJob::new`], of the program at `path`.
+    pub fn of(ranks: usize, path: &Path, args: &[String]) -> Self {
         MpiJob {
             ranks,
-            program: program.into(),
-            args: args.iter().map(|s| s.to_string()).collect(),
+            program: path.to_path_buf(),
+            args: args.to_vec(),
             env: BTreeMap::new(),
             mpirun_options: Vec::new(),
         }
     }
 
     /// Adds an environment variable for every rank.
+    #[must_use]
     pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
         self.env.insert(key.into(), value.into());
         self
     }
 
     /// Adds mpirun options.
+    #[must_use]
     pub fn mpirun_options(mut self, options: &[&str]) -> Self {
         self.mpirun_options
             .extend(options.iter().map(|s| s.to_string()));
@@ -359,24 +503,52 @@ impl MpiJob {
     }
 
     /// The launcher command, for [`Runtime::current`] (the same launch `pcmrun` makes).
+    /// `PCM_DAEMON` is `none` unless set: a job never talks to a daemon it was not given.
     pub fn command(&self) -> Command {
         let mut env = self.env.clone();
-        // Tests never talk to a daemon they did not start.
         env.entry("PCM_DAEMON".into())
             .or_insert_with(|| "none".into());
         let options = self.mpirun_options.iter().map(Into::into).collect();
-        launch_command(self.ranks, env, options, &bin(&self.program), &self.args)
+        launch_command(self.ranks, env, options, &self.program, &self.args)
     }
 
-    /// Starts the job in `dir`.
+    /// What the job is, for messages: `mpirun -np N program args`.
+    pub fn what(&self) -> String {
+        let name = self.program.file_name().unwrap_or_default();
+        let (name, args) = (name.to_string_lossy(), self.args.join(" "));
+        format!("mpirun -np {} {name} {args}", self.ranks)
+    }
+
+    /// Starts the job with output in `dir`, or says why it cannot.
+    pub fn spawn(&self, dir: &Path, label: &str) -> Result<Group, HarnessError> {
+        if !self.program.is_file() {
+            return Err(HarnessError::MissingBinary {
+                path: self.program.clone(),
+            });
+        }
+        Group::spawn(self.command(), dir, label)
+    }
+
+    /// Starts the job with output in `dir`; panics if it cannot.
     pub fn start(&self, dir: &Path, label: &str) -> Group {
-        Group::start(self.command(), dir, label)
+        self.spawn(dir, label).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Runs the job to completion within `timeout`.
+    /// Runs the job to completion within `timeout` (its process group is killed otherwise).
+    pub fn run_within(&self, timeout: Duration) -> Result<Finished, HarnessError> {
+        if !self.program.is_file() {
+            return Err(HarnessError::MissingBinary {
+                path: self.program.clone(),
+            });
+        }
+        let mut group = Group::spawn_in_temp(self.command(), "job")?;
+        group.what = self.what();
+        group.wait_within(timeout)
+    }
+
+    /// [`MpiJob::run_within`] for tests: panics on timeout.
     pub fn run(&self, timeout: Duration) -> Finished {
-        let dir = tempfile::tempdir().unwrap();
-        self.start(dir.path(), "job").wait(timeout)
+        self.run_within(timeout).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
@@ -418,16 +590,25 @@ pub struct Pcmd {
 }
 
 impl Pcmd {
-    /// Starts a daemon for this host and waits until it accepts connections.
+    /// Starts a daemon for this host, logging at `log` (`RUST_LOG`), with extra `pcmd serve`
+    /// options, and waits (at most 10 s) until it accepts connections.
+    pub fn spawn(serve_args: &[&str], log: &str) -> Result<Pcmd, HarnessError> {
+        let dir = tempfile::tempdir().map_err(|source| HarnessError::Start {
+            what: "pcmd (a temporary directory)".into(),
+            source,
+        })?;
+        let daemon_env = dir.path().join("{host}.sock").display().to_string();
+        Self::spawn_on(dir, daemon_env, serve_args, log)
+    }
+
+    /// Starts a daemon for this host and waits until it accepts connections (debug log).
     pub fn start() -> Pcmd {
         Self::start_with(&[])
     }
 
     /// Like [`Pcmd::start`], with extra `pcmd serve` options (`--request-timeout 3`).
     pub fn start_with(serve_args: &[&str]) -> Pcmd {
-        let dir = tempfile::tempdir().unwrap();
-        let daemon_env = dir.path().join("{host}.sock").display().to_string();
-        Self::start_on(dir, daemon_env, serve_args)
+        Self::spawn(serve_args, "debug").unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Starts a new daemon on the socket of `previous` (which must be dead), as an operator
@@ -438,37 +619,53 @@ impl Pcmd {
             .prefix("pcmd-restart")
             .tempdir()
             .unwrap();
-        let mut restarted = Self::start_on(dir, previous.daemon_env.clone(), &[]);
+        let mut restarted = Self::spawn_on(dir, previous.daemon_env.clone(), &[], "debug")
+            .unwrap_or_else(|e| panic!("{e}"));
         restarted.daemon_env = previous.daemon_env.clone();
         restarted
     }
 
-    fn start_on(dir: tempfile::TempDir, daemon_env: String, serve_args: &[&str]) -> Pcmd {
-        let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    fn spawn_on(
+        dir: tempfile::TempDir,
+        daemon_env: String,
+        serve_args: &[&str],
+        log: &str,
+    ) -> Result<Pcmd, HarnessError> {
+        let host = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into());
         let socket = PathBuf::from(daemon_env.replace("{host}", &host));
-        let mut command = Command::new(bin("pcmd"));
+        let mut command = Command::new(try_bin("pcmd")?);
         command
             .arg("--socket")
             .arg(&socket)
             .arg("serve")
             .args(serve_args)
-            .env("RUST_LOG", "debug");
-        let group = Group::start(command, dir.path(), "pcmd");
-        let deadline = Instant::now() + Duration::from_secs(10);
+            .env("RUST_LOG", log);
+        let group = Group::spawn(command, dir.path(), "pcmd")?;
+        let timeout = Duration::from_secs(10);
+        let deadline = Instant::now() + timeout;
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "pcmd did not start: {}",
-                group.stderr_so_far()
-            );
+            if Instant::now() > deadline {
+                return Err(HarnessError::NotReady {
+                    what: "pcmd".into(),
+                    timeout,
+                    log: group.stderr_so_far(),
+                });
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Pcmd {
+        Ok(Pcmd {
             group: Some(group),
             socket,
             daemon_env,
             dir,
-        }
+        })
+    }
+
+    /// The daemon's process id (`None` once killed).
+    pub fn pid(&self) -> Option<u32> {
+        self.group.as_ref().map(Group::pid)
     }
 
     /// Runs the pcmd CLI against this daemon.
