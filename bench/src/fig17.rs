@@ -27,7 +27,7 @@ use mpi_ios_bench::{
 };
 use mpi_ios_plots::{Bar, BarChart, Event, EventKind, Layout, TimePlot};
 
-use crate::heat_report;
+use mpi_ios_bench::paired::heat_report;
 
 /// What PCM logs to make the breakdown: debug lines of `pcm::timing`, PCM's info lines.
 const RUST_LOG: &str = "warn,pcm=info,pcm::timing=debug";

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
+use mpi_ios_bench::paired::{interleave, GridSizes, Variant};
 use mpi_ios_bench::{
     append_markdown, load_average, max, median, min, try_bin, MpiJob, Pcmd, Table,
 };
 
-use crate::{heat_report, pass};
+use crate::pass;
 
 /// Options of `mpi-ios-bench profiling`.
 #[derive(Debug, Args)]
@@ -24,18 +25,8 @@ pub(crate) struct ProfilingArgs {
     /// Ranks of the overhead runs.
     #[arg(long, default_value_t = 2)]
     ranks: usize,
-    /// Grid side of the ~100 us/iteration size.
-    #[arg(long, default_value_t = 576)]
-    small_size: usize,
-    /// Iterations of the small size.
-    #[arg(long, default_value_t = 20_000)]
-    small_iters: u64,
-    /// Grid side of the ~1 ms/iteration size.
-    #[arg(long, default_value_t = 1448)]
-    large_size: usize,
-    /// Iterations of the large size.
-    #[arg(long, default_value_t = 2_500)]
-    large_iters: u64,
+    #[command(flatten)]
+    sizes: GridSizes,
     /// Loops per `mpi-calls` run (the per-call cost measurement).
     #[arg(long, default_value_t = 1_000_000)]
     loops: u64,
@@ -63,10 +54,7 @@ const PCMD_CPU_TARGET: f64 = 0.2;
 
 pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     if args.quick {
-        args.small_size = 64;
-        args.small_iters = 300;
-        args.large_size = 128;
-        args.large_iters = 100;
+        args.sizes.quick();
         args.pairs = 2;
         args.warmup = 0;
         args.window = 4;
@@ -132,61 +120,25 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     let pcmd = Pcmd::spawn(&[], "info")?;
     let mut projected = Vec::new();
     let daemon = pcmd.socket.display().to_string();
-    for (side, iters, label) in [
-        (args.small_size, args.small_iters, "~100 us/iter"),
-        (args.large_size, args.large_iters, "~1 ms/iter"),
-    ] {
-        let run_args: Vec<String> = vec![
-            "--rows".into(),
-            side.to_string(),
-            "--cols".into(),
-            side.to_string(),
-            "--iters".into(),
-            iters.to_string(),
-        ];
+    for case in args.sizes.cases() {
+        let (side, iters, label) = (case.side, case.iters, case.label);
+        let run_args = case.args();
         let job = |profile: &str| {
             MpiJob::of(args.ranks, &heat2d, &run_args)
                 .env("PCM_DAEMON", daemon.clone())
                 .env("PCM_PROFILE", profile)
         };
-        let (off_run, on_run) = (job("off"), job("on"));
-        let (mut off_us, mut on_us, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for pair in 0..args.warmup + args.pairs {
-            let warm = pair < args.warmup;
-            let off = heat_report(
-                &off_run
-                    .run_within(timeout)?
-                    .check("heat2d, profiling off")?
-                    .stdout,
-            )?;
-            let on = heat_report(
-                &on_run
-                    .run_within(timeout)?
-                    .check("heat2d, profiling on")?
-                    .stdout,
-            )?;
-            ensure!(
-                off.checksum == on.checksum,
-                "checksums differ at {side}x{side}: off {}, on {}",
-                off.checksum,
-                on.checksum
-            );
-            let (a, b) = (
-                off.seconds / iters as f64 * 1e6,
-                on.seconds / iters as f64 * 1e6,
-            );
-            eprintln!(
-                "[profiling] {side}x{side} {} {}: off {a:.2} us/iter, on {b:.2} us/iter, ratio {:.4}",
-                if warm { "warm-up" } else { "pair" },
-                pair + 1,
-                b / a
-            );
-            if !warm {
-                off_us.push(a);
-                on_us.push(b);
-                ratios.push(b / a);
-            }
-        }
+        let variants = [
+            Variant::new("heat2d, profiling off", job("off")),
+            Variant::new("heat2d, profiling on", job("on")),
+        ];
+        let what = format!("profiling {side}x{side}");
+        let series = interleave(&what, &variants, iters, args.warmup, args.pairs, timeout)?;
+        let (off_us, on_us) = (
+            case.per_iter_us(&series.loop_s(0)),
+            case.per_iter_us(&series.loop_s(1)),
+        );
+        let ratios = series.ratios(1, |m| m.loop_s);
         let ratio = median(&ratios);
         // One halo loop per neighbour per iteration; the end ranks of a 2-rank job have one.
         let neighbours = if args.ranks > 2 { 2.0 } else { 1.0 };
@@ -198,7 +150,7 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
         ));
         table.push(vec![
             format!(
-                "heat2d {side}x{side}, {} ranks ({label}), us/iter",
+                "heat2d {side}x{side}, {} ranks ({label}/iter), us/iter",
                 args.ranks
             ),
             format!("{:.2}", median(&off_us)),
@@ -217,7 +169,7 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     drop(pcmd);
     for (side, label, ratio) in projected {
         table.push(vec![
-            format!("heat2d {side}x{side} ({label}) projected: 1 + loops/iter x added CPU / fastest us per iter"),
+            format!("heat2d {side}x{side} ({label}/iter) projected: 1 + loops/iter x added CPU / fastest us per iter"),
             "-".into(),
             "-".into(),
             format!("{ratio:.5}"),

@@ -39,8 +39,7 @@ fn bench() -> PathBuf {
 fn run(exe: &Path, args: &[&str]) -> Finished {
     let mut command = Command::new(exe);
     command.args(args);
-    mpi_ios_tests::Group::spawn_in_temp(command, "bench")
-        .and_then(|group| group.wait_within(DEADLINE))
+    mpi_ios_tests::Group::run_to_end(command, "bench", DEADLINE)
         .unwrap_or_else(|e| panic!("mpi-ios-bench {args:?}: {e}"))
 }
 

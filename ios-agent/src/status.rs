@@ -229,42 +229,9 @@ mod tests {
         }
     }
 
-    /// Item 10 (review issue 12): a stalled rank is shown as stalled, the others with their
-    /// figures.
-    #[test]
-    fn given_a_stalled_entity_then_the_text_says_so_instead_of_its_figures() {
-        let status = AgentStatus {
-            host: "node-a".into(),
-            peer_id: "peer".into(),
-            topology: "p2p".into(),
-            uptime_s: 1.0,
-            manager: None,
-            peers: vec![],
-            node: None,
-            entities: vec![entity(0, 0.9), entity(1, 0.0)],
-            stalled: vec!["job-1/1".into()],
-            counters: Counters::default(),
-            decisions: vec![],
-        };
-        let text = status.to_text();
-        let line = |id: &str| text.lines().find(|l| l.contains(id)).expect(id).to_owned();
-        assert!(line("job-1/1").contains("STALLED"), "{text}");
-        assert!(line("job-1/0").contains("cpu 0.90"), "{text}");
-        let json = serde_json::to_string(&status).expect("serialisable");
-        let back: AgentStatus = serde_json::from_str(&json).expect("round trip");
-        assert_eq!(back.stalled, vec!["job-1/1".to_owned()]);
-    }
-
-    /// Items 5 (review issue 12): what the agent refused from its peers is shown, and a status
-    /// from an agent that predates those counters still reads.
-    #[test]
-    fn given_refused_steals_and_hosts_then_the_status_shows_them() {
-        let counters = Counters {
-            steals_refused: 3,
-            hosts_refused: 7,
-            ..Counters::default()
-        };
-        let status = AgentStatus {
+    /// A status of node-a with no peer, entity or decision.
+    fn status_with(counters: Counters) -> AgentStatus {
+        AgentStatus {
             host: "node-a".into(),
             peer_id: "peer".into(),
             topology: "p2p".into(),
@@ -276,7 +243,37 @@ mod tests {
             stalled: vec![],
             counters,
             decisions: vec![],
+        }
+    }
+
+    /// Item 10 (review issue 12): a stalled rank is shown as stalled, the others with their
+    /// figures.
+    #[test]
+    fn given_a_stalled_entity_then_the_text_says_so_instead_of_its_figures() {
+        let status = AgentStatus {
+            entities: vec![entity(0, 0.9), entity(1, 0.0)],
+            stalled: vec!["job-1/1".into()],
+            ..status_with(Counters::default())
         };
+        let text = status.to_text();
+        let line = |id: &str| text.lines().find(|l| l.contains(id)).expect(id).to_owned();
+        assert!(line("job-1/1").contains("STALLED"), "{text}");
+        assert!(line("job-1/0").contains("cpu 0.90"), "{text}");
+        let json = serde_json::to_string(&status).expect("serialisable");
+        let back: AgentStatus = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back.stalled, vec!["job-1/1".to_owned()]);
+    }
+
+    /// Item 5 (review issue 12): what the agent refused from its peers is shown, and a status
+    /// from an agent that predates those counters still reads.
+    #[test]
+    fn given_refused_steals_and_hosts_then_the_status_shows_them() {
+        let counters = Counters {
+            steals_refused: 3,
+            hosts_refused: 7,
+            ..Counters::default()
+        };
+        let status = status_with(counters);
         let text = status.to_text();
         assert!(text.contains("3 forged steals refused"), "{text}");
         assert!(text.contains("7 announced hosts refused"), "{text}");

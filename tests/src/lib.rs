@@ -299,6 +299,16 @@ impl Group {
         })
     }
 
+    /// Runs `command` in a process group of its own (output to a temporary directory) to its
+    /// end, at most `timeout`.
+    pub fn run_to_end(
+        command: Command,
+        label: &str,
+        timeout: Duration,
+    ) -> Result<Finished, HarnessError> {
+        Self::spawn_in_temp(command, label)?.wait_within(timeout)
+    }
+
     /// [`Group::spawn`] for tests: panics if the command cannot start.
     pub fn start(command: Command, dir: &Path, label: &str) -> Group {
         Self::spawn(command, dir, label).unwrap_or_else(|e| panic!("{e}"))
