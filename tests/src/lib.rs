@@ -205,11 +205,12 @@ pub fn interrupted() -> bool {
         .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
 }
 
-/// heat2d's arguments (`--rows R --cols C --iters N`) for a run of about `seconds` on 2
-/// ranks on this machine, unloaded, and the measured rate in iterations per second: a
-/// probe of 5,000 iterations of heat2d-plain sizes it (never fewer than the probe's).
-/// Machines of one kind differ in speed by 4x or more, so tests are sized by time.
+/// heat2d's arguments (`--rows R --cols C --iters N`) for a run of about `seconds` on
+/// `ranks` ranks on this machine as loaded as it is now, and the measured rate in iterations
+/// per second: a probe of 5,000 iterations of heat2d-plain sizes it (never fewer than the
+/// probe's). Machines of one kind differ in speed by 4x or more, so tests are sized by time.
 pub fn heat2d_args_for(
+    ranks: usize,
     rows: u32,
     cols: u32,
     seconds: f64,
@@ -225,10 +226,14 @@ pub fn heat2d_args_for(
     let mut probe = args.clone();
     probe.extend(["--iters".to_owned(), PROBE.to_string()]);
     let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
-    let report = MpiJob::new(2, "heat2d-plain", &probe).run(timeout).report();
+    let report = MpiJob::new(ranks, "heat2d-plain", &probe)
+        .run(timeout)
+        .report();
     let rate = PROBE as f64 / report.seconds.max(1e-3);
     let iters = ((rate * seconds) as u64).max(PROBE);
-    eprintln!("heat2d {rows}x{cols} on 2 ranks: {rate:.0} it/s, so {iters} iterations for about {seconds} s");
+    eprintln!(
+        "heat2d {rows}x{cols} on {ranks} ranks: {rate:.0} it/s, so {iters} iterations for about {seconds} s"
+    );
     args.extend(["--iters".to_owned(), iters.to_string()]);
     (args, rate)
 }

@@ -5,13 +5,21 @@
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use mpi_ios_tests::{mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _};
+use mpi_ios_tests::{
+    heat2d_args_for, mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _,
+};
 use pcm_proto::DaemonStatus;
 
-/// Long enough (several seconds) to talk to the job while it runs.
-const LONG_ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "150000"];
+/// heat2d's arguments for a job of 3 ranks that runs about 30 s on this machine as loaded as
+/// it is when the first test asks (sized once per test binary: the tests act while it runs).
+fn long_args() -> Vec<&'static str> {
+    static LONG: OnceLock<Vec<String>> = OnceLock::new();
+    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 30.0, WAIT).0);
+    args.iter().map(String::as_str).collect()
+}
 const DEADLINE: Duration = Duration::from_secs(150);
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -60,10 +68,10 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// The reference checksum, a daemon, and a long heat2d job of 3 ranks registered with it.
 fn running_job() -> (String, Pcmd, Group, tempfile::TempDir) {
-    let reference = plain_checksum(LONG_ARGS);
+    let reference = plain_checksum(&long_args());
     let pcmd = Pcmd::start();
     let dir = tempfile::tempdir().unwrap();
-    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
+    let job = MpiJob::new(3, "heat2d", &long_args())
         .env("PCM_DAEMON", pcmd.daemon_env.clone())
         .start(dir.path(), "heat2d");
     wait_until(WAIT, "3 ranks registered and running", || {
@@ -262,7 +270,7 @@ fn given_no_daemon_then_the_job_runs_as_plain_mpi() {
 fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_not_hold_then_the_job_agrees(
 ) {
     let _lock = mpi_lock();
-    let reference = plain_checksum(LONG_ARGS);
+    let reference = plain_checksum(&long_args());
     let daemon_a = Pcmd::start();
     let daemon_b = Pcmd::start();
     // MPMD launch: rank 0 registers with daemon A, ranks 1 and 2 with daemon B.
@@ -275,11 +283,11 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
     command
         .args(runtime.ranks_args(1))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_a.daemon_env));
-    command.arg(&heat2d).args(LONG_ARGS).arg(":");
+    command.arg(&heat2d).args(long_args()).arg(":");
     command
         .args(runtime.ranks_args(2))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_b.daemon_env));
-    command.arg(&heat2d).args(LONG_ARGS);
+    command.arg(&heat2d).args(long_args());
     let dir = tempfile::tempdir().unwrap();
     let job = Group::start(command, dir.path(), "mpmd");
     wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);
@@ -332,10 +340,10 @@ fn rank_status(pcmd: &Pcmd, rank: u32) -> pcm_proto::RankStatus {
 #[test]
 fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_and_never_runs() {
     let _lock = mpi_lock();
-    let reference = plain_checksum(LONG_ARGS);
+    let reference = plain_checksum(&long_args());
     let pcmd = Pcmd::start_with(&["--request-timeout", "3"]);
     let dir = tempfile::tempdir().unwrap();
-    let job = MpiJob::new(3, "heat2d", LONG_ARGS)
+    let job = MpiJob::new(3, "heat2d", &long_args())
         .env("PCM_DAEMON", pcmd.daemon_env.clone())
         .start(dir.path(), "heat2d");
     wait_until(WAIT, "3 ranks registered and running", || {
@@ -404,7 +412,7 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
 #[test]
 fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs() {
     let _lock = mpi_lock();
-    let reference = plain_checksum(LONG_ARGS);
+    let reference = plain_checksum(&long_args());
     let daemon_a = Pcmd::start();
     let daemon_b = Pcmd::start();
     let runtime = Runtime::current();
@@ -416,11 +424,11 @@ fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs()
     command
         .args(runtime.ranks_args(1))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_a.daemon_env));
-    command.arg(&heat2d).args(LONG_ARGS).arg(":");
+    command.arg(&heat2d).args(long_args()).arg(":");
     command
         .args(runtime.ranks_args(2))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_b.daemon_env));
-    command.arg(&heat2d).args(LONG_ARGS);
+    command.arg(&heat2d).args(long_args());
     let dir = tempfile::tempdir().unwrap();
     let job = Group::start(command, dir.path(), "mpmd");
     wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);

@@ -35,7 +35,7 @@ fn args_for(seconds: f64) -> Vec<String> {
 
 /// [`args_for`], and the measured rate in iterations per second.
 fn sized_args(seconds: f64) -> (Vec<String>, f64) {
-    heat2d_args_for(256, 256, seconds, WAIT)
+    heat2d_args_for(2, 256, 256, seconds, WAIT)
 }
 
 fn plain_checksum(args: &[String]) -> String {

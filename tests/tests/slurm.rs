@@ -28,7 +28,7 @@ fn given_a_slurm_allocation_then_pcmrun_takes_its_host_and_recovers_a_killed_ran
     let _lock = mpi_lock();
     let slurm = LocalSlurm::start().unwrap();
     // Sized by time: about 8 s of heat2d on this machine.
-    let (args, _) = heat2d_args_for(256, 256, 8.0, WAIT);
+    let (args, _) = heat2d_args_for(2, 256, 256, 8.0, WAIT);
     let plain_args: Vec<&str> = args.iter().map(String::as_str).collect();
     let plain = MpiJob::new(2, "heat2d-plain", &plain_args)
         .run(DEADLINE)
