@@ -292,6 +292,9 @@ impl Group {
             .stdout(File::create(&stdout).map_err(start_error)?)
             .stderr(File::create(&stderr).map_err(start_error)?)
             .process_group(0);
+        // A test or benchmark killed outright runs no drop: the leader (a launcher, a pcmd)
+        // then gets SIGTERM from the kernel instead of running on unsupervised.
+        pcmrun::end_with_parent(&mut command);
         let started = Instant::now();
         let child = command.spawn().map_err(start_error)?;
         Ok(Group {
