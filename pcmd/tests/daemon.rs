@@ -12,7 +12,7 @@ use common::{host, job, rank, Conn, Daemon, WAIT};
 use pcm_proto::{
     ClientKind, ErrorKind, FromDaemon, Move, Outcome, PhaseTimings, Rank, ToDaemon, MAX_FRAME_LEN,
 };
-use pcmd::client::{Client, Error, Migration};
+use pcm_proto::client::{Client, Error, Migration};
 
 fn moves(ranks: &[u32]) -> Vec<Move> {
     ranks
