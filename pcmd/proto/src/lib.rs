@@ -24,6 +24,7 @@ pub mod checkpoint;
 pub mod client;
 pub mod log_limit;
 mod path;
+pub mod pool_key;
 pub mod run;
 mod types;
 pub use path::{ensure_private_dir, read_private_file, socket_path, PrivateDirError, DAEMON_ENV};
