@@ -280,7 +280,7 @@ impl Service {
             dir = %config.dir.display(),
             listen = ?listen,
             buddy = ?config.buddy,
-            pool_key,
+            pool_key = %pool_key,
             "checkpoint service ready"
         );
         let for_unix = Arc::clone(&shared);
