@@ -83,8 +83,12 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Keygen { file } => {
-            ios_agent::net::write_new_pool_key(&file)?;
-            println!("wrote a new pool key to {}", file.display());
+            let key = ios_agent::net::write_new_pool_key(&file)?;
+            println!(
+                "wrote a new pool key to {} (fingerprint {})",
+                file.display(),
+                key.fingerprint()
+            );
             Ok(())
         }
     }

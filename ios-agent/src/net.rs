@@ -24,9 +24,8 @@ pub struct AgentNet {
 }
 
 /// Writes a new pool key to `file` (mode 0600); refuses to overwrite one.
-pub fn write_new_pool_key(file: &Path) -> Result<()> {
-    PoolKey::generate_to_file(file)?;
-    Ok(())
+pub fn write_new_pool_key(file: &Path) -> Result<PoolKey> {
+    Ok(PoolKey::generate_to_file(file)?)
 }
 
 fn parse_addrs(what: &str, addrs: &[String]) -> Result<Vec<Multiaddr>> {
@@ -48,6 +47,7 @@ pub async fn start(
     state_dir: &Path,
 ) -> Result<(AgentNet, mpsc::Receiver<PeerEvent>)> {
     let key = PoolKey::from_file(&args.pool_key)?;
+    tracing::info!(fingerprint = %key.fingerprint(), "pool key from {}", args.pool_key.display());
     let mut config = NetConfig::new(key);
     config.identity = Identity::File(state_dir.join("identity.key"));
     config.listen = parse_addrs("--listen", std::slice::from_ref(&args.listen))?;

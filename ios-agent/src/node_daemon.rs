@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{EntityId, MigrationId};
+use pcm_proto::client::{Client, Error as ClientError, Migration};
 use pcm_proto::{HostName, Move, NodeStats, Outcome};
-use pcmd::client::{Client, Error as ClientError, Migration};
 
 use crate::driver::Migrator;
 

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ios_agent_profile::{
-    entity_pids, entity_profiles, load_without_waiting, stalled_entities, NodeSensor, SensorConfig,
+    entity_pids, entity_profiles, load_without_waiting, stalled_entities, NodeSampleExt as _,
+    NodeSensor, SensorConfig,
 };
 use pcm_proto::NodeStats;
 use tokio::sync::mpsc;

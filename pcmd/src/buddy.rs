@@ -300,7 +300,7 @@ impl Buddy {
     pub fn start(addr: String, key: PoolKey) -> Buddy {
         let (queue, jobs) = mpsc::sync_channel(COPY_QUEUE);
         let worker_addr = addr.clone();
-        let worker_key = key.clone();
+        let worker_key = key;
         let started = std::thread::Builder::new()
             .name("pcmd-buddy-copy".into())
             .spawn(move || copy_worker(&worker_addr, &worker_key, jobs));

@@ -70,7 +70,7 @@ pub enum Error {
     Config(String),
     /// The pool key could not be read.
     #[error("{0}")]
-    Key(#[from] ckpt::Error),
+    Key(#[from] pcm_proto::pool_key::KeyError),
 }
 
 /// Checkpoint options of `pcmd serve`.
@@ -256,12 +256,16 @@ impl Service {
         };
         let listen = tcp.as_ref().and_then(|l| l.local_addr().ok());
         let buddy = match (&config.buddy, &config.key) {
-            (Some(addr), Some(key)) => Some(Buddy::start(addr.clone(), key.clone())),
+            (Some(addr), Some(key)) => Some(Buddy::start(addr.clone(), *key)),
             _ => None,
         };
         let store = Store::new(config.dir.clone());
         // Nobody writes here before we listen: what a previous pcmd left half-done is garbage.
         store.sweep();
+        let pool_key = config
+            .key
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), PoolKey::fingerprint);
         let shared = Arc::new(Shared {
             store,
             host: config.host,
@@ -276,6 +280,7 @@ impl Service {
             dir = %config.dir.display(),
             listen = ?listen,
             buddy = ?config.buddy,
+            pool_key = %pool_key,
             "checkpoint service ready"
         );
         let for_unix = Arc::clone(&shared);

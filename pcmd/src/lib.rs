@@ -12,7 +12,8 @@
 //!   plus the socket, lock-file and signal handling of `pcmd serve`.
 //! - [`stats`]: the pure profile book (the ranks' reports, per-period rates) the registry
 //!   keeps; [`node`]: the node's own load, sampled by the driver once per stats period.
-//! - [`client`]: a small blocking controller client.
+//! - the blocking controller client the CLI uses is [`pcm_proto::client`], shared with the
+//!   IOS agent and the tests.
 //! - [`cli`]: the binary's options and output formatting.
 //! - [`checkpoint`]: the checkpoint service beside the driver (plain threads): receives
 //!   ranks' checkpoint pieces on `<socket>.ckpt`, stores them atomically, serves restarts;
@@ -38,7 +39,6 @@
 pub mod buddy;
 pub mod checkpoint;
 pub mod cli;
-pub mod client;
 pub mod daemon;
 pub mod node;
 pub mod registry;

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
+use pcm_proto::client::{Client, Migration};
 use pcmd::cli::{self, Cli, Command};
-use pcmd::client::{Client, Migration};
 use pcmd::daemon::{self, Daemon};
 use pcmd::registry;
 

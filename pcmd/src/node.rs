@@ -1,12 +1,12 @@
-//! The node's own load for `pcmd stats`, from the IOS agent's sensor.
+//! The node's own load for `pcmd stats`, from the node sensor it shares with the IOS agent.
 //!
-//! [`ios_agent_profile::NodeSensor`] knows what "the node" is (the cgroup that caps pcmd's
+//! [`node_sensor::NodeSensor`] knows what "the node" is (the cgroup that caps pcmd's
 //! CPU, or the whole machine) and reads it cheaply from `/proc` and `/sys`. pcmd samples it
 //! once per stats period and serves the result as [`NodeLoad`]. The sensor's CPU speed probe
 //! is turned off: speed is not part of `NodeLoad`, and the probe would cost pcmd tens of
 //! milliseconds of CPU.
 
-use ios_agent_profile::{NodeSensor, SensorConfig};
+use node_sensor::{NodeSensor, SensorConfig};
 use pcm_proto::NodeLoad;
 
 /// Samples the node pcmd runs on; without a usable sensor every sample is `None`.

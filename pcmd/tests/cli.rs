@@ -184,7 +184,7 @@ fn given_two_pcmds_with_host_on_one_machine_then_each_reports_its_host_and_keeps
         let socket = dir.path().join("run").join(format!("{name}.sock"));
         let deadline = std::time::Instant::now() + common::WAIT;
         let status = loop {
-            match pcmd::client::Client::connect(&socket) {
+            match pcm_proto::client::Client::connect(&socket) {
                 Ok(mut c) => break c.status().unwrap(),
                 Err(e) => assert!(
                     std::time::Instant::now() < deadline,

@@ -9,10 +9,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{host, job, rank, Conn, Daemon, WAIT};
+use pcm_proto::client::{Client, Error, Migration};
 use pcm_proto::{
     ClientKind, ErrorKind, FromDaemon, Move, Outcome, PhaseTimings, Rank, ToDaemon, MAX_FRAME_LEN,
 };
-use pcmd::client::{Client, Error, Migration};
 
 fn moves(ranks: &[u32]) -> Vec<Move> {
     ranks

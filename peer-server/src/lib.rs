@@ -198,6 +198,7 @@ impl PeerServer {
             )));
         }
         let key = PoolKey::from_file(&args.pool_key)?;
+        tracing::info!(fingerprint = %key.fingerprint(), "pool key from {}", args.pool_key.display());
         let identity = match identity_file(args)? {
             Some(file) => {
                 tracing::info!("identity from {}", file.display());

@@ -395,3 +395,89 @@ fn connection_floods_neither_lock_agents_out_nor_fill_the_logs() {
     assert!(a.try_status().is_some());
     assert_eq!(b.peer_count(), 1);
 }
+
+/// Issue 14, item 2: one pool key, one fingerprint. `ios-agent keygen` prints the new key's
+/// fingerprint, and the peer server and pcmd started on that file log the same one.
+#[test]
+fn keygen_the_peer_server_and_pcmd_print_one_fingerprint_for_one_key_file() {
+    let dir = tempdir();
+    let key = dir.path().join("pool.key");
+    let out = Command::new(bin("ios-agent"))
+        .arg("keygen")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let fingerprint = said
+        .split("(fingerprint ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("no fingerprint in {said:?}"))
+        .to_owned();
+    assert_eq!(fingerprint.len(), 32, "{said}");
+    assert!(fingerprint.bytes().all(|b| b.is_ascii_hexdigit()), "{said}");
+
+    let mut peer_server = Command::new(bin("peer-server"));
+    peer_server
+        .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--pool-key"])
+        .arg(&key)
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("RUST_LOG", "info");
+    let logged = log_line_with(peer_server, "fingerprint");
+    assert!(
+        logged.contains(&fingerprint),
+        "keygen said {said:?}, peer-server {logged:?}"
+    );
+
+    let mut pcmd = Command::new(bin("pcmd"));
+    pcmd.arg("--socket")
+        .arg(dir.path().join("pcmd.sock"))
+        .args(["serve", "--pool-key"])
+        .arg(&key)
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("RUST_LOG", "info");
+    let logged = log_line_with(pcmd, "pool_key=");
+    assert!(
+        logged.contains(&fingerprint),
+        "keygen said {said:?}, pcmd {logged:?}"
+    );
+}
+
+/// Starts `command`, returns the first line of its stderr that contains `needle` (within
+/// 30 s), and kills it.
+fn log_line_with(mut command: Command, needle: &str) -> String {
+    use std::io::BufRead as _;
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let needle = needle.to_owned();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains(&needle) {
+                let _ = tx.send(Ok(line));
+                return;
+            }
+            seen.push(line);
+        }
+        let _ = tx.send(Err(seen.join("\n")));
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30));
+    let _ = child.kill();
+    let _ = child.wait();
+    match line {
+        Ok(Ok(line)) => line,
+        Ok(Err(log)) => panic!("{command:?} ended without logging it:\n{log}"),
+        Err(_) => panic!("{command:?} logged nothing of the kind within 30 s"),
+    }
+}

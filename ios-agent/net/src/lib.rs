@@ -7,7 +7,8 @@
 //! I/O: the decision logic lives in `ios-agent-core`, and the `ios-agent` driver connects the
 //! two.
 //!
-//! - [`key`]: [`PoolKey`], the pool's pre-shared key. Every connection (agents and peer
+//! - [`key`]: [`PoolKey`] (the one pool key type, from `pcm-proto`) as libp2p's pre-shared
+//!   key ([`pre_shared_key`]). Every connection (agents and peer
 //!   servers) runs over a libp2p private network with it, then noise, then yamux
 //!   ([`transport`]). A node without the key cannot connect; such failures end within
 //!   [`NetConfig::handshake_timeout`] in an error saying "wrong or missing pool key?".
@@ -57,7 +58,7 @@ pub mod transport;
 
 pub use codec::Ack;
 pub use config::{Identity, NetConfig};
-pub use key::{KeyError, PoolKey};
+pub use key::{pre_shared_key, KeyError, PoolKey};
 pub use libp2p;
 pub use network::{NetEvent, NetHandle, Network, PeerSummary};
 

@@ -29,7 +29,7 @@ pub fn build_transport(
     key: &PoolKey,
     handshake_timeout: Duration,
 ) -> Result<Boxed<(PeerId, StreamMuxerBox)>, noise::Error> {
-    let psk = key.psk();
+    let psk = crate::key::pre_shared_key(key);
     let noise = noise::Config::new(identity)?;
     let transport = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
         // The pnet stage. It sees only TCP streams that did connect, so its errors (and any

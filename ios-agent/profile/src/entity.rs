@@ -15,7 +15,7 @@ use ios_agent_core::model::{EntityId, EntityProfile, NodeProfile};
 use pcm_proto::{NodeStats, RankStats};
 use serde::{Deserialize, Serialize};
 
-use crate::EntityUsage;
+use node_sensor::{EntityUsage, NodeSample};
 
 /// A non-negative finite number, or 0 (figures come from another process: never trust them).
 fn clean(x: f64) -> f64 {
@@ -251,6 +251,35 @@ impl CompetingLoad {
     /// while the entities want more than they get.
     pub fn is_contended(&self, threshold: f64) -> bool {
         self.others_used >= threshold && self.entities_share + 1e-9 < self.entities_fair_share
+    }
+}
+
+/// What the agent makes of a [`NodeSample`] (the sensor lives low, in `node-sensor`, so that
+/// pcmd can sample its node without depending on the agent).
+pub trait NodeSampleExt {
+    /// The agent's model input (bandwidth unknown here: 0; the agent fills in what it
+    /// measures).
+    fn profile(&self) -> NodeProfile;
+
+    /// The competing load, when entity pids were given.
+    fn competing(&self) -> Option<CompetingLoad>;
+}
+
+impl NodeSampleExt for NodeSample {
+    fn profile(&self) -> NodeProfile {
+        NodeProfile {
+            cores: self.cores,
+            speed: self.speed,
+            cpu_load: self.demand,
+            memory_available: self.memory_available,
+            bandwidth: 0.0,
+            competing: self.competing().map_or(0.0, |c| c.others_used),
+        }
+    }
+
+    fn competing(&self) -> Option<CompetingLoad> {
+        self.entities
+            .map(|e| CompetingLoad::new(self.cores, self.used, self.demand, e.used, e.demand))
     }
 }
 
@@ -518,5 +547,43 @@ mod tests {
             ..usage
         };
         assert_eq!(load_without_waiting(&node, &[rank], Some(&garbage)), by_cpu);
+    }
+
+    #[test]
+    fn a_node_sample_becomes_a_valid_model_input_with_its_competing_load() {
+        let sample = NodeSample {
+            scope: node_sensor::Scope::Machine {
+                reason: "test".into(),
+            },
+            period: Duration::from_secs(1),
+            cores: 0.5,
+            used: 0.4,
+            demand: 0.75,
+            throttled: None,
+            pressure: None,
+            memory_total: 1 << 30,
+            memory_available: 1 << 29,
+            speed: 1.5,
+            tasks: 2,
+            entities: Some(EntityUsage {
+                processes: 1,
+                found: 1,
+                used: 0.25,
+                demand: 0.5,
+            }),
+        };
+        let profile = sample.profile();
+        assert_eq!(profile.speed, 1.5);
+        assert_eq!(profile.cores, 0.5);
+        assert_eq!(profile.cpu_load, 0.75);
+        assert!(profile.validate().is_ok());
+        let competing = sample.competing().expect("entities given");
+        assert!((competing.others_used - 0.15).abs() < 1e-9, "{competing:?}");
+        assert_eq!(profile.competing, competing.others_used);
+        let without = NodeSample {
+            entities: None,
+            ..sample
+        };
+        assert!(without.competing().is_none());
     }
 }

@@ -11,17 +11,20 @@
 //! client sends is [`ToDaemon::Hello`] carrying [`PROTOCOL_VERSION`]; a daemon that speaks
 //! another version answers with [`ErrorKind::VersionMismatch`] and closes.
 //!
-//! This crate does no I/O of its own: [`encode`] turns a message into a frame and
+//! The codec does no I/O of its own: [`encode`] turns a message into a frame and
 //! [`FrameReader`] splits a byte stream into decoded messages, so the blocking client in the
-//! ranks and the async daemon share one codec. Decoding arbitrary bytes never panics.
+//! ranks, the blocking controller client ([`client`]) and the async daemon share one codec.
+//! Decoding arbitrary bytes never panics.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 pub mod checkpoint;
+pub mod client;
 pub mod log_limit;
 mod path;
+pub mod pool_key;
 pub mod run;
 mod types;
 pub use path::{ensure_private_dir, read_private_file, socket_path, PrivateDirError, DAEMON_ENV};

@@ -107,8 +107,8 @@ impl Daemon {
         cli(&self.socket, args)
     }
 
-    pub fn client(&self) -> pcmd::client::Client {
-        pcmd::client::Client::connect(&self.socket).unwrap()
+    pub fn client(&self) -> pcm_proto::client::Client {
+        pcm_proto::client::Client::connect(&self.socket).unwrap()
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use ios_agent_profile::{NodeSensor, SensorConfig, SpeedProbe};
+use ios_agent_profile::{NodeSampleExt as _, NodeSensor, SensorConfig, SpeedProbe};
 
 /// Samples the node (the cgroup that caps this process's CPU, else the machine).
 #[derive(Debug, Parser)]

@@ -3,8 +3,9 @@
 //!
 //! # What "speed" means (and what a cap means)
 //!
-//! [`ios_agent_core::model::NodeProfile`] splits a node's CPU into `cores` (how many) and
-//! `speed` (how fast each is, relative to a reference core = 1.0); the model's availability is
+//! The IOS agent's model (`ios_agent_core::model::NodeProfile`) splits a node's CPU into
+//! `cores` (how many) and `speed` (how fast each is, relative to a reference core = 1.0); the
+//! model's availability is
 //! `free cores * speed`. A cgroup cap of 0.5 CPU is **not** a slow core: a thread in it runs at
 //! full speed for 50 ms of every 100 ms period and is then throttled. So a cap goes into
 //! `cores` (0.5), and the probe must not see it: it times the work in CPU time

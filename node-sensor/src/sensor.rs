@@ -30,13 +30,12 @@
 //! - memory: the smallest limit on the process's memory cgroup chain and its usage, else
 //!   `/proc/meminfo`.
 //! - entities: the same run and wait sums over the threads of given process ids (the node's
-//!   ranks), for the competing-load figures ([`crate::CompetingLoad`]).
+//!   ranks), for the competing-load figures (the agent's `ios_agent_profile::CompetingLoad`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ios_agent_core::model::NodeProfile;
 use pcm_proto::NodeLoad;
 use serde::{Deserialize, Serialize};
 
@@ -211,26 +210,6 @@ impl NodeSample {
             memory_total: self.memory_total,
             memory_available: self.memory_available,
         }
-    }
-
-    /// The agent's model input (bandwidth unknown here: 0; the agent fills in what it
-    /// measures).
-    pub fn profile(&self) -> NodeProfile {
-        NodeProfile {
-            cores: self.cores,
-            speed: self.speed,
-            cpu_load: self.demand,
-            memory_available: self.memory_available,
-            bandwidth: 0.0,
-            competing: self.competing().map_or(0.0, |c| c.others_used),
-        }
-    }
-
-    /// The competing load, when entity pids were given.
-    pub fn competing(&self) -> Option<crate::CompetingLoad> {
-        self.entities.map(|e| {
-            crate::CompetingLoad::new(self.cores, self.used, self.demand, e.used, e.demand)
-        })
     }
 }
 
@@ -873,9 +852,7 @@ mod tests {
         let load = s.load();
         assert_eq!(load.cores, 0.5);
         assert_eq!(load.cpu_load, s.demand);
-        let profile = s.profile();
-        assert_eq!(profile.speed, 1.5);
-        assert!(profile.validate().is_ok());
+        assert_eq!(s.speed, 1.5);
     }
 
     #[test]
@@ -980,6 +957,5 @@ mod tests {
         let secs = s.period.as_secs_f64();
         assert!((e.used * secs - 0.5).abs() < 1e-9, "{e:?}");
         assert!((e.demand * secs - 0.6).abs() < 1e-9, "{e:?}");
-        assert!(s.competing().is_some());
     }
 }

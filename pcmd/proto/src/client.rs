@@ -1,10 +1,11 @@
-//! A small blocking controller client: what `pcmd status` and `pcmd migrate` use, and what
-//! tests and the IOS agent can reuse.
+//! A small blocking controller client: what `pcmd status`, `pcmd migrate`, the IOS agent and
+//! the tests use. It lives here, beside the protocol, so that controllers need not depend on
+//! the daemon's crate.
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use pcm_proto::{Move, Rank};
-//! use pcmd::client::{Client, Migration};
+//! use pcm_proto::client::{Client, Migration};
 //!
 //! let mut client = Client::connect("/tmp/pcmd-1000/node-a.sock")?;
 //! for job in client.status()?.jobs {
@@ -15,7 +16,7 @@
 //!     Migration::Finished { request, outcome } => println!("{request}: {outcome:?}"),
 //!     Migration::Accepted { request } => println!("{request} accepted"),
 //! }
-//! # Ok::<(), pcmd::client::Error>(())
+//! # Ok::<(), pcm_proto::client::Error>(())
 //! ```
 
 use std::io::{self, Read as _, Write as _};
@@ -23,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use pcm_proto::{
+use crate::{
     encode, ClientKind, DaemonStatus, ErrorKind, FrameError, FrameReader, FromDaemon, HostName,
     JobId, Move, NodeStats, Outcome, RequestId, ToDaemon, PROTOCOL_VERSION,
 };
