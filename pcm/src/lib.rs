@@ -16,41 +16,41 @@
 //! which the replacement takes the old rank, and hands the stored state straight over.
 //!
 //! # Usage
-//! About ten calls, as in the paper's Figure 11 (see `examples/heat2d/src/bin/heat2d.rs`):
+//! The state is described once ([`State`]); [`Pcm::resume`] builds or loads it before the
+//! loop, and one call per iteration, [`Pcm::reconfigure_point`], does the status check,
+//! the store and the reconfiguration (see `examples/heat2d/src/bin/heat2d.rs`, and
+//! docs/instrumenting.md):
 //!
 //! ```no_run
-//! use pcm::{Pcm, ProcessStatus, Reconfigured, Status};
-//! # fn compute(_: &mpi::topology::SimpleCommunicator, _: &mut [f64]) {}
-//! fn main() -> Result<(), pcm::PcmError> {
+//! use pcm::{Pcm, PcmError, State};
+//! # fn compute(_: &pcm::mpi::topology::SimpleCommunicator, _: &mut [f64]) {}
+//! struct Data(Vec<f64>);
+//!
+//! impl State for Data {
+//!     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
+//!         pcm.store_array("data", &self.0)
+//!     }
+//!     fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
+//!         Ok(Data(pcm.take_array("data")?))
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), PcmError> {
+//!     pcm::init_logging();
 //!     let mut pcm = Pcm::init("myapp")?;
-//!     let (mut data, start) = match pcm.process_status() {
-//!         ProcessStatus::Fresh => (vec![0.0f64; 1000], 0),
-//!         // A replacement, or a restart from a checkpoint (PCM_RESTART=1).
-//!         _ => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
-//!     };
-//!     for iteration in start..1000 {
-//!         match pcm.status()? {
-//!             Status::Continue => {}
-//!             status => {
-//!                 if status.stores_state() {
-//!                     pcm.store("iteration", &iteration)?;
-//!                     pcm.store_array("data", &data)?;
-//!                 }
-//!                 match pcm.reconfigure()? {
-//!                     Reconfigured::Continue(next) => pcm = next,
-//!                     Reconfigured::Departed(departed) => {
-//!                         drop(data);
-//!                         departed.finalize();
-//!                     }
-//!                 }
-//!             }
-//!         }
-//!         compute(pcm.world(), &mut data);
+//!     let (mut data, start) = pcm.resume(|| Ok::<_, PcmError>(Data(vec![0.0; 1000])))?;
+//!     for _ in start..1000 {
+//!         pcm.reconfigure_point(&mut data)?;
+//!         compute(pcm.world(), &mut data.0);
 //!     }
 //!     pcm.finalize();
 //!     Ok(())
 //! }
 //! ```
+//!
+//! The explicit calls of the paper's Figure 11 ([`Pcm::process_status`], [`Pcm::status`],
+//! [`Pcm::store`], [`Pcm::reconfigure`], ...) stay for codes that need them; the C interface
+//! uses them.
 //!
 //! Rules the application follows:
 //! - use [`Pcm::world`] for all communication, never `MPI_COMM_WORLD` (it still contains
@@ -95,9 +95,15 @@
 //!   ([`RECONFIGURE_TIMEOUT_EXIT`]); checkpoints already taken stay usable.
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
-//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr. `pcm::timing=debug` adds
+//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr once the application called
+//!   [`init_logging`] (PCM installs no subscriber by itself). `pcm::timing=debug` adds
 //!   one JSON line per store and load call and per reconfiguration (phase times), which
 //!   `mpi-ios-bench fig17` reads for the paper's Figure 18.
+
+/// docs/instrumenting.md, whose Rust blocks are compiled as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/instrumenting.md")]
+pub struct InstrumentingGuide;
 
 mod checkpoint;
 mod daemon;
@@ -192,6 +198,49 @@ impl Status {
     pub fn stores_state(self) -> bool {
         matches!(self, Status::Migrate | Status::Checkpoint)
     }
+}
+
+/// What an application hands to its replacement, and what a coordinated checkpoint holds:
+/// the state [`Pcm::resume`] loads and [`Pcm::reconfigure_point`] stores. Implement it once
+/// for the type that holds the loop's state; the loop's iteration is kept by PCM.
+///
+/// ```
+/// use pcm::{Pcm, PcmError, State};
+///
+/// struct Grid {
+///     cells: Vec<f64>,
+///     residual: f64,
+/// }
+///
+/// impl State for Grid {
+///     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
+///         pcm.store("residual", &self.residual)?;
+///         pcm.store_array("cells", &self.cells)
+///     }
+///     fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
+///         Ok(Grid {
+///             residual: pcm.load("residual")?,
+///             cells: pcm.take_array("cells")?,
+///         })
+///     }
+///     fn release(&mut self) {
+///         self.cells = Vec::new();
+///     }
+/// }
+/// ```
+pub trait State: Sized {
+    /// Stores everything a replacement needs to go on, with [`Pcm::store`] and
+    /// [`Pcm::store_array`] (it must not use the names PCM keeps for itself: none so far).
+    fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError>;
+
+    /// Rebuilds the state from what [`State::store`] stored, with [`Pcm::load`] and
+    /// [`Pcm::take_array`]. Turn the application's own checks into errors with
+    /// [`PcmError::application`] (or a `From` impl).
+    fn load(pcm: &mut Pcm) -> Result<Self, PcmError>;
+
+    /// Frees large buffers in a process that moved away, before it waits for its launch to
+    /// end (Open MPI 4 keeps a departed process until then). Default: nothing.
+    fn release(&mut self) {}
 }
 
 /// Result of [`Pcm::reconfigure`].
@@ -345,6 +394,11 @@ pub struct Pcm {
     /// This rank's profile for pcmd (MPI traffic, times, memory).
     profiler: Profiler,
     universe: MpiOwner,
+    /// A reconfiguration failed halfway: the job cannot go on, and dropping this handle
+    /// only frees it (no collective shutdown).
+    broken: bool,
+    /// Its MPI parts went to a [`Departed`]: dropping it does nothing more.
+    spent: bool,
 }
 
 /// Who initialised MPI, and so who finalizes it.
@@ -395,7 +449,6 @@ impl Pcm {
     }
 
     fn start(app: &str, ownership: Ownership) -> Result<Pcm, PcmError> {
-        init_logging();
         let app = AppName::new(app).map_err(|e| PcmError::Config {
             variable: "application name",
             value: app.to_owned(),
@@ -498,6 +551,8 @@ impl Pcm {
             launch: Launch::new(&universe.world(), 0),
             profiler: Profiler::new(profiling, pcm_proto::RankProfile::default()),
             universe,
+            broken: false,
+            spent: false,
         };
         if restart != checkpoint::Restart::No {
             checkpoint::restore(&mut pcm, restart)?;
@@ -619,8 +674,10 @@ impl Pcm {
         self.store.load_value(name)
     }
 
-    /// Takes an array stored with [`Pcm::store_array`]; no copy for 8-byte element types.
-    pub fn load_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
+    /// Takes an array stored with [`Pcm::store_array`] out of the store (a second take of
+    /// the same name fails); no copy for 8-byte element types. [`Pcm::load_array_into`]
+    /// copies instead and leaves it stored.
+    pub fn take_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
         self.store.take_array(name)
     }
 
@@ -651,6 +708,44 @@ impl Pcm {
             self.job.checkpoint = checkpoint::Policy::default();
         }
         pending
+    }
+
+    /// The state to start the loop with, and the iteration to start it at: `fresh()` and 0
+    /// in a process started with the job; in a replacement or a restarted job, the state
+    /// its predecessor stored ([`State::load`]) and the iteration it stored it at. Call it
+    /// once, before the loop, on every rank; a replacement must make no collective call
+    /// before the loop that the running ranks are not making (see docs/instrumenting.md).
+    pub fn resume<S: State, E: Into<PcmError>>(
+        &mut self,
+        fresh: impl FnOnce() -> Result<S, E>,
+    ) -> Result<(S, u64), PcmError> {
+        match self.origin {
+            ProcessStatus::Fresh => Ok((fresh().map_err(Into::into)?, 0)),
+            ProcessStatus::Replacement { iteration, .. } | ProcessStatus::Restarted { iteration } => {
+                Ok((S::load(self)?, iteration))
+            }
+        }
+    }
+
+    /// A reconfiguration point: call it once per iteration, first thing in the loop, on every
+    /// rank. It asks [`Pcm::status`]; when a move or checkpoint is due it stores `state`
+    /// ([`State::store`]) if this rank must, and calls [`Pcm::reconfigure`]. It returns on
+    /// every rank that goes on (then take [`Pcm::world`] afresh); on a rank that moved
+    /// away it releases `state` ([`State::release`]) and ends the process
+    /// ([`Departed::finalize`]).
+    pub fn reconfigure_point<S: State>(&mut self, state: &mut S) -> Result<(), PcmError> {
+        let status = self.status()?;
+        if status == Status::Continue {
+            return Ok(());
+        }
+        if status.stores_state() {
+            state.store(self)?;
+        }
+        if let Some(departed) = self.reconfigure_in_place()? {
+            state.release();
+            departed.finalize();
+        }
+        Ok(())
     }
 
     /// Asks whether the job must reconfigure at this iteration (the paper's `PCM_Status`).
@@ -901,50 +996,119 @@ impl Pcm {
     ///
     /// After [`Status::Checkpoint`] it writes the coordinated checkpoint of what was stored
     /// (see the `checkpoint` module) and returns [`Reconfigured::Continue`] with this `Pcm`.
-    pub fn reconfigure(mut self) -> Result<Reconfigured, PcmError> {
+    ///
+    /// An error that leaves the job intact (nothing pending, say) gives the handle back in
+    /// [`ReconfigureError::pcm`]; one that broke the job halfway does not.
+    pub fn reconfigure(mut self) -> Result<Reconfigured, ReconfigureError> {
+        match self.reconfigure_in_place() {
+            Ok(None) => Ok(Reconfigured::Continue(self)),
+            Ok(Some(departed)) => Ok(Reconfigured::Departed(departed)),
+            Err(error) => Err(ReconfigureError {
+                error,
+                pcm: (!self.broken).then(|| Box::new(self)),
+            }),
+        }
+    }
+
+    /// [`Pcm::reconfigure`] on a borrowed handle: `Some` on the departing rank, whose
+    /// handle is then spent (dropping it does nothing more).
+    fn reconfigure_in_place(&mut self) -> Result<Option<Departed>, PcmError> {
         if let Some(iteration) = self.checkpoints.pending.take() {
-            checkpoint::commit(&mut self, iteration);
-            return Ok(Reconfigured::Continue(self));
+            checkpoint::commit(self, iteration);
+            return Ok(None);
         }
         let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
         let _internal = interpose::Internal::enter();
-        let reconfigured = reconfig::run_as_parent(self, plan)?;
-        if let Reconfigured::Continue(pcm) = &reconfigured {
-            pcm.profiler.attach(&pcm.world);
+        let departed = reconfig::run_as_parent(self, plan)?;
+        if departed.is_none() {
+            self.profiler.attach(&self.world);
         }
-        Ok(reconfigured)
+        Ok(departed)
     }
 
-    /// Ends PCM and MPI (the paper's `PCM_Finalize` followed by `MPI_Finalize`).
+    /// Moves this process's MPI parts into a [`Departed`] after its world was split away;
+    /// the handle is spent.
+    pub(crate) fn depart(&mut self) -> Departed {
+        self.spent = true;
+        reconfig::release(std::mem::replace(
+            &mut self.world,
+            SimpleCommunicator::world(),
+        ));
+        Departed {
+            rank: self.rank,
+            daemon: self.daemon.take(),
+            launch: self.launch.clone(),
+            // The placeholder left behind finalizes nothing.
+            universe: std::mem::replace(&mut self.universe, MpiOwner::Application),
+        }
+    }
+
+    /// Ends PCM and MPI after the application's loop ran to its end (the paper's
+    /// `PCM_Finalize` followed by `MPI_Finalize`): like dropping the handle, and it also
+    /// records that the job ended by itself, so that a later `PCM_RESTART=1` says so
+    /// instead of resuming it, and warns of `PCM_SCHEDULE` entries never reached.
     /// Collective over the world; also releases departed processes waiting for this launch
     /// to end.
-    pub fn finalize(self) {
+    pub fn finalize(mut self) {
         let _internal = interpose::Internal::enter();
-        self.send_profile(self.job.iteration);
         if self.rank == 0 {
             warn_unreached(&self.job.schedule, self.job.iteration);
         }
         if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
             checkpoint::mark_finished(&self);
         }
-        let Pcm {
-            world,
-            daemon,
-            universe,
-            job,
-            launch,
-            ..
-        } = self;
-        if let Some(daemon) = daemon {
-            daemon.set_iteration(job.iteration);
+        self.shut_down();
+    }
+
+    /// Leaves the daemon, releases departed processes (Open MPI 4), frees the world, and
+    /// finalizes MPI if PCM initialised it. Collective over the world.
+    fn shut_down(&mut self) {
+        let _internal = interpose::Internal::enter();
+        self.spent = true;
+        self.send_profile(self.job.iteration);
+        if let Some(daemon) = self.daemon.take() {
+            daemon.set_iteration(self.job.iteration);
             daemon.shutdown(Duration::from_millis(500));
         }
+        let universe = std::mem::replace(&mut self.universe, MpiOwner::Application);
         if !runtime::PROMPT_DEPARTURE {
-            launch.release_if_lowest(&universe.world());
+            self.launch.release_if_lowest(&universe.world());
         }
-        drop(world);
+        drop(std::mem::replace(
+            &mut self.world,
+            SimpleCommunicator::world(),
+        ));
         // Finalizes MPI if PCM initialised it; the application finalizes it otherwise.
         drop(universe);
+    }
+}
+
+/// Dropping a `Pcm` ends PCM and MPI as [`Pcm::finalize`] does (collectively), except that
+/// it does not record the job as ended by itself: a job dropped on an error can still be
+/// restarted from its checkpoints. A handle broken by a failed reconfiguration is only
+/// freed, and a departed process's handle holds nothing more.
+impl Drop for Pcm {
+    fn drop(&mut self) {
+        if !self.spent && !self.broken {
+            self.shut_down();
+        }
+    }
+}
+
+/// An error from [`Pcm::reconfigure`], with the handle back when the job is still intact.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct ReconfigureError {
+    /// What went wrong.
+    pub error: PcmError,
+    /// The handle, unchanged, when the error left the job intact (the reconfiguration did not
+    /// start, for example [`PcmError::NothingPending`]); `None` when it broke the job halfway.
+    pub pcm: Option<Box<Pcm>>,
+}
+
+impl From<ReconfigureError> for PcmError {
+    fn from(e: ReconfigureError) -> Self {
+        e.error
     }
 }
 
@@ -1155,8 +1319,10 @@ fn local_host_name() -> HostName {
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `warn,pcm=info`), unless the
-/// application installed its own subscriber. [`Pcm::init`] calls it; the C interface calls
-/// it to log errors of calls made before `PCM_Init`.
+/// application installed its own subscriber. PCM installs no subscriber by itself: call it
+/// before [`Pcm::init`] to see PCM's log lines (the reconfiguration timings that the
+/// benchmarks read among them), or install your own. The C interface calls it in
+/// `PCM_Init` and before logging errors of calls made before `PCM_Init`.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,pcm=info"));

@@ -38,6 +38,7 @@ fn thread_cpu_ns() -> u64 {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    pcm::init_logging();
     let pcm = match Pcm::init("mpi-calls") {
         Ok(pcm) => pcm,
         Err(e) => {

@@ -8,12 +8,12 @@
 //! Each rank holds a `Vec<f64>` of `--state-mb` MiB, filled deterministically from its rank;
 //! every iteration adds 1 to its first element and joins a barrier, so the state at iteration
 //! `i` is known exactly. A departing rank stores the whole array (`store_array`); its
-//! replacement loads it (`load_array`) and checks its checksum against the expected one,
+//! replacement loads it (`take_array`) and checks its checksum against the expected one,
 //! aborting the job if they differ. Every rank checks its state again at the end.
 //!
 //! Stdout carries one JSON object per line:
 //! - `{"event":"stored",...,"store_us":..}` from a departing rank (time of its store calls);
-//! - `{"event":"loaded",...,"load_us":..}` from a replacement (time of `load_array`);
+//! - `{"event":"loaded",...,"load_us":..}` from a replacement (time of `take_array`);
 //! - `{"event":"reconfigured","iteration":..,"spawn_us":..,...}` from rank 0 after every
 //!   reconfiguration (from `Pcm::last_outcome`, plus `reconfigure_us`, rank 0's own wall time
 //!   in `reconfigure`); rank 0 must not be moved for this line;
@@ -88,6 +88,7 @@ fn verify(pcm: &Pcm, v: &[f64], done: u64, len: usize, when: &str) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    pcm::init_logging();
     let pcm = match Pcm::init("pcm-state") {
         Ok(pcm) => pcm,
         Err(e) => {
@@ -121,7 +122,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
         }
         ProcessStatus::Replacement { rank, .. } => {
             let t = Instant::now();
-            let v: Vec<f64> = pcm.load_array("state")?;
+            let v: Vec<f64> = pcm.take_array("state")?;
             let load_us = t.elapsed().as_micros() as u64;
             let iteration: u64 = pcm.load("iteration")?;
             verify(&pcm, &v, iteration, len, "after loading");
