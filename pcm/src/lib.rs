@@ -649,6 +649,13 @@ impl Pcm {
         &self.rank_hosts
     }
 
+    /// [`Pcm::rank_hosts`] as one line, comma-separated (`node-a,node-b,node-a`): where
+    /// every rank runs, for progress lines and logs.
+    pub fn placement(&self) -> String {
+        let hosts: Vec<&str> = self.rank_hosts.iter().map(HostName::as_str).collect();
+        hosts.join(",")
+    }
+
     /// Whether the link to the node's pcmd is up.
     pub fn daemon_connected(&self) -> bool {
         self.daemon.as_ref().is_some_and(DaemonLink::is_connected)
@@ -721,9 +728,8 @@ impl Pcm {
     ) -> Result<(S, u64), PcmError> {
         match self.origin {
             ProcessStatus::Fresh => Ok((fresh().map_err(Into::into)?, 0)),
-            ProcessStatus::Replacement { iteration, .. } | ProcessStatus::Restarted { iteration } => {
-                Ok((S::load(self)?, iteration))
-            }
+            ProcessStatus::Replacement { iteration, .. }
+            | ProcessStatus::Restarted { iteration } => Ok((S::load(self)?, iteration)),
         }
     }
 

@@ -66,8 +66,8 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
         job.reconfigure_point(&mut heat)?;
         heat.block.step(job.world());
         if let Some(line) = progress.tick(iteration + 1).filter(|_| rank == 0) {
-            let hosts: Vec<String> = job.rank_hosts().iter().map(ToString::to_string).collect();
-            eprintln!("{line} (migrations: {}, hosts: {})", job.migrations(), hosts.join(","));
+            let (migrations, hosts) = (job.migrations(), job.placement());
+            eprintln!("{line} (migrations: {migrations}, hosts: {hosts})");
         }
     }
     let world = job.world();
