@@ -106,6 +106,7 @@
 pub struct InstrumentingGuide;
 
 mod checkpoint;
+mod config;
 mod daemon;
 mod deadline;
 mod error;
@@ -131,6 +132,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
 pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
+pub use config::{Config, VARIABLES as SETTING_VARIABLES};
 pub use deadline::{
     Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_ENV, RECONFIGURE_TIMEOUT_EXIT,
 };
@@ -399,6 +401,8 @@ pub struct Pcm {
     broken: bool,
     /// Its MPI parts went to a [`Departed`]: dropping it does nothing more.
     spent: bool,
+    /// The settings this process started with.
+    config: Config,
 }
 
 /// Who initialised MPI, and so who finalizes it.
@@ -430,8 +434,19 @@ impl Pcm {
     /// pcmd if one runs, and a replacement process receives its predecessor's state.
     ///
     /// `app` names the application for people and daemons (letters, digits, `.`, `-`, `_`).
+    ///
+    /// The settings come from the environment ([`Config::from_env`]); a bad one is an
+    /// error naming its variable (a replacement, whose job already accepted its settings,
+    /// logs it and goes on with the defaults rather than leave the job waiting).
     pub fn init(app: &str) -> Result<Pcm, PcmError> {
-        Self::start(app, Ownership::Pcm)
+        Self::start(app, Ownership::Pcm, Config::from_env())
+    }
+
+    /// [`Pcm::init`] with the settings given (for example [`Config::from_env`] changed in
+    /// code). A replacement process reads its own with [`Config::from_env`] for what is not
+    /// inherited from the job (profiling, the daemon socket).
+    pub fn init_with(app: &str, config: Config) -> Result<Pcm, PcmError> {
+        Self::start(app, Ownership::Pcm, config.validate())
     }
 
     /// Like [`Pcm::init`], for a process whose MPI the application initialised itself
@@ -445,16 +460,24 @@ impl Pcm {
     /// at `MPI_Init` ([`prompt_departure_env`]; the C interface's `MPI_Init` sets it);
     /// without it, it waits in `MPI_Finalize` until the job ends (logged once).
     pub fn attach(app: &str) -> Result<Pcm, PcmError> {
-        Self::start(app, Ownership::Application)
+        Self::start(app, Ownership::Application, Config::from_env())
     }
 
-    fn start(app: &str, ownership: Ownership) -> Result<Pcm, PcmError> {
+    /// [`Pcm::attach`] with the settings given.
+    pub fn attach_with(app: &str, config: Config) -> Result<Pcm, PcmError> {
+        Self::start(app, Ownership::Application, config.validate())
+    }
+
+    fn start(
+        app: &str,
+        ownership: Ownership,
+        config: Result<Config, PcmError>,
+    ) -> Result<Pcm, PcmError> {
         let app = AppName::new(app).map_err(|e| PcmError::Config {
             variable: "application name",
             value: app.to_owned(),
             reason: e.to_string(),
         })?;
-        let profiling = profile::enabled_from_env()?;
         runtime::check_mpi_library()?;
         let universe = match ownership {
             Ownership::Pcm => {
@@ -487,8 +510,21 @@ impl Pcm {
         let _internal = interpose::Internal::enter();
         let host = local_host_name();
         let pcm = match ffi::take_parent() {
-            Some(parent) => reconfig::join_as_replacement(universe, parent, host, profiling)?,
-            None => Self::init_fresh(universe, app, host, profiling)?,
+            Some(parent) => {
+                // The job accepted its settings at launch; a replacement whose environment
+                // differs goes on with the defaults rather than leave the job waiting.
+                let config = config.unwrap_or_else(|e| {
+                    tracing::warn!("{e}; using the default settings");
+                    Config::default()
+                });
+                events::set_enabled(config.events);
+                reconfig::join_as_replacement(universe, parent, host, config)?
+            }
+            None => {
+                let config = config?;
+                events::set_enabled(config.events);
+                Self::init_fresh(universe, app, host, config)?
+            }
         };
         pcm.profiler.attach(&pcm.world);
         events::started(
@@ -503,19 +539,21 @@ impl Pcm {
         universe: MpiOwner,
         app: AppName,
         host: HostName,
-        profiling: bool,
+        config: Config,
     ) -> Result<Pcm, PcmError> {
         let world = ffi::dup_world()?;
         let rank = world.rank() as u32;
         let size = world.size() as u32;
-        let schedule = Schedule::from_env()?;
-        let check_period = schedule::check_period_from_env()?;
-        let checkpoint_policy = checkpoint::Policy::from_env()?;
-        let reconfigure_timeout = deadline::timeout_from_env()?;
-        let restart = checkpoint::restart_requested()?;
+        let schedule = config.schedule.clone();
+        let check_period = config.check_period;
+        let checkpoint_policy = config.checkpoint;
+        let reconfigure_timeout = config.reconfigure_timeout;
+        let restart = config.restart;
+        let profiling = config.profiling;
         let job = agree_on_job_id(&world, &app);
-        let (job_name, identity) = checkpoint::agree_on_identity(&world)?;
-        let (hosts, new_hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
+        let (job_name, identity) =
+            checkpoint::agree_on_identity(&world, config.job_name.as_deref())?;
+        let (hosts, new_hosts, rank_hosts) = agree_on_hosts(&world, &host, &config)?;
         let now = Instant::now();
         let mut pcm = Pcm {
             world,
@@ -553,6 +591,7 @@ impl Pcm {
             universe,
             broken: false,
             spent: false,
+            config,
         };
         if restart != checkpoint::Restart::No {
             checkpoint::restore(&mut pcm, restart)?;
@@ -563,15 +602,13 @@ impl Pcm {
 
     /// The node's pcmd socket, or `None` with `PCM_DAEMON=none`.
     fn daemon_socket(&self) -> Option<std::path::PathBuf> {
-        let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
-        if setting.as_deref() == Some("none") {
+        if self.config.daemon_off() {
             return None;
         }
-        let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
         let uid = nix::unistd::getuid().as_raw();
         Some(pcm_proto::socket_path(
-            setting.as_deref(),
-            runtime_dir.as_deref(),
+            self.config.daemon.as_deref(),
+            self.config.runtime_dir.as_deref(),
             uid,
             &self.host,
         ))
@@ -1225,10 +1262,11 @@ fn agree_on_job_id(world: &SimpleCommunicator, app: &AppName) -> JobId {
 fn agree_on_hosts(
     world: &SimpleCommunicator,
     host: &HostName,
+    config: &Config,
 ) -> Result<(BTreeSet<HostName>, hosts::NewHosts, Vec<HostName>), PcmError> {
     let from_env = (world.rank() == 0).then(|| {
-        let result = hosts::hostfile_from_env()
-            .and_then(|h| Ok((h, hosts::NewHosts::from_env()?)))
+        let result = hosts::hostfile_from_config(config)
+            .and_then(|h| Ok((h, hosts::NewHosts::from_config(config)?)))
             .map_err(SettingError::from);
         encode_cbor(&result)
     });

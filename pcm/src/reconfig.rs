@@ -32,7 +32,7 @@ use mpi::traits::*;
 use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
 use serde::{Deserialize, Serialize};
 
-use crate::deadline::{self, Context, Phase, Side, Watchdog};
+use crate::deadline::{Context, Phase, Side, Watchdog};
 use crate::error::PcmError;
 use crate::hosts::NewHosts;
 use crate::launch::Launch;
@@ -324,14 +324,12 @@ pub(crate) fn join_as_replacement(
     universe: crate::MpiOwner,
     parent: InterCommunicator,
     host: HostName,
-    profiling: bool,
+    config: crate::Config,
 ) -> Result<Pcm, PcmError> {
-    // The parents read the setting at launch and refused a bad value then; a replacement
-    // whose environment differs falls back to the default rather than leave them waiting.
-    let timeout = deadline::timeout_from_env().unwrap_or_else(|e| {
-        tracing::warn!("{e}; using {:?}", deadline::DEFAULT_RECONFIGURE_TIMEOUT);
-        deadline::DEFAULT_RECONFIGURE_TIMEOUT
-    });
+    // Until the hand-over brings the job's own, the replacement's setting (the default if
+    // its environment had a bad one: see `Pcm::init`).
+    let timeout = config.reconfigure_timeout;
+    let profiling = config.profiling;
     // Nothing is known of the reconfiguration until the hand-over; the pcmd link starts
     // only afterwards, so a replacement never reports (its parents do).
     let watchdog = Watchdog::arm(
@@ -414,6 +412,7 @@ pub(crate) fn join_as_replacement(
         universe,
         broken: false,
         spent: false,
+        config,
     };
     pcm.connect_daemon();
     tracing::debug!(
