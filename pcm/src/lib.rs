@@ -206,7 +206,7 @@ impl Status {
 /// the state [`Pcm::resume`] loads and [`Pcm::reconfigure_point`] stores. Implement it once
 /// for the type that holds the loop's state; the loop's iteration is kept by PCM.
 ///
-/// ```
+/// ```no_run
 /// use pcm::{Pcm, PcmError, State};
 ///
 /// struct Grid {
