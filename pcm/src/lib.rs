@@ -72,7 +72,10 @@
 //! started with it finish, since Open MPI 4 cannot finalize a process before the rest of its
 //! launch (see the `launch` module).
 //!
-//! # Settings (environment)
+//! # Settings
+//! Every setting is read in one place, [`Config`]: the defaults, then these environment
+//! variables ([`Config::from_env`], which [`Pcm::init`] uses), then code (`Config::with_*`
+//! and [`Pcm::init_with`]), validated; a bad value is an error naming the variable.
 //! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
 //!   default `$XDG_RUNTIME_DIR/pcmd/{host}.sock` or `/tmp/pcmd-{uid}/{host}.sock`;
 //!   `none` disables the daemon link.
@@ -105,6 +108,7 @@
 #[doc = include_str!("../../docs/instrumenting.md")]
 pub struct InstrumentingGuide;
 
+mod agreement;
 mod checkpoint;
 mod config;
 mod daemon;
@@ -119,12 +123,12 @@ mod profile;
 mod reconfig;
 mod runtime;
 mod schedule;
+mod status;
 mod store;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -160,7 +164,7 @@ pub enum ProcessStatus {
     /// the loop at that iteration.
     Replacement {
         /// The rank this process took over.
-        rank: u32,
+        rank: Rank,
         /// Iteration (status call count) at which the predecessor stored its state.
         iteration: u64,
     },
@@ -333,35 +337,6 @@ impl JobContext {
             request: plan.request,
             moves: plan.moves.clone(),
         });
-    }
-}
-
-/// What a status check does with a pcmd request the ranks agreed on, from what every rank
-/// told of it: pure, so that every rank reaches the same verdict from the same inputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RequestVerdict {
-    /// Carry it out.
-    Run,
-    /// Some rank had settled it (withdrawn after its deadline, or already taken up once):
-    /// drop it.
-    Drop,
-    /// The job reconfigured after the request was made: refuse it.
-    Superseded,
-}
-
-/// The verdict on an agreed request: `settled_somewhere` if any rank reported it settled,
-/// `epoch` the job's epoch when the daemon made it, `migrations` the job's epoch now.
-pub(crate) fn request_verdict(
-    settled_somewhere: bool,
-    epoch: u64,
-    migrations: u64,
-) -> RequestVerdict {
-    if settled_somewhere {
-        RequestVerdict::Drop
-    } else if epoch < migrations {
-        RequestVerdict::Superseded
-    } else {
-        RequestVerdict::Run
     }
 }
 
@@ -642,8 +617,9 @@ impl Pcm {
     }
 
     /// This process's rank in [`Pcm::world`]; a replacement has its predecessor's rank.
-    pub fn rank(&self) -> u32 {
-        self.rank
+    /// (`rank().0` is the number; MPI calls take `world().rank()`, an `i32`.)
+    pub fn rank(&self) -> Rank {
+        Rank(self.rank)
     }
 
     /// Number of ranks in the job.
@@ -825,210 +801,6 @@ impl Pcm {
         }
     }
 
-    #[cold]
-    fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
-        let _internal = interpose::Internal::enter();
-        let started = Instant::now();
-        let scheduled = self.job.schedule.take(iteration);
-        let local_request = self.daemon.as_ref().map_or(0, DaemonLink::pending_max);
-        let proposed_interval = match &mut self.cadence {
-            Some(cadence) => cadence.next_interval(iteration, Instant::now()),
-            None => 0,
-        };
-        // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
-        let checkpoint_word = self.checkpoints.word(Instant::now());
-        let send = [local_request, proposed_interval, checkpoint_word];
-        let mut agreed = [0u64; 3];
-        self.world
-            .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
-        self.job.next_check = iteration + agreed[1].max(1);
-        if self.rank == 0 {
-            events::progress(iteration);
-        }
-
-        let plan = if let Some(plan) = self.checkpoints.deferred_move.take() {
-            // The checkpoint before this move was taken at the last check: make the move. A
-            // scripted move due now waits for the next check instead of being dropped.
-            if let Some(moves) = scheduled {
-                self.job.schedule.postpone(iteration + 1, moves);
-            }
-            return Ok(self.announce(plan, started));
-        } else if let Some(moves) = scheduled {
-            Plan {
-                request: None,
-                moves,
-                held_here: false,
-                agreed_at: None,
-            }
-        } else if agreed[0] != 0 {
-            match self.agree_on_request(RequestId(agreed[0]))? {
-                Some(plan) => plan,
-                None => return Ok(Status::Continue),
-            }
-        } else if agreed[2] & checkpoint::DUE != 0 {
-            // A reconfiguration goes first; rank 0 still finds the checkpoint due next time.
-            self.checkpoints.pending = Some(iteration);
-            return Ok(Status::Checkpoint);
-        } else {
-            return Ok(Status::Continue);
-        };
-        let validated = reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts)
-            .and_then(|(plan, outside)| match self.probe_new_hosts(&outside) {
-                Ok(()) => Ok(plan),
-                Err(reason) => Err((plan, reason)),
-            });
-        match validated {
-            Ok(plan) if agreed[2] & checkpoint::BEFORE_MOVE != 0 => {
-                // Checkpoint first, so that if the move fails (a replacement dies while
-                // starting and the job ends) the restart loses nothing; the move is made
-                // at the next status call, which checks again.
-                self.checkpoints.deferred_move = Some(plan);
-                self.checkpoints.pending = Some(iteration);
-                self.job.next_check = iteration + 1;
-                Ok(Status::Checkpoint)
-            }
-            Ok(plan) => Ok(self.announce(plan, started)),
-            Err((plan, reason)) => {
-                if self.rank == 0 {
-                    tracing::warn!("ignoring reconfiguration request: {reason}");
-                }
-                self.report(&plan, Outcome::Failed { reason });
-                Ok(Status::Continue)
-            }
-        }
-    }
-
-    /// Makes `plan`, agreed at the check that began at `started`, the pending
-    /// reconfiguration, and says what this rank does in it.
-    fn announce(&mut self, mut plan: Plan, started: Instant) -> Status {
-        plan.agreed_at = Some(started);
-        let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
-        self.pending = Some(plan);
-        if moving {
-            Status::Migrate
-        } else {
-            Status::Reconfigure
-        }
-    }
-
-    /// Rank 0 checks that the launcher reaches each host of `outside` (hosts outside the
-    /// allocation, which the job's setting allows), and tells every rank the verdict.
-    /// Collective; nothing is run when `outside` is empty.
-    fn probe_new_hosts(&self, outside: &BTreeSet<HostName>) -> Result<(), String> {
-        let hosts::NewHosts::Probed { launcher } = &self.job.new_hosts else {
-            return Ok(());
-        };
-        if outside.is_empty() {
-            return Ok(());
-        }
-        let verdict = (self.rank == 0).then(|| {
-            let result: Result<(), String> = outside
-                .iter()
-                .try_for_each(|h| hosts::probe(launcher, h, hosts::PROBE_TIMEOUT));
-            encode_cbor(&result)
-        });
-        let bytes = reconfig::broadcast_bytes(&self.world, 0, verdict);
-        ciborium::from_reader::<Result<(), String>, _>(bytes.as_slice())
-            .unwrap_or_else(|e| Err(format!("the check of new hosts was garbled: {e}")))
-    }
-
-    /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
-    /// and that rank broadcasts its moves and epoch. `None` when the job must not run it:
-    /// some rank settled it before (withdrawn after its deadline, or taken up already),
-    /// or the job reconfigured since it was made (another daemon's request won); the
-    /// holders then report why to their daemon.
-    fn agree_on_request(&mut self, id: RequestId) -> Result<Option<Plan>, PcmError> {
-        let taken = self
-            .daemon
-            .as_ref()
-            .map_or(daemon::Take::Absent, |d| d.take(id));
-        let held = match &taken {
-            daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
-            _ => None,
-        };
-        // One all-reduce (min) for both: the lowest holder, and whether any rank has it
-        // settled (0) or not (1).
-        let candidate = [
-            if held.is_some() {
-                self.rank as u64
-            } else {
-                u64::MAX
-            },
-            u64::from(taken != daemon::Take::Settled),
-        ];
-        let mut agreed = [u64::MAX, 1];
-        self.world
-            .all_reduce_into(&candidate[..], &mut agreed[..], SystemOperation::min());
-        let (owner, settled_somewhere) = (agreed[0], agreed[1] == 0);
-        if settled_somewhere {
-            let plan = Plan {
-                request: Some(id),
-                moves: held.map(|(m, _)| m).unwrap_or_default(),
-                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
-                agreed_at: None,
-            };
-            if self.rank == 0 {
-                tracing::info!(
-                    "reconfiguration request {id} dropped: a rank had withdrawn it after its deadline or taken it up before"
-                );
-            }
-            self.report(
-                &plan,
-                Outcome::Cancelled {
-                    reason: format!(
-                        "request {id} was withdrawn (it missed its deadline) or already taken up before the job agreed on it; nothing was moved"
-                    ),
-                },
-            );
-            return Ok(None);
-        }
-        if owner >= self.size as u64 {
-            return Err(PcmError::internal(
-                "a request was agreed but no rank holds it",
-            ));
-        }
-        let bytes = held.as_ref().map(encode_cbor);
-        let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
-        let (moves, epoch): (Vec<Move>, u64) = ciborium::from_reader(bytes.as_slice())
-            .map_err(|e| PcmError::Handover(e.to_string()))?;
-        let plan = Plan {
-            request: Some(id),
-            moves,
-            held_here: held.is_some(),
-            agreed_at: None,
-        };
-        match request_verdict(false, epoch, self.job.migrations) {
-            RequestVerdict::Superseded => {
-                let last = self.job.last_reconfiguration.clone();
-                if self.rank == 0 {
-                    tracing::warn!(
-                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and it has completed {} since; it was superseded by {}",
-                        crate::deadline::describe_moves(&plan.moves),
-                        self.job.migrations,
-                        last.as_ref()
-                            .and_then(|l| l.request)
-                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}"))
-                    );
-                }
-                let (by, moves) = last.map_or((None, Vec::new()), |l| (l.request, l.moves));
-                self.report(&plan, Outcome::Superseded { by, moves });
-                Ok(None)
-            }
-            _ => Ok(Some(plan)),
-        }
-    }
-
-    /// Tells this rank's daemon how a request it delivered ended.
-    fn report(&mut self, plan: &Plan, outcome: Outcome) {
-        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
-            daemon.send(ToDaemon::ReconfigurationFinished {
-                request,
-                outcome: outcome.clone(),
-            });
-        }
-        self.last_outcome = Some(outcome);
-    }
-
     /// Carries out the reconfiguration the last status call announced (the paper's
     /// `PCM_Reconfigure`). Collective over the world.
     ///
@@ -1128,11 +900,13 @@ impl Pcm {
 
 /// Dropping a `Pcm` ends PCM and MPI as [`Pcm::finalize`] does (collectively), except that
 /// it does not record the job as ended by itself: a job dropped on an error can still be
-/// restarted from its checkpoints. A handle broken by a failed reconfiguration is only
-/// freed, and a departed process's handle holds nothing more.
+/// restarted from its checkpoints. A handle broken by a failed reconfiguration, or dropped
+/// while a panic unwinds, is only freed; a departed process's handle holds nothing more.
 impl Drop for Pcm {
     fn drop(&mut self) {
-        if !self.spent && !self.broken {
+        // While a panic unwinds, the other ranks are not shutting down with this one:
+        // only free the handle, as a broken one.
+        if !self.spent && !self.broken && !std::thread::panicking() {
             self.shut_down();
         }
     }
@@ -1180,8 +954,8 @@ pub struct Departed {
 
 impl Departed {
     /// The rank this process held.
-    pub fn rank(&self) -> u32 {
-        self.rank
+    pub fn rank(&self) -> Rank {
+        Rank(self.rank)
     }
 
     /// Leaves the job and ends the process with status 0.
@@ -1380,30 +1154,6 @@ pub fn init_logging() {
 #[cfg(test)]
 mod verdict_tests {
     use super::*;
-
-    /// Item 14: two daemons' requests for the same job, made at the same epoch: the one the
-    /// job agrees on first runs and moves the epoch on; the other, agreed later, is refused
-    /// as superseded instead of moving the rank a second time.
-    #[test]
-    fn given_two_requests_of_one_epoch_then_only_the_first_agreed_runs() {
-        let mut migrations = 0;
-        assert_eq!(request_verdict(false, 0, migrations), RequestVerdict::Run);
-        migrations += 1;
-        assert_eq!(
-            request_verdict(false, 0, migrations),
-            RequestVerdict::Superseded
-        );
-        // A request made after the move (the daemon heard of it) runs.
-        assert_eq!(request_verdict(false, 1, migrations), RequestVerdict::Run);
-    }
-
-    /// Item 13: a request some rank withdrew (or took up before) is dropped, whatever its
-    /// epoch.
-    #[test]
-    fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
-        assert_eq!(request_verdict(true, 5, 5), RequestVerdict::Drop);
-        assert_eq!(request_verdict(true, 0, 5), RequestVerdict::Drop);
-    }
 
     /// Item 16: a scripted move past the end of the run is named in a warning.
     #[test]

@@ -400,7 +400,10 @@ pub(crate) fn join_as_replacement(
         job,
         rank,
         checkpoints,
-        origin: ProcessStatus::Replacement { rank, iteration },
+        origin: ProcessStatus::Replacement {
+            rank: Rank(rank),
+            iteration,
+        },
         resume_pending: true,
         pending: None,
         daemon: None,

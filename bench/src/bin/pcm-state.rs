@@ -68,7 +68,7 @@ fn expected_checksum(rank: u32, len: usize, done: u64) -> u64 {
 }
 
 fn verify(pcm: &Pcm, v: &[f64], done: u64, len: usize, when: &str) {
-    let rank = pcm.rank();
+    let rank = pcm.rank().0;
     if v.len() != len {
         eprintln!(
             "pcm-state: rank {rank} {when}: state has {} elements, expected {len}",
@@ -111,7 +111,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
     let started = Instant::now();
     let (mut state, start) = match pcm.process_status() {
         ProcessStatus::Fresh => {
-            let rank = pcm.rank();
+            let rank = pcm.rank().0;
             let v: Vec<f64> = (0..len).map(|i| initial(rank, i)).collect();
             (v, 0)
         }
@@ -128,7 +128,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
             verify(&pcm, &v, iteration, len, "after loading");
             println!(
                 "{}",
-                json!({"event": "loaded", "rank": rank, "iteration": iteration,
+                json!({"event": "loaded", "rank": rank.0, "iteration": iteration,
                        "load_us": load_us, "bytes": v.len() * 8, "verified": true})
             );
             (v, iteration)
@@ -146,7 +146,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                     let store_us = t.elapsed().as_micros() as u64;
                     println!(
                         "{}",
-                        json!({"event": "stored", "rank": pcm.rank(), "iteration": iteration,
+                        json!({"event": "stored", "rank": pcm.rank().0, "iteration": iteration,
                                "store_us": store_us, "bytes": state.len() * 8})
                     );
                 }
@@ -158,7 +158,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                         departed.finalize();
                     }
                 }
-                if pcm.rank() == 0 {
+                if pcm.rank().0 == 0 {
                     print_outcome(&pcm, entered.elapsed().as_micros() as u64);
                 }
             }
@@ -171,7 +171,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
 
     verify(&pcm, &state, args.iters, len, "at the end");
     pcm.world().barrier();
-    if pcm.rank() == 0 {
+    if pcm.rank().0 == 0 {
         println!(
             "{}",
             json!({"event": "done", "iterations": args.iters, "migrations": pcm.migrations(),

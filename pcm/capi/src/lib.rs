@@ -232,7 +232,7 @@ unsafe fn name_arg<'a>(name: *const c_char, what: &str) -> CResult<&'a str> {
 /// The rank argument of `PCM_Store`, `PCM_Load` and `PCM_Count`: PCM keeps only this
 /// process's state, so it must be this process's rank.
 fn check_rank(pcm: &Pcm, rank: c_int) -> CResult<()> {
-    if i64::from(rank) == i64::from(pcm.rank()) {
+    if i64::from(rank) == i64::from(pcm.rank().0) {
         Ok(())
     } else {
         Err(Failure::new(
@@ -501,7 +501,7 @@ pub extern "C" fn PCM_Process_Status() -> c_int {
                 ProcessStatus::Fresh => FRESH,
                 // The same rank: a replacement takes its predecessor's.
                 ProcessStatus::Replacement { .. } | ProcessStatus::Restarted { .. } => {
-                    c_int::try_from(pcm.rank())
+                    c_int::try_from(pcm.rank().0)
                         .map_err(|_| Failure::new(ERR_INTERNAL, "rank exceeds int"))?
                 }
             })
@@ -528,7 +528,7 @@ pub extern "C" fn PCM_Status(comm: MPI_Comm) -> c_int {
                     // Every rank got PCM_CHECKPOINT at the same iteration and runs the same
                     // code, so every rank declines it here alike.
                     *announced = Announced::Nothing;
-                    if pcm.decline_checkpoint() && pcm.rank() == 0 {
+                    if pcm.decline_checkpoint() && pcm.rank().0 == 0 {
                         tracing::error!(
                             target: "pcm::capi",
                             "PCM_Status returned PCM_CHECKPOINT, but the program went on \
