@@ -75,11 +75,22 @@ impl Policy {
         self.interval.is_some()
     }
 
-    /// Reads `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed; unset: no checkpoints).
-    pub(crate) fn from_env() -> Result<Self, PcmError> {
-        let Ok(text) = std::env::var(INTERVAL_ENV) else {
-            return Ok(Policy::default());
-        };
+    /// Checkpoints every `interval` (`None`: none), taken before every move too.
+    pub(crate) fn with_interval(interval: Option<Duration>) -> Self {
+        Policy {
+            interval,
+            before_move: Some(Duration::ZERO),
+        }
+    }
+
+    /// Whether the interval is zero (refused by [`crate::Config::validate`]).
+    pub(crate) fn interval_is_zero(&self) -> bool {
+        self.interval.is_some_and(|d| d.is_zero())
+    }
+
+    /// Parses `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed) and
+    /// `PCM_CHECKPOINT_BEFORE_MOVE` (when given).
+    pub(crate) fn parse(text: String, before_move: Option<String>) -> Result<Self, PcmError> {
         let interval = text
             .trim()
             .parse::<f64>()
@@ -91,10 +102,10 @@ impl Policy {
                 value: text.clone(),
                 reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
             })?;
-        let before_move = match std::env::var(BEFORE_MOVE_ENV) {
-            Err(_) => Some(Duration::ZERO),
-            Ok(v) if v.trim() == "off" => None,
-            Ok(v) => Some(
+        let before_move = match before_move {
+            None => Some(Duration::ZERO),
+            Some(v) if v.trim() == "off" => None,
+            Some(v) => Some(
                 v.trim()
                     .parse::<f64>()
                     .ok()
@@ -128,24 +139,21 @@ pub(crate) enum Restart {
     Force,
 }
 
-/// Reads `PCM_RESTART`.
-pub(crate) fn restart_requested() -> Result<Restart, PcmError> {
-    match std::env::var(RESTART_ENV) {
-        Err(_) => Ok(Restart::No),
-        Ok(v) => match v.trim() {
-            "1" | "yes" | "true" => Ok(Restart::IfAny),
-            "require" => Ok(Restart::Require),
-            "force" => Ok(Restart::Force),
-            "" | "0" | "no" | "false" => Ok(Restart::No),
-            _ => Err(PcmError::Config {
-                variable: RESTART_ENV,
-                value: v,
-                reason: "expected 1 (resume from the newest checkpoint if there is one), \
-                         require (resume or fail), force (resume even another computation's \
-                         or a finished job's checkpoint) or 0"
-                    .into(),
-            }),
-        },
+/// Parses a `PCM_RESTART` value.
+pub(crate) fn parse_restart(v: String) -> Result<Restart, PcmError> {
+    match v.trim() {
+        "1" | "yes" | "true" => Ok(Restart::IfAny),
+        "require" => Ok(Restart::Require),
+        "force" => Ok(Restart::Force),
+        "" | "0" | "no" | "false" => Ok(Restart::No),
+        _ => Err(PcmError::Config {
+            variable: RESTART_ENV,
+            value: v,
+            reason: "expected 1 (resume from the newest checkpoint if there is one), \
+                     require (resume or fail), force (resume even another computation's \
+                     or a finished job's checkpoint) or 0"
+                .into(),
+        }),
     }
 }
 
@@ -153,13 +161,14 @@ pub(crate) fn restart_requested() -> Result<Restart, PcmError> {
 /// every rank writes the same manifest). Collective.
 pub(crate) fn agree_on_identity(
     world: &mpi::topology::SimpleCommunicator,
+    job_name: Option<&str>,
 ) -> Result<(Option<AppName>, Identity), PcmError> {
     let mine = (world.rank() == 0).then(|| {
-        let name = match std::env::var(JOB_NAME_ENV) {
-            Ok(v) => AppName::new(&v)
+        let name = match job_name {
+            Some(v) => AppName::new(v)
                 .map(Some)
                 .map_err(|e| format!("invalid {JOB_NAME_ENV}={v:?}: {e}")),
-            Err(_) => Ok(None),
+            None => Ok(None),
         };
         crate::encode_cbor(&name.map(|n| (n, Identity::of_this_process())))
     });
@@ -168,7 +177,7 @@ pub(crate) fn agree_on_identity(
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
     agreed.map_err(|reason| PcmError::Config {
         variable: JOB_NAME_ENV,
-        value: std::env::var(JOB_NAME_ENV).unwrap_or_default(),
+        value: job_name.unwrap_or_default().to_owned(),
         reason,
     })
 }

@@ -52,11 +52,8 @@ const OUTPUT_FLUSH: Duration = Duration::from_millis(500);
 /// How long `MPI_Abort` may take before the process ends itself.
 const ABORT_GRACE: Duration = Duration::from_secs(10);
 
-/// Reads [`RECONFIGURE_TIMEOUT_ENV`]; the default when unset.
-pub(crate) fn timeout_from_env() -> Result<Duration, PcmError> {
-    let Ok(text) = std::env::var(RECONFIGURE_TIMEOUT_ENV) else {
-        return Ok(DEFAULT_RECONFIGURE_TIMEOUT);
-    };
+/// Parses a [`RECONFIGURE_TIMEOUT_ENV`] value.
+pub(crate) fn parse_reconfigure_timeout(text: String) -> Result<Duration, PcmError> {
     parse_timeout(&text).ok_or_else(|| PcmError::Config {
         variable: RECONFIGURE_TIMEOUT_ENV,
         value: text.clone(),

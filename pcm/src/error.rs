@@ -114,11 +114,28 @@ pub enum PcmError {
     /// A broken invariant inside PCM.
     #[error("internal PCM error: {0}")]
     Internal(&'static str),
+    /// An error of the application's own, carried through PCM's calls (for example from a
+    /// [`crate::State`] implementation or the `fresh` closure of [`crate::Pcm::resume`]).
+    /// Its message is the application's, unchanged.
+    #[error(transparent)]
+    Application(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 impl PcmError {
     pub(crate) fn internal(what: &'static str) -> Self {
         PcmError::Internal(what)
+    }
+
+    /// Wraps an application's own error ([`PcmError::Application`]), for
+    /// `.map_err(PcmError::application)` or an application's `From` impl.
+    pub fn application(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        PcmError::Application(Box::new(error))
+    }
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for PcmError {
+    fn from(error: Box<dyn std::error::Error + Send + Sync + 'static>) -> Self {
+        PcmError::Application(error)
     }
 }
 

@@ -15,15 +15,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use pcm_proto::run::{RunEvent, EVENTS_ENV};
+use pcm_proto::run::RunEvent;
 use pcm_proto::{HostName, Rank};
 
 /// Least time between two progress events.
 const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
 
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
 fn enabled() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var(EVENTS_ENV).is_ok_and(|v| v == "stderr"))
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Turns the events on or off (from [`crate::Config`]; `PCMRUN_EVENTS=stderr` turns them on).
+pub(crate) fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
 }
 
 /// Writes `event` as one line with one `write`, so that lines of processes sharing the

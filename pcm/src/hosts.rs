@@ -44,8 +44,8 @@ pub const LAUNCHER_ENV: &str = "PCM_LAUNCHER";
 /// How long the check of a new host may take before the host counts as unreachable.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// hydra's environment forms of `-launcher` and `-launcher-exec`.
-const HYDRA_LAUNCHER_ENV: &str = "HYDRA_LAUNCHER";
-const HYDRA_LAUNCHER_EXEC_ENV: &str = "HYDRA_LAUNCHER_EXEC";
+pub(crate) const HYDRA_LAUNCHER_ENV: &str = "HYDRA_LAUNCHER";
+pub(crate) const HYDRA_LAUNCHER_EXEC_ENV: &str = "HYDRA_LAUNCHER_EXEC";
 
 /// Whether ranks may move to hosts outside the allocation: decided by rank 0 at start and
 /// inherited by replacements.
@@ -62,10 +62,9 @@ pub(crate) enum NewHosts {
 }
 
 impl NewHosts {
-    /// Reads `PCM_ALLOW_NEW_HOSTS` and the launcher settings, for the MPI built against.
-    pub(crate) fn from_env() -> Result<NewHosts, PcmError> {
-        let get = |v: &str| std::env::var(v).ok().filter(|s| !s.trim().is_empty());
-        Self::from_settings(MpiFamily::BUILT_FOR, get)
+    /// From `PCM_ALLOW_NEW_HOSTS` and the launcher settings, for the MPI built against.
+    pub(crate) fn from_config(config: &crate::Config) -> Result<NewHosts, PcmError> {
+        Self::from_settings(MpiFamily::BUILT_FOR, |v| config.host_setting(v))
     }
 
     fn from_settings(
@@ -202,7 +201,8 @@ pub(crate) fn probe(launcher: &[String], host: &HostName, timeout: Duration) -> 
 pub const HOSTFILE_ENV: &str = "PCM_HOSTFILE";
 /// The launchers' environment forms of their hostfile option: Open MPI's `mpirun
 /// --hostfile`, hydra's `mpiexec -f`.
-const LAUNCHER_HOSTFILE_ENVS: [&str; 2] = ["OMPI_MCA_orte_default_hostfile", "HYDRA_HOST_FILE"];
+pub(crate) const LAUNCHER_HOSTFILE_ENVS: [&str; 2] =
+    ["OMPI_MCA_orte_default_hostfile", "HYDRA_HOST_FILE"];
 
 /// The static name of a host setting read by rank 0 (`PCM_HOSTFILE`, a launcher's hostfile
 /// variable, `PCM_ALLOW_NEW_HOSTS`), for the error the other ranks rebuild from its text.
@@ -214,16 +214,17 @@ pub(crate) fn setting_name(variable: &str) -> &'static str {
         .unwrap_or("a host setting")
 }
 
-/// Reads the hostfile named in the environment, if any: `(variable, hosts)`.
-pub(crate) fn hostfile_from_env() -> Result<BTreeSet<HostName>, PcmError> {
+/// Reads the hostfile the settings name (`PCM_HOSTFILE`, else the launcher's), if any.
+pub(crate) fn hostfile_from_config(config: &crate::Config) -> Result<BTreeSet<HostName>, PcmError> {
     let Some((variable, path)) = [HOSTFILE_ENV]
         .into_iter()
         .chain(LAUNCHER_HOSTFILE_ENVS)
         .find_map(|v| {
-            std::env::var(v)
-                .ok()
+            config
+                .hosts
+                .get(v)
                 .filter(|p| !p.is_empty())
-                .map(|p| (v, p))
+                .map(|p| (v, p.clone()))
         })
     else {
         return Ok(BTreeSet::new());

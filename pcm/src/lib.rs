@@ -16,41 +16,41 @@
 //! which the replacement takes the old rank, and hands the stored state straight over.
 //!
 //! # Usage
-//! About ten calls, as in the paper's Figure 11 (see `examples/heat2d/src/bin/heat2d.rs`):
+//! The state is described once ([`State`]); [`Pcm::resume`] builds or loads it before the
+//! loop, and one call per iteration, [`Pcm::reconfigure_point`], does the status check,
+//! the store and the reconfiguration (see `examples/heat2d/src/bin/heat2d.rs`, and
+//! docs/instrumenting.md):
 //!
 //! ```no_run
-//! use pcm::{Pcm, ProcessStatus, Reconfigured, Status};
-//! # fn compute(_: &mpi::topology::SimpleCommunicator, _: &mut [f64]) {}
-//! fn main() -> Result<(), pcm::PcmError> {
+//! use pcm::{Pcm, PcmError, State};
+//! # fn compute(_: &pcm::mpi::topology::SimpleCommunicator, _: &mut [f64]) {}
+//! struct Data(Vec<f64>);
+//!
+//! impl State for Data {
+//!     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
+//!         pcm.store_array("data", &self.0)
+//!     }
+//!     fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
+//!         Ok(Data(pcm.take_array("data")?))
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), PcmError> {
+//!     pcm::init_logging();
 //!     let mut pcm = Pcm::init("myapp")?;
-//!     let (mut data, start) = match pcm.process_status() {
-//!         ProcessStatus::Fresh => (vec![0.0f64; 1000], 0),
-//!         // A replacement, or a restart from a checkpoint (PCM_RESTART=1).
-//!         _ => (pcm.load_array("data")?, pcm.load::<u64>("iteration")?),
-//!     };
-//!     for iteration in start..1000 {
-//!         match pcm.status()? {
-//!             Status::Continue => {}
-//!             status => {
-//!                 if status.stores_state() {
-//!                     pcm.store("iteration", &iteration)?;
-//!                     pcm.store_array("data", &data)?;
-//!                 }
-//!                 match pcm.reconfigure()? {
-//!                     Reconfigured::Continue(next) => pcm = next,
-//!                     Reconfigured::Departed(departed) => {
-//!                         drop(data);
-//!                         departed.finalize();
-//!                     }
-//!                 }
-//!             }
-//!         }
-//!         compute(pcm.world(), &mut data);
+//!     let (mut data, start) = pcm.resume(|| Ok::<_, PcmError>(Data(vec![0.0; 1000])))?;
+//!     for _ in start..1000 {
+//!         pcm.reconfigure_point(&mut data)?;
+//!         compute(pcm.world(), &mut data.0);
 //!     }
 //!     pcm.finalize();
 //!     Ok(())
 //! }
 //! ```
+//!
+//! The explicit calls of the paper's Figure 11 ([`Pcm::process_status`], [`Pcm::status`],
+//! [`Pcm::store`], [`Pcm::reconfigure`], ...) stay for codes that need them; the C interface
+//! uses them.
 //!
 //! Rules the application follows:
 //! - use [`Pcm::world`] for all communication, never `MPI_COMM_WORLD` (it still contains
@@ -72,7 +72,10 @@
 //! started with it finish, since Open MPI 4 cannot finalize a process before the rest of its
 //! launch (see the `launch` module).
 //!
-//! # Settings (environment)
+//! # Settings
+//! Every setting is read in one place, [`Config`]: the defaults, then these environment
+//! variables ([`Config::from_env`], which [`Pcm::init`] uses), then code (`Config::with_*`
+//! and [`Pcm::init_with`]), validated; a bad value is an error naming the variable.
 //! - `PCM_DAEMON`: socket of the node's pcmd (`{host}` is replaced by the host name);
 //!   default `$XDG_RUNTIME_DIR/pcmd/{host}.sock` or `/tmp/pcmd-{uid}/{host}.sock`;
 //!   `none` disables the daemon link.
@@ -95,11 +98,19 @@
 //!   ([`RECONFIGURE_TIMEOUT_EXIT`]); checkpoints already taken stay usable.
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
-//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr. `pcm::timing=debug` adds
+//! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr once the application called
+//!   [`init_logging`] (PCM installs no subscriber by itself). `pcm::timing=debug` adds
 //!   one JSON line per store and load call and per reconfiguration (phase times), which
 //!   `mpi-ios-bench fig17` reads for the paper's Figure 18.
 
+/// docs/instrumenting.md, whose Rust blocks are compiled as doc-tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/instrumenting.md")]
+pub struct InstrumentingGuide;
+
+mod agreement;
 mod checkpoint;
+mod config;
 mod daemon;
 mod deadline;
 mod error;
@@ -112,12 +123,12 @@ mod profile;
 mod reconfig;
 mod runtime;
 mod schedule;
+mod status;
 mod store;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -125,6 +136,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
 pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
+pub use config::{Config, VARIABLES as SETTING_VARIABLES};
 pub use deadline::{
     Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_ENV, RECONFIGURE_TIMEOUT_EXIT,
 };
@@ -152,7 +164,7 @@ pub enum ProcessStatus {
     /// the loop at that iteration.
     Replacement {
         /// The rank this process took over.
-        rank: u32,
+        rank: Rank,
         /// Iteration (status call count) at which the predecessor stored its state.
         iteration: u64,
     },
@@ -192,6 +204,49 @@ impl Status {
     pub fn stores_state(self) -> bool {
         matches!(self, Status::Migrate | Status::Checkpoint)
     }
+}
+
+/// What an application hands to its replacement, and what a coordinated checkpoint holds:
+/// the state [`Pcm::resume`] loads and [`Pcm::reconfigure_point`] stores. Implement it once
+/// for the type that holds the loop's state; the loop's iteration is kept by PCM.
+///
+/// ```no_run
+/// use pcm::{Pcm, PcmError, State};
+///
+/// struct Grid {
+///     cells: Vec<f64>,
+///     residual: f64,
+/// }
+///
+/// impl State for Grid {
+///     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
+///         pcm.store("residual", &self.residual)?;
+///         pcm.store_array("cells", &self.cells)
+///     }
+///     fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
+///         Ok(Grid {
+///             residual: pcm.load("residual")?,
+///             cells: pcm.take_array("cells")?,
+///         })
+///     }
+///     fn release(&mut self) {
+///         self.cells = Vec::new();
+///     }
+/// }
+/// ```
+pub trait State: Sized {
+    /// Stores everything a replacement needs to go on, with [`Pcm::store`] and
+    /// [`Pcm::store_array`] (it must not use the names PCM keeps for itself: none so far).
+    fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError>;
+
+    /// Rebuilds the state from what [`State::store`] stored, with [`Pcm::load`] and
+    /// [`Pcm::take_array`]. Turn the application's own checks into errors with
+    /// [`PcmError::application`] (or a `From` impl).
+    fn load(pcm: &mut Pcm) -> Result<Self, PcmError>;
+
+    /// Frees large buffers in a process that moved away, before it waits for its launch to
+    /// end (Open MPI 4 keeps a departed process until then). Default: nothing.
+    fn release(&mut self) {}
 }
 
 /// Result of [`Pcm::reconfigure`].
@@ -285,35 +340,6 @@ impl JobContext {
     }
 }
 
-/// What a status check does with a pcmd request the ranks agreed on, from what every rank
-/// told of it: pure, so that every rank reaches the same verdict from the same inputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RequestVerdict {
-    /// Carry it out.
-    Run,
-    /// Some rank had settled it (withdrawn after its deadline, or already taken up once):
-    /// drop it.
-    Drop,
-    /// The job reconfigured after the request was made: refuse it.
-    Superseded,
-}
-
-/// The verdict on an agreed request: `settled_somewhere` if any rank reported it settled,
-/// `epoch` the job's epoch when the daemon made it, `migrations` the job's epoch now.
-pub(crate) fn request_verdict(
-    settled_somewhere: bool,
-    epoch: u64,
-    migrations: u64,
-) -> RequestVerdict {
-    if settled_somewhere {
-        RequestVerdict::Drop
-    } else if epoch < migrations {
-        RequestVerdict::Superseded
-    } else {
-        RequestVerdict::Run
-    }
-}
-
 fn default_reconfigure_timeout() -> Duration {
     DEFAULT_RECONFIGURE_TIMEOUT
 }
@@ -345,6 +371,13 @@ pub struct Pcm {
     /// This rank's profile for pcmd (MPI traffic, times, memory).
     profiler: Profiler,
     universe: MpiOwner,
+    /// A reconfiguration failed halfway: the job cannot go on, and dropping this handle
+    /// only frees it (no collective shutdown).
+    broken: bool,
+    /// Its MPI parts went to a [`Departed`]: dropping it does nothing more.
+    spent: bool,
+    /// The settings this process started with.
+    config: Config,
 }
 
 /// Who initialised MPI, and so who finalizes it.
@@ -376,8 +409,19 @@ impl Pcm {
     /// pcmd if one runs, and a replacement process receives its predecessor's state.
     ///
     /// `app` names the application for people and daemons (letters, digits, `.`, `-`, `_`).
+    ///
+    /// The settings come from the environment ([`Config::from_env`]); a bad one is an
+    /// error naming its variable (a replacement, whose job already accepted its settings,
+    /// logs it and goes on with the defaults rather than leave the job waiting).
     pub fn init(app: &str) -> Result<Pcm, PcmError> {
-        Self::start(app, Ownership::Pcm)
+        Self::start(app, Ownership::Pcm, Config::from_env())
+    }
+
+    /// [`Pcm::init`] with the settings given (for example [`Config::from_env`] changed in
+    /// code). A replacement process reads its own with [`Config::from_env`] for what is not
+    /// inherited from the job (profiling, the daemon socket).
+    pub fn init_with(app: &str, config: Config) -> Result<Pcm, PcmError> {
+        Self::start(app, Ownership::Pcm, config.validate())
     }
 
     /// Like [`Pcm::init`], for a process whose MPI the application initialised itself
@@ -391,17 +435,24 @@ impl Pcm {
     /// at `MPI_Init` ([`prompt_departure_env`]; the C interface's `MPI_Init` sets it);
     /// without it, it waits in `MPI_Finalize` until the job ends (logged once).
     pub fn attach(app: &str) -> Result<Pcm, PcmError> {
-        Self::start(app, Ownership::Application)
+        Self::start(app, Ownership::Application, Config::from_env())
     }
 
-    fn start(app: &str, ownership: Ownership) -> Result<Pcm, PcmError> {
-        init_logging();
+    /// [`Pcm::attach`] with the settings given.
+    pub fn attach_with(app: &str, config: Config) -> Result<Pcm, PcmError> {
+        Self::start(app, Ownership::Application, config.validate())
+    }
+
+    fn start(
+        app: &str,
+        ownership: Ownership,
+        config: Result<Config, PcmError>,
+    ) -> Result<Pcm, PcmError> {
         let app = AppName::new(app).map_err(|e| PcmError::Config {
             variable: "application name",
             value: app.to_owned(),
             reason: e.to_string(),
         })?;
-        let profiling = profile::enabled_from_env()?;
         runtime::check_mpi_library()?;
         let universe = match ownership {
             Ownership::Pcm => {
@@ -434,8 +485,21 @@ impl Pcm {
         let _internal = interpose::Internal::enter();
         let host = local_host_name();
         let pcm = match ffi::take_parent() {
-            Some(parent) => reconfig::join_as_replacement(universe, parent, host, profiling)?,
-            None => Self::init_fresh(universe, app, host, profiling)?,
+            Some(parent) => {
+                // The job accepted its settings at launch; a replacement whose environment
+                // differs goes on with the defaults rather than leave the job waiting.
+                let config = config.unwrap_or_else(|e| {
+                    tracing::warn!("{e}; using the default settings");
+                    Config::default()
+                });
+                events::set_enabled(config.events);
+                reconfig::join_as_replacement(universe, parent, host, config)?
+            }
+            None => {
+                let config = config?;
+                events::set_enabled(config.events);
+                Self::init_fresh(universe, app, host, config)?
+            }
         };
         pcm.profiler.attach(&pcm.world);
         events::started(
@@ -450,19 +514,21 @@ impl Pcm {
         universe: MpiOwner,
         app: AppName,
         host: HostName,
-        profiling: bool,
+        config: Config,
     ) -> Result<Pcm, PcmError> {
         let world = ffi::dup_world()?;
         let rank = world.rank() as u32;
         let size = world.size() as u32;
-        let schedule = Schedule::from_env()?;
-        let check_period = schedule::check_period_from_env()?;
-        let checkpoint_policy = checkpoint::Policy::from_env()?;
-        let reconfigure_timeout = deadline::timeout_from_env()?;
-        let restart = checkpoint::restart_requested()?;
+        let schedule = config.schedule.clone();
+        let check_period = config.check_period;
+        let checkpoint_policy = config.checkpoint;
+        let reconfigure_timeout = config.reconfigure_timeout;
+        let restart = config.restart;
+        let profiling = config.profiling;
         let job = agree_on_job_id(&world, &app);
-        let (job_name, identity) = checkpoint::agree_on_identity(&world)?;
-        let (hosts, new_hosts, rank_hosts) = agree_on_hosts(&world, &host)?;
+        let (job_name, identity) =
+            checkpoint::agree_on_identity(&world, config.job_name.as_deref())?;
+        let (hosts, new_hosts, rank_hosts) = agree_on_hosts(&world, &host, &config)?;
         let now = Instant::now();
         let mut pcm = Pcm {
             world,
@@ -498,6 +564,9 @@ impl Pcm {
             launch: Launch::new(&universe.world(), 0),
             profiler: Profiler::new(profiling, pcm_proto::RankProfile::default()),
             universe,
+            broken: false,
+            spent: false,
+            config,
         };
         if restart != checkpoint::Restart::No {
             checkpoint::restore(&mut pcm, restart)?;
@@ -508,15 +577,13 @@ impl Pcm {
 
     /// The node's pcmd socket, or `None` with `PCM_DAEMON=none`.
     fn daemon_socket(&self) -> Option<std::path::PathBuf> {
-        let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
-        if setting.as_deref() == Some("none") {
+        if self.config.daemon_off() {
             return None;
         }
-        let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
         let uid = nix::unistd::getuid().as_raw();
         Some(pcm_proto::socket_path(
-            setting.as_deref(),
-            runtime_dir.as_deref(),
+            self.config.daemon.as_deref(),
+            self.config.runtime_dir.as_deref(),
             uid,
             &self.host,
         ))
@@ -550,8 +617,9 @@ impl Pcm {
     }
 
     /// This process's rank in [`Pcm::world`]; a replacement has its predecessor's rank.
-    pub fn rank(&self) -> u32 {
-        self.rank
+    /// (`rank().0` is the number; MPI calls take `world().rank()`, an `i32`.)
+    pub fn rank(&self) -> Rank {
+        Rank(self.rank)
     }
 
     /// Number of ranks in the job.
@@ -594,6 +662,13 @@ impl Pcm {
         &self.rank_hosts
     }
 
+    /// [`Pcm::rank_hosts`] as one line, comma-separated (`node-a,node-b,node-a`): where
+    /// every rank runs, for progress lines and logs.
+    pub fn placement(&self) -> String {
+        let hosts: Vec<&str> = self.rank_hosts.iter().map(HostName::as_str).collect();
+        hosts.join(",")
+    }
+
     /// Whether the link to the node's pcmd is up.
     pub fn daemon_connected(&self) -> bool {
         self.daemon.as_ref().is_some_and(DaemonLink::is_connected)
@@ -619,8 +694,10 @@ impl Pcm {
         self.store.load_value(name)
     }
 
-    /// Takes an array stored with [`Pcm::store_array`]; no copy for 8-byte element types.
-    pub fn load_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
+    /// Takes an array stored with [`Pcm::store_array`] out of the store (a second take of
+    /// the same name fails); no copy for 8-byte element types. [`Pcm::load_array_into`]
+    /// copies instead and leaves it stored.
+    pub fn take_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
         self.store.take_array(name)
     }
 
@@ -651,6 +728,43 @@ impl Pcm {
             self.job.checkpoint = checkpoint::Policy::default();
         }
         pending
+    }
+
+    /// The state to start the loop with, and the iteration to start it at: `fresh()` and 0
+    /// in a process started with the job; in a replacement or a restarted job, the state
+    /// its predecessor stored ([`State::load`]) and the iteration it stored it at. Call it
+    /// once, before the loop, on every rank; a replacement must make no collective call
+    /// before the loop that the running ranks are not making (see docs/instrumenting.md).
+    pub fn resume<S: State, E: Into<PcmError>>(
+        &mut self,
+        fresh: impl FnOnce() -> Result<S, E>,
+    ) -> Result<(S, u64), PcmError> {
+        match self.origin {
+            ProcessStatus::Fresh => Ok((fresh().map_err(Into::into)?, 0)),
+            ProcessStatus::Replacement { iteration, .. }
+            | ProcessStatus::Restarted { iteration } => Ok((S::load(self)?, iteration)),
+        }
+    }
+
+    /// A reconfiguration point: call it once per iteration, first thing in the loop, on every
+    /// rank. It asks [`Pcm::status`]; when a move or checkpoint is due it stores `state`
+    /// ([`State::store`]) if this rank must, and calls [`Pcm::reconfigure`]. It returns on
+    /// every rank that goes on (then take [`Pcm::world`] afresh); on a rank that moved
+    /// away it releases `state` ([`State::release`]) and ends the process
+    /// ([`Departed::finalize`]).
+    pub fn reconfigure_point<S: State>(&mut self, state: &mut S) -> Result<(), PcmError> {
+        let status = self.status()?;
+        if status == Status::Continue {
+            return Ok(());
+        }
+        if status.stores_state() {
+            state.store(self)?;
+        }
+        if let Some(departed) = self.reconfigure_in_place()? {
+            state.release();
+            departed.finalize();
+        }
+        Ok(())
     }
 
     /// Asks whether the job must reconfigure at this iteration (the paper's `PCM_Status`).
@@ -687,210 +801,6 @@ impl Pcm {
         }
     }
 
-    #[cold]
-    fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
-        let _internal = interpose::Internal::enter();
-        let started = Instant::now();
-        let scheduled = self.job.schedule.take(iteration);
-        let local_request = self.daemon.as_ref().map_or(0, DaemonLink::pending_max);
-        let proposed_interval = match &mut self.cadence {
-            Some(cadence) => cadence.next_interval(iteration, Instant::now()),
-            None => 0,
-        };
-        // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
-        let checkpoint_word = self.checkpoints.word(Instant::now());
-        let send = [local_request, proposed_interval, checkpoint_word];
-        let mut agreed = [0u64; 3];
-        self.world
-            .all_reduce_into(&send[..], &mut agreed[..], SystemOperation::max());
-        self.job.next_check = iteration + agreed[1].max(1);
-        if self.rank == 0 {
-            events::progress(iteration);
-        }
-
-        let plan = if let Some(plan) = self.checkpoints.deferred_move.take() {
-            // The checkpoint before this move was taken at the last check: make the move. A
-            // scripted move due now waits for the next check instead of being dropped.
-            if let Some(moves) = scheduled {
-                self.job.schedule.postpone(iteration + 1, moves);
-            }
-            return Ok(self.announce(plan, started));
-        } else if let Some(moves) = scheduled {
-            Plan {
-                request: None,
-                moves,
-                held_here: false,
-                agreed_at: None,
-            }
-        } else if agreed[0] != 0 {
-            match self.agree_on_request(RequestId(agreed[0]))? {
-                Some(plan) => plan,
-                None => return Ok(Status::Continue),
-            }
-        } else if agreed[2] & checkpoint::DUE != 0 {
-            // A reconfiguration goes first; rank 0 still finds the checkpoint due next time.
-            self.checkpoints.pending = Some(iteration);
-            return Ok(Status::Checkpoint);
-        } else {
-            return Ok(Status::Continue);
-        };
-        let validated = reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts)
-            .and_then(|(plan, outside)| match self.probe_new_hosts(&outside) {
-                Ok(()) => Ok(plan),
-                Err(reason) => Err((plan, reason)),
-            });
-        match validated {
-            Ok(plan) if agreed[2] & checkpoint::BEFORE_MOVE != 0 => {
-                // Checkpoint first, so that if the move fails (a replacement dies while
-                // starting and the job ends) the restart loses nothing; the move is made
-                // at the next status call, which checks again.
-                self.checkpoints.deferred_move = Some(plan);
-                self.checkpoints.pending = Some(iteration);
-                self.job.next_check = iteration + 1;
-                Ok(Status::Checkpoint)
-            }
-            Ok(plan) => Ok(self.announce(plan, started)),
-            Err((plan, reason)) => {
-                if self.rank == 0 {
-                    tracing::warn!("ignoring reconfiguration request: {reason}");
-                }
-                self.report(&plan, Outcome::Failed { reason });
-                Ok(Status::Continue)
-            }
-        }
-    }
-
-    /// Makes `plan`, agreed at the check that began at `started`, the pending
-    /// reconfiguration, and says what this rank does in it.
-    fn announce(&mut self, mut plan: Plan, started: Instant) -> Status {
-        plan.agreed_at = Some(started);
-        let moving = plan.moves.iter().any(|m| m.rank.0 == self.rank);
-        self.pending = Some(plan);
-        if moving {
-            Status::Migrate
-        } else {
-            Status::Reconfigure
-        }
-    }
-
-    /// Rank 0 checks that the launcher reaches each host of `outside` (hosts outside the
-    /// allocation, which the job's setting allows), and tells every rank the verdict.
-    /// Collective; nothing is run when `outside` is empty.
-    fn probe_new_hosts(&self, outside: &BTreeSet<HostName>) -> Result<(), String> {
-        let hosts::NewHosts::Probed { launcher } = &self.job.new_hosts else {
-            return Ok(());
-        };
-        if outside.is_empty() {
-            return Ok(());
-        }
-        let verdict = (self.rank == 0).then(|| {
-            let result: Result<(), String> = outside
-                .iter()
-                .try_for_each(|h| hosts::probe(launcher, h, hosts::PROBE_TIMEOUT));
-            encode_cbor(&result)
-        });
-        let bytes = reconfig::broadcast_bytes(&self.world, 0, verdict);
-        ciborium::from_reader::<Result<(), String>, _>(bytes.as_slice())
-            .unwrap_or_else(|e| Err(format!("the check of new hosts was garbled: {e}")))
-    }
-
-    /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
-    /// and that rank broadcasts its moves and epoch. `None` when the job must not run it:
-    /// some rank settled it before (withdrawn after its deadline, or taken up already),
-    /// or the job reconfigured since it was made (another daemon's request won); the
-    /// holders then report why to their daemon.
-    fn agree_on_request(&mut self, id: RequestId) -> Result<Option<Plan>, PcmError> {
-        let taken = self
-            .daemon
-            .as_ref()
-            .map_or(daemon::Take::Absent, |d| d.take(id));
-        let held = match &taken {
-            daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
-            _ => None,
-        };
-        // One all-reduce (min) for both: the lowest holder, and whether any rank has it
-        // settled (0) or not (1).
-        let candidate = [
-            if held.is_some() {
-                self.rank as u64
-            } else {
-                u64::MAX
-            },
-            u64::from(taken != daemon::Take::Settled),
-        ];
-        let mut agreed = [u64::MAX, 1];
-        self.world
-            .all_reduce_into(&candidate[..], &mut agreed[..], SystemOperation::min());
-        let (owner, settled_somewhere) = (agreed[0], agreed[1] == 0);
-        if settled_somewhere {
-            let plan = Plan {
-                request: Some(id),
-                moves: held.map(|(m, _)| m).unwrap_or_default(),
-                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
-                agreed_at: None,
-            };
-            if self.rank == 0 {
-                tracing::info!(
-                    "reconfiguration request {id} dropped: a rank had withdrawn it after its deadline or taken it up before"
-                );
-            }
-            self.report(
-                &plan,
-                Outcome::Cancelled {
-                    reason: format!(
-                        "request {id} was withdrawn (it missed its deadline) or already taken up before the job agreed on it; nothing was moved"
-                    ),
-                },
-            );
-            return Ok(None);
-        }
-        if owner >= self.size as u64 {
-            return Err(PcmError::internal(
-                "a request was agreed but no rank holds it",
-            ));
-        }
-        let bytes = held.as_ref().map(encode_cbor);
-        let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
-        let (moves, epoch): (Vec<Move>, u64) = ciborium::from_reader(bytes.as_slice())
-            .map_err(|e| PcmError::Handover(e.to_string()))?;
-        let plan = Plan {
-            request: Some(id),
-            moves,
-            held_here: held.is_some(),
-            agreed_at: None,
-        };
-        match request_verdict(false, epoch, self.job.migrations) {
-            RequestVerdict::Superseded => {
-                let last = self.job.last_reconfiguration.clone();
-                if self.rank == 0 {
-                    tracing::warn!(
-                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and it has completed {} since; it was superseded by {}",
-                        crate::deadline::describe_moves(&plan.moves),
-                        self.job.migrations,
-                        last.as_ref()
-                            .and_then(|l| l.request)
-                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}"))
-                    );
-                }
-                let (by, moves) = last.map_or((None, Vec::new()), |l| (l.request, l.moves));
-                self.report(&plan, Outcome::Superseded { by, moves });
-                Ok(None)
-            }
-            _ => Ok(Some(plan)),
-        }
-    }
-
-    /// Tells this rank's daemon how a request it delivered ended.
-    fn report(&mut self, plan: &Plan, outcome: Outcome) {
-        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
-            daemon.send(ToDaemon::ReconfigurationFinished {
-                request,
-                outcome: outcome.clone(),
-            });
-        }
-        self.last_outcome = Some(outcome);
-    }
-
     /// Carries out the reconfiguration the last status call announced (the paper's
     /// `PCM_Reconfigure`). Collective over the world.
     ///
@@ -901,50 +811,121 @@ impl Pcm {
     ///
     /// After [`Status::Checkpoint`] it writes the coordinated checkpoint of what was stored
     /// (see the `checkpoint` module) and returns [`Reconfigured::Continue`] with this `Pcm`.
-    pub fn reconfigure(mut self) -> Result<Reconfigured, PcmError> {
+    ///
+    /// An error that leaves the job intact (nothing pending, say) gives the handle back in
+    /// [`ReconfigureError::pcm`]; one that broke the job halfway does not.
+    pub fn reconfigure(mut self) -> Result<Reconfigured, ReconfigureError> {
+        match self.reconfigure_in_place() {
+            Ok(None) => Ok(Reconfigured::Continue(self)),
+            Ok(Some(departed)) => Ok(Reconfigured::Departed(departed)),
+            Err(error) => Err(ReconfigureError {
+                error,
+                pcm: (!self.broken).then(|| Box::new(self)),
+            }),
+        }
+    }
+
+    /// [`Pcm::reconfigure`] on a borrowed handle: `Some` on the departing rank, whose
+    /// handle is then spent (dropping it does nothing more).
+    fn reconfigure_in_place(&mut self) -> Result<Option<Departed>, PcmError> {
         if let Some(iteration) = self.checkpoints.pending.take() {
-            checkpoint::commit(&mut self, iteration);
-            return Ok(Reconfigured::Continue(self));
+            checkpoint::commit(self, iteration);
+            return Ok(None);
         }
         let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
         let _internal = interpose::Internal::enter();
-        let reconfigured = reconfig::run_as_parent(self, plan)?;
-        if let Reconfigured::Continue(pcm) = &reconfigured {
-            pcm.profiler.attach(&pcm.world);
+        let departed = reconfig::run_as_parent(self, plan)?;
+        if departed.is_none() {
+            self.profiler.attach(&self.world);
         }
-        Ok(reconfigured)
+        Ok(departed)
     }
 
-    /// Ends PCM and MPI (the paper's `PCM_Finalize` followed by `MPI_Finalize`).
+    /// Moves this process's MPI parts into a [`Departed`] after its world was split away;
+    /// the handle is spent.
+    pub(crate) fn depart(&mut self) -> Departed {
+        self.spent = true;
+        reconfig::release(std::mem::replace(
+            &mut self.world,
+            SimpleCommunicator::world(),
+        ));
+        Departed {
+            rank: self.rank,
+            daemon: self.daemon.take(),
+            launch: self.launch.clone(),
+            // The placeholder left behind finalizes nothing.
+            universe: std::mem::replace(&mut self.universe, MpiOwner::Application),
+        }
+    }
+
+    /// Ends PCM and MPI after the application's loop ran to its end (the paper's
+    /// `PCM_Finalize` followed by `MPI_Finalize`): like dropping the handle, and it also
+    /// records that the job ended by itself, so that a later `PCM_RESTART=1` says so
+    /// instead of resuming it, and warns of `PCM_SCHEDULE` entries never reached.
     /// Collective over the world; also releases departed processes waiting for this launch
     /// to end.
-    pub fn finalize(self) {
+    pub fn finalize(mut self) {
         let _internal = interpose::Internal::enter();
-        self.send_profile(self.job.iteration);
         if self.rank == 0 {
             warn_unreached(&self.job.schedule, self.job.iteration);
         }
         if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
             checkpoint::mark_finished(&self);
         }
-        let Pcm {
-            world,
-            daemon,
-            universe,
-            job,
-            launch,
-            ..
-        } = self;
-        if let Some(daemon) = daemon {
-            daemon.set_iteration(job.iteration);
+        self.shut_down();
+    }
+
+    /// Leaves the daemon, releases departed processes (Open MPI 4), frees the world, and
+    /// finalizes MPI if PCM initialised it. Collective over the world.
+    fn shut_down(&mut self) {
+        let _internal = interpose::Internal::enter();
+        self.spent = true;
+        self.send_profile(self.job.iteration);
+        if let Some(daemon) = self.daemon.take() {
+            daemon.set_iteration(self.job.iteration);
             daemon.shutdown(Duration::from_millis(500));
         }
+        let universe = std::mem::replace(&mut self.universe, MpiOwner::Application);
         if !runtime::PROMPT_DEPARTURE {
-            launch.release_if_lowest(&universe.world());
+            self.launch.release_if_lowest(&universe.world());
         }
-        drop(world);
+        drop(std::mem::replace(
+            &mut self.world,
+            SimpleCommunicator::world(),
+        ));
         // Finalizes MPI if PCM initialised it; the application finalizes it otherwise.
         drop(universe);
+    }
+}
+
+/// Dropping a `Pcm` ends PCM and MPI as [`Pcm::finalize`] does (collectively), except that
+/// it does not record the job as ended by itself: a job dropped on an error can still be
+/// restarted from its checkpoints. A handle broken by a failed reconfiguration, or dropped
+/// while a panic unwinds, is only freed; a departed process's handle holds nothing more.
+impl Drop for Pcm {
+    fn drop(&mut self) {
+        // While a panic unwinds, the other ranks are not shutting down with this one:
+        // only free the handle, as a broken one.
+        if !self.spent && !self.broken && !std::thread::panicking() {
+            self.shut_down();
+        }
+    }
+}
+
+/// An error from [`Pcm::reconfigure`], with the handle back when the job is still intact.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct ReconfigureError {
+    /// What went wrong.
+    pub error: PcmError,
+    /// The handle, unchanged, when the error left the job intact (the reconfiguration did not
+    /// start, for example [`PcmError::NothingPending`]); `None` when it broke the job halfway.
+    pub pcm: Option<Box<Pcm>>,
+}
+
+impl From<ReconfigureError> for PcmError {
+    fn from(e: ReconfigureError) -> Self {
+        e.error
     }
 }
 
@@ -973,8 +954,8 @@ pub struct Departed {
 
 impl Departed {
     /// The rank this process held.
-    pub fn rank(&self) -> u32 {
-        self.rank
+    pub fn rank(&self) -> Rank {
+        Rank(self.rank)
     }
 
     /// Leaves the job and ends the process with status 0.
@@ -1055,10 +1036,11 @@ fn agree_on_job_id(world: &SimpleCommunicator, app: &AppName) -> JobId {
 fn agree_on_hosts(
     world: &SimpleCommunicator,
     host: &HostName,
+    config: &Config,
 ) -> Result<(BTreeSet<HostName>, hosts::NewHosts, Vec<HostName>), PcmError> {
     let from_env = (world.rank() == 0).then(|| {
-        let result = hosts::hostfile_from_env()
-            .and_then(|h| Ok((h, hosts::NewHosts::from_env()?)))
+        let result = hosts::hostfile_from_config(config)
+            .and_then(|h| Ok((h, hosts::NewHosts::from_config(config)?)))
             .map_err(SettingError::from);
         encode_cbor(&result)
     });
@@ -1155,8 +1137,10 @@ fn local_host_name() -> HostName {
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `warn,pcm=info`), unless the
-/// application installed its own subscriber. [`Pcm::init`] calls it; the C interface calls
-/// it to log errors of calls made before `PCM_Init`.
+/// application installed its own subscriber. PCM installs no subscriber by itself: call it
+/// before [`Pcm::init`] to see PCM's log lines (the reconfiguration timings that the
+/// benchmarks read among them), or install your own. The C interface calls it in
+/// `PCM_Init` and before logging errors of calls made before `PCM_Init`.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,pcm=info"));
@@ -1170,30 +1154,6 @@ pub fn init_logging() {
 #[cfg(test)]
 mod verdict_tests {
     use super::*;
-
-    /// Item 14: two daemons' requests for the same job, made at the same epoch: the one the
-    /// job agrees on first runs and moves the epoch on; the other, agreed later, is refused
-    /// as superseded instead of moving the rank a second time.
-    #[test]
-    fn given_two_requests_of_one_epoch_then_only_the_first_agreed_runs() {
-        let mut migrations = 0;
-        assert_eq!(request_verdict(false, 0, migrations), RequestVerdict::Run);
-        migrations += 1;
-        assert_eq!(
-            request_verdict(false, 0, migrations),
-            RequestVerdict::Superseded
-        );
-        // A request made after the move (the daemon heard of it) runs.
-        assert_eq!(request_verdict(false, 1, migrations), RequestVerdict::Run);
-    }
-
-    /// Item 13: a request some rank withdrew (or took up before) is dropped, whatever its
-    /// epoch.
-    #[test]
-    fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
-        assert_eq!(request_verdict(true, 5, 5), RequestVerdict::Drop);
-        assert_eq!(request_verdict(true, 0, 5), RequestVerdict::Drop);
-    }
 
     /// Item 16: a scripted move past the end of the run is named in a warning.
     #[test]

@@ -24,23 +24,15 @@ use crate::interpose;
 /// Environment variable that turns profiling off (`off`) or on (`on`, the default).
 pub const PROFILE_ENV: &str = "PCM_PROFILE";
 
-/// Whether profiling is on, from [`PROFILE_ENV`].
-pub(crate) fn enabled_from_env() -> Result<bool, PcmError> {
-    match std::env::var(PROFILE_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(true),
-        Ok(value) => match value.trim().to_ascii_lowercase().as_str() {
-            "" | "on" | "1" | "yes" => Ok(true),
-            "off" | "0" | "no" => Ok(false),
-            _ => Err(PcmError::Config {
-                variable: PROFILE_ENV,
-                value,
-                reason: "expected `on` or `off`".into(),
-            }),
-        },
-        Err(std::env::VarError::NotUnicode(value)) => Err(PcmError::Config {
+/// Parses a [`PROFILE_ENV`] value: whether profiling is on.
+pub(crate) fn parse_enabled(value: String) -> Result<bool, PcmError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "on" | "1" | "yes" => Ok(true),
+        "off" | "0" | "no" => Ok(false),
+        _ => Err(PcmError::Config {
             variable: PROFILE_ENV,
-            value: value.to_string_lossy().into_owned(),
-            reason: "not valid UTF-8".into(),
+            value,
+            reason: "expected `on` or `off`".into(),
         }),
     }
 }
@@ -212,18 +204,12 @@ mod tests {
 
     #[test]
     fn profile_setting_is_parsed_and_bad_values_named() {
-        // Environment is process-wide: one test touches it.
-        std::env::set_var(PROFILE_ENV, "off");
-        assert!(!enabled_from_env().unwrap());
-        std::env::set_var(PROFILE_ENV, "On");
-        assert!(enabled_from_env().unwrap());
-        std::env::set_var(PROFILE_ENV, "sometimes");
-        let err = enabled_from_env().unwrap_err().to_string();
+        assert!(!parse_enabled("off".into()).unwrap());
+        assert!(parse_enabled("On".into()).unwrap());
+        let err = parse_enabled("sometimes".into()).unwrap_err().to_string();
         assert!(
             err.contains(PROFILE_ENV) && err.contains("sometimes"),
             "{err}"
         );
-        std::env::remove_var(PROFILE_ENV);
-        assert!(enabled_from_env().unwrap());
     }
 }

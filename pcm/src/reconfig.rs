@@ -32,13 +32,13 @@ use mpi::traits::*;
 use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
 use serde::{Deserialize, Serialize};
 
-use crate::deadline::{self, Context, Phase, Side, Watchdog};
+use crate::deadline::{Context, Phase, Side, Watchdog};
 use crate::error::PcmError;
 use crate::hosts::NewHosts;
 use crate::launch::Launch;
 use crate::profile::Profiler;
 use crate::store::{Blob, Entry, EntryHeader, Store};
-use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus, Reconfigured};
+use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus};
 
 /// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
 /// 32-bit.
@@ -123,7 +123,10 @@ fn micros(since: Instant) -> u64 {
 }
 
 /// Runs the protocol on a rank of the current world.
-pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, PcmError> {
+/// `Ok(None)` on a rank that stays (with the new world, or unchanged if the replacements
+/// could not be started), `Ok(Some(departed))` on a departing one, whose `pcm` is then
+/// spent. An error after the spawn marks `pcm` broken: the job cannot go on.
+pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed>, PcmError> {
     let iteration = pcm.job.iteration - 1;
     let size = pcm.size;
     let departing = plan.moves.iter().position(|m| m.rank.0 == pcm.rank);
@@ -192,12 +195,13 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
                     reason: error.to_string(),
                 },
             );
-            return Ok(Reconfigured::Continue(pcm));
+            return Ok(None);
         }
         _ => {
+            pcm.broken = true;
             return Err(PcmError::internal(
                 "spawn succeeded on some ranks and failed on others",
-            ))
+            ));
         }
     };
     let spawn_us = micros(started);
@@ -290,21 +294,8 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
 
     match (departing, new_world) {
         (Some(_), None) => {
-            let Pcm {
-                world,
-                daemon,
-                universe,
-                rank,
-                launch,
-                ..
-            } = pcm;
-            release(world);
-            Ok(Reconfigured::Departed(Departed {
-                rank,
-                daemon,
-                launch,
-                universe,
-            }))
+            let departed = pcm.depart();
+            Ok(Some(departed))
         }
         (None, Some(world)) => {
             // The departing ranks release the old world at this point too.
@@ -317,11 +308,14 @@ pub(crate) fn run_as_parent(mut pcm: Pcm, plan: Plan) -> Result<Reconfigured, Pc
             if pcm.rank == 0 {
                 log_reconfigured(iteration, &timings);
             }
-            Ok(Reconfigured::Continue(pcm))
+            Ok(None)
         }
-        _ => Err(PcmError::internal(
-            "split gave a world to a departing rank, or none to a staying one",
-        )),
+        _ => {
+            pcm.broken = true;
+            Err(PcmError::internal(
+                "split gave a world to a departing rank, or none to a staying one",
+            ))
+        }
     }
 }
 
@@ -330,14 +324,12 @@ pub(crate) fn join_as_replacement(
     universe: crate::MpiOwner,
     parent: InterCommunicator,
     host: HostName,
-    profiling: bool,
+    config: crate::Config,
 ) -> Result<Pcm, PcmError> {
-    // The parents read the setting at launch and refused a bad value then; a replacement
-    // whose environment differs falls back to the default rather than leave them waiting.
-    let timeout = deadline::timeout_from_env().unwrap_or_else(|e| {
-        tracing::warn!("{e}; using {:?}", deadline::DEFAULT_RECONFIGURE_TIMEOUT);
-        deadline::DEFAULT_RECONFIGURE_TIMEOUT
-    });
+    // Until the hand-over brings the job's own, the replacement's setting (the default if
+    // its environment had a bad one: see `Pcm::init`).
+    let timeout = config.reconfigure_timeout;
+    let profiling = config.profiling;
     // Nothing is known of the reconfiguration until the hand-over; the pcmd link starts
     // only afterwards, so a replacement never reports (its parents do).
     let watchdog = Watchdog::arm(
@@ -408,7 +400,10 @@ pub(crate) fn join_as_replacement(
         job,
         rank,
         checkpoints,
-        origin: ProcessStatus::Replacement { rank, iteration },
+        origin: ProcessStatus::Replacement {
+            rank: Rank(rank),
+            iteration,
+        },
         resume_pending: true,
         pending: None,
         daemon: None,
@@ -418,6 +413,9 @@ pub(crate) fn join_as_replacement(
         launch,
         profiler,
         universe,
+        broken: false,
+        spent: false,
+        config,
     };
     pcm.connect_daemon();
     tracing::debug!(
@@ -430,7 +428,7 @@ pub(crate) fn join_as_replacement(
 /// Lets go of a communicator shared with departing processes, at the same point on all its
 /// members: disconnected where departures are prompt (so that the departing process owes
 /// the others nothing and can finalize alone), freed otherwise.
-fn release(comm: SimpleCommunicator) {
+pub(crate) fn release(comm: SimpleCommunicator) {
     if crate::runtime::PROMPT_DEPARTURE {
         ffi::disconnect(comm);
     } else {

@@ -77,14 +77,6 @@ impl Schedule {
         Ok(Schedule { entries })
     }
 
-    /// Reads the schedule from the environment (empty when unset).
-    pub(crate) fn from_env() -> Result<Self, PcmError> {
-        match std::env::var(SCHEDULE_ENV) {
-            Ok(text) => Self::parse(&text),
-            Err(_) => Ok(Self::default()),
-        }
-    }
-
     #[inline]
     pub(crate) fn has(&self, iteration: u64) -> bool {
         !self.entries.is_empty() && self.entries.contains_key(&iteration)
@@ -119,18 +111,15 @@ impl Schedule {
     }
 }
 
-/// Reads the check period from the environment.
-pub(crate) fn check_period_from_env() -> Result<Duration, PcmError> {
-    match std::env::var(CHECK_PERIOD_ENV) {
-        Err(_) => Ok(DEFAULT_CHECK_PERIOD),
-        Ok(text) => match text.trim().parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-            _ => Err(PcmError::Config {
-                variable: CHECK_PERIOD_ENV,
-                value: text,
-                reason: "expected a whole number of milliseconds, at least 1".into(),
-            }),
-        },
+/// Parses a `PCM_CHECK_PERIOD_MS` value.
+pub(crate) fn parse_check_period(text: String) -> Result<Duration, PcmError> {
+    match text.trim().parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(PcmError::Config {
+            variable: CHECK_PERIOD_ENV,
+            value: text,
+            reason: "expected a whole number of milliseconds, at least 1".into(),
+        }),
     }
 }
 

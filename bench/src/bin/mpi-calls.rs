@@ -38,6 +38,7 @@ fn thread_cpu_ns() -> u64 {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    pcm::init_logging();
     let pcm = match Pcm::init("mpi-calls") {
         Ok(pcm) => pcm,
         Err(e) => {
@@ -45,7 +46,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let me = pcm.world().process_at_rank(pcm.rank() as i32);
+    let me = pcm.world().process_at_rank(pcm.rank().0 as i32);
     let data = vec![1.0f64; 240];
     let mut buffer = vec![0.0f64; 240];
     let mut run = |loops: u64| {

@@ -8,12 +8,12 @@
 //! Each rank holds a `Vec<f64>` of `--state-mb` MiB, filled deterministically from its rank;
 //! every iteration adds 1 to its first element and joins a barrier, so the state at iteration
 //! `i` is known exactly. A departing rank stores the whole array (`store_array`); its
-//! replacement loads it (`load_array`) and checks its checksum against the expected one,
+//! replacement loads it (`take_array`) and checks its checksum against the expected one,
 //! aborting the job if they differ. Every rank checks its state again at the end.
 //!
 //! Stdout carries one JSON object per line:
 //! - `{"event":"stored",...,"store_us":..}` from a departing rank (time of its store calls);
-//! - `{"event":"loaded",...,"load_us":..}` from a replacement (time of `load_array`);
+//! - `{"event":"loaded",...,"load_us":..}` from a replacement (time of `take_array`);
 //! - `{"event":"reconfigured","iteration":..,"spawn_us":..,...}` from rank 0 after every
 //!   reconfiguration (from `Pcm::last_outcome`, plus `reconfigure_us`, rank 0's own wall time
 //!   in `reconfigure`); rank 0 must not be moved for this line;
@@ -68,7 +68,7 @@ fn expected_checksum(rank: u32, len: usize, done: u64) -> u64 {
 }
 
 fn verify(pcm: &Pcm, v: &[f64], done: u64, len: usize, when: &str) {
-    let rank = pcm.rank();
+    let rank = pcm.rank().0;
     if v.len() != len {
         eprintln!(
             "pcm-state: rank {rank} {when}: state has {} elements, expected {len}",
@@ -88,6 +88,7 @@ fn verify(pcm: &Pcm, v: &[f64], done: u64, len: usize, when: &str) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    pcm::init_logging();
     let pcm = match Pcm::init("pcm-state") {
         Ok(pcm) => pcm,
         Err(e) => {
@@ -110,7 +111,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
     let started = Instant::now();
     let (mut state, start) = match pcm.process_status() {
         ProcessStatus::Fresh => {
-            let rank = pcm.rank();
+            let rank = pcm.rank().0;
             let v: Vec<f64> = (0..len).map(|i| initial(rank, i)).collect();
             (v, 0)
         }
@@ -121,13 +122,13 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
         }
         ProcessStatus::Replacement { rank, .. } => {
             let t = Instant::now();
-            let v: Vec<f64> = pcm.load_array("state")?;
+            let v: Vec<f64> = pcm.take_array("state")?;
             let load_us = t.elapsed().as_micros() as u64;
             let iteration: u64 = pcm.load("iteration")?;
             verify(&pcm, &v, iteration, len, "after loading");
             println!(
                 "{}",
-                json!({"event": "loaded", "rank": rank, "iteration": iteration,
+                json!({"event": "loaded", "rank": rank.0, "iteration": iteration,
                        "load_us": load_us, "bytes": v.len() * 8, "verified": true})
             );
             (v, iteration)
@@ -145,7 +146,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                     let store_us = t.elapsed().as_micros() as u64;
                     println!(
                         "{}",
-                        json!({"event": "stored", "rank": pcm.rank(), "iteration": iteration,
+                        json!({"event": "stored", "rank": pcm.rank().0, "iteration": iteration,
                                "store_us": store_us, "bytes": state.len() * 8})
                     );
                 }
@@ -157,7 +158,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                         departed.finalize();
                     }
                 }
-                if pcm.rank() == 0 {
+                if pcm.rank().0 == 0 {
                     print_outcome(&pcm, entered.elapsed().as_micros() as u64);
                 }
             }
@@ -170,7 +171,7 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
 
     verify(&pcm, &state, args.iters, len, "at the end");
     pcm.world().barrier();
-    if pcm.rank() == 0 {
+    if pcm.rank().0 == 0 {
         println!(
             "{}",
             json!({"event": "done", "iterations": args.iters, "migrations": pcm.migrations(),

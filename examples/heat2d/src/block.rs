@@ -260,6 +260,13 @@ impl Block {
         })
     }
 
+    /// Frees the block's memory (a process that moved away and waits for its launch to end);
+    /// the block is empty afterwards and must not be stepped.
+    pub fn release(&mut self) {
+        self.data = Vec::new();
+        self.scratch = Vec::new();
+    }
+
     /// Rebuilds a block from its metadata and state (for example, loaded after a migration).
     ///
     /// # Errors

@@ -53,6 +53,7 @@ pub mod checksum;
 pub mod cli;
 pub mod decomp;
 pub mod report;
+pub mod state;
 
 pub use block::{initial_value, Block, BlockError, Meta, OTHER_BOUNDARY, TOP_BOUNDARY};
 pub use checksum::{checksum, hash_grid};
@@ -60,3 +61,4 @@ pub use cli::{
     parse_on_all_ranks, Args, ArgsError, Progress, DEFAULT_COLS, DEFAULT_ITERS, DEFAULT_ROWS,
 };
 pub use report::Report;
+pub use state::{unix_seconds, Heat};

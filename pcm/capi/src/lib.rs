@@ -232,7 +232,7 @@ unsafe fn name_arg<'a>(name: *const c_char, what: &str) -> CResult<&'a str> {
 /// The rank argument of `PCM_Store`, `PCM_Load` and `PCM_Count`: PCM keeps only this
 /// process's state, so it must be this process's rank.
 fn check_rank(pcm: &Pcm, rank: c_int) -> CResult<()> {
-    if i64::from(rank) == i64::from(pcm.rank()) {
+    if i64::from(rank) == i64::from(pcm.rank().0) {
         Ok(())
     } else {
         Err(Failure::new(
@@ -361,7 +361,7 @@ unsafe fn store_typed<T: Pod>(
 /// # Safety
 /// `buf` has room for the whole array (any alignment).
 unsafe fn load_typed<T: Pod>(pcm: &mut Pcm, name: &str, buf: *mut c_void) -> Result<(), PcmError> {
-    let values = pcm.load_array::<T>(name)?;
+    let values = pcm.take_array::<T>(name)?;
     let bytes: &[u8] = bytemuck::cast_slice(&values);
     // SAFETY: the caller promises room for the array; bytes have no alignment, and the
     // application's buffer cannot overlap PCM's own.
@@ -479,6 +479,8 @@ pub unsafe extern "C" fn PCM_Init(comm: *mut MPI_Comm, app_name: *const c_char) 
                 "PCM_Init takes MPI_COMM_WORLD (and writes PCM's world back)",
             ));
         }
+        // A C program has no subscriber of its own: PCM's log lines go to stderr.
+        pcm_rs::init_logging();
         let pcm = Pcm::attach(&app)?;
         // SAFETY: checked not NULL above.
         unsafe { *comm = pcm.world().as_raw() };
@@ -499,7 +501,7 @@ pub extern "C" fn PCM_Process_Status() -> c_int {
                 ProcessStatus::Fresh => FRESH,
                 // The same rank: a replacement takes its predecessor's.
                 ProcessStatus::Replacement { .. } | ProcessStatus::Restarted { .. } => {
-                    c_int::try_from(pcm.rank())
+                    c_int::try_from(pcm.rank().0)
                         .map_err(|_| Failure::new(ERR_INTERNAL, "rank exceeds int"))?
                 }
             })
@@ -526,7 +528,7 @@ pub extern "C" fn PCM_Status(comm: MPI_Comm) -> c_int {
                     // Every rank got PCM_CHECKPOINT at the same iteration and runs the same
                     // code, so every rank declines it here alike.
                     *announced = Announced::Nothing;
-                    if pcm.decline_checkpoint() && pcm.rank() == 0 {
+                    if pcm.decline_checkpoint() && pcm.rank().0 == 0 {
                         tracing::error!(
                             target: "pcm::capi",
                             "PCM_Status returned PCM_CHECKPOINT, but the program went on \
@@ -766,9 +768,18 @@ pub unsafe extern "C" fn PCM_Reconfigure(comm: *mut MPI_Comm, _app_name: *const 
             global.0 = State::Running { pcm, announced };
             return Err(failure);
         }
-        // The state stays Broken if this fails: the Pcm is consumed, and the other ranks
-        // cannot go on with this one anyway.
-        match (*pcm).reconfigure()? {
+        // The state stays Broken if this fails halfway: the Pcm is gone, and the other ranks
+        // cannot go on with this one anyway. An error that left the job intact gives it back.
+        let reconfigured = match (*pcm).reconfigure() {
+            Ok(reconfigured) => reconfigured,
+            Err(pcm_rs::ReconfigureError { error, pcm }) => {
+                if let Some(pcm) = pcm {
+                    global.0 = State::Running { pcm, announced };
+                }
+                return Err(error.into());
+            }
+        };
+        match reconfigured {
             Reconfigured::Continue(next) => {
                 // SAFETY: checked not NULL above.
                 unsafe { *comm = next.world().as_raw() };

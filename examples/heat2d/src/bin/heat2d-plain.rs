@@ -1,74 +1,79 @@
-//! `heat2d-plain`: the heat application on plain MPI, without PCM (the paper's Figure 10).
+//! The heat application: `heat2d-plain` on plain MPI (the paper's Figure 10), `heat2d` with PCM.
 //!
 //! ```text
-//! mpirun -np 4 heat2d-plain --rows 1024 --cols 1024 --iters 1000 [--report-every 100]
+//! mpirun -np 4 BINARY --rows 1024 --cols 1024 --iters 1000 [--report-every 100]
 //! ```
 //!
-//! Rank 0 prints a JSON [`heat2d::Report`] as its last stdout line.
+//! Rank 0 prints a JSON [`heat2d::Report`] as its last stdout line. `heat2d.rs` is
+//! `heat2d-plain.rs` instrumented with PCM (Figure 11): `diff heat2d-plain.rs heat2d.rs`
+//! shows every PCM line (see examples/heat2d/README.md).
 
+use std::error::Error;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use heat2d::{checksum, parse_on_all_ranks, Args, Block, Progress, Report};
-use mpi::topology::SimpleCommunicator;
+use heat2d::{checksum, parse_on_all_ranks, Args, Heat, Progress, Report};
+use mpi::environment::Universe;
 use mpi::traits::*;
 
+/// The binary's name, which starts every message.
+const NAME: &str = env!("CARGO_BIN_NAME");
+
 fn main() -> ExitCode {
-    // No PCM here, but the same check: the MPI library loaded must be the one built against.
+    // The MPI library loaded must be the one built against.
     let mpi_library = match pcm::check_mpi_library() {
         Ok(library) => library,
-        Err(e) => {
-            eprintln!("heat2d-plain: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return report_error(&e),
     };
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("heat2d-plain: MPI initialization failed");
-        return ExitCode::FAILURE;
+    let mut job = match mpi::initialize().ok_or("MPI initialization failed") {
+        Ok(job) => job,
+        Err(e) => return report_error(&e),
     };
-    run(&universe.world(), mpi_library)
-    // `universe` drops here: MPI_Finalize on every rank, whatever the outcome.
+    let code = match run(&mut job, mpi_library) {
+        Ok(code) => code,
+        Err(e) => return report_error(&*e),
+    };
+    drop(job); // MPI_Finalize on every rank (also when returning early).
+    code
 }
 
-fn run(world: &SimpleCommunicator, mpi_library: String) -> ExitCode {
+/// Every rank may fail alike: one write per line keeps the ranks' lines whole.
+fn report_error(e: &dyn std::fmt::Display) -> ExitCode {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(format!("{NAME}: {e}\n").as_bytes());
+    ExitCode::FAILURE
+}
+
+fn run(job: &mut Universe, mpi_library: String) -> Result<ExitCode, Box<dyn Error>> {
+    let world = &job.world();
     let (rank, size) = (world.rank(), world.size());
     let args: Args = match parse_on_all_ranks(world) {
         Ok(args) => args,
-        Err(code) => return code,
+        Err(code) => return Ok(code),
     };
     // Every rank reaches the same verdict, so all return together.
-    let block = args
-        .validate(size as usize)
-        .map_err(|e| e.to_string())
-        .and_then(|()| {
-            Block::new(args.rows, args.cols, rank as usize, size as usize)
-                .map_err(|e| e.to_string())
-        });
-    let mut block = match block {
-        Ok(block) => block,
-        Err(e) => {
-            if rank == 0 {
-                eprintln!("heat2d-plain: {e}");
-            }
-            return ExitCode::FAILURE;
-        }
-    };
-
-    let mut progress = Progress::new(args.report_every, args.iters, Instant::now());
-    world.barrier();
-    let start = Instant::now();
-    for done in 1..=args.iters {
-        block.step(world);
+    if let Err(e) = args.validate(size as usize) {
         if rank == 0 {
-            if let Some(line) = progress.tick(done) {
-                eprintln!("{line}");
-            }
+            eprintln!("{NAME}: {e}");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    let (mut heat, start) = (Heat::new(&args, rank, size)?, 0);
+
+    let mut progress =
+        Progress::new(args.report_every, args.iters, Instant::now()).starting_at(start);
+    world.barrier();
+    heat.started = heat2d::unix_seconds();
+    for iteration in start..args.iters {
+        heat.block.step(world);
+        if let Some(line) = progress.tick(iteration + 1).filter(|_| rank == 0) {
+            eprintln!("{line}");
         }
     }
     world.barrier();
-    let seconds = start.elapsed().as_secs_f64();
+    let seconds = heat.seconds();
 
-    if let Some(checksum) = checksum(world, &block) {
+    if let Some(checksum) = checksum(world, &heat.block) {
         let report = Report {
             checksum,
             iterations: args.iters,
@@ -81,9 +86,9 @@ fn run(world: &SimpleCommunicator, mpi_library: String) -> ExitCode {
             mpi_library,
         };
         if let Err(e) = report.print() {
-            eprintln!("heat2d-plain: writing the report: {e}");
-            return ExitCode::FAILURE;
+            eprintln!("{NAME}: writing the report: {e}");
+            return Ok(ExitCode::FAILURE);
         }
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,77 @@
+//! What a rank hands to a PCM replacement: its block and the run's start time.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use pcm::{Pcm, PcmError};
+
+use crate::block::{Block, BlockError, Meta};
+use crate::cli::Args;
+
+/// One rank's part of a run: its block of the grid, and when the run started. `heat2d`
+/// hands it over when the rank moves ([`pcm::State`]); `heat2d-plain` uses it as it is.
+#[derive(Debug, Clone)]
+pub struct Heat {
+    /// The rank's rows of the grid.
+    pub block: Block,
+    /// Wall-clock start of the run, in Unix seconds: it travels with a migrated rank 0, so
+    /// that the report's `seconds` counts from the first start.
+    pub started: f64,
+}
+
+impl Heat {
+    /// The block of `rank` of `size` for `args`, started now.
+    ///
+    /// # Errors
+    /// See [`Block::new`] (options checked with [`Args::validate`] do not fail).
+    pub fn new(args: &Args, rank: i32, size: i32) -> Result<Self, BlockError> {
+        let block = Block::new(args.rows, args.cols, rank as usize, size as usize)?;
+        Ok(Self {
+            block,
+            started: unix_seconds(),
+        })
+    }
+
+    /// Wall-clock seconds since [`Heat::started`].
+    #[must_use]
+    pub fn seconds(&self) -> f64 {
+        unix_seconds() - self.started
+    }
+}
+
+/// Stored as `started` (a serde value), `meta` ([`Meta::to_words`]) and `grid`
+/// ([`Block::data`], raw).
+impl pcm::State for Heat {
+    fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
+        pcm.store("started", &self.started)?;
+        pcm.store_array("meta", &self.block.meta().to_words())?;
+        pcm.store_array("grid", &self.block.data)
+    }
+
+    fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
+        let mut meta = [0u64; 4];
+        pcm.load_array_into("meta", &mut meta)?;
+        let meta = Meta::from_words(meta)?;
+        let block = Block::from_parts(meta, pcm.take_array("grid")?)?;
+        let started = pcm.load("started")?;
+        Ok(Self { block, started })
+    }
+
+    fn release(&mut self) {
+        self.block.release();
+    }
+}
+
+/// A block that does not fit its metadata is a handover gone wrong.
+impl From<BlockError> for PcmError {
+    fn from(e: BlockError) -> Self {
+        PcmError::Handover(e.to_string())
+    }
+}
+
+/// Wall-clock seconds since the Unix epoch.
+#[must_use]
+pub fn unix_seconds() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -1,0 +1,290 @@
+//! The status agreement's decisions, pure: words in, decision out.
+//!
+//! A status check that talks to the other ranks (see the `status` module, which drives
+//! it) contributes three words to one all-reduce (max): the pcmd request this rank holds
+//! (0: none), rank 0's proposed check interval, and rank 0's checkpoint bits. From the
+//! agreed words, the move waiting for a checkpoint, and the scripted move due now, every
+//! rank reaches the same [`Next`] step; after the plan is validated, the same
+//! [`Validated`] step; and from a request's epoch, the same [`RequestVerdict`]. Nothing
+//! here does I/O or MPI, so every rule has a unit test below.
+
+use pcm_proto::Move;
+
+use crate::checkpoint;
+use crate::{Plan, Status};
+
+/// What one rank contributes to the check's all-reduce (max), and what all agree on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Words {
+    /// The highest pcmd request id this rank holds (0: none).
+    pub(crate) request: u64,
+    /// Rank 0's proposed interval to the next check, in status calls (others: 0).
+    pub(crate) interval: u64,
+    /// Rank 0's checkpoint bits ([`checkpoint::DUE`], [`checkpoint::BEFORE_MOVE`]).
+    pub(crate) checkpoint: u64,
+}
+
+impl Words {
+    /// The words as the all-reduce sends them.
+    pub(crate) fn to_array(self) -> [u64; 3] {
+        [self.request, self.interval, self.checkpoint]
+    }
+
+    /// The words the all-reduce returned.
+    pub(crate) fn from_array(words: [u64; 3]) -> Self {
+        Words {
+            request: words[0],
+            interval: words[1],
+            checkpoint: words[2],
+        }
+    }
+
+    /// The status call that checks next, after the one at `iteration`.
+    pub(crate) fn next_check(self, iteration: u64) -> u64 {
+        iteration + self.interval.max(1)
+    }
+}
+
+/// The step a check takes once the words are agreed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Make the move that waited for the checkpoint taken at the last check. A scripted
+    /// move due now (`postponed`) waits for the next status call instead of being dropped.
+    Deferred {
+        /// The move agreed at the last check.
+        plan: Plan,
+        /// Scripted moves due now, to schedule again at the next call.
+        postponed: Option<Vec<Move>>,
+    },
+    /// A scripted move (`PCM_SCHEDULE`) due now: validate it.
+    Scripted(Plan),
+    /// Some rank holds pcmd request `id`: the ranks agree on it (collective), then validate.
+    Request(pcm_proto::RequestId),
+    /// A coordinated checkpoint is due.
+    Checkpoint,
+    /// Nothing to do.
+    Continue,
+}
+
+/// The step at a check, from the agreed words, the move that waited for a checkpoint, and
+/// the scripted moves due now. A move goes before a checkpoint (rank 0 still finds the
+/// checkpoint due at the next check); a deferred move goes before everything.
+pub(crate) fn next(words: Words, deferred: Option<Plan>, scheduled: Option<Vec<Move>>) -> Next {
+    if let Some(plan) = deferred {
+        Next::Deferred {
+            plan,
+            postponed: scheduled,
+        }
+    } else if let Some(moves) = scheduled {
+        Next::Scripted(Plan {
+            request: None,
+            moves,
+            held_here: false,
+            agreed_at: None,
+        })
+    } else if words.request != 0 {
+        Next::Request(pcm_proto::RequestId(words.request))
+    } else if words.checkpoint & checkpoint::DUE != 0 {
+        Next::Checkpoint
+    } else {
+        Next::Continue
+    }
+}
+
+/// The step for a plan after its validation (moves, hosts, new hosts checked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Validated {
+    /// Take a checkpoint first and make the move at the next status call (which checks
+    /// again): if the move fails (a replacement dies while starting and the job ends),
+    /// the restart loses nothing.
+    CheckpointFirst(Plan),
+    /// Announce the move now.
+    Announce(Plan),
+    /// Refuse it: every rank carries on, and the rank that delivered it reports `reason`.
+    Refuse(Plan, String),
+}
+
+/// The step for `validated` when rank 0's checkpoint bits are `checkpoint`.
+pub(crate) fn after_validation(
+    validated: Result<Plan, (Plan, String)>,
+    checkpoint: u64,
+) -> Validated {
+    match validated {
+        Ok(plan) if checkpoint & checkpoint::BEFORE_MOVE != 0 => Validated::CheckpointFirst(plan),
+        Ok(plan) => Validated::Announce(plan),
+        Err((plan, reason)) => Validated::Refuse(plan, reason),
+    }
+}
+
+/// What `rank` does in an announced `plan`: it moves, or the others move.
+pub(crate) fn status_in(plan: &Plan, rank: u32) -> Status {
+    if plan.moves.iter().any(|m| m.rank.0 == rank) {
+        Status::Migrate
+    } else {
+        Status::Reconfigure
+    }
+}
+
+/// What a status check does with a pcmd request the ranks agreed on, from what every rank
+/// told of it: pure, so that every rank reaches the same verdict from the same inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RequestVerdict {
+    /// Carry it out.
+    Run,
+    /// Some rank had settled it (withdrawn after its deadline, or already taken up once):
+    /// drop it.
+    Drop,
+    /// The job reconfigured after the request was made: refuse it.
+    Superseded,
+}
+
+/// The verdict on an agreed request: `settled_somewhere` if any rank reported it settled,
+/// `epoch` the job's epoch when the daemon made it, `migrations` the job's epoch now.
+pub(crate) fn request_verdict(
+    settled_somewhere: bool,
+    epoch: u64,
+    migrations: u64,
+) -> RequestVerdict {
+    if settled_somewhere {
+        RequestVerdict::Drop
+    } else if epoch < migrations {
+        RequestVerdict::Superseded
+    } else {
+        RequestVerdict::Run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pcm_proto::{Rank, RequestId};
+
+    use super::*;
+
+    fn moves(ranks: &[u32]) -> Vec<Move> {
+        ranks
+            .iter()
+            .map(|&r| Move {
+                rank: Rank(r),
+                to: None,
+            })
+            .collect()
+    }
+
+    fn plan(request: Option<u64>, ranks: &[u32]) -> Plan {
+        Plan {
+            request: request.map(RequestId),
+            moves: moves(ranks),
+            held_here: false,
+            agreed_at: None,
+        }
+    }
+
+    fn words(request: u64, interval: u64, checkpoint: u64) -> Words {
+        Words {
+            request,
+            interval,
+            checkpoint,
+        }
+    }
+
+    #[test]
+    fn given_nothing_agreed_then_continue_and_the_next_check_is_at_least_one_call_on() {
+        assert_eq!(next(Words::default(), None, None), Next::Continue);
+        assert_eq!(words(0, 0, 0).next_check(10), 11);
+        assert_eq!(words(0, 7, 0).next_check(10), 17);
+        let w = words(3, 5, 1);
+        assert_eq!(Words::from_array(w.to_array()), w);
+    }
+
+    #[test]
+    fn given_a_deferred_move_then_it_goes_first_and_a_scripted_one_is_postponed() {
+        let deferred = plan(Some(4), &[1]);
+        let step = next(
+            words(9, 0, checkpoint::DUE),
+            Some(deferred.clone()),
+            Some(moves(&[2])),
+        );
+        assert_eq!(
+            step,
+            Next::Deferred {
+                plan: deferred,
+                postponed: Some(moves(&[2]))
+            }
+        );
+    }
+
+    #[test]
+    fn given_a_scripted_move_and_a_request_then_the_scripted_move_goes_first() {
+        let step = next(words(9, 0, checkpoint::DUE), None, Some(moves(&[0])));
+        assert_eq!(step, Next::Scripted(plan(None, &[0])));
+    }
+
+    #[test]
+    fn given_a_request_and_a_due_checkpoint_then_the_request_goes_first() {
+        assert_eq!(
+            next(words(9, 0, checkpoint::DUE), None, None),
+            Next::Request(RequestId(9))
+        );
+        assert_eq!(
+            next(words(0, 0, checkpoint::DUE), None, None),
+            Next::Checkpoint
+        );
+        // The before-move bit alone does not make a checkpoint due.
+        assert_eq!(
+            next(words(0, 0, checkpoint::BEFORE_MOVE), None, None),
+            Next::Continue
+        );
+    }
+
+    #[test]
+    fn given_a_validated_plan_then_a_checkpoint_comes_first_when_rank_0_asks() {
+        let p = plan(None, &[1]);
+        assert_eq!(
+            after_validation(Ok(p.clone()), checkpoint::BEFORE_MOVE),
+            Validated::CheckpointFirst(p.clone())
+        );
+        assert_eq!(
+            after_validation(Ok(p.clone()), 0),
+            Validated::Announce(p.clone())
+        );
+        assert_eq!(
+            after_validation(
+                Err((p.clone(), "no such host".into())),
+                checkpoint::BEFORE_MOVE
+            ),
+            Validated::Refuse(p, "no such host".into())
+        );
+    }
+
+    #[test]
+    fn given_an_announced_plan_then_only_the_moving_ranks_migrate() {
+        let p = plan(Some(1), &[0, 2]);
+        assert_eq!(status_in(&p, 0), Status::Migrate);
+        assert_eq!(status_in(&p, 1), Status::Reconfigure);
+        assert_eq!(status_in(&p, 2), Status::Migrate);
+    }
+
+    /// Item 14: two daemons' requests for the same job, made at the same epoch: the one the
+    /// job agrees on first runs and moves the epoch on; the other, agreed later, is refused
+    /// as superseded instead of moving the rank a second time.
+    #[test]
+    fn given_two_requests_of_one_epoch_then_only_the_first_agreed_runs() {
+        let mut migrations = 0;
+        assert_eq!(request_verdict(false, 0, migrations), RequestVerdict::Run);
+        migrations += 1;
+        assert_eq!(
+            request_verdict(false, 0, migrations),
+            RequestVerdict::Superseded
+        );
+        // A request made after the move (the daemon heard of it) runs.
+        assert_eq!(request_verdict(false, 1, migrations), RequestVerdict::Run);
+    }
+
+    /// Item 13: a request some rank withdrew (or took up before) is dropped, whatever its
+    /// epoch.
+    #[test]
+    fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
+        assert_eq!(request_verdict(true, 5, 5), RequestVerdict::Drop);
+        assert_eq!(request_verdict(true, 0, 5), RequestVerdict::Drop);
+    }
+}

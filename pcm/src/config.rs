@@ -1,0 +1,308 @@
+//! PCM's settings in one place: [`Config`].
+//!
+//! Layers, later wins: the defaults (named constants), then the `PCM_*` environment
+//! ([`Config::from_env`], which [`crate::Pcm::init`] uses), then code (`with_*`), then
+//! [`Config::validate`]. A value that does not parse is an error naming the variable, its
+//! value and what was expected ([`PcmError::Config`]). This is the only module of pcm that
+//! reads the environment for settings; the rest takes them from a `Config`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::checkpoint::{self, Policy, Restart};
+use crate::error::PcmError;
+use crate::schedule::{self, Schedule};
+use crate::{deadline, hosts, profile};
+
+/// Every variable a [`Config`] reads: PCM's own, and the launchers' and system's ones PCM
+/// consults (hostfiles, hydra's launcher, `XDG_RUNTIME_DIR`).
+pub const VARIABLES: &[&str] = &[
+    pcm_proto::DAEMON_ENV,
+    "XDG_RUNTIME_DIR",
+    hosts::HOSTFILE_ENV,
+    hosts::LAUNCHER_HOSTFILE_ENVS[0],
+    hosts::LAUNCHER_HOSTFILE_ENVS[1],
+    hosts::ALLOW_NEW_HOSTS_ENV,
+    hosts::LAUNCHER_ENV,
+    hosts::HYDRA_LAUNCHER_ENV,
+    hosts::HYDRA_LAUNCHER_EXEC_ENV,
+    schedule::SCHEDULE_ENV,
+    schedule::CHECK_PERIOD_ENV,
+    checkpoint::INTERVAL_ENV,
+    checkpoint::BEFORE_MOVE_ENV,
+    checkpoint::RESTART_ENV,
+    pcm_proto::checkpoint::JOB_NAME_ENV,
+    deadline::RECONFIGURE_TIMEOUT_ENV,
+    profile::PROFILE_ENV,
+    pcm_proto::run::EVENTS_ENV,
+];
+
+/// PCM's settings. Every field has a default (stated on its setter), the environment
+/// overrides it ([`Config::from_env`]), and code overrides both:
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// let config = pcm::Config::from_env()?
+///     .with_check_period(Duration::from_millis(50))
+///     .with_checkpoint_interval(Some(Duration::from_secs(600)))
+///     .validate()?;
+/// let pcm = pcm::Pcm::init_with("myapp", config)?;
+/// # Ok::<(), pcm::PcmError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(crate) check_period: Duration,
+    pub(crate) schedule: Schedule,
+    pub(crate) checkpoint: Policy,
+    pub(crate) restart: Restart,
+    pub(crate) reconfigure_timeout: Duration,
+    pub(crate) profiling: bool,
+    pub(crate) events: bool,
+    /// `PCM_DAEMON` as given (`none`, a socket path template), and `XDG_RUNTIME_DIR`.
+    pub(crate) daemon: Option<String>,
+    pub(crate) runtime_dir: Option<String>,
+    /// `PCM_JOB_NAME` as given: rank 0 checks it and every rank gets its verdict.
+    pub(crate) job_name: Option<String>,
+    /// The host settings as given, read by rank 0 only (it reads the hostfile and may
+    /// warn), by variable name.
+    pub(crate) hosts: BTreeMap<&'static str, String>,
+}
+
+impl Default for Config {
+    /// Every default: no schedule, a check every [`crate::DEFAULT_CHECK_PERIOD`], no
+    /// checkpoints, no restart, [`crate::DEFAULT_RECONFIGURE_TIMEOUT`], profiling on,
+    /// events off, the default pcmd socket, no job name, hosts of the allocation only.
+    fn default() -> Self {
+        Config {
+            check_period: schedule::DEFAULT_CHECK_PERIOD,
+            schedule: Schedule::default(),
+            checkpoint: Policy::default(),
+            restart: Restart::No,
+            reconfigure_timeout: deadline::DEFAULT_RECONFIGURE_TIMEOUT,
+            profiling: true,
+            events: false,
+            daemon: None,
+            runtime_dir: None,
+            job_name: None,
+            hosts: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The defaults overridden by the environment (the variables in [`VARIABLES`]; see the
+    /// crate documentation for each). Fails on the first value that does not parse, or is
+    /// not valid UTF-8, naming the variable.
+    pub fn from_env() -> Result<Config, PcmError> {
+        let mut values = BTreeMap::new();
+        for &variable in VARIABLES {
+            match std::env::var(variable) {
+                Ok(value) => {
+                    values.insert(variable, value);
+                }
+                Err(std::env::VarError::NotPresent) => {}
+                Err(std::env::VarError::NotUnicode(value)) => {
+                    return Err(PcmError::Config {
+                        variable,
+                        value: value.to_string_lossy().into_owned(),
+                        reason: "not valid UTF-8".into(),
+                    })
+                }
+            }
+        }
+        Config::from_values(&values)
+    }
+
+    /// The defaults overridden by `values` (variable name to value), as if they were the
+    /// environment: for tests and for programs that keep their settings elsewhere.
+    pub fn from_values(values: &BTreeMap<&str, String>) -> Result<Config, PcmError> {
+        let get = |variable: &str| values.get(variable).cloned();
+        let mut config = Config::default();
+        if let Some(text) = get(schedule::SCHEDULE_ENV) {
+            config.schedule = Schedule::parse(&text)?;
+        }
+        if let Some(text) = get(schedule::CHECK_PERIOD_ENV) {
+            config.check_period = schedule::parse_check_period(text)?;
+        }
+        if let Some(text) = get(checkpoint::INTERVAL_ENV) {
+            config.checkpoint = Policy::parse(text, get(checkpoint::BEFORE_MOVE_ENV))?;
+        }
+        if let Some(text) = get(checkpoint::RESTART_ENV) {
+            config.restart = checkpoint::parse_restart(text)?;
+        }
+        if let Some(text) = get(deadline::RECONFIGURE_TIMEOUT_ENV) {
+            config.reconfigure_timeout = deadline::parse_reconfigure_timeout(text)?;
+        }
+        if let Some(text) = get(profile::PROFILE_ENV) {
+            config.profiling = profile::parse_enabled(text)?;
+        }
+        config.events = get(pcm_proto::run::EVENTS_ENV).is_some_and(|v| v == "stderr");
+        config.daemon = get(pcm_proto::DAEMON_ENV);
+        config.runtime_dir = get("XDG_RUNTIME_DIR");
+        config.job_name = get(pcm_proto::checkpoint::JOB_NAME_ENV);
+        for variable in [
+            hosts::HOSTFILE_ENV,
+            hosts::LAUNCHER_HOSTFILE_ENVS[0],
+            hosts::LAUNCHER_HOSTFILE_ENVS[1],
+            hosts::ALLOW_NEW_HOSTS_ENV,
+            hosts::LAUNCHER_ENV,
+            hosts::HYDRA_LAUNCHER_ENV,
+            hosts::HYDRA_LAUNCHER_EXEC_ENV,
+        ] {
+            if let Some(value) = get(variable) {
+                config.hosts.insert(variable, value);
+            }
+        }
+        config.validate()
+    }
+
+    /// Wall time between two status checks that agree with the other ranks (`PCM_CHECK_PERIOD_MS`;
+    /// default [`crate::DEFAULT_CHECK_PERIOD`], 20 ms).
+    pub fn with_check_period(mut self, period: Duration) -> Self {
+        self.check_period = period;
+        self
+    }
+
+    /// Scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]` (`PCM_SCHEDULE`;
+    /// default none).
+    pub fn with_schedule(mut self, schedule: &str) -> Result<Self, PcmError> {
+        self.schedule = Schedule::parse(schedule)?;
+        Ok(self)
+    }
+
+    /// Time between coordinated checkpoints (`PCM_CHECKPOINT_INTERVAL`; default `None`: no
+    /// checkpoints). A checkpoint is also taken right before each move (see
+    /// `PCM_CHECKPOINT_BEFORE_MOVE`).
+    pub fn with_checkpoint_interval(mut self, interval: Option<Duration>) -> Self {
+        self.checkpoint = Policy::with_interval(interval);
+        self
+    }
+
+    /// How long one reconfiguration may take before the job is ended
+    /// (`PCM_RECONFIGURE_TIMEOUT`; default [`crate::DEFAULT_RECONFIGURE_TIMEOUT`], 60 s).
+    pub fn with_reconfigure_timeout(mut self, timeout: Duration) -> Self {
+        self.reconfigure_timeout = timeout;
+        self
+    }
+
+    /// Whether MPI traffic is profiled for pcmd (`PCM_PROFILE`; default on).
+    pub fn with_profiling(mut self, on: bool) -> Self {
+        self.profiling = on;
+        self
+    }
+
+    /// The node's pcmd socket (`PCM_DAEMON`; `{host}` is replaced by the host name; default
+    /// `$XDG_RUNTIME_DIR/pcmd/{host}.sock` or `/tmp/pcmd-{uid}/{host}.sock`), or `None`: no
+    /// daemon link (`PCM_DAEMON=none`).
+    pub fn with_daemon(mut self, socket: Option<&str>) -> Self {
+        self.daemon = Some(socket.unwrap_or("none").to_owned());
+        self
+    }
+
+    /// Checks the settings together; the error names the variable of the first bad one.
+    pub fn validate(self) -> Result<Self, PcmError> {
+        if self.check_period.is_zero() {
+            return Err(PcmError::Config {
+                variable: schedule::CHECK_PERIOD_ENV,
+                value: "0".into(),
+                reason: "the check period must be at least 1 ms".into(),
+            });
+        }
+        if self.reconfigure_timeout.is_zero() {
+            return Err(PcmError::Config {
+                variable: deadline::RECONFIGURE_TIMEOUT_ENV,
+                value: "0".into(),
+                reason: "the timeout must be positive".into(),
+            });
+        }
+        if self.checkpoint.interval_is_zero() {
+            return Err(PcmError::Config {
+                variable: checkpoint::INTERVAL_ENV,
+                value: "0".into(),
+                reason: "the interval must be positive (None turns checkpoints off)".into(),
+            });
+        }
+        Ok(self)
+    }
+
+    /// Whether the daemon link is off (`PCM_DAEMON=none`).
+    pub(crate) fn daemon_off(&self) -> bool {
+        self.daemon.as_deref() == Some("none")
+    }
+
+    /// A host setting as given, for rank 0.
+    pub(crate) fn host_setting(&self, variable: &str) -> Option<String> {
+        self.hosts
+            .get(variable)
+            .filter(|s| !s.trim().is_empty())
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&'static str, &str)]) -> Result<Config, PcmError> {
+        let values: BTreeMap<&str, String> =
+            pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
+        Config::from_values(&values)
+    }
+
+    #[test]
+    fn given_nothing_then_the_defaults() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.check_period, schedule::DEFAULT_CHECK_PERIOD);
+        assert_eq!(c.reconfigure_timeout, deadline::DEFAULT_RECONFIGURE_TIMEOUT);
+        assert!(c.profiling && !c.events && !c.checkpoint.enabled());
+        assert_eq!(c.restart, Restart::No);
+        assert!(!c.daemon_off());
+    }
+
+    #[test]
+    fn given_variables_then_they_override_and_code_overrides_them() {
+        let c = config(&[
+            ("PCM_CHECK_PERIOD_MS", "5"),
+            ("PCM_PROFILE", "off"),
+            ("PCM_CHECKPOINT_INTERVAL", "0.5"),
+            ("PCM_RESTART", "1"),
+            ("PCM_DAEMON", "none"),
+            ("PCM_SCHEDULE", "10:1"),
+        ])
+        .unwrap();
+        assert_eq!(c.check_period, Duration::from_millis(5));
+        assert!(!c.profiling && c.checkpoint.enabled() && c.daemon_off());
+        assert_eq!(c.restart, Restart::IfAny);
+        assert!(c.schedule.has(10));
+        let c = c
+            .with_check_period(Duration::from_millis(7))
+            .with_profiling(true)
+            .with_checkpoint_interval(None)
+            .validate()
+            .unwrap();
+        assert_eq!(c.check_period, Duration::from_millis(7));
+        assert!(c.profiling && !c.checkpoint.enabled());
+    }
+
+    #[test]
+    fn given_bad_values_then_the_error_names_the_variable() {
+        for (variable, value) in [
+            ("PCM_CHECK_PERIOD_MS", "0"),
+            ("PCM_PROFILE", "sometimes"),
+            ("PCM_CHECKPOINT_INTERVAL", "soon"),
+            ("PCM_RESTART", "maybe"),
+            ("PCM_RECONFIGURE_TIMEOUT", "-1"),
+            ("PCM_SCHEDULE", "x:y"),
+        ] {
+            let e = config(&[(variable, value)]).unwrap_err().to_string();
+            assert!(e.contains(variable) && e.contains(value), "{e}");
+        }
+        let e = Config::default()
+            .with_check_period(Duration::ZERO)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PCM_CHECK_PERIOD_MS"), "{e}");
+    }
+}

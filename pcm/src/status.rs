@@ -1,0 +1,216 @@
+//! The status check's driver: the collective part of [`Pcm::status`] (the paper's
+//! `PCM_Status`). It exchanges the agreement's words with one all-reduce, agrees on a
+//! pcmd request when one is held, checks the plan and the new hosts, and turns the
+//! decisions of the pure [`crate::agreement`] module into the [`Status`] the application
+//! sees.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use mpi::collective::SystemOperation;
+use mpi::traits::*;
+use pcm_proto::{HostName, Move, Outcome, RequestId, ToDaemon};
+
+use crate::agreement::{self, Next, RequestVerdict, Validated, Words};
+use crate::daemon::{self, DaemonLink};
+use crate::error::PcmError;
+use crate::{encode_cbor, events, hosts, interpose, reconfig, Pcm, Plan, Status};
+
+impl Pcm {
+    /// A status check that agrees with the other ranks (collective): exchanges the words,
+    /// then carries out the step [`agreement::next`] decides.
+    #[cold]
+    pub(crate) fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
+        let _internal = interpose::Internal::enter();
+        let started = Instant::now();
+        let scheduled = self.job.schedule.take(iteration);
+        let mine = Words {
+            request: self.daemon.as_ref().map_or(0, DaemonLink::pending_max),
+            interval: match &mut self.cadence {
+                Some(cadence) => cadence.next_interval(iteration, Instant::now()),
+                None => 0,
+            },
+            // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
+            checkpoint: self.checkpoints.word(Instant::now()),
+        };
+        let mut agreed = [0u64; 3];
+        self.world.all_reduce_into(
+            &mine.to_array()[..],
+            &mut agreed[..],
+            SystemOperation::max(),
+        );
+        let agreed = Words::from_array(agreed);
+        self.job.next_check = agreed.next_check(iteration);
+        if self.rank == 0 {
+            events::progress(iteration);
+        }
+
+        let deferred = self.checkpoints.deferred_move.take();
+        let plan = match agreement::next(agreed, deferred, scheduled) {
+            Next::Deferred { plan, postponed } => {
+                if let Some(moves) = postponed {
+                    self.job.schedule.postpone(iteration + 1, moves);
+                }
+                return Ok(self.announce(plan, started));
+            }
+            Next::Scripted(plan) => plan,
+            Next::Request(id) => match self.agree_on_request(id)? {
+                Some(plan) => plan,
+                None => return Ok(Status::Continue),
+            },
+            Next::Checkpoint => {
+                self.checkpoints.pending = Some(iteration);
+                return Ok(Status::Checkpoint);
+            }
+            Next::Continue => return Ok(Status::Continue),
+        };
+        let validated = reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts)
+            .and_then(|(plan, outside)| match self.probe_new_hosts(&outside) {
+                Ok(()) => Ok(plan),
+                Err(reason) => Err((plan, reason)),
+            });
+        match agreement::after_validation(validated, agreed.checkpoint) {
+            Validated::CheckpointFirst(plan) => {
+                self.checkpoints.deferred_move = Some(plan);
+                self.checkpoints.pending = Some(iteration);
+                self.job.next_check = iteration + 1;
+                Ok(Status::Checkpoint)
+            }
+            Validated::Announce(plan) => Ok(self.announce(plan, started)),
+            Validated::Refuse(plan, reason) => {
+                if self.rank == 0 {
+                    tracing::warn!("ignoring reconfiguration request: {reason}");
+                }
+                self.report(&plan, Outcome::Failed { reason });
+                Ok(Status::Continue)
+            }
+        }
+    }
+
+    /// Makes `plan`, agreed at the check that began at `started`, the pending
+    /// reconfiguration, and says what this rank does in it.
+    fn announce(&mut self, mut plan: Plan, started: Instant) -> Status {
+        plan.agreed_at = Some(started);
+        let status = agreement::status_in(&plan, self.rank);
+        self.pending = Some(plan);
+        status
+    }
+
+    /// Rank 0 checks that the launcher reaches each host of `outside` (hosts outside the
+    /// allocation, which the job's setting allows), and tells every rank the verdict.
+    /// Collective; nothing is run when `outside` is empty.
+    fn probe_new_hosts(&self, outside: &BTreeSet<HostName>) -> Result<(), String> {
+        let hosts::NewHosts::Probed { launcher } = &self.job.new_hosts else {
+            return Ok(());
+        };
+        if outside.is_empty() {
+            return Ok(());
+        }
+        let verdict = (self.rank == 0).then(|| {
+            let result: Result<(), String> = outside
+                .iter()
+                .try_for_each(|h| hosts::probe(launcher, h, hosts::PROBE_TIMEOUT));
+            encode_cbor(&result)
+        });
+        let bytes = reconfig::broadcast_bytes(&self.world, 0, verdict);
+        ciborium::from_reader::<Result<(), String>, _>(bytes.as_slice())
+            .unwrap_or_else(|e| Err(format!("the check of new hosts was garbled: {e}")))
+    }
+
+    /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
+    /// and that rank broadcasts its moves and epoch. `None` when the job must not run it:
+    /// some rank settled it before (withdrawn after its deadline, or taken up already),
+    /// or the job reconfigured since it was made (another daemon's request won); the
+    /// holders then report why to their daemon.
+    fn agree_on_request(&mut self, id: RequestId) -> Result<Option<Plan>, PcmError> {
+        let taken = self
+            .daemon
+            .as_ref()
+            .map_or(daemon::Take::Absent, |d| d.take(id));
+        let held = match &taken {
+            daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
+            _ => None,
+        };
+        // One all-reduce (min) for both: the lowest holder, and whether any rank has it
+        // settled (0) or not (1).
+        let candidate = [
+            if held.is_some() {
+                self.rank as u64
+            } else {
+                u64::MAX
+            },
+            u64::from(taken != daemon::Take::Settled),
+        ];
+        let mut agreed = [u64::MAX, 1];
+        self.world
+            .all_reduce_into(&candidate[..], &mut agreed[..], SystemOperation::min());
+        let (owner, settled_somewhere) = (agreed[0], agreed[1] == 0);
+        if settled_somewhere {
+            let plan = Plan {
+                request: Some(id),
+                moves: held.map(|(m, _)| m).unwrap_or_default(),
+                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
+                agreed_at: None,
+            };
+            if self.rank == 0 {
+                tracing::info!(
+                    "reconfiguration request {id} dropped: a rank had withdrawn it after its deadline or taken it up before"
+                );
+            }
+            self.report(
+                &plan,
+                Outcome::Cancelled {
+                    reason: format!(
+                        "request {id} was withdrawn (it missed its deadline) or already taken up before the job agreed on it; nothing was moved"
+                    ),
+                },
+            );
+            return Ok(None);
+        }
+        if owner >= self.size as u64 {
+            return Err(PcmError::internal(
+                "a request was agreed but no rank holds it",
+            ));
+        }
+        let bytes = held.as_ref().map(encode_cbor);
+        let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
+        let (moves, epoch): (Vec<Move>, u64) = ciborium::from_reader(bytes.as_slice())
+            .map_err(|e| PcmError::Handover(e.to_string()))?;
+        let plan = Plan {
+            request: Some(id),
+            moves,
+            held_here: held.is_some(),
+            agreed_at: None,
+        };
+        match agreement::request_verdict(false, epoch, self.job.migrations) {
+            RequestVerdict::Superseded => {
+                let last = self.job.last_reconfiguration.clone();
+                if self.rank == 0 {
+                    tracing::warn!(
+                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and it has completed {} since; it was superseded by {}",
+                        crate::deadline::describe_moves(&plan.moves),
+                        self.job.migrations,
+                        last.as_ref()
+                            .and_then(|l| l.request)
+                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}"))
+                    );
+                }
+                let (by, moves) = last.map_or((None, Vec::new()), |l| (l.request, l.moves));
+                self.report(&plan, Outcome::Superseded { by, moves });
+                Ok(None)
+            }
+            _ => Ok(Some(plan)),
+        }
+    }
+
+    /// Tells this rank's daemon how a request it delivered ended.
+    pub(crate) fn report(&mut self, plan: &Plan, outcome: Outcome) {
+        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
+            daemon.send(ToDaemon::ReconfigurationFinished {
+                request,
+                outcome: outcome.clone(),
+            });
+        }
+        self.last_outcome = Some(outcome);
+    }
+}
