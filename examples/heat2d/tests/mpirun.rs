@@ -2,16 +2,12 @@
 //! clear failure on bad options. Every run has a hard timeout and is killed (its own process
 //! group only) if it overruns.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
 use std::sync::Mutex;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use heat2d::{hash_grid, Block};
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use mpi_ios_tests::{Finished, MpiJob};
 
 /// Hard limit for one mpirun.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -19,85 +15,20 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// The machine has 2 shared cores: one mpirun at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A started mpirun in its own process group; Drop kills that group if it is still running.
-struct Job {
-    child: Child,
-    done: bool,
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        if !self.done {
-            let group = Pid::from_raw(self.child.id() as i32);
-            let _ = killpg(group, Signal::SIGTERM);
-            thread::sleep(Duration::from_millis(500));
-            let _ = killpg(group, Signal::SIGKILL);
-            let _ = self.child.wait();
-        }
-    }
-}
-
-struct Outcome {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-fn reader(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    })
-}
-
-/// Runs `mpirun -np <np> heat2d-plain <args>`, panicking on timeout (after killing it).
-fn mpirun(np: usize, args: &[&str]) -> Outcome {
+/// Runs `heat2d-plain <args>` on `np` ranks with the project's launcher for the runtime it
+/// was built for, panicking on timeout (after killing its process group).
+fn mpirun(np: usize, args: &[&str]) -> Finished {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cmd = Command::new("mpirun");
-    cmd.args(["--bind-to", "none", "-np", &np.to_string()])
-        .arg(env!("CARGO_BIN_EXE_heat2d-plain"))
-        .args(args)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-        .env("OMPI_MCA_mpi_yield_when_idle", "1")
-        .env("OMPI_MCA_btl", "self,vader,tcp")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let child = cmd.spawn().expect("mpirun starts (is Open MPI installed?)");
-    let mut job = Job { child, done: false };
-    let out = reader(job.child.stdout.take().expect("piped"));
-    let err = reader(job.child.stderr.take().expect("piped"));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = job.child.try_wait().expect("wait") {
-            job.done = true;
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            drop(job);
-            panic!("mpirun -np {np} {args:?} did not finish within {TIMEOUT:?}; killed");
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    Outcome {
-        status,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let program = Path::new(env!("CARGO_BIN_EXE_heat2d-plain"));
+    MpiJob::of(np, program, &args)
+        .run_within(TIMEOUT)
+        .unwrap_or_else(|e| panic!("mpirun -np {np} {args:?}: {e}"))
 }
 
 /// The report line: the last non-empty stdout line, as JSON.
-fn report(o: &Outcome) -> serde_json::Value {
-    assert!(
-        o.status.success(),
-        "status {:?}\nstderr:\n{}",
-        o.status,
-        o.stderr
-    );
+fn report(o: &Finished) -> serde_json::Value {
+    assert_eq!(o.code, Some(0), "stderr:\n{}", o.stderr);
     let last = o.stdout.lines().rev().find(|l| !l.trim().is_empty());
     let last = last.unwrap_or_else(|| panic!("no stdout; stderr:\n{}", o.stderr));
     serde_json::from_str(last).unwrap_or_else(|e| panic!("last line {last:?} is not JSON: {e}"))
@@ -182,7 +113,7 @@ fn given_report_every_then_progress_goes_to_stderr_and_report_stays_last() {
 fn given_fewer_rows_than_ranks_then_every_rank_exits_nonzero_naming_rows() {
     let start = Instant::now();
     let o = mpirun(3, &["--rows", "2", "--cols", "8", "--iters", "5"]);
-    assert!(!o.status.success());
+    assert_ne!(o.code, Some(0));
     assert!(o.stderr.contains("--rows 2"), "stderr:\n{}", o.stderr);
     assert_eq!(
         o.stderr.matches("heat2d-plain: --rows").count(),
@@ -197,6 +128,6 @@ fn given_fewer_rows_than_ranks_then_every_rank_exits_nonzero_naming_rows() {
 #[test]
 fn given_unknown_option_then_exits_nonzero_without_hanging() {
     let o = mpirun(2, &["--rowz", "4"]);
-    assert!(!o.status.success());
+    assert_ne!(o.code, Some(0));
     assert!(o.stderr.contains("--rowz"), "stderr:\n{}", o.stderr);
 }
