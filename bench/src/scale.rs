@@ -206,8 +206,11 @@ impl Network {
 /// Who balances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// Agents, NSp2p.
+    /// Agents, NSp2p, the ranks' profiles carrying their partners (the model's
+    /// communication term, [`ios_agent_core::model::gain_near`]).
     NsP2p,
+    /// Agents, NSp2p, with the paper's model only: profiles without partners.
+    Paper,
     /// Agents, NSp2p, with a rank's demand capped at one core in the model
     /// ([`ios_agent_core::agent::Config::with_entity_cores`]).
     NsP2pCapped,
@@ -227,6 +230,7 @@ impl Strategy {
     fn name(self) -> &'static str {
         match self {
             Strategy::NsP2p => "NSp2p",
+            Strategy::Paper => "NSp2p-paper",
             Strategy::NsP2pCapped => "NSp2p+cap",
             Strategy::NsC2c => "NSc2c",
             Strategy::Random => "random",
@@ -239,6 +243,7 @@ impl Strategy {
     fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
             "nsp2p" | "p2p" => Strategy::NsP2p,
+            "nsp2p-paper" | "paper" => Strategy::Paper,
             "nsp2p+cap" | "cap" => Strategy::NsP2pCapped,
             "nsc2c" | "c2c" => Strategy::NsC2c,
             "random" => Strategy::Random,
@@ -511,6 +516,12 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     }
     if matches!(strategy, Strategy::Random | Strategy::RandomCapped) {
         sim = sim.with_reported_rtt(Duration::from_millis(1));
+    }
+    if matches!(
+        strategy,
+        Strategy::NsP2p | Strategy::NsP2pCapped | Strategy::NsC2c
+    ) {
+        sim = sim.with_partners();
     }
     for i in 0..pool.nodes {
         sim.add_node(pool.spec(i));
