@@ -121,9 +121,8 @@ pub fn select_near(
     if !cpu_gate && !latency_gate {
         return None;
     }
-    let nearer = |e: &EntityProfile| {
-        rtts.is_some_and(|(at_l, at_f)| communication(e, at_l, at_f) > 0.0)
-    };
+    let nearer =
+        |e: &EntityProfile| rtts.is_some_and(|(at_l, at_f)| communication(e, at_l, at_f) > 0.0);
     let fits = |mem: u64| mem <= f.memory_available;
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
@@ -341,7 +340,11 @@ mod tests {
         policy.entity_cores = Some(1.0);
         let (a, b, c) = (host("a"), host("b"), host("c"));
         let none = HashMap::new();
-        let at = |h| RttView { host: h, rtts: &none, unknown: 0.2 };
+        let at = |h| RttView {
+            host: h,
+            rtts: &none,
+            unknown: 0.2,
+        };
         let (at_a, at_b, at_c) = (at(&a), at(&b), at(&c));
         // Rank 0 on a (2 cores, its own core), its partner on b; b has an idle core.
         let mut e = entity("j", 0, 1.0);
@@ -362,7 +365,9 @@ mod tests {
         // free cores more, which the paper's model takes (Delta = (3 - 1) / (3 + 1)).
         let bigger = node(4.0, 1.0);
         assert!(select(&fx.policy(1), &there, &es, &bigger, 1).is_some());
-        assert!(select_near(&fx.policy(1), &there, &es, &bigger, 1, Some((&at_b, &at_c))).is_none());
+        assert!(
+            select_near(&fx.policy(1), &there, &es, &bigger, 1, Some((&at_b, &at_c))).is_none()
+        );
         // To a node with less than 90% of its share: no move, however near.
         let small = node(0.8, 0.0);
         assert!(select_near(&policy, &here, &es, &small, 1, Some((&at_a, &at_b))).is_none());

@@ -910,8 +910,16 @@ mod tests {
         let at_a_rtts = HashMap::from([(c.clone(), 0.1)]);
         let at_b_rtts = HashMap::from([(c.clone(), 0.01)]);
         let unknown = DEFAULT_UNKNOWN_RTT.as_secs_f64();
-        let at_a = RttView { host: &a, rtts: &at_a_rtts, unknown };
-        let at_b = RttView { host: &b, rtts: &at_b_rtts, unknown };
+        let at_a = RttView {
+            host: &a,
+            rtts: &at_a_rtts,
+            unknown,
+        };
+        let at_b = RttView {
+            host: &b,
+            rtts: &at_b_rtts,
+            unknown,
+        };
         let mut e = entity(0, 1.0);
         // No partners: no term, and gain_near is gain.
         assert!(close(communication(&e, &at_a, &at_b), 0.0));
@@ -939,8 +947,16 @@ mod tests {
     fn gain_near_adds_the_mean_communication_term_and_is_gain_without_rtts() {
         let (a, b) = (host("a"), host("b"));
         let none = HashMap::new();
-        let at_a = RttView { host: &a, rtts: &none, unknown: 0.2 };
-        let at_b = RttView { host: &b, rtts: &none, unknown: 0.2 };
+        let at_a = RttView {
+            host: &a,
+            rtts: &none,
+            unknown: 0.2,
+        };
+        let at_b = RttView {
+            host: &b,
+            rtts: &none,
+            unknown: 0.2,
+        };
         let l = NodeProfile {
             cpu_load: 2.0,
             ..NodeProfile::idle(1.0, 0)
@@ -951,7 +967,14 @@ mod tests {
         // x exchanges 4 times a second with a rank on b: s_l = 0.4, s_f = 0.
         x.partners = vec![partner("b", 4.0)];
         let plain = gain(&l, &f, &[&x, &y], &Weights::CPU_ONLY, &Default::default());
-        let without = gain_near(&l, &f, &[&x, &y], &Weights::CPU_ONLY, &Default::default(), None);
+        let without = gain_near(
+            &l,
+            &f,
+            &[&x, &y],
+            &Weights::CPU_ONLY,
+            &Default::default(),
+            None,
+        );
         assert_eq!(plain, without);
         let near = gain_near(
             &l,

@@ -884,7 +884,11 @@ impl Sim {
     /// per second: one exchange per iteration and edge (two on a tree: up and down).
     fn partners_of(&self, e: &Entity, rate: f64) -> Vec<Partner> {
         let job = &self.jobs[e.job];
-        let per_edge = if job.pattern == Pattern::Tree { 2.0 } else { 1.0 };
+        let per_edge = if job.pattern == Pattern::Tree {
+            2.0
+        } else {
+            1.0
+        };
         let me = self.by_entity.get(&e.id).copied();
         let mut out: Vec<Partner> = Vec::new();
         for &(a, b) in &job.edges {
