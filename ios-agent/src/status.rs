@@ -226,6 +226,7 @@ mod tests {
             age: Duration::from_secs(10),
             remaining: None,
             resident: Duration::from_secs(10),
+            partners: Vec::new(),
         }
     }
 

@@ -410,6 +410,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
             source_profile: NodeProfile::idle(64.0, 1 << 40),
             ttl: 3,
             tier: ios_agent_core::LatencyTier::Local,
+            rtts: Vec::new(),
         },
     };
     let x = PeerId::new(b"made-up-x".to_vec()).unwrap();

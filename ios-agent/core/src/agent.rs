@@ -14,8 +14,10 @@ use rand::{Rng, SeedableRng};
 
 use crate::c2c::Cluster;
 use crate::decision::{self, Policy};
-use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES, MAX_TTL};
-use crate::model::{EntityId, EntityProfile, MigrationCostModel, NodeProfile, Weights};
+use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
+use crate::model::{
+    EntityId, EntityProfile, MigrationCostModel, NodeProfile, RttView, Weights, DEFAULT_UNKNOWN_RTT,
+};
 use crate::tier::{LatencyTier, PeerId, PeerTable};
 
 /// How often the driver should sample the node and its entities, and how often an NSc2c
@@ -46,6 +48,10 @@ pub const DEFAULT_MIN_GAIN: f64 = 0.1;
 /// Largest group moved at once; 1 is single migration (group migration can thrash under
 /// fluctuating load, section 5.2).
 pub const DEFAULT_MAX_GROUP: usize = 1;
+/// Cores one entity can use at most, in the model ([`Config::with_entity_cores`]): one, an
+/// MPI rank with one thread. Without this cap (the paper's model) every rank of the scale
+/// experiment moved once per hold-down, drawn on by the next idle many-core node.
+pub const DEFAULT_ENTITY_CORES: Option<f64> = Some(1.0);
 /// How long a migration may take before the agent stops waiting for its outcome.
 pub const DEFAULT_MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// NSc2c heartbeat period.
@@ -120,7 +126,7 @@ impl Default for Config {
             member_timeout: DEFAULT_MEMBER_TIMEOUT,
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             max_peers: DEFAULT_MAX_PEERS,
-            entity_cores: None,
+            entity_cores: DEFAULT_ENTITY_CORES,
             seed: None,
         }
     }
@@ -218,9 +224,10 @@ impl Config {
 
     /// Cores one entity can use at most (an MPI rank with one thread: 1.0): a
     /// destination's idle CPU then counts only up to that much per entity moved
-    /// ([`crate::decision::Policy::entity_cores`]). Default `None`, the paper's model, in
-    /// which an idle many-core node draws a rank away from a core it has to itself (the scale
-    /// experiment measured the thrashing that causes; docs/results.md, "Scale").
+    /// ([`crate::decision::Policy::entity_cores`]). Default [`DEFAULT_ENTITY_CORES`], one
+    /// core; `None` is the paper's model, in which an idle many-core node draws a rank away
+    /// from a core it has to itself (the scale experiment measured the thrashing that causes;
+    /// docs/results.md, "Scale").
     pub fn with_entity_cores(mut self, cores: Option<f64>) -> Self {
         self.entity_cores = cores;
         self
@@ -525,6 +532,8 @@ pub(crate) struct Steal {
     pub(crate) source: Beneficiary,
     pub(crate) ttl: u8,
     pub(crate) tier: LatencyTier,
+    /// The source's RTTs to hosts, seconds (the packet's [`HostRtt`]s).
+    pub(crate) rtts: Vec<HostRtt>,
 }
 
 impl Steal {
@@ -537,6 +546,7 @@ impl Steal {
             source_profile: self.source.profile,
             ttl: self.ttl,
             tier: self.tier,
+            rtts: self.rtts,
         }
     }
 }
@@ -850,6 +860,7 @@ impl Agent {
                 source_profile,
                 ttl,
                 tier,
+                rtts,
             } => {
                 let steal = Steal {
                     id,
@@ -861,6 +872,7 @@ impl Agent {
                     },
                     ttl,
                     tier,
+                    rtts,
                 };
                 self.on_work_steal(now, from, steal);
             }
@@ -1098,6 +1110,35 @@ impl Agent {
         }
     }
 
+    /// This agent's measured RTTs to the hosts of its peers, nearest first, at most
+    /// [`Config::max_peers`] (and [`MAX_RTTS`]): what a work steal carries.
+    pub(crate) fn host_rtts(&self) -> Vec<HostRtt> {
+        self.peers
+            .by_rtt()
+            .filter_map(|(peer, rtt)| {
+                self.hosts.get(peer).map(|host| HostRtt {
+                    host: host.clone(),
+                    rtt_us: u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX),
+                })
+            })
+            .take(self.config.max_peers.min(MAX_RTTS))
+            .collect()
+    }
+
+    /// This agent's measured RTTs, seconds, by host, for the model's communication term.
+    pub(crate) fn rtt_by_host(&self) -> HashMap<HostName, f64> {
+        self.peers
+            .by_rtt()
+            .filter_map(|(peer, rtt)| self.hosts.get(peer).map(|h| (h.clone(), rtt.as_secs_f64())))
+            .collect()
+    }
+
+    /// Whether any entity here has known communication partners (the model's communication
+    /// term applies).
+    pub(crate) fn knows_partners(&self) -> bool {
+        self.entities.iter().any(|e| !e.partners.is_empty())
+    }
+
     /// This node's profile as the model and other agents see it: the sampled one, or
     /// [`NodeProfile::departing`] while the node is drained.
     pub(crate) fn own_profile(&self) -> Option<NodeProfile> {
@@ -1220,12 +1261,20 @@ impl Agent {
             deadline: now + self.config.steal_timeout,
         };
         self.stats.steals_sent += 1;
+        // Our RTTs go with the packet only when we steal for ourselves (an NSc2c manager
+        // does not know its member's).
+        let rtts = if b.peer == self.me {
+            self.host_rtts()
+        } else {
+            Vec::new()
+        };
         let steal = Steal {
             id,
             origin: self.me.clone(),
             source: b,
             ttl: self.config.rrp_ttl,
             tier,
+            rtts,
         };
         self.send(to, steal.into_message());
     }
@@ -1428,12 +1477,39 @@ impl Agent {
             Topology::PeerToPeer => {
                 if first_time && steal.source.peer != self.me && self.outgoing.is_none() {
                     if let Some(node) = self.own_profile() {
-                        let plan = decision::select(
+                        // The communication term, when our entities' partners are known: our
+                        // RTTs against those the thief sent.
+                        let near = self.knows_partners().then(|| {
+                            let here = self.rtt_by_host();
+                            let there: HashMap<HostName, f64> = steal
+                                .rtts
+                                .iter()
+                                .map(|r| (r.host.clone(), f64::from(r.rtt_us) / 1e6))
+                                .collect();
+                            (here, there)
+                        });
+                        let unknown = DEFAULT_UNKNOWN_RTT.as_secs_f64();
+                        let views = near.as_ref().map(|(here, there)| {
+                            (
+                                RttView {
+                                    host: &self.host,
+                                    rtts: here,
+                                    unknown,
+                                },
+                                RttView {
+                                    host: &steal.source.host,
+                                    rtts: there,
+                                    unknown,
+                                },
+                            )
+                        });
+                        let plan = decision::select_near(
                             &self.policy(now),
                             &node,
                             &self.entities,
                             &steal.source.profile,
                             self.config.max_group,
+                            views.as_ref().map(|(a, b)| (a, b)),
                         );
                         if let Some(plan) = plan {
                             if checked.is_err() {
@@ -1698,6 +1774,7 @@ mod tests {
             source_profile: profile,
             ttl: 3,
             tier: LatencyTier::Local,
+            rtts: Vec::new(),
         }
     }
 
@@ -1886,6 +1963,7 @@ mod tests {
             source_profile: NodeProfile::idle(1.0, 1 << 30),
             ttl: 3,
             tier: LatencyTier::Local,
+            rtts: Vec::new(),
         };
         a.handle_message(t0, peer("b"), steal.clone());
         let actions = drain(&mut a);
@@ -2050,6 +2128,7 @@ mod tests {
             source_profile: NodeProfile::idle(2.0, 1 << 30),
             ttl: 3,
             tier: LatencyTier::Local,
+            rtts: Vec::new(),
         };
         let mut out = Vec::new();
         ciborium::into_writer(&m, &mut out).expect("encodes");
@@ -2106,6 +2185,7 @@ mod tests {
             source_profile: NodeProfile::idle(64.0, 1 << 40),
             ttl: 3,
             tier: LatencyTier::Local,
+            rtts: Vec::new(),
         }
     }
 
@@ -2415,6 +2495,7 @@ mod tests {
                 source_profile: NodeProfile::idle(f64::NAN, 0),
                 ttl: 3,
                 tier: LatencyTier::Local,
+                rtts: Vec::new(),
             },
         );
         assert_eq!(a.stats().messages_refused, 1);

@@ -11,13 +11,17 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::model::{
-    gain, EntityId, EntityProfile, GainBreakdown, MigrationCostModel, NodeProfile, Resource,
-    Weights,
+    communication, gain_near, EntityId, EntityProfile, GainBreakdown, MigrationCostModel,
+    NodeProfile, Resource, RttView, Weights,
 };
 
 /// How much more CPU than its share of its node an entity must be offered elsewhere before
 /// it is worth moving (0.1: 10% more).
 pub const MIN_CPU_ADVANTAGE: f64 = 0.1;
+
+/// How much less CPU than it has now an entity may be offered when the move brings it nearer
+/// its partners ([`select_near`]): 10%.
+pub const MAX_CPU_LOSS_FOR_LATENCY: f64 = 0.1;
 
 /// Everything [`select`] needs besides the two nodes.
 #[derive(Debug, Clone, Copy)]
@@ -77,26 +81,56 @@ pub fn select(
     f: &NodeProfile,
     max_count: usize,
 ) -> Option<Plan> {
+    select_near(policy, l, entities, f, max_count, None)
+}
+
+/// [`select`] with the model's communication term ([`gain_near`]) when `rtts` gives what `l`
+/// and `f` know of their latencies to the entities' partners. An entity whose move brings it
+/// nearer its partners (communication term > 0) may then also go to a node that offers it
+/// less than 10% more CPU than its share here, as long as it offers at least 90% of it
+/// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides.
+pub fn select_near(
+    policy: &Policy<'_>,
+    l: &NodeProfile,
+    entities: &[EntityProfile],
+    f: &NodeProfile,
+    max_count: usize,
+    rtts: Option<(&RttView<'_>, &RttView<'_>)>,
+) -> Option<Plan> {
     let max_count = max_count.min(policy.max_group).max(1);
     // The entities must get clearly more CPU at `f` than their share of `l`. The RSM's `U` is
     // what an entity uses, and a rank that waits for a slow peer uses little (Open MPI
     // blocks or yields while it waits): without this gate, the waiting rank of an
     // uncontended node would look like the best candidate, and moving it gains nothing.
-    let share_here = l.entity_capacity() / entities.len().max(1) as f64;
+    let mut share_here = l.entity_capacity() / entities.len().max(1) as f64;
+    if rtts.is_some() {
+        // What an entity can use of its share: no more than its cap.
+        if let Some(c) = policy.entity_cores {
+            share_here = share_here.min(c * l.speed);
+        }
+    }
     // What `f` offers a group of `n` entities.
     let offer = |n: usize| match policy.entity_cores {
         Some(c) => f.with_idle_at_most(c * n as f64),
         None => *f,
     };
     let f1 = offer(1);
-    if f1.availability(Resource::Cpu) < share_here * (1.0 + MIN_CPU_ADVANTAGE) {
+    let offered = f1.availability(Resource::Cpu);
+    let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
+    let latency_gate = rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
+    if !cpu_gate && !latency_gate {
         return None;
     }
+    let nearer =
+        |e: &EntityProfile| rtts.is_some_and(|(at_l, at_f)| communication(e, at_l, at_f) > 0.0);
     let fits = |mem: u64| mem <= f.memory_available;
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
-        .filter(|e| policy.eligible(e) && fits(e.memory))
-        .map(|e| (e, gain(l, &f1, &[e], policy.weights, policy.cost).gain))
+        .filter(|e| policy.eligible(e) && fits(e.memory) && (cpu_gate || nearer(e)))
+        .map(|e| {
+            let g = gain_near(l, &f1, &[e], policy.weights, policy.cost, rtts);
+            (e, g.gain)
+        })
         .collect();
     ranked.sort_by(|a, b| {
         b.1.total_cmp(&a.1)
@@ -117,7 +151,14 @@ pub fn select(
             break;
         }
         group.push(e);
-        let g = gain(l, &offer(group.len()), &group, policy.weights, policy.cost);
+        let g = gain_near(
+            l,
+            &offer(group.len()),
+            &group,
+            policy.weights,
+            policy.cost,
+            rtts,
+        );
         let acceptable = if policy.leaving {
             // Staying is not possible: a destination that gives the entities any CPU at all
             // is better. Only lightly loaded nodes ask for work, so this is a node with room.
@@ -282,6 +323,54 @@ mod tests {
                 entity_cores: None,
             }
         }
+    }
+
+    fn host(s: &str) -> pcm_proto::HostName {
+        pcm_proto::HostName::new(s).expect("valid")
+    }
+
+    /// The communication term: with the CPU equal on both sides, a rank goes to the node of
+    /// its partner and not away from it; and a CPU gain is refused when it takes the rank far
+    /// from its partners.
+    #[test]
+    fn given_partners_then_the_rank_goes_to_them_and_not_away() {
+        use crate::model::{Partner, RttView};
+        let fx = Fixture::new();
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        let (a, b, c) = (host("a"), host("b"), host("c"));
+        let none = HashMap::new();
+        let at = |h| RttView {
+            host: h,
+            rtts: &none,
+            unknown: 0.2,
+        };
+        let (at_a, at_b, at_c) = (at(&a), at(&b), at(&c));
+        // Rank 0 on a (2 cores, its own core), its partner on b; b has an idle core.
+        let mut e = entity("j", 0, 1.0);
+        e.partners = vec![Partner {
+            host: b.clone(),
+            exchanges_per_sec: 20.0,
+        }];
+        let es = [e];
+        let here = node(2.0, 1.0);
+        let there = node(2.0, 1.0);
+        // The paper's model: no CPU gain, no move.
+        assert!(select(&policy, &here, &es, &there, 1).is_none());
+        // s_a = 20 * 0.2 / 2 = 2, counted as 1 (all its time), s_b = 0: comm = 1 / 1.
+        let plan = select_near(&policy, &here, &es, &there, 1, Some((&at_a, &at_b)))
+            .expect("to the partner");
+        assert!((plan.gain.communication - 1.0).abs() < 1e-12);
+        // Not from b to c, away from it (s_c = 2: comm = -2 / 4), even to a node with two
+        // free cores more, which the paper's model takes (Delta = (3 - 1) / (3 + 1)).
+        let bigger = node(4.0, 1.0);
+        assert!(select(&fx.policy(1), &there, &es, &bigger, 1).is_some());
+        assert!(
+            select_near(&fx.policy(1), &there, &es, &bigger, 1, Some((&at_b, &at_c))).is_none()
+        );
+        // To a node with less than 90% of its share: no move, however near.
+        let small = node(0.8, 0.0);
+        assert!(select_near(&policy, &here, &es, &small, 1, Some((&at_a, &at_b))).is_none());
     }
 
     #[test]

@@ -73,8 +73,9 @@
 //! orders only from their own manager and only for their own eligible entities.
 //!
 //! Not here: transport, discovery (the peer server), pcmd I/O, measurement of loads and
-//! bandwidth, application-topology-sensitive balancing (communication patterns), and
-//! splitting clusters on performance rather than latency.
+//! bandwidth, where a rank's partners run (the model's communication term,
+//! [`model::gain_near`], needs them in [`EntityProfile::partners`]), and splitting clusters
+//! on performance rather than latency.
 
 pub mod agent;
 pub mod c2c;

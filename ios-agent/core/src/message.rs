@@ -25,6 +25,18 @@ pub const MAX_TTL: u8 = 32;
 /// Most entities in one message.
 pub const MAX_ENTITIES: usize = 1024;
 
+/// Most RTTs in one work-steal packet.
+pub const MAX_RTTS: usize = 256;
+
+/// One measured round-trip time from a node to a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRtt {
+    /// The host measured.
+    pub host: HostName,
+    /// Round-trip time, microseconds.
+    pub rtt_us: u32,
+}
+
 /// Identifier of a message (work steal, poll, heartbeat). Agents draw their first id at random
 /// and count up, so ids from different agents do not collide in practice; a receiver keys
 /// them with the sender's peer id anyway.
@@ -70,6 +82,11 @@ pub enum Message {
         ttl: u8,
         /// Tier the origin sent this round to.
         tier: LatencyTier,
+        /// The source's measured RTTs to other hosts, nearest first (at most [`MAX_RTTS`]):
+        /// the giver weighs with them how far a rank would be from its partners at the
+        /// source (the model's communication term). Absent in older agents' packets: none.
+        #[serde(default)]
+        rtts: Vec<HostRtt>,
     },
     /// Answer to a work steal: work is on its way.
     StealAccepted {
@@ -169,6 +186,12 @@ pub enum InvalidMessage {
     /// A move names entities of several jobs.
     #[error("entities of several jobs in one move")]
     MixedJobs,
+    /// Too many RTTs in a work steal.
+    #[error("{count} RTTs, must be at most {MAX_RTTS}")]
+    RttCount {
+        /// Number given.
+        count: usize,
+    },
 }
 
 impl Message {
@@ -194,10 +217,14 @@ impl Message {
             Message::WorkSteal {
                 source_profile,
                 ttl,
+                rtts,
                 ..
             } => {
                 if *ttl == 0 || *ttl > MAX_TTL {
                     return Err(InvalidMessage::Ttl { ttl: *ttl });
+                }
+                if rtts.len() > MAX_RTTS {
+                    return Err(InvalidMessage::RttCount { count: rtts.len() });
                 }
                 source_profile.validate()?;
             }
@@ -257,6 +284,7 @@ mod tests {
             source_profile: NodeProfile::idle(4.0, 1 << 30),
             ttl,
             tier: LatencyTier::Local,
+            rtts: Vec::new(),
         }
     }
 

@@ -11,13 +11,30 @@
 //! at `l`, `C_lfA` the predicted migration cost in seconds and `E_A` the group's average life
 //! expectancy in seconds. [`gain`] computes exactly this; [`GainBreakdown`] shows the terms.
 //!
+//! With [`gain_near`] the gain also has a communication term (not in the paper; zero when the
+//! entities' partners are unknown, so the default path is the paper's model):
+//!
+//! ```text
+//! s_n       = sum_p x_p * rtt(n, host_p) / 2          share of time the entity waits on latency at n
+//! comm      = (s_l - s_f) / (2 - s_l + s_f)           in (-1, 1]
+//! gain      = sum_r w_r * Delta_r  -  C / (10 + log E)  +  comm
+//! ```
+//!
+//! `x_p` is the entity's exchanges per second with partner `p` ([`Partner`]), `rtt(n, h)` what
+//! node `n`'s agent measured to host `h` (0 on `n` itself, [`DEFAULT_UNKNOWN_RTT`] when not
+//! measured). `comm` is the paper's `Delta` form applied to the entity's iteration rate: an
+//! iteration of length `T` spends `T s_l` on latency at `l` and would spend `T s_f` at `f`, so
+//! `T_f = T (1 - s_l + s_f)` and `comm = (T - T_f) / (T + T_f)`.
+//!
 //! Units: CPU in *speed-normalised cores* (cores times [`NodeProfile::speed`], so a free core
 //! on a node twice as fast counts as 2), memory in bytes, network in bytes per second.
 
 use std::fmt;
 use std::time::Duration;
 
-use pcm_proto::{JobId, Rank};
+use std::collections::HashMap;
+
+use pcm_proto::{HostName, JobId, Rank};
 use serde::{Deserialize, Serialize};
 
 /// A resource the model weighs. The set is kept small on purpose.
@@ -376,6 +393,84 @@ pub struct EntityProfile {
     pub remaining: Option<Duration>,
     /// How long this process has been on this node (0 right after it arrived by migration).
     pub resident: Duration,
+    /// The processes this one exchanges with, by host, when known (empty: the model's
+    /// communication term is 0). Absent in older agents' profiles.
+    #[serde(default)]
+    pub partners: Vec<Partner>,
+}
+
+/// Most partners of one entity carried in a profile.
+pub const MAX_PARTNERS: usize = 64;
+
+/// A communication partner of an entity: the host of a process it exchanges with, and how
+/// often. Two partners on one host may be given as one with the summed rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Partner {
+    /// Where the partner runs.
+    pub host: HostName,
+    /// Exchanges per second with it (a send and its answer count as one): each costs about
+    /// half the round-trip time between the two hosts.
+    pub exchanges_per_sec: f64,
+}
+
+/// RTT assumed to a host a node has not measured: its agent keeps its nearest peers, so an
+/// unmeasured host is likely far (the middle of the slow tiers, 101-400 ms).
+pub const DEFAULT_UNKNOWN_RTT: Duration = Duration::from_millis(200);
+
+/// What one node knows of its latency to other hosts, for the communication term.
+#[derive(Debug, Clone, Copy)]
+pub struct RttView<'a> {
+    /// The node's own host (latency 0).
+    pub host: &'a HostName,
+    /// Measured RTTs, seconds, by host.
+    pub rtts: &'a HashMap<HostName, f64>,
+    /// RTT assumed to other hosts, seconds.
+    pub unknown: f64,
+}
+
+impl RttView<'_> {
+    /// RTT in seconds from this node to `host`.
+    pub fn rtt(&self, host: &HostName) -> f64 {
+        if host == self.host {
+            0.0
+        } else {
+            self.rtts.get(host).copied().unwrap_or(self.unknown)
+        }
+    }
+
+    /// `s_n`: the share of its time `e` would wait on latency to its partners at this node
+    /// (`sum_p x_p rtt / 2`), at least 0.
+    pub fn latency_share(&self, e: &EntityProfile) -> f64 {
+        let s: f64 = e
+            .partners
+            .iter()
+            .filter(|p| p.exchanges_per_sec.is_finite() && p.exchanges_per_sec > 0.0)
+            .map(|p| p.exchanges_per_sec * self.rtt(&p.host) / 2.0)
+            .sum();
+        if s.is_finite() {
+            s.max(0.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The communication term of moving `e` from `l` to `f`: `(s_l - s_f) / (2 - s_l + s_f)`,
+/// with `s_l` at most 1 (it is a share of the time `e` already takes). 0 without partners.
+pub fn communication(e: &EntityProfile, l: &RttView<'_>, f: &RttView<'_>) -> f64 {
+    if e.partners.is_empty() {
+        return 0.0;
+    }
+    let s_l = l.latency_share(e).min(1.0);
+    let s_f = f.latency_share(e);
+    let c = (s_l - s_f) / (2.0 - s_l + s_f);
+    if c.is_finite() {
+        c.clamp(-1.0, 1.0)
+    } else if s_f.is_infinite() {
+        -1.0
+    } else {
+        0.0
+    }
 }
 
 impl EntityProfile {
@@ -394,6 +489,7 @@ impl EntityProfile {
             age: Duration::from_secs(1),
             remaining: None,
             resident: Duration::from_secs(1),
+            partners: Vec::new(),
         }
     }
 
@@ -407,6 +503,22 @@ impl EntityProfile {
             self.iteration_rate,
             false,
         )?;
+        if self.partners.len() > MAX_PARTNERS {
+            return Err(InvalidProfile {
+                what: "entity profile",
+                field: "partners",
+                value: self.partners.len() as f64,
+                reason: "too many partners",
+            });
+        }
+        for p in &self.partners {
+            check(
+                "entity profile",
+                "partners.exchanges_per_sec",
+                p.exchanges_per_sec,
+                false,
+            )?;
+        }
         Ok(())
     }
 
@@ -535,7 +647,9 @@ pub struct GainBreakdown {
     pub life_expectancy_secs: f64,
     /// `C / (10 + log E)`, clamped to [0, 1].
     pub cost_term: f64,
-    /// `improvement - cost_term`, in [-2, 1].
+    /// The communication term, mean over the group, in [-1, 1]; 0 with [`gain`].
+    pub communication: f64,
+    /// `improvement - cost_term + communication`, in [-3, 2].
     pub gain: f64,
 }
 
@@ -558,6 +672,7 @@ pub fn gain(
             cost_secs: 0.0,
             life_expectancy_secs: 0.0,
             cost_term: 0.0,
+            communication: 0.0,
             gain: 0.0,
         };
     }
@@ -582,8 +697,35 @@ pub fn gain(
         cost_secs,
         life_expectancy_secs,
         cost_term,
+        communication: 0.0,
         gain: improvement - cost_term,
     }
+}
+
+/// [`gain`] plus the communication term ([module docs](self)) when `rtts` gives what `l` and
+/// `f` know of their latencies: the mean of [`communication`] over the group. Without
+/// `rtts`, or for entities without partners, exactly [`gain`].
+pub fn gain_near(
+    l: &NodeProfile,
+    f: &NodeProfile,
+    group: &[&EntityProfile],
+    weights: &Weights,
+    cost: &MigrationCostModel,
+    rtts: Option<(&RttView<'_>, &RttView<'_>)>,
+) -> GainBreakdown {
+    let mut g = gain(l, f, group, weights, cost);
+    if let Some((at_l, at_f)) = rtts {
+        if !group.is_empty() {
+            let c = group
+                .iter()
+                .map(|e| communication(e, at_l, at_f))
+                .sum::<f64>()
+                / group.len() as f64;
+            g.communication = c;
+            g.gain += c;
+        }
+    }
+    g
 }
 
 #[cfg(test)]
@@ -748,6 +890,104 @@ mod tests {
         let idle = NodeProfile::idle(1.0, 0);
         let g = gain(&f, &idle, &[&e], &Weights::CPU_ONLY, &Default::default());
         assert!(close(g.deltas[0], -1.0 / 3.0));
+    }
+
+    fn host(s: &str) -> HostName {
+        HostName::new(s).expect("valid")
+    }
+
+    fn partner(h: &str, x: f64) -> Partner {
+        Partner {
+            host: host(h),
+            exchanges_per_sec: x,
+        }
+    }
+
+    #[test]
+    fn communication_term_matches_hand_computed_values() {
+        let (a, b, c) = (host("a"), host("b"), host("c"));
+        // a knows c at 100 ms; b knows c at 10 ms; neither knows d (200 ms assumed).
+        let at_a_rtts = HashMap::from([(c.clone(), 0.1)]);
+        let at_b_rtts = HashMap::from([(c.clone(), 0.01)]);
+        let unknown = DEFAULT_UNKNOWN_RTT.as_secs_f64();
+        let at_a = RttView {
+            host: &a,
+            rtts: &at_a_rtts,
+            unknown,
+        };
+        let at_b = RttView {
+            host: &b,
+            rtts: &at_b_rtts,
+            unknown,
+        };
+        let mut e = entity(0, 1.0);
+        // No partners: no term, and gain_near is gain.
+        assert!(close(communication(&e, &at_a, &at_b), 0.0));
+        // 2 exchanges/s with c: s_a = 2 * 0.1 / 2 = 0.1, s_b = 2 * 0.01 / 2 = 0.01.
+        e.partners = vec![partner("c", 2.0)];
+        assert!(close(at_a.latency_share(&e), 0.1));
+        assert!(close(communication(&e, &at_a, &at_b), 0.09 / 1.91));
+        // And back: the same value, negative.
+        assert!(close(communication(&e, &at_b, &at_a), -0.09 / 2.09));
+        // A partner on the destination itself: its latency becomes 0.
+        e.partners = vec![partner("b", 4.0)];
+        // s_a = 4 * 0.2 / 2 = 0.4 (b unknown at a), s_b = 0.
+        assert!(close(communication(&e, &at_a, &at_b), 0.4 / 1.6));
+        // Leaving a partner on the local node: s_b = 0 at b, s_a at a unknown 0.4.
+        assert!(close(communication(&e, &at_b, &at_a), -0.4 / 2.4));
+        // Unknown on both sides: no change.
+        e.partners = vec![partner("d", 3.0)];
+        assert!(close(communication(&e, &at_a, &at_b), 0.0));
+        // A local share above 1 counts as 1.
+        e.partners = vec![partner("b", 100.0)];
+        assert!(close(communication(&e, &at_a, &at_b), 1.0));
+    }
+
+    #[test]
+    fn gain_near_adds_the_mean_communication_term_and_is_gain_without_rtts() {
+        let (a, b) = (host("a"), host("b"));
+        let none = HashMap::new();
+        let at_a = RttView {
+            host: &a,
+            rtts: &none,
+            unknown: 0.2,
+        };
+        let at_b = RttView {
+            host: &b,
+            rtts: &none,
+            unknown: 0.2,
+        };
+        let l = NodeProfile {
+            cpu_load: 2.0,
+            ..NodeProfile::idle(1.0, 0)
+        };
+        let f = NodeProfile::idle(2.0, 0);
+        let mut x = entity(0, 0.5);
+        let y = entity(1, 0.5);
+        // x exchanges 4 times a second with a rank on b: s_l = 0.4, s_f = 0.
+        x.partners = vec![partner("b", 4.0)];
+        let plain = gain(&l, &f, &[&x, &y], &Weights::CPU_ONLY, &Default::default());
+        let without = gain_near(
+            &l,
+            &f,
+            &[&x, &y],
+            &Weights::CPU_ONLY,
+            &Default::default(),
+            None,
+        );
+        assert_eq!(plain, without);
+        let near = gain_near(
+            &l,
+            &f,
+            &[&x, &y],
+            &Weights::CPU_ONLY,
+            &Default::default(),
+            Some((&at_a, &at_b)),
+        );
+        // Mean of 0.25 (x) and 0 (y, no partners).
+        assert!(close(near.communication, 0.125));
+        assert!(close(near.gain, plain.gain + 0.125));
+        assert!(close(near.improvement, plain.improvement));
     }
 
     #[test]

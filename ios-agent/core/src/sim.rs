@@ -33,7 +33,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::agent::{Action, Agent, Config, MigrationOutcome};
 use crate::message::{Message, MigrationId};
-use crate::model::{EntityId, EntityProfile, NodeProfile};
+use crate::model::{EntityId, EntityProfile, NodeProfile, Partner};
 use crate::tier::PeerId;
 
 /// Background load of a node as a function of simulated time since the start.
@@ -356,6 +356,7 @@ pub struct Sim {
     counts: MessageCounts,
     log: Option<Vec<SentRecord>>,
     waiting_as_idle: bool,
+    partners: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
 }
@@ -400,6 +401,7 @@ impl Sim {
             counts: MessageCounts::default(),
             log: None,
             waiting_as_idle: false,
+            partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
         }
@@ -454,6 +456,14 @@ impl Sim {
     /// runnable thread.
     pub fn with_waiting_as_idle(mut self) -> Self {
         self.waiting_as_idle = true;
+        self
+    }
+
+    /// Entity profiles carry their communication partners (the hosts of the ranks they
+    /// exchange with along their job's pattern, and the exchanges per second), so the
+    /// agents' model has its communication term. Default off: no partners, the paper's model.
+    pub fn with_partners(mut self) -> Self {
+        self.partners = true;
         self
     }
 
@@ -841,7 +851,13 @@ impl Sim {
                         Some(t) => now - t,
                         None => elapsed + INITIAL_AGE,
                     };
+                    let partners = if self.partners {
+                        self.partners_of(e, 1.0 / iter)
+                    } else {
+                        Vec::new()
+                    };
                     EntityProfile {
+                        partners,
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,
@@ -862,6 +878,38 @@ impl Sim {
             agent.handle_entities(now, entities);
             self.drain(i);
         }
+    }
+
+    /// The partners of entity `e` along its job's pattern, by host, at `rate` iterations
+    /// per second: one exchange per iteration and edge (two on a tree: up and down).
+    fn partners_of(&self, e: &Entity, rate: f64) -> Vec<Partner> {
+        let job = &self.jobs[e.job];
+        let per_edge = if job.pattern == Pattern::Tree {
+            2.0
+        } else {
+            1.0
+        };
+        let me = self.by_entity.get(&e.id).copied();
+        let mut out: Vec<Partner> = Vec::new();
+        for &(a, b) in &job.edges {
+            let other = if Some(a) == me {
+                b
+            } else if Some(b) == me {
+                a
+            } else {
+                continue;
+            };
+            let host = &self.nodes[self.entities[other].node].host;
+            match out.iter_mut().find(|p| &p.host == host) {
+                Some(p) => p.exchanges_per_sec += per_edge * rate,
+                None => out.push(Partner {
+                    host: host.clone(),
+                    exchanges_per_sec: per_edge * rate,
+                }),
+            }
+        }
+        out.truncate(crate::model::MAX_PARTNERS);
+        out
     }
 
     fn drain(&mut self, node: usize) {

@@ -108,6 +108,9 @@ pub fn entity_profile(
         age: Duration::from_micros(p.wall_us),
         remaining: None,
         resident: Duration::from_micros(p.resident_us),
+        // pcmd reports traffic by peer rank, not where the peer runs: see docs/results.md,
+        // "Scale", for what filling these needs.
+        partners: Vec::new(),
     }
 }
 
