@@ -136,6 +136,12 @@ fn main() -> std::process::ExitCode {
             eprintln!("warning: Ctrl-C will not clean up the emulated nodes: {e}");
         }
     }
+    if !matches!(cli.command, Command::Scale(_)) {
+        if let Err(e) = runtime_matches_build() {
+            eprintln!("mpi-ios-bench: error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     let result = match cli.command {
         Command::Overhead(args) => overhead::run(args),
         Command::Migration(args) => migration::run(args),
@@ -158,6 +164,33 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The launcher the harness picks (`MPI_IOS_RUNTIME`, which `scripts/setup.sh` exports) must
+/// be the runtime these binaries were built for: otherwise every run fails with the other
+/// runtime's message, which names neither cause nor fix.
+fn runtime_matches_build() -> Result<(), String> {
+    use mpi_ios_tests::{Runtime, RuntimeExt as _};
+    let launcher = Runtime::try_current()?;
+    let built = match pcm::MpiFamily::BUILT_FOR {
+        pcm::MpiFamily::Mpich => Runtime::Mpich,
+        _ => Runtime::OpenMpi,
+    };
+    if launcher == built {
+        return Ok(());
+    }
+    let name = |r: Runtime| match r {
+        Runtime::Mpich => "mpich",
+        Runtime::OpenMpi => "openmpi",
+    };
+    Err(format!(
+        "these binaries were built for {} but MPI_IOS_RUNTIME selects {} ({}): run \
+         `MPI_IOS_RUNTIME={} source scripts/setup.sh` first, in this shell",
+        name(built),
+        name(launcher),
+        launcher.launcher().display(),
+        name(built)
+    ))
 }
 
 fn pass(ok: bool) -> String {

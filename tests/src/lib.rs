@@ -41,6 +41,8 @@ pub trait RuntimeExt {
     /// without `setup.sh`, which `.cargo/config.toml` pins to Open MPI.
     /// Panics on any other value.
     fn current() -> Runtime;
+    /// [`RuntimeExt::current`], or why `MPI_IOS_RUNTIME` names no runtime.
+    fn try_current() -> Result<Runtime, String>;
     /// MPICH's installation prefix (the venv `scripts/setup.sh` creates).
     fn mpich_prefix() -> PathBuf;
     /// The launcher: Open MPI's `mpirun`, or hydra's `mpiexec` from MPICH's venv (by path,
@@ -52,10 +54,14 @@ pub trait RuntimeExt {
 
 impl RuntimeExt for Runtime {
     fn current() -> Runtime {
+        Self::try_current().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_current() -> Result<Runtime, String> {
         match std::env::var("MPI_IOS_RUNTIME").as_deref() {
-            Err(_) | Ok("") | Ok("openmpi") => Runtime::OpenMpi,
-            Ok("mpich") => Runtime::Mpich,
-            Ok(other) => panic!("MPI_IOS_RUNTIME={other:?}: use openmpi or mpich"),
+            Err(_) | Ok("") | Ok("openmpi") => Ok(Runtime::OpenMpi),
+            Ok("mpich") => Ok(Runtime::Mpich),
+            Ok(other) => Err(format!("MPI_IOS_RUNTIME={other:?}: use openmpi or mpich")),
         }
     }
 
