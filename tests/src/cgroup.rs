@@ -671,10 +671,24 @@ pub fn existing() -> Vec<String> {
     names
 }
 
+/// Serialises this process's sweeps with [`hold_sweeps`].
+static SWEEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Keeps [`sweep_stale`] from running in this process while the guard lives. A test that
+/// stages a stale cgroup (one named after a dead process) holds it until the cgroup is set
+/// up: otherwise any test running beside it that builds a cluster sweeps the cgroup away
+/// half-made.
+pub fn hold_sweeps() -> std::sync::MutexGuard<'static, ()> {
+    SWEEPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Removes the cgroups of test processes that are gone (`mpi-ios-<pid>s...` with a dead
 /// `pid`), killing what still runs in them first. Cgroups of live processes and cgroups
 /// without an owner in their name are left alone.
 pub fn sweep_stale() {
+    let _one_at_a_time = hold_sweeps();
     let Ok(hierarchy) = hierarchy() else {
         return;
     };

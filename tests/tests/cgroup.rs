@@ -335,6 +335,9 @@ fn given_a_cgroup_left_by_a_killed_test_process_then_the_sweep_removes_it_and_it
     let mut dead = dead;
     dead.wait().unwrap();
     let name = format!("{}{dead_pid}s0-node-z", cgroup::PREFIX);
+    // Tests beside this one sweep when they build clusters; until the orphan is in, such
+    // a sweep would remove the half-made cgroup (seen in CI: the orphan was not in it).
+    let staging = cgroup::hold_sweeps();
     let node = NodeCgroup::create(&name, CpuCap::cores(0.2)).unwrap();
     let mut orphan = std::process::Command::new("sleep")
         .arg("600")
@@ -344,6 +347,7 @@ fn given_a_cgroup_left_by_a_killed_test_process_then_the_sweep_removes_it_and_it
     assert!(node.contains(orphan.id()));
     // As if the owner had been killed: its NodeCgroup never drops.
     std::mem::forget(node);
+    drop(staging);
     cgroup::sweep_stale();
     let status = orphan.wait().unwrap();
     assert!(!status.success(), "the orphan was not killed");
