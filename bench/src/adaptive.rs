@@ -360,8 +360,8 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
             None => println!("never recovered to 90% of the unloaded throughput ({target:.0} it/s)"),
         }
     }
-    for (host, d) in a.decisions.iter().filter(|(_, d)| d.contains("migration")) {
-        println!("agent on {host}: {d}");
+    for (host, d) in a.decisions.iter().filter(|(_, d)| d.what.is_migration()) {
+        println!("agent on {host}: {}", d.what);
     }
     // The hog runs on node-b; the capacity that frees it is node-c's (the joining node) or,
     // with a cooperating node from the start, node-a's.

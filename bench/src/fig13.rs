@@ -140,9 +140,9 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         .adaptive
         .decisions
         .iter()
-        .filter(|(_, d)| d.contains("migrat"))
+        .filter(|(_, d)| d.what.is_migration())
     {
-        notes.push(format!("Agent on {host}: {d}"));
+        notes.push(format!("Agent on {host}: {}", d.what));
     }
 
     let slices = |o: &Outcome| slices(o, iters, args.slices);

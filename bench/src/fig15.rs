@@ -229,9 +229,9 @@ fn execute(exp: &mut Experiment, c: &Common, vacated: &str, used: &[&str]) -> Re
         .adaptive
         .decisions
         .iter()
-        .filter(|(_, d)| d.contains("migrat"))
+        .filter(|(_, d)| d.what.is_migration())
     {
-        notes.push(format!("Agent on {host}: {d}"));
+        notes.push(format!("Agent on {host}: {}", d.what));
     }
     let plot = figs::throughput_plot(&out, exp.name, &exp.title, &runs)?;
     notes.push(format!(

@@ -10,48 +10,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcm_proto::{encode, FrameReader, HostName};
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::driver::{ControlRequest, LeaveOrder, LeaveReport, LeaveUpdate};
-use crate::status::AgentStatus;
+use crate::driver::{ControlRequest, LeaveOrder, LeaveUpdate};
+pub use ios_agent_proto::control::{ControlMessage, ControlReply};
+use ios_agent_proto::leave::LeaveReport;
 
 /// Environment variable naming the control socket; `{host}` is replaced by the host name.
 pub const CONTROL_ENV: &str = "IOS_AGENT_CONTROL";
-
-/// What a control client asks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum ControlMessage {
-    /// The agent's state.
-    Status,
-    /// Drain the node (move every rank elsewhere, wait until no job process is left), then
-    /// stop. If that takes longer than `within_s` seconds, stop anyway when `force`, else
-    /// stay in the pool.
-    Leave {
-        /// Seconds the drain may take.
-        within_s: f64,
-        /// Stop even if the node could not be drained.
-        force: bool,
-    },
-}
-
-/// What the agent answers: one reply to `Status`; to `Leave`, `Draining` about once a
-/// second, then `Left` or `Stayed`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum ControlReply {
-    /// Answer to `Status`.
-    Status(Box<AgentStatus>),
-    /// The drain goes on.
-    Draining(LeaveReport),
-    /// The agent left the pool.
-    Left(LeaveReport),
-    /// The drain did not finish in time; the agent stays in the pool.
-    Stayed(LeaveReport),
-    /// The request could not be served.
-    Error(String),
-}
 
 /// Longest drain a client may ask for (a day): a typo must not pin an agent for years.
 pub const MAX_LEAVE_WITHIN: Duration = Duration::from_secs(24 * 3600);

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use ios_agent_core::agent::{Action, MigrationOutcome};
 use ios_agent_core::{Agent, EntityId, EntityProfile, MigrationId, NodeProfile, PeerId};
+pub use ios_agent_proto::leave::LeaveReport;
 use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::job_processes::{JobProcess, JobProcesses};
-use crate::status::{AgentStatus, Decision, PeerStatus};
+use crate::job_processes::JobProcesses;
+use crate::status::{status_of, AgentStatus, Decision, DecisionKind, PeerStatus, ProtocolStep};
 use crate::transport::{PeerEvent, Transport};
 
 /// How many decisions `ios-agent status` shows.
@@ -77,48 +78,6 @@ pub enum LeaveUpdate {
     Left(LeaveReport),
     /// The drain did not finish in time; the agent stays in the pool.
     Stayed(LeaveReport),
-}
-
-/// Where a drain stands.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LeaveReport {
-    /// Seconds since the drain started.
-    pub elapsed_s: f64,
-    /// Registered ranks still on the node (`job/rank`).
-    pub ranks_left: Vec<String>,
-    /// The move under way, if any.
-    pub moving: Option<String>,
-    /// Moves completed since the drain started.
-    pub moved: u64,
-    /// Moves failed since the drain started.
-    pub failed: u64,
-    /// Processes of jobs still alive on the node (ranks, departed ranks, launcher proxies).
-    pub processes: Vec<JobProcess>,
-    /// Peers the agent knows (whom it can call to take the ranks).
-    pub peers: usize,
-}
-
-impl LeaveReport {
-    /// Whether the node runs nothing of any job.
-    pub fn is_empty(&self) -> bool {
-        self.ranks_left.is_empty() && self.moving.is_none() && self.processes.is_empty()
-    }
-
-    /// One line for people.
-    pub fn summary(&self) -> String {
-        let mut parts = vec![format!("{} moved, {} failed", self.moved, self.failed)];
-        if !self.ranks_left.is_empty() {
-            parts.push(format!("ranks here: {}", self.ranks_left.join(", ")));
-        }
-        if let Some(m) = &self.moving {
-            parts.push(format!("moving {m}"));
-        }
-        if !self.processes.is_empty() {
-            let names: Vec<String> = self.processes.iter().map(ToString::to_string).collect();
-            parts.push(format!("job processes alive: {}", names.join(", ")));
-        }
-        format!("{:.1} s: {}", self.elapsed_s, parts.join("; "))
-    }
 }
 
 /// How often a drain's progress is reported and checked.
@@ -225,7 +184,13 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     None => control_open = false,
                 },
                 Some((id, outcome)) = self.outcomes_rx.recv() => {
-                    self.note(format!("migration {id} {}", describe(&outcome)));
+                    self.note(match &outcome {
+                        MigrationOutcome::Completed => DecisionKind::MigrationCompleted { migration: id },
+                        MigrationOutcome::Failed { reason } => DecisionKind::MigrationFailed {
+                            migration: id,
+                            reason: reason.clone(),
+                        },
+                    });
                     self.agent.handle_migration_outcome(Instant::now(), id, outcome);
                 }
                 () = tokio::time::sleep_until(wake.into()) => {
@@ -253,7 +218,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             return;
         }
         tracing::info!(within = ?order.within, force = order.force, "leaving the pool: draining the node");
-        self.note("leaving: draining the node".to_owned());
+        self.note(DecisionKind::DrainStarted);
         self.agent.handle_leave(now);
         self.draining = Some(Draining {
             until: now + order.within,
@@ -283,7 +248,9 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         };
         if sampled && report.is_empty() {
             tracing::info!("node drained: {}", report.summary());
-            self.note(format!("left the pool: {}", report.summary()));
+            self.note(DecisionKind::Left {
+                report: report.clone(),
+            });
             send(self, LeaveUpdate::Left(report));
             return true;
         }
@@ -300,7 +267,9 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 "drain did not finish in time, staying in the pool: {}",
                 report.summary()
             );
-            self.note(format!("drain given up, staying: {}", report.summary()));
+            self.note(DecisionKind::DrainGivenUp {
+                report: report.clone(),
+            });
             send(self, LeaveUpdate::Stayed(report));
             self.agent.handle_stay(now);
             self.draining = None;
@@ -377,13 +346,19 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         while let Some(action) = self.agent.poll_action() {
             match action {
                 Action::Send { to, message } => {
-                    if matches!(
-                        message,
-                        ios_agent_core::Message::WorkSteal { .. }
-                            | ios_agent_core::Message::StealAccepted { .. }
-                            | ios_agent_core::Message::MoveOrder { .. }
-                    ) {
-                        self.note(format!("sent {} to {to}", message.kind()));
+                    let step = match message {
+                        ios_agent_core::Message::WorkSteal { .. } => Some(ProtocolStep::WorkSteal),
+                        ios_agent_core::Message::StealAccepted { .. } => {
+                            Some(ProtocolStep::StealAccepted)
+                        }
+                        ios_agent_core::Message::MoveOrder { .. } => Some(ProtocolStep::MoveOrder),
+                        _ => None,
+                    };
+                    if let Some(step) = step {
+                        self.note(DecisionKind::Sent {
+                            step,
+                            to: to.to_string(),
+                        });
                     }
                     self.transport.send(&to, message);
                 }
@@ -395,10 +370,12 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 } => {
                     let names: Vec<String> = entities.iter().map(ToString::to_string).collect();
                     tracing::info!(migration = %id, entities = ?names, %to_host, %to, "migrating");
-                    self.note(format!(
-                        "migration {id}: moving {} to {to_host}",
-                        names.join(", ")
-                    ));
+                    self.note(DecisionKind::MigrationStarted {
+                        migration: id,
+                        entities: entities.clone(),
+                        to_host: to_host.to_string(),
+                        to: to.to_string(),
+                    });
                     let migrator = std::sync::Arc::clone(&self.migrator);
                     let outcomes = self.outcomes_tx.clone();
                     tokio::task::spawn_blocking(move || {
@@ -411,7 +388,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         }
     }
 
-    fn note(&mut self, what: String) {
+    fn note(&mut self, what: DecisionKind) {
         if self.decisions.len() == DECISION_HISTORY {
             self.decisions.pop_front();
         }
@@ -436,7 +413,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 }
             }
         }
-        AgentStatus::new(
+        status_of(
             &self.agent,
             self.started.elapsed(),
             peers,
@@ -449,11 +426,4 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
 
 fn manager_of(agent: &Agent) -> Option<String> {
     agent.manager().map(PeerId::to_string)
-}
-
-fn describe(outcome: &MigrationOutcome) -> String {
-    match outcome {
-        MigrationOutcome::Completed => "completed".to_owned(),
-        MigrationOutcome::Failed { reason } => format!("failed: {reason}"),
-    }
 }

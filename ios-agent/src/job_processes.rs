@@ -11,40 +11,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ios_agent_profile::procfs::parse_stat_identity;
-use serde::{Deserialize, Serialize};
+pub use ios_agent_proto::leave::{JobProcess, Role};
 
 /// Command names of the launcher proxies that start ranks on a node.
 pub const LAUNCHER_PROXIES: &[&str] = &["hydra_pmi_proxy", "orted", "prted"];
-
-/// What a job process is to its job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Role {
-    /// A rank (running, or departed after a move).
-    Rank,
-    /// The launcher's proxy that started ranks here.
-    Launcher,
-}
-
-/// One process of a job on this node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobProcess {
-    /// Process id.
-    pub pid: u32,
-    /// Its command name.
-    pub comm: String,
-    /// Rank or launcher proxy.
-    pub role: Role,
-}
-
-impl std::fmt::Display for JobProcess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let role = match self.role {
-            Role::Rank => "rank",
-            Role::Launcher => "launcher proxy",
-        };
-        write!(f, "{} {} ({role})", self.comm, self.pid)
-    }
-}
 
 /// The job processes seen on this node and not yet gone.
 #[derive(Debug)]

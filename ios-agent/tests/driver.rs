@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ios_agent::driver::{self, ControlRequest, Inputs, LeaveOrder, LeaveUpdate, Migrator, Sample};
+use ios_agent::status::DecisionKind;
 use ios_agent::transport::{PeerEvent, Transport};
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{
@@ -215,7 +216,7 @@ async fn loaded_node_moves_a_rank_to_the_idle_node_through_the_driver() {
         status
             .decisions
             .iter()
-            .any(|d| d.what.contains("to node-b")),
+            .any(|d| matches!(&d.what, DecisionKind::MigrationStarted { to_host, .. } if to_host == "node-b")),
         "{:?}",
         status.decisions
     );
@@ -449,7 +450,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
         status
             .decisions
             .iter()
-            .all(|d| !d.what.contains("localhost")),
+            .all(|d| !matches!(&d.what, DecisionKind::MigrationStarted { to_host, .. } if to_host == "localhost")),
         "{:?}",
         status.decisions
     );

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use ios_agent_proto::{AgentStatus, Decision};
 
 use crate::{bin, Group};
 
@@ -69,7 +69,7 @@ impl PeerServer {
         loop {
             let out = std::fs::read_to_string(&group.stdout).unwrap_or_default();
             if let Some(line) = out.lines().next() {
-                let v: Value = serde_json::from_str(line).unwrap_or_else(|e| {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| {
                     panic!("bad startup line from the peer server: {line:?}: {e}")
                 });
                 let addr = v["addrs"][0]
@@ -240,7 +240,7 @@ impl AgentProc {
     }
 
     /// `ios-agent status --json`, or None if the agent does not answer.
-    pub fn try_status(&self) -> Option<Value> {
+    pub fn try_status(&self) -> Option<AgentStatus> {
         let out = Command::new(bin("ios-agent"))
             .arg("--control")
             .arg(&self.spec.control)
@@ -254,7 +254,7 @@ impl AgentProc {
     }
 
     /// `ios-agent status --json`; panics with the agent's log if it does not answer.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> AgentStatus {
         self.try_status().unwrap_or_else(|| {
             panic!(
                 "ios-agent on {} does not answer:\n{}",
@@ -266,29 +266,18 @@ impl AgentProc {
 
     /// Number of peers the agent knows now.
     pub fn peer_count(&self) -> usize {
-        self.try_status()
-            .and_then(|s| s["peers"].as_array().map(Vec::len))
-            .unwrap_or(0)
+        self.try_status().map_or(0, |s| s.peers.len())
     }
 
     /// Migrations this agent completed as the giving side.
     pub fn migrations_completed(&self) -> u64 {
         self.try_status()
-            .and_then(|s| s["counters"]["migrations_completed"].as_u64())
-            .unwrap_or(0)
+            .map_or(0, |s| s.counters.migrations_completed)
     }
 
-    /// Recent decisions, in words.
-    pub fn decisions(&self) -> Vec<String> {
-        self.try_status()
-            .and_then(|s| {
-                s["decisions"].as_array().map(|d| {
-                    d.iter()
-                        .filter_map(|x| x["what"].as_str().map(str::to_owned))
-                        .collect()
-                })
-            })
-            .unwrap_or_default()
+    /// The agent's recent decisions, oldest first.
+    pub fn decisions(&self) -> Vec<Decision> {
+        self.try_status().map(|s| s.decisions).unwrap_or_default()
     }
 
     /// Runs `ios-agent leave` and waits for the process to end.

@@ -135,8 +135,8 @@ pub struct Outcome {
     pub events: Vec<Event>,
     /// Wall time of the whole mpirun, seconds.
     pub wall_s: f64,
-    /// Decisions the agents recorded (host, what), adaptive runs.
-    pub decisions: Vec<(String, String)>,
+    /// Decisions the agents recorded (host, decision), adaptive runs.
+    pub decisions: Vec<(String, ios_agent_proto::Decision)>,
     /// CPU use of each agent at steady state (from [`AGENT_WARMUP`] after its start to the
     /// end of the job), adaptive runs.
     pub agent_cpu: Vec<AgentCpu>,

@@ -82,7 +82,7 @@ fn run(cluster: &Cluster, scenario: &Scenario, dir: tempfile::TempDir) -> Outcom
         },
     );
     for (host, d) in &outcome.decisions {
-        eprintln!("agent {host}: {d}");
+        eprintln!("agent {host}: {}", d.what);
     }
     // Kept for a look at the agents' logs when asked.
     if std::env::var_os("IOS_E2E_KEEP").is_some() {

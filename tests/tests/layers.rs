@@ -21,7 +21,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("libraries", &["pcm", "node-sensor", "mpi-ios-plots"]),
     ("PCM", &["pcm-capi", "heat2d", "pcmrun", "pcmd"]),
     ("IOS core", &["ios-agent-core"]),
-    ("IOS components", &["ios-agent-profile", "ios-agent-net"]),
+    (
+        "IOS components",
+        &["ios-agent-profile", "ios-agent-net", "ios-agent-proto"],
+    ),
     ("IOS programs", &["ios-agent", "peer-server"]),
     ("test harness", &["mpi-ios-tests"]),
     ("benchmarks", &["mpi-ios-bench"]),

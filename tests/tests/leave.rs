@@ -85,7 +85,7 @@ fn run(cluster: &Cluster, scenario: &Scenario, dir: &std::path::Path) -> Outcome
         Line::Event(e) => eprintln!("{:6.1} s >>> {}", e.t, e.what),
     });
     for (host, d) in &outcome.decisions {
-        eprintln!("agent {host}: {d}");
+        eprintln!("agent {host}: {}", d.what);
     }
     for l in &outcome.leaves {
         eprintln!(

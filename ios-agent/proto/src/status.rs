@@ -1,0 +1,443 @@
+//! What `ios-agent status` shows: peers by latency tier, the node's load, the local
+//! entities and the agent's recent decisions. Serialisable, so `--json` serves programs.
+
+use ios_agent_core::{EntityId, EntityProfile, MigrationId, NodeProfile};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+use crate::leave::LeaveReport;
+
+/// One peer as the agent sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerStatus {
+    /// The peer's id.
+    pub peer: String,
+    /// Its latency tier (`local`, `regional`, `national`, `global`).
+    pub tier: String,
+    /// Smoothed round-trip time, milliseconds.
+    pub srtt_ms: f64,
+}
+
+/// One thing the agent did, for the history in `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// When, as seconds since the Unix epoch.
+    pub unix_time_s: f64,
+    /// What.
+    pub what: DecisionKind,
+}
+
+/// What an agent decided or saw happen, as programs read it (`Display` gives the words
+/// `ios-agent status` shows).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// A step of the work-stealing protocol that leads to a migration went to a peer.
+    Sent {
+        /// Which step.
+        step: ProtocolStep,
+        /// The peer it went to.
+        to: String,
+    },
+    /// This agent asked its pcmd to move `entities` to `to_host`.
+    MigrationStarted {
+        /// The migration's id.
+        migration: MigrationId,
+        /// What moves.
+        entities: Vec<EntityId>,
+        /// Where to (the MPI host name).
+        to_host: String,
+        /// The agent of that host.
+        to: String,
+    },
+    /// pcmd reported the migration done: the entities run at the destination.
+    MigrationCompleted {
+        /// The migration's id.
+        migration: MigrationId,
+    },
+    /// pcmd reported that the migration failed; nothing moved.
+    MigrationFailed {
+        /// The migration's id.
+        migration: MigrationId,
+        /// Why, for people.
+        reason: String,
+    },
+    /// `ios-agent leave` asked the agent to drain the node.
+    DrainStarted,
+    /// The node is drained: the agent leaves the pool.
+    Left {
+        /// Where the drain ended.
+        report: LeaveReport,
+    },
+    /// The drain did not finish in time: the agent stays in the pool.
+    DrainGivenUp {
+        /// Where the drain stood.
+        report: LeaveReport,
+    },
+}
+
+/// The steps of the work-stealing protocol an agent records when it sends them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtocolStep {
+    /// A work-steal packet (asking for work).
+    WorkSteal,
+    /// An acceptance of a peer's work-steal packet.
+    StealAccepted,
+    /// A cluster manager's order to move work (NSc2c).
+    MoveOrder,
+}
+
+impl std::fmt::Display for ProtocolStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ProtocolStep::WorkSteal => "work-steal",
+            ProtocolStep::StealAccepted => "steal-accepted",
+            ProtocolStep::MoveOrder => "move-order",
+        })
+    }
+}
+
+impl DecisionKind {
+    /// Whether it is about a migration (started, completed or failed).
+    pub fn is_migration(&self) -> bool {
+        matches!(
+            self,
+            DecisionKind::MigrationStarted { .. }
+                | DecisionKind::MigrationCompleted { .. }
+                | DecisionKind::MigrationFailed { .. }
+        )
+    }
+}
+
+impl std::fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecisionKind::Sent { step, to } => write!(f, "sent {step} to {to}"),
+            DecisionKind::MigrationStarted {
+                migration,
+                entities,
+                to_host,
+                ..
+            } => {
+                let names: Vec<String> = entities.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "migration {migration}: moving {} to {to_host}",
+                    names.join(", ")
+                )
+            }
+            DecisionKind::MigrationCompleted { migration } => {
+                write!(f, "migration {migration} completed")
+            }
+            DecisionKind::MigrationFailed { migration, reason } => {
+                write!(f, "migration {migration} failed: {reason}")
+            }
+            DecisionKind::DrainStarted => f.write_str("leaving: draining the node"),
+            DecisionKind::Left { report } => write!(f, "left the pool: {}", report.summary()),
+            DecisionKind::DrainGivenUp { report } => {
+                write!(f, "drain given up, staying: {}", report.summary())
+            }
+        }
+    }
+}
+
+/// The core's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Work-steal packets started.
+    pub steals_sent: u64,
+    /// Work-steal packets forwarded.
+    pub steals_forwarded: u64,
+    /// Steal rounds that found no work in any tier.
+    pub steal_rounds_failed: u64,
+    /// Migrations started here.
+    pub migrations_started: u64,
+    /// Migrations completed.
+    pub migrations_completed: u64,
+    /// Migrations that failed or timed out.
+    pub migrations_failed: u64,
+    /// Messages refused as invalid or not allowed.
+    pub messages_refused: u64,
+    /// Work steals refused because their origin was not the peer that sent them.
+    #[serde(default)]
+    pub steals_refused: u64,
+    /// Hosts a peer announced that were refused as move targets (loopback, this agent's own
+    /// host, a host another peer already claims).
+    #[serde(default)]
+    pub hosts_refused: u64,
+}
+
+/// A running agent's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// Host name (as the MPI runtime knows the node).
+    pub host: String,
+    /// The agent's peer id.
+    pub peer_id: String,
+    /// `p2p` or `c2c`.
+    pub topology: String,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// NSc2c: the cluster manager as this agent sees it.
+    pub manager: Option<String>,
+    /// Known peers, nearest tier first.
+    pub peers: Vec<PeerStatus>,
+    /// The node's last profile.
+    pub node: Option<NodeProfile>,
+    /// The local entities' last profiles.
+    pub entities: Vec<EntityProfile>,
+    /// Entities (as `job/rank`, like [`EntityProfile::id`] prints) that pcmd reports as
+    /// stalled: no report from the rank for a few seconds, so a stopped or hung process.
+    /// Their figures are zeros, not their last ones.
+    #[serde(default)]
+    pub stalled: Vec<String>,
+    /// Counters.
+    pub counters: Counters,
+    /// Recent decisions, oldest first.
+    pub decisions: Vec<Decision>,
+}
+
+impl AgentStatus {
+    /// The status as a few readable lines.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "agent {} on {} ({}), up {:.0} s",
+            self.peer_id, self.host, self.topology, self.uptime_s
+        );
+        if let Some(m) = &self.manager {
+            let _ = writeln!(out, "cluster manager: {m}");
+        }
+        match &self.node {
+            Some(n) => {
+                let _ = writeln!(
+                    out,
+                    "node: {:.2} cores x speed {:.2}, load {:.2}, {} MiB free",
+                    n.cores,
+                    n.speed,
+                    n.cpu_load,
+                    n.memory_available >> 20
+                );
+            }
+            None => out.push_str("node: not profiled yet\n"),
+        }
+        let _ = writeln!(out, "peers ({}):", self.peers.len());
+        for p in &self.peers {
+            let _ = writeln!(out, "  {:<9} {:>8.2} ms  {}", p.tier, p.srtt_ms, p.peer);
+        }
+        let _ = writeln!(out, "entities ({}):", self.entities.len());
+        for e in &self.entities {
+            let id = e.id.to_string();
+            if self.stalled.contains(&id) {
+                let _ = writeln!(
+                    out,
+                    "  {id:<24} STALLED (no report from the rank for a few seconds: stopped or hung)"
+                );
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  {:<24} cpu {:.2}  compute {:.2} ms  mpi {:.2} ms  {:.1} it/s  state {} KiB",
+                e.id.to_string(),
+                e.cpu,
+                e.compute.as_secs_f64() * 1e3,
+                e.mpi_wait.as_secs_f64() * 1e3,
+                e.iteration_rate,
+                e.state_bytes >> 10
+            );
+        }
+        let c = &self.counters;
+        let _ = writeln!(
+            out,
+            "counters: {} steals sent, {} forwarded, {} rounds without work, migrations {} started / {} completed / {} failed, {} messages refused, {} forged steals refused, {} announced hosts refused",
+            c.steals_sent,
+            c.steals_forwarded,
+            c.steal_rounds_failed,
+            c.migrations_started,
+            c.migrations_completed,
+            c.migrations_failed,
+            c.messages_refused,
+            c.steals_refused,
+            c.hosts_refused
+        );
+        let _ = writeln!(out, "recent decisions ({}):", self.decisions.len());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        for d in &self.decisions {
+            let _ = writeln!(
+                out,
+                "  {:>7.1} s ago  {}",
+                (now - d.unix_time_s).max(0.0),
+                d.what
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{JobId, Rank};
+    use std::time::Duration;
+
+    fn entity(rank: u32, cpu: f64) -> EntityProfile {
+        EntityProfile {
+            id: EntityId {
+                job: JobId::new("job-1").expect("valid"),
+                rank: Rank(rank),
+            },
+            cpu,
+            memory: 0,
+            network: 0.0,
+            state_bytes: 0,
+            compute: Duration::from_millis(5),
+            mpi_wait: Duration::ZERO,
+            iteration_rate: 40.0,
+            age: Duration::from_secs(10),
+            remaining: None,
+            resident: Duration::from_secs(10),
+            partners: Vec::new(),
+        }
+    }
+
+    /// A status of node-a with no peer, entity or decision.
+    fn status_with(counters: Counters) -> AgentStatus {
+        AgentStatus {
+            host: "node-a".into(),
+            peer_id: "peer".into(),
+            topology: "p2p".into(),
+            uptime_s: 1.0,
+            manager: None,
+            peers: vec![],
+            node: None,
+            entities: vec![],
+            stalled: vec![],
+            counters,
+            decisions: vec![],
+        }
+    }
+
+    /// Item 10 (review issue 12): a stalled rank is shown as stalled, the others with their
+    /// figures.
+    #[test]
+    fn given_a_stalled_entity_then_the_text_says_so_instead_of_its_figures() {
+        let status = AgentStatus {
+            entities: vec![entity(0, 0.9), entity(1, 0.0)],
+            stalled: vec!["job-1/1".into()],
+            ..status_with(Counters::default())
+        };
+        let text = status.to_text();
+        let line = |id: &str| text.lines().find(|l| l.contains(id)).expect(id).to_owned();
+        assert!(line("job-1/1").contains("STALLED"), "{text}");
+        assert!(line("job-1/0").contains("cpu 0.90"), "{text}");
+        let json = serde_json::to_string(&status).expect("serialisable");
+        let back: AgentStatus = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back.stalled, vec!["job-1/1".to_owned()]);
+    }
+
+    /// Item 5 (review issue 12): what the agent refused from its peers is shown, and a status
+    /// from an agent that predates those counters still reads.
+    #[test]
+    fn given_refused_steals_and_hosts_then_the_status_shows_them() {
+        let counters = Counters {
+            steals_refused: 3,
+            hosts_refused: 7,
+            ..Counters::default()
+        };
+        let status = status_with(counters);
+        let text = status.to_text();
+        assert!(text.contains("3 forged steals refused"), "{text}");
+        assert!(text.contains("7 announced hosts refused"), "{text}");
+        let mut json = serde_json::to_value(counters).expect("serialisable");
+        let fields = json.as_object_mut().expect("an object");
+        fields.remove("steals_refused");
+        fields.remove("hosts_refused");
+        let old: Counters = serde_json::from_value(json).expect("an older agent's counters");
+        assert_eq!(old.steals_refused, 0);
+    }
+
+    /// Issue 14, item 3: programs read decisions as typed data, people as the words they
+    /// read before.
+    #[test]
+    fn given_each_decision_then_its_json_reads_back_and_its_words_say_what_happened() {
+        let entity = EntityId {
+            job: JobId::new("job-1").expect("valid"),
+            rank: Rank(2),
+        };
+        let report = LeaveReport {
+            elapsed_s: 1.5,
+            ranks_left: vec![],
+            moving: None,
+            moved: 1,
+            failed: 0,
+            processes: vec![],
+            peers: 2,
+        };
+        let cases = [
+            (
+                DecisionKind::Sent {
+                    step: ProtocolStep::StealAccepted,
+                    to: "peer-b".into(),
+                },
+                "sent steal-accepted to peer-b",
+            ),
+            (
+                DecisionKind::MigrationStarted {
+                    migration: MigrationId(7),
+                    entities: vec![entity],
+                    to_host: "node-c".into(),
+                    to: "peer-c".into(),
+                },
+                "moving job-1/2 to node-c",
+            ),
+            (
+                DecisionKind::MigrationCompleted {
+                    migration: MigrationId(7),
+                },
+                "completed",
+            ),
+            (
+                DecisionKind::MigrationFailed {
+                    migration: MigrationId(7),
+                    reason: "spawn failed".into(),
+                },
+                "failed: spawn failed",
+            ),
+            (DecisionKind::DrainStarted, "draining"),
+            (
+                DecisionKind::Left {
+                    report: report.clone(),
+                },
+                "left the pool: 1.5 s: 1 moved",
+            ),
+            (DecisionKind::DrainGivenUp { report }, "drain given up"),
+        ];
+        for (what, words) in cases {
+            let decision = Decision {
+                unix_time_s: 12.5,
+                what,
+            };
+            let json = serde_json::to_string(&decision).expect("serialisable");
+            let back: Decision = serde_json::from_str(&json).expect("reads back");
+            assert_eq!(back, decision, "{json}");
+            assert!(
+                decision.what.to_string().contains(words),
+                "{}",
+                decision.what
+            );
+            assert_eq!(
+                decision.what.is_migration(),
+                json.contains("\"decision\":\"migration_"),
+                "{json}"
+            );
+        }
+        let garbled = r#"{"unix_time_s":1.0,"what":{"decision":"teleported"}}"#;
+        assert!(serde_json::from_str::<Decision>(garbled).is_err());
+    }
+}
