@@ -143,6 +143,14 @@ pub enum HarnessError {
         /// Why.
         source: std::io::Error,
     },
+    /// A program's typed output (a status, a report) is missing or does not read.
+    #[error("{what}: {why}")]
+    BadOutput {
+        /// Whose output.
+        what: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// The last `lines` lines of `text`.
@@ -708,6 +716,11 @@ impl Pcmd {
         }
     }
 
+    /// `pcmd status --json`, typed; panics with pcmd's words when it does not answer.
+    pub fn status(&self) -> pcm_proto::DaemonStatus {
+        pcmd_status(&self.socket).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// Kills the daemon (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut group) = self.group.take() {
@@ -722,6 +735,41 @@ impl Pcmd {
             .map(Group::stderr_so_far)
             .unwrap_or_default()
     }
+}
+
+/// `pcmd status --json` of the daemon at `socket`, typed.
+pub fn pcmd_status(socket: &Path) -> Result<pcm_proto::DaemonStatus, HarnessError> {
+    let out = Command::new(try_bin("pcmd")?)
+        .arg("--socket")
+        .arg(socket)
+        .args(["status", "--json"])
+        .output()
+        .map_err(|source| HarnessError::Start {
+            what: "pcmd status".into(),
+            source,
+        })?;
+    let bad = |why: String| HarnessError::BadOutput {
+        what: format!("pcmd status at {}", socket.display()),
+        why,
+    };
+    if !out.status.success() {
+        return Err(bad(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| bad(e.to_string()))
+}
+
+/// Iterations of the complete checkpoints (those with a manifest) of the series `series`
+/// in the checkpoint store `store`, oldest first.
+pub fn complete_checkpoints(store: &Path, series: &str) -> Vec<u64> {
+    let mut found: Vec<u64> = std::fs::read_dir(store.join(series))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("manifest").exists())
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    found.sort_unstable();
+    found
 }
 
 /// Waits until `condition` holds, polling, at most `timeout`; panics with `what`.

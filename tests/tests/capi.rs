@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    bin, bin_dir, mpi_lock, wait_until, Finished, Group, MpiJob, Pcmd, Report, Runtime,
-    RuntimeExt as _,
+    bin, bin_dir, complete_checkpoints, mpi_lock, pcmd_status, wait_until, Finished, Group, MpiJob,
+    Pcmd, Report, Runtime, RuntimeExt as _,
 };
 use pcm_proto::{NodeStats, RankStats};
 
@@ -127,35 +127,15 @@ impl Node {
         }
     }
 
-    /// Iterations of the complete checkpoints of the 2-rank heat2d-c job.
+    /// Iterations of the complete checkpoints of the 2-rank job.
     fn complete(&self) -> Vec<u64> {
-        let mut found: Vec<u64> = std::fs::read_dir(self.store.join("heat2d-c-2r"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().join("manifest").exists())
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        found.sort_unstable();
-        found
+        complete_checkpoints(&self.store, "heat2d-c-2r")
     }
 
     /// Process id of `rank` of the job, from `pcmd status --json`.
     fn rank_pid(&self, rank: u64) -> Option<u32> {
-        let out = Command::new(bin("pcmd"))
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(["status", "--json"])
-            .output()
-            .ok()?;
-        let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        status["jobs"]
-            .as_array()?
-            .iter()
-            .flat_map(|j| j["ranks"].as_array().cloned().unwrap_or_default())
-            .find(|r| r["rank"].as_u64() == Some(rank))
-            .and_then(|r| r["pid"].as_u64())
-            .map(|p| p as u32)
+        let status = pcmd_status(&self.socket).ok()?;
+        Some(status.rank(pcm_proto::Rank(u32::try_from(rank).ok()?))?.pid)
     }
 }
 
@@ -646,12 +626,6 @@ fn given_jacobi_built_outside_against_the_installed_fortran_module_then_it_migra
     assert_eq!(migrated.migrations, Some(2));
 }
 
-fn daemon_status(pcmd: &Pcmd) -> pcm_proto::DaemonStatus {
-    let output = pcmd.cli(&["status", "--json"]);
-    assert!(output.status.success(), "pcmd status failed");
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 /// Whether a process has exited (gone, or a zombie its parent has not reaped yet).
 fn exited(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -681,7 +655,7 @@ fn given_a_running_c_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matc
         Duration::from_secs(30),
         "3 ranks registered and running",
         || {
-            daemon_status(&pcmd)
+            pcmd.status()
                 .jobs
                 .iter()
                 .flat_map(|j| j.ranks.iter())
@@ -690,7 +664,7 @@ fn given_a_running_c_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matc
                 == 3
         },
     );
-    let departing = daemon_status(&pcmd).jobs[0]
+    let departing = pcmd.status().jobs[0]
         .ranks
         .iter()
         .find(|r| r.rank.0 == 1)

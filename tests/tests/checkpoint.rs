@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob};
+use mpi_ios_tests::{bin, complete_checkpoints, mpi_lock, pcmd_status, wait_until, Group, MpiJob};
 use pcm_proto::checkpoint::{
     self as ckpt, expect_frame, write_frame, Request, Response, Series, FORMAT_VERSION,
 };
@@ -96,36 +96,15 @@ impl Node {
             .unwrap_or_default()
     }
 
-    /// Iterations of the complete checkpoints in the store (those with a manifest).
+    /// Iterations of the complete checkpoints of the 2-rank job.
     fn complete(&self) -> Vec<u64> {
-        let series = self.store.join("heat2d-2r");
-        let mut found: Vec<u64> = std::fs::read_dir(series)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.path().join("manifest").exists())
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        found.sort_unstable();
-        found
+        complete_checkpoints(&self.store, "heat2d-2r")
     }
 
     /// Process id of `rank` of the job, from `pcmd status --json`.
     fn rank_pid(&self, rank: u64) -> Option<u32> {
-        let out = Command::new(bin("pcmd"))
-            .arg("--socket")
-            .arg(&self.socket)
-            .args(["status", "--json"])
-            .output()
-            .ok()?;
-        let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        status["jobs"]
-            .as_array()?
-            .iter()
-            .flat_map(|j| j["ranks"].as_array().cloned().unwrap_or_default())
-            .find(|r| r["rank"].as_u64() == Some(rank))
-            .and_then(|r| r["pid"].as_u64())
-            .map(|p| p as u32)
+        let status = pcmd_status(&self.socket).ok()?;
+        Some(status.rank(Rank(u32::try_from(rank).ok()?))?.pid)
     }
 }
 

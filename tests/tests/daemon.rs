@@ -11,7 +11,6 @@ use std::time::Duration;
 use mpi_ios_tests::{
     heat2d_args_for, mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _,
 };
-use pcm_proto::DaemonStatus;
 
 /// heat2d's arguments for a job of 3 ranks that runs about 30 s on this machine as loaded as
 /// it is when the first test asks (sized once per test binary: the tests act while it runs).
@@ -23,19 +22,9 @@ fn long_args() -> Vec<&'static str> {
 const DEADLINE: Duration = Duration::from_secs(150);
 const WAIT: Duration = Duration::from_secs(30);
 
-fn status(pcmd: &Pcmd) -> DaemonStatus {
-    let output = pcmd.cli(&["status", "--json"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 /// Ranks registered with the daemon that have reported progress.
 fn running_ranks(pcmd: &Pcmd) -> usize {
-    status(pcmd)
+    pcmd.status()
         .jobs
         .iter()
         .flat_map(|j| j.ranks.iter())
@@ -88,7 +77,7 @@ fn text(bytes: &[u8]) -> String {
 fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches() {
     let _lock = mpi_lock();
     let (reference, pcmd, job, _dir) = running_job();
-    let departing_pid = status(&pcmd).jobs[0]
+    let departing_pid = pcmd.status().jobs[0]
         .ranks
         .iter()
         .find(|r| r.rank.0 == 1)
@@ -126,7 +115,7 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
         ),
     }
 
-    let job_status = &status(&pcmd).jobs[0];
+    let job_status = &pcmd.status().jobs[0];
     let rank1 = job_status.ranks.iter().find(|r| r.rank.0 == 1).unwrap();
     assert!(
         rank1.replacement,
@@ -181,7 +170,7 @@ fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
 
     // A host outside the allocation: refused by the ranks, reported back, nothing moves.
     wait_until(WAIT, "the first migration to finish", || {
-        status(&pcmd)
+        pcmd.status()
             .jobs
             .first()
             .is_some_and(|j| j.in_flight.is_none())
@@ -203,7 +192,8 @@ fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
 fn given_a_rank_stopped_and_continued_then_it_keeps_its_daemon_link() {
     let _lock = mpi_lock();
     let (reference, pcmd, job, _dir) = running_job();
-    let pid = status(&pcmd)
+    let pid = pcmd
+        .status()
         .jobs
         .iter()
         .flat_map(|j| j.ranks.iter())
@@ -324,10 +314,8 @@ impl Drop for Stopped {
 }
 
 fn rank_status(pcmd: &Pcmd, rank: u32) -> pcm_proto::RankStatus {
-    status(pcmd).jobs[0]
-        .ranks
-        .iter()
-        .find(|r| r.rank.0 == rank)
+    pcmd.status()
+        .rank(pcm_proto::Rank(rank))
         .cloned()
         .unwrap_or_else(|| panic!("rank {rank} not registered"))
 }
@@ -377,7 +365,7 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
         out.contains("cancelled") && out.contains("withdrew it"),
         "{out}"
     );
-    let job_status = status(&pcmd).jobs[0].clone();
+    let job_status = pcmd.status().jobs[0].clone();
     assert_eq!(
         (
             job_status.in_flight,
@@ -399,7 +387,7 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
         !after.stalled && after.pid == pid && !after.replacement,
         "{after:?}"
     );
-    let job_status = status(&pcmd).jobs[0].clone();
+    let job_status = pcmd.status().jobs[0].clone();
     assert_eq!((job_status.migrations, job_status.cancelled), (0, 1));
     let report = job.wait(DEADLINE).report();
     assert_eq!(report.checksum, reference);

@@ -186,8 +186,7 @@ fn given_pcm_profile_off_then_no_profile_is_reported_and_a_bad_value_is_refused(
     // Registered and running (the status shows progress), but no profile arrives.
     let deadline = Instant::now() + WAIT;
     loop {
-        let output = pcmd.cli(&["status", "--json"]);
-        let status: pcm_proto::DaemonStatus = serde_json::from_slice(&output.stdout).unwrap();
+        let status = pcmd.status();
         let running = status
             .jobs
             .first()

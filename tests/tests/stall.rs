@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Pcmd};
 use nix::sys::signal::Signal;
-use pcm_proto::DaemonStatus;
 
 /// Hours of work: the job never ends by itself within any bound used here.
 const ENDLESS_ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "2000000000"];
@@ -120,16 +119,6 @@ fn given_a_replacement_killed_while_starting_then_the_job_ends() {
     }
 }
 
-fn daemon_status(pcmd: &Pcmd) -> DaemonStatus {
-    let output = pcmd.cli(&["status", "--json"]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
 #[test]
 fn given_a_pcmd_migration_whose_replacement_stalls_then_the_requester_gets_the_failure() {
     let _lock = mpi_lock();
@@ -141,7 +130,7 @@ fn given_a_pcmd_migration_whose_replacement_stalls_then_the_requester_gets_the_f
         .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
         .start(dir.path(), "job");
     wait_until(WAIT, "3 ranks registered and running", || {
-        daemon_status(&pcmd)
+        pcmd.status()
             .jobs
             .iter()
             .flat_map(|j| j.ranks.iter())

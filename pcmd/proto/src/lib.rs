@@ -318,6 +318,17 @@ pub struct DaemonStatus {
     pub jobs: Vec<JobStatus>,
 }
 
+impl DaemonStatus {
+    /// The registered process of `rank`, in whichever job holds it (tests and tools that
+    /// watch one job per daemon).
+    pub fn rank(&self, rank: Rank) -> Option<&RankStatus> {
+        self.jobs
+            .iter()
+            .flat_map(|j| j.ranks.iter())
+            .find(|r| r.rank == rank)
+    }
+}
+
 /// One job as seen by one daemon.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobStatus {
