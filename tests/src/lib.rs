@@ -221,8 +221,12 @@ pub fn interrupted() -> bool {
 
 /// heat2d's arguments (`--rows R --cols C --iters N`) for a run of about `seconds` on
 /// `ranks` ranks on this machine as loaded as it is now, and the measured rate in iterations
-/// per second: a probe of 5,000 iterations of heat2d-plain sizes it (never fewer than the
+/// per second: probes of heat2d-plain size it (never fewer iterations than the first
 /// probe's). Machines of one kind differ in speed by 4x or more, so tests are sized by time.
+///
+/// A probe shorter than [`MIN_PROBE`] is repeated, longer: a fraction of a second measures a
+/// burst, and on a shared machine the sustained rate was seen 5x below it (a 30 s job then
+/// needed more than 150 s).
 pub fn heat2d_args_for(
     ranks: usize,
     rows: u32,
@@ -230,27 +234,39 @@ pub fn heat2d_args_for(
     seconds: f64,
     timeout: Duration,
 ) -> (Vec<String>, f64) {
-    const PROBE: u64 = 5000;
+    const FIRST_PROBE: u64 = 5000;
     let mut args = vec![
         "--rows".to_owned(),
         rows.to_string(),
         "--cols".to_owned(),
         cols.to_string(),
     ];
-    let mut probe = args.clone();
-    probe.extend(["--iters".to_owned(), PROBE.to_string()]);
-    let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
-    let report = MpiJob::new(ranks, "heat2d-plain", &probe)
-        .run(timeout)
-        .report();
-    let rate = PROBE as f64 / report.seconds.max(1e-3);
-    let iters = ((rate * seconds) as u64).max(PROBE);
+    let mut probe_iters = FIRST_PROBE;
+    let rate = loop {
+        let mut probe = args.clone();
+        probe.extend(["--iters".to_owned(), probe_iters.to_string()]);
+        let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
+        let report = MpiJob::new(ranks, "heat2d-plain", &probe)
+            .run(timeout)
+            .report();
+        let took = report.seconds.max(1e-3);
+        let rate = probe_iters as f64 / took;
+        if took >= MIN_PROBE.as_secs_f64() || probe_iters > FIRST_PROBE {
+            break rate;
+        }
+        // Aim at twice the minimum, so that a faster second probe still counts.
+        probe_iters = ((rate * 2.0 * MIN_PROBE.as_secs_f64()) as u64).max(FIRST_PROBE + 1);
+    };
+    let iters = ((rate * seconds) as u64).max(FIRST_PROBE);
     eprintln!(
-        "heat2d {rows}x{cols} on {ranks} ranks: {rate:.0} it/s, so {iters} iterations for about {seconds} s"
+        "heat2d {rows}x{cols} on {ranks} ranks: {rate:.0} it/s (probe of {probe_iters} iterations), so {iters} iterations for about {seconds} s"
     );
     args.extend(["--iters".to_owned(), iters.to_string()]);
     (args, rate)
 }
+
+/// Least length of the probe that sizes heat2d runs ([`heat2d_args_for`]).
+pub const MIN_PROBE: Duration = Duration::from_secs(1);
 
 /// A started process group, killed on drop: no launcher, rank, spawned replacement or daemon
 /// outlives the test or benchmark that started it.
