@@ -50,6 +50,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod discovery;
 pub mod key;
 pub mod limits;
 pub mod network;
@@ -116,6 +117,15 @@ pub enum NetError {
     InvalidPeer {
         /// The peer.
         peer: CorePeerId,
+    },
+    /// The send queue is full: the message was dropped (see
+    /// [`NetHandle::try_send`]).
+    #[error("send queue full: {kind} message to {peer} dropped")]
+    QueueFull {
+        /// The addressee.
+        peer: CorePeerId,
+        /// The message kind.
+        kind: &'static str,
     },
     /// A message too large to send.
     #[error("cannot send {kind} message: {reason}")]
