@@ -598,3 +598,441 @@ impl Discovery {
         wait
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: u64 = 20;
+
+    fn timing() -> Timing {
+        Timing {
+            discover_interval: Duration::from_secs(5),
+            redial_interval: Duration::from_secs(3),
+            max_redial_interval: Duration::from_secs(30),
+        }
+    }
+
+    fn addr(port: u16) -> Multiaddr {
+        format!("/ip4/10.0.0.1/tcp/{port}").parse().unwrap()
+    }
+
+    fn conn(n: usize) -> ConnectionId {
+        ConnectionId::new_unchecked(n)
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// Every action due at `now`.
+    fn drain(d: &mut Discovery, now: Instant) -> Vec<Action> {
+        std::iter::from_fn(|| d.poll_action(now)).collect()
+    }
+
+    /// A store with `servers` peer servers and `direct` direct peers, at `t0`.
+    fn store(servers: u16, direct: u16, t0: Instant) -> Discovery {
+        let servers: Vec<Multiaddr> = (0..servers).map(|i| addr(4000 + i)).collect();
+        let direct: Vec<Multiaddr> = (0..direct).map(|i| addr(7000 + i)).collect();
+        Discovery::new(timing(), PeerId::random(), &servers, &direct, t0)
+    }
+
+    /// Dials server `i` at `now` and connects it as `peer` over `id`; returns what followed.
+    fn connect_server(
+        d: &mut Discovery,
+        i: usize,
+        peer: PeerId,
+        id: ConnectionId,
+        now: Instant,
+    ) -> Vec<Action> {
+        d.on_connected(Some(Target::Server(ServerId(i))), peer, id, now);
+        drain(d, now)
+    }
+
+    fn registers(actions: &[Action], server: usize) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Register { server: ServerId(s), .. } if *s == server))
+    }
+
+    fn discovers(actions: &[Action], server: usize) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Discover { server: ServerId(s), .. } if *s == server))
+    }
+
+    fn dials(actions: &[Action]) -> Vec<Target> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DialAddress { target, .. } => Some(*target),
+                Action::DialPeer { peer, .. } => Some(Target::Discovered(*peer)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn at_start_every_server_and_direct_peer_is_dialed_once() {
+        let t0 = Instant::now();
+        let mut d = store(2, 1, t0);
+        let first = drain(&mut d, t0);
+        assert_eq!(
+            dials(&first),
+            vec![
+                Target::Server(ServerId(0)),
+                Target::Server(ServerId(1)),
+                Target::Direct(DirectId(0)),
+            ]
+        );
+        assert!(drain(&mut d, t0 + secs(100.0)).is_empty(), "dialed twice");
+        assert_eq!(d.poll_timeout(), None, "nothing is timed while dials are in flight");
+    }
+
+    #[test]
+    fn a_connected_server_is_registered_with_and_asked_at_once_then_renewed_at_half_the_ttl() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        let after = connect_server(&mut d, 0, server, conn(1), t0);
+        assert!(registers(&after, 0) && discovers(&after, 0), "{after:?}");
+        assert!(drain(&mut d, t0).is_empty());
+
+        let t1 = t0 + secs(0.1);
+        d.on_registered(server, TTL, t1);
+        let after = drain(&mut d, t1);
+        assert!(
+            after.contains(&Action::ServerUp {
+                addr: addr(4000),
+                server,
+                ttl: TTL
+            }),
+            "{after:?}"
+        );
+        // Registered: look at once for who is there.
+        assert!(discovers(&after, 0), "{after:?}");
+        // Next: the discovery round at +5 s, before the renewal at +10 s.
+        assert_eq!(d.poll_timeout(), Some(t1 + secs(5.0)));
+        assert!(!registers(&drain(&mut d, t1 + secs(9.9)), 0), "renewed early");
+        let renewal = drain(&mut d, t1 + secs(10.0));
+        assert!(registers(&renewal, 0), "not renewed at half the TTL: {renewal:?}");
+        // In flight: not sent again, however late the answer.
+        assert!(!registers(&drain(&mut d, t1 + secs(60.0)), 0));
+        d.on_registered(server, TTL, t1 + secs(60.0));
+        let again = drain(&mut d, t1 + secs(60.0));
+        assert!(
+            !again.iter().any(|a| matches!(a, Action::ServerUp { .. })),
+            "a renewal is reported as a new registration: {again:?}"
+        );
+    }
+
+    #[test]
+    fn a_failing_server_backs_off_doubling_up_to_the_cap_and_a_registration_resets_it() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        let mut now = t0;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            assert_eq!(dials(&drain(&mut d, now)), vec![Target::Server(ServerId(0))]);
+            d.on_dial_failed(Target::Server(ServerId(0)), "refused".into(), now);
+            drain(&mut d, now);
+            let next = d.poll_timeout().unwrap();
+            waits.push((next - now).as_secs());
+            assert!(
+                dials(&drain(&mut d, next - secs(0.001))).is_empty(),
+                "redialed early"
+            );
+            now = next;
+        }
+        assert_eq!(waits, vec![3, 6, 12, 24, 30, 30, 30]);
+
+        // Connected and registered: the next loss is retried after the first wait again.
+        assert_eq!(dials(&drain(&mut d, now)).len(), 1);
+        let server = PeerId::random();
+        connect_server(&mut d, 0, server, conn(1), now);
+        d.on_registered(server, TTL, now);
+        drain(&mut d, now);
+        d.on_connection_closed(server, conn(1), 0, "reset", now);
+        drain(&mut d, now);
+        assert_eq!(d.poll_timeout(), Some(now + secs(3.0)));
+    }
+
+    #[test]
+    fn a_server_that_stays_down_is_reported_once_per_reason() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        let mut now = t0;
+        let mut reports = Vec::new();
+        for reason in ["refused", "refused", "timeout", "timeout"] {
+            drain(&mut d, now);
+            d.on_dial_failed(Target::Server(ServerId(0)), reason.into(), now);
+            reports.extend(drain(&mut d, now));
+            now = d.poll_timeout().unwrap();
+        }
+        assert_eq!(
+            reports,
+            vec![
+                Action::ServerError {
+                    addr: addr(4000),
+                    reason: "cannot connect: refused".into()
+                },
+                Action::ServerError {
+                    addr: addr(4000),
+                    reason: "cannot connect: timeout".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_server_does_not_hold_up_the_others() {
+        let t0 = Instant::now();
+        let mut d = store(2, 0, t0);
+        drain(&mut d, t0);
+        d.on_dial_failed(Target::Server(ServerId(0)), "refused".into(), t0);
+        let server = PeerId::random();
+        let after = connect_server(&mut d, 1, server, conn(1), t0);
+        assert!(registers(&after, 1) && discovers(&after, 1), "{after:?}");
+        assert!(!registers(&after, 0));
+        d.on_registered(server, TTL, t0);
+        drain(&mut d, t0);
+        // The failed one is redialed on its own schedule, the other keeps its rounds.
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(3.0)));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(3.0))),
+            vec![Target::Server(ServerId(0))]
+        );
+        assert!(discovers(&drain(&mut d, t0 + secs(5.0)), 1));
+    }
+
+    #[test]
+    fn a_refused_registration_keeps_the_connection_and_is_retried_after_the_backoff() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        connect_server(&mut d, 0, server, conn(1), t0);
+        d.on_register_failed(server, "registration refused (InvalidTtl)".into(), t0);
+        let after = drain(&mut d, t0);
+        assert!(
+            matches!(&after[..], [Action::ServerError { reason, .. }] if reason.contains("InvalidTtl")),
+            "{after:?}"
+        );
+        assert!(dials(&drain(&mut d, t0 + secs(2.9))).is_empty());
+        assert!(!registers(&drain(&mut d, t0 + secs(2.9)), 0));
+        assert!(registers(&drain(&mut d, t0 + secs(3.0)), 0));
+    }
+
+    #[test]
+    fn a_registration_the_swarm_could_not_send_is_asked_again_shortly() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let after = connect_server(&mut d, 0, PeerId::random(), conn(1), t0);
+        assert!(registers(&after, 0));
+        d.on_register_not_sent(ServerId(0), t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + REGISTER_RETRY));
+        assert!(registers(&drain(&mut d, t0 + REGISTER_RETRY), 0));
+    }
+
+    #[test]
+    fn a_late_answer_on_a_lost_connection_registers_nothing() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        connect_server(&mut d, 0, server, conn(1), t0);
+        d.on_connection_closed(server, conn(1), 0, "reset", t0);
+        drain(&mut d, t0);
+        d.on_registered(server, TTL, t0);
+        assert!(drain(&mut d, t0).is_empty());
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(3.0)), "only the redial is timed");
+    }
+
+    #[test]
+    fn a_server_that_is_not_one_is_reported_and_not_registered_with() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        d.on_connected(Some(Target::Server(ServerId(0))), server, conn(1), t0);
+        assert!(d.is_server(&server));
+        d.on_server_error(server, "not a peer server".into());
+        let after = drain(&mut d, t0);
+        assert!(!registers(&after, 0), "{after:?}");
+        assert!(matches!(&after[..], [Action::ServerError { .. }, ..]), "{after:?}");
+        assert_eq!(d.connected_servers().collect::<Vec<_>>(), vec![server]);
+    }
+
+    #[test]
+    fn a_lost_direct_peer_is_redialed_with_backoff() {
+        let t0 = Instant::now();
+        let mut d = store(0, 1, t0);
+        let direct = Target::Direct(DirectId(0));
+        assert_eq!(dials(&drain(&mut d, t0)), vec![direct]);
+        let peer = PeerId::random();
+        d.on_connected(Some(direct), peer, conn(1), t0);
+        assert_eq!(d.poll_timeout(), None, "connected: nothing to do");
+
+        let t1 = t0 + secs(100.0);
+        d.on_connection_closed(peer, conn(1), 0, "ping timeout", t1);
+        assert_eq!(d.poll_timeout(), Some(t1 + secs(3.0)));
+        assert_eq!(dials(&drain(&mut d, t1 + secs(3.0))), vec![direct]);
+        d.on_dial_failed(direct, "refused".into(), t1 + secs(3.0));
+        assert_eq!(
+            drain(&mut d, t1 + secs(3.0)),
+            vec![Action::DialError {
+                addr: addr(7000).to_string(),
+                peer: None,
+                reason: "refused".into()
+            }]
+        );
+        assert_eq!(d.poll_timeout(), Some(t1 + secs(3.0 + 6.0)), "no growth");
+        assert_eq!(dials(&drain(&mut d, t1 + secs(9.0))), vec![direct]);
+        d.on_connected(Some(direct), peer, conn(2), t1 + secs(9.0));
+        d.on_connection_closed(peer, conn(2), 0, "closed", t1 + secs(10.0));
+        assert_eq!(
+            d.poll_timeout(),
+            Some(t1 + secs(13.0)),
+            "a connection resets the backoff"
+        );
+    }
+
+    #[test]
+    fn poll_timeout_is_the_earliest_deadline() {
+        let t0 = Instant::now();
+        let mut d = store(2, 1, t0);
+        drain(&mut d, t0);
+        // Server 0 registered (renewal +10 s, discovery +5 s), server 1 failed at +1 s
+        // (redial +4 s), the direct peer failed at +2 s (redial +5 s).
+        let s0 = PeerId::random();
+        connect_server(&mut d, 0, s0, conn(1), t0);
+        d.on_registered(s0, TTL, t0);
+        drain(&mut d, t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(5.0)));
+        d.on_dial_failed(Target::Server(ServerId(1)), "refused".into(), t0 + secs(1.0));
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(4.0)));
+        d.on_dial_failed(Target::Direct(DirectId(0)), "refused".into(), t0 + secs(0.5));
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(3.5)));
+        drain(&mut d, t0 + secs(1.0));
+        // Each deadline in turn, and nothing between them.
+        let mut now = t0 + secs(1.0);
+        let mut seen = Vec::new();
+        while let Some(next) = d.poll_timeout() {
+            if next > t0 + secs(10.0) {
+                break;
+            }
+            assert!(drain(&mut d, next - secs(0.001)).is_empty());
+            let actions = drain(&mut d, next);
+            assert!(!actions.is_empty(), "woken at {next:?} for nothing");
+            seen.push(((next - t0).as_secs_f64(), actions.len()));
+            // Dials stay in flight; nothing else comes back.
+            now = next;
+        }
+        let _ = now;
+        assert_eq!(
+            seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+            vec![3.5, 4.0, 5.0, 10.0]
+        );
+    }
+
+    #[test]
+    fn a_discovered_agent_is_dialed_once_and_after_a_failure_only_when_its_backoff_ends() {
+        let t0 = Instant::now();
+        let mut d = store(2, 0, t0);
+        drain(&mut d, t0);
+        let (s0, s1) = (PeerId::random(), PeerId::random());
+        connect_server(&mut d, 0, s0, conn(1), t0);
+        connect_server(&mut d, 1, s1, conn(2), t0);
+        let local = d.local;
+        let agent = PeerId::random();
+        let cookie = || Cookie::for_all_namespaces();
+        let regs = |peers: &[PeerId]| -> Vec<(PeerId, Vec<Multiaddr>)> {
+            peers.iter().map(|p| (*p, vec![addr(9000)])).collect()
+        };
+        // Itself, a server, and the same agent twice from two servers: one dial.
+        d.on_discovered(s0, cookie(), regs(&[local, s1, agent, agent]), t0);
+        d.on_discovered(s1, cookie(), regs(&[agent]), t0);
+        assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Discovered(agent)]);
+
+        d.on_dial_failed(Target::Discovered(agent), "refused".into(), t0);
+        assert!(matches!(
+            &drain(&mut d, t0)[..],
+            [Action::DialError { peer: Some(p), .. }] if *p == agent
+        ));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(2.9));
+        assert!(dials(&drain(&mut d, t0 + secs(2.9))).is_empty(), "dialed while backing off");
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(3.0));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(3.0))),
+            vec![Target::Discovered(agent)]
+        );
+        // A second failure waits twice as long.
+        d.on_dial_failed(Target::Discovered(agent), "refused".into(), t0 + secs(3.0));
+        drain(&mut d, t0 + secs(3.0));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(8.9));
+        assert!(dials(&drain(&mut d, t0 + secs(8.9))).is_empty());
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(9.0));
+        assert_eq!(dials(&drain(&mut d, t0 + secs(9.0))).len(), 1);
+
+        // Connected (even by its own dial to us): not dialed while a connection remains.
+        d.on_connected(None, agent, conn(3), t0 + secs(9.5));
+        d.on_dial_skipped(agent);
+        d.on_connected(None, agent, conn(4), t0 + secs(9.5));
+        d.on_connection_closed(agent, conn(3), 1, "duplicate", t0 + secs(9.6));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(10.0));
+        assert!(dials(&drain(&mut d, t0 + secs(10.0))).is_empty(), "dialed a connected agent");
+        d.on_connection_closed(agent, conn(4), 0, "closed", t0 + secs(11.0));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(11.0));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(11.0))),
+            vec![Target::Discovered(agent)],
+            "a connection clears the backoff"
+        );
+    }
+
+    #[test]
+    fn a_skipped_dial_leaves_no_backoff() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let s0 = PeerId::random();
+        connect_server(&mut d, 0, s0, conn(1), t0);
+        let agent = PeerId::random();
+        let regs = vec![(agent, vec![addr(9000)])];
+        d.on_discovered(s0, Cookie::for_all_namespaces(), regs.clone(), t0);
+        assert_eq!(dials(&drain(&mut d, t0)).len(), 1);
+        d.on_dial_skipped(agent);
+        d.on_discovered(s0, Cookie::for_all_namespaces(), regs, t0);
+        assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Discovered(agent)]);
+    }
+
+    #[test]
+    fn discovery_rounds_use_the_last_cookie_until_a_failure() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let s0 = PeerId::random();
+        let first = connect_server(&mut d, 0, s0, conn(1), t0);
+        assert!(first
+            .iter()
+            .any(|a| matches!(a, Action::Discover { cookie: None, .. })));
+        let cookie = Cookie::for_all_namespaces();
+        d.on_discovered(s0, cookie.clone(), Vec::new(), t0);
+        let next = drain(&mut d, t0 + secs(5.0));
+        assert!(
+            next.iter()
+                .any(|a| matches!(a, Action::Discover { cookie: Some(c), .. } if *c == cookie)),
+            "{next:?}"
+        );
+        assert_eq!(d.on_discover_failed(s0), Some(&addr(4000)));
+        let after = drain(&mut d, t0 + secs(10.0));
+        assert!(
+            after
+                .iter()
+                .any(|a| matches!(a, Action::Discover { cookie: None, .. })),
+            "{after:?}"
+        );
+    }
+}
