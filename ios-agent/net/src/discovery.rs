@@ -538,7 +538,10 @@ impl Discovery {
             self.servers[i].cookie = Some(cookie);
         }
         // Forget failures long past, so the table stays as small as the pool.
-        let forget = self.timing.max_redial_interval.max(self.timing.redial_interval);
+        let forget = self
+            .timing
+            .max_redial_interval
+            .max(self.timing.redial_interval);
         self.retry.retain(|_, r| now < r.until + forget);
         for (peer, addrs) in registrations {
             if peer == self.local
@@ -686,7 +689,11 @@ mod tests {
             ]
         );
         assert!(drain(&mut d, t0 + secs(100.0)).is_empty(), "dialed twice");
-        assert_eq!(d.poll_timeout(), None, "nothing is timed while dials are in flight");
+        assert_eq!(
+            d.poll_timeout(),
+            None,
+            "nothing is timed while dials are in flight"
+        );
     }
 
     #[test]
@@ -714,9 +721,15 @@ mod tests {
         assert!(discovers(&after, 0), "{after:?}");
         // Next: the discovery round at +5 s, before the renewal at +10 s.
         assert_eq!(d.poll_timeout(), Some(t1 + secs(5.0)));
-        assert!(!registers(&drain(&mut d, t1 + secs(9.9)), 0), "renewed early");
+        assert!(
+            !registers(&drain(&mut d, t1 + secs(9.9)), 0),
+            "renewed early"
+        );
         let renewal = drain(&mut d, t1 + secs(10.0));
-        assert!(registers(&renewal, 0), "not renewed at half the TTL: {renewal:?}");
+        assert!(
+            registers(&renewal, 0),
+            "not renewed at half the TTL: {renewal:?}"
+        );
         // In flight: not sent again, however late the answer.
         assert!(!registers(&drain(&mut d, t1 + secs(60.0)), 0));
         d.on_registered(server, TTL, t1 + secs(60.0));
@@ -734,7 +747,10 @@ mod tests {
         let mut now = t0;
         let mut waits = Vec::new();
         for _ in 0..7 {
-            assert_eq!(dials(&drain(&mut d, now)), vec![Target::Server(ServerId(0))]);
+            assert_eq!(
+                dials(&drain(&mut d, now)),
+                vec![Target::Server(ServerId(0))]
+            );
             d.on_dial_failed(Target::Server(ServerId(0)), "refused".into(), now);
             drain(&mut d, now);
             let next = d.poll_timeout().unwrap();
@@ -847,7 +863,11 @@ mod tests {
         drain(&mut d, t0);
         d.on_registered(server, TTL, t0);
         assert!(drain(&mut d, t0).is_empty());
-        assert_eq!(d.poll_timeout(), Some(t0 + secs(3.0)), "only the redial is timed");
+        assert_eq!(
+            d.poll_timeout(),
+            Some(t0 + secs(3.0)),
+            "only the redial is timed"
+        );
     }
 
     #[test]
@@ -861,7 +881,10 @@ mod tests {
         d.on_server_error(server, "not a peer server".into());
         let after = drain(&mut d, t0);
         assert!(!registers(&after, 0), "{after:?}");
-        assert!(matches!(&after[..], [Action::ServerError { .. }, ..]), "{after:?}");
+        assert!(
+            matches!(&after[..], [Action::ServerError { .. }, ..]),
+            "{after:?}"
+        );
         assert_eq!(d.connected_servers().collect::<Vec<_>>(), vec![server]);
     }
 
@@ -911,9 +934,17 @@ mod tests {
         d.on_registered(s0, TTL, t0);
         drain(&mut d, t0);
         assert_eq!(d.poll_timeout(), Some(t0 + secs(5.0)));
-        d.on_dial_failed(Target::Server(ServerId(1)), "refused".into(), t0 + secs(1.0));
+        d.on_dial_failed(
+            Target::Server(ServerId(1)),
+            "refused".into(),
+            t0 + secs(1.0),
+        );
         assert_eq!(d.poll_timeout(), Some(t0 + secs(4.0)));
-        d.on_dial_failed(Target::Direct(DirectId(0)), "refused".into(), t0 + secs(0.5));
+        d.on_dial_failed(
+            Target::Direct(DirectId(0)),
+            "refused".into(),
+            t0 + secs(0.5),
+        );
         assert_eq!(d.poll_timeout(), Some(t0 + secs(3.5)));
         drain(&mut d, t0 + secs(1.0));
         // Each deadline in turn, and nothing between them.
@@ -962,7 +993,10 @@ mod tests {
             [Action::DialError { peer: Some(p), .. }] if *p == agent
         ));
         d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(2.9));
-        assert!(dials(&drain(&mut d, t0 + secs(2.9))).is_empty(), "dialed while backing off");
+        assert!(
+            dials(&drain(&mut d, t0 + secs(2.9))).is_empty(),
+            "dialed while backing off"
+        );
         d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(3.0));
         assert_eq!(
             dials(&drain(&mut d, t0 + secs(3.0))),
@@ -982,7 +1016,10 @@ mod tests {
         d.on_connected(None, agent, conn(4), t0 + secs(9.5));
         d.on_connection_closed(agent, conn(3), 1, "duplicate", t0 + secs(9.6));
         d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(10.0));
-        assert!(dials(&drain(&mut d, t0 + secs(10.0))).is_empty(), "dialed a connected agent");
+        assert!(
+            dials(&drain(&mut d, t0 + secs(10.0))).is_empty(),
+            "dialed a connected agent"
+        );
         d.on_connection_closed(agent, conn(4), 0, "closed", t0 + secs(11.0));
         d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(11.0));
         assert_eq!(

@@ -752,8 +752,7 @@ impl Task {
                     .condition(PeerCondition::DisconnectedAndNotDialing)
                     .addresses(addrs)
                     .build();
-                if let Err(reason) = self.dial(opts, DialTarget::Store(Target::Discovered(peer)))
-                {
+                if let Err(reason) = self.dial(opts, DialTarget::Store(Target::Discovered(peer))) {
                     // Already connected or dialing, or no usable address: nothing failed.
                     tracing::debug!("not dialing discovered {peer}: {reason}");
                     self.discovery.on_dial_skipped(peer);
