@@ -133,7 +133,9 @@ pub enum NetEvent {
         server: PeerId,
     },
     /// A peer server cannot be reached, refused us, or the connection to it was lost. The
-    /// network keeps running and tries again every `redial_interval`.
+    /// network keeps running and tries again after `redial_interval`, doubling the wait up to
+    /// `max_redial_interval` while it keeps failing; the same reason twice in a row is
+    /// reported once.
     PeerServerError {
         /// The address configured.
         addr: Multiaddr,
