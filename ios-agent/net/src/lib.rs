@@ -59,6 +59,8 @@
 pub mod codec;
 pub mod config;
 pub mod discovery;
+mod event;
+mod handle;
 pub mod key;
 pub mod limits;
 pub mod network;

@@ -6,13 +6,10 @@
 //! [`Action`]s, and sleeps until its [`Discovery::poll_timeout`] or the next event.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ios_agent_core::message::PROTOCOL_NAME;
 use ios_agent_core::tier::PeerId as CorePeerId;
-use ios_agent_core::Message;
 use libp2p::core::ConnectedPoint;
 use libp2p::futures::StreamExt;
 use libp2p::identity::Keypair;
@@ -22,12 +19,15 @@ use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, DialError, ListenError, NetworkBehaviour, SwarmEvent};
 use libp2p::{identify, ping, Multiaddr, PeerId, StreamProtocol, Swarm};
 use pcm_proto::HostName;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::codec::{Ack, AgentCodec, Request};
 use crate::config::NetConfig;
 use crate::discovery::{Action, Discovery, Target, Timing};
+pub use crate::event::{NetEvent, PeerSummary};
+pub use crate::handle::NetHandle;
+use crate::handle::{Command, Outgoing};
 use crate::transport::{build_transport, chain, describe_transport_error};
 use crate::NetError;
 
@@ -53,308 +53,6 @@ pub fn announced_host(agent_version: &str) -> Option<HostName> {
 
 /// The rendezvous protocol a peer server speaks.
 const RENDEZVOUS_PROTOCOL: &str = "/rendezvous/1.0.0";
-
-/// An agent peer as the network sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerSummary {
-    /// The peer, as the agent core names it.
-    pub peer: CorePeerId,
-    /// The same peer as libp2p names it.
-    pub libp2p_id: PeerId,
-    /// Remote address of the connection in use.
-    pub addr: Multiaddr,
-    /// Latest ping round-trip time, if any yet.
-    pub rtt: Option<Duration>,
-}
-
-/// What the network reports to the driver. Peer ids are the agent core's
-/// ([`CorePeerId`], the bytes of the libp2p peer id), so they go straight into
-/// `Agent::handle_*`.
-#[derive(Debug, Clone)]
-pub enum NetEvent {
-    /// Listening on this address (also announced to peer servers unless
-    /// `external_addrs` is set).
-    Listening {
-        /// The address.
-        addr: Multiaddr,
-    },
-    /// An agent is connected (identify says it speaks the agent protocol).
-    PeerUp {
-        /// The agent.
-        peer: CorePeerId,
-        /// Its address on this connection.
-        addr: Multiaddr,
-        /// The host it announced over this connection ([`NetConfig::host`]), if any:
-        /// feed to `Agent::handle_peer_host`.
-        host: Option<HostName>,
-    },
-    /// A ping round trip to an agent: feed to `Agent::handle_peer_rtt`.
-    PeerRtt {
-        /// The agent.
-        peer: CorePeerId,
-        /// The round-trip time.
-        rtt: Duration,
-    },
-    /// The last connection to an agent closed (or its pings timed out): feed to
-    /// `Agent::handle_peer_gone`.
-    PeerGone {
-        /// The agent.
-        peer: CorePeerId,
-    },
-    /// A valid agent message: feed to `Agent::handle_message`.
-    Message {
-        /// The sender.
-        from: CorePeerId,
-        /// The message, already checked with `Message::validate`.
-        message: Message,
-    },
-    /// A peer sent something that is not a valid agent message (too long, undecodable or
-    /// invalid). It was refused and the sender told why; nothing else happens.
-    BadMessage {
-        /// The sender.
-        from: CorePeerId,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A message sent with [`NetHandle::send`] was not delivered or was refused.
-    SendFailed {
-        /// The addressee.
-        to: CorePeerId,
-        /// What the message was (`Message::kind`).
-        kind: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// Registered with a peer server (the first time, and again after an error).
-    PeerServerUp {
-        /// The address configured.
-        addr: Multiaddr,
-        /// The server's libp2p peer id.
-        server: PeerId,
-    },
-    /// A peer server cannot be reached, refused us, or the connection to it was lost. The
-    /// network keeps running and tries again after `redial_interval`, doubling the wait up to
-    /// `max_redial_interval` while it keeps failing; the same reason twice in a row is
-    /// reported once.
-    PeerServerError {
-        /// The address configured.
-        addr: Multiaddr,
-        /// Why, in one line. Contains "wrong or missing pool key?" when TCP connected but the
-        /// pool handshake failed or stalled.
-        reason: String,
-    },
-    /// Dialing an agent (direct or discovered) failed.
-    DialError {
-        /// The address, or the peer when it was dialed by peer id.
-        addr: String,
-        /// The agent, if known.
-        peer: Option<CorePeerId>,
-        /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
-        reason: String,
-    },
-    /// A connection from outside failed during the handshake.
-    IncomingError {
-        /// The remote address.
-        from: Multiaddr,
-        /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
-        reason: String,
-    },
-}
-
-enum Command {
-    Peers(oneshot::Sender<Vec<PeerSummary>>),
-    ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
-    Dial(Multiaddr, oneshot::Sender<Result<(), NetError>>),
-    Shutdown(oneshot::Sender<()>),
-}
-
-/// An agent message on its way to the network task.
-struct Outgoing {
-    to: CorePeerId,
-    request: Request,
-    kind: &'static str,
-    /// Where to say whether it was queued on the connection; `None` for
-    /// [`NetHandle::try_send`], whose failures come as [`NetEvent::SendFailed`].
-    reply: Option<oneshot::Sender<Result<(), NetError>>>,
-}
-
-/// Messages [`NetHandle::try_send`] dropped because the send queue was full.
-#[derive(Debug)]
-struct Drops {
-    count: AtomicU64,
-    /// One warning per window, saying how many more were dropped since the last one.
-    log: Mutex<pcm_proto::log_limit::LogLimit>,
-}
-
-impl Drops {
-    fn new() -> Self {
-        Drops {
-            count: AtomicU64::new(0),
-            log: Mutex::new(pcm_proto::log_limit::LogLimit::new(DROP_WARNING_WINDOW, 1)),
-        }
-    }
-
-    fn note(&self, to: &CorePeerId, kind: &'static str) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        // A panic elsewhere while holding the lock leaves a rate limiter, still usable.
-        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(suppressed) = log.check("send queue full", Instant::now()) {
-            tracing::warn!(
-                %to,
-                kind,
-                "send queue full: message dropped{}",
-                pcm_proto::log_limit::suffix(suppressed)
-            );
-        }
-    }
-}
-
-/// At most one "send queue full" warning per this window.
-const DROP_WARNING_WINDOW: Duration = Duration::from_secs(10);
-
-/// The driver's handle on a running network. Cheap to clone; the network stops when
-/// [`NetHandle::shutdown`] is called or every handle is dropped.
-#[derive(Clone)]
-pub struct NetHandle {
-    commands: mpsc::Sender<Command>,
-    /// The send queue ([`NetConfig::send_queue`] messages), apart from the commands so that a
-    /// full queue does not hold up `peers` or `shutdown`.
-    outbox: mpsc::Sender<Outgoing>,
-    drops: Arc<Drops>,
-    local: CorePeerId,
-    local_libp2p: PeerId,
-}
-
-impl std::fmt::Debug for NetHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NetHandle({})", self.local_libp2p)
-    }
-}
-
-impl NetHandle {
-    /// This node's id as the agent core names it.
-    pub fn local_peer_id(&self) -> CorePeerId {
-        self.local.clone()
-    }
-
-    /// This node's libp2p peer id.
-    pub fn local_libp2p_id(&self) -> PeerId {
-        self.local_libp2p
-    }
-
-    async fn command<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Command,
-    ) -> Result<T, NetError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(make(tx))
-            .await
-            .map_err(|_| NetError::Stopped)?;
-        rx.await.map_err(|_| NetError::Stopped)
-    }
-
-    /// Sends an agent message to a connected agent, waiting for room in the send queue.
-    /// Returns once it is queued on the connection; delivery failures come later as
-    /// [`NetEvent::SendFailed`].
-    /// Errors: [`NetError::NotConnected`], [`NetError::InvalidPeer`],
-    /// [`NetError::TooLarge`], [`NetError::Stopped`].
-    pub async fn send(&self, to: &CorePeerId, message: Message) -> Result<(), NetError> {
-        let kind = message.kind();
-        let bytes = encode(kind, &message)?;
-        self.send_bytes(to, bytes, kind).await
-    }
-
-    /// Queues an agent message without waiting, for callers that must not block (the
-    /// agent's event loop). Every failure after queueing (not connected, not delivered,
-    /// refused) comes as [`NetEvent::SendFailed`].
-    ///
-    /// When the send queue ([`NetConfig::send_queue`]) is full the message is dropped:
-    /// counted ([`NetHandle::dropped_messages`]), logged in one warning per 10 s at most, and
-    /// refused with [`NetError::QueueFull`]. Dropping rather than waiting because the agent
-    /// protocol tolerates loss (a lost steal request times out and is retried) while a
-    /// blocked event loop stalls the agent's timers and control requests behind a slow
-    /// network. Errors: [`NetError::QueueFull`], [`NetError::TooLarge`],
-    /// [`NetError::Stopped`].
-    pub fn try_send(&self, to: &CorePeerId, message: Message) -> Result<(), NetError> {
-        let kind = message.kind();
-        let bytes = encode(kind, &message)?;
-        let out = Outgoing {
-            to: to.clone(),
-            request: Request::Raw(bytes),
-            kind,
-            reply: None,
-        };
-        match self.outbox.try_send(out) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(out)) => {
-                self.drops.note(&out.to, kind);
-                Err(NetError::QueueFull { peer: out.to, kind })
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(NetError::Stopped),
-        }
-    }
-
-    /// How many messages [`NetHandle::try_send`] dropped because the send queue was full.
-    pub fn dropped_messages(&self) -> u64 {
-        self.drops.count.load(Ordering::Relaxed)
-    }
-
-    /// Sends bytes as they are on the agent protocol. Only for tests of peers' handling of
-    /// hostile input.
-    #[doc(hidden)]
-    pub async fn send_raw(&self, to: &CorePeerId, bytes: Vec<u8>) -> Result<(), NetError> {
-        self.send_bytes(to, bytes, "raw").await
-    }
-
-    async fn send_bytes(
-        &self,
-        to: &CorePeerId,
-        bytes: Vec<u8>,
-        kind: &'static str,
-    ) -> Result<(), NetError> {
-        let (reply, answer) = oneshot::channel();
-        self.outbox
-            .send(Outgoing {
-                to: to.clone(),
-                request: Request::Raw(bytes),
-                kind,
-                reply: Some(reply),
-            })
-            .await
-            .map_err(|_| NetError::Stopped)?;
-        answer.await.map_err(|_| NetError::Stopped)?
-    }
-
-    /// The agents connected now, with their latest RTT.
-    pub async fn peers(&self) -> Result<Vec<PeerSummary>, NetError> {
-        self.command(Command::Peers).await
-    }
-
-    /// The addresses this node listens on.
-    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, NetError> {
-        self.command(Command::ListenAddrs).await
-    }
-
-    /// Dials an address once (no redial), for example an agent named on a command line after
-    /// start. Failures come as [`NetEvent::DialError`].
-    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
-        self.command(|reply| Command::Dial(addr, reply)).await?
-    }
-
-    /// Unregisters from the peer servers, closes every connection and ends the task.
-    pub async fn shutdown(&self) -> Result<(), NetError> {
-        self.command(Command::Shutdown).await
-    }
-}
-
-/// Encodes a message on the caller's task, so an oversized one fails at once.
-fn encode(kind: &'static str, message: &Message) -> Result<Vec<u8>, NetError> {
-    crate::codec::encode_message(message).map_err(|e| NetError::TooLarge {
-        kind,
-        reason: e.to_string(),
-    })
-}
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
@@ -480,13 +178,7 @@ impl Network {
         }
         let join = tokio::spawn(async move { task.run(cmd_rx, outbox_rx).await });
         Ok((
-            NetHandle {
-                commands: cmd_tx,
-                outbox: outbox_tx,
-                drops: Arc::new(Drops::new()),
-                local,
-                local_libp2p,
-            },
+            NetHandle::new(cmd_tx, outbox_tx, local, local_libp2p),
             events_rx,
             join,
         ))
