@@ -73,7 +73,8 @@ pub enum NetEvent {
         /// What was wrong.
         reason: String,
     },
-    /// A message sent with [`NetHandle::send`] was not delivered or was refused.
+    /// A message sent with [`NetHandle::send`] was not delivered or was refused; or one
+    /// queued with [`NetHandle::try_send`] found its addressee not connected.
     SendFailed {
         /// The addressee.
         to: CorePeerId,
