@@ -2,7 +2,8 @@
 //! task ([`crate::network`]) and tested here without a swarm.
 //!
 //! The [`Discovery`] store knows the peer servers (their connection, registration and its
-//! renewal at half the TTL granted, discovery rounds), the direct peers (kept connected) and
+//! renewal at half the TTL granted, discovery rounds), the direct peers (kept connected, but
+//! not redialed while the peer stays connected through a connection it dialed itself) and
 //! the agents discovered through the servers (dialed once, again after a failure only when
 //! their backoff ends). It does no I/O and reads no clock, in the style of `quinn-proto`:
 //!
