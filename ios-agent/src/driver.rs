@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::job_processes::JobProcesses;
 use crate::status::{status_of, AgentStatus, Decision, DecisionKind, PeerStatus, ProtocolStep};
-use crate::transport::{PeerEvent, Transport};
+use crate::transport::{NetEvent, Transport};
 
 /// How many decisions `ios-agent status` shows.
 const DECISION_HISTORY: usize = 32;
@@ -97,8 +97,8 @@ struct Draining {
 /// The inputs of the loop.
 #[derive(Debug)]
 pub struct Inputs {
-    /// Network events.
-    pub peers: mpsc::Receiver<PeerEvent>,
+    /// Network events, straight from the network task.
+    pub peers: mpsc::Receiver<NetEvent>,
     /// Profiling samples, one per profile period.
     pub samples: mpsc::Receiver<Sample>,
     /// Control requests.
@@ -305,24 +305,28 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         }
     }
 
-    fn on_peer_event(&mut self, event: PeerEvent) {
+    fn on_peer_event(&mut self, event: NetEvent) {
         let now = Instant::now();
         match event {
-            PeerEvent::Rtt { peer, rtt } => self.agent.handle_peer_rtt(now, peer, rtt),
-            PeerEvent::Host { peer, host } => {
+            NetEvent::PeerRtt { peer, rtt } => self.agent.handle_peer_rtt(now, peer, rtt),
+            NetEvent::PeerUp { peer, addr, host } => {
+                tracing::info!(%peer, %addr, ?host, "agent connected");
+                let Some(host) = host else { return };
                 if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host) {
                     // Once per connection, and only from holders of the pool key.
                     tracing::warn!(%peer, "host announcement refused: {e}");
                 }
             }
-            PeerEvent::Gone { peer } => {
+            NetEvent::PeerGone { peer } => {
                 tracing::info!(%peer, "peer gone");
                 self.agent.handle_peer_gone(now, &peer);
             }
-            PeerEvent::Message { from, message } => {
+            NetEvent::Message { from, message } => {
                 tracing::debug!(%from, kind = message.kind(), "message");
                 self.agent.handle_message(now, from, message);
             }
+            // Not the core's business: peer-server trouble, refused handshakes, hostile input.
+            other => crate::net::log_event(&other),
         }
     }
 

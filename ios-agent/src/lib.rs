@@ -9,7 +9,9 @@
 //! - [`transport`]: what the loop needs from the network (the libp2p transport of
 //!   `ios-agent-net` in the binary, channels in tests);
 //! - [`node_daemon`]: the link to the node's pcmd (attach or start it; stats; migrations);
-//! - [`net`]: `ios-agent-net` (libp2p, pool key, peer servers) as a [`transport::Transport`];
+//! - [`net`]: `ios-agent-net` (libp2p, pool key, peer servers) as a [`transport::Transport`]
+//!   (non-blocking, into the network's bounded send queue) and the channel of its events,
+//!   which the loop reads as they are;
 //! - [`sampler`]: the profiling loop (`ios-agent-profile` for the node, pcmd for the ranks);
 //! - [`control`]: the local control socket behind `ios-agent status` and `ios-agent leave`;
 //! - [`job_processes`]: the job processes on the node, which a leaving agent waits to see gone;

@@ -1,20 +1,20 @@
-//! The libp2p side of the agent: starts `ios-agent-net` from `join`'s options and turns its
-//! events into the driver's [`PeerEvent`]s. Everything else the network reports (peer-server
-//! trouble, refused handshakes, hostile messages) is logged here, so that a user sees e.g.
-//! "wrong or missing pool key?" without the driver knowing about libp2p.
+//! The libp2p side of the agent: starts `ios-agent-net` from `join`'s options; its
+//! [`NetEvent`]s go straight to the driver. What the core has no use for (peer-server
+//! trouble, refused handshakes, hostile messages) is logged by [`log_event`], so that a user
+//! sees e.g. "wrong or missing pool key?" without the driver knowing about libp2p.
 
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use ios_agent_core::{Message, PeerId};
 use ios_agent_net::libp2p::Multiaddr;
-use ios_agent_net::{Identity, NetConfig, NetEvent, NetHandle, Network, PoolKey};
+use ios_agent_net::{Identity, NetConfig, NetError, NetEvent, NetHandle, Network, PoolKey};
 use pcm_proto::HostName;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::cli::JoinArgs;
-use crate::transport::{PeerEvent, Transport};
+use crate::transport::Transport;
 
 /// The running network of one agent.
 #[derive(Debug)]
@@ -45,7 +45,7 @@ pub async fn start(
     args: &JoinArgs,
     host: &HostName,
     state_dir: &Path,
-) -> Result<(AgentNet, mpsc::Receiver<PeerEvent>)> {
+) -> Result<(AgentNet, mpsc::Receiver<NetEvent>)> {
     let key = PoolKey::from_file(&args.pool_key)?;
     tracing::info!(fingerprint = %key.fingerprint(), "pool key from {}", args.pool_key.display());
     let mut config = NetConfig::new(key);
@@ -58,57 +58,39 @@ pub async fn start(
     if config.peer_servers.is_empty() && config.direct_peers.is_empty() {
         tracing::warn!("no --peer-server and no --peer given: this agent can only be found by others that know its address");
     }
-    let (handle, mut events, task) = Network::start(config).await?;
-    let (tx, rx) = mpsc::channel(1024);
-    let host = host.clone();
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            let forward = match event {
-                NetEvent::PeerRtt { peer, rtt } => PeerEvent::Rtt { peer, rtt },
-                NetEvent::PeerGone { peer } => PeerEvent::Gone { peer },
-                NetEvent::Message { from, message } => PeerEvent::Message { from, message },
-                NetEvent::Listening { addr } => {
-                    tracing::info!(%host, %addr, "listening for agents");
-                    continue;
-                }
-                NetEvent::PeerUp { peer, addr, host } => {
-                    tracing::info!(%peer, %addr, ?host, "agent connected");
-                    match host {
-                        Some(host) => PeerEvent::Host { peer, host },
-                        None => continue,
-                    }
-                }
-                NetEvent::PeerServerUp { addr, server } => {
-                    tracing::info!(%addr, %server, "registered with peer server");
-                    continue;
-                }
-                NetEvent::PeerServerError { addr, reason } => {
-                    tracing::warn!(%addr, "peer server: {reason}");
-                    continue;
-                }
-                NetEvent::DialError { addr, reason, .. } => {
-                    tracing::warn!(%addr, "cannot reach agent: {reason}");
-                    continue;
-                }
-                NetEvent::IncomingError { from, reason } => {
-                    tracing::warn!(%from, "refused incoming connection: {reason}");
-                    continue;
-                }
-                NetEvent::BadMessage { from, reason } => {
-                    tracing::warn!(%from, "refused message: {reason}");
-                    continue;
-                }
-                NetEvent::SendFailed { to, kind, reason } => {
-                    tracing::debug!(%to, kind, "message not delivered: {reason}");
-                    continue;
-                }
-            };
-            if tx.send(forward).await.is_err() {
-                return;
-            }
+    // The network's events go straight to the driver: one channel, one enum.
+    let (handle, events, task) = Network::start(config).await?;
+    Ok((AgentNet { handle, task }, events))
+}
+
+/// Logs an event the core has no use for. Everything the network reports besides RTTs, hosts,
+/// departures and messages is for the user: e.g. "wrong or missing pool key?".
+pub fn log_event(event: &NetEvent) {
+    match event {
+        NetEvent::Listening { addr } => tracing::info!(%addr, "listening for agents"),
+        NetEvent::PeerServerUp { addr, server } => {
+            tracing::info!(%addr, %server, "registered with peer server");
         }
-    });
-    Ok((AgentNet { handle, task }, rx))
+        NetEvent::PeerServerError { addr, reason } => {
+            tracing::warn!(%addr, "peer server: {reason}");
+        }
+        NetEvent::DialError { addr, reason, .. } => {
+            tracing::warn!(%addr, "cannot reach agent: {reason}");
+        }
+        NetEvent::IncomingError { from, reason } => {
+            tracing::warn!(%from, "refused incoming connection: {reason}");
+        }
+        NetEvent::BadMessage { from, reason } => {
+            tracing::warn!(%from, "refused message: {reason}");
+        }
+        NetEvent::SendFailed { to, kind, reason } => {
+            tracing::debug!(%to, kind, "message not delivered: {reason}");
+        }
+        NetEvent::PeerUp { peer, addr, host } => {
+            tracing::info!(%peer, %addr, ?host, "agent connected");
+        }
+        NetEvent::PeerRtt { .. } | NetEvent::PeerGone { .. } | NetEvent::Message { .. } => {}
+    }
 }
 
 impl AgentNet {
@@ -141,14 +123,12 @@ pub struct NetTransport {
 
 impl Transport for NetTransport {
     fn send(&self, to: &PeerId, message: Message) {
-        let handle = self.handle.clone();
-        let to = to.clone();
-        // Sending waits for the network task's queue; the driver must not.
-        tokio::spawn(async move {
-            let kind = message.kind();
-            if let Err(e) = handle.send(&to, message).await {
-                tracing::debug!(%to, kind, "send failed: {e}");
-            }
-        });
+        let kind = message.kind();
+        // Never waits: a full send queue drops the message (counted and warned about by
+        // `try_send`); later failures come as `NetEvent::SendFailed`.
+        match self.handle.try_send(to, message) {
+            Ok(()) | Err(NetError::QueueFull { .. }) => {}
+            Err(e) => tracing::debug!(%to, kind, "send failed: {e}"),
+        }
     }
 }

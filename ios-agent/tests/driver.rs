@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ios_agent::driver::{self, ControlRequest, Inputs, LeaveOrder, LeaveUpdate, Migrator, Sample};
 use ios_agent::status::DecisionKind;
-use ios_agent::transport::{PeerEvent, Transport};
+use ios_agent::transport::{NetEvent, Transport};
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{
     Agent, Config, EntityId, EntityProfile, Message, MigrationId, NodeProfile, PeerId,
@@ -20,12 +20,12 @@ use tokio::sync::{mpsc, oneshot};
 /// Delivers messages to the other agent's peer-event channel.
 struct Wire {
     me: PeerId,
-    to: mpsc::Sender<PeerEvent>,
+    to: mpsc::Sender<NetEvent>,
 }
 
 impl Transport for Wire {
     fn send(&self, _to: &PeerId, message: Message) {
-        let _ = self.to.try_send(PeerEvent::Message {
+        let _ = self.to.try_send(NetEvent::Message {
             from: self.me.clone(),
             message,
         });
@@ -72,8 +72,8 @@ fn entity(rank: u32, compute_ms: u64) -> EntityProfile {
 struct Pair {
     a: PeerId,
     b: PeerId,
-    a_peers_tx: mpsc::Sender<PeerEvent>,
-    b_peers_tx: mpsc::Sender<PeerEvent>,
+    a_peers_tx: mpsc::Sender<NetEvent>,
+    b_peers_tx: mpsc::Sender<NetEvent>,
     a_samples_tx: mpsc::Sender<Sample>,
     b_samples_tx: mpsc::Sender<Sample>,
     a_control_tx: mpsc::Sender<ControlRequest>,
@@ -138,14 +138,15 @@ fn two_loops() -> Pair {
 }
 
 /// What the network reports when a peer connects: the host it announced, then an RTT.
-async fn connect(tx: &mpsc::Sender<PeerEvent>, peer: &PeerId, host: &str, rtt: Duration) {
-    tx.send(PeerEvent::Host {
+async fn connect(tx: &mpsc::Sender<NetEvent>, peer: &PeerId, host: &str, rtt: Duration) {
+    tx.send(NetEvent::PeerUp {
         peer: peer.clone(),
-        host: HostName::new(host).unwrap(),
+        addr: "/ip4/127.0.0.1/tcp/1".parse().unwrap(),
+        host: Some(HostName::new(host).unwrap()),
     })
     .await
     .unwrap();
-    tx.send(PeerEvent::Rtt {
+    tx.send(NetEvent::PeerRtt {
         peer: peer.clone(),
         rtt,
     })
@@ -401,7 +402,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
         stalled: vec![],
     };
     a_samples_tx.send(sample()).await.unwrap();
-    let steal = |id: u64, origin: &PeerId, source: &PeerId, host: &str| PeerEvent::Message {
+    let steal = |id: u64, origin: &PeerId, source: &PeerId, host: &str| NetEvent::Message {
         from: k.clone(),
         message: Message::WorkSteal {
             id: ios_agent_core::MessageId(id),

@@ -36,16 +36,20 @@ fn agents_find_each_other_and_a_killed_one_drops_out_within_seconds() {
         "every agent knows both others",
         || agents.iter().all(|a| a.peer_count() == 2),
     );
-    // Peers are in the local tier with measured loopback round-trip times.
-    let status = agents[0].status();
-    for p in &status.peers {
-        assert_eq!(p.tier, "local", "{status:#?}");
-        let rtt = p.srtt_ms;
-        assert!(
-            rtt > 0.0 && rtt < 10.0,
-            "loopback rtt {rtt} ms: {status:#?}"
-        );
-    }
+    // Peers are in the local tier with measured loopback round-trip times, once the first
+    // samples settle: the mesh forms within the agents' first second, while the machine is
+    // busy starting them, and a first ping can take tens of milliseconds then.
+    let local = |status: &ios_agent_proto::AgentStatus| {
+        status
+            .peers
+            .iter()
+            .all(|p| p.tier == "local" && p.srtt_ms > 0.0 && p.srtt_ms < 10.0)
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "the peers' smoothed loopback rtts in the local tier",
+        || local(&agents[0].status()),
+    );
 
     let mut agents = agents;
     let mut killed = agents.pop().unwrap();

@@ -4,7 +4,7 @@
 //! A request is one CBOR-encoded [`Message`], written whole and followed by the end of the
 //! stream; the reply is a small CBOR [`Ack`]. The reader refuses frames longer than
 //! [`MAX_MESSAGE_LEN`] before decoding and calls [`Message::validate`] after, and never fails
-//! the stream for bad content: it yields [`Request::Bad`], so the network reports the sender
+//! the stream for bad content: it yields `Request::Bad`, so the network reports the sender
 //! and goes on serving.
 
 use std::io;

@@ -24,12 +24,18 @@ pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(1);
 /// Default ping timeout: a connection whose ping is not answered within it is closed, and
 /// the peer reported gone.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default wait before dialing a peer server or direct peer again after a failure or loss.
+/// Default wait before dialing a peer server or direct peer again after a failure or loss
+/// (and before registering again after a refusal, or dialing a discovered agent again).
 pub const DEFAULT_REDIAL_INTERVAL: Duration = Duration::from_secs(3);
+/// Default longest wait between attempts: each consecutive failure doubles the wait from
+/// [`DEFAULT_REDIAL_INTERVAL`] up to this.
+pub const DEFAULT_MAX_REDIAL_INTERVAL: Duration = Duration::from_secs(30);
 /// Default deadline of an agent message's delivery (request and acknowledgement).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default capacity of the event channel.
 pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
+/// Default capacity of the send queue, in messages.
+pub const DEFAULT_SEND_QUEUE: usize = 1024;
 
 /// The node's libp2p identity.
 #[derive(Debug, Clone)]
@@ -110,12 +116,20 @@ pub struct NetConfig {
     /// Deadline of a connection's whole handshake. Default:
     /// [`DEFAULT_HANDSHAKE_TIMEOUT`](crate::transport::DEFAULT_HANDSHAKE_TIMEOUT).
     pub handshake_timeout: Duration,
-    /// Default: [`DEFAULT_REDIAL_INTERVAL`].
+    /// Wait before the first retry after a failure. Default: [`DEFAULT_REDIAL_INTERVAL`].
     pub redial_interval: Duration,
+    /// Longest wait between retries, reached by doubling `redial_interval` at each
+    /// consecutive failure; at least `redial_interval`. Default:
+    /// [`DEFAULT_MAX_REDIAL_INTERVAL`].
+    pub max_redial_interval: Duration,
     /// Default: [`DEFAULT_REQUEST_TIMEOUT`].
     pub request_timeout: Duration,
     /// Capacity of the event channel. Default: [`DEFAULT_EVENT_CAPACITY`].
     pub event_capacity: usize,
+    /// Capacity of the send queue, in messages: what
+    /// [`NetHandle::try_send`](crate::NetHandle::try_send) drops beyond and
+    /// [`NetHandle::send`](crate::NetHandle::send) waits for. Default: [`DEFAULT_SEND_QUEUE`].
+    pub send_queue: usize,
     /// The host this node runs on, as the MPI runtime names it, announced to every peer over
     /// the authenticated connection (identify's agent version). Peers move work only to a
     /// host announced this way ([`NetEvent::PeerUp`](crate::NetEvent::PeerUp)). Default:
@@ -146,8 +160,10 @@ impl NetConfig {
             ping_timeout: DEFAULT_PING_TIMEOUT,
             handshake_timeout: crate::transport::DEFAULT_HANDSHAKE_TIMEOUT,
             redial_interval: DEFAULT_REDIAL_INTERVAL,
+            max_redial_interval: DEFAULT_MAX_REDIAL_INTERVAL,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             event_capacity: DEFAULT_EVENT_CAPACITY,
+            send_queue: DEFAULT_SEND_QUEUE,
             host: None,
             max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
             max_pending: crate::limits::DEFAULT_MAX_PENDING,
@@ -184,8 +200,20 @@ impl NetConfig {
                 "connection caps must be at least 1".into(),
             );
         }
+        if self.max_redial_interval < self.redial_interval {
+            return bad(
+                "max_redial_interval",
+                format!(
+                    "{:?} is below redial_interval ({:?})",
+                    self.max_redial_interval, self.redial_interval
+                ),
+            );
+        }
         if self.event_capacity == 0 {
             return bad("event_capacity", "must be at least 1".into());
+        }
+        if self.send_queue == 0 {
+            return bad("send_queue", "must be at least 1".into());
         }
         libp2p::rendezvous::Namespace::new(self.namespace.clone()).map_err(|e| {
             NetError::Config {

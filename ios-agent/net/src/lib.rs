@@ -14,10 +14,18 @@
 //!   [`NetConfig::handshake_timeout`] in an error saying "wrong or missing pool key?".
 //! - [`Network::start`]: the swarm (identify, ping, request-response with a size-capped CBOR
 //!   codec on [`PROTOCOL_NAME`](ios_agent_core::message::PROTOCOL_NAME), rendezvous client)
-//!   in a tokio task; a [`NetHandle`] to command it and a channel of [`NetEvent`]s.
-//! - Discovery: registers with every peer server with a short TTL (renewed at half of it),
-//!   discovers from all, dials the agents found, and keeps connections to them open. A peer
+//!   in a tokio task; a [`NetHandle`] to command it and one channel of [`NetEvent`]s, which
+//!   the `ios-agent` driver reads as they are.
+//! - [`discovery`]: registers with every peer server with a short TTL (renewed at half of
+//!   it), discovers from all, dials the agents found and the direct peers, and keeps
+//!   connections to them open; failures are retried after [`NetConfig::redial_interval`],
+//!   doubling up to [`NetConfig::max_redial_interval`]. A pure store
+//!   ([`discovery::Discovery`]: inputs with `now`, actions out, `poll_timeout` for the next
+//!   deadline), tested without a swarm; the network task sleeps until its deadline. A peer
 //!   whose connection closes, or whose pings time out, is reported [`NetEvent::PeerGone`].
+//! - Sending: [`NetHandle::send`] waits for room in the bounded send queue
+//!   ([`NetConfig::send_queue`]); [`NetHandle::try_send`] never waits and drops (counted,
+//!   warned about at most every 10 s) when it is full.
 //! - [`relay`]: a TCP relay that delays each direction, to emulate distance on one machine.
 //!
 //! # Usage
@@ -50,6 +58,9 @@
 
 pub mod codec;
 pub mod config;
+pub mod discovery;
+mod event;
+mod handle;
 pub mod key;
 pub mod limits;
 pub mod network;
@@ -116,6 +127,15 @@ pub enum NetError {
     InvalidPeer {
         /// The peer.
         peer: CorePeerId,
+    },
+    /// The send queue is full: the message was dropped (see
+    /// [`NetHandle::try_send`]).
+    #[error("send queue full: {kind} message to {peer} dropped")]
+    QueueFull {
+        /// The addressee.
+        peer: CorePeerId,
+        /// The message kind.
+        kind: &'static str,
     },
     /// A message too large to send.
     #[error("cannot send {kind} message: {reason}")]

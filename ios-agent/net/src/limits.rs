@@ -1,5 +1,5 @@
 //! Bounds against a flood of connections (issue 12, item 7), shared by agents and peer
-//! servers: caps on connections ([`connection_limits`]); repeated log lines are limited by
+//! servers: caps on connections ([`connection_limits()`]); repeated log lines are limited by
 //! [`pcm_proto::log_limit`], the one limiter pcmd uses too.
 //!
 //! Without them a key holder (or anyone, for handshakes that never finish) could hold open

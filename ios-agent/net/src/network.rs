@@ -1,27 +1,33 @@
 //! The network task: one libp2p swarm driven from a tokio task, a [`NetHandle`] to command it
 //! and a channel of [`NetEvent`]s.
+//!
+//! What to dial, when to register and when to look for peers is decided by the
+//! [`Discovery`] store; this task feeds it the swarm's events, carries out its
+//! [`Action`]s, and sleeps until its [`Discovery::poll_timeout`] or the next event.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use ios_agent_core::message::PROTOCOL_NAME;
 use ios_agent_core::tier::PeerId as CorePeerId;
-use ios_agent_core::Message;
 use libp2p::core::ConnectedPoint;
 use libp2p::futures::StreamExt;
 use libp2p::identity::Keypair;
-use libp2p::multiaddr::Protocol;
-use libp2p::rendezvous::{self, Cookie, Namespace};
+use libp2p::rendezvous::{self, Namespace};
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, DialError, ListenError, NetworkBehaviour, SwarmEvent};
 use libp2p::{identify, ping, Multiaddr, PeerId, StreamProtocol, Swarm};
 use pcm_proto::HostName;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::codec::{Ack, AgentCodec, Request};
 use crate::config::NetConfig;
+use crate::discovery::{Action, Discovery, Target, Timing};
+pub use crate::event::{NetEvent, PeerSummary};
+pub use crate::handle::NetHandle;
+use crate::handle::{Command, Outgoing};
 use crate::transport::{build_transport, chain, describe_transport_error};
 use crate::NetError;
 
@@ -47,217 +53,6 @@ pub fn announced_host(agent_version: &str) -> Option<HostName> {
 
 /// The rendezvous protocol a peer server speaks.
 const RENDEZVOUS_PROTOCOL: &str = "/rendezvous/1.0.0";
-
-/// An agent peer as the network sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerSummary {
-    /// The peer, as the agent core names it.
-    pub peer: CorePeerId,
-    /// The same peer as libp2p names it.
-    pub libp2p_id: PeerId,
-    /// Remote address of the connection in use.
-    pub addr: Multiaddr,
-    /// Latest ping round-trip time, if any yet.
-    pub rtt: Option<Duration>,
-}
-
-/// What the network reports to the driver. Peer ids are the agent core's
-/// ([`CorePeerId`], the bytes of the libp2p peer id), so they go straight into
-/// `Agent::handle_*`.
-#[derive(Debug, Clone)]
-pub enum NetEvent {
-    /// Listening on this address (also announced to peer servers unless
-    /// `external_addrs` is set).
-    Listening {
-        /// The address.
-        addr: Multiaddr,
-    },
-    /// An agent is connected (identify says it speaks the agent protocol).
-    PeerUp {
-        /// The agent.
-        peer: CorePeerId,
-        /// Its address on this connection.
-        addr: Multiaddr,
-        /// The host it announced over this connection ([`NetConfig::host`]), if any:
-        /// feed to `Agent::handle_peer_host`.
-        host: Option<HostName>,
-    },
-    /// A ping round trip to an agent: feed to `Agent::handle_peer_rtt`.
-    PeerRtt {
-        /// The agent.
-        peer: CorePeerId,
-        /// The round-trip time.
-        rtt: Duration,
-    },
-    /// The last connection to an agent closed (or its pings timed out): feed to
-    /// `Agent::handle_peer_gone`.
-    PeerGone {
-        /// The agent.
-        peer: CorePeerId,
-    },
-    /// A valid agent message: feed to `Agent::handle_message`.
-    Message {
-        /// The sender.
-        from: CorePeerId,
-        /// The message, already checked with `Message::validate`.
-        message: Message,
-    },
-    /// A peer sent something that is not a valid agent message (too long, undecodable or
-    /// invalid). It was refused and the sender told why; nothing else happens.
-    BadMessage {
-        /// The sender.
-        from: CorePeerId,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A message sent with [`NetHandle::send`] was not delivered or was refused.
-    SendFailed {
-        /// The addressee.
-        to: CorePeerId,
-        /// What the message was (`Message::kind`).
-        kind: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// Registered with a peer server (the first time, and again after an error).
-    PeerServerUp {
-        /// The address configured.
-        addr: Multiaddr,
-        /// The server's libp2p peer id.
-        server: PeerId,
-    },
-    /// A peer server cannot be reached, refused us, or the connection to it was lost. The
-    /// network keeps running and tries again every `redial_interval`.
-    PeerServerError {
-        /// The address configured.
-        addr: Multiaddr,
-        /// Why, in one line. Contains "wrong or missing pool key?" when TCP connected but the
-        /// pool handshake failed or stalled.
-        reason: String,
-    },
-    /// Dialing an agent (direct or discovered) failed.
-    DialError {
-        /// The address, or the peer when it was dialed by peer id.
-        addr: String,
-        /// The agent, if known.
-        peer: Option<CorePeerId>,
-        /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
-        reason: String,
-    },
-    /// A connection from outside failed during the handshake.
-    IncomingError {
-        /// The remote address.
-        from: Multiaddr,
-        /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
-        reason: String,
-    },
-}
-
-enum Command {
-    Send {
-        to: CorePeerId,
-        request: Request,
-        kind: &'static str,
-        reply: oneshot::Sender<Result<(), NetError>>,
-    },
-    Peers(oneshot::Sender<Vec<PeerSummary>>),
-    ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
-    Dial(Multiaddr, oneshot::Sender<Result<(), NetError>>),
-    Shutdown(oneshot::Sender<()>),
-}
-
-/// The driver's handle on a running network. Cheap to clone; the network stops when
-/// [`NetHandle::shutdown`] is called or every handle is dropped.
-#[derive(Clone)]
-pub struct NetHandle {
-    commands: mpsc::Sender<Command>,
-    local: CorePeerId,
-    local_libp2p: PeerId,
-}
-
-impl std::fmt::Debug for NetHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NetHandle({})", self.local_libp2p)
-    }
-}
-
-impl NetHandle {
-    /// This node's id as the agent core names it.
-    pub fn local_peer_id(&self) -> CorePeerId {
-        self.local.clone()
-    }
-
-    /// This node's libp2p peer id.
-    pub fn local_libp2p_id(&self) -> PeerId {
-        self.local_libp2p
-    }
-
-    async fn command<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Command,
-    ) -> Result<T, NetError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(make(tx))
-            .await
-            .map_err(|_| NetError::Stopped)?;
-        rx.await.map_err(|_| NetError::Stopped)
-    }
-
-    /// Sends an agent message to a connected agent. Returns once it is queued on the
-    /// connection; delivery failures come later as [`NetEvent::SendFailed`].
-    /// Errors: [`NetError::NotConnected`], [`NetError::InvalidPeer`],
-    /// [`NetError::TooLarge`], [`NetError::Stopped`].
-    pub async fn send(&self, to: &CorePeerId, message: Message) -> Result<(), NetError> {
-        let kind = message.kind();
-        // Encoded here, on the caller's task, so an oversized message fails at once.
-        let bytes = crate::codec::encode_message(&message).map_err(|e| NetError::TooLarge {
-            kind,
-            reason: e.to_string(),
-        })?;
-        self.command(|reply| Command::Send {
-            to: to.clone(),
-            request: Request::Raw(bytes),
-            kind,
-            reply,
-        })
-        .await?
-    }
-
-    /// Sends bytes as they are on the agent protocol. Only for tests of peers' handling of
-    /// hostile input.
-    #[doc(hidden)]
-    pub async fn send_raw(&self, to: &CorePeerId, bytes: Vec<u8>) -> Result<(), NetError> {
-        self.command(|reply| Command::Send {
-            to: to.clone(),
-            request: Request::Raw(bytes),
-            kind: "raw",
-            reply,
-        })
-        .await?
-    }
-
-    /// The agents connected now, with their latest RTT.
-    pub async fn peers(&self) -> Result<Vec<PeerSummary>, NetError> {
-        self.command(Command::Peers).await
-    }
-
-    /// The addresses this node listens on.
-    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, NetError> {
-        self.command(Command::ListenAddrs).await
-    }
-
-    /// Dials an address once (no redial), for example an agent named on a command line after
-    /// start. Failures come as [`NetEvent::DialError`].
-    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
-        self.command(|reply| Command::Dial(addr, reply)).await?
-    }
-
-    /// Unregisters from the peer servers, closes every connection and ends the task.
-    pub async fn shutdown(&self) -> Result<(), NetError> {
-        self.command(Command::Shutdown).await
-    }
-}
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
@@ -351,33 +146,29 @@ impl Network {
 
         let (events_tx, events_rx) = mpsc::channel(config.event_capacity);
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
-        let now = Instant::now();
+        let (outbox_tx, outbox_rx) = mpsc::channel(config.send_queue);
+        let discovery = Discovery::new(
+            Timing {
+                discover_interval: config.discover_interval,
+                redial_interval: config.redial_interval,
+                max_redial_interval: config.max_redial_interval,
+            },
+            local_libp2p,
+            &config.peer_servers,
+            &config.direct_peers,
+            Instant::now(),
+        );
         let mut task = Task {
             namespace: Namespace::new(config.namespace.clone()).map_err(|e| NetError::Config {
                 field: "namespace",
                 reason: e.to_string(),
             })?,
-            servers: config
-                .peer_servers
-                .iter()
-                .map(|addr| ServerState::new(addr.clone(), now))
-                .collect(),
-            direct: config
-                .direct_peers
-                .iter()
-                .map(|addr| DirectState {
-                    addr: addr.clone(),
-                    connection: None,
-                    dialing: None,
-                    next_dial: now,
-                })
-                .collect(),
+            discovery,
             config,
             swarm,
             events: events_tx,
             peers: HashMap::new(),
             pending_dials: HashMap::new(),
-            dial_backoff: HashMap::new(),
             outbound: HashMap::new(),
             listening,
             incoming_failures: pcm_proto::log_limit::LogLimit::default(),
@@ -385,13 +176,9 @@ impl Network {
         for addr in task.listening.clone() {
             task.emit(NetEvent::Listening { addr });
         }
-        let join = tokio::spawn(async move { task.run(cmd_rx).await });
+        let join = tokio::spawn(async move { task.run(cmd_rx, outbox_rx).await });
         Ok((
-            NetHandle {
-                commands: cmd_tx,
-                local,
-                local_libp2p,
-            },
+            NetHandle::new(cmd_tx, outbox_tx, local, local_libp2p),
             events_rx,
             join,
         ))
@@ -462,58 +249,10 @@ pub fn libp2p_id(p: &CorePeerId) -> Option<PeerId> {
 /// What a dial was for.
 #[derive(Debug, Clone)]
 enum DialTarget {
-    Server(usize),
-    Direct(usize),
-    Discovered(PeerId),
+    /// Asked by the discovery store.
+    Store(Target),
+    /// Asked with [`NetHandle::dial`].
     Manual(Multiaddr),
-}
-
-struct ServerState {
-    addr: Multiaddr,
-    /// Known from the address's /p2p/ part, or learnt on connection.
-    peer: Option<PeerId>,
-    connection: Option<ConnectionId>,
-    dialing: Option<ConnectionId>,
-    next_dial: Instant,
-    /// When the registration must be renewed (None: not registered).
-    renew_at: Option<Instant>,
-    /// A registration is in flight or wanted.
-    register_wanted: bool,
-    next_discover: Instant,
-    cookie: Option<Cookie>,
-    /// Registered and not failed since ([`NetEvent::PeerServerUp`] sent).
-    registered: bool,
-    /// The last error reported, so a failing server is reported once per change.
-    last_error: Option<String>,
-}
-
-impl ServerState {
-    fn new(addr: Multiaddr, now: Instant) -> Self {
-        let peer = addr.iter().find_map(|p| match p {
-            Protocol::P2p(id) => Some(id),
-            _ => None,
-        });
-        ServerState {
-            addr,
-            peer,
-            connection: None,
-            dialing: None,
-            next_dial: now,
-            renew_at: None,
-            register_wanted: false,
-            next_discover: now,
-            cookie: None,
-            registered: false,
-            last_error: None,
-        }
-    }
-}
-
-struct DirectState {
-    addr: Multiaddr,
-    connection: Option<(PeerId, ConnectionId)>,
-    dialing: Option<ConnectionId>,
-    next_dial: Instant,
 }
 
 #[derive(Debug)]
@@ -529,12 +268,10 @@ struct Task {
     namespace: Namespace,
     swarm: Swarm<Behaviour>,
     events: mpsc::Sender<NetEvent>,
-    servers: Vec<ServerState>,
-    direct: Vec<DirectState>,
+    /// Peer servers, direct peers and discovered agents: what to dial, register, discover.
+    discovery: Discovery,
     peers: HashMap<PeerId, PeerState>,
     pending_dials: HashMap<ConnectionId, DialTarget>,
-    /// Discovered agents whose dial failed: not dialed again before this time.
-    dial_backoff: HashMap<PeerId, Instant>,
     outbound: HashMap<OutboundRequestId, (PeerId, &'static str)>,
     listening: Vec<Multiaddr>,
     /// Failed incoming connections are logged and reported at this rate at most: garbage
@@ -555,10 +292,19 @@ impl Task {
         }
     }
 
-    async fn run(&mut self, mut commands: mpsc::Receiver<Command>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    async fn run(
+        &mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut outbox: mpsc::Receiver<Outgoing>,
+    ) {
         loop {
+            // Whatever the last event or command made due, then sleep until the store's next
+            // deadline (a redial, a renewal, a discovery round) or the next event.
+            self.poll_discovery(Instant::now());
+            let wake = self
+                .discovery
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
             tokio::select! {
                 ev = self.swarm.select_next_some() => self.on_swarm_event(ev),
                 cmd = commands.recv() => match cmd {
@@ -570,19 +316,26 @@ impl Task {
                     }
                     Some(cmd) => self.on_command(cmd),
                 },
-                _ = tick.tick() => self.on_tick(Instant::now()),
+                // `None` (every handle dropped) disables this branch; the commands branch
+                // then ends the task.
+                Some(out) = outbox.recv() => self.on_outgoing(out),
+                () = async {
+                    match wake {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
         }
     }
 
     async fn close(&mut self) {
-        for s in &self.servers {
-            if let (Some(peer), Some(_)) = (s.peer, s.connection) {
-                self.swarm
-                    .behaviour_mut()
-                    .rendezvous
-                    .unregister(self.namespace.clone(), peer);
-            }
+        let servers: Vec<PeerId> = self.discovery.connected_servers().collect();
+        for peer in servers {
+            self.swarm
+                .behaviour_mut()
+                .rendezvous
+                .unregister(self.namespace.clone(), peer);
         }
         // Give the unregistrations a moment to leave.
         let until = tokio::time::Instant::now() + Duration::from_millis(200);
@@ -591,31 +344,44 @@ impl Task {
         }
     }
 
+    /// Hands an agent message to its connection, or says why not.
+    fn on_outgoing(&mut self, out: Outgoing) {
+        let Outgoing {
+            to,
+            request,
+            kind,
+            reply,
+        } = out;
+        let result = match libp2p_id(&to) {
+            None => Err(NetError::InvalidPeer { peer: to.clone() }),
+            Some(p) if !self.swarm.is_connected(&p) => {
+                Err(NetError::NotConnected { peer: to.clone() })
+            }
+            Some(p) => {
+                let id = self
+                    .swarm
+                    .behaviour_mut()
+                    .messages
+                    .send_request(&p, request);
+                self.outbound.insert(id, (p, kind));
+                Ok(())
+            }
+        };
+        match (reply, result) {
+            (Some(reply), result) => {
+                let _ = reply.send(result);
+            }
+            (None, Ok(())) => {}
+            (None, Err(e)) => self.emit(NetEvent::SendFailed {
+                to,
+                kind,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
     fn on_command(&mut self, cmd: Command) {
         match cmd {
-            Command::Send {
-                to,
-                request,
-                kind,
-                reply,
-            } => {
-                let r = match libp2p_id(&to) {
-                    None => Err(NetError::InvalidPeer { peer: to }),
-                    Some(p) if !self.swarm.is_connected(&p) => {
-                        Err(NetError::NotConnected { peer: to })
-                    }
-                    Some(p) => {
-                        let id = self
-                            .swarm
-                            .behaviour_mut()
-                            .messages
-                            .send_request(&p, request);
-                        self.outbound.insert(id, (p, kind));
-                        Ok(())
-                    }
-                };
-                let _ = reply.send(r);
-            }
             Command::Peers(reply) => {
                 let list = self
                     .peers
@@ -660,101 +426,66 @@ impl Task {
         }
     }
 
-    fn on_tick(&mut self, now: Instant) {
-        for i in 0..self.servers.len() {
-            let s = &self.servers[i];
-            if s.connection.is_none() && s.dialing.is_none() && now >= s.next_dial {
-                let addr = s.addr.clone();
-                match self.dial(
-                    DialOpts::unknown_peer_id().address(addr.clone()).build(),
-                    DialTarget::Server(i),
-                ) {
-                    Ok(id) => self.servers[i].dialing = Some(id),
-                    Err(reason) => self.server_failed(i, reason, now),
+    /// Carries out every action the discovery store has due at `now`.
+    fn poll_discovery(&mut self, now: Instant) {
+        while let Some(action) = self.discovery.poll_action(now) {
+            self.execute(action, now);
+        }
+    }
+
+    fn execute(&mut self, action: Action, now: Instant) {
+        match action {
+            Action::DialAddress { target, addr } => {
+                let opts = DialOpts::unknown_peer_id().address(addr).build();
+                if let Err(reason) = self.dial(opts, DialTarget::Store(target)) {
+                    self.discovery.on_dial_failed(target, reason, now);
                 }
-                continue;
             }
-            let (Some(peer), Some(_)) = (s.peer, s.connection) else {
-                continue;
-            };
-            if s.renew_at.is_some_and(|t| now >= t) {
-                self.servers[i].register_wanted = true;
+            Action::DialPeer { peer, addrs } => {
+                let opts = DialOpts::peer_id(peer)
+                    .condition(PeerCondition::DisconnectedAndNotDialing)
+                    .addresses(addrs)
+                    .build();
+                if let Err(reason) = self.dial(opts, DialTarget::Store(Target::Discovered(peer))) {
+                    // Already connected or dialing, or no usable address: nothing failed.
+                    tracing::debug!("not dialing discovered {peer}: {reason}");
+                    self.discovery.on_dial_skipped(peer);
+                }
             }
-            if self.servers[i].register_wanted {
-                self.register(i);
+            Action::Register { server, peer } => {
+                let ttl = self.config.registration_ttl.as_secs();
+                if let Err(e) = self.swarm.behaviour_mut().rendezvous.register(
+                    self.namespace.clone(),
+                    peer,
+                    Some(ttl),
+                ) {
+                    // No external address yet: the store asks again shortly.
+                    tracing::debug!("cannot register yet with {peer}: {e}");
+                    self.discovery.on_register_not_sent(server, now);
+                }
             }
-            if now >= self.servers[i].next_discover {
-                let cookie = self.servers[i].cookie.clone();
+            Action::Discover { peer, cookie, .. } => {
                 self.swarm.behaviour_mut().rendezvous.discover(
                     Some(self.namespace.clone()),
                     cookie,
                     None,
                     peer,
                 );
-                self.servers[i].next_discover = now + self.config.discover_interval;
             }
-        }
-        for i in 0..self.direct.len() {
-            let d = &self.direct[i];
-            if d.connection.is_none() && d.dialing.is_none() && now >= d.next_dial {
-                let addr = d.addr.clone();
-                match self.dial(
-                    DialOpts::unknown_peer_id().address(addr.clone()).build(),
-                    DialTarget::Direct(i),
-                ) {
-                    Ok(id) => self.direct[i].dialing = Some(id),
-                    Err(reason) => {
-                        self.direct[i].next_dial = now + self.config.redial_interval;
-                        self.emit(NetEvent::DialError {
-                            addr: addr.to_string(),
-                            peer: None,
-                            reason,
-                        });
-                    }
-                }
+            Action::ServerUp { addr, server, ttl } => {
+                tracing::info!("registered with peer server {addr} for {ttl} s");
+                self.emit(NetEvent::PeerServerUp { addr, server });
             }
-        }
-        self.dial_backoff.retain(|_, t| *t > now);
-    }
-
-    fn register(&mut self, i: usize) {
-        let Some(peer) = self.servers[i].peer else {
-            return;
-        };
-        let ttl = self.config.registration_ttl.as_secs();
-        match self.swarm.behaviour_mut().rendezvous.register(
-            self.namespace.clone(),
-            peer,
-            Some(ttl),
-        ) {
-            Ok(()) => {
-                self.servers[i].register_wanted = false;
-                // Until the answer comes, do not ask again; the answer sets the renewal.
-                self.servers[i].renew_at = None;
+            Action::ServerError { addr, reason } => {
+                tracing::warn!("peer server {addr}: {reason}");
+                self.emit(NetEvent::PeerServerError { addr, reason });
             }
-            Err(e) => {
-                // No external address yet: tried again on the next tick.
-                tracing::debug!("cannot register yet with {}: {e}", self.servers[i].addr);
-            }
+            Action::DialError { addr, peer, reason } => self.emit(NetEvent::DialError {
+                addr,
+                peer: peer.as_ref().and_then(core_id),
+                reason,
+            }),
         }
-    }
-
-    fn server_failed(&mut self, i: usize, reason: String, now: Instant) {
-        let s = &mut self.servers[i];
-        s.next_dial = now + self.config.redial_interval;
-        s.renew_at = None;
-        s.register_wanted = false;
-        s.registered = false;
-        if s.last_error.as_deref() != Some(reason.as_str()) {
-            s.last_error = Some(reason.clone());
-            let addr = s.addr.clone();
-            tracing::warn!("peer server {addr}: {reason}");
-            self.emit(NetEvent::PeerServerError { addr, reason });
-        }
-    }
-
-    fn server_index(&self, peer: &PeerId) -> Option<usize> {
-        self.servers.iter().position(|s| s.peer == Some(*peer))
     }
 
     fn on_swarm_event(&mut self, ev: SwarmEvent<BehaviourEvent>) {
@@ -795,31 +526,13 @@ impl Task {
             } => {
                 let reason = describe_dial_error(&error);
                 match self.pending_dials.remove(&connection_id) {
-                    Some(DialTarget::Server(i)) => {
-                        self.servers[i].dialing = None;
-                        self.server_failed(i, format!("cannot connect: {reason}"), now);
+                    Some(DialTarget::Store(Target::Discovered(p)))
+                        if matches!(error, DialError::DialPeerConditionFalse(_)) =>
+                    {
+                        self.discovery.on_dial_skipped(p);
                     }
-                    Some(DialTarget::Direct(i)) => {
-                        self.direct[i].dialing = None;
-                        self.direct[i].next_dial = now + self.config.redial_interval;
-                        let addr = self.direct[i].addr.to_string();
-                        self.emit(NetEvent::DialError {
-                            addr,
-                            peer: None,
-                            reason,
-                        });
-                    }
-                    Some(DialTarget::Discovered(p)) => {
-                        if matches!(error, DialError::DialPeerConditionFalse(_)) {
-                            return;
-                        }
-                        self.dial_backoff
-                            .insert(p, now + self.config.redial_interval);
-                        self.emit(NetEvent::DialError {
-                            addr: p.to_string(),
-                            peer: core_id(&p),
-                            reason,
-                        });
+                    Some(DialTarget::Store(target)) => {
+                        self.discovery.on_dial_failed(target, reason, now);
                     }
                     Some(DialTarget::Manual(addr)) => self.emit(NetEvent::DialError {
                         addr: addr.to_string(),
@@ -866,27 +579,11 @@ impl Task {
     ) {
         let we_dialed = endpoint.is_dialer();
         let addr = endpoint.get_remote_address().clone();
-        match self.pending_dials.remove(&id) {
-            Some(DialTarget::Server(i)) => {
-                let s = &mut self.servers[i];
-                s.dialing = None;
-                if s.peer.is_some_and(|p| p != peer) {
-                    tracing::warn!("peer server {} answered as {peer}", s.addr);
-                }
-                s.peer = Some(peer);
-                s.connection = Some(id);
-                s.register_wanted = true;
-                s.next_discover = now;
-                s.cookie = None;
-                self.register(i);
-            }
-            Some(DialTarget::Direct(i)) => {
-                self.direct[i].dialing = None;
-                self.direct[i].connection = Some((peer, id));
-            }
-            _ => {}
-        }
-        self.dial_backoff.remove(&peer);
+        let target = match self.pending_dials.remove(&id) {
+            Some(DialTarget::Store(target)) => Some(target),
+            Some(DialTarget::Manual(_)) | None => None,
+        };
+        self.discovery.on_connected(target, peer, id, now);
         let state = self.peers.entry(peer).or_insert_with(|| PeerState {
             connections: Vec::new(),
             is_agent: false,
@@ -925,18 +622,8 @@ impl Task {
         now: Instant,
     ) {
         let cause = cause.map_or_else(|| "closed".to_owned(), |c| chain(&c));
-        if let Some(i) = self.servers.iter().position(|s| s.connection == Some(id)) {
-            self.servers[i].connection = None;
-            self.server_failed(i, format!("connection lost: {cause}"), now);
-        }
-        if let Some(d) = self
-            .direct
-            .iter_mut()
-            .find(|d| d.connection.is_some_and(|(_, c)| c == id))
-        {
-            d.connection = None;
-            d.next_dial = now + self.config.redial_interval;
-        }
+        self.discovery
+            .on_connection_closed(peer, id, remaining, &cause, now);
         let Some(state) = self.peers.get_mut(&peer) else {
             return;
         };
@@ -957,21 +644,19 @@ impl Task {
         match ev {
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 let agent = info.protocols.iter().any(|p| p.as_ref() == PROTOCOL_NAME);
-                if let Some(i) = self.server_index(&peer_id) {
-                    if !info
+                if self.discovery.is_server(&peer_id)
+                    && !info
                         .protocols
                         .iter()
                         .any(|p| p.as_ref() == RENDEZVOUS_PROTOCOL)
-                    {
-                        self.server_failed(
-                            i,
-                            format!(
-                                "not a peer server: {peer_id} ({}) does not speak {RENDEZVOUS_PROTOCOL}",
-                                info.agent_version
-                            ),
-                            now,
-                        );
-                    }
+                {
+                    self.discovery.on_server_error(
+                        peer_id,
+                        format!(
+                            "not a peer server: {peer_id} ({}) does not speak {RENDEZVOUS_PROTOCOL}",
+                            info.agent_version
+                        ),
+                    );
                 }
                 if !agent {
                     return;
@@ -1115,79 +800,44 @@ impl Task {
                 rendezvous_node,
                 ttl,
                 ..
-            } => {
-                let Some(i) = self.server_index(&rendezvous_node) else {
-                    return;
-                };
-                let s = &mut self.servers[i];
-                // Renew at half the lifetime granted.
-                s.renew_at = Some(now + Duration::from_secs(ttl.max(2)) / 2);
-                s.last_error = None;
-                if !s.registered {
-                    s.registered = true;
-                    let addr = s.addr.clone();
-                    tracing::info!("registered with peer server {addr} for {ttl} s");
-                    self.emit(NetEvent::PeerServerUp {
-                        addr,
-                        server: rendezvous_node,
-                    });
-                }
-                // Look at once for who is there.
-                self.servers[i].next_discover = now;
-            }
+            } => self.discovery.on_registered(rendezvous_node, ttl, now),
             E::RegisterFailed {
                 rendezvous_node,
                 error,
                 ..
             } => {
-                if let Some(i) = self.server_index(&rendezvous_node) {
-                    let hint = match error {
-                        rendezvous::ErrorCode::InvalidTtl => format!(
-                            ": the server does not accept a TTL of {} s (start it with a lower --min-ttl)",
-                            self.config.registration_ttl.as_secs()
-                        ),
-                        _ => String::new(),
-                    };
-                    self.server_failed(i, format!("registration refused ({error:?}){hint}"), now);
-                    // Keep the connection; try again after the redial interval.
-                    self.servers[i].renew_at = Some(now + self.config.redial_interval);
-                }
+                let hint = match error {
+                    rendezvous::ErrorCode::InvalidTtl => format!(
+                        ": the server does not accept a TTL of {} s (start it with a lower --min-ttl)",
+                        self.config.registration_ttl.as_secs()
+                    ),
+                    _ => String::new(),
+                };
+                self.discovery.on_register_failed(
+                    rendezvous_node,
+                    format!("registration refused ({error:?}){hint}"),
+                    now,
+                );
             }
             E::Discovered {
                 rendezvous_node,
                 registrations,
                 cookie,
-            } => {
-                if let Some(i) = self.server_index(&rendezvous_node) {
-                    self.servers[i].cookie = Some(cookie);
-                }
-                let local = *self.swarm.local_peer_id();
-                for reg in registrations {
-                    let peer = reg.record.peer_id();
-                    if peer == local
-                        || self.swarm.is_connected(&peer)
-                        || self.dial_backoff.contains_key(&peer)
-                        || self.server_index(&peer).is_some()
-                    {
-                        continue;
-                    }
-                    let opts = DialOpts::peer_id(peer)
-                        .condition(PeerCondition::DisconnectedAndNotDialing)
-                        .addresses(reg.record.addresses().to_vec())
-                        .build();
-                    if let Err(reason) = self.dial(opts, DialTarget::Discovered(peer)) {
-                        tracing::debug!("not dialing discovered {peer}: {reason}");
-                    }
-                }
-            }
+            } => self.discovery.on_discovered(
+                rendezvous_node,
+                cookie,
+                registrations
+                    .into_iter()
+                    .map(|reg| (reg.record.peer_id(), reg.record.addresses().to_vec())),
+                now,
+            ),
             E::DiscoverFailed {
                 rendezvous_node,
                 error,
                 ..
             } => {
-                if let Some(i) = self.server_index(&rendezvous_node) {
-                    self.servers[i].cookie = None;
-                    tracing::warn!("discovery at {} failed: {error:?}", self.servers[i].addr);
+                if let Some(addr) = self.discovery.on_discover_failed(rendezvous_node) {
+                    tracing::warn!("discovery at {addr} failed: {error:?}");
                 }
             }
             E::Expired { .. } => {}

@@ -4,7 +4,7 @@
 //! `SwarmBuilder::with_tcp` has no hook for pnet, so the transport is built by hand. A key
 //! mismatch produces no error of its own (the pnet handshake only swaps nonces); the
 //! connection then fails with garbage or stalls in noise. So the whole handshake runs under a
-//! deadline, and [`describe_dial_error`] turns such failures into a message that says
+//! deadline, and [`describe_transport_error`] turns such failures into a message that says
 //! "wrong or missing pool key?".
 
 use std::error::Error as StdError;

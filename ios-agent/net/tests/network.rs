@@ -419,3 +419,43 @@ async fn given_a_node_with_a_host_then_its_peers_learn_the_host_with_its_peer_id
         None
     );
 }
+
+/// `try_send` never waits: beyond the send queue's capacity a message is dropped, counted and
+/// refused with `QueueFull`; one queued for an agent not connected comes back as `SendFailed`.
+#[tokio::test(flavor = "current_thread")]
+async fn given_a_full_send_queue_then_try_send_drops_counts_and_refuses() {
+    let mut config = NetConfig::new(PoolKey::generate());
+    config.send_queue = 2;
+    let (net, mut events, _task) = Network::start(config).await.expect("starts");
+    let (nobody, _, _) = node(PoolKey::generate(), vec![]).await;
+    let to = nobody.local_peer_id();
+    let message = || Message::StealExhausted { id: MessageId(1) };
+    // On a current-thread runtime the network task cannot run between these calls, so the
+    // queue fills after exactly its capacity.
+    let results: Vec<_> = (0..5).map(|_| net.try_send(&to, message())).collect();
+    assert!(results[..2].iter().all(Result::is_ok), "{results:?}");
+    assert!(
+        results[2..]
+            .iter()
+            .all(|r| matches!(r, Err(ios_agent_net::NetError::QueueFull { .. }))),
+        "{results:?}"
+    );
+    assert_eq!(net.dropped_messages(), 3);
+    // The two queued ones reach the task, which finds the agent not connected.
+    for _ in 0..2 {
+        let reason = expect(
+            &mut events,
+            Duration::from_secs(5),
+            "send failed",
+            |ev| match ev {
+                NetEvent::SendFailed { to: t, reason, .. } if *t == to => Some(reason.clone()),
+                _ => None,
+            },
+        )
+        .await;
+        assert!(reason.contains("not connected"), "{reason}");
+    }
+    // Room again.
+    net.try_send(&to, message()).expect("queued");
+    assert_eq!(net.dropped_messages(), 3);
+}

@@ -1,0 +1,1103 @@
+//! Discovery, redial and registration renewal as a pure state machine, driven by the network
+//! task ([`crate::network`]) and tested here without a swarm.
+//!
+//! The [`Discovery`] store knows the peer servers (their connection, registration and its
+//! renewal at half the TTL granted, discovery rounds), the direct peers (kept connected, but
+//! not redialed while the peer stays connected through a connection it dialed itself) and
+//! the agents discovered through the servers (dialed once, again after a failure only when
+//! their backoff ends). It does no I/O and reads no clock, in the style of `quinn-proto`:
+//!
+//! - inputs are `on_*` methods that take `now`: what the swarm reported (a connection, a
+//!   failed dial, a registration answer, a discovery answer);
+//! - outputs are [`Action`]s drained with [`Discovery::poll_action`] after every input and
+//!   whenever [`Discovery::poll_timeout`] passes: dial, register, discover, or report.
+//!
+//! Every returned action changes the state so that it is not returned again until its outcome
+//! is reported (a dial in flight is not repeated, a registration in flight is not renewed).
+//! Failures back off: the first retry comes after `redial_interval`, each further consecutive
+//! failure doubles the wait up to `max_redial_interval`; a success resets it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use libp2p::multiaddr::Protocol;
+use libp2p::rendezvous::Cookie;
+use libp2p::swarm::ConnectionId;
+use libp2p::{Multiaddr, PeerId};
+
+/// Wait before asking the swarm again to send a registration it could not send (it has no
+/// external address yet; one comes with the first listen address).
+pub const REGISTER_RETRY: Duration = Duration::from_millis(500);
+
+/// The timings of a [`Discovery`] store (from [`NetConfig`](crate::NetConfig)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Period of discovery requests to each connected peer server.
+    pub discover_interval: Duration,
+    /// Wait after a first failure before trying again.
+    pub redial_interval: Duration,
+    /// Longest wait after repeated failures.
+    pub max_redial_interval: Duration,
+}
+
+/// A peer server, by its position in the configured list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ServerId(pub usize);
+
+/// A direct peer, by its position in the configured list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DirectId(pub usize);
+
+/// What a dial asked by the store is for; given back with its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A peer server.
+    Server(ServerId),
+    /// A direct peer.
+    Direct(DirectId),
+    /// An agent found at a peer server.
+    Discovered(PeerId),
+}
+
+/// What the store asks the network task to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Dial an address without knowing the peer behind it (a peer server or direct peer).
+    /// Report the outcome with [`Discovery::on_connected`] or [`Discovery::on_dial_failed`].
+    DialAddress {
+        /// What for.
+        target: Target,
+        /// The configured address.
+        addr: Multiaddr,
+    },
+    /// Dial a discovered agent unless already connected or dialing. Report the outcome with
+    /// [`Discovery::on_connected`], [`Discovery::on_dial_failed`] or, when the swarm did not
+    /// dial at all, [`Discovery::on_dial_skipped`].
+    DialPeer {
+        /// The agent.
+        peer: PeerId,
+        /// Its registered addresses.
+        addrs: Vec<Multiaddr>,
+    },
+    /// Register (or renew) with a connected peer server. If the swarm cannot send it, report
+    /// [`Discovery::on_register_not_sent`]; the answer comes as
+    /// [`Discovery::on_registered`] or [`Discovery::on_register_failed`].
+    Register {
+        /// The server.
+        server: ServerId,
+        /// Its peer id.
+        peer: PeerId,
+    },
+    /// Ask a connected peer server who is registered; the answer comes as
+    /// [`Discovery::on_discovered`] or [`Discovery::on_discover_failed`].
+    Discover {
+        /// The server.
+        server: ServerId,
+        /// Its peer id.
+        peer: PeerId,
+        /// Where the previous answer ended, to get only what is new.
+        cookie: Option<Cookie>,
+    },
+    /// Report: registered with a peer server (the first time, and again after an error).
+    ServerUp {
+        /// The configured address.
+        addr: Multiaddr,
+        /// The server's peer id.
+        server: PeerId,
+        /// The lifetime granted, in seconds.
+        ttl: u64,
+    },
+    /// Report: a peer server failed; sent once per distinct reason in a row, so a server that
+    /// stays down is reported once.
+    ServerError {
+        /// The configured address.
+        addr: Multiaddr,
+        /// Why, in one line.
+        reason: String,
+    },
+    /// Report: dialing a direct peer or a discovered agent failed.
+    DialError {
+        /// The address, or the agent when it was dialed by peer id.
+        addr: String,
+        /// The agent, if known.
+        peer: Option<PeerId>,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Consecutive failures, and the wait they call for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// The wait after one more failure: `base`, then doubling, at most `cap`.
+    fn fail(&mut self, timing: &Timing) -> Duration {
+        let base = timing.redial_interval;
+        // The shift is bounded so the multiplication cannot overflow into nonsense; the cap
+        // is reached long before.
+        let wait = base
+            .saturating_mul(1u32 << self.failures.min(20))
+            .min(timing.max_redial_interval.max(base));
+        self.failures = self.failures.saturating_add(1);
+        wait
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+/// The state of a configured address's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// Not connected; dial at this time.
+    Idle { next_dial: Instant },
+    /// A dial is in flight.
+    Dialing,
+    /// Connected over this connection.
+    Connected(ConnectionId),
+    /// (Direct peers only.) Our connection was closed but the peer stays connected through
+    /// another: two agents that dial each other keep one connection, and redialing the
+    /// other would only be closed again.
+    Shared,
+}
+
+/// The registration with one connected peer server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registration {
+    /// Not wanted (not connected, or the server is not a peer server).
+    Off,
+    /// To be sent (first time, renewal or retry) at this time.
+    At(Instant),
+    /// Sent; the answer is awaited.
+    InFlight,
+}
+
+#[derive(Debug)]
+struct Server {
+    addr: Multiaddr,
+    /// Known from the address's /p2p/ part, or learnt on connection.
+    peer: Option<PeerId>,
+    link: Link,
+    registration: Registration,
+    next_discover: Instant,
+    cookie: Option<Cookie>,
+    /// Registered and not failed since ([`Action::ServerUp`] sent).
+    registered: bool,
+    /// The last error reported, so a failing server is reported once per change.
+    last_error: Option<String>,
+    backoff: Backoff,
+}
+
+#[derive(Debug)]
+struct Direct {
+    addr: Multiaddr,
+    link: Link,
+    /// The peer at the address, learnt on connection.
+    peer: Option<PeerId>,
+    backoff: Backoff,
+}
+
+/// A discovered agent whose dial failed.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    /// Not dialed again before this time.
+    until: Instant,
+    backoff: Backoff,
+}
+
+/// Peer servers, direct peers and discovered agents; see the module documentation.
+#[derive(Debug)]
+pub struct Discovery {
+    timing: Timing,
+    local: PeerId,
+    servers: Vec<Server>,
+    direct: Vec<Direct>,
+    /// Agents with at least one established connection.
+    connected: HashSet<PeerId>,
+    /// Discovered agents being dialed.
+    dialing: HashSet<PeerId>,
+    /// Discovered agents whose last dial failed.
+    retry: HashMap<PeerId, Retry>,
+    /// Actions decided by an input, returned before any timed one.
+    queue: VecDeque<Action>,
+}
+
+impl Discovery {
+    /// A store for the node `local` with these peer servers and direct peers, all to be
+    /// dialed at once.
+    pub fn new(
+        timing: Timing,
+        local: PeerId,
+        servers: &[Multiaddr],
+        direct: &[Multiaddr],
+        now: Instant,
+    ) -> Self {
+        Discovery {
+            timing,
+            local,
+            servers: servers
+                .iter()
+                .map(|addr| Server {
+                    addr: addr.clone(),
+                    peer: addr.iter().find_map(|p| match p {
+                        Protocol::P2p(id) => Some(id),
+                        _ => None,
+                    }),
+                    link: Link::Idle { next_dial: now },
+                    registration: Registration::Off,
+                    next_discover: now,
+                    cookie: None,
+                    registered: false,
+                    last_error: None,
+                    backoff: Backoff::default(),
+                })
+                .collect(),
+            direct: direct
+                .iter()
+                .map(|addr| Direct {
+                    addr: addr.clone(),
+                    link: Link::Idle { next_dial: now },
+                    peer: None,
+                    backoff: Backoff::default(),
+                })
+                .collect(),
+            connected: HashSet::new(),
+            dialing: HashSet::new(),
+            retry: HashMap::new(),
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// The next thing to do at `now`, if any. Call until `None` after every input and when
+    /// [`poll_timeout`](Self::poll_timeout) has passed.
+    pub fn poll_action(&mut self, now: Instant) -> Option<Action> {
+        if let Some(action) = self.queue.pop_front() {
+            return Some(action);
+        }
+        for (i, s) in self.servers.iter_mut().enumerate() {
+            match s.link {
+                Link::Idle { next_dial } if now >= next_dial => {
+                    s.link = Link::Dialing;
+                    return Some(Action::DialAddress {
+                        target: Target::Server(ServerId(i)),
+                        addr: s.addr.clone(),
+                    });
+                }
+                Link::Connected(_) => {
+                    let Some(peer) = s.peer else { continue };
+                    if let Registration::At(t) = s.registration {
+                        if now >= t {
+                            s.registration = Registration::InFlight;
+                            return Some(Action::Register {
+                                server: ServerId(i),
+                                peer,
+                            });
+                        }
+                    }
+                    if now >= s.next_discover {
+                        s.next_discover = now + self.timing.discover_interval;
+                        return Some(Action::Discover {
+                            server: ServerId(i),
+                            peer,
+                            cookie: s.cookie.clone(),
+                        });
+                    }
+                }
+                Link::Idle { .. } | Link::Dialing | Link::Shared => {}
+            }
+        }
+        for (i, d) in self.direct.iter_mut().enumerate() {
+            if let Link::Idle { next_dial } = d.link {
+                if now >= next_dial {
+                    d.link = Link::Dialing;
+                    return Some(Action::DialAddress {
+                        target: Target::Direct(DirectId(i)),
+                        addr: d.addr.clone(),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`poll_action`](Self::poll_action) has something timed to do next: the earliest
+    /// redial, registration (renewal) or discovery round. `None`: nothing until an input.
+    /// Actions decided by inputs are not counted: drain them right after the input.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let servers = self.servers.iter().flat_map(|s| {
+            let (dial, register, discover) = match s.link {
+                Link::Idle { next_dial } => (Some(next_dial), None, None),
+                Link::Dialing | Link::Shared => (None, None, None),
+                Link::Connected(_) if s.peer.is_none() => (None, None, None),
+                Link::Connected(_) => (
+                    None,
+                    match s.registration {
+                        Registration::At(t) => Some(t),
+                        Registration::Off | Registration::InFlight => None,
+                    },
+                    Some(s.next_discover),
+                ),
+            };
+            [dial, register, discover]
+        });
+        let direct = self.direct.iter().map(|d| match d.link {
+            Link::Idle { next_dial } => Some(next_dial),
+            Link::Dialing | Link::Connected(_) | Link::Shared => None,
+        });
+        servers.chain(direct).flatten().min()
+    }
+
+    /// A connection was established: to `target` if the store asked for it, else `None`
+    /// (incoming, or dialed by hand).
+    pub fn on_connected(
+        &mut self,
+        target: Option<Target>,
+        peer: PeerId,
+        id: ConnectionId,
+        now: Instant,
+    ) {
+        self.connected.insert(peer);
+        self.retry.remove(&peer);
+        match target {
+            Some(Target::Server(ServerId(i))) => {
+                let Some(s) = self.servers.get_mut(i) else {
+                    return;
+                };
+                if s.peer.is_some_and(|p| p != peer) {
+                    tracing::warn!("peer server {} answered as {peer}", s.addr);
+                }
+                s.peer = Some(peer);
+                s.link = Link::Connected(id);
+                // Register and look at once.
+                s.registration = Registration::At(now);
+                s.next_discover = now;
+                s.cookie = None;
+            }
+            Some(Target::Direct(DirectId(i))) => {
+                if let Some(d) = self.direct.get_mut(i) {
+                    d.link = Link::Connected(id);
+                    d.peer = Some(peer);
+                    d.backoff.reset();
+                }
+            }
+            Some(Target::Discovered(p)) => {
+                self.dialing.remove(&p);
+            }
+            None => {}
+        }
+    }
+
+    /// A dial asked by the store failed, or could not start.
+    pub fn on_dial_failed(&mut self, target: Target, reason: String, now: Instant) {
+        match target {
+            Target::Server(ServerId(i)) => {
+                if self.servers.get(i).is_none_or(|s| s.link != Link::Dialing) {
+                    return;
+                }
+                let wait = self.server_failed(i, format!("cannot connect: {reason}"));
+                if let Some(s) = self.servers.get_mut(i) {
+                    s.link = Link::Idle {
+                        next_dial: now + wait,
+                    };
+                }
+            }
+            Target::Direct(DirectId(i)) => {
+                let Some(d) = self.direct.get_mut(i) else {
+                    return;
+                };
+                if d.link != Link::Dialing {
+                    return;
+                }
+                d.link = Link::Idle {
+                    next_dial: now + d.backoff.fail(&self.timing),
+                };
+                self.queue.push_back(Action::DialError {
+                    addr: d.addr.to_string(),
+                    peer: None,
+                    reason,
+                });
+            }
+            Target::Discovered(peer) => {
+                self.dialing.remove(&peer);
+                let retry = self.retry.entry(peer).or_insert(Retry {
+                    until: now,
+                    backoff: Backoff::default(),
+                });
+                retry.until = now + retry.backoff.fail(&self.timing);
+                self.queue.push_back(Action::DialError {
+                    addr: peer.to_string(),
+                    peer: Some(peer),
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// The swarm did not dial a discovered agent (already connected or being dialed, or no
+    /// usable address): nothing failed, so no backoff.
+    pub fn on_dial_skipped(&mut self, peer: PeerId) {
+        self.dialing.remove(&peer);
+    }
+
+    /// A connection closed; `remaining` connections to `peer` are left. `cause` is one line.
+    pub fn on_connection_closed(
+        &mut self,
+        peer: PeerId,
+        id: ConnectionId,
+        remaining: u32,
+        cause: &str,
+        now: Instant,
+    ) {
+        if remaining == 0 {
+            self.connected.remove(&peer);
+        }
+        if let Some(i) = self
+            .servers
+            .iter()
+            .position(|s| s.link == Link::Connected(id))
+        {
+            let wait = self.server_failed(i, format!("connection lost: {cause}"));
+            if let Some(s) = self.servers.get_mut(i) {
+                s.link = Link::Idle {
+                    next_dial: now + wait,
+                };
+            }
+        }
+        for d in &mut self.direct {
+            let lost = match d.link {
+                Link::Connected(c) if c == id => {
+                    if remaining > 0 && d.peer == Some(peer) {
+                        d.link = Link::Shared;
+                        false
+                    } else {
+                        true
+                    }
+                }
+                Link::Shared => remaining == 0 && d.peer == Some(peer),
+                Link::Idle { .. } | Link::Dialing | Link::Connected(_) => false,
+            };
+            if lost {
+                d.link = Link::Idle {
+                    next_dial: now + d.backoff.fail(&self.timing),
+                };
+            }
+        }
+    }
+
+    /// Peer server `server` accepted the registration for `ttl` seconds: renew at half of it.
+    pub fn on_registered(&mut self, server: PeerId, ttl: u64, now: Instant) {
+        let Some(i) = self.server_index(&server) else {
+            return;
+        };
+        let s = &mut self.servers[i];
+        if !matches!(s.link, Link::Connected(_)) {
+            // A late answer on a connection since lost: the next connection registers anew.
+            return;
+        }
+        s.registration = Registration::At(now + Duration::from_secs(ttl.max(2)) / 2);
+        s.last_error = None;
+        s.backoff.reset();
+        if !s.registered {
+            s.registered = true;
+            self.queue.push_back(Action::ServerUp {
+                addr: s.addr.clone(),
+                server,
+                ttl,
+            });
+        }
+        // Look at once for who is there.
+        s.next_discover = now;
+    }
+
+    /// Peer server `server` refused the registration: keep the connection, try again after
+    /// the backoff.
+    pub fn on_register_failed(&mut self, server: PeerId, reason: String, now: Instant) {
+        let Some(i) = self.server_index(&server) else {
+            return;
+        };
+        let wait = self.server_failed(i, reason);
+        let s = &mut self.servers[i];
+        if matches!(s.link, Link::Connected(_)) {
+            s.registration = Registration::At(now + wait);
+        }
+    }
+
+    /// The swarm could not send the registration to `server` (no external address yet): try
+    /// again in [`REGISTER_RETRY`].
+    pub fn on_register_not_sent(&mut self, server: ServerId, now: Instant) {
+        if let Some(s) = self.servers.get_mut(server.0) {
+            if s.registration == Registration::InFlight {
+                s.registration = Registration::At(now + REGISTER_RETRY);
+            }
+        }
+    }
+
+    /// Peer server `server` is unusable over its current connection (e.g. it does not speak
+    /// rendezvous): report it and stop registering until the connection is replaced.
+    pub fn on_server_error(&mut self, server: PeerId, reason: String) {
+        if let Some(i) = self.server_index(&server) {
+            self.server_failed(i, reason);
+        }
+    }
+
+    /// Peer server `server` answered a discovery: dial the agents found that are neither this
+    /// node, a peer server, connected, being dialed nor backing off.
+    pub fn on_discovered(
+        &mut self,
+        server: PeerId,
+        cookie: Cookie,
+        registrations: impl IntoIterator<Item = (PeerId, Vec<Multiaddr>)>,
+        now: Instant,
+    ) {
+        if let Some(i) = self.server_index(&server) {
+            self.servers[i].cookie = Some(cookie);
+        }
+        // Forget failures long past, so the table stays as small as the pool.
+        let forget = self
+            .timing
+            .max_redial_interval
+            .max(self.timing.redial_interval);
+        self.retry.retain(|_, r| now < r.until + forget);
+        for (peer, addrs) in registrations {
+            if peer == self.local
+                || self.connected.contains(&peer)
+                || self.dialing.contains(&peer)
+                || self.retry.get(&peer).is_some_and(|r| now < r.until)
+                || self.server_index(&peer).is_some()
+            {
+                continue;
+            }
+            self.dialing.insert(peer);
+            self.queue.push_back(Action::DialPeer { peer, addrs });
+        }
+    }
+
+    /// Peer server `server` refused a discovery: start over without a cookie next round.
+    /// Returns the server's address, for the log line.
+    pub fn on_discover_failed(&mut self, server: PeerId) -> Option<&Multiaddr> {
+        let i = self.server_index(&server)?;
+        let s = &mut self.servers[i];
+        s.cookie = None;
+        Some(&s.addr)
+    }
+
+    /// Whether `peer` is one of the peer servers.
+    pub fn is_server(&self, peer: &PeerId) -> bool {
+        self.server_index(peer).is_some()
+    }
+
+    /// The peer servers connected now, to unregister from at shutdown.
+    pub fn connected_servers(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.servers
+            .iter()
+            .filter(|s| matches!(s.link, Link::Connected(_)))
+            .filter_map(|s| s.peer)
+    }
+
+    fn server_index(&self, peer: &PeerId) -> Option<usize> {
+        self.servers.iter().position(|s| s.peer == Some(*peer))
+    }
+
+    /// Marks server `i` failed, reports it if the reason changed, and returns the backoff.
+    fn server_failed(&mut self, i: usize, reason: String) -> Duration {
+        let Some(s) = self.servers.get_mut(i) else {
+            return self.timing.redial_interval;
+        };
+        let wait = s.backoff.fail(&self.timing);
+        s.registration = Registration::Off;
+        s.registered = false;
+        if s.last_error.as_deref() != Some(reason.as_str()) {
+            s.last_error = Some(reason.clone());
+            self.queue.push_back(Action::ServerError {
+                addr: s.addr.clone(),
+                reason,
+            });
+        }
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: u64 = 20;
+
+    fn timing() -> Timing {
+        Timing {
+            discover_interval: Duration::from_secs(5),
+            redial_interval: Duration::from_secs(3),
+            max_redial_interval: Duration::from_secs(30),
+        }
+    }
+
+    fn addr(port: u16) -> Multiaddr {
+        format!("/ip4/10.0.0.1/tcp/{port}").parse().unwrap()
+    }
+
+    fn conn(n: usize) -> ConnectionId {
+        ConnectionId::new_unchecked(n)
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// Every action due at `now`.
+    fn drain(d: &mut Discovery, now: Instant) -> Vec<Action> {
+        std::iter::from_fn(|| d.poll_action(now)).collect()
+    }
+
+    /// A store with `servers` peer servers and `direct` direct peers, at `t0`.
+    fn store(servers: u16, direct: u16, t0: Instant) -> Discovery {
+        let servers: Vec<Multiaddr> = (0..servers).map(|i| addr(4000 + i)).collect();
+        let direct: Vec<Multiaddr> = (0..direct).map(|i| addr(7000 + i)).collect();
+        Discovery::new(timing(), PeerId::random(), &servers, &direct, t0)
+    }
+
+    /// Dials server `i` at `now` and connects it as `peer` over `id`; returns what followed.
+    fn connect_server(
+        d: &mut Discovery,
+        i: usize,
+        peer: PeerId,
+        id: ConnectionId,
+        now: Instant,
+    ) -> Vec<Action> {
+        d.on_connected(Some(Target::Server(ServerId(i))), peer, id, now);
+        drain(d, now)
+    }
+
+    /// A store with one peer server, connected at `t0`: the store, the server, and what
+    /// followed the connection.
+    fn one_server_connected(t0: Instant) -> (Discovery, PeerId, Vec<Action>) {
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        let after = connect_server(&mut d, 0, server, conn(1), t0);
+        (d, server, after)
+    }
+
+    fn registers(actions: &[Action], server: usize) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Register { server: ServerId(s), .. } if *s == server))
+    }
+
+    fn discovers(actions: &[Action], server: usize) -> bool {
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Discover { server: ServerId(s), .. } if *s == server))
+    }
+
+    fn dials(actions: &[Action]) -> Vec<Target> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DialAddress { target, .. } => Some(*target),
+                Action::DialPeer { peer, .. } => Some(Target::Discovered(*peer)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn at_start_every_server_and_direct_peer_is_dialed_once() {
+        let t0 = Instant::now();
+        let mut d = store(2, 1, t0);
+        let first = drain(&mut d, t0);
+        assert_eq!(
+            dials(&first),
+            vec![
+                Target::Server(ServerId(0)),
+                Target::Server(ServerId(1)),
+                Target::Direct(DirectId(0)),
+            ]
+        );
+        assert!(drain(&mut d, t0 + secs(100.0)).is_empty(), "dialed twice");
+        assert_eq!(
+            d.poll_timeout(),
+            None,
+            "nothing is timed while dials are in flight"
+        );
+    }
+
+    #[test]
+    fn a_connected_server_is_registered_with_and_asked_at_once_then_renewed_at_half_the_ttl() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        let after = connect_server(&mut d, 0, server, conn(1), t0);
+        assert!(registers(&after, 0) && discovers(&after, 0), "{after:?}");
+        assert!(drain(&mut d, t0).is_empty());
+
+        let t1 = t0 + secs(0.1);
+        d.on_registered(server, TTL, t1);
+        let after = drain(&mut d, t1);
+        assert!(
+            after.contains(&Action::ServerUp {
+                addr: addr(4000),
+                server,
+                ttl: TTL
+            }),
+            "{after:?}"
+        );
+        // Registered: look at once for who is there.
+        assert!(discovers(&after, 0), "{after:?}");
+        // Next: the discovery round at +5 s, before the renewal at +10 s.
+        assert_eq!(d.poll_timeout(), Some(t1 + secs(5.0)));
+        assert!(
+            !registers(&drain(&mut d, t1 + secs(9.9)), 0),
+            "renewed early"
+        );
+        let renewal = drain(&mut d, t1 + secs(10.0));
+        assert!(
+            registers(&renewal, 0),
+            "not renewed at half the TTL: {renewal:?}"
+        );
+        // In flight: not sent again, however late the answer.
+        assert!(!registers(&drain(&mut d, t1 + secs(60.0)), 0));
+        d.on_registered(server, TTL, t1 + secs(60.0));
+        let again = drain(&mut d, t1 + secs(60.0));
+        assert!(
+            !again.iter().any(|a| matches!(a, Action::ServerUp { .. })),
+            "a renewal is reported as a new registration: {again:?}"
+        );
+    }
+
+    #[test]
+    fn a_failing_server_backs_off_doubling_up_to_the_cap_and_a_registration_resets_it() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        let mut now = t0;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            assert_eq!(
+                dials(&drain(&mut d, now)),
+                vec![Target::Server(ServerId(0))]
+            );
+            d.on_dial_failed(Target::Server(ServerId(0)), "refused".into(), now);
+            drain(&mut d, now);
+            let next = d.poll_timeout().unwrap();
+            waits.push((next - now).as_secs());
+            assert!(
+                dials(&drain(&mut d, next - secs(0.001))).is_empty(),
+                "redialed early"
+            );
+            now = next;
+        }
+        assert_eq!(waits, vec![3, 6, 12, 24, 30, 30, 30]);
+
+        // Connected and registered: the next loss is retried after the first wait again.
+        assert_eq!(dials(&drain(&mut d, now)).len(), 1);
+        let server = PeerId::random();
+        connect_server(&mut d, 0, server, conn(1), now);
+        d.on_registered(server, TTL, now);
+        drain(&mut d, now);
+        d.on_connection_closed(server, conn(1), 0, "reset", now);
+        drain(&mut d, now);
+        assert_eq!(d.poll_timeout(), Some(now + secs(3.0)));
+    }
+
+    #[test]
+    fn a_server_that_stays_down_is_reported_once_per_reason() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        let mut now = t0;
+        let mut reports = Vec::new();
+        for reason in ["refused", "refused", "timeout", "timeout"] {
+            drain(&mut d, now);
+            d.on_dial_failed(Target::Server(ServerId(0)), reason.into(), now);
+            reports.extend(drain(&mut d, now));
+            now = d.poll_timeout().unwrap();
+        }
+        assert_eq!(
+            reports,
+            vec![
+                Action::ServerError {
+                    addr: addr(4000),
+                    reason: "cannot connect: refused".into()
+                },
+                Action::ServerError {
+                    addr: addr(4000),
+                    reason: "cannot connect: timeout".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_server_does_not_hold_up_the_others() {
+        let t0 = Instant::now();
+        let mut d = store(2, 0, t0);
+        drain(&mut d, t0);
+        d.on_dial_failed(Target::Server(ServerId(0)), "refused".into(), t0);
+        let server = PeerId::random();
+        let after = connect_server(&mut d, 1, server, conn(1), t0);
+        assert!(registers(&after, 1) && discovers(&after, 1), "{after:?}");
+        assert!(!registers(&after, 0));
+        d.on_registered(server, TTL, t0);
+        drain(&mut d, t0);
+        // The failed one is redialed on its own schedule, the other keeps its rounds.
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(3.0)));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(3.0))),
+            vec![Target::Server(ServerId(0))]
+        );
+        assert!(discovers(&drain(&mut d, t0 + secs(5.0)), 1));
+    }
+
+    #[test]
+    fn a_refused_registration_keeps_the_connection_and_is_retried_after_the_backoff() {
+        let t0 = Instant::now();
+        let (mut d, server, _) = one_server_connected(t0);
+        d.on_register_failed(server, "registration refused (InvalidTtl)".into(), t0);
+        let after = drain(&mut d, t0);
+        assert!(
+            matches!(&after[..], [Action::ServerError { reason, .. }] if reason.contains("InvalidTtl")),
+            "{after:?}"
+        );
+        assert!(dials(&drain(&mut d, t0 + secs(2.9))).is_empty());
+        assert!(!registers(&drain(&mut d, t0 + secs(2.9)), 0));
+        assert!(registers(&drain(&mut d, t0 + secs(3.0)), 0));
+    }
+
+    #[test]
+    fn a_registration_the_swarm_could_not_send_is_asked_again_shortly() {
+        let t0 = Instant::now();
+        let (mut d, _, after) = one_server_connected(t0);
+        assert!(registers(&after, 0));
+        d.on_register_not_sent(ServerId(0), t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + REGISTER_RETRY));
+        assert!(registers(&drain(&mut d, t0 + REGISTER_RETRY), 0));
+    }
+
+    #[test]
+    fn a_late_answer_on_a_lost_connection_registers_nothing() {
+        let t0 = Instant::now();
+        let (mut d, server, _) = one_server_connected(t0);
+        d.on_connection_closed(server, conn(1), 0, "reset", t0);
+        drain(&mut d, t0);
+        d.on_registered(server, TTL, t0);
+        assert!(drain(&mut d, t0).is_empty());
+        assert_eq!(
+            d.poll_timeout(),
+            Some(t0 + secs(3.0)),
+            "only the redial is timed"
+        );
+    }
+
+    #[test]
+    fn a_server_that_is_not_one_is_reported_and_not_registered_with() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        drain(&mut d, t0);
+        let server = PeerId::random();
+        d.on_connected(Some(Target::Server(ServerId(0))), server, conn(1), t0);
+        assert!(d.is_server(&server));
+        d.on_server_error(server, "not a peer server".into());
+        let after = drain(&mut d, t0);
+        assert!(!registers(&after, 0), "{after:?}");
+        assert!(
+            matches!(&after[..], [Action::ServerError { .. }, ..]),
+            "{after:?}"
+        );
+        assert_eq!(d.connected_servers().collect::<Vec<_>>(), vec![server]);
+    }
+
+    #[test]
+    fn a_lost_direct_peer_is_redialed_with_backoff() {
+        let t0 = Instant::now();
+        let mut d = store(0, 1, t0);
+        let direct = Target::Direct(DirectId(0));
+        assert_eq!(dials(&drain(&mut d, t0)), vec![direct]);
+        let peer = PeerId::random();
+        d.on_connected(Some(direct), peer, conn(1), t0);
+        assert_eq!(d.poll_timeout(), None, "connected: nothing to do");
+
+        let t1 = t0 + secs(100.0);
+        d.on_connection_closed(peer, conn(1), 0, "ping timeout", t1);
+        assert_eq!(d.poll_timeout(), Some(t1 + secs(3.0)));
+        assert_eq!(dials(&drain(&mut d, t1 + secs(3.0))), vec![direct]);
+        d.on_dial_failed(direct, "refused".into(), t1 + secs(3.0));
+        assert_eq!(
+            drain(&mut d, t1 + secs(3.0)),
+            vec![Action::DialError {
+                addr: addr(7000).to_string(),
+                peer: None,
+                reason: "refused".into()
+            }]
+        );
+        assert_eq!(d.poll_timeout(), Some(t1 + secs(3.0 + 6.0)), "no growth");
+        assert_eq!(dials(&drain(&mut d, t1 + secs(9.0))), vec![direct]);
+        d.on_connected(Some(direct), peer, conn(2), t1 + secs(9.0));
+        d.on_connection_closed(peer, conn(2), 0, "closed", t1 + secs(10.0));
+        assert_eq!(
+            d.poll_timeout(),
+            Some(t1 + secs(13.0)),
+            "a connection resets the backoff"
+        );
+    }
+
+    #[test]
+    fn a_direct_peer_still_connected_through_its_own_dial_is_not_redialed() {
+        let t0 = Instant::now();
+        let mut d = store(0, 1, t0);
+        let direct = Target::Direct(DirectId(0));
+        drain(&mut d, t0);
+        let peer = PeerId::random();
+        d.on_connected(Some(direct), peer, conn(1), t0);
+        d.on_connected(None, peer, conn(2), t0);
+        // Ours is closed as the duplicate; theirs stays.
+        d.on_connection_closed(peer, conn(1), 1, "duplicate", t0);
+        assert_eq!(d.poll_timeout(), None);
+        assert!(drain(&mut d, t0 + secs(100.0)).is_empty());
+        // Another peer's connections do not count.
+        d.on_connection_closed(PeerId::random(), conn(3), 0, "closed", t0 + secs(100.0));
+        assert_eq!(d.poll_timeout(), None);
+        d.on_connection_closed(peer, conn(2), 0, "closed", t0 + secs(100.0));
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(103.0)));
+    }
+
+    #[test]
+    fn poll_timeout_is_the_earliest_deadline() {
+        let t0 = Instant::now();
+        let mut d = store(2, 1, t0);
+        drain(&mut d, t0);
+        // Server 0 registered (renewal +10 s, discovery +5 s), server 1 failed at +1 s
+        // (redial +4 s), the direct peer failed at +0.5 s (redial +3.5 s).
+        let s0 = PeerId::random();
+        connect_server(&mut d, 0, s0, conn(1), t0);
+        d.on_registered(s0, TTL, t0);
+        drain(&mut d, t0);
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(5.0)));
+        d.on_dial_failed(
+            Target::Server(ServerId(1)),
+            "refused".into(),
+            t0 + secs(1.0),
+        );
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(4.0)));
+        d.on_dial_failed(
+            Target::Direct(DirectId(0)),
+            "refused".into(),
+            t0 + secs(0.5),
+        );
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(3.5)));
+        drain(&mut d, t0 + secs(1.0));
+        // Each deadline in turn, and nothing between them; dials stay in flight.
+        let mut seen = Vec::new();
+        while let Some(next) = d.poll_timeout() {
+            if next > t0 + secs(10.0) {
+                break;
+            }
+            assert!(drain(&mut d, next - secs(0.001)).is_empty());
+            let actions = drain(&mut d, next);
+            assert!(!actions.is_empty(), "woken at {next:?} for nothing");
+            seen.push((next - t0).as_secs_f64());
+        }
+        assert_eq!(seen, vec![3.5, 4.0, 5.0, 10.0]);
+    }
+
+    #[test]
+    fn a_discovered_agent_is_dialed_once_and_after_a_failure_only_when_its_backoff_ends() {
+        let t0 = Instant::now();
+        let mut d = store(2, 0, t0);
+        drain(&mut d, t0);
+        let (s0, s1) = (PeerId::random(), PeerId::random());
+        connect_server(&mut d, 0, s0, conn(1), t0);
+        connect_server(&mut d, 1, s1, conn(2), t0);
+        let local = d.local;
+        let agent = PeerId::random();
+        let cookie = || Cookie::for_all_namespaces();
+        let regs = |peers: &[PeerId]| -> Vec<(PeerId, Vec<Multiaddr>)> {
+            peers.iter().map(|p| (*p, vec![addr(9000)])).collect()
+        };
+        // Itself, a server, and the same agent twice from two servers: one dial.
+        d.on_discovered(s0, cookie(), regs(&[local, s1, agent, agent]), t0);
+        d.on_discovered(s1, cookie(), regs(&[agent]), t0);
+        assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Discovered(agent)]);
+
+        d.on_dial_failed(Target::Discovered(agent), "refused".into(), t0);
+        assert!(matches!(
+            &drain(&mut d, t0)[..],
+            [Action::DialError { peer: Some(p), .. }] if *p == agent
+        ));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(2.9));
+        assert!(
+            dials(&drain(&mut d, t0 + secs(2.9))).is_empty(),
+            "dialed while backing off"
+        );
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(3.0));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(3.0))),
+            vec![Target::Discovered(agent)]
+        );
+        // A second failure waits twice as long.
+        d.on_dial_failed(Target::Discovered(agent), "refused".into(), t0 + secs(3.0));
+        drain(&mut d, t0 + secs(3.0));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(8.9));
+        assert!(dials(&drain(&mut d, t0 + secs(8.9))).is_empty());
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(9.0));
+        assert_eq!(dials(&drain(&mut d, t0 + secs(9.0))).len(), 1);
+
+        // Connected (even by its own dial to us): not dialed while a connection remains.
+        d.on_connected(None, agent, conn(3), t0 + secs(9.5));
+        d.on_dial_skipped(agent);
+        d.on_connected(None, agent, conn(4), t0 + secs(9.5));
+        d.on_connection_closed(agent, conn(3), 1, "duplicate", t0 + secs(9.6));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(10.0));
+        assert!(
+            dials(&drain(&mut d, t0 + secs(10.0))).is_empty(),
+            "dialed a connected agent"
+        );
+        d.on_connection_closed(agent, conn(4), 0, "closed", t0 + secs(11.0));
+        d.on_discovered(s0, cookie(), regs(&[agent]), t0 + secs(11.0));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(11.0))),
+            vec![Target::Discovered(agent)],
+            "a connection clears the backoff"
+        );
+    }
+
+    #[test]
+    fn a_skipped_dial_leaves_no_backoff() {
+        let t0 = Instant::now();
+        let (mut d, s0, _) = one_server_connected(t0);
+        let agent = PeerId::random();
+        let regs = vec![(agent, vec![addr(9000)])];
+        d.on_discovered(s0, Cookie::for_all_namespaces(), regs.clone(), t0);
+        assert_eq!(dials(&drain(&mut d, t0)).len(), 1);
+        d.on_dial_skipped(agent);
+        d.on_discovered(s0, Cookie::for_all_namespaces(), regs, t0);
+        assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Discovered(agent)]);
+    }
+
+    #[test]
+    fn discovery_rounds_use_the_last_cookie_until_a_failure() {
+        let t0 = Instant::now();
+        let (mut d, s0, first) = one_server_connected(t0);
+        assert!(first
+            .iter()
+            .any(|a| matches!(a, Action::Discover { cookie: None, .. })));
+        let cookie = Cookie::for_all_namespaces();
+        d.on_discovered(s0, cookie.clone(), Vec::new(), t0);
+        let next = drain(&mut d, t0 + secs(5.0));
+        assert!(
+            next.iter()
+                .any(|a| matches!(a, Action::Discover { cookie: Some(c), .. } if *c == cookie)),
+            "{next:?}"
+        );
+        assert_eq!(d.on_discover_failed(s0), Some(&addr(4000)));
+        let after = drain(&mut d, t0 + secs(10.0));
+        assert!(
+            after
+                .iter()
+                .any(|a| matches!(a, Action::Discover { cookie: None, .. })),
+            "{after:?}"
+        );
+    }
+}
