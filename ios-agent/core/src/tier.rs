@@ -133,12 +133,23 @@ impl fmt::Debug for PeerId {
     }
 }
 
+/// How long the least RTT seen stands for a peer's latency ([`PeerInfo::min_rtt`]): ten
+/// samples at the default ping interval, as BBR keeps its minimum for ten seconds.
+pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+
 /// What the table knows of one peer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerInfo {
     /// Smoothed round-trip time (exponential average, gain 1/8 as TCP's SRTT).
     pub srtt: Duration,
-    /// Tier of `srtt`.
+    /// Least RTT seen in the last [`MIN_RTT_WINDOW`] or so: the path's latency, without the
+    /// queueing and scheduling delays that only ever add to a sample. A first ping taken
+    /// while the machine is busy (agents starting) can be ten times the path's RTT, and the
+    /// smoothed RTT then needs many samples to come down; the minimum takes the next one.
+    pub min_rtt: Duration,
+    /// When `min_rtt` was taken.
+    pub min_rtt_at: Instant,
+    /// Tier of `min_rtt`.
     pub tier: LatencyTier,
     /// When the last sample arrived.
     pub last_seen: Instant,
@@ -201,7 +212,16 @@ impl PeerTable {
             // srtt = 7/8 srtt + 1/8 sample
             info.srtt = (info.srtt * 7 + rtt) / 8;
             info.last_seen = now;
-            let tier = LatencyTier::from_rtt(info.srtt);
+            if rtt <= info.min_rtt {
+                info.min_rtt = rtt;
+                info.min_rtt_at = now;
+            } else if now.saturating_duration_since(info.min_rtt_at) >= MIN_RTT_WINDOW {
+                // The old minimum may be from a path that changed: start again, from the
+                // smoothed RTT if this sample is a spike.
+                info.min_rtt = rtt.min(info.srtt);
+                info.min_rtt_at = now;
+            }
+            let tier = LatencyTier::from_rtt(info.min_rtt);
             let retiered = tier != info.tier;
             if retiered {
                 self.tiers[tier_index(info.tier)].remove(&peer);
@@ -239,6 +259,8 @@ impl PeerTable {
             peer,
             PeerInfo {
                 srtt: rtt,
+                min_rtt: rtt,
+                min_rtt_at: now,
                 tier,
                 last_seen: now,
             },
@@ -384,14 +406,36 @@ mod tests {
         table.record_rtt(t0, peer("a"), ms(2));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         // One outlier does not move the peer: 7/8 * 2 + 1/8 * 50 = 8 ms.
-        table.record_rtt(t0, peer("a"), ms(50));
+        table.record_rtt(t0 + ms(1000), peer("a"), ms(50));
         assert_eq!(table.get(&peer("a")).map(|i| i.srtt), Some(ms(8)));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
-        // A sustained change does.
-        for _ in 0..10 {
-            table.record_rtt(t0, peer("a"), ms(50));
+        // A sustained change does, once the minimum's window has passed.
+        for s in 2..=12 {
+            table.record_rtt(t0 + ms(1000 * s), peer("a"), ms(50));
         }
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
+    }
+
+    /// Seen in the agents' loopback test: the first ping, taken while the machine was busy
+    /// starting the agents, took 28 ms, and the smoothed RTT kept a loopback peer in the
+    /// regional tier for seconds. The least RTT puts it back with the next sample.
+    #[test]
+    fn given_a_slow_first_sample_then_the_next_normal_one_gives_the_tier() {
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(4);
+        table.record_rtt(t0, peer("a"), ms(28));
+        assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
+        assert!(table.record_rtt(t0 + ms(1000), peer("a"), Duration::from_micros(200)));
+        assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
+        let info = table.get(&peer("a")).expect("known");
+        assert!(info.srtt > LOCAL_MAX_RTT, "{info:?}");
+        // A lone spike after the window does not move it either: the new minimum is the
+        // smoothed RTT or the sample, whichever is less, and the next normal sample is less.
+        for s in 2..=12 {
+            table.record_rtt(t0 + ms(1000 * s), peer("a"), Duration::from_micros(200));
+        }
+        table.record_rtt(t0 + ms(13_000), peer("a"), ms(80));
+        assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
     }
 
     #[test]
