@@ -7,7 +7,7 @@
 //! move node-b's rank to node-c.
 //!
 //! The breakdown: the time per iteration in each slice of the run is measured (rank 0's
-//! progress lines, time-stamped as they appear); it is split into the work, taken as the
+//! progress events, time-stamped by the job); it is split into the work, taken as the
 //! unloaded run's mean time per iteration (what an iteration costs when nothing slows the
 //! job), and the rest, the time lost to the load: rank 0 waiting in MPI for the slowed rank,
 //! and under MPI/IOS the migration itself. The split is derived, not read from inside the
@@ -105,7 +105,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             rows: args.size,
             cols: args.size,
             iters: 0,
-            report_every: 0,
+            progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
             hog: Some((1, figs::secs(args.load_at))),
@@ -183,7 +183,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     .events(events_by_iteration(&runs.adaptive))
     .write(out.join("fig13-14-iteration-time"))?;
     notes.push(format!(
-        "Breakdown: each slice's time per iteration is measured (rank 0's progress lines); \
+        "Breakdown: each slice's time per iteration is measured (rank 0's progress events); \
          the work part is the unloaded run's mean, {work_ms:.3} ms per iteration, the rest \
          is time lost to the load (waiting for the slowed rank, and the migration)."
     ));
