@@ -44,7 +44,7 @@ pub(crate) struct Common {
     /// on the cooperating node-a (fig15) or the joined node-c (fig16).
     #[arg(long)]
     check: bool,
-    /// Print only events and results, not every progress line.
+    /// Print only events and results, not every progress event.
     #[arg(long)]
     quiet: bool,
     /// Directory for the plots and the runs' logs; created if missing.

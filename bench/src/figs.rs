@@ -107,7 +107,7 @@ pub(crate) fn event_at(o: &Outcome, kind: EventKind) -> Option<f64> {
     o.first(kind).map(|t| t - loop_start(o))
 }
 
-/// (loop time, iterations per second) of every progress line.
+/// (loop time, iterations per second) of every progress event.
 pub(crate) fn rate_points(o: &Outcome) -> Vec<(f64, f64)> {
     let t0 = loop_start(o);
     o.samples.iter().map(|s| (s.t - t0, s.rate)).collect()

@@ -258,7 +258,7 @@ impl Outcome {
             .collect()
     }
 
-    /// Iterations done at time `t` (linear between progress lines).
+    /// Iterations done at time `t` (linear between progress events).
     pub fn iteration_at(&self, t: f64) -> f64 {
         let points = self.progress_points();
         for w in points.windows(2) {
@@ -273,8 +273,8 @@ impl Outcome {
         points.last().map_or(0.0, |p| p.1 as f64)
     }
 
-    /// First progress line after `after` from which the run stays recovered: the throughput
-    /// over every [`RECOVERY_WINDOW_S`] window that starts at a later progress line (and
+    /// First progress event after `after` from which the run stays recovered: the throughput
+    /// over every [`RECOVERY_WINDOW_S`] window that starts at a later progress event (and
     /// ends before the run does) is at least `rate`. Averaging over a window keeps single
     /// noisy lines from voiding a recovery; requiring every later window keeps a short good
     /// spell inside a slow stretch from counting as one.

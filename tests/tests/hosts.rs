@@ -46,7 +46,7 @@ struct Ran {
 impl Ran {
     /// Runs `job` as `launch` sets it up, with its events in a file of its own.
     fn new(job: MpiJob, launch: impl FnOnce(MpiJob) -> MpiJob) -> Ran {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("a temporary directory for the events");
         let path = dir.path().join("events.jsonl");
         let finished = launch(job.env("PCM_EVENTS", path.display().to_string())).run(DEADLINE);
         Ran {
