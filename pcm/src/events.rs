@@ -14,9 +14,10 @@
 //! What is reported: each process's start ([`RunEvent::Started`]) and exit
 //! ([`RunEvent::Exited`]), rank 0's loop start and progress (at most once per
 //! `PCM_PROGRESS_PERIOD`, default 1 s), checkpoints, restarts, each migration with its phase
-//! timings, every store and load call, and aborts. Programs without PCM can write the same
-//! loop start and progress events through [`start_without_pcm`], [`loop_started`] and
-//! [`progress`] (heat2d-plain does), so that one reader serves both.
+//! timings, every store and load call, and aborts; at `Pcm::finalize`, a last progress event
+//! with the iterations done. Programs without PCM can write the same loop start and
+//! progress events through [`start_without_pcm`], [`loop_started`], [`progress`] and
+//! [`final_progress`] (heat2d-plain does), so that one reader serves both.
 //!
 //! The exit is seen through glibc's `on_exit`, which receives the status the process passes
 //! to `exit` (returning from `main` included); a killed process runs no handler, which is
@@ -157,6 +158,15 @@ pub fn progress(iteration: u64) {
     *last = Some(now);
     drop(last);
     emit(RunEvent::Progress { iteration });
+}
+
+/// Reports that the loop ended with `iteration` iterations done, whatever the period: the
+/// run's last progress event, so that even a run shorter than one period shows its rate.
+/// Call it on rank 0 after the loop; PCM programs need not (`Pcm::finalize` does).
+pub fn final_progress(iteration: u64) {
+    if enabled() {
+        emit(RunEvent::Progress { iteration });
+    }
 }
 
 /// One store (`stored: true`) or load call on `name` of `bytes` bytes that began at `started`.

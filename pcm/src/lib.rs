@@ -881,6 +881,7 @@ impl Pcm {
         let _internal = interpose::Internal::enter();
         if self.rank == 0 {
             warn_unreached(&self.job.schedule, self.job.iteration);
+            events::final_progress(self.job.iteration);
         }
         if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
             checkpoint::mark_finished(&self);

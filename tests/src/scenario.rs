@@ -337,7 +337,14 @@ impl Timeline {
                 self.last.get_or_insert((t, *iteration));
                 Vec::new()
             }
-            RunEvent::Started { rank, host, .. } => {
+            // A replacement starts before the migration that spawned it is complete: its
+            // move is taken from the migration event, with the host it left.
+            RunEvent::Started {
+                rank,
+                host,
+                replacement: false,
+                ..
+            } => {
                 if let Some(h) = self.hosts.get_mut(rank.0 as usize) {
                     *h = host.to_string();
                 }
@@ -1082,6 +1089,15 @@ mod tests {
             ),
             at(0.5, RunEvent::LoopStarted { iteration: 0 }),
             at(1.5, RunEvent::Progress { iteration: 100 }),
+            at(
+                1.6,
+                RunEvent::Started {
+                    rank: pcm_proto::Rank(1),
+                    pid: 9,
+                    host: host("c"),
+                    replacement: true,
+                },
+            ),
             at(
                 1.7,
                 RunEvent::Migrated {

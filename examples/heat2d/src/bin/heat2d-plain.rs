@@ -6,7 +6,7 @@
 //!
 //! Rank 0 prints a JSON [`heat2d::Report`] as its last stdout line. `heat2d.rs` is
 //! `heat2d-plain.rs` instrumented with PCM (Figure 11): `diff heat2d-plain.rs heat2d.rs`
-//! shows every PCM line (see examples/heat2d/README.md); `heat2d-plain.rs` has two lines of
+//! shows every PCM line (see examples/heat2d/README.md); `heat2d-plain.rs` has a few lines of
 //! its own, the calls that report its loop start and progress as events, which PCM reports
 //! for `heat2d`. Both write the same typed events when `PCM_EVENTS` names a file (see
 //! `pcm::events`); the `--report-every` lines are for people.
@@ -84,6 +84,9 @@ fn run(job: &mut Universe, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
     }
     world.barrier();
     let seconds = heat.seconds();
+    if rank == 0 {
+        pcm::events::final_progress(args.iters);
+    }
 
     if let Some(checksum) = checksum(world, &heat.block) {
         let report = Report {
