@@ -447,25 +447,32 @@ impl Tail {
     }
 }
 
-/// Reads the events appended to the run's event file, tells `observer` what they show and
-/// keeps it. A line that is not an event (one being written as it is read is left for the
-/// next call by [`Tail`]) is skipped.
-fn follow(
-    tail: &mut Tail,
-    timeline: &mut Timeline,
-    observer: &mut dyn FnMut(&Line),
-    samples: &mut Vec<Sample>,
-    events: &mut Vec<Event>,
-) {
-    for line in tail.lines() {
-        let Some(event) = Stamped::from_json_line(&line) else {
-            continue;
-        };
-        for seen in timeline.take(&event) {
-            observer(&seen);
-            match seen {
-                Line::Progress(s) => samples.push(s),
-                Line::Event(e) => events.push(e),
+/// A run's event file, read as it grows, and what it showed so far.
+struct Follower {
+    tail: Tail,
+    timeline: Timeline,
+}
+
+impl Follower {
+    /// Reads the events appended since the last call, tells `observer` what they show and
+    /// keeps it. A line that is not an event is skipped (one being written as it is read is
+    /// left for the next call by [`Tail`]).
+    fn read(
+        &mut self,
+        observer: &mut dyn FnMut(&Line),
+        samples: &mut Vec<Sample>,
+        events: &mut Vec<Event>,
+    ) {
+        for line in self.tail.lines() {
+            let Some(event) = Stamped::from_json_line(&line) else {
+                continue;
+            };
+            for seen in self.timeline.take(&event) {
+                observer(&seen);
+                match seen {
+                    Line::Progress(s) => samples.push(s),
+                    Line::Event(e) => events.push(e),
+                }
             }
         }
     }
@@ -766,16 +773,16 @@ impl Scenario {
             cluster.job(job, &placement)
         };
         let started = Instant::now();
-        let mut timeline = Timeline::new(
-            unix_now(),
-            if mode == Mode::Adaptive {
-                placement.iter().map(|h| (*h).to_owned()).collect()
-            } else {
-                Vec::new()
-            },
-        );
+        let hosts = if mode == Mode::Adaptive {
+            placement.iter().map(|h| (*h).to_owned()).collect()
+        } else {
+            Vec::new()
+        };
+        let mut follower = Follower {
+            tail: Tail::new(&events_path),
+            timeline: Timeline::new(unix_now(), hosts),
+        };
         let mut group = job.start(&run_dir, "job");
-        let mut tail = Tail::new(&events_path);
 
         let mut samples: Vec<Sample> = Vec::new();
         let mut events: Vec<Event> = Vec::new();
@@ -937,25 +944,13 @@ impl Scenario {
                     }
                 }
             }
-            follow(
-                &mut tail,
-                &mut timeline,
-                observer,
-                &mut samples,
-                &mut events,
-            );
+            follower.read(observer, &mut samples, &mut events);
             std::thread::sleep(Duration::from_millis(50));
         }
         let wall_s = started.elapsed().as_secs_f64();
         let finished = group.wait(Duration::from_secs(5));
         // The events written between the last read and the job's end.
-        follow(
-            &mut tail,
-            &mut timeline,
-            observer,
-            &mut samples,
-            &mut events,
-        );
+        follower.read(observer, &mut samples, &mut events);
         let report = finished.report();
         drop(hog);
         let agents: &[PoolAgent] = pool.as_ref().map_or(&[], |p| p.agents.as_slice());
@@ -987,7 +982,7 @@ impl Scenario {
             report,
             samples,
             events,
-            loop_start: timeline.loop_start(),
+            loop_start: follower.timeline.loop_start(),
             wall_s,
             decisions,
             agent_cpu,
