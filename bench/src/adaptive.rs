@@ -98,7 +98,7 @@ fn scenario(args: &AdaptiveArgs) -> (Scenario, Length) {
         cols: args.size,
         // Set from `length` once the nodes exist.
         iters: 0,
-        report_every: 0,
+        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
         placement: vec![0, 1],
         agents_at_start: vec![0, 1],
         hog: Some((1, secs(load_at))),

@@ -7,7 +7,7 @@
 //! move node-b's rank to node-c.
 //!
 //! The breakdown: the time per iteration in each slice of the run is measured (rank 0's
-//! progress lines, time-stamped as they appear); it is split into the work, taken as the
+//! progress events, time-stamped by the job); it is split into the work, taken as the
 //! unloaded run's mean time per iteration (what an iteration costs when nothing slows the
 //! job), and the rest, the time lost to the load: rank 0 waiting in MPI for the slowed rank,
 //! and under MPI/IOS the migration itself. The split is derived, not read from inside the
@@ -59,7 +59,7 @@ pub(crate) struct Fig13Args {
     /// node-b, one of them on node-c.
     #[arg(long)]
     check: bool,
-    /// Print only events and results, not every progress line.
+    /// Print only events and results, not every progress event.
     #[arg(long)]
     quiet: bool,
     /// Directory for the plots and the runs' logs; created if missing.
@@ -105,7 +105,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             rows: args.size,
             cols: args.size,
             iters: 0,
-            report_every: 0,
+            progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
             hog: Some((1, figs::secs(args.load_at))),
@@ -183,7 +183,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     .events(events_by_iteration(&runs.adaptive))
     .write(out.join("fig13-14-iteration-time"))?;
     notes.push(format!(
-        "Breakdown: each slice's time per iteration is measured (rank 0's progress lines); \
+        "Breakdown: each slice's time per iteration is measured (rank 0's progress events); \
          the work part is the unloaded run's mean, {work_ms:.3} ms per iteration, the rest \
          is time lost to the load (waiting for the slowed rank, and the migration)."
     ));
@@ -224,7 +224,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     Ok(())
 }
 
-/// Loop time (s) at which iteration `i` was done, interpolated between progress lines.
+/// Loop time (s) at which iteration `i` was done, interpolated between progress events.
 fn time_at_iteration(points: &[(f64, u64)], i: f64) -> f64 {
     for w in points.windows(2) {
         let ((t0, i0), (t1, i1)) = (w[0], w[1]);
@@ -238,7 +238,7 @@ fn time_at_iteration(points: &[(f64, u64)], i: f64) -> f64 {
     points.last().map_or(0.0, |p| p.0)
 }
 
-/// (loop time, iterations done) from the loop's start to the last progress line.
+/// (loop time, iterations done) from the loop's start to the last progress event.
 fn loop_points(o: &Outcome) -> Vec<(f64, u64)> {
     let t0 = figs::loop_start(o);
     std::iter::once((0.0, 0))
@@ -291,7 +291,7 @@ fn breakdown_chart(title: &str, slices: &[(u64, u64, f64)], work_ms: f64) -> Bar
         .series("lost to the load (waiting, migration)", lost)
 }
 
-/// (iteration, ms per iteration) of every progress line.
+/// (iteration, ms per iteration) of every progress event.
 fn ms_per_iteration(o: &Outcome) -> Vec<(f64, f64)> {
     o.samples
         .iter()

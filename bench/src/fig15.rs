@@ -44,7 +44,7 @@ pub(crate) struct Common {
     /// on the cooperating node-a (fig15) or the joined node-c (fig16).
     #[arg(long)]
     check: bool,
-    /// Print only events and results, not every progress line.
+    /// Print only events and results, not every progress event.
     #[arg(long)]
     quiet: bool,
     /// Directory for the plots and the runs' logs; created if missing.
@@ -127,7 +127,7 @@ pub(crate) fn run15(mut args: Fig15Args) -> Result<()> {
             rows: c.size,
             cols: c.size,
             iters: 0,
-            report_every: 0,
+            progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
             hog: Some((1, figs::secs(args.load_at))),
@@ -184,7 +184,7 @@ pub(crate) fn run16(mut args: Fig16Args) -> Result<()> {
             rows: c.size,
             cols: c.size,
             iters: 0,
-            report_every: 0,
+            progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
             hog: args.load_at.map(|l| (1, figs::secs(l))),

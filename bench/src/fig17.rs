@@ -10,27 +10,31 @@
 //!
 //! Figure 18 splits the reconfiguration into checkpointing (the departing rank's `store`
 //! calls), loading (the replacement's `load` calls) and communicator rearrangement (spawn,
-//! merge+split), plus the state transfer and the agreement, all read from PCM's
-//! `pcm::timing` debug lines (`RUST_LOG=pcm::timing=debug`). PCM reports the slowest rank's
+//! merge+split), plus the state transfer and the agreement, all read from PCM's typed events
+//! (`PCM_EVENTS`, one file per run: the migration event with its phase timings, and one event
+//! per store and load call), never from its log. PCM reports the slowest rank's
 //! time for each phase: the agreement runs from the status call to `reconfigure`, which on
 //! the departing rank holds its stores, and the spawn from entering `reconfigure`, which on
 //! the staying ranks holds waiting for those stores inside the collective spawn. So both are
 //! shown less the store time, to count the store once.
+//!
+//! The iteration rate around the move comes from the same file: rank 0's progress events
+//! (every [`PROGRESS_PERIOD`]), timestamped by the job.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use mpi_ios_bench::{
-    append_markdown, events, load_average, max, median, min, try_bin, MpiJob, Table,
-};
+use mpi_ios_bench::{append_markdown, load_average, max, median, min, try_bin, MpiJob, Table};
 use mpi_ios_plots::{Bar, BarChart, Event, EventKind, Layout, TimePlot};
+use pcm_proto::run::{RunEvent, Stamped, EVENTS_FILE_ENV, PROGRESS_PERIOD_ENV};
 
 use mpi_ios_bench::paired::heat_report;
 
-/// What PCM logs to make the breakdown: debug lines of `pcm::timing`, PCM's info lines.
-const RUST_LOG: &str = "warn,pcm=info,pcm::timing=debug";
+/// Least time between two progress events of a run (`PCM_PROGRESS_PERIOD`): fine enough
+/// for several windows on each side of the move in the quick mode's short runs.
+const PROGRESS_PERIOD: &str = "0.02";
 
 /// Options of `fig17`.
 #[derive(Debug, Args)]
@@ -105,73 +109,91 @@ impl Phases {
     }
 }
 
-/// Reads the phases from the `pcm::timing` lines of a run's stderr.
-fn phases(stderr: &str) -> Result<Phases> {
-    let field = |v: &serde_json::Value, name: &str| -> Result<f64> {
-        v.get(name)
-            .and_then(serde_json::Value::as_f64)
-            .with_context(|| format!("timing line without `{name}`: {v}"))
-    };
-    let sum_us = |event: &str| -> Result<f64> {
-        events(stderr, event)
-            .iter()
-            .map(|v| field(v, "us"))
-            .sum::<Result<f64>>()
-    };
-    let reconfigured = events(stderr, "pcm_reconfigured");
-    let [r] = reconfigured.as_slice() else {
+/// Reads the phases from a run's events: its one migration and its store and load calls.
+fn phases(events: &[Stamped]) -> Result<Phases> {
+    let ms = |us: u64| us as f64 / 1e3;
+    let timings: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            RunEvent::Migrated { timings, .. } => Some(*timings),
+            _ => None,
+        })
+        .collect();
+    let [t] = timings.as_slice() else {
         bail!(
-            "expected one pcm_reconfigured timing line, found {} (is PCM logging \
-             pcm::timing at debug level?)",
-            reconfigured.len()
+            "expected one migration event, found {} (did PCM write its events, PCM_EVENTS?)",
+            timings.len()
         );
     };
+    let (mut store_us, mut load_us, mut stores, mut loads) = (0, 0, 0, 0);
+    for e in events {
+        match &e.event {
+            RunEvent::Stored { micros, .. } => (store_us, stores) = (store_us + micros, stores + 1),
+            RunEvent::Loaded { micros, .. } => (load_us, loads) = (load_us + micros, loads + 1),
+            _ => {}
+        }
+    }
     ensure!(
-        !events(stderr, "pcm_store").is_empty() && !events(stderr, "pcm_load").is_empty(),
-        "no pcm_store/pcm_load timing lines in the migrating run"
+        stores > 0 && loads > 0,
+        "no store or load event in the migrating run"
     );
-    let store = sum_us("pcm_store")? / 1e3;
+    let store = ms(store_us);
     Ok(Phases {
         store,
-        transfer: field(r, "state_transfer_us")? / 1e3,
-        load: sum_us("pcm_load")? / 1e3,
-        agree: (field(r, "agree_us")? / 1e3 - store).max(0.0),
-        spawn: (field(r, "spawn_us")? / 1e3 - store).max(0.0),
-        merge_split: field(r, "merge_split_us")? / 1e3,
-        state_bytes: field(r, "state_bytes")?,
+        transfer: ms(t.state_transfer_us),
+        load: ms(load_us),
+        agree: (ms(t.agree_us) - store).max(0.0),
+        spawn: (ms(t.spawn_us) - store).max(0.0),
+        merge_split: ms(t.merge_split_us),
+        state_bytes: t.state_bytes as f64,
     })
 }
 
-/// heat2d's progress lines (`heat2d: iteration N/T R it/s`) as (N, R).
-fn progress(stderr: &str) -> Vec<(u64, f64)> {
-    stderr
-        .lines()
-        .filter_map(|line| {
-            let rest = line.split("heat2d: iteration ").nth(1)?;
-            let mut words = rest.split_whitespace();
-            let done = words.next()?.split('/').next()?.parse().ok()?;
-            let rate = words.next()?.parse().ok()?;
-            Some((done, rate))
-        })
-        .collect()
+/// Rank 0's progress as (iterations done, iterations per second since the previous point)
+/// at each progress event, the loop start being the first point.
+fn progress(events: &[Stamped]) -> Vec<(u64, f64)> {
+    let mut last: Option<(f64, u64)> = None;
+    let mut out = Vec::new();
+    for e in events {
+        let (RunEvent::LoopStarted { iteration } | RunEvent::Progress { iteration }) = e.event
+        else {
+            continue;
+        };
+        if let (Some((t0, i0)), RunEvent::Progress { .. }) = (last, &e.event) {
+            if e.time() > t0 && iteration > i0 {
+                out.push((iteration, (iteration - i0) as f64 / (e.time() - t0)));
+            }
+        }
+        last = Some((e.time(), iteration));
+    }
+    out
 }
 
-/// Median iteration rate (heat2d's progress lines, `iteration N/T R it/s`) of the windows
-/// after iteration `at` (the one holding `at` excluded) over that of the windows before it.
-/// `None` when either side has no window.
-fn rate_after_vs_before(stderr: &str, at: u64, every: u64) -> Option<f64> {
+/// Median iteration rate of the progress windows that start after iteration `at` (the
+/// reconfiguration point) over that of the windows that end by it; the window holding it
+/// counts on neither side. `None` when either side has no window.
+fn rate_after_vs_before(events: &[Stamped], at: u64) -> Option<f64> {
     let (mut before, mut after) = (Vec::new(), Vec::new());
-    for (done, rate) in progress(stderr) {
+    let mut start = 0;
+    for (done, rate) in progress(events) {
         if done <= at {
             before.push(rate);
-        } else if done > at + every {
+        } else if start > at {
             after.push(rate);
         }
+        start = done;
     }
     if before.is_empty() || after.is_empty() {
         return None;
     }
     Some(median(&after) / median(&before))
+}
+
+/// The events of the run whose event file is `path`.
+fn read_events(path: &Path) -> Result<Vec<Stamped>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the run's events, {}", path.display()))?;
+    Ok(Stamped::parse_file(&text))
 }
 
 /// Measurements of one grid size.
@@ -241,9 +263,9 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
     let heat = try_bin("heat2d")?;
     let timeout = Duration::from_secs(args.timeout);
     let at = args.iters / 2;
-    // Ten progress windows per run, to compare the iteration rate before and after the move.
-    let every = (args.iters / 10).max(1);
     let load_before = load_average();
+    // The runs' event files.
+    let dir = tempfile::tempdir().context("creating a directory for the event files")?;
 
     let mut samples: Vec<Sample> = args
         .sizes
@@ -264,20 +286,28 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
                 side,
                 "--iters".into(),
                 args.iters.to_string(),
-                "--report-every".into(),
-                every.to_string(),
             ];
             let base = MpiJob::of(args.ranks, &heat, &run_args)
                 .env("PCM_DAEMON", "none")
-                .env("RUST_LOG", RUST_LOG);
+                .env(PROGRESS_PERIOD_ENV, PROGRESS_PERIOD);
+            let (plain_events, moved_events) = (
+                dir.path()
+                    .join(format!("{}-{repeat}-plain.jsonl", sample.side)),
+                dir.path()
+                    .join(format!("{}-{repeat}-moved.jsonl", sample.side)),
+            );
             let plain = base
+                .clone()
+                .env(EVENTS_FILE_ENV, plain_events.display().to_string())
                 .run_within(timeout)?
                 .check("heat2d without reconfiguration")?;
             let moved = base
-                .clone()
+                .env(EVENTS_FILE_ENV, moved_events.display().to_string())
                 .env("PCM_SCHEDULE", format!("{at}:{}", args.move_rank))
                 .run_within(timeout)?
                 .check("heat2d with one reconfiguration")?;
+            let (plain_events, moved_events) =
+                (read_events(&plain_events)?, read_events(&moved_events)?);
             let (p, m) = (heat_report(&plain.stdout)?, heat_report(&moved.stdout)?);
             ensure!(
                 p.checksum == m.checksum,
@@ -293,7 +323,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
                 p.migrations,
                 m.migrations
             );
-            let ph = phases(&moved.stderr)
+            let ph = phases(&moved_events)
                 .with_context(|| format!("{0}x{0}: reading the phase timings", sample.side))?;
             eprintln!(
                 "[fig17] {0}x{0} repeat {repeat}/{1}: without {2:.4} s, with {3:.4} s, \
@@ -314,20 +344,20 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             sample.with.push(m.seconds);
             sample.phases.push(ph);
             if let (Some(a), Some(b)) = (
-                rate_after_vs_before(&plain.stderr, at, every),
-                rate_after_vs_before(&moved.stderr, at, every),
+                rate_after_vs_before(&plain_events, at),
+                rate_after_vs_before(&moved_events, at),
             ) {
                 sample.rate_ratio_without.push(a);
                 sample.rate_ratio_with.push(b);
             }
-            let curve = |stderr: &str| -> Vec<(f64, f64)> {
-                progress(stderr)
+            let curve = |events: &[Stamped]| -> Vec<(f64, f64)> {
+                progress(events)
                     .into_iter()
                     .map(|(n, r)| (n as f64, r))
                     .collect()
             };
-            sample.last_rates_without = curve(&plain.stderr);
-            sample.last_rates_with = curve(&moved.stderr);
+            sample.last_rates_without = curve(&plain_events);
+            sample.last_rates_with = curve(&moved_events);
         }
     }
 
@@ -397,12 +427,12 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
     let notes = vec![
         format!(
             "{} ranks, rank {} moved at iteration {at} (PCM_SCHEDULE), no daemon; seconds are \
-             heat2d's own iteration-loop time, phases from PCM's pcm::timing lines (medians \
-             over repeats). The agree and spawn columns are PCM's times less the departing \
+             heat2d's own iteration-loop time, phases from PCM's events (medians over \
+             repeats). The agree and spawn columns are PCM's times less the departing \
              rank's store time, which both maxima include (see bench/src/fig17.rs). Stacked \
              bars are medians per phase, so their height may differ from the median total. \
-             'rate after/before' is the median iteration rate of heat2d's progress windows \
-             after the move over that before it (the same windows in the run without): a \
+             'rate after/before' is the median iteration rate of the progress windows \
+             (PCM's progress events, every {PROGRESS_PERIOD} s) after the move over that before it (the same windows in the run without): a \
              spawned replacement reaches the original ranks over TCP, not shared memory, so \
              the job may stay slower after the move, a cost the phases do not include. \
              Load average (1/5/15 min) before: {load_before}; after: {}.",
@@ -525,37 +555,85 @@ fn plot(
 mod tests {
     use super::*;
 
+    fn at(time: f64, event: RunEvent) -> Stamped {
+        Stamped {
+            unix_us: (time * 1e6).round() as u64,
+            pid: 1,
+            rank: Some(pcm_proto::Rank(0)),
+            event,
+        }
+    }
+
     #[test]
-    fn phases_are_read_from_the_timing_lines() {
-        let stderr = "\
-2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"grid\",\"bytes\":100,\"us\":2000}
-2026 DEBUG pcm::timing: {\"event\":\"pcm_store\",\"name\":\"meta\",\"bytes\":8,\"us\":1000}
-2026 DEBUG pcm::timing: {\"event\":\"pcm_reconfigured\",\"iteration\":5,\"agree_us\":3500,\"spawn_us\":250000,\"merge_split_us\":4000,\"state_transfer_us\":1500,\"state_bytes\":108}
-2026 DEBUG pcm::timing: {\"event\":\"pcm_load\",\"name\":\"grid\",\"bytes\":100,\"us\":30}
-";
-        let p = phases(stderr).expect("parses");
+    fn phases_are_read_from_the_events() {
+        let store = |name: &str, micros| RunEvent::Stored {
+            name: name.into(),
+            bytes: 100,
+            micros,
+        };
+        let events = vec![
+            at(1.0, store("grid", 2000)),
+            at(1.1, store("meta", 1000)),
+            at(
+                1.2,
+                RunEvent::Migrated {
+                    iteration: 5,
+                    placed: vec![(pcm_proto::Rank(1), pcm_proto::HostName::new("b").unwrap())],
+                    timings: pcm_proto::PhaseTimings {
+                        agree_us: 3500,
+                        spawn_us: 250_000,
+                        merge_split_us: 4000,
+                        state_transfer_us: 1500,
+                        state_bytes: 108,
+                    },
+                },
+            ),
+            at(
+                1.3,
+                RunEvent::Loaded {
+                    name: "grid".into(),
+                    bytes: 100,
+                    micros: 30,
+                },
+            ),
+        ];
+        let p = phases(&events).expect("reads");
         assert_eq!(p.store, 3.0);
         assert_eq!(p.spawn, 247.0);
         assert_eq!(p.load, 0.03);
         assert_eq!(p.merge_split, 4.0);
         assert_eq!(p.transfer, 1.5);
         assert_eq!(p.agree, 0.5);
+        assert_eq!(p.state_bytes, 108.0);
         assert!((p.total() - 256.03).abs() < 1e-9);
-        assert!(phases("no timing here").is_err());
+        assert!(phases(&events[..2]).is_err(), "no migration");
+        assert!(phases(&events[..3]).is_err(), "no load");
     }
 
     #[test]
     fn rates_are_compared_around_the_move() {
-        let stderr = "\
-heat2d: iteration 10/40 100.0 it/s (migrations: 0, host: a)
-heat2d: iteration 20/40 110.0 it/s (migrations: 0, host: a)
-heat2d: iteration 30/40 20.0 it/s (migrations: 1, host: a)
-other noise
-heat2d: iteration 40/40 55.0 it/s (migrations: 1, host: a)
-";
-        // Before: 10 and 20 (median 105); the window 21..30 holds the move; after: 40.
-        let r = rate_after_vs_before(stderr, 20, 10).expect("both sides");
-        assert!((r - 55.0 / 105.0).abs() < 1e-9, "{r}");
-        assert_eq!(rate_after_vs_before(stderr, 40, 10), None);
+        let p = |time, iteration| at(time, RunEvent::Progress { iteration });
+        let events = vec![
+            at(0.0, RunEvent::LoopStarted { iteration: 0 }),
+            p(0.1, 10),
+            p(0.2, 20),
+            p(0.7, 30),
+            at(0.8, RunEvent::Checkpointed { iteration: 30 }),
+            p(0.8, 40),
+            p(1.0, 50),
+        ];
+        let rates: Vec<u64> = progress(&events)
+            .iter()
+            .map(|(_, r)| r.round() as u64)
+            .collect();
+        assert_eq!(rates, [100, 100, 20, 100, 50]);
+        // Before: the windows ending at 10 and 20 (100 it/s); the window 20..30 holds the
+        // move; after: those starting at 30 and 40 (100 and 50: median 75).
+        let r = rate_after_vs_before(&events, 25).expect("both sides");
+        assert!((r - 0.75).abs() < 1e-9, "{r}");
+        // Before: 100, 100, 20 (median 100); after: the window starting at 40 only.
+        let r = rate_after_vs_before(&events, 35).expect("both sides");
+        assert!((r - 0.5).abs() < 1e-9, "{r}");
+        assert_eq!(rate_after_vs_before(&events, 50), None);
     }
 }

@@ -20,8 +20,8 @@
 //! one). The adaptive run's time over that limit says how close the agents came to what was
 //! physically possible.
 //!
-//! Times are iteration-loop times: each run's progress lines are shifted so that 0 is the
-//! start of its loop (estimated from its first progress line), so mpirun's start-up, which
+//! Times are iteration-loop times: each run's progress events are shifted so that 0 is the
+//! start of its loop (its loop start event), so mpirun's start-up, which
 //! varies between namespaces, does not count against anyone.
 
 use std::path::{Path, PathBuf};
@@ -96,13 +96,10 @@ pub(crate) fn platform() -> Result<()> {
     Ok(())
 }
 
-/// Seconds from mpirun's start to the start of the run's iteration loop, estimated from the
-/// first progress line (heat2d's rate there is over the iterations since the loop began).
+/// Seconds from mpirun's start to the start of the run's iteration loop: its loop start
+/// event, or 0 when the run ended before reporting it.
 pub(crate) fn loop_start(o: &Outcome) -> f64 {
-    o.samples
-        .first()
-        .filter(|s| s.rate > 0.0)
-        .map_or(0.0, |s| (s.t - s.iteration as f64 / s.rate).max(0.0))
+    o.loop_start.unwrap_or(0.0).max(0.0)
 }
 
 /// Time of the first event of `kind`, in loop time.
@@ -110,7 +107,7 @@ pub(crate) fn event_at(o: &Outcome, kind: EventKind) -> Option<f64> {
     o.first(kind).map(|t| t - loop_start(o))
 }
 
-/// (loop time, iterations per second) of every progress line.
+/// (loop time, iterations per second) of every progress event.
 pub(crate) fn rate_points(o: &Outcome) -> Vec<(f64, f64)> {
     let t0 = loop_start(o);
     o.samples.iter().map(|s| (s.t - t0, s.rate)).collect()

@@ -415,7 +415,7 @@ pub(crate) fn commit(pcm: &mut Pcm, iteration: u64) {
                 "checkpoint at iteration {iteration} committed: {bytes} bytes from {} ranks in {seconds:.3} s",
                 pcm.size
             );
-            crate::events::emit(&pcm_proto::run::RunEvent::Checkpointed { iteration });
+            crate::events::emit(pcm_proto::run::RunEvent::Checkpointed { iteration });
         }
         Ok(()) => {}
         Err(reason) => tracing::warn!(
@@ -749,7 +749,7 @@ fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
             "restarted from the checkpoint at iteration {iteration} of {}",
             series(pcm)
         );
-        crate::events::emit(&pcm_proto::run::RunEvent::Restarted { iteration });
+        crate::events::emit(pcm_proto::run::RunEvent::Restarted { iteration });
     }
 }
 

@@ -35,7 +35,18 @@ pub const VARIABLES: &[&str] = &[
     deadline::RECONFIGURE_TIMEOUT_ENV,
     profile::PROFILE_ENV,
     pcm_proto::run::EVENTS_ENV,
+    pcm_proto::run::EVENTS_FILE_ENV,
+    pcm_proto::run::PROGRESS_PERIOD_ENV,
 ];
+
+/// Where events go ([`crate::events`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EventSinks {
+    /// `PCMRUN-EVENT` lines on standard error (`PCMRUN_EVENTS=stderr` or `PCM_EVENTS=stderr`).
+    pub(crate) stderr: bool,
+    /// JSON lines appended to this file (`PCM_EVENTS=/absolute/path`).
+    pub(crate) file: Option<std::path::PathBuf>,
+}
 
 /// PCM's settings. Every field has a default (stated on its setter), the environment
 /// overrides it ([`Config::from_env`]), and code overrides both:
@@ -58,7 +69,8 @@ pub struct Config {
     pub(crate) restart: Restart,
     pub(crate) reconfigure_timeout: Duration,
     pub(crate) profiling: bool,
-    pub(crate) events: bool,
+    pub(crate) events: EventSinks,
+    pub(crate) progress_period: Duration,
     /// `PCM_DAEMON` as given (`none`, a socket path template), and `XDG_RUNTIME_DIR`.
     pub(crate) daemon: Option<String>,
     pub(crate) runtime_dir: Option<String>,
@@ -72,7 +84,8 @@ pub struct Config {
 impl Default for Config {
     /// Every default: no schedule, a check every [`crate::DEFAULT_CHECK_PERIOD`], no
     /// checkpoints, no restart, [`crate::DEFAULT_RECONFIGURE_TIMEOUT`], profiling on,
-    /// events off, the default pcmd socket, no job name, hosts of the allocation only.
+    /// events off (progress every [`crate::events::DEFAULT_PROGRESS_PERIOD`] when on), the
+    /// default pcmd socket, no job name, hosts of the allocation only.
     fn default() -> Self {
         Config {
             check_period: schedule::DEFAULT_CHECK_PERIOD,
@@ -81,7 +94,8 @@ impl Default for Config {
             restart: Restart::No,
             reconfigure_timeout: deadline::DEFAULT_RECONFIGURE_TIMEOUT,
             profiling: true,
-            events: false,
+            events: EventSinks::default(),
+            progress_period: crate::events::DEFAULT_PROGRESS_PERIOD,
             daemon: None,
             runtime_dir: None,
             job_name: None,
@@ -137,7 +151,26 @@ impl Config {
         if let Some(text) = get(profile::PROFILE_ENV) {
             config.profiling = profile::parse_enabled(text)?;
         }
-        config.events = get(pcm_proto::run::EVENTS_ENV).is_some_and(|v| v == "stderr");
+        config.events.stderr = get(pcm_proto::run::EVENTS_ENV).is_some_and(|v| v == "stderr");
+        if let Some(text) = get(pcm_proto::run::EVENTS_FILE_ENV) {
+            match text.trim() {
+                "stderr" => config.events.stderr = true,
+                "" | "off" => {}
+                path => config.events.file = Some(path.into()),
+            }
+        }
+        if let Some(text) = get(pcm_proto::run::PROGRESS_PERIOD_ENV) {
+            config.progress_period = text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| PcmError::Config {
+                    variable: pcm_proto::run::PROGRESS_PERIOD_ENV,
+                    value: text.clone(),
+                    reason: "expected a positive number of seconds, e.g. 1 or 0.05".into(),
+                })?;
+        }
         config.daemon = get(pcm_proto::DAEMON_ENV);
         config.runtime_dir = get("XDG_RUNTIME_DIR");
         config.job_name = get(pcm_proto::checkpoint::JOB_NAME_ENV);
@@ -200,6 +233,21 @@ impl Config {
         self
     }
 
+    /// Events as JSON lines appended to `path` (`PCM_EVENTS=/absolute/path`; default none),
+    /// or no event file (`None`). The path must be absolute: ranks may start in different
+    /// directories. See [`crate::events`].
+    pub fn with_events_file(mut self, path: Option<&std::path::Path>) -> Self {
+        self.events.file = path.map(std::path::Path::to_path_buf);
+        self
+    }
+
+    /// Least time between two progress events (`PCM_PROGRESS_PERIOD`, seconds; default
+    /// [`crate::events::DEFAULT_PROGRESS_PERIOD`], 1 s). At least 1 ms.
+    pub fn with_progress_period(mut self, period: Duration) -> Self {
+        self.progress_period = period;
+        self
+    }
+
     /// Checks the settings together; the error names the variable of the first bad one.
     pub fn validate(self) -> Result<Self, PcmError> {
         if self.check_period.is_zero() {
@@ -221,6 +269,22 @@ impl Config {
                 variable: checkpoint::INTERVAL_ENV,
                 value: "0".into(),
                 reason: "the interval must be positive (None turns checkpoints off)".into(),
+            });
+        }
+        if self.progress_period < Duration::from_millis(1) {
+            return Err(PcmError::Config {
+                variable: pcm_proto::run::PROGRESS_PERIOD_ENV,
+                value: format!("{}", self.progress_period.as_secs_f64()),
+                reason: "the progress period must be at least 1 ms (0.001)".into(),
+            });
+        }
+        if let Some(path) = self.events.file.as_ref().filter(|p| !p.is_absolute()) {
+            return Err(PcmError::Config {
+                variable: pcm_proto::run::EVENTS_FILE_ENV,
+                value: path.display().to_string(),
+                reason: "expected stderr, off or an absolute path (ranks may start in \
+                         different directories)"
+                    .into(),
             });
         }
         Ok(self)
@@ -255,7 +319,8 @@ mod tests {
         let c = config(&[]).unwrap();
         assert_eq!(c.check_period, schedule::DEFAULT_CHECK_PERIOD);
         assert_eq!(c.reconfigure_timeout, deadline::DEFAULT_RECONFIGURE_TIMEOUT);
-        assert!(c.profiling && !c.events && !c.checkpoint.enabled());
+        assert!(c.profiling && c.events == EventSinks::default() && !c.checkpoint.enabled());
+        assert_eq!(c.progress_period, crate::events::DEFAULT_PROGRESS_PERIOD);
         assert_eq!(c.restart, Restart::No);
         assert!(!c.daemon_off());
     }
@@ -269,8 +334,30 @@ mod tests {
             ("PCM_RESTART", "1"),
             ("PCM_DAEMON", "none"),
             ("PCM_SCHEDULE", "10:1"),
+            ("PCM_EVENTS", "/tmp/job/events.jsonl"),
+            ("PCM_PROGRESS_PERIOD", "0.05"),
         ])
         .unwrap();
+        assert_eq!(
+            c.events,
+            EventSinks {
+                stderr: false,
+                file: Some("/tmp/job/events.jsonl".into())
+            }
+        );
+        assert_eq!(c.progress_period, Duration::from_millis(50));
+        for (variables, stderr) in [
+            (&[("PCMRUN_EVENTS", "stderr")][..], true),
+            (&[("PCM_EVENTS", "stderr")][..], true),
+            (
+                &[("PCM_EVENTS", "off"), ("PCMRUN_EVENTS", "stderr")][..],
+                true,
+            ),
+            (&[("PCM_EVENTS", "off")][..], false),
+        ] {
+            let e = config(variables).unwrap().events;
+            assert_eq!((e.stderr, e.file), (stderr, None), "{variables:?}");
+        }
         assert_eq!(c.check_period, Duration::from_millis(5));
         assert!(!c.profiling && c.checkpoint.enabled() && c.daemon_off());
         assert_eq!(c.restart, Restart::IfAny);
@@ -294,6 +381,10 @@ mod tests {
             ("PCM_RESTART", "maybe"),
             ("PCM_RECONFIGURE_TIMEOUT", "-1"),
             ("PCM_SCHEDULE", "x:y"),
+            ("PCM_EVENTS", "events.jsonl"),
+            ("PCM_PROGRESS_PERIOD", "soon"),
+            ("PCM_PROGRESS_PERIOD", "0"),
+            ("PCM_PROGRESS_PERIOD", "-1"),
         ] {
             let e = config(&[(variable, value)]).unwrap_err().to_string();
             assert!(e.contains(variable) && e.contains(value), "{e}");

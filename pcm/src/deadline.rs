@@ -318,7 +318,7 @@ fn fire(context: &Context, phase: Phase, timeout: Duration, reporter: Option<Rep
         }
         _ => false,
     };
-    crate::events::emit(&pcm_proto::run::RunEvent::Aborting {
+    crate::events::emit(pcm_proto::run::RunEvent::Aborting {
         code: RECONFIGURE_TIMEOUT_EXIT,
         reason: error.to_string(),
     });

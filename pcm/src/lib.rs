@@ -98,10 +98,16 @@
 //!   ([`RECONFIGURE_TIMEOUT_EXIT`]); checkpoints already taken stay usable.
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
+//! - `PCM_EVENTS`: the job's event stream, typed and timestamped ([`events`]): an absolute
+//!   path appends one JSON line per event to that file (every rank may share it), `stderr`
+//!   writes `PCMRUN-EVENT` lines to standard error (as `PCMRUN_EVENTS=stderr`, which
+//!   pcmrun sets), `off` or unset: none. Benchmarks, figures and tests read these events,
+//!   never the log lines.
+//! - `PCM_PROGRESS_PERIOD`: least seconds between two progress events (fractions allowed,
+//!   at least 0.001; default 1).
 //! - `RUST_LOG`: log filter (default `warn,pcm=info`), to stderr once the application called
-//!   [`init_logging`] (PCM installs no subscriber by itself). `pcm::timing=debug` adds
-//!   one JSON line per store and load call and per reconfiguration (phase times), which
-//!   `mpi-ios-bench fig17` reads for the paper's Figure 18.
+//!   [`init_logging`] (PCM installs no subscriber by itself). The log is for people;
+//!   `pcm::timing=debug` adds a line per store and load call and per reconfiguration.
 
 /// docs/instrumenting.md, whose Rust blocks are compiled as doc-tests.
 #[cfg(doctest)]
@@ -114,7 +120,7 @@ mod config;
 mod daemon;
 mod deadline;
 mod error;
-mod events;
+pub mod events;
 mod ffi;
 mod hosts;
 mod interpose;
@@ -492,12 +498,16 @@ impl Pcm {
                     tracing::warn!("{e}; using the default settings");
                     Config::default()
                 });
-                events::set_enabled(config.events);
+                if let Err(e) = events::configure(&config) {
+                    // The job is waiting for this replacement: it goes on without events.
+                    tracing::warn!("{e}; this replacement writes no events");
+                }
+                events::loop_joined();
                 reconfig::join_as_replacement(universe, parent, host, config)?
             }
             None => {
                 let config = config?;
-                events::set_enabled(config.events);
+                events::configure(&config)?;
                 Self::init_fresh(universe, app, host, config)?
             }
         };
@@ -776,6 +786,9 @@ impl Pcm {
     #[inline]
     pub fn status(&mut self) -> Result<Status, PcmError> {
         let iteration = self.job.iteration;
+        if self.rank == 0 && events::loop_start_pending() {
+            events::loop_started(iteration);
+        }
         self.job.iteration += 1;
         if let Some(daemon) = &self.daemon {
             daemon.set_iteration(iteration);
@@ -868,6 +881,7 @@ impl Pcm {
         let _internal = interpose::Internal::enter();
         if self.rank == 0 {
             warn_unreached(&self.job.schedule, self.job.iteration);
+            events::final_progress(self.job.iteration);
         }
         if self.rank == 0 && (self.job.checkpoint.enabled() || self.job.resumed) {
             checkpoint::mark_finished(&self);
@@ -1138,8 +1152,8 @@ fn local_host_name() -> HostName {
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `warn,pcm=info`), unless the
 /// application installed its own subscriber. PCM installs no subscriber by itself: call it
-/// before [`Pcm::init`] to see PCM's log lines (the reconfiguration timings that the
-/// benchmarks read among them), or install your own. The C interface calls it in
+/// before [`Pcm::init`] to see PCM's log lines (for people; programs read the events,
+/// [`events`]), or install your own. The C interface calls it in
 /// `PCM_Init` and before logging errors of calls made before `PCM_Init`.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

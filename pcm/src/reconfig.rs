@@ -278,9 +278,10 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
         .map(|(j, m)| (m.rank, placed_hosts[size as usize + j].clone()))
         .collect();
     if pcm.rank == 0 {
-        crate::events::emit(&pcm_proto::run::RunEvent::Migrated {
+        crate::events::emit(pcm_proto::run::RunEvent::Migrated {
             iteration,
             placed: placed.clone(),
+            timings,
         });
     }
     pcm.report(

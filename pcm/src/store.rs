@@ -137,11 +137,12 @@ fn check_name(name: &str) -> Result<(), PcmError> {
 /// Target of the per-call timing lines of stores and loads.
 pub(crate) const TIMING_TARGET: &str = "pcm::timing";
 
-/// One debug line per store or load call, as JSON (`{"event":"pcm_store"|"pcm_load",...}`),
-/// so that benchmarks (`mpi-ios-bench fig17`, the paper's Figure 18) can split a
+/// One event per store or load call ([`pcm_proto::run::RunEvent::Stored`], `Loaded`), so
+/// that benchmarks (`mpi-ios-bench fig17`, the paper's Figure 18) can split a
 /// reconfiguration's cost into checkpointing and loading without instrumenting the
-/// application. Enable with `RUST_LOG=pcm::timing=debug`.
+/// application; and the same as a debug line for people (`RUST_LOG=pcm::timing=debug`).
 fn log_timing(op: &str, name: &str, bytes: usize, started: Instant) {
+    crate::events::store_call(op == "store", name, bytes, started);
     tracing::debug!(
         target: TIMING_TARGET,
         "{{\"event\":\"pcm_{op}\",\"name\":{name:?},\"bytes\":{bytes},\"us\":{}}}",

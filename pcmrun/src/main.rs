@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use pcm_proto::run::{RunEvent, EVENTS_ENV};
+use pcm_proto::run::{RunEvent, Stamped, EVENTS_ENV};
 use pcm_proto::HostName;
 use pcmrun::cli::{normalize_args, Options};
 use pcmrun::daemon::{self, Daemon, HostDaemons};
@@ -605,7 +605,8 @@ fn forward(stderr: impl Read, sender: &mpsc::Sender<Output>) {
         }
         let event = std::str::from_utf8(&line)
             .ok()
-            .and_then(RunEvent::from_line);
+            .and_then(Stamped::from_line)
+            .map(|stamped| stamped.event);
         match event {
             Some(event) => {
                 if sender.send(Output::Event(event, Instant::now())).is_err() {

@@ -259,7 +259,13 @@ impl Supervisor {
                 self.progressed(iteration, now);
                 self.resumed(iteration, now)
             }
-            RunEvent::Migrated { iteration, placed } => {
+            // Facts for benchmarks and tests: the progress events serve pcmrun.
+            RunEvent::LoopStarted { .. } | RunEvent::Stored { .. } | RunEvent::Loaded { .. } => {
+                None
+            }
+            RunEvent::Migrated {
+                iteration, placed, ..
+            } => {
                 self.migrations += 1;
                 self.progressed(iteration, now);
                 for (rank, host) in &placed {
@@ -793,6 +799,7 @@ mod tests {
             RunEvent::Migrated {
                 iteration: 30,
                 placed: vec![(Rank(1), host("c"))],
+                timings: pcm_proto::PhaseTimings::default(),
             },
             t,
         );

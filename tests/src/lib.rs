@@ -153,6 +153,12 @@ pub enum HarnessError {
     },
 }
 
+/// The typed events of a job run with `PCM_EVENTS=path` (see `pcm::events`), in file order;
+/// none when the file is missing (the job wrote none).
+pub fn read_events(path: &Path) -> Vec<pcm_proto::run::Stamped> {
+    pcm_proto::run::Stamped::parse_file(&std::fs::read_to_string(path).unwrap_or_default())
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();

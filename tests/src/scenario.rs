@@ -4,14 +4,20 @@
 //! that move ranks by themselves. The same scenario also runs as static MPI (heat2d-plain,
 //! same placement, same hog, no agents) and unloaded, for comparison.
 //!
-//! Rank 0's progress lines (`--report-every`) are read as they appear and time-stamped:
-//! they give the throughput over time and, through the hosts they list, each migration as
-//! it happens.
+//! The job's typed events are read as they appear, never its log text: every mode sets
+//! `PCM_EVENTS` to a file of the run's directory and `PCM_PROGRESS_PERIOD` to
+//! [`Scenario::progress_period`]. PCM writes the events of the adaptive runs (loop start,
+//! progress, each process's start and each migration), so any PCM program, whatever its
+//! language, can run there; heat2d-plain writes the same loop start and progress events
+//! through `pcm::events`. They give the throughput over time and each migration as it
+//! happens ([`Timeline`]).
 
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use pcm_proto::run::{RunEvent, Stamped, EVENTS_FILE_ENV, PROGRESS_PERIOD_ENV};
 
 use crate::netns::Cluster;
 use crate::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
@@ -48,8 +54,9 @@ pub struct Scenario {
     pub cols: usize,
     /// Iterations.
     pub iters: u64,
-    /// Progress line every this many iterations.
-    pub report_every: u64,
+    /// Least time between two progress events ([`PROGRESS_PERIOD`] unless sized by
+    /// [`Scenario::set_length`]).
+    pub progress_period: Duration,
     /// Rank i starts on node `placement[i]` (an index into the cluster's nodes).
     pub placement: Vec<usize>,
     /// Nodes whose agents join before the job starts.
@@ -76,16 +83,22 @@ pub struct Scenario {
 /// ([`Outcome::recovered_from`]).
 pub const RECOVERY_WINDOW_S: f64 = 2.0;
 
-/// One progress line.
+/// Default [`Scenario::progress_period`].
+pub const PROGRESS_PERIOD: Duration = Duration::from_millis(50);
+
+/// Name of the event file in a run's directory.
+pub const EVENTS_FILE: &str = "events.jsonl";
+
+/// One progress event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Seconds since the job started.
     pub t: f64,
     /// Iterations done.
     pub iteration: u64,
-    /// Iterations per second since the previous line.
+    /// Iterations per second since the previous progress event (or the loop start).
     pub rate: f64,
-    /// Host of each rank (adaptive runs).
+    /// Host of each rank (adaptive runs: from the processes' start and migration events).
     pub hosts: Vec<String>,
 }
 
@@ -98,7 +111,7 @@ pub enum EventKind {
     NodeJoin,
     /// A node's agent left the pool (`ios-agent leave` returned).
     NodeLeave,
-    /// A rank moved (seen in the progress lines).
+    /// A rank moved (PCM's migration event).
     Migration,
 }
 
@@ -116,7 +129,7 @@ pub struct Event {
 /// What the observer of a run is told as it goes.
 #[derive(Debug, Clone)]
 pub enum Line {
-    /// A progress line.
+    /// A progress event.
     Progress(Sample),
     /// An event.
     Event(Event),
@@ -133,6 +146,9 @@ pub struct Outcome {
     pub samples: Vec<Sample>,
     /// Events over time.
     pub events: Vec<Event>,
+    /// Seconds since the job started at which its iteration loop started (the loop start
+    /// event), if it was seen.
+    pub loop_start: Option<f64>,
     /// Wall time of the whole mpirun, seconds.
     pub wall_s: f64,
     /// Decisions the agents recorded (host, decision), adaptive runs.
@@ -242,7 +258,7 @@ impl Outcome {
             .collect()
     }
 
-    /// Iterations done at time `t` (linear between progress lines).
+    /// Iterations done at time `t` (linear between progress events).
     pub fn iteration_at(&self, t: f64) -> f64 {
         let points = self.progress_points();
         for w in points.windows(2) {
@@ -257,8 +273,8 @@ impl Outcome {
         points.last().map_or(0.0, |p| p.1 as f64)
     }
 
-    /// First progress line after `after` from which the run stays recovered: the throughput
-    /// over every [`RECOVERY_WINDOW_S`] window that starts at a later progress line (and
+    /// First progress event after `after` from which the run stays recovered: the throughput
+    /// over every [`RECOVERY_WINDOW_S`] window that starts at a later progress event (and
     /// ends before the run does) is at least `rate`. Averaging over a window keeps single
     /// noisy lines from voiding a recovery; requiring every later window keeps a short good
     /// spell inside a slow stretch from counting as one.
@@ -282,25 +298,108 @@ impl Outcome {
     }
 }
 
-/// Parses a progress line of heat2d or heat2d-plain:
-/// `heat2d: iteration 300/3000 123.4 it/s (migrations: 1, hosts: node-a,node-c)`.
-pub fn parse_progress(line: &str) -> Option<(u64, f64, Vec<String>)> {
-    let rest = line.split("iteration ").nth(1)?;
-    let mut words = rest.split_whitespace();
-    let done: u64 = words.next()?.split('/').next()?.parse().ok()?;
-    let rate: f64 = words.next()?.parse().ok()?;
-    let hosts = line
-        .split("hosts: ")
-        .nth(1)
-        .map(|h| {
-            h.trim_end_matches(')')
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    Some((done, rate, hosts))
+/// A run's typed events turned into its samples and migrations, in the order they are read.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// Unix time the job started: event times are counted from it.
+    origin: f64,
+    /// Host of each rank, as last known.
+    hosts: Vec<String>,
+    /// When the loop started (seconds since the origin), if seen.
+    loop_start: Option<f64>,
+    /// The last progress point (seconds since the origin, iterations done).
+    last: Option<(f64, u64)>,
+}
+
+impl Timeline {
+    /// A timeline of a job that started at Unix time `origin`, with rank i first on
+    /// `hosts[i]` (empty for a job whose processes and moves are not reported).
+    pub fn new(origin: f64, hosts: Vec<String>) -> Timeline {
+        Timeline {
+            origin,
+            hosts,
+            loop_start: None,
+            last: None,
+        }
+    }
+
+    /// When the loop started, seconds since the origin, if seen.
+    pub fn loop_start(&self) -> Option<f64> {
+        self.loop_start
+    }
+
+    /// What `event` tells: a progress sample, a migration per moved rank, or nothing.
+    pub fn take(&mut self, event: &Stamped) -> Vec<Line> {
+        let t = event.time() - self.origin;
+        match &event.event {
+            RunEvent::LoopStarted { iteration } => {
+                self.loop_start.get_or_insert(t);
+                self.last.get_or_insert((t, *iteration));
+                Vec::new()
+            }
+            // A replacement starts before the migration that spawned it is complete: its
+            // move is taken from the migration event, with the host it left.
+            RunEvent::Started {
+                rank,
+                host,
+                replacement: false,
+                ..
+            } => {
+                if let Some(h) = self.hosts.get_mut(rank.0 as usize) {
+                    *h = host.to_string();
+                }
+                Vec::new()
+            }
+            RunEvent::Progress { iteration } => {
+                let rate = match self.last {
+                    Some((t0, i0)) if t > t0 => iteration.saturating_sub(i0) as f64 / (t - t0),
+                    _ => 0.0,
+                };
+                self.last = Some((t, *iteration));
+                vec![Line::Progress(Sample {
+                    t,
+                    iteration: *iteration,
+                    rate,
+                    hosts: self.hosts.clone(),
+                })]
+            }
+            RunEvent::Migrated { placed, .. } => placed
+                .iter()
+                .map(|(rank, host)| {
+                    let was = self
+                        .hosts
+                        .get(rank.0 as usize)
+                        .cloned()
+                        .unwrap_or_else(|| "?".into());
+                    if let Some(h) = self.hosts.get_mut(rank.0 as usize) {
+                        *h = host.to_string();
+                    }
+                    Line::Event(Event {
+                        t,
+                        kind: EventKind::Migration,
+                        what: format!("rank {rank} moved {was} -> {host}"),
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Now as Unix time, seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `job` with its events in `path` (removed first: a previous run's events are not this
+/// one's), a progress event at most every `period`.
+fn with_events(job: MpiJob, path: &Path, period: Duration) -> MpiJob {
+    // A file that is not there is what we want; any other failure shows in the run.
+    let _ = std::fs::remove_file(path);
+    job.env(EVENTS_FILE_ENV, path.display().to_string())
+        .env(PROGRESS_PERIOD_ENV, format!("{}", period.as_secs_f64()))
 }
 
 /// Reads the lines appended to a file since the last call.
@@ -348,6 +447,37 @@ impl Tail {
     }
 }
 
+/// A run's event file, read as it grows, and what it showed so far.
+struct Follower {
+    tail: Tail,
+    timeline: Timeline,
+}
+
+impl Follower {
+    /// Reads the events appended since the last call, tells `observer` what they show and
+    /// keeps it. A line that is not an event is skipped (one being written as it is read is
+    /// left for the next call by [`Tail`]).
+    fn read(
+        &mut self,
+        observer: &mut dyn FnMut(&Line),
+        samples: &mut Vec<Sample>,
+        events: &mut Vec<Event>,
+    ) {
+        for line in self.tail.lines() {
+            let Some(event) = Stamped::from_json_line(&line) else {
+                continue;
+            };
+            for seen in self.timeline.take(&event) {
+                observer(&seen);
+                match seen {
+                    Line::Progress(s) => samples.push(s),
+                    Line::Event(e) => events.push(e),
+                }
+            }
+        }
+    }
+}
+
 /// Where the peer server and agents of an adaptive run live.
 struct Pool {
     _server: PeerServer,
@@ -374,10 +504,11 @@ impl Length {
     }
 }
 
-/// Starts `job` (which must print heat2d progress lines, `--report-every`, and run longer
-/// than the measurement) on `placement`, measures its iterations per second over `window`
-/// after a 0.5 s warm-up, and kills it. Sized by time, not by iterations: a slow machine gives
-/// a low rate, not a timeout. Errors when the job ends early or prints no progress within 60 s.
+/// Starts `job` (which must write progress events, as heat2d and heat2d-plain do, and run
+/// longer than the measurement) on `placement`, measures its iterations per second over
+/// `window` after a 0.5 s warm-up, and kills it. Sized by time, not by iterations: a slow
+/// machine gives a low rate, not a timeout. Errors when the job ends early or reports no
+/// progress within 60 s.
 pub fn measure_rate(
     cluster: &Cluster,
     job: MpiJob,
@@ -388,12 +519,14 @@ pub fn measure_rate(
     const WARM_UP: Duration = Duration::from_millis(500);
     const FIRST_LINE: Duration = Duration::from_secs(60);
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let job = cluster.job(job, placement);
+    let events = dir.join(EVENTS_FILE);
+    let job = cluster.job(with_events(job, &events, PROGRESS_PERIOD), placement);
     let started = Instant::now();
     let mut group = job.start(dir, "job");
-    let mut tail = Tail::new(&group.stderr);
-    // (seconds since the first line, iterations done) once the warm-up is over.
-    let mut first: Option<Instant> = None;
+    let mut tail = Tail::new(&events);
+    // When the first progress event was read, and its time.
+    let mut first: Option<(Instant, f64)> = None;
+    // (event time, iterations done) once the warm-up is over.
     let mut points: Vec<(f64, u64)> = Vec::new();
     loop {
         if crate::interrupted() {
@@ -406,22 +539,25 @@ pub fn measure_rate(
             ));
         }
         for line in tail.lines() {
-            let Some((iteration, _, _)) = parse_progress(&line) else {
+            let Some(event) = Stamped::from_json_line(&line) else {
                 continue;
             };
-            let since = *first.get_or_insert_with(Instant::now);
-            if since.elapsed() >= WARM_UP {
-                points.push((since.elapsed().as_secs_f64(), iteration));
+            let (time, RunEvent::Progress { iteration }) = (event.time(), event.event) else {
+                continue;
+            };
+            let (_, t0) = *first.get_or_insert((Instant::now(), time));
+            if time - t0 >= WARM_UP.as_secs_f64() {
+                points.push((time, iteration));
             }
         }
         match first {
             None if started.elapsed() > FIRST_LINE => {
                 return Err(format!(
-                    "the measured job printed no progress within {FIRST_LINE:?}:\n{}",
+                    "the measured job reported no progress within {FIRST_LINE:?}:\n{}",
                     group.stderr_so_far()
                 ))
             }
-            Some(since) if since.elapsed() >= WARM_UP + window => break,
+            Some((since, _)) if since.elapsed() >= WARM_UP + window => break,
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -432,13 +568,13 @@ pub fn measure_rate(
             Ok((i1 - i0) as f64 / (t1 - t0))
         }
         _ => Err(format!(
-            "too few progress lines in {window:?} to measure the speed ({} lines)",
+            "too few progress events in {window:?} to measure the speed ({} events)",
             points.len()
         )),
     }
 }
 
-/// Progress lines of the unloaded run that [`Scenario::size_by_time`] asks for over the run.
+/// Progress events of the unloaded run that [`Scenario::size_by_time`] asks for over the run.
 pub const PROGRESS_LINES: u64 = 200;
 
 impl Scenario {
@@ -462,7 +598,7 @@ impl Scenario {
     }
 
     /// heat2d's arguments for the scenario's grid.
-    fn heat2d_args(&self, iters: u64, report_every: u64) -> Vec<String> {
+    fn heat2d_args(&self, iters: u64) -> Vec<String> {
         [
             "--rows",
             &self.rows.to_string(),
@@ -470,8 +606,6 @@ impl Scenario {
             &self.cols.to_string(),
             "--iters",
             &iters.to_string(),
-            "--report-every",
-            &report_every.to_string(),
         ]
         .map(str::to_owned)
         .to_vec()
@@ -479,7 +613,7 @@ impl Scenario {
 
     /// Measures how many iterations per second heat2d-plain makes on the scenario's grid and
     /// placement on `cluster`, unloaded: a job with no end runs for `window` after its first
-    /// progress line plus a warm-up, then it and everything else on the nodes is killed (call
+    /// progress event plus a warm-up, then it and everything else on the nodes is killed (call
     /// it before anything else runs there). Logs go under `dir`.
     ///
     /// Scenario runs are sized by this measurement, never by an iteration count tuned on one
@@ -504,7 +638,7 @@ impl Scenario {
                 .collect::<Result<Vec<&str>, String>>()?;
         let run_dir = dir.join("calibration");
         // Longer than any window: the job is killed once measured.
-        let args = self.heat2d_args(u64::from(u32::MAX), 5);
+        let args = self.heat2d_args(u64::from(u32::MAX));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let job = MpiJob::new(self.placement.len(), "heat2d-plain", &args);
         let rate = measure_rate(cluster, job, &placement, &run_dir, window);
@@ -514,8 +648,8 @@ impl Scenario {
     }
 
     /// Sets the iteration count so that the unloaded job runs about `seconds` on `cluster`,
-    /// measured with [`Scenario::unloaded_rate`] over 2 s, and the progress lines so that
-    /// there are about [`PROGRESS_LINES`] of them. Returns the measured rate.
+    /// measured with [`Scenario::unloaded_rate`] over 2 s, and the progress period so that
+    /// there are about [`PROGRESS_LINES`] progress events. Returns the measured rate.
     pub fn size_by_time(
         &mut self,
         cluster: &Cluster,
@@ -527,12 +661,15 @@ impl Scenario {
         }
         let rate = self.unloaded_rate(cluster, dir, Duration::from_secs(2))?;
         self.iters = ((rate * seconds).round() as u64).max(PROGRESS_LINES);
-        self.report_every = (self.iters / PROGRESS_LINES).max(1);
+        // PCM's config refuses a period under 1 ms.
+        self.progress_period =
+            Duration::from_secs_f64(seconds / PROGRESS_LINES as f64).max(Duration::from_millis(1));
         Ok(rate)
     }
 
-    /// Sets the iteration count and progress lines for `length` (measuring on `cluster`
-    /// when it is given in seconds, logs under `dir`). Returns the measured unloaded rate,
+    /// Sets the iteration count and progress period for `length` (measuring on `cluster`
+    /// when it is given in seconds, logs under `dir`; a count of iterations keeps the
+    /// period). Returns the measured unloaded rate,
     /// if measured.
     pub fn set_length(
         &mut self,
@@ -544,7 +681,6 @@ impl Scenario {
             Length::Iterations(0) => Err("a run of 0 iterations shows nothing".into()),
             Length::Iterations(n) => {
                 self.iters = n;
-                self.report_every = (n / PROGRESS_LINES).max(1);
                 Ok(None)
             }
             Length::UnloadedSeconds(s) => self.size_by_time(cluster, dir, s).map(Some),
@@ -553,11 +689,32 @@ impl Scenario {
 
     /// Runs the scenario once on `cluster` (which must have at least as many nodes as the
     /// scenario names), with logs and sockets under `dir`, telling `observer` each progress
-    /// line and event as it happens.
+    /// event and event as it happens. The program is heat2d (adaptive) or heat2d-plain.
     pub fn run(
         &self,
         cluster: &Cluster,
         mode: Mode,
+        dir: &Path,
+        observer: &mut dyn FnMut(&Line),
+    ) -> Outcome {
+        let program = if mode == Mode::Adaptive {
+            "heat2d"
+        } else {
+            "heat2d-plain"
+        };
+        self.run_program(cluster, mode, program, dir, observer)
+    }
+
+    /// As [`Scenario::run`], with `program` (a binary of the project, [`crate::bin`]) as the
+    /// job: one that takes heat2d's options (`--rows`, `--cols`, `--iters`), prints heat2d's
+    /// report as its last stdout line, and writes PCM's loop start and progress events
+    /// (`PCM_EVENTS`). In adaptive mode any PCM program does: the C heat2d (`heat2d-c`, PCM
+    /// through the C interface) as well as the Rust one. The checksum matches heat2d-plain's.
+    pub fn run_program(
+        &self,
+        cluster: &Cluster,
+        mode: Mode,
+        program: &str,
         dir: &Path,
         observer: &mut dyn FnMut(&Line),
     ) -> Outcome {
@@ -599,14 +756,14 @@ impl Scenario {
             pool
         });
 
-        let program = if mode == Mode::Adaptive {
-            "heat2d"
-        } else {
-            "heat2d-plain"
-        };
-        let args = self.heat2d_args(self.iters, self.report_every);
+        let args = self.heat2d_args(self.iters);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut job = MpiJob::new(self.placement.len(), program, &args);
+        let events_path = run_dir.join(EVENTS_FILE);
+        let mut job = with_events(
+            MpiJob::new(self.placement.len(), program, &args),
+            &events_path,
+            self.progress_period,
+        );
         if mode == Mode::Adaptive {
             job = job.env("PCM_DAEMON", daemon_env.clone());
         }
@@ -616,8 +773,16 @@ impl Scenario {
             cluster.job(job, &placement)
         };
         let started = Instant::now();
+        let hosts = if mode == Mode::Adaptive {
+            placement.iter().map(|h| (*h).to_owned()).collect()
+        } else {
+            Vec::new()
+        };
+        let mut follower = Follower {
+            tail: Tail::new(&events_path),
+            timeline: Timeline::new(unix_now(), hosts),
+        };
         let mut group = job.start(&run_dir, "job");
-        let mut tail = Tail::new(&group.stderr);
 
         let mut samples: Vec<Sample> = Vec::new();
         let mut events: Vec<Event> = Vec::new();
@@ -779,35 +944,13 @@ impl Scenario {
                     }
                 }
             }
-            for line in tail.lines() {
-                let Some((iteration, rate, hosts)) = parse_progress(&line) else {
-                    continue;
-                };
-                if let Some(previous) = samples.last() {
-                    for (rank, (was, is)) in previous.hosts.iter().zip(&hosts).enumerate() {
-                        if was != is {
-                            emit(
-                                observer,
-                                &mut events,
-                                EventKind::Migration,
-                                format!("rank {rank} moved {was} -> {is}"),
-                            );
-                        }
-                    }
-                }
-                let s = Sample {
-                    t: started.elapsed().as_secs_f64(),
-                    iteration,
-                    rate,
-                    hosts,
-                };
-                observer(&Line::Progress(s.clone()));
-                samples.push(s);
-            }
+            follower.read(observer, &mut samples, &mut events);
             std::thread::sleep(Duration::from_millis(50));
         }
         let wall_s = started.elapsed().as_secs_f64();
         let finished = group.wait(Duration::from_secs(5));
+        // The events written between the last read and the job's end.
+        follower.read(observer, &mut samples, &mut events);
         let report = finished.report();
         drop(hog);
         let agents: &[PoolAgent] = pool.as_ref().map_or(&[], |p| p.agents.as_slice());
@@ -839,6 +982,7 @@ impl Scenario {
             report,
             samples,
             events,
+            loop_start: follower.timeline.loop_start(),
             wall_s,
             decisions,
             agent_cpu,
@@ -901,6 +1045,7 @@ mod tests {
             },
             samples,
             events: Vec::new(),
+            loop_start: Some(0.0),
             wall_s: 8.0,
             decisions: Vec::new(),
             agent_cpu: Vec::new(),
@@ -917,17 +1062,81 @@ mod tests {
     }
 
     #[test]
-    fn progress_lines_parse() {
-        assert_eq!(
-            parse_progress(
-                "heat2d: iteration 300/3000 123.4 it/s (migrations: 1, hosts: node-a,node-c)"
+    fn events_give_the_samples_and_the_migrations() {
+        let origin = 1_000.0;
+        let at = |t: f64, event: RunEvent| Stamped {
+            unix_us: ((origin + t) * 1e6).round() as u64,
+            pid: 7,
+            rank: Some(pcm_proto::Rank(0)),
+            event,
+        };
+        let host = |h: &str| pcm_proto::HostName::new(h).unwrap();
+        let mut timeline = Timeline::new(origin, vec!["a".into(), "b".into()]);
+        let events = [
+            at(
+                0.1,
+                RunEvent::Started {
+                    rank: pcm_proto::Rank(1),
+                    pid: 8,
+                    host: host("b2"),
+                    replacement: false,
+                },
             ),
-            Some((300, 123.4, vec!["node-a".to_owned(), "node-c".to_owned()]))
-        );
-        assert_eq!(
-            parse_progress("heat2d-plain: iteration 10/20 5.0 it/s"),
-            Some((10, 5.0, vec![]))
-        );
-        assert_eq!(parse_progress("heat2d: something else"), None);
+            at(0.5, RunEvent::LoopStarted { iteration: 0 }),
+            at(1.5, RunEvent::Progress { iteration: 100 }),
+            at(
+                1.6,
+                RunEvent::Started {
+                    rank: pcm_proto::Rank(1),
+                    pid: 9,
+                    host: host("c"),
+                    replacement: true,
+                },
+            ),
+            at(
+                1.7,
+                RunEvent::Migrated {
+                    iteration: 120,
+                    placed: vec![(pcm_proto::Rank(1), host("c"))],
+                    timings: pcm_proto::PhaseTimings::default(),
+                },
+            ),
+            at(2.5, RunEvent::Progress { iteration: 150 }),
+            at(2.6, RunEvent::Checkpointed { iteration: 150 }),
+        ];
+        let lines: Vec<Line> = events.iter().flat_map(|e| timeline.take(e)).collect();
+        assert_eq!(timeline.loop_start(), Some(0.5));
+        let [Line::Progress(first), Line::Event(moved), Line::Progress(second)] = &lines[..] else {
+            panic!("{lines:?}");
+        };
+        assert_eq!((first.t, first.iteration), (1.5, 100));
+        assert!((first.rate - 100.0).abs() < 1e-9, "{first:?}");
+        assert_eq!(first.hosts, ["a", "b2"]);
+        assert_eq!(moved.kind, EventKind::Migration);
+        assert!((moved.t - 1.7).abs() < 1e-9);
+        assert_eq!(moved.what, "rank 1 moved b2 -> c");
+        assert!((second.rate - 50.0).abs() < 1e-9, "{second:?}");
+        assert_eq!(second.hosts, ["a", "c"]);
+    }
+
+    #[test]
+    fn the_event_file_is_read_as_it_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(EVENTS_FILE);
+        let mut tail = Tail::new(&path);
+        assert!(tail.lines().is_empty());
+        let line = Stamped::now(None, RunEvent::Progress { iteration: 3 }).to_json_line();
+        let (head, rest) = line.split_at(10);
+        std::fs::write(&path, head).unwrap();
+        assert!(tail.lines().is_empty(), "half a line is not read");
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        file.write_all(rest.as_bytes()).unwrap();
+        let lines = tail.lines();
+        assert_eq!(lines.len(), 1);
+        assert!(Stamped::from_json_line(&lines[0]).is_some(), "{lines:?}");
     }
 }

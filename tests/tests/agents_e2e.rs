@@ -45,7 +45,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
         rows: 1024,
         cols: 1024,
         iters: 0,
-        report_every: 0,
+        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
         placement: vec![0, 1],
         agents_at_start: vec![0, 1],
         hog: Some((1, Duration::from_secs(3))),
@@ -69,18 +69,30 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
 }
 
 fn run(cluster: &Cluster, scenario: &Scenario, dir: tempfile::TempDir) -> Outcome {
-    let outcome = scenario.run(
-        cluster,
-        Mode::Adaptive,
-        dir.path(),
-        &mut |line| match line {
-            Line::Progress(s) => eprintln!(
-                "{:6.1} s {:5} {:8.1} it/s {:?}",
-                s.t, s.iteration, s.rate, s.hosts
-            ),
-            Line::Event(e) => eprintln!("{:6.1} s >>> {}", e.t, e.what),
-        },
-    );
+    run_program(cluster, scenario, "heat2d", dir)
+}
+
+/// [`run`] with `program` as the PCM job (heat2d or the C heat2d-c).
+fn run_program(
+    cluster: &Cluster,
+    scenario: &Scenario,
+    program: &str,
+    dir: tempfile::TempDir,
+) -> Outcome {
+    let outcome =
+        scenario.run_program(
+            cluster,
+            Mode::Adaptive,
+            program,
+            dir.path(),
+            &mut |line| match line {
+                Line::Progress(s) => eprintln!(
+                    "{:6.1} s {:5} {:8.1} it/s {:?}",
+                    s.t, s.iteration, s.rate, s.hosts
+                ),
+                Line::Event(e) => eprintln!("{:6.1} s >>> {}", e.t, e.what),
+            },
+        );
     for (host, d) in &outcome.decisions {
         eprintln!("agent {host}: {}", d.what);
     }
@@ -169,6 +181,20 @@ fn without_a_new_node_the_loaded_rank_moves_to_a_cooperating_node() {
     if !usable() {
         return;
     }
+    loaded_rank_moves_to_a_cooperating_node("heat2d");
+}
+
+/// The same with the C heat2d (PCM through the C interface): the scenario follows PCM's
+/// events, not the program's output, so any PCM program runs in it.
+#[test]
+fn the_c_heat2d_runs_the_adaptive_scenario_too() {
+    if !usable() {
+        return;
+    }
+    loaded_rank_moves_to_a_cooperating_node("heat2d-c");
+}
+
+fn loaded_rank_moves_to_a_cooperating_node(program: &str) {
     let _lock = mpi_lock();
     // node-a has room for two ranks; node-b gets the hog.
     let cap = node_cap();
@@ -176,7 +202,11 @@ fn without_a_new_node_the_loaded_rank_moves_to_a_cooperating_node() {
         Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))]).unwrap();
     let dir = logs();
     let scenario = scenario(&cluster, dir.path(), Vec::new());
-    let outcome = run(&cluster, &scenario, dir);
+    let outcome = run_program(&cluster, &scenario, program, dir);
+    assert!(
+        outcome.loop_start.is_some() && outcome.samples.len() >= 2,
+        "{program}: no loop start or progress events"
+    );
     let nodes = cluster.host_names();
     let moved: Vec<_> = outcome.migrations().collect();
     assert!(

@@ -17,9 +17,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    bin, bin_dir, complete_checkpoints, mpi_lock, pcmd_status, wait_until, Finished, Group, MpiJob,
-    Pcmd, Report, Runtime, RuntimeExt as _,
+    bin, bin_dir, complete_checkpoints, mpi_lock, pcmd_status, read_events, wait_until, Finished,
+    Group, MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
 };
+use pcm_proto::run::RunEvent;
 use pcm_proto::{NodeStats, RankStats};
 
 const ARGS: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
@@ -181,15 +182,19 @@ fn given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
     assert_ne!(killed.code, Some(0), "the job survived the kill of a rank");
     let newest = *node.complete().last().unwrap();
 
-    let restarted = job.env("PCM_RESTART", "require").run(DEADLINE);
+    let events = dir.path().join("restarted-events.jsonl");
+    let restarted = job
+        .env("PCM_RESTART", "require")
+        .env("PCM_EVENTS", events.display().to_string())
+        .run(DEADLINE);
     let report = restarted.report();
-    let iteration: u64 = restarted
-        .stderr
-        .split("restarted from the checkpoint at iteration ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no restart line in the log:\n{}", restarted.stderr));
+    let iteration: u64 = read_events(&events)
+        .into_iter()
+        .find_map(|e| match e.event {
+            RunEvent::Restarted { iteration } => Some(iteration),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no restart event:\n{}", restarted.stderr));
     assert_eq!(report.checksum, reference, "restart changed the result");
     assert_eq!(report.iterations, 20000);
     assert!(

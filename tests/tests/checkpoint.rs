@@ -18,10 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mpi_ios_tests::{bin, complete_checkpoints, mpi_lock, pcmd_status, wait_until, Group, MpiJob};
+use mpi_ios_tests::{
+    bin, complete_checkpoints, mpi_lock, pcmd_status, read_events, wait_until, Group, MpiJob,
+};
 use pcm_proto::checkpoint::{
     self as ckpt, expect_frame, write_frame, Request, Response, Series, FORMAT_VERSION,
 };
+use pcm_proto::run::RunEvent;
 use pcm_proto::{AppName, Rank};
 
 /// About two seconds of heat2d on this machine: long enough to take several checkpoints
@@ -158,16 +161,21 @@ fn run_and_kill_rank(node: &Node, dir: &Path, ready: impl Fn() -> bool) -> Strin
 
 /// Restarts with `PCM_RESTART=1`; returns the checksum, the restart iteration and stderr.
 fn restart(node: &Node) -> (String, u64, String) {
-    let finished = job(node).env("PCM_RESTART", "1").run(DEADLINE);
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let finished = job(node)
+        .env("PCM_RESTART", "1")
+        .env("PCM_EVENTS", events.display().to_string())
+        .run(DEADLINE);
     let report = finished.report();
     let stderr = finished.stderr;
-    let marker = "restarted from the checkpoint at iteration ";
-    let iteration = stderr
-        .split(marker)
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no restart line in the log:\n{stderr}"));
+    let iteration = read_events(&events)
+        .into_iter()
+        .find_map(|e| match e.event {
+            RunEvent::Restarted { iteration } => Some(iteration),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no restart event:\n{stderr}"));
     assert_eq!(report.iterations, 20000);
     (report.checksum, iteration, stderr)
 }

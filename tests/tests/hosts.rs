@@ -7,7 +7,11 @@
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::{mpi_lock, wait_until, Finished, MpiJob, Report, Runtime, RuntimeExt as _};
+use mpi_ios_tests::{
+    mpi_lock, read_events, wait_until, Finished, MpiJob, Report, Runtime, RuntimeExt as _,
+};
+use pcm_proto::run::{RunEvent, Stamped};
+use pcm_proto::PhaseTimings;
 
 const ARGS: &[&str] = &["--rows", "64", "--cols", "64", "--iters", "100"];
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -28,32 +32,58 @@ fn plain(cluster: &Cluster, placement: &[&str]) -> Report {
     report
 }
 
-fn with_schedule(cluster: &Cluster, placement: &[&str], schedule: &str) -> Finished {
+fn with_schedule(cluster: &Cluster, placement: &[&str], schedule: &str) -> Ran {
     let job = MpiJob::new(placement.len(), "heat2d", ARGS).env("PCM_SCHEDULE", schedule);
-    cluster.job(job, placement).run(DEADLINE)
+    Ran::new(job, |job| cluster.job(job, placement))
 }
 
-/// The PCM timing lines, `(total, agree, spawn, merge+split, state)` in ms, printed to stderr.
-fn reconfiguration_times(stderr: &str) -> Vec<[f64; 5]> {
-    stderr
-        .lines()
-        .filter_map(|line| {
-            let rest = line.split("reconfigured in ").nth(1)?;
-            let numbers: Vec<f64> = rest
-                .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .filter(|s| !s.is_empty() && *s != ".")
-                .filter_map(|s| s.parse().ok())
-                .take(5)
-                .collect();
-            <[f64; 5]>::try_from(numbers).ok()
-        })
-        .collect()
+/// A finished run and the events PCM wrote for it (`PCM_EVENTS`).
+struct Ran {
+    finished: Finished,
+    events: Vec<Stamped>,
 }
 
-fn print_times(what: &str, finished: &Finished) {
-    for [total, agree, spawn, merge_split, state] in reconfiguration_times(&finished.stderr) {
+impl Ran {
+    /// Runs `job` as `launch` sets it up, with its events in a file of its own.
+    fn new(job: MpiJob, launch: impl FnOnce(MpiJob) -> MpiJob) -> Ran {
+        let dir = tempfile::tempdir().expect("a temporary directory for the events");
+        let path = dir.path().join("events.jsonl");
+        let finished = launch(job.env("PCM_EVENTS", path.display().to_string())).run(DEADLINE);
+        Ran {
+            finished,
+            events: read_events(&path),
+        }
+    }
+
+    /// The phase timings of each migration, in order.
+    fn reconfigurations(&self) -> Vec<PhaseTimings> {
+        self.events
+            .iter()
+            .filter_map(|e| match e.event {
+                RunEvent::Migrated { timings, .. } => Some(timings),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl std::ops::Deref for Ran {
+    type Target = Finished;
+    fn deref(&self) -> &Finished {
+        &self.finished
+    }
+}
+
+fn print_times(what: &str, ran: &Ran) {
+    let ms = |us: u64| us as f64 / 1e3;
+    for t in ran.reconfigurations() {
         eprintln!(
-            "{what}: reconfigured across namespaces in {total:.1} ms (agree {agree:.1}, spawn {spawn:.1}, merge+split {merge_split:.1}, state {state:.1})"
+            "{what}: reconfigured across namespaces in {:.1} ms (agree {:.1}, spawn {:.1}, merge+split {:.1}, state {:.1})",
+            ms(t.agree_us + t.spawn_us + t.merge_split_us + t.state_transfer_us),
+            ms(t.agree_us),
+            ms(t.spawn_us),
+            ms(t.merge_split_us),
+            ms(t.state_transfer_us),
         );
     }
 }
@@ -85,8 +115,8 @@ fn given_ranks_on_two_hosts_when_rank_1_moves_to_a_third_then_it_runs_there_and_
     );
     assert_eq!(report.iterations, reference.iterations);
     assert!(
-        !reconfiguration_times(&finished.stderr).is_empty(),
-        "no timing line on stderr:\n{}",
+        !finished.reconfigurations().is_empty(),
+        "no migration event:\n{}",
         finished.stderr
     );
 }
@@ -135,12 +165,7 @@ fn given_rank_1_hops_between_hosts_repeatedly_then_each_move_is_timed_and_the_ch
         Some(&["node-a".to_string(), "node-c".to_string()][..])
     );
     assert_eq!(report.checksum, reference.checksum);
-    assert_eq!(
-        reconfiguration_times(&finished.stderr).len(),
-        4,
-        "{}",
-        finished.stderr
-    );
+    assert_eq!(finished.reconfigurations().len(), 4, "{}", finished.stderr);
 }
 
 #[test]
@@ -175,12 +200,12 @@ fn without_spares(
     placement: &[&str],
     schedule: &str,
     env: &[(&str, &str)],
-) -> Finished {
+) -> Ran {
     let mut job = MpiJob::new(placement.len(), "heat2d", ARGS).env("PCM_SCHEDULE", schedule);
     for (k, v) in env {
         job = job.env(k, *v);
     }
-    cluster.job_without_spares(job, placement).run(DEADLINE)
+    Ran::new(job, |job| cluster.job_without_spares(job, placement))
 }
 
 /// Whether the binaries were built for MPICH (only hydra starts a host outside its launch's
@@ -378,14 +403,4 @@ fn given_rank_1_moved_off_node_b_then_node_b_empties_and_killing_everything_ther
         report.hosts.as_deref(),
         Some(&["node-a".to_string(), "node-c".to_string()][..])
     );
-}
-
-#[test]
-fn the_timing_line_parser_reads_pcm_log_lines() {
-    let line = "2026-11-22T03:45:59Z  INFO pcm::reconfig: iteration 40: reconfigured in 259.0 ms (agree 0.1, spawn 256.1, merge+split 2.8, state 0.1 ms for 17451 bytes)";
-    assert_eq!(
-        reconfiguration_times(line),
-        vec![[259.0, 0.1, 256.1, 2.8, 0.1]]
-    );
-    assert!(reconfiguration_times("nothing here").is_empty());
 }

@@ -37,7 +37,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, topology: &str) -> Scenari
         rows: 512,
         cols: 512,
         iters: 0,
-        report_every: 0,
+        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
         placement: vec![1, 1],
         agents_at_start: vec![0, 1, 2],
         hog: None,

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mpi_ios_tests::{bin, mpi_lock, wait_until, MpiJob, Runtime, RuntimeExt as _};
+use mpi_ios_tests::{bin, mpi_lock, read_events, wait_until, MpiJob, Runtime, RuntimeExt as _};
+use pcm_proto::run::RunEvent;
 
 const SHORT: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
 /// Several seconds of heat2d with 3 ranks on this machine: the job must still run well
@@ -155,24 +156,38 @@ fn given_a_rank_moved_early_then_its_old_process_leaves_as_the_runtime_allows() 
         .report();
     let tag = format!("departure-{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
     let mut group = MpiJob::new(ranks, "heat2d", LONG)
         .env("PCM_SCHEDULE", "2000:1")
         .env(TAG, tag.clone())
-        .env("RUST_LOG", "warn,pcm=info")
+        .env("PCM_EVENTS", events.display().to_string())
         .start(dir.path(), "job");
+    // The moving rank's store of its state is the first sign of the move.
+    let move_begun = || {
+        read_events(&events)
+            .iter()
+            .any(|e| matches!(e.event, RunEvent::Stored { .. } | RunEvent::Migrated { .. }))
+    };
     wait_until(Duration::from_secs(60), "the ranks to start", || {
-        tagged_processes(&tag).len() == ranks || group.stderr_so_far().contains("moving rank")
+        tagged_processes(&tag).len() == ranks || move_begun()
     });
     let originals = tagged_processes(&tag);
     assert!(
-        !group.stderr_so_far().contains("moving rank") && originals.len() == ranks,
+        !move_begun() && originals.len() == ranks,
         "the move came before the ranks could be counted: move later"
     );
-    // Rank 0 logs this once the new world exists: the departing process is past the split.
+    // Rank 0 reports the migration once the new world exists: the departing process is past
+    // the split.
     wait_until(Duration::from_secs(60), "the move", || {
-        group
-            .stderr_so_far()
-            .contains("iteration 2000: reconfigured in")
+        read_events(&events).iter().any(|e| {
+            matches!(
+                e.event,
+                RunEvent::Migrated {
+                    iteration: 2000,
+                    ..
+                }
+            )
+        })
     });
     let moved = Instant::now();
     let mut back_after = None;

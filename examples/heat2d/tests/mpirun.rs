@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use heat2d::{hash_grid, Block};
 use mpi_ios_tests::{Finished, MpiJob};
+use pcm::events::RunEvent;
 
 /// Hard limit for one mpirun.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -77,6 +78,69 @@ fn given_blocks_of_one_and_two_rows_then_checksum_matches_serial() {
             Some(expected.as_str()),
             "np={np}: {r}"
         );
+    }
+}
+
+/// With `PCM_EVENTS`, both binaries write the loop start and the progress as typed events
+/// (heat2d-plain through `pcm::events`, heat2d through PCM), timestamped, in order.
+#[test]
+fn given_pcm_events_then_both_binaries_write_loop_start_and_progress() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for (name, program) in [
+        ("heat2d-plain", env!("CARGO_BIN_EXE_heat2d-plain")),
+        ("heat2d", env!("CARGO_BIN_EXE_heat2d")),
+    ] {
+        let path = dir.path().join(format!("{name}.jsonl"));
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let args: Vec<String> = ["--rows", "64", "--cols", "64", "--iters", "300"]
+            .map(str::to_owned)
+            .to_vec();
+        let o = MpiJob::of(2, Path::new(program), &args)
+            .env("PCM_EVENTS", path.display().to_string())
+            .env("PCM_PROGRESS_PERIOD", "0.001")
+            .run_within(TIMEOUT)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report(&o)["iterations"], 300, "{name}");
+        let events = mpi_ios_tests::read_events(&path);
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(events.len(), text.lines().count(), "{name}: {text}");
+        // Rank 0's loop start and progress, in time order, iterations never going back.
+        let progress: Vec<(f64, u64)> = events
+            .iter()
+            .filter_map(|e| match e.event {
+                RunEvent::LoopStarted { iteration } | RunEvent::Progress { iteration } => {
+                    assert_eq!(e.rank.map(|r| r.0), Some(0), "{name}: {e:?}");
+                    Some((e.time(), iteration))
+                }
+                _ => None,
+            })
+            .collect();
+        let starts = events
+            .iter()
+            .filter(|e| matches!(e.event, RunEvent::LoopStarted { iteration: 0 }))
+            .count();
+        assert_eq!(starts, 1, "{name}: {text}");
+        assert!(progress.len() >= 2, "{name}: no progress event\n{text}");
+        assert!(
+            progress
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1 && w[1].1 <= 300),
+            "{name}: {progress:?}"
+        );
+        if name == "heat2d" {
+            // PCM also reports each process's start and exit.
+            for kind in ["started", "exited"] {
+                let n = events
+                    .iter()
+                    .filter(|e| match e.event {
+                        RunEvent::Started { .. } => kind == "started",
+                        RunEvent::Exited { code: 0, .. } => kind == "exited",
+                        _ => false,
+                    })
+                    .count();
+                assert_eq!(n, 2, "{name}: {kind} events\n{text}");
+            }
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Events a PCM process reports to the launcher that supervises its job (`pcmrun`).
+//! Events of a PCM process, as data: for the launcher that supervises its job (`pcmrun`),
+//! and for programs that follow a job (benchmarks, figures, tests).
 //!
 //! `pcmrun` must tell a job that ended by itself (finished, or failed with an error of its
 //! own) from one that lost a process (a crash, an OOM kill, a host taken away) or that PCM
@@ -6,22 +7,40 @@
 //! checkpoint. Exit statuses cannot tell them apart (hydra's `mpiexec` exits with 9 both
 //! when a rank calls `exit(9)` and when one is killed by signal 9), so each PCM process
 //! reports when it starts and how it exits, and rank 0 reports the job's progress.
+//! Benchmarks and tests need the same facts and a few more (when the loop started, each
+//! migration's phase timings, each store and load), with times they can compare across
+//! processes: every event travels in a [`Stamped`] envelope (wall-clock time, pid, rank).
 //!
-//! The channel is the ranks' standard error, which every launcher forwards to the machine
-//! that started the job without a shared file system or a network port: when
-//! [`EVENTS_ENV`] is set, each event is one line, [`EVENT_PREFIX`] followed by the event as
-//! JSON, written with a single `write` so that lines of different processes do not mix.
-//! `pcmrun` removes these lines from the output it passes on; without `pcmrun` nothing is
-//! written. A line that does not parse is passed on as ordinary output, never trusted.
+//! Two sinks, either or both:
+//! - standard error ([`EVENTS_ENV`]` = stderr`, what pcmrun sets), which every launcher
+//!   forwards to the machine that started the job without a shared file system or a network
+//!   port: each event is one line, [`EVENT_PREFIX`] followed by the envelope as JSON.
+//!   `pcmrun` removes these lines from the output it passes on;
+//! - a file (`PCM_EVENTS=/absolute/path`): the envelope as one JSON line per event
+//!   ([`Stamped::to_json_line`]), appended (`O_APPEND`) so that the ranks of a host, or of
+//!   every host on a shared file system, can share one file.
+//!
+//! Each line is written with a single `write`, so lines of different processes do not mix.
+//! A line that does not parse is ordinary output (on stderr) or refused (in a file), never
+//! trusted.
 
 use serde::{Deserialize, Serialize};
 
-use crate::{HostName, Rank};
+use crate::{HostName, PhaseTimings, Rank};
 
-/// Environment variable that turns the events on (`pcmrun` sets it to `stderr`).
+/// Environment variable that turns the events on standard error on (`pcmrun` sets it to
+/// `stderr`).
 pub const EVENTS_ENV: &str = "PCMRUN_EVENTS";
 
-/// Start of every event line.
+/// Environment variable naming the event file (`PCM_EVENTS=/absolute/path`; `stderr` is
+/// the same as [`EVENTS_ENV`]` = stderr`; `off` or unset: no file).
+pub const EVENTS_FILE_ENV: &str = "PCM_EVENTS";
+
+/// Environment variable setting the least time between two [`RunEvent::Progress`] events,
+/// in seconds (fractions allowed; default 1).
+pub const PROGRESS_PERIOD_ENV: &str = "PCM_PROGRESS_PERIOD";
+
+/// Start of every event line on standard error.
 pub const EVENT_PREFIX: &str = "PCMRUN-EVENT ";
 
 /// One event of one PCM process.
@@ -40,7 +59,14 @@ pub enum RunEvent {
         /// Whether a migration spawned it.
         replacement: bool,
     },
-    /// Rank 0 has completed `iteration` iterations (about once a second).
+    /// Rank 0 is about to run the application's loop from `iteration` (0, or the iteration
+    /// of the checkpoint a restarted job resumed from): the time base of the progress.
+    LoopStarted {
+        /// First iteration of the loop.
+        iteration: u64,
+    },
+    /// Rank 0 has completed `iteration` iterations (at most once per `PCM_PROGRESS_PERIOD`,
+    /// at the status checks).
     Progress {
         /// Iterations done.
         iteration: u64,
@@ -55,12 +81,32 @@ pub enum RunEvent {
         /// Iteration the job resumed from.
         iteration: u64,
     },
-    /// Rank 0: a reconfiguration moved ranks.
+    /// Rank 0 of the old world: a reconfiguration moved ranks and is complete.
     Migrated {
         /// Iteration at which the job reconfigured.
         iteration: u64,
         /// Each moved rank and its new host.
         placed: Vec<(Rank, HostName)>,
+        /// The slowest rank's time in each phase, and the bytes of state moved.
+        timings: PhaseTimings,
+    },
+    /// One `store` call of this process (for a move or a checkpoint).
+    Stored {
+        /// Name of the stored value or array.
+        name: String,
+        /// Bytes stored.
+        bytes: u64,
+        /// Time the call took, microseconds.
+        micros: u64,
+    },
+    /// One `load` call of this process (a replacement or a restarted rank taking its state).
+    Loaded {
+        /// Name of the loaded value or array.
+        name: String,
+        /// Bytes loaded.
+        bytes: u64,
+        /// Time the call took, microseconds.
+        micros: u64,
     },
     /// A process is ending the whole job with `MPI_Abort` (a reconfiguration that missed its
     /// deadline: `code` 75, worth a restart).
@@ -82,21 +128,73 @@ pub enum RunEvent {
     },
 }
 
-impl RunEvent {
-    /// The event as one line, newline included.
-    pub fn to_line(&self) -> String {
-        // Serialising these plain types cannot fail; an empty object keeps the line well-formed.
-        let json = serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned());
-        format!("{EVENT_PREFIX}{json}\n")
+/// An event with when and by whom: the unit of both sinks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stamped {
+    /// Wall-clock time it was emitted, microseconds since the Unix epoch (so that events
+    /// of processes on different hosts compare, within their clocks' agreement). An integer:
+    /// it reads back exactly. [`Stamped::time`] gives seconds.
+    pub unix_us: u64,
+    /// Process id of the emitter.
+    pub pid: u32,
+    /// Its rank in the job's world, when known (an abort early in `Pcm::init` has none).
+    pub rank: Option<Rank>,
+    /// What happened.
+    pub event: RunEvent,
+}
+
+impl Stamped {
+    /// `event` emitted now by this process as `rank`.
+    pub fn now(rank: Option<Rank>, event: RunEvent) -> Stamped {
+        // A clock before 1970 is a broken clock; 0 keeps the event usable for its content.
+        let unix_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        Stamped {
+            unix_us,
+            pid: std::process::id(),
+            rank,
+            event,
+        }
     }
 
-    /// The event in `line` (without its newline), or `None` when the line is ordinary
-    /// output or not a well-formed event.
-    pub fn from_line(line: &str) -> Option<RunEvent> {
-        let json = line
-            .trim_end_matches(['\r', '\n'])
-            .strip_prefix(EVENT_PREFIX)?;
-        serde_json::from_str(json).ok()
+    /// When it was emitted, seconds since the Unix epoch.
+    pub fn time(&self) -> f64 {
+        self.unix_us as f64 / 1e6
+    }
+
+    /// The envelope as one JSON line, newline included (the file sink's line).
+    pub fn to_json_line(&self) -> String {
+        // Serialising these plain types cannot fail; an empty object keeps the line
+        // well-formed (and refused by readers).
+        let json = serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned());
+        format!("{json}\n")
+    }
+
+    /// The envelope in a JSON line of an event file (newline optional), or `None` when it is
+    /// not a well-formed event.
+    pub fn from_json_line(line: &str) -> Option<Stamped> {
+        serde_json::from_str(line.trim_end_matches(['\r', '\n'])).ok()
+    }
+
+    /// The envelope as one line of standard error, [`EVENT_PREFIX`] first, newline included.
+    pub fn to_line(&self) -> String {
+        format!("{EVENT_PREFIX}{}", self.to_json_line())
+    }
+
+    /// The envelope in a line of standard error (without its newline), or `None` when the
+    /// line is ordinary output or not a well-formed event.
+    pub fn from_line(line: &str) -> Option<Stamped> {
+        Stamped::from_json_line(
+            line.trim_end_matches(['\r', '\n'])
+                .strip_prefix(EVENT_PREFIX)?,
+        )
+    }
+
+    /// Every well-formed event of an event file's text, in file order; other lines (a line
+    /// cut short by a writer that was killed, say) are skipped.
+    pub fn parse_file(text: &str) -> Vec<Stamped> {
+        text.lines().filter_map(Stamped::from_json_line).collect()
     }
 }
 
@@ -104,22 +202,39 @@ impl RunEvent {
 mod tests {
     use super::*;
 
-    #[test]
-    fn given_each_event_then_its_line_parses_back_to_it() {
+    fn every_event() -> Vec<RunEvent> {
         let host = HostName::new("node-a").unwrap();
-        let events = [
+        vec![
             RunEvent::Started {
                 rank: Rank(3),
                 pid: 42,
                 host: host.clone(),
                 replacement: true,
             },
+            RunEvent::LoopStarted { iteration: 0 },
             RunEvent::Progress { iteration: 7 },
             RunEvent::Checkpointed { iteration: 9 },
             RunEvent::Restarted { iteration: 9 },
             RunEvent::Migrated {
                 iteration: 11,
                 placed: vec![(Rank(1), host.clone())],
+                timings: PhaseTimings {
+                    agree_us: 1,
+                    spawn_us: 2,
+                    merge_split_us: 3,
+                    state_transfer_us: 4,
+                    state_bytes: 5,
+                },
+            },
+            RunEvent::Stored {
+                name: "grid \"a\"".into(),
+                bytes: 800,
+                micros: 12,
+            },
+            RunEvent::Loaded {
+                name: "grid".into(),
+                bytes: 800,
+                micros: 3,
             },
             RunEvent::Aborting {
                 code: 75,
@@ -130,14 +245,31 @@ mod tests {
                 host,
                 code: -1,
             },
-        ];
-        for event in events {
-            let line = event.to_line();
-            assert!(
-                line.ends_with('\n') && line.matches('\n').count() == 1,
-                "{line:?}"
+        ]
+    }
+
+    #[test]
+    fn given_each_event_then_both_lines_parse_back_to_it() {
+        for (i, event) in every_event().into_iter().enumerate() {
+            let rank = (i % 2 == 0).then_some(Rank(i as u32));
+            let stamped = Stamped::now(rank, event);
+            assert!(stamped.time() > 1.6e9, "{stamped:?}");
+            for line in [stamped.to_line(), stamped.to_json_line()] {
+                assert!(
+                    line.ends_with('\n') && line.matches('\n').count() == 1,
+                    "{line:?}"
+                );
+            }
+            assert_eq!(
+                Stamped::from_line(&stamped.to_line()),
+                Some(stamped.clone())
             );
-            assert_eq!(RunEvent::from_line(&line), Some(event));
+            assert_eq!(
+                Stamped::from_json_line(&stamped.to_json_line()),
+                Some(stamped.clone())
+            );
+            // Each sink's line is refused by the other's reader.
+            assert_eq!(Stamped::from_line(&stamped.to_json_line()), None);
         }
     }
 
@@ -147,11 +279,32 @@ mod tests {
             "heat2d: iteration 5/10 3.0 it/s",
             "PCMRUN-EVENT",
             "PCMRUN-EVENT {",
-            "PCMRUN-EVENT {\"event\":\"exited\",\"pid\":\"x\"}",
-            "PCMRUN-EVENT {\"event\":\"started\",\"rank\":0,\"pid\":1,\"host\":\"bad host\",\"replacement\":false}",
-            " PCMRUN-EVENT {\"event\":\"progress\",\"iteration\":1}",
+            "PCMRUN-EVENT {\"event\":\"progress\",\"iteration\":1}",
+            "PCMRUN-EVENT {\"unix_us\":1,\"pid\":1,\"rank\":0,\"event\":{\"event\":\"exited\",\"pid\":\"x\"}}",
+            "PCMRUN-EVENT {\"unix_us\":1,\"pid\":1,\"rank\":null,\"event\":{\"event\":\"started\",\"rank\":0,\"pid\":1,\"host\":\"bad host\",\"replacement\":false}}",
+            "PCMRUN-EVENT {\"unix_us\":1,\"pid\":1,\"rank\":0,\"event\":{\"event\":\"teleported\"}}",
+            " PCMRUN-EVENT {\"unix_us\":1,\"pid\":1,\"rank\":0,\"event\":{\"event\":\"progress\",\"iteration\":1}}",
         ] {
-            assert_eq!(RunEvent::from_line(line), None, "{line}");
+            assert_eq!(Stamped::from_line(line), None, "{line}");
         }
+        for line in [
+            "",
+            "{}",
+            "{\"unix_us\":1,\"pid\":1,\"rank\":0,\"event\":{\"event\":\"progress\",\"iter",
+            "{\"unix_us\":-1,\"pid\":1,\"rank\":0,\"event\":{\"event\":\"progress\",\"iteration\":1}}",
+        ] {
+            assert_eq!(Stamped::from_json_line(line), None, "{line}");
+        }
+        // The same line well-formed is an event: the lines above fail for their flaw.
+        let line = "{\"unix_us\":1,\"pid\":1,\"rank\":0,\"event\":{\"event\":\"progress\",\"iteration\":1}}";
+        assert!(Stamped::from_json_line(line).is_some());
+        assert!(Stamped::from_line(&format!("PCMRUN-EVENT {line}")).is_some());
+        let good = Stamped::now(None, RunEvent::Progress { iteration: 4 });
+        let text = format!(
+            "{}{{\"unix_us\":1,\"pid\n{}",
+            good.to_json_line(),
+            good.to_json_line()
+        );
+        assert_eq!(Stamped::parse_file(&text), vec![good.clone(), good]);
     }
 }

@@ -6,7 +6,10 @@
 //!
 //! Rank 0 prints a JSON [`heat2d::Report`] as its last stdout line. `heat2d.rs` is
 //! `heat2d-plain.rs` instrumented with PCM (Figure 11): `diff heat2d-plain.rs heat2d.rs`
-//! shows every PCM line (see examples/heat2d/README.md).
+//! shows every PCM line (see examples/heat2d/README.md); `heat2d-plain.rs` has a few lines of
+//! its own, the calls that report its loop start and progress as events, which PCM reports
+//! for `heat2d`. Both write the same typed events when `PCM_EVENTS` names a file (see
+//! `pcm::events`); the `--report-every` lines are for people.
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -59,19 +62,31 @@ fn run(job: &mut Universe, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
         return Ok(ExitCode::FAILURE);
     }
     let (mut heat, start) = (Heat::new(&args, rank, size)?, 0);
+    // No PCM here, but the same typed events a PCM program writes (`PCM_EVENTS`,
+    // `PCM_PROGRESS_PERIOD`): loop start and progress, for the programs that follow the run.
+    pcm::events::start_without_pcm(&pcm::Config::from_env()?, rank as u32)?;
 
     let mut progress =
         Progress::new(args.report_every, args.iters, Instant::now()).starting_at(start);
     world.barrier();
     heat.started = heat2d::unix_seconds();
+    if rank == 0 {
+        pcm::events::loop_started(start);
+    }
     for iteration in start..args.iters {
         heat.block.step(world);
+        if rank == 0 {
+            pcm::events::progress(iteration + 1);
+        }
         if let Some(line) = progress.tick(iteration + 1).filter(|_| rank == 0) {
             eprintln!("{line}");
         }
     }
     world.barrier();
     let seconds = heat.seconds();
+    if rank == 0 {
+        pcm::events::final_progress(args.iters);
+    }
 
     if let Some(checksum) = checksum(world, &heat.block) {
         let report = Report {

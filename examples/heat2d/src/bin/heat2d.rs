@@ -6,7 +6,10 @@
 //!
 //! Rank 0 prints a JSON [`heat2d::Report`] as its last stdout line. `heat2d.rs` is
 //! `heat2d-plain.rs` instrumented with PCM (Figure 11): `diff heat2d-plain.rs heat2d.rs`
-//! shows every PCM line (see examples/heat2d/README.md).
+//! shows every PCM line (see examples/heat2d/README.md); `heat2d-plain.rs` has a few lines of
+//! its own, the calls that report its loop start and progress as events, which PCM reports
+//! for `heat2d`. Both write the same typed events when `PCM_EVENTS` names a file (see
+//! `pcm::events`); the `--report-every` lines are for people.
 
 use std::error::Error;
 use std::process::ExitCode;
