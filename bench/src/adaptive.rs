@@ -66,6 +66,32 @@ pub struct AdaptiveArgs {
     /// Deadline of each run, seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// The PCM program of the adaptive run: the Rust heat2d, or the C one (PCM through the
+    /// C interface; build it first with `scripts/build-c.sh`). The static and unloaded runs
+    /// are heat2d-plain either way: both programs compute the same bits (checked).
+    #[arg(long, value_enum, default_value_t = Program::Heat2d)]
+    pub program: Program,
+}
+
+/// A PCM program the main job can run adaptively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Program {
+    /// heat2d, in Rust.
+    #[value(name = "heat2d")]
+    Heat2d,
+    /// heat2d-c: the paper's heat application in C.
+    #[value(name = "heat2d-c")]
+    Heat2dC,
+}
+
+impl Program {
+    /// Its binary's name.
+    pub fn binary(self) -> &'static str {
+        match self {
+            Program::Heat2d => "heat2d",
+            Program::Heat2dC => "heat2d-c",
+        }
+    }
 }
 
 /// What the summary reports.
@@ -147,6 +173,9 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
              nothing for the agents to fix. Run on a machine where /sys/fs/cgroup is writable."
         );
     }
+    if let Err(e) = mpi_ios_tests::try_bin(args.program.binary()) {
+        bail!("{e} (the C heat2d is built by scripts/build-c.sh)");
+    }
     if args.fault && args.cooperating {
         bail!("--fault needs the three nodes of the default scenario: not with --cooperating");
     }
@@ -205,9 +234,18 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
         &[Mode::Adaptive, Mode::Static, Mode::Unloaded]
     };
     for &mode in modes {
-        println!("== {} run", describe(mode));
+        match (mode, args.program) {
+            (Mode::Adaptive, Program::Heat2dC) => {
+                println!("== adaptive (heat2d-c: the C heat2d with PCM, IOS agents move ranks) run")
+            }
+            _ => println!("== {} run", describe(mode)),
+        }
         let total = scenario.iters;
-        let outcome = scenario.run(&cluster, mode, logs.path(), &mut |line| {
+        let program = match mode {
+            Mode::Adaptive => args.program.binary(),
+            Mode::Static | Mode::Unloaded => "heat2d-plain",
+        };
+        let outcome = scenario.run_program(&cluster, mode, program, logs.path(), &mut |line| {
             print_line(line, total)
         });
         println!(

@@ -59,6 +59,44 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
     }
 }
 
+/// Issue 13, item 6: the main job runs any PCM program; the C heat2d (PCM through the C
+/// interface) is moved by the agents like the Rust one. `--check` makes the job fail unless
+/// a rank moved by itself, the ranks ended off the loaded node and the three checksums (C
+/// adaptive, Rust static and unloaded) are equal.
+#[test]
+fn the_main_job_moves_the_c_heat2d_too() {
+    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    if let Err(e) = mpi_ios_tests::try_bin("heat2d-c") {
+        panic!("{e} (scripts/build-c.sh builds it)");
+    }
+    let _lock = mpi_ios_tests::mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"));
+    command
+        .args([
+            "adaptive",
+            "--quick",
+            "--check",
+            "--program",
+            "heat2d-c",
+            "--out",
+        ])
+        .arg(dir.path().join("results"));
+    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), "main-job-c")
+        .and_then(|group| group.wait_within(Duration::from_secs(900)))
+        .unwrap_or_else(|e| panic!("the main job: {e}"));
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "the main job with heat2d-c failed its own check\n{}\n{}",
+        finished.stdout,
+        finished.stderr
+    );
+}
+
 #[test]
 fn the_agent_benchmark_quick_mode_measures_a_reaction_and_the_agents_cpu() {
     if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
