@@ -260,7 +260,7 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
         static_run: runs.next(),
         unloaded: runs.next(),
     };
-    let mut ok = report(&summary, &scenario, &args)?;
+    let (mut ok, mut typed) = report(&summary, &scenario, &args)?;
     if args.fault {
         println!();
         println!("== fault act (heat2d under pcmrun; node-b is powered off mid-run)");
@@ -271,20 +271,24 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
             Some(u) => u.report.checksum.clone(),
             None => scenario.plain_checksum(Duration::from_secs(args.timeout)),
         };
-        match crate::fault::run(
+        let recovered = match crate::fault::run(
             &cluster,
             &scenario,
             fault_at,
             Duration::from_secs(args.timeout),
             logs.path(),
         ) {
-            Ok(outcome) => ok &= crate::fault::summarize(&outcome, &plain),
+            Ok(outcome) => crate::fault::summarize(&outcome, &plain),
             Err(e) => {
                 println!("fault act: FAILED: {e:#}");
-                ok = false;
+                false
             }
-        }
+        };
+        ok &= recovered;
+        typed.fault_recovered = Some(recovered);
     }
+    typed.passed = ok;
+    typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
     keep_logs(logs.path(), &args.out.join("logs"));
     if args.check && !ok {
         bail!("the main job's own check failed (see above)");
@@ -317,10 +321,26 @@ fn print_line(line: &Line, total: u64) {
     }
 }
 
-/// Prints the summary; returns whether the run passed its own check.
-fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result<bool> {
+/// Prints the summary; returns whether the run passed its own check, and the typed summary
+/// (without the fault act).
+fn report(
+    summary: &Summary,
+    scenario: &Scenario,
+    args: &AdaptiveArgs,
+) -> Result<(bool, crate::summary::Summary)> {
     let a = &summary.adaptive;
     let mut ok = true;
+    let outcomes: Vec<(&Outcome, &str)> = [
+        Some((a, args.program.binary())),
+        summary.static_run.as_ref().map(|o| (o, "heat2d-plain")),
+        summary.unloaded.as_ref().map(|o| (o, "heat2d-plain")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut typed = crate::summary::Summary::of("main-job", &outcomes);
+    typed.limit_s = limit_of(summary, scenario);
+    typed.adaptive_over_limit = typed.limit_s.map(|l| a.report.seconds / l);
     println!();
     println!("== summary");
     let mut table = Table::new(&["run", "seconds", "vs unloaded", "checksum"]);
@@ -341,18 +361,7 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
             o.report.checksum.clone(),
         ]);
     }
-    // The physical limit: until the idle capacity appears (the join, or the load onset when
-    // a cooperating node is there from the start) nobody can do better than the adaptive run
-    // itself did; from then on, the best is the unloaded speed on the remaining iterations.
-    let limit = summary.unloaded.as_ref().map(|u| {
-        let free_from = a
-            .first(EventKind::NodeJoin)
-            .or(a.first(EventKind::LoadOnset))
-            .unwrap_or(0.0);
-        let unloaded_rate = u.report.iterations as f64 / u.report.seconds;
-        let left = scenario.iters as f64 - a.iteration_at(free_from);
-        free_from + left.max(0.0) / unloaded_rate
-    });
+    let limit = typed.limit_s;
     if let Some(limit) = limit {
         table.push(vec![
             "physical limit".to_owned(),
@@ -390,6 +399,7 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
     }
     if let (Some(u), Some(o)) = (&summary.unloaded, onset) {
         let target = 0.9 * u.report.iterations as f64 / u.report.seconds;
+        typed.recovered_after_s = a.recovered_from(o, target).map(|t| t - o);
         match a.recovered_from(o, target) {
             Some(t) => println!(
                 "recovered to 90% of the unloaded throughput ({target:.0} it/s in every 2 s window from then on) {:.1} s after load onset",
@@ -445,7 +455,24 @@ fn report(summary: &Summary, scenario: &Scenario, args: &AdaptiveArgs) -> Result
             ok = false;
         }
     }
-    Ok(ok)
+    typed.passed = ok;
+    Ok((ok, typed))
+}
+
+/// The physical limit: until the idle capacity appears (the join, or the load onset when a
+/// cooperating node is there from the start) nobody can do better than the adaptive run
+/// itself did; from then on, the best is the unloaded speed on the remaining iterations.
+fn limit_of(summary: &Summary, scenario: &Scenario) -> Option<f64> {
+    let a = &summary.adaptive;
+    summary.unloaded.as_ref().map(|u| {
+        let free_from = a
+            .first(EventKind::NodeJoin)
+            .or(a.first(EventKind::LoadOnset))
+            .unwrap_or(0.0);
+        let unloaded_rate = u.report.iterations as f64 / u.report.seconds;
+        let left = scenario.iters as f64 - a.iteration_at(free_from);
+        free_from + left.max(0.0) / unloaded_rate
+    })
 }
 
 /// Throughput over windows of at least `window` seconds, from (seconds, iterations done)

@@ -218,10 +218,8 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         )?;
     }
     figs::keep_logs(logs.path(), &out.join("logs").join(exp.name));
-    if args.check {
-        figs::check(&runs, same, "node-b", &["node-c"])?;
-    }
-    Ok(())
+    let check = args.check.then_some((same, "node-b", &["node-c"][..]));
+    figs::finish(&exp, &runs, &y, &out, check)
 }
 
 /// Loop time (s) at which iteration `i` was done, interpolated between progress events.

@@ -250,8 +250,6 @@ fn execute(exp: &mut Experiment, c: &Common, vacated: &str, used: &[&str]) -> Re
         append_markdown(md, &title, &table, &notes)?;
     }
     figs::keep_logs(logs.path(), &out.join("logs").join(exp.name));
-    if c.check {
-        figs::check(&runs, same, vacated, used)?;
-    }
-    Ok(())
+    let check = c.check.then_some((same, vacated, used));
+    figs::finish(exp, &runs, &y, &out, check)
 }

@@ -417,6 +417,37 @@ pub(crate) fn check(runs: &Runs, same: bool, vacated: &str, used: &[&str]) -> Re
     mpi_ios_bench::adaptive::check_final_placement(&runs.adaptive, vacated, used).map(|_| ())
 }
 
+/// Finishes an adaptive figure: runs its `--check` when asked, writes its typed summary
+/// (`<figure>.summary.json` in `out`, whether or not the check passed), then returns the
+/// check's verdict.
+pub(crate) fn finish(
+    exp: &Experiment,
+    runs: &Runs,
+    y: &Yardsticks,
+    out: &Path,
+    check: Option<(bool, &str, &[&str])>,
+) -> Result<()> {
+    let verdict = match check {
+        Some((same, vacated, used)) => self::check(runs, same, vacated, used),
+        None => Ok(()),
+    };
+    let mut outcomes = vec![
+        (&runs.adaptive, "heat2d"),
+        (&runs.static_run, "heat2d-plain"),
+        (&runs.unloaded, "heat2d-plain"),
+    ];
+    if let Some(best) = &runs.best {
+        outcomes.push((best, "heat2d-plain"));
+    }
+    let mut summary = mpi_ios_bench::summary::Summary::of(exp.name, &outcomes);
+    summary.limit_s = Some(y.limit_s);
+    summary.adaptive_over_limit = Some(y.limit_ratio());
+    summary.recovered_after_s = y.recovery_s;
+    summary.passed = verdict.is_ok();
+    summary.write(out, &mpi_ios_bench::summary::figure_file(exp.name))?;
+    verdict
+}
+
 /// The lines under the table: ratios, recovery, migrations, the paper's figure, checksums.
 /// Returns them and whether the checksums all match.
 pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (Vec<String>, bool) {

@@ -8,11 +8,13 @@
 
 pub mod adaptive;
 pub mod agents;
+pub mod bench_lines;
 pub mod checkpoint;
 pub mod fault;
 pub mod paired;
 pub mod recovery;
 pub mod scale;
+pub mod summary;
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -156,19 +158,6 @@ pub fn append_markdown(path: &Path, title: &str, table: &Table, notes: &[String]
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Every stdout line that parses as a JSON object with `"event": event`.
-pub fn events(stdout: &str, event: &str) -> Vec<serde_json::Value> {
-    stdout
-        .lines()
-        .filter_map(|l| {
-            // mpirun may glue a rank's line to another's stderr: take from the first '{'.
-            let start = l.find('{')?;
-            serde_json::from_str::<serde_json::Value>(&l[start..]).ok()
-        })
-        .filter(|v| v.get("event").and_then(|e| e.as_str()) == Some(event))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,13 +185,5 @@ mod tests {
             "| a | bb |\n| --- | --- |\n| 1 | 22222 |\n"
         );
         assert!(t.to_text().starts_with("a     bb\n"));
-    }
-
-    #[test]
-    fn events_are_found_in_mixed_output() {
-        let out =
-            "noise\n{\"event\":\"x\",\"v\":1}\nlog {\"event\":\"y\"}\n{\"event\":\"x\",\"v\":2}\n";
-        assert_eq!(events(out, "x").len(), 2);
-        assert_eq!(events(out, "y").len(), 1);
     }
 }

@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use clap::Args;
+use mpi_ios_bench::bench_lines::BenchLine;
 use mpi_ios_bench::{
-    append_markdown, events, load_average, median, mem_available_bytes, try_bin, MpiJob, Table,
+    append_markdown, load_average, median, mem_available_bytes, try_bin, MpiJob, Table,
 };
 
 use crate::pass;
@@ -52,12 +53,6 @@ struct MoveStats {
     bytes: Vec<f64>,
 }
 
-fn field(v: &serde_json::Value, name: &str) -> Result<f64> {
-    v.get(name)
-        .and_then(serde_json::Value::as_f64)
-        .with_context(|| format!("event without `{name}`: {v}"))
-}
-
 fn migration_run(
     program: &Path,
     args: &MigrationArgs,
@@ -82,42 +77,53 @@ fn migration_run(
         .env("PCM_SCHEDULE", schedule.join(","))
         .run_within(timeout)?
         .check(&format!("pcm-state --state-mb {size_mb}"))?;
-    let reconfigured = events(&out.stdout, "reconfigured");
-    let stored = events(&out.stdout, "stored");
-    let loaded = events(&out.stdout, "loaded");
-    let done = events(&out.stdout, "done");
+    let lines = BenchLine::all_in(&out.stdout);
+    let mut stats = MoveStats::default();
+    let (mut reconfigured, mut stored, mut loaded, mut done) = (0, 0, 0, 0);
+    for line in &lines {
+        match *line {
+            BenchLine::Reconfigured {
+                agree_us,
+                spawn_us,
+                merge_split_us,
+                state_transfer_us,
+                state_bytes,
+                reconfigure_us,
+                ..
+            } => {
+                reconfigured += 1;
+                let (transfer_us, bytes) = (state_transfer_us as f64, state_bytes as f64);
+                stats.agree_ms.push(agree_us as f64 / 1e3);
+                stats.spawn_ms.push(spawn_us as f64 / 1e3);
+                stats.merge_split_ms.push(merge_split_us as f64 / 1e3);
+                stats.transfer_ms.push(transfer_us / 1e3);
+                stats.gb_per_s.push(bytes / transfer_us.max(1.0) / 1e3);
+                stats.bytes.push(bytes);
+                stats.total_ms.push(reconfigure_us as f64 / 1e3);
+            }
+            BenchLine::Stored { store_us, .. } => {
+                stored += 1;
+                stats.store_ms.push(store_us as f64 / 1e3);
+            }
+            BenchLine::Loaded { load_us, .. } => {
+                loaded += 1;
+                stats.load_ms.push(load_us as f64 / 1e3);
+            }
+            BenchLine::Done { .. } => done += 1,
+            BenchLine::ReconfigurationFailed { .. } | BenchLine::Pingpong { .. } => {}
+        }
+    }
     ensure!(
-        reconfigured.len() == args.moves
-            && stored.len() == args.moves
-            && loaded.len() == args.moves
-            && done.len() == 1,
+        reconfigured == args.moves && stored == args.moves && loaded == args.moves && done == 1,
         "pcm-state {size_mb} MiB: expected {} reconfigured/stored/loaded events and one done, got \
          {}/{}/{}/{}\n--- stdout\n{}",
         args.moves,
-        reconfigured.len(),
-        stored.len(),
-        loaded.len(),
-        done.len(),
+        reconfigured,
+        stored,
+        loaded,
+        done,
         out.stdout
     );
-    let mut stats = MoveStats::default();
-    for r in &reconfigured {
-        let transfer_us = field(r, "state_transfer_us")?;
-        let bytes = field(r, "state_bytes")?;
-        stats.agree_ms.push(field(r, "agree_us")? / 1e3);
-        stats.spawn_ms.push(field(r, "spawn_us")? / 1e3);
-        stats.merge_split_ms.push(field(r, "merge_split_us")? / 1e3);
-        stats.transfer_ms.push(transfer_us / 1e3);
-        stats.gb_per_s.push(bytes / transfer_us.max(1.0) / 1e3);
-        stats.bytes.push(bytes);
-        stats.total_ms.push(field(r, "reconfigure_us")? / 1e3);
-    }
-    for s in &stored {
-        stats.store_ms.push(field(s, "store_us")? / 1e3);
-    }
-    for l in &loaded {
-        stats.load_ms.push(field(l, "load_us")? / 1e3);
-    }
     Ok(stats)
 }
 
@@ -269,10 +275,13 @@ fn baseline_rate(pingpong: &Path, size_mb: u64, timeout: Duration) -> Result<f64
         .env("OMPI_MCA_btl", "self,tcp")
         .run_within(timeout)?
         .check("mpi-pingpong")?;
-    let rates = events(&out.stdout, "pingpong")
+    let rates: Vec<f64> = BenchLine::all_in(&out.stdout)
         .iter()
-        .map(|e| field(e, "gb_per_s"))
-        .collect::<Result<Vec<f64>>>()?;
+        .filter_map(|l| match l {
+            BenchLine::Pingpong { gb_per_s, .. } => Some(*gb_per_s),
+            _ => None,
+        })
+        .collect();
     ensure!(!rates.is_empty(), "mpi-pingpong printed no result");
     Ok(median(&rates))
 }

@@ -107,9 +107,16 @@ impl Pcm {
             return Ok(());
         }
         let verdict = (self.rank == 0).then(|| {
-            let result: Result<(), String> = outside
-                .iter()
-                .try_for_each(|h| hosts::probe(launcher, h, hosts::PROBE_TIMEOUT));
+            let result: Result<(), String> = outside.iter().try_for_each(|h| {
+                let started = std::time::Instant::now();
+                let result = hosts::probe(launcher, h, hosts::PROBE_TIMEOUT);
+                crate::events::emit(pcm_proto::run::RunEvent::HostProbed {
+                    host: h.clone(),
+                    reached: result.is_ok(),
+                    micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                });
+                result
+            });
             encode_cbor(&result)
         });
         let bytes = reconfig::broadcast_bytes(&self.world, 0, verdict);

@@ -260,9 +260,10 @@ impl Supervisor {
                 self.resumed(iteration, now)
             }
             // Facts for benchmarks and tests: the progress events serve pcmrun.
-            RunEvent::LoopStarted { .. } | RunEvent::Stored { .. } | RunEvent::Loaded { .. } => {
-                None
-            }
+            RunEvent::LoopStarted { .. }
+            | RunEvent::Stored { .. }
+            | RunEvent::Loaded { .. }
+            | RunEvent::HostProbed { .. } => None,
             RunEvent::Migrated {
                 iteration, placed, ..
             } => {

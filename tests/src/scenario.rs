@@ -122,8 +122,27 @@ pub struct Event {
     pub t: f64,
     /// Its kind.
     pub kind: EventKind,
-    /// In words.
+    /// In words, for people.
     pub what: String,
+    /// The move, for a [`EventKind::Migration`].
+    pub moved: Option<Move>,
+}
+
+/// One rank's move, from PCM's migration event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Move {
+    /// The rank.
+    pub rank: u32,
+    /// The host it ran on (`?` if the run's events never said).
+    pub from: String,
+    /// The host it runs on now.
+    pub to: String,
+}
+
+impl std::fmt::Display for Move {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} moved {} -> {}", self.rank, self.from, self.to)
+    }
 }
 
 /// What the observer of a run is told as it goes.
@@ -374,10 +393,16 @@ impl Timeline {
                     if let Some(h) = self.hosts.get_mut(rank.0 as usize) {
                         *h = host.to_string();
                     }
+                    let moved = Move {
+                        rank: rank.0,
+                        from: was,
+                        to: host.to_string(),
+                    };
                     Line::Event(Event {
                         t,
                         kind: EventKind::Migration,
-                        what: format!("rank {rank} moved {was} -> {host}"),
+                        what: moved.to_string(),
+                        moved: Some(moved),
                     })
                 })
                 .collect(),
@@ -807,6 +832,7 @@ impl Scenario {
                 t: started.elapsed().as_secs_f64(),
                 kind,
                 what,
+                moved: None,
             };
             observer(&Line::Event(e.clone()));
             events.push(e);
@@ -1115,6 +1141,14 @@ mod tests {
         assert_eq!(moved.kind, EventKind::Migration);
         assert!((moved.t - 1.7).abs() < 1e-9);
         assert_eq!(moved.what, "rank 1 moved b2 -> c");
+        assert_eq!(
+            moved.moved,
+            Some(Move {
+                rank: 1,
+                from: "b2".into(),
+                to: "c".into()
+            })
+        );
         assert!((second.rate - 50.0).abs() < 1e-9, "{second:?}");
         assert_eq!(second.hosts, ["a", "c"]);
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::scenario::{EventKind, Line, Mode, Outcome, Scenario};
+use mpi_ios_tests::scenario::{EventKind, Line, Mode, Move, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
 fn usable() -> bool {
@@ -210,9 +210,12 @@ fn loaded_rank_moves_to_a_cooperating_node(program: &str) {
     let nodes = cluster.host_names();
     let moved: Vec<_> = outcome.migrations().collect();
     assert!(
-        moved
-            .iter()
-            .any(|m| m.what == format!("rank 1 moved {} -> {}", nodes[1], nodes[0])),
+        moved.iter().any(|m| m.moved
+            == Some(Move {
+                rank: 1,
+                from: nodes[1].clone(),
+                to: nodes[0].clone(),
+            })),
         "rank 1 did not move to the cooperating node: {moved:?}\n{:?}",
         outcome.decisions
     );

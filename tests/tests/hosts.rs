@@ -249,16 +249,20 @@ fn given_hydra_launched_on_two_hosts_when_rank_1_moves_to_a_third_host_outside_i
     assert_eq!(report.checksum, reference.checksum);
     assert_eq!(report.iterations, reference.iterations);
     // PCM checked node-c with hydra's launcher before the spawn.
-    let checked = finished
-        .stderr
-        .lines()
-        .find(|l| l.contains("host node-c is outside the allocation; the launcher reached it"));
+    let checked = finished.events.iter().find_map(|e| match &e.event {
+        RunEvent::HostProbed {
+            host,
+            reached,
+            micros,
+        } if host.as_str() == "node-c" => Some((*reached, *micros)),
+        _ => None,
+    });
     assert!(
-        checked.is_some(),
-        "no sign that node-c was checked before the spawn:\n{}",
-        finished.stderr
+        matches!(checked, Some((true, _))),
+        "no event says node-c was checked and reached before the spawn: {checked:?}\n{:?}",
+        finished.events
     );
-    eprintln!("{}", checked.unwrap_or_default());
+    eprintln!("node-c checked with the launcher: {checked:?}");
 }
 
 #[test]
@@ -297,8 +301,14 @@ fn given_new_hosts_allowed_when_the_target_is_no_host_of_the_pool_then_the_move_
         "stderr does not say that node-z is unreachable:\n{}",
         finished.stderr
     );
-    let refusal = finished.stderr.lines().find(|l| l.contains("host node-z"));
-    eprintln!("{}", refusal.unwrap_or_default());
+    assert!(
+        finished.events.iter().any(|e| matches!(
+            &e.event,
+            RunEvent::HostProbed { host, reached: false, .. } if host.as_str() == "node-z"
+        )),
+        "no event says node-z was checked and not reached: {:?}",
+        finished.events
+    );
 }
 
 #[test]

@@ -48,11 +48,12 @@ fn main() {
                 let (_ack, _) = world.process_at_rank(1).receive::<u8>();
                 let us = t.elapsed().as_secs_f64() * 1e6;
                 let bytes = len * 8;
-                println!(
-                    "{}",
-                    serde_json::json!({"event": "pingpong", "bytes": bytes, "us": us,
-                                       "gb_per_s": bytes as f64 / us / 1e3})
-                );
+                let line = mpi_ios_bench::bench_lines::BenchLine::Pingpong {
+                    bytes: bytes as u64,
+                    us,
+                    gb_per_s: bytes as f64 / us / 1e3,
+                };
+                println!("{}", line.to_json());
             }
             1 => {
                 world.process_at_rank(0).receive_into(&mut buf[..]);

@@ -23,10 +23,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use mpi_ios_bench::bench_lines::BenchLine;
 use pcm::mpi::traits::*;
 use pcm::{Pcm, PcmError, ProcessStatus, Reconfigured, Status};
 use pcm_proto::Outcome;
-use serde_json::json;
 
 /// Command line (replacements get the same arguments).
 #[derive(Debug, Parser)]
@@ -126,11 +126,14 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
             let load_us = t.elapsed().as_micros() as u64;
             let iteration: u64 = pcm.load("iteration")?;
             verify(&pcm, &v, iteration, len, "after loading");
-            println!(
-                "{}",
-                json!({"event": "loaded", "rank": rank.0, "iteration": iteration,
-                       "load_us": load_us, "bytes": v.len() * 8, "verified": true})
-            );
+            let loaded = BenchLine::Loaded {
+                rank: rank.0,
+                iteration,
+                load_us,
+                bytes: v.len() as u64 * 8,
+                verified: true,
+            };
+            println!("{}", loaded.to_json());
             (v, iteration)
         }
     };
@@ -144,11 +147,13 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                     pcm.store("iteration", &iteration)?;
                     pcm.store_array("state", &state)?;
                     let store_us = t.elapsed().as_micros() as u64;
-                    println!(
-                        "{}",
-                        json!({"event": "stored", "rank": pcm.rank().0, "iteration": iteration,
-                               "store_us": store_us, "bytes": state.len() * 8})
-                    );
+                    let stored = BenchLine::Stored {
+                        rank: pcm.rank().0,
+                        iteration,
+                        store_us,
+                        bytes: state.len() as u64 * 8,
+                    };
+                    println!("{}", stored.to_json());
                 }
                 let entered = Instant::now();
                 match pcm.reconfigure()? {
@@ -172,12 +177,14 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
     verify(&pcm, &state, args.iters, len, "at the end");
     pcm.world().barrier();
     if pcm.rank().0 == 0 {
-        println!(
-            "{}",
-            json!({"event": "done", "iterations": args.iters, "migrations": pcm.migrations(),
-                   "ranks": pcm.size(), "state_bytes_per_rank": len * 8,
-                   "seconds": started.elapsed().as_secs_f64()})
-        );
+        let done = BenchLine::Done {
+            iterations: args.iters,
+            migrations: pcm.migrations(),
+            ranks: pcm.size(),
+            state_bytes_per_rank: len as u64 * 8,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        println!("{}", done.to_json());
     }
     pcm.finalize();
     Ok(())
@@ -189,19 +196,23 @@ fn print_outcome(pcm: &Pcm, reconfigure_us: u64) {
     match pcm.last_outcome() {
         Some(Outcome::Completed {
             iteration, timings, ..
-        }) => println!(
-            "{}",
-            json!({"event": "reconfigured", "iteration": iteration,
-                   "agree_us": timings.agree_us, "spawn_us": timings.spawn_us,
-                   "merge_split_us": timings.merge_split_us,
-                   "state_transfer_us": timings.state_transfer_us,
-                   "state_bytes": timings.state_bytes, "reconfigure_us": reconfigure_us})
-        ),
+        }) => {
+            let line = BenchLine::Reconfigured {
+                iteration: *iteration,
+                agree_us: timings.agree_us,
+                spawn_us: timings.spawn_us,
+                merge_split_us: timings.merge_split_us,
+                state_transfer_us: timings.state_transfer_us,
+                state_bytes: timings.state_bytes,
+                reconfigure_us,
+            };
+            println!("{}", line.to_json());
+        }
         Some(other) => {
-            println!(
-                "{}",
-                json!({"event": "reconfiguration_failed", "reason": other.failure().unwrap_or_default()})
-            );
+            let line = BenchLine::ReconfigurationFailed {
+                reason: other.failure().unwrap_or_default().to_owned(),
+            };
+            println!("{}", line.to_json());
         }
         None => {}
     }

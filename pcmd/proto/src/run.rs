@@ -108,6 +108,16 @@ pub enum RunEvent {
         /// Time the call took, microseconds.
         micros: u64,
     },
+    /// Rank 0 checked, before a spawn there, that the launcher reaches `host`, which is
+    /// outside the job's allocation (`PCM_ALLOW_NEW_HOSTS=1`).
+    HostProbed {
+        /// The host.
+        host: HostName,
+        /// Whether the launcher reached it (if not, the move is refused and nothing runs).
+        reached: bool,
+        /// Time the check took, microseconds.
+        micros: u64,
+    },
     /// A process is ending the whole job with `MPI_Abort` (a reconfiguration that missed its
     /// deadline: `code` 75, worth a restart).
     Aborting {
@@ -235,6 +245,11 @@ mod tests {
                 name: "grid".into(),
                 bytes: 800,
                 micros: 3,
+            },
+            RunEvent::HostProbed {
+                host: host.clone(),
+                reached: true,
+                micros: 1500,
             },
             RunEvent::Aborting {
                 code: 75,
