@@ -261,9 +261,24 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
 ) {
     let _lock = mpi_lock();
     let reference = plain_checksum(&long_args());
+    let (_daemon_a, daemon_b, job, _dir) = job_on_two_daemons();
+
+    let moved = daemon_b.cli(&["migrate", "--rank", "0"]);
+    let out = text(&moved.stdout);
+    assert!(moved.status.success(), "{out}{}", text(&moved.stderr));
+    assert!(out.contains("rank 0 ->"), "{out}");
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(1));
+}
+
+/// A 3-rank heat2d started as an MPMD launch whose rank 0 registers with one daemon (A) and
+/// ranks 1 and 2 with another (B), once all three run; the temporary directory holds the
+/// launch's output.
+fn job_on_two_daemons() -> (Pcmd, Pcmd, Group, tempfile::TempDir) {
     let daemon_a = Pcmd::start();
     let daemon_b = Pcmd::start();
-    // MPMD launch: rank 0 registers with daemon A, ranks 1 and 2 with daemon B.
     let runtime = Runtime::current();
     let mut command = std::process::Command::new(runtime.launcher());
     for (k, v) in runtime.test_env() {
@@ -284,15 +299,7 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
     wait_until(WAIT, "ranks 1 and 2 at daemon B", || {
         running_ranks(&daemon_b) == 2
     });
-
-    let moved = daemon_b.cli(&["migrate", "--rank", "0"]);
-    let out = text(&moved.stdout);
-    assert!(moved.status.success(), "{out}{}", text(&moved.stderr));
-    assert!(out.contains("rank 0 ->"), "{out}");
-
-    let report = job.wait(DEADLINE).report();
-    assert_eq!(report.checksum, reference);
-    assert_eq!(report.migrations, Some(1));
+    (daemon_a, daemon_b, job, dir)
 }
 
 /// Sends SIGCONT to a stopped rank when dropped, so a failed assertion never leaves the job
@@ -401,28 +408,7 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
 fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs() {
     let _lock = mpi_lock();
     let reference = plain_checksum(&long_args());
-    let daemon_a = Pcmd::start();
-    let daemon_b = Pcmd::start();
-    let runtime = Runtime::current();
-    let mut command = std::process::Command::new(runtime.launcher());
-    for (k, v) in runtime.test_env() {
-        command.env(k, v);
-    }
-    let heat2d = mpi_ios_tests::bin("heat2d");
-    command
-        .args(runtime.ranks_args(1))
-        .args(runtime.local_env_args("PCM_DAEMON", &daemon_a.daemon_env));
-    command.arg(&heat2d).args(long_args()).arg(":");
-    command
-        .args(runtime.ranks_args(2))
-        .args(runtime.local_env_args("PCM_DAEMON", &daemon_b.daemon_env));
-    command.arg(&heat2d).args(long_args());
-    let dir = tempfile::tempdir().unwrap();
-    let job = Group::start(command, dir.path(), "mpmd");
-    wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);
-    wait_until(WAIT, "ranks 1 and 2 at daemon B", || {
-        running_ranks(&daemon_b) == 2
-    });
+    let (daemon_a, daemon_b, job, _dir) = job_on_two_daemons();
 
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
