@@ -399,8 +399,9 @@ fn report(
     }
     if let (Some(u), Some(o)) = (&summary.unloaded, onset) {
         let target = 0.9 * u.report.iterations as f64 / u.report.seconds;
-        typed.recovered_after_s = a.recovered_from(o, target).map(|t| t - o);
-        match a.recovered_from(o, target) {
+        let recovered = a.recovered_from(o, target);
+        typed.recovered_after_s = recovered.map(|t| t - o);
+        match recovered {
             Some(t) => println!(
                 "recovered to 90% of the unloaded throughput ({target:.0} it/s in every 2 s window from then on) {:.1} s after load onset",
                 t - o
