@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    bin, bin_dir, complete_checkpoints, mpi_lock, pcmd_status, read_events, wait_until, Finished,
-    Group, MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
+    bin_dir, complete_checkpoints, mpi_lock, read_events, wait_until, Finished, Group, MpiJob,
+    Pcmd, Report, Runtime, RuntimeExt as _,
 };
 use pcm_proto::run::RunEvent;
 use pcm_proto::{NodeStats, RankStats};
@@ -98,56 +98,6 @@ fn given_ten_moves_in_one_run_then_c_checksum_equals_plain() {
     );
 }
 
-/// A `pcmd serve` with a checkpoint directory, killed on drop.
-struct Node {
-    group: Option<Group>,
-    socket: PathBuf,
-    store: PathBuf,
-}
-
-impl Node {
-    fn start(dir: &Path) -> Node {
-        let socket = dir.join("a.sock");
-        let store = dir.join("a-store");
-        let mut command = Command::new(bin("pcmd"));
-        command
-            .arg("--socket")
-            .arg(&socket)
-            .arg("serve")
-            .arg("--checkpoint-dir")
-            .arg(&store);
-        let group = Group::start(command, dir, "pcmd");
-        let ckpt_socket = pcm_proto::checkpoint::socket_path(&socket);
-        wait_until(DEADLINE, "pcmd to listen", || {
-            UnixStream::connect(&ckpt_socket).is_ok()
-        });
-        Node {
-            group: Some(group),
-            socket,
-            store,
-        }
-    }
-
-    /// Iterations of the complete checkpoints of the 2-rank job.
-    fn complete(&self) -> Vec<u64> {
-        complete_checkpoints(&self.store, "heat2d-c-2r")
-    }
-
-    /// Process id of `rank` of the job, from `pcmd status --json`.
-    fn rank_pid(&self, rank: u64) -> Option<u32> {
-        let status = pcmd_status(&self.socket).ok()?;
-        Some(status.rank(pcm_proto::Rank(u32::try_from(rank).ok()?))?.pid)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(mut group) = self.group.take() {
-            group.kill();
-        }
-    }
-}
-
 #[test]
 fn given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
     // About two seconds of work: several checkpoints at 0.25 s, then a kill in the middle.
@@ -158,9 +108,16 @@ fn given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
         .report()
         .checksum;
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::start(dir.path());
+    let store = dir.path().join("a-store");
+    let series = "heat2d-c-2r";
+    let pcmd = Pcmd::spawn(&["--checkpoint-dir", store.to_str().unwrap()], "info")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ckpt_socket = pcm_proto::checkpoint::socket_path(&pcmd.socket);
+    wait_until(DEADLINE, "pcmd's checkpoint socket", || {
+        UnixStream::connect(&ckpt_socket).is_ok()
+    });
     let job = MpiJob::new(2, "heat2d-c", LONG)
-        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
         .env("PCM_CHECKPOINT_INTERVAL", "0.25");
 
     let mut run = job.start(dir.path(), "killed");
@@ -170,9 +127,13 @@ fn given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
             "heat2d-c ended before the kill: {}",
             run.stderr_so_far()
         );
-        !node.complete().is_empty()
+        !complete_checkpoints(&store, series).is_empty()
     });
-    let pid = node.rank_pid(1).expect("rank 1 is registered with pcmd");
+    let pid = pcmd
+        .status()
+        .rank(pcm_proto::Rank(1))
+        .expect("rank 1 is registered with pcmd")
+        .pid;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -180,7 +141,7 @@ fn given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
     .unwrap();
     let killed = run.wait(DEADLINE);
     assert_ne!(killed.code, Some(0), "the job survived the kill of a rank");
-    let newest = *node.complete().last().unwrap();
+    let newest = *complete_checkpoints(&store, series).last().unwrap();
 
     let events = dir.path().join("restarted-events.jsonl");
     let restarted = job
