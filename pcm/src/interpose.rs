@@ -168,6 +168,7 @@ pub(crate) fn snapshot() -> Option<(Vec<PeerTraffic>, CollectiveTraffic, u64)> {
         .enumerate()
         .map(|(rank, p)| PeerTraffic {
             peer: Rank(rank as u32),
+            host: None,
             sent_messages: p.sent_messages.load(Ordering::Relaxed),
             sent_bytes: p.sent_bytes.load(Ordering::Relaxed),
             received_messages: p.received_messages.load(Ordering::Relaxed),

@@ -810,7 +810,9 @@ impl Pcm {
     #[cold]
     fn send_profile(&self, iteration: u64) {
         if let (true, Some(daemon)) = (self.profiler.enabled(), &self.daemon) {
-            daemon.send(ToDaemon::Profile(self.profiler.snapshot(iteration)));
+            daemon.send(ToDaemon::Profile(
+                self.profiler.snapshot(iteration, &self.rank_hosts),
+            ));
         }
     }
 

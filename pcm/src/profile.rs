@@ -16,7 +16,7 @@ use std::time::Instant;
 use mpi::raw::AsRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use pcm_proto::{PeerTraffic, RankProfile};
+use pcm_proto::{HostName, PeerTraffic, RankProfile};
 
 use crate::error::PcmError;
 use crate::interpose;
@@ -79,13 +79,19 @@ impl Profiler {
         self.state_bytes = bytes;
     }
 
-    /// The rank's cumulative figures now, `iteration` status calls into the job.
-    pub(crate) fn snapshot(&self, iteration: u64) -> RankProfile {
+    /// The rank's cumulative figures now, `iteration` status calls into the job, with each
+    /// peer's host taken from `rank_hosts` (the job's placement, by rank; peers it does not
+    /// cover get none).
+    pub(crate) fn snapshot(&self, iteration: u64, rank_hosts: &[HostName]) -> RankProfile {
         let resident_us = self.since.elapsed().as_micros() as u64;
         let cpu_us = process_cpu_us().saturating_sub(self.cpu_at_start_us);
         let (traffic, collectives, mpi_us) = interpose::snapshot().unwrap_or_default();
-        let mut peers: BTreeMap<u32, PeerTraffic> =
-            self.base.traffic.iter().map(|t| (t.peer.0, *t)).collect();
+        let mut peers: BTreeMap<u32, PeerTraffic> = self
+            .base
+            .traffic
+            .iter()
+            .map(|t| (t.peer.0, t.clone()))
+            .collect();
         for t in traffic {
             peers
                 .entry(t.peer.0)
@@ -96,6 +102,10 @@ impl Profiler {
                     p.received_bytes += t.received_bytes;
                 })
                 .or_insert(t);
+        }
+        // Where each peer runs now, not where it ran when a predecessor counted.
+        for p in peers.values_mut() {
+            p.host = rank_hosts.get(p.peer.0 as usize).cloned();
         }
         let mut all_collectives = self.base.collectives;
         all_collectives.calls += collectives.calls;
@@ -116,7 +126,8 @@ impl Profiler {
     /// Sends this rank's figures to its replacement, rank `to` of `comm` (the departing
     /// process does this right after its state).
     pub(crate) fn hand_over(&self, comm: &SimpleCommunicator, to: i32, iteration: u64) {
-        let bytes = crate::encode_cbor(&self.snapshot(iteration));
+        // No placement: the replacement names the peers' hosts in its own reports.
+        let bytes = crate::encode_cbor(&self.snapshot(iteration, &[]));
         let process = comm.process_at_rank(to);
         process.send(&(bytes.len() as u64));
         process.send(&bytes[..]);
@@ -181,6 +192,7 @@ mod tests {
             state_bytes: 4096,
             traffic: vec![PeerTraffic {
                 peer: Rank(1),
+                host: Some(HostName::new("node-z").unwrap()),
                 sent_messages: 10,
                 sent_bytes: 80,
                 received_messages: 10,
@@ -193,10 +205,16 @@ mod tests {
             ..RankProfile::default()
         };
         let profiler = Profiler::new(false, base.clone());
-        let now = profiler.snapshot(11);
+        let hosts = ["node-a", "node-b"].map(|h| HostName::new(h).unwrap());
+        let now = profiler.snapshot(11, &hosts);
         assert_eq!(now.iteration, 11);
         assert!(now.wall_us >= base.wall_us && now.cpu_us >= base.cpu_us);
-        assert_eq!(now.traffic, base.traffic);
+        // The counts continue; the peer's host is where it runs now.
+        let mut expected = base.traffic.clone();
+        expected[0].host = Some(hosts[1].clone());
+        assert_eq!(now.traffic, expected);
+        // A peer outside the placement given has no host.
+        assert_eq!(profiler.snapshot(11, &hosts[..1]).traffic[0].host, None);
         assert_eq!(now.collectives, base.collectives);
         assert_eq!(now.state_bytes, 4096);
         assert!(now.rss_bytes > 0);

@@ -2,6 +2,7 @@
 //!
 //! The binary (`src/main.rs`) only parses these and calls the library.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -423,6 +424,21 @@ pub fn format_stats(stats: &NodeStats) -> String {
             }
             out.push('\n');
         }
+        // Where the peers run, as the ranks last named them (the agents' communication
+        // partners).
+        let hosts: BTreeMap<u32, &str> = job
+            .ranks
+            .iter()
+            .flat_map(|r| r.profile.traffic.iter())
+            .filter_map(|t| Some((t.peer.0, t.host.as_ref()?.as_str())))
+            .collect();
+        if !hosts.is_empty() {
+            let listed: Vec<String> = hosts
+                .iter()
+                .map(|(rank, host)| format!("{rank} on {host}"))
+                .collect();
+            let _ = writeln!(out, "  peers run on: {}", listed.join(", "));
+        }
     }
     out
 }
@@ -554,6 +570,7 @@ mod tests {
                     .iter()
                     .map(|&p| PeerTraffic {
                         peer: Rank(p),
+                        host: HostName::new(if p == 2 { "node-b" } else { "node-a" }).ok(),
                         sent_messages: 50,
                         sent_bytes: 50 * 2048,
                         received_messages: 50,
@@ -591,6 +608,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("50 / 100.0 KiB"), "{text}");
+        assert!(
+            text.contains("peers run on: 0 on node-a, 1 on node-a, 2 on node-b"),
+            "{text}"
+        );
         // Rank 0 sends to rank 1 only: its row reads "-", "50 / ...", "-".
         let row0 = text
             .lines()

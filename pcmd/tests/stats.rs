@@ -62,6 +62,7 @@ fn profile(iteration: u64, wall_s: u64) -> RankProfile {
         mpi_us: wall_s * 100_000,
         traffic: vec![PeerTraffic {
             peer: Rank(1),
+            host: None,
             sent_messages: iteration,
             sent_bytes: iteration * 8,
             received_messages: iteration,

@@ -77,6 +77,10 @@ fn assert_halo_pattern(stats: &NodeStats) {
         assert_eq!(peers, expected_peers, "rank {} talks to: {p:#?}", r.rank);
         for t in &p.traffic {
             let what = format!("rank {} with peer {} at iteration {n}", r.rank, t.peer);
+            // Where the peer runs, as its own daemon entry says: what the agent's model
+            // turns into the rank's communication partners.
+            let peer_host = ranks.iter().find(|q| q.rank == t.peer).map(|q| &q.host);
+            assert_eq!(t.host.as_ref(), peer_host, "host of the peer of {what}");
             assert_eq!(t.sent_messages, n, "messages sent by {what}");
             assert_eq!(t.received_messages, n, "messages received by {what}");
             assert_eq!(t.sent_bytes, n * COLS * 8, "bytes sent by {what}");

@@ -438,12 +438,21 @@ impl RttView<'_> {
         }
     }
 
+    /// Whether this node has a figure for `host` (its own, or a measured RTT) rather than
+    /// the assumed one.
+    pub fn knows(&self, host: &HostName) -> bool {
+        host == self.host || self.rtts.contains_key(host)
+    }
+
     /// `s_n`: the share of its time `e` would wait on latency to its partners at this node
     /// (`sum_p x_p rtt / 2`), at least 0.
     pub fn latency_share(&self, e: &EntityProfile) -> f64 {
-        let s: f64 = e
-            .partners
-            .iter()
+        self.latency_share_over(e.partners.iter())
+    }
+
+    /// [`Self::latency_share`] over some of the partners.
+    fn latency_share_over<'p>(&self, partners: impl Iterator<Item = &'p Partner>) -> f64 {
+        let s: f64 = partners
             .filter(|p| p.exchanges_per_sec.is_finite() && p.exchanges_per_sec > 0.0)
             .map(|p| p.exchanges_per_sec * self.rtt(&p.host) / 2.0)
             .sum();
@@ -461,8 +470,16 @@ pub fn communication(e: &EntityProfile, l: &RttView<'_>, f: &RttView<'_>) -> f64
     if e.partners.is_empty() {
         return 0.0;
     }
-    let s_l = l.latency_share(e).min(1.0);
-    let s_f = f.latency_share(e);
+    // A partner whose host neither node has measured would cost the assumed RTT on both
+    // sides, which cancels; left in, a busy one would saturate the local share (clamped at 1)
+    // and not the remote one, and forbid every move.
+    let known = || {
+        e.partners
+            .iter()
+            .filter(|p| l.knows(&p.host) || f.knows(&p.host))
+    };
+    let s_l = l.latency_share_over(known()).min(1.0);
+    let s_f = f.latency_share_over(known());
     let c = (s_l - s_f) / (2.0 - s_l + s_f);
     if c.is_finite() {
         c.clamp(-1.0, 1.0)
@@ -935,9 +952,14 @@ mod tests {
         assert!(close(communication(&e, &at_a, &at_b), 0.4 / 1.6));
         // Leaving a partner on the local node: s_b = 0 at b, s_a at a unknown 0.4.
         assert!(close(communication(&e, &at_b, &at_a), -0.4 / 2.4));
-        // Unknown on both sides: no change.
+        // Unknown on both sides: no change, however busy the partner.
         e.partners = vec![partner("d", 3.0)];
         assert!(close(communication(&e, &at_a, &at_b), 0.0));
+        e.partners = vec![partner("d", 1000.0)];
+        assert!(close(communication(&e, &at_a, &at_b), 0.0));
+        // ... and it does not dilute a known one.
+        e.partners = vec![partner("c", 2.0), partner("d", 1000.0)];
+        assert!(close(communication(&e, &at_a, &at_b), 0.09 / 1.91));
         // A local share above 1 counts as 1.
         e.partners = vec![partner("b", 100.0)];
         assert!(close(communication(&e, &at_a, &at_b), 1.0));

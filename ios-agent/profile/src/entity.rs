@@ -11,8 +11,10 @@
 
 use std::time::Duration;
 
-use ios_agent_core::model::{EntityId, EntityProfile, NodeProfile};
-use pcm_proto::{NodeStats, RankStats};
+use std::collections::BTreeMap;
+
+use ios_agent_core::model::{EntityId, EntityProfile, NodeProfile, Partner, MAX_PARTNERS};
+use pcm_proto::{HostName, NodeStats, PeerTraffic, RankStats};
 use serde::{Deserialize, Serialize};
 
 use node_sensor::{EntityUsage, NodeSample};
@@ -108,10 +110,46 @@ pub fn entity_profile(
         age: Duration::from_micros(p.wall_us),
         remaining: None,
         resident: Duration::from_micros(p.resident_us),
-        // pcmd reports traffic by peer rank, not where the peer runs: see docs/results.md,
-        // "Scale", for what filling these needs.
-        partners: Vec::new(),
+        partners: partners(rank, previous),
     }
+}
+
+/// The hosts `now`'s rank exchanges messages with and how often: per peer, the larger of
+/// messages sent and received (an exchange is a send and its answer), per second over the
+/// period when `previous` holds the same rank's earlier report, else over the rank's life;
+/// peers on one host summed, most frequent first, at most [`MAX_PARTNERS`]. Peers whose host
+/// the rank did not name (older PCM, profiling of a rank outside the placement) are left out,
+/// and so is the model's communication term for them.
+fn partners(now: &RankStats, previous: Option<&RankStats>) -> Vec<Partner> {
+    let wall_now = now.profile.wall_us;
+    let wall_then = previous.map_or(0, |q| q.profile.wall_us);
+    if wall_now <= wall_then {
+        return Vec::new();
+    }
+    let seconds = (wall_now - wall_then) as f64 / 1e6;
+    let exchanges = |t: &PeerTraffic| t.sent_messages.max(t.received_messages);
+    let mut by_host: BTreeMap<&HostName, f64> = BTreeMap::new();
+    for t in &now.profile.traffic {
+        let Some(host) = &t.host else { continue };
+        let before = previous
+            .and_then(|q| q.profile.traffic.iter().find(|p| p.peer == t.peer))
+            .map_or(0, exchanges);
+        let count = exchanges(t).saturating_sub(before);
+        if count > 0 {
+            *by_host.entry(host).or_default() += count as f64 / seconds;
+        }
+    }
+    let mut partners: Vec<Partner> = by_host
+        .into_iter()
+        .map(|(host, rate)| Partner {
+            host: host.clone(),
+            exchanges_per_sec: clean(rate),
+        })
+        .filter(|p| p.exchanges_per_sec > 0.0)
+        .collect();
+    partners.sort_by(|a, b| b.exchanges_per_sec.total_cmp(&a.exchanges_per_sec));
+    partners.truncate(MAX_PARTNERS);
+    partners
 }
 
 /// Every rank on the node as an entity profile, in pcmd's order (jobs, then ranks).
@@ -310,6 +348,7 @@ mod tests {
                 resident_us: 3_000_000,
                 traffic: vec![PeerTraffic {
                     peer: Rank(1 - r),
+                    host: None,
                     sent_messages: 10,
                     sent_bytes: 600_000,
                     received_messages: 10,
@@ -342,6 +381,59 @@ mod tests {
         let stalled = stalled_entities(&s);
         assert_eq!(stalled.len(), 1);
         assert_eq!(stalled[0].rank, Rank(1));
+    }
+
+    /// Traffic of one rank with peers 1 to 3: `(peer, host, sent, received)`.
+    fn talking(wall_us: u64, peers: &[(u32, Option<&str>, u64, u64)]) -> RankStats {
+        let mut r = rank(0, 50.0, 20_000.0, 20_000.0, 2_000.0);
+        r.profile.wall_us = wall_us;
+        r.profile.traffic = peers
+            .iter()
+            .map(|&(peer, host, sent, received)| PeerTraffic {
+                peer: Rank(peer),
+                host: host.map(|h| HostName::new(h).expect("valid")),
+                sent_messages: sent,
+                sent_bytes: sent * 8,
+                received_messages: received,
+                received_bytes: received * 8,
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn partners_are_the_peers_hosts_with_their_exchange_rates_over_the_period() {
+        let before = talking(
+            10_000_000,
+            &[(1, Some("node-b"), 1000, 1000), (2, Some("node-c"), 500, 0)],
+        );
+        // 2 s later: 400 more exchanges with rank 1 (node-b), 200 more received from rank 2
+        // (now on node-b too), 10 with rank 3 (node-c), and rank 4 on an unnamed host.
+        let now = talking(
+            12_000_000,
+            &[
+                (1, Some("node-b"), 1400, 1400),
+                (2, Some("node-b"), 500, 700),
+                (3, Some("node-c"), 10, 10),
+                (4, None, 5000, 5000),
+            ],
+        );
+        let e = entity_profile(&JobId::new("job-1").expect("valid"), &now, Some(&before));
+        let got: Vec<(&str, f64)> = e
+            .partners
+            .iter()
+            .map(|p| (p.host.as_str(), p.exchanges_per_sec))
+            .collect();
+        // Rank 2 had 500 exchanges (its sends) and has 700 (its receives): 200 in 2 s.
+        assert_eq!(got, vec![("node-b", 300.0), ("node-c", 5.0)]);
+
+        // Without an earlier report: over the rank's life (12 s).
+        let e = entity_profile(&JobId::new("job-1").expect("valid"), &now, None);
+        assert_eq!(e.partners[0].host.as_str(), "node-b");
+        assert!((e.partners[0].exchanges_per_sec - 2100.0 / 12.0).abs() < 1e-9);
+        // No time passed (or garbage): no partners rather than infinite rates.
+        let e = entity_profile(&JobId::new("job-1").expect("valid"), &now, Some(&now));
+        assert!(e.partners.is_empty());
     }
 
     fn stats(ranks: Vec<RankStats>) -> NodeStats {

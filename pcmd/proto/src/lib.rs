@@ -387,10 +387,15 @@ pub struct RankStatus {
 pub const STALLED_AFTER_S: f64 = 3.0;
 
 /// Messages and bytes exchanged with one peer rank (point-to-point only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerTraffic {
     /// The peer's rank in the job's world.
     pub peer: Rank,
+    /// Where the peer runs now (the job's placement as the rank knows it when it reports;
+    /// the counts are over the rank's whole life, wherever the peer ran). Absent from older
+    /// ranks' reports.
+    #[serde(default)]
+    pub host: Option<HostName>,
     /// Messages sent to the peer.
     pub sent_messages: u64,
     /// Payload bytes sent to the peer.
