@@ -12,11 +12,12 @@ use mpi_ios_tests::{
     heat2d_args_for, mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _,
 };
 
-/// heat2d's arguments for a job of 3 ranks that runs about 30 s on this machine as loaded as
-/// it is when the first test asks (sized once per test binary: the tests act while it runs).
+/// heat2d's arguments for a job of 3 ranks that runs about 20 s on this machine as loaded as
+/// it is when the first test asks (sized once per test binary: the tests act while it runs,
+/// within its first seconds; a stopped rank stops the job, so waiting on one uses none of it).
 fn long_args() -> Vec<&'static str> {
     static LONG: OnceLock<Vec<String>> = OnceLock::new();
-    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 30.0, WAIT).0);
+    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 20.0, WAIT).0);
     args.iter().map(String::as_str).collect()
 }
 const DEADLINE: Duration = Duration::from_secs(150);
@@ -55,9 +56,17 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
+/// heat2d-plain's checksum for [`long_args`], computed once per test binary (a 20 s run).
+fn long_reference() -> String {
+    static REFERENCE: OnceLock<String> = OnceLock::new();
+    REFERENCE
+        .get_or_init(|| plain_checksum(&long_args()))
+        .clone()
+}
+
 /// The reference checksum, a daemon, and a long heat2d job of 3 ranks registered with it.
 fn running_job() -> (String, Pcmd, Group, tempfile::TempDir) {
-    let reference = plain_checksum(&long_args());
+    let reference = long_reference();
     let pcmd = Pcmd::start();
     let dir = tempfile::tempdir().unwrap();
     let job = MpiJob::new(3, "heat2d", &long_args())
@@ -260,7 +269,7 @@ fn given_no_daemon_then_the_job_runs_as_plain_mpi() {
 fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_not_hold_then_the_job_agrees(
 ) {
     let _lock = mpi_lock();
-    let reference = plain_checksum(&long_args());
+    let reference = long_reference();
     let (_daemon_a, daemon_b, job, _dir) = job_on_two_daemons();
 
     let moved = daemon_b.cli(&["migrate", "--rank", "0"]);
@@ -335,7 +344,7 @@ fn rank_status(pcmd: &Pcmd, rank: u32) -> pcm_proto::RankStatus {
 #[test]
 fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_and_never_runs() {
     let _lock = mpi_lock();
-    let reference = plain_checksum(&long_args());
+    let reference = long_reference();
     let pcmd = Pcmd::start_with(&["--request-timeout", "3"]);
     let dir = tempfile::tempdir().unwrap();
     let job = MpiJob::new(3, "heat2d", &long_args())
@@ -407,7 +416,7 @@ fn given_a_stopped_rank_when_a_request_misses_its_deadline_then_it_is_cancelled_
 #[test]
 fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs() {
     let _lock = mpi_lock();
-    let reference = plain_checksum(&long_args());
+    let reference = long_reference();
     let (daemon_a, daemon_b, job, _dir) = job_on_two_daemons();
 
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
