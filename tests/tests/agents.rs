@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
-use mpi_ios_tests::{bin, wait_until};
+use mpi_ios_tests::{bin, heat2d_args_for, mpi_lock, wait_until, MpiJob};
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -189,6 +189,47 @@ fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
         !pcmd_status().status.success()
     });
     assert!(!spec.control.exists(), "control socket left behind");
+}
+
+/// The real agent knows its ranks' communication partners (the model's communication term):
+/// a heat2d job of 3 ranks on the agent's pcmd shows, in the agent's typed status, the middle
+/// rank exchanging with the host its neighbours run on, about once per iteration each.
+#[test]
+fn the_agents_entities_carry_their_partners_hosts_and_exchange_rates() {
+    let _lock = mpi_lock();
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let agent = AgentProc::local(dir.path(), spec.clone());
+    // Long enough for the agent's first periods, stopped as soon as they are seen.
+    let (args, _) = heat2d_args_for(3, 240, 240, 60.0, Duration::from_secs(60));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = MpiJob::new(3, "heat2d", &args)
+        .env("PCM_DAEMON", spec.pcmd_socket.display().to_string())
+        .start(dir.path(), "heat2d");
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let middle = || {
+        agent
+            .try_status()?
+            .entities
+            .into_iter()
+            .find(|e| e.id.rank.0 == 1 && e.iteration_rate > 0.0)
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "rank 1 profiled with its partners",
+        || middle().is_some_and(|e| !e.partners.is_empty()),
+    );
+    let rank1 = middle().unwrap();
+    // Both neighbours run here: one partner, this host, two exchanges per iteration.
+    assert_eq!(rank1.partners.len(), 1, "{rank1:#?}");
+    assert_eq!(rank1.partners[0].host.as_str(), host, "{rank1:#?}");
+    let per_iteration = rank1.partners[0].exchanges_per_sec / rank1.iteration_rate;
+    assert!(
+        (1.5..2.5).contains(&per_iteration),
+        "{per_iteration} exchanges per iteration: {rank1:#?}"
+    );
+    drop(job);
 }
 
 /// Issue 12, item 9: the peer server restarted with the README's command (no `--identity`)
