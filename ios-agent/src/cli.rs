@@ -135,6 +135,16 @@ pub struct JoinArgs {
     #[arg(long, value_name = "GAIN", default_value = "0.1")]
     pub min_gain: f64,
 
+    /// Weigh where each rank's communication partners run (the model's communication term),
+    /// with the round-trip times the agents measure between themselves. Off by default:
+    /// those are libp2p round trips, which within a cluster overstate the MPI latency
+    /// between nodes many times over, so the term pulls ranks onto their partners' nodes
+    /// (on emulated nodes it moved a loaded rank onto its partner's full node instead of an
+    /// idle one). Turn it on for pools spread over sites, where round trips of milliseconds
+    /// or more are the network's own.
+    #[arg(long)]
+    pub communication_term: bool,
+
     /// Idle CPUs (speed-normalised) that make this node ask for work.
     #[arg(long, value_name = "CPUS", default_value = "0.3")]
     pub light_threshold: f64,

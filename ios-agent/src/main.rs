@@ -214,7 +214,11 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
             .context("creating the agent")?;
         let (control_tx, control_rx) = mpsc::channel(8);
         tokio::spawn(control::serve(listener, control_tx.clone()));
-        let samples = ios_agent::sampler::spawn(daemon.socket().to_owned(), args.profile_period);
+        let samples = ios_agent::sampler::spawn(
+            daemon.socket().to_owned(),
+            args.profile_period,
+            args.communication_term,
+        );
         shutdown_on_signal(control_tx);
         tracing::info!(%host, control = %control_path.display(), pcmd = %daemon.socket().display(), "joined the pool");
         let agent = driver::run(

@@ -16,18 +16,20 @@ use tokio::sync::mpsc;
 use crate::driver::Sample;
 use crate::node_daemon;
 
-/// Starts the loop; it ends when the driver drops the receiver.
-pub fn spawn(pcmd_socket: PathBuf, period: Duration) -> mpsc::Receiver<Sample> {
+/// Starts the loop; it ends when the driver drops the receiver. Without `partners` the
+/// entities' communication partners are left out of their profiles, and with them the
+/// model's communication term (`ios-agent join --communication-term`).
+pub fn spawn(pcmd_socket: PathBuf, period: Duration, partners: bool) -> mpsc::Receiver<Sample> {
     let (tx, rx) = mpsc::channel(2);
     std::thread::Builder::new()
         .name("ios-agent-profiler".to_owned())
-        .spawn(move || run(&pcmd_socket, period, &tx))
+        .spawn(move || run(&pcmd_socket, period, partners, &tx))
         .map_err(|e| tracing::error!("cannot start the profiling thread: {e}"))
         .ok();
     rx
 }
 
-fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample>) {
+fn run(pcmd_socket: &std::path::Path, period: Duration, partners: bool, tx: &mpsc::Sender<Sample>) {
     let mut sensor = match NodeSensor::new(SensorConfig::default()) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -66,9 +68,14 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, tx: &mpsc::Sender<Sample
                 .map_err(|e| tracing::warn!("node sample: {e}"))
                 .ok()
         });
-        let entities = stats
+        let mut entities = stats
             .as_ref()
             .map(|s| entity_profiles(s, previous.as_ref()));
+        if !partners {
+            for e in entities.iter_mut().flatten() {
+                e.partners.clear();
+            }
+        }
         for e in entities.iter().flatten() {
             tracing::debug!(
                 entity = %e.id,

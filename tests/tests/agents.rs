@@ -191,15 +191,15 @@ fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
     assert!(!spec.control.exists(), "control socket left behind");
 }
 
-/// The real agent knows its ranks' communication partners (the model's communication term):
-/// a heat2d job of 3 ranks on the agent's pcmd shows, in the agent's typed status, the middle
+/// The real agent knows its ranks' communication partners when told to weigh them
+/// (`--communication-term`, the model's communication term): a heat2d job of 3 ranks on the agent's pcmd shows, in the agent's typed status, the middle
 /// rank exchanging with the host its neighbours run on, about once per iteration each.
 #[test]
 fn the_agents_entities_carry_their_partners_hosts_and_exchange_rates() {
     let _lock = mpi_lock();
     let dir = tempdir();
     let key = pool_key(dir.path(), "pool.key");
-    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]).with(&["--communication-term"]);
     let agent = AgentProc::local(dir.path(), spec.clone());
     // Long enough for the agent's first periods, stopped as soon as they are seen.
     let (args, _) = heat2d_args_for(3, 240, 240, 60.0, Duration::from_secs(60));
