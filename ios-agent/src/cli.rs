@@ -138,10 +138,9 @@ pub struct JoinArgs {
     /// Weigh where each rank's communication partners run (the model's communication term),
     /// with the round-trip times the agents measure between themselves. Off by default:
     /// those are libp2p round trips, which within a cluster overstate the MPI latency
-    /// between nodes many times over, so the term pulls ranks onto their partners' nodes
-    /// (on emulated nodes it moved a loaded rank onto its partner's full node instead of an
-    /// idle one). Turn it on for pools spread over sites, where round trips of milliseconds
-    /// or more are the network's own.
+    /// between nodes many times over, so for a chatty application the term would pull ranks
+    /// onto their partners' nodes for latency they do not pay. Turn it on for pools spread
+    /// over sites, where round trips of milliseconds or more are the network's own.
     #[arg(long)]
     pub communication_term: bool,
 
