@@ -40,9 +40,10 @@ esac
 echo "== migration, checkpoint, runtime, stall, emulated-host, agent, leave, pcmrun and C interface tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
-    # The crates whose code depends on the MPI library, and the tests that run jobs.
-    # Every binary: the agent tests start ios-agent and peer-server from this target too.
-    cargo build --release --quiet --bins
+    # The crates whose code depends on the MPI library, and the tests that run jobs: the
+    # programs these tests start (the agent tests start ios-agent and peer-server from this
+    # target too), not the benchmarks'.
+    cargo build --release --quiet --bins -p heat2d -p pcmd -p pcmrun -p ios-agent -p peer-server
     scripts/build-c.sh
     cargo clippy --release --quiet -p pcm -p pcm-capi -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
