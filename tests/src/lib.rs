@@ -240,17 +240,9 @@ pub fn heat2d_args_for(
     seconds: f64,
     timeout: Duration,
 ) -> (Vec<String>, f64) {
-    const FIRST_PROBE: u64 = 5000;
-    let mut args = vec![
-        "--rows".to_owned(),
-        rows.to_string(),
-        "--cols".to_owned(),
-        cols.to_string(),
-    ];
     let mut probe_iters = FIRST_PROBE;
     let rate = loop {
-        let mut probe = args.clone();
-        probe.extend(["--iters".to_owned(), probe_iters.to_string()]);
+        let probe = heat2d_args_at(rows, cols, probe_iters);
         let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
         let report = MpiJob::new(ranks, "heat2d-plain", &probe)
             .run(timeout)
@@ -263,12 +255,35 @@ pub fn heat2d_args_for(
         // Aim at twice the minimum, so that a faster second probe still counts.
         probe_iters = ((rate * 2.0 * MIN_PROBE.as_secs_f64()) as u64).max(FIRST_PROBE + 1);
     };
-    let iters = ((rate * seconds) as u64).max(FIRST_PROBE);
     eprintln!(
-        "heat2d {rows}x{cols} on {ranks} ranks: {rate:.0} it/s (probe of {probe_iters} iterations), so {iters} iterations for about {seconds} s"
+        "heat2d {rows}x{cols} on {ranks} ranks: {rate:.0} it/s (probe of {probe_iters} iterations)"
     );
-    args.extend(["--iters".to_owned(), iters.to_string()]);
-    (args, rate)
+    (heat2d_args_sized(rows, cols, rate, seconds), rate)
+}
+
+/// Fewest iterations a sized heat2d run gets, and the first probe's length.
+const FIRST_PROBE: u64 = 5000;
+
+/// heat2d's arguments for `iters` iterations of a `rows` x `cols` grid.
+fn heat2d_args_at(rows: u32, cols: u32, iters: u64) -> Vec<String> {
+    [
+        "--rows",
+        &rows.to_string(),
+        "--cols",
+        &cols.to_string(),
+        "--iters",
+        &iters.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// heat2d's arguments for a run of about `seconds` at `rate` iterations per second (measured
+/// by [`heat2d_args_for`]; tests that size several runs measure once and call this).
+pub fn heat2d_args_sized(rows: u32, cols: u32, rate: f64, seconds: f64) -> Vec<String> {
+    let iters = ((rate * seconds) as u64).max(FIRST_PROBE);
+    eprintln!("heat2d {rows}x{cols}: {iters} iterations for about {seconds} s at {rate:.0} it/s");
+    heat2d_args_at(rows, cols, iters)
 }
 
 /// Least length of the probe that sizes heat2d runs ([`heat2d_args_for`]).

@@ -192,8 +192,9 @@ fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
 }
 
 /// The real agent knows its ranks' communication partners when told to weigh them
-/// (`--communication-term`, the model's communication term): a heat2d job of 3 ranks on the agent's pcmd shows, in the agent's typed status, the middle
-/// rank exchanging with the host its neighbours run on, about once per iteration each.
+/// (`--communication-term`, the model's communication term): a heat2d job of 3 ranks on the
+/// agent's pcmd shows, in the agent's typed status, the middle rank exchanging with the host
+/// its neighbours run on, about once per iteration each.
 #[test]
 fn the_agents_entities_carry_their_partners_hosts_and_exchange_rates() {
     let _lock = mpi_lock();

@@ -18,7 +18,8 @@ use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::pcmrun_job::{PcmrunCommand, PcmrunJob};
 use mpi_ios_tests::{
-    bin, heat2d_args_for, mpi_lock, wait_until, Finished, MpiJob, Runtime, RuntimeExt as _,
+    bin, heat2d_args_for, heat2d_args_sized, mpi_lock, wait_until, Finished, MpiJob, Runtime,
+    RuntimeExt as _,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -40,10 +41,7 @@ fn args_for(seconds: f64) -> Vec<String> {
 fn sized_args(seconds: f64) -> (Vec<String>, f64) {
     static RATE: OnceLock<f64> = OnceLock::new();
     let rate = *RATE.get_or_init(|| heat2d_args_for(2, 256, 256, 1.0, WAIT).1);
-    let iters = ((rate * seconds) as u64).max(5000);
-    let mut args: Vec<String> = SIZE.iter().map(|s| (*s).to_owned()).collect();
-    args.extend(["--iters".to_owned(), iters.to_string()]);
-    (args, rate)
+    (heat2d_args_sized(256, 256, rate, seconds), rate)
 }
 
 fn plain_checksum(args: &[String]) -> String {
