@@ -13,9 +13,10 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::c2c::Cluster;
-use crate::decision::{self, Policy};
+use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
+    JobOffer,
     EntityId, EntityProfile, MigrationCostModel, NodeProfile, RttView, Weights, DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{LatencyTier, PeerId, PeerTable};
@@ -498,6 +499,18 @@ pub(crate) struct Beneficiary {
     pub(crate) peer: PeerId,
     pub(crate) host: HostName,
     pub(crate) profile: NodeProfile,
+    /// What the node offers entities of the jobs it runs ([`NodeProfile::job_offers`]).
+    pub(crate) job_offers: Vec<JobOffer>,
+}
+
+impl Beneficiary {
+    /// The node as a destination of the model's decisions.
+    pub(crate) fn destination(&self) -> Destination<'_> {
+        Destination {
+            node: &self.profile,
+            job_offers: &self.job_offers,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -547,6 +560,7 @@ impl Steal {
             ttl: self.ttl,
             tier: self.tier,
             rtts: self.rtts,
+            job_offers: self.source.job_offers,
         }
     }
 }
@@ -861,6 +875,7 @@ impl Agent {
                 ttl,
                 tier,
                 rtts,
+                job_offers,
             } => {
                 let steal = Steal {
                     id,
@@ -869,6 +884,7 @@ impl Agent {
                         peer: source,
                         host: source_host,
                         profile: source_profile,
+                        job_offers,
                     },
                     ttl,
                     tier,
@@ -1197,10 +1213,12 @@ impl Agent {
     }
 
     pub(crate) fn myself(&self) -> Option<Beneficiary> {
+        let profile = self.own_profile()?;
         Some(Beneficiary {
             peer: self.me.clone(),
             host: self.host.clone(),
-            profile: self.own_profile()?,
+            job_offers: profile.job_offers(&self.entities),
+            profile,
         })
     }
 
@@ -1336,7 +1354,7 @@ impl Agent {
                 &policy,
                 &node,
                 &self.entities,
-                &thief.profile,
+                thief.destination(),
                 self.config.max_group,
             )
             .is_some()
@@ -1507,7 +1525,7 @@ impl Agent {
                             &self.policy(now),
                             &node,
                             &self.entities,
-                            &steal.source.profile,
+                            steal.source.destination(),
                             self.config.max_group,
                             views.as_ref().map(|(a, b)| (a, b)),
                         );
@@ -1775,6 +1793,7 @@ mod tests {
             ttl: 3,
             tier: LatencyTier::Local,
             rtts: Vec::new(),
+            job_offers: Vec::new(),
         }
     }
 
@@ -1964,6 +1983,7 @@ mod tests {
             ttl: 3,
             tier: LatencyTier::Local,
             rtts: Vec::new(),
+            job_offers: Vec::new(),
         };
         a.handle_message(t0, peer("b"), steal.clone());
         let actions = drain(&mut a);
@@ -2129,6 +2149,7 @@ mod tests {
             ttl: 3,
             tier: LatencyTier::Local,
             rtts: Vec::new(),
+            job_offers: Vec::new(),
         };
         let mut out = Vec::new();
         ciborium::into_writer(&m, &mut out).expect("encodes");
@@ -2186,6 +2207,7 @@ mod tests {
             ttl: 3,
             tier: LatencyTier::Local,
             rtts: Vec::new(),
+            job_offers: Vec::new(),
         }
     }
 
@@ -2496,6 +2518,7 @@ mod tests {
                 ttl: 3,
                 tier: LatencyTier::Local,
                 rtts: Vec::new(),
+                job_offers: Vec::new(),
             },
         );
         assert_eq!(a.stats().messages_refused, 1);

@@ -438,6 +438,7 @@ impl Agent {
             peer: order.to,
             host: order.to_host,
             profile: NodeProfile::idle(1.0, 0),
+            job_offers: Vec::new(),
         };
         self.start_migration(
             now,
@@ -515,6 +516,7 @@ impl Agent {
                     .then(b.peer.cmp(&a.peer))
             })
             .map(|v| Beneficiary {
+                job_offers: v.node.job_offers(v.entities),
                 peer: v.peer,
                 host: v.host,
                 profile: v.node,
@@ -542,6 +544,7 @@ impl Agent {
             peer: views[to].peer.clone(),
             host: views[to].host.clone(),
             profile: views[to].node,
+            job_offers: views[to].node.job_offers(views[to].entities),
         };
         drop(views);
         tracing::info!(agent = %self.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
@@ -673,7 +676,7 @@ impl Agent {
                     &self.policy_for(now, v.leaving),
                     &node,
                     v.entities,
-                    &steal.source.profile,
+                    steal.source.destination(),
                     max,
                 )
                 .map(|plan| (v.peer.clone(), plan))

@@ -10,9 +10,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use pcm_proto::JobId;
+
 use crate::model::{
-    communication, gain_near, EntityId, EntityProfile, GainBreakdown, MigrationCostModel,
-    NodeProfile, Resource, RttView, Weights,
+    communication, gain_near, EntityId, EntityProfile, GainBreakdown, JobOffer,
+    MigrationCostModel, NodeProfile, Resource, RttView, Weights,
 };
 
 /// How much more CPU than its share of its node an entity must be offered elsewhere before
@@ -74,14 +76,45 @@ pub struct Plan {
 /// ranks wait for first: busy-polling makes waiting ranks look as busy), then by id. The best
 /// candidate's job is chosen; the group grows along the ranking, within that job, while the
 /// group's gain stays at or above `min_gain` and its memory fits on `f`.
-pub fn select(
+pub fn select<'d>(
     policy: &Policy<'_>,
     l: &NodeProfile,
     entities: &[EntityProfile],
-    f: &NodeProfile,
+    f: impl Into<Destination<'d>>,
     max_count: usize,
 ) -> Option<Plan> {
     select_near(policy, l, entities, f, max_count, None)
+}
+
+/// The node entities would move to: its profile, and what it offers entities of the jobs it
+/// already runs ([`NodeProfile::job_offers`]; none known: the profile alone).
+#[derive(Debug, Clone, Copy)]
+pub struct Destination<'a> {
+    /// The node's resources.
+    pub node: &'a NodeProfile,
+    /// Its offers to the jobs it runs entities of.
+    pub job_offers: &'a [JobOffer],
+}
+
+impl<'a> From<&'a NodeProfile> for Destination<'a> {
+    fn from(node: &'a NodeProfile) -> Self {
+        Destination {
+            node,
+            job_offers: &[],
+        }
+    }
+}
+
+impl Destination<'_> {
+    /// What the node offers a group of `n` entities of `job`: the job's view of it
+    /// ([`NodeProfile::for_job`]), with at most `entity_cores` idle cores per entity.
+    fn offer(&self, job: &JobId, n: usize, entity_cores: Option<f64>) -> NodeProfile {
+        let view = self.node.for_job(job, self.job_offers);
+        match entity_cores {
+            Some(c) => view.with_idle_at_most(c * n as f64),
+            None => view,
+        }
+    }
 }
 
 /// [`select`] with the model's communication term ([`gain_near`]) when `rtts` gives what `l`
@@ -89,14 +122,16 @@ pub fn select(
 /// nearer its partners (communication term > 0) may then also go to a node that offers it
 /// less than 10% more CPU than its share here, as long as it offers at least 90% of it
 /// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides.
-pub fn select_near(
+pub fn select_near<'d>(
     policy: &Policy<'_>,
     l: &NodeProfile,
     entities: &[EntityProfile],
-    f: &NodeProfile,
+    f: impl Into<Destination<'d>>,
     max_count: usize,
     rtts: Option<(&RttView<'_>, &RttView<'_>)>,
 ) -> Option<Plan> {
+    let to: Destination<'_> = f.into();
+    let f = to.node;
     let max_count = max_count.min(policy.max_group).max(1);
     // The entities must get clearly more CPU at `f` than their share of `l`. The RSM's `U` is
     // what an entity uses, and a rank that waits for a slow peer uses little (Open MPI
@@ -109,27 +144,27 @@ pub fn select_near(
             share_here = share_here.min(c * l.speed);
         }
     }
-    // What `f` offers a group of `n` entities.
-    let offer = |n: usize| match policy.entity_cores {
-        Some(c) => f.with_idle_at_most(c * n as f64),
-        None => *f,
-    };
-    let f1 = offer(1);
-    let offered = f1.availability(Resource::Cpu);
-    let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
-    let latency_gate = rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
-    if !cpu_gate && !latency_gate {
-        return None;
-    }
+    // What `f` offers a group of `n` entities of a job.
+    let offer = |job: &JobId, n: usize| to.offer(job, n, policy.entity_cores);
     let nearer =
         |e: &EntityProfile| rtts.is_some_and(|(at_l, at_f)| communication(e, at_l, at_f) > 0.0);
+    // Whether `f` offers the entity enough CPU for a move, and `f` as the entity sees it.
+    let passes = |e: &EntityProfile| {
+        let f1 = offer(&e.id.job, 1);
+        let offered = f1.availability(Resource::Cpu);
+        let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
+        let latency_gate =
+            rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
+        (cpu_gate || (latency_gate && nearer(e))).then_some(f1)
+    };
     let fits = |mem: u64| mem <= f.memory_available;
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
-        .filter(|e| policy.eligible(e) && fits(e.memory) && (cpu_gate || nearer(e)))
-        .map(|e| {
+        .filter(|e| policy.eligible(e) && fits(e.memory))
+        .filter_map(|e| {
+            let f1 = passes(e)?;
             let g = gain_near(l, &f1, &[e], policy.weights, policy.cost, rtts);
-            (e, g.gain)
+            Some((e, g.gain))
         })
         .collect();
     ranked.sort_by(|a, b| {
@@ -153,7 +188,7 @@ pub fn select_near(
         group.push(e);
         let g = gain_near(
             l,
-            &offer(group.len()),
+            &offer(job, group.len()),
             &group,
             policy.weights,
             policy.cost,
@@ -255,11 +290,16 @@ pub fn balance(policy: &Policy<'_>, nodes: &[NodeView<'_>]) -> Option<(usize, us
             }
             // Moving k entities lowers the summed distance while k < spread.
             let k = ((spread / 2.0).floor() as usize).max(1);
+            let offers = nodes[to].node.job_offers(nodes[to].entities);
+            let destination = Destination {
+                node: nodes[to].node,
+                job_offers: &offers,
+            };
             if let Some(plan) = select(
                 policy,
                 nodes[from].node,
                 nodes[from].entities,
-                nodes[to].node,
+                destination,
                 k,
             ) {
                 return Some((from, to, plan));
@@ -403,6 +443,57 @@ mod tests {
         // A node twice as big as the rank's share attracts it with no competing load.
         let big = node(1.2, 0.0);
         assert!(select(&fx.policy(1), &node(0.6, 0.6), &es, &big, 1).is_some());
+    }
+
+    /// The main job's double move (MPICH, 2026-11-26): rank 1 slowed to 0.3 core by a hog
+    /// on its 0.6-core node went first to node-a, whose own rank 0 waits for it (0.42 core
+    /// idle there), where it got 0.3 core again, and only then to the idle node-c.
+    #[test]
+    fn a_straggler_goes_to_an_idle_node_not_to_one_whose_ranks_wait_for_it() {
+        let fx = Fixture::new();
+        let policy = Policy {
+            entity_cores: Some(1.0),
+            ..fx.policy(1)
+        };
+        // Rank 1 uses 0.3 of its 0.6-core node, the hog the rest.
+        let straggler = entity("j", 1, 0.3);
+        let loaded = NodeProfile {
+            competing: 0.3,
+            ..node(0.6, 1.6)
+        };
+        // node-a: rank 0 of the same job polls at 0.6 core but computes only 30% of each
+        // iteration, so its profile shows 0.18 core of load.
+        let mut waiting = entity("j", 0, 0.6);
+        waiting.compute = Duration::from_millis(3);
+        waiting.mpi_wait = Duration::from_millis(7);
+        let node_a = node(0.6, 0.18);
+        let offers = node_a.job_offers(std::slice::from_ref(&waiting));
+        assert_eq!(offers.len(), 1);
+        assert!((offers[0].cores - 0.3).abs() < 1e-9, "{offers:?}");
+        let to_a = Destination {
+            node: &node_a,
+            job_offers: &offers,
+        };
+        let es = [straggler];
+        assert!(select(&policy, &loaded, &es, to_a, 1).is_none());
+        // Without the offers (an older thief), node-a looks like 0.42 idle core: the move
+        // this prevents.
+        assert!(select(&policy, &loaded, &es, &node_a, 1).is_some());
+        // The idle node-c takes it.
+        assert!(select(&policy, &loaded, &es, &node(0.6, 0.0), 1).is_some());
+        // A node of 1.2 cores whose rank waits likewise shares them: 0.6 core each, twice
+        // what the straggler has, so it moves there (Figure 15's cooperating node).
+        let node_big = node(1.2, 0.18);
+        let offers = node_big.job_offers(std::slice::from_ref(&waiting));
+        assert!((offers[0].cores - 0.6).abs() < 1e-9, "{offers:?}");
+        let to_big = Destination {
+            node: &node_big,
+            job_offers: &offers,
+        };
+        assert!(select(&policy, &loaded, &es, to_big, 1).is_some());
+        // Entities of other jobs see node-a as it is.
+        let other = [entity("k", 0, 0.3)];
+        assert!(select(&policy, &loaded, &other, to_a, 1).is_some());
     }
 
     #[test]

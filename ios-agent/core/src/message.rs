@@ -13,7 +13,7 @@ use std::fmt;
 use pcm_proto::HostName;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{EntityId, EntityProfile, InvalidProfile, NodeProfile};
+use crate::model::{EntityId, EntityProfile, InvalidProfile, JobOffer, NodeProfile};
 use crate::tier::{LatencyTier, PeerId};
 
 /// Protocol name and version, for the transport's protocol negotiation.
@@ -87,6 +87,11 @@ pub enum Message {
         /// source (the model's communication term). Absent in older agents' packets: none.
         #[serde(default)]
         rtts: Vec<HostRtt>,
+        /// What the source offers one more entity of each job it already runs entities of
+        /// (at most [`MAX_ENTITIES`]): its own ranks that wait for the one moved compute
+        /// again once it arrives. Absent in older agents' packets: none.
+        #[serde(default)]
+        job_offers: Vec<JobOffer>,
     },
     /// Answer to a work steal: work is on its way.
     StealAccepted {
@@ -186,6 +191,9 @@ pub enum InvalidMessage {
     /// A move names entities of several jobs.
     #[error("entities of several jobs in one move")]
     MixedJobs,
+    /// A job offer out of range or too many of them.
+    #[error("job offers: {0}")]
+    JobOffer(String),
     /// Too many RTTs in a work steal.
     #[error("{count} RTTs, must be at most {MAX_RTTS}")]
     RttCount {
@@ -218,6 +226,7 @@ impl Message {
                 source_profile,
                 ttl,
                 rtts,
+                job_offers,
                 ..
             } => {
                 if *ttl == 0 || *ttl > MAX_TTL {
@@ -227,6 +236,21 @@ impl Message {
                     return Err(InvalidMessage::RttCount { count: rtts.len() });
                 }
                 source_profile.validate()?;
+                if job_offers.len() > MAX_ENTITIES {
+                    return Err(InvalidMessage::JobOffer(format!(
+                        "{} offers, at most {MAX_ENTITIES}",
+                        job_offers.len()
+                    )));
+                }
+                if let Some(o) = job_offers
+                    .iter()
+                    .find(|o| !(o.cores.is_finite() && (0.0..=source_profile.cores).contains(&o.cores)))
+                {
+                    return Err(InvalidMessage::JobOffer(format!(
+                        "{} cores offered to job {}, must be in 0..={}",
+                        o.cores, o.job, source_profile.cores
+                    )));
+                }
             }
             Message::StealAccepted { entities, .. } => check_entities(entities, 0)?,
             Message::ProfileReply { node, entities, .. } => {
@@ -285,6 +309,26 @@ mod tests {
             ttl,
             tier: LatencyTier::Local,
             rtts: Vec::new(),
+            job_offers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn job_offers_out_of_range_are_refused_by_name() {
+        let with_offer = |cores: f64| {
+            let mut m = steal(3);
+            if let Message::WorkSteal { job_offers, .. } = &mut m {
+                job_offers.push(JobOffer {
+                    job: JobId::new("heat").expect("valid"),
+                    cores,
+                });
+            }
+            m
+        };
+        assert!(with_offer(2.5).validate().is_ok());
+        for bad in [f64::NAN, -0.1, 4.5, f64::INFINITY] {
+            let err = with_offer(bad).validate().expect_err("out of range");
+            assert!(err.to_string().contains("job heat"), "{err}");
         }
     }
 

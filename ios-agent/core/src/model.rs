@@ -322,6 +322,54 @@ impl NodeProfile {
         }
     }
 
+    /// What this node offers one more entity of each job it already runs entities of
+    /// ([`JobOffer`]), from its profile and its entities' profiles.
+    ///
+    /// The profile counts a rank only for the share of its iteration it computes (a rank
+    /// that waits for a slow peer would otherwise make its node look busy; the sampler's
+    /// `load_without_waiting`). That idle time is not free for the peer it waits for: once
+    /// that peer runs here at speed, the waiting ranks compute again. So for a job with `n`
+    /// entities here the node counts them as `n` busy threads, the rest of its load (what
+    /// the profile shows less what the job's entities use) as `others`, and offers the newcomer what is left, or its fair share of the
+    /// node when that is more (`cores / (others + n + 1)`: the scheduler shares an
+    /// overloaded node among its runnable threads), never more than the plain profile shows.
+    /// Measured case: a 0.6-core node whose rank waited for a peer slowed to 0.3 core showed
+    /// 0.42 core idle and took that peer, which then got 0.3 core there as well (a move that
+    /// gained nothing); with this offer it shows 0.3.
+    pub fn job_offers(&self, entities: &[EntityProfile]) -> Vec<JobOffer> {
+        let mut jobs: Vec<&JobId> = entities.iter().map(|e| &e.id.job).collect();
+        jobs.sort();
+        jobs.dedup();
+        jobs.into_iter()
+            .map(|job| {
+                let same = entities.iter().filter(|e| &e.id.job == job);
+                let (count, used) = same.fold((0.0, 0.0), |(n, cpu), e| (n + 1.0, cpu + e.cpu));
+                // The profile may count these entities in full or only while they compute:
+                // taking out all they use leaves at least the rest of the node's load.
+                let others = (self.cpu_load - used).max(0.0);
+                let busy = others + count;
+                let left = self.cores - busy;
+                let fair = self.cores / (busy + 1.0);
+                JobOffer {
+                    job: job.clone(),
+                    cores: left.max(fair).min(self.free_cores()).max(0.0),
+                }
+            })
+            .collect()
+    }
+
+    /// This profile as an entity of `job` sees it, given the node's [`JobOffer`]s: at most
+    /// the job's offer idle (see [`NodeProfile::job_offers`]); as it is for other jobs.
+    pub fn for_job(&self, job: &JobId, offers: &[JobOffer]) -> NodeProfile {
+        match offers.iter().find(|o| &o.job == job) {
+            Some(o) if o.cores < self.free_cores() => NodeProfile {
+                cpu_load: self.cores - o.cores.max(0.0),
+                ..*self
+            },
+            _ => *self,
+        }
+    }
+
     /// What the node offers to application entities: its availability if the given entities
     /// were not there (their CPU and memory added back). Used by NSc2c for the `r_{i,j}` of
     /// the intra-cluster ratio.
@@ -345,6 +393,17 @@ impl NodeProfile {
             Resource::Network => self.bandwidth + entities.iter().map(|e| e.network).sum::<f64>(),
         }
     }
+}
+
+/// What a node offers one more entity of a job that already has entities on it: idle cores,
+/// not speed-normalised, at most the node's idle cores ([`NodeProfile::job_offers`]). Sent
+/// with work steals so that the giver sees the thief as the job's moved entity would.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobOffer {
+    /// The job.
+    pub job: JobId,
+    /// Idle cores the node offers one more of its entities.
+    pub cores: f64,
 }
 
 /// An application entity: one registered MPI process, named by its job and rank.
