@@ -413,6 +413,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
             ttl: 3,
             tier: ios_agent_core::LatencyTier::Local,
             rtts: Vec::new(),
+            job_offers: Vec::new(),
         },
     };
     let x = PeerId::new(b"made-up-x".to_vec()).unwrap();

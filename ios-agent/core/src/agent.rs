@@ -16,8 +16,8 @@ use crate::c2c::Cluster;
 use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
-    JobOffer,
-    EntityId, EntityProfile, MigrationCostModel, NodeProfile, RttView, Weights, DEFAULT_UNKNOWN_RTT,
+    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttView, Weights,
+    DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{LatencyTier, PeerId, PeerTable};
 
@@ -1537,7 +1537,14 @@ impl Agent {
                                 self.forward(from, steal, LatencyTier::Local);
                                 return;
                             }
-                            tracing::info!(agent = %self.me, to = %steal.source.peer, gain = plan.gain.gain, "giving work");
+                            tracing::info!(
+                                agent = %self.me,
+                                to = %steal.source.peer,
+                                gain = plan.gain.gain,
+                                thief_idle = steal.source.profile.free_cores(),
+                                thief_job_offers = ?steal.source.job_offers,
+                                "giving work"
+                            );
                             let migration = MigrationId(self.fresh_id());
                             self.start_migration(
                                 now,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use pcm_proto::JobId;
 
 use crate::model::{
-    communication, gain_near, EntityId, EntityProfile, GainBreakdown, JobOffer,
-    MigrationCostModel, NodeProfile, Resource, RttView, Weights,
+    communication, gain_near, EntityId, EntityProfile, GainBreakdown, JobOffer, MigrationCostModel,
+    NodeProfile, Resource, RttView, Weights,
 };
 
 /// How much more CPU than its share of its node an entity must be offered elsewhere before

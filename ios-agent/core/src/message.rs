@@ -242,10 +242,9 @@ impl Message {
                         job_offers.len()
                     )));
                 }
-                if let Some(o) = job_offers
-                    .iter()
-                    .find(|o| !(o.cores.is_finite() && (0.0..=source_profile.cores).contains(&o.cores)))
-                {
+                if let Some(o) = job_offers.iter().find(|o| {
+                    !(o.cores.is_finite() && (0.0..=source_profile.cores).contains(&o.cores))
+                }) {
                     return Err(InvalidMessage::JobOffer(format!(
                         "{} cores offered to job {}, must be in 0..={}",
                         o.cores, o.job, source_profile.cores

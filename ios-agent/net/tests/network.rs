@@ -132,6 +132,7 @@ async fn given_malformed_messages_then_bad_message_events_and_the_node_keeps_ser
         ttl: 0,
         tier: LatencyTier::Local,
         rtts: Vec::new(),
+        job_offers: Vec::new(),
     };
     let mut bytes = Vec::new();
     ciborium::into_writer(&steal, &mut bytes).expect("encodes");
