@@ -120,6 +120,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         // node to the same core: ranks on node-a and node-c run as fast as the unloaded run
         // on node-a and node-b (measured: 1403 against 1406 it/s after the move, quick mode).
         best_placement: None,
+        outlast_s: None,
         paper: Paper {
             shorter_pct: 43.0,
             seconds: Some((203.97, 115.27)),

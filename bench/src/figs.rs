@@ -58,6 +58,12 @@ pub(crate) struct Experiment {
     pub length: Length,
     /// Placement of the "best" run; `None`: the unloaded run is the best.
     pub best_placement: Option<Vec<usize>>,
+    /// Loop seconds the adaptive run must last even at the best placement's speed, when
+    /// sized by time: the last scripted event plus the time the agents need to act on it.
+    /// An experiment whose "unloaded" speed is a slow placement's (Figure 16) is otherwise
+    /// sized so short that a runtime whose slow placement crawls ends the job before the
+    /// event (Open MPI, 2026-11-26: 280 iterations, done 0.7 s before node-c joined).
+    pub outlast_s: Option<f64>,
     /// The paper's figure.
     pub paper: Paper,
 }
@@ -157,6 +163,24 @@ pub(crate) fn run(exp: &mut Experiment, logs: &Path, quiet: bool) -> Result<Runs
             exp.scenario.iters
         );
     }
+    if let (Some(_), Some(outlast), Some(best)) = (rate, exp.outlast_s, &exp.best_placement) {
+        let probe = Scenario {
+            placement: best.clone(),
+            ..exp.scenario.clone()
+        };
+        let best_rate = probe
+            .unloaded_rate(&cluster, &logs.join("best"), Duration::from_secs(2))
+            .map_err(|e| anyhow::anyhow!("cannot measure the best placement's speed: {e}"))?;
+        let floor = iterations_lasting(best_rate, outlast);
+        if floor > exp.scenario.iters {
+            println!(
+                "   {best_rate:.0} it/s on the best placement ({}): {floor} iterations, so that \
+                 the run still goes on {outlast:.0} s into its loop there",
+                names(&nodes, best)
+            );
+            exp.scenario.iters = floor;
+        }
+    }
     let s = &exp.scenario;
     println!(
         "== {}: {} nodes with caps {} cores; heat2d {}x{}, {} iterations, ranks on {}",
@@ -240,6 +264,11 @@ pub(crate) fn run(exp: &mut Experiment, logs: &Path, quiet: bool) -> Result<Runs
         unloaded,
         best,
     })
+}
+
+/// Iterations that take `seconds` at `rate` iterations per second (at least one).
+fn iterations_lasting(rate: f64, seconds: f64) -> u64 {
+    (rate * seconds).ceil().max(1.0) as u64
 }
 
 fn names(nodes: &[String], placement: &[usize]) -> String {
