@@ -16,8 +16,8 @@ use crate::c2c::Cluster;
 use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
-    JobOffer,
-    EntityId, EntityProfile, MigrationCostModel, NodeProfile, RttView, Weights, DEFAULT_UNKNOWN_RTT,
+    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttView, Weights,
+    DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{LatencyTier, PeerId, PeerTable};
 
@@ -915,7 +915,7 @@ impl Agent {
             Message::Heartbeat {
                 manager, successor, ..
             } => self.on_heartbeat(now, from, manager, successor),
-            Message::ProfileRequest { id } => self.on_profile_request(from, id),
+            Message::ProfileRequest { id } => self.on_profile_request(now, from, id),
             Message::ProfileReply {
                 id,
                 host,
