@@ -16,8 +16,8 @@ use crate::c2c::Cluster;
 use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
-    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttView, Weights,
-    DEFAULT_UNKNOWN_RTT,
+    JobOffer,
+    EntityId, EntityProfile, MigrationCostModel, NodeProfile, RttView, Weights, DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{LatencyTier, PeerId, PeerTable};
 
