@@ -5,23 +5,53 @@
 //!   the local tier. Clusters merge when a peer comes within local latency and split when
 //!   one drifts out of it or dies.
 //! - **Election** by seniority, then votes (issue 12, item 6: the lowest peer id could be
-//!   won by generating keys until one sorts low). Every agent sends a [`Message::Heartbeat`]
-//!   to its local peers each heartbeat period, carrying its vote. Each agent ranks the
-//!   candidates (itself and the alive local peers) by what it observed itself: its own
-//!   start, and when it first heard each peer (continuously since). Only the *senior
-//!   generation* may win: candidates first seen within [`Agent::seniority_grace`] of the
-//!   earliest. Among them wins the one with the most votes (the alive peers' and this
-//!   agent's own), then a peer that votes for itself (it does not take this agent as its
-//!   senior, and may have been there first: a peer heard from this agent's first moment
-//!   cannot be ordered by this agent), then the lowest id. A newcomer is junior in the eyes of
-//!   every agent that was there before it, whatever its id, so it cannot take over an
-//!   existing cluster; ids decide only among agents that started together. A candidate
-//!   outside the senior generation wins only with strictly more votes than the best senior
-//!   one: so a larger cluster absorbs a smaller one that comes within local latency.
-//! - **Succession**: a manager names in its heartbeats its successor, the member it heard
-//!   first (then the lowest id). A dead manager drops out of the alive set after the member
-//!   timeout, and every member that followed it takes the successor it named, if alive:
-//!   members that arrived later cannot order the older ones themselves, the manager could.
+//!   won by generating keys until one sorts low). Every [`Message::Heartbeat`] carries the
+//!   sender's vote, the manager it elected. Each agent ranks the candidates (itself and the
+//!   alive local peers) by what it observed itself: its own start, and when it first heard
+//!   each peer (continuously since). Only the *senior generation* may win: candidates first
+//!   seen within [`Agent::seniority_grace`] of the earliest. Among them wins the one with the
+//!   most votes (the alive peers' and this agent's own), then a peer that votes for itself
+//!   (it does not take this agent as its senior, and may have been there first: a peer heard
+//!   from this agent's first moment cannot be ordered by this agent), then the lowest id. A
+//!   newcomer is junior in the eyes of every agent that was there before it, whatever its
+//!   id, so it cannot take over an existing cluster; ids decide only among agents that
+//!   started together. A candidate outside the senior generation wins only with strictly
+//!   more votes than the best senior one: so a larger cluster absorbs a smaller one that
+//!   comes within local latency.
+//! - **Upkeep bounded per node** (issue 15). Heartbeating every local peer every period cost
+//!   each node one message per local peer and second (about 40 in a cluster of 40, up to
+//!   the peer table's size), so the cost grew with the cluster. Instead, each heartbeat
+//!   period:
+//!   - a member sends a heartbeat to its manager, and the manager one to each member that
+//!     votes for it; a manager's poll ([`Message::ProfileRequest`]) and a member's reply
+//!     stand in for them in the period they go. These links carry the member timeout:
+//!     failover is as fast as before (the member timeout plus a period);
+//!   - every agent sends one heartbeat to [`GOSSIP_FANOUT`] other local peers, in id order,
+//!     so every local peer hears its vote at least once per round of at most
+//!     `max_peers / GOSSIP_FANOUT` periods. Votes and seniority of peers outside an agent's
+//!     own links are kept for [`Agent::gossip_timeout`], which covers a round;
+//!   - in an agent's first seniority grace it still heartbeats every local peer each period,
+//!     once per agent's life, so that agents that start together see all votes at once and
+//!     elect as the rules say, and a newcomer learns the votes around it at once;
+//!   - a heartbeat from a peer not heard yet is answered at once, a vote for a local peer
+//!     not heard yet makes the agent call it (once per member timeout), and an agent that
+//!     changes its vote tells its new and its old manager at once.
+//!
+//!   So a node sends about 1 + 1 + [`GOSSIP_FANOUT`] messages per period (to or from its
+//!   manager, the poll and its reply, the gossip turn) whatever the size of its cluster: 2.9
+//!   per second in a cluster of 40, 2.7 in a cluster of 10 (the unit tests). Chosen over a
+//!   bounded *random* gossip, whose gaps between two heartbeats of one peer have no bound
+//!   (so timeouts, hence failover, would grow with the cluster), and over a heartbeat period
+//!   that grows with the cluster (failover would too). The price: a vote of a peer outside
+//!   an agent's links may be up to a round old, so merges of clusters and votes moving after
+//!   a failover take up to a round to be seen by everyone (about a minute with 64 peers), and
+//!   a gone peer's vote lingers up to the gossip timeout or until the peer table drops it.
+//!   It assumes the agents of a pool share `max_peers` and the heartbeat period.
+//! - **Succession**: a manager names in its heartbeats its successor: among its members of
+//!   the senior generation (as it heard them arrive), the lowest id. A manager unheard for
+//!   the member timeout is gone for its members, and every member that followed it takes
+//!   the successor it named, if alive: members that arrived later cannot order the older
+//!   ones themselves, the manager could.
 //! - **Intra-cluster balancing**: the manager polls the members that vote for it
 //!   ([`Message::ProfileRequest`]) each profile period, and from the replies moves entities
 //!   from the node furthest above its share to the node furthest below, towards
