@@ -43,8 +43,7 @@ pub struct ScaleArgs {
     /// none, oracle).
     #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsp2p-nocomm".to_owned(), "nsp2p-paper".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "random-paper".to_owned(), "none".to_owned(), "oracle".to_owned()])]
     pub strategies: Vec<String>,
-    /// Largest pool NSc2c runs on (its heartbeats cost the simulator one message per local
-    /// peer per second and node).
+    /// Largest pool NSc2c runs on.
     #[arg(long, default_value_t = 1000)]
     pub c2c_max_nodes: usize,
     /// Networks (internet, grid).
@@ -985,8 +984,9 @@ mod tests {
     /// networks): the oracle places better than no balancing, random stealing and the
     /// paper's model; on the Internet-like network NSp2p (the default model: one core per
     /// rank, the communication term) beats random stealing, the paper's model and no
-    /// balancing; the agents move a rank less than twice an hour; messages per node and
-    /// second stay bounded; no entity moves twice within a hold-down. (On the Grid-like
+    /// balancing, and NSc2c beats no balancing; the agents (NSp2p and NSc2c) move a rank less than twice an hour; messages
+    /// per node and second stay under 5, NSc2c's cluster upkeep included; no entity moves
+    /// twice within a hold-down. (On the Grid-like
     /// network no strategy of the agents beats no balancing: see docs/results.md, "Scale".)
     #[test]
     fn given_the_quick_pools_then_the_oracle_leads_and_nsp2p_beats_random_and_the_paper_on_internet(
@@ -999,12 +999,13 @@ mod tests {
                 Strategy::Random,
                 Strategy::None,
                 Strategy::Oracle,
+                Strategy::NsC2c,
             ]
             .into_iter()
             .map(|s| run_one(pool, s))
             .collect();
             eprintln!("{}", table(&all).to_text());
-            let [p2p, paper, random, none, oracle] = &all[..] else {
+            let [p2p, paper, random, none, oracle, c2c] = &all[..] else {
                 unreachable!()
             };
             for o in [paper, random, none] {
@@ -1016,12 +1017,15 @@ mod tests {
                     o.iterations
                 );
             }
-            let hours = p2p.seconds / 3600.0;
-            let rate = p2p.migrations as f64 / p2p.entities as f64 / hours;
-            assert!(
-                rate < 2.0,
-                "{network:?}: NSp2p moved {rate:.1} times per entity and hour"
-            );
+            for o in [p2p, c2c] {
+                let hours = o.seconds / 3600.0;
+                let rate = o.migrations as f64 / o.entities as f64 / hours;
+                assert!(
+                    rate < 2.0,
+                    "{network:?}: {} moved {rate:.1} times per entity and hour",
+                    o.strategy.name()
+                );
+            }
             if network == Network::Internet {
                 for o in [paper, random] {
                     assert!(
@@ -1038,8 +1042,18 @@ mod tests {
                     p2p.iterations,
                     none.iterations
                 );
+                // NSc2c too, by a wide margin (1.5 on 2026-11-26); against random stealing
+                // its lead is small (0.89 against 0.83 of the oracle) and not asserted.
+                assert!(
+                    c2c.iterations > 1.2 * none.iterations,
+                    "{network:?}: NSc2c {} against none {}",
+                    c2c.iterations,
+                    none.iterations
+                );
             }
-            for o in [p2p, paper, random] {
+            // NSc2c's cluster upkeep is bounded per node (it was 19 to 26 messages per node
+            // and second on these pools while every agent heartbeat every local peer).
+            for o in [p2p, paper, random, c2c] {
                 assert!(
                     o.messages_per_node_second() < 5.0,
                     "{network:?} {}: {} messages per node per second",
@@ -1047,7 +1061,7 @@ mod tests {
                     o.messages_per_node_second()
                 );
             }
-            for o in [p2p, paper, random, oracle] {
+            for o in [p2p, paper, random, oracle, c2c] {
                 assert!(
                     o.max_moves_per_hold_down <= 1,
                     "{network:?} {}: {} moves within one hold-down",

@@ -915,7 +915,7 @@ impl Agent {
             Message::Heartbeat {
                 manager, successor, ..
             } => self.on_heartbeat(now, from, manager, successor),
-            Message::ProfileRequest { id } => self.on_profile_request(from, id),
+            Message::ProfileRequest { id } => self.on_profile_request(now, from, id),
             Message::ProfileReply {
                 id,
                 host,

@@ -5,23 +5,53 @@
 //!   the local tier. Clusters merge when a peer comes within local latency and split when
 //!   one drifts out of it or dies.
 //! - **Election** by seniority, then votes (issue 12, item 6: the lowest peer id could be
-//!   won by generating keys until one sorts low). Every agent sends a [`Message::Heartbeat`]
-//!   to its local peers each heartbeat period, carrying its vote. Each agent ranks the
-//!   candidates (itself and the alive local peers) by what it observed itself: its own
-//!   start, and when it first heard each peer (continuously since). Only the *senior
-//!   generation* may win: candidates first seen within [`Agent::seniority_grace`] of the
-//!   earliest. Among them wins the one with the most votes (the alive peers' and this
-//!   agent's own), then a peer that votes for itself (it does not take this agent as its
-//!   senior, and may have been there first: a peer heard from this agent's first moment
-//!   cannot be ordered by this agent), then the lowest id. A newcomer is junior in the eyes of
-//!   every agent that was there before it, whatever its id, so it cannot take over an
-//!   existing cluster; ids decide only among agents that started together. A candidate
-//!   outside the senior generation wins only with strictly more votes than the best senior
-//!   one: so a larger cluster absorbs a smaller one that comes within local latency.
-//! - **Succession**: a manager names in its heartbeats its successor, the member it heard
-//!   first (then the lowest id). A dead manager drops out of the alive set after the member
-//!   timeout, and every member that followed it takes the successor it named, if alive:
-//!   members that arrived later cannot order the older ones themselves, the manager could.
+//!   won by generating keys until one sorts low). Every [`Message::Heartbeat`] carries the
+//!   sender's vote, the manager it elected. Each agent ranks the candidates (itself and the
+//!   alive local peers) by what it observed itself: its own start, and when it first heard
+//!   each peer (continuously since). Only the *senior generation* may win: candidates first
+//!   seen within [`Agent::seniority_grace`] of the earliest. Among them wins the one with the
+//!   most votes (the alive peers' and this agent's own), then a peer that votes for itself
+//!   (it does not take this agent as its senior, and may have been there first: a peer heard
+//!   from this agent's first moment cannot be ordered by this agent), then the lowest id. A
+//!   newcomer is junior in the eyes of every agent that was there before it, whatever its
+//!   id, so it cannot take over an existing cluster; ids decide only among agents that
+//!   started together. A candidate outside the senior generation wins only with strictly
+//!   more votes than the best senior one: so a larger cluster absorbs a smaller one that
+//!   comes within local latency.
+//! - **Upkeep bounded per node** (issue 15). Heartbeating every local peer every period cost
+//!   each node one message per local peer and second (about 40 in a cluster of 40, up to
+//!   the peer table's size), so the cost grew with the cluster. Instead, each heartbeat
+//!   period:
+//!   - a member sends a heartbeat to its manager, and the manager one to each member that
+//!     votes for it; a manager's poll ([`Message::ProfileRequest`]) and a member's reply
+//!     stand in for them in the period they go. These links carry the member timeout:
+//!     failover is as fast as before (the member timeout plus a period);
+//!   - every agent sends one heartbeat to [`GOSSIP_FANOUT`] other local peers, in id order,
+//!     so every local peer hears its vote at least once per round of at most
+//!     `max_peers / GOSSIP_FANOUT` periods. Votes and seniority of peers outside an agent's
+//!     own links are kept for [`Agent::gossip_timeout`], which covers a round;
+//!   - in an agent's first seniority grace it still heartbeats every local peer each period,
+//!     once per agent's life, so that agents that start together see all votes at once and
+//!     elect as the rules say, and a newcomer learns the votes around it at once;
+//!   - a heartbeat from a peer not heard yet is answered at once, a vote for a local peer
+//!     not heard yet makes the agent call it (once per member timeout), and an agent that
+//!     changes its vote tells its new and its old manager at once.
+//!
+//!   So a node sends about 1 + 1 + [`GOSSIP_FANOUT`] messages per period (to or from its
+//!   manager, the poll and its reply, the gossip turn) whatever the size of its cluster: 2.9
+//!   per second in a cluster of 40, 2.7 in a cluster of 10 (the unit tests). Chosen over a
+//!   bounded *random* gossip, whose gaps between two heartbeats of one peer have no bound
+//!   (so timeouts, hence failover, would grow with the cluster), and over a heartbeat period
+//!   that grows with the cluster (failover would too). The price: a vote of a peer outside
+//!   an agent's links may be up to a round old, so merges of clusters and votes moving after
+//!   a failover take up to a round to be seen by everyone (about a minute with 64 peers), and
+//!   a gone peer's vote lingers up to the gossip timeout or until the peer table drops it.
+//!   It assumes the agents of a pool share `max_peers` and the heartbeat period.
+//! - **Succession**: a manager names in its heartbeats its successor: among its members of
+//!   the senior generation (as it heard them arrive), the lowest id. A manager unheard for
+//!   the member timeout is gone for its members, and every member that followed it takes
+//!   the successor it named, if alive: members that arrived later cannot order the older
+//!   ones themselves, the manager could.
 //! - **Intra-cluster balancing**: the manager polls the members that vote for it
 //!   ([`Message::ProfileRequest`]) each profile period, and from the replies moves entities
 //!   from the node furthest above its share to the node furthest below, towards
@@ -46,7 +76,8 @@ use crate::tier::{LatencyTier, PeerId};
 
 #[derive(Debug)]
 struct Heard {
-    /// Last heartbeat.
+    /// Last message of the peer's that proves it alive: a heartbeat, and between a member
+    /// and its manager also a poll or its reply.
     at: Instant,
     /// First heartbeat of the current run of heartbeats (reset when the peer times out):
     /// the peer's seniority as this agent saw it, which nobody can claim or choose.
@@ -88,6 +119,10 @@ pub(crate) struct Order {
     pub(crate) notify: PeerId,
 }
 
+/// Local peers outside its own manager-member links that an agent sends a heartbeat to each
+/// heartbeat period, in turn ([`Agent::gossip_timeout`]).
+pub const GOSSIP_FANOUT: usize = 1;
+
 /// NSc2c state of one agent.
 #[derive(Debug)]
 pub(crate) struct Cluster {
@@ -97,6 +132,18 @@ pub(crate) struct Cluster {
     successor: Option<PeerId>,
     heard: HashMap<PeerId, Heard>,
     manager: PeerId,
+    /// When this agent took its current manager: a manager it had heard only in gossip is
+    /// given one member timeout from then to start its heartbeats.
+    manager_since: Instant,
+    /// The last local peer sent a gossip heartbeat: the round goes on after it, in id order.
+    gossip_after: Option<PeerId>,
+    /// Peers named in votes but not heard yet, and when this agent last called them: one
+    /// call per member timeout at most.
+    called: HashMap<PeerId, Instant>,
+    /// Manager: when it last polled its members (the poll is their manager's heartbeat).
+    polled: Option<Instant>,
+    /// Member: when it last answered its manager's poll (the reply is its heartbeat).
+    replied: Option<Instant>,
     next_heartbeat: Instant,
     next_poll: Instant,
     poll: Option<MessageId>,
@@ -112,6 +159,11 @@ impl Cluster {
             successor: None,
             heard: HashMap::new(),
             manager: me,
+            manager_since: now,
+            gossip_after: None,
+            called: HashMap::new(),
+            polled: None,
+            replied: None,
             next_heartbeat: now,
             // Heartbeats first, so that the first poll reaches the members.
             next_poll: now + heartbeat_period * 2,
@@ -138,20 +190,40 @@ impl Agent {
         self.c2c() && self.cluster.manager == self.me
     }
 
-    /// NSc2c: the alive local peers that vote for this agent as manager, sorted.
+    /// NSc2c: the local peers that vote for this agent as manager and were heard within the
+    /// member timeout (members send to their manager every heartbeat period), sorted.
     pub fn cluster_members(&self, now: Instant) -> Vec<&PeerId> {
         let mut v: Vec<&PeerId> = self
             .cluster
             .heard
             .iter()
-            .filter(|(p, h)| h.vote == self.me && self.alive(now, p, h))
+            .filter(|(p, h)| h.vote == self.me && self.linked(now, p, h))
             .map(|(p, _)| p)
             .collect();
         v.sort();
         v
     }
 
+    /// NSc2c: how long a local peer that is neither this agent's manager nor its member may
+    /// stay silent before it is taken as gone (its vote dropped, its seniority reset): the
+    /// member timeout plus one whole gossip round of an agent with a full peer table,
+    /// `max_peers / GOSSIP_FANOUT` heartbeat periods, plus one period for a peer that joins
+    /// the round just behind the turn. Gone peers leave earlier when the peer table drops
+    /// them (no RTT sample for the peer timeout, or a lost connection).
+    pub fn gossip_timeout(&self) -> Duration {
+        let periods = self.config.max_peers.div_ceil(GOSSIP_FANOUT) + 1;
+        let periods = u32::try_from(periods).unwrap_or(u32::MAX);
+        self.config.member_timeout + self.config.heartbeat_period.saturating_mul(periods)
+    }
+
+    /// A local peer heard within the gossip timeout: a candidate, and its vote counts.
     fn alive(&self, now: Instant, peer: &PeerId, h: &Heard) -> bool {
+        now < h.at + self.gossip_timeout() && self.peers.tier(peer) == Some(LatencyTier::Local)
+    }
+
+    /// A local peer heard within the member timeout: what a manager and its members expect
+    /// of each other, as they send to each other every heartbeat period.
+    fn linked(&self, now: Instant, peer: &PeerId, h: &Heard) -> bool {
         now < h.at + self.config.member_timeout && self.peers.tier(peer) == Some(LatencyTier::Local)
     }
 
@@ -163,18 +235,27 @@ impl Agent {
         self.config.member_timeout * 2
     }
 
+    /// Whether this agent's manager is alive: itself, or heard within the member timeout
+    /// (counted from when this agent took it, for a manager so far heard only in gossip).
+    fn manager_alive(&self, now: Instant) -> bool {
+        let m = &self.cluster.manager;
+        *m == self.me
+            || self.cluster.heard.get(m).is_some_and(|h| {
+                now < h.at.max(self.cluster.manager_since) + self.config.member_timeout
+                    && self.peers.tier(m) == Some(LatencyTier::Local)
+            })
+    }
+
     /// The election of the module docs: seniority first, then votes, then a peer over self,
     /// then the lowest id.
     fn elect(&mut self, now: Instant) {
-        // The manager died: its named successor takes over, if alive. Everyone that followed
-        // it agrees, whatever they saw of the members' seniority themselves.
-        let manager_alive = self.cluster.manager == self.me
-            || self
-                .cluster
-                .heard
-                .get(&self.cluster.manager)
-                .is_some_and(|h| self.alive(now, &self.cluster.manager, h));
-        if !manager_alive {
+        if !self.manager_alive(now) {
+            // The manager died (or left the local tier, or no longer answers): it is gone
+            // for this agent, with its seniority, and its named successor takes over, if
+            // alive. Everyone that followed it agrees, whatever they saw of the members'
+            // seniority themselves.
+            let dead = self.cluster.manager.clone();
+            self.cluster.heard.remove(&dead);
             if let Some(s) = self.cluster.successor.take() {
                 let alive = s == self.me
                     || self
@@ -183,28 +264,30 @@ impl Agent {
                         .get(&s)
                         .is_some_and(|h| self.alive(now, &s, h));
                 if alive {
-                    self.set_manager(s);
+                    self.set_manager(now, s);
                     return;
                 }
             }
         }
-        // (candidate, first seen, votes)
-        let mut candidates: Vec<(PeerId, Instant, usize)> =
-            vec![(self.me.clone(), self.cluster.joined, 0)];
+        // Votes of the alive peers, counted once.
+        let mut votes: HashMap<&PeerId, usize> = HashMap::new();
         for (p, h) in &self.cluster.heard {
             if self.alive(now, p, h) {
-                candidates.push((p.clone(), h.first, 0));
+                *votes.entry(&h.vote).or_default() += 1;
             }
         }
-        for c in &mut candidates {
-            let peers = self
-                .cluster
-                .heard
-                .iter()
-                .filter(|(p, h)| h.vote == c.0 && self.alive(now, p, h))
-                .count();
-            c.2 = peers + usize::from(self.cluster.manager == c.0);
+        // (candidate, first seen, votes): this agent's own vote counts too.
+        let count = |c: &PeerId| {
+            votes.get(c).copied().unwrap_or(0) + usize::from(self.cluster.manager == *c)
+        };
+        let mut candidates: Vec<(PeerId, Instant, usize)> =
+            vec![(self.me.clone(), self.cluster.joined, count(&self.me))];
+        for (p, h) in &self.cluster.heard {
+            if self.alive(now, p, h) {
+                candidates.push((p.clone(), h.first, count(p)));
+            }
         }
+        drop(votes);
         let oldest = candidates.iter().map(|c| c.1).min().unwrap_or(now);
         let senior_until = oldest + self.seniority_grace();
         // A peer that votes for itself although it hears this agent does not take this
@@ -231,28 +314,61 @@ impl Agent {
             (Some(s), _) => s.0.clone(),
             (None, _) => self.me.clone(),
         };
-        self.set_manager(manager);
+        self.set_manager(now, manager);
     }
 
-    /// A manager's successor: its most senior member (heard first), then the lowest id.
+    /// A manager's successor: among its members of the senior generation (first heard
+    /// within [`Agent::seniority_grace`] of the earliest), the lowest id. Members that came
+    /// later cannot be named while a senior one is alive.
     fn successor(&self, now: Instant) -> Option<PeerId> {
-        self.cluster
-            .heard
-            .iter()
-            .filter(|(p, h)| h.vote == self.me && self.alive(now, p, h))
-            .min_by(|a, b| a.1.first.cmp(&b.1.first).then(a.0.cmp(b.0)))
-            .map(|(p, _)| p.clone())
+        let members = || {
+            self.cluster
+                .heard
+                .iter()
+                .filter(|(p, h)| h.vote == self.me && self.linked(now, p, h))
+        };
+        let oldest = members().map(|(_, h)| h.first).min()?;
+        members()
+            .filter(|(_, h)| h.first <= oldest + self.seniority_grace())
+            .map(|(p, _)| p)
+            .min()
+            .cloned()
     }
 
-    fn set_manager(&mut self, manager: PeerId) {
+    fn set_manager(&mut self, now: Instant, manager: PeerId) {
         if manager != self.cluster.manager {
             tracing::info!(agent = %self.me, old = %self.cluster.manager, new = %manager, "cluster manager changed");
             self.stats.manager_changes += 1;
-            self.cluster.manager = manager;
+            let old = std::mem::replace(&mut self.cluster.manager, manager.clone());
+            self.cluster.manager_since = now;
+            // The successor was the old manager's to name.
+            self.cluster.successor = None;
+            self.cluster.replied = None;
             self.cluster.views.clear();
             self.cluster.poll = None;
             self.cluster.pending_order = None;
+            // Tell both at once: the new manager starts its heartbeats to this member, the
+            // old one stops counting it, without waiting for their gossip turns.
+            if manager != self.me {
+                self.send_heartbeat(manager, None);
+            }
+            if old != self.me && self.cluster.heard.contains_key(&old) {
+                self.send_heartbeat(old, None);
+            }
         }
+    }
+
+    fn send_heartbeat(&mut self, to: PeerId, successor: Option<PeerId>) {
+        let id = MessageId(self.fresh_id());
+        let manager = self.cluster.manager.clone();
+        self.send(
+            to,
+            Message::Heartbeat {
+                id,
+                manager,
+                successor,
+            },
+        );
     }
 
     pub(crate) fn c2c_peers_changed(&mut self, now: Instant) {
@@ -268,22 +384,20 @@ impl Agent {
     pub(crate) fn cluster_forget(&mut self, peer: &PeerId) {
         self.cluster.heard.remove(peer);
         self.cluster.views.remove(peer);
+        self.cluster.called.remove(peer);
     }
 
     pub(crate) fn c2c_timeout(&self) -> Option<Instant> {
         if !self.c2c() {
             return None;
         }
+        // Every heartbeat period ticks, which also notices timeouts (within one period).
         let mut t = self.cluster.next_heartbeat;
         if self.is_manager() {
             t = t.min(self.cluster.next_poll);
         }
         if let Some((_, deadline)) = self.cluster.pending_order {
             t = t.min(deadline);
-        }
-        // The earliest moment a member (or the manager) may be declared dead.
-        if let Some(at) = self.cluster.heard.values().map(|h| h.at).min() {
-            t = t.min(at + self.config.member_timeout);
         }
         Some(t)
     }
@@ -292,8 +406,10 @@ impl Agent {
         if !self.c2c() {
             return;
         }
-        let timeout = self.config.member_timeout;
+        let timeout = self.gossip_timeout();
         self.cluster.heard.retain(|_, h| now < h.at + timeout);
+        let call_again = self.config.member_timeout;
+        self.cluster.called.retain(|_, at| now < *at + call_again);
         self.elect(now);
         if self
             .cluster
@@ -302,38 +418,81 @@ impl Agent {
         {
             self.cluster.pending_order = None;
         }
-        if now >= self.cluster.next_heartbeat {
-            self.cluster.next_heartbeat = now + self.config.heartbeat_period;
-            let successor = self.is_manager().then(|| self.successor(now)).flatten();
-            let locals: Vec<PeerId> = self
-                .peers
-                .in_tier(LatencyTier::Local)
-                .into_iter()
-                .cloned()
-                .collect();
-            for to in locals {
-                let id = MessageId(self.fresh_id());
-                let manager = self.cluster.manager.clone();
-                let successor = successor.clone();
-                self.send(
-                    to,
-                    Message::Heartbeat {
-                        id,
-                        manager,
-                        successor,
-                    },
-                );
-            }
-        }
         if self.is_manager() && now >= self.cluster.next_poll {
             self.cluster.next_poll = now + self.config.profile_period;
             self.balance_cluster(now);
             let id = MessageId(self.fresh_id());
             self.cluster.poll = Some(id);
             let members: Vec<PeerId> = self.cluster_members(now).into_iter().cloned().collect();
+            if !members.is_empty() {
+                self.cluster.polled = Some(now);
+            }
             for to in members {
                 self.send(to, Message::ProfileRequest { id });
             }
+        }
+        if now >= self.cluster.next_heartbeat {
+            self.cluster.next_heartbeat = now + self.config.heartbeat_period;
+            self.heartbeats(now);
+        }
+    }
+
+    /// One heartbeat period's sends: a member to its manager, a manager to its members
+    /// (each unless a poll or its reply already went this period), and every agent to
+    /// [`GOSSIP_FANOUT`] other local peers in turn.
+    fn heartbeats(&mut self, now: Instant) {
+        let period = self.config.heartbeat_period;
+        let recent = |at: Option<Instant>| at.is_some_and(|at| now < at + period);
+        let members: Vec<PeerId> = self.cluster_members(now).into_iter().cloned().collect();
+        let manager = self.cluster.manager.clone();
+        if self.is_manager() {
+            let successor = self.successor(now);
+            if !recent(self.cluster.polled) {
+                for to in &members {
+                    self.send_heartbeat(to.clone(), successor.clone());
+                }
+            }
+        } else if !recent(self.cluster.replied) {
+            self.send_heartbeat(manager.clone(), None);
+        }
+        // The gossip round: the local peers outside this agent's manager-member links, in id
+        // order from where the last turn stopped.
+        let successor = self.is_manager().then(|| self.successor(now)).flatten();
+        let round: Vec<PeerId> = self
+            .peers
+            .in_tier(LatencyTier::Local)
+            .into_iter()
+            .filter(|p| **p != manager && members.binary_search(p).is_err())
+            .cloned()
+            .collect();
+        if round.is_empty() {
+            return;
+        }
+        // In its first seniority grace an agent heartbeats every local peer each period,
+        // as all agents did before: agents that start together then see all of one another's
+        // votes at once and agree as the election rules say (the lowest id among equals),
+        // and a newcomer learns every vote around it. Once per agent's life, L messages a
+        // period for a few periods.
+        let fanout = if now < self.cluster.joined + self.seniority_grace() {
+            round.len()
+        } else {
+            GOSSIP_FANOUT.min(round.len())
+        };
+        let start = self
+            .cluster
+            .gossip_after
+            .as_ref()
+            .map_or(0, |after| round.partition_point(|p| p <= after));
+        let turn: Vec<PeerId> = round
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(fanout)
+            .cloned()
+            .collect();
+        self.cluster.gossip_after = turn.last().cloned();
+        for to in turn {
+            self.send_heartbeat(to, successor.clone());
         }
     }
 
@@ -350,26 +509,53 @@ impl Agent {
         if from == self.cluster.manager && vote == from {
             self.cluster.successor = successor;
         }
+        let new = !self.cluster.heard.contains_key(&from);
         let first = self.cluster.heard.get(&from).map_or(now, |h| h.first);
         self.cluster.heard.insert(
-            from,
+            from.clone(),
             Heard {
                 at: now,
                 first,
-                vote,
+                vote: vote.clone(),
             },
         );
+        self.cluster.called.remove(&from);
+        let before = self.cluster.manager.clone();
         self.elect(now);
+        let told = self.cluster.manager != before && self.cluster.manager == from;
+        // First contact: answer at once, so that a newcomer learns the votes around it
+        // without waiting for everyone's gossip turn. The sender is heard now, so its answer
+        // to this answer (if it had not heard this agent either) ends the exchange.
+        if new && !told {
+            let successor = self.is_manager().then(|| self.successor(now)).flatten();
+            self.send_heartbeat(from, successor);
+        }
+        // A vote for a local peer this agent has not heard: call it (once per member
+        // timeout), so that the candidate others follow is heard soon.
+        let unheard = vote != self.me
+            && !self.cluster.heard.contains_key(&vote)
+            && !self.cluster.called.contains_key(&vote)
+            && self.peers.tier(&vote) == Some(LatencyTier::Local);
+        if unheard {
+            self.cluster.called.insert(vote.clone(), now);
+            self.send_heartbeat(vote, None);
+        }
     }
 
-    pub(crate) fn on_profile_request(&mut self, from: PeerId, id: MessageId) {
+    pub(crate) fn on_profile_request(&mut self, now: Instant, from: PeerId, id: MessageId) {
         if !self.c2c() || from != self.cluster.manager || from == self.me {
             self.stats.messages_refused += 1;
             return;
         }
+        // The manager's poll is its heartbeat of this period.
+        if let Some(h) = self.cluster.heard.get_mut(&from) {
+            h.at = now;
+        }
         let Some(node) = self.own_profile() else {
             return;
         };
+        // And the reply is this member's.
+        self.cluster.replied = Some(now);
         let mut entities = self.entities.clone();
         entities.truncate(MAX_ENTITIES);
         let host = self.host.clone();
@@ -401,6 +587,10 @@ impl Agent {
         if !self.is_manager() || self.cluster.poll != Some(id) || !is_member {
             self.stats.messages_refused += 1;
             return;
+        }
+        // A member's reply is its heartbeat of this period.
+        if let Some(h) = self.cluster.heard.get_mut(&from) {
+            h.at = now;
         }
         self.cluster.views.insert(from, View { member, at: now });
     }
@@ -709,5 +899,136 @@ impl Agent {
         }
         let tier = steal.tier.max(LatencyTier::Regional);
         self.forward(from, steal, tier);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::sim::{NodeSpec, Sim};
+    use crate::{Config, Topology};
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn c2c() -> Config {
+        Config::default().with_topology(Topology::ClusterToCluster)
+    }
+
+    /// `n` one-core nodes at 1 ms of one another (one cluster), run for `settle`.
+    fn cluster(seed: u64, n: usize, settle: Duration) -> Sim {
+        let mut sim = Sim::new(seed, c2c());
+        for _ in 0..n {
+            sim.add_node(NodeSpec::new(1.0));
+        }
+        sim.run_for(settle);
+        sim
+    }
+
+    /// Issue 15: the cluster's upkeep costs each node a bounded number of messages per
+    /// second, whatever the cluster's size. Every agent heartbeating every local peer every
+    /// second cost a cluster of 40 about 40 messages per node and second.
+    #[test]
+    fn given_a_cluster_of_40_then_each_node_sends_under_4_messages_per_second() {
+        let mut sim = cluster(5, 40, secs(60));
+        let before = sim.messages().messages;
+        let span = 120;
+        sim.run_for(secs(span));
+        let sent = sim.messages().messages - before;
+        let rate = sent as f64 / (40.0 * span as f64);
+        assert!(
+            rate < 4.0,
+            "{rate:.2} messages per node per second: {:?}",
+            sim.messages().by_kind
+        );
+        let manager = sim.agent(0).id().clone();
+        for n in 0..40 {
+            assert_eq!(sim.agent(n).manager(), Some(&manager), "node {n}");
+        }
+        assert_eq!(sim.agent(0).cluster_members(sim.now()).len(), 39);
+    }
+
+    /// The same upkeep per node in a cluster of 10 and of 40: it does not grow with the
+    /// cluster.
+    #[test]
+    fn given_clusters_of_10_and_40_then_the_upkeep_per_node_is_about_the_same() {
+        let rate = |n: usize| {
+            let mut sim = cluster(6, n, secs(60));
+            let before = sim.messages().messages;
+            sim.run_for(secs(120));
+            (sim.messages().messages - before) as f64 / (n as f64 * 120.0)
+        };
+        let (small, large) = (rate(10), rate(40));
+        eprintln!("upkeep: {small:.2} messages per node per second at 10 nodes, {large:.2} at 40");
+        assert!(
+            large < small * 1.25 + 0.1,
+            "{small:.2} messages per node per second at 10 nodes, {large:.2} at 40"
+        );
+    }
+
+    /// The manager of a cluster of 40 dies: within the member timeout and two heartbeat
+    /// periods every survivor follows the successor it named (the senior member with the
+    /// lowest id), which then counts all 38 others as members.
+    #[test]
+    fn given_the_manager_of_40_dies_then_its_successor_takes_over_within_the_member_timeout() {
+        let mut sim = cluster(7, 40, secs(60));
+        assert!(sim.agent(0).is_manager());
+        sim.kill(0);
+        let bound =
+            crate::agent::DEFAULT_MEMBER_TIMEOUT + crate::agent::DEFAULT_HEARTBEAT_PERIOD * 2;
+        sim.run_for(bound);
+        let successor = sim.agent(1).id().clone();
+        for n in 1..40 {
+            assert_eq!(sim.agent(n).manager(), Some(&successor), "node {n}");
+        }
+        sim.run_for(secs(3));
+        assert_eq!(sim.agent(1).cluster_members(sim.now()).len(), 38);
+    }
+
+    /// Issue 12, item 6 with bounded upkeep: five agents with the lowest ids, a cluster of
+    /// their own, come within local latency of a running cluster of 40. The larger cluster
+    /// absorbs them; none of them takes it over, and its members never change manager.
+    #[test]
+    fn given_a_small_cluster_with_lower_ids_meets_a_large_one_then_the_large_one_absorbs_it() {
+        let mut sim = Sim::new(8, c2c()).with_default_rtt(Duration::from_millis(1));
+        for _ in 0..45 {
+            sim.add_node(NodeSpec::new(1.0));
+        }
+        for a in 0..5 {
+            for b in 5..45 {
+                sim.set_rtt(a, b, Duration::from_millis(50));
+            }
+        }
+        sim.run_for(secs(60));
+        let small = sim.agent(0).id().clone();
+        let large = sim.agent(5).id().clone();
+        for n in 0..5 {
+            assert_eq!(sim.agent(n).manager(), Some(&small), "node {n}");
+        }
+        for n in 5..45 {
+            assert_eq!(sim.agent(n).manager(), Some(&large), "node {n}");
+        }
+        let changes: Vec<u64> = (5..45)
+            .map(|n| sim.agent(n).stats().manager_changes)
+            .collect();
+        for a in 0..5 {
+            for b in 5..45 {
+                sim.set_rtt(a, b, Duration::from_millis(1));
+            }
+        }
+        sim.run_for(secs(120));
+        for n in 0..45 {
+            assert_eq!(sim.agent(n).manager(), Some(&large), "node {n}");
+        }
+        let after: Vec<u64> = (5..45)
+            .map(|n| sim.agent(n).stats().manager_changes)
+            .collect();
+        assert_eq!(
+            changes, after,
+            "a member of the large cluster changed manager"
+        );
+        assert_eq!(sim.agent(5).cluster_members(sim.now()).len(), 44);
     }
 }

@@ -121,9 +121,10 @@ pub enum Message {
         /// Whether the entities now run at the destination.
         completed: bool,
     },
-    /// NSc2c: sent to local peers every heartbeat period. Carries the sender's vote, the
-    /// manager it elected (seniority, then votes: see [`crate::c2c`]); it is both the
-    /// liveness signal and the election message.
+    /// NSc2c: sent each heartbeat period by a member to its manager, by a manager to its
+    /// members, and to one other local peer in turn (see [`crate::c2c`], "upkeep bounded per
+    /// node"). Carries the sender's vote, the manager it elected (seniority, then votes); it
+    /// is both the liveness signal and the election message.
     Heartbeat {
         /// Id of this heartbeat.
         id: MessageId,

@@ -635,6 +635,12 @@ impl Sim {
         self.now - self.epoch
     }
 
+    /// The simulated clock, as the agents are told it (for their time-taking queries, such
+    /// as [`Agent::cluster_members`]).
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
     /// Every message sent so far.
     ///
     /// # Panics
