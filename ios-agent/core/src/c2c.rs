@@ -269,25 +269,27 @@ impl Agent {
                 }
             }
         }
+        // The alive peers, each checked once: an election runs on every heartbeat, and in
+        // the scale runs the checks (a peer-table look-up each) and cloned ids were most of
+        // the simulator's time with NSc2c.
+        let alive: Vec<(&PeerId, &Heard)> = self
+            .cluster
+            .heard
+            .iter()
+            .filter(|(p, h)| self.alive(now, p, h))
+            .collect();
         // Votes of the alive peers, counted once.
-        let mut votes: HashMap<&PeerId, usize> = HashMap::new();
-        for (p, h) in &self.cluster.heard {
-            if self.alive(now, p, h) {
-                *votes.entry(&h.vote).or_default() += 1;
-            }
+        let mut votes: HashMap<&PeerId, usize> = HashMap::with_capacity(alive.len());
+        for (_, h) in &alive {
+            *votes.entry(&h.vote).or_default() += 1;
         }
         // (candidate, first seen, votes): this agent's own vote counts too.
         let count = |c: &PeerId| {
             votes.get(c).copied().unwrap_or(0) + usize::from(self.cluster.manager == *c)
         };
-        let mut candidates: Vec<(PeerId, Instant, usize)> =
-            vec![(self.me.clone(), self.cluster.joined, count(&self.me))];
-        for (p, h) in &self.cluster.heard {
-            if self.alive(now, p, h) {
-                candidates.push((p.clone(), h.first, count(p)));
-            }
-        }
-        drop(votes);
+        let mut candidates: Vec<(&PeerId, Instant, usize)> = Vec::with_capacity(alive.len() + 1);
+        candidates.push((&self.me, self.cluster.joined, count(&self.me)));
+        candidates.extend(alive.iter().map(|(p, h)| (*p, h.first, count(p))));
         let oldest = candidates.iter().map(|c| c.1).min().unwrap_or(now);
         let senior_until = oldest + self.seniority_grace();
         // A peer that votes for itself although it hears this agent does not take this
@@ -296,10 +298,10 @@ impl Agent {
         let self_voting =
             |c: &PeerId| *c != self.me && self.cluster.heard.get(c).is_some_and(|h| h.vote == *c);
         // Greater is better: votes, then a self-voting peer, then the lower id.
-        let better = |a: &&(PeerId, Instant, usize), b: &&(PeerId, Instant, usize)| {
+        let better = |a: &&(&PeerId, Instant, usize), b: &&(&PeerId, Instant, usize)| {
             a.2.cmp(&b.2)
-                .then(self_voting(&a.0).cmp(&self_voting(&b.0)))
-                .then(b.0.cmp(&a.0))
+                .then(self_voting(a.0).cmp(&self_voting(b.0)))
+                .then(b.0.cmp(a.0))
         };
         let senior = candidates
             .iter()
