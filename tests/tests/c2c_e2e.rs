@@ -341,8 +341,7 @@ fn wait_for_one_manager(
         let seen = pool.statuses(which);
         let all: Option<Vec<AgentStatus>> = seen.iter().cloned().collect();
         if let Some(all) = all {
-            let ok = common_manager(&all)
-                .is_some_and(|m| all.iter().any(|s| s.peer_id == m))
+            let ok = common_manager(&all).is_some_and(|m| all.iter().any(|s| s.peer_id == m))
                 && also(&all);
             if ok {
                 return all;
@@ -385,7 +384,12 @@ const RELAY_DELAY: Duration = Duration::from_millis(30);
 /// Whether `s` sees every agent of `same` (ids, its own skipped) in the local tier and every
 /// one of `other` beyond it.
 fn tiers_as_built(s: &AgentStatus, same: &[String], other: &[String]) -> bool {
-    let tier = |id: &String| s.peers.iter().find(|p| p.peer == *id).map(|p| p.tier.as_str());
+    let tier = |id: &String| {
+        s.peers
+            .iter()
+            .find(|p| p.peer == *id)
+            .map(|p| p.tier.as_str())
+    };
     same.iter()
         .filter(|id| **id != s.peer_id)
         .all(|id| tier(id) == Some("local"))
@@ -470,14 +474,40 @@ fn two_groups_behind_a_delaying_relay_elect_a_manager_each() {
 
 /// Test 3: one cluster of three nodes. Once its agents follow one manager, heat2d starts on
 /// the two other nodes (their launch names only them, so no rank can be moved onto the
-/// manager's node); a few seconds in, everything on the manager's node is killed (agent and
-/// pcmd, as an owner taking the machine back). The two members must elect one of themselves
-/// within [`FAILOVER_BOUND`], and the job must finish with heat2d-plain's checksum.
+/// manager's node); once the members' agents see the ranks, everything on the manager's node
+/// is killed (agent and pcmd, as an owner taking the machine back). The two members must
+/// elect one of themselves within [`FAILOVER_BOUND`], and the job must finish with
+/// heat2d-plain's checksum.
 #[test]
 fn when_the_managers_node_is_killed_the_members_elect_a_new_one() {
     if !usable() {
         return;
     }
+    failover(Death::Killed);
+}
+
+/// As [`when_the_managers_node_is_killed_the_members_elect_a_new_one`], but the manager's
+/// node is powered off ([`Cluster::power_off`]): its link goes down before its processes
+/// are killed, so no connection is closed in order (no FIN, no RST reaches the members) and
+/// they must notice the silence themselves (NSc2c's member timeout).
+#[test]
+fn when_the_managers_node_is_powered_off_the_members_elect_a_new_one() {
+    if !usable() {
+        return;
+    }
+    failover(Death::PoweredOff);
+}
+
+/// How the manager's node goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// Everything on it is killed; its network stays up (the kernel closes the sockets).
+    Killed,
+    /// Its link goes down, then everything on it is killed.
+    PoweredOff,
+}
+
+fn failover(death: Death) {
     let _lock = mpi_lock();
     let cluster = Cluster::new(3).expect("three emulated nodes");
     let dir = logs();
@@ -547,29 +577,38 @@ fn when_the_managers_node_is_killed_the_members_elect_a_new_one() {
         scenario.iters.to_string(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let job = MpiJob::new(2, "heat2d", &args).env(
-        "PCM_DAEMON",
-        d.join("{host}.sock").display().to_string(),
-    );
-    let mut job = cluster
-        .job_without_spares(job, &job_hosts)
-        .start(d, "job");
+    let job = MpiJob::new(2, "heat2d", &args)
+        .env("PCM_DAEMON", d.join("{host}.sock").display().to_string());
+    let mut job = cluster.job_without_spares(job, &job_hosts).start(d, "job");
     // Until the ranks run under the members' agents (registered with their pcmds).
-    wait_until(Duration::from_secs(60), "the members to see the job's ranks", || {
-        pool.statuses(&members)
-            .iter()
-            .all(|s| s.as_ref().is_some_and(|s| !s.entities.is_empty()))
-    });
-    assert!(job.running(), "the job ended before the manager's node was killed");
+    wait_until(
+        Duration::from_secs(60),
+        "the members to see the job's ranks",
+        || {
+            pool.statuses(&members)
+                .iter()
+                .all(|s| s.as_ref().is_some_and(|s| !s.entities.is_empty()))
+        },
+    );
+    assert!(
+        job.running(),
+        "the job ended before the manager's node was killed"
+    );
     let on_old: Vec<String> = cluster
         .processes_on(&old_host)
         .into_iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
         .filter(|comm| comm.trim() == "heat2d")
         .collect();
-    assert!(on_old.is_empty(), "a rank runs on the manager's node: {on_old:?}");
+    assert!(
+        on_old.is_empty(),
+        "a rank runs on the manager's node: {on_old:?}"
+    );
 
-    cluster.kill_everything_on(&old_host);
+    match death {
+        Death::Killed => cluster.kill_everything_on(&old_host),
+        Death::PoweredOff => cluster.power_off(&old_host),
+    }
     let killed = Instant::now();
     let after = wait_for_one_manager(
         &pool,
@@ -581,9 +620,13 @@ fn when_the_managers_node_is_killed_the_members_elect_a_new_one() {
     let new = common_manager(&after).expect("a new manager");
     let job_running = job.running();
     eprintln!(
-        "new manager {new} {:.1} s after the kill (the job {})",
+        "new manager {new} {:.1} s after the manager's node was {death:?} (the job {})",
         killed.elapsed().as_secs_f64(),
-        if job_running { "still running" } else { "already ended" }
+        if job_running {
+            "still running"
+        } else {
+            "already ended"
+        }
     );
     assert_ne!(new, old);
 
