@@ -642,3 +642,130 @@ fn failover(death: Death) {
 /// plus a heartbeat period is the design's figure; three times that leaves room for a loaded
 /// machine.
 const FAILOVER_BOUND: Duration = Duration::from_secs(20);
+
+/// Test 4: a rank moves between clusters. Group 1 is node-a and node-b, idle; group 2 is
+/// node-c alone, running both ranks of heat2d (every node capped at the same CPU share, so
+/// node-c is overloaded and its own cluster has nowhere to put a rank). As in test 2 the
+/// groups reach each other only through delaying relays (regional tier). Group 1's manager
+/// must steal on its idle members' behalf from the other cluster's manager (NSc2c's
+/// inter-cluster balancing), node-c's agent must start a move of a rank to group 1, the job
+/// must end with a rank in group 1, and the checksum must equal heat2d-plain's.
+#[test]
+fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
+    if !usable() {
+        return;
+    }
+    let _lock = mpi_lock();
+    let cluster =
+        Cluster::with_caps(&[Some(CpuCap::cores(node_cap())); 3]).expect("three emulated nodes");
+    let dir = logs();
+    let d = dir.path();
+    let hosts = cluster.host_names();
+    let mut scenario = Scenario {
+        rows: 1024,
+        cols: 1024,
+        iters: 0,
+        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
+        placement: vec![2, 2],
+        agents_at_start: Vec::new(),
+        hog: None,
+        joins: Vec::new(),
+        leaves: Vec::new(),
+        agent_options: Vec::new(),
+        timeout: Duration::from_secs(300),
+        unlisted_spares: false,
+    };
+    // Measured before any agent runs (the measurement clears the nodes), with both ranks on
+    // node-c as the job starts.
+    let rate = scenario
+        .size_by_time(&cluster, d, UNLOADED_SECONDS)
+        .expect("the unloaded rate");
+    eprintln!(
+        "both ranks on node-c: {rate:.0} it/s, so {} iterations",
+        scenario.iters
+    );
+
+    let mut pool = Pool::new(d);
+    let server1 = pool.server(&cluster, d, "peer-server-1");
+    let server2 = pool.server(&cluster, d, "peer-server-2");
+    let relay = pool.relay_to(&cluster, d, &hosts[2], RELAY_DELAY);
+    let group2 = vec![pool.agent(&cluster, d, &hosts[2], &[server2], &[])];
+    let group1: Vec<usize> = hosts[..2]
+        .iter()
+        .map(|h| pool.agent(&cluster, d, h, &[server1], std::slice::from_ref(&relay)))
+        .collect();
+    let ids = |which: &[usize]| -> Vec<String> {
+        which
+            .iter()
+            .map(|&i| pool.agents[i].status().peer_id)
+            .collect()
+    };
+    let (ids1, ids2) = (ids(&group1), ids(&group2));
+    let timeout = Duration::from_secs(60);
+    wait_for_one_manager(&pool, &group1, timeout, "group 1's manager", |st| {
+        st.iter().all(|s| tiers_as_built(s, &ids1, &ids2))
+    });
+    wait_for_one_manager(&pool, &group2, timeout, "group 2's manager", |st| {
+        st.iter().all(|s| tiers_as_built(s, &ids2, &ids1))
+    });
+
+    let args = [
+        "--rows".to_owned(),
+        scenario.rows.to_string(),
+        "--cols".to_owned(),
+        scenario.cols.to_string(),
+        "--iters".to_owned(),
+        scenario.iters.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = MpiJob::new(2, "heat2d", &args)
+        .env("PCM_DAEMON", d.join("{host}.sock").display().to_string());
+    let started = Instant::now();
+    let finished = cluster
+        .job(job, &[&hosts[2], &hosts[2]])
+        .start(d, "job")
+        .wait(scenario.timeout);
+    eprintln!("job: {:.1} s", started.elapsed().as_secs_f64());
+    let all: Vec<usize> = group1.iter().chain(&group2).copied().collect();
+    let statuses: Vec<AgentStatus> = pool
+        .statuses(&all)
+        .into_iter()
+        .map(|s| s.expect("every agent still answers"))
+        .collect();
+    for s in &statuses {
+        for d in &s.decisions {
+            eprintln!("agent {}: {}", s.host, d.what);
+        }
+    }
+    let report = finished.report();
+    let ended = report
+        .hosts
+        .clone()
+        .expect("heat2d's report names the ranks' hosts");
+    eprintln!("ranks ended on {ended:?}");
+
+    // The move went across: node-c's agent started it towards a node of group 1, after
+    // group 1's manager asked for work (a work-steal packet to a peer of the other cluster).
+    let (mine, theirs) = (&hosts[..2], &hosts[2]);
+    let stole = statuses.iter().filter(|s| mine.contains(&s.host)).any(|s| {
+        s.decisions.iter().any(|d| {
+            matches!(&d.what, DecisionKind::Sent { step: ProtocolStep::WorkSteal, to } if ids2.contains(to))
+        })
+    });
+    assert!(stole, "no work-steal from group 1 to the other cluster");
+    let moved_across = statuses.iter().filter(|s| s.host == *theirs).any(|s| {
+        s.decisions.iter().any(|d| {
+            matches!(&d.what, DecisionKind::MigrationStarted { to_host, .. } if mine.contains(to_host))
+        })
+    });
+    assert!(moved_across, "node-c's agent started no move to group 1");
+    assert!(
+        ended.iter().any(|h| mine.contains(h)),
+        "no rank ended in group 1: {ended:?}"
+    );
+    assert_eq!(
+        report.checksum,
+        scenario.plain_checksum(Duration::from_secs(180))
+    );
+    keep_logs(dir);
+}
