@@ -49,8 +49,10 @@ fn node_cap() -> f64 {
 const UNLOADED_SECONDS: f64 = 20.0;
 
 fn logs() -> tempfile::TempDir {
+    // With IOS_E2E_KEEP also when the test fails half-way (the panic drops the directory).
     tempfile::Builder::new()
         .prefix("ios-c2c-e2e-")
+        .disable_cleanup(std::env::var_os("IOS_E2E_KEEP").is_some())
         .tempdir()
         .expect("a temporary directory for the logs")
 }
@@ -727,6 +729,10 @@ fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let job = MpiJob::new(2, "heat2d", &args)
         .env("PCM_DAEMON", d.join("{host}.sock").display().to_string());
+    let job = job.env(
+        "PCM_EVENTS",
+        d.join("job.events.jsonl").display().to_string(),
+    );
     let started = Instant::now();
     let finished = cluster
         .job(job, &[&hosts[2], &hosts[2]])
