@@ -652,9 +652,9 @@ fn failover(death: Death) {
 /// machine.
 const FAILOVER_BOUND: Duration = Duration::from_secs(20);
 
-/// Test 4: a rank moves between clusters. Group 1 is node-a and node-b, idle; group 2 is
-/// node-c alone, running both ranks of heat2d (every node capped at the same CPU share, so
-/// node-c is overloaded and its own cluster has nowhere to put a rank). As in test 2 the
+/// Test 4: a rank moves between clusters. Group 1 is node-a and node-b, idle (twice node-c's
+/// CPU share each); group 2 is node-c alone, running both ranks of heat2d (so node-c is
+/// overloaded and its own cluster has nowhere to put a rank). As in test 2 the
 /// groups reach each other only through delaying relays (regional tier). Group 1's manager
 /// must steal on its idle members' behalf from the other cluster's manager (NSc2c's
 /// inter-cluster balancing), node-c's agent must start a move of a rank to group 1, the job
@@ -665,8 +665,18 @@ fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
         return;
     }
     let _lock = mpi_lock();
-    let cluster =
-        Cluster::with_caps(&[Some(CpuCap::cores(node_cap())); 3]).expect("three emulated nodes");
+    // Group 1's nodes get twice node-c's share: with one rank alone on each of two nodes
+    // capped at 0.3, even heat2d-plain makes about 10 iterations per second against about
+    // 270 with both on one (measured; cgroup quota periods of the two nodes out of phase
+    // while each rank busy-polls for the other, it seems), so at small caps the job would
+    // not end in time after a correct move. With 0.6 and 0.3 it runs at full speed.
+    let cap = node_cap();
+    let cluster = Cluster::with_caps(&[
+        Some(CpuCap::cores(2.0 * cap)),
+        Some(CpuCap::cores(2.0 * cap)),
+        Some(CpuCap::cores(cap)),
+    ])
+    .expect("three emulated nodes");
     let dir = logs();
     let d = dir.path();
     let hosts = cluster.host_names();
