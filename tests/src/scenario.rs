@@ -177,6 +177,10 @@ pub struct Outcome {
     pub agent_cpu: Vec<AgentCpu>,
     /// The nodes given back ([`Scenario::leaves`]), adaptive runs.
     pub leaves: Vec<LeaveResult>,
+    /// Each agent's `ios-agent status` right after the job ended (its topology, the manager
+    /// it follows under NSc2c, its counters), adaptive runs; agents that did not answer are
+    /// missing.
+    pub statuses: Vec<ios_agent_proto::AgentStatus>,
 }
 
 /// A node given back during a run: at `at` after the start, `ios-agent leave --within
@@ -1003,6 +1007,7 @@ impl Scenario {
                     .collect::<Vec<_>>()
             })
             .collect();
+        let statuses = agents.iter().filter_map(|a| a.agent.try_status()).collect();
         Outcome {
             mode,
             report,
@@ -1013,6 +1018,7 @@ impl Scenario {
             decisions,
             agent_cpu,
             leaves,
+            statuses,
         }
     }
 
@@ -1076,6 +1082,7 @@ mod tests {
             decisions: Vec::new(),
             agent_cpu: Vec::new(),
             leaves: Vec::new(),
+            statuses: Vec::new(),
         };
         assert_eq!(outcome.recovered_from(2.0, 90.0), Some(4.0));
         assert_eq!(outcome.recovered_from(2.0, 200.0), None);
