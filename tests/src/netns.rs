@@ -752,6 +752,32 @@ impl Drop for Cluster {
     }
 }
 
+/// Whether emulated nodes can be made here (network namespaces and writable cgroups); if not,
+/// prints why on stderr, so that a test that returns early says it was skipped.
+pub fn emulated_nodes_usable() -> bool {
+    for check in [Cluster::available(), crate::cgroup::available()] {
+        if let Err(why) = check {
+            eprintln!("skipped: {why}");
+            return false;
+        }
+    }
+    true
+}
+
+/// CPU cap of an emulated node in the scenario tests, in cores: 0.6, or `MPI_IOS_TEST_CAP`
+/// (the tests must hold from 0.3 to 1.0, as machines of one kind differ in speed).
+///
+/// # Panics
+/// If `MPI_IOS_TEST_CAP` is set but is not a number.
+pub fn test_node_cap() -> f64 {
+    match std::env::var("MPI_IOS_TEST_CAP") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|e| panic!("MPI_IOS_TEST_CAP={v:?} is not a number of cores: {e}")),
+        Err(_) => 0.6,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

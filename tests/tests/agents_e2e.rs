@@ -8,32 +8,9 @@
 use std::time::Duration;
 
 use mpi_ios_tests::cgroup::CpuCap;
-use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::netns::{emulated_nodes_usable, test_node_cap, Cluster};
 use mpi_ios_tests::scenario::{EventKind, Line, Mode, Move, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
-
-fn usable() -> bool {
-    if let Err(why) = Cluster::available() {
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    if let Err(why) = mpi_ios_tests::cgroup::available() {
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    true
-}
-
-/// CPU cap of a node, in cores: 0.6, or `MPI_IOS_TEST_CAP` (the tests must hold from 0.3 to
-/// 1.0, as machines of one kind differ in speed).
-fn node_cap() -> f64 {
-    match std::env::var("MPI_IOS_TEST_CAP") {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|e| panic!("MPI_IOS_TEST_CAP={v:?} is not a number of cores: {e}")),
-        Err(_) => 0.6,
-    }
-}
 
 /// Seconds the job would take unloaded: it must outlive the hog (at 3 s), the join (at 4 s),
 /// the agents' reaction (about 2 s) and the move, with room to spare.
@@ -121,7 +98,7 @@ fn logs() -> tempfile::TempDir {
 
 #[test]
 fn an_idle_node_joins_and_the_agents_move_the_loaded_rank_there() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     an_idle_node_joins(false);
@@ -130,7 +107,7 @@ fn an_idle_node_joins_and_the_agents_move_the_loaded_rank_there() {
 /// On MPICH a node the launch did not list can receive a rank too (`PCM_ALLOW_NEW_HOSTS`).
 #[test]
 fn a_node_outside_the_launch_list_joins_and_the_agents_move_the_loaded_rank_there() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     if Runtime::current() != Runtime::Mpich {
@@ -147,7 +124,7 @@ fn a_node_outside_the_launch_list_joins_and_the_agents_move_the_loaded_rank_ther
 /// in the launch's host list.
 fn an_idle_node_joins(unlisted: bool) {
     let _lock = mpi_lock();
-    let cluster = Cluster::with_caps(&[Some(CpuCap::cores(node_cap())); 3]).unwrap();
+    let cluster = Cluster::with_caps(&[Some(CpuCap::cores(test_node_cap())); 3]).unwrap();
     let dir = logs();
     let mut scenario = scenario(&cluster, dir.path(), vec![(2, Duration::from_secs(4))]);
     scenario.unlisted_spares = unlisted;
@@ -178,7 +155,7 @@ fn an_idle_node_joins(unlisted: bool) {
 
 #[test]
 fn without_a_new_node_the_loaded_rank_moves_to_a_cooperating_node() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     loaded_rank_moves_to_a_cooperating_node("heat2d");
@@ -188,7 +165,7 @@ fn without_a_new_node_the_loaded_rank_moves_to_a_cooperating_node() {
 /// events, not the program's output, so any PCM program runs in it.
 #[test]
 fn the_c_heat2d_runs_the_adaptive_scenario_too() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     loaded_rank_moves_to_a_cooperating_node("heat2d-c");
@@ -197,7 +174,7 @@ fn the_c_heat2d_runs_the_adaptive_scenario_too() {
 fn loaded_rank_moves_to_a_cooperating_node(program: &str) {
     let _lock = mpi_lock();
     // node-a has room for two ranks; node-b gets the hog.
-    let cap = node_cap();
+    let cap = test_node_cap();
     let cluster =
         Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))]).unwrap();
     let dir = logs();

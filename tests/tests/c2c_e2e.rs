@@ -15,32 +15,10 @@ use std::time::{Duration, Instant};
 
 use ios_agent_proto::{AgentStatus, DecisionKind, ProtocolStep};
 use mpi_ios_tests::cgroup::CpuCap;
-use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::netns::{emulated_nodes_usable, test_node_cap, Cluster};
 use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
 use mpi_ios_tests::scenario::{Line, Mode, Move, Outcome, Scenario};
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob};
-
-fn usable() -> bool {
-    if let Err(why) = Cluster::available() {
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    if let Err(why) = mpi_ios_tests::cgroup::available() {
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    true
-}
-
-/// CPU cap of a node, in cores: 0.6, or `MPI_IOS_TEST_CAP` (as in agents_e2e).
-fn node_cap() -> f64 {
-    match std::env::var("MPI_IOS_TEST_CAP") {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|e| panic!("MPI_IOS_TEST_CAP={v:?} is not a number of cores: {e}")),
-        Err(_) => 0.6,
-    }
-}
 
 /// Seconds the job would take unloaded: it must outlive the hog (at 3 s), the election
 /// (NSc2c's seniority grace, 10 s with the default member timeout of 5 s, before which a
@@ -79,11 +57,11 @@ fn common_manager(statuses: &[AgentStatus]) -> Option<String> {
 /// agent), and the checksum must equal heat2d-plain's.
 #[test]
 fn the_cluster_manager_moves_the_loaded_rank_to_a_cooperating_node() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     let _lock = mpi_lock();
-    let cap = node_cap();
+    let cap = test_node_cap();
     let cluster = Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))])
         .expect("two emulated nodes");
     let dir = logs();
@@ -413,7 +391,7 @@ fn tiers_as_built(s: &AgentStatus, same: &[String], other: &[String]) -> bool {
 /// its own manager, and keep it.
 #[test]
 fn two_groups_behind_a_delaying_relay_elect_a_manager_each() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     let _lock = mpi_lock();
@@ -489,7 +467,7 @@ fn two_groups_behind_a_delaying_relay_elect_a_manager_each() {
 /// heat2d-plain's checksum.
 #[test]
 fn when_the_managers_node_is_killed_the_members_elect_a_new_one() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     failover(Death::Killed);
@@ -501,7 +479,7 @@ fn when_the_managers_node_is_killed_the_members_elect_a_new_one() {
 /// they must notice the silence themselves (NSc2c's member timeout).
 #[test]
 fn when_the_managers_node_is_powered_off_the_members_elect_a_new_one() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     failover(Death::PoweredOff);
@@ -661,7 +639,7 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(20);
 /// must end with a rank in group 1, and the checksum must equal heat2d-plain's.
 #[test]
 fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     let _lock = mpi_lock();
@@ -670,7 +648,7 @@ fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
     // 270 with both on one (measured; cgroup quota periods of the two nodes out of phase
     // while each rank busy-polls for the other, it seems), so at small caps the job would
     // not end in time after a correct move. With 0.6 and 0.3 it runs at full speed.
-    let cap = node_cap();
+    let cap = test_node_cap();
     let cluster = Cluster::with_caps(&[
         Some(CpuCap::cores(2.0 * cap)),
         Some(CpuCap::cores(2.0 * cap)),

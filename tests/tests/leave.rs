@@ -11,23 +11,13 @@
 use std::time::Duration;
 
 use mpi_ios_tests::cgroup::CpuCap;
-use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::netns::{emulated_nodes_usable, Cluster};
 use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
 /// Seconds the job would take unloaded on its first placement: it must outlive the leave
 /// (at 4 s, 8 s in NSc2c) and the two moves with room to spare.
 const UNLOADED_SECONDS: f64 = 20.0;
-
-fn usable() -> bool {
-    for check in [Cluster::available(), mpi_ios_tests::cgroup::available()] {
-        if let Err(why) = check {
-            eprintln!("skipped: {why}");
-            return false;
-        }
-    }
-    true
-}
 
 /// Both ranks on node-b; agents on node-a, node-b and node-c. The agents' hold-down is
 /// longer than the job, so nothing moves unless the node leaves (a leaving node's ranks
@@ -108,7 +98,7 @@ fn in_a_c2c_pool_a_node_running_two_ranks_leaves_and_the_job_survives_the_kill()
 
 /// The test of the two topologies.
 fn leave_and_kill(topology: &str) {
-    if !usable() {
+    if !emulated_nodes_usable() {
         return;
     }
     let _lock = mpi_lock();
