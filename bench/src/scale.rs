@@ -984,10 +984,10 @@ mod tests {
     /// networks): the oracle places better than no balancing, random stealing and the
     /// paper's model; on the Internet-like network NSp2p (the default model: one core per
     /// rank, the communication term) beats random stealing, the paper's model and no
-    /// balancing, and NSc2c beats no balancing; the agents (NSp2p and NSc2c) move a rank less than twice an hour; messages
-    /// per node and second stay under 5, NSc2c's cluster upkeep included; no entity moves
-    /// twice within a hold-down. (On the Grid-like
-    /// network no strategy of the agents beats no balancing: see docs/results.md, "Scale".)
+    /// balancing, and NSc2c beats no balancing; the agents (NSp2p and NSc2c) move a rank
+    /// less than twice an hour; messages per node and second stay under 5, NSc2c's cluster
+    /// upkeep included; no entity moves twice within a hold-down. (On the Grid-like network
+    /// no strategy of the agents beats no balancing: see docs/results.md, "Scale".)
     #[test]
     fn given_the_quick_pools_then_the_oracle_leads_and_nsp2p_beats_random_and_the_paper_on_internet(
     ) {

@@ -26,6 +26,34 @@ use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob};
 /// to spare.
 const UNLOADED_SECONDS: f64 = 20.0;
 
+/// A 1024x1024 heat2d job with ranks on `placement` and no agents of the scenario's own
+/// (the tests start theirs), sized by time on `cluster` ([`Scenario::size_by_time`], which
+/// clears the nodes: call it before any agent runs).
+fn sized_job(cluster: &Cluster, dir: &std::path::Path, placement: Vec<usize>) -> Scenario {
+    let mut scenario = Scenario {
+        rows: 1024,
+        cols: 1024,
+        iters: 0,
+        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
+        placement,
+        agents_at_start: Vec::new(),
+        hog: None,
+        joins: Vec::new(),
+        leaves: Vec::new(),
+        agent_options: Vec::new(),
+        timeout: Duration::from_secs(300),
+        unlisted_spares: false,
+    };
+    let rate = scenario
+        .size_by_time(cluster, dir, UNLOADED_SECONDS)
+        .expect("the unloaded rate");
+    eprintln!(
+        "unloaded on the starting placement: {rate:.0} it/s, so {} iterations",
+        scenario.iters
+    );
+    scenario
+}
+
 fn logs() -> tempfile::TempDir {
     // With IOS_E2E_KEEP also when the test fails half-way (the panic drops the directory).
     tempfile::Builder::new()
@@ -65,37 +93,20 @@ fn the_cluster_manager_moves_the_loaded_rank_to_a_cooperating_node() {
     let cluster = Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))])
         .expect("two emulated nodes");
     let dir = logs();
-    let mut scenario = Scenario {
-        rows: 1024,
-        cols: 1024,
-        iters: 0,
-        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
-        placement: vec![0, 1],
-        agents_at_start: vec![0, 1],
-        hog: Some((1, Duration::from_secs(3))),
-        joins: Vec::new(),
-        leaves: Vec::new(),
-        agent_options: [
-            "--topology",
-            "c2c",
-            "--hold-down",
-            "2",
-            "--profile-period",
-            "1",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect(),
-        timeout: Duration::from_secs(300),
-        unlisted_spares: false,
-    };
-    let rate = scenario
-        .size_by_time(&cluster, dir.path(), UNLOADED_SECONDS)
-        .expect("the unloaded rate");
-    eprintln!(
-        "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
-        scenario.iters
-    );
+    let mut scenario = sized_job(&cluster, dir.path(), vec![0, 1]);
+    scenario.agents_at_start = vec![0, 1];
+    scenario.hog = Some((1, Duration::from_secs(3)));
+    scenario.agent_options = [
+        "--topology",
+        "c2c",
+        "--hold-down",
+        "2",
+        "--profile-period",
+        "1",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     let outcome = run(&cluster, &scenario, dir.path());
     keep_logs(dir);
 
@@ -500,29 +511,8 @@ fn failover(death: Death) {
     let dir = logs();
     let d = dir.path();
     let hosts = cluster.host_names();
-    let mut scenario = Scenario {
-        rows: 1024,
-        cols: 1024,
-        iters: 0,
-        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
-        placement: vec![0, 1],
-        agents_at_start: Vec::new(),
-        hog: None,
-        joins: Vec::new(),
-        leaves: Vec::new(),
-        agent_options: Vec::new(),
-        timeout: Duration::from_secs(300),
-        unlisted_spares: false,
-    };
-    // Measured before any agent runs: the measurement clears the nodes. Uncapped nodes are
-    // alike, so two of them give the rate of any two.
-    let rate = scenario
-        .size_by_time(&cluster, d, UNLOADED_SECONDS)
-        .expect("the unloaded rate");
-    eprintln!(
-        "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
-        scenario.iters
-    );
+    // Uncapped nodes are alike, so two of them give the rate of any two.
+    let scenario = sized_job(&cluster, d, vec![0, 1]);
 
     let mut pool = Pool::new(d);
     let server = pool.server(&cluster, d, "peer-server");
@@ -658,29 +648,8 @@ fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
     let dir = logs();
     let d = dir.path();
     let hosts = cluster.host_names();
-    let mut scenario = Scenario {
-        rows: 1024,
-        cols: 1024,
-        iters: 0,
-        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
-        placement: vec![2, 2],
-        agents_at_start: Vec::new(),
-        hog: None,
-        joins: Vec::new(),
-        leaves: Vec::new(),
-        agent_options: Vec::new(),
-        timeout: Duration::from_secs(300),
-        unlisted_spares: false,
-    };
-    // Measured before any agent runs (the measurement clears the nodes), with both ranks on
-    // node-c as the job starts.
-    let rate = scenario
-        .size_by_time(&cluster, d, UNLOADED_SECONDS)
-        .expect("the unloaded rate");
-    eprintln!(
-        "both ranks on node-c: {rate:.0} it/s, so {} iterations",
-        scenario.iters
-    );
+    // Both ranks on node-c as the job starts.
+    let scenario = sized_job(&cluster, d, vec![2, 2]);
 
     let mut pool = Pool::new(d);
     let server1 = pool.server(&cluster, d, "peer-server-1");
