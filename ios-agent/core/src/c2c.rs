@@ -447,8 +447,8 @@ impl Agent {
         let recent = |at: Option<Instant>| at.is_some_and(|at| now < at + period);
         let members: Vec<PeerId> = self.cluster_members(now).into_iter().cloned().collect();
         let manager = self.cluster.manager.clone();
+        let successor = self.is_manager().then(|| self.successor(now)).flatten();
         if self.is_manager() {
-            let successor = self.successor(now);
             if !recent(self.cluster.polled) {
                 for to in &members {
                     self.send_heartbeat(to.clone(), successor.clone());
@@ -459,7 +459,6 @@ impl Agent {
         }
         // The gossip round: the local peers outside this agent's manager-member links, in id
         // order from where the last turn stopped.
-        let successor = self.is_manager().then(|| self.successor(now)).flatten();
         let round: Vec<PeerId> = self
             .peers
             .in_tier(LatencyTier::Local)
