@@ -132,7 +132,7 @@ mod schedule;
 mod status;
 mod store;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use mpi::environment::Universe;
@@ -301,6 +301,12 @@ pub(crate) struct JobContext {
     /// The last reconfiguration completed, named to the callers of requests it superseded.
     #[serde(default)]
     last_reconfiguration: Option<LastReconfiguration>,
+    /// The latest pcmd requests the job carried out, with how each ended. A request can
+    /// reach a rank after the job ran it (that rank's link read it late, or a replacement
+    /// registered while it was in flight); the job then answers with its completion,
+    /// instead of refusing it as superseded by itself or dropping it as if nothing moved.
+    #[serde(default)]
+    carried_out: VecDeque<CarriedOut>,
     check_period: Duration,
     /// Hosts a replacement may be spawned on (see the `hosts` module).
     hosts: BTreeSet<HostName>,
@@ -335,7 +341,42 @@ pub(crate) struct LastReconfiguration {
     moves: Vec<Move>,
 }
 
+/// A pcmd request the job carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CarriedOut {
+    request: RequestId,
+    /// How it ended (always [`Outcome::Completed`]).
+    outcome: Outcome,
+}
+
+/// How many carried-out requests a job remembers. A request is delivered to the ranks of a
+/// node at once, so a late copy arrives within a few reconfigurations of the first.
+const CARRIED_OUT_REMEMBERED: usize = 32;
+
 impl JobContext {
+    /// Remembers that the job carried out `request` (if the reconfiguration answered one),
+    /// ending with `outcome`. Every rank calls it at the same reconfiguration, so that
+    /// all of them agree on [`JobContext::carried_out`].
+    pub(crate) fn remember_completion(&mut self, request: Option<RequestId>, outcome: &Outcome) {
+        let Some(request) = request else { return };
+        self.carried_out.push_back(CarriedOut {
+            request,
+            outcome: outcome.clone(),
+        });
+        while self.carried_out.len() > CARRIED_OUT_REMEMBERED {
+            self.carried_out.pop_front();
+        }
+    }
+
+    /// How `request` ended, if the job carried it out lately.
+    pub(crate) fn carried_out(&self, request: RequestId) -> Option<&Outcome> {
+        self.carried_out
+            .iter()
+            .rev()
+            .find(|c| c.request == request)
+            .map(|c| &c.outcome)
+    }
+
     /// Counts a completed reconfiguration of `plan`.
     pub(crate) fn record_reconfiguration(&mut self, plan: &Plan) {
         self.migrations += 1;
@@ -551,6 +592,7 @@ impl Pcm {
                 schedule,
                 migrations: 0,
                 last_reconfiguration: None,
+                carried_out: VecDeque::new(),
                 check_period,
                 hosts,
                 new_hosts,
@@ -1209,9 +1251,8 @@ mod verdict_tests {
         );
     }
 
-    #[test]
-    fn a_reconfiguration_is_counted_and_named() {
-        let mut job = JobContext {
+    fn job_context() -> JobContext {
+        JobContext {
             job: JobId::new("j-1").unwrap(),
             app: AppName::new("a").unwrap(),
             iteration: 0,
@@ -1219,6 +1260,7 @@ mod verdict_tests {
             schedule: Schedule::default(),
             migrations: 2,
             last_reconfiguration: None,
+            carried_out: VecDeque::new(),
             check_period: Duration::from_millis(5),
             hosts: BTreeSet::new(),
             new_hosts: hosts::NewHosts::default(),
@@ -1227,7 +1269,12 @@ mod verdict_tests {
             identity: Default::default(),
             resumed: false,
             reconfigure_timeout: DEFAULT_RECONFIGURE_TIMEOUT,
-        };
+        }
+    }
+
+    #[test]
+    fn a_reconfiguration_is_counted_and_named() {
+        let mut job = job_context();
         let moves = vec![Move {
             rank: Rank(1),
             to: None,
@@ -1246,5 +1293,41 @@ mod verdict_tests {
                 moves
             })
         );
+    }
+
+    fn completed_at(iteration: u64) -> Outcome {
+        Outcome::Completed {
+            iteration,
+            timings: Default::default(),
+            placed: vec![(Rank(1), HostName::new("node-c").unwrap())],
+        }
+    }
+
+    /// A request delivered again after it ran is answered from this memory: it holds the
+    /// latest requests only, and scripted moves (no request) leave no entry.
+    #[test]
+    fn given_carried_out_requests_then_the_latest_are_remembered_with_their_outcome() {
+        let mut job = job_context();
+        job.remember_completion(None, &completed_at(1));
+        assert!(job.carried_out.is_empty());
+        for i in 1..=(CARRIED_OUT_REMEMBERED as u64 + 5) {
+            job.remember_completion(Some(RequestId(i)), &completed_at(i * 10));
+        }
+        assert_eq!(job.carried_out.len(), CARRIED_OUT_REMEMBERED);
+        assert_eq!(job.carried_out(RequestId(1)), None);
+        assert_eq!(job.carried_out(RequestId(5)), None);
+        assert_eq!(job.carried_out(RequestId(6)), Some(&completed_at(60)));
+        let last = CARRIED_OUT_REMEMBERED as u64 + 5;
+        assert_eq!(
+            job.carried_out(RequestId(last)),
+            Some(&completed_at(last * 10))
+        );
+        // A checkpoint written before this field existed still loads.
+        let mut value = ciborium::value::Value::serialized(&job).unwrap();
+        if let ciborium::value::Value::Map(entries) = &mut value {
+            entries.retain(|(k, _)| k.as_text() != Some("carried_out"));
+        }
+        let old: JobContext = value.deserialized().unwrap();
+        assert!(old.carried_out.is_empty());
     }
 }

@@ -64,6 +64,28 @@ fn new_placement(plan: &Plan, parents: usize, merged_hosts: &[HostName]) -> Vec<
     placement
 }
 
+/// The outcome of a completed reconfiguration of `plan`, as every member of the merged
+/// communicator computes it from the same agreed inputs: the staying ranks report it, and
+/// all of them, the replacements included, remember it (see `JobContext::carried_out`).
+fn completed(
+    plan: &Plan,
+    parents: usize,
+    merged_hosts: &[HostName],
+    iteration: u64,
+    timings: PhaseTimings,
+) -> Outcome {
+    Outcome::Completed {
+        iteration,
+        timings,
+        placed: plan
+            .moves
+            .iter()
+            .enumerate()
+            .map(|(j, m)| (m.rank, merged_hosts[parents + j].clone()))
+            .collect(),
+    }
+}
+
 /// Checks a plan against the job: returns it sorted with the target hosts outside the
 /// allocation `hosts` (which [`crate::hosts::probe`] must check before the spawn), or the
 /// reason to refuse it.
@@ -271,27 +293,15 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     let mut timings = timings;
     timings.merge_split_us += micros(split_started);
 
-    let placed: Vec<_> = plan
-        .moves
-        .iter()
-        .enumerate()
-        .map(|(j, m)| (m.rank, placed_hosts[size as usize + j].clone()))
-        .collect();
-    if pcm.rank == 0 {
+    let outcome = completed(&plan, size as usize, &placed_hosts, iteration, timings);
+    if let (0, Outcome::Completed { placed, .. }) = (pcm.rank, &outcome) {
         crate::events::emit(pcm_proto::run::RunEvent::Migrated {
             iteration,
             placed: placed.clone(),
             timings,
         });
     }
-    pcm.report(
-        &plan,
-        Outcome::Completed {
-            iteration,
-            timings,
-            placed,
-        },
-    );
+    pcm.report(&plan, outcome.clone());
 
     match (departing, new_world) {
         (Some(_), None) => {
@@ -302,6 +312,7 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
             // The departing ranks release the old world at this point too.
             release(std::mem::replace(&mut pcm.world, world));
             pcm.job.record_reconfiguration(&plan);
+            pcm.job.remember_completion(plan.request, &outcome);
             if let Some(daemon) = &pcm.daemon {
                 daemon.set_reconfigurations(pcm.job.migrations);
             }
@@ -376,9 +387,18 @@ pub(crate) fn join_as_replacement(
     // The handover counts this reconfiguration already: it names this launch.
     let launch = Launch::new(&universe.world(), job.migrations);
     exchange_launches(&merged, &launch);
-    let rank_hosts = new_placement(&handover.plan, handover.parents as usize, &merged_hosts);
-    job.hosts.extend(merged_hosts);
+    let parents = handover.parents as usize;
+    let rank_hosts = new_placement(&handover.plan, parents, &merged_hosts);
     let timings = agree_on_timings(&merged, [0; 4], 0);
+    let outcome = completed(
+        &handover.plan,
+        parents,
+        &merged_hosts,
+        job.iteration,
+        timings,
+    );
+    job.remember_completion(handover.plan.request, &outcome);
+    job.hosts.extend(merged_hosts);
     watchdog.enter(Phase::Split);
     let world = merged
         .split_by_color_with_key(Color::with_value(0), rank as i32)

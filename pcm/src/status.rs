@@ -126,9 +126,10 @@ impl Pcm {
 
     /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
     /// and that rank broadcasts its moves and epoch. `None` when the job must not run it:
-    /// some rank settled it before (withdrawn after its deadline, or taken up already),
-    /// or the job reconfigured since it was made (another daemon's request won); the
-    /// holders then report why to their daemon.
+    /// the job carried it out already (a copy reached a rank late), some rank settled it
+    /// before (withdrawn after its deadline, or taken up already), or the job reconfigured
+    /// since it was made (another daemon's request won); the holders then report the
+    /// completion, or why, to their daemon.
     fn agree_on_request(&mut self, id: RequestId) -> Result<Option<Plan>, PcmError> {
         let taken = self
             .daemon
@@ -138,6 +139,26 @@ impl Pcm {
             daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
             _ => None,
         };
+        // Every rank knows the same carried-out requests, so all of them take this branch
+        // or none does.
+        if let Some(outcome) = self.job.carried_out(id).cloned() {
+            let plan = Plan {
+                request: Some(id),
+                moves: held.map(|(m, _)| m).unwrap_or_default(),
+                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
+                agreed_at: None,
+            };
+            if plan.held_here {
+                tracing::info!(
+                    "reconfiguration request {id} reached rank {} after the job had carried it out; reporting its completion again",
+                    self.rank
+                );
+            }
+            // Only the daemon hears of it: the application's last outcome stays the
+            // latest reconfiguration's.
+            self.tell_daemon(&plan, outcome);
+            return Ok(None);
+        }
         // One all-reduce (min) for both: the lowest holder, and whether any rank has it
         // settled (0) or not (1).
         let candidate = [
@@ -210,14 +231,18 @@ impl Pcm {
         }
     }
 
-    /// Tells this rank's daemon how a request it delivered ended.
+    /// Tells this rank's daemon how a request it delivered ended, and makes it the
+    /// application's last outcome.
     pub(crate) fn report(&mut self, plan: &Plan, outcome: Outcome) {
-        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
-            daemon.send(ToDaemon::ReconfigurationFinished {
-                request,
-                outcome: outcome.clone(),
-            });
-        }
+        self.tell_daemon(plan, outcome.clone());
         self.last_outcome = Some(outcome);
+    }
+
+    /// Tells this rank's daemon how a request it delivered ended (nothing if this rank
+    /// does not hold `plan`'s request).
+    fn tell_daemon(&self, plan: &Plan, outcome: Outcome) {
+        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
+            daemon.send(ToDaemon::ReconfigurationFinished { request, outcome });
+        }
     }
 }
