@@ -603,13 +603,15 @@ fn forward(stderr: impl Read, sender: &mpsc::Sender<Output>) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        let event = std::str::from_utf8(&line)
-            .ok()
-            .and_then(Stamped::from_line)
-            .map(|stamped| stamped.event);
-        match event {
-            Some(event) => {
-                if sender.send(Output::Event(event, Instant::now())).is_err() {
+        match Stamped::find_in_output(&line) {
+            Some((at, stamped)) => {
+                // What came before the event is the start of another rank's line, which
+                // the next line read goes on with.
+                let _ = std::io::stderr().lock().write_all(&line[..at]);
+                if sender
+                    .send(Output::Event(stamped.event, Instant::now()))
+                    .is_err()
+                {
                     break;
                 }
             }

@@ -201,6 +201,33 @@ impl Stamped {
         )
     }
 
+    /// The event in a line of a launcher's merged standard error, and the offset where it
+    /// starts: 0 for a line of its own, more when another process's output came first. A
+    /// launcher interleaves its ranks' standard error by whole writes, and an event is one
+    /// write; but a line another rank writes in pieces (`eprintln!` on Rust's unbuffered
+    /// standard error makes several writes) can be cut by it, as seen with Open MPI:
+    /// `heat2d` + an event line + `: --rows 1 is less ...`. The text before the event is
+    /// the start of that other line. `None` when the line holds no well-formed event.
+    pub fn find_in_output(line: &[u8]) -> Option<(usize, Stamped)> {
+        let marker = EVENT_PREFIX.as_bytes();
+        let mut from = 0;
+        while let Some(offset) = line
+            .get(from..)?
+            .windows(marker.len())
+            .position(|w| w == marker)
+        {
+            let at = from + offset;
+            let event = std::str::from_utf8(&line[at..])
+                .ok()
+                .and_then(Stamped::from_line);
+            if let Some(event) = event {
+                return Some((at, event));
+            }
+            from = at + 1;
+        }
+        None
+    }
+
     /// Every well-formed event of an event file's text, in file order; other lines (a line
     /// cut short by a writer that was killed, say) are skipped.
     pub fn parse_file(text: &str) -> Vec<Stamped> {
@@ -321,5 +348,37 @@ mod tests {
             good.to_json_line()
         );
         assert_eq!(Stamped::parse_file(&text), vec![good.clone(), good]);
+    }
+
+    /// An event line that landed after the first part of another rank's line is found, and
+    /// the text before it is given back; ordinary and garbled lines hold no event.
+    #[test]
+    fn given_an_event_after_part_of_another_line_then_it_is_found_and_the_part_kept() {
+        let event = Stamped::now(Some(Rank(1)), RunEvent::Progress { iteration: 3 });
+        let line = event.to_line();
+        assert_eq!(
+            Stamped::find_in_output(line.as_bytes()),
+            Some((0, event.clone()))
+        );
+        let cut = format!("heat2d{line}");
+        assert_eq!(
+            Stamped::find_in_output(cut.as_bytes()),
+            Some((6, event.clone()))
+        );
+        // Bytes that are not UTF-8 before it, and a false marker first.
+        let mut bytes = vec![0xff, 0xfe, b'x'];
+        bytes.extend_from_slice(b"PCMRUN-EVENT {oops PCMRUN-EVENT ");
+        let false_marker = bytes.len() - EVENT_PREFIX.len();
+        bytes.truncate(false_marker);
+        bytes.extend_from_slice(line.as_bytes());
+        assert_eq!(Stamped::find_in_output(&bytes), Some((false_marker, event)));
+        for line in [
+            "heat2d: iteration 5/10 3.0 it/s\n",
+            "heat2dPCMRUN-EVENT {\n",
+            "PCMRUN-EVENT",
+            "",
+        ] {
+            assert_eq!(Stamped::find_in_output(line.as_bytes()), None, "{line}");
+        }
     }
 }
