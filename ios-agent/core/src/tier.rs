@@ -174,6 +174,11 @@ pub struct PeerTable {
     by_rtt: BTreeSet<(Duration, u32)>,
     tiers: [BTreeSet<PeerId>; 4],
     capacity: usize,
+    /// Bumped whenever what [`PeerTable::by_rtt`] yields changes (a peer added or removed,
+    /// a smoothed RTT changed), never for a sample that only refreshes `last_seen`: so that
+    /// what an agent derives from the ordered peers (the RTTs a work steal carries) is
+    /// recomputed only when it can differ.
+    version: u64,
 }
 
 fn tier_index(tier: LatencyTier) -> usize {
@@ -196,6 +201,7 @@ impl PeerTable {
             by_rtt: BTreeSet::new(),
             tiers: Default::default(),
             capacity: capacity.max(1),
+            version: 0,
         }
     }
 
@@ -208,9 +214,16 @@ impl PeerTable {
                 return false;
             };
             self.by_seen.remove(&(info.last_seen, slot));
-            self.by_rtt.remove(&(info.srtt, slot));
             // srtt = 7/8 srtt + 1/8 sample
-            info.srtt = (info.srtt * 7 + rtt) / 8;
+            let srtt = (info.srtt * 7 + rtt) / 8;
+            // A steady RTT leaves the smoothed one where it is (always so in the simulator,
+            // whose RTTs are fixed per pair): then the RTT index and the version stay.
+            if srtt != info.srtt {
+                self.by_rtt.remove(&(info.srtt, slot));
+                self.by_rtt.insert((srtt, slot));
+                info.srtt = srtt;
+                self.version += 1;
+            }
             info.last_seen = now;
             if rtt <= info.min_rtt {
                 info.min_rtt = rtt;
@@ -229,7 +242,6 @@ impl PeerTable {
                 info.tier = tier;
             }
             self.by_seen.insert((now, slot));
-            self.by_rtt.insert((info.srtt, slot));
             return retiered;
         }
         if self.index.len() >= self.capacity {
@@ -253,6 +265,7 @@ impl PeerTable {
         };
         self.by_seen.insert((now, slot));
         self.by_rtt.insert((rtt, slot));
+        self.version += 1;
         self.tiers[tier_index(tier)].insert(peer.clone());
         self.index.insert(peer.clone(), slot);
         self.slots[slot as usize] = Some((
@@ -279,6 +292,7 @@ impl PeerTable {
             self.tiers[tier_index(info.tier)].remove(peer);
         }
         self.free.push(slot);
+        self.version += 1;
         true
     }
 
@@ -348,6 +362,12 @@ impl PeerTable {
     /// Whether no peer is known.
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// A number that changes whenever [`PeerTable::by_rtt`]'s peers or RTTs change (and
+    /// only then, but for wrapping).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Oldest `last_seen`, to schedule expiry.
