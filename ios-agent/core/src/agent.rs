@@ -19,7 +19,7 @@ use crate::model::{
     EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttView, Weights,
     DEFAULT_UNKNOWN_RTT,
 };
-use crate::tier::{LatencyTier, PeerId, PeerTable};
+use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable};
 
 /// How often the driver should sample the node and its entities, and how often an NSc2c
 /// manager polls its members: 2 s (Brunner and Kale sample every 2 s).
@@ -572,8 +572,8 @@ impl Steal {
 /// refused), so the reverse index is exact.
 #[derive(Debug, Default)]
 struct Hosts {
-    by_peer: HashMap<PeerId, HostName>,
-    by_host: HashMap<HostName, PeerId>,
+    by_peer: IdMap<PeerId, HostName>,
+    by_host: IdMap<HostName, PeerId>,
     /// Bumped on every change (for [`Agent::host_rtts`]' cache).
     version: u64,
 }

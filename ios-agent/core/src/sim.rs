@@ -733,7 +733,11 @@ impl Sim {
             }
             i = i.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
         }
-        self.nodes.get(i).filter(|n| &n.peer == peer).map(|_| i)
+        // Node i's id is `format!("n{i:02}")`: digits of that value and that length are
+        // exactly its id (zero padding fixes the rest), so no bytes need comparing (this
+        // runs for every peer of every agent each RTT round).
+        let canonical = i.checked_ilog10().map_or(1, |l| l as usize + 1).max(2);
+        (digits.len() == canonical && i < self.nodes.len()).then_some(i)
     }
 
     fn rtt_between(&self, a: usize, b: usize) -> Duration {

@@ -454,3 +454,22 @@ fn given_work_steals_with_rtts_then_their_size_is_ciboriums() {
         assert_eq!(back, steal, "the message comes back as it went in");
     }
 }
+
+/// `index_of` tells a node's id from its digits alone: every node's own id maps to it, and
+/// ids that only parse to an index (other padding, other prefix, beyond the pool) do not.
+#[test]
+fn given_node_ids_then_index_of_finds_exactly_the_nodes() {
+    use crate::tier::PeerId;
+
+    let mut sim = Sim::new(1, Config::default());
+    for _ in 0..120 {
+        sim.add_node(NodeSpec::new(1.0));
+    }
+    for i in 0..120 {
+        assert_eq!(sim.index_of(sim.agent(i).id()), Some(i), "node {i}");
+    }
+    for other in ["n5", "n005", "n0100", "x01", "n", "n1a", "n120", "n99999999999999999999999"] {
+        let peer = PeerId::new(other).expect("valid");
+        assert_eq!(sim.index_of(&peer), None, "{other}");
+    }
+}
