@@ -83,18 +83,27 @@ impl IdHasher {
 
 impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
+        // Whole words, then the tail read as two overlapping halves (as foldhash does): a
+        // `copy_from_slice` of the tail compiled to a call to memcpy, and a byte loop cost
+        // more than the hash itself. The length is hashed apart (`Hash` for slices writes
+        // it first), so overlapping reads lose nothing.
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
+            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
         }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
+        let t = chunks.remainder();
+        let word = match t.len() {
+            0 => return,
+            1..=3 => {
+                u64::from(t[0]) | (u64::from(t[t.len() / 2]) << 8) | (u64::from(t[t.len() - 1]) << 16)
+            }
+            n => {
+                let lo = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+                let hi = u32::from_le_bytes([t[n - 4], t[n - 3], t[n - 2], t[n - 1]]);
+                u64::from(lo) | (u64::from(hi) << 32)
+            }
+        };
+        self.add(word);
     }
 
     fn write_u8(&mut self, i: u8) {
