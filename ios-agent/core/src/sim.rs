@@ -1121,19 +1121,28 @@ impl Sim {
     /// Feeds agent `i` one RTT sample of node `j`.
     fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
         let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
-        let peer = self.nodes[j].peer.clone();
         let _span = tracing::debug_span!("node", i).entered();
+        // Node i's agent and node j's id and host at once, without copying them (a node
+        // never measures itself).
+        if i == j {
+            return;
+        }
+        let (node, other) = if i < j {
+            let (a, b) = self.nodes.split_at_mut(j);
+            (&mut a[i], &b[0])
+        } else {
+            let (a, b) = self.nodes.split_at_mut(i);
+            (&mut b[0], &a[j])
+        };
         // The host a connection announces (identify, in the real driver) comes with it. An
         // agent that already holds this very host for this peer would return at once, with
         // no effect: skipping the call then spares two copied names per sample.
-        let host = &self.nodes[j].host;
-        if self.nodes[i].agent.peer_host(&peer) != Some(host) {
-            let host = host.clone();
-            let _ = self.nodes[i]
+        if node.agent.peer_host(&other.peer) != Some(&other.host) {
+            let _ = node
                 .agent
-                .handle_peer_host(now, peer.clone(), host);
+                .handle_peer_host(now, other.peer.clone(), other.host.clone());
         }
-        self.nodes[i].agent.handle_peer_rtt(now, peer, rtt);
+        node.agent.peer_rtt(now, &other.peer, rtt);
         self.drain(i);
     }
 

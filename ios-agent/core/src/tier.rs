@@ -89,13 +89,17 @@ impl Hasher for IdHasher {
         // it first), so overlapping reads lose nothing.
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
-            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
         }
         let t = chunks.remainder();
         let word = match t.len() {
             0 => return,
             1..=3 => {
-                u64::from(t[0]) | (u64::from(t[t.len() / 2]) << 8) | (u64::from(t[t.len() - 1]) << 16)
+                u64::from(t[0])
+                    | (u64::from(t[t.len() / 2]) << 8)
+                    | (u64::from(t[t.len() - 1]) << 16)
             }
             n => {
                 let lo = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
@@ -277,9 +281,10 @@ impl PeerTable {
 
     /// Records an RTT sample, adding the peer if new. When the table is full, a new peer
     /// evicts the farthest one if it is nearer than it, and is not added otherwise. Returns
-    /// whether the set of peers or a peer's tier changed.
-    pub fn record_rtt(&mut self, now: Instant, peer: PeerId, rtt: Duration) -> bool {
-        if let Some(&slot) = self.index.get(&peer) {
+    /// whether the set of peers or a peer's tier changed. The id is borrowed, and copied only
+    /// for a new peer or a new tier: samples of known peers are nearly all of them.
+    pub fn record_rtt(&mut self, now: Instant, peer: &PeerId, rtt: Duration) -> bool {
+        if let Some(&slot) = self.index.get(peer) {
             let Some((_, info)) = self.slots[slot as usize].as_mut() else {
                 return false;
             };
@@ -307,8 +312,8 @@ impl PeerTable {
             let tier = LatencyTier::from_rtt(info.min_rtt);
             let retiered = tier != info.tier;
             if retiered {
-                self.tiers[tier_index(info.tier)].remove(&peer);
-                self.tiers[tier_index(tier)].insert(peer);
+                self.tiers[tier_index(info.tier)].remove(peer);
+                self.tiers[tier_index(tier)].insert(peer.clone());
                 info.tier = tier;
             }
             self.by_seen.insert((now, slot));
@@ -339,7 +344,7 @@ impl PeerTable {
         self.tiers[tier_index(tier)].insert(peer.clone());
         self.index.insert(peer.clone(), slot);
         self.slots[slot as usize] = Some((
-            peer,
+            peer.clone(),
             PeerInfo {
                 srtt: rtt,
                 min_rtt: rtt,
@@ -493,15 +498,15 @@ mod tests {
     fn rtt_is_smoothed_and_retiers() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(4);
-        table.record_rtt(t0, peer("a"), ms(2));
+        table.record_rtt(t0, &peer("a"), ms(2));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         // One outlier does not move the peer: 7/8 * 2 + 1/8 * 50 = 8 ms.
-        table.record_rtt(t0 + ms(1000), peer("a"), ms(50));
+        table.record_rtt(t0 + ms(1000), &peer("a"), ms(50));
         assert_eq!(table.get(&peer("a")).map(|i| i.srtt), Some(ms(8)));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         // A sustained change does, once the minimum's window has passed.
         for s in 2..=12 {
-            table.record_rtt(t0 + ms(1000 * s), peer("a"), ms(50));
+            table.record_rtt(t0 + ms(1000 * s), &peer("a"), ms(50));
         }
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
     }
@@ -513,18 +518,18 @@ mod tests {
     fn given_a_slow_first_sample_then_the_next_normal_one_gives_the_tier() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(4);
-        table.record_rtt(t0, peer("a"), ms(28));
+        table.record_rtt(t0, &peer("a"), ms(28));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
-        assert!(table.record_rtt(t0 + ms(1000), peer("a"), Duration::from_micros(200)));
+        assert!(table.record_rtt(t0 + ms(1000), &peer("a"), Duration::from_micros(200)));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         let info = table.get(&peer("a")).expect("known");
         assert!(info.srtt > LOCAL_MAX_RTT, "{info:?}");
         // A lone spike after the window does not move it either: the new minimum is the
         // smoothed RTT or the sample, whichever is less, and the next normal sample is less.
         for s in 2..=12 {
-            table.record_rtt(t0 + ms(1000 * s), peer("a"), Duration::from_micros(200));
+            table.record_rtt(t0 + ms(1000 * s), &peer("a"), Duration::from_micros(200));
         }
-        table.record_rtt(t0 + ms(13_000), peer("a"), ms(80));
+        table.record_rtt(t0 + ms(13_000), &peer("a"), ms(80));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
     }
 
@@ -532,13 +537,13 @@ mod tests {
     fn table_is_bounded_and_keeps_the_nearest() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(2);
-        assert!(table.record_rtt(t0, peer("a"), ms(5)));
-        assert!(table.record_rtt(t0 + ms(1), peer("b"), ms(50)));
+        assert!(table.record_rtt(t0, &peer("a"), ms(5)));
+        assert!(table.record_rtt(t0 + ms(1), &peer("b"), ms(50)));
         // A far newcomer is left out, however fresh.
-        assert!(!table.record_rtt(t0 + ms(2), peer("c"), ms(80)));
+        assert!(!table.record_rtt(t0 + ms(2), &peer("c"), ms(80)));
         assert!(table.get(&peer("c")).is_none());
         // A near one replaces the farthest.
-        assert!(table.record_rtt(t0 + ms(3), peer("d"), ms(1)));
+        assert!(table.record_rtt(t0 + ms(3), &peer("d"), ms(1)));
         assert_eq!(table.len(), 2);
         assert!(table.get(&peer("b")).is_none());
         assert_eq!(
@@ -572,7 +577,7 @@ mod tests {
             for round in 0..rounds {
                 for (k, &i) in idx.iter().enumerate() {
                     let at = t0 + ms((round * n + k) as u64);
-                    table.record_rtt(at, peer(&format!("p{i}")), ms(rtts[i]));
+                    table.record_rtt(at, &peer(&format!("p{i}")), ms(rtts[i]));
                 }
                 idx.reverse();
             }

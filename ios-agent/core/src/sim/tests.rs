@@ -468,7 +468,16 @@ fn given_node_ids_then_index_of_finds_exactly_the_nodes() {
     for i in 0..120 {
         assert_eq!(sim.index_of(sim.agent(i).id()), Some(i), "node {i}");
     }
-    for other in ["n5", "n005", "n0100", "x01", "n", "n1a", "n120", "n99999999999999999999999"] {
+    for other in [
+        "n5",
+        "n005",
+        "n0100",
+        "x01",
+        "n",
+        "n1a",
+        "n120",
+        "n99999999999999999999999",
+    ] {
         let peer = PeerId::new(other).expect("valid");
         assert_eq!(sim.index_of(&peer), None, "{other}");
     }
