@@ -567,9 +567,9 @@ impl Steal {
 
 /// The hosts announced by peers ([`Agent::handle_peer_host`]), by peer and by host: an
 /// announcement is checked against every other peer's host, and at 10,000 simulated nodes
-/// that scan of the whole table (up to `2 * max_peers` names) for every new peer was a
-/// tenth of the RTT rounds' time. A host has at most one holder (a claim of a held host is
-/// refused), so the reverse index is exact.
+/// that scan of the whole table (up to `2 * max_peers` names) for every sample of a peer
+/// whose host was not taken showed in the profiles. A host has at most one holder (a claim
+/// of a held host is refused), so the reverse index is exact.
 #[derive(Debug, Default)]
 struct Hosts {
     by_peer: IdMap<PeerId, HostName>,
