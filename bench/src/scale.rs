@@ -582,6 +582,23 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         ];
         series.push([(now[0] - last[0]) / 60.0, (now[1] - last[1]) / 60.0]);
         last = now;
+        // Progress every 10 simulated minutes: a long run (10,000 nodes) that has to be
+        // stopped still leaves its cost per simulated minute on record.
+        if (m + 1) % 10 == 0 && m + 1 < steps {
+            eprintln!(
+                "scale: progress {} {} nodes {}: minute {}, {:.0} iterations, {} migrations, {} messages, wall {:.1} s, cpu {:.1} s, peak RSS {} MB",
+                pool.network.name(),
+                pool.nodes,
+                strategy.name(),
+                m + 1,
+                sim.iterations(),
+                sim.migrations().len(),
+                sim.messages().messages,
+                wall.elapsed().as_secs_f64(),
+                cpu_seconds() - cpu,
+                peak_rss() / 1_000_000
+            );
+        }
     }
     let wall = wall.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu;
