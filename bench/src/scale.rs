@@ -425,6 +425,8 @@ pub struct Outcome {
     pub messages: u64,
     /// CBOR bytes of the messages.
     pub bytes: u64,
+    /// Messages and their CBOR bytes by kind (`Message::kind`).
+    pub by_kind: Vec<(&'static str, u64, u64)>,
     /// Median seconds from a node's join to the first rank arriving there (joins that got
     /// none are left out), and how many got one.
     pub join_to_work: Option<f64>,
@@ -580,6 +582,23 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         ];
         series.push([(now[0] - last[0]) / 60.0, (now[1] - last[1]) / 60.0]);
         last = now;
+        // Progress every 10 simulated minutes: a long run (10,000 nodes) that has to be
+        // stopped still leaves its cost per simulated minute on record.
+        if (m + 1) % 10 == 0 && m + 1 < steps {
+            eprintln!(
+                "scale: progress {} {} nodes {}: minute {}, {:.0} iterations, {} migrations, {} messages, wall {:.1} s, cpu {:.1} s, peak RSS {} MB",
+                pool.network.name(),
+                pool.nodes,
+                strategy.name(),
+                m + 1,
+                sim.iterations(),
+                sim.migrations().len(),
+                sim.messages().messages,
+                wall.elapsed().as_secs_f64(),
+                cpu_seconds() - cpu,
+                peak_rss() / 1_000_000
+            );
+        }
     }
     let wall = wall.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu;
@@ -671,6 +690,11 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         ping_pongs,
         messages: counts.messages,
         bytes: counts.bytes,
+        by_kind: counts
+            .by_kind
+            .iter()
+            .map(|(k, (n, b))| (*k, *n, *b))
+            .collect(),
         join_to_work: (!waits.is_empty()).then(|| waits[waits.len() / 2]),
         joins_served: waits.len(),
         joins: joins.len(),
@@ -836,16 +860,26 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                     continue;
                 }
                 let o = run_one(pool, s);
+                // Exact figures too (iterations to 1e-3, bytes, messages by kind): two runs
+                // of one seed must print the same line, whatever changed in the simulator's
+                // speed.
+                let kinds: Vec<String> = o
+                    .by_kind
+                    .iter()
+                    .map(|(k, n, b)| format!("{k} {n} ({b} B)"))
+                    .collect();
                 eprintln!(
-                    "scale: {} {} nodes {}: {:.0} iterations, {} migrations, {} messages, wall {:.1} s, cpu {:.1} s",
+                    "scale: {} {} nodes {}: {:.3} iterations, {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
                     network.name(),
                     nodes,
                     s.name(),
                     o.iterations,
                     o.migrations,
                     o.messages,
+                    o.bytes,
                     o.wall,
-                    o.cpu
+                    o.cpu,
+                    kinds.join(", ")
                 );
                 outcomes.push(o);
             }

@@ -63,7 +63,6 @@
 //!   relays it to its manager, which compares its heaviest nodes with the packet's source
 //!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
@@ -72,7 +71,7 @@ use crate::agent::{Agent, Beneficiary, Steal, Topology};
 use crate::decision::{self, NodeView};
 use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES};
 use crate::model::{EntityId, EntityProfile, NodeProfile};
-use crate::tier::{LatencyTier, PeerId};
+use crate::tier::{IdMap, LatencyTier, PeerId};
 
 #[derive(Debug)]
 struct Heard {
@@ -83,6 +82,13 @@ struct Heard {
     /// the peer's seniority as this agent saw it, which nobody can claim or choose.
     first: Instant,
     vote: PeerId,
+    /// Whether the peer is in the local tier of the peer table. Every heard peer was local
+    /// when first heard (heartbeats of others are ignored), and a peer's tier changes only
+    /// with the peer table, which tells the cluster ([`Agent::c2c_peers_changed`] refreshes
+    /// this). Kept here because the election checks every heard peer on every heartbeat,
+    /// and a peer-table look-up each was a third of the simulator's time with NSc2c on the
+    /// Internet-like network at 1,000 nodes (up to 64 local peers each).
+    local: bool,
 }
 
 #[derive(Debug)]
@@ -130,7 +136,7 @@ pub(crate) struct Cluster {
     joined: Instant,
     /// The successor the manager last named in its heartbeats.
     successor: Option<PeerId>,
-    heard: HashMap<PeerId, Heard>,
+    heard: IdMap<PeerId, Heard>,
     manager: PeerId,
     /// When this agent took its current manager: a manager it had heard only in gossip is
     /// given one member timeout from then to start its heartbeats.
@@ -139,7 +145,7 @@ pub(crate) struct Cluster {
     gossip_after: Option<PeerId>,
     /// Peers named in votes but not heard yet, and when this agent last called them: one
     /// call per member timeout at most.
-    called: HashMap<PeerId, Instant>,
+    called: IdMap<PeerId, Instant>,
     /// Manager: when it last polled its members (the poll is their manager's heartbeat).
     polled: Option<Instant>,
     /// Member: when it last answered its manager's poll (the reply is its heartbeat).
@@ -147,7 +153,7 @@ pub(crate) struct Cluster {
     next_heartbeat: Instant,
     next_poll: Instant,
     poll: Option<MessageId>,
-    views: HashMap<PeerId, View>,
+    views: IdMap<PeerId, View>,
     pending_order: Option<(MigrationId, Instant)>,
     balancing: bool,
 }
@@ -157,18 +163,18 @@ impl Cluster {
         Cluster {
             joined: now,
             successor: None,
-            heard: HashMap::new(),
+            heard: IdMap::default(),
             manager: me,
             manager_since: now,
             gossip_after: None,
-            called: HashMap::new(),
+            called: IdMap::default(),
             polled: None,
             replied: None,
             next_heartbeat: now,
             // Heartbeats first, so that the first poll reaches the members.
             next_poll: now + heartbeat_period * 2,
             poll: None,
-            views: HashMap::new(),
+            views: IdMap::default(),
             pending_order: None,
             balancing: false,
         }
@@ -197,7 +203,7 @@ impl Agent {
             .cluster
             .heard
             .iter()
-            .filter(|(p, h)| h.vote == self.me && self.linked(now, p, h))
+            .filter(|(_, h)| h.vote == self.me && self.linked(now, h))
             .map(|(p, _)| p)
             .collect();
         v.sort();
@@ -217,14 +223,14 @@ impl Agent {
     }
 
     /// A local peer heard within the gossip timeout: a candidate, and its vote counts.
-    fn alive(&self, now: Instant, peer: &PeerId, h: &Heard) -> bool {
-        now < h.at + self.gossip_timeout() && self.peers.tier(peer) == Some(LatencyTier::Local)
+    fn alive(&self, now: Instant, h: &Heard) -> bool {
+        now < h.at + self.gossip_timeout() && h.local
     }
 
     /// A local peer heard within the member timeout: what a manager and its members expect
     /// of each other, as they send to each other every heartbeat period.
-    fn linked(&self, now: Instant, peer: &PeerId, h: &Heard) -> bool {
-        now < h.at + self.config.member_timeout && self.peers.tier(peer) == Some(LatencyTier::Local)
+    fn linked(&self, now: Instant, h: &Heard) -> bool {
+        now < h.at + self.config.member_timeout && h.local
     }
 
     /// NSc2c: how far apart two agents' first sightings may be for both to count as
@@ -241,8 +247,7 @@ impl Agent {
         let m = &self.cluster.manager;
         *m == self.me
             || self.cluster.heard.get(m).is_some_and(|h| {
-                now < h.at.max(self.cluster.manager_since) + self.config.member_timeout
-                    && self.peers.tier(m) == Some(LatencyTier::Local)
+                now < h.at.max(self.cluster.manager_since) + self.config.member_timeout && h.local
             })
     }
 
@@ -262,7 +267,7 @@ impl Agent {
                         .cluster
                         .heard
                         .get(&s)
-                        .is_some_and(|h| self.alive(now, &s, h));
+                        .is_some_and(|h| self.alive(now, h));
                 if alive {
                     self.set_manager(now, s);
                     return;
@@ -270,38 +275,42 @@ impl Agent {
             }
         }
         // The alive peers, each checked once: an election runs on every heartbeat, and in
-        // the scale runs the checks (a peer-table look-up each) and cloned ids were most of
-        // the simulator's time with NSc2c.
+        // the scale runs the checks and cloned ids were most of the simulator's time with
+        // NSc2c (hence also `Heard::local`, the votes counted in an `IdMap`, and the
+        // candidates' self-votes taken with them rather than looked up in every comparison).
         let alive: Vec<(&PeerId, &Heard)> = self
             .cluster
             .heard
             .iter()
-            .filter(|(p, h)| self.alive(now, p, h))
+            .filter(|(_, h)| self.alive(now, h))
             .collect();
         // Votes of the alive peers, counted once.
-        let mut votes: HashMap<&PeerId, usize> = HashMap::with_capacity(alive.len());
+        let mut votes: IdMap<&PeerId, usize> = IdMap::default();
+        votes.reserve(alive.len());
         for (_, h) in &alive {
             *votes.entry(&h.vote).or_default() += 1;
         }
-        // (candidate, first seen, votes): this agent's own vote counts too.
+        // (candidate, first seen, votes, votes for itself): this agent's own vote counts
+        // too. A peer that votes for itself although it hears this agent does not take this
+        // agent as its senior: on equal votes it goes first (it may have been there first;
+        // this agent cannot tell, having heard it from its own first moment). This agent
+        // never counts as such (it is never among the peers it heard).
         let count = |c: &PeerId| {
             votes.get(c).copied().unwrap_or(0) + usize::from(self.cluster.manager == *c)
         };
-        let mut candidates: Vec<(&PeerId, Instant, usize)> = Vec::with_capacity(alive.len() + 1);
-        candidates.push((&self.me, self.cluster.joined, count(&self.me)));
-        candidates.extend(alive.iter().map(|(p, h)| (*p, h.first, count(p))));
+        type Candidate<'a> = (&'a PeerId, Instant, usize, bool);
+        let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(alive.len() + 1);
+        candidates.push((&self.me, self.cluster.joined, count(&self.me), false));
+        candidates.extend(
+            alive
+                .iter()
+                .map(|(p, h)| (*p, h.first, count(p), h.vote == **p && **p != self.me)),
+        );
         let oldest = candidates.iter().map(|c| c.1).min().unwrap_or(now);
         let senior_until = oldest + self.seniority_grace();
-        // A peer that votes for itself although it hears this agent does not take this
-        // agent as its senior: on equal votes it goes first (it may have been there first;
-        // this agent cannot tell, having heard it from its own first moment).
-        let self_voting =
-            |c: &PeerId| *c != self.me && self.cluster.heard.get(c).is_some_and(|h| h.vote == *c);
         // Greater is better: votes, then a self-voting peer, then the lower id.
-        let better = |a: &&(&PeerId, Instant, usize), b: &&(&PeerId, Instant, usize)| {
-            a.2.cmp(&b.2)
-                .then(self_voting(a.0).cmp(&self_voting(b.0)))
-                .then(b.0.cmp(a.0))
+        let better = |a: &&Candidate<'_>, b: &&Candidate<'_>| {
+            a.2.cmp(&b.2).then(a.3.cmp(&b.3)).then(b.0.cmp(a.0))
         };
         let senior = candidates
             .iter()
@@ -327,7 +336,7 @@ impl Agent {
             self.cluster
                 .heard
                 .iter()
-                .filter(|(p, h)| h.vote == self.me && self.linked(now, p, h))
+                .filter(|(_, h)| h.vote == self.me && self.linked(now, h))
         };
         let oldest = members().map(|(_, h)| h.first).min()?;
         members()
@@ -378,7 +387,13 @@ impl Agent {
             return;
         }
         let peers = &self.peers;
-        self.cluster.heard.retain(|p, _| peers.get(p).is_some());
+        self.cluster.heard.retain(|p, h| match peers.tier(p) {
+            Some(tier) => {
+                h.local = tier == LatencyTier::Local;
+                true
+            }
+            None => false,
+        });
         self.cluster.views.retain(|p, _| peers.get(p).is_some());
         self.elect(now);
     }
@@ -458,13 +473,13 @@ impl Agent {
             self.send_heartbeat(manager.clone(), None);
         }
         // The gossip round: the local peers outside this agent's manager-member links, in id
-        // order from where the last turn stopped.
-        let round: Vec<PeerId> = self
+        // order from where the last turn stopped. Borrowed, and only the turn's ids copied
+        // (not every local peer's, up to 64, each period on every node).
+        let round: Vec<&PeerId> = self
             .peers
             .in_tier(LatencyTier::Local)
             .into_iter()
             .filter(|p| **p != manager && members.binary_search(p).is_err())
-            .cloned()
             .collect();
         if round.is_empty() {
             return;
@@ -483,14 +498,15 @@ impl Agent {
             .cluster
             .gossip_after
             .as_ref()
-            .map_or(0, |after| round.partition_point(|p| p <= after));
+            .map_or(0, |after| round.partition_point(|p| *p <= after));
         let turn: Vec<PeerId> = round
             .iter()
             .cycle()
             .skip(start)
             .take(fanout)
-            .cloned()
+            .map(|p| (*p).clone())
             .collect();
+        drop(round);
         self.cluster.gossip_after = turn.last().cloned();
         for to in turn {
             self.send_heartbeat(to, successor.clone());
@@ -510,16 +526,31 @@ impl Agent {
         if from == self.cluster.manager && vote == from {
             self.cluster.successor = successor;
         }
-        let new = !self.cluster.heard.contains_key(&from);
-        let first = self.cluster.heard.get(&from).map_or(now, |h| h.first);
-        self.cluster.heard.insert(
-            from.clone(),
-            Heard {
-                at: now,
-                first,
-                vote: vote.clone(),
-            },
-        );
+        // A known peer's entry is updated in place (its seniority kept), so that the ids are
+        // copied only for a new peer or a changed vote: heartbeats are most NSc2c messages.
+        let new = match self.cluster.heard.get_mut(&from) {
+            Some(h) => {
+                h.at = now;
+                if h.vote != vote {
+                    h.vote = vote.clone();
+                }
+                // Checked above.
+                h.local = true;
+                false
+            }
+            None => {
+                self.cluster.heard.insert(
+                    from.clone(),
+                    Heard {
+                        at: now,
+                        first: now,
+                        vote: vote.clone(),
+                        local: true,
+                    },
+                );
+                true
+            }
+        };
         self.cluster.called.remove(&from);
         let before = self.cluster.manager.clone();
         self.elect(now);

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,79 @@ impl LatencyTier {
         }
     }
 }
+
+/// A fast, unkeyed hasher (rustc's "Fx": rotate, xor, multiply, one word at a time) for
+/// the maps an agent keys by [`PeerId`] or host name on every RTT sample and every message
+/// (the peer table's index, the announced hosts, the cluster's heard peers). std's keyed
+/// SipHash was a tenth of the simulator's time at 10,000 nodes. Unkeyed is safe here because
+/// every such map is bounded by the peer table's size (`max_peers`, twice that for hosts):
+/// ids chosen to collide cost at most a scan of that many entries. Nothing depends on these
+/// maps' iteration order (with SipHash it was random in every process, and runs replay
+/// exactly from their seed).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl IdHasher {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Whole words, then the tail read as two overlapping halves (as foldhash does): a
+        // `copy_from_slice` of the tail compiled to a call to memcpy, and a byte loop cost
+        // more than the hash itself. The length is hashed apart (`Hash` for slices writes
+        // it first), so overlapping reads lose nothing.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
+        }
+        let t = chunks.remainder();
+        let word = match t.len() {
+            0 => return,
+            1..=3 => {
+                u64::from(t[0])
+                    | (u64::from(t[t.len() / 2]) << 8)
+                    | (u64::from(t[t.len() - 1]) << 16)
+            }
+            n => {
+                let lo = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+                let hi = u32::from_le_bytes([t[n - 4], t[n - 3], t[n - 2], t[n - 1]]);
+                u64::from(lo) | (u64::from(hi) << 32)
+            }
+        };
+        self.add(word);
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply leaves the low bits (the bucket index) weakest: fold the high ones in.
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+/// A map keyed by peer ids or host names, with [`IdHasher`].
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// Longest [`PeerId`], in bytes (a libp2p peer id is 38 bytes).
 pub const MAX_PEER_ID_LEN: usize = 64;
@@ -167,13 +241,18 @@ pub struct PeerInfo {
 pub struct PeerTable {
     /// Peer to its slot in `slots`; the ordered indexes hold slots, not ids, so that they
     /// compare integers and never copy an id.
-    index: HashMap<PeerId, u32>,
+    index: IdMap<PeerId, u32>,
     slots: Vec<Option<(PeerId, PeerInfo)>>,
     free: Vec<u32>,
     by_seen: BTreeSet<(Instant, u32)>,
     by_rtt: BTreeSet<(Duration, u32)>,
     tiers: [BTreeSet<PeerId>; 4],
     capacity: usize,
+    /// Bumped whenever what [`PeerTable::by_rtt`] yields changes (a peer added or removed,
+    /// a smoothed RTT changed), never for a sample that only refreshes `last_seen`: so that
+    /// what an agent derives from the ordered peers (the RTTs a work steal carries) is
+    /// recomputed only when it can differ.
+    version: u64,
 }
 
 fn tier_index(tier: LatencyTier) -> usize {
@@ -189,28 +268,37 @@ impl PeerTable {
     /// An empty table holding at most `capacity` peers (at least 1).
     pub fn new(capacity: usize) -> Self {
         PeerTable {
-            index: HashMap::new(),
+            index: IdMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
             by_seen: BTreeSet::new(),
             by_rtt: BTreeSet::new(),
             tiers: Default::default(),
             capacity: capacity.max(1),
+            version: 0,
         }
     }
 
     /// Records an RTT sample, adding the peer if new. When the table is full, a new peer
     /// evicts the farthest one if it is nearer than it, and is not added otherwise. Returns
-    /// whether the set of peers or a peer's tier changed.
-    pub fn record_rtt(&mut self, now: Instant, peer: PeerId, rtt: Duration) -> bool {
-        if let Some(&slot) = self.index.get(&peer) {
+    /// whether the set of peers or a peer's tier changed. The id is borrowed, and copied only
+    /// for a new peer or a new tier: samples of known peers are nearly all of them.
+    pub fn record_rtt(&mut self, now: Instant, peer: &PeerId, rtt: Duration) -> bool {
+        if let Some(&slot) = self.index.get(peer) {
             let Some((_, info)) = self.slots[slot as usize].as_mut() else {
                 return false;
             };
             self.by_seen.remove(&(info.last_seen, slot));
-            self.by_rtt.remove(&(info.srtt, slot));
             // srtt = 7/8 srtt + 1/8 sample
-            info.srtt = (info.srtt * 7 + rtt) / 8;
+            let srtt = (info.srtt * 7 + rtt) / 8;
+            // A steady RTT leaves the smoothed one where it is (always so in the simulator,
+            // whose RTTs are fixed per pair): then the RTT index and the version stay.
+            if srtt != info.srtt {
+                self.by_rtt.remove(&(info.srtt, slot));
+                self.by_rtt.insert((srtt, slot));
+                info.srtt = srtt;
+                self.version += 1;
+            }
             info.last_seen = now;
             if rtt <= info.min_rtt {
                 info.min_rtt = rtt;
@@ -224,12 +312,11 @@ impl PeerTable {
             let tier = LatencyTier::from_rtt(info.min_rtt);
             let retiered = tier != info.tier;
             if retiered {
-                self.tiers[tier_index(info.tier)].remove(&peer);
-                self.tiers[tier_index(tier)].insert(peer);
+                self.tiers[tier_index(info.tier)].remove(peer);
+                self.tiers[tier_index(tier)].insert(peer.clone());
                 info.tier = tier;
             }
             self.by_seen.insert((now, slot));
-            self.by_rtt.insert((info.srtt, slot));
             return retiered;
         }
         if self.index.len() >= self.capacity {
@@ -253,10 +340,11 @@ impl PeerTable {
         };
         self.by_seen.insert((now, slot));
         self.by_rtt.insert((rtt, slot));
+        self.version += 1;
         self.tiers[tier_index(tier)].insert(peer.clone());
         self.index.insert(peer.clone(), slot);
         self.slots[slot as usize] = Some((
-            peer,
+            peer.clone(),
             PeerInfo {
                 srtt: rtt,
                 min_rtt: rtt,
@@ -279,6 +367,7 @@ impl PeerTable {
             self.tiers[tier_index(info.tier)].remove(peer);
         }
         self.free.push(slot);
+        self.version += 1;
         true
     }
 
@@ -350,6 +439,12 @@ impl PeerTable {
         self.index.is_empty()
     }
 
+    /// A number that changes whenever [`PeerTable::by_rtt`]'s peers or RTTs change (and
+    /// only then, but for wrapping).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     /// Oldest `last_seen`, to schedule expiry.
     pub fn oldest_seen(&self) -> Option<Instant> {
         self.by_seen.first().map(|(at, _)| *at)
@@ -403,15 +498,15 @@ mod tests {
     fn rtt_is_smoothed_and_retiers() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(4);
-        table.record_rtt(t0, peer("a"), ms(2));
+        table.record_rtt(t0, &peer("a"), ms(2));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         // One outlier does not move the peer: 7/8 * 2 + 1/8 * 50 = 8 ms.
-        table.record_rtt(t0 + ms(1000), peer("a"), ms(50));
+        table.record_rtt(t0 + ms(1000), &peer("a"), ms(50));
         assert_eq!(table.get(&peer("a")).map(|i| i.srtt), Some(ms(8)));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         // A sustained change does, once the minimum's window has passed.
         for s in 2..=12 {
-            table.record_rtt(t0 + ms(1000 * s), peer("a"), ms(50));
+            table.record_rtt(t0 + ms(1000 * s), &peer("a"), ms(50));
         }
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
     }
@@ -423,18 +518,18 @@ mod tests {
     fn given_a_slow_first_sample_then_the_next_normal_one_gives_the_tier() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(4);
-        table.record_rtt(t0, peer("a"), ms(28));
+        table.record_rtt(t0, &peer("a"), ms(28));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
-        assert!(table.record_rtt(t0 + ms(1000), peer("a"), Duration::from_micros(200)));
+        assert!(table.record_rtt(t0 + ms(1000), &peer("a"), Duration::from_micros(200)));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
         let info = table.get(&peer("a")).expect("known");
         assert!(info.srtt > LOCAL_MAX_RTT, "{info:?}");
         // A lone spike after the window does not move it either: the new minimum is the
         // smoothed RTT or the sample, whichever is less, and the next normal sample is less.
         for s in 2..=12 {
-            table.record_rtt(t0 + ms(1000 * s), peer("a"), Duration::from_micros(200));
+            table.record_rtt(t0 + ms(1000 * s), &peer("a"), Duration::from_micros(200));
         }
-        table.record_rtt(t0 + ms(13_000), peer("a"), ms(80));
+        table.record_rtt(t0 + ms(13_000), &peer("a"), ms(80));
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Local));
     }
 
@@ -442,13 +537,13 @@ mod tests {
     fn table_is_bounded_and_keeps_the_nearest() {
         let t0 = Instant::now();
         let mut table = PeerTable::new(2);
-        assert!(table.record_rtt(t0, peer("a"), ms(5)));
-        assert!(table.record_rtt(t0 + ms(1), peer("b"), ms(50)));
+        assert!(table.record_rtt(t0, &peer("a"), ms(5)));
+        assert!(table.record_rtt(t0 + ms(1), &peer("b"), ms(50)));
         // A far newcomer is left out, however fresh.
-        assert!(!table.record_rtt(t0 + ms(2), peer("c"), ms(80)));
+        assert!(!table.record_rtt(t0 + ms(2), &peer("c"), ms(80)));
         assert!(table.get(&peer("c")).is_none());
         // A near one replaces the farthest.
-        assert!(table.record_rtt(t0 + ms(3), peer("d"), ms(1)));
+        assert!(table.record_rtt(t0 + ms(3), &peer("d"), ms(1)));
         assert_eq!(table.len(), 2);
         assert!(table.get(&peer("b")).is_none());
         assert_eq!(
@@ -482,7 +577,7 @@ mod tests {
             for round in 0..rounds {
                 for (k, &i) in idx.iter().enumerate() {
                     let at = t0 + ms((round * n + k) as u64);
-                    table.record_rtt(at, peer(&format!("p{i}")), ms(rtts[i]));
+                    table.record_rtt(at, &peer(&format!("p{i}")), ms(rtts[i]));
                 }
                 idx.reverse();
             }

@@ -417,3 +417,68 @@ fn given_two_clusters_then_managers_steal_across_them() {
         }
     }
 }
+
+/// The simulator sizes work steals without encoding their RTTs (`message_cbor_len`): the
+/// count must be ciborium's, byte for byte, whatever the number of RTTs (the array head
+/// grows at 24 and 256), the host names' lengths and the RTTs' magnitudes.
+#[test]
+fn given_work_steals_with_rtts_then_their_size_is_ciboriums() {
+    use pcm_proto::HostName;
+
+    use super::{cbor_len, message_cbor_len};
+    use crate::message::{HostRtt, MessageId};
+    use crate::model::NodeProfile;
+    use crate::tier::PeerId;
+
+    for count in [0usize, 1, 23, 24, 64, 255, 256] {
+        let rtts: Vec<HostRtt> = (0..count)
+            .map(|i| HostRtt {
+                host: HostName::new("h".repeat(1 + (i * 37) % 255)).expect("valid"),
+                rtt_us: [0, 23, 24, 255, 256, 65_535, 65_536, u32::MAX][i % 8],
+            })
+            .collect();
+        let steal = Message::WorkSteal {
+            id: MessageId(7),
+            origin: PeerId::new("n01").expect("valid"),
+            source: PeerId::new("n02").expect("valid"),
+            source_host: HostName::new("n02").expect("valid"),
+            source_profile: NodeProfile::idle(4.0, 8 << 30),
+            ttl: 3,
+            tier: LatencyTier::Regional,
+            rtts,
+            job_offers: Vec::new(),
+        };
+        let expected = cbor_len(&steal);
+        let (back, fast) = message_cbor_len(steal.clone());
+        assert_eq!(fast, expected, "{count} RTTs");
+        assert_eq!(back, steal, "the message comes back as it went in");
+    }
+}
+
+/// `index_of` tells a node's id from its digits alone: every node's own id maps to it, and
+/// ids that only parse to an index (other padding, other prefix, beyond the pool) do not.
+#[test]
+fn given_node_ids_then_index_of_finds_exactly_the_nodes() {
+    use crate::tier::PeerId;
+
+    let mut sim = Sim::new(1, Config::default());
+    for _ in 0..120 {
+        sim.add_node(NodeSpec::new(1.0));
+    }
+    for i in 0..120 {
+        assert_eq!(sim.index_of(sim.agent(i).id()), Some(i), "node {i}");
+    }
+    for other in [
+        "n5",
+        "n005",
+        "n0100",
+        "x01",
+        "n",
+        "n1a",
+        "n120",
+        "n99999999999999999999999",
+    ] {
+        let peer = PeerId::new(other).expect("valid");
+        assert_eq!(sim.index_of(&peer), None, "{other}");
+    }
+}
