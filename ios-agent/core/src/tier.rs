@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -62,75 +62,15 @@ impl LatencyTier {
     }
 }
 
-/// A fast, unkeyed hasher (rustc's "Fx": rotate, xor, multiply, one word at a time) for
-/// the maps an agent keys by [`PeerId`] or host name on every RTT sample and every message
-/// (the peer table's index, the announced hosts, the cluster's heard peers). std's keyed
-/// SipHash was a tenth of the simulator's time at 10,000 nodes. Unkeyed is safe here because
-/// every such map is bounded by the peer table's size (`max_peers`, twice that for hosts):
-/// ids chosen to collide cost at most a scan of that many entries. Nothing depends on these
-/// maps' iteration order (with SipHash it was random in every process, and runs replay
-/// exactly from their seed).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl IdHasher {
-    const K: u64 = 0xf135_7aea_2e62_a9c5;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
-    }
-}
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Whole words, then the tail read as two overlapping halves (as foldhash does): a
-        // `copy_from_slice` of the tail compiled to a call to memcpy, and a byte loop cost
-        // more than the hash itself. The length is hashed apart (`Hash` for slices writes
-        // it first), so overlapping reads lose nothing.
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes([
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
-            ]));
-        }
-        let t = chunks.remainder();
-        let word = match t.len() {
-            0 => return,
-            1..=3 => {
-                u64::from(t[0])
-                    | (u64::from(t[t.len() / 2]) << 8)
-                    | (u64::from(t[t.len() - 1]) << 16)
-            }
-            n => {
-                let lo = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
-                let hi = u32::from_le_bytes([t[n - 4], t[n - 3], t[n - 2], t[n - 1]]);
-                u64::from(lo) | (u64::from(hi) << 32)
-            }
-        };
-        self.add(word);
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // The multiply leaves the low bits (the bucket index) weakest: fold the high ones in.
-        self.0 ^ (self.0 >> 32)
-    }
-}
+/// The hasher of the maps an agent keys by [`PeerId`] or host name on every RTT sample and
+/// every message (the peer table's index, the announced hosts, the cluster's heard peers):
+/// rustc's fast, unkeyed "Fx" hash (the `rustc-hash` crate). std's keyed SipHash was a
+/// tenth of the simulator's time at 10,000 nodes. Unkeyed is safe here because every such
+/// map is bounded by the peer table's size (`max_peers`, twice that for hosts): ids chosen
+/// to collide cost at most a scan of that many entries. Nothing depends on these maps'
+/// iteration order (with SipHash it was random in every process, and runs replay exactly
+/// from their seed).
+pub type IdHasher = rustc_hash::FxHasher;
 
 /// A map keyed by peer ids or host names, with [`IdHasher`].
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
