@@ -96,17 +96,7 @@ fn the_cluster_manager_moves_the_loaded_rank_to_a_cooperating_node() {
     let mut scenario = sized_job(&cluster, dir.path(), vec![0, 1]);
     scenario.agents_at_start = vec![0, 1];
     scenario.hog = Some((1, Duration::from_secs(3)));
-    scenario.agent_options = [
-        "--topology",
-        "c2c",
-        "--hold-down",
-        "2",
-        "--profile-period",
-        "1",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    scenario.agent_options = C2C_OPTIONS.iter().map(|s| (*s).to_owned()).collect();
     let outcome = run(&cluster, &scenario, dir.path());
     keep_logs(dir);
 
