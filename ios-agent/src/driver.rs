@@ -3,7 +3,7 @@
 //! returns. This is the only place where the agent's logic meets time and I/O; the logic
 //! itself lives in `ios-agent-core` and is the same code the simulator runs.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use ios_agent_core::agent::{Action, MigrationOutcome};
@@ -129,6 +129,10 @@ struct Driver<T, M> {
     draining: Option<Draining>,
     /// Entities pcmd reported stalled in the last sample that had entities.
     stalled: Vec<ios_agent_core::EntityId>,
+    /// The host each connected agent announced on connecting (bounded by the connection
+    /// limit): announced to the agent again on a ping if the agent's table of hosts, which
+    /// is smaller, had no room for it then or dropped it since.
+    connected_hosts: HashMap<PeerId, HostName>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -145,6 +149,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             processes: JobProcesses::default(),
             draining: None,
             stalled: Vec::new(),
+            connected_hosts: HashMap::new(),
         }
     }
 
@@ -308,10 +313,23 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
     fn on_peer_event(&mut self, event: NetEvent) {
         let now = Instant::now();
         match event {
-            NetEvent::PeerRtt { peer, rtt } => self.agent.handle_peer_rtt(now, peer, rtt),
+            NetEvent::PeerRtt { peer, rtt } => {
+                self.agent.handle_peer_rtt(now, peer.clone(), rtt);
+                // Measured after its host was left out of a full table: a peer now in the
+                // peer table may take the place of one outside it.
+                if self.agent.peer_host(&peer).is_none() {
+                    if let Some(host) = self.connected_hosts.get(&peer) {
+                        if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host.clone())
+                        {
+                            tracing::debug!(%peer, "host announcement refused again: {e}");
+                        }
+                    }
+                }
+            }
             NetEvent::PeerUp { peer, addr, host } => {
                 tracing::info!(%peer, %addr, ?host, "agent connected");
                 let Some(host) = host else { return };
+                self.connected_hosts.insert(peer.clone(), host.clone());
                 if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host) {
                     // Once per connection, and only from holders of the pool key.
                     tracing::warn!(%peer, "host announcement refused: {e}");
@@ -319,6 +337,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             }
             NetEvent::PeerGone { peer } => {
                 tracing::info!(%peer, "peer gone");
+                self.connected_hosts.remove(&peer);
                 self.agent.handle_peer_gone(now, &peer);
             }
             NetEvent::Message { from, message } => {

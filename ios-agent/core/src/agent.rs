@@ -387,6 +387,9 @@ pub struct Stats {
     /// beneficiary or host this agent cannot tie to an agent of the pool (see
     /// [`StealRefusal`]).
     pub steals_refused: u64,
+    /// Hosts dropped from the full table of hosts to make room for a new one
+    /// ([`Agent::handle_peer_host`]).
+    pub hosts_evicted: u64,
     /// Host announcements refused ([`Agent::handle_peer_host`]).
     pub hosts_refused: u64,
 }
@@ -570,17 +573,27 @@ impl Steal {
 /// that scan of the whole table (up to `2 * max_peers` names) for every sample of a peer
 /// whose host was not taken showed in the profiles. A host has at most one holder (a claim
 /// of a held host is refused), so the reverse index is exact.
+///
+/// The table is bounded, and a full table makes room by dropping the oldest announcement it
+/// may drop ([`Hosts::evict_oldest`]): refusing every new host instead kept the first
+/// `2 * max_peers` hosts an agent ever heard of, so in a large pool a nearer peer met later,
+/// or the destination a cluster manager chose, had no host and could not be given work
+/// (issue 15: most of NSc2c's move orders failed so at 10,000 simulated nodes).
 #[derive(Debug, Default)]
 struct Hosts {
-    by_peer: IdMap<PeerId, HostName>,
+    /// Each peer's host, with the sequence number of its announcement.
+    by_peer: IdMap<PeerId, (HostName, u64)>,
     by_host: IdMap<HostName, PeerId>,
-    /// Bumped on every change (for [`Agent::host_rtts`]' cache).
+    /// Announcements, oldest first, as (peer, sequence number); an entry whose number is no
+    /// longer the peer's is stale and skipped.
+    order: VecDeque<(PeerId, u64)>,
+    /// Bumped on every change (for [`Agent::host_rtts`]' cache); also the sequence number.
     version: u64,
 }
 
 impl Hosts {
     fn get(&self, peer: &PeerId) -> Option<&HostName> {
-        self.by_peer.get(peer)
+        self.by_peer.get(peer).map(|(host, _)| host)
     }
 
     fn contains_key(&self, peer: &PeerId) -> bool {
@@ -599,17 +612,51 @@ impl Hosts {
     /// `peer` now holds `host` (a host nobody else holds), instead of its old one if any.
     fn insert(&mut self, peer: PeerId, host: HostName) {
         self.version += 1;
-        if let Some(old) = self.by_peer.insert(peer.clone(), host.clone()) {
+        if let Some((old, _)) = self
+            .by_peer
+            .insert(peer.clone(), (host.clone(), self.version))
+        {
             self.by_host.remove(&old);
         }
-        self.by_host.insert(host, peer);
+        self.by_host.insert(host, peer.clone());
+        self.order.push_back((peer, self.version));
+        // Stale entries are dropped as eviction meets them; a table that never fills would
+        // keep them, so they are swept once they outnumber the live ones.
+        if self.order.len() > 2 * self.by_peer.len() + 16 {
+            let by_peer = &self.by_peer;
+            self.order
+                .retain(|(p, seq)| by_peer.get(p).is_some_and(|(_, s)| s == seq));
+        }
     }
 
     fn remove(&mut self, peer: &PeerId) -> Option<HostName> {
-        let host = self.by_peer.remove(peer)?;
+        let (host, _) = self.by_peer.remove(peer)?;
         self.version += 1;
         self.by_host.remove(&host);
         Some(host)
+    }
+
+    /// Drops the oldest announcement whose peer `keep` does not protect, and returns that
+    /// peer; `None` if every peer is protected. Protected entries keep their place.
+    fn evict_oldest(&mut self, keep: impl Fn(&PeerId, &HostName) -> bool) -> Option<PeerId> {
+        let mut protected = Vec::new();
+        let mut evicted = None;
+        while let Some((peer, seq)) = self.order.pop_front() {
+            let Some((host, _)) = self.by_peer.get(&peer).filter(|(_, s)| *s == seq) else {
+                continue;
+            };
+            if keep(&peer, host) {
+                protected.push((peer, seq));
+                continue;
+            }
+            self.remove(&peer);
+            evicted = Some(peer);
+            break;
+        }
+        for entry in protected.into_iter().rev() {
+            self.order.push_front(entry);
+        }
+        evicted
     }
 }
 
@@ -846,7 +893,7 @@ impl Agent {
     /// announcement by the same agent replaces its first.
     pub fn handle_peer_host(
         &mut self,
-        _now: Instant,
+        now: Instant,
         peer: PeerId,
         host: HostName,
     ) -> Result<(), HostRefusal> {
@@ -863,12 +910,16 @@ impl Agent {
                 self.contested.insert(host.clone(), peer);
             }
             Some(HostRefusal::Taken { host, holder })
-        } else if !self.hosts.contains_key(&peer) && self.hosts.len() >= 2 * self.config.max_peers {
+        } else if !self.hosts.contains_key(&peer)
+            && self.hosts.len() >= 2 * self.config.max_peers
+            && self.evict_host().is_none()
+        {
             Some(HostRefusal::Full {
                 max: 2 * self.config.max_peers,
             })
         } else {
-            self.hosts.insert(peer, host);
+            self.hosts.insert(peer.clone(), host);
+            self.c2c_host_known(now, &peer);
             None
         };
         match refusal {
@@ -878,6 +929,27 @@ impl Agent {
             }
             None => Ok(()),
         }
+    }
+
+    /// Makes room in the full table of hosts: drops the oldest announcement of a peer that
+    /// is not in the peer table (only peers there are stolen from, given work or measured),
+    /// holds no host another agent claims too (its successor is chosen on its departure) and
+    /// is not the destination of a move order waiting for its host. `None` if every entry
+    /// is protected so.
+    fn evict_host(&mut self) -> Option<PeerId> {
+        let awaited = self.c2c_awaited_host().cloned();
+        let peers = &self.peers;
+        let contested = &self.contested;
+        let evicted = self.hosts.evict_oldest(|peer, host| {
+            peers.get(peer).is_some()
+                || awaited.as_ref() == Some(peer)
+                || contested.contains_key(host)
+        });
+        if let Some(peer) = &evicted {
+            tracing::debug!(agent = %self.me, %peer, "host of a peer outside the peer table dropped: table full");
+            self.stats.hosts_evicted += 1;
+        }
+        evicted
     }
 
     /// `peer` disconnected or left.
@@ -966,6 +1038,8 @@ impl Agent {
                 }
             }
             Message::WorkAvailable => self.on_work_available(now, from),
+            // Its connection did its work: the hosts are announced over it.
+            Message::Introduce => {}
             Message::MigrationFinished {
                 migration,
                 completed,
@@ -2386,6 +2460,144 @@ mod tests {
         a.handle_peer_gone(t0, &peer("b"));
         assert_eq!(a.peer_host(&peer("k")), Some(&host("b")));
         assert_eq!(a.stats().hosts_refused, 7);
+    }
+
+    /// Issue 15: a full table of hosts refused every new host, so an agent kept the first
+    /// hosts it ever heard of, and a nearer peer met later could not be given work. Now the
+    /// oldest host of a peer outside the peer table makes room; the peer table's own
+    /// peers, and holders whose host another agent claims too, keep theirs.
+    #[test]
+    fn given_a_full_table_of_hosts_then_the_oldest_host_outside_the_peer_table_makes_room() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let config = Config::default().with_seed(1).with_max_peers(2);
+        let mut a = Agent::new(peer("a"), host("a"), config, t0).expect("valid config");
+        // Bound: 2 * max_peers = 4 hosts. Two peers in the peer table, met first...
+        meet(&mut a, t0, "p1", ms(1));
+        meet(&mut a, t0, "p2", ms(2));
+        // ...then two connected agents never measured.
+        for name in ["q1", "q2"] {
+            a.handle_peer_host(t0, peer(name), host(name))
+                .expect("room left");
+        }
+        a.handle_peer_host(t0, peer("q3"), host("q3"))
+            .expect("q1 makes room");
+        assert_eq!(a.peer_host(&peer("q1")), None);
+        for name in ["p1", "p2", "q2", "q3"] {
+            assert_eq!(a.peer_host(&peer(name)), Some(&host(name)), "{name}");
+        }
+        assert_eq!(a.stats().hosts_evicted, 1);
+        // A peer measured after its host was dropped announces it again (the driver does
+        // so on a ping). It pushes the farthest (p2) out of the peer table, and p2's host,
+        // now the oldest outside the peer table, makes room.
+        a.handle_peer_rtt(t0, peer("q1"), ms(1));
+        assert!(a.peers().get(&peer("p2")).is_none());
+        a.handle_peer_host(t0, peer("q1"), host("q1"))
+            .expect("p2 makes room");
+        assert_eq!(a.peer_host(&peer("p2")), None);
+        assert_eq!(a.peer_host(&peer("q1")), Some(&host("q1")));
+        // Holders of a contested host keep it, and with nothing else to drop the table is
+        // full.
+        for name in ["q2", "q3"] {
+            a.handle_peer_host(t0, peer(&format!("{name}-claimant")), host(name))
+                .expect_err("taken");
+        }
+        assert_eq!(
+            a.handle_peer_host(t0, peer("q4"), host("q4")),
+            Err(HostRefusal::Full { max: 4 })
+        );
+        for name in ["p1", "q1", "q2", "q3"] {
+            assert_eq!(a.peer_host(&peer(name)), Some(&host(name)), "{name}");
+        }
+        assert_eq!(a.stats().hosts_evicted, 2);
+    }
+
+    /// Issue 15: a member ordered to move work to a cluster mate whose host it does not
+    /// know (never connected, or dropped from a full table) refused the order; at 10,000
+    /// simulated nodes most orders failed so. It now introduces itself to the destination
+    /// and obeys once the host is announced, or refuses if it is not in time.
+    #[test]
+    fn given_a_move_order_to_an_unannounced_host_then_the_member_waits_for_the_announcement() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let order = |migration: u64| Message::MoveOrder {
+            migration: MigrationId(migration),
+            entities: vec![entity(0, 0.5).id],
+            to: peer("d"),
+            to_host: host("d"),
+            notify: peer("m"),
+        };
+        let mut p = c2c_agent("p", t0);
+        p.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 2.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        p.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        meet(&mut p, t0, "m", ms(1));
+        let mut t = t0;
+        for _ in 0..10 {
+            p.handle_message(t, peer("m"), heartbeat("m"));
+            p.handle_timeout(t);
+            drain(&mut p);
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(p.manager(), Some(&peer("m")));
+
+        // d's host is unknown: p introduces itself to d, and moves nothing yet.
+        p.handle_message(t, peer("m"), order(1));
+        let actions = drain(&mut p);
+        assert!(migrations(&actions).is_empty(), "{actions:?}");
+        assert!(
+            matches!(actions.as_slice(), [Action::Send { to, message: Message::Introduce }] if *to == peer("d")),
+            "{actions:?}"
+        );
+        // The connection announces d's host: the order is carried out.
+        p.handle_peer_host(t + ms(50), peer("d"), host("d"))
+            .expect("host accepted");
+        let actions = drain(&mut p);
+        assert!(
+            matches!(actions.as_slice(), [Action::Migrate { id: MigrationId(1), to_host, .. }] if *to_host == host("d")),
+            "{actions:?}"
+        );
+        p.handle_migration_outcome(t + ms(100), MigrationId(1), MigrationOutcome::Completed);
+        drain(&mut p);
+
+        // Another order to an agent that never announces its host: refused after the
+        // member timeout, and the manager is told.
+        let t = t + Duration::from_secs(2);
+        p.handle_entities(t, vec![entity(1, 0.5)]);
+        let mut unheard = order(2);
+        if let Message::MoveOrder {
+            entities,
+            to,
+            to_host,
+            ..
+        } = &mut unheard
+        {
+            *entities = vec![entity(1, 0.5).id];
+            *to = peer("e");
+            *to_host = host("e");
+        }
+        p.handle_message(t, peer("m"), unheard);
+        drain(&mut p);
+        let deadline = p.poll_timeout().expect("a timer");
+        assert!(deadline <= t + crate::agent::DEFAULT_MEMBER_TIMEOUT);
+        let late = t + crate::agent::DEFAULT_MEMBER_TIMEOUT;
+        p.handle_message(late, peer("m"), heartbeat("m"));
+        p.handle_timeout(late);
+        let actions = drain(&mut p);
+        assert!(migrations(&actions).is_empty(), "{actions:?}");
+        assert!(
+            actions.iter().any(|a| matches!(a, Action::Send { to, message: Message::MigrationFinished { migration: MigrationId(2), completed: false } } if *to == peer("m"))),
+            "{actions:?}"
+        );
+        // The host announced after that does not revive the order.
+        p.handle_peer_host(late, peer("e"), host("e"))
+            .expect("host accepted");
+        assert!(migrations(&drain(&mut p)).is_empty());
     }
 
     fn c2c_agent(name: &str, now: Instant) -> Agent {

@@ -155,6 +155,10 @@ pub(crate) struct Cluster {
     poll: Option<MessageId>,
     views: IdMap<PeerId, View>,
     pending_order: Option<(MigrationId, Instant)>,
+    /// Member: a move order to an agent whose host this agent does not know yet, the
+    /// manager that sent it, and until when it waits for the host (see
+    /// [`Agent::on_move_order`]).
+    awaiting_host: Option<(Order, PeerId, Instant)>,
     balancing: bool,
 }
 
@@ -176,6 +180,7 @@ impl Cluster {
             poll: None,
             views: IdMap::default(),
             pending_order: None,
+            awaiting_host: None,
             balancing: false,
         }
     }
@@ -416,6 +421,9 @@ impl Agent {
         if let Some((_, deadline)) = self.cluster.pending_order {
             t = t.min(deadline);
         }
+        if let Some((_, _, deadline)) = &self.cluster.awaiting_host {
+            t = t.min(*deadline);
+        }
         Some(t)
     }
 
@@ -434,6 +442,17 @@ impl Agent {
             .is_some_and(|(_, deadline)| now >= deadline)
         {
             self.cluster.pending_order = None;
+        }
+        if self
+            .cluster
+            .awaiting_host
+            .as_ref()
+            .is_some_and(|(_, _, deadline)| now >= *deadline)
+        {
+            if let Some((order, _, _)) = self.cluster.awaiting_host.take() {
+                tracing::info!(agent = %self.me, to = %order.to, "move order refused: the destination's host was not announced in time");
+                self.refuse_order(order);
+            }
         }
         if self.is_manager() && now >= self.cluster.next_poll {
             self.cluster.next_poll = now + self.config.profile_period;
@@ -644,16 +663,23 @@ impl Agent {
             return;
         }
         // Even the manager moves work only to a host its agent announced itself.
-        let host_known = self.peer_host(&order.to) == Some(&order.to_host);
+        let announced = self.peer_host(&order.to);
+        let host_known = announced == Some(&order.to_host);
+        let host_unheard = announced.is_none() && self.cluster.awaiting_host.is_none();
+        if own && host_unheard && !self.is_migrating() && order.to != self.me {
+            // The destination is a member of this cluster but not (or no longer) in this
+            // agent's table of hosts: it was never connected here, or its host was dropped
+            // to make room. A message opens a connection, over which its agent announces its
+            // host (identify, in the real driver); the order waits for that.
+            tracing::debug!(agent = %self.me, to = %order.to, "move order waits for the destination's host");
+            let to = order.to.clone();
+            let deadline = now + self.config.member_timeout;
+            self.cluster.awaiting_host = Some((order, from, deadline));
+            self.send(to, Message::Introduce);
+            return;
+        }
         if !own || !host_known || self.is_migrating() || order.to == self.me {
-            self.stats.messages_refused += 1;
-            self.send(
-                order.notify,
-                Message::MigrationFinished {
-                    migration: order.migration,
-                    completed: false,
-                },
-            );
+            self.refuse_order(order);
             return;
         }
         let to = Beneficiary {
@@ -669,6 +695,37 @@ impl Agent {
             &to,
             Some(order.notify),
         );
+    }
+
+    fn refuse_order(&mut self, order: Order) {
+        self.stats.messages_refused += 1;
+        self.send(
+            order.notify,
+            Message::MigrationFinished {
+                migration: order.migration,
+                completed: false,
+            },
+        );
+    }
+
+    /// The destination of a move order waiting for its host, if any: its host must not be
+    /// dropped from a full table of hosts.
+    pub(crate) fn c2c_awaited_host(&self) -> Option<&PeerId> {
+        self.cluster
+            .awaiting_host
+            .as_ref()
+            .map(|(order, _, _)| &order.to)
+    }
+
+    /// `peer`'s host was just announced: a move order waiting for it goes on (checked again
+    /// as if it had just arrived).
+    pub(crate) fn c2c_host_known(&mut self, now: Instant, peer: &PeerId) {
+        if self.c2c_awaited_host() != Some(peer) {
+            return;
+        }
+        if let Some((order, from, _)) = self.cluster.awaiting_host.take() {
+            self.on_move_order(now, from, order);
+        }
     }
 
     pub(crate) fn c2c_order_finished(&mut self, now: Instant, migration: MigrationId) {

@@ -169,6 +169,10 @@ pub enum Message {
         /// Who to send [`Message::MigrationFinished`] to.
         notify: PeerId,
     },
+    /// NSc2c: a member ordered to move work to an agent whose host it does not know sends
+    /// this to that agent. The message only opens a connection, over which both agents
+    /// announce their hosts; it asks for nothing and is answered with nothing.
+    Introduce,
 }
 
 /// A decoded message that breaks an invariant.
@@ -216,6 +220,7 @@ impl Message {
             Message::ProfileRequest { .. } => "profile-request",
             Message::ProfileReply { .. } => "profile-reply",
             Message::MoveOrder { .. } => "move-order",
+            Message::Introduce => "introduce",
         }
     }
 
@@ -272,6 +277,7 @@ impl Message {
             }
             Message::StealExhausted { .. }
             | Message::WorkAvailable
+            | Message::Introduce
             | Message::MigrationFinished { .. }
             | Message::Heartbeat { .. }
             | Message::ProfileRequest { .. } => {}
@@ -352,6 +358,7 @@ mod tests {
                 entities: vec![id.clone()],
             },
             Message::WorkAvailable,
+            Message::Introduce,
             Message::Heartbeat {
                 id: MessageId(3),
                 manager: peer("b"),

@@ -1134,16 +1134,45 @@ impl Sim {
             let (a, b) = self.nodes.split_at_mut(i);
             (&mut b[0], &a[j])
         };
-        // The host a connection announces (identify, in the real driver) comes with it. An
-        // agent that already holds this very host for this peer would return at once, with
-        // no effect: skipping the call then spares two copied names per sample.
+        // The host a connection announces (identify, in the real driver) comes with it,
+        // after the sample (as the real driver re-announces a host on a ping when its table
+        // had no room at the connection): a peer the sample puts in the peer table may then
+        // take a full host table's place of one outside it. An agent that already holds
+        // this very host for this peer would return at once, with no effect: skipping the
+        // call then spares two copied names per sample.
+        node.agent.peer_rtt(now, &other.peer, rtt);
         if node.agent.peer_host(&other.peer) != Some(&other.host) {
             let _ = node
                 .agent
                 .handle_peer_host(now, other.peer.clone(), other.host.clone());
         }
-        node.agent.peer_rtt(now, &other.peer, rtt);
         self.drain(i);
+    }
+
+    /// A message from node `from` reached node `to`: in the real driver it went over a
+    /// connection between them, which announced each agent's host to the other (identify).
+    /// Returns whether `from`'s agent learnt a host (it may then have acted: drain it).
+    fn connect(&mut self, now: Instant, from: usize, to: usize) -> bool {
+        let mut from_learnt = false;
+        if from == to {
+            return from_learnt;
+        }
+        for (i, j) in [(to, from), (from, to)] {
+            let (node, other) = if i < j {
+                let (a, b) = self.nodes.split_at_mut(j);
+                (&mut a[i], &b[0])
+            } else {
+                let (a, b) = self.nodes.split_at_mut(i);
+                (&mut b[0], &a[j])
+            };
+            if node.agent.peer_host(&other.peer) != Some(&other.host) {
+                let _ = node
+                    .agent
+                    .handle_peer_host(now, other.peer.clone(), other.host.clone());
+                from_learnt |= i == from;
+            }
+        }
+        from_learnt
     }
 
     /// Node `i` measures `k` random other alive nodes, and they it.
@@ -1217,10 +1246,14 @@ impl Sim {
             match event.kind {
                 EventKind::Deliver { to, from, message } => {
                     if self.nodes[to].alive && self.nodes[from].alive {
-                        let peer = self.nodes[from].peer.clone();
                         let _span = tracing::debug_span!("node", i = to).entered();
+                        let from_learnt = self.connect(now, from, to);
+                        let peer = self.nodes[from].peer.clone();
                         self.nodes[to].agent.handle_message(now, peer, message);
                         self.drain(to);
+                        if from_learnt {
+                            self.drain(from);
+                        }
                     }
                 }
                 EventKind::MigrationDone {
