@@ -17,7 +17,12 @@
 //!   id, so it cannot take over an existing cluster; ids decide only among agents that
 //!   started together. A candidate outside the senior generation wins only with strictly
 //!   more votes than the best senior one: so a larger cluster absorbs a smaller one that
-//!   comes within local latency.
+//!   comes within local latency. The election is asked on every heartbeat, but re-runs only
+//!   when one of its inputs changed since its last run (a peer heard anew or again after
+//!   timing out, a vote, a tier, the manager), or when a peer it counted or the manager may
+//!   have timed out (its only dependence on time): otherwise it would keep the manager and
+//!   change nothing, and re-running it over up to 64 peers on every heartbeat was most of
+//!   the simulator's time at 10,000 nodes.
 //! - **Upkeep bounded per node** (issue 15). Heartbeating every local peer every period cost
 //!   each node one message per local peer and second (about 40 in a cluster of 40, up to
 //!   the peer table's size), so the cost grew with the cluster. Instead, each heartbeat
@@ -160,6 +165,24 @@ pub(crate) struct Cluster {
     /// [`Agent::on_move_order`]).
     awaiting_host: Option<(Order, PeerId, Instant)>,
     balancing: bool,
+    standing: Standing,
+}
+
+/// What the last election saw, so that the next one runs only if its result could differ
+/// ([`Agent::elect`]).
+#[derive(Debug)]
+struct Standing {
+    /// An input of the election changed since it last ran (a peer heard anew, or again after
+    /// timing out, a vote, a tier, the successor named, a peer forgotten), or its last run
+    /// changed the manager (and so this agent's own vote: the next run may differ).
+    stale: bool,
+    /// When it last ran, or was last found to stand.
+    at: Instant,
+    /// How many heard peers were alive then ([`Agent::alive`]).
+    alive: usize,
+    /// Before this instant none of them, nor the manager, can time out (`None`: nobody
+    /// can).
+    until: Option<Instant>,
 }
 
 impl Cluster {
@@ -182,6 +205,12 @@ impl Cluster {
             pending_order: None,
             awaiting_host: None,
             balancing: false,
+            standing: Standing {
+                stale: true,
+                at: now,
+                alive: 0,
+                until: None,
+            },
         }
     }
 }
@@ -257,9 +286,80 @@ impl Agent {
     }
 
     /// The election of the module docs: seniority first, then votes, then a peer over self,
-    /// then the lowest id.
+    /// then the lowest id. It is called on every heartbeat, and re-running it over up to 64
+    /// peers each time was most of the simulator's time with NSc2c at 10,000 nodes; so it
+    /// runs only when its result could differ from the manager this agent has ([`Standing`]).
+    /// When it could not, a run would change nothing: skipping it decides exactly the same.
     fn elect(&mut self, now: Instant) {
+        if self.election_stands(now) {
+            // Every simulation in this crate's tests checks that claim.
+            #[cfg(test)]
+            assert!(
+                self.manager_alive(now) && self.winner(now) == self.cluster.manager,
+                "{}: a stale election at {now:?}",
+                self.me
+            );
+            return;
+        }
+        if self.run_election(now) {
+            self.cluster.standing = self.standing(now);
+        } else {
+            self.cluster.standing.stale = true;
+        }
+    }
+
+    /// Whether the last election still holds at `now` (see [`Standing`]): no input changed
+    /// since, and no alive peer nor the manager timed out. The agent is fed instants that
+    /// never go back; one that does re-runs the election.
+    fn election_stands(&mut self, now: Instant) -> bool {
+        let last = &self.cluster.standing;
+        if last.stale || now < last.at {
+            return false;
+        }
+        if last.until.is_none_or(|until| now < until) {
+            return true;
+        }
+        // Someone may have timed out. A peer alive then but silent since may be gone now,
+        // and none can have come back to life (that sets `stale`), so the same count of
+        // alive peers means the same peers: then the election still holds until the next
+        // time-out.
+        let next = self.standing(now);
+        if next.alive != last.alive || !self.manager_alive(now) {
+            return false;
+        }
+        self.cluster.standing = next;
+        true
+    }
+
+    /// The standing of an election that holds at `now`.
+    fn standing(&self, now: Instant) -> Standing {
+        let timeout = self.gossip_timeout();
+        let mut alive = 0;
+        let mut until: Option<Instant> = None;
+        let mut earlier = |t: Instant| until = Some(until.map_or(t, |u| u.min(t)));
+        for h in self.cluster.heard.values().filter(|h| self.alive(now, h)) {
+            alive += 1;
+            earlier(h.at + timeout);
+        }
+        if self.cluster.manager != self.me {
+            if let Some(h) = self.cluster.heard.get(&self.cluster.manager) {
+                earlier(h.at.max(self.cluster.manager_since) + self.config.member_timeout);
+            }
+        }
+        Standing {
+            stale: false,
+            at: now,
+            alive,
+            until,
+        }
+    }
+
+    /// Runs the election. Returns whether it kept the manager, alive, and changed nothing:
+    /// then a run with the same inputs would keep it too.
+    fn run_election(&mut self, now: Instant) -> bool {
+        let mut kept = true;
         if !self.manager_alive(now) {
+            kept = false;
             // The manager died (or left the local tier, or no longer answers): it is gone
             // for this agent, with its seniority, and its named successor takes over, if
             // alive. Everyone that followed it agrees, whatever they saw of the members'
@@ -275,13 +375,22 @@ impl Agent {
                         .is_some_and(|h| self.alive(now, h));
                 if alive {
                     self.set_manager(now, s);
-                    return;
+                    return false;
                 }
             }
         }
-        // The alive peers, each checked once: an election runs on every heartbeat, and in
-        // the scale runs the checks and cloned ids were most of the simulator's time with
-        // NSc2c (hence also `Heard::local`, the votes counted in an `IdMap`, and the
+        let manager = self.winner(now);
+        kept &= manager == self.cluster.manager;
+        self.set_manager(now, manager);
+        kept
+    }
+
+    /// The candidate the election rules choose, the manager being alive (or gone and
+    /// forgotten).
+    fn winner(&self, now: Instant) -> PeerId {
+        // The alive peers, each checked once: when an election ran on every heartbeat, in the
+        // scale runs the checks and cloned ids were most of the simulator's time with NSc2c
+        // (hence also `Heard::local`, the votes counted in an `IdMap`, and the
         // candidates' self-votes taken with them rather than looked up in every comparison).
         let alive: Vec<(&PeerId, &Heard)> = self
             .cluster
@@ -325,12 +434,11 @@ impl Agent {
             .iter()
             .filter(|c| c.1 > senior_until)
             .max_by(better);
-        let manager = match (senior, junior) {
+        match (senior, junior) {
             (Some(s), Some(j)) if j.2 > s.2 => j.0.clone(),
             (Some(s), _) => s.0.clone(),
             (None, _) => self.me.clone(),
-        };
-        self.set_manager(now, manager);
+        }
     }
 
     /// A manager's successor: among its members of the senior generation (first heard
@@ -392,19 +500,28 @@ impl Agent {
             return;
         }
         let peers = &self.peers;
+        let mut changed = false;
         self.cluster.heard.retain(|p, h| match peers.tier(p) {
             Some(tier) => {
-                h.local = tier == LatencyTier::Local;
+                let local = tier == LatencyTier::Local;
+                changed |= h.local != local;
+                h.local = local;
                 true
             }
-            None => false,
+            None => {
+                changed = true;
+                false
+            }
         });
+        self.cluster.standing.stale |= changed;
         self.cluster.views.retain(|p, _| peers.get(p).is_some());
         self.elect(now);
     }
 
     pub(crate) fn cluster_forget(&mut self, peer: &PeerId) {
-        self.cluster.heard.remove(peer);
+        if self.cluster.heard.remove(peer).is_some() {
+            self.cluster.standing.stale = true;
+        }
         self.cluster.views.remove(peer);
         self.cluster.called.remove(peer);
     }
@@ -432,7 +549,11 @@ impl Agent {
             return;
         }
         let timeout = self.gossip_timeout();
+        let heard = self.cluster.heard.len();
         self.cluster.heard.retain(|_, h| now < h.at + timeout);
+        // Only peers no longer alive go, but one may be the manager, whose time-out counts
+        // from when this agent took it.
+        self.cluster.standing.stale |= self.cluster.heard.len() != heard;
         let call_again = self.config.member_timeout;
         self.cluster.called.retain(|_, at| now < *at + call_again);
         self.elect(now);
@@ -542,17 +663,24 @@ impl Agent {
         if !self.c2c() || self.peers.tier(&from) != Some(LatencyTier::Local) {
             return;
         }
-        if from == self.cluster.manager && vote == from {
+        if from == self.cluster.manager && vote == from && self.cluster.successor != successor {
             self.cluster.successor = successor;
+            self.cluster.standing.stale = true;
         }
+        let timeout = self.gossip_timeout();
         // A known peer's entry is updated in place (its seniority kept), so that the ids are
         // copied only for a new peer or a changed vote: heartbeats are most NSc2c messages.
+        // The election stands if the peer was alive and its vote is the same: the heartbeat
+        // only puts off its time-out.
         let new = match self.cluster.heard.get_mut(&from) {
             Some(h) => {
+                let alive = now < h.at + timeout && h.local;
                 h.at = now;
                 if h.vote != vote {
                     h.vote = vote.clone();
+                    self.cluster.standing.stale = true;
                 }
+                self.cluster.standing.stale |= !alive;
                 // Checked above.
                 h.local = true;
                 false
@@ -567,6 +695,7 @@ impl Agent {
                         local: true,
                     },
                 );
+                self.cluster.standing.stale = true;
                 true
             }
         };
@@ -593,15 +722,23 @@ impl Agent {
         }
     }
 
+    /// A known peer proved alive without a heartbeat (a poll or its reply).
+    fn heard_from(&mut self, now: Instant, from: &PeerId) {
+        let timeout = self.gossip_timeout();
+        if let Some(h) = self.cluster.heard.get_mut(from) {
+            // A peer that had timed out counts again in the next election.
+            self.cluster.standing.stale |= !(now < h.at + timeout && h.local);
+            h.at = now;
+        }
+    }
+
     pub(crate) fn on_profile_request(&mut self, now: Instant, from: PeerId, id: MessageId) {
         if !self.c2c() || from != self.cluster.manager || from == self.me {
             self.stats.messages_refused += 1;
             return;
         }
         // The manager's poll is its heartbeat of this period.
-        if let Some(h) = self.cluster.heard.get_mut(&from) {
-            h.at = now;
-        }
+        self.heard_from(now, &from);
         let Some(node) = self.own_profile() else {
             return;
         };
@@ -640,9 +777,7 @@ impl Agent {
             return;
         }
         // A member's reply is its heartbeat of this period.
-        if let Some(h) = self.cluster.heard.get_mut(&from) {
-            h.at = now;
-        }
+        self.heard_from(now, &from);
         self.cluster.views.insert(from, View { member, at: now });
     }
 
@@ -993,13 +1128,108 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
+    use pcm_proto::HostName;
+
+    use crate::agent::Agent;
+    use crate::message::{Message, MessageId};
     use crate::sim::{NodeSpec, Sim};
+    use crate::tier::PeerId;
     use crate::{Config, Topology};
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
+    }
+
+    fn peer(s: &str) -> PeerId {
+        PeerId::new(s.as_bytes()).expect("valid")
+    }
+
+    /// Agent "a", started at `t0`, with `peers` at 1 ms (its local tier), the gossip timeout
+    /// shortened to 14 s by a table of 8 peers.
+    fn agent_a(t0: Instant, peers: &[&str]) -> Agent {
+        let config = c2c().with_seed(1).with_max_peers(8);
+        let mut a = Agent::new(peer("a"), HostName::new("a").expect("valid"), config, t0)
+            .expect("valid config");
+        assert_eq!(a.gossip_timeout(), secs(14));
+        for p in peers {
+            a.handle_peer_rtt(t0, peer(p), Duration::from_millis(1));
+        }
+        a
+    }
+
+    /// `from` heartbeats `a`, voting for `vote`.
+    fn beat(a: &mut Agent, now: Instant, from: &str, vote: &str) {
+        let message = Message::Heartbeat {
+            id: MessageId(1),
+            manager: peer(vote),
+            successor: None,
+        };
+        a.handle_message(now, peer(from), message);
+        while a.poll_action().is_some() {}
+    }
+
+    /// d (for itself), then c (for d), then b and e (for b): a follows d, 3 votes to 2, all
+    /// of one generation.
+    fn follows_d(t0: Instant) -> Agent {
+        let mut a = agent_a(t0, &["b", "c", "d", "e"]);
+        beat(&mut a, t0, "d", "d");
+        beat(&mut a, t0, "c", "d");
+        beat(&mut a, t0, "b", "b");
+        beat(&mut a, t0, "e", "b");
+        assert_eq!(a.manager(), Some(&peer("d")));
+        a
+    }
+
+    /// The election re-runs only when its inputs change: a changed vote is one. Once c votes
+    /// for b, b has 3 votes to d's 2 (a's own among them).
+    #[test]
+    fn given_a_vote_changes_then_the_election_follows_it() {
+        let t0 = Instant::now();
+        let mut a = follows_d(t0);
+        let t1 = t0 + secs(1);
+        for (from, vote) in [("d", "d"), ("b", "b"), ("e", "b"), ("c", "d")] {
+            beat(&mut a, t1, from, vote);
+        }
+        assert_eq!(a.manager(), Some(&peer("d")));
+        beat(&mut a, t1, "c", "b");
+        assert_eq!(a.manager(), Some(&peer("b")));
+        assert_eq!(a.stats().manager_changes, 2);
+    }
+
+    /// Time alone is an input too: c falls silent, and when its vote for d expires (the
+    /// gossip timeout after it was last heard) the next heartbeat elects b, although every
+    /// heartbeat since repeats the same vote and no timer ran.
+    #[test]
+    fn given_a_silent_voter_times_out_then_the_next_heartbeat_drops_its_vote() {
+        let t0 = Instant::now();
+        let mut a = follows_d(t0);
+        for s in 1..14 {
+            for (from, vote) in [("d", "d"), ("b", "b"), ("e", "b")] {
+                beat(&mut a, t0 + secs(s), from, vote);
+            }
+            assert_eq!(a.manager(), Some(&peer("d")), "at {s} s");
+        }
+        beat(&mut a, t0 + secs(14), "e", "b");
+        assert_eq!(a.manager(), Some(&peer("b")));
+    }
+
+    /// The manager falls silent: the member timeout after it was last heard, the next
+    /// heartbeat of another peer (same vote as ever) finds it gone.
+    #[test]
+    fn given_the_manager_falls_silent_then_the_next_heartbeat_finds_it_gone() {
+        let t0 = Instant::now();
+        let mut a = agent_a(t0, &["b", "d"]);
+        beat(&mut a, t0, "d", "d");
+        beat(&mut a, t0, "b", "b");
+        assert_eq!(a.manager(), Some(&peer("d")));
+        for s in 1..5 {
+            beat(&mut a, t0 + secs(s), "b", "b");
+            assert_eq!(a.manager(), Some(&peer("d")), "at {s} s");
+        }
+        beat(&mut a, t0 + secs(5), "b", "b");
+        assert_eq!(a.manager(), Some(&peer("b")));
     }
 
     fn c2c() -> Config {
