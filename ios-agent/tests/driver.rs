@@ -469,3 +469,92 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
         .unwrap()
         .unwrap();
 }
+
+/// Issue 15: an agent's table of hosts is smaller than the connection cap, so a connected
+/// agent's host can be refused at connection (every entry then belonged to the peer table
+/// or was contested). When a ping later puts that agent in the peer table, the driver
+/// announces its host again, and it takes the place of a peer the ping pushed out.
+#[tokio::test]
+async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_the_peer_table() {
+    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
+    let (a, k, p, d, claimant) = (
+        peer("agent-a"),
+        peer("agent-k"),
+        peer("agent-p"),
+        peer("agent-d"),
+        peer("agent-d2"),
+    );
+    let (peers_tx, peers_rx) = mpsc::channel(64);
+    let (_samples_tx, samples_rx) = mpsc::channel(4);
+    let (control_tx, control_rx) = mpsc::channel(4);
+    let (nowhere, _) = mpsc::channel(64);
+    // One peer, so at most two hosts.
+    let agent = Agent::new(
+        a.clone(),
+        HostName::new("node-a").unwrap(),
+        config().with_max_peers(1),
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let run = tokio::spawn(driver::run(
+        agent,
+        Wire { me: a, to: nowhere },
+        Recorder::default(),
+        Inputs {
+            peers: peers_rx,
+            samples: samples_rx,
+            control: control_rx,
+        },
+    ));
+    let up = |peer: &PeerId, host: &str| NetEvent::PeerUp {
+        peer: peer.clone(),
+        addr: "/ip4/127.0.0.1/tcp/1".parse().unwrap(),
+        host: Some(HostName::new(host).unwrap()),
+    };
+    // p is in the peer table; d's host is contested, so neither may be dropped...
+    connect(&peers_tx, &p, "node-p", Duration::from_millis(10)).await;
+    for event in [up(&d, "node-d"), up(&claimant, "node-d"), up(&k, "node-k")] {
+        peers_tx.send(event).await.unwrap();
+    }
+    // ...and k's host was refused. k turns out nearer than p.
+    peers_tx
+        .send(NetEvent::PeerRtt {
+            peer: k.clone(),
+            rtt: Duration::from_millis(1),
+        })
+        .await
+        .unwrap();
+    // The loop takes its inputs in any order: wait until it has seen k's ping.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (tx, rx) = oneshot::channel();
+        control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+        if rx
+            .await
+            .unwrap()
+            .peers
+            .iter()
+            .any(|s| s.peer == k.to_string())
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "k's ping not taken within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    control_tx.send(ControlRequest::Stop).await.unwrap();
+    let agent = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        agent.peer_host(&k).map(HostName::as_str),
+        Some("node-k"),
+        "{:?}",
+        agent.stats()
+    );
+    assert_eq!(agent.peer_host(&p), None);
+    assert_eq!(agent.peer_host(&d).map(HostName::as_str), Some("node-d"));
+}
