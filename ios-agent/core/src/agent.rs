@@ -637,26 +637,24 @@ impl Hosts {
     }
 
     /// Drops the oldest announcement whose peer `keep` does not protect, and returns that
-    /// peer; `None` if every peer is protected. Protected entries keep their place.
+    /// peer; `None` if every peer is protected. A protected entry met on the way goes to
+    /// the back of the queue, as if announced again: left at the front, the peer table's
+    /// own peers were scanned again at every eviction (a tenth of the simulator's time at
+    /// 10,000 nodes).
     fn evict_oldest(&mut self, keep: impl Fn(&PeerId, &HostName) -> bool) -> Option<PeerId> {
-        let mut protected = Vec::new();
-        let mut evicted = None;
-        while let Some((peer, seq)) = self.order.pop_front() {
+        for _ in 0..self.order.len() {
+            let (peer, seq) = self.order.pop_front()?;
             let Some((host, _)) = self.by_peer.get(&peer).filter(|(_, s)| *s == seq) else {
                 continue;
             };
             if keep(&peer, host) {
-                protected.push((peer, seq));
+                self.order.push_back((peer, seq));
                 continue;
             }
             self.remove(&peer);
-            evicted = Some(peer);
-            break;
+            return Some(peer);
         }
-        for entry in protected.into_iter().rev() {
-            self.order.push_front(entry);
-        }
-        evicted
+        None
     }
 }
 
@@ -2488,17 +2486,18 @@ mod tests {
         }
         assert_eq!(a.stats().hosts_evicted, 1);
         // A peer measured after its host was dropped announces it again (the driver does
-        // so on a ping). It pushes the farthest (p2) out of the peer table, and p2's host,
-        // now the oldest outside the peer table, makes room.
+        // so on a ping). It pushes the farthest (p2) out of the peer table, but p2's entry
+        // went to the back of the queue when the first eviction passed it over: q2 is the
+        // oldest outside the peer table now, and makes room.
         a.handle_peer_rtt(t0, peer("q1"), ms(1));
         assert!(a.peers().get(&peer("p2")).is_none());
         a.handle_peer_host(t0, peer("q1"), host("q1"))
-            .expect("p2 makes room");
-        assert_eq!(a.peer_host(&peer("p2")), None);
+            .expect("q2 makes room");
+        assert_eq!(a.peer_host(&peer("q2")), None);
         assert_eq!(a.peer_host(&peer("q1")), Some(&host("q1")));
         // Holders of a contested host keep it, and with nothing else to drop the table is
         // full.
-        for name in ["q2", "q3"] {
+        for name in ["p2", "q3"] {
             a.handle_peer_host(t0, peer(&format!("{name}-claimant")), host(name))
                 .expect_err("taken");
         }
@@ -2506,7 +2505,7 @@ mod tests {
             a.handle_peer_host(t0, peer("q4"), host("q4")),
             Err(HostRefusal::Full { max: 4 })
         );
-        for name in ["p1", "q1", "q2", "q3"] {
+        for name in ["p1", "p2", "q1", "q3"] {
             assert_eq!(a.peer_host(&peer(name)), Some(&host(name)), "{name}");
         }
         assert_eq!(a.stats().hosts_evicted, 2);

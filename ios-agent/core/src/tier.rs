@@ -347,6 +347,25 @@ impl PeerTable {
         self.tiers[tier_index(tier)].iter().collect()
     }
 
+    /// The peers of one tier in id order, starting after `after` (from the first if
+    /// `None`, or if `after` sorts last) and wrapping around once: a round-robin turn
+    /// without collecting and filtering the whole tier each time.
+    pub fn in_tier_after<'a>(
+        &'a self,
+        tier: LatencyTier,
+        after: Option<&'a PeerId>,
+    ) -> impl Iterator<Item = &'a PeerId> + 'a {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+
+        let set = &self.tiers[tier_index(tier)];
+        let tail = match after {
+            Some(after) => set.range::<PeerId, _>((Excluded(after), Unbounded)),
+            None => set.range::<PeerId, _>(..),
+        };
+        let head = after.map(|after| set.range::<PeerId, _>((Unbounded, Included(after))));
+        tail.chain(head.into_iter().flatten())
+    }
+
     /// [`PeerTable::in_tier`] without the peers in `exclude` (in the same order). Each
     /// excluded id is looked up once; the tier's peers are then told apart by address, not
     /// by comparing ids.
@@ -401,6 +420,29 @@ mod tests {
 
     fn peer(s: &str) -> PeerId {
         PeerId::new(s.as_bytes()).expect("valid")
+    }
+
+    #[test]
+    fn a_tier_walked_after_a_peer_wraps_around_once_in_id_order() {
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(8);
+        for name in ["d", "b", "a", "c"] {
+            table.record_rtt(t0, &peer(name), ms(1));
+        }
+        table.record_rtt(t0, &peer("far"), ms(300));
+        let walk = |after: Option<&str>| -> Vec<String> {
+            let after = after.map(peer);
+            table
+                .in_tier_after(LatencyTier::Local, after.as_ref())
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(walk(None), ["a", "b", "c", "d"]);
+        assert_eq!(walk(Some("b")), ["c", "d", "a", "b"]);
+        assert_eq!(walk(Some("d")), ["a", "b", "c", "d"]);
+        // A peer no longer in the tier: the walk starts at the next id.
+        assert_eq!(walk(Some("bb")), ["c", "d", "a", "b"]);
+        assert_eq!(walk(Some("far")), ["a", "b", "c", "d"]);
     }
 
     #[test]
