@@ -4,8 +4,8 @@
 # tests, and the end-to-end tests (real MPI jobs, pcmd daemons, emulated hosts in network
 # namespaces when run as root) on the default runtime (MPI_IOS_RUNTIME, default mpich).
 # Then the runtime-dependent tests (migration, checkpoints, the runtime checks, stalled starts,
-# emulated hosts, pcmrun, the C interface) run again on the other runtime, built in its own
-# target directory.
+# emulated hosts, node leave, pcmrun, the C interface) run again on the other runtime, built
+# in its own target directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -37,7 +37,9 @@ case "$default_runtime" in
 openmpi) other_runtime=mpich ;;
 *) other_runtime=openmpi ;;
 esac
-echo "== migration, checkpoint, runtime, stall, emulated-host, agent, leave, pcmrun and C interface tests ($other_runtime)" >&2
+# The agents' scenario tests (agents_e2e, c2c_e2e) run on the default runtime only, for
+# CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README).
+echo "== migration, checkpoint, runtime, stall, emulated-host, leave, pcmrun and C interface tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
     # The crates whose code depends on the MPI library, and the tests that run jobs: the
@@ -47,5 +49,5 @@ echo "== migration, checkpoint, runtime, stall, emulated-host, agent, leave, pcm
     scripts/build-c.sh
     cargo clippy --release --quiet -p pcm -p pcm-capi -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
-    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test agents_e2e --test leave --test pcmrun --test capi
+    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test leave --test pcmrun --test capi
 )
