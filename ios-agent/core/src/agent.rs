@@ -2526,24 +2526,7 @@ mod tests {
             to_host: host("d"),
             notify: peer("m"),
         };
-        let mut p = c2c_agent("p", t0);
-        p.handle_node_profile(
-            t0,
-            NodeProfile {
-                cpu_load: 2.0,
-                ..NodeProfile::idle(1.0, 1 << 30)
-            },
-        );
-        p.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
-        meet(&mut p, t0, "m", ms(1));
-        let mut t = t0;
-        for _ in 0..10 {
-            p.handle_message(t, peer("m"), heartbeat("m"));
-            p.handle_timeout(t);
-            drain(&mut p);
-            t += Duration::from_secs(1);
-        }
-        assert_eq!(p.manager(), Some(&peer("m")));
+        let (mut p, t) = loaded_member_of_m(t0, 10);
 
         // d's host is unknown: p introduces itself to d, and moves nothing yet.
         p.handle_message(t, peer("m"), order(1));
@@ -2614,13 +2597,9 @@ mod tests {
         }
     }
 
-    /// Issue 12, item 6: a key holder that generated keys until one sorts lowest ("a")
-    /// joins a running cluster. It does not become anyone's manager, its move orders are
-    /// refused, and an honest newcomer with the lowest id follows the existing manager too.
-    #[test]
-    fn given_a_running_cluster_then_a_newcomer_with_the_lowest_id_does_not_become_manager() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
+    /// Agent "p", loaded (two ranks on one core), that has heard "m" vote for itself every
+    /// second for `seconds` and follows it; returns it and the time reached.
+    fn loaded_member_of_m(t0: Instant, seconds: u32) -> (Agent, Instant) {
         let mut p = c2c_agent("p", t0);
         p.handle_node_profile(
             t0,
@@ -2630,15 +2609,26 @@ mod tests {
             },
         );
         p.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
-        meet(&mut p, t0, "m", ms(1));
+        meet(&mut p, t0, "m", Duration::from_millis(1));
         let mut t = t0;
-        for _ in 0..30 {
+        for _ in 0..seconds {
             p.handle_message(t, peer("m"), heartbeat("m"));
             p.handle_timeout(t);
             drain(&mut p);
             t += Duration::from_secs(1);
         }
         assert_eq!(p.manager(), Some(&peer("m")));
+        (p, t)
+    }
+
+    /// Issue 12, item 6: a key holder that generated keys until one sorts lowest ("a")
+    /// joins a running cluster. It does not become anyone's manager, its move orders are
+    /// refused, and an honest newcomer with the lowest id follows the existing manager too.
+    #[test]
+    fn given_a_running_cluster_then_a_newcomer_with_the_lowest_id_does_not_become_manager() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (mut p, mut t) = loaded_member_of_m(t0, 30);
         // The grinder arrives, votes for itself, and orders a move to itself.
         meet(&mut p, t, "a", ms(1));
         for _ in 0..30 {

@@ -1118,34 +1118,50 @@ impl Sim {
         }
     }
 
-    /// Feeds agent `i` one RTT sample of node `j`.
-    fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
-        let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
-        let _span = tracing::debug_span!("node", i).entered();
-        // Node i's agent and node j's id and host at once, without copying them (a node
-        // never measures itself).
+    /// Node `i` (its agent, to feed) and node `j` (its id and host, to read) at once,
+    /// without copying them; `None` if they are the same node.
+    fn node_and_other(&mut self, i: usize, j: usize) -> Option<(&mut Node, &Node)> {
         if i == j {
-            return;
+            return None;
         }
-        let (node, other) = if i < j {
+        Some(if i < j {
             let (a, b) = self.nodes.split_at_mut(j);
             (&mut a[i], &b[0])
         } else {
             let (a, b) = self.nodes.split_at_mut(i);
             (&mut b[0], &a[j])
+        })
+    }
+
+    /// Node `i`'s agent hears node `j`'s host over their connection (identify, in the real
+    /// driver). Returns whether it was new to the agent. An agent that already holds this
+    /// very host for this peer would return at once, with no effect: skipping the call
+    /// then spares two copied names per sample or message.
+    fn announce(&mut self, now: Instant, i: usize, j: usize) -> bool {
+        let Some((node, other)) = self.node_and_other(i, j) else {
+            return false;
         };
-        // The host a connection announces (identify, in the real driver) comes with it,
-        // after the sample (as the real driver re-announces a host on a ping when its table
-        // had no room at the connection): a peer the sample puts in the peer table may then
-        // take a full host table's place of one outside it. An agent that already holds
-        // this very host for this peer would return at once, with no effect: skipping the
-        // call then spares two copied names per sample.
-        node.agent.peer_rtt(now, &other.peer, rtt);
-        if node.agent.peer_host(&other.peer) != Some(&other.host) {
-            let _ = node
-                .agent
-                .handle_peer_host(now, other.peer.clone(), other.host.clone());
+        if node.agent.peer_host(&other.peer) == Some(&other.host) {
+            return false;
         }
+        let _ = node
+            .agent
+            .handle_peer_host(now, other.peer.clone(), other.host.clone());
+        true
+    }
+
+    /// Feeds agent `i` one RTT sample of node `j`.
+    fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
+        let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
+        let _span = tracing::debug_span!("node", i).entered();
+        let Some((node, other)) = self.node_and_other(i, j) else {
+            return;
+        };
+        node.agent.peer_rtt(now, &other.peer, rtt);
+        // The host comes after the sample (as the real driver re-announces a host on a
+        // ping when its table had no room at the connection): a peer the sample puts in
+        // the peer table may then take a full host table's place of one outside it.
+        self.announce(now, i, j);
         self.drain(i);
     }
 
@@ -1153,26 +1169,8 @@ impl Sim {
     /// connection between them, which announced each agent's host to the other (identify).
     /// Returns whether `from`'s agent learnt a host (it may then have acted: drain it).
     fn connect(&mut self, now: Instant, from: usize, to: usize) -> bool {
-        let mut from_learnt = false;
-        if from == to {
-            return from_learnt;
-        }
-        for (i, j) in [(to, from), (from, to)] {
-            let (node, other) = if i < j {
-                let (a, b) = self.nodes.split_at_mut(j);
-                (&mut a[i], &b[0])
-            } else {
-                let (a, b) = self.nodes.split_at_mut(i);
-                (&mut b[0], &a[j])
-            };
-            if node.agent.peer_host(&other.peer) != Some(&other.host) {
-                let _ = node
-                    .agent
-                    .handle_peer_host(now, other.peer.clone(), other.host.clone());
-                from_learnt |= i == from;
-            }
-        }
-        from_learnt
+        self.announce(now, to, from);
+        self.announce(now, from, to)
     }
 
     /// Node `i` measures `k` random other alive nodes, and they it.
