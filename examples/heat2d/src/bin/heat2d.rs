@@ -62,6 +62,8 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
         return Ok(ExitCode::FAILURE);
     }
     let (mut heat, start) = job.resume(|| Heat::new(&args, rank, size))?;
+    // The grid in PCM shared memory: a move within a host hands it over without a copy.
+    heat.share(job)?;
 
     let mut progress =
         Progress::new(args.report_every, args.iters, Instant::now()).starting_at(start);
