@@ -47,6 +47,9 @@ struct Args {
     /// instead of a `Vec` (`store_array`, `take_array`).
     #[arg(long)]
     shared: bool,
+    /// Sleep this long in every iteration (microseconds), to make a run last.
+    #[arg(long, default_value_t = 0)]
+    sleep_us: u64,
 }
 
 /// The state array, of either kind.
@@ -219,6 +222,9 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
         }
         if let Some(first) = state.first_mut() {
             *first += 1.0;
+        }
+        if args.sleep_us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(args.sleep_us));
         }
         pcm.world().barrier();
     }
