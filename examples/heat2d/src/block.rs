@@ -329,6 +329,37 @@ impl Block {
         })
     }
 
+    /// The initial block of `rank` of `size` in a `rows` x `cols` grid, in the buffers given
+    /// (each of [`Meta::data_len`] values, all [`OTHER_BOUNDARY`], as a zeroed shared array
+    /// is), for example PCM shared arrays: no other copy of the grid is made.
+    ///
+    /// # Errors
+    /// See [`Meta::for_rank`]; a buffer of another length.
+    pub fn new_in(
+        rows: usize,
+        cols: usize,
+        rank: usize,
+        size: usize,
+        mut data: Grid,
+        mut scratch: Grid,
+    ) -> Result<Self, BlockError> {
+        let meta = Meta::for_rank(rows, cols, rank, size)?;
+        for buffer in [&mut data, &mut scratch] {
+            if buffer.len() != meta.data_len() {
+                return Err(BlockError::DataLength {
+                    expected: meta.data_len(),
+                    actual: buffer.len(),
+                });
+            }
+            meta.fill_initial(buffer);
+        }
+        Ok(Self {
+            meta,
+            data,
+            scratch,
+        })
+    }
+
     /// Frees the block's memory (a process that moved away and waits for its launch to end);
     /// the block is empty afterwards and must not be stepped.
     pub fn release(&mut self) {

@@ -31,6 +31,30 @@ impl Heat {
         })
     }
 
+    /// The block of `rank` of `size` for `args`, started now, built straight in two PCM
+    /// shared arrays ([`pcm::Pcm::alloc_array`]): a move within a host then hands them to
+    /// the replacement without a copy.
+    ///
+    /// # Errors
+    /// See [`Block::new`]; shared memory could not be allocated.
+    pub fn new_shared(args: &Args, rank: i32, size: i32, pcm: &Pcm) -> Result<Self, PcmError> {
+        let meta = Meta::for_rank(args.rows, args.cols, rank as usize, size as usize)?;
+        let grid = pcm.alloc_array::<f64>("grid", meta.data_len())?;
+        let scratch = pcm.alloc_array::<f64>("scratch", meta.data_len())?;
+        let block = Block::new_in(
+            args.rows,
+            args.cols,
+            rank as usize,
+            size as usize,
+            Grid::Shared(grid),
+            Grid::Shared(scratch),
+        )?;
+        Ok(Self {
+            block,
+            started: unix_seconds(),
+        })
+    }
+
     /// Moves the block's buffers into PCM shared arrays ([`pcm::Pcm::alloc_array`]), so
     /// that a move to a replacement on the same host hands them over without a copy
     /// (heat2d does it once after [`pcm::Pcm::resume`]; buffers already shared stay).
