@@ -228,6 +228,15 @@ impl Segment {
         }
         // SAFETY: open returned a new descriptor that nothing else owns.
         let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+        // What was opened, not what the link named a moment before.
+        let opened = std::fs::read_link(format!("/proc/self/fd/{}", owned.as_raw_fd()))
+            .map_err(|e| failed(format!("readlink of the opened file: {e}")))?;
+        if !opened.to_string_lossy().starts_with(&expected) {
+            return Err(failed(format!(
+                "it opened as {:?}, not an array of this job",
+                opened.to_string_lossy()
+            )));
+        }
         let map_len = Self::check_offered(&owned, len).map_err(failed)?;
         Ok(Self::map(owned, len, map_len, true, true)
             .map_err(failed)?
