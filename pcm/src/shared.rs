@@ -417,8 +417,18 @@ impl<T: Pod> SharedArray<T> {
     /// process, or received into a new one).
     pub(crate) fn from_segment(name: &str, segment: Segment) -> Result<Self, PcmError> {
         let size = Self::check_element(&format!("{name:?} could not be taken"))?;
-        if segment.len() % size != 0 || !segment.writable {
-            return Err(PcmError::internal("segment does not fit its array"));
+        if segment.len() % size != 0 {
+            return Err(PcmError::SharedArray {
+                what: format!("{name:?} could not be taken"),
+                reason: format!(
+                    "its {} bytes are not a whole number of {}",
+                    segment.len(),
+                    std::any::type_name::<T>()
+                ),
+            });
+        }
+        if !segment.writable {
+            return Err(PcmError::internal("a read-only segment taken as an array"));
         }
         Ok(SharedArray {
             len: segment.len() / size,
