@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 pub use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
 
 use crate::error::PcmError;
-use crate::store::{Blob, Entry, Kind, Store};
+use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::{Pcm, ProcessStatus};
 
 /// How long the pcmd may take to answer one checkpoint request (it syncs to disk, and at
@@ -314,7 +314,7 @@ fn put_piece(pcm: &Pcm, iteration: u64) -> Result<(Channel, Digest, u64), String
     let mut hasher = Hasher::new();
     hasher.update(&header_bytes);
     for entry in pcm.store.entries() {
-        hasher.update(entry.blob.bytes());
+        hasher.update(entry.data.bytes());
     }
     let digest = hasher.finish();
     let len = header_bytes.len() as u64 + header.data_len();
@@ -328,7 +328,7 @@ fn put_piece(pcm: &Pcm, iteration: u64) -> Result<(Channel, Digest, u64), String
         write_frame(&mut writer, &put)?;
         writer.write_all(&header_bytes)?;
         for entry in pcm.store.entries() {
-            writer.write_all(entry.blob.bytes())?;
+            writer.write_all(entry.data.bytes())?;
         }
         writer.flush()
     })();
@@ -548,7 +548,7 @@ fn fetch(pcm: &Pcm, available: &Available) -> Result<(Store, u64), String> {
             Entry {
                 kind,
                 type_name: e.type_name.clone(),
-                blob,
+                data: Data::Blob(blob),
             },
         );
     }

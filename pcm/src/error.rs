@@ -111,6 +111,15 @@ pub enum PcmError {
     /// returned by a call, since the call it concerns cannot return.
     #[error("{0}")]
     ReconfigurationStalled(Box<crate::deadline::Stall>),
+    /// A shared-memory array ([`crate::SharedArray`]) could not be created, or a segment a
+    /// departing process offered could not be taken over (each refusal names its reason).
+    #[error("shared array {what}: {reason}")]
+    SharedArray {
+        /// What was being done: "created", "segment /proc/PID/fd/N taken over", ...
+        what: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// A broken invariant inside PCM.
     #[error("internal PCM error: {0}")]
     Internal(&'static str),

@@ -129,6 +129,7 @@ mod profile;
 mod reconfig;
 mod runtime;
 mod schedule;
+mod shared;
 mod status;
 mod store;
 
@@ -153,6 +154,7 @@ pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use profile::PROFILE_ENV;
 pub use runtime::{check_mpi_library, mpi_library_version, MpiFamily, MpiLibrary};
 pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
+pub use shared::SharedArray;
 
 use daemon::DaemonLink;
 use launch::Launch;
@@ -739,6 +741,36 @@ impl Pcm {
     /// Stores a slice of plain numeric data under `name`, as raw bytes (no encoding).
     pub fn store_array<T: Pod>(&mut self, name: &str, values: &[T]) -> Result<(), PcmError> {
         self.store.store_array(name, values)
+    }
+
+    /// A zeroed array of `len` elements in shared memory, for the application to use as its
+    /// state (like `MPI_Alloc_mem`); `name` labels it for people (`/proc/PID/fd` shows
+    /// `memfd:pcm-array:JOB:NAME`). Stored with [`Pcm::store_shared`], it is handed to a
+    /// replacement on the same host without a copy (see [`SharedArray`]).
+    pub fn alloc_array<T: Pod>(&self, name: &str, len: usize) -> Result<SharedArray<T>, PcmError> {
+        SharedArray::zeroed(self.job.job.as_str(), name, len)
+    }
+
+    /// Stores a shared array under `name` without copying it: a replacement on the same
+    /// host takes its pages over ([`Pcm::take_shared`]), one on another host receives its
+    /// bytes; a checkpoint writes them. The array must not change until the
+    /// reconfiguration is over (as with [`Pcm::store_array`], what is handed over is the
+    /// array as it is then; here it is read when it is sent).
+    pub fn store_shared<T: Pod>(
+        &mut self,
+        name: &str,
+        array: &SharedArray<T>,
+    ) -> Result<(), PcmError> {
+        self.store.store_shared(name, array)
+    }
+
+    /// Takes an array out of the store as a [`SharedArray`]: the very pages of the
+    /// departing process when it ran on this host and stored it with
+    /// [`Pcm::store_shared`], otherwise a new shared array holding the bytes received (or
+    /// restored from a checkpoint, or stored with [`Pcm::store_array`]). [`Pcm::take_array`]
+    /// also takes an array stored with [`Pcm::store_shared`], as a copy in a `Vec`.
+    pub fn take_shared<T: Pod>(&mut self, name: &str) -> Result<SharedArray<T>, PcmError> {
+        self.store.take_shared(name, self.job.job.as_str())
     }
 
     /// Loads a value stored with [`Pcm::store`] by the predecessor (the paper's `PCM_Load`).

@@ -37,7 +37,8 @@ use crate::error::PcmError;
 use crate::hosts::NewHosts;
 use crate::launch::Launch;
 use crate::profile::Profiler;
-use crate::store::{Blob, Entry, EntryHeader, Store};
+use crate::shared::Segment;
+use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
 use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus};
 
 /// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
@@ -254,7 +255,7 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
         0
     };
     if let Some(j) = departing {
-        send_state(&merged, (size as usize + j) as i32, &pcm.store);
+        send_state(&merged, (size as usize + j) as i32, &pcm.store, &pcm.host);
         pcm.profiler.note_state_bytes(state_bytes);
         pcm.profiler
             .hand_over(&merged, (size as usize + j) as i32, iteration);
@@ -378,7 +379,7 @@ pub(crate) fn join_as_replacement(
         c.iteration = Some(handover.job.iteration);
     });
     watchdog.enter(Phase::StateTransfer);
-    let store = receive_state(&merged, rank as i32)?;
+    let store = receive_state(&merged, rank as i32, &host, handover.job.job.as_str())?;
     let profiler = Profiler::take_over(&merged, rank as i32, profiling)?;
     let mut job = handover.job;
     watchdog.enter(Phase::Placement);
@@ -478,18 +479,67 @@ fn quiet_barrier<C: Communicator>(comm: &C) {
     }
 }
 
-fn send_state(comm: &SimpleCommunicator, to: i32, store: &Store) {
+/// What a departing rank sends ahead of its state's bytes.
+#[derive(Debug, Serialize, Deserialize)]
+struct StateHeader {
+    entries: Vec<EntryHeader>,
+    /// For each entry, the descriptor of its shared-memory segment in the departing
+    /// process (an array stored with `store_shared`), which a replacement on the same host
+    /// may take over instead of receiving the bytes.
+    segments: Vec<Option<i32>>,
+    /// Where the departing process runs: host name, kernel boot id, process id.
+    host: String,
+    boot_id: String,
+    pid: u32,
+}
+
+/// Sends the stored state to the replacement `to`. Shared arrays are offered first; the
+/// replacement answers which ones it mapped (it has them mapped when it answers, so the
+/// store may let go of them afterwards), and the bytes of the others follow.
+fn send_state(comm: &SimpleCommunicator, to: i32, store: &Store, host: &HostName) {
     let started = Instant::now();
     let process = comm.process_at_rank(to);
-    let header = encode_cbor(&store.headers());
+    let segments: Vec<Option<i32>> = store
+        .entries()
+        .map(|e| match &e.data {
+            Data::Shared(segment) => Some(segment.raw_fd()),
+            Data::Blob(_) => None,
+        })
+        .collect();
+    let offered = segments.iter().any(Option::is_some);
+    let header = encode_cbor(&StateHeader {
+        entries: store.headers(),
+        segments,
+        host: host.as_str().to_owned(),
+        boot_id: crate::shared::boot_id(),
+        pid: std::process::id(),
+    });
     process.send(&(header.len() as u64));
     process.send(&header[..]);
-    for entry in store.entries() {
-        for chunk in entry.blob.words().chunks(CHUNK_WORDS) {
+    let mut taken = vec![0u8; store.entries().count()];
+    if offered {
+        // Waits without spinning: the replacement is mapping the pages on these cores.
+        while process.immediate_probe().is_none() {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        process.receive_into(&mut taken[..]);
+    }
+    let mut sent = 0u64;
+    for (entry, &took) in store.entries().zip(&taken) {
+        if took == 1 {
+            continue;
+        }
+        sent += entry.data.len() as u64;
+        for chunk in entry.data.words().chunks(CHUNK_WORDS) {
             process.send(chunk);
         }
     }
     log_transfer("send_state", store.total_bytes(), started);
+    tracing::debug!(
+        target: crate::store::TIMING_TARGET,
+        "{{\"event\":\"pcm_send_state_bytes\",\"sent\":{sent},\"handed_over\":{}}}",
+        store.total_bytes() - sent
+    );
 }
 
 /// One debug line per side of a state transfer, like `store::log_timing`.
@@ -501,29 +551,102 @@ fn log_transfer(op: &str, bytes: u64, started: Instant) {
     );
 }
 
-fn receive_state(comm: &SimpleCommunicator, from: i32) -> Result<Store, PcmError> {
+/// Receives the state a departing rank sends with [`send_state`]: takes over the shared
+/// segments it offers when it runs on this host (same host name and kernel), and receives
+/// the bytes of everything else (those of an offered segment it could not take over into
+/// a new shared segment of job `job`, so that the array stays shared).
+fn receive_state(
+    comm: &SimpleCommunicator,
+    from: i32,
+    host: &HostName,
+    job: &str,
+) -> Result<Store, PcmError> {
     let process = comm.process_at_rank(from);
     let (header_len, _) = process.receive::<u64>();
     let started = Instant::now();
     let mut header = vec![0u8; header_len as usize];
     process.receive_into(&mut header[..]);
-    let headers: Vec<EntryHeader> =
+    let header: StateHeader =
         ciborium::from_reader(header.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
+    if header.segments.len() != header.entries.len() {
+        return Err(PcmError::Handover(format!(
+            "{} entries but {} segment slots",
+            header.entries.len(),
+            header.segments.len()
+        )));
+    }
+    let entry_len = |h: &EntryHeader| {
+        usize::try_from(h.len)
+            .map_err(|_| PcmError::Handover(format!("entry {:?} too large", h.name)))
+    };
+    let mine = crate::shared::boot_id();
+    let same_host = !mine.is_empty() && header.boot_id == mine && header.host == host.as_str();
+    let mut taken = vec![0u8; header.entries.len()];
+    let mut adopted: Vec<Option<Segment>> = Vec::with_capacity(header.entries.len());
+    let mut offered = false;
+    for ((h, segment), took) in header
+        .entries
+        .iter()
+        .zip(&header.segments)
+        .zip(taken.iter_mut())
+    {
+        let Some(fd) = *segment else {
+            adopted.push(None);
+            continue;
+        };
+        offered = true;
+        if !same_host || h.kind != Kind::Array {
+            adopted.push(None);
+            continue;
+        }
+        match Segment::adopt(header.pid, fd, entry_len(h)?, job) {
+            Ok(segment) => {
+                *took = 1;
+                adopted.push(Some(segment));
+            }
+            Err(error) => {
+                tracing::warn!("{error}; its bytes come over MPI instead");
+                adopted.push(None);
+            }
+        }
+    }
+    if offered {
+        process.send(&taken[..]);
+    }
     let mut store = Store::default();
     let mut receive_us = 0;
-    for h in headers {
-        let mut blob = Blob::zeroed(h.len as usize);
-        let receiving = Instant::now();
-        for chunk in blob.words_mut().chunks_mut(CHUNK_WORDS) {
-            process.receive_into(chunk);
-        }
-        receive_us += micros(receiving);
+    for ((h, segment), adopted) in header.entries.into_iter().zip(header.segments).zip(adopted) {
+        let data = match adopted {
+            Some(segment) => Data::Shared(segment),
+            None => {
+                let len = entry_len(&h)?;
+                let receiving = Instant::now();
+                let data = if segment.is_some() {
+                    let mut segment = Segment::create(job, &h.name, len)?;
+                    let words = segment
+                        .words_mut()
+                        .ok_or(PcmError::internal("new segment not writable"))?;
+                    for chunk in words.chunks_mut(CHUNK_WORDS) {
+                        process.receive_into(chunk);
+                    }
+                    Data::Shared(segment.held_alone())
+                } else {
+                    let mut blob = Blob::zeroed(len);
+                    for chunk in blob.words_mut().chunks_mut(CHUNK_WORDS) {
+                        process.receive_into(chunk);
+                    }
+                    Data::Blob(blob)
+                };
+                receive_us += micros(receiving);
+                data
+            }
+        };
         store.insert_entry(
             h.name,
             Entry {
                 kind: h.kind,
                 type_name: h.type_name,
-                blob,
+                data,
             },
         );
     }

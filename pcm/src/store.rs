@@ -18,6 +18,7 @@ use bytemuck::Pod;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::PcmError;
+use crate::shared::{Segment, SharedArray};
 
 /// Longest state name accepted.
 const MAX_NAME_LEN: usize = 255;
@@ -104,12 +105,47 @@ pub(crate) enum Kind {
     Array,
 }
 
+/// Where an entry's bytes are.
+#[derive(Debug)]
+pub(crate) enum Data {
+    /// In the store's own buffer (a copy made by `store_*`, or received over MPI).
+    Blob(Blob),
+    /// In a shared-memory segment: a read-only handle on a [`SharedArray`] stored with
+    /// `store_shared` (no copy), or a segment taken over from a departing process on this
+    /// host or received into a new one (which this process alone holds).
+    Shared(Segment),
+}
+
+impl Data {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Data::Blob(b) => b.len(),
+            Data::Shared(s) => s.len(),
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Blob(b) => b.bytes(),
+            Data::Shared(s) => s.bytes(),
+        }
+    }
+
+    /// The bytes in 8-byte words, zero padding included, for sending over MPI.
+    pub(crate) fn words(&self) -> &[u64] {
+        match self {
+            Data::Blob(b) => b.words(),
+            Data::Shared(s) => s.words(),
+        }
+    }
+}
+
 /// One stored entry.
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) kind: Kind,
     pub(crate) type_name: String,
-    pub(crate) blob: Blob,
+    pub(crate) data: Data,
 }
 
 /// What is sent ahead of the bytes when state moves to a replacement.
@@ -172,7 +208,7 @@ impl Store {
             name,
             Kind::Value,
             type_label::<T>(),
-            Blob::from_bytes(&bytes),
+            Data::Blob(Blob::from_bytes(&bytes)),
         );
         log_timing("store", name, bytes.len(), started);
         Ok(())
@@ -183,18 +219,39 @@ impl Store {
         let started = Instant::now();
         let blob = Blob::from_bytes(bytemuck::cast_slice(values));
         let len = blob.len();
-        self.insert(name, Kind::Array, type_label::<[T]>(), blob);
+        self.insert(name, Kind::Array, type_label::<[T]>(), Data::Blob(blob));
         log_timing("store", name, len, started);
         Ok(())
     }
 
-    fn insert(&mut self, name: &str, kind: Kind, type_name: String, blob: Blob) {
+    /// Stores a shared array without copying it: the store keeps a read-only handle on
+    /// its pages, which a replacement on the same host takes over.
+    pub(crate) fn store_shared<T: Pod>(
+        &mut self,
+        name: &str,
+        array: &SharedArray<T>,
+    ) -> Result<(), PcmError> {
+        check_name(name)?;
+        let started = Instant::now();
+        let segment = array.segment().share_read_only()?;
+        let len = segment.len();
+        self.insert(
+            name,
+            Kind::Array,
+            type_label::<[T]>(),
+            Data::Shared(segment),
+        );
+        log_timing("store", name, len, started);
+        Ok(())
+    }
+
+    fn insert(&mut self, name: &str, kind: Kind, type_name: String, data: Data) {
         self.entries.insert(
             name.to_owned(),
             Entry {
                 kind,
                 type_name,
-                blob,
+                data,
             },
         );
     }
@@ -221,12 +278,12 @@ impl Store {
     pub(crate) fn load_value<T: DeserializeOwned>(&self, name: &str) -> Result<T, PcmError> {
         let started = Instant::now();
         let entry = self.get(name, Kind::Value, type_label::<T>())?;
-        let value = ciborium::from_reader(entry.blob.bytes()).map_err(|e| PcmError::Codec {
+        let value = ciborium::from_reader(entry.data.bytes()).map_err(|e| PcmError::Codec {
             name: name.to_owned(),
             action: "decoded",
             reason: e.to_string(),
         })?;
-        log_timing("load", name, entry.blob.len(), started);
+        log_timing("load", name, entry.data.len(), started);
         Ok(value)
     }
 
@@ -238,10 +295,44 @@ impl Store {
             .entries
             .remove(name)
             .ok_or(PcmError::internal("entry vanished"))?;
-        let len = entry.blob.len();
-        let values = entry.blob.into_vec();
+        let len = entry.data.len();
+        let values = match entry.data {
+            Data::Blob(blob) => blob.into_vec(),
+            Data::Shared(segment) => {
+                let count = len / std::mem::size_of::<T>().max(1);
+                let mut out = vec![T::zeroed(); count];
+                bytemuck::cast_slice_mut::<T, u8>(&mut out)
+                    .copy_from_slice(&segment.bytes()[..count * std::mem::size_of::<T>()]);
+                out
+            }
+        };
         log_timing("load", name, len, started);
         Ok(values)
+    }
+
+    /// Removes an array and returns it as a shared array of job `job`: without a copy when
+    /// this process alone holds its segment (taken over from a departing process on this
+    /// host, or received into one), as a new shared array holding a copy otherwise.
+    pub(crate) fn take_shared<T: Pod>(
+        &mut self,
+        name: &str,
+        job: &str,
+    ) -> Result<SharedArray<T>, PcmError> {
+        let started = Instant::now();
+        self.get(name, Kind::Array, type_label::<[T]>())?;
+        let entry = self
+            .entries
+            .remove(name)
+            .ok_or(PcmError::internal("entry vanished"))?;
+        let len = entry.data.len();
+        let array = match entry.data {
+            Data::Shared(segment) if segment.is_held_alone() => {
+                SharedArray::from_segment(name, segment)?
+            }
+            data => SharedArray::copy_of(job, name, data.bytes())?,
+        };
+        log_timing("load", name, len, started);
+        Ok(array)
     }
 
     pub(crate) fn load_array_into<T: Pod>(
@@ -251,7 +342,7 @@ impl Store {
     ) -> Result<(), PcmError> {
         let started = Instant::now();
         let entry = self.get(name, Kind::Array, type_label::<[T]>())?;
-        let found = entry.blob.len() / std::mem::size_of::<T>().max(1);
+        let found = entry.data.len() / std::mem::size_of::<T>().max(1);
         if found != out.len() {
             return Err(PcmError::WrongLength {
                 name: name.to_owned(),
@@ -259,8 +350,8 @@ impl Store {
                 found,
             });
         }
-        bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(entry.blob.bytes());
-        log_timing("load", name, entry.blob.len(), started);
+        bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(entry.data.bytes());
+        log_timing("load", name, entry.data.len(), started);
         Ok(())
     }
 
@@ -277,11 +368,11 @@ impl Store {
                 found: entry.type_name.clone(),
             });
         }
-        Ok((&entry.type_name, entry.blob.len()))
+        Ok((&entry.type_name, entry.data.len()))
     }
 
     pub(crate) fn total_bytes(&self) -> u64 {
-        self.entries.values().map(|e| e.blob.len() as u64).sum()
+        self.entries.values().map(|e| e.data.len() as u64).sum()
     }
 
     pub(crate) fn headers(&self) -> Vec<EntryHeader> {
@@ -291,7 +382,7 @@ impl Store {
                 name: name.clone(),
                 kind: e.kind,
                 type_name: e.type_name.clone(),
-                len: e.blob.len() as u64,
+                len: e.data.len() as u64,
             })
             .collect()
     }

@@ -414,3 +414,45 @@ fn given_rank_1_moved_off_node_b_then_node_b_empties_and_killing_everything_ther
         Some(&["node-a".to_string(), "node-c".to_string()][..])
     );
 }
+
+/// pcm-state keeps its state in a PCM shared array (`--shared`). Rank 1 moves from node-b to
+/// node-c: another host, so its bytes go over MPI into a new shared array there (nothing is
+/// handed over); then it moves again within node-c, and that array is handed over whole
+/// (nothing is sent). pcm-state checks its checksum after each load and at the end.
+#[test]
+fn given_a_shared_array_then_a_move_across_hosts_sends_it_and_a_move_within_one_hands_it_over() {
+    let Some(cluster) = cluster("shared_array_across_and_within_hosts") else {
+        return;
+    };
+    let _lock = mpi_lock();
+    let args = ["--state-mb", "4", "--iters", "60", "--shared"];
+    let job = MpiJob::new(2, "pcm-state", &args)
+        .env("PCM_SCHEDULE", "20:1@node-c,40:1@node-c")
+        .env("RUST_LOG", "warn,pcm::timing=debug");
+    let finished = cluster.job(job, &["node-a", "node-b"]).run(DEADLINE);
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert_eq!(
+        finished.stdout.matches("\"verified\":true").count(),
+        2,
+        "{}",
+        finished.stdout
+    );
+    assert!(finished.stdout.contains("\"event\":\"done\""));
+    let state_bytes = 4 << 20;
+    let moves: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| l.contains("pcm_send_state_bytes"))
+        .collect();
+    assert_eq!(moves.len(), 2, "{}", finished.stderr);
+    assert!(
+        moves[0].contains("\"handed_over\":0"),
+        "node-b -> node-c: {}",
+        moves[0]
+    );
+    assert!(
+        moves[1].contains(&format!("\"handed_over\":{state_bytes}")),
+        "node-c -> node-c: {}",
+        moves[1]
+    );
+}

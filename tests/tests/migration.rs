@@ -126,3 +126,123 @@ fn given_a_malformed_schedule_then_every_rank_fails_clearly_without_hanging() {
         finished.stderr
     );
 }
+
+/// The processes that hold a PCM shared array whose memfd name contains `marker`, by a
+/// descriptor or a mapping (a memfd has no directory entry: these are all that keep it).
+fn segment_holders(marker: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = entry.path();
+        let mapped = std::fs::read_to_string(dir.join("maps")).is_ok_and(|m| m.contains(marker));
+        let open = std::fs::read_dir(dir.join("fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|target| target.to_string_lossy().contains(marker))
+            })
+        });
+        if mapped || open {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
+    pids
+}
+
+/// pcm-state keeps its state in a PCM shared array (`--shared`); ranks 1 and 2 move within
+/// the host. Each replacement takes the departing rank's pages over (the departing side
+/// logs every byte as handed over, none sent) and finds them bit-exact (pcm-state checks
+/// its checksum after loading and at the end, and aborts the job otherwise); the departed
+/// process lets go of its segment at once (only the three ranks hold one each), and no
+/// segment outlives the job.
+#[test]
+fn given_a_shared_array_then_a_same_host_move_hands_its_pages_over_and_nothing_outlives_the_job() {
+    let _lock = mpi_lock();
+    let marker = "memfd:pcm-array:pcm-state-";
+    assert_eq!(
+        segment_holders(marker),
+        Vec::<u32>::new(),
+        "left over before the test"
+    );
+    let shm_before: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let args = [
+        "--state-mb",
+        "8",
+        "--iters",
+        "300",
+        "--shared",
+        "--sleep-us",
+        "10000",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut group = MpiJob::new(3, "pcm-state", &args)
+        .env("PCM_SCHEDULE", "20:1,40:2")
+        .env("RUST_LOG", "warn,pcm::timing=debug")
+        .start(dir.path(), "pcm-state");
+    let loaded = |g: &mpi_ios_tests::Group| {
+        std::fs::read_to_string(&g.stdout)
+            .unwrap_or_default()
+            .matches("\"event\":\"loaded\"")
+            .count()
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while loaded(&group) < 2 && group.running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(loaded(&group), 2, "{}", group.stderr_so_far());
+    // Both moves are over: within a few seconds, only the three ranks hold a segment.
+    let settle = std::time::Instant::now() + Duration::from_secs(5);
+    let mut holders = segment_holders(marker);
+    while holders.len() != 3 && std::time::Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(20));
+        holders = segment_holders(marker);
+    }
+    assert!(
+        group.running(),
+        "the job ended before the check: make it longer"
+    );
+    assert_eq!(holders.len(), 3, "processes holding a segment: {holders:?}");
+    let finished = group.wait(DEADLINE);
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert!(finished.stdout.contains("\"event\":\"done\""));
+    assert_eq!(
+        finished.stdout.matches("\"verified\":true").count(),
+        2,
+        "{}",
+        finished.stdout
+    );
+    let state_bytes = 8 << 20;
+    assert_eq!(
+        finished
+            .stderr
+            .matches(&format!("\"handed_over\":{state_bytes}"))
+            .count(),
+        2,
+        "both moves hand the array over:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        segment_holders(marker),
+        Vec::<u32>::new(),
+        "outlived the job"
+    );
+    let shm_after: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let new: Vec<_> = shm_after
+        .iter()
+        .filter(|n| !shm_before.contains(n) && n.to_string_lossy().contains("pcm"))
+        .collect();
+    assert!(new.is_empty(), "left in /dev/shm: {new:?}");
+}

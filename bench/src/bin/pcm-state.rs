@@ -5,11 +5,16 @@
 //! PCM_SCHEDULE=20:1,40:2,60:3 mpirun -x PCM_SCHEDULE -np 4 pcm-state --state-mb 64 --iters 80
 //! ```
 //!
-//! Each rank holds a `Vec<f64>` of `--state-mb` MiB, filled deterministically from its rank;
-//! every iteration adds 1 to its first element and joins a barrier, so the state at iteration
-//! `i` is known exactly. A departing rank stores the whole array (`store_array`); its
-//! replacement loads it (`take_array`) and checks its checksum against the expected one,
-//! aborting the job if they differ. Every rank checks its state again at the end.
+//! Each rank holds an array of `--state-mb` MiB of `f64`, filled deterministically from its
+//! rank; every iteration adds 1 to its first element and joins a barrier, so the state at
+//! iteration `i` is known exactly. A departing rank stores the whole array; its replacement
+//! loads it and checks its checksum against the expected one, aborting the job if they
+//! differ. Every rank checks its state again at the end.
+//!
+//! The array is a `Vec<f64>` stored with `store_array` (a copy into PCM's store) and loaded
+//! with `take_array`, or with `--shared` a [`pcm::SharedArray`] from `Pcm::alloc_array`,
+//! stored with `store_shared` (no copy) and loaded with `take_shared` (on the same host, the
+//! departing process's own pages).
 //!
 //! Stdout carries one JSON object per line:
 //! - `{"event":"stored",...,"store_us":..}` from a departing rank (time of its store calls);
@@ -38,6 +43,38 @@ struct Args {
     /// Iterations (each: one local update and a barrier).
     #[arg(long, default_value_t = 100)]
     iters: u64,
+    /// Keep the state in a PCM shared array (`alloc_array`, `store_shared`, `take_shared`)
+    /// instead of a `Vec` (`store_array`, `take_array`).
+    #[arg(long)]
+    shared: bool,
+    /// Sleep this long in every iteration (microseconds), to make a run last.
+    #[arg(long, default_value_t = 0)]
+    sleep_us: u64,
+}
+
+/// The state array, of either kind.
+enum Array {
+    Vec(Vec<f64>),
+    Shared(pcm::SharedArray<f64>),
+}
+
+impl std::ops::Deref for Array {
+    type Target = [f64];
+    fn deref(&self) -> &[f64] {
+        match self {
+            Array::Vec(v) => v,
+            Array::Shared(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Array {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        match self {
+            Array::Vec(v) => v,
+            Array::Shared(s) => s,
+        }
+    }
 }
 
 /// Initial value of element `i` of `rank`'s state (exact in f64).
@@ -112,7 +149,15 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
     let (mut state, start) = match pcm.process_status() {
         ProcessStatus::Fresh => {
             let rank = pcm.rank().0;
-            let v: Vec<f64> = (0..len).map(|i| initial(rank, i)).collect();
+            let v = if args.shared {
+                let mut s = pcm.alloc_array::<f64>("state", len)?;
+                for (i, x) in s.iter_mut().enumerate() {
+                    *x = initial(rank, i);
+                }
+                Array::Shared(s)
+            } else {
+                Array::Vec((0..len).map(|i| initial(rank, i)).collect())
+            };
             (v, 0)
         }
         ProcessStatus::Restarted { .. } => {
@@ -122,7 +167,11 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
         }
         ProcessStatus::Replacement { rank, .. } => {
             let t = Instant::now();
-            let v: Vec<f64> = pcm.take_array("state")?;
+            let v = if args.shared {
+                Array::Shared(pcm.take_shared("state")?)
+            } else {
+                Array::Vec(pcm.take_array("state")?)
+            };
             let load_us = t.elapsed().as_micros() as u64;
             let iteration: u64 = pcm.load("iteration")?;
             verify(&pcm, &v, iteration, len, "after loading");
@@ -145,7 +194,10 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                 if status == Status::Migrate {
                     let t = Instant::now();
                     pcm.store("iteration", &iteration)?;
-                    pcm.store_array("state", &state)?;
+                    match &state {
+                        Array::Vec(v) => pcm.store_array("state", v)?,
+                        Array::Shared(s) => pcm.store_shared("state", s)?,
+                    }
                     let store_us = t.elapsed().as_micros() as u64;
                     let stored = BenchLine::Stored {
                         rank: pcm.rank().0,
@@ -170,6 +222,9 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
         }
         if let Some(first) = state.first_mut() {
             *first += 1.0;
+        }
+        if args.sleep_us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(args.sleep_us));
         }
         pcm.world().barrier();
     }

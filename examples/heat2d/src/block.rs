@@ -2,6 +2,7 @@
 
 use mpi::topology::Communicator;
 use mpi::traits::{Destination, Source};
+use pcm::SharedArray;
 
 use crate::decomp::block_rows;
 
@@ -22,6 +23,68 @@ const TAG_DOWN: i32 = 12;
 pub fn initial_value(row: usize, col: usize) -> f64 {
     // Exact: at most 31, then halved.
     ((row * 7 + col * 13) % 32) as f64 * 0.5
+}
+
+/// Where a block's buffers live: a `Vec` (heat2d-plain, tests), or a PCM shared array
+/// (heat2d: a rank that moves to a replacement on the same host hands its pages over
+/// instead of copying them; see [`pcm::SharedArray`]). Either way the computation is the
+/// same, bit for bit.
+#[derive(Debug)]
+pub enum Grid {
+    /// Private memory.
+    Vec(Vec<f64>),
+    /// Shared memory allocated by PCM ([`pcm::Pcm::alloc_array`]).
+    Shared(SharedArray<f64>),
+}
+
+impl std::ops::Deref for Grid {
+    type Target = [f64];
+    fn deref(&self) -> &[f64] {
+        match self {
+            Grid::Vec(v) => v,
+            Grid::Shared(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Grid {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        match self {
+            Grid::Vec(v) => v,
+            Grid::Shared(s) => s,
+        }
+    }
+}
+
+/// A copy, always in a `Vec` (a shared array is not duplicated).
+impl Clone for Grid {
+    fn clone(&self) -> Self {
+        Grid::Vec(self.to_vec())
+    }
+}
+
+impl PartialEq for Grid {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl PartialEq<Vec<f64>> for Grid {
+    fn eq(&self, other: &Vec<f64>) -> bool {
+        self[..] == other[..]
+    }
+}
+
+impl From<Vec<f64>> for Grid {
+    fn from(v: Vec<f64>) -> Self {
+        Grid::Vec(v)
+    }
+}
+
+impl From<SharedArray<f64>> for Grid {
+    fn from(s: SharedArray<f64>) -> Self {
+        Grid::Shared(s)
+    }
 }
 
 /// Errors building a [`Meta`] or a [`Block`].
@@ -208,6 +271,13 @@ impl Meta {
     /// A state vector holding the boundary condition and the initial values.
     fn initial_data(&self) -> Vec<f64> {
         let mut data = vec![OTHER_BOUNDARY; self.data_len()];
+        self.fill_initial(&mut data);
+        data
+    }
+
+    /// Writes the boundary condition and the initial values into `data` (of
+    /// [`Meta::data_len`] values, all [`OTHER_BOUNDARY`] before).
+    fn fill_initial(&self, data: &mut [f64]) {
         for (r, row) in data.chunks_exact_mut(self.cols).enumerate() {
             if r == 0 {
                 if self.is_top() {
@@ -221,7 +291,6 @@ impl Meta {
                 }
             }
         }
-        data
     }
 }
 
@@ -240,9 +309,9 @@ impl Meta {
 pub struct Block {
     meta: Meta,
     /// The state: `(local_rows + 2) * cols` values, row-major, halos included.
-    pub data: Vec<f64>,
+    pub data: Grid,
     /// The Jacobi target buffer; its fixed boundary values are always correct.
-    scratch: Vec<f64>,
+    scratch: Grid,
 }
 
 impl Block {
@@ -255,16 +324,67 @@ impl Block {
         let data = meta.initial_data();
         Ok(Self {
             meta,
-            scratch: data.clone(),
+            scratch: Grid::Vec(data.clone()),
+            data: Grid::Vec(data),
+        })
+    }
+
+    /// The initial block of `rank` of `size` in a `rows` x `cols` grid, in the buffers given
+    /// (each of [`Meta::data_len`] values, all [`OTHER_BOUNDARY`], as a zeroed shared array
+    /// is), for example PCM shared arrays: no other copy of the grid is made.
+    ///
+    /// # Errors
+    /// See [`Meta::for_rank`]; a buffer of another length.
+    pub fn new_in(
+        rows: usize,
+        cols: usize,
+        rank: usize,
+        size: usize,
+        mut data: Grid,
+        mut scratch: Grid,
+    ) -> Result<Self, BlockError> {
+        let meta = Meta::for_rank(rows, cols, rank, size)?;
+        for buffer in [&mut data, &mut scratch] {
+            if buffer.len() != meta.data_len() {
+                return Err(BlockError::DataLength {
+                    expected: meta.data_len(),
+                    actual: buffer.len(),
+                });
+            }
+            meta.fill_initial(buffer);
+        }
+        Ok(Self {
+            meta,
             data,
+            scratch,
         })
     }
 
     /// Frees the block's memory (a process that moved away and waits for its launch to end);
     /// the block is empty afterwards and must not be stepped.
     pub fn release(&mut self) {
-        self.data = Vec::new();
-        self.scratch = Vec::new();
+        self.data = Grid::Vec(Vec::new());
+        self.scratch = Grid::Vec(Vec::new());
+    }
+
+    /// Moves both buffers that are still in a `Vec` into shared arrays from `alloc` (called
+    /// with the buffer's name, "grid" or "scratch", and its length), such as
+    /// [`pcm::Pcm::alloc_array`]; buffers already shared stay as they are.
+    ///
+    /// # Errors
+    /// The first error of `alloc`.
+    pub fn share<E>(
+        &mut self,
+        mut alloc: impl FnMut(&str, usize) -> Result<SharedArray<f64>, E>,
+    ) -> Result<(), E> {
+        for (name, buffer) in [("grid", &mut self.data), ("scratch", &mut self.scratch)] {
+            if let Grid::Vec(v) = buffer {
+                let mut shared = alloc(name, v.len())?;
+                shared.copy_from_slice(v);
+                *buffer = Grid::Shared(shared);
+            }
+        }
+        Ok(())
     }
 
     /// Rebuilds a block from its metadata and state (for example, loaded after a migration).
@@ -272,7 +392,21 @@ impl Block {
     /// # Errors
     /// Invalid metadata, a state of the wrong length, or fixed boundary values that differ from
     /// the boundary condition (a sign that the wrong array was loaded).
-    pub fn from_parts(meta: Meta, data: Vec<f64>) -> Result<Self, BlockError> {
+    pub fn from_parts(meta: Meta, data: impl Into<Grid>) -> Result<Self, BlockError> {
+        Self::from_parts_with(meta, data, |len| Grid::Vec(vec![OTHER_BOUNDARY; len]))
+    }
+
+    /// [`Block::from_parts`] with the second buffer from `scratch` (given the length; all
+    /// values [`OTHER_BOUNDARY`], as a zeroed shared array is), for example a shared array.
+    ///
+    /// # Errors
+    /// As [`Block::from_parts`].
+    pub fn from_parts_with(
+        meta: Meta,
+        data: impl Into<Grid>,
+        scratch: impl FnOnce(usize) -> Grid,
+    ) -> Result<Self, BlockError> {
+        let data = data.into();
         meta.check()?;
         if data.len() != meta.data_len() {
             return Err(BlockError::DataLength {
@@ -291,16 +425,24 @@ impl Block {
                 }
             }
         }
+        let mut scratch = scratch(meta.data_len());
+        if scratch.len() != meta.data_len() {
+            return Err(BlockError::DataLength {
+                expected: meta.data_len(),
+                actual: scratch.len(),
+            });
+        }
+        meta.fill_initial(&mut scratch);
         Ok(Self {
             meta,
-            scratch: meta.initial_data(),
+            scratch,
             data,
         })
     }
 
     /// Splits the block into its metadata and state.
     #[must_use]
-    pub fn into_parts(self) -> (Meta, Vec<f64>) {
+    pub fn into_parts(self) -> (Meta, Grid) {
         (self.meta, self.data)
     }
 

@@ -55,7 +55,7 @@ pub mod decomp;
 pub mod report;
 pub mod state;
 
-pub use block::{initial_value, Block, BlockError, Meta, OTHER_BOUNDARY, TOP_BOUNDARY};
+pub use block::{initial_value, Block, BlockError, Grid, Meta, OTHER_BOUNDARY, TOP_BOUNDARY};
 pub use checksum::{checksum, hash_grid};
 pub use cli::{
     parse_on_all_ranks, Args, ArgsError, Progress, DEFAULT_COLS, DEFAULT_ITERS, DEFAULT_ROWS,

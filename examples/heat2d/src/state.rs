@@ -4,7 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pcm::{Pcm, PcmError};
 
-use crate::block::{Block, BlockError, Meta};
+use crate::block::{Block, BlockError, Grid, Meta};
 use crate::cli::Args;
 
 /// One rank's part of a run: its block of the grid, and when the run started. `heat2d`
@@ -31,6 +31,40 @@ impl Heat {
         })
     }
 
+    /// The block of `rank` of `size` for `args`, started now, built straight in two PCM
+    /// shared arrays ([`pcm::Pcm::alloc_array`]): a move within a host then hands them to
+    /// the replacement without a copy.
+    ///
+    /// # Errors
+    /// See [`Block::new`]; shared memory could not be allocated.
+    pub fn new_shared(args: &Args, rank: i32, size: i32, pcm: &Pcm) -> Result<Self, PcmError> {
+        let meta = Meta::for_rank(args.rows, args.cols, rank as usize, size as usize)?;
+        let grid = pcm.alloc_array::<f64>("grid", meta.data_len())?;
+        let scratch = pcm.alloc_array::<f64>("scratch", meta.data_len())?;
+        let block = Block::new_in(
+            args.rows,
+            args.cols,
+            rank as usize,
+            size as usize,
+            Grid::Shared(grid),
+            Grid::Shared(scratch),
+        )?;
+        Ok(Self {
+            block,
+            started: unix_seconds(),
+        })
+    }
+
+    /// Moves the block's buffers into PCM shared arrays ([`pcm::Pcm::alloc_array`]), so
+    /// that a move to a replacement on the same host hands them over without a copy
+    /// (heat2d does it once after [`pcm::Pcm::resume`]; buffers already shared stay).
+    ///
+    /// # Errors
+    /// Shared memory could not be allocated.
+    pub fn share(&mut self, pcm: &Pcm) -> Result<(), PcmError> {
+        self.block.share(|name, len| pcm.alloc_array(name, len))
+    }
+
     /// Wall-clock seconds since [`Heat::started`].
     #[must_use]
     pub fn seconds(&self) -> f64 {
@@ -39,19 +73,26 @@ impl Heat {
 }
 
 /// Stored as `started` (a serde value), `meta` ([`Meta::to_words`]) and `grid`
-/// ([`Block::data`], raw).
+/// ([`Block::data`], raw: a shared array is stored without a copy, and handed to a
+/// replacement on the same host as it is). A loaded block's buffers are both PCM shared
+/// arrays (see [`Heat::share`]).
 impl pcm::State for Heat {
     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
         pcm.store("started", &self.started)?;
         pcm.store_array("meta", &self.block.meta().to_words())?;
-        pcm.store_array("grid", &self.block.data)
+        match &self.block.data {
+            Grid::Shared(grid) => pcm.store_shared("grid", grid),
+            Grid::Vec(grid) => pcm.store_array("grid", grid),
+        }
     }
 
     fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
         let mut meta = [0u64; 4];
         pcm.load_array_into("meta", &mut meta)?;
         let meta = Meta::from_words(meta)?;
-        let block = Block::from_parts(meta, pcm.take_array("grid")?)?;
+        let grid = pcm.take_shared::<f64>("grid")?;
+        let scratch = pcm.alloc_array::<f64>("scratch", meta.data_len())?;
+        let block = Block::from_parts_with(meta, grid, |_| Grid::Shared(scratch))?;
         let started = pcm.load("started")?;
         Ok(Self { block, started })
     }

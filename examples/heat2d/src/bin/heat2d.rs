@@ -61,7 +61,14 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
         }
         return Ok(ExitCode::FAILURE);
     }
-    let (mut heat, start) = job.resume(|| Heat::new(&args, rank, size))?;
+    // The grid in PCM shared memory, so that a move within a host hands it over without a
+    // copy: a fresh rank builds it there, a replacement or a restarted rank gets it there.
+    let fresh = (job.process_status() == pcm::ProcessStatus::Fresh)
+        .then(|| Heat::new_shared(&args, rank, size, job))
+        .transpose()?;
+    let (mut heat, start) =
+        job.resume(|| fresh.ok_or(pcm::PcmError::Internal("no fresh state")))?;
+    heat.share(job)?;
 
     let mut progress =
         Progress::new(args.report_every, args.iters, Instant::now()).starting_at(start);
