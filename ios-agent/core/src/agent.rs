@@ -587,7 +587,7 @@ struct Hosts {
     /// Announcements, oldest first, as (peer, sequence number); an entry whose number is no
     /// longer the peer's is stale and skipped.
     order: VecDeque<(PeerId, u64)>,
-    /// Bumped on every change (for [`Agent::host_rtts`]' cache); also the sequence number.
+    /// Bumped on every change: the announcements' sequence numbers.
     version: u64,
 }
 
@@ -670,11 +670,18 @@ pub struct Agent {
     /// The host each connected agent announced over its own connection
     /// ([`Agent::handle_peer_host`]): the only hosts work is ever moved to.
     hosts: Hosts,
-    /// What [`Agent::host_rtts`] last built, with the peer table's and `hosts`' versions it
-    /// was built from: a thief sends it with every steal, and rebuilding it (a look-up and a
-    /// copied host name per peer) was most of the simulator's time per steal at 10,000
-    /// nodes, while the peers and their RTTs change far less often than steals go.
+    /// What [`Agent::host_rtts`] last built, with the versions of the peer table and of its
+    /// peers' hosts it was built from: a thief sends it with every steal, and rebuilding it
+    /// (a look-up and a copied host name per peer) was most of the simulator's time per
+    /// steal at 10,000 nodes, while the peers and their RTTs change far less often than
+    /// steals go.
     rtts_cache: Option<(u64, u64, Vec<HostRtt>)>,
+    /// Bumped when the host of a peer in the peer table changes: what
+    /// [`Agent::host_rtts`] is built from. Hosts of peers outside the table come and go
+    /// all the time in a large pool (a full table's evictions), and keying the cache on
+    /// every change of the table of hosts rebuilt it for nearly every steal (a fifth of
+    /// the simulator's time at 10,000 nodes, Grid-like).
+    measured_hosts_version: u64,
     /// Announcements refused because another agent held the host: the newest claim of each
     /// host is promoted when the holder goes (an agent restarted with a new identity while
     /// its old connection had not yet timed out).
@@ -772,6 +779,7 @@ impl Agent {
             rng,
             hosts: Hosts::default(),
             rtts_cache: None,
+            measured_hosts_version: 0,
             contested: HashMap::new(),
             node: None,
             node_at: None,
@@ -917,6 +925,7 @@ impl Agent {
             })
         } else {
             self.hosts.insert(peer.clone(), host);
+            self.measured_host_changed(&peer);
             self.c2c_host_known(now, &peer);
             None
         };
@@ -950,12 +959,19 @@ impl Agent {
         evicted
     }
 
+    fn measured_host_changed(&mut self, peer: &PeerId) {
+        if self.peers.get(peer).is_some() {
+            self.measured_hosts_version += 1;
+        }
+    }
+
     /// `peer` disconnected or left.
     pub fn handle_peer_gone(&mut self, now: Instant, peer: &PeerId) {
         self.contested.retain(|_, claimant| claimant != peer);
         if let Some(host) = self.hosts.remove(peer) {
             if let Some(next) = self.contested.remove(&host) {
                 tracing::info!(agent = %self.me, %host, peer = %next, "host now announced by another agent");
+                self.measured_host_changed(&next);
                 self.hosts.insert(next, host);
             }
         }
@@ -1259,7 +1275,7 @@ impl Agent {
     /// This agent's measured RTTs to the hosts of its peers, nearest first, at most
     /// [`Config::max_peers`] (and [`MAX_RTTS`]): what a work steal carries.
     pub(crate) fn host_rtts(&mut self) -> Vec<HostRtt> {
-        let versions = (self.peers.version(), self.hosts.version);
+        let versions = (self.peers.version(), self.measured_hosts_version);
         if let Some((p, h, rtts)) = &self.rtts_cache {
             if (*p, *h) == versions {
                 return rtts.clone();
