@@ -287,14 +287,18 @@ impl Store {
         Ok(value)
     }
 
+    /// Removes the array stored under `name`, checked to be of element type `T`.
+    fn remove_array<T: Pod>(&mut self, name: &str) -> Result<Entry, PcmError> {
+        self.get(name, Kind::Array, type_label::<[T]>())?;
+        self.entries
+            .remove(name)
+            .ok_or(PcmError::internal("entry vanished"))
+    }
+
     /// Removes an array and returns it, without a copy for 8-byte element types.
     pub(crate) fn take_array<T: Pod>(&mut self, name: &str) -> Result<Vec<T>, PcmError> {
         let started = Instant::now();
-        self.get(name, Kind::Array, type_label::<[T]>())?;
-        let entry = self
-            .entries
-            .remove(name)
-            .ok_or(PcmError::internal("entry vanished"))?;
+        let entry = self.remove_array::<T>(name)?;
         let len = entry.data.len();
         let values = match entry.data {
             Data::Blob(blob) => blob.into_vec(),
@@ -319,11 +323,7 @@ impl Store {
         job: &str,
     ) -> Result<SharedArray<T>, PcmError> {
         let started = Instant::now();
-        self.get(name, Kind::Array, type_label::<[T]>())?;
-        let entry = self
-            .entries
-            .remove(name)
-            .ok_or(PcmError::internal("entry vanished"))?;
+        let entry = self.remove_array::<T>(name)?;
         let len = entry.data.len();
         let array = match entry.data {
             Data::Shared(segment) if segment.is_held_alone() => {
