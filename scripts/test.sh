@@ -37,20 +37,64 @@ case "$default_runtime" in
 openmpi) other_runtime=mpich ;;
 *) other_runtime=openmpi ;;
 esac
+# The runtime-dependent tests run again on the other runtime. The test programs link no MPI
+# library (the jobs they start do, and pcmd, pcmrun, the agent and the peer server serve
+# either runtime), so the ones built above run again; only the MPI programs they start
+# (heat2d, pcm-state, the C examples, libpcm) are built for the other runtime, in its own
+# target directory, and found through MPI_IOS_PROGRAM_DIR (tests/src/lib.rs, program_dir).
 # The agents' scenario tests (agents_e2e, c2c_e2e) run on the default runtime only, for
-# CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README).
-echo "== $(date +%T) migration, checkpoint, runtime, stall, emulated-host, leave, pcmrun and C interface tests ($other_runtime)" >&2
+# CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README). Of pcmrun's
+# tests, those where the runtime matters run on both (its launch settings and hostfile, a
+# rank lost, a host lost, a replacement lost while starting); the others test pcmrun's own
+# decisions, the same on either runtime.
+other_runtime_tests=(migration checkpoint runtime hosts stall leave pcmrun capi)
+other_runtime_pcmrun_tests=(
+    given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings
+    given_a_hostfile_then_the_launch_uses_it_and_a_missing_one_is_named
+    given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_checksum
+    given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_alive
+    given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum
+)
+# "name path" of each of those test programs, as cargo built them above.
+mapfile -t test_programs < <(
+    cargo test --release --quiet --no-run --message-format=json -p mpi-ios-tests \
+        $(printf -- '--test %s ' "${other_runtime_tests[@]}") |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
+        print(m["target"]["name"], m["executable"])
+'
+)
+if [ "${#test_programs[@]}" -ne "${#other_runtime_tests[@]}" ]; then
+    echo "test.sh: expected ${#other_runtime_tests[@]} test programs, cargo named ${#test_programs[@]}" >&2
+    exit 1
+fi
+echo "== $(date +%T) ${other_runtime_tests[*]} tests ($other_runtime)" >&2
 (
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
-    # The crates whose code depends on the MPI library, and the tests that run jobs: the
-    # programs these tests start (the agent tests start ios-agent and peer-server from this
-    # target too), not the benchmarks'.
-    cargo build --release --quiet --bins -p heat2d -p pcmd -p pcmrun -p ios-agent -p peer-server
-    # pcm-state, the benchmarks' application, which the shared-array tests of migration and
-    # hosts run.
-    cargo build --release --quiet -p mpi-ios-bench --bin pcm-state
+    # The crates whose code links the MPI library: the programs the tests start, and PCM's
+    # own unit tests.
+    cargo build --release --quiet --bins -p heat2d -p mpi-ios-bench-programs
     scripts/build-c.sh
-    cargo clippy --release --quiet -p pcm -p pcm-capi -p heat2d -p mpi-ios-tests --all-targets -- -D warnings
     cargo test --release -p pcm --lib
-    cargo test --release --no-fail-fast -p mpi-ios-tests --test migration --test checkpoint --test runtime --test hosts --test stall --test leave --test pcmrun --test capi
+    export MPI_IOS_PROGRAM_DIR="$CARGO_TARGET_DIR/release"
+    # cargo runs a package's tests from its directory.
+    cd tests
+    failed=()
+    for entry in "${test_programs[@]}"; do
+        name="${entry%% *}"
+        path="${entry#* }"
+        echo "     Running $name ($other_runtime: $MPI_IOS_PROGRAM_DIR)" >&2
+        filters=()
+        if [ "$name" = pcmrun ]; then
+            filters=(--exact "${other_runtime_pcmrun_tests[@]}")
+        fi
+        "$path" "${filters[@]}" || failed+=("$name")
+    done
+    if [ "${#failed[@]}" -ne 0 ]; then
+        echo "test.sh: on $other_runtime, these tests failed: ${failed[*]}" >&2
+        exit 1
+    fi
 )

@@ -173,7 +173,7 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
              nothing for the agents to fix. Run on a machine where /sys/fs/cgroup is writable."
         );
     }
-    if let Err(e) = mpi_ios_tests::try_bin(args.program.binary()) {
+    if let Err(e) = mpi_ios_tests::try_program(args.program.binary()) {
         bail!("{e} (the C heat2d is built by scripts/build-c.sh)");
     }
     if args.fault && args.cooperating {

@@ -11,7 +11,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use mpi_ios_bench::paired::{interleave, Variant};
 use mpi_ios_bench::{
-    append_markdown, load_average, max, median, min, try_bin, MpiJob, Pcmd, Table,
+    append_markdown, load_average, max, median, min, try_program, MpiJob, Pcmd, Table,
 };
 use mpi_ios_plots::{Bar, BarChart, Layout};
 
@@ -74,8 +74,8 @@ pub(crate) fn run(mut args: Fig12Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let plain = try_bin("heat2d-plain")?;
-    let pcm = try_bin("heat2d")?;
+    let plain = try_program("heat2d-plain")?;
+    let pcm = try_program("heat2d")?;
     let pcmd = Pcmd::spawn(&[], "info")?;
     let daemon = pcmd.socket.display().to_string();
     let timeout = Duration::from_secs(args.timeout);

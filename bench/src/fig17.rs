@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use mpi_ios_bench::{append_markdown, load_average, max, median, min, try_bin, MpiJob, Table};
+use mpi_ios_bench::{append_markdown, load_average, max, median, min, try_program, MpiJob, Table};
 use mpi_ios_plots::{Bar, BarChart, Event, EventKind, Layout, TimePlot};
 use pcm_proto::run::{RunEvent, Stamped, EVENTS_FILE_ENV, PROGRESS_PERIOD_ENV};
 
@@ -260,7 +260,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let heat = try_bin("heat2d")?;
+    let heat = try_program("heat2d")?;
     let timeout = Duration::from_secs(args.timeout);
     let at = args.iters / 2;
     let load_before = load_average();

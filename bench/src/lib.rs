@@ -3,12 +3,11 @@
 //! statistics, and tables printed as text and as markdown.
 //!
 //! The benchmarks themselves live in the `mpi-ios-bench` binary (`src/main.rs`); the MPI
-//! application they migrate is `pcm-state` (`src/bin/pcm-state.rs`). See
-//! `docs/benchmarks.md`.
+//! application they migrate is `pcm-state`, in `mpi-ios-bench-programs`
+//! (`programs/src/bin/pcm-state.rs`). See `docs/benchmarks.md`.
 
 pub mod adaptive;
 pub mod agents;
-pub mod bench_lines;
 pub mod checkpoint;
 pub mod fault;
 pub mod paired;
@@ -22,7 +21,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-pub use mpi_ios_tests::{try_bin, Finished, Group, HarnessError, MpiJob, Pcmd};
+pub use mpi_ios_tests::{try_bin, try_program, Finished, Group, HarnessError, MpiJob, Pcmd};
 
 /// Median (mean of the two middle values for an even count); NaN if empty.
 pub fn median(values: &[f64]) -> f64 {

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use clap::Args;
-use mpi_ios_bench::bench_lines::BenchLine;
 use mpi_ios_bench::{
-    append_markdown, load_average, median, mem_available_bytes, try_bin, MpiJob, Table,
+    append_markdown, load_average, median, mem_available_bytes, try_program, MpiJob, Table,
 };
+use mpi_ios_bench_programs::BenchLine;
 
 use crate::pass;
 
@@ -174,8 +174,8 @@ pub(crate) fn run(mut args: MigrationArgs) -> Result<()> {
     );
     ensure!(args.moves >= 1, "--moves must be at least 1");
     ensure!(args.spacing >= 2, "--spacing must be at least 2");
-    let program = try_bin("pcm-state")?;
-    let pingpong = try_bin("mpi-pingpong")?;
+    let program = try_program("pcm-state")?;
+    let pingpong = try_program("mpi-pingpong")?;
     let target = MigrationTarget::for_runtime(pcm::MpiFamily::BUILT_FOR);
 
     let kinds: Vec<bool> = match args.array.as_str() {

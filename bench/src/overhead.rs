@@ -10,7 +10,7 @@ use anyhow::{ensure, Result};
 use clap::Args;
 use mpi_ios_bench::paired::{interleave, GridSizes, Variant};
 use mpi_ios_bench::{
-    append_markdown, load_average, max, median, min, try_bin, MpiJob, Pcmd, Table,
+    append_markdown, load_average, max, median, min, try_program, MpiJob, Pcmd, Table,
 };
 
 use crate::pass;
@@ -55,8 +55,8 @@ pub(crate) fn run(mut args: OverheadArgs) -> Result<()> {
     ensure!(args.pairs >= 1, "--pairs must be at least 1");
     let program = args.program.clone();
     let plain_name = format!("{program}-plain");
-    let plain = try_bin(&plain_name)?;
-    let pcm = try_bin(&program)?;
+    let plain = try_program(&plain_name)?;
+    let pcm = try_program(&program)?;
     let pcmd = Pcmd::spawn(&[], "info")?;
     let daemon = pcmd.socket.display().to_string();
     eprintln!("[overhead] pcmd serving on {daemon}");

@@ -8,7 +8,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use mpi_ios_bench::paired::{interleave, GridSizes, Variant};
 use mpi_ios_bench::{
-    append_markdown, load_average, max, median, min, try_bin, MpiJob, Pcmd, Table,
+    append_markdown, load_average, max, median, min, try_bin, try_program, MpiJob, Pcmd, Table,
 };
 
 use crate::pass;
@@ -62,8 +62,8 @@ pub(crate) fn run(mut args: ProfilingArgs) -> Result<()> {
     }
     ensure!(args.pairs >= 1, "--pairs must be at least 1");
     ensure!(args.window >= 1, "--window must be at least 1 s");
-    let heat2d = try_bin("heat2d")?;
-    let calls = try_bin("mpi-calls")?;
+    let heat2d = try_program("heat2d")?;
+    let calls = try_program("mpi-calls")?;
     let pcmd_bin = try_bin("pcmd")?;
     let timeout = Duration::from_secs(args.timeout);
     let load_before = load_average();

@@ -26,7 +26,7 @@ use nix::unistd::Pid;
 use pcm_proto::run::RunEvent;
 use pcmrun::EventRecord;
 
-use crate::{append_markdown, load_average, try_bin, Group, MpiJob, Table};
+use crate::{append_markdown, load_average, try_bin, try_program, Group, MpiJob, Table};
 
 /// Options of `mpi-ios-bench recovery`.
 #[derive(Debug, Args)]
@@ -148,7 +148,7 @@ fn measure(interval: f64, rate_side: (f64, u64)) -> Result<Measured> {
         .arg(&events_path)
         .arg("--report")
         .arg(&report_path)
-        .arg(try_bin("heat2d")?)
+        .arg(try_program("heat2d")?)
         .args(["--rows", &side.to_string(), "--cols", &side.to_string()])
         .args(["--iters", &iters.to_string()]);
     let group = Group::spawn_in_temp(command, "pcmrun")?;
@@ -214,7 +214,7 @@ pub fn run(mut args: RecoveryArgs) -> Result<()> {
         args.intervals = vec![1.0];
         args.states = vec![1];
     }
-    let plain = try_bin("heat2d-plain")?;
+    let plain = try_program("heat2d-plain")?;
     let load_before = load_average();
     let mut table = Table::new(&[
         "interval s",

@@ -70,7 +70,7 @@ fn the_main_job_moves_the_c_heat2d_too() {
         eprintln!("skipped: {why}");
         return;
     }
-    if let Err(e) = mpi_ios_tests::try_bin("heat2d-c") {
+    if let Err(e) = mpi_ios_tests::try_program("heat2d-c") {
         panic!("{e} (scripts/build-c.sh builds it)");
     }
     let _lock = mpi_ios_tests::mpi_lock();

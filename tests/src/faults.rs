@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::{bin, Group};
+use crate::{program, Group};
 
 /// How long to wait for the job's processes and its replacement to appear.
 const WAIT: Duration = Duration::from_secs(60);
@@ -36,7 +36,7 @@ fn descends_from(mut pid: u32, root: u32) -> bool {
 /// Live (non-zombie) processes running this worktree's heat2d under the launcher `root`:
 /// other engineers' jobs on the machine run their own heat2d and are never touched.
 pub fn job_processes(root: u32) -> BTreeSet<u32> {
-    let program = bin("heat2d");
+    let program = program("heat2d");
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return BTreeSet::new();
     };

@@ -193,6 +193,39 @@ pub fn bin(name: &str) -> PathBuf {
     try_bin(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The variable naming the directory of the MPI programs the tests run, when they are not
+/// next to the tests' own binaries ([`program_dir`]).
+pub const PROGRAM_DIR_VAR: &str = "MPI_IOS_PROGRAM_DIR";
+
+/// Directory of the MPI programs the tests and benchmarks run (heat2d, heat2d-plain,
+/// pcm-state, mpi-pingpong, mpi-calls, the C and Fortran examples, libpcm): `MPI_IOS_PROGRAM_DIR`
+/// when set, else [`bin_dir`]. These link an MPI library, so they are built once per
+/// runtime; the harness and its other programs (pcmd, pcmrun, the agent, the peer server)
+/// link none and serve every runtime. `scripts/test.sh` builds the tests on the default
+/// runtime and runs them again on the other one with that runtime's programs this way.
+pub fn program_dir() -> PathBuf {
+    match std::env::var_os(PROGRAM_DIR_VAR) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => bin_dir(),
+    }
+}
+
+/// Path of one of the project's MPI programs (in [`program_dir`]), or an error that says
+/// how to build it.
+pub fn try_program(name: &str) -> Result<PathBuf, HarnessError> {
+    let path = program_dir().join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::MissingBinary { path })
+    }
+}
+
+/// [`try_program`] for tests: panics with the command to build it.
+pub fn program(name: &str) -> PathBuf {
+    try_program(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
 static MPI_JOBS: Mutex<()> = Mutex::new(());
 
 /// Runs one MPI job at a time: the machine has two cores, and parallel jobs would only
@@ -539,10 +572,10 @@ pub struct MpiJob {
 
 impl MpiJob {
     /// `mpirun -np ranks program args...` (or `mpiexec -n ...` on MPICH) of the project's
-    /// binary `program` (in [`bin_dir`]).
+    /// MPI program `program` (in [`program_dir`]).
     pub fn new(ranks: usize, program: &str, args: &[&str]) -> Self {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        Self::of(ranks, &bin_dir().join(program), &args)
+        Self::of(ranks, &program_dir().join(program), &args)
     }
 
     /// As [`MpiJob::new`], of the program at `path`.

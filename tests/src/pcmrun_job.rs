@@ -92,7 +92,7 @@ impl PcmrunCommand {
         if let Err(e) = std::fs::create_dir_all(&self.checkpoints) {
             panic!("cannot create {}: {e}", self.checkpoints.display());
         }
-        self.command.arg(bin(program)).args(args);
+        self.command.arg(crate::program(program)).args(args);
         PcmrunJob {
             group: Some(Group::start(self.command, dir, label)),
             events: self.events,

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    bin_dir, complete_checkpoints, mpi_lock, read_events, wait_until, Finished, Group, MpiJob,
+    complete_checkpoints, mpi_lock, program_dir, read_events, wait_until, Finished, Group, MpiJob,
     Pcmd, Report, Runtime, RuntimeExt as _,
 };
 use pcm_proto::run::RunEvent;
@@ -183,7 +183,7 @@ fn install(prefix: &Path) {
         .arg("--prefix")
         .arg(prefix)
         .arg("--from")
-        .arg(bin_dir())
+        .arg(program_dir())
         .output()
         .unwrap();
     assert!(

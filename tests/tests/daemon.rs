@@ -293,7 +293,7 @@ fn job_on_two_daemons() -> (Pcmd, Pcmd, Group, tempfile::TempDir) {
     for (k, v) in runtime.test_env() {
         command.env(k, v);
     }
-    let heat2d = mpi_ios_tests::bin("heat2d");
+    let heat2d = mpi_ios_tests::program("heat2d");
     command
         .args(runtime.ranks_args(1))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_a.daemon_env));

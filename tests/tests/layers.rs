@@ -19,7 +19,16 @@ use std::process::Command;
 const LAYERS: &[(&str, &[&str])] = &[
     ("protocol", &["pcm-proto"]),
     ("libraries", &["pcm", "node-sensor", "mpi-ios-plots"]),
-    ("PCM", &["pcm-capi", "heat2d", "pcmrun", "pcmd"]),
+    (
+        "PCM",
+        &[
+            "pcm-capi",
+            "heat2d",
+            "mpi-ios-bench-programs",
+            "pcmrun",
+            "pcmd",
+        ],
+    ),
     ("IOS core", &["ios-agent-core"]),
     (
         "IOS components",

@@ -18,8 +18,8 @@ use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::pcmrun_job::{PcmrunCommand, PcmrunJob};
 use mpi_ios_tests::{
-    bin, heat2d_args_for, heat2d_args_sized, mpi_lock, wait_until, Finished, MpiJob, Runtime,
-    RuntimeExt as _,
+    bin, heat2d_args_for, heat2d_args_sized, mpi_lock, program, wait_until, Finished, MpiJob,
+    Runtime, RuntimeExt as _,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -415,7 +415,7 @@ fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings()
             "--checkpoint-interval",
             "5",
         ])
-        .arg(bin("heat2d"))
+        .arg(program("heat2d"))
         .args(["--rows", "64"])
         .output()
         .unwrap();
@@ -480,7 +480,7 @@ fn given_a_hostfile_then_the_launch_uses_it_and_a_missing_one_is_named() {
             .env_remove("PCM_HOSTFILE")
             .args(["--dry-run", "-np", "2", "--daemon", "none", "--hostfile"])
             .arg(hostfile)
-            .arg(bin("heat2d"))
+            .arg(program("heat2d"))
             .output()
             .unwrap()
     };
@@ -643,7 +643,7 @@ fn given_a_slurm_allocation_then_its_hosts_are_the_launchs() {
             .env("SLURM_JOB_NODELIST", nodelist)
             .env("SLURM_TASKS_PER_NODE", "2,1(x2)")
             .args(["--dry-run", "-np", "4", "--daemon", "none"])
-            .arg(bin("heat2d"))
+            .arg(program("heat2d"))
             .output()
             .unwrap()
     };

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mpi_ios_tests::{bin, mpi_lock, read_events, wait_until, MpiJob, Runtime, RuntimeExt as _};
+use mpi_ios_tests::{mpi_lock, program, read_events, wait_until, MpiJob, Runtime, RuntimeExt as _};
 use pcm_proto::run::RunEvent;
 
 const SHORT: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
@@ -50,7 +50,7 @@ fn given_a_run_then_both_reports_name_the_mpi_library_in_use() {
 
 #[test]
 fn given_the_built_binaries_then_the_loader_finds_their_runtimes_library_and_no_other() {
-    let output = Command::new("ldd").arg(bin("heat2d")).output().unwrap();
+    let output = Command::new("ldd").arg(program("heat2d")).output().unwrap();
     let libraries = String::from_utf8_lossy(&output.stdout);
     let (wanted, unwanted) = match Runtime::current() {
         Runtime::OpenMpi => ("libmpi.so.40 => /", "libmpi.so.12"),
@@ -104,7 +104,7 @@ fn given_another_mpi_library_loaded_then_both_programs_refuse_to_start_and_name_
     let impostor = impostor_library(dir.path());
     for program in ["heat2d-plain", "heat2d"] {
         // The check runs before MPI_Init, so no launcher is needed to reach it.
-        let output = Command::new(bin(program))
+        let output = Command::new(mpi_ios_tests::program(program))
             .args(SHORT)
             .env("LD_PRELOAD", &impostor)
             .env("PCM_DAEMON", "none")

@@ -1,6 +1,12 @@
-//! What the benchmark programs `pcm-state` and `mpi-pingpong` print on stdout: one JSON
-//! object a line, typed, written and read through [`BenchLine`] so that the benchmark reads
-//! exactly what the programs meant, never a guess at their words.
+//! The MPI programs the benchmarks (`mpi-ios-bench`) and the shared-array tests run:
+//! `pcm-state` (a PCM application that carries a large state, to time migrations),
+//! `mpi-pingpong` and `mpi-calls`. They link an MPI library, so they are built once per
+//! runtime; this crate keeps them apart from the benchmarks, whose dependencies (plots,
+//! the simulator) need no second build.
+//!
+//! The library is what `pcm-state` and `mpi-pingpong` print on stdout: one JSON object a
+//! line, typed, written and read through [`BenchLine`] so that the benchmark reads exactly
+//! what the programs meant, never a guess at their words.
 
 use serde::{Deserialize, Serialize};
 

@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use mpi_ios_bench::bench_lines::BenchLine;
+use mpi_ios_bench_programs::BenchLine;
 use pcm::mpi::traits::*;
 use pcm::{Pcm, PcmError, ProcessStatus, Reconfigured, Status};
 use pcm_proto::Outcome;

@@ -48,7 +48,7 @@ fn main() {
                 let (_ack, _) = world.process_at_rank(1).receive::<u8>();
                 let us = t.elapsed().as_secs_f64() * 1e6;
                 let bytes = len * 8;
-                let line = mpi_ios_bench::bench_lines::BenchLine::Pingpong {
+                let line = mpi_ios_bench_programs::BenchLine::Pingpong {
                     bytes: bytes as u64,
                     us,
                     gb_per_s: bytes as f64 / us / 1e3,
