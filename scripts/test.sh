@@ -30,8 +30,6 @@ cargo fmt --all -- --check
 cargo clippy --release --quiet --all-targets -- -D warnings
 echo "== $(date +%T) tests ($default_runtime)" >&2
 cargo test --release --workspace --no-fail-fast
-# clap checks a command line's definition in debug builds only.
-cargo test --quiet -p pcmd --lib the_command_line_definition_is_valid
 
 case "$default_runtime" in
 openmpi) other_runtime=mpich ;;

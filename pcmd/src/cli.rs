@@ -491,9 +491,10 @@ mod tests {
         Cli::try_parse_from(std::iter::once("pcmd").chain(args.iter().copied())).unwrap()
     }
 
-    /// clap checks a command's definition only in debug builds, at the first parse; a
-    /// debug `pcmd` panicked at start (two argument groups named `ServeArgs`). Checked here
-    /// in every build.
+    /// clap checks a command's definition only with debug assertions, at the first parse
+    /// (the workspace turns them on for clap in release builds too); a debug `pcmd`
+    /// panicked at start (two argument groups named `ServeArgs`). Checked here in every
+    /// build.
     #[test]
     fn the_command_line_definition_is_valid() {
         <Cli as clap::CommandFactory>::command().debug_assert();

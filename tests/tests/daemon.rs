@@ -12,12 +12,12 @@ use mpi_ios_tests::{
     heat2d_args_for, mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _,
 };
 
-/// heat2d's arguments for a job of 3 ranks that runs about 20 s on this machine as loaded as
+/// heat2d's arguments for a job of 3 ranks that runs about 12 s on this machine as loaded as
 /// it is when the first test asks (sized once per test binary: the tests act while it runs,
 /// within its first seconds; a stopped rank stops the job, so waiting on one uses none of it).
 fn long_args() -> Vec<&'static str> {
     static LONG: OnceLock<Vec<String>> = OnceLock::new();
-    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 20.0, WAIT).0);
+    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 12.0, WAIT).0);
     args.iter().map(String::as_str).collect()
 }
 const DEADLINE: Duration = Duration::from_secs(150);
@@ -56,7 +56,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
-/// heat2d-plain's checksum for [`long_args`], computed once per test binary (a 20 s run).
+/// heat2d-plain's checksum for [`long_args`], computed once per test binary (a 12 s run).
 fn long_reference() -> String {
     static REFERENCE: OnceLock<String> = OnceLock::new();
     REFERENCE
