@@ -54,8 +54,16 @@ use nix::unistd::Pid;
 
 /// Prefix of the name of every cgroup this harness creates.
 pub const PREFIX: &str = "mpi-ios-";
-/// Default enforcement period of a cap, microseconds (the kernel's default too).
-pub const DEFAULT_PERIOD_US: u64 = 100_000;
+/// Default enforcement period of a cap, microseconds: 10 ms, a tenth of the kernel's
+/// default. A loaded node's rank shares its quota with a hog while its peer polls through
+/// its own; with 100 ms periods the two nodes' throttling windows could lock out of phase
+/// for a whole run, one iteration per period: on MPICH on 2026-11-27 the main job's static
+/// run fell to 10 it/s (unloaded 737) and missed its 600 s deadline, and a quick run took
+/// 332.5 s against 6.1 s unloaded. With 10 ms periods the same quick run's static part took
+/// 8.8 s (5.2 s unloaded), and the quick figures ran in 103 s instead of 268 s. Not shorter:
+/// below the kernel's bandwidth slice (5 ms) the cap is no longer enforced exactly
+/// (docs/emulated-nodes.md, "Caps below half a core").
+pub const DEFAULT_PERIOD_US: u64 = 10_000;
 /// CPU weight of a node against the machine's other work, as a multiple of the default
 /// (v1 `cpu.shares` 1024, v2 `cpu.weight` 100). Above 1 so that a node gets its whole cap
 /// whenever the machine has the cores, also while other processes (builds, other tests) keep
@@ -83,7 +91,7 @@ pub enum CgroupError {
         source: std::io::Error,
     },
     /// A cap that the kernel cannot represent.
-    #[error("invalid cpu cap {0} cores: must be finite and at least 0.01")]
+    #[error("invalid cpu cap {0} cores: must be finite and at least 0.1 (the kernel's smallest quota, 1 ms, per 10 ms period)")]
     InvalidCap(f64),
     /// A cgroup name that is not a single path component of the allowed characters.
     #[error("invalid cgroup name {0:?}: use letters, digits, '-', '_' and '.'")]
@@ -121,7 +129,7 @@ pub struct CpuCap {
 
 impl CpuCap {
     /// A cap of `cores` CPUs (e.g. 0.6) over the default period [`DEFAULT_PERIOD_US`].
-    /// Panics on a cap that is not finite or below 0.01 cores (a programming error in a
+    /// Panics on a cap that is not finite or below 0.1 cores (a programming error in a
     /// test); use [`CpuCap::try_cores`] for values from outside.
     pub fn cores(cores: f64) -> CpuCap {
         Self::try_cores(cores).unwrap_or_else(|e| panic!("{e}"))
@@ -129,7 +137,7 @@ impl CpuCap {
 
     /// A cap of `cores` CPUs over the default period, or an error naming a bad value.
     pub fn try_cores(cores: f64) -> Result<CpuCap, CgroupError> {
-        if !cores.is_finite() || cores < 0.01 {
+        if !cores.is_finite() || cores * (DEFAULT_PERIOD_US as f64) < MIN_QUOTA_US as f64 {
             return Err(CgroupError::InvalidCap(cores));
         }
         let quota_us = (cores * DEFAULT_PERIOD_US as f64).round() as u64;
@@ -722,14 +730,16 @@ mod tests {
     #[test]
     fn caps_convert_cores_to_quota_and_back() {
         let cap = CpuCap::cores(0.6);
-        assert_eq!((cap.quota_us(), cap.period_us()), (60_000, 100_000));
+        assert_eq!((cap.quota_us(), cap.period_us()), (6_000, 10_000));
         assert!((cap.as_cores() - 0.6).abs() < 1e-9);
-        assert_eq!(CpuCap::cores(1.5).quota_us(), 150_000);
-        assert_eq!(CpuCap::cores(0.6).cpu_max(), "60000 100000");
+        assert_eq!(CpuCap::cores(1.5).quota_us(), 15_000);
+        assert_eq!(CpuCap::cores(0.6).cpu_max(), "6000 10000");
         assert!(CpuCap::try_cores(0.0).is_err());
         assert!(CpuCap::try_cores(f64::NAN).is_err());
         assert!(CpuCap::try_cores(-1.0).is_err());
-        assert_eq!(CpuCap::try_cores(0.01).unwrap().quota_us(), MIN_QUOTA_US);
+        // Below the kernel's smallest quota: refused, not silently raised.
+        assert!(CpuCap::try_cores(0.05).is_err());
+        assert_eq!(CpuCap::try_cores(0.1).unwrap().quota_us(), MIN_QUOTA_US);
     }
 
     const V1: &str = "\

@@ -31,6 +31,9 @@
 //! windows of two nodes drifted against each other and a synchronous job fell to 40% of
 //! its speed (10 ms windows were worse). With the binding as found, the ranks time-share
 //! core 0 finely, the cap only bites when a hog shares a node's quota, and runs repeat.
+//! Under hydra (MPICH) ranks are not bound, and with 100 ms periods a hog's node and its
+//! peer's locked out of phase for whole runs (one iteration per period); the caps now use
+//! 10 ms periods ([`crate::cgroup::DEFAULT_PERIOD_US`], where the figures are).
 //!
 //! Dropping the cluster kills whatever still runs in its namespaces (Open MPI's daemons
 //! daemonize, so they escape the harness's process group), then deletes the namespaces, the
