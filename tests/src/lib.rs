@@ -180,7 +180,11 @@ pub fn bin_dir() -> PathBuf {
 
 /// Path of one of the project's binaries, or an error that says how to build it.
 pub fn try_bin(name: &str) -> Result<PathBuf, HarnessError> {
-    let path = bin_dir().join(name);
+    built(bin_dir().join(name))
+}
+
+/// `path` if the binary there is built, else the error that says how to build it.
+fn built(path: PathBuf) -> Result<PathBuf, HarnessError> {
     if path.is_file() {
         Ok(path)
     } else {
@@ -213,12 +217,7 @@ pub fn program_dir() -> PathBuf {
 /// Path of one of the project's MPI programs (in [`program_dir`]), or an error that says
 /// how to build it.
 pub fn try_program(name: &str) -> Result<PathBuf, HarnessError> {
-    let path = program_dir().join(name);
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(HarnessError::MissingBinary { path })
-    }
+    built(program_dir().join(name))
 }
 
 /// [`try_program`] for tests: panics with the command to build it.
