@@ -72,6 +72,8 @@ pub const DEFAULT_PERIOD_US: u64 = 10_000;
 pub const NODE_WEIGHT: u64 = 8;
 /// Smallest quota the kernel accepts, microseconds.
 const MIN_QUOTA_US: u64 = 1_000;
+/// Smallest cap over [`DEFAULT_PERIOD_US`], in cores.
+const MIN_CAP_CORES: f64 = MIN_QUOTA_US as f64 / DEFAULT_PERIOD_US as f64;
 
 /// Errors of cgroup handling. Each names the file or cgroup involved.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +93,7 @@ pub enum CgroupError {
         source: std::io::Error,
     },
     /// A cap that the kernel cannot represent.
-    #[error("invalid cpu cap {0} cores: must be finite and at least 0.1 (the kernel's smallest quota, 1 ms, per 10 ms period)")]
+    #[error("invalid cpu cap {0} cores: must be finite and at least {MIN_CAP_CORES} (the kernel's smallest quota, {MIN_QUOTA_US} us, per {DEFAULT_PERIOD_US} us period)")]
     InvalidCap(f64),
     /// A cgroup name that is not a single path component of the allowed characters.
     #[error("invalid cgroup name {0:?}: use letters, digits, '-', '_' and '.'")]
@@ -137,7 +139,7 @@ impl CpuCap {
 
     /// A cap of `cores` CPUs over the default period, or an error naming a bad value.
     pub fn try_cores(cores: f64) -> Result<CpuCap, CgroupError> {
-        if !cores.is_finite() || cores * (DEFAULT_PERIOD_US as f64) < MIN_QUOTA_US as f64 {
+        if !cores.is_finite() || cores < MIN_CAP_CORES {
             return Err(CgroupError::InvalidCap(cores));
         }
         let quota_us = (cores * DEFAULT_PERIOD_US as f64).round() as u64;
