@@ -2,8 +2,9 @@
 //! namespaces with cgroup CPU caps) with an IOS agent on each; after a warm-up a CPU hog
 //! starts on one node, then an idle node's agent joins, and the agents move the slowed rank
 //! by themselves. The same scenario then runs as static MPI (heat2d-plain under the same
-//! load) and unloaded; the summary compares the three with the physical limit, checks the
-//! checksums, and a plot shows the throughput over time with the events marked.
+//! load), unloaded, and on the best placement under the same load (ranks off the loaded
+//! node); the summary compares them with the physical limit ([`crate::yardstick`]), checks
+//! the checksums, and a plot shows the throughput over time with the events marked.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{EventKind, Length, Line, Mode, Outcome, Scenario};
 
+use crate::yardstick::Yardsticks;
 use crate::Table;
 
 /// Options of `adaptive`.
@@ -103,6 +105,45 @@ pub struct Summary {
     pub static_run: Option<Outcome>,
     /// The unloaded run, if made.
     pub unloaded: Option<Outcome>,
+    /// heat2d-plain under the same load on the placement the capacity allows at best, if
+    /// made: the physical limit's speed.
+    pub best: Option<Outcome>,
+}
+
+impl Summary {
+    /// The runs made, by name, the adaptive one first.
+    fn runs(&self) -> Vec<(&'static str, &Outcome)> {
+        [
+            ("adaptive", Some(&self.adaptive)),
+            ("static", self.static_run.as_ref()),
+            ("unloaded", self.unloaded.as_ref()),
+            ("best", self.best.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(name, o)| o.map(|o| (name, o)))
+        .collect()
+    }
+
+    /// The yardsticks, when the static and unloaded runs were made.
+    fn yardsticks(&self, iters: u64) -> Option<Yardsticks> {
+        Some(crate::yardstick::of(
+            iters,
+            &self.adaptive,
+            self.static_run.as_ref()?,
+            self.unloaded.as_ref()?,
+            self.best.as_ref(),
+        ))
+    }
+}
+
+/// Where the ranks run at best once node-b is loaded: one on the joining node-c, or both on
+/// the cooperating node-a (twice the cap).
+fn best_placement(args: &AdaptiveArgs) -> Vec<usize> {
+    if args.cooperating {
+        vec![0, 0]
+    } else {
+        vec![0, 2]
+    }
 }
 
 /// The scenario and its length.
@@ -227,25 +268,53 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
             .join(", ")
     );
 
-    let mut runs = Vec::new();
-    let modes: &[Mode] = if args.adaptive_only {
-        &[Mode::Adaptive]
-    } else {
-        &[Mode::Adaptive, Mode::Static, Mode::Unloaded]
+    let best = Scenario {
+        placement: best_placement(&args),
+        ..scenario.clone()
     };
-    for &mode in modes {
-        match (mode, args.program) {
-            (Mode::Adaptive, Program::Heat2dC) => {
+    let best_hosts = best
+        .placement
+        .iter()
+        .map(|i| nodes[*i].as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut plan = vec![("adaptive", Mode::Adaptive, &scenario)];
+    if !args.adaptive_only {
+        plan.extend([
+            ("static", Mode::Static, &scenario),
+            ("unloaded", Mode::Unloaded, &scenario),
+            ("best", Mode::Static, &best),
+        ]);
+    }
+    let mut runs = Vec::new();
+    for (name, mode, run) in plan {
+        match (name, args.program) {
+            ("adaptive", Program::Heat2dC) => {
                 println!("== adaptive (heat2d-c: the C heat2d with PCM, IOS agents move ranks) run")
             }
-            _ => println!("== {} run", describe(mode)),
+            ("adaptive", _) => {
+                println!("== adaptive (heat2d with PCM, IOS agents move ranks) run")
+            }
+            ("static", _) => {
+                println!("== static MPI (heat2d-plain, same load, nobody moves anything) run")
+            }
+            ("unloaded", _) => println!("== unloaded (heat2d-plain, no hog) run"),
+            _ => println!(
+                "== best placement (heat2d-plain, same load, ranks on {best_hosts}): the \
+                 physical limit's speed"
+            ),
         }
-        let total = scenario.iters;
+        let total = run.iters;
         let program = match mode {
             Mode::Adaptive => args.program.binary(),
             Mode::Static | Mode::Unloaded => "heat2d-plain",
         };
-        let outcome = scenario.run_program(&cluster, mode, program, logs.path(), &mut |line| {
+        // Scenario::run_program logs under a directory named after the mode.
+        let dir = match name {
+            "best" => logs.path().join("best"),
+            _ => logs.path().to_owned(),
+        };
+        let outcome = run.run_program(&cluster, mode, program, &dir, &mut |line| {
             print_line(line, total)
         });
         println!(
@@ -259,6 +328,7 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
         adaptive: runs.next().context("no adaptive run")?,
         static_run: runs.next(),
         unloaded: runs.next(),
+        best: runs.next(),
     };
     let (mut ok, mut typed) = report(&summary, &scenario, &args)?;
     if args.fault {
@@ -289,19 +359,11 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
     }
     typed.passed = ok;
     typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
-    keep_logs(logs.path(), &args.out.join("logs"));
+    crate::keep_logs(logs.path(), &args.out.join("logs"));
     if args.check && !ok {
         bail!("the main job's own check failed (see above)");
     }
     Ok(())
-}
-
-fn describe(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Adaptive => "adaptive (heat2d with PCM, IOS agents move ranks)",
-        Mode::Static => "static MPI (heat2d-plain, same load, nobody moves anything)",
-        Mode::Unloaded => "unloaded (heat2d-plain, no hog): the yardstick",
-    }
 }
 
 fn print_line(line: &Line, total: u64) {
@@ -330,43 +392,42 @@ fn report(
 ) -> Result<(bool, crate::summary::Summary)> {
     let a = &summary.adaptive;
     let mut ok = true;
-    let outcomes: Vec<(&Outcome, &str)> = [
-        Some((a, args.program.binary())),
-        summary.static_run.as_ref().map(|o| (o, "heat2d-plain")),
-        summary.unloaded.as_ref().map(|o| (o, "heat2d-plain")),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let runs = summary.runs();
+    let outcomes: Vec<(&str, &Outcome, &str)> = runs
+        .iter()
+        .map(|&(name, o)| {
+            let program = match name {
+                "adaptive" => args.program.binary(),
+                _ => "heat2d-plain",
+            };
+            (name, o, program)
+        })
+        .collect();
     let mut typed = crate::summary::Summary::of("main-job", &outcomes);
-    typed.limit_s = limit_of(summary, scenario);
-    typed.adaptive_over_limit = typed.limit_s.map(|l| a.report.seconds / l);
+    let y = summary.yardsticks(scenario.iters);
+    if let Some(y) = &y {
+        typed.limit_s = Some(y.limit_s);
+        typed.adaptive_over_limit = Some(y.limit_ratio());
+        typed.recovered_after_s = y.recovery_s;
+    }
     println!();
     println!("== summary");
     let mut table = Table::new(&["run", "seconds", "vs unloaded", "checksum"]);
     let unloaded_s = summary.unloaded.as_ref().map(|u| u.report.seconds);
     let ratio = |s: f64| unloaded_s.map_or("-".to_owned(), |u| format!("{:.2}", s / u));
-    for o in [
-        Some(a),
-        summary.static_run.as_ref(),
-        summary.unloaded.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    for &(name, o) in &runs {
         table.push(vec![
-            o.mode.name().to_owned(),
+            name.to_owned(),
             format!("{:.1}", o.report.seconds),
             ratio(o.report.seconds),
             o.report.checksum.clone(),
         ]);
     }
-    let limit = typed.limit_s;
-    if let Some(limit) = limit {
+    if let Some(y) = &y {
         table.push(vec![
             "physical limit".to_owned(),
-            format!("{limit:.1}"),
-            ratio(limit),
+            format!("{:.1}", y.limit_s),
+            ratio(y.limit_s),
             "-".to_owned(),
         ]);
     }
@@ -379,10 +440,22 @@ fn report(
             s.report.seconds
         );
     }
-    if let Some(limit) = limit {
+    if let Some(y) = &y {
         println!(
-            "adaptive / physical limit = {:.3} (target: within 1.10)",
-            a.report.seconds / limit
+            "adaptive / physical limit = {:.3} (target: within 1.10); the limit runs the \
+             iterations left at {:.0} it/s from the {} at {:.1} s (loop time): {}",
+            y.limit_ratio(),
+            y.best_rate,
+            if args.cooperating {
+                "load onset"
+            } else {
+                "join"
+            },
+            y.free_from,
+            match &summary.best {
+                Some(_) => "the best placement's speed under the same load",
+                None => "the unloaded speed",
+            }
         );
     }
     let onset = a.first(EventKind::LoadOnset);
@@ -397,16 +470,26 @@ fn report(
         });
         println!("migration at {:.1} s: {}{after}", m.t, m.what);
     }
-    if let (Some(u), Some(o)) = (&summary.unloaded, onset) {
-        let target = 0.9 * u.report.iterations as f64 / u.report.seconds;
-        let recovered = a.recovered_from(o, target);
-        typed.recovered_after_s = recovered.map(|t| t - o);
-        match recovered {
-            Some(t) => println!(
-                "recovered to 90% of the unloaded throughput ({target:.0} it/s in every 2 s window from then on) {:.1} s after load onset",
-                t - o
-            ),
-            None => println!("never recovered to 90% of the unloaded throughput ({target:.0} it/s)"),
+    if let Some(y) = &y {
+        let unloaded = match y.recovery_s {
+            Some(r) => format!("{r:.1} s after load onset"),
+            None => "never".to_owned(),
+        };
+        println!(
+            "recovered to 90% of the unloaded throughput ({:.0} it/s in every 2 s window from \
+             then on): {unloaded}",
+            y.recovery_target
+        );
+        if summary.best.is_some() {
+            let best = match y.recovery_best_s {
+                Some(r) => format!("{r:.1} s after load onset"),
+                None => "never".to_owned(),
+            };
+            println!(
+                "recovered to 90% of the best placement's throughput under the same load \
+                 ({:.0} it/s): {best}",
+                0.9 * y.best_rate
+            );
         }
     }
     for (host, d) in a.decisions.iter().filter(|(_, d)| d.what.is_migration()) {
@@ -425,15 +508,10 @@ fn report(
             ok = false;
         }
     }
-    let sums: Vec<&str> = [
-        Some(a),
-        summary.static_run.as_ref(),
-        summary.unloaded.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|o| o.report.checksum.as_str())
-    .collect();
+    let sums: Vec<&str> = runs
+        .iter()
+        .map(|(_, o)| o.report.checksum.as_str())
+        .collect();
     if sums.windows(2).all(|w| w[0] == w[1]) {
         println!(
             "RESULT: checksums match bit for bit ({} runs, {} migrations)",
@@ -460,22 +538,6 @@ fn report(
     Ok((ok, typed))
 }
 
-/// The physical limit: until the idle capacity appears (the join, or the load onset when a
-/// cooperating node is there from the start) nobody can do better than the adaptive run
-/// itself did; from then on, the best is the unloaded speed on the remaining iterations.
-fn limit_of(summary: &Summary, scenario: &Scenario) -> Option<f64> {
-    let a = &summary.adaptive;
-    summary.unloaded.as_ref().map(|u| {
-        let free_from = a
-            .first(EventKind::NodeJoin)
-            .or(a.first(EventKind::LoadOnset))
-            .unwrap_or(0.0);
-        let unloaded_rate = u.report.iterations as f64 / u.report.seconds;
-        let left = scenario.iters as f64 - a.iteration_at(free_from);
-        free_from + left.max(0.0) / unloaded_rate
-    })
-}
-
 /// Throughput over windows of at least `window` seconds, from (seconds, iterations done)
 /// points: one point per window, at its middle.
 pub fn windowed_rate(points: &[(f64, u64)], window: f64) -> Vec<(f64, f64)> {
@@ -499,14 +561,14 @@ fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
     let mut plot = TimePlot::new("heat2d on emulated nodes: a node is loaded, an idle one joins")
         .x_label("time since start (s)")
         .y_label("iterations / s");
-    for (name, o) in [
-        ("MPI/IOS (adaptive)", Some(&summary.adaptive)),
-        ("static MPI, same load", summary.static_run.as_ref()),
-        ("unloaded", summary.unloaded.as_ref()),
-    ] {
-        if let Some(o) = o {
-            plot = plot.series(name, windowed_rate(&o.progress_points(), window));
-        }
+    for (name, o) in summary.runs() {
+        let label = match name {
+            "adaptive" => "MPI/IOS (adaptive)",
+            "static" => "static MPI, same load",
+            "best" => "best placement, same load",
+            _ => "unloaded",
+        };
+        plot = plot.series(label, windowed_rate(&o.progress_points(), window));
     }
     plot = plot.events(summary.adaptive.events.iter().map(|e| {
         let kind = match e.kind {
@@ -523,27 +585,17 @@ fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
 /// The runs' progress and events as CSV, for plotting elsewhere.
 fn write_timeline(summary: &Summary, out: &Path) -> Result<()> {
     let mut csv = String::from("run,seconds,iteration,rate,event\n");
-    for o in [
-        Some(&summary.adaptive),
-        summary.static_run.as_ref(),
-        summary.unloaded.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    {
+    for (name, o) in summary.runs() {
         for s in &o.samples {
             csv.push_str(&format!(
                 "{},{:.3},{},{:.2},\n",
-                o.mode.name(),
-                s.t,
-                s.iteration,
-                s.rate
+                name, s.t, s.iteration, s.rate
             ));
         }
         for e in &o.events {
             csv.push_str(&format!(
                 "{},{:.3},,,{}\n",
-                o.mode.name(),
+                name,
                 e.t,
                 e.what.replace(',', ";")
             ));
@@ -553,32 +605,6 @@ fn write_timeline(summary: &Summary, out: &Path) -> Result<()> {
     std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
     println!("timeline: {}", path.display());
     Ok(())
-}
-
-/// Copies the runs' logs (agents, pcmd, jobs) next to the results, best effort.
-fn keep_logs(from: &Path, to: &Path) {
-    let _ = std::fs::remove_dir_all(to);
-    let Ok(runs) = std::fs::read_dir(from) else {
-        return;
-    };
-    for run in runs.flatten() {
-        let dest = to.join(run.file_name());
-        if std::fs::create_dir_all(&dest).is_err() {
-            continue;
-        }
-        let Ok(files) = std::fs::read_dir(run.path()) else {
-            continue;
-        };
-        for f in files.flatten() {
-            let name = f.file_name();
-            let keep = name
-                .to_str()
-                .is_some_and(|n| n.ends_with(".err") || n.ends_with(".out") || n.ends_with(".log"));
-            if keep {
-                let _ = std::fs::copy(f.path(), dest.join(name));
-            }
-        }
-    }
 }
 
 /// At the end of an adaptive run the slowed node `vacated` runs no rank while one of `used`

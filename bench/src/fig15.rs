@@ -259,7 +259,7 @@ fn execute(exp: &mut Experiment, c: &Common, vacated: &str, used: &[&str]) -> Re
         let title = format!("{}{}", exp.title, if c.quick { " (quick)" } else { "" });
         append_markdown(md, &title, &table, &notes)?;
     }
-    figs::keep_logs(logs.path(), &out.join("logs").join(exp.name));
+    mpi_ios_bench::keep_logs(logs.path(), &out.join("logs").join(exp.name));
     let check = c.check.then_some((same, vacated, used));
     figs::finish(exp, &runs, &y, &out, check)
 }

@@ -14,20 +14,15 @@
 //!   placement the capacity left allows at best (both ranks on the cooperating node, or one
 //!   on the joined node): the speed the job could reach once the capacity appeared.
 //!
-//! The physical limit is the adaptive run's own progress until the capacity appears (the
-//! join, or the load onset when the spare capacity was there from the start), then the rest
-//! of the iterations at the best run's speed (measured from its own load onset when it has
-//! one). The adaptive run's time over that limit says how close the agents came to what was
-//! physically possible.
-//!
-//! Times are iteration-loop times: each run's progress events are shifted so that 0 is the
-//! start of its loop (its loop start event), so mpirun's start-up, which
-//! varies between namespaces, does not count against anyone.
+//! Their yardsticks (the physical limit, recovery) are [`mpi_ios_bench::yardstick`]'s, the
+//! main job's too.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
+use mpi_ios_bench::yardstick::{self, Yardsticks};
+pub(crate) use mpi_ios_bench::yardstick::{loop_start, mean_rate, rate_points};
 use mpi_ios_bench::Table;
 use mpi_ios_plots::{Event as PlotEvent, EventKind as PlotKind, TimePlot};
 use mpi_ios_tests::cgroup::CpuCap;
@@ -81,13 +76,6 @@ pub(crate) struct Runs {
     pub best: Option<Outcome>,
 }
 
-impl Runs {
-    /// The run whose speed is the best reachable.
-    pub(crate) fn best(&self) -> &Outcome {
-        self.best.as_ref().unwrap_or(&self.unloaded)
-    }
-}
-
 /// Checks that namespaces and cgroups can be used, with the reason if not.
 pub(crate) fn platform() -> Result<()> {
     if let Err(why) = Cluster::available() {
@@ -100,41 +88,6 @@ pub(crate) fn platform() -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Seconds from mpirun's start to the start of the run's iteration loop: its loop start
-/// event, or 0 when the run ended before reporting it.
-pub(crate) fn loop_start(o: &Outcome) -> f64 {
-    o.loop_start.unwrap_or(0.0).max(0.0)
-}
-
-/// Time of the first event of `kind`, in loop time.
-pub(crate) fn event_at(o: &Outcome, kind: EventKind) -> Option<f64> {
-    o.first(kind).map(|t| t - loop_start(o))
-}
-
-/// (loop time, iterations per second) of every progress event.
-pub(crate) fn rate_points(o: &Outcome) -> Vec<(f64, f64)> {
-    let t0 = loop_start(o);
-    o.samples.iter().map(|s| (s.t - t0, s.rate)).collect()
-}
-
-/// Iterations per second over a whole run.
-pub(crate) fn mean_rate(o: &Outcome) -> f64 {
-    o.report.iterations as f64 / o.report.seconds.max(1e-9)
-}
-
-/// Iterations per second from loop time `from` to the end of the run.
-pub(crate) fn rate_from(o: &Outcome, from: f64) -> f64 {
-    let t0 = loop_start(o);
-    let Some(last) = o.samples.last() else {
-        return mean_rate(o);
-    };
-    let span = last.t - t0 - from;
-    if span <= 1.0 {
-        return mean_rate(o);
-    }
-    (last.iteration as f64 - o.iteration_at(from + t0)) / span
 }
 
 /// Sizes the experiment's runs (measuring the unloaded speed on the nodes first, when its
@@ -296,102 +249,15 @@ fn print_line(line: &Line, total: u64) {
     }
 }
 
-/// The yardsticks of one experiment.
-#[derive(Debug, Clone)]
-pub(crate) struct Yardsticks {
-    /// Loop seconds of each run.
-    pub adaptive_s: f64,
-    /// Static MPI under load.
-    pub static_s: f64,
-    /// No load, same placement.
-    pub unloaded_s: f64,
-    /// Best placement (same load).
-    pub best_s: f64,
-    /// Iterations per second of the best placement once the load runs.
-    pub best_rate: f64,
-    /// Best possible time given the capacity left.
-    pub limit_s: f64,
-    /// When the spare capacity appeared (loop time).
-    pub free_from: f64,
-    /// The event recovery is measured from, in words, and its loop time.
-    pub recovery_from: Option<(&'static str, f64)>,
-    /// The throughput recovery aims at (90% of the reference run's mean).
-    pub recovery_target: f64,
-    /// Seconds from that event until the run stays recovered: every 2 s window from then on
-    /// averages the target ([`Outcome::recovered_from`], as in the main job).
-    pub recovery_s: Option<f64>,
-    /// Seconds from the load onset until the run stays at 90% of the best placement's
-    /// throughput under the same load (what this machine allows once the load runs), when
-    /// the experiment has both a load and a best placement.
-    pub recovery_best_s: Option<f64>,
-    /// Migrations: (loop time, what).
-    pub migrations: Vec<(f64, String)>,
-    /// Mean iterations per second of the adaptive run from its last migration to its end:
-    /// the steady state the agents reached, to set beside the best run's.
-    pub settled_rate: Option<f64>,
-}
-
-impl Yardsticks {
-    /// How much shorter the adaptive run was than static MPI, in %.
-    pub(crate) fn shorter_pct(&self) -> f64 {
-        100.0 * (1.0 - self.adaptive_s / self.static_s)
-    }
-
-    /// Adaptive time over the physical limit.
-    pub(crate) fn limit_ratio(&self) -> f64 {
-        self.adaptive_s / self.limit_s
-    }
-}
-
-/// Computes the yardsticks. Recovery is measured from the load onset against 90% of the
-/// unloaded run's throughput, or, with no load in the scenario, from the node join against
-/// 90% of the best run's throughput.
+/// The yardsticks of an experiment's runs ([`yardstick::of`]).
 pub(crate) fn yardsticks(exp: &Experiment, runs: &Runs) -> Yardsticks {
-    let a = &runs.adaptive;
-    let onset = event_at(a, EventKind::LoadOnset);
-    let join = event_at(a, EventKind::NodeJoin);
-    let free_from = join.or(onset).unwrap_or(0.0);
-    let t0 = loop_start(a);
-    let best_rate = match &runs.best {
-        Some(b) => rate_from(b, event_at(b, EventKind::LoadOnset).unwrap_or(0.0)),
-        None => mean_rate(&runs.unloaded),
-    };
-    let left = (exp.scenario.iters as f64 - a.iteration_at(free_from + t0)).max(0.0);
-    let limit_s = free_from + left / best_rate;
-    let (recovery_from, reference) = match (onset, join) {
-        (Some(o), _) => (Some(("load onset", o)), mean_rate(&runs.unloaded)),
-        (None, Some(j)) => (Some(("node join", j)), best_rate),
-        (None, None) => (None, mean_rate(&runs.unloaded)),
-    };
-    let recovery_target = 0.9 * reference;
-    let recovery_s = recovery_from.and_then(|(_, at)| {
-        a.recovered_from(at + t0, recovery_target)
-            .map(|t| t - t0 - at)
-    });
-    Yardsticks {
-        adaptive_s: a.report.seconds,
-        static_s: runs.static_run.report.seconds,
-        unloaded_s: runs.unloaded.report.seconds,
-        best_s: runs.best().report.seconds,
-        best_rate,
-        limit_s,
-        free_from,
-        recovery_from,
-        recovery_target,
-        recovery_s,
-        recovery_best_s: match (onset, &runs.best) {
-            (Some(o), Some(_)) => a
-                .recovered_from(o + t0, 0.9 * best_rate)
-                .map(|t| t - t0 - o),
-            _ => None,
-        },
-        migrations: a.migrations().map(|m| (m.t - t0, m.what.clone())).collect(),
-        settled_rate: a
-            .migrations()
-            .last()
-            .filter(|m| a.samples.last().is_some_and(|last| last.t > m.t + 1.0))
-            .map(|m| rate_from(a, m.t - t0)),
-    }
+    yardstick::of(
+        exp.scenario.iters,
+        &runs.adaptive,
+        &runs.static_run,
+        &runs.unloaded,
+        runs.best.as_ref(),
+    )
 }
 
 /// The summary table: every run, the limit, and the ratios.
@@ -461,12 +327,12 @@ pub(crate) fn finish(
         None => Ok(()),
     };
     let mut outcomes = vec![
-        (&runs.adaptive, "heat2d"),
-        (&runs.static_run, "heat2d-plain"),
-        (&runs.unloaded, "heat2d-plain"),
+        ("adaptive", &runs.adaptive, "heat2d"),
+        ("static", &runs.static_run, "heat2d-plain"),
+        ("unloaded", &runs.unloaded, "heat2d-plain"),
     ];
     if let Some(best) = &runs.best {
-        outcomes.push((best, "heat2d-plain"));
+        outcomes.push(("best", best, "heat2d-plain"));
     }
     let mut summary = mpi_ios_bench::summary::Summary::of(exp.name, &outcomes);
     summary.limit_s = Some(y.limit_s);
@@ -611,31 +477,6 @@ pub(crate) fn logs_dir(name: &str) -> Result<tempfile::TempDir> {
         .prefix(&format!("mpi-ios-{name}-"))
         .tempdir()
         .context("creating a temp dir")
-}
-
-/// Copies the runs' logs (agents, pcmd, jobs: *.err, *.out, *.log) to `to`, best effort.
-pub(crate) fn keep_logs(from: &Path, to: &Path) {
-    let _ = std::fs::remove_dir_all(to);
-    copy_logs(from, to, 0);
-}
-
-fn copy_logs(from: &Path, to: &Path, depth: usize) {
-    let Ok(entries) = std::fs::read_dir(from) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let name = e.file_name();
-        if path.is_dir() && depth < 4 {
-            copy_logs(&path, &to.join(&name), depth + 1);
-        } else if name
-            .to_str()
-            .is_some_and(|n| n.ends_with(".err") || n.ends_with(".out") || n.ends_with(".log"))
-            && std::fs::create_dir_all(to).is_ok()
-        {
-            let _ = std::fs::copy(&path, to.join(name));
-        }
-    }
 }
 
 /// Seconds as a `Duration` (negative taken as 0).

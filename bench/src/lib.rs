@@ -14,6 +14,7 @@ pub mod paired;
 pub mod recovery;
 pub mod scale;
 pub mod summary;
+pub mod yardstick;
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -22,6 +23,31 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 pub use mpi_ios_tests::{try_bin, try_program, Finished, Group, HarnessError, MpiJob, Pcmd};
+
+/// Copies the runs' logs (agents, pcmd, jobs: *.err, *.out, *.log) to `to`, best effort.
+pub fn keep_logs(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    copy_logs(from, to, 0);
+}
+
+fn copy_logs(from: &Path, to: &Path, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name();
+        if path.is_dir() && depth < 4 {
+            copy_logs(&path, &to.join(&name), depth + 1);
+        } else if name
+            .to_str()
+            .is_some_and(|n| n.ends_with(".err") || n.ends_with(".out") || n.ends_with(".log"))
+            && std::fs::create_dir_all(to).is_ok()
+        {
+            let _ = std::fs::copy(&path, to.join(name));
+        }
+    }
+}
 
 /// Median (mean of the two middle values for an even count); NaN if empty.
 pub fn median(values: &[f64]) -> f64 {

@@ -68,19 +68,19 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The runs' results and the adaptive run's moves and placement, from the outcomes
-    /// (the adaptive one first); the rest is left for the caller.
-    pub fn of(experiment: &str, outcomes: &[(&Outcome, &str)]) -> Summary {
+    /// The runs' results and the adaptive run's moves and placement, from the runs as
+    /// (name, outcome, program), the adaptive one first; the rest is left for the caller.
+    pub fn of(experiment: &str, outcomes: &[(&str, &Outcome, &str)]) -> Summary {
         let runs: Vec<RunResult> = outcomes
             .iter()
-            .map(|(o, program)| RunResult {
-                mode: o.mode.name().to_owned(),
+            .map(|(name, o, program)| RunResult {
+                mode: (*name).to_owned(),
                 program: (*program).to_owned(),
                 seconds: o.report.seconds,
                 checksum: o.report.checksum.clone(),
             })
             .collect();
-        let adaptive = outcomes.first().map(|(o, _)| *o);
+        let adaptive = outcomes.first().map(|(_, o, _)| *o);
         Summary {
             experiment: experiment.to_owned(),
             checksums_match: runs.windows(2).all(|w| w[0].checksum == w[1].checksum),
