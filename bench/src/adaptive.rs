@@ -51,7 +51,7 @@ pub struct AdaptiveArgs {
     /// --cooperating.
     #[arg(long)]
     pub fault: bool,
-    /// Skip the static MPI run (and the unloaded one).
+    /// Skip the static MPI run (and the unloaded and best-placement ones).
     #[arg(long)]
     pub adaptive_only: bool,
     /// Short run for CI: 5 s unloaded, load at 2 s, join at 3 s.
