@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
 use rand::rngs::StdRng;
-use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::c2c::Cluster;
@@ -1409,8 +1408,11 @@ impl Agent {
     fn send_steal(&mut self, now: Instant, b: Beneficiary, from: Option<LatencyTier>) {
         let mut tier = from;
         while let Some(t) = tier.filter(|t| *t <= self.config.max_tier) {
-            let candidates = self.peers.in_tier_except(t, &[&b.peer]);
-            if let Some(to) = candidates.choose(&mut self.rng).map(|p| (*p).clone()) {
+            let to = self
+                .peers
+                .choose_in_tier_except(t, &[&b.peer], &mut self.rng)
+                .cloned();
+            if let Some(to) = to {
                 self.steal_from(now, b, to, t);
                 return;
             }
@@ -1737,8 +1739,10 @@ impl Agent {
     /// origin it is exhausted.
     pub(crate) fn forward(&mut self, from: PeerId, steal: Steal, tier: LatencyTier) {
         let exclude = [&from, &steal.origin, &steal.source.peer, &self.me];
-        let candidates = self.peers.in_tier_except(tier, &exclude);
-        let next = candidates.choose(&mut self.rng).map(|p| (*p).clone());
+        let next = self
+            .peers
+            .choose_in_tier_except(tier, &exclude, &mut self.rng)
+            .cloned();
         self.pass_on(steal, next);
     }
 

@@ -470,6 +470,35 @@ impl PeerTable {
             .collect()
     }
 
+    /// A peer of `tier` outside `exclude` drawn uniformly with `rng`: exactly
+    /// `in_tier_except(tier, exclude).choose(rng)` (one `random_range(..n)` over the `n`
+    /// candidates in id order, none if there are none), without collecting the candidates.
+    /// Every work steal sent or forwarded draws so, and the collected list (allocated, the
+    /// whole tier walked) was 4% of the simulator's time at 10,000 nodes.
+    pub fn choose_in_tier_except<R: rand::Rng + ?Sized>(
+        &self,
+        tier: LatencyTier,
+        exclude: &[&PeerId],
+        rng: &mut R,
+    ) -> Option<&PeerId> {
+        let set = &self.tiers[tier_index(tier)];
+        let mut found: Vec<*const PeerId> = Vec::with_capacity(exclude.len());
+        for p in exclude.iter().filter_map(|p| set.get(*p)) {
+            let p = p as *const PeerId;
+            if !found.contains(&p) {
+                found.push(p);
+            }
+        }
+        let n = set.len() - found.len();
+        if n == 0 {
+            return None;
+        }
+        let k = rng.random_range(..n);
+        set.iter()
+            .filter(|p| !found.contains(&(*p as *const PeerId)))
+            .nth(k)
+    }
+
     /// Every known peer, nearest first.
     pub fn by_rtt(&self) -> impl Iterator<Item = (&PeerId, Duration)> + '_ {
         self.by_rtt
@@ -539,6 +568,33 @@ mod tests {
         // A peer no longer in the tier: the walk starts at the next id.
         assert_eq!(walk(Some("bb")), ["c", "d", "a", "b"]);
         assert_eq!(walk(Some("far")), ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_peer_chosen_in_a_tier_is_the_one_choose_picks_from_the_list() {
+        use rand::seq::IndexedRandom;
+        use rand::SeedableRng;
+
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(64);
+        for i in 0..40 {
+            table.record_rtt(t0, &peer(&format!("p{i}")), ms(1 + (i % 3) * 60));
+        }
+        let (a, b, far) = (peer("p3"), peer("p6"), peer("p1"));
+        let excludes: [&[&PeerId]; 5] = [&[], &[&a], &[&a, &a, &b], &[&far, &a], &[&peer("none")]];
+        for tier in LatencyTier::ALL {
+            for exclude in excludes {
+                for seed in 0..20 {
+                    let mut r1 = rand::rngs::StdRng::seed_from_u64(seed);
+                    let mut r2 = r1.clone();
+                    let listed = table.in_tier_except(tier, exclude).choose(&mut r1).copied();
+                    let chosen = table.choose_in_tier_except(tier, exclude, &mut r2);
+                    assert_eq!(listed, chosen, "{tier:?} {exclude:?} {seed}");
+                    // And the generators drew the same.
+                    assert_eq!(rand::Rng::random::<u64>(&mut r1), rand::Rng::random::<u64>(&mut r2));
+                }
+            }
+        }
     }
 
     #[test]
