@@ -277,28 +277,11 @@ enum EventKind {
     },
 }
 
-struct Event {
-    at: Instant,
-    seq: u64,
-    kind: EventKind,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Event {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
-}
+/// A pending event in the queue: when, its sequence number (events at one instant happen
+/// in the order they were scheduled), and its slot in [`Sim::payloads`]. The payload (a
+/// whole message) stays in its slot: the heap moves only these 32 bytes when it sifts, where
+/// moving each event with its message was 7% of the simulator's time at 10,000 nodes.
+type Event = (Instant, u64, usize);
 
 struct CountingWriter(u64);
 
@@ -382,6 +365,9 @@ pub struct Sim {
     discovery: Option<usize>,
     rng: StdRng,
     events: BinaryHeap<Reverse<Event>>,
+    /// What each queued event does, by slot; `None` for a free slot (listed in `free_payloads`).
+    payloads: Vec<Option<EventKind>>,
+    free_payloads: Vec<usize>,
     timers: BinaryHeap<Reverse<(Instant, usize)>>,
     dirty: Vec<usize>,
     seq: u64,
@@ -427,6 +413,8 @@ impl Sim {
             discovery: None,
             rng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5171),
             events: BinaryHeap::new(),
+            payloads: Vec::new(),
+            free_payloads: Vec::new(),
             timers: BinaryHeap::new(),
             dirty: Vec::new(),
             seq: 0,
@@ -756,11 +744,17 @@ impl Sim {
 
     fn push(&mut self, at: Instant, kind: EventKind) {
         self.seq += 1;
-        self.events.push(Reverse(Event {
-            at,
-            seq: self.seq,
-            kind,
-        }));
+        let slot = match self.free_payloads.pop() {
+            Some(slot) => {
+                self.payloads[slot] = Some(kind);
+                slot
+            }
+            None => {
+                self.payloads.push(Some(kind));
+                self.payloads.len() - 1
+            }
+        };
+        self.events.push(Reverse((at, self.seq, slot)));
     }
 
     fn mark(&mut self, node: usize) {
@@ -1065,8 +1059,8 @@ impl Sim {
         if self.balancer == Balancer::Agents {
             t = t.min(self.next_rtt);
         }
-        if let Some(Reverse(e)) = self.events.peek() {
-            t = t.min(e.at);
+        if let Some(Reverse((at, _, _))) = self.events.peek() {
+            t = t.min(*at);
         }
         // Drop timers that were re-armed since (lazy deletion).
         while let Some(&Reverse((at, i))) = self.timers.peek() {
@@ -1249,11 +1243,19 @@ impl Sim {
                 }
             }
         }
-        while self.events.peek().is_some_and(|Reverse(e)| e.at <= now) {
-            let Some(Reverse(event)) = self.events.pop() else {
+        while self
+            .events
+            .peek()
+            .is_some_and(|Reverse((at, _, _))| *at <= now)
+        {
+            let Some(Reverse((_, _, slot))) = self.events.pop() else {
                 break;
             };
-            match event.kind {
+            let Some(kind) = self.payloads[slot].take() else {
+                continue;
+            };
+            self.free_payloads.push(slot);
+            match kind {
                 EventKind::Deliver { to, from, message } => {
                     if self.nodes[to].alive && self.nodes[from].alive {
                         let _span = tracing::debug_span!("node", i = to).entered();

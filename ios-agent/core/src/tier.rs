@@ -3,6 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::hash::BuildHasherDefault;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -81,27 +82,18 @@ pub const MAX_PEER_ID_LEN: usize = 64;
 /// Identity of an agent, as opaque bytes; the driver maps its transport's identities (libp2p
 /// `PeerId::to_bytes`) to it. Ordered bytewise; NSc2c elects the lowest.
 ///
-/// The bytes are held inline, zero-padded to [`MAX_PEER_ID_LEN`], rather than in a `Vec`:
-/// every agent keys its tables by peer id and compares ids on every RTT sample, message and
-/// election, and at 10,000 simulated agents a `Vec` made each comparison a call to `memcmp`
-/// through a pointer into a cold heap block (a quarter of the simulator's time) and each
-/// copy an allocation. Inline, a comparison reads 8-byte words next to the key, a copy is a
-/// memcpy. Equality, order and hash are those of the byte string (the hash is the slice's,
-/// so hash maps lay out and iterate exactly as with the `Vec`).
+/// The bytes are shared (`Arc<[u8]>`), not owned by each copy (`Vec<u8>` before): an agent
+/// copies ids into its tables and messages all the time, and compares them on every RTT
+/// sample, message and election. With a `Vec` each copy was an allocation and each
+/// comparison a `memcmp` through a pointer into a cold heap block of its own (a quarter of
+/// the simulator's time at 10,000 nodes). Shared, a copy is a reference count, copies of one
+/// id compare equal by address without reading the bytes, and all copies of an id read the
+/// same bytes (in the simulator, 10,000 small blocks that stay in cache). Equality, order
+/// and hash are those of the byte string (the hash is the slice's, as the `Vec`'s was, so
+/// hash maps lay out and iterate exactly as before).
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
-pub struct PeerId {
-    /// The id's bytes, then zeros: the padding must stay zero, as comparisons read it.
-    bytes: [u8; MAX_PEER_ID_LEN],
-    /// Length of the id, 1 to [`MAX_PEER_ID_LEN`].
-    len: u8,
-}
-
-/// Words of 8 bytes in a [`PeerId`]'s buffer.
-const PEER_ID_WORDS: usize = MAX_PEER_ID_LEN / 8;
-
-// The buffer is whole words, and a length fits a byte.
-const _: () = assert!(MAX_PEER_ID_LEN % 8 == 0 && MAX_PEER_ID_LEN <= u8::MAX as usize);
+pub struct PeerId(Arc<[u8]>);
 
 /// A peer id that is empty or longer than [`MAX_PEER_ID_LEN`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,61 +107,33 @@ impl PeerId {
     /// Validates and wraps peer id bytes.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, InvalidPeerId> {
         let bytes = bytes.into();
-        Self::from_slice(&bytes)
-    }
-
-    fn from_slice(bytes: &[u8]) -> Result<Self, InvalidPeerId> {
-        let len = bytes.len();
-        if bytes.is_empty() || len > MAX_PEER_ID_LEN {
-            return Err(InvalidPeerId { len });
+        if bytes.is_empty() || bytes.len() > MAX_PEER_ID_LEN {
+            return Err(InvalidPeerId { len: bytes.len() });
         }
-        let mut buf = [0u8; MAX_PEER_ID_LEN];
-        buf[..len].copy_from_slice(bytes);
-        Ok(PeerId {
-            bytes: buf,
-            // At most MAX_PEER_ID_LEN, checked above.
-            len: len as u8,
-        })
+        Ok(PeerId(bytes.into()))
     }
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-
-    /// Word `i` of the zero-padded buffer, most significant byte first: comparing words in
-    /// order compares the bytes in order.
-    fn word(&self, i: usize) -> u64 {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&self.bytes[i * 8..i * 8 + 8]);
-        u64::from_be_bytes(w)
-    }
-
-    /// Words holding the id's bytes (the rest of the buffer is zero).
-    fn words(&self) -> usize {
-        usize::from(self.len).div_ceil(8)
+        &self.0
     }
 }
 
 impl PartialEq for PeerId {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && (0..self.words()).all(|i| self.word(i) == other.word(i))
+        Arc::ptr_eq(&self.0, &other.0) || self.0[..] == other.0[..]
     }
 }
 
 impl Eq for PeerId {}
 
 impl Ord for PeerId {
-    /// Bytewise, a prefix first: as `[u8]`. Past the shorter id its buffer is zero, so the
-    /// words differ where the bytes first differ, or else the ids are equal up to the
-    /// longer one's trailing zero bytes, and the shorter one goes first.
+    /// Bytewise, a prefix first: as `[u8]`.
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        let words = self.words().max(other.words());
-        debug_assert!(words <= PEER_ID_WORDS);
-        (0..words)
-            .map(|i| self.word(i).cmp(&other.word(i)))
-            .find(|o| o.is_ne())
-            .unwrap_or_else(|| self.len.cmp(&other.len))
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0[..].cmp(&other.0[..])
     }
 }
 
@@ -182,20 +146,20 @@ impl PartialOrd for PeerId {
 impl std::hash::Hash for PeerId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         // The byte string's hash, as the `Vec` it replaced had.
-        self.as_bytes().hash(state);
+        self.0[..].hash(state);
     }
 }
 
 impl TryFrom<Vec<u8>> for PeerId {
     type Error = InvalidPeerId;
     fn try_from(bytes: Vec<u8>) -> Result<Self, InvalidPeerId> {
-        PeerId::from_slice(&bytes)
+        PeerId::new(bytes)
     }
 }
 
 impl From<PeerId> for Vec<u8> {
     fn from(p: PeerId) -> Vec<u8> {
-        p.as_bytes().to_vec()
+        p.0.to_vec()
     }
 }
 
@@ -591,7 +555,10 @@ mod tests {
                     let chosen = table.choose_in_tier_except(tier, exclude, &mut r2);
                     assert_eq!(listed, chosen, "{tier:?} {exclude:?} {seed}");
                     // And the generators drew the same.
-                    assert_eq!(rand::Rng::random::<u64>(&mut r1), rand::Rng::random::<u64>(&mut r2));
+                    assert_eq!(
+                        rand::Rng::random::<u64>(&mut r1),
+                        rand::Rng::random::<u64>(&mut r2)
+                    );
                 }
             }
         }
@@ -693,7 +660,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Ids held inline compare, order and hash as their byte strings (as the `Vec` they
+        /// Shared ids compare, order and hash as their byte strings (as the `Vec` they
         /// were held in did): trailing and embedded zero bytes, prefixes, every length.
         #[test]
         fn peer_ids_compare_and_hash_as_their_bytes(
