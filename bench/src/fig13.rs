@@ -118,8 +118,8 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         length: Length::from_options(args.iters, args.seconds),
         // Ranks on node-a and node-c under node-b's hog: every node has the same cap, but
         // the hog takes CPU from the machine's two cores, which the unloaded run does not
-        // (MPICH, 10 ms quota periods, 2026-11-27: 550-750 it/s after the move against
-        // 730-1100 unloaded).
+        // (MPICH, 10 ms quota periods, 2026-11-27: 789 it/s once the hog ran, against 1228
+        // unloaded).
         best_placement: Some(vec![0, 2]),
         outlast_s: None,
         paper: Paper {
