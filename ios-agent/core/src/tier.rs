@@ -460,9 +460,9 @@ impl PeerTable {
         rng: &mut R,
     ) -> Option<&PeerId> {
         let set = &self.tiers[tier_index(tier)];
-        let mut found: Vec<*const PeerId> = Vec::with_capacity(exclude.len());
+        // The excluded peers that are in the tier, each once (`exclude` may repeat one).
+        let mut found: Vec<&PeerId> = Vec::with_capacity(exclude.len());
         for p in exclude.iter().filter_map(|p| set.get(*p)) {
-            let p = p as *const PeerId;
             if !found.contains(&p) {
                 found.push(p);
             }
@@ -472,9 +472,7 @@ impl PeerTable {
             return None;
         }
         let k = rng.random_range(..n);
-        set.iter()
-            .filter(|p| !found.contains(&(*p as *const PeerId)))
-            .nth(k)
+        set.iter().filter(|p| !found.contains(p)).nth(k)
     }
 
     /// Every known peer, nearest first.
