@@ -131,8 +131,8 @@ pub struct CpuCap {
 
 impl CpuCap {
     /// A cap of `cores` CPUs (e.g. 0.6) over the default period [`DEFAULT_PERIOD_US`].
-    /// Panics on a cap that is not finite or below 0.1 cores (a programming error in a
-    /// test); use [`CpuCap::try_cores`] for values from outside.
+    /// Panics on a cap that is not finite or below [`MIN_CAP_CORES`] (a programming error in
+    /// a test); use [`CpuCap::try_cores`] for values from outside.
     pub fn cores(cores: f64) -> CpuCap {
         Self::try_cores(cores).unwrap_or_else(|e| panic!("{e}"))
     }
