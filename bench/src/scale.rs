@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ios_agent_core::model::MigrationCostModel;
 use ios_agent_core::sim::{Balancer, NodeSpec, Pattern, Sim};
 use ios_agent_core::{Config, Topology};
 
@@ -493,7 +494,9 @@ pub fn agent_config(strategy: Strategy) -> Config {
     let config = Config::default().with_max_peers(SCALE_MAX_PEERS);
     match strategy {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
-        Strategy::Paper | Strategy::RandomPaper => config.with_entity_cores(None),
+        Strategy::Paper | Strategy::RandomPaper => config
+            .with_entity_cores(None)
+            .with_cost_model(MigrationCostModel::paper()),
         _ => config,
     }
 }

@@ -567,6 +567,49 @@ impl Steal {
     }
 }
 
+/// What a giver and a thief know of their latencies, for the model's communication term:
+/// the giver's measured RTTs by host, and those the thief's steal carried.
+pub(crate) struct StealLatencies {
+    here: HashMap<HostName, f64>,
+    there: HashMap<HostName, f64>,
+}
+
+impl StealLatencies {
+    /// `agent`'s RTTs and `steal`'s. In NSc2c the manager's RTTs stand for its members':
+    /// they are within local latency of it.
+    pub(crate) fn new(agent: &Agent, steal: &Steal) -> Self {
+        StealLatencies {
+            here: agent.rtt_by_host(),
+            there: steal
+                .rtts
+                .iter()
+                .map(|r| (r.host.clone(), f64::from(r.rtt_us) / 1e6))
+                .collect(),
+        }
+    }
+
+    /// The views of the giver's node on `giver` and of the thief's on `thief`.
+    pub(crate) fn views<'a>(
+        &'a self,
+        giver: &'a HostName,
+        thief: &'a HostName,
+    ) -> (RttView<'a>, RttView<'a>) {
+        let unknown = DEFAULT_UNKNOWN_RTT.as_secs_f64();
+        (
+            RttView {
+                host: giver,
+                rtts: &self.here,
+                unknown,
+            },
+            RttView {
+                host: thief,
+                rtts: &self.there,
+                unknown,
+            },
+        )
+    }
+}
+
 /// The hosts announced by peers ([`Agent::handle_peer_host`]), by peer and by host: an
 /// announcement is checked against every other peer's host, and at 10,000 simulated nodes
 /// that scan of the whole table (up to `2 * max_peers` names) for every sample of a peer
@@ -692,6 +735,14 @@ pub struct Agent {
     /// its cluster) and are not acted on.
     pub(crate) settle_after: Option<Instant>,
     pub(crate) entities: Vec<EntityProfile>,
+    /// RTTs, seconds, to the hosts this node's entities' partners run on, as the driver
+    /// measured them on request ([`Agent::hosts_to_measure`], [`Agent::handle_partner_rtt`]).
+    /// Kept apart from the peer table, which keeps only the nearest peers: the model counts
+    /// only partners the giver has measured ([`crate::model::communication`]), wherever they
+    /// are.
+    partner_rtts: HashMap<HostName, f64>,
+    /// The hosts of the last [`Agent::hosts_to_measure`].
+    partner_wanted: HashSet<HostName>,
     actions: VecDeque<Action>,
     next_id: u64,
     thief: Thief,
@@ -784,6 +835,8 @@ impl Agent {
             node_at: None,
             settle_after: None,
             entities: Vec::new(),
+            partner_rtts: HashMap::new(),
+            partner_wanted: HashSet::new(),
             actions: VecDeque::new(),
             next_id,
             seen: VecDeque::new(),
@@ -999,6 +1052,35 @@ impl Agent {
         entities.truncate(MAX_ENTITIES);
         self.entities = entities;
         self.offer_work(now);
+    }
+
+    /// The hosts the driver should measure the RTT to this round, besides its peers, and
+    /// give back with [`Agent::handle_partner_rtt`]: those the entities here exchange with
+    /// (their profiles' partners), and for an NSc2c manager its members' entities' too (the
+    /// manager's latency stands for its members': they are within local latency of it).
+    /// Sorted. RTTs of hosts no longer on the list are forgotten.
+    pub fn hosts_to_measure(&mut self) -> Vec<HostName> {
+        let mut wanted: HashSet<HostName> = self
+            .entities
+            .iter()
+            .chain(self.member_entities())
+            .flat_map(|e| e.partners.iter().map(|p| &p.host))
+            .filter(|h| **h != self.host)
+            .cloned()
+            .collect();
+        self.partner_rtts.retain(|h, _| wanted.contains(h));
+        let mut hosts: Vec<HostName> = wanted.iter().cloned().collect();
+        hosts.sort();
+        std::mem::swap(&mut self.partner_wanted, &mut wanted);
+        hosts
+    }
+
+    /// An RTT sample to `host`, one of the last [`Agent::hosts_to_measure`]. Samples of
+    /// other hosts are ignored (they would grow the table without bound).
+    pub fn handle_partner_rtt(&mut self, host: &HostName, rtt: Duration) {
+        if self.partner_wanted.contains(host) {
+            self.partner_rtts.insert(host.clone(), rtt.as_secs_f64());
+        }
     }
 
     /// A message from agent `from` (as the transport authenticated it).
@@ -1268,6 +1350,7 @@ impl Agent {
             now,
             leaving,
             entity_cores: self.config.entity_cores,
+            max_move_time: self.config.migration_timeout,
         }
     }
 
@@ -1295,12 +1378,14 @@ impl Agent {
         rtts
     }
 
-    /// This agent's measured RTTs, seconds, by host, for the model's communication term.
+    /// This agent's measured RTTs, seconds, by host, for the model's communication term: its
+    /// peers' and its partners' ([`Agent::hosts_to_measure`]).
     pub(crate) fn rtt_by_host(&self) -> HashMap<HostName, f64> {
-        self.peers
-            .by_rtt()
-            .filter_map(|(peer, rtt)| self.hosts.get(peer).map(|h| (h.clone(), rtt.as_secs_f64())))
-            .collect()
+        let mut rtts = self.partner_rtts.clone();
+        rtts.extend(self.peers.by_rtt().filter_map(|(peer, rtt)| {
+            self.hosts.get(peer).map(|h| (h.clone(), rtt.as_secs_f64()))
+        }));
+        rtts
     }
 
     /// Whether any entity here has known communication partners (the model's communication
@@ -1654,30 +1739,12 @@ impl Agent {
                     if let Some(node) = self.own_profile() {
                         // The communication term, when our entities' partners are known: our
                         // RTTs against those the thief sent.
-                        let near = self.knows_partners().then(|| {
-                            let here = self.rtt_by_host();
-                            let there: HashMap<HostName, f64> = steal
-                                .rtts
-                                .iter()
-                                .map(|r| (r.host.clone(), f64::from(r.rtt_us) / 1e6))
-                                .collect();
-                            (here, there)
-                        });
-                        let unknown = DEFAULT_UNKNOWN_RTT.as_secs_f64();
-                        let views = near.as_ref().map(|(here, there)| {
-                            (
-                                RttView {
-                                    host: &self.host,
-                                    rtts: here,
-                                    unknown,
-                                },
-                                RttView {
-                                    host: &steal.source.host,
-                                    rtts: there,
-                                    unknown,
-                                },
-                            )
-                        });
+                        let near = self
+                            .knows_partners()
+                            .then(|| StealLatencies::new(self, &steal));
+                        let views = near
+                            .as_ref()
+                            .map(|n| n.views(&self.host, &steal.source.host));
                         let plan = decision::select_near(
                             &self.policy(now),
                             &node,
@@ -2193,6 +2260,62 @@ mod tests {
         ));
         assert_eq!(a.entities().len(), 1);
         assert!(a.held_until(&entities[0]).is_some());
+    }
+
+    /// Two ranks at half a core each, both exchanging 10 times a second with a partner on
+    /// host `p`, which the giver `a` has not met as a peer; a far thief `b` (150 ms) offers a
+    /// whole core and has not measured `p` either. Unmeasured at the giver, the partner does
+    /// not count and the rank goes; once `a` measures `p` (1 ms) as `hosts_to_measure` asks,
+    /// the move would take the rank 200 ms (assumed) from its partner and it stays.
+    #[test]
+    fn given_its_ranks_partners_measured_near_then_a_giver_keeps_them_from_a_far_thief() {
+        let t0 = Instant::now();
+        let loaded = NodeProfile {
+            cpu_load: 2.0,
+            ..NodeProfile::idle(1.0, 1 << 30)
+        };
+        let ranks = || {
+            [entity(0, 0.5), entity(1, 0.5)]
+                .into_iter()
+                .map(|mut e| {
+                    e.partners = vec![crate::model::Partner {
+                        host: host("p"),
+                        exchanges_per_sec: 10.0,
+                    }];
+                    e
+                })
+                .collect::<Vec<_>>()
+        };
+        let giver = |measure: bool| {
+            let mut a = agent("a", t0);
+            meet(&mut a, t0, "b", Duration::from_millis(150));
+            a.handle_node_profile(t0, loaded);
+            a.handle_entities(t0, ranks());
+            assert_eq!(a.hosts_to_measure(), vec![host("p")]);
+            // Only the hosts asked for are kept.
+            a.handle_partner_rtt(&host("q"), Duration::from_millis(1));
+            if measure {
+                a.handle_partner_rtt(&host("p"), Duration::from_millis(1));
+            }
+            assert_eq!(a.rtt_by_host().len(), if measure { 2 } else { 1 });
+            drain(&mut a);
+            a.handle_message(
+                t0,
+                peer("b"),
+                steal_from("b", 1, NodeProfile::idle(1.0, 1 << 30)),
+            );
+            migrations(&drain(&mut a)).len()
+        };
+        assert_eq!(giver(false), 1, "no partner measured: the CPU gain decides");
+        assert_eq!(giver(true), 0, "the partner is near here and unknown there");
+        // Hosts no longer partners are forgotten.
+        let mut a = agent("a", t0);
+        a.handle_entities(t0, ranks());
+        a.hosts_to_measure();
+        a.handle_partner_rtt(&host("p"), Duration::from_millis(1));
+        a.handle_entities(t0, vec![entity(0, 0.5)]);
+        assert!(a.hosts_to_measure().is_empty());
+        assert!(a.rtt_by_host().is_empty());
     }
 
     /// A steal refused while the node had no spare work is answered later, when the node

@@ -72,7 +72,7 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
 
-use crate::agent::{Agent, Beneficiary, Steal, Topology};
+use crate::agent::{Agent, Beneficiary, Steal, StealLatencies, Topology};
 use crate::decision::{self, NodeView};
 use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES};
 use crate::model::{EntityId, EntityProfile, NodeProfile};
@@ -235,6 +235,15 @@ impl Agent {
     /// NSc2c: whether this agent is its cluster's manager.
     pub fn is_manager(&self) -> bool {
         self.c2c() && self.cluster.manager == self.me
+    }
+
+    /// The entities of the members this manager keeps views of (none unless it manages).
+    pub(crate) fn member_entities(&self) -> impl Iterator<Item = &EntityProfile> {
+        self.cluster
+            .views
+            .values()
+            .filter(|_| self.is_manager())
+            .flat_map(|v| v.member.entities.iter())
     }
 
     /// NSc2c: the local peers that vote for this agent as manager and were heard within the
@@ -1093,18 +1102,26 @@ impl Agent {
                         .total_cmp(&(b.node.free_cores() * b.node.speed)),
                 )
             });
+            // The communication term when the members' entities name their partners: a
+            // rank leaves its cluster only if it does not go further from them than it gains.
+            let near = views
+                .iter()
+                .any(|v| v.entities.iter().any(|e| !e.partners.is_empty()))
+                .then(|| StealLatencies::new(self, &steal));
             let found = views.iter().find_map(|v| {
                 let (node, max) = if v.leaving {
                     (v.node.departing(), 1)
                 } else {
                     (v.node, self.config.max_group)
                 };
-                decision::select(
+                let rtts = near.as_ref().map(|n| n.views(&v.host, &steal.source.host));
+                decision::select_near(
                     &self.policy_for(now, v.leaving),
                     &node,
                     v.entities,
                     steal.source.destination(),
                     max,
+                    rtts.as_ref().map(|(a, b)| (a, b)),
                 )
                 .map(|plan| (v.peer.clone(), plan))
             });

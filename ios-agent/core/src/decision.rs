@@ -51,6 +51,10 @@ pub struct Policy<'a> {
     /// and in the gain. `None` is the paper's model: all of `f`'s idle CPU counts, so an idle
     /// many-core node draws a rank away from a core it has to itself.
     pub entity_cores: Option<f64>,
+    /// A move predicted to take longer than this is refused, whatever its gain: the agent
+    /// would give it up half way (its migration timeout). With the paper's cost term such a
+    /// move never had a gain; an amortised one can pay for a long move of a long job.
+    pub max_move_time: Duration,
 }
 
 impl Policy<'_> {
@@ -194,7 +198,9 @@ pub fn select_near<'d>(
             policy.cost,
             rtts,
         );
-        let acceptable = if policy.leaving {
+        let acceptable = if g.cost_secs > policy.max_move_time.as_secs_f64() {
+            false
+        } else if policy.leaving {
             // Staying is not possible: a destination that gives the entities any CPU at all
             // is better. Only lightly loaded nodes ask for work, so this is a node with room.
             f.availability(Resource::Cpu) > 0.0
@@ -361,6 +367,7 @@ mod tests {
                 now: self.now,
                 leaving: false,
                 entity_cores: None,
+                max_move_time: Duration::from_secs(600),
             }
         }
     }
@@ -546,9 +553,40 @@ mod tests {
     fn costly_move_is_refused() {
         let fx = Fixture::new();
         let mut es = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
-        // 1 GB at 12.5 MB/s = 80 s: the cost term saturates at 1.
+        // 64 GiB at 12.5 MB/s = 5,500 s, more than the hour the job is expected to run on:
+        // the move cannot pay for itself.
+        es[0].state_bytes = 64 << 30;
+        es[1].state_bytes = 64 << 30;
+        assert!(select(&fx.policy(1), &node(1.0, 2.0), &es, &node(1.0, 0.0), 1).is_none());
+    }
+
+    #[test]
+    fn a_move_predicted_to_outlast_the_migration_timeout_is_refused() {
+        let fx = Fixture::new();
+        let mut es = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
+        // 1 GiB at 12.5 MB/s: 86 s, against a limit of 60 s.
         es[0].state_bytes = 1 << 30;
         es[1].state_bytes = 1 << 30;
+        let mut policy = fx.policy(1);
+        policy.max_move_time = Duration::from_secs(60);
+        assert!(select(&policy, &node(1.0, 2.0), &es, &node(1.0, 0.0), 1).is_none());
+        policy.max_move_time = Duration::from_secs(90);
+        assert!(select(&policy, &node(1.0, 2.0), &es, &node(1.0, 0.0), 1).is_some());
+    }
+
+    /// 1 GiB at 12.5 MB/s (86 s) to go from half a core to a whole one, an hour into a job
+    /// expected to run another hour: the move saves about 1,800 s. The paper's cost term
+    /// (86 / (10 + ln 3600), saturated at 1) refuses it; the amortised one takes it.
+    #[test]
+    fn a_costly_move_that_pays_for_itself_is_taken_unless_the_cost_term_is_the_papers() {
+        let mut fx = Fixture::new();
+        let mut es = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
+        es[0].state_bytes = 1 << 30;
+        es[1].state_bytes = 1 << 30;
+        let plan = select(&fx.policy(1), &node(1.0, 2.0), &es, &node(1.0, 0.0), 1)
+            .expect("the move pays for itself");
+        assert!(plan.gain.cost_term < 0.02, "{:?}", plan.gain);
+        fx.cost = MigrationCostModel::paper();
         assert!(select(&fx.policy(1), &node(1.0, 2.0), &es, &node(1.0, 0.0), 1).is_none());
     }
 

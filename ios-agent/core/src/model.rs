@@ -9,7 +9,21 @@
 //!
 //! where `A_rf` is the availability of resource `r` at `f`, `U_rlA` what the group uses of it
 //! at `l`, `C_lfA` the predicted migration cost in seconds and `E_A` the group's average life
-//! expectancy in seconds. [`gain`] computes exactly this; [`GainBreakdown`] shows the terms.
+//! expectancy in seconds. [`gain`] computes exactly this with [`CostTerm::Paper`];
+//! [`GainBreakdown`] shows the terms.
+//!
+//! The paper's cost term grows only with `log E`, so it does not amortise: a move that stops
+//! a job for 5.7 s costs 0.31 whether the job has a minute or a day left, as much as a rank
+//! going from half a core to a whole one gains (`Delta` = 0.33). [`CostTerm::Amortized`]
+//! (the default) charges the move against the time it saves instead: moving from a rate `U`
+//! to `A` saves `E (1 - U / A) = E 2 Delta / (1 + Delta)` seconds, which equals `C` at
+//!
+//! ```text
+//! Delta = C / (2 E - C)                                              (1 when C >= E)
+//! ```
+//!
+//! so that is the term: a gain above 0 is a move that pays for itself within the expected
+//! life, and `min_gain` the margin asked beyond that.
 //!
 //! With [`gain_near`] the gain also has a communication term (not in the paper; zero when the
 //! entities' partners are unknown, so the default path is the paper's model):
@@ -529,13 +543,16 @@ pub fn communication(e: &EntityProfile, l: &RttView<'_>, f: &RttView<'_>) -> f64
     if e.partners.is_empty() {
         return 0.0;
     }
-    // A partner whose host neither node has measured would cost the assumed RTT on both
-    // sides, which cancels; left in, a busy one would saturate the local share (clamped at 1)
-    // and not the remote one, and forbid every move.
+    // Only partners whose latency from `l` is measured count, and partners on `f` itself
+    // (0 there, so moving next to them cannot be wrong). One the giver has not measured
+    // would be charged the assumed RTT at `l`: where `f` has measured it the move would look
+    // nearer whatever the truth (a node that has not yet met its own cluster mates would
+    // send ranks out of the cluster to anyone who has measured them), and where neither
+    // has, a busy one would saturate the local share (clamped at 1) and forbid every move.
     let known = || {
         e.partners
             .iter()
-            .filter(|p| l.knows(&p.host) || f.knows(&p.host))
+            .filter(|p| l.knows(&p.host) || p.host == *f.host)
     };
     let s_l = l.latency_share_over(known()).min(1.0);
     let s_f = f.latency_share_over(known());
@@ -629,23 +646,59 @@ pub const DEFAULT_SPAWN_TIME: Duration = Duration::from_millis(300);
 /// Bandwidth assumed when neither node has measured one: 100 Mbit/s, in bytes per second.
 pub const DEFAULT_BANDWIDTH: f64 = 12.5e6;
 
+/// How the gain charges a migration's cost `C` against the group's life expectancy `E`
+/// ([module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CostTerm {
+    /// Figure 3: `C / (10 + log E)` ([`cost_term`]).
+    Paper,
+    /// The `Delta` at which the move saves as much time as it costs: `C / (2 E - C)`, 1 when
+    /// `C >= E` ([`amortized_cost_term`]).
+    #[default]
+    Amortized,
+}
+
+impl CostTerm {
+    /// The term for a move costing `cost_secs` of a group expected to live
+    /// `life_expectancy_secs`, in [0, 1].
+    pub fn of(self, cost_secs: f64, life_expectancy_secs: f64) -> f64 {
+        match self {
+            CostTerm::Paper => cost_term(cost_secs, life_expectancy_secs),
+            CostTerm::Amortized => amortized_cost_term(cost_secs, life_expectancy_secs),
+        }
+    }
+}
+
 /// Predicts `C_{l,f,A}`, the cost of a migration in seconds: one spawn (the moves of a group
 /// are carried out in one reconfiguration) plus the group's state over the slower of the two
-/// nodes' measured bandwidths.
+/// nodes' measured bandwidths; and how the gain charges it ([`CostTerm`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MigrationCostModel {
     /// Fixed part of every migration.
     pub spawn: Duration,
     /// Bandwidth used when neither profile has one, bytes per second.
     pub default_bandwidth: f64,
+    /// How the predicted cost enters the gain.
+    pub term: CostTerm,
 }
 
 impl Default for MigrationCostModel {
-    /// [`DEFAULT_SPAWN_TIME`] and [`DEFAULT_BANDWIDTH`].
+    /// [`DEFAULT_SPAWN_TIME`], [`DEFAULT_BANDWIDTH`] and [`CostTerm::Amortized`].
     fn default() -> Self {
         MigrationCostModel {
             spawn: DEFAULT_SPAWN_TIME,
             default_bandwidth: DEFAULT_BANDWIDTH,
+            term: CostTerm::default(),
+        }
+    }
+}
+
+impl MigrationCostModel {
+    /// The paper's model: the default prediction of `C`, charged by [`CostTerm::Paper`].
+    pub fn paper() -> Self {
+        MigrationCostModel {
+            term: CostTerm::Paper,
+            ..MigrationCostModel::default()
         }
     }
 }
@@ -710,6 +763,30 @@ pub fn cost_term(cost_secs: f64, life_expectancy_secs: f64) -> f64 {
     }
 }
 
+/// The amortised cost term ([`CostTerm::Amortized`]): the `Delta` at which a move saves as
+/// much time over the expected life `E` as it costs, `C / (2 E - C)`, in [0, 1].
+///
+/// Inputs are cleaned as in [`cost_term`] (a NaN or negative cost counts as 0, a life under
+/// 1 s as 1 s). A move that costs its whole expected life or more (an infinite cost
+/// included) counts 1; an infinite life with a finite cost, 0.
+pub fn amortized_cost_term(cost_secs: f64, life_expectancy_secs: f64) -> f64 {
+    let cost = if cost_secs.is_nan() {
+        0.0
+    } else {
+        cost_secs.max(0.0)
+    };
+    let e = if life_expectancy_secs.is_nan() {
+        1.0
+    } else {
+        life_expectancy_secs.max(1.0)
+    };
+    if cost >= e {
+        1.0
+    } else {
+        (cost / (2.0 * e - cost)).clamp(0.0, 1.0)
+    }
+}
+
 /// Terms of one evaluation of the model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GainBreakdown {
@@ -721,7 +798,7 @@ pub struct GainBreakdown {
     pub cost_secs: f64,
     /// Average life expectancy `E` of the group, seconds.
     pub life_expectancy_secs: f64,
-    /// `C / (10 + log E)`, clamped to [0, 1].
+    /// The cost term ([`CostTerm`]), in [0, 1].
     pub cost_term: f64,
     /// The communication term, mean over the group, in [-1, 1]; 0 with [`gain`].
     pub communication: f64,
@@ -733,7 +810,8 @@ pub struct GainBreakdown {
 /// the foreign node `f`.
 ///
 /// `U_{r,l,A}` is the sum of the group's usages; `E_A` the mean of their life expectancies;
-/// `C_{l,f,A}` from `cost` over the group's total state. An empty group has gain 0.
+/// `C_{l,f,A}` from `cost` over the group's total state, charged as `cost.term` says
+/// ([`CostTerm::Paper`] is Figure 3). An empty group has gain 0.
 pub fn gain(
     l: &NodeProfile,
     f: &NodeProfile,
@@ -766,7 +844,7 @@ pub fn gain(
     let cost_secs = cost.cost(state, l, f);
     let life_expectancy_secs =
         group.iter().map(|e| e.life_expectancy()).sum::<f64>() / group.len() as f64;
-    let cost_term = cost_term(cost_secs, life_expectancy_secs);
+    let cost_term = cost.term.of(cost_secs, life_expectancy_secs);
     GainBreakdown {
         deltas,
         improvement,
@@ -891,6 +969,50 @@ mod tests {
     }
 
     #[test]
+    fn amortized_cost_term_matches_hand_computed_values_and_is_clamped() {
+        // The scale runs' move (64 MiB at 100 Mbit/s plus a spawn) against an hour.
+        assert!(close(amortized_cost_term(5.7, 3600.0), 5.7 / 7194.3));
+        // The paper's term for the same move: 0.31, as much as half a core to a whole one.
+        assert!(cost_term(5.7, 3600.0) > 0.3);
+        // An emulated-node move (0.3 s) of a process 8 s old: about the paper's 0.025.
+        assert!(close(amortized_cost_term(0.3, 8.0), 0.3 / 15.7));
+        assert!(close(amortized_cost_term(0.0, 100.0), 0.0));
+        // A move that costs its whole expected life or more never pays.
+        assert!(close(amortized_cost_term(100.0, 100.0), 1.0));
+        assert!(close(amortized_cost_term(150.0, 100.0), 1.0));
+        assert!(close(amortized_cost_term(f64::INFINITY, 100.0), 1.0));
+        assert!(close(
+            amortized_cost_term(f64::INFINITY, f64::INFINITY),
+            1.0
+        ));
+        // Lives under 1 s count as 1 s; bad costs as 0.
+        assert!(close(amortized_cost_term(0.5, 0.0), 0.5 / 1.5));
+        assert!(close(amortized_cost_term(0.5, f64::NAN), 0.5 / 1.5));
+        assert!(close(amortized_cost_term(-1.0, 100.0), 0.0));
+        assert!(close(amortized_cost_term(f64::NAN, 100.0), 0.0));
+        assert!(close(amortized_cost_term(1.0, f64::INFINITY), 0.0));
+        assert_eq!(MigrationCostModel::default().term, CostTerm::Amortized);
+        assert_eq!(MigrationCostModel::paper().term, CostTerm::Paper);
+    }
+
+    proptest! {
+        /// At `Delta` equal to the amortised term, a move from rate `U` to `A` saves over the
+        /// expected life exactly what it costs: `E (1 - U / A) = C`.
+        #[test]
+        fn the_amortized_term_is_where_a_move_breaks_even(
+            life in 1.0f64..1e7,
+            fraction in 0.0f64..0.999,
+        ) {
+            let cost = life * fraction;
+            let d = amortized_cost_term(cost, life);
+            prop_assert!((0.0..1.0).contains(&d));
+            // Delta = (A - U) / (A + U) gives U / A = (1 - Delta) / (1 + Delta).
+            let saved = life * (1.0 - (1.0 - d) / (1.0 + d));
+            prop_assert!((saved - cost).abs() <= 1e-9 * life.max(1.0));
+        }
+    }
+
+    #[test]
     fn gain_matches_hand_computed_value() {
         // l: 1 core, 2 ranks, each gets 0.5 core; f: 2 free cores, speed 1.
         let l = NodeProfile {
@@ -914,7 +1036,7 @@ mod tests {
         e.state_bytes = 10_000_000;
         e.age = Duration::from_secs(1000);
         let w = Weights::new(0.6, 0.4, 0.0).expect("valid");
-        let g = gain(&l, &f, &[&e], &w, &MigrationCostModel::default());
+        let g = gain(&l, &f, &[&e], &w, &MigrationCostModel::paper());
         // cpu: (2 - 0.5) / 2.5 = 0.6; memory: (3 MiB - 1 MiB) / 4 MiB = 0.5; network: 0.
         assert!(close(g.deltas[0], 0.6));
         assert!(close(g.deltas[1], 0.5));
@@ -924,6 +1046,11 @@ mod tests {
         // cost: 0.3 s + 10 MB / 5 MB/s = 2.3 s; term 2.3 / (10 + ln 1000).
         assert!(close(g.cost_secs, 2.3));
         let term = 2.3 / (10.0 + 1000f64.ln());
+        assert!(close(g.cost_term, term));
+        assert!(close(g.gain, 0.56 - term));
+        // The default charges the 2.3 s against the 1,000 s it is expected to live on.
+        let g = gain(&l, &f, &[&e], &w, &MigrationCostModel::default());
+        let term = 2.3 / (2000.0 - 2.3);
         assert!(close(g.cost_term, term));
         assert!(close(g.gain, 0.56 - term));
     }
@@ -943,7 +1070,15 @@ mod tests {
         // A = 2 cores * speed 2 = 4; U = 1.5; (4 - 1.5) / 5.5.
         assert!(close(g.deltas[0], 2.5 / 5.5));
         assert!(close(g.life_expectancy_secs, 200.0));
-        assert!(close(g.cost_term, 0.3 / (10.0 + 200f64.ln())));
+        assert!(close(g.cost_term, 0.3 / (400.0 - 0.3)));
+        let paper = gain(
+            &l,
+            &f,
+            &[&a, &b],
+            &Weights::CPU_ONLY,
+            &MigrationCostModel::paper(),
+        );
+        assert!(close(paper.cost_term, 0.3 / (10.0 + 200f64.ln())));
         let empty = gain(&l, &f, &[], &Weights::CPU_ONLY, &Default::default());
         assert!(close(empty.gain, 0.0));
     }
@@ -1011,6 +1146,21 @@ mod tests {
         assert!(close(communication(&e, &at_a, &at_b), 0.4 / 1.6));
         // Leaving a partner on the local node: s_b = 0 at b, s_a at a unknown 0.4.
         assert!(close(communication(&e, &at_b, &at_a), -0.4 / 2.4));
+        // Known at the destination only: not counted (the giver's assumed 200 ms would make
+        // any destination that measured it look nearer).
+        let none = HashMap::new();
+        let at_a_blind = RttView {
+            host: &a,
+            rtts: &none,
+            unknown,
+        };
+        e.partners = vec![partner("c", 2.0)];
+        assert!(close(communication(&e, &at_a_blind, &at_b), 0.0));
+        // Known at the giver only: the destination is charged the assumed RTT.
+        assert!(close(
+            communication(&e, &at_b, &at_a_blind),
+            (0.01 - 0.2) / (2.0 - 0.01 + 0.2)
+        ));
         // Unknown on both sides: no change, however busy the partner.
         e.partners = vec![partner("d", 3.0)];
         assert!(close(communication(&e, &at_a, &at_b), 0.0));

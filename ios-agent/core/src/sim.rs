@@ -713,7 +713,16 @@ impl Sim {
 
     /// The node of an agent id (`nNN`, the node's index), without a map lookup.
     fn index_of(&self, peer: &PeerId) -> Option<usize> {
-        let digits = peer.as_bytes().strip_prefix(b"n")?;
+        self.index_of_name(peer.as_bytes())
+    }
+
+    /// The node whose host is `host` (hosts are named as the agents).
+    fn index_of_host(&self, host: &HostName) -> Option<usize> {
+        self.index_of_name(host.as_str().as_bytes())
+    }
+
+    fn index_of_name(&self, name: &[u8]) -> Option<usize> {
+        let digits = name.strip_prefix(b"n")?;
         let mut i: usize = 0;
         for &d in digits {
             if !d.is_ascii_digit() {
@@ -1195,7 +1204,25 @@ impl Sim {
         }
     }
 
+    /// Agent `i` measures the hosts it asks for ([`Agent::hosts_to_measure`]: its ranks'
+    /// partners').
+    fn measure_partners(&mut self, i: usize) {
+        let hosts = self.nodes[i].agent.hosts_to_measure();
+        for host in hosts {
+            let Some(j) = self.index_of_host(&host).filter(|&j| self.nodes[j].alive) else {
+                continue;
+            };
+            let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
+            self.nodes[i].agent.handle_partner_rtt(&host, rtt);
+        }
+    }
+
     fn rtt_round(&mut self, now: Instant) {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].alive {
+                self.measure_partners(i);
+            }
+        }
         match self.discovery {
             None => {
                 for i in 0..self.nodes.len() {

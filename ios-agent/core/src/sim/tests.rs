@@ -146,9 +146,10 @@ fn given_state_too_costly_to_move_then_nothing_moves() {
     let mut sim = logged(2, Config::default());
     let busy = sim.add_node(NodeSpec::new(1.0));
     let idle = sim.add_node(NodeSpec::new(1.0));
-    // 4 GB at 12.5 MB/s: the cost term saturates at 1 and exceeds any improvement.
-    sim.add_entity(busy, "heat", 0, 4 << 30);
-    sim.add_entity(busy, "heat", 1, 4 << 30);
+    // 64 GiB at 12.5 MB/s (5,500 s) costs more than the job's expected life (its age, an
+    // hour): the cost term saturates at 1 and exceeds any improvement.
+    sim.add_entity(busy, "heat", 0, 64 << 30);
+    sim.add_entity(busy, "heat", 1, 64 << 30);
     sim.run_for(secs(120));
     assert!(sim.migrations().is_empty());
     assert_eq!(sim.count_on(idle), 0);
