@@ -208,12 +208,14 @@ impl Network {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     /// Agents, NSp2p, default settings (a rank's demand capped at one core,
-    /// [`ios_agent_core::agent::DEFAULT_ENTITY_CORES`]), the ranks' profiles carrying their
+    /// [`ios_agent_core::agent::DEFAULT_ENTITY_CORES`]; the amortised cost term,
+    /// [`ios_agent_core::model::CostTerm::Amortized`]), the ranks' profiles carrying their
     /// partners (the model's communication term, [`ios_agent_core::model::gain_near`]).
     NsP2p,
     /// [`Strategy::NsP2p`] without partners in the profiles (no communication term).
     NsP2pNoComm,
-    /// Agents, NSp2p, the paper's model: no cap on a rank's demand, no partners.
+    /// Agents, NSp2p, the paper's model: no cap on a rank's demand, Figure 3's cost term,
+    /// no partners.
     Paper,
     /// Agents, NSc2c, default settings, partners in the profiles.
     NsC2c,
@@ -1018,16 +1020,18 @@ mod tests {
     }
 
     /// What the experiment claims on the quick pools (100 nodes, 20 minutes, both
-    /// networks): the oracle places better than no balancing, random stealing and the
-    /// paper's model; on the Internet-like network NSp2p (the default model: one core per
-    /// rank, the communication term) beats random stealing, the paper's model and no
-    /// balancing, and NSc2c beats no balancing; the agents (NSp2p and NSc2c) move a rank
-    /// less than twice an hour; messages per node and second stay under 5, NSc2c's cluster
-    /// upkeep included; no entity moves twice within a hold-down. (On the Grid-like network
-    /// no strategy of the agents beats no balancing: see docs/results.md, "Scale".)
+    /// networks): the oracle places better than no balancing and the paper's model; NSp2p
+    /// (the default model: one core per rank, the amortised cost term, the communication
+    /// term) beats random stealing, the paper's model and no balancing on both networks,
+    /// and NSc2c beats random stealing and no balancing; the agents move a rank well under
+    /// once per hold-down (at most 6 times an hour, where the hold-down allows 60, most of
+    /// it in the first minutes) and never back within two hold-downs; messages per node
+    /// and second stay under 5, NSc2c's cluster upkeep included; no entity moves twice
+    /// within a hold-down. The oracle is greedy: on the Internet-like network the agents
+    /// place better than it does (docs/results.md, "Scale"), so it is not asserted to lead
+    /// them.
     #[test]
-    fn given_the_quick_pools_then_the_oracle_leads_and_nsp2p_beats_random_and_the_paper_on_internet(
-    ) {
+    fn given_the_quick_pools_then_the_agents_beat_random_stealing_and_no_balancing() {
         for network in [Network::Internet, Network::Grid] {
             let pool = quick(network, 20);
             let all: Vec<Outcome> = [
@@ -1045,48 +1049,37 @@ mod tests {
             let [p2p, paper, random, none, oracle, c2c] = &all[..] else {
                 unreachable!()
             };
-            for o in [paper, random, none] {
+            let beats = |a: &Outcome, b: &Outcome, by: f64| {
                 assert!(
-                    oracle.iterations > o.iterations,
-                    "{network:?}: oracle {} <= {} {}",
-                    oracle.iterations,
-                    o.strategy.name(),
-                    o.iterations
+                    a.iterations > by * b.iterations,
+                    "{network:?}: {} {} <= {by} x {} {}",
+                    a.strategy.name(),
+                    a.iterations,
+                    b.strategy.name(),
+                    b.iterations
                 );
+            };
+            beats(oracle, none, 1.0);
+            beats(oracle, paper, 1.0);
+            beats(p2p, random, 1.1);
+            beats(p2p, paper, 1.1);
+            beats(p2p, none, 1.05);
+            beats(c2c, random, 1.1);
+            beats(c2c, none, 1.05);
+            if network == Network::Internet {
+                // Jobs start spread over the whole pool: gathering them pays most here.
+                beats(p2p, none, 1.5);
+                beats(c2c, none, 1.5);
             }
             for o in [p2p, c2c] {
                 let hours = o.seconds / 3600.0;
                 let rate = o.migrations as f64 / o.entities as f64 / hours;
                 assert!(
-                    rate < 2.0,
+                    rate < 6.0,
                     "{network:?}: {} moved {rate:.1} times per entity and hour",
                     o.strategy.name()
                 );
-            }
-            if network == Network::Internet {
-                for o in [paper, random] {
-                    assert!(
-                        p2p.iterations > o.iterations,
-                        "{network:?}: NSp2p {} <= {} {}",
-                        p2p.iterations,
-                        o.strategy.name(),
-                        o.iterations
-                    );
-                }
-                assert!(
-                    p2p.iterations > 1.2 * none.iterations,
-                    "{network:?}: NSp2p {} against none {}",
-                    p2p.iterations,
-                    none.iterations
-                );
-                // NSc2c too, by a wide margin (1.5 on 2026-11-26); against random stealing
-                // its lead is small (0.89 against 0.83 of the oracle) and not asserted.
-                assert!(
-                    c2c.iterations > 1.2 * none.iterations,
-                    "{network:?}: NSc2c {} against none {}",
-                    c2c.iterations,
-                    none.iterations
-                );
+                assert_eq!(o.ping_pongs, 0, "{network:?}: {}", o.strategy.name());
             }
             // NSc2c's cluster upkeep is bounded per node (it was 19 to 26 messages per node
             // and second on these pools while every agent heartbeat every local peer).
