@@ -932,6 +932,10 @@ impl Sim {
             let agent = &mut self.nodes[i].agent;
             agent.handle_node_profile(now, profile);
             agent.handle_entities(now, entities);
+            // The driver measures the hosts the agent asks for as soon as it asks: a rank's
+            // partners are known before the next steal is weighed (RTTs here do not change,
+            // so measuring again each round only costs time).
+            self.measure_partners(i);
             self.drain(i);
         }
     }
@@ -1205,7 +1209,8 @@ impl Sim {
     }
 
     /// Agent `i` measures the hosts it asks for ([`Agent::hosts_to_measure`]: its ranks'
-    /// partners').
+    /// partners', and an NSc2c manager's members' ranks' partners'), after each profile
+    /// round.
     fn measure_partners(&mut self, i: usize) {
         let hosts = self.nodes[i].agent.hosts_to_measure();
         for host in hosts {
@@ -1218,11 +1223,6 @@ impl Sim {
     }
 
     fn rtt_round(&mut self, now: Instant) {
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].alive {
-                self.measure_partners(i);
-            }
-        }
         match self.discovery {
             None => {
                 for i in 0..self.nodes.len() {
