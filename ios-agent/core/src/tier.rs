@@ -91,9 +91,24 @@ pub const MAX_PEER_ID_LEN: usize = 64;
 /// same bytes (in the simulator, 10,000 small blocks that stay in cache). Equality, order
 /// and hash are those of the byte string (the hash is the slice's, as the `Vec`'s was, so
 /// hash maps lay out and iterate exactly as before).
+///
+/// The first eight bytes are also kept inline ([`PeerId::head`]), so that two different ids
+/// nearly always compare, and a short id (up to eight bytes, as in the simulator) compares
+/// and hashes, without reading the shared bytes: every such read was a cache miss into
+/// another agent's id at 10,000 simulated nodes (the tiers' ordered sets compare ids all
+/// the way down, the election and the cluster's member lists sort them).
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
-pub struct PeerId(Arc<[u8]>);
+pub struct PeerId {
+    /// The first [`HEAD_LEN`] bytes, big-endian, zero-padded: ids whose heads differ are
+    /// ordered as their heads are (at the first byte that differs, a padding zero stands
+    /// for the end of the shorter id, which sorts first as a zero byte would).
+    head: u64,
+    bytes: Arc<[u8]>,
+}
+
+/// Bytes of an id kept inline in [`PeerId::head`].
+const HEAD_LEN: usize = 8;
 
 /// A peer id that is empty or longer than [`MAX_PEER_ID_LEN`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,12 +125,24 @@ impl PeerId {
         if bytes.is_empty() || bytes.len() > MAX_PEER_ID_LEN {
             return Err(InvalidPeerId { len: bytes.len() });
         }
-        Ok(PeerId(bytes.into()))
+        let mut head = [0u8; HEAD_LEN];
+        let n = bytes.len().min(HEAD_LEN);
+        head[..n].copy_from_slice(&bytes[..n]);
+        Ok(PeerId {
+            head: u64::from_be_bytes(head),
+            bytes: bytes.into(),
+        })
     }
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        &self.bytes
+    }
+
+    /// Whether the head holds every byte of the id (the length is in the shared pointer
+    /// itself: reading it reads no shared bytes).
+    fn is_short(&self) -> bool {
+        self.bytes.len() <= HEAD_LEN
     }
 }
 
@@ -124,9 +151,15 @@ impl PeerId {
 // simulator's time at 10,000 nodes, for ids of 3 to 6 bytes).
 impl PartialEq for PeerId {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-            || (self.0.len() == other.0.len()
-                && self.0.iter().zip(other.0.iter()).all(|(a, b)| a == b))
+        if self.head != other.head || self.bytes.len() != other.bytes.len() {
+            return false;
+        }
+        self.is_short()
+            || Arc::ptr_eq(&self.bytes, &other.bytes)
+            || self.bytes[HEAD_LEN..]
+                .iter()
+                .zip(other.bytes[HEAD_LEN..].iter())
+                .all(|(a, b)| a == b)
     }
 }
 
@@ -135,14 +168,21 @@ impl Eq for PeerId {}
 impl Ord for PeerId {
     /// Bytewise, a prefix first: as `[u8]`.
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        if Arc::ptr_eq(&self.0, &other.0) {
+        if self.head != other.head {
+            return self.head.cmp(&other.head);
+        }
+        // Equal heads: of two short ids the shorter is a prefix of the other.
+        if self.is_short() && other.is_short() {
+            return self.bytes.len().cmp(&other.bytes.len());
+        }
+        if Arc::ptr_eq(&self.bytes, &other.bytes) {
             return std::cmp::Ordering::Equal;
         }
-        self.0
+        self.bytes
             .iter()
-            .zip(other.0.iter())
+            .zip(other.bytes.iter())
             .find(|(a, b)| a != b)
-            .map_or_else(|| self.0.len().cmp(&other.0.len()), |(a, b)| a.cmp(b))
+            .map_or_else(|| self.bytes.len().cmp(&other.bytes.len()), |(a, b)| a.cmp(b))
     }
 }
 
@@ -154,8 +194,13 @@ impl PartialOrd for PeerId {
 
 impl std::hash::Hash for PeerId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // The byte string's hash, as the `Vec` it replaced had.
-        self.0[..].hash(state);
+        // The byte string's hash, as the `Vec` it replaced had; a short id's bytes are
+        // those of its head.
+        if self.is_short() {
+            self.head.to_be_bytes()[..self.bytes.len()].hash(state);
+        } else {
+            self.bytes[..].hash(state);
+        }
     }
 }
 
@@ -168,7 +213,7 @@ impl TryFrom<Vec<u8>> for PeerId {
 
 impl From<PeerId> for Vec<u8> {
     fn from(p: PeerId) -> Vec<u8> {
-        p.0.to_vec()
+        p.bytes.to_vec()
     }
 }
 
