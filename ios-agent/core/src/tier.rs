@@ -1,6 +1,6 @@
 //! Peers grouped by round-trip time (section 5.2): local, regional, national, global.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
@@ -182,7 +182,10 @@ impl Ord for PeerId {
             .iter()
             .zip(other.bytes.iter())
             .find(|(a, b)| a != b)
-            .map_or_else(|| self.bytes.len().cmp(&other.bytes.len()), |(a, b)| a.cmp(b))
+            .map_or_else(
+                || self.bytes.len().cmp(&other.bytes.len()),
+                |(a, b)| a.cmp(b),
+            )
     }
 }
 
@@ -281,12 +284,18 @@ pub struct PeerTable {
     index: IdMap<PeerId, u32>,
     slots: Vec<Option<(PeerId, PeerInfo)>>,
     free: Vec<u32>,
-    by_seen: BTreeSet<(Instant, u32)>,
-    /// `by_seen`'s first instant, kept beside it: the driver (and the simulator) asks for it
-    /// after every input to schedule expiry ([`PeerTable::oldest_seen`]), and walking the
-    /// tree down to its first leaf then, with the tree cold, was most of
-    /// `Agent::poll_timeout` and 7% of the simulator's time at 10,000 nodes.
+    /// The peers' last samples, oldest first (see [`SeenQueue`]).
+    by_seen: SeenQueue,
+    /// The oldest live sample's instant, kept beside `by_seen`: the driver (and the
+    /// simulator) asks for it after every input to schedule expiry
+    /// ([`PeerTable::oldest_seen`]), and reading it from the cold queue (or, before, walking
+    /// a tree down to its first leaf) was most of `Agent::poll_timeout` and 7% of the
+    /// simulator's time at 10,000 nodes.
     oldest_seen: Option<Instant>,
+    /// What `by_seen` stood for before it was a queue: every slot's (last sample, slot) in
+    /// order. Kept in tests only, to check the queue against it after every change.
+    #[cfg(test)]
+    seen_model: BTreeSet<(Instant, u32)>,
     by_rtt: BTreeSet<(Duration, u32)>,
     tiers: [BTreeSet<PeerId>; 4],
     capacity: usize,
@@ -313,8 +322,10 @@ impl PeerTable {
             index: IdMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
-            by_seen: BTreeSet::new(),
+            by_seen: SeenQueue::default(),
             oldest_seen: None,
+            #[cfg(test)]
+            seen_model: BTreeSet::new(),
             by_rtt: BTreeSet::new(),
             tiers: Default::default(),
             capacity: capacity.max(1),
@@ -331,7 +342,8 @@ impl PeerTable {
             let Some((_, info)) = self.slots[slot as usize].as_mut() else {
                 return false;
             };
-            self.by_seen.remove(&(info.last_seen, slot));
+            #[cfg(test)]
+            self.seen_model.remove(&(info.last_seen, slot));
             // srtt = 7/8 srtt + 1/8 sample
             let srtt = (info.srtt * 7 + rtt) / 8;
             // A steady RTT leaves the smoothed one where it is (always so in the simulator,
@@ -359,7 +371,9 @@ impl PeerTable {
                 self.tiers[tier_index(tier)].insert(peer.clone());
                 info.tier = tier;
             }
-            self.by_seen.insert((now, slot));
+            self.by_seen.push(now, slot);
+            #[cfg(test)]
+            self.seen_model.insert((now, slot));
             self.seen_changed();
             return retiered;
         }
@@ -382,7 +396,9 @@ impl PeerTable {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.by_seen.insert((now, slot));
+        self.by_seen.push(now, slot);
+        #[cfg(test)]
+        self.seen_model.insert((now, slot));
         self.seen_changed();
         self.by_rtt.insert((rtt, slot));
         self.version += 1;
@@ -407,7 +423,9 @@ impl PeerTable {
             return false;
         };
         if let Some((_, info)) = self.slots[slot as usize].take() {
-            self.by_seen.remove(&(info.last_seen, slot));
+            self.by_seen.forget(slot);
+            #[cfg(test)]
+            self.seen_model.remove(&(info.last_seen, slot));
             self.by_rtt.remove(&(info.srtt, slot));
             self.tiers[tier_index(info.tier)].remove(peer);
             self.seen_changed();
@@ -424,23 +442,21 @@ impl PeerTable {
         if self.oldest_seen().is_none_or(|oldest| oldest > deadline) {
             return 0;
         }
-        let mut gone = 0;
-        while let Some(&(at, slot)) = self.by_seen.first() {
-            if at > deadline {
-                break;
-            }
+        // In (instant, slot) order, as the tree of samples gave them: the order slots are
+        // freed in is the order they are taken again.
+        let due = self.by_seen.due(deadline);
+        for &(_, slot) in &due {
             match self.slots[slot as usize].as_ref().map(|(p, _)| p.clone()) {
                 Some(peer) => {
                     self.remove(&peer);
                 }
                 None => {
-                    self.by_seen.remove(&(at, slot));
+                    self.by_seen.forget(slot);
                     self.seen_changed();
                 }
             }
-            gone += 1;
         }
-        gone
+        due.len()
     }
 
     /// What is known of one peer.
@@ -545,14 +561,139 @@ impl PeerTable {
 
     /// Oldest `last_seen`, to schedule expiry.
     pub fn oldest_seen(&self) -> Option<Instant> {
-        debug_assert_eq!(self.oldest_seen, self.by_seen.first().map(|(at, _)| *at));
+        debug_assert_eq!(self.oldest_seen, self.by_seen.oldest());
         self.oldest_seen
     }
 
-    /// Refreshes [`PeerTable::oldest_seen`]'s copy after `by_seen` changed (the tree is
+    /// Refreshes [`PeerTable::oldest_seen`]'s copy after `by_seen` changed (the queue is
     /// warm then).
     fn seen_changed(&mut self) {
-        self.oldest_seen = self.by_seen.first().map(|(at, _)| *at);
+        self.oldest_seen = self.by_seen.oldest();
+        #[cfg(test)]
+        {
+            assert_eq!(
+                self.by_seen.live(),
+                self.seen_model.iter().copied().collect::<Vec<_>>()
+            );
+            assert_eq!(self.oldest_seen, self.seen_model.first().map(|(at, _)| *at));
+        }
+    }
+}
+
+/// Each peer's last sample, as (instant, slot), oldest first: what a B-tree of (instant,
+/// slot) gave, for a push per sample. The tree took a remove and an insert per sample, on
+/// every agent's peers every RTT round, each a walk through cold nodes (a tenth of the
+/// simulator's time at 10,000 nodes); samples arrive in time order, so a new one goes at
+/// the back of a queue, and the entry it replaces stays behind, stale, until it reaches
+/// the front or the queue is compacted.
+///
+/// Each entry carries a stamp; a slot's live entry is the one with the slot's current
+/// stamp (so that an entry of a freed slot, taken again at the same instant, is not taken
+/// for the new peer's). The front, if any, is live. Order among equal instants is the
+/// order of arrival; [`SeenQueue::due`] sorts what it returns by slot among them.
+#[derive(Debug, Clone, Default)]
+struct SeenQueue {
+    entries: VecDeque<SeenEntry>,
+    /// Per slot, the stamp of its live entry (`None`: no entry, the slot is free).
+    stamps: Vec<Option<u64>>,
+    /// Live entries (slots with a stamp).
+    live: usize,
+    next_stamp: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SeenEntry {
+    at: Instant,
+    slot: u32,
+    stamp: u64,
+}
+
+impl SeenQueue {
+    fn is_live(&self, e: &SeenEntry) -> bool {
+        self.stamps.get(e.slot as usize).copied().flatten() == Some(e.stamp)
+    }
+
+    /// `slot`'s last sample is now at `at` (replacing its previous one, if any).
+    fn push(&mut self, at: Instant, slot: u32) {
+        let index = slot as usize;
+        if self.stamps.len() <= index {
+            self.stamps.resize(index + 1, None);
+        }
+        if self.stamps[index].is_none() {
+            self.live += 1;
+        }
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.stamps[index] = Some(stamp);
+        let entry = SeenEntry { at, slot, stamp };
+        // Instants come in order from the driver; one that does not goes where it belongs.
+        if self.entries.back().is_none_or(|last| last.at <= at) {
+            self.entries.push_back(entry);
+        } else {
+            let position = self.entries.partition_point(|e| e.at <= at);
+            self.entries.insert(position, entry);
+        }
+        self.tidy();
+    }
+
+    /// `slot` is free: its entry, if any, is stale.
+    fn forget(&mut self, slot: u32) {
+        if let Some(stamp) = self.stamps.get_mut(slot as usize) {
+            if stamp.take().is_some() {
+                self.live -= 1;
+            }
+        }
+        self.tidy();
+    }
+
+    /// The oldest live entry's instant.
+    fn oldest(&self) -> Option<Instant> {
+        self.entries.front().map(|e| e.at)
+    }
+
+    /// The live entries at or before `deadline`, by (instant, slot): a prefix of the
+    /// queue, which goes as the caller frees their slots ([`SeenQueue::forget`]).
+    fn due(&self, deadline: Instant) -> Vec<(Instant, u32)> {
+        let mut due: Vec<(Instant, u32)> = self
+            .entries
+            .iter()
+            .take_while(|e| e.at <= deadline)
+            .filter(|e| self.is_live(e))
+            .map(|e| (e.at, e.slot))
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    /// Drops stale entries from the front, and compacts the queue once stale entries
+    /// outnumber the live ones (each entry is then moved once more, at most).
+    fn tidy(&mut self) {
+        while let Some(front) = self.entries.front() {
+            if self.is_live(front) {
+                break;
+            }
+            self.entries.pop_front();
+        }
+        if self.entries.len() > 2 * self.live + 16 {
+            let stamps = &self.stamps;
+            self.entries
+                .retain(|e| stamps.get(e.slot as usize).copied().flatten() == Some(e.stamp));
+        }
+    }
+
+    /// The live entries, as (instant, slot), in the order a tree of them would hold.
+    #[cfg(test)]
+    fn live(&self) -> Vec<(Instant, u32)> {
+        let mut v: Vec<(Instant, u32)> = self
+            .entries
+            .iter()
+            .filter(|e| self.is_live(e))
+            .map(|e| (e.at, e.slot))
+            .collect();
+        // Entries are in instant order already; only ties are reordered.
+        assert!(v.windows(2).all(|w| w[0].0 <= w[1].0));
+        v.sort_unstable();
+        v
     }
 }
 
@@ -738,6 +879,51 @@ mod tests {
                 proptest::prop_assert_eq!(px.as_bytes(), &x[..]);
                 proptest::prop_assert_eq!(hasher.hash_one(&px), hasher.hash_one(x));
                 proptest::prop_assert_eq!(Vec::<u8>::from(px), x.clone());
+            }
+        }
+
+        /// The queue of samples agrees with the tree of (instant, slot) it replaced (checked
+        /// inside the table after every change, in tests), and expiry drops exactly the peers
+        /// last heard at or before the deadline: samples at repeated instants, instants that
+        /// go back, peers removed and slots taken again.
+        #[test]
+        fn expiry_drops_exactly_the_peers_last_heard_by_the_deadline(
+            ops in proptest::collection::vec((0u8..10, 0usize..12, 0u64..40, 0u64..300), 1..200),
+            capacity in 1usize..10,
+        ) {
+            let t0 = Instant::now();
+            let mut table = PeerTable::new(capacity);
+            let mut clock = 0u64;
+            for (op, p, dt, rtt) in ops {
+                let id = peer(&format!("p{p}"));
+                match op {
+                    // Mostly forward, sometimes the same instant, now and then back.
+                    0..=5 => {
+                        clock = clock + dt / 4;
+                        table.record_rtt(t0 + ms(clock), &id, ms(rtt));
+                    }
+                    6 => {
+                        table.record_rtt(t0 + ms(clock.saturating_sub(dt)), &id, ms(rtt));
+                    }
+                    7 => {
+                        table.remove(&id);
+                    }
+                    _ => {
+                        let deadline = t0 + ms(clock.saturating_sub(dt));
+                        let due: Vec<PeerId> = (0..12)
+                            .map(|i| peer(&format!("p{i}")))
+                            .filter(|q| table.get(q).is_some_and(|i| i.last_seen <= deadline))
+                            .collect();
+                        proptest::prop_assert_eq!(table.expire(deadline), due.len());
+                        for q in &due {
+                            proptest::prop_assert!(table.get(q).is_none());
+                        }
+                    }
+                }
+                let oldest = (0..12)
+                    .filter_map(|i| table.get(&peer(&format!("p{i}"))).map(|i| i.last_seen))
+                    .min();
+                proptest::prop_assert_eq!(table.oldest_seen(), oldest);
             }
         }
 
