@@ -348,33 +348,38 @@ fn message_cbor_len(mut message: Message) -> (Message, u64) {
     (message, n)
 }
 
-/// Which agents hold a host for which peers, one bit per pair of nodes (agent, peer): a
+/// Which agents hold a host for which peers, one bit per (agent, peer) pair of nodes: a
 /// mirror of every agent's table of hosts, kept by [`Sim::announce`] through which every
 /// change to those tables goes here (an announcement adds its host, or makes room by
 /// dropping another peer's, which the agent reports). The simulator asks whether an agent
 /// holds a peer's host for every message (both ends: the connection announces both hosts)
 /// and RTT sample; asking the agent was a hash look-up in a cold table of another agent
-/// each time, a tenth of the simulator's time at 10,000 nodes. A bit is one cache line in a
-/// table of `nodes² / 8` bytes (12.5 MB at 10,000 nodes; rows are laid out with room to
-/// grow, up to twice that).
+/// each time, a tenth of the simulator's time at 10,000 nodes.
+///
+/// The two bits of a pair of nodes, `a` holding `b`'s host and `b` holding `a`'s, sit side
+/// by side (in row `min(a, b)`, at column `max(a, b)`): a message and a discovered pair ask
+/// both, and the bits are a cache miss each otherwise. Rows are as long as the pool, so
+/// half the table is unused: `nodes² / 4` bytes (25 MB at 10,000 nodes, and room to grow).
 #[derive(Debug, Default)]
 struct HeldHosts {
-    /// Words per agent's row: room for this many times 64 peers.
+    /// Words per row: room for this many times 32 nodes.
     stride: usize,
-    /// Row `i` (agent of node `i`), bit `j` (peer of node `j`).
     bits: Vec<u64>,
 }
 
 impl HeldHosts {
-    /// Makes room for `nodes` nodes (agents and peers); new pairs hold nothing.
+    /// Makes room for `nodes` nodes; new pairs hold nothing.
     fn grow(&mut self, nodes: usize) {
-        let words = nodes.div_ceil(64);
+        let words = nodes.div_ceil(32);
         if words > self.stride {
-            // The rows get longer: lay them out again, with room for as many nodes again.
-            let stride = words.max(2 * self.stride);
+            // The rows get longer: lay them out again, with room for a quarter more nodes.
+            let stride = words.max(self.stride + self.stride / 4);
             let rows = self.bits.len().checked_div(self.stride).unwrap_or(0);
             let mut bits = vec![0; rows * stride];
-            for (new, old) in bits.chunks_mut(stride).zip(self.bits.chunks(self.stride.max(1))) {
+            for (new, old) in bits
+                .chunks_mut(stride)
+                .zip(self.bits.chunks(self.stride.max(1)))
+            {
                 new[..old.len()].copy_from_slice(old);
             }
             self.bits = bits;
@@ -383,16 +388,24 @@ impl HeldHosts {
         self.bits.resize(nodes * self.stride, 0);
     }
 
+    /// The word and the bit of `agent` holding `peer`'s host.
+    fn position(&self, agent: usize, peer: usize) -> (usize, u32) {
+        let (row, column) = (agent.min(peer), agent.max(peer));
+        let bit = 2 * (column % 32) + usize::from(agent > peer);
+        (row * self.stride + column / 32, bit as u32)
+    }
+
     fn get(&self, agent: usize, peer: usize) -> bool {
-        self.bits[agent * self.stride + peer / 64] & (1 << (peer % 64)) != 0
+        let (word, bit) = self.position(agent, peer);
+        self.bits[word] & (1 << bit) != 0
     }
 
     fn set(&mut self, agent: usize, peer: usize, held: bool) {
-        let word = &mut self.bits[agent * self.stride + peer / 64];
+        let (word, bit) = self.position(agent, peer);
         if held {
-            *word |= 1 << (peer % 64);
+            self.bits[word] |= 1 << bit;
         } else {
-            *word &= !(1 << (peer % 64));
+            self.bits[word] &= !(1 << bit);
         }
     }
 }
@@ -778,19 +791,22 @@ impl Sim {
 
     /// The node of an agent id (`nNN`, the node's index), without a map lookup.
     fn index_of(&self, peer: &PeerId) -> Option<usize> {
-        let digits = peer.as_bytes().strip_prefix(b"n")?;
-        let mut i: usize = 0;
-        for &d in digits {
-            if !d.is_ascii_digit() {
-                return None;
+        // From the id's inline copy of its bytes (the shared ones are another node's, cold).
+        peer.with_bytes(|bytes| {
+            let digits = bytes.strip_prefix(b"n")?;
+            let mut i: usize = 0;
+            for &d in digits {
+                if !d.is_ascii_digit() {
+                    return None;
+                }
+                i = i.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
             }
-            i = i.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
-        }
-        // Node i's id is `format!("n{i:02}")`: digits of that value and that length are
-        // exactly its id (zero padding fixes the rest), so no bytes need comparing (this
-        // runs for every peer of every agent each RTT round).
-        let canonical = i.checked_ilog10().map_or(1, |l| l as usize + 1).max(2);
-        (digits.len() == canonical && i < self.nodes.len()).then_some(i)
+            // Node i's id is `format!("n{i:02}")`: digits of that value and that length are
+            // exactly its id (zero padding fixes the rest), so no bytes need comparing (this
+            // runs for every peer of every agent each RTT round).
+            let canonical = i.checked_ilog10().map_or(1, |l| l as usize + 1).max(2);
+            (digits.len() == canonical && i < self.nodes.len()).then_some(i)
+        })
     }
 
     fn rtt_between(&self, a: usize, b: usize) -> Duration {
@@ -1163,7 +1179,10 @@ impl Sim {
             if self.steps == self.max_steps || self.steps_now == MAX_STEPS_AT_ONE_INSTANT {
                 for (i, n) in self.nodes.iter().enumerate().take(50) {
                     let timeout = n.agent.poll_timeout().map(|t| t - self.epoch);
-                    eprintln!("node {i}: alive {}, next timeout {timeout:?}", self.alive[i]);
+                    eprintln!(
+                        "node {i}: alive {}, next timeout {timeout:?}",
+                        self.alive[i]
+                    );
                 }
             }
             assert!(
@@ -1194,7 +1213,11 @@ impl Sim {
         #[cfg(test)]
         {
             let host = self.nodes[i].agent.peer_host(&self.ids[j]);
-            assert_eq!(held, host.is_some(), "the mirror of agent {i}'s hosts is wrong");
+            assert_eq!(
+                held,
+                host.is_some(),
+                "the mirror of agent {i}'s hosts is wrong"
+            );
             assert!(
                 host.is_none_or(|h| *h == self.nodes[j].host),
                 "an agent holds another node's host for a peer"

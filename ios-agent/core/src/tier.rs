@@ -139,6 +139,16 @@ impl PeerId {
         &self.bytes
     }
 
+    /// `f` of the bytes, read from the inline head for a short id: the shared bytes are
+    /// another allocation, often a cache miss.
+    pub(crate) fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if self.is_short() {
+            f(&self.head.to_be_bytes()[..self.bytes.len()])
+        } else {
+            f(&self.bytes)
+        }
+    }
+
     /// Whether the head holds every byte of the id (the length is in the shared pointer
     /// itself: reading it reads no shared bytes).
     fn is_short(&self) -> bool {
@@ -877,6 +887,7 @@ mod tests {
                 proptest::prop_assert_eq!(px.cmp(&py), x.cmp(y));
                 proptest::prop_assert_eq!(px == py, x == y);
                 proptest::prop_assert_eq!(px.as_bytes(), &x[..]);
+                proptest::prop_assert!(px.with_bytes(|b| b == &x[..]));
                 proptest::prop_assert_eq!(hasher.hash_one(&px), hasher.hash_one(x));
                 proptest::prop_assert_eq!(Vec::<u8>::from(px), x.clone());
             }
