@@ -724,7 +724,26 @@ impl Agent {
         vote: PeerId,
         successor: Option<PeerId>,
     ) {
-        if !self.c2c() || self.peers.tier(&from) != Some(LatencyTier::Local) {
+        if !self.c2c() {
+            return;
+        }
+        // Whether the sender is a local peer: a heard peer's entry says so (every change to
+        // the peer table refreshes it, see `Heard::local`), and it is read next anyway; the
+        // peer table's own look-up was a further cache miss or two per heartbeat.
+        let local = match self.cluster.heard.get(&from) {
+            Some(h) => {
+                #[cfg(test)]
+                assert_eq!(
+                    h.local,
+                    self.peers.tier(&from) == Some(LatencyTier::Local),
+                    "{}: a heard peer's locality is stale",
+                    self.me
+                );
+                h.local
+            }
+            None => self.peers.tier(&from) == Some(LatencyTier::Local),
+        };
+        if !local {
             return;
         }
         if from == self.cluster.manager && vote == from && self.cluster.successor != successor {
