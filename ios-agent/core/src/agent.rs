@@ -964,9 +964,21 @@ impl Agent {
         peer: PeerId,
         host: HostName,
     ) -> Result<(), HostRefusal> {
+        self.peer_host_announced(now, peer, host).0
+    }
+
+    /// [`Agent::handle_peer_host`], also returning the peer whose host was dropped to make
+    /// room, if one was: the simulator mirrors which peers' hosts each agent holds.
+    pub(crate) fn peer_host_announced(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        host: HostName,
+    ) -> (Result<(), HostRefusal>, Option<PeerId>) {
         if peer == self.me || self.hosts.get(&peer) == Some(&host) {
-            return Ok(());
+            return (Ok(()), None);
         }
+        let mut evicted = None;
         let refusal = if is_loopback_name(&host) {
             Some(HostRefusal::Loopback { host })
         } else if host == self.host {
@@ -979,7 +991,10 @@ impl Agent {
             Some(HostRefusal::Taken { host, holder })
         } else if !self.hosts.contains_key(&peer)
             && self.hosts.len() >= 2 * self.config.max_peers
-            && self.evict_host().is_none()
+            && {
+                evicted = self.evict_host();
+                evicted.is_none()
+            }
         {
             Some(HostRefusal::Full {
                 max: 2 * self.config.max_peers,
@@ -990,13 +1005,14 @@ impl Agent {
             self.c2c_host_known(now, &peer);
             None
         };
-        match refusal {
+        let result = match refusal {
             Some(r) => {
                 self.stats.hosts_refused += 1;
                 Err(r)
             }
             None => Ok(()),
-        }
+        };
+        (result, evicted)
     }
 
     /// Makes room in the full table of hosts: drops the oldest announcement of a peer that

@@ -173,15 +173,17 @@ impl Pattern {
     }
 }
 
+/// A simulated node. Its agent id and whether it is alive are kept apart, in
+/// [`Sim::ids`] and [`Sim::alive`]: every message and RTT sample reads them for another
+/// node than the one it feeds, and a node's own struct (with its agent) spans many cache
+/// lines, each a miss at 10,000 nodes.
 struct Node {
-    peer: PeerId,
     host: HostName,
     agent: Agent,
     cores: f64,
     speed: f64,
     memory: u64,
     background: LoadFn,
-    alive: bool,
     leaving: bool,
     /// Indices of the entities on this node.
     entities: Vec<usize>,
@@ -346,6 +348,68 @@ fn message_cbor_len(mut message: Message) -> (Message, u64) {
     (message, n)
 }
 
+/// Which agents hold a host for which peers, one bit per (agent, peer) pair of nodes: a
+/// mirror of every agent's table of hosts, kept by [`Sim::announce`] through which every
+/// change to those tables goes here (an announcement adds its host, or makes room by
+/// dropping another peer's, which the agent reports). The simulator asks whether an agent
+/// holds a peer's host for every message (both ends: the connection announces both hosts)
+/// and RTT sample; asking the agent was a hash look-up in a cold table of another agent
+/// each time, a tenth of the simulator's time at 10,000 nodes.
+///
+/// The two bits of a pair of nodes, `a` holding `b`'s host and `b` holding `a`'s, sit side
+/// by side (in row `min(a, b)`, at column `max(a, b)`): a message and a discovered pair ask
+/// both, and the bits are a cache miss each otherwise. Rows are as long as the pool, so
+/// half the table is unused: `nodes² / 4` bytes (25 MB at 10,000 nodes, and room to grow).
+#[derive(Debug, Default)]
+struct HeldHosts {
+    /// Words per row: room for this many times 32 nodes.
+    stride: usize,
+    bits: Vec<u64>,
+}
+
+impl HeldHosts {
+    /// Makes room for `nodes` nodes; new pairs hold nothing.
+    fn grow(&mut self, nodes: usize) {
+        let words = nodes.div_ceil(32);
+        if words > self.stride {
+            // The rows get longer: lay them out again, with room for a quarter more nodes.
+            let stride = words.max(self.stride + self.stride / 4);
+            let rows = self.bits.len().checked_div(self.stride).unwrap_or(0);
+            let mut bits = vec![0; rows * stride];
+            for (new, old) in bits
+                .chunks_mut(stride)
+                .zip(self.bits.chunks(self.stride.max(1)))
+            {
+                new[..old.len()].copy_from_slice(old);
+            }
+            self.bits = bits;
+            self.stride = stride;
+        }
+        self.bits.resize(nodes * self.stride, 0);
+    }
+
+    /// The word and the bit of `agent` holding `peer`'s host.
+    fn position(&self, agent: usize, peer: usize) -> (usize, u32) {
+        let (row, column) = (agent.min(peer), agent.max(peer));
+        let bit = 2 * (column % 32) + usize::from(agent > peer);
+        (row * self.stride + column / 32, bit as u32)
+    }
+
+    fn get(&self, agent: usize, peer: usize) -> bool {
+        let (word, bit) = self.position(agent, peer);
+        self.bits[word] & (1 << bit) != 0
+    }
+
+    fn set(&mut self, agent: usize, peer: usize, held: bool) {
+        let (word, bit) = self.position(agent, peer);
+        if held {
+            self.bits[word] |= 1 << bit;
+        } else {
+            self.bits[word] &= !(1 << bit);
+        }
+    }
+}
+
 /// The simulator.
 pub struct Sim {
     seed: u64,
@@ -354,6 +418,12 @@ pub struct Sim {
     epoch: Instant,
     now: Instant,
     nodes: Vec<Node>,
+    /// Each node's agent id, by node index (see [`Node`]).
+    ids: Vec<PeerId>,
+    /// Whether each node is alive (not killed), by node index.
+    alive: Vec<bool>,
+    /// Which agents hold a host for which peers (see [`HeldHosts`]).
+    held_hosts: HeldHosts,
     entities: Vec<Entity>,
     by_entity: HashMap<EntityId, usize>,
     jobs: Vec<Job>,
@@ -402,6 +472,9 @@ impl Sim {
             epoch,
             now: epoch,
             nodes: Vec::new(),
+            ids: Vec::new(),
+            alive: Vec::new(),
+            held_hosts: HeldHosts::default(),
             entities: Vec::new(),
             by_entity: HashMap::new(),
             jobs: Vec::new(),
@@ -522,15 +595,16 @@ impl Sim {
             .clone()
             .with_seed(self.seed.wrapping_mul(1000).wrapping_add(index as u64));
         let agent = Agent::new(peer.clone(), host.clone(), config, self.now).expect("valid config");
+        self.ids.push(peer);
+        self.alive.push(true);
+        self.held_hosts.grow(self.ids.len());
         self.nodes.push(Node {
-            peer,
             host,
             agent,
             cores: spec.cores,
             speed: spec.speed,
             memory: spec.memory,
             background: spec.background,
-            alive: true,
             leaving: false,
             entities: Vec::new(),
             armed: None,
@@ -616,7 +690,7 @@ impl Sim {
 
     /// Stops a node silently: it no longer sends, receives or answers pings.
     pub fn kill(&mut self, node: usize) {
-        self.nodes[node].alive = false;
+        self.alive[node] = false;
     }
 
     /// The node starts leaving the pool now: its agent drains it ([`Agent::handle_leave`]);
@@ -643,7 +717,11 @@ impl Sim {
 
     /// Number of nodes alive and not leaving.
     pub fn active_nodes(&self) -> usize {
-        self.nodes.iter().filter(|n| n.alive && !n.leaving).count()
+        self.nodes
+            .iter()
+            .zip(&self.alive)
+            .filter(|(n, alive)| **alive && !n.leaving)
+            .count()
     }
 
     /// Number of entities.
@@ -713,7 +791,8 @@ impl Sim {
 
     /// The node of an agent id (`nNN`, the node's index), without a map lookup.
     fn index_of(&self, peer: &PeerId) -> Option<usize> {
-        self.index_of_name(peer.as_bytes())
+        // From the id's inline copy of its bytes (the shared ones are another node's, cold).
+        peer.with_bytes(|bytes| self.index_of_name(bytes))
     }
 
     /// The node whose host is `host` (hosts are named as the agents).
@@ -778,7 +857,7 @@ impl Sim {
         for i in std::mem::take(&mut self.dirty) {
             let n = &mut self.nodes[i];
             n.dirty = false;
-            let t = if n.alive && self.balancer == Balancer::Agents {
+            let t = if self.alive[i] && self.balancer == Balancer::Agents {
                 n.agent.poll_timeout()
             } else {
                 None
@@ -879,7 +958,7 @@ impl Sim {
         }
         let elapsed = self.elapsed();
         for i in 0..self.nodes.len() {
-            if !self.nodes[i].alive {
+            if !self.alive[i] {
                 continue;
             }
             let n = &self.nodes[i];
@@ -1077,7 +1156,7 @@ impl Sim {
         }
         // Drop timers that were re-armed since (lazy deletion).
         while let Some(&Reverse((at, i))) = self.timers.peek() {
-            if self.nodes[i].armed == Some(at) && self.nodes[i].alive {
+            if self.nodes[i].armed == Some(at) && self.alive[i] {
                 t = t.min(at);
                 break;
             }
@@ -1111,7 +1190,10 @@ impl Sim {
             if self.steps == self.max_steps || self.steps_now == MAX_STEPS_AT_ONE_INSTANT {
                 for (i, n) in self.nodes.iter().enumerate().take(50) {
                     let timeout = n.agent.poll_timeout().map(|t| t - self.epoch);
-                    eprintln!("node {i}: alive {}, next timeout {timeout:?}", n.alive);
+                    eprintln!(
+                        "node {i}: alive {}, next timeout {timeout:?}",
+                        self.alive[i]
+                    );
                 }
             }
             assert!(
@@ -1125,58 +1207,58 @@ impl Sim {
         }
     }
 
-    /// Node `i` (its agent, to feed) and node `j` (its id and host, to read) at once,
-    /// without copying them; `None` if they are the same node.
-    fn node_and_other(&mut self, i: usize, j: usize) -> Option<(&mut Node, &Node)> {
-        if i == j {
-            return None;
-        }
-        Some(if i < j {
-            let (a, b) = self.nodes.split_at_mut(j);
-            (&mut a[i], &b[0])
-        } else {
-            let (a, b) = self.nodes.split_at_mut(i);
-            (&mut b[0], &a[j])
-        })
-    }
-
     /// Node `i`'s agent hears node `j`'s host over their connection (identify, in the real
     /// driver). Returns whether it was new to the agent. An agent that already holds this
     /// very host for this peer would return at once, with no effect: skipping the call
     /// then spares two copied names per sample or message.
     fn announce(&mut self, now: Instant, i: usize, j: usize) -> bool {
-        let Some((node, other)) = self.node_and_other(i, j) else {
+        if i == j {
             return false;
-        };
+        }
         // Any host the agent holds for this peer is this very one: here every agent
         // announces only its own node's host, and no two nodes share one, so no other host
         // is ever held for it (nor promoted to it: nothing here reports a peer gone). So
-        // the look-up alone tells, without comparing the names: that was reading a cold
-        // copy of the name for every RTT sample and message (7% of the time at 10,000
-        // nodes).
-        let held = node.agent.peer_host(&other.peer);
+        // whether it holds one at all tells, and the mirror tells that without touching the
+        // agent (see [`HeldHosts`]).
+        let held = self.held_hosts.get(i, j);
         #[cfg(test)]
-        assert!(
-            held.is_none_or(|h| *h == other.host),
-            "an agent holds another node's host for a peer"
-        );
-        if held.is_some() {
+        {
+            let host = self.nodes[i].agent.peer_host(&self.ids[j]);
+            assert_eq!(
+                held,
+                host.is_some(),
+                "the mirror of agent {i}'s hosts is wrong"
+            );
+            assert!(
+                host.is_none_or(|h| *h == self.nodes[j].host),
+                "an agent holds another node's host for a peer"
+            );
+        }
+        if held {
             return false;
         }
-        let _ = node
-            .agent
-            .handle_peer_host(now, other.peer.clone(), other.host.clone());
+        let host = self.nodes[j].host.clone();
+        let (accepted, evicted) =
+            self.nodes[i]
+                .agent
+                .peer_host_announced(now, self.ids[j].clone(), host);
+        if let Some(k) = evicted.as_ref().and_then(|p| self.index_of(p)) {
+            self.held_hosts.set(i, k, false);
+        }
+        if accepted.is_ok() {
+            self.held_hosts.set(i, j, true);
+        }
         true
     }
 
     /// Feeds agent `i` one RTT sample of node `j`.
     fn feed_rtt(&mut self, now: Instant, i: usize, j: usize) {
+        if i == j {
+            return;
+        }
         let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
         let _span = tracing::debug_span!("node", i).entered();
-        let Some((node, other)) = self.node_and_other(i, j) else {
-            return;
-        };
-        node.agent.peer_rtt(now, &other.peer, rtt);
+        self.nodes[i].agent.peer_rtt(now, &self.ids[j], rtt);
         // The host comes after the sample (as the real driver re-announces a host on a
         // ping when its table had no room at the connection): a peer the sample puts in
         // the peer table may then take a full host table's place of one outside it.
@@ -1201,7 +1283,7 @@ impl Sim {
         let now = self.now;
         for _ in 0..k {
             let j = self.rng.random_range(0..n);
-            if j != i && self.nodes[j].alive {
+            if j != i && self.alive[j] {
                 self.feed_rtt(now, i, j);
                 self.feed_rtt(now, j, i);
             }
@@ -1214,7 +1296,7 @@ impl Sim {
     fn measure_partners(&mut self, i: usize) {
         let hosts = self.nodes[i].agent.hosts_to_measure();
         for host in hosts {
-            let Some(j) = self.index_of_host(&host).filter(|&j| self.nodes[j].alive) else {
+            let Some(j) = self.index_of_host(&host).filter(|&j| self.alive[j]) else {
                 continue;
             };
             let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
@@ -1227,7 +1309,7 @@ impl Sim {
             None => {
                 for i in 0..self.nodes.len() {
                     for j in 0..self.nodes.len() {
-                        if i != j && self.nodes[i].alive && self.nodes[j].alive {
+                        if i != j && self.alive[i] && self.alive[j] {
                             self.feed_rtt(now, i, j);
                         }
                     }
@@ -1235,7 +1317,7 @@ impl Sim {
             }
             Some(k) => {
                 for i in 0..self.nodes.len() {
-                    if !self.nodes[i].alive {
+                    if !self.alive[i] {
                         continue;
                     }
                     let known: Vec<usize> = self.nodes[i]
@@ -1243,7 +1325,7 @@ impl Sim {
                         .peers()
                         .by_rtt()
                         .filter_map(|(p, _)| self.index_of(p))
-                        .filter(|&j| self.nodes[j].alive)
+                        .filter(|&j| self.alive[j])
                         .collect();
                     for j in known {
                         self.feed_rtt(now, i, j);
@@ -1284,10 +1366,10 @@ impl Sim {
             self.free_payloads.push(slot);
             match kind {
                 EventKind::Deliver { to, from, message } => {
-                    if self.nodes[to].alive && self.nodes[from].alive {
+                    if self.alive[to] && self.alive[from] {
                         let _span = tracing::debug_span!("node", i = to).entered();
                         let from_learnt = self.connect(now, from, to);
-                        let peer = self.nodes[from].peer.clone();
+                        let peer = self.ids[from].clone();
                         self.nodes[to].agent.handle_message(now, peer, message);
                         self.drain(to);
                         if from_learnt {
@@ -1319,7 +1401,7 @@ impl Sim {
         }
         due.sort_unstable();
         for i in due {
-            if self.nodes[i].alive && self.nodes[i].agent.poll_timeout().is_some_and(|t| t <= now) {
+            if self.alive[i] && self.nodes[i].agent.poll_timeout().is_some_and(|t| t <= now) {
                 let _span = tracing::debug_span!("node", i).entered();
                 self.nodes[i].agent.handle_timeout(now);
                 self.drain(i);
@@ -1340,7 +1422,7 @@ impl Sim {
     ) {
         let now = self.now;
         let at = self.elapsed();
-        let ok = !entities.is_empty() && self.nodes[to].alive;
+        let ok = !entities.is_empty() && self.alive[to];
         for &e in &entities {
             self.entities[e].migrating = false;
             if ok {
@@ -1358,7 +1440,7 @@ impl Sim {
                 });
             }
         }
-        if by_agent && self.nodes[from].alive {
+        if by_agent && self.alive[from] {
             let outcome = if ok {
                 MigrationOutcome::Completed
             } else {
@@ -1379,17 +1461,19 @@ impl Sim {
         let hold_down = self.config.hold_down();
         let bg: Vec<f64> = (0..self.nodes.len()).map(|i| self.background(i)).collect();
         let mut counts: Vec<usize> = self.nodes.iter().map(|n| n.entities.len()).collect();
-        let usable = |n: &Node| n.alive && !n.leaving;
+        // A copy, as `nodes` is passed to the closures below: they outlive moves begun.
+        let alive = self.alive.clone();
+        let usable = |nodes: &[Node], i: usize| alive[i] && !nodes[i].leaving;
         // Compute speed each entity gets on node `i` holding `k` entities.
         let eff = |nodes: &[Node], i: usize, k: usize| -> f64 {
             let n = &nodes[i];
-            if !usable(n) {
+            if !usable(nodes, i) {
                 return 1e-9;
             }
             n.speed * Self::share(n.cores, bg[i], k)
         };
         let mut candidates: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| usable(&self.nodes[i]))
+            .filter(|&i| usable(&self.nodes, i))
             .collect();
         let rank_nodes = |c: &mut Vec<usize>, counts: &[usize], nodes: &[Node]| {
             c.sort_by(|&a, &b| {
@@ -1446,7 +1530,7 @@ impl Sim {
             options.dedup();
             let mut best: Option<(f64, usize)> = None;
             for m in options {
-                if m == from || !usable(&self.nodes[m]) {
+                if m == from || !usable(&self.nodes, m) {
                     continue;
                 }
                 let mut trial = counts.clone();
@@ -1459,7 +1543,7 @@ impl Sim {
                 }
             }
             let Some((t, m)) = best else { continue };
-            if t < current * 0.9 || (!usable(&self.nodes[from]) && t.is_finite()) {
+            if t < current * 0.9 || (!usable(&self.nodes, from) && t.is_finite()) {
                 counts[from] -= 1;
                 counts[m] += 1;
                 moves += 1;

@@ -1,6 +1,6 @@
 //! Peers grouped by round-trip time (section 5.2): local, regional, national, global.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
@@ -91,9 +91,24 @@ pub const MAX_PEER_ID_LEN: usize = 64;
 /// same bytes (in the simulator, 10,000 small blocks that stay in cache). Equality, order
 /// and hash are those of the byte string (the hash is the slice's, as the `Vec`'s was, so
 /// hash maps lay out and iterate exactly as before).
+///
+/// The first eight bytes are also kept inline ([`PeerId::head`]), so that two different ids
+/// nearly always compare, and a short id (up to eight bytes, as in the simulator) compares
+/// and hashes, without reading the shared bytes: every such read was a cache miss into
+/// another agent's id at 10,000 simulated nodes (the tiers' ordered sets compare ids all
+/// the way down, the election and the cluster's member lists sort them).
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
-pub struct PeerId(Arc<[u8]>);
+pub struct PeerId {
+    /// The first [`HEAD_LEN`] bytes, big-endian, zero-padded: ids whose heads differ are
+    /// ordered as their heads are (at the first byte that differs, a padding zero stands
+    /// for the end of the shorter id, which sorts first as a zero byte would).
+    head: u64,
+    bytes: Arc<[u8]>,
+}
+
+/// Bytes of an id kept inline in [`PeerId::head`].
+const HEAD_LEN: usize = 8;
 
 /// A peer id that is empty or longer than [`MAX_PEER_ID_LEN`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,12 +125,34 @@ impl PeerId {
         if bytes.is_empty() || bytes.len() > MAX_PEER_ID_LEN {
             return Err(InvalidPeerId { len: bytes.len() });
         }
-        Ok(PeerId(bytes.into()))
+        let mut head = [0u8; HEAD_LEN];
+        let n = bytes.len().min(HEAD_LEN);
+        head[..n].copy_from_slice(&bytes[..n]);
+        Ok(PeerId {
+            head: u64::from_be_bytes(head),
+            bytes: bytes.into(),
+        })
     }
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        &self.bytes
+    }
+
+    /// `f` of the bytes, read from the inline head for a short id: the shared bytes are
+    /// another allocation, often a cache miss.
+    pub(crate) fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if self.is_short() {
+            f(&self.head.to_be_bytes()[..self.bytes.len()])
+        } else {
+            f(&self.bytes)
+        }
+    }
+
+    /// Whether the head holds every byte of the id (the length is in the shared pointer
+    /// itself: reading it reads no shared bytes).
+    fn is_short(&self) -> bool {
+        self.bytes.len() <= HEAD_LEN
     }
 }
 
@@ -124,9 +161,15 @@ impl PeerId {
 // simulator's time at 10,000 nodes, for ids of 3 to 6 bytes).
 impl PartialEq for PeerId {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-            || (self.0.len() == other.0.len()
-                && self.0.iter().zip(other.0.iter()).all(|(a, b)| a == b))
+        if self.head != other.head || self.bytes.len() != other.bytes.len() {
+            return false;
+        }
+        self.is_short()
+            || Arc::ptr_eq(&self.bytes, &other.bytes)
+            || self.bytes[HEAD_LEN..]
+                .iter()
+                .zip(other.bytes[HEAD_LEN..].iter())
+                .all(|(a, b)| a == b)
     }
 }
 
@@ -135,14 +178,24 @@ impl Eq for PeerId {}
 impl Ord for PeerId {
     /// Bytewise, a prefix first: as `[u8]`.
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        if Arc::ptr_eq(&self.0, &other.0) {
+        if self.head != other.head {
+            return self.head.cmp(&other.head);
+        }
+        // Equal heads: of two short ids the shorter is a prefix of the other.
+        if self.is_short() && other.is_short() {
+            return self.bytes.len().cmp(&other.bytes.len());
+        }
+        if Arc::ptr_eq(&self.bytes, &other.bytes) {
             return std::cmp::Ordering::Equal;
         }
-        self.0
+        self.bytes
             .iter()
-            .zip(other.0.iter())
+            .zip(other.bytes.iter())
             .find(|(a, b)| a != b)
-            .map_or_else(|| self.0.len().cmp(&other.0.len()), |(a, b)| a.cmp(b))
+            .map_or_else(
+                || self.bytes.len().cmp(&other.bytes.len()),
+                |(a, b)| a.cmp(b),
+            )
     }
 }
 
@@ -154,8 +207,13 @@ impl PartialOrd for PeerId {
 
 impl std::hash::Hash for PeerId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // The byte string's hash, as the `Vec` it replaced had.
-        self.0[..].hash(state);
+        // The byte string's hash, as the `Vec` it replaced had; a short id's bytes are
+        // those of its head.
+        if self.is_short() {
+            self.head.to_be_bytes()[..self.bytes.len()].hash(state);
+        } else {
+            self.bytes[..].hash(state);
+        }
     }
 }
 
@@ -168,7 +226,7 @@ impl TryFrom<Vec<u8>> for PeerId {
 
 impl From<PeerId> for Vec<u8> {
     fn from(p: PeerId) -> Vec<u8> {
-        p.0.to_vec()
+        p.bytes.to_vec()
     }
 }
 
@@ -236,12 +294,18 @@ pub struct PeerTable {
     index: IdMap<PeerId, u32>,
     slots: Vec<Option<(PeerId, PeerInfo)>>,
     free: Vec<u32>,
-    by_seen: BTreeSet<(Instant, u32)>,
-    /// `by_seen`'s first instant, kept beside it: the driver (and the simulator) asks for it
-    /// after every input to schedule expiry ([`PeerTable::oldest_seen`]), and walking the
-    /// tree down to its first leaf then, with the tree cold, was most of
-    /// `Agent::poll_timeout` and 7% of the simulator's time at 10,000 nodes.
+    /// The peers' last samples, oldest first (see [`SeenQueue`]).
+    by_seen: SeenQueue,
+    /// The oldest live sample's instant, kept beside `by_seen`: the driver (and the
+    /// simulator) asks for it after every input to schedule expiry
+    /// ([`PeerTable::oldest_seen`]), and reading it from the cold queue (or, before, walking
+    /// a tree down to its first leaf) was most of `Agent::poll_timeout` and 7% of the
+    /// simulator's time at 10,000 nodes.
     oldest_seen: Option<Instant>,
+    /// What `by_seen` stood for before it was a queue: every slot's (last sample, slot) in
+    /// order. Kept in tests only, to check the queue against it after every change.
+    #[cfg(test)]
+    seen_model: BTreeSet<(Instant, u32)>,
     by_rtt: BTreeSet<(Duration, u32)>,
     tiers: [BTreeSet<PeerId>; 4],
     capacity: usize,
@@ -268,8 +332,10 @@ impl PeerTable {
             index: IdMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
-            by_seen: BTreeSet::new(),
+            by_seen: SeenQueue::default(),
             oldest_seen: None,
+            #[cfg(test)]
+            seen_model: BTreeSet::new(),
             by_rtt: BTreeSet::new(),
             tiers: Default::default(),
             capacity: capacity.max(1),
@@ -286,7 +352,8 @@ impl PeerTable {
             let Some((_, info)) = self.slots[slot as usize].as_mut() else {
                 return false;
             };
-            self.by_seen.remove(&(info.last_seen, slot));
+            #[cfg(test)]
+            self.seen_model.remove(&(info.last_seen, slot));
             // srtt = 7/8 srtt + 1/8 sample
             let srtt = (info.srtt * 7 + rtt) / 8;
             // A steady RTT leaves the smoothed one where it is (always so in the simulator,
@@ -314,7 +381,9 @@ impl PeerTable {
                 self.tiers[tier_index(tier)].insert(peer.clone());
                 info.tier = tier;
             }
-            self.by_seen.insert((now, slot));
+            self.by_seen.push(now, slot);
+            #[cfg(test)]
+            self.seen_model.insert((now, slot));
             self.seen_changed();
             return retiered;
         }
@@ -337,7 +406,9 @@ impl PeerTable {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.by_seen.insert((now, slot));
+        self.by_seen.push(now, slot);
+        #[cfg(test)]
+        self.seen_model.insert((now, slot));
         self.seen_changed();
         self.by_rtt.insert((rtt, slot));
         self.version += 1;
@@ -362,7 +433,9 @@ impl PeerTable {
             return false;
         };
         if let Some((_, info)) = self.slots[slot as usize].take() {
-            self.by_seen.remove(&(info.last_seen, slot));
+            self.by_seen.forget(slot);
+            #[cfg(test)]
+            self.seen_model.remove(&(info.last_seen, slot));
             self.by_rtt.remove(&(info.srtt, slot));
             self.tiers[tier_index(info.tier)].remove(peer);
             self.seen_changed();
@@ -379,23 +452,21 @@ impl PeerTable {
         if self.oldest_seen().is_none_or(|oldest| oldest > deadline) {
             return 0;
         }
-        let mut gone = 0;
-        while let Some(&(at, slot)) = self.by_seen.first() {
-            if at > deadline {
-                break;
-            }
+        // In (instant, slot) order, as the tree of samples gave them: the order slots are
+        // freed in is the order they are taken again.
+        let due = self.by_seen.due(deadline);
+        for &(_, slot) in &due {
             match self.slots[slot as usize].as_ref().map(|(p, _)| p.clone()) {
                 Some(peer) => {
                     self.remove(&peer);
                 }
                 None => {
-                    self.by_seen.remove(&(at, slot));
+                    self.by_seen.forget(slot);
                     self.seen_changed();
                 }
             }
-            gone += 1;
         }
-        gone
+        due.len()
     }
 
     /// What is known of one peer.
@@ -500,14 +571,139 @@ impl PeerTable {
 
     /// Oldest `last_seen`, to schedule expiry.
     pub fn oldest_seen(&self) -> Option<Instant> {
-        debug_assert_eq!(self.oldest_seen, self.by_seen.first().map(|(at, _)| *at));
+        debug_assert_eq!(self.oldest_seen, self.by_seen.oldest());
         self.oldest_seen
     }
 
-    /// Refreshes [`PeerTable::oldest_seen`]'s copy after `by_seen` changed (the tree is
+    /// Refreshes [`PeerTable::oldest_seen`]'s copy after `by_seen` changed (the queue is
     /// warm then).
     fn seen_changed(&mut self) {
-        self.oldest_seen = self.by_seen.first().map(|(at, _)| *at);
+        self.oldest_seen = self.by_seen.oldest();
+        #[cfg(test)]
+        {
+            assert_eq!(
+                self.by_seen.live(),
+                self.seen_model.iter().copied().collect::<Vec<_>>()
+            );
+            assert_eq!(self.oldest_seen, self.seen_model.first().map(|(at, _)| *at));
+        }
+    }
+}
+
+/// Each peer's last sample, as (instant, slot), oldest first: what a B-tree of (instant,
+/// slot) gave, for a push per sample. The tree took a remove and an insert per sample, on
+/// every agent's peers every RTT round, each a walk through cold nodes (a tenth of the
+/// simulator's time at 10,000 nodes); samples arrive in time order, so a new one goes at
+/// the back of a queue, and the entry it replaces stays behind, stale, until it reaches
+/// the front or the queue is compacted.
+///
+/// Each entry carries a stamp; a slot's live entry is the one with the slot's current
+/// stamp (so that an entry of a freed slot, taken again at the same instant, is not taken
+/// for the new peer's). The front, if any, is live. Order among equal instants is the
+/// order of arrival; [`SeenQueue::due`] sorts what it returns by slot among them.
+#[derive(Debug, Clone, Default)]
+struct SeenQueue {
+    entries: VecDeque<SeenEntry>,
+    /// Per slot, the stamp of its live entry (`None`: no entry, the slot is free).
+    stamps: Vec<Option<u64>>,
+    /// Live entries (slots with a stamp).
+    live: usize,
+    next_stamp: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SeenEntry {
+    at: Instant,
+    slot: u32,
+    stamp: u64,
+}
+
+impl SeenQueue {
+    fn is_live(&self, e: &SeenEntry) -> bool {
+        self.stamps.get(e.slot as usize).copied().flatten() == Some(e.stamp)
+    }
+
+    /// `slot`'s last sample is now at `at` (replacing its previous one, if any).
+    fn push(&mut self, at: Instant, slot: u32) {
+        let index = slot as usize;
+        if self.stamps.len() <= index {
+            self.stamps.resize(index + 1, None);
+        }
+        if self.stamps[index].is_none() {
+            self.live += 1;
+        }
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.stamps[index] = Some(stamp);
+        let entry = SeenEntry { at, slot, stamp };
+        // Instants come in order from the driver; one that does not goes where it belongs.
+        if self.entries.back().is_none_or(|last| last.at <= at) {
+            self.entries.push_back(entry);
+        } else {
+            let position = self.entries.partition_point(|e| e.at <= at);
+            self.entries.insert(position, entry);
+        }
+        self.tidy();
+    }
+
+    /// `slot` is free: its entry, if any, is stale.
+    fn forget(&mut self, slot: u32) {
+        if let Some(stamp) = self.stamps.get_mut(slot as usize) {
+            if stamp.take().is_some() {
+                self.live -= 1;
+            }
+        }
+        self.tidy();
+    }
+
+    /// The oldest live entry's instant.
+    fn oldest(&self) -> Option<Instant> {
+        self.entries.front().map(|e| e.at)
+    }
+
+    /// The live entries at or before `deadline`, by (instant, slot): a prefix of the
+    /// queue, which goes as the caller frees their slots ([`SeenQueue::forget`]).
+    fn due(&self, deadline: Instant) -> Vec<(Instant, u32)> {
+        let mut due: Vec<(Instant, u32)> = self
+            .entries
+            .iter()
+            .take_while(|e| e.at <= deadline)
+            .filter(|e| self.is_live(e))
+            .map(|e| (e.at, e.slot))
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    /// Drops stale entries from the front, and compacts the queue once stale entries
+    /// outnumber the live ones (each entry is then moved once more, at most).
+    fn tidy(&mut self) {
+        while let Some(front) = self.entries.front() {
+            if self.is_live(front) {
+                break;
+            }
+            self.entries.pop_front();
+        }
+        if self.entries.len() > 2 * self.live + 16 {
+            let stamps = &self.stamps;
+            self.entries
+                .retain(|e| stamps.get(e.slot as usize).copied().flatten() == Some(e.stamp));
+        }
+    }
+
+    /// The live entries, as (instant, slot), in the order a tree of them would hold.
+    #[cfg(test)]
+    fn live(&self) -> Vec<(Instant, u32)> {
+        let mut v: Vec<(Instant, u32)> = self
+            .entries
+            .iter()
+            .filter(|e| self.is_live(e))
+            .map(|e| (e.at, e.slot))
+            .collect();
+        // Entries are in instant order already; only ties are reordered.
+        assert!(v.windows(2).all(|w| w[0].0 <= w[1].0));
+        v.sort_unstable();
+        v
     }
 }
 
@@ -691,8 +887,54 @@ mod tests {
                 proptest::prop_assert_eq!(px.cmp(&py), x.cmp(y));
                 proptest::prop_assert_eq!(px == py, x == y);
                 proptest::prop_assert_eq!(px.as_bytes(), &x[..]);
+                proptest::prop_assert!(px.with_bytes(|b| b == &x[..]));
                 proptest::prop_assert_eq!(hasher.hash_one(&px), hasher.hash_one(x));
                 proptest::prop_assert_eq!(Vec::<u8>::from(px), x.clone());
+            }
+        }
+
+        /// The queue of samples agrees with the tree of (instant, slot) it replaced (checked
+        /// inside the table after every change, in tests), and expiry drops exactly the peers
+        /// last heard at or before the deadline: samples at repeated instants, instants that
+        /// go back, peers removed and slots taken again.
+        #[test]
+        fn expiry_drops_exactly_the_peers_last_heard_by_the_deadline(
+            ops in proptest::collection::vec((0u8..10, 0usize..12, 0u64..40, 0u64..300), 1..200),
+            capacity in 1usize..10,
+        ) {
+            let t0 = Instant::now();
+            let mut table = PeerTable::new(capacity);
+            let mut clock = 0u64;
+            for (op, p, dt, rtt) in ops {
+                let id = peer(&format!("p{p}"));
+                match op {
+                    // Mostly forward, sometimes the same instant, now and then back.
+                    0..=5 => {
+                        clock = clock + dt / 4;
+                        table.record_rtt(t0 + ms(clock), &id, ms(rtt));
+                    }
+                    6 => {
+                        table.record_rtt(t0 + ms(clock.saturating_sub(dt)), &id, ms(rtt));
+                    }
+                    7 => {
+                        table.remove(&id);
+                    }
+                    _ => {
+                        let deadline = t0 + ms(clock.saturating_sub(dt));
+                        let due: Vec<PeerId> = (0..12)
+                            .map(|i| peer(&format!("p{i}")))
+                            .filter(|q| table.get(q).is_some_and(|i| i.last_seen <= deadline))
+                            .collect();
+                        proptest::prop_assert_eq!(table.expire(deadline), due.len());
+                        for q in &due {
+                            proptest::prop_assert!(table.get(q).is_none());
+                        }
+                    }
+                }
+                let oldest = (0..12)
+                    .filter_map(|i| table.get(&peer(&format!("p{i}"))).map(|i| i.last_seen))
+                    .min();
+                proptest::prop_assert_eq!(table.oldest_seen(), oldest);
             }
         }
 

@@ -483,3 +483,41 @@ fn given_node_ids_then_index_of_finds_exactly_the_nodes() {
         assert_eq!(sim.index_of(&peer), None, "{other}");
     }
 }
+
+proptest::proptest! {
+    /// The mirror of which agents hold which peers' hosts answers as a plain set of pairs
+    /// would, through any growth of the pool (its rows are laid out again) and both
+    /// directions of a pair (whose bits share a word).
+    #[test]
+    fn held_hosts_answer_as_a_set_of_pairs(
+        ops in proptest::collection::vec((0usize..3, 0usize..150, 0usize..150), 1..200),
+    ) {
+        use std::collections::HashSet;
+
+        let mut held = super::HeldHosts::default();
+        let mut model: HashSet<(usize, usize)> = HashSet::new();
+        let mut nodes = 1;
+        held.grow(nodes);
+        for (op, a, b) in ops {
+            if op == 0 {
+                nodes = (nodes + a % 50).min(150);
+                held.grow(nodes);
+                continue;
+            }
+            let (a, b) = (a % nodes, b % nodes);
+            held.set(a, b, op == 1);
+            if op == 1 {
+                model.insert((a, b));
+            } else {
+                model.remove(&(a, b));
+            }
+            proptest::prop_assert_eq!(held.get(a, b), op == 1);
+            proptest::prop_assert_eq!(held.get(b, a), model.contains(&(b, a)));
+        }
+        for a in 0..nodes {
+            for b in 0..nodes {
+                proptest::prop_assert_eq!(held.get(a, b), model.contains(&(a, b)), "{} {}", a, b);
+            }
+        }
+    }
+}
