@@ -910,7 +910,7 @@ mod tests {
                 match op {
                     // Mostly forward, sometimes the same instant, now and then back.
                     0..=5 => {
-                        clock = clock + dt / 4;
+                        clock += dt / 4;
                         table.record_rtt(t0 + ms(clock), &id, ms(rtt));
                     }
                     6 => {
