@@ -456,6 +456,53 @@ fn given_work_steals_with_rtts_then_their_size_is_ciboriums() {
     }
 }
 
+/// Heartbeats are sized without encoding them: the count is ciborium's, for ids of every
+/// length and byte value (a byte of 24 or more takes two), message ids of every size, with
+/// and without a successor.
+#[test]
+fn given_heartbeats_then_their_size_is_ciboriums() {
+    use super::{cbor_len, message_cbor_len};
+    use crate::message::MessageId;
+    use crate::tier::PeerId;
+
+    let ids: Vec<PeerId> = [
+        b"n01".to_vec(),
+        b"n9999".to_vec(),
+        vec![0],
+        vec![23, 24, 255],
+        (0..=63).collect(),
+        (200..=237).collect(),
+    ]
+    .into_iter()
+    .map(|b| PeerId::new(b).expect("valid"))
+    .collect();
+    for id in [
+        0,
+        23,
+        24,
+        255,
+        256,
+        65_535,
+        65_536,
+        u64::from(u32::MAX) + 1,
+        u64::MAX,
+    ] {
+        for manager in &ids {
+            for successor in std::iter::once(None).chain(ids.iter().map(Some)) {
+                let beat = Message::Heartbeat {
+                    id: MessageId(id),
+                    manager: manager.clone(),
+                    successor: successor.cloned(),
+                };
+                let expected = cbor_len(&beat);
+                let (back, fast) = message_cbor_len(beat.clone());
+                assert_eq!(fast, expected, "{beat:?}");
+                assert_eq!(back, beat, "the message comes back as it went in");
+            }
+        }
+    }
+}
+
 /// `index_of` tells a node's id from its digits alone: every node's own id maps to it, and
 /// ids that only parse to an index (other padding, other prefix, beyond the pool) do not.
 #[test]
