@@ -16,8 +16,8 @@ use crate::c2c::Cluster;
 use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
-    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttView, Weights,
-    DEFAULT_UNKNOWN_RTT,
+    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttLookup, RttView,
+    Weights, DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable};
 
@@ -569,28 +569,47 @@ impl Steal {
 }
 
 /// What a giver and a thief know of their latencies, for the model's communication term:
-/// the giver's measured RTTs by host, and those the thief's steal carried.
-pub(crate) struct StealLatencies {
-    here: HashMap<HostName, f64>,
-    there: HashMap<HostName, f64>,
+/// the giver's measured RTTs ([`Agent::rtt_to_host`]), and those the thief's steal carried.
+pub(crate) struct StealLatencies<'a> {
+    here: GiverRtts<'a>,
+    there: ThiefRtts<'a>,
 }
 
-impl StealLatencies {
+/// [`Agent::rtt_to_host`] as an [`RttLookup`].
+struct GiverRtts<'a>(&'a Agent);
+
+impl RttLookup for GiverRtts<'_> {
+    fn rtt_to(&self, host: &HostName) -> Option<f64> {
+        self.0.rtt_to_host(host)
+    }
+}
+
+/// A steal's RTTs by host (at most [`crate::message::MAX_RTTS`]): the last entry of a host
+/// counts, as it would in a map built from the list.
+struct ThiefRtts<'a>(&'a [HostRtt]);
+
+impl RttLookup for ThiefRtts<'_> {
+    fn rtt_to(&self, host: &HostName) -> Option<f64> {
+        self.0
+            .iter()
+            .rev()
+            .find(|r| r.host == *host)
+            .map(|r| f64::from(r.rtt_us) / 1e6)
+    }
+}
+
+impl<'a> StealLatencies<'a> {
     /// `agent`'s RTTs and `steal`'s. In NSc2c the manager's RTTs stand for its members':
     /// they are within local latency of it.
-    pub(crate) fn new(agent: &Agent, steal: &Steal) -> Self {
+    pub(crate) fn new(agent: &'a Agent, steal: &'a Steal) -> Self {
         StealLatencies {
-            here: agent.rtt_by_host(),
-            there: steal
-                .rtts
-                .iter()
-                .map(|r| (r.host.clone(), f64::from(r.rtt_us) / 1e6))
-                .collect(),
+            here: GiverRtts(agent),
+            there: ThiefRtts(&steal.rtts),
         }
     }
 
     /// The views of the giver's node on `giver` and of the thief's on `thief`.
-    pub(crate) fn views<'a>(
+    pub(crate) fn views(
         &'a self,
         giver: &'a HostName,
         thief: &'a HostName,
@@ -1414,14 +1433,15 @@ impl Agent {
         rtts
     }
 
-    /// This agent's measured RTTs, seconds, by host, for the model's communication term: its
-    /// peers' and its partners' ([`Agent::hosts_to_measure`]).
-    pub(crate) fn rtt_by_host(&self) -> HashMap<HostName, f64> {
-        let mut rtts = self.partner_rtts.clone();
-        rtts.extend(self.peers.by_rtt().filter_map(|(peer, rtt)| {
-            self.hosts.get(peer).map(|h| (h.clone(), rtt.as_secs_f64()))
-        }));
-        rtts
+    /// This agent's measured RTT to `host`, seconds, for the model's communication term: its
+    /// peer's on that host (the smoothed RTT the peer table orders by), else the partner
+    /// RTT it asked for ([`Agent::hosts_to_measure`]).
+    pub(crate) fn rtt_to_host(&self, host: &HostName) -> Option<f64> {
+        self.hosts
+            .holder(host)
+            .and_then(|peer| self.peers.get(peer))
+            .map(|info| info.srtt.as_secs_f64())
+            .or_else(|| self.partner_rtts.get(host).copied())
     }
 
     /// Whether any entity here has known communication partners (the model's communication
@@ -2351,7 +2371,9 @@ mod tests {
             if measure {
                 a.handle_partner_rtt(&host("p"), Duration::from_millis(1));
             }
-            assert_eq!(a.rtt_by_host().len(), if measure { 2 } else { 1 });
+            assert!(a.rtt_to_host(&host("b")).is_some());
+            assert_eq!(a.rtt_to_host(&host("p")).is_some(), measure);
+            assert!(a.rtt_to_host(&host("q")).is_none());
             drain(&mut a);
             a.handle_message(
                 t0,
@@ -2369,7 +2391,7 @@ mod tests {
         a.handle_partner_rtt(&host("p"), Duration::from_millis(1));
         a.handle_entities(t0, vec![entity(0, 0.5)]);
         assert!(a.hosts_to_measure().is_empty());
-        assert!(a.rtt_by_host().is_empty());
+        assert!(a.rtt_to_host(&host("p")).is_none());
     }
 
     /// A rank stolen from a node does not go back there within two hold-downs, though it
