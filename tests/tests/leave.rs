@@ -15,8 +15,9 @@ use mpi_ios_tests::netns::{emulated_nodes_usable, Cluster};
 use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
-/// Seconds the job would take unloaded on its first placement: it must outlive the leave
-/// (at 4 s, 8 s in NSc2c) and the two moves with room to spare.
+/// Seconds the job would take unloaded with its ranks on two nodes (where the leave sends
+/// them): it must outlive the leave (at 4 s, 8 s in NSc2c), the two moves and the leave's
+/// wait, with room to spare.
 const UNLOADED_SECONDS: f64 = 20.0;
 
 /// Both ranks on node-b; agents on node-a, node-b and node-c. The agents' hold-down is
@@ -56,9 +57,15 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, topology: &str) -> Scenari
         timeout: Duration::from_secs(300),
         unlisted_spares: false,
     };
+    // Sized on the placement the drain leads to, the ranks on two nodes: on these capped
+    // nodes it runs up to five times faster than both ranks on node-b (Open MPI polls while
+    // it waits), and sized on node-b the job ended 4 s after the moves, before the leave's
+    // 5 s wait on Open MPI was over (2026-11-27).
+    scenario.placement = vec![0, 2];
     let rate = scenario
         .size_by_time(cluster, dir, UNLOADED_SECONDS)
         .unwrap();
+    scenario.placement = vec![1, 1];
     eprintln!(
         "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
         scenario.iters
