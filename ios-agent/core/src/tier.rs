@@ -140,7 +140,8 @@ impl PeerId {
     }
 
     /// `f` of the bytes, read from the inline head for a short id: the shared bytes are
-    /// another allocation, often a cache miss.
+    /// another allocation, often a cache miss. (Only the simulator needs it.)
+    #[cfg(any(test, feature = "sim"))]
     pub(crate) fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.is_short() {
             f(&self.head.to_be_bytes()[..self.bytes.len()])
