@@ -2399,6 +2399,12 @@ mod tests {
     #[test]
     fn a_stolen_rank_does_not_go_back_to_its_giver_within_two_hold_downs() {
         let t0 = Instant::now();
+        // The node's owner takes its one core.
+        let owned = NodeProfile {
+            cpu_load: 2.0,
+            competing: 1.0,
+            ..NodeProfile::idle(1.0, 1 << 30)
+        };
         let mut b = agent("b", t0);
         meet(&mut b, t0, "a", Duration::from_millis(1));
         meet(&mut b, t0, "c", Duration::from_millis(1));
@@ -2429,14 +2435,7 @@ mod tests {
         // The rank has arrived (and been here long enough for the hold-down), and the node's
         // owner takes its core.
         let later = t0 + Duration::from_secs(70);
-        b.handle_node_profile(
-            later,
-            NodeProfile {
-                cpu_load: 2.0,
-                competing: 1.0,
-                ..NodeProfile::idle(1.0, 1 << 30)
-            },
-        );
+        b.handle_node_profile(later, owned);
         b.handle_entities(later, vec![stolen.clone()]);
         drain(&mut b);
         let idle = NodeProfile::idle(1.0, 1 << 30);
@@ -2451,14 +2450,7 @@ mod tests {
             stolen.id.clone(),
             (host("a"), t0 + Duration::from_secs(123)),
         );
-        b2.handle_node_profile(
-            later,
-            NodeProfile {
-                cpu_load: 2.0,
-                competing: 1.0,
-                ..NodeProfile::idle(1.0, 1 << 30)
-            },
-        );
+        b2.handle_node_profile(later, owned);
         b2.handle_entities(later, vec![stolen.clone()]);
         drain(&mut b2);
         b2.handle_message(later, peer("a"), steal_from("a", 3, idle));
@@ -2467,14 +2459,7 @@ mod tests {
             "still barred at 70 s"
         );
         let after = t0 + Duration::from_secs(124);
-        b2.handle_node_profile(
-            after,
-            NodeProfile {
-                cpu_load: 2.0,
-                competing: 1.0,
-                ..NodeProfile::idle(1.0, 1 << 30)
-            },
-        );
+        b2.handle_node_profile(after, owned);
         b2.handle_message(after, peer("a"), steal_from("a", 4, idle));
         assert_eq!(migrations(&drain(&mut b2)).len(), 1, "free to go back");
     }

@@ -760,6 +760,22 @@ pub fn delta(available: f64, used: f64) -> f64 {
     }
 }
 
+/// The cost terms' inputs made usable: a NaN or negative cost counts as 0, a life under 1 s
+/// (0, negative and NaN included) as 1 s.
+fn cost_inputs(cost_secs: f64, life_expectancy_secs: f64) -> (f64, f64) {
+    let cost = if cost_secs.is_nan() {
+        0.0
+    } else {
+        cost_secs.max(0.0)
+    };
+    let life = if life_expectancy_secs.is_nan() {
+        1.0
+    } else {
+        life_expectancy_secs.max(1.0)
+    };
+    (cost, life)
+}
+
 /// The cost term `C / (10 + log E)`, clamped to [0, 1] as Figure 3 states.
 ///
 /// `log` is the natural logarithm. Life expectancies below 1 s (including 0, negative and
@@ -767,16 +783,7 @@ pub fn delta(available: f64, used: f64) -> f64 {
 /// about to end is never *rewarded* by a small or negative denominator. An infinite `E`
 /// makes the term 0; a negative or NaN cost counts as 0.
 pub fn cost_term(cost_secs: f64, life_expectancy_secs: f64) -> f64 {
-    let cost = if cost_secs.is_nan() {
-        0.0
-    } else {
-        cost_secs.max(0.0)
-    };
-    let e = if life_expectancy_secs.is_nan() {
-        1.0
-    } else {
-        life_expectancy_secs.max(1.0)
-    };
+    let (cost, e) = cost_inputs(cost_secs, life_expectancy_secs);
     let term = cost / (10.0 + e.ln());
     if term.is_nan() {
         // inf / inf: an infinite cost against an infinite life: count the move as too costly.
@@ -789,20 +796,11 @@ pub fn cost_term(cost_secs: f64, life_expectancy_secs: f64) -> f64 {
 /// The amortised cost term ([`CostTerm::Amortized`]): the `Delta` at which a move saves as
 /// much time over the expected life `E` as it costs, `C / (2 E - C)`, in [0, 1].
 ///
-/// Inputs are cleaned as in [`cost_term`] (a NaN or negative cost counts as 0, a life under
-/// 1 s as 1 s). A move that costs its whole expected life or more (an infinite cost
+/// Inputs are cleaned as for [`cost_term`] (a NaN or negative cost counts as 0, a life
+/// under 1 s as 1 s). A move that costs its whole expected life or more (an infinite cost
 /// included) counts 1; an infinite life with a finite cost, 0.
 pub fn amortized_cost_term(cost_secs: f64, life_expectancy_secs: f64) -> f64 {
-    let cost = if cost_secs.is_nan() {
-        0.0
-    } else {
-        cost_secs.max(0.0)
-    };
-    let e = if life_expectancy_secs.is_nan() {
-        1.0
-    } else {
-        life_expectancy_secs.max(1.0)
-    };
+    let (cost, e) = cost_inputs(cost_secs, life_expectancy_secs);
     if cost >= e {
         1.0
     } else {
