@@ -5,10 +5,10 @@
 //! outputs to the connection tasks over bounded per-connection queues (never waiting on a
 //! slow client: a client whose queue is full is dropped). It also runs the core's one timer.
 //!
-//! Startup ([`Daemon::bind`]): the socket directory is created with mode 0700, a lock file
-//! `<socket>.lock` is locked with `flock` (a second daemon on the same socket fails with
-//! [`Error::AlreadyRunning`]), a stale socket file left by a dead daemon is removed, and the
-//! new socket is made mode 0600. [`Daemon::run`] removes the socket when it returns.
+//! Startup ([`Daemon::lock`], then [`Locked::listen`]): the socket directory is created with
+//! mode 0700, a lock file `<socket>.lock` is locked with `flock` (a second daemon on the same
+//! socket fails with [`Error::AlreadyRunning`]); then a stale socket file left by a dead
+//! daemon is removed, and the new socket is made mode 0600. [`Daemon::run`] removes the socket when it returns.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -139,16 +139,20 @@ fn lock(socket: &Path) -> Result<Flock<File>, Error> {
     Ok(locked)
 }
 
-impl Daemon {
-    /// Creates the socket directory, takes the lock, replaces a stale socket and binds.
-    /// Must be called outside or inside a tokio runtime; does not need one.
-    pub fn bind(config: Config, now: Instant) -> Result<Self, Error> {
+/// A daemon that holds its socket's lock but does not listen yet: what must be ready before
+/// clients connect (the checkpoint socket, which the same lock guards) is started in
+/// between, because a client that reaches the main socket goes on to the others at once.
+#[derive(Debug)]
+pub struct Locked {
+    config: Config,
+    lock: Flock<File>,
+}
+
+impl Locked {
+    /// Replaces a stale socket and binds: from here on, clients can connect.
+    pub fn listen(self, now: Instant) -> Result<Daemon, Error> {
+        let Locked { config, lock } = self;
         let socket = config.socket;
-        if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // The lock file and the socket go there: nobody else may plant anything in it.
-            pcm_proto::ensure_private_dir(dir)?;
-        }
-        let lock = lock(&socket)?;
         let socket_err = |source| Error::Socket {
             path: socket.clone(),
             source,
@@ -173,12 +177,30 @@ impl Daemon {
             now,
             registry::request_id_seed(),
         );
-        Ok(Self {
+        Ok(Daemon {
             listener,
             socket,
             _lock: lock,
             registry,
         })
+    }
+}
+
+impl Daemon {
+    /// Creates the socket directory and takes the lock; [`Locked::listen`] binds.
+    pub fn lock(config: Config) -> Result<Locked, Error> {
+        if let Some(dir) = config.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The lock file and the socket go there: nobody else may plant anything in it.
+            pcm_proto::ensure_private_dir(dir)?;
+        }
+        let lock = lock(&config.socket)?;
+        Ok(Locked { config, lock })
+    }
+
+    /// [`Daemon::lock`] then [`Locked::listen`], for a daemon with nothing to start in
+    /// between. Must be called outside or inside a tokio runtime; does not need one.
+    pub fn bind(config: Config, now: Instant) -> Result<Self, Error> {
+        Self::lock(config)?.listen(now)
     }
 
     /// The socket path.

@@ -47,9 +47,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .with_stats_period(args.stats_period()?),
             };
             let checkpoint = args.checkpoint.config(&socket, &host)?;
-            let daemon = Daemon::bind(config, Instant::now())?;
-            // After bind: the daemon's lock also guards the checkpoint socket.
+            let locked = Daemon::lock(config)?;
+            // After the lock, which also guards the checkpoint socket; before the main
+            // socket listens, because ranks go on to the checkpoint socket once they reach it.
             let _checkpoints = pcmd::checkpoint::Service::start(checkpoint)?;
+            let daemon = locked.listen(Instant::now())?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -241,6 +241,26 @@ fn given_a_peer_that_drips_one_byte_at_a_time_then_the_handshake_deadline_closes
     );
 }
 
+#[test]
+fn given_the_main_socket_accepts_then_the_checkpoint_socket_already_accepts() {
+    // A rank connects to the checkpoint socket right after it registers on the main one;
+    // a daemon that has just started must not answer the first and not the second. Spins
+    // rather than sleeps between attempts, to land in any gap between the two.
+    for round in 0..20 {
+        let mut daemon = Daemon::none();
+        let dir = daemon.dir.path().join("ckpt");
+        daemon.launch(&["--checkpoint-dir", dir.to_str().unwrap()]);
+        let deadline = Instant::now() + WAIT;
+        while UnixStream::connect(&daemon.socket).is_err() {
+            daemon.assert_running(deadline);
+            thread::yield_now();
+        }
+        if let Err(e) = UnixStream::connect(ckpt_socket(&daemon)) {
+            panic!("round {round}: the main socket accepted, the checkpoint socket: {e}");
+        }
+    }
+}
+
 /// VmRSS of `pid`, bytes.
 fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -52,6 +52,19 @@ impl Daemon {
     }
 
     pub fn spawn(&mut self, extra: &[&str]) {
+        self.launch(extra);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            self.assert_running(deadline);
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts `pcmd serve` without waiting for its socket.
+    pub fn launch(&mut self, extra: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join("pcmd.log")).unwrap();
         let child = Command::new(BIN)
             .arg("--socket")
@@ -65,21 +78,18 @@ impl Daemon {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if UnixStream::connect(&self.socket).is_ok() {
-                return;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("pcmd serve exited early with {status}: {}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "pcmd did not start: {}",
-                self.log()
-            );
-            thread::sleep(Duration::from_millis(20));
+    }
+
+    /// Panics if `pcmd serve` has exited or `deadline` has passed.
+    pub fn assert_running(&mut self, deadline: Instant) {
+        if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("pcmd serve exited early with {status}: {}", self.log());
         }
+        assert!(
+            Instant::now() < deadline,
+            "pcmd did not start: {}",
+            self.log()
+        );
     }
 
     pub fn pid(&self) -> u32 {
