@@ -17,7 +17,7 @@
 //! It plays the driver's part exactly as a real one would: the same inputs, in the same
 //! order, so a failing scenario here is a failing seed to replay. Besides the agents
 //! ([`Balancer::Agents`]) it can run with no balancing at all, or with a central
-//! [`Balancer::Oracle`] that sees every node and entity and places greedily: the baselines
+//! [`Balancer::Oracle`] that sees every node and entity and plans greedily: the baselines
 //! of the scale experiment (`mpi-ios-bench scale`).
 //!
 //! Messages are counted (number and CBOR bytes, per kind), not kept, unless
@@ -81,10 +81,17 @@ pub enum Balancer {
     Agents,
     /// Nobody: entities stay where they were put.
     None,
-    /// A central oracle that sees every node and entity; every `period` it moves the
-    /// bottleneck rank of the slowest jobs to the node where the job's iteration would be
-    /// shortest (compute and exchanges), if that saves at least 10%, at most one rank in 50
-    /// per period, with the agents' hold-down.
+    /// A central oracle that sees every node and entity. Every `period`, for the slowest
+    /// jobs first, it weighs new placements of the job's ranks: one made greedily a rank at
+    /// a time (each rank at most once, to the node among the 64 fastest with room, the
+    /// job's own and their 16 nearest, that shortens the job's iteration most, or when none
+    /// does, that lowers its summed exchange latency most), and for each of the job's nodes
+    /// the whole job gathered there and on its nearest nodes. It carries out the one that
+    /// adds most to the pool's iterations per second (the job's and those of the jobs
+    /// sharing the nodes it leaves or joins), if that is at least a tenth of the job's rate
+    /// and, over 10 minutes, more than the job loses standing still while it moves. At most
+    /// one rank in 50 moves per period (or one job's plan), with the agents' hold-down
+    /// (except off a leaving node).
     Oracle {
         /// Time between two placements.
         period: Duration,
@@ -497,6 +504,10 @@ pub struct Sim {
     partners: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
+    /// Each node's nearest nodes by RTT, for the oracle, computed on first use (nodes that
+    /// join later are not in the lists made before: the oracle finds them among the
+    /// fastest).
+    oracle_near: Vec<Option<Vec<usize>>>,
 }
 
 impl Sim {
@@ -547,6 +558,7 @@ impl Sim {
             partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
+            oracle_near: Vec::new(),
         }
     }
 
@@ -1160,8 +1172,7 @@ impl Sim {
         entities: Vec<usize>,
         by_agent: bool,
     ) {
-        let bytes: u64 = entities.iter().map(|&e| self.entities[e].state_bytes).sum();
-        let cost = self.spawn + Duration::from_secs_f64(bytes as f64 / self.bandwidth);
+        let cost = self.move_cost(&entities);
         let at = self.now
             + if entities.is_empty() {
                 Duration::ZERO
@@ -1536,61 +1547,331 @@ impl Sim {
             if moves >= budget {
                 break;
             }
-            let job = &self.jobs[j];
-            if job.ranks.iter().any(|&e| self.entities[e].migrating) {
+            if self.jobs[j]
+                .ranks
+                .iter()
+                .any(|&e| self.entities[e].migrating)
+            {
                 continue;
             }
-            let compute_at = |_entity: usize, node: usize, counts: &[usize]| {
-                WORK_PER_ITERATION / eff(&self.nodes, node, counts[node])
-            };
-            // The bottleneck: the slowest rank, or a leaving node's.
-            let Some(&r) = job.ranks.iter().max_by(|&&a, &&b| {
-                let ka = compute_at(a, self.entities[a].node, &counts);
-                let kb = compute_at(b, self.entities[b].node, &counts);
-                ka.total_cmp(&kb).then(b.cmp(&a))
-            }) else {
-                continue;
-            };
-            let held = self.entities[r]
-                .arrived
-                .is_some_and(|t| now < t + hold_down);
-            if held {
-                continue;
-            }
-            let from = self.entities[r].node;
-            let current = self.job_iteration(
-                job,
-                |e| compute_at(e, self.entities[e].node, &counts),
-                |e| self.entities[e].node,
-            );
+            let start: Vec<usize> = self.jobs[j]
+                .ranks
+                .iter()
+                .map(|&e| self.entities[e].node)
+                .collect();
             let mut options: Vec<usize> = candidates.clone();
-            options.extend(job.ranks.iter().map(|&e| self.entities[e].node));
+            options.extend(&start);
+            let mut seeds = start.clone();
+            seeds.sort_unstable();
+            seeds.dedup();
+            let mut groups: Vec<Vec<usize>> = Vec::with_capacity(seeds.len());
+            for &seed in &seeds {
+                let mut group = vec![seed];
+                group.extend(self.near(seed));
+                group.retain(|&m| usable(&self.nodes, m));
+                options.extend(&group);
+                groups.push(group);
+            }
             options.sort_unstable();
             options.dedup();
-            let mut best: Option<(f64, usize)> = None;
-            for m in options {
-                if m == from || !usable(&self.nodes, m) {
-                    continue;
+            options.retain(|&m| usable(&self.nodes, m));
+            let job = &self.jobs[j];
+            // Held ranks stay, unless their node is going.
+            let movable: Vec<bool> = job
+                .ranks
+                .iter()
+                .zip(&start)
+                .map(|(&e, &node)| {
+                    !usable(&self.nodes, node)
+                        || self.entities[e]
+                            .arrived
+                            .is_none_or(|t| now >= t + hold_down)
+                })
+                .collect();
+            let compute = |k: usize, place: &[usize], counts: &[usize]| {
+                WORK_PER_ITERATION / eff(&self.nodes, place[k], counts[place[k]])
+            };
+            let mut plan = OraclePlan::new(self, job, start.clone(), &counts, compute);
+            let current = plan.cost.0;
+            plan.improve(self, &movable, &options, &mut counts, compute);
+            shift(&mut counts, &plan.place, &start);
+            // What a placement of this job adds to the pool's iterations per second: its own
+            // rate, and that of the jobs sharing the nodes it leaves or joins.
+            let gain = |place: &[usize], counts: &mut [usize]| -> f64 {
+                let mut touched: Vec<usize> = Vec::new();
+                for (&a, &b) in start.iter().zip(place) {
+                    if a != b {
+                        for n in [a, b] {
+                            touched.extend(
+                                self.nodes[n].entities.iter().map(|&e| self.entities[e].job),
+                            );
+                        }
+                    }
                 }
-                let mut trial = counts.clone();
-                trial[from] -= 1;
-                trial[m] += 1;
-                let node = |e: usize| if e == r { m } else { self.entities[e].node };
-                let t = self.job_iteration(job, |e| compute_at(e, node(e), &trial), node);
-                if best.is_none_or(|(b, bm)| t < b || (t == b && m < bm)) {
-                    best = Some((t, m));
+                touched.sort_unstable();
+                touched.dedup();
+                touched.retain(|&o| o != j);
+                let others = |counts: &[usize]| -> f64 {
+                    touched
+                        .iter()
+                        .map(|&o| {
+                            let t = self.job_iteration(
+                                &self.jobs[o],
+                                |e| {
+                                    let n = self.entities[e].node;
+                                    WORK_PER_ITERATION / eff(&self.nodes, n, counts[n])
+                                },
+                                |e| self.entities[e].node,
+                            );
+                            1.0 / t
+                        })
+                        .sum()
+                };
+                let before = others(counts) + 1.0 / current;
+                shift(counts, &start, place);
+                let t = OraclePlan::new(self, job, place.to_vec(), counts, compute)
+                    .cost
+                    .0;
+                let after = others(counts) + 1.0 / t;
+                shift(counts, place, &start);
+                after - before
+            };
+            let moves_of = |p: &[usize]| p.iter().zip(&start).filter(|(a, b)| a != b).count();
+            let mut best = (gain(&plan.place, &mut counts), plan.place.clone());
+            // Rank-by-rank moves rarely pull a job out of a far cluster whose nodes are
+            // busy: the first moves lengthen the iteration. So also the whole job gathered
+            // near each of its nodes, weighed as one plan.
+            for group in &groups {
+                let place = gather(&start, &movable, group, &mut counts, |m, k| {
+                    eff(&self.nodes, m, k)
+                });
+                shift(&mut counts, &place, &start);
+                let g = gain(&place, &mut counts);
+                if g > best.0 || (g == best.0 && moves_of(&place) < moves_of(&best.1)) {
+                    best = (g, place);
                 }
             }
-            let Some((t, m)) = best else { continue };
-            if t < current * 0.9 || (!usable(&self.nodes, from) && t.is_finite()) {
-                counts[from] -= 1;
-                counts[m] += 1;
+            let (gain, place) = best;
+            let moved: Vec<(usize, usize, usize)> = (0..start.len())
+                .filter(|&k| place[k] != start[k])
+                .map(|k| (job.ranks[k], start[k], place[k]))
+                .collect();
+            let pause: f64 = moved
+                .iter()
+                .map(|&(e, _, _)| self.move_cost(&[e]).as_secs_f64())
+                .sum();
+            // At least a tenth of this job's rate, and over the horizon more iterations than
+            // the job loses standing still.
+            let worth = !moved.is_empty()
+                && gain >= 0.1 / current
+                && gain * ORACLE_HORIZON.as_secs_f64() >= pause / current
+                && (moves == 0 || moves + moved.len() <= budget);
+            if !worth {
+                continue;
+            }
+            shift(&mut counts, &start, &place);
+            for (e, from, to) in moved {
                 moves += 1;
                 self.oracle_ids += 1;
                 let id = MigrationId(self.oracle_ids);
-                self.begin_move(id, from, m, vec![r], false);
-                rank_nodes(&mut candidates, &counts, &self.nodes);
+                self.begin_move(id, from, to, vec![e], false);
             }
+            rank_nodes(&mut candidates, &counts, &self.nodes);
+        }
+    }
+
+    /// The oracle's nearest nodes to `node` by RTT (computed once, then kept).
+    fn near(&mut self, node: usize) -> Vec<usize> {
+        const NEAR: usize = 16;
+        if self.oracle_near.len() < self.nodes.len() {
+            self.oracle_near.resize(self.nodes.len(), None);
+        }
+        if let Some(near) = &self.oracle_near[node] {
+            return near.clone();
+        }
+        let mut by_rtt: Vec<(Duration, usize)> = (0..self.nodes.len())
+            .filter(|&j| j != node)
+            .map(|j| (self.rtt_between(node, j), j))
+            .collect();
+        let keep = NEAR.min(by_rtt.len());
+        if keep > 0 {
+            by_rtt.select_nth_unstable(keep - 1);
+        }
+        by_rtt.truncate(keep);
+        by_rtt.sort_unstable();
+        let near: Vec<usize> = by_rtt.into_iter().map(|(_, j)| j).collect();
+        self.oracle_near[node] = Some(near.clone());
+        near
+    }
+
+    /// Seconds a move of `entities` takes (and their job stands still).
+    fn move_cost(&self, entities: &[usize]) -> Duration {
+        let bytes: u64 = entities.iter().map(|&e| self.entities[e].state_bytes).sum();
+        self.spawn + Duration::from_secs_f64(bytes as f64 / self.bandwidth)
+    }
+}
+
+/// Moves one count per rank from its node in `from` to its node in `to`.
+fn shift(counts: &mut [usize], from: &[usize], to: &[usize]) {
+    for (&a, &b) in from.iter().zip(to) {
+        if a != b {
+            counts[a] -= 1;
+            counts[b] += 1;
+        }
+    }
+}
+
+/// A job's ranks gathered onto `group`: movable ranks already in the group stay, the others
+/// go one at a time to the group's node where they compute fastest (`eff(node, count)`);
+/// `counts` are left as the placement has them.
+fn gather(
+    start: &[usize],
+    movable: &[bool],
+    group: &[usize],
+    counts: &mut [usize],
+    eff: impl Fn(usize, usize) -> f64,
+) -> Vec<usize> {
+    let mut place = start.to_vec();
+    for k in 0..start.len() {
+        if !movable[k] || group.contains(&start[k]) {
+            continue;
+        }
+        let Some(&m) = group.iter().max_by(|&&a, &&b| {
+            eff(a, counts[a] + 1)
+                .total_cmp(&eff(b, counts[b] + 1))
+                .then(b.cmp(&a))
+        }) else {
+            continue;
+        };
+        counts[start[k]] -= 1;
+        counts[m] += 1;
+        place[k] = m;
+    }
+    place
+}
+
+/// How far ahead the oracle looks when it weighs a plan's pauses against its gain.
+const ORACLE_HORIZON: Duration = Duration::from_secs(600);
+
+/// The oracle's placement of one job's ranks while it plans (ranks by position in the job).
+struct OraclePlan {
+    place: Vec<usize>,
+    /// For each rank, the edges it is on, as (edge index, partner position).
+    incident: Vec<Vec<(usize, usize)>>,
+    /// One-way latency of each edge under `place`, seconds.
+    latency: Vec<f64>,
+    rounds: f64,
+    /// (iteration seconds, summed edge latency): the plan lowers the first, and the second
+    /// when the first does not move, so that a job spread far can be gathered a rank at a
+    /// time although one move alone seldom shortens its longest exchange.
+    cost: (f64, f64),
+}
+
+impl OraclePlan {
+    fn new(
+        sim: &Sim,
+        job: &Job,
+        place: Vec<usize>,
+        counts: &[usize],
+        compute: impl Fn(usize, &[usize], &[usize]) -> f64,
+    ) -> Self {
+        let position = |e: usize| job.ranks.iter().position(|&x| x == e).unwrap_or(0);
+        let mut incident = vec![Vec::new(); place.len()];
+        let mut latency = Vec::with_capacity(job.edges.len());
+        for (i, &(a, b)) in job.edges.iter().enumerate() {
+            let (pa, pb) = (position(a), position(b));
+            incident[pa].push((i, pb));
+            incident[pb].push((i, pa));
+            latency.push((sim.rtt_between(place[pa], place[pb]) / 2).as_secs_f64());
+        }
+        let mut plan = Self {
+            place,
+            incident,
+            latency,
+            rounds: f64::from(job.rounds),
+            cost: (0.0, 0.0),
+        };
+        plan.cost = plan.evaluate(counts, &compute, None);
+        plan
+    }
+
+    /// The cost of the plan, or with rank `trial.0` on `trial.1` (counts already moved) and
+    /// `trial.2` its edges' latencies.
+    fn evaluate(
+        &self,
+        counts: &[usize],
+        compute: &impl Fn(usize, &[usize], &[usize]) -> f64,
+        trial: Option<(usize, &[f64])>,
+    ) -> (f64, f64) {
+        let slowest = (0..self.place.len())
+            .map(|k| compute(k, &self.place, counts))
+            .fold(0.0, f64::max);
+        let mut longest: f64 = 0.0;
+        let mut sum = 0.0;
+        for (i, &l) in self.latency.iter().enumerate() {
+            let l = match trial {
+                Some((k, new)) => self.incident[k]
+                    .iter()
+                    .position(|&(edge, _)| edge == i)
+                    .map_or(l, |n| new[n]),
+                None => l,
+            };
+            longest = longest.max(l);
+            sum += l;
+        }
+        (slowest + longest * self.rounds, sum)
+    }
+
+    /// Moves one rank at a time, each at most once, while the cost falls.
+    fn improve(
+        &mut self,
+        sim: &Sim,
+        movable: &[bool],
+        options: &[usize],
+        counts: &mut [usize],
+        compute: impl Fn(usize, &[usize], &[usize]) -> f64,
+    ) {
+        let mut moved = vec![false; self.place.len()];
+        let mut new_latency = Vec::new();
+        loop {
+            let mut best: Option<((f64, f64), usize, usize)> = None;
+            for k in 0..self.place.len() {
+                if moved[k] || !movable[k] {
+                    continue;
+                }
+                let from = self.place[k];
+                for &m in options {
+                    if m == from {
+                        continue;
+                    }
+                    new_latency.clear();
+                    new_latency.extend(self.incident[k].iter().map(|&(_, partner)| {
+                        (sim.rtt_between(m, self.place[partner]) / 2).as_secs_f64()
+                    }));
+                    counts[from] -= 1;
+                    counts[m] += 1;
+                    self.place[k] = m;
+                    let cost = self.evaluate(counts, &compute, Some((k, &new_latency)));
+                    self.place[k] = from;
+                    counts[m] -= 1;
+                    counts[from] += 1;
+                    if best.is_none_or(|(b, _, _)| cost < b) {
+                        best = Some((cost, k, m));
+                    }
+                }
+            }
+            let Some((cost, k, m)) = best.filter(|&(cost, _, _)| cost < self.cost) else {
+                return;
+            };
+            let from = self.place[k];
+            counts[from] -= 1;
+            counts[m] += 1;
+            self.place[k] = m;
+            for &(edge, partner) in &self.incident[k] {
+                self.latency[edge] = (sim.rtt_between(m, self.place[partner]) / 2).as_secs_f64();
+            }
+            moved[k] = true;
+            self.cost = cost;
         }
     }
 }

@@ -568,3 +568,35 @@ proptest::proptest! {
         }
     }
 }
+
+/// A job of four ranks, one on each of four far-apart 4-core nodes: no single move shortens
+/// its longest exchange, so an oracle that moves one rank at a time (its first version) left
+/// it there. The oracle gathers it onto one node.
+#[test]
+fn given_a_job_spread_over_far_nodes_then_the_oracle_gathers_it() {
+    use super::{Balancer, Pattern};
+    let run = |balancer: Balancer| {
+        let mut sim = Sim::new(3, Config::default())
+            .with_default_rtt(ms(300))
+            .with_balancer(balancer);
+        let ranks: Vec<_> = (0..4)
+            .map(|rank| {
+                let n = sim.add_node(NodeSpec::new(4.0));
+                sim.add_entity(n, "far", rank, 1 << 20)
+            })
+            .collect();
+        sim.set_pattern("far", Pattern::Hypercube);
+        sim.run_for(secs(300));
+        let nodes: std::collections::BTreeSet<usize> =
+            ranks.iter().filter_map(|id| sim.node_of(id)).collect();
+        (nodes.len(), sim.iterations())
+    };
+    let (spread, none) = run(Balancer::None);
+    let (gathered, oracle) = run(Balancer::Oracle { period: secs(10) });
+    assert_eq!(spread, 4);
+    assert_eq!(gathered, 1, "the job still spans {gathered} nodes");
+    assert!(
+        oracle > 2.0 * none,
+        "oracle {oracle:.0} iterations, none {none:.0}"
+    );
+}
