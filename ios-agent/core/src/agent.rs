@@ -763,13 +763,13 @@ pub struct Agent {
     partner_rtts: HashMap<HostName, f64>,
     /// The hosts of the last [`Agent::hosts_to_measure`].
     partner_wanted: HashSet<HostName>,
-    /// Entities stolen here, with the host they came from and until when they may not go
-    /// back there (two hold-downs after the steal was accepted). The hold-down alone does
-    /// not stop a rank going back once it is over: in the simulated pools, with moves the
-    /// amortised cost term finds cheap, nodes of one cluster with no load change passed
-    /// ranks back and forth (1,000 nodes, Grid-like, 20 minutes: 15 returns within two
-    /// hold-downs, 2026-11-27).
-    no_return: HashMap<EntityId, (HostName, Instant)>,
+    /// Entities stolen here, or moved by this NSc2c manager's order, with the host they came
+    /// from and until when they may not go back there (two hold-downs after the steal was
+    /// accepted or the order given). The hold-down alone does not stop a rank going back
+    /// once it is over: in the simulated pools, with moves the amortised cost term finds
+    /// cheap, nodes of one cluster with no load change passed ranks back and forth (1,000
+    /// nodes, Grid-like, 20 minutes: 15 returns within two hold-downs, 2026-11-27).
+    pub(crate) no_return: HashMap<EntityId, (HostName, Instant)>,
     actions: VecDeque<Action>,
     next_id: u64,
     thief: Thief,
@@ -1127,6 +1127,23 @@ impl Agent {
         }
     }
 
+    /// `entities` may not go back to `host` within two hold-downs (see `no_return`).
+    pub(crate) fn bar_return(&mut self, now: Instant, entities: Vec<EntityId>, host: HostName) {
+        let until = now + self.config.hold_down * 2;
+        self.no_return.retain(|_, (_, t)| *t > now);
+        for e in entities {
+            self.no_return.insert(e, (host.clone(), until));
+        }
+    }
+
+    /// Whether `entity` may go to `host` now (not barred by `no_return`).
+    pub(crate) fn may_return(&self, now: Instant, entity: &EntityId, host: &HostName) -> bool {
+        !self
+            .no_return
+            .get(entity)
+            .is_some_and(|(barred, until)| now < *until && barred == host)
+    }
+
     /// A message from agent `from` (as the transport authenticated it).
     pub fn handle_message(&mut self, now: Instant, from: PeerId, message: Message) {
         if let Err(e) = message.validate() {
@@ -1169,11 +1186,7 @@ impl Agent {
                 if matches!(self.thief, Thief::Stealing { id: current, .. } if current == id) {
                     tracing::debug!(agent = %self.me, %from, %migration, "steal accepted");
                     if let Some(giver) = self.hosts.get(&from).cloned() {
-                        let until = now + self.config.hold_down * 2;
-                        self.no_return.retain(|_, (_, t)| *t > now);
-                        for e in entities {
-                            self.no_return.insert(e, (giver.clone(), until));
-                        }
+                        self.bar_return(now, entities, giver);
                     }
                     self.thief = Thief::Receiving {
                         migration,
@@ -1804,9 +1817,7 @@ impl Agent {
                         // Not back where it came from, unless this node is leaving.
                         let barred = |e: &EntityProfile| {
                             self.leaving.is_none()
-                                && self.no_return.get(&e.id).is_some_and(|(host, until)| {
-                                    now < *until && *host == steal.source.host
-                                })
+                                && !self.may_return(now, &e.id, &steal.source.host)
                         };
                         let may_go: Cow<'_, [EntityProfile]> = if self.entities.iter().any(barred) {
                             Cow::Owned(

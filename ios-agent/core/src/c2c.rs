@@ -1058,8 +1058,10 @@ impl Agent {
             profile: views[to].node,
             job_offers: views[to].node.job_offers(views[to].entities),
         };
+        let from_host = views[from].host.clone();
         drop(views);
         tracing::info!(agent = %self.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
+        self.bar_return(now, plan.entities.clone(), from_host);
         self.cluster.balancing = true;
         let me = self.me.clone();
         self.order(now, from_peer, plan.entities, target, me);
@@ -1111,8 +1113,11 @@ impl Agent {
                 entities: views[i].entities,
             })
             .collect();
-        // The staying nodes' rules, also when the manager itself is leaving.
-        let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes)?;
+        // The staying nodes' rules, also when the manager itself is leaving. Not back to
+        // a node an order of ours took the entity from lately.
+        let may_go =
+            |e: &EntityProfile, to: usize| self.may_return(now, &e.id, &views[staying[to]].host);
+        let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes, may_go)?;
         Some((staying[from], staying[to], plan))
     }
 

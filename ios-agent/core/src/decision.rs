@@ -7,6 +7,7 @@
 //! Figure 3 above `min_gain` and above 0 (so no move whose predicted cost exceeds its
 //! improvement), one job per move.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -278,8 +279,14 @@ pub fn ideal_counts(weights: &Weights, nodes: &[NodeView<'_>]) -> Vec<f64> {
 /// One step of intra-cluster balancing: a move from the node furthest above its ideal count
 /// to the node furthest below, if it brings the counts closer to the ideal ratio (the summed
 /// distance must fall, so a cluster one entity off an even split does not oscillate) and
-/// [`select`] approves it. Returns `(from index, to index, plan)`.
-pub fn balance(policy: &Policy<'_>, nodes: &[NodeView<'_>]) -> Option<(usize, usize, Plan)> {
+/// [`select`] approves it. `may_go(entity, to index)` bars entities from a destination
+/// (one they left lately, so that a load that comes and goes does not send them back and
+/// forth). Returns `(from index, to index, plan)`.
+pub fn balance(
+    policy: &Policy<'_>,
+    nodes: &[NodeView<'_>],
+    may_go: impl Fn(&EntityProfile, usize) -> bool,
+) -> Option<(usize, usize, Plan)> {
     let ideal = ideal_counts(policy.weights, nodes);
     let surplus: Vec<f64> = nodes
         .iter()
@@ -301,13 +308,13 @@ pub fn balance(policy: &Policy<'_>, nodes: &[NodeView<'_>]) -> Option<(usize, us
                 node: nodes[to].node,
                 job_offers: &offers,
             };
-            if let Some(plan) = select(
-                policy,
-                nodes[from].node,
-                nodes[from].entities,
-                destination,
-                k,
-            ) {
+            let entities = nodes[from].entities;
+            let movable: Cow<'_, [EntityProfile]> = if entities.iter().all(|e| may_go(e, to)) {
+                Cow::Borrowed(entities)
+            } else {
+                Cow::Owned(entities.iter().filter(|e| may_go(e, to)).cloned().collect())
+            };
+            if let Some(plan) = select(policy, nodes[from].node, &movable, destination, k) {
                 return Some((from, to, plan));
             }
         }
@@ -626,7 +633,7 @@ mod tests {
         let ideal = ideal_counts(&fx.weights, &views);
         // n1 / n2 = 4 / 2 with 6 entities.
         assert!((ideal[0] - 4.0).abs() < 1e-9 && (ideal[1] - 2.0).abs() < 1e-9);
-        let (from, to, plan) = balance(&fx.policy(1), &views).expect("a move");
+        let (from, to, plan) = balance(&fx.policy(1), &views, |_, _| true).expect("a move");
         assert_eq!((from, to, plan.entities.len()), (0, 1, 1));
     }
 
@@ -646,6 +653,6 @@ mod tests {
                 entities: &es[2..],
             },
         ];
-        assert!(balance(&fx.policy(1), &views).is_none());
+        assert!(balance(&fx.policy(1), &views, |_, _| true).is_none());
     }
 }

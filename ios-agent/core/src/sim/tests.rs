@@ -600,3 +600,43 @@ fn given_a_job_spread_over_far_nodes_then_the_oracle_gathers_it() {
         "oracle {oracle:.0} iterations, none {none:.0}"
     );
 }
+
+/// An NSc2c manager does not order a rank back to the node it ordered it off within two
+/// hold-downs, when the owners' loads swap between two members (the scale runs saw one such
+/// return, 100 nodes, Grid-like, one hour). After that it may.
+#[test]
+fn given_loads_that_swap_between_two_members_then_the_manager_does_not_order_a_rank_back() {
+    let hold_down = crate::agent::DEFAULT_HOLD_DOWN;
+    let busy = |from: u64, to: u64| {
+        move |t: Duration| {
+            if t >= secs(from) && t < secs(to) {
+                1.0
+            } else {
+                0.0
+            }
+        }
+    };
+    let mut sim = logged(6, c2c());
+    // The manager (lowest index) is always busy: it never takes the rank.
+    let manager = sim.add_node(NodeSpec::new(1.0).with_background(|_| 1.0));
+    let first = sim.add_node(NodeSpec::new(1.0).with_background(busy(20, 100)));
+    let second = sim.add_node(NodeSpec::new(1.0).with_background(busy(100, 1000)));
+    let rank = sim.add_entity(first, "heat", 0, 0);
+    sim.run_for(secs(400));
+    assert!(sim.agent(manager).is_manager());
+    let moves: Vec<_> = sim
+        .migrations()
+        .iter()
+        .filter(|m| m.entity == rank)
+        .collect();
+    let [off, back, ..] = &moves[..] else {
+        panic!("expected a move off the loaded member and one back: {moves:?}");
+    };
+    assert_eq!((off.from, off.to), (first, second), "{moves:?}");
+    assert_eq!((back.from, back.to), (second, first), "{moves:?}");
+    assert!(
+        back.at >= off.at + hold_down * 2,
+        "ordered back after {:?}, within two hold-downs",
+        back.at - off.at
+    );
+}
