@@ -412,7 +412,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
             source_profile: NodeProfile::idle(64.0, 1 << 40),
             ttl: 3,
             tier: ios_agent_core::LatencyTier::Local,
-            rtts: Vec::new(),
+            rtts: Default::default(),
             job_offers: Vec::new(),
         },
     };

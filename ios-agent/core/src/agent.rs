@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
@@ -549,7 +550,7 @@ pub(crate) struct Steal {
     pub(crate) ttl: u8,
     pub(crate) tier: LatencyTier,
     /// The source's RTTs to hosts, seconds (the packet's [`HostRtt`]s).
-    pub(crate) rtts: Vec<HostRtt>,
+    pub(crate) rtts: Arc<[HostRtt]>,
 }
 
 impl Steal {
@@ -737,7 +738,7 @@ pub struct Agent {
     /// (a look-up and a copied host name per peer) was most of the simulator's time per
     /// steal at 10,000 nodes, while the peers and their RTTs change far less often than
     /// steals go.
-    rtts_cache: Option<(u64, u64, Vec<HostRtt>)>,
+    rtts_cache: Option<(u64, u64, Arc<[HostRtt]>)>,
     /// Bumped when the host of a peer in the peer table changes: what
     /// [`Agent::host_rtts`] is built from. Hosts of peers outside the table come and go
     /// all the time in a large pool (a full table's evictions), and keying the cache on
@@ -1424,14 +1425,14 @@ impl Agent {
 
     /// This agent's measured RTTs to the hosts of its peers, nearest first, at most
     /// [`Config::max_peers`] (and [`MAX_RTTS`]): what a work steal carries.
-    pub(crate) fn host_rtts(&mut self) -> Vec<HostRtt> {
+    pub(crate) fn host_rtts(&mut self) -> Arc<[HostRtt]> {
         let versions = (self.peers.version(), self.measured_hosts_version);
         if let Some((p, h, rtts)) = &self.rtts_cache {
             if (*p, *h) == versions {
                 return rtts.clone();
             }
         }
-        let rtts: Vec<HostRtt> = self
+        let rtts: Arc<[HostRtt]> = self
             .peers
             .by_rtt()
             .filter_map(|(peer, rtt)| {
@@ -1595,7 +1596,7 @@ impl Agent {
         let rtts = if b.peer == self.me {
             self.host_rtts()
         } else {
-            Vec::new()
+            Arc::default()
         };
         let steal = Steal {
             id,
@@ -2110,7 +2111,7 @@ mod tests {
             source_profile: profile,
             ttl: 3,
             tier: LatencyTier::Local,
-            rtts: Vec::new(),
+            rtts: Default::default(),
             job_offers: Vec::new(),
         }
     }
@@ -2300,7 +2301,7 @@ mod tests {
             source_profile: NodeProfile::idle(1.0, 1 << 30),
             ttl: 3,
             tier: LatencyTier::Local,
-            rtts: Vec::new(),
+            rtts: Default::default(),
             job_offers: Vec::new(),
         };
         a.handle_message(t0, peer("b"), steal.clone());
@@ -2594,7 +2595,7 @@ mod tests {
             source_profile: NodeProfile::idle(2.0, 1 << 30),
             ttl: 3,
             tier: LatencyTier::Local,
-            rtts: Vec::new(),
+            rtts: Default::default(),
             job_offers: Vec::new(),
         };
         let mut out = Vec::new();
@@ -2652,7 +2653,7 @@ mod tests {
             source_profile: NodeProfile::idle(64.0, 1 << 40),
             ttl: 3,
             tier: LatencyTier::Local,
-            rtts: Vec::new(),
+            rtts: Default::default(),
             job_offers: Vec::new(),
         }
     }
@@ -3092,7 +3093,7 @@ mod tests {
                 source_profile: NodeProfile::idle(f64::NAN, 0),
                 ttl: 3,
                 tier: LatencyTier::Local,
-                rtts: Vec::new(),
+                rtts: Default::default(),
                 job_offers: Vec::new(),
             },
         );

@@ -9,6 +9,7 @@
 //! receiving agent checks that they are its own and eligible.
 
 use std::fmt;
+use std::sync::Arc;
 
 use pcm_proto::HostName;
 use serde::{Deserialize, Serialize};
@@ -85,8 +86,10 @@ pub enum Message {
         /// The source's measured RTTs to other hosts, nearest first (at most [`MAX_RTTS`]):
         /// the giver weighs with them how far a rank would be from its partners at the
         /// source (the model's communication term). Absent in older agents' packets: none.
+        /// Shared: a thief sends the same list with every steal, and a steal is forwarded
+        /// hop by hop.
         #[serde(default)]
-        rtts: Vec<HostRtt>,
+        rtts: Arc<[HostRtt]>,
         /// What the source offers one more entity of each job it already runs entities of
         /// (at most [`MAX_ENTITIES`]): its own ranks that wait for the one moved compute
         /// again once it arrives. Absent in older agents' packets: none.
@@ -314,7 +317,7 @@ mod tests {
             source_profile: NodeProfile::idle(4.0, 1 << 30),
             ttl,
             tier: LatencyTier::Local,
-            rtts: Vec::new(),
+            rtts: Default::default(),
             job_offers: Vec::new(),
         }
     }

@@ -131,7 +131,7 @@ async fn given_malformed_messages_then_bad_message_events_and_the_node_keeps_ser
         source_profile: NodeProfile::idle(2.0, 1 << 30),
         ttl: 0,
         tier: LatencyTier::Local,
-        rtts: Vec::new(),
+        rtts: Default::default(),
         job_offers: Vec::new(),
     };
     let mut bytes = Vec::new();

@@ -446,7 +446,7 @@ fn given_work_steals_with_rtts_then_their_size_is_ciboriums() {
             source_profile: NodeProfile::idle(4.0, 8 << 30),
             ttl: 3,
             tier: LatencyTier::Regional,
-            rtts,
+            rtts: rtts.into(),
             job_offers: Vec::new(),
         };
         let expected = cbor_len(&steal);
