@@ -15,10 +15,20 @@ use mpi_ios_tests::netns::{emulated_nodes_usable, Cluster};
 use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
-/// Seconds the job would take unloaded with its ranks on two nodes (where the leave sends
-/// them): it must outlive the leave (at 4 s, 8 s in NSc2c), the two moves and the leave's
-/// wait, with room to spare.
-const UNLOADED_SECONDS: f64 = 20.0;
+/// Seconds the job should take unloaded with its ranks on two nodes (where the leave sends
+/// them, the fastest it runs here): twice what the test needs it to outlive. That is the
+/// leave's start, then on MPICH the two moves and the departures (about 5 s on these
+/// nodes), on Open MPI the leave's whole wait (the drain cannot finish there), and 5 s for
+/// the moves to end. Twice, because a shared machine's speed changes between the sizing run
+/// and the test: a fixed 20 s was too short once (2026-11-27, other work on the machine:
+/// the job ran 4 times faster than its sizing run and ended before the leave returned).
+fn unloaded_seconds(leave: &NodeLeave) -> f64 {
+    let drain = match Runtime::current() {
+        Runtime::Mpich => Duration::from_secs(5),
+        Runtime::OpenMpi => leave.within,
+    };
+    2.0 * (leave.at + drain + Duration::from_secs(5)).as_secs_f64()
+}
 
 /// Both ranks on node-b; agents on node-a, node-b and node-c. The agents' hold-down is
 /// longer than the job, so nothing moves unless the node leaves (a leaving node's ranks
@@ -62,12 +72,11 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, topology: &str) -> Scenari
     // it waits), and sized on node-b the job ended 4 s after the moves, before the leave's
     // 5 s wait on Open MPI was over (2026-11-27).
     scenario.placement = vec![0, 2];
-    let rate = scenario
-        .size_by_time(cluster, dir, UNLOADED_SECONDS)
-        .unwrap();
+    let seconds = unloaded_seconds(&scenario.leaves[0]);
+    let rate = scenario.size_by_time(cluster, dir, seconds).unwrap();
     scenario.placement = vec![1, 1];
     eprintln!(
-        "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
+        "unloaded: {rate:.0} it/s on these nodes, so {} iterations for {seconds:.0} s",
         scenario.iters
     );
     scenario
