@@ -8,7 +8,9 @@
 //! Startup ([`Daemon::lock`], then [`Locked::listen`]): the socket directory is created with
 //! mode 0700, a lock file `<socket>.lock` is locked with `flock` (a second daemon on the same
 //! socket fails with [`Error::AlreadyRunning`]); then a stale socket file left by a dead
-//! daemon is removed, and the new socket is made mode 0600. [`Daemon::run`] removes the socket when it returns.
+//! daemon is removed, and the new socket is made mode 0600. [`Daemon::run`] removes the
+//! socket when it returns. `pcmd serve` starts its checkpoint service between the two
+//! steps, so that its socket exists whenever the main one answers.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};

@@ -770,7 +770,7 @@ pub struct Agent {
     /// once it is over: in the simulated pools, with moves the amortised cost term finds
     /// cheap, nodes of one cluster with no load change passed ranks back and forth (1,000
     /// nodes, Grid-like, 20 minutes: 15 returns within two hold-downs, 2026-11-27).
-    pub(crate) no_return: HashMap<EntityId, (HostName, Instant)>,
+    no_return: HashMap<EntityId, (HostName, Instant)>,
     actions: VecDeque<Action>,
     next_id: u64,
     thief: Thief,
