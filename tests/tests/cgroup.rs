@@ -257,9 +257,14 @@ fn given_a_hog_on_node_b_then_a_rank_there_slows_the_job_and_placing_it_on_idle_
         loaded / idle,
         moved / idle
     );
+    // a+c with the hog in b is an idle placement too (same caps, nothing else in a or c),
+    // and it runs between the loaded runs: the best of the four stands for the unloaded
+    // rate. The two a+b runs before the hog both came out slow once in CI (939 it/s,
+    // where a+c then ran at 1694), which read as a hog that slowed the job 1.29 times.
+    let unloaded = idle.max(moved);
     assert!(
-        loaded < idle / 1.4,
-        "the hog did not slow the job: {loaded:.0} it/s vs {idle:.0} it/s"
+        loaded < unloaded / 1.4,
+        "the hog did not slow the job: {loaded:.0} it/s vs {unloaded:.0} it/s unloaded"
     );
     assert!(
         moved > loaded / 0.75,
