@@ -1183,10 +1183,11 @@ impl Agent {
                 id,
                 migration,
                 entities,
+                from_host,
             } => {
                 if matches!(self.thief, Thief::Stealing { id: current, .. } if current == id) {
                     tracing::debug!(agent = %self.me, %from, %migration, "steal accepted");
-                    if let Some(giver) = self.hosts.get(&from).cloned() {
+                    if let Some(giver) = from_host.or_else(|| self.hosts.get(&from).cloned()) {
                         self.bar_return(now, entities, giver);
                     }
                     self.thief = Thief::Receiving {
@@ -1869,6 +1870,7 @@ impl Agent {
                                     id: steal.id,
                                     migration,
                                     entities: plan.entities,
+                                    from_host: Some(self.host.clone()),
                                 },
                             );
                             return;
@@ -2442,6 +2444,7 @@ mod tests {
                 id,
                 migration: MigrationId(7),
                 entities: vec![stolen.id.clone()],
+                from_host: None,
             },
         );
         // The rank has arrived (and been here long enough for the hold-down), and the node's

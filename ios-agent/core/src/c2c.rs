@@ -68,6 +68,7 @@
 //!   relays it to its manager, which compares its heaviest nodes with the packet's source
 //!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
@@ -1196,15 +1197,25 @@ impl Agent {
                     (v.node, self.config.max_group)
                 };
                 let rtts = near.as_ref().map(|n| n.views(&v.host, &steal.source.host));
+                // Not back to the host a steal of ours took it from lately, unless its node
+                // is leaving.
+                let barred = |e: &EntityProfile| {
+                    !v.leaving && !self.may_return(now, &e.id, &steal.source.host)
+                };
+                let may_go: Cow<'_, [EntityProfile]> = if v.entities.iter().any(barred) {
+                    Cow::Owned(v.entities.iter().filter(|e| !barred(e)).cloned().collect())
+                } else {
+                    Cow::Borrowed(v.entities)
+                };
                 decision::select_near(
                     &self.policy_for(now, v.leaving),
                     &node,
-                    v.entities,
+                    &may_go,
                     steal.source.destination(),
                     max,
                     rtts.as_ref().map(|(a, b)| (a, b)),
                 )
-                .map(|plan| (v.peer.clone(), plan))
+                .map(|plan| (v.peer.clone(), v.host.clone(), plan))
             });
             drop(views);
             // Work moves only on a request the origin sent us itself; a relayed or
@@ -1212,7 +1223,7 @@ impl Agent {
             if found.is_some() && !direct && self.hint_origin(&steal) {
                 return;
             }
-            if let Some((member, plan)) = found.filter(|_| direct) {
+            if let Some((member, member_host, plan)) = found.filter(|_| direct) {
                 tracing::info!(agent = %self.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
                 let migration = self.order(
                     now,
@@ -1227,6 +1238,7 @@ impl Agent {
                         id: steal.id,
                         migration,
                         entities: plan.entities,
+                        from_host: Some(member_host),
                     },
                 );
                 return;

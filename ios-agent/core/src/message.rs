@@ -104,6 +104,11 @@ pub enum Message {
         migration: MigrationId,
         /// What moves.
         entities: Vec<EntityId>,
+        /// The host the entities leave: the answering agent's own in NSp2p, the ordered
+        /// member's when an NSc2c manager answers. The origin bars them from going back
+        /// there for a while. Absent in older agents' answers: the sender's host.
+        #[serde(default)]
+        from_host: Option<HostName>,
     },
     /// Answer to a work steal: its TTL ran out, or it reached an agent with nowhere to
     /// forward it, and nobody gave work.
@@ -359,6 +364,7 @@ mod tests {
                 id: MessageId(1),
                 migration: MigrationId(2),
                 entities: vec![id.clone()],
+                from_host: Some(HostName::new("b").expect("valid")),
             },
             Message::WorkAvailable,
             Message::Introduce,
