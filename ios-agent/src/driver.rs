@@ -3,7 +3,7 @@
 //! returns. This is the only place where the agent's logic meets time and I/O; the logic
 //! itself lives in `ios-agent-core` and is the same code the simulator runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
 use ios_agent_core::agent::{Action, MigrationOutcome};
@@ -133,6 +133,13 @@ struct Driver<T, M> {
     /// limit): announced to the agent again on a ping if the agent's table of hosts, which
     /// is smaller, had no room for it then or dropped it since.
     connected_hosts: HashMap<PeerId, HostName>,
+    /// The last ping RTT of each connected agent (bounded like `connected_hosts`).
+    connected_rtts: HashMap<PeerId, Duration>,
+    /// The hosts the agent asked to have measured at its last sample
+    /// ([`Agent::hosts_to_measure`]: its ranks' partners'). The pings of connected agents
+    /// on those hosts are passed on as partner RTTs, also for agents outside its peer
+    /// table, which keeps only the nearest.
+    partner_hosts: HashSet<HostName>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -150,6 +157,8 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             draining: None,
             stalled: Vec::new(),
             connected_hosts: HashMap::new(),
+            connected_rtts: HashMap::new(),
+            partner_hosts: HashSet::new(),
         }
     }
 
@@ -315,6 +324,12 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         match event {
             NetEvent::PeerRtt { peer, rtt } => {
                 self.agent.handle_peer_rtt(now, peer.clone(), rtt);
+                if let Some(host) = self.connected_hosts.get(&peer) {
+                    self.connected_rtts.insert(peer.clone(), rtt);
+                    if self.partner_hosts.contains(host) {
+                        self.agent.handle_partner_rtt(host, rtt);
+                    }
+                }
                 // Measured after its host was left out of a full table: a peer now in the
                 // peer table may take the place of one outside it.
                 if self.agent.peer_host(&peer).is_none() {
@@ -338,6 +353,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             NetEvent::PeerGone { peer } => {
                 tracing::info!(%peer, "peer gone");
                 self.connected_hosts.remove(&peer);
+                self.connected_rtts.remove(&peer);
                 self.agent.handle_peer_gone(now, &peer);
             }
             NetEvent::Message { from, message } => {
@@ -359,8 +375,26 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         if let Some(entities) = sample.entities {
             self.stalled = sample.stalled;
             self.agent.handle_entities(now, entities);
+            self.measure_partners();
             if let Some(d) = &mut self.draining {
                 d.sampled = true;
+            }
+        }
+    }
+
+    /// Passes the agent the RTTs it asks for ([`Agent::hosts_to_measure`]) that the
+    /// connections' pings already measure. A partner host with no connected agent stays
+    /// unmeasured: the model then counts that partner only where it is known.
+    fn measure_partners(&mut self) {
+        self.partner_hosts = self.agent.hosts_to_measure().into_iter().collect();
+        if self.partner_hosts.is_empty() {
+            return;
+        }
+        for (peer, host) in &self.connected_hosts {
+            if let Some(rtt) = self.connected_rtts.get(peer) {
+                if self.partner_hosts.contains(host) {
+                    self.agent.handle_partner_rtt(host, *rtt);
+                }
             }
         }
     }

@@ -558,3 +558,87 @@ async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_t
     assert_eq!(agent.peer_host(&p), None);
     assert_eq!(agent.peer_host(&d).map(HostName::as_str), Some("node-d"));
 }
+
+/// A rank's partner runs on a connected agent that the peer table (one peer) leaves out:
+/// the driver passes that agent's pings on as the partner's RTT, which the communication
+/// term then counts.
+#[tokio::test]
+async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings() {
+    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
+    let (a, near, partner) = (peer("agent-a"), peer("agent-n"), peer("agent-p"));
+    let (peers_tx, peers_rx) = mpsc::channel(64);
+    let (samples_tx, samples_rx) = mpsc::channel(4);
+    let (control_tx, control_rx) = mpsc::channel(4);
+    let (nowhere, _) = mpsc::channel(64);
+    let agent = Agent::new(
+        a.clone(),
+        HostName::new("node-a").unwrap(),
+        config().with_max_peers(1),
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let run = tokio::spawn(driver::run(
+        agent,
+        Wire { me: a, to: nowhere },
+        Recorder::default(),
+        Inputs {
+            peers: peers_rx,
+            samples: samples_rx,
+            control: control_rx,
+        },
+    ));
+    connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
+    connect(&peers_tx, &partner, "node-p", Duration::from_millis(40)).await;
+    let mut rank = entity(0, 100);
+    rank.partners = vec![ios_agent_core::model::Partner {
+        host: HostName::new("node-p").unwrap(),
+        exchanges_per_sec: 10.0,
+    }];
+    samples_tx
+        .send(Sample {
+            node: Some(NodeProfile::idle(1.0, 1 << 30)),
+            entities: Some(vec![rank]),
+            rank_pids: Vec::new(),
+            stalled: Vec::new(),
+        })
+        .await
+        .unwrap();
+    // A later ping of the partner's agent updates it.
+    peers_tx
+        .send(NetEvent::PeerRtt {
+            peer: partner.clone(),
+            rtt: Duration::from_millis(30),
+        })
+        .await
+        .unwrap();
+    // The loop takes its inputs in any order: wait until it has taken the sample.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (tx, rx) = oneshot::channel();
+        control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+        if !rx.await.unwrap().entities.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sample not taken within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    control_tx.send(ControlRequest::Stop).await.unwrap();
+    let agent = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    let host = HostName::new("node-p").unwrap();
+    assert!(
+        agent.peers().get(&partner).is_none(),
+        "the partner's agent is in the peer table: the test shows nothing"
+    );
+    let rtt = agent.rtt_to_host(&host);
+    assert!(
+        rtt.is_some_and(|r| (r - 0.030).abs() < 1e-9 || (r - 0.040).abs() < 1e-9),
+        "partner RTT {rtt:?}"
+    );
+}

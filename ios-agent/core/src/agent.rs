@@ -1451,7 +1451,7 @@ impl Agent {
     /// This agent's measured RTT to `host`, seconds, for the model's communication term: its
     /// peer's on that host (the smoothed RTT the peer table orders by), else the partner
     /// RTT it asked for ([`Agent::hosts_to_measure`]).
-    pub(crate) fn rtt_to_host(&self, host: &HostName) -> Option<f64> {
+    pub fn rtt_to_host(&self, host: &HostName) -> Option<f64> {
         self.hosts
             .holder(host)
             .and_then(|peer| self.peers.get(peer))
