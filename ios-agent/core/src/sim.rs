@@ -134,35 +134,66 @@ impl Pattern {
         }
     }
 
-    /// Pairs of ranks that exchange, and the sequential rounds per iteration, for `n` ranks.
-    fn edges(self, n: usize) -> (Vec<(usize, usize)>, u32) {
+    /// How `n` ranks exchange each iteration: the pairs of ranks that exchange, each pair's
+    /// round, and how many times per iteration each round runs. The rounds follow one
+    /// another (each needs the one before), so an iteration waits, round after round, for
+    /// the slowest pair of that round ([`Exchanges::seconds`]).
+    fn exchanges(self, n: usize) -> Exchanges {
         let log2 = |n: usize| usize::BITS - n.saturating_sub(1).leading_zeros();
+        // Depth of rank i in a binary heap (0 for the root).
+        let depth = |i: usize| usize::BITS - 1 - (i + 1).leading_zeros();
+        let one_round = |pairs: Vec<(usize, usize)>| Exchanges {
+            round: vec![0; pairs.len()],
+            times: if pairs.is_empty() {
+                Vec::new()
+            } else {
+                vec![1]
+            },
+            pairs,
+        };
         match self {
-            Pattern::Independent => (Vec::new(), 0),
+            Pattern::Independent => one_round(Vec::new()),
+            // Recursive doubling: round d exchanges across dimension d.
             Pattern::Hypercube => {
-                let mut e = Vec::new();
+                let mut pairs = Vec::new();
+                let mut round = Vec::new();
                 for i in 0..n {
                     for d in 0..log2(n) {
                         let j = i ^ (1 << d);
                         if j > i && j < n {
-                            e.push((i, j));
+                            pairs.push((i, j));
+                            round.push(d);
                         }
                     }
                 }
-                (e, log2(n))
+                let times = vec![1; log2(n) as usize];
+                Exchanges {
+                    pairs,
+                    round,
+                    times,
+                }
             }
-            Pattern::Tree => ((1..n).map(|i| (i, (i - 1) / 2)).collect(), 2 * log2(n + 1)),
-            Pattern::Sparse => {
-                let e = if n < 2 {
-                    Vec::new()
-                } else {
-                    (0..n)
-                        .map(|i| (i, (i + 1) % n))
-                        .filter(|(a, b)| a != b)
-                        .collect()
-                };
-                (e, 1)
+            // A reduction up the levels and a broadcast down: each level twice.
+            Pattern::Tree => {
+                let pairs: Vec<(usize, usize)> = (1..n).map(|i| (i, (i - 1) / 2)).collect();
+                let round: Vec<u32> = (1..n).map(|i| depth(i) - 1).collect();
+                let levels = if n < 2 { 0 } else { depth(n - 1) as usize };
+                Exchanges {
+                    pairs,
+                    round,
+                    times: vec![2; levels],
+                }
             }
+            // Both neighbours in one round.
+            Pattern::Sparse => one_round(if n < 2 {
+                Vec::new()
+            } else {
+                (0..n)
+                    .map(|i| (i, (i + 1) % n))
+                    .filter(|(a, b)| a != b)
+                    .collect()
+            }),
+            // The four neighbours in one round.
             Pattern::Stencil => {
                 let w = ((n as f64).sqrt().floor() as usize).max(1);
                 let mut e = Vec::new();
@@ -174,9 +205,43 @@ impl Pattern {
                         e.push((i, i + w));
                     }
                 }
-                (e, 1)
+                one_round(e)
             }
         }
+    }
+}
+
+/// A job's exchanges in one iteration ([`Pattern::exchanges`]).
+#[derive(Debug, Clone, Default)]
+struct Exchanges {
+    /// Pairs of ranks (rank positions in [`Pattern::exchanges`], entity indices in a
+    /// [`Job`]).
+    pairs: Vec<(usize, usize)>,
+    /// Each pair's round, parallel to `pairs`.
+    round: Vec<u32>,
+    /// How many times each round runs per iteration.
+    times: Vec<u32>,
+}
+
+/// Most rounds an iteration may have: a hypercube or tree of up to 2^32 ranks.
+const MAX_ROUNDS: usize = 33;
+
+impl Exchanges {
+    /// Seconds an iteration spends exchanging, given each pair's one-way latency: per round,
+    /// its slowest pair, times the round's runs. (Before 2026-11-28 the simulator charged
+    /// the slowest pair of the whole job in every round: a single far pair of a hypercube
+    /// cost three times what recursive doubling pays.)
+    fn seconds(&self, latency: impl Fn(usize) -> f64) -> f64 {
+        let mut slowest = [0.0_f64; MAX_ROUNDS];
+        for (i, &r) in self.round.iter().enumerate() {
+            let r = r as usize;
+            slowest[r] = slowest[r].max(latency(i));
+        }
+        self.times
+            .iter()
+            .zip(slowest)
+            .map(|(&t, l)| f64::from(t) * l)
+            .sum()
     }
 }
 
@@ -213,9 +278,8 @@ struct Job {
     pattern: Pattern,
     /// Entity indices, by rank order of addition.
     ranks: Vec<usize>,
-    /// Pattern edges as entity indices, and rounds per iteration (rebuilt when ranks change).
-    edges: Vec<(usize, usize)>,
-    rounds: u32,
+    /// The pattern's exchanges, pairs as entity indices (rebuilt when ranks change).
+    exchanges: Exchanges,
     /// Seconds per iteration at the last profile round (infinite while nothing runs).
     iteration: f64,
     /// Iterations done so far.
@@ -694,8 +758,7 @@ impl Sim {
                 self.jobs.push(Job {
                     pattern: Pattern::Independent,
                     ranks: Vec::new(),
-                    edges: Vec::new(),
-                    rounds: 0,
+                    exchanges: Exchanges::default(),
                     iteration: f64::INFINITY,
                     done: 0.0,
                     paused: 0.0,
@@ -731,12 +794,11 @@ impl Sim {
 
     fn rebuild_edges(&mut self, j: usize) {
         let job = &mut self.jobs[j];
-        let (edges, rounds) = job.pattern.edges(job.ranks.len());
-        job.edges = edges
-            .into_iter()
-            .map(|(a, b)| (job.ranks[a], job.ranks[b]))
-            .collect();
-        job.rounds = rounds;
+        let mut exchanges = job.pattern.exchanges(job.ranks.len());
+        for pair in &mut exchanges.pairs {
+            *pair = (job.ranks[pair.0], job.ranks[pair.1]);
+        }
+        job.exchanges = exchanges;
     }
 
     /// Stops a node silently: it no longer sends, receives or answers pings.
@@ -948,11 +1010,12 @@ impl Sim {
         for &e in &job.ranks {
             slowest = slowest.max(compute(e));
         }
-        let mut exchange = Duration::ZERO;
-        for &(a, b) in &job.edges {
-            exchange = exchange.max(self.rtt_between(node(a), node(b)) / 2);
-        }
-        slowest + exchange.as_secs_f64() * f64::from(job.rounds)
+        let pairs = &job.exchanges.pairs;
+        slowest
+            + job.exchanges.seconds(|i| {
+                let (a, b) = pairs[i];
+                (self.rtt_between(node(a), node(b)) / 2).as_secs_f64()
+            })
     }
 
     /// Runnable threads of node `i`'s entities as its profile shows them: one each, or with
@@ -1081,7 +1144,7 @@ impl Sim {
         };
         let me = self.by_entity.get(&e.id).copied();
         let mut out: Vec<Partner> = Vec::new();
-        for &(a, b) in &job.edges {
+        for &(a, b) in &job.exchanges.pairs {
             let other = if Some(a) == me {
                 b
             } else if Some(b) == me {
@@ -1641,8 +1704,8 @@ impl Sim {
             // Rank-by-rank moves rarely pull a job out of a far cluster whose nodes are
             // busy: the first moves lengthen the iteration. So also the whole job gathered
             // near each of its nodes, weighed as one plan.
-            for group in &groups {
-                let place = gather(&start, &movable, group, &mut counts, |m, k| {
+            for (group, tight) in groups.iter().flat_map(|g| [(g, false), (g, true)]) {
+                let place = gather(&start, &movable, group, &mut counts, tight, |m, k| {
                     eff(&self.nodes, m, k)
                 });
                 shift(&mut counts, &place, &start);
@@ -1721,26 +1784,42 @@ fn shift(counts: &mut [usize], from: &[usize], to: &[usize]) {
     }
 }
 
-/// A job's ranks gathered onto `group`: movable ranks already in the group stay, the others
-/// go one at a time to the group's node where they compute fastest (`eff(node, count)`);
-/// `counts` are left as the placement has them.
+/// A job's ranks gathered onto `group` (its seed first, then the nodes nearest the seed):
+/// the movable ranks outside the group go one at a time to the group's node where they
+/// compute fastest (`eff(node, count)`), the nearer to the seed on a tie. With `tight`, a
+/// movable rank inside the group but off the seed also goes to the seed if it computes
+/// there at least as fast: ranks on one node exchange at no latency, where two nodes near
+/// the seed may be far from each other. `counts` are left as the placement has them.
 fn gather(
     start: &[usize],
     movable: &[bool],
     group: &[usize],
     counts: &mut [usize],
+    tight: bool,
     eff: impl Fn(usize, usize) -> f64,
 ) -> Vec<usize> {
     let mut place = start.to_vec();
+    let Some(&seed) = group.first() else {
+        return place;
+    };
     for k in 0..start.len() {
-        if !movable[k] || group.contains(&start[k]) {
+        if !movable[k] || start[k] == seed {
             continue;
         }
-        let Some(&m) = group.iter().max_by(|&&a, &&b| {
-            eff(a, counts[a] + 1)
-                .total_cmp(&eff(b, counts[b] + 1))
-                .then(b.cmp(&a))
-        }) else {
+        if group.contains(&start[k]) {
+            if tight && eff(seed, counts[seed] + 1) >= eff(start[k], counts[start[k]]) {
+                counts[start[k]] -= 1;
+                counts[seed] += 1;
+                place[k] = seed;
+            }
+            continue;
+        }
+        // `group` is in order of nearness: the first of the fastest.
+        let Some(&m) = group
+            .iter()
+            .rev()
+            .max_by(|&&a, &&b| eff(a, counts[a] + 1).total_cmp(&eff(b, counts[b] + 1)))
+        else {
             continue;
         };
         counts[start[k]] -= 1;
@@ -1760,7 +1839,8 @@ struct OraclePlan {
     incident: Vec<Vec<(usize, usize)>>,
     /// One-way latency of each edge under `place`, seconds.
     latency: Vec<f64>,
-    rounds: f64,
+    /// The job's exchanges (the edges' rounds).
+    exchanges: Exchanges,
     /// (iteration seconds, summed edge latency): the plan lowers the first, and the second
     /// when the first does not move, so that a job spread far can be gathered a rank at a
     /// time although one move alone seldom shortens its longest exchange.
@@ -1777,8 +1857,8 @@ impl OraclePlan {
     ) -> Self {
         let position = |e: usize| job.ranks.iter().position(|&x| x == e).unwrap_or(0);
         let mut incident = vec![Vec::new(); place.len()];
-        let mut latency = Vec::with_capacity(job.edges.len());
-        for (i, &(a, b)) in job.edges.iter().enumerate() {
+        let mut latency = Vec::with_capacity(job.exchanges.pairs.len());
+        for (i, &(a, b)) in job.exchanges.pairs.iter().enumerate() {
             let (pa, pb) = (position(a), position(b));
             incident[pa].push((i, pb));
             incident[pb].push((i, pa));
@@ -1788,7 +1868,7 @@ impl OraclePlan {
             place,
             incident,
             latency,
-            rounds: f64::from(job.rounds),
+            exchanges: job.exchanges.clone(),
             cost: (0.0, 0.0),
         };
         plan.cost = plan.evaluate(counts, &compute, None);
@@ -1806,20 +1886,18 @@ impl OraclePlan {
         let slowest = (0..self.place.len())
             .map(|k| compute(k, &self.place, counts))
             .fold(0.0, f64::max);
-        let mut longest: f64 = 0.0;
-        let mut sum = 0.0;
-        for (i, &l) in self.latency.iter().enumerate() {
-            let l = match trial {
+        let latency = |i: usize| {
+            let l = self.latency[i];
+            match trial {
                 Some((k, new)) => self.incident[k]
                     .iter()
                     .position(|&(edge, _)| edge == i)
                     .map_or(l, |n| new[n]),
                 None => l,
-            };
-            longest = longest.max(l);
-            sum += l;
-        }
-        (slowest + longest * self.rounds, sum)
+            }
+        };
+        let sum = (0..self.latency.len()).map(latency).sum();
+        (slowest + self.exchanges.seconds(latency), sum)
     }
 
     /// Moves one rank at a time, each at most once, while the cost falls.

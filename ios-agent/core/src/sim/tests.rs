@@ -684,3 +684,45 @@ fn given_loads_that_swap_between_two_clusters_then_the_stolen_rank_does_not_go_b
         back.at - off.at
     );
 }
+
+/// An iteration waits for each round's slowest pair, round after round: one far pair of a
+/// hypercube costs its latency once (its dimension's round), and one far level of a tree
+/// twice (up and down); a ring or stencil exchanges in one round.
+#[test]
+fn given_one_far_pair_then_only_its_round_waits_for_it() {
+    use super::Pattern;
+    let near = 0.001;
+    let far = 0.1;
+    let cube = Pattern::Hypercube.exchanges(8);
+    assert_eq!(cube.pairs.len(), 12);
+    assert_eq!(cube.times, vec![1, 1, 1]);
+    // Ranks 0 and 2 differ in dimension 1 only.
+    let far_pair = cube
+        .pairs
+        .iter()
+        .position(|&p| p == (0, 2))
+        .expect("a pair");
+    assert_eq!(cube.round[far_pair], 1);
+    let seconds = cube.seconds(|i| if i == far_pair { far } else { near });
+    assert!((seconds - (far + 2.0 * near)).abs() < 1e-12, "{seconds}");
+
+    let tree = Pattern::Tree.exchanges(8);
+    assert_eq!(tree.pairs.len(), 7);
+    assert_eq!(tree.round, vec![0, 0, 1, 1, 1, 1, 2]);
+    assert_eq!(tree.times, vec![2, 2, 2]);
+    // Rank 7 hangs off rank 3, the deepest level.
+    let seconds = tree.seconds(|i| if tree.pairs[i] == (7, 3) { far } else { near });
+    assert!(
+        (seconds - 2.0 * (far + 2.0 * near)).abs() < 1e-12,
+        "{seconds}"
+    );
+
+    for pattern in [Pattern::Sparse, Pattern::Stencil] {
+        let one = pattern.exchanges(8);
+        assert_eq!(one.times, vec![1], "{pattern:?}");
+        let seconds = one.seconds(|i| if i == 0 { far } else { near });
+        assert!((seconds - far).abs() < 1e-12, "{pattern:?}: {seconds}");
+    }
+    assert_eq!(Pattern::Independent.exchanges(8).seconds(|_| far), 0.0);
+    assert_eq!(Pattern::Tree.exchanges(1).seconds(|_| far), 0.0);
+}
