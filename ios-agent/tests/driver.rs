@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ios_agent::driver::{self, ControlRequest, Inputs, LeaveOrder, LeaveUpdate, Migrator, Sample};
-use ios_agent::status::DecisionKind;
+use ios_agent::status::{AgentStatus, DecisionKind};
 use ios_agent::transport::{NetEvent, Transport};
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{
@@ -474,21 +474,52 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
 /// agent's host can be refused at connection (every entry then belonged to the peer table
 /// or was contested). When a ping later puts that agent in the peer table, the driver
 /// announces its host again, and it takes the place of a peer the ping pushed out.
-#[tokio::test]
-async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_the_peer_table() {
-    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
-    let (a, k, p, d, claimant) = (
-        peer("agent-a"),
-        peer("agent-k"),
-        peer("agent-p"),
-        peer("agent-d"),
-        peer("agent-d2"),
-    );
+/// A ping round trip of `peer`, as the network reports it.
+async fn ping(tx: &mpsc::Sender<NetEvent>, peer: &PeerId, rtt: Duration) {
+    tx.send(NetEvent::PeerRtt {
+        peer: peer.clone(),
+        rtt,
+    })
+    .await
+    .unwrap();
+}
+
+/// Asks the loop for its status until `taken` holds (the loop takes its inputs in any
+/// order), at most 5 s.
+async fn wait_for_status(
+    control_tx: &mpsc::Sender<ControlRequest>,
+    what: &str,
+    taken: impl Fn(&AgentStatus) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (tx, rx) = oneshot::channel();
+        control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+        if taken(&rx.await.unwrap()) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} not taken within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One driver loop, node-a's, whose messages go nowhere.
+struct OneLoop {
+    peers_tx: mpsc::Sender<NetEvent>,
+    samples_tx: mpsc::Sender<Sample>,
+    control_tx: mpsc::Sender<ControlRequest>,
+    run: tokio::task::JoinHandle<Agent>,
+}
+
+/// Agent `a` on node-a with a peer table of one peer, in its own driver loop.
+fn one_loop_with_one_peer(a: PeerId) -> OneLoop {
     let (peers_tx, peers_rx) = mpsc::channel(64);
-    let (_samples_tx, samples_rx) = mpsc::channel(4);
+    let (samples_tx, samples_rx) = mpsc::channel(4);
     let (control_tx, control_rx) = mpsc::channel(4);
     let (nowhere, _) = mpsc::channel(64);
-    // One peer, so at most two hosts.
     let agent = Agent::new(
         a.clone(),
         HostName::new("node-a").unwrap(),
@@ -506,6 +537,31 @@ async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_t
             control: control_rx,
         },
     ));
+    OneLoop {
+        peers_tx,
+        samples_tx,
+        control_tx,
+        run,
+    }
+}
+
+#[tokio::test]
+async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_the_peer_table() {
+    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
+    let (a, k, p, d, claimant) = (
+        peer("agent-a"),
+        peer("agent-k"),
+        peer("agent-p"),
+        peer("agent-d"),
+        peer("agent-d2"),
+    );
+    // One peer, so at most two hosts.
+    let OneLoop {
+        peers_tx,
+        control_tx,
+        run,
+        ..
+    } = one_loop_with_one_peer(a);
     let up = |peer: &PeerId, host: &str| NetEvent::PeerUp {
         peer: peer.clone(),
         addr: "/ip4/127.0.0.1/tcp/1".parse().unwrap(),
@@ -517,33 +573,12 @@ async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_t
         peers_tx.send(event).await.unwrap();
     }
     // ...and k's host was refused. k turns out nearer than p.
-    peers_tx
-        .send(NetEvent::PeerRtt {
-            peer: k.clone(),
-            rtt: Duration::from_millis(1),
-        })
-        .await
-        .unwrap();
+    ping(&peers_tx, &k, Duration::from_millis(1)).await;
     // The loop takes its inputs in any order: wait until it has seen k's ping.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let (tx, rx) = oneshot::channel();
-        control_tx.send(ControlRequest::Status(tx)).await.unwrap();
-        if rx
-            .await
-            .unwrap()
-            .peers
-            .iter()
-            .any(|s| s.peer == k.to_string())
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "k's ping not taken within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_status(&control_tx, "k's ping", |s| {
+        s.peers.iter().any(|p| p.peer == k.to_string())
+    })
+    .await;
     control_tx.send(ControlRequest::Stop).await.unwrap();
     let agent = tokio::time::timeout(Duration::from_secs(5), run)
         .await
@@ -566,27 +601,12 @@ async fn a_host_refused_at_connection_is_announced_again_when_its_agent_enters_t
 async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings() {
     let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
     let (a, near, partner) = (peer("agent-a"), peer("agent-n"), peer("agent-p"));
-    let (peers_tx, peers_rx) = mpsc::channel(64);
-    let (samples_tx, samples_rx) = mpsc::channel(4);
-    let (control_tx, control_rx) = mpsc::channel(4);
-    let (nowhere, _) = mpsc::channel(64);
-    let agent = Agent::new(
-        a.clone(),
-        HostName::new("node-a").unwrap(),
-        config().with_max_peers(1),
-        std::time::Instant::now(),
-    )
-    .unwrap();
-    let run = tokio::spawn(driver::run(
-        agent,
-        Wire { me: a, to: nowhere },
-        Recorder::default(),
-        Inputs {
-            peers: peers_rx,
-            samples: samples_rx,
-            control: control_rx,
-        },
-    ));
+    let OneLoop {
+        peers_tx,
+        samples_tx,
+        control_tx,
+        run,
+    } = one_loop_with_one_peer(a);
     connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
     connect(&peers_tx, &partner, "node-p", Duration::from_millis(40)).await;
     let mut rank = entity(0, 100);
@@ -604,27 +624,9 @@ async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings()
         .await
         .unwrap();
     // A later ping of the partner's agent updates it.
-    peers_tx
-        .send(NetEvent::PeerRtt {
-            peer: partner.clone(),
-            rtt: Duration::from_millis(30),
-        })
-        .await
-        .unwrap();
+    ping(&peers_tx, &partner, Duration::from_millis(30)).await;
     // The loop takes its inputs in any order: wait until it has taken the sample.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let (tx, rx) = oneshot::channel();
-        control_tx.send(ControlRequest::Status(tx)).await.unwrap();
-        if !rx.await.unwrap().entities.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the sample not taken within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_status(&control_tx, "the sample", |s| !s.entities.is_empty()).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     control_tx.send(ControlRequest::Stop).await.unwrap();
     let agent = tokio::time::timeout(Duration::from_secs(5), run)

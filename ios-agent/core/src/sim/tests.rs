@@ -601,21 +601,47 @@ fn given_a_job_spread_over_far_nodes_then_the_oracle_gathers_it() {
     );
 }
 
+/// A background load of one core from `from` to `to` seconds, none outside.
+fn busy(from: u64, to: u64) -> impl Fn(Duration) -> f64 {
+    move |t: Duration| {
+        if t >= secs(from) && t < secs(to) {
+            1.0
+        } else {
+            0.0
+        }
+    }
+}
+
+/// `rank` moved from `first` to `second`, then back, but not within two hold-downs.
+fn assert_back_only_after_two_hold_downs(
+    sim: &Sim,
+    rank: &crate::model::EntityId,
+    first: usize,
+    second: usize,
+) {
+    let moves: Vec<_> = sim
+        .migrations()
+        .iter()
+        .filter(|m| m.entity == *rank)
+        .collect();
+    let [off, back, ..] = &moves[..] else {
+        panic!("expected a move off the loaded node and one back: {moves:?}");
+    };
+    assert_eq!((off.from, off.to), (first, second), "{moves:?}");
+    assert_eq!((back.from, back.to), (second, first), "{moves:?}");
+    let hold_down = crate::agent::DEFAULT_HOLD_DOWN;
+    assert!(
+        back.at >= off.at + hold_down * 2,
+        "back after {:?}, within two hold-downs",
+        back.at - off.at
+    );
+}
+
 /// An NSc2c manager does not order a rank back to the node it ordered it off within two
 /// hold-downs, when the owners' loads swap between two members (the scale runs saw one such
 /// return, 100 nodes, Grid-like, one hour). After that it may.
 #[test]
 fn given_loads_that_swap_between_two_members_then_the_manager_does_not_order_a_rank_back() {
-    let hold_down = crate::agent::DEFAULT_HOLD_DOWN;
-    let busy = |from: u64, to: u64| {
-        move |t: Duration| {
-            if t >= secs(from) && t < secs(to) {
-                1.0
-            } else {
-                0.0
-            }
-        }
-    };
     let mut sim = logged(6, c2c());
     // The manager (lowest index) is always busy: it never takes the rank.
     let manager = sim.add_node(NodeSpec::new(1.0).with_background(|_| 1.0));
@@ -624,21 +650,7 @@ fn given_loads_that_swap_between_two_members_then_the_manager_does_not_order_a_r
     let rank = sim.add_entity(first, "heat", 0, 0);
     sim.run_for(secs(400));
     assert!(sim.agent(manager).is_manager());
-    let moves: Vec<_> = sim
-        .migrations()
-        .iter()
-        .filter(|m| m.entity == rank)
-        .collect();
-    let [off, back, ..] = &moves[..] else {
-        panic!("expected a move off the loaded member and one back: {moves:?}");
-    };
-    assert_eq!((off.from, off.to), (first, second), "{moves:?}");
-    assert_eq!((back.from, back.to), (second, first), "{moves:?}");
-    assert!(
-        back.at >= off.at + hold_down * 2,
-        "ordered back after {:?}, within two hold-downs",
-        back.at - off.at
-    );
+    assert_back_only_after_two_hold_downs(&sim, &rank, first, second);
 }
 
 /// Across clusters too: when the owners' loads swap between a member of one cluster and a
@@ -647,16 +659,6 @@ fn given_loads_that_swap_between_two_members_then_the_manager_does_not_order_a_r
 /// rank back there (at 10,000 nodes, Grid-like, one hour, NSc2c ranks went back 7 times).
 #[test]
 fn given_loads_that_swap_between_two_clusters_then_the_stolen_rank_does_not_go_back() {
-    let hold_down = crate::agent::DEFAULT_HOLD_DOWN;
-    let busy = |from: u64, to: u64| {
-        move |t: Duration| {
-            if t >= secs(from) && t < secs(to) {
-                1.0
-            } else {
-                0.0
-            }
-        }
-    };
     let mut sim = logged(6, c2c()).with_default_rtt(ms(50));
     // Two clusters, each of an always busy manager (it never takes the rank) and a member.
     let x0 = sim.add_node(NodeSpec::new(1.0).with_background(|_| 1.0));
@@ -668,21 +670,7 @@ fn given_loads_that_swap_between_two_clusters_then_the_stolen_rank_does_not_go_b
     let rank = sim.add_entity(x1, "heat", 0, 0);
     sim.run_for(secs(400));
     assert!(sim.agent(x0).is_manager() && sim.agent(y0).is_manager());
-    let moves: Vec<_> = sim
-        .migrations()
-        .iter()
-        .filter(|m| m.entity == rank)
-        .collect();
-    let [off, back, ..] = &moves[..] else {
-        panic!("expected a move off the loaded member and one back: {moves:?}");
-    };
-    assert_eq!((off.from, off.to), (x1, y1), "{moves:?}");
-    assert_eq!((back.from, back.to), (y1, x1), "{moves:?}");
-    assert!(
-        back.at >= off.at + hold_down * 2,
-        "stolen back after {:?}, within two hold-downs",
-        back.at - off.at
-    );
+    assert_back_only_after_two_hold_downs(&sim, &rank, x1, y1);
 }
 
 /// An iteration waits for each round's slowest pair, round after round: one far pair of a
