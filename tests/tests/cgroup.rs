@@ -246,7 +246,7 @@ fn given_hogs_on_node_b_then_a_rank_there_slows_the_job_and_placing_it_on_idle_c
         .fold(0.0, f64::max);
     // Two busy loops: the rank on node-b keeps a third of the node's cap, not a half. The
     // nodes' period timers keep their own phases, so the same placement's speed varies by up
-    // to 2x between clusters (docs/emulated-nodes.md); with one hog, CI once measured the
+    // to 3x between clusters (docs/emulated-nodes.md); with one hog, CI once measured the
     // loaded run at 1220 it/s and the moved one at only 1581 (1.30x).
     let hogs = [
         cluster.start_hog("node-b", dir.path(), "hog-1"),

@@ -1145,6 +1145,23 @@ impl Agent {
             .is_some_and(|(barred, until)| now < *until && barred == host)
     }
 
+    /// Those of `entities` (this node's or a member's) that may go to `host` now: all of them
+    /// if their node is `leaving`, else those [`Agent::may_return`] does not bar from it.
+    pub(crate) fn may_go_to<'e>(
+        &self,
+        now: Instant,
+        entities: &'e [EntityProfile],
+        host: &HostName,
+        leaving: bool,
+    ) -> Cow<'e, [EntityProfile]> {
+        let barred = |e: &EntityProfile| !leaving && !self.may_return(now, &e.id, host);
+        if entities.iter().any(barred) {
+            Cow::Owned(entities.iter().filter(|e| !barred(e)).cloned().collect())
+        } else {
+            Cow::Borrowed(entities)
+        }
+    }
+
     /// A message from agent `from` (as the transport authenticated it).
     pub fn handle_message(&mut self, now: Instant, from: PeerId, message: Message) {
         if let Err(e) = message.validate() {
@@ -1817,21 +1834,12 @@ impl Agent {
                             .as_ref()
                             .map(|n| n.views(&self.host, &steal.source.host));
                         // Not back where it came from, unless this node is leaving.
-                        let barred = |e: &EntityProfile| {
-                            self.leaving.is_none()
-                                && !self.may_return(now, &e.id, &steal.source.host)
-                        };
-                        let may_go: Cow<'_, [EntityProfile]> = if self.entities.iter().any(barred) {
-                            Cow::Owned(
-                                self.entities
-                                    .iter()
-                                    .filter(|e| !barred(e))
-                                    .cloned()
-                                    .collect(),
-                            )
-                        } else {
-                            Cow::Borrowed(&self.entities)
-                        };
+                        let may_go = self.may_go_to(
+                            now,
+                            &self.entities,
+                            &steal.source.host,
+                            self.leaving.is_some(),
+                        );
                         let plan = decision::select_near(
                             &self.policy(now),
                             &node,

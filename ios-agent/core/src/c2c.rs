@@ -68,7 +68,6 @@
 //!   relays it to its manager, which compares its heaviest nodes with the packet's source
 //!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use pcm_proto::HostName;
@@ -1199,14 +1198,7 @@ impl Agent {
                 let rtts = near.as_ref().map(|n| n.views(&v.host, &steal.source.host));
                 // Not back to the host a steal of ours took it from lately, unless its node
                 // is leaving.
-                let barred = |e: &EntityProfile| {
-                    !v.leaving && !self.may_return(now, &e.id, &steal.source.host)
-                };
-                let may_go: Cow<'_, [EntityProfile]> = if v.entities.iter().any(barred) {
-                    Cow::Owned(v.entities.iter().filter(|e| !barred(e)).cloned().collect())
-                } else {
-                    Cow::Borrowed(v.entities)
-                };
+                let may_go = self.may_go_to(now, v.entities, &steal.source.host, v.leaving);
                 decision::select_near(
                     &self.policy_for(now, v.leaving),
                     &node,

@@ -779,7 +779,7 @@ impl Sim {
         self.by_entity.insert(id.clone(), e);
         self.nodes[node].entities.push(e);
         self.jobs[j].ranks.push(e);
-        self.rebuild_edges(j);
+        self.rebuild_exchanges(j);
         id
     }
 
@@ -788,11 +788,11 @@ impl Sim {
         let id = JobId::new(job).expect("valid job id");
         if let Some(&j) = self.by_job.get(&id) {
             self.jobs[j].pattern = pattern;
-            self.rebuild_edges(j);
+            self.rebuild_exchanges(j);
         }
     }
 
-    fn rebuild_edges(&mut self, j: usize) {
+    fn rebuild_exchanges(&mut self, j: usize) {
         let job = &mut self.jobs[j];
         let mut exchanges = job.pattern.exchanges(job.ranks.len());
         for pair in &mut exchanges.pairs {
@@ -1137,14 +1137,12 @@ impl Sim {
     /// per second: one exchange per iteration and edge (two on a tree: up and down).
     fn partners_of(&self, e: &Entity, rate: f64) -> Vec<Partner> {
         let job = &self.jobs[e.job];
-        let per_edge = if job.pattern == Pattern::Tree {
-            2.0
-        } else {
-            1.0
-        };
+        let exchanges = &job.exchanges;
         let me = self.by_entity.get(&e.id).copied();
         let mut out: Vec<Partner> = Vec::new();
-        for &(a, b) in &job.exchanges.pairs {
+        for (&(a, b), &round) in exchanges.pairs.iter().zip(&exchanges.round) {
+            // As often as its round runs (a tree's levels: up and down).
+            let per_edge = f64::from(exchanges.times[round as usize]);
             let other = if Some(a) == me {
                 b
             } else if Some(b) == me {
@@ -1833,24 +1831,24 @@ fn gather(
 const ORACLE_HORIZON: Duration = Duration::from_secs(600);
 
 /// The oracle's placement of one job's ranks while it plans (ranks by position in the job).
-struct OraclePlan {
+struct OraclePlan<'j> {
     place: Vec<usize>,
     /// For each rank, the edges it is on, as (edge index, partner position).
     incident: Vec<Vec<(usize, usize)>>,
     /// One-way latency of each edge under `place`, seconds.
     latency: Vec<f64>,
     /// The job's exchanges (the edges' rounds).
-    exchanges: Exchanges,
+    exchanges: &'j Exchanges,
     /// (iteration seconds, summed edge latency): the plan lowers the first, and the second
     /// when the first does not move, so that a job spread far can be gathered a rank at a
     /// time although one move alone seldom shortens its longest exchange.
     cost: (f64, f64),
 }
 
-impl OraclePlan {
+impl<'j> OraclePlan<'j> {
     fn new(
         sim: &Sim,
-        job: &Job,
+        job: &'j Job,
         place: Vec<usize>,
         counts: &[usize],
         compute: impl Fn(usize, &[usize], &[usize]) -> f64,
@@ -1868,7 +1866,7 @@ impl OraclePlan {
             place,
             incident,
             latency,
-            exchanges: job.exchanges.clone(),
+            exchanges: &job.exchanges,
             cost: (0.0, 0.0),
         };
         plan.cost = plan.evaluate(counts, &compute, None);
