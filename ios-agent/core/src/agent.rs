@@ -20,7 +20,7 @@ use crate::model::{
     EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttLookup, RttView,
     Weights, DEFAULT_UNKNOWN_RTT,
 };
-use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable};
+use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable, LOCAL_MAX_RTT};
 
 /// How often the driver should sample the node and its entities, and how often an NSc2c
 /// manager polls its members: 2 s (Brunner and Kale sample every 2 s).
@@ -103,6 +103,7 @@ pub struct Config {
     pub(crate) peer_timeout: Duration,
     pub(crate) max_peers: usize,
     pub(crate) entity_cores: Option<f64>,
+    pub(crate) gather: bool,
     pub(crate) seed: Option<u64>,
 }
 
@@ -129,6 +130,7 @@ impl Default for Config {
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             max_peers: DEFAULT_MAX_PEERS,
             entity_cores: DEFAULT_ENTITY_CORES,
+            gather: true,
             seed: None,
         }
     }
@@ -223,6 +225,12 @@ impl Config {
     setter!(
         /// Peer table size; default [`DEFAULT_MAX_PEERS`].
         with_max_peers, max_peers: usize);
+    setter!(
+        /// NSp2p: whether a lightly loaded agent also steals from the agents of its ranks'
+        /// far partners (a *partner steal*, see [`Agent::handle_timeout`]), so that a job
+        /// spread over far nodes gathers near its own ranks; default on. Off, work goes only
+        /// between agents of one peer table.
+        with_gather, gather: bool);
 
     /// Cores one entity can use at most (an MPI rank with one thread: 1.0): a
     /// destination's idle CPU then counts only up to that much per entity moved
@@ -369,6 +377,9 @@ pub struct Stats {
     pub steals_sent: u64,
     /// Work-steal packets forwarded or relayed.
     pub steals_forwarded: u64,
+    /// NSp2p partner steals this agent sent (included in `steals_sent`): steals sent
+    /// straight to the agent of a far partner's host ([`Config::with_gather`]).
+    pub partner_steals_sent: u64,
     /// Steal rounds that ended with no work in any tier.
     pub steal_rounds_failed: u64,
     /// Migrations this agent started (Migrate actions).
@@ -425,7 +436,8 @@ pub enum StealRefusal {
         /// The agent asking.
         origin: PeerId,
     },
-    /// The beneficiary is not an agent this one knows (no RTT sample of it).
+    /// The beneficiary is not an agent this one knows (no RTT sample of it), nor, in NSp2p,
+    /// the agent of a host where a partner of an entity here runs (a partner steal).
     #[error("beneficiary {beneficiary} is not a known agent of the pool")]
     UnknownAgent {
         /// The beneficiary named.
@@ -496,6 +508,9 @@ const REFUSED_THIEVES_KEPT: usize = 8;
 /// How long a refused thief is remembered: its profile is stale after that, and it will
 /// have stolen again on its own.
 const REFUSED_THIEF_MEMORY: Duration = Duration::from_secs(30);
+/// How long before a partner steal goes to the same partner host again: its agent said no,
+/// and a node's entities and loads change over tens of seconds, not between two rounds.
+const PARTNER_STEAL_RETRY: Duration = Duration::from_secs(30);
 
 /// A node that would receive work.
 #[derive(Debug, Clone)]
@@ -524,7 +539,9 @@ enum Thief {
     },
     Stealing {
         id: MessageId,
-        tier: LatencyTier,
+        /// The tier the round goes on with if this steal gives nothing (`None`: the round
+        /// ends).
+        next: Option<LatencyTier>,
         deadline: Instant,
     },
     Receiving {
@@ -764,6 +781,9 @@ pub struct Agent {
     partner_rtts: HashMap<HostName, f64>,
     /// The hosts of the last [`Agent::hosts_to_measure`].
     partner_wanted: HashSet<HostName>,
+    /// NSp2p: partner hosts sent a partner steal, and when (asked again only after
+    /// [`PARTNER_STEAL_RETRY`]).
+    partners_asked: HashMap<HostName, Instant>,
     /// Entities stolen here, or moved by this NSc2c manager's order, with the host they came
     /// from and until when they may not go back there (two hold-downs after the steal was
     /// accepted or the order given). The hold-down alone does not stop a rank going back
@@ -865,6 +885,7 @@ impl Agent {
             entities: Vec::new(),
             partner_rtts: HashMap::new(),
             partner_wanted: HashSet::new(),
+            partners_asked: HashMap::new(),
             no_return: HashMap::new(),
             actions: VecDeque::new(),
             next_id,
@@ -1321,11 +1342,17 @@ impl Agent {
         match self.thief {
             Thief::Idle { next_round } if now >= next_round => {
                 if let Some(b) = self.beneficiary(now) {
-                    let first = match self.config.topology {
-                        Topology::PeerToPeer => LatencyTier::Local,
-                        Topology::ClusterToCluster => LatencyTier::Regional,
-                    };
-                    self.send_steal(now, b, Some(first));
+                    match self.config.topology {
+                        // A round starts with a partner steal when one is due, then goes
+                        // through the tiers.
+                        Topology::PeerToPeer => match self.partner_to_steal_from(now) {
+                            Some((to, host)) => self.partner_steal(now, b, to, host),
+                            None => self.send_steal(now, b, Some(LatencyTier::Local)),
+                        },
+                        Topology::ClusterToCluster => {
+                            self.send_steal(now, b, Some(LatencyTier::Regional))
+                        }
+                    }
                 } else {
                     self.thief = Thief::Idle {
                         next_round: now + self.config.steal_period,
@@ -1605,7 +1632,7 @@ impl Agent {
         tracing::debug!(agent = %self.me, %to, ?tier, %id, "work steal");
         self.thief = Thief::Stealing {
             id,
-            tier,
+            next: tier.next(),
             deadline: now + self.config.steal_timeout,
         };
         self.stats.steals_sent += 1;
@@ -1625,6 +1652,98 @@ impl Agent {
             rtts,
         };
         self.send(to, steal.into_message());
+    }
+
+    /// NSp2p, gathering a job ([`Config::with_gather`]): the agent to send this round's
+    /// partner steal to, and its host. Of the hosts this node's entities exchange with, those
+    /// beyond the local tier whose agent announced its host here and was not asked within
+    /// [`PARTNER_STEAL_RETRY`]; of them the one whose latency costs its entity most
+    /// (exchanges per second times RTT). `None` when there is none.
+    ///
+    /// Why: work steals go to peers of the thief's table, which holds its nearest agents,
+    /// and givers give only to those of theirs. A job whose ranks started on far nodes
+    /// therefore never gathers: a node near one rank is seldom near the others, and a far
+    /// partner's node never hears the steals of a light node that runs a rank of its job
+    /// (docs/results.md, "Scale": the oracle that gathers jobs led NSp2p by 0.46 to 0.88 on
+    /// the Internet-like network).
+    fn partner_to_steal_from(&mut self, now: Instant) -> Option<(PeerId, HostName)> {
+        if !self.config.gather || !self.knows_partners() {
+            return None;
+        }
+        self.partners_asked
+            .retain(|_, at| now.saturating_duration_since(*at) < PARTNER_STEAL_RETRY);
+        let local = LOCAL_MAX_RTT.as_secs_f64();
+        let mut best: Option<(f64, &HostName)> = None;
+        for p in self.entities.iter().flat_map(|e| &e.partners) {
+            if p.host == self.host || self.partners_asked.contains_key(&p.host) {
+                continue;
+            }
+            let Some(rtt) = self.rtt_to_host(&p.host).filter(|r| *r > local) else {
+                continue;
+            };
+            let cost = p.exchanges_per_sec * rtt;
+            // NaN and 0 rates are skipped; ties go to the first host in name order.
+            let better = cost > 0.0
+                && best.is_none_or(|(c, h)| cost > c || (cost == c && p.host < *h));
+            if !better {
+                continue;
+            }
+            if self.hosts.holder(&p.host).is_some() {
+                best = Some((cost, &p.host));
+            }
+        }
+        let host = best?.1.clone();
+        let peer = self.hosts.holder(&host)?.clone();
+        Some((peer, host))
+    }
+
+    /// Sends a partner steal for `b` (this node) to `to`, the agent of `host`, where a
+    /// partner of an entity here runs: a work steal with a TTL of 1 (the partner's agent
+    /// gives or says no, and passes nothing on), carrying this node's RTTs to its peers and
+    /// to its entities' partners (the giver weighs the communication term with them). If it
+    /// gives nothing, the round goes on through the tiers as usual.
+    fn partner_steal(&mut self, now: Instant, b: Beneficiary, to: PeerId, host: HostName) {
+        let id = MessageId(self.fresh_id());
+        tracing::debug!(agent = %self.me, %to, %host, %id, "partner steal");
+        self.thief = Thief::Stealing {
+            id,
+            next: Some(LatencyTier::Local),
+            deadline: now + self.config.steal_timeout,
+        };
+        self.stats.steals_sent += 1;
+        self.stats.partner_steals_sent += 1;
+        self.partners_asked.insert(host, now);
+        let peers = self.host_rtts();
+        let mut rtts: Vec<HostRtt> = peers.iter().cloned().collect();
+        let mut partners: Vec<(&HostName, &f64)> = self
+            .partner_rtts
+            .iter()
+            .filter(|(h, _)| !peers.iter().any(|r| r.host == **h))
+            .collect();
+        // Nearest first, as the peers' (the list is cut at its bound).
+        partners.sort_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)));
+        rtts.extend(partners.into_iter().map(|(host, rtt)| HostRtt {
+            host: host.clone(),
+            // Seconds to whole microseconds, saturating (a measured RTT is finite and >= 0).
+            rtt_us: (*rtt * 1e6).clamp(0.0, f64::from(u32::MAX)) as u32,
+        }));
+        rtts.truncate(MAX_RTTS);
+        let steal = Steal {
+            id,
+            origin: self.me.clone(),
+            source: b,
+            ttl: 1,
+            tier: LatencyTier::Local,
+            rtts: rtts.into(),
+        };
+        self.send(to, steal.into_message());
+    }
+
+    /// Whether an entity here exchanges with a process on `host`.
+    fn is_partner_host(&self, host: &HostName) -> bool {
+        self.entities
+            .iter()
+            .any(|e| e.partners.iter().any(|p| p.host == *host))
     }
 
     /// NSp2p: a peer that refused our steal now has work. Steal from it at once if we are
@@ -1707,11 +1826,11 @@ impl Agent {
 
     /// The current tier gave nothing: try the next one, with a fresh profile.
     fn escalate(&mut self, now: Instant) {
-        let Thief::Stealing { tier, .. } = self.thief else {
+        let Thief::Stealing { next, .. } = self.thief else {
             return;
         };
         match self.beneficiary(now) {
-            Some(b) => self.send_steal(now, b, tier.next()),
+            Some(b) => self.send_steal(now, b, next),
             None => {
                 self.thief = Thief::Idle {
                     next_round: now + self.config.steal_period,
@@ -1770,7 +1889,12 @@ impl Agent {
                 origin: steal.origin.clone(),
             });
         }
-        if self.peers.get(&source.peer).is_none() {
+        // A partner steal comes from outside the peer table: the agent of a host where a
+        // partner of an entity here runs, which wants that entity nearer (only such entities
+        // are weighed for it, see `on_work_steal`).
+        let partner_steal =
+            || self.config.topology == Topology::PeerToPeer && self.is_partner_host(&source.host);
+        if self.peers.get(&source.peer).is_none() && !partner_steal() {
             return Err(StealRefusal::UnknownAgent {
                 beneficiary: source.peer.clone(),
             });
@@ -1834,12 +1958,25 @@ impl Agent {
                             .as_ref()
                             .map(|n| n.views(&self.host, &steal.source.host));
                         // Not back where it came from, unless this node is leaving.
-                        let may_go = self.may_go_to(
+                        let mut may_go = self.may_go_to(
                             now,
                             &self.entities,
                             &steal.source.host,
                             self.leaving.is_some(),
                         );
+                        let in_table = self.peers.get(&steal.source.peer).is_some();
+                        if !in_table {
+                            // A partner steal: only entities with partners on the thief's
+                            // node are weighed.
+                            let thief = &steal.source.host;
+                            may_go = Cow::Owned(
+                                may_go
+                                    .iter()
+                                    .filter(|e| e.partners.iter().any(|p| p.host == *thief))
+                                    .cloned()
+                                    .collect(),
+                            );
+                        }
                         let plan = decision::select_near(
                             &self.policy(now),
                             &node,
@@ -1884,8 +2021,9 @@ impl Agent {
                             return;
                         }
                         // The thief is its own beneficiary in NSp2p: hint it if this node
-                        // gets loaded later (only a thief that asked itself).
-                        if checked.is_ok() {
+                        // gets loaded later (only a thief that asked itself, and of the peer
+                        // table: a hint from elsewhere is not taken).
+                        if checked.is_ok() && in_table {
                             self.remember_refusal(now, &steal.source);
                         }
                     }
@@ -2414,6 +2552,113 @@ mod tests {
         a.handle_entities(t0, vec![entity(0, 0.5)]);
         assert!(a.hosts_to_measure().is_empty());
         assert!(a.rtt_to_host(&host("p")).is_none());
+    }
+
+    /// Partner steals ([`Config::with_gather`]): a light node that runs a rank whose partner
+    /// is on a far node outside its peer table asks that node's agent directly, and gets the
+    /// partner (it computes as fast here and waits less); the far agent gives only ranks with
+    /// partners on the thief's node, and refuses the same steal from a node that runs none of
+    /// its ranks' partners. Without gathering the thief asks only its table.
+    #[test]
+    fn given_a_far_partner_outside_the_peer_table_then_a_light_node_steals_it_to_itself() {
+        let t0 = Instant::now();
+        let far = Duration::from_millis(300);
+        let with_partner = |rank: u32, on: &str| {
+            let mut e = entity(rank, 1.0);
+            e.partners = vec![crate::model::Partner {
+                host: host(on),
+                exchanges_per_sec: 2.0,
+            }];
+            e
+        };
+        // x: four cores, one rank of the job; its table holds only a near peer.
+        let thief = |gather: bool| {
+            let config = Config::default().with_seed(1).with_gather(gather);
+            let mut x = Agent::new(peer("x"), host("x"), config, t0).expect("valid config");
+            meet(&mut x, t0, "near", Duration::from_millis(2));
+            // The driver measured the partner's host over a connection to its agent.
+            x.handle_peer_host(t0, peer("y"), host("y"))
+                .expect("host accepted");
+            x.handle_node_profile(
+                t0,
+                NodeProfile {
+                    cpu_load: 1.0,
+                    ..NodeProfile::idle(4.0, 1 << 30)
+                },
+            );
+            x.handle_entities(t0, vec![with_partner(0, "y")]);
+            assert_eq!(x.hosts_to_measure(), vec![host("y")]);
+            x.handle_partner_rtt(&host("y"), far);
+            x
+        };
+        // y: one core, the partner rank and a rank of another job.
+        let giver = |partner_here: bool| {
+            let mut y = agent("y", t0);
+            meet(&mut y, t0, "near-y", Duration::from_millis(2));
+            y.handle_peer_host(t0, peer("x"), host("x"))
+                .expect("host accepted");
+            y.handle_node_profile(
+                t0,
+                NodeProfile {
+                    cpu_load: 1.0,
+                    ..NodeProfile::idle(1.0, 1 << 30)
+                },
+            );
+            let mut other = entity(7, 1.0);
+            other.id.job = JobId::new("other").expect("valid");
+            let mut ranks = vec![other];
+            if partner_here {
+                ranks.push(with_partner(1, "x"));
+            }
+            y.handle_entities(t0, ranks);
+            y.hosts_to_measure();
+            y.handle_partner_rtt(&host("x"), far);
+            y
+        };
+        let mut x = thief(true);
+        x.handle_timeout(t0);
+        let actions = drain(&mut x);
+        let [Action::Send {
+            to,
+            message: steal @ Message::WorkSteal { ttl: 1, rtts, .. },
+        }] = actions.as_slice()
+        else {
+            panic!("one partner steal expected, got {actions:?}");
+        };
+        assert_eq!(to, &peer("y"));
+        assert!(
+            rtts.iter().any(|r| r.host == host("y")),
+            "the steal carries the thief's partner RTTs: {rtts:?}"
+        );
+        assert_eq!(x.stats().partner_steals_sent, 1);
+        let mut y = giver(true);
+        y.handle_message(t0, peer("x"), steal.clone());
+        let moved = migrations(&drain(&mut y));
+        assert_eq!(moved.len(), 1, "the partner goes to the thief");
+        assert_eq!(moved[0].1, vec![with_partner(1, "x").id]);
+        assert_eq!(moved[0].2, peer("x"));
+        // A node that runs no partner of y's ranks gets nothing from outside y's table.
+        let mut y = giver(false);
+        y.handle_message(t0, peer("x"), steal.clone());
+        assert!(migrations(&drain(&mut y)).is_empty());
+        assert_eq!(y.stats().steals_refused, 1);
+        // The partner host is not asked again at once: the round goes on through the tiers.
+        x.handle_timeout(t0 + DEFAULT_STEAL_TIMEOUT);
+        let actions = drain(&mut x);
+        assert!(
+            matches!(actions.as_slice(), [Action::Send { to, message: Message::WorkSteal { ttl, .. } }]
+                if *to == peer("near") && *ttl == DEFAULT_RRP_TTL),
+            "{actions:?}"
+        );
+        // Without gathering, the thief asks its table only.
+        let mut x = thief(false);
+        x.handle_timeout(t0);
+        let actions = drain(&mut x);
+        assert!(
+            matches!(actions.as_slice(), [Action::Send { to, .. }] if *to == peer("near")),
+            "{actions:?}"
+        );
+        assert_eq!(x.stats().partner_steals_sent, 0);
     }
 
     /// A rank stolen from a node does not go back there within two hold-downs, though it

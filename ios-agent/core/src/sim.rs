@@ -1404,7 +1404,12 @@ impl Sim {
     /// Agent `i` measures the hosts it asks for ([`Agent::hosts_to_measure`]: its ranks'
     /// partners', and an NSc2c manager's members' ranks' partners'), after each profile
     /// round.
+    ///
+    /// The driver measures a host over a connection to its agent, which announces each
+    /// agent's host to the other (as any connection does, [`Sim::connect`]): the agent then
+    /// knows the partner's agent, and may send it a partner steal.
     fn measure_partners(&mut self, i: usize) {
+        let now = self.now;
         let hosts = self.nodes[i].agent.hosts_to_measure();
         for host in hosts {
             let Some(j) = self.index_of_host(&host).filter(|&j| self.alive[j]) else {
@@ -1412,6 +1417,9 @@ impl Sim {
             };
             let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
             self.nodes[i].agent.handle_partner_rtt(&host, rtt);
+            if self.connect(now, j, i) {
+                self.drain(j);
+            }
         }
     }
 
