@@ -44,6 +44,7 @@ pub(crate) fn status_of(
             messages_refused: s.messages_refused,
             steals_refused: s.steals_refused,
             hosts_refused: s.hosts_refused,
+            partner_steals_sent: s.partner_steals_sent,
         },
         decisions,
     }

@@ -644,3 +644,85 @@ async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings()
         "partner RTT {rtt:?}"
     );
 }
+
+/// What a driver loop sent, and to whom.
+#[derive(Clone, Default)]
+struct Outbox(Arc<Mutex<Vec<(PeerId, Message)>>>);
+
+impl Transport for Outbox {
+    fn send(&self, to: &PeerId, message: Message) {
+        self.0.lock().unwrap().push((to.clone(), message));
+    }
+}
+
+/// A light node runs a rank whose partner is on a far agent that is connected but outside
+/// its peer table (a table of one, held by a near peer): the loop's first steal of a round
+/// goes straight to that agent, a partner steal with a TTL of 1 that carries the partner's
+/// RTT (the core's unit test and the simulator check what the partner's agent does with it).
+#[tokio::test]
+async fn given_a_far_partner_on_a_connected_agent_then_the_loop_sends_it_a_partner_steal() {
+    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
+    let (a, near, partner) = (peer("agent-a"), peer("agent-n"), peer("agent-p"));
+    let (peers_tx, peers_rx) = mpsc::channel(64);
+    let (samples_tx, samples_rx) = mpsc::channel(4);
+    let (control_tx, control_rx) = mpsc::channel(4);
+    let agent = Agent::new(
+        a,
+        HostName::new("node-a").unwrap(),
+        config().with_max_peers(1),
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let outbox = Outbox::default();
+    let run = tokio::spawn(driver::run(
+        agent,
+        outbox.clone(),
+        Recorder::default(),
+        Inputs {
+            peers: peers_rx,
+            samples: samples_rx,
+            control: control_rx,
+        },
+    ));
+    connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
+    connect(&peers_tx, &partner, "node-p", Duration::from_millis(80)).await;
+    let mut rank = entity(0, 100);
+    rank.partners = vec![ios_agent_core::model::Partner {
+        host: HostName::new("node-p").unwrap(),
+        exchanges_per_sec: 10.0,
+    }];
+    samples_tx
+        .send(Sample {
+            node: Some(NodeProfile::idle(2.0, 1 << 30)),
+            entities: Some(vec![rank]),
+            rank_pids: Vec::new(),
+            stalled: Vec::new(),
+        })
+        .await
+        .unwrap();
+    wait_for_status(&control_tx, "a partner steal", |s| {
+        s.counters.partner_steals_sent > 0
+    })
+    .await;
+    control_tx.send(ControlRequest::Stop).await.unwrap();
+    let agent = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        agent.peers().get(&partner).is_none(),
+        "the partner's agent is in the peer table: the test shows nothing"
+    );
+    let sent = outbox.0.lock().unwrap().clone();
+    let steal = sent
+        .iter()
+        .find_map(|(to, m)| match m {
+            Message::WorkSteal { ttl: 1, rtts, .. } if *to == partner => Some(rtts.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no partner steal to {partner}: {sent:?}"));
+    assert!(
+        steal.iter().any(|r| r.host.as_str() == "node-p"),
+        "the partner's RTT is not in the steal: {steal:?}"
+    );
+}

@@ -1683,8 +1683,8 @@ impl Agent {
             };
             let cost = p.exchanges_per_sec * rtt;
             // NaN and 0 rates are skipped; ties go to the first host in name order.
-            let better = cost > 0.0
-                && best.is_none_or(|(c, h)| cost > c || (cost == c && p.host < *h));
+            let better =
+                cost > 0.0 && best.is_none_or(|(c, h)| cost > c || (cost == c && p.host < *h));
             if !better {
                 continue;
             }

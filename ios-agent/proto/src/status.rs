@@ -168,6 +168,10 @@ pub struct Counters {
     /// host, a host another peer already claims).
     #[serde(default)]
     pub hosts_refused: u64,
+    /// NSp2p partner steals started (included in `steals_sent`): steals sent straight to
+    /// the agent of a far host where a partner of a rank here runs.
+    #[serde(default)]
+    pub partner_steals_sent: u64,
 }
 
 /// A running agent's state.
@@ -253,8 +257,9 @@ impl AgentStatus {
         let c = &self.counters;
         let _ = writeln!(
             out,
-            "counters: {} steals sent, {} forwarded, {} rounds without work, migrations {} started / {} completed / {} failed, {} messages refused, {} forged steals refused, {} announced hosts refused",
+            "counters: {} steals sent ({} to partners' agents), {} forwarded, {} rounds without work, migrations {} started / {} completed / {} failed, {} messages refused, {} forged steals refused, {} announced hosts refused",
             c.steals_sent,
+            c.partner_steals_sent,
             c.steals_forwarded,
             c.steal_rounds_failed,
             c.migrations_started,
@@ -346,20 +351,28 @@ mod tests {
     #[test]
     fn given_refused_steals_and_hosts_then_the_status_shows_them() {
         let counters = Counters {
+            steals_sent: 5,
+            partner_steals_sent: 2,
             steals_refused: 3,
             hosts_refused: 7,
             ..Counters::default()
         };
         let status = status_with(counters);
         let text = status.to_text();
+        assert!(
+            text.contains("5 steals sent (2 to partners' agents)"),
+            "{text}"
+        );
         assert!(text.contains("3 forged steals refused"), "{text}");
         assert!(text.contains("7 announced hosts refused"), "{text}");
         let mut json = serde_json::to_value(counters).expect("serialisable");
         let fields = json.as_object_mut().expect("an object");
         fields.remove("steals_refused");
         fields.remove("hosts_refused");
+        fields.remove("partner_steals_sent");
         let old: Counters = serde_json::from_value(json).expect("an older agent's counters");
         assert_eq!(old.steals_refused, 0);
+        assert_eq!(old.partner_steals_sent, 0);
     }
 
     /// Issue 14, item 3: programs read decisions as typed data, people as the words they
