@@ -40,9 +40,9 @@ pub struct ScaleArgs {
     /// Seed of the pool and of the agents.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Strategies to run (nsp2p, nsp2p-nocomm, nsp2p-paper, nsc2c, random, random-paper,
-    /// none, oracle).
-    #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsp2p-nocomm".to_owned(), "nsp2p-paper".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "random-paper".to_owned(), "none".to_owned(), "oracle".to_owned()])]
+    /// Strategies to run (nsp2p, nsp2p-nogather, nsp2p-nocomm, nsp2p-paper, nsc2c, random,
+    /// random-paper, none, oracle).
+    #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsp2p-nogather".to_owned(), "nsp2p-nocomm".to_owned(), "nsp2p-paper".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "random-paper".to_owned(), "none".to_owned(), "oracle".to_owned()])]
     pub strategies: Vec<String>,
     /// Largest pool NSc2c runs on.
     #[arg(long, default_value_t = 1000)]
@@ -225,7 +225,11 @@ pub enum Strategy {
     /// [`ios_agent_core::model::CostTerm::Amortized`]), the ranks' profiles carrying their
     /// partners (the model's communication term, [`ios_agent_core::model::gain_near`]).
     NsP2p,
-    /// [`Strategy::NsP2p`] without partners in the profiles (no communication term).
+    /// [`Strategy::NsP2p`] without partner steals ([`Config::with_gather`]): work goes only
+    /// between agents of one peer table, as before 2026-11-28.
+    NsP2pNoGather,
+    /// [`Strategy::NsP2p`] without partners in the profiles (no communication term, no
+    /// partner steals).
     NsP2pNoComm,
     /// Agents, NSp2p, the paper's model: no cap on a rank's demand, Figure 3's cost term,
     /// no partners.
@@ -247,6 +251,7 @@ impl Strategy {
     fn name(self) -> &'static str {
         match self {
             Strategy::NsP2p => "NSp2p",
+            Strategy::NsP2pNoGather => "NSp2p-nogather",
             Strategy::NsP2pNoComm => "NSp2p-nocomm",
             Strategy::Paper => "NSp2p-paper",
             Strategy::NsC2c => "NSc2c",
@@ -262,6 +267,7 @@ impl Strategy {
             "nsp2p" | "p2p" => Strategy::NsP2p,
             "nsp2p-paper" | "paper" => Strategy::Paper,
             "nsp2p-nocomm" | "nocomm" => Strategy::NsP2pNoComm,
+            "nsp2p-nogather" | "nogather" => Strategy::NsP2pNoGather,
             "nsc2c" | "c2c" => Strategy::NsC2c,
             "random" => Strategy::Random,
             "random-paper" => Strategy::RandomPaper,
@@ -512,6 +518,7 @@ pub fn agent_config(strategy: Strategy, max_peers: usize) -> Config {
     let config = Config::default().with_max_peers(max_peers);
     match strategy {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
+        Strategy::NsP2pNoGather => config.with_gather(false),
         Strategy::Paper | Strategy::RandomPaper => config
             .with_entity_cores(None)
             .with_cost_model(MigrationCostModel::paper()),
@@ -541,7 +548,10 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     if matches!(strategy, Strategy::Random | Strategy::RandomPaper) {
         sim = sim.with_reported_rtt(Duration::from_millis(1));
     }
-    if matches!(strategy, Strategy::NsP2p | Strategy::NsC2c) {
+    if matches!(
+        strategy,
+        Strategy::NsP2p | Strategy::NsP2pNoGather | Strategy::NsC2c
+    ) {
         sim = sim.with_partners();
     }
     for i in 0..pool.nodes {
@@ -961,6 +971,7 @@ fn plots(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
     let mut any = false;
     for s in [
         Strategy::NsP2p,
+        Strategy::NsP2pNoGather,
         Strategy::NsP2pNoComm,
         Strategy::Paper,
         Strategy::NsC2c,

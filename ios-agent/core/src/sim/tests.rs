@@ -601,6 +601,52 @@ fn given_a_job_spread_over_far_nodes_then_the_oracle_gathers_it() {
     );
 }
 
+/// The agents gather a spread job by partner steals ([`Config::with_gather`]): four 4-core
+/// nodes 300 ms apart each run one rank of a hypercube job, and each agent's peer table (two
+/// peers) holds only its two near idle one-core neighbours, so no work steal of the tiers
+/// ever reaches another rank's node. Without partner steals the job stays on its four nodes;
+/// with them the light nodes ask their ranks' partners' agents, and the job comes together
+/// (on one node or two: a 4-core node takes at most three more ranks once its own computes).
+#[test]
+fn given_a_job_spread_beyond_the_peer_tables_then_partner_steals_gather_it() {
+    use super::Pattern;
+    let run = |gather: bool| {
+        let config = Config::default().with_max_peers(2).with_gather(gather);
+        let mut sim = Sim::new(5, config)
+            .with_default_rtt(ms(300))
+            .with_partners();
+        let ranks: Vec<_> = (0..4)
+            .map(|rank| {
+                let n = sim.add_node(NodeSpec::new(4.0));
+                let id = sim.add_entity(n, "far", rank, 1 << 20);
+                for _ in 0..2 {
+                    let near = sim.add_node(NodeSpec::new(1.0));
+                    sim.set_rtt(n, near, ms(2));
+                }
+                id
+            })
+            .collect();
+        sim.set_pattern("far", Pattern::Hypercube);
+        sim.run_for(secs(600));
+        let nodes: std::collections::BTreeSet<usize> =
+            ranks.iter().filter_map(|id| sim.node_of(id)).collect();
+        let partner_steals: u64 = (0..sim.node_count())
+            .map(|n| sim.agent(n).stats().partner_steals_sent)
+            .sum();
+        (nodes.len(), sim.iterations(), partner_steals)
+    };
+    let (spread, alone, none_sent) = run(false);
+    let (gathered, together, sent) = run(true);
+    assert_eq!(spread, 4, "without partner steals the job moved");
+    assert_eq!(none_sent, 0);
+    assert!(sent > 0);
+    assert!(gathered <= 2, "the job still spans {gathered} nodes");
+    assert!(
+        together > 1.5 * alone,
+        "gathered {together:.0} iterations, spread {alone:.0}"
+    );
+}
+
 /// A background load of one core from `from` to `to` seconds, none outside.
 fn busy(from: u64, to: u64) -> impl Fn(Duration) -> f64 {
     move |t: Duration| {
