@@ -414,6 +414,7 @@ async fn forged_work_steals_move_nothing_and_an_honest_one_does() {
             tier: ios_agent_core::LatencyTier::Local,
             rtts: Default::default(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         },
     };
     let x = PeerId::new(b"made-up-x".to_vec()).unwrap();

@@ -520,6 +520,8 @@ pub(crate) struct Beneficiary {
     pub(crate) profile: NodeProfile,
     /// What the node offers entities of the jobs it runs ([`NodeProfile::job_offers`]).
     pub(crate) job_offers: Vec<JobOffer>,
+    /// Entities that left the node within the last two hold-downs: not to be sent back.
+    pub(crate) departed: Vec<EntityId>,
 }
 
 impl Beneficiary {
@@ -582,6 +584,7 @@ impl Steal {
             tier: self.tier,
             rtts: self.rtts,
             job_offers: self.source.job_offers,
+            departed: self.source.departed,
         }
     }
 }
@@ -781,9 +784,18 @@ pub struct Agent {
     partner_rtts: HashMap<HostName, f64>,
     /// The hosts of the last [`Agent::hosts_to_measure`].
     partner_wanted: HashSet<HostName>,
-    /// NSp2p: partner hosts sent a partner steal, and when (asked again only after
+    /// Partner hosts sent a partner steal, and when (asked again only after
     /// [`PARTNER_STEAL_RETRY`]).
     partners_asked: HashMap<HostName, Instant>,
+    /// NSc2c: the partner steal under way, to send again to the manager a member names
+    /// ([`Message::StealRedirect`]).
+    redirectable: Option<Steal>,
+    /// Entities that left this node, oldest first, each with the end of the two hold-downs
+    /// during which no giver should send it back here: this node's steals carry them
+    /// ([`Message::WorkSteal`]'s `departed`), so the rule does not depend on which agent
+    /// decided the departure or keeps a record of it (an NSc2c cluster whose manager
+    /// changed loses the old manager's `no_return`).
+    departed: VecDeque<(EntityId, Instant)>,
     /// Entities stolen here, or moved by this NSc2c manager's order, with the host they came
     /// from and until when they may not go back there (two hold-downs after the steal was
     /// accepted or the order given). The hold-down alone does not stop a rank going back
@@ -886,6 +898,8 @@ impl Agent {
             partner_rtts: HashMap::new(),
             partner_wanted: HashSet::new(),
             partners_asked: HashMap::new(),
+            redirectable: None,
+            departed: VecDeque::new(),
             no_return: HashMap::new(),
             actions: VecDeque::new(),
             next_id,
@@ -1201,6 +1215,7 @@ impl Agent {
                 tier,
                 rtts,
                 job_offers,
+                departed,
             } => {
                 let steal = Steal {
                     id,
@@ -1210,6 +1225,7 @@ impl Agent {
                         host: source_host,
                         profile: source_profile,
                         job_offers,
+                        departed,
                     },
                     ttl,
                     tier,
@@ -1243,6 +1259,9 @@ impl Agent {
             Message::WorkAvailable => self.on_work_available(now, from),
             // Its connection did its work: the hosts are announced over it.
             Message::Introduce => {}
+            Message::StealRedirect { id, manager } => {
+                self.on_steal_redirect(now, &from, id, manager)
+            }
             Message::MigrationFinished {
                 migration,
                 completed,
@@ -1257,6 +1276,7 @@ impl Agent {
                 node,
                 entities,
                 leaving,
+                departed,
             } => self.on_profile_reply(
                 now,
                 from,
@@ -1266,6 +1286,7 @@ impl Agent {
                     node,
                     entities,
                     leaving,
+                    departed,
                 },
             ),
             Message::MoveOrder {
@@ -1331,6 +1352,13 @@ impl Agent {
             }
         }
         self.held.retain(|_, until| *until > now);
+        while self
+            .departed
+            .front()
+            .is_some_and(|(_, until)| *until <= now)
+        {
+            self.departed.pop_front();
+        }
         if let Some(out) = &self.outgoing {
             if now >= out.deadline {
                 tracing::warn!(agent = %self.me, migration = %out.id, "migration timed out");
@@ -1342,16 +1370,15 @@ impl Agent {
         match self.thief {
             Thief::Idle { next_round } if now >= next_round => {
                 if let Some(b) = self.beneficiary(now) {
-                    match self.config.topology {
-                        // A round starts with a partner steal when one is due, then goes
-                        // through the tiers.
-                        Topology::PeerToPeer => match self.partner_to_steal_from(now) {
-                            Some((to, host)) => self.partner_steal(now, b, to, host),
-                            None => self.send_steal(now, b, Some(LatencyTier::Local)),
-                        },
-                        Topology::ClusterToCluster => {
-                            self.send_steal(now, b, Some(LatencyTier::Regional))
-                        }
+                    let first = match self.config.topology {
+                        Topology::PeerToPeer => LatencyTier::Local,
+                        Topology::ClusterToCluster => LatencyTier::Regional,
+                    };
+                    // A round starts with a partner steal when one is due, then goes
+                    // through the tiers.
+                    match self.partner_steal_target(now) {
+                        Some((to, host, partner_b)) => self.partner_steal(now, partner_b, to, host),
+                        None => self.send_steal(now, b, Some(first)),
                     }
                 } else {
                     self.thief = Thief::Idle {
@@ -1573,7 +1600,19 @@ impl Agent {
             host: self.host.clone(),
             job_offers: profile.job_offers(&self.entities),
             profile,
+            departed: self.departed(),
         })
+    }
+
+    /// The entities that left this node within the last two hold-downs, oldest first (at
+    /// most [`MAX_ENTITIES`]).
+    pub(crate) fn departed(&self) -> Vec<EntityId> {
+        let skip = self.departed.len().saturating_sub(MAX_ENTITIES);
+        self.departed
+            .iter()
+            .skip(skip)
+            .map(|(e, _)| e.clone())
+            .collect()
     }
 
     /// Whether this agent steals at all now (NSp2p: its node is lightly loaded; NSc2c: it is
@@ -1654,11 +1693,10 @@ impl Agent {
         self.send(to, steal.into_message());
     }
 
-    /// NSp2p, gathering a job ([`Config::with_gather`]): the agent to send this round's
-    /// partner steal to, and its host. Of the hosts this node's entities exchange with, those
-    /// beyond the local tier whose agent announced its host here and was not asked within
-    /// [`PARTNER_STEAL_RETRY`]; of them the one whose latency costs its entity most
-    /// (exchanges per second times RTT). `None` when there is none.
+    /// Gathering a job ([`Config::with_gather`]): the agent to send this round's partner
+    /// steal to, its host, and the node that would receive the work (NSp2p: this node; NSc2c:
+    /// the light member of this manager's cluster whose ranks' partner it is, see
+    /// `c2c_partner_steal_target`). `None` when no partner steal is due.
     ///
     /// Why: work steals go to peers of the thief's table, which holds its nearest agents,
     /// and givers give only to those of theirs. A job whose ranks started on far nodes
@@ -1666,15 +1704,34 @@ impl Agent {
     /// partner's node never hears the steals of a light node that runs a rank of its job
     /// (docs/results.md, "Scale": the oracle that gathers jobs led NSp2p by 0.46 to 0.88 on
     /// the Internet-like network).
-    fn partner_to_steal_from(&mut self, now: Instant) -> Option<(PeerId, HostName)> {
-        if !self.config.gather || !self.knows_partners() {
+    fn partner_steal_target(&mut self, now: Instant) -> Option<(PeerId, HostName, Beneficiary)> {
+        if !self.config.gather {
             return None;
         }
         self.partners_asked
             .retain(|_, at| now.saturating_duration_since(*at) < PARTNER_STEAL_RETRY);
+        let (host, b) = match self.config.topology {
+            Topology::PeerToPeer => {
+                let (_, host) = self.farthest_partner(&self.entities)?;
+                (host.clone(), self.myself()?)
+            }
+            Topology::ClusterToCluster => self.c2c_partner_steal_target(now)?,
+        };
+        let peer = self.hosts.holder(&host)?.clone();
+        Some((peer, host, b))
+    }
+
+    /// Of the hosts `entities` exchange with, those beyond the local tier (as this agent
+    /// measured them) whose agent announced its host here and was not asked within
+    /// [`PARTNER_STEAL_RETRY`]: the one whose latency costs its entity most (exchanges per
+    /// second times RTT), with that cost.
+    pub(crate) fn farthest_partner<'e>(
+        &self,
+        entities: &'e [EntityProfile],
+    ) -> Option<(f64, &'e HostName)> {
         let local = LOCAL_MAX_RTT.as_secs_f64();
         let mut best: Option<(f64, &HostName)> = None;
-        for p in self.entities.iter().flat_map(|e| &e.partners) {
+        for p in entities.iter().flat_map(|e| &e.partners) {
             if p.host == self.host || self.partners_asked.contains_key(&p.host) {
                 continue;
             }
@@ -1685,29 +1742,30 @@ impl Agent {
             // NaN and 0 rates are skipped; ties go to the first host in name order.
             let better =
                 cost > 0.0 && best.is_none_or(|(c, h)| cost > c || (cost == c && p.host < *h));
-            if !better {
-                continue;
-            }
-            if self.hosts.holder(&p.host).is_some() {
+            if better && self.hosts.holder(&p.host).is_some() {
                 best = Some((cost, &p.host));
             }
         }
-        let host = best?.1.clone();
-        let peer = self.hosts.holder(&host)?.clone();
-        Some((peer, host))
+        best
     }
 
-    /// Sends a partner steal for `b` (this node) to `to`, the agent of `host`, where a
-    /// partner of an entity here runs: a work steal with a TTL of 1 (the partner's agent
-    /// gives or says no, and passes nothing on), carrying this node's RTTs to its peers and
-    /// to its entities' partners (the giver weighs the communication term with them). If it
-    /// gives nothing, the round goes on through the tiers as usual.
+    /// Sends a partner steal for `b` to `to`, the agent of `host`, where a partner of an
+    /// entity on `b`'s node runs: a work steal with a TTL of 1 (the partner's agent gives or
+    /// says no, and passes nothing on; in NSc2c a member names its manager instead,
+    /// [`Message::StealRedirect`]), carrying this node's RTTs to its peers and to its
+    /// entities' partners (the giver weighs the communication term with them; an NSc2c
+    /// manager's stand for its members'). If it gives nothing, the round goes on through the
+    /// tiers as usual.
     fn partner_steal(&mut self, now: Instant, b: Beneficiary, to: PeerId, host: HostName) {
         let id = MessageId(self.fresh_id());
         tracing::debug!(agent = %self.me, %to, %host, %id, "partner steal");
+        let next = match self.config.topology {
+            Topology::PeerToPeer => LatencyTier::Local,
+            Topology::ClusterToCluster => LatencyTier::Regional,
+        };
         self.thief = Thief::Stealing {
             id,
-            next: Some(LatencyTier::Local),
+            next: Some(next),
             deadline: now + self.config.steal_timeout,
         };
         self.stats.steals_sent += 1;
@@ -1736,14 +1794,58 @@ impl Agent {
             tier: LatencyTier::Local,
             rtts: rtts.into(),
         };
+        if self.config.topology == Topology::ClusterToCluster {
+            self.redirectable = Some(steal.clone());
+        }
         self.send(to, steal.into_message());
     }
 
-    /// Whether an entity here exchanges with a process on `host`.
-    fn is_partner_host(&self, host: &HostName) -> bool {
+    /// NSc2c: the member a partner steal of ours went to names its manager: send the same
+    /// steal there (once per partner steal), if we still wait for its answer.
+    fn on_steal_redirect(&mut self, now: Instant, from: &PeerId, id: MessageId, manager: PeerId) {
+        let waiting = matches!(self.thief, Thief::Stealing { id: current, .. } if current == id);
+        let Some(steal) = self.redirectable.take_if(|s| s.id == id) else {
+            return;
+        };
+        if !waiting || manager == self.me || manager == *from {
+            return;
+        }
+        tracing::debug!(agent = %self.me, %from, %manager, %id, "partner steal redirected to the member's manager");
+        if let Thief::Stealing { deadline, .. } = &mut self.thief {
+            *deadline = now + self.config.steal_timeout;
+        }
+        self.stats.steals_sent += 1;
+        self.send(manager, steal.into_message());
+    }
+
+    /// Whether an entity here, or of a member this NSc2c manager manages, exchanges with a
+    /// process on `host`.
+    pub(crate) fn is_partner_host(&self, host: &HostName) -> bool {
         self.entities
             .iter()
+            .chain(self.member_entities())
             .any(|e| e.partners.iter().any(|p| p.host == *host))
+    }
+
+    /// Of `entities`, those a steal for `thief` may take: none that left the thief's node
+    /// lately (its steal lists them), unless their node is `leaving`, and for a partner
+    /// steal from an agent outside our peer table only those with partners on its node
+    /// ([`Agent::check_steal`]).
+    pub(crate) fn for_thief<'e>(
+        &self,
+        entities: Cow<'e, [EntityProfile]>,
+        thief: &Beneficiary,
+        leaving: bool,
+    ) -> Cow<'e, [EntityProfile]> {
+        let partner_steal = self.peers.get(&thief.peer).is_none();
+        let may = |e: &EntityProfile| {
+            (leaving || !thief.departed.contains(&e.id))
+                && (!partner_steal || e.partners.iter().any(|p| p.host == thief.host))
+        };
+        if entities.iter().all(may) {
+            return entities;
+        }
+        Cow::Owned(entities.iter().filter(|e| may(e)).cloned().collect())
     }
 
     /// NSp2p: a peer that refused our steal now has work. Steal from it at once if we are
@@ -1889,11 +1991,10 @@ impl Agent {
                 origin: steal.origin.clone(),
             });
         }
-        // A partner steal comes from outside the peer table: the agent of a host where a
-        // partner of an entity here runs, which wants that entity nearer (only such entities
-        // are weighed for it, see `on_work_steal`).
-        let partner_steal =
-            || self.config.topology == Topology::PeerToPeer && self.is_partner_host(&source.host);
+        // A partner steal comes from outside the peer table: for a host where a partner of
+        // an entity here (or of a member's, for an NSc2c manager) runs, which wants that
+        // entity nearer (only such entities are weighed for it, see `for_thief`).
+        let partner_steal = || self.is_partner_host(&source.host);
         if self.peers.get(&source.peer).is_none() && !partner_steal() {
             return Err(StealRefusal::UnknownAgent {
                 beneficiary: source.peer.clone(),
@@ -1957,26 +2058,15 @@ impl Agent {
                         let views = near
                             .as_ref()
                             .map(|n| n.views(&self.host, &steal.source.host));
-                        // Not back where it came from, unless this node is leaving.
-                        let mut may_go = self.may_go_to(
-                            now,
-                            &self.entities,
-                            &steal.source.host,
-                            self.leaving.is_some(),
+                        // Not back where it came from, unless this node is leaving; only
+                        // ranks with partners there for a partner steal.
+                        let leaving = self.leaving.is_some();
+                        let may_go = self.for_thief(
+                            self.may_go_to(now, &self.entities, &steal.source.host, leaving),
+                            &steal.source,
+                            leaving,
                         );
                         let in_table = self.peers.get(&steal.source.peer).is_some();
-                        if !in_table {
-                            // A partner steal: only entities with partners on the thief's
-                            // node are weighed.
-                            let thief = &steal.source.host;
-                            may_go = Cow::Owned(
-                                may_go
-                                    .iter()
-                                    .filter(|e| e.partners.iter().any(|p| p.host == *thief))
-                                    .cloned()
-                                    .collect(),
-                            );
-                        }
                         let plan = decision::select_near(
                             &self.policy(now),
                             &node,
@@ -2073,6 +2163,11 @@ impl Agent {
         for e in &entities {
             self.held.insert(e.clone(), now + self.config.hold_down);
         }
+        self.departed
+            .retain(|(e, until)| *until > now && !entities.contains(e));
+        let until = now + self.config.hold_down * 2;
+        self.departed
+            .extend(entities.iter().map(|e| (e.clone(), until)));
         self.stats.migrations_started += 1;
         self.outgoing = Some(Outgoing {
             id,
@@ -2261,6 +2356,7 @@ mod tests {
             tier: LatencyTier::Local,
             rtts: Default::default(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         }
     }
 
@@ -2451,6 +2547,7 @@ mod tests {
             tier: LatencyTier::Local,
             rtts: Default::default(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         };
         a.handle_message(t0, peer("b"), steal.clone());
         let actions = drain(&mut a);
@@ -2853,6 +2950,7 @@ mod tests {
             tier: LatencyTier::Local,
             rtts: Default::default(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         };
         let mut out = Vec::new();
         ciborium::into_writer(&m, &mut out).expect("encodes");
@@ -2911,6 +3009,7 @@ mod tests {
             tier: LatencyTier::Local,
             rtts: Default::default(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         }
     }
 
@@ -3351,6 +3450,7 @@ mod tests {
                 tier: LatencyTier::Local,
                 rtts: Default::default(),
                 job_offers: Vec::new(),
+                departed: Vec::new(),
             },
         );
         assert_eq!(a.stats().messages_refused, 1);

@@ -109,6 +109,8 @@ pub(crate) struct MemberView {
     pub(crate) node: NodeProfile,
     pub(crate) entities: Vec<EntityProfile>,
     pub(crate) leaving: bool,
+    /// Entities that left the member's node lately ([`Agent::departed`]).
+    pub(crate) departed: Vec<EntityId>,
 }
 
 /// One node of the manager's cluster, as it decides with it (its own node included).
@@ -118,6 +120,7 @@ struct ClusterNode<'a> {
     node: NodeProfile,
     entities: &'a [EntityProfile],
     leaving: bool,
+    departed: Vec<EntityId>,
 }
 
 /// A move order as received.
@@ -846,6 +849,7 @@ impl Agent {
         entities.truncate(MAX_ENTITIES);
         let host = self.host.clone();
         let leaving = self.is_leaving();
+        let departed = self.departed();
         self.send(
             from,
             Message::ProfileReply {
@@ -854,6 +858,7 @@ impl Agent {
                 node,
                 entities,
                 leaving,
+                departed,
             },
         );
     }
@@ -920,6 +925,7 @@ impl Agent {
             host: order.to_host,
             profile: NodeProfile::idle(1.0, 0),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         };
         self.start_migration(
             now,
@@ -983,6 +989,7 @@ impl Agent {
                 node,
                 entities: &self.entities[..],
                 leaving: self.is_leaving(),
+                departed: self.departed(),
             });
         }
         let fresh = self.config.profile_period * 2;
@@ -1008,6 +1015,7 @@ impl Agent {
                 node: v.member.node,
                 entities: &v.member.entities[..],
                 leaving: v.member.leaving,
+                departed: v.member.departed.clone(),
             });
         }
         out
@@ -1032,7 +1040,45 @@ impl Agent {
                 peer: v.peer,
                 host: v.host,
                 profile: v.node,
+                departed: v.departed,
             })
+    }
+
+    /// NSc2c, gathering a job ([`crate::Config::with_gather`]): of the light members (this
+    /// manager's node included, none leaving), the one with the far partner host most worth
+    /// a partner steal ([`Agent::farthest_partner`], the manager's RTTs standing for its
+    /// members'), that host, and the member as the steal's beneficiary. Only when the manager
+    /// may steal at all (as for [`Agent::lightest_member`]).
+    pub(crate) fn c2c_partner_steal_target(&self, now: Instant) -> Option<(HostName, Beneficiary)> {
+        if !self.is_manager() || self.cluster.pending_order.is_some() || self.cluster.balancing {
+            return None;
+        }
+        let mut best: Option<(f64, HostName, Beneficiary)> = None;
+        for v in self.views(now) {
+            if v.leaving || !v.node.is_lightly_loaded(self.config.light_threshold) {
+                continue;
+            }
+            let Some((cost, host)) = self.farthest_partner(v.entities) else {
+                continue;
+            };
+            if best
+                .as_ref()
+                .is_none_or(|(c, h, _)| cost > *c || (cost == *c && host < h))
+            {
+                best = Some((
+                    cost,
+                    host.clone(),
+                    Beneficiary {
+                        job_offers: v.node.job_offers(v.entities),
+                        peer: v.peer,
+                        host: v.host,
+                        profile: v.node,
+                        departed: v.departed,
+                    },
+                ));
+            }
+        }
+        best.map(|(_, host, b)| (host, b))
     }
 
     /// One step of intra-cluster balancing (manager only, one order at a time).
@@ -1057,6 +1103,7 @@ impl Agent {
             host: views[to].host.clone(),
             profile: views[to].node,
             job_offers: views[to].node.job_offers(views[to].entities),
+            departed: views[to].departed.clone(),
         };
         let from_host = views[from].host.clone();
         drop(views);
@@ -1115,8 +1162,10 @@ impl Agent {
             .collect();
         // The staying nodes' rules, also when the manager itself is leaving. Not back to
         // a node an order of ours took the entity from lately.
-        let may_go =
-            |e: &EntityProfile, to: usize| self.may_return(now, &e.id, &views[staying[to]].host);
+        let may_go = |e: &EntityProfile, to: usize| {
+            let to = &views[staying[to]];
+            self.may_return(now, &e.id, &to.host) && !to.departed.contains(&e.id)
+        };
         let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes, may_go)?;
         Some((staying[from], staying[to], plan))
     }
@@ -1164,9 +1213,22 @@ impl Agent {
         direct: bool,
     ) {
         if !self.is_manager() {
+            let manager = self.cluster.manager.clone();
+            // A partner steal sent here directly (a manager gathering a job asks the agent
+            // of its rank's partner, which runs here): the origin asks our manager itself,
+            // since a steal relayed by us would move nothing (its origin unauthenticated).
+            if direct && steal.ttl == 1 && manager != steal.origin && manager != self.me {
+                self.send(
+                    steal.origin,
+                    Message::StealRedirect {
+                        id: steal.id,
+                        manager,
+                    },
+                );
+                return;
+            }
             // Members relay to their manager: managers are the peers of the inter-cluster
             // network.
-            let manager = self.cluster.manager.clone();
             let next = (manager != from && manager != steal.origin).then_some(manager);
             self.stats.steals_forwarded += u64::from(next.is_some());
             self.pass_on(steal, next);
@@ -1197,8 +1259,12 @@ impl Agent {
                 };
                 let rtts = near.as_ref().map(|n| n.views(&v.host, &steal.source.host));
                 // Not back to the host a steal of ours took it from lately, unless its node
-                // is leaving.
-                let may_go = self.may_go_to(now, v.entities, &steal.source.host, v.leaving);
+                // is leaving; only ranks with partners there for a partner steal.
+                let may_go = self.for_thief(
+                    self.may_go_to(now, v.entities, &steal.source.host, v.leaving),
+                    &steal.source,
+                    v.leaving,
+                );
                 decision::select_near(
                     &self.policy_for(now, v.leaving),
                     &node,

@@ -95,6 +95,13 @@ pub enum Message {
         /// again once it arrives. Absent in older agents' packets: none.
         #[serde(default)]
         job_offers: Vec<JobOffer>,
+        /// Entities that left the source's node within the last two hold-downs (at most
+        /// [`MAX_ENTITIES`]): a giver does not send them back there, whoever decided their
+        /// departure (an NSc2c cluster whose manager changed has lost the manager's own
+        /// record). It can only keep work away from the source. Absent in older agents'
+        /// packets: none.
+        #[serde(default)]
+        departed: Vec<EntityId>,
     },
     /// Answer to a work steal: work is on its way.
     StealAccepted {
@@ -162,6 +169,10 @@ pub enum Message {
         /// must all go, and none may come to it. Absent in older agents' replies: false.
         #[serde(default)]
         leaving: bool,
+        /// Entities that left the member's node within the last two hold-downs (see
+        /// [`Message::WorkSteal`]'s `departed`). Absent in older agents' replies: none.
+        #[serde(default)]
+        departed: Vec<EntityId>,
     },
     /// NSc2c: a cluster manager tells a member to move some of its registered entities.
     /// Members obey only their own manager, and only for their own eligible entities.
@@ -181,6 +192,17 @@ pub enum Message {
     /// this to that agent. The message only opens a connection, over which both agents
     /// announce their hosts; it asks for nothing and is answered with nothing.
     Introduce,
+    /// NSc2c: answer of a cluster member to a partner steal sent to it directly (a manager
+    /// gathering a job asks the agent of its rank's partner): members do not give work,
+    /// their manager does, so the steal should go to `manager`. The receiver may send the
+    /// same steal there; the message can only make it ask, never move anything. Older
+    /// agents refuse it as undecodable.
+    StealRedirect {
+        /// The work steal.
+        id: MessageId,
+        /// The member's manager.
+        manager: PeerId,
+    },
 }
 
 /// A decoded message that breaks an invariant.
@@ -229,6 +251,7 @@ impl Message {
             Message::ProfileReply { .. } => "profile-reply",
             Message::MoveOrder { .. } => "move-order",
             Message::Introduce => "introduce",
+            Message::StealRedirect { .. } => "steal-redirect",
         }
     }
 
@@ -241,8 +264,10 @@ impl Message {
                 ttl,
                 rtts,
                 job_offers,
+                departed,
                 ..
             } => {
+                check_entities(departed, 0)?;
                 if *ttl == 0 || *ttl > MAX_TTL {
                     return Err(InvalidMessage::Ttl { ttl: *ttl });
                 }
@@ -266,7 +291,13 @@ impl Message {
                 }
             }
             Message::StealAccepted { entities, .. } => check_entities(entities, 0)?,
-            Message::ProfileReply { node, entities, .. } => {
+            Message::ProfileReply {
+                node,
+                entities,
+                departed,
+                ..
+            } => {
+                check_entities(departed, 0)?;
                 node.validate()?;
                 if entities.len() > MAX_ENTITIES {
                     return Err(InvalidMessage::EntityCount {
@@ -286,6 +317,7 @@ impl Message {
             Message::StealExhausted { .. }
             | Message::WorkAvailable
             | Message::Introduce
+            | Message::StealRedirect { .. }
             | Message::MigrationFinished { .. }
             | Message::Heartbeat { .. }
             | Message::ProfileRequest { .. } => {}
@@ -324,6 +356,7 @@ mod tests {
             tier: LatencyTier::Local,
             rtts: Default::default(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         }
     }
 
@@ -368,6 +401,10 @@ mod tests {
             },
             Message::WorkAvailable,
             Message::Introduce,
+            Message::StealRedirect {
+                id: MessageId(5),
+                manager: peer("m"),
+            },
             Message::Heartbeat {
                 id: MessageId(3),
                 manager: peer("b"),
@@ -379,6 +416,7 @@ mod tests {
                 node: NodeProfile::idle(1.0, 0),
                 entities: vec![EntityProfile::new(id.clone(), 0.5)],
                 leaving: true,
+                departed: vec![id.clone()],
             },
             Message::MoveOrder {
                 migration: MigrationId(5),

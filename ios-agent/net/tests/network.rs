@@ -133,6 +133,7 @@ async fn given_malformed_messages_then_bad_message_events_and_the_node_keeps_ser
         tier: LatencyTier::Local,
         rtts: Default::default(),
         job_offers: Vec::new(),
+        departed: Vec::new(),
     };
     let mut bytes = Vec::new();
     ciborium::into_writer(&steal, &mut bytes).expect("encodes");

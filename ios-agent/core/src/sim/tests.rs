@@ -448,6 +448,7 @@ fn given_work_steals_with_rtts_then_their_size_is_ciboriums() {
             tier: LatencyTier::Regional,
             rtts: rtts.into(),
             job_offers: Vec::new(),
+            departed: Vec::new(),
         };
         let expected = cbor_len(&steal);
         let (back, fast) = message_cbor_len(steal.clone());
