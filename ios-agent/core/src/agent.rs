@@ -2758,6 +2758,76 @@ mod tests {
         assert_eq!(x.stats().partner_steals_sent, 0);
     }
 
+    /// A node's steals list the entities that left it within two hold-downs, and a giver
+    /// sends none of them back, whatever its own records say (an NSc2c cluster whose
+    /// manager changed keeps none: a ping-pong at 100 simulated nodes came so).
+    #[test]
+    fn given_a_rank_that_left_the_thief_lately_then_no_giver_sends_it_back() {
+        let t0 = Instant::now();
+        let overloaded = NodeProfile {
+            cpu_load: 2.0,
+            ..NodeProfile::idle(1.0, 1 << 30)
+        };
+        // b gives rank 0 away...
+        let mut b = agent("b", t0);
+        meet(&mut b, t0, "c", Duration::from_millis(1));
+        b.handle_node_profile(t0, overloaded);
+        b.handle_entities(t0, vec![entity(0, 0.5), entity(1, 0.5)]);
+        b.handle_message(
+            t0,
+            peer("c"),
+            steal_from("c", 1, NodeProfile::idle(1.0, 1 << 30)),
+        );
+        let moved = migrations(&drain(&mut b));
+        assert_eq!(moved.len(), 1);
+        let gone = moved[0].1.clone();
+        b.handle_migration_outcome(t0, moved[0].0, MigrationOutcome::Completed);
+        // ...and once idle, its steals name it.
+        let t1 = t0 + Duration::from_secs(3);
+        b.handle_entities(t1, vec![entity(1, 0.5)]);
+        b.handle_node_profile(t1, NodeProfile::idle(2.0, 1 << 30));
+        b.handle_timeout(t1);
+        let sent = drain(&mut b);
+        let departed = sent.iter().find_map(|a| match a {
+            Action::Send {
+                message: Message::WorkSteal { departed, .. },
+                ..
+            } => Some(departed.clone()),
+            _ => None,
+        });
+        assert_eq!(departed, Some(gone.clone()), "{sent:?}");
+        // A loaded giver that holds only that rank does not send it back to b; another
+        // thief gets it.
+        let giver = || {
+            let mut a = agent("a", t0);
+            meet(&mut a, t0, "b", Duration::from_millis(1));
+            meet(&mut a, t0, "d", Duration::from_millis(1));
+            a.handle_node_profile(t0, overloaded);
+            let mut e = entity(0, 0.5);
+            e.id = gone[0].clone();
+            a.handle_entities(t0, vec![e, entity(9, 0.5)]);
+            a
+        };
+        let mut steal = steal_from("b", 2, NodeProfile::idle(1.0, 1 << 30));
+        if let Message::WorkSteal { departed, .. } = &mut steal {
+            departed.clone_from(&gone);
+        }
+        let mut a = giver();
+        a.handle_message(t0, peer("b"), steal);
+        let to_b = migrations(&drain(&mut a));
+        assert!(to_b.iter().all(|(_, e, _)| *e != gone), "{to_b:?}");
+        let mut a = giver();
+        a.handle_message(
+            t0,
+            peer("d"),
+            steal_from("d", 3, NodeProfile::idle(1.0, 1 << 30)),
+        );
+        assert_eq!(migrations(&drain(&mut a)).len(), 1);
+        // After two hold-downs b no longer names it.
+        b.handle_timeout(t0 + DEFAULT_HOLD_DOWN * 2);
+        assert!(b.departed().is_empty());
+    }
+
     /// A rank stolen from a node does not go back there within two hold-downs, though it
     /// may go elsewhere; after that it may.
     #[test]

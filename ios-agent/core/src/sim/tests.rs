@@ -648,6 +648,66 @@ fn given_a_job_spread_beyond_the_peer_tables_then_partner_steals_gather_it() {
     );
 }
 
+/// NSc2c partner steals: two clusters of three 4-core nodes, 300 ms apart, each agent's peer
+/// table holding only its two cluster mates, so no manager ever hears of the other cluster.
+/// A job of four ranks has three on one node of the first cluster and one on a node of the
+/// second. Without partner steals it stays split; with them the first cluster's manager asks
+/// the agent of its member's ranks' far partner, that member names its own manager
+/// (`StealRedirect`), and the job comes together in one cluster. (Two ranks on each side
+/// would stay split: each rank would have one partner near and one far wherever it ran,
+/// and the model moves one rank at a time.)
+#[test]
+fn given_a_job_split_between_two_far_clusters_then_nsc2c_partner_steals_gather_it() {
+    use super::Pattern;
+    let run = |gather: bool| {
+        let config = c2c().with_max_peers(2).with_gather(gather);
+        let mut sim = Sim::new(11, config)
+            .with_default_rtt(ms(300))
+            .with_partners();
+        let clusters: Vec<Vec<usize>> = (0..2)
+            .map(|_| {
+                let nodes: Vec<usize> = (0..3).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
+                for &a in &nodes {
+                    for &b in &nodes {
+                        if a < b {
+                            sim.set_rtt(a, b, ms(1));
+                        }
+                    }
+                }
+                nodes
+            })
+            .collect();
+        // On the last node of each cluster (not its manager's: the lowest id wins a fresh
+        // election).
+        let ranks: Vec<_> = (0..4)
+            .map(|rank| sim.add_entity(clusters[rank as usize / 3][2], "split", rank, 1 << 20))
+            .collect();
+        sim.set_pattern("split", Pattern::Hypercube);
+        sim.run_for(secs(600));
+        let in_clusters: std::collections::BTreeSet<usize> = ranks
+            .iter()
+            .filter_map(|id| sim.node_of(id))
+            .map(|n| n / 3)
+            .collect();
+        let redirects = sim
+            .messages()
+            .by_kind
+            .get("steal-redirect")
+            .map_or(0, |(n, _)| *n);
+        (in_clusters.len(), sim.iterations(), redirects)
+    };
+    let (split, alone, none_redirected) = run(false);
+    let (gathered, together, redirected) = run(true);
+    assert_eq!(split, 2, "without partner steals the job left a cluster");
+    assert_eq!(none_redirected, 0);
+    assert!(redirected > 0, "no member named its manager");
+    assert_eq!(gathered, 1, "the job still spans {gathered} clusters");
+    assert!(
+        together > 1.5 * alone,
+        "gathered {together:.0} iterations, split {alone:.0}"
+    );
+}
+
 /// A background load of one core from `from` to `to` seconds, none outside.
 fn busy(from: u64, to: u64) -> impl Fn(Duration) -> f64 {
     move |t: Duration| {
