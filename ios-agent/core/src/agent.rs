@@ -226,10 +226,10 @@ impl Config {
         /// Peer table size; default [`DEFAULT_MAX_PEERS`].
         with_max_peers, max_peers: usize);
     setter!(
-        /// NSp2p: whether a lightly loaded agent also steals from the agents of its ranks'
-        /// far partners (a *partner steal*, see [`Agent::handle_timeout`]), so that a job
-        /// spread over far nodes gathers near its own ranks; default on. Off, work goes only
-        /// between agents of one peer table.
+        /// Whether a lightly loaded agent (in NSc2c: a manager, for a light member) also
+        /// steals from the agents of its ranks' far partners (a *partner steal*, see
+        /// [`Agent::handle_timeout`]), so that a job spread over far nodes gathers near its
+        /// own ranks; default on. Off, work goes only between agents of one peer table.
         with_gather, gather: bool);
 
     /// Cores one entity can use at most (an MPI rank with one thread: 1.0): a
@@ -377,8 +377,8 @@ pub struct Stats {
     pub steals_sent: u64,
     /// Work-steal packets forwarded or relayed.
     pub steals_forwarded: u64,
-    /// NSp2p partner steals this agent sent (included in `steals_sent`): steals sent
-    /// straight to the agent of a far partner's host ([`Config::with_gather`]).
+    /// Partner steals this agent started (included in `steals_sent`): steals sent straight
+    /// to the agent of a far partner's host ([`Config::with_gather`]).
     pub partner_steals_sent: u64,
     /// Steal rounds that ended with no work in any tier.
     pub steal_rounds_failed: u64,
@@ -436,8 +436,9 @@ pub enum StealRefusal {
         /// The agent asking.
         origin: PeerId,
     },
-    /// The beneficiary is not an agent this one knows (no RTT sample of it), nor, in NSp2p,
-    /// the agent of a host where a partner of an entity here runs (a partner steal).
+    /// The beneficiary is not an agent this one knows (no RTT sample of it), nor the agent of
+    /// a host where a partner of an entity here (or of a member's, for an NSc2c manager)
+    /// runs (a partner steal).
     #[error("beneficiary {beneficiary} is not a known agent of the pool")]
     UnknownAgent {
         /// The beneficiary named.

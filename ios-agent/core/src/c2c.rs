@@ -1161,7 +1161,8 @@ impl Agent {
             })
             .collect();
         // The staying nodes' rules, also when the manager itself is leaving. Not back to
-        // a node an order of ours took the entity from lately.
+        // a node an order of ours took the entity from lately, nor to one that lists it as
+        // departed (whoever moved it).
         let may_go = |e: &EntityProfile, to: usize| {
             let to = &views[staying[to]];
             self.may_return(now, &e.id, &to.host) && !to.departed.contains(&e.id)
