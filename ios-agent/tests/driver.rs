@@ -517,12 +517,24 @@ struct OneLoop {
 
 /// Agent `a` on node-a with a peer table of one peer, in its own driver loop.
 fn one_loop_with_one_peer(a: PeerId) -> OneLoop {
+    let (nowhere, _) = mpsc::channel(64);
+    let wire = Wire {
+        me: a.clone(),
+        to: nowhere,
+    };
+    one_loop_with_one_peer_sending_to(a, wire)
+}
+
+/// [`one_loop_with_one_peer`], its messages sent through `transport`.
+fn one_loop_with_one_peer_sending_to(
+    a: PeerId,
+    transport: impl Transport + 'static,
+) -> OneLoop {
     let (peers_tx, peers_rx) = mpsc::channel(64);
     let (samples_tx, samples_rx) = mpsc::channel(4);
     let (control_tx, control_rx) = mpsc::channel(4);
-    let (nowhere, _) = mpsc::channel(64);
     let agent = Agent::new(
-        a.clone(),
+        a,
         HostName::new("node-a").unwrap(),
         config().with_max_peers(1),
         std::time::Instant::now(),
@@ -530,7 +542,7 @@ fn one_loop_with_one_peer(a: PeerId) -> OneLoop {
     .unwrap();
     let run = tokio::spawn(driver::run(
         agent,
-        Wire { me: a, to: nowhere },
+        transport,
         Recorder::default(),
         Inputs {
             peers: peers_rx,
@@ -610,20 +622,7 @@ async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings()
     } = one_loop_with_one_peer(a);
     connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
     connect(&peers_tx, &partner, "node-p", Duration::from_millis(40)).await;
-    let mut rank = entity(0, 100);
-    rank.partners = vec![ios_agent_core::model::Partner {
-        host: HostName::new("node-p").unwrap(),
-        exchanges_per_sec: 10.0,
-    }];
-    samples_tx
-        .send(Sample {
-            node: Some(NodeProfile::idle(1.0, 1 << 30)),
-            entities: Some(vec![rank]),
-            rank_pids: Vec::new(),
-            stalled: Vec::new(),
-        })
-        .await
-        .unwrap();
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
     // A later ping of the partner's agent updates it.
     ping(&peers_tx, &partner, Duration::from_millis(30)).await;
     // The loop takes its inputs in any order: wait until it has taken the sample.
@@ -646,6 +645,24 @@ async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings()
     );
 }
 
+/// Gives the loop an idle node of `cores` running rank 0, whose partner runs on node-p.
+async fn sample_a_rank_with_its_partner_on_node_p(samples_tx: &mpsc::Sender<Sample>, cores: f64) {
+    let mut rank = entity(0, 100);
+    rank.partners = vec![ios_agent_core::model::Partner {
+        host: HostName::new("node-p").unwrap(),
+        exchanges_per_sec: 10.0,
+    }];
+    samples_tx
+        .send(Sample {
+            node: Some(NodeProfile::idle(cores, 1 << 30)),
+            entities: Some(vec![rank]),
+            rank_pids: Vec::new(),
+            stalled: Vec::new(),
+        })
+        .await
+        .unwrap();
+}
+
 /// What a driver loop sent, and to whom.
 #[derive(Clone, Default)]
 struct Outbox(Arc<Mutex<Vec<(PeerId, Message)>>>);
@@ -664,43 +681,16 @@ impl Transport for Outbox {
 async fn given_a_far_partner_on_a_connected_agent_then_the_loop_sends_it_a_partner_steal() {
     let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
     let (a, near, partner) = (peer("agent-a"), peer("agent-n"), peer("agent-p"));
-    let (peers_tx, peers_rx) = mpsc::channel(64);
-    let (samples_tx, samples_rx) = mpsc::channel(4);
-    let (control_tx, control_rx) = mpsc::channel(4);
-    let agent = Agent::new(
-        a,
-        HostName::new("node-a").unwrap(),
-        config().with_max_peers(1),
-        std::time::Instant::now(),
-    )
-    .unwrap();
     let outbox = Outbox::default();
-    let run = tokio::spawn(driver::run(
-        agent,
-        outbox.clone(),
-        Recorder::default(),
-        Inputs {
-            peers: peers_rx,
-            samples: samples_rx,
-            control: control_rx,
-        },
-    ));
+    let OneLoop {
+        peers_tx,
+        samples_tx,
+        control_tx,
+        run,
+    } = one_loop_with_one_peer_sending_to(a, outbox.clone());
     connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
     connect(&peers_tx, &partner, "node-p", Duration::from_millis(80)).await;
-    let mut rank = entity(0, 100);
-    rank.partners = vec![ios_agent_core::model::Partner {
-        host: HostName::new("node-p").unwrap(),
-        exchanges_per_sec: 10.0,
-    }];
-    samples_tx
-        .send(Sample {
-            node: Some(NodeProfile::idle(2.0, 1 << 30)),
-            entities: Some(vec![rank]),
-            rank_pids: Vec::new(),
-            stalled: Vec::new(),
-        })
-        .await
-        .unwrap();
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 2.0).await;
     wait_for_status(&control_tx, "a partner steal", |s| {
         s.counters.partner_steals_sent > 0
     })
