@@ -526,10 +526,7 @@ fn one_loop_with_one_peer(a: PeerId) -> OneLoop {
 }
 
 /// [`one_loop_with_one_peer`], its messages sent through `transport`.
-fn one_loop_with_one_peer_sending_to(
-    a: PeerId,
-    transport: impl Transport + 'static,
-) -> OneLoop {
+fn one_loop_with_one_peer_sending_to(a: PeerId, transport: impl Transport + 'static) -> OneLoop {
     let (peers_tx, peers_rx) = mpsc::channel(64);
     let (samples_tx, samples_rx) = mpsc::channel(4);
     let (control_tx, control_rx) = mpsc::channel(4);
