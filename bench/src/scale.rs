@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use ios_agent_core::model::MigrationCostModel;
-use ios_agent_core::sim::{Balancer, NodeSpec, Pattern, Sim};
+use ios_agent_core::sim::{Balancer, JobBreakdown, NodeSpec, Pattern, Sim};
 use ios_agent_core::{Config, Topology};
 
 use crate::Table;
@@ -472,6 +472,46 @@ pub struct Outcome {
     pub cpu: f64,
     /// Peak resident memory of this process so far, bytes.
     pub peak_rss: u64,
+    /// Where the jobs' iterations went at the end of the run.
+    pub placement: Placement,
+}
+
+/// The jobs at the end of a run, averaged over jobs: how spread they are and what an
+/// iteration spends computing and waiting on latency. It tells whether a strategy behind
+/// the oracle lost on compute (slow or shared nodes) or on latency (jobs left spread).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    /// Distinct nodes per job.
+    pub nodes_per_job: f64,
+    /// Seconds the slowest rank computes per iteration.
+    pub compute: f64,
+    /// Seconds per iteration the exchanges wait on latency.
+    pub exchange: f64,
+    /// Jobs whose exchanges wait more than 30 ms per iteration (a far pair).
+    pub far_jobs: usize,
+    /// Jobs.
+    pub jobs: usize,
+}
+
+impl Placement {
+    /// Far: more latency per iteration than a hypercube's three rounds within the local
+    /// tier (10 ms RTT, 5 ms each way) could add up to, with room.
+    const FAR_EXCHANGE: f64 = 0.03;
+
+    fn of(jobs: &[JobBreakdown]) -> Self {
+        let n = jobs.len().max(1) as f64;
+        let mean = |f: fn(&JobBreakdown) -> f64| jobs.iter().map(f).sum::<f64>() / n;
+        Placement {
+            nodes_per_job: mean(|j| j.nodes as f64),
+            compute: mean(|j| j.compute),
+            exchange: mean(|j| j.exchange),
+            far_jobs: jobs
+                .iter()
+                .filter(|j| j.exchange > Self::FAR_EXCHANGE)
+                .count(),
+            jobs: jobs.len(),
+        }
+    }
 }
 
 impl Outcome {
@@ -631,6 +671,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             );
         }
     }
+    let placement = Placement::of(&sim.job_breakdown());
     let wall = wall.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu;
     let moves = sim.migrations();
@@ -735,6 +776,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         wall,
         cpu,
         peak_rss: peak_rss(),
+        placement,
     }
 }
 
@@ -794,6 +836,32 @@ pub fn table(outcomes: &[Outcome]) -> Table {
             f(o.wall, 1),
             f(o.cpu, 1),
             f(o.peak_rss as f64 / 1e6, 0),
+        ]);
+    }
+    t
+}
+
+/// Where the jobs' iterations went at the end of each run ([`Placement`]).
+pub fn placement_table(outcomes: &[Outcome]) -> Table {
+    let mut t = Table::new(&[
+        "network",
+        "nodes",
+        "strategy",
+        "nodes/job",
+        "compute (ms/iter)",
+        "latency (ms/iter)",
+        "jobs with a far pair",
+    ]);
+    for o in outcomes {
+        let p = &o.placement;
+        t.push(vec![
+            o.network.name().to_owned(),
+            o.nodes.to_string(),
+            o.strategy.name().to_owned(),
+            f(p.nodes_per_job, 2),
+            f(p.compute * 1e3, 0),
+            f(p.exchange * 1e3, 0),
+            format!("{}/{}", p.far_jobs, p.jobs),
         ]);
     }
     t
@@ -919,6 +987,8 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     }
     let t = table(&outcomes);
     println!("{}", t.to_text());
+    println!("At the end of each run, averaged over jobs:");
+    println!("{}", placement_table(&outcomes).to_text());
     for line in targets(&outcomes) {
         println!("{line}");
     }

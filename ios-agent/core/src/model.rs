@@ -566,19 +566,52 @@ pub fn communication(e: &EntityProfile, l: &RttView<'_>, f: &RttView<'_>) -> f64
     if e.partners.is_empty() {
         return 0.0;
     }
-    // Only partners whose latency from `l` is measured count, and partners on `f` itself
-    // (0 there, so moving next to them cannot be wrong). One the giver has not measured
-    // would be charged the assumed RTT at `l`: where `f` has measured it the move would look
-    // nearer whatever the truth (a node that has not yet met its own cluster mates would
-    // send ranks out of the cluster to anyone who has measured them), and where neither
-    // has, a busy one would saturate the local share (clamped at 1) and forbid every move.
-    let known = || {
-        e.partners
-            .iter()
-            .filter(|p| l.knows(&p.host) || p.host == *f.host)
+    // Each partner counts with what both nodes can say of it, and not at all when they
+    // cannot both say something:
+    // - on `f` itself: 0 there, so moving next to it cannot be wrong (at `l`, measured or
+    //   assumed);
+    // - measured from both: both figures;
+    // - measured from `l` only, and on `l` or within local latency of it: from `f` it is
+    //   about as far as `l` is (the triangle inequality, with a small slack), so `f` is
+    //   charged `l`'s RTT to `f` (measured, or assumed). A rank is not sent out of its
+    //   cluster, away from partners next to it, by a thief that never met them;
+    // - otherwise not counted. One that `l` has not measured would be charged the assumed
+    //   RTT at `l`: any `f` that measured it would look nearer whatever the truth (a node
+    //   that has not yet met its own cluster mates would send ranks out of the cluster to
+    //   anyone who has). One far from `l` that `f` has not measured was charged the assumed
+    //   RTT at `f` until 2026-11-29: a partner steal's thief rarely knows the giver's rank's
+    //   other partners, so the rank never went next to the partner that asked for it, and
+    //   jobs spread over far nodes did not gather (docs/results.md, "Scale"). Nothing says
+    //   it is nearer to either node, so it weighs on neither.
+    let local = crate::tier::LOCAL_MAX_RTT.as_secs_f64();
+    let mut s_l = 0.0;
+    let mut s_f = 0.0;
+    for p in &e.partners {
+        let x = p.exchanges_per_sec;
+        if !(x.is_finite() && x > 0.0) {
+            continue;
+        }
+        let (at_l, at_f) = if p.host == *f.host {
+            (l.rtt(&p.host), 0.0)
+        } else if !l.knows(&p.host) {
+            continue;
+        } else if f.knows(&p.host) {
+            (l.rtt(&p.host), f.rtt(&p.host))
+        } else {
+            let at_l = l.rtt(&p.host);
+            if at_l > local {
+                continue;
+            }
+            (at_l, l.rtt(f.host).max(at_l))
+        };
+        s_l += x * at_l / 2.0;
+        s_f += x * at_f / 2.0;
+    }
+    let s_l = if s_l.is_finite() {
+        s_l.clamp(0.0, 1.0)
+    } else {
+        0.0
     };
-    let s_l = l.latency_share_over(known()).min(1.0);
-    let s_f = f.latency_share_over(known());
     let c = (s_l - s_f) / (2.0 - s_l + s_f);
     if c.is_finite() {
         c.clamp(-1.0, 1.0)
@@ -1177,11 +1210,43 @@ mod tests {
         };
         e.partners = vec![partner("c", 2.0)];
         assert!(close(communication(&e, &at_a_blind, &at_b), 0.0));
-        // Known at the giver only: the destination is charged the assumed RTT.
+        // Known at the giver only, and far from it: not counted either (nothing says it is
+        // nearer to one node than to the other; the assumed 200 ms charged to the
+        // destination kept ranks from going next to a partner that asked for them).
+        assert!(close(communication(&e, &at_a, &at_a_blind), 0.0));
+        // Known at the giver only, next to it (10 ms), the destination's RTT unknown at
+        // the giver: the destination is charged the assumed RTT.
         assert!(close(
             communication(&e, &at_b, &at_a_blind),
             (0.01 - 0.2) / (2.0 - 0.01 + 0.2)
         ));
+        // ... and with the destination measured at 150 ms from the giver: the partner is
+        // about as far from the destination, so the destination is charged 150 ms.
+        let at_b_rtts_a = HashMap::from([(c.clone(), 0.01), (a.clone(), 0.15)]);
+        let at_b_knows_a = RttView {
+            host: &b,
+            rtts: &at_b_rtts_a,
+            unknown,
+        };
+        assert!(close(
+            communication(&e, &at_b_knows_a, &at_a_blind),
+            (0.01 - 0.15) / (2.0 - 0.01 + 0.15)
+        ));
+        // A partner steal's case: the rank goes next to the partner on the destination,
+        // its other partner far from the giver and unknown at the destination does not
+        // count against it. s_b = (4 * 0.15 + 2 * 0.1) / 2 = 0.4 before: here only a's 0.3.
+        let at_b_far = HashMap::from([(c.clone(), 0.1), (a.clone(), 0.15)]);
+        let at_b_far = RttView {
+            host: &b,
+            rtts: &at_b_far,
+            unknown,
+        };
+        e.partners = vec![partner("a", 4.0), partner("c", 2.0)];
+        assert!(close(
+            communication(&e, &at_b_far, &at_a_blind),
+            0.3 / (2.0 - 0.3)
+        ));
+        e.partners = vec![partner("c", 2.0)];
         // Unknown on both sides: no change, however busy the partner.
         e.partners = vec![partner("d", 3.0)];
         assert!(close(communication(&e, &at_a, &at_b), 0.0));

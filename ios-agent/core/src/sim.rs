@@ -297,6 +297,19 @@ const INITIAL_AGE: Duration = Duration::from_secs(3600);
 /// Steps at one instant before the simulation is taken as livelocked.
 const MAX_STEPS_AT_ONE_INSTANT: u64 = 100_000;
 
+/// One job's iteration, split (see [`Sim::job_breakdown`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobBreakdown {
+    /// The job's pattern.
+    pub pattern: Pattern,
+    /// Distinct nodes its ranks are on.
+    pub nodes: usize,
+    /// Seconds its slowest rank computes per iteration.
+    pub compute: f64,
+    /// Seconds per iteration its exchanges wait for latency.
+    pub exchange: f64,
+}
+
 /// One completed migration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MigrationRecord {
@@ -895,6 +908,44 @@ impl Sim {
             .filter(|j| j.pattern == pattern)
             .map(|j| j.done)
             .sum()
+    }
+
+    /// Each job's last computed iteration: its pattern, the distinct nodes its ranks are
+    /// on, and the seconds its slowest rank computes and its exchanges wait (infinite
+    /// compute while a rank is on no usable node). For reports of why a placement is slow.
+    pub fn job_breakdown(&self) -> Vec<JobBreakdown> {
+        let bg: Vec<f64> = (0..self.nodes.len()).map(|i| self.background(i)).collect();
+        self.jobs
+            .iter()
+            .map(|job| {
+                let mut nodes: Vec<usize> =
+                    job.ranks.iter().map(|&e| self.entities[e].node).collect();
+                let compute = job
+                    .ranks
+                    .iter()
+                    .map(|&e| {
+                        let i = self.entities[e].node;
+                        let n = &self.nodes[i];
+                        WORK_PER_ITERATION
+                            / (Self::share(n.cores, bg[i], n.entities.len()) * n.speed)
+                    })
+                    .fold(0.0, f64::max);
+                let pairs = &job.exchanges.pairs;
+                let exchange = job.exchanges.seconds(|k| {
+                    let (a, b) = pairs[k];
+                    (self.rtt_between(self.entities[a].node, self.entities[b].node) / 2)
+                        .as_secs_f64()
+                });
+                nodes.sort_unstable();
+                nodes.dedup();
+                JobBreakdown {
+                    pattern: job.pattern,
+                    nodes: nodes.len(),
+                    compute,
+                    exchange,
+                }
+            })
+            .collect()
     }
 
     /// Steps taken so far (each one a distinct instant, or more inputs at the same one).
