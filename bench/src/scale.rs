@@ -340,7 +340,9 @@ impl Pool {
         move |i, j| match network {
             Network::Internet => {
                 let h = hash(seed ^ i as u64, j as u64);
-                tier_rtt(h % 4, h >> 8)
+                // Tier and place in the tier from independent bits (`unit` reads the top 53
+                // bits: a shifted hash would keep every RTT at its tier's lower end).
+                tier_rtt(h % 4, hash(h, 5))
             }
             Network::Grid => {
                 let (a, b) = (i / CLUSTER, j / CLUSTER);
@@ -356,14 +358,23 @@ impl Pool {
         }
     }
 
-    fn spec(&self, i: usize) -> NodeSpec {
-        let h = hash(self.seed.wrapping_add(77), i as u64);
+    /// Node `i`'s cores (1, 2, 4 or 8) and speed (0.5 to 2): its own on the Internet-like
+    /// network, its cluster's on the Grid-like one.
+    fn machine(&self, i: usize) -> (f64, f64) {
         let machine = match self.network {
-            Network::Internet => h,
+            Network::Internet => hash(self.seed.wrapping_add(77), i as u64),
             Network::Grid => hash(self.seed.wrapping_add(78), (i / CLUSTER) as u64),
         };
         let cores = [1.0, 2.0, 4.0, 8.0][(machine % 4) as usize];
-        let speed = 0.5 + 1.5 * unit(machine >> 3);
+        // From bits independent of the cores' (`unit` reads the top 53 bits of its
+        // argument: until 2026-11-29 a shifted hash kept every speed in [0.5, 0.69)).
+        let speed = 0.5 + 1.5 * unit(hash(machine, 6));
+        (cores, speed)
+    }
+
+    fn spec(&self, i: usize) -> NodeSpec {
+        let h = hash(self.seed.wrapping_add(77), i as u64);
+        let (cores, speed) = self.machine(i);
         let kind = unit(hash(h, 1));
         let phase = unit(hash(h, 2)) * 1200.0;
         let length = self.length.as_secs_f64();
@@ -1096,6 +1107,46 @@ mod tests {
                 r.name
             );
             assert!(at < r.measured.0 + 5.0, "{}: moved at {at:.1} s", r.name);
+        }
+    }
+
+    /// The pools are as heterogeneous as documented: speeds across 0.5 to 2, RTTs across
+    /// each tier's range (until 2026-11-29 both sat at the low ends of their ranges).
+    #[test]
+    fn given_a_pool_then_speeds_and_rtts_span_their_ranges() {
+        for network in [Network::Internet, Network::Grid] {
+            let pool = Pool {
+                nodes: 1000,
+                ..quick(network, 1)
+            };
+            let speeds: Vec<f64> = (0..pool.nodes).map(|i| pool.machine(i).1).collect();
+            let (lo, hi) = speeds
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), s| (a.min(*s), b.max(*s)));
+            assert!(
+                lo >= 0.5 && lo < 0.6 && hi > 1.9 && hi <= 2.0,
+                "{network:?}: {lo}..{hi}"
+            );
+            let cores: Vec<f64> = (0..pool.nodes).map(|i| pool.machine(i).0).collect();
+            for c in [1.0, 2.0, 4.0, 8.0] {
+                assert!(cores.contains(&c), "{network:?}: no node of {c} cores");
+            }
+        }
+        let rtt = quick(Network::Internet, 1).rtt();
+        let ms: Vec<f64> = (1..2000).map(|j| rtt(0, j).as_secs_f64() * 1e3).collect();
+        for (lo, hi) in [(2.0, 10.0), (11.0, 100.0), (101.0, 250.0), (251.0, 400.0)] {
+            let tier: Vec<f64> = ms
+                .iter()
+                .copied()
+                .filter(|m| (lo..=hi).contains(m))
+                .collect();
+            let spread = tier.iter().fold(f64::MIN, |a, m| a.max(*m))
+                - tier.iter().fold(f64::MAX, |a, m| a.min(*m));
+            assert!(tier.len() > 300, "{lo}-{hi} ms: {} pairs", tier.len());
+            assert!(
+                spread > 0.8 * (hi - lo),
+                "{lo}-{hi} ms: spread {spread:.1} ms"
+            );
         }
     }
 

@@ -18,7 +18,7 @@ use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
     EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttLookup, RttView,
-    Weights, DEFAULT_UNKNOWN_RTT,
+    Unmeasured, Weights, DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable, LOCAL_MAX_RTT};
 
@@ -595,6 +595,8 @@ impl Steal {
 pub(crate) struct StealLatencies<'a> {
     here: GiverRtts<'a>,
     there: ThiefRtts<'a>,
+    /// A partner steal (the thief is not in our peer table): see [`RttView::unmeasured`].
+    partner_steal: bool,
 }
 
 /// [`Agent::rtt_to_host`] as an [`RttLookup`].
@@ -627,6 +629,7 @@ impl<'a> StealLatencies<'a> {
         StealLatencies {
             here: GiverRtts(agent),
             there: ThiefRtts(&steal.rtts),
+            partner_steal: agent.peers.get(&steal.source.peer).is_none(),
         }
     }
 
@@ -642,11 +645,20 @@ impl<'a> StealLatencies<'a> {
                 host: giver,
                 rtts: &self.here,
                 unknown,
+                unmeasured: Unmeasured::Assumed,
             },
             RttView {
                 host: thief,
                 rtts: &self.there,
                 unknown,
+                // The thief hosts a partner of the rank it asks for, and the rank's other
+                // partners are seldom its own: it has not measured them, and that says
+                // nothing about whether they are far from it.
+                unmeasured: if self.partner_steal {
+                    Unmeasured::Neutral
+                } else {
+                    Unmeasured::Assumed
+                },
             },
         )
     }

@@ -398,6 +398,7 @@ mod tests {
             host: h,
             rtts: &none,
             unknown: 0.2,
+            unmeasured: crate::model::Unmeasured::Assumed,
         };
         let (at_a, at_b, at_c) = (at(&a), at(&b), at(&c));
         // Rank 0 on a (2 cores, its own core), its partner on b; b has an idle core.

@@ -513,6 +513,25 @@ pub struct RttView<'a> {
     pub rtts: &'a dyn RttLookup,
     /// RTT assumed to other hosts, seconds.
     pub unknown: f64,
+    /// How [`communication`] counts, on this node's side, a partner that it has not
+    /// measured and that is far from the other node.
+    pub unmeasured: Unmeasured,
+}
+
+/// How a node's view counts a partner far from the other node that it has not measured
+/// ([`RttView::unmeasured`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmeasured {
+    /// At the assumed RTT ([`RttView::unknown`]): a thief met through the peer table is
+    /// near the giver, and a rank placed near its partners would only lose by going to a
+    /// node that has not met them (ranks sit where they are largely because of those
+    /// partners).
+    Assumed,
+    /// Not counted on either side: the node is the destination of a partner steal. It
+    /// runs a partner of the rank it asks for, and has seldom measured the rank's other
+    /// partners; charging them the assumed RTT kept most such ranks from going next to
+    /// the partner that asked (docs/results.md, "Scale").
+    Neutral,
 }
 
 impl fmt::Debug for RttView<'_> {
@@ -520,6 +539,7 @@ impl fmt::Debug for RttView<'_> {
         f.debug_struct("RttView")
             .field("host", self.host)
             .field("unknown", &self.unknown)
+            .field("unmeasured", &self.unmeasured)
             .finish_non_exhaustive()
     }
 }
@@ -566,23 +586,19 @@ pub fn communication(e: &EntityProfile, l: &RttView<'_>, f: &RttView<'_>) -> f64
     if e.partners.is_empty() {
         return 0.0;
     }
-    // Each partner counts with what both nodes can say of it, and not at all when they
-    // cannot both say something:
+    // Each partner, by what the two nodes know of it:
     // - on `f` itself: 0 there, so moving next to it cannot be wrong (at `l`, measured or
     //   assumed);
+    // - not measured from `l`: not counted. Charged the assumed RTT at `l`, any `f` that
+    //   measured it would look nearer whatever the truth (a node that has not yet met its
+    //   own cluster mates would send ranks out of the cluster to anyone who has);
     // - measured from both: both figures;
     // - measured from `l` only, and on `l` or within local latency of it: from `f` it is
     //   about as far as `l` is (the triangle inequality, with a small slack), so `f` is
     //   charged `l`'s RTT to `f` (measured, or assumed). A rank is not sent out of its
     //   cluster, away from partners next to it, by a thief that never met them;
-    // - otherwise not counted. One that `l` has not measured would be charged the assumed
-    //   RTT at `l`: any `f` that measured it would look nearer whatever the truth (a node
-    //   that has not yet met its own cluster mates would send ranks out of the cluster to
-    //   anyone who has). One far from `l` that `f` has not measured was charged the assumed
-    //   RTT at `f` until 2026-11-29: a partner steal's thief rarely knows the giver's rank's
-    //   other partners, so the rank never went next to the partner that asked for it, and
-    //   jobs spread over far nodes did not gather (docs/results.md, "Scale"). Nothing says
-    //   it is nearer to either node, so it weighs on neither.
+    // - measured from `l` only, and far from it: as `f.unmeasured` says (the assumed RTT,
+    //   or not counted for the thief of a partner steal).
     let local = crate::tier::LOCAL_MAX_RTT.as_secs_f64();
     let mut s_l = 0.0;
     let mut s_f = 0.0;
@@ -599,10 +615,14 @@ pub fn communication(e: &EntityProfile, l: &RttView<'_>, f: &RttView<'_>) -> f64
             (l.rtt(&p.host), f.rtt(&p.host))
         } else {
             let at_l = l.rtt(&p.host);
-            if at_l > local {
-                continue;
+            if at_l <= local {
+                (at_l, l.rtt(f.host).max(at_l))
+            } else {
+                match f.unmeasured {
+                    Unmeasured::Assumed => (at_l, f.unknown),
+                    Unmeasured::Neutral => continue,
+                }
             }
-            (at_l, l.rtt(f.host).max(at_l))
         };
         s_l += x * at_l / 2.0;
         s_f += x * at_f / 2.0;
@@ -1179,11 +1199,13 @@ mod tests {
             host: &a,
             rtts: &at_a_rtts,
             unknown,
+            unmeasured: Unmeasured::Assumed,
         };
         let at_b = RttView {
             host: &b,
             rtts: &at_b_rtts,
             unknown,
+            unmeasured: Unmeasured::Assumed,
         };
         let mut e = entity(0, 1.0);
         // No partners: no term, and gain_near is gain.
@@ -1207,19 +1229,31 @@ mod tests {
             host: &a,
             rtts: &none,
             unknown,
+            unmeasured: Unmeasured::Assumed,
         };
         e.partners = vec![partner("c", 2.0)];
         assert!(close(communication(&e, &at_a_blind, &at_b), 0.0));
-        // Known at the giver only, and far from it: not counted either (nothing says it is
-        // nearer to one node than to the other; the assumed 200 ms charged to the
-        // destination kept ranks from going next to a partner that asked for them).
-        assert!(close(communication(&e, &at_a, &at_a_blind), 0.0));
-        // Known at the giver only, next to it (10 ms), the destination's RTT unknown at
-        // the giver: the destination is charged the assumed RTT.
+        // Known at the giver only, and far from it: the destination is charged the assumed
+        // RTT ...
         assert!(close(
-            communication(&e, &at_b, &at_a_blind),
-            (0.01 - 0.2) / (2.0 - 0.01 + 0.2)
+            communication(&e, &at_a, &at_a_blind),
+            (0.1 - 0.2) / (2.0 - 0.1 + 0.2)
         ));
+        // ... unless it asked in a partner steal: then nothing says the partner is nearer
+        // to one node than to the other, and it is not counted.
+        let at_a_partner_thief = RttView {
+            unmeasured: Unmeasured::Neutral,
+            ..at_a_blind
+        };
+        assert!(close(communication(&e, &at_a, &at_a_partner_thief), 0.0));
+        // Known at the giver only, next to it (10 ms), the destination's RTT unknown at
+        // the giver: the destination is charged the assumed RTT (partner steal or not).
+        for thief in [&at_a_blind, &at_a_partner_thief] {
+            assert!(close(
+                communication(&e, &at_b, thief),
+                (0.01 - 0.2) / (2.0 - 0.01 + 0.2)
+            ));
+        }
         // ... and with the destination measured at 150 ms from the giver: the partner is
         // about as far from the destination, so the destination is charged 150 ms.
         let at_b_rtts_a = HashMap::from([(c.clone(), 0.01), (a.clone(), 0.15)]);
@@ -1227,26 +1261,35 @@ mod tests {
             host: &b,
             rtts: &at_b_rtts_a,
             unknown,
+            unmeasured: Unmeasured::Assumed,
         };
-        assert!(close(
-            communication(&e, &at_b_knows_a, &at_a_blind),
-            (0.01 - 0.15) / (2.0 - 0.01 + 0.15)
-        ));
-        // A partner steal's case: the rank goes next to the partner on the destination,
-        // its other partner far from the giver and unknown at the destination does not
-        // count against it. s_b = (4 * 0.15 + 2 * 0.1) / 2 = 0.4 before: here only a's 0.3.
+        for thief in [&at_a_blind, &at_a_partner_thief] {
+            assert!(close(
+                communication(&e, &at_b_knows_a, thief),
+                (0.01 - 0.15) / (2.0 - 0.01 + 0.15)
+            ));
+        }
+        // A partner steal: the rank goes next to its partner on the destination (4
+        // exchanges/s at 150 ms), and its other partner, 100 ms from the giver and
+        // unmeasured at the destination, does not count against it: s_b = 4 * 0.15 / 2.
+        // Charged the assumed 200 ms it would: s_b = (4 * 0.15 + 2 * 0.1) / 2 = 0.4 against
+        // s_a = 2 * 0.2 / 2 = 0.2.
         let at_b_far = HashMap::from([(c.clone(), 0.1), (a.clone(), 0.15)]);
         let at_b_far = RttView {
             host: &b,
             rtts: &at_b_far,
             unknown,
+            unmeasured: Unmeasured::Assumed,
         };
         e.partners = vec![partner("a", 4.0), partner("c", 2.0)];
         assert!(close(
-            communication(&e, &at_b_far, &at_a_blind),
+            communication(&e, &at_b_far, &at_a_partner_thief),
             0.3 / (2.0 - 0.3)
         ));
-        e.partners = vec![partner("c", 2.0)];
+        assert!(close(
+            communication(&e, &at_b_far, &at_a_blind),
+            0.2 / (2.0 - 0.4 + 0.2)
+        ));
         // Unknown on both sides: no change, however busy the partner.
         e.partners = vec![partner("d", 3.0)];
         assert!(close(communication(&e, &at_a, &at_b), 0.0));
@@ -1268,11 +1311,13 @@ mod tests {
             host: &a,
             rtts: &none,
             unknown: 0.2,
+            unmeasured: Unmeasured::Assumed,
         };
         let at_b = RttView {
             host: &b,
             rtts: &none,
             unknown: 0.2,
+            unmeasured: Unmeasured::Assumed,
         };
         let l = NodeProfile {
             cpu_load: 2.0,
