@@ -1124,7 +1124,7 @@ mod tests {
                 .iter()
                 .fold((f64::MAX, f64::MIN), |(a, b), s| (a.min(*s), b.max(*s)));
             assert!(
-                lo >= 0.5 && lo < 0.6 && hi > 1.9 && hi <= 2.0,
+                (0.5..0.6).contains(&lo) && hi > 1.9 && hi <= 2.0,
                 "{network:?}: {lo}..{hi}"
             );
             let cores: Vec<f64> = (0..pool.nodes).map(|i| pool.machine(i).0).collect();
