@@ -1003,8 +1003,8 @@ impl Agent {
         }
         // A sample that changes neither the set of peers nor a tier changes no cluster
         // (member timeouts are the timer's business).
-        if self.peers.record_rtt(now, peer, rtt) {
-            self.c2c_peers_changed(now);
+        if let Some(evicted) = self.peers.record_rtt_evicting(now, peer, rtt) {
+            self.c2c_peer_changed(now, peer, evicted.as_ref());
         }
     }
 

@@ -583,6 +583,58 @@ impl Agent {
         self.elect(now);
     }
 
+    /// [`Agent::c2c_peers_changed`] after one RTT sample that changed the peer table: only
+    /// `peer` (added, or of a new tier) and the peer it `evicted` can have changed, and every
+    /// other heard peer and view already agrees with the table (each change to it tells the
+    /// cluster). So only those two are looked at, in place of a pass over every heard peer
+    /// with a peer-table look-up each (3.5% of the simulator's time with NSc2c at 10,000
+    /// nodes); the entries, the count of voters and the standing of the election end as
+    /// that pass would leave them, and the election runs the same.
+    pub(crate) fn c2c_peer_changed(
+        &mut self,
+        now: Instant,
+        peer: &PeerId,
+        evicted: Option<&PeerId>,
+    ) {
+        if !self.c2c() {
+            return;
+        }
+        let mut changed = false;
+        if let Some(h) = self.cluster.heard.get_mut(peer) {
+            let local = self.peers.tier(peer) == Some(LatencyTier::Local);
+            changed |= h.local != local;
+            h.local = local;
+        }
+        if let Some(gone) = evicted {
+            if let Some(h) = self.cluster.heard.remove(gone) {
+                changed = true;
+                self.cluster.voters -= usize::from(h.vote == self.me);
+            }
+            self.cluster.views.remove(gone);
+        }
+        self.cluster.standing.stale |= changed;
+        // Every simulation in this crate's tests checks that the two were all that changed.
+        #[cfg(test)]
+        {
+            for (p, h) in &self.cluster.heard {
+                assert_eq!(
+                    Some(h.local),
+                    self.peers.tier(p).map(|t| t == LatencyTier::Local),
+                    "{}: heard peer {p} disagrees with the peer table",
+                    self.me
+                );
+            }
+            for p in self.cluster.views.keys() {
+                assert!(
+                    self.peers.get(p).is_some(),
+                    "{}: a view of a gone peer",
+                    self.me
+                );
+            }
+        }
+        self.elect(now);
+    }
+
     pub(crate) fn cluster_forget(&mut self, peer: &PeerId) {
         if let Some(h) = self.cluster.heard.remove(peer) {
             self.heard_changed(Some(&h.vote), None);

@@ -349,9 +349,22 @@ impl PeerTable {
     /// whether the set of peers or a peer's tier changed. The id is borrowed, and copied only
     /// for a new peer or a new tier: samples of known peers are nearly all of them.
     pub fn record_rtt(&mut self, now: Instant, peer: &PeerId, rtt: Duration) -> bool {
+        self.record_rtt_evicting(now, peer, rtt).is_some()
+    }
+
+    /// [`PeerTable::record_rtt`], telling what changed: `None` if neither the set of peers
+    /// nor a tier did, else the farthest peer the sampled one evicted, if it did. Only the
+    /// sampled peer and that one can have changed, so that the agent need not check every
+    /// peer it keeps state of against the table (see `Agent::c2c_peer_changed`).
+    pub(crate) fn record_rtt_evicting(
+        &mut self,
+        now: Instant,
+        peer: &PeerId,
+        rtt: Duration,
+    ) -> Option<Option<PeerId>> {
         if let Some(&slot) = self.index.get(peer) {
             let Some((_, info)) = self.slots[slot as usize].as_mut() else {
-                return false;
+                return None;
             };
             #[cfg(test)]
             self.seen_model.remove(&(info.last_seen, slot));
@@ -386,17 +399,17 @@ impl PeerTable {
             #[cfg(test)]
             self.seen_model.insert((now, slot));
             self.seen_changed();
-            return retiered;
+            return retiered.then_some(None);
         }
+        let mut evicted = None;
         if self.index.len() >= self.capacity {
-            let Some(&(far_rtt, far)) = self.by_rtt.last() else {
-                return false;
-            };
+            let &(far_rtt, far) = self.by_rtt.last()?;
             if rtt >= far_rtt {
-                return false;
+                return None;
             }
             if let Some((far, _)) = self.slots[far as usize].clone() {
                 self.remove(&far);
+                evicted = Some(far);
             }
         }
         let tier = LatencyTier::from_rtt(rtt);
@@ -425,7 +438,7 @@ impl PeerTable {
                 last_seen: now,
             },
         ));
-        true
+        Some(evicted)
     }
 
     /// Forgets a peer; returns whether it was known.
