@@ -262,6 +262,9 @@ struct Node {
     /// The instant the timer heap holds for this node's agent, if any.
     armed: Option<Instant>,
     dirty: bool,
+    /// Whether this node's agent ever refused a host announced to it (see
+    /// [`Sim::feed_known_rtt`]).
+    refused_host: bool,
 }
 
 struct Entity {
@@ -724,6 +727,7 @@ impl Sim {
             entities: Vec::new(),
             armed: None,
             dirty: false,
+            refused_host: false,
         });
         self.mark(index);
         match self.discovery {
@@ -1358,8 +1362,38 @@ impl Sim {
         }
         if accepted.is_ok() {
             self.held_hosts.set(i, j, true);
+        } else {
+            self.nodes[i].refused_host = true;
         }
         true
+    }
+
+    /// [`Sim::feed_rtt`] of a peer already in agent `i`'s peer table, for an agent that
+    /// never refused a host: then it holds that peer's host, and the announcement that
+    /// follows the sample would find it held and do nothing, so it is not made. A peer enters
+    /// the table only through a sample here, which is followed by its announcement, and that
+    /// one was accepted (the agent refused none); an agent drops a host only to make room,
+    /// and never the host of a peer in its table. Reading the mirror's bit for every known
+    /// peer every RTT round was a cache miss each (3% of the simulator's time at 10,000
+    /// nodes).
+    fn feed_known_rtt(&mut self, now: Instant, i: usize, j: usize) {
+        if i == j {
+            return;
+        }
+        if self.nodes[i].refused_host {
+            self.feed_rtt(now, i, j);
+            return;
+        }
+        let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
+        let _span = tracing::debug_span!("node", i).entered();
+        self.nodes[i].agent.peer_rtt(now, &self.ids[j], rtt);
+        // Every simulation in this crate's tests checks the claim.
+        #[cfg(test)]
+        assert!(
+            self.held_hosts.get(i, j),
+            "agent {i} does not hold the host of peer {j} in its table"
+        );
+        self.drain(i);
     }
 
     /// Feeds agent `i` one RTT sample of node `j`.
@@ -1447,7 +1481,7 @@ impl Sim {
                         .filter(|&j| self.alive[j])
                         .collect();
                     for j in known {
-                        self.feed_rtt(now, i, j);
+                        self.feed_known_rtt(now, i, j);
                     }
                     self.discover(i, k);
                 }
