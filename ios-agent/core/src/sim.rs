@@ -523,6 +523,113 @@ impl HeldHosts {
     }
 }
 
+/// Each node's armed timer ([`Node::armed`]), soonest first: a binary heap indexed by
+/// node, so that re-arming a node moves its one entry. The heap of (instant, node) it
+/// replaces pushed a new entry at every re-arm and dropped the stale ones as they came up
+/// (checking each against its node, a cache miss into the node): it held many times the
+/// pool's size, and popping it was 4% of the simulator's time at 10,000 nodes. The same
+/// nodes are due at the same instants (each node's entry is its armed instant).
+#[derive(Debug, Default)]
+struct Timers {
+    heap: Vec<(Instant, usize)>,
+    /// Each node's index in `heap`, or [`Timers::ABSENT`].
+    position: Vec<usize>,
+}
+
+impl Timers {
+    const ABSENT: usize = usize::MAX;
+
+    /// The soonest timer: (instant, node).
+    fn peek(&self) -> Option<(Instant, usize)> {
+        self.heap.first().copied()
+    }
+
+    fn pop(&mut self) {
+        if let Some(&(_, node)) = self.heap.first() {
+            self.remove(node);
+        }
+    }
+
+    /// Arms `node`'s timer at `at`, or disarms it (`None`).
+    fn set(&mut self, node: usize, at: Option<Instant>) {
+        if node >= self.position.len() {
+            self.position.resize(node + 1, Self::ABSENT);
+        }
+        match (self.position[node], at) {
+            (Self::ABSENT, None) => {}
+            (_, None) => self.remove(node),
+            (Self::ABSENT, Some(at)) => {
+                self.heap.push((at, node));
+                let k = self.heap.len() - 1;
+                self.position[node] = k;
+                self.up(k);
+            }
+            (k, Some(at)) => {
+                self.heap[k].0 = at;
+                let k = self.up(k);
+                self.down(k);
+            }
+        }
+    }
+
+    fn remove(&mut self, node: usize) {
+        let k = self.position[node];
+        if k == Self::ABSENT {
+            return;
+        }
+        self.position[node] = Self::ABSENT;
+        let last = self.heap.len() - 1;
+        if k != last {
+            self.heap.swap(k, last);
+            self.position[self.heap[k].1] = k;
+        }
+        self.heap.pop();
+        if k < self.heap.len() {
+            let k = self.up(k);
+            self.down(k);
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.position[self.heap[a].1] = a;
+        self.position[self.heap[b].1] = b;
+    }
+
+    /// Moves the entry at `k` up to its place; returns where it ends.
+    fn up(&mut self, mut k: usize) -> usize {
+        while k > 0 {
+            let parent = (k - 1) / 2;
+            if self.heap[parent] <= self.heap[k] {
+                break;
+            }
+            self.swap(parent, k);
+            k = parent;
+        }
+        k
+    }
+
+    fn down(&mut self, mut k: usize) {
+        loop {
+            let left = 2 * k + 1;
+            if left >= self.heap.len() {
+                return;
+            }
+            let right = left + 1;
+            let child = if right < self.heap.len() && self.heap[right] < self.heap[left] {
+                right
+            } else {
+                left
+            };
+            if self.heap[k] <= self.heap[child] {
+                return;
+            }
+            self.swap(k, child);
+            k = child;
+        }
+    }
+}
+
 /// The simulator.
 pub struct Sim {
     seed: u64,
@@ -551,7 +658,7 @@ pub struct Sim {
     /// What each queued event does, by slot; `None` for a free slot (listed in `free_payloads`).
     payloads: Vec<Option<EventKind>>,
     free_payloads: Vec<usize>,
-    timers: BinaryHeap<Reverse<(Instant, usize)>>,
+    timers: Timers,
     dirty: Vec<usize>,
     seq: u64,
     profile_period: Duration,
@@ -605,7 +712,7 @@ impl Sim {
             events: BinaryHeap::new(),
             payloads: Vec::new(),
             free_payloads: Vec::new(),
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             dirty: Vec::new(),
             seq: 0,
             profile_period,
@@ -981,9 +1088,7 @@ impl Sim {
             };
             if t != n.armed {
                 n.armed = t;
-                if let Some(t) = t {
-                    self.timers.push(Reverse((t, i)));
-                }
+                self.timers.set(i, t);
             }
         }
     }
@@ -1269,9 +1374,9 @@ impl Sim {
         if let Some(Reverse((at, _, _))) = self.events.peek() {
             t = t.min(*at);
         }
-        // Drop timers that were re-armed since (lazy deletion).
-        while let Some(&Reverse((at, i))) = self.timers.peek() {
-            if self.nodes[i].armed == Some(at) && self.alive[i] {
+        // Drop the timers of killed nodes (their agents never wake again).
+        while let Some((at, i)) = self.timers.peek() {
+            if self.alive[i] {
                 t = t.min(at);
                 break;
             }
@@ -1542,15 +1647,13 @@ impl Sim {
         self.rearm();
         // Agents whose timer is due, in index order.
         let mut due = Vec::new();
-        while let Some(&Reverse((at, i))) = self.timers.peek() {
+        while let Some((at, i)) = self.timers.peek() {
             if at > now {
                 break;
             }
             self.timers.pop();
-            if self.nodes[i].armed == Some(at) {
-                self.nodes[i].armed = None;
-                due.push(i);
-            }
+            self.nodes[i].armed = None;
+            due.push(i);
         }
         due.sort_unstable();
         for i in due {

@@ -861,3 +861,42 @@ fn given_discovery_in_a_pool_beyond_the_peer_tables_then_runs_replay() {
         assert!(a.messages().messages > 0, "{topology:?}");
     }
 }
+
+/// The indexed timer heap yields each node's armed instant, soonest first (ties by node),
+/// through any sequence of arming, re-arming, disarming and popping.
+#[test]
+fn given_timers_rearmed_at_random_then_the_soonest_comes_first() {
+    use rand::{Rng, SeedableRng};
+
+    let t0 = std::time::Instant::now();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut timers = super::Timers::default();
+    let mut model: Vec<Option<std::time::Instant>> = vec![None; 40];
+    for _ in 0..20_000 {
+        let node = rng.random_range(0..model.len());
+        match rng.random_range(0..4) {
+            0 => {
+                timers.set(node, None);
+                model[node] = None;
+            }
+            1 => {
+                timers.pop();
+                let soonest = (0..model.len())
+                    .filter_map(|i| model[i].map(|t| (t, i)))
+                    .min();
+                if let Some((_, i)) = soonest {
+                    model[i] = None;
+                }
+            }
+            _ => {
+                let at = t0 + ms(rng.random_range(0..50));
+                timers.set(node, Some(at));
+                model[node] = Some(at);
+            }
+        }
+        let soonest = (0..model.len())
+            .filter_map(|i| model[i].map(|t| (t, i)))
+            .min();
+        assert_eq!(timers.peek(), soonest);
+    }
+}
