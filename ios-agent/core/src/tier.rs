@@ -363,9 +363,7 @@ impl PeerTable {
         rtt: Duration,
     ) -> Option<Option<PeerId>> {
         if let Some(&slot) = self.index.get(peer) {
-            let Some((_, info)) = self.slots[slot as usize].as_mut() else {
-                return None;
-            };
+            let (_, info) = self.slots[slot as usize].as_mut()?;
             #[cfg(test)]
             self.seen_model.remove(&(info.last_seen, slot));
             // srtt = 7/8 srtt + 1/8 sample
@@ -520,7 +518,7 @@ impl PeerTable {
         let set = &self.tiers[tier_index(tier)];
         let found: Vec<*const PeerId> = exclude
             .iter()
-            .filter_map(|p| set.get(*p))
+            .filter_map(|p| set.get(p))
             .map(|p| p as *const PeerId)
             .collect();
         set.iter()
@@ -542,7 +540,7 @@ impl PeerTable {
         let set = &self.tiers[tier_index(tier)];
         // The excluded peers that are in the tier, each once (`exclude` may repeat one).
         let mut found: Vec<&PeerId> = Vec::with_capacity(exclude.len());
-        for p in exclude.iter().filter_map(|p| set.get(*p)) {
+        for p in exclude.iter().filter_map(|p| set.get(p)) {
             if !found.contains(&p) {
                 found.push(p);
             }
