@@ -795,8 +795,8 @@ pub struct Agent {
     /// only partners the giver has measured ([`crate::model::communication`]), wherever they
     /// are.
     partner_rtts: HashMap<HostName, f64>,
-    /// The hosts of the last [`Agent::hosts_to_measure`].
-    partner_wanted: HashSet<HostName>,
+    /// The hosts of the last [`Agent::hosts_to_measure`], sorted.
+    partner_wanted: Vec<HostName>,
     /// Partner hosts sent a partner steal, and when (asked again only after
     /// [`PARTNER_STEAL_RETRY`]).
     partners_asked: HashMap<HostName, Instant>,
@@ -909,7 +909,7 @@ impl Agent {
             settle_after: None,
             entities: Vec::new(),
             partner_rtts: HashMap::new(),
-            partner_wanted: HashSet::new(),
+            partner_wanted: Vec::new(),
             partners_asked: HashMap::new(),
             redirectable: None,
             departed: VecDeque::new(),
@@ -1015,8 +1015,8 @@ impl Agent {
         }
         // A sample that changes neither the set of peers nor a tier changes no cluster
         // (member timeouts are the timer's business).
-        if self.peers.record_rtt(now, peer, rtt) {
-            self.c2c_peers_changed(now);
+        if let Some(evicted) = self.peers.record_rtt_evicting(now, peer, rtt) {
+            self.c2c_peer_changed(now, peer, evicted.as_ref());
         }
     }
 
@@ -1153,25 +1153,29 @@ impl Agent {
     /// manager's latency stands for its members': they are within local latency of it).
     /// Sorted. RTTs of hosts no longer on the list are forgotten.
     pub fn hosts_to_measure(&mut self) -> Vec<HostName> {
-        let mut wanted: HashSet<HostName> = self
+        // Sorted and deduplicated by reference, then copied once: the set of names this was
+        // collected into hashed each name with SipHash, on every node each profile round
+        // (3% of the simulator's time at 10,000 nodes). Same hosts, same order.
+        let mut wanted: Vec<&HostName> = self
             .entities
             .iter()
             .chain(self.member_entities())
             .flat_map(|e| e.partners.iter().map(|p| &p.host))
             .filter(|h| **h != self.host)
-            .cloned()
             .collect();
-        self.partner_rtts.retain(|h, _| wanted.contains(h));
-        let mut hosts: Vec<HostName> = wanted.iter().cloned().collect();
-        hosts.sort();
-        std::mem::swap(&mut self.partner_wanted, &mut wanted);
+        wanted.sort_unstable();
+        wanted.dedup();
+        let hosts: Vec<HostName> = wanted.into_iter().cloned().collect();
+        self.partner_rtts
+            .retain(|h, _| hosts.binary_search(h).is_ok());
+        self.partner_wanted.clone_from(&hosts);
         hosts
     }
 
     /// An RTT sample to `host`, one of the last [`Agent::hosts_to_measure`]. Samples of
     /// other hosts are ignored (they would grow the table without bound).
     pub fn handle_partner_rtt(&mut self, host: &HostName, rtt: Duration) {
-        if self.partner_wanted.contains(host) {
+        if self.partner_wanted.binary_search(host).is_ok() {
             self.partner_rtts.insert(host.clone(), rtt.as_secs_f64());
         }
     }

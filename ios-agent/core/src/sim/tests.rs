@@ -821,3 +821,82 @@ fn given_one_far_pair_then_only_its_round_waits_for_it() {
     assert_eq!(Pattern::Independent.exchanges(8).seconds(|_| far), 0.0);
     assert_eq!(Pattern::Tree.exchanges(1).seconds(|_| far), 0.0);
 }
+
+/// A pool larger than the agents' peer tables, measured by discovery as the scale runs do
+/// (both topologies): peer tables fill and evict, hosts are dropped to make room, clusters
+/// form over the local tier. The shortcuts taken on those paths (`Sim::feed_known_rtt`,
+/// `Agent::c2c_peer_changed`) check in tests that they skip nothing that would act, and
+/// the run must replay from its seed.
+#[test]
+fn given_discovery_in_a_pool_beyond_the_peer_tables_then_runs_replay() {
+    fn run(topology: Topology) -> Sim {
+        let tiers = [2u64, 5, 40, 180, 300];
+        let config = Config::default().with_topology(topology).with_max_peers(8);
+        let mut sim = Sim::new(11, config)
+            .with_rtt_model(move |i, j| {
+                let h = (i.min(j) * 31 + i.max(j) * 17) % tiers.len();
+                ms(tiers[h])
+            })
+            .with_discovery(3)
+            .with_rtt_period(secs(15));
+        for i in 0..60 {
+            let n = sim.add_node(NodeSpec::new(1.0 + (i % 3) as f64));
+            if i % 4 == 0 {
+                sim.add_entity(n, &format!("job{}", i / 16), (i / 4 % 4) as u32, 1 << 20);
+                sim.add_entity(
+                    n,
+                    &format!("job{}", i / 16),
+                    (i / 4 % 4) as u32 + 4,
+                    1 << 20,
+                );
+            }
+        }
+        sim.run_for(secs(300));
+        sim
+    }
+    for topology in [Topology::PeerToPeer, Topology::ClusterToCluster] {
+        let (a, b) = (run(topology), run(topology));
+        assert_eq!(a.migrations(), b.migrations(), "{topology:?}");
+        assert_eq!(a.messages().messages, b.messages().messages, "{topology:?}");
+        assert!(a.messages().messages > 0, "{topology:?}");
+    }
+}
+
+/// The indexed timer heap yields each node's armed instant, soonest first (ties by node),
+/// through any sequence of arming, re-arming, disarming and popping.
+#[test]
+fn given_timers_rearmed_at_random_then_the_soonest_comes_first() {
+    use rand::{Rng, SeedableRng};
+
+    let t0 = std::time::Instant::now();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut timers = super::Timers::default();
+    let mut model: Vec<Option<std::time::Instant>> = vec![None; 40];
+    for _ in 0..20_000 {
+        let node = rng.random_range(0..model.len());
+        match rng.random_range(0..4) {
+            0 => {
+                timers.set(node, None);
+                model[node] = None;
+            }
+            1 => {
+                timers.pop();
+                let soonest = (0..model.len())
+                    .filter_map(|i| model[i].map(|t| (t, i)))
+                    .min();
+                if let Some((_, i)) = soonest {
+                    model[i] = None;
+                }
+            }
+            _ => {
+                let at = t0 + ms(rng.random_range(0..50));
+                timers.set(node, Some(at));
+                model[node] = Some(at);
+            }
+        }
+        let soonest = (0..model.len())
+            .filter_map(|i| model[i].map(|t| (t, i)))
+            .min();
+        assert_eq!(timers.peek(), soonest);
+    }
+}
