@@ -980,11 +980,15 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                     .map(|(k, n, b)| format!("{k} {n} ({b} B)"))
                     .collect();
                 eprintln!(
-                    "scale: {} {} nodes {}: {:.3} iterations, {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
+                    "scale: {} {} nodes {}: {:.3} iterations (hypercube {:.3}, tree {:.3}, sparse {:.3}, stencil {:.3}), {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
                     network.name(),
                     nodes,
                     s.name(),
                     o.iterations,
+                    o.by_pattern[0],
+                    o.by_pattern[1],
+                    o.by_pattern[2],
+                    o.by_pattern[3],
                     o.migrations,
                     o.messages,
                     o.bytes,
