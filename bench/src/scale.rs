@@ -367,7 +367,7 @@ impl Pool {
         };
         let cores = [1.0, 2.0, 4.0, 8.0][(machine % 4) as usize];
         // From bits independent of the cores' (`unit` reads the top 53 bits of its
-        // argument: until 2026-11-29 a shifted hash kept every speed in [0.5, 0.69)).
+        // argument: until 2026-11-28 (evening) a shifted hash kept every speed in [0.5, 0.69)).
         let speed = 0.5 + 1.5 * unit(hash(machine, 6));
         (cores, speed)
     }
@@ -1115,7 +1115,7 @@ mod tests {
     }
 
     /// The pools are as heterogeneous as documented: speeds across 0.5 to 2, RTTs across
-    /// each tier's range (until 2026-11-29 both sat at the low ends of their ranges).
+    /// each tier's range (until 2026-11-28, evening, both sat at the low ends of their ranges).
     #[test]
     fn given_a_pool_then_speeds_and_rtts_span_their_ranges() {
         for network in [Network::Internet, Network::Grid] {

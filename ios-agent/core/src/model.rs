@@ -36,7 +36,8 @@
 //!
 //! `x_p` is the entity's exchanges per second with partner `p` ([`Partner`]), `rtt(n, h)` what
 //! node `n`'s agent measured to host `h` (0 on `n` itself, [`DEFAULT_UNKNOWN_RTT`] when not
-//! measured). `comm` is the paper's `Delta` form applied to the entity's iteration rate: an
+//! measured; [`communication`] says which partners count when only one node measured them).
+//! `comm` is the paper's `Delta` form applied to the entity's iteration rate: an
 //! iteration of length `T` spends `T s_l` on latency at `l` and would spend `T s_f` at `f`, so
 //! `T_f = T (1 - s_l + s_f)` and `comm = (T - T_f) / (T + T_f)`.
 //!
