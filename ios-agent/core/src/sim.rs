@@ -1043,12 +1043,7 @@ impl Sim {
                             / (Self::share(n.cores, bg[i], n.entities.len()) * n.speed)
                     })
                     .fold(0.0, f64::max);
-                let pairs = &job.exchanges.pairs;
-                let exchange = job.exchanges.seconds(|k| {
-                    let (a, b) = pairs[k];
-                    (self.rtt_between(self.entities[a].node, self.entities[b].node) / 2)
-                        .as_secs_f64()
-                });
+                let exchange = self.exchange_seconds(job, |e| self.entities[e].node);
                 nodes.sort_unstable();
                 nodes.dedup();
                 JobBreakdown {
@@ -1172,12 +1167,16 @@ impl Sim {
         for &e in &job.ranks {
             slowest = slowest.max(compute(e));
         }
+        slowest + self.exchange_seconds(job, node)
+    }
+
+    /// Seconds per iteration `job`'s exchanges wait on latency, its entities on `node(e)`.
+    fn exchange_seconds(&self, job: &Job, node: impl Fn(usize) -> usize) -> f64 {
         let pairs = &job.exchanges.pairs;
-        slowest
-            + job.exchanges.seconds(|i| {
-                let (a, b) = pairs[i];
-                (self.rtt_between(node(a), node(b)) / 2).as_secs_f64()
-            })
+        job.exchanges.seconds(|i| {
+            let (a, b) = pairs[i];
+            (self.rtt_between(node(a), node(b)) / 2).as_secs_f64()
+        })
     }
 
     /// Runnable threads of node `i`'s entities as its profile shows them: one each, or with
