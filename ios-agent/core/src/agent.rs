@@ -1509,6 +1509,7 @@ impl Agent {
             leaving,
             entity_cores: self.config.entity_cores,
             max_move_time: self.config.migration_timeout,
+            jobs_here: &[],
         }
     }
 
@@ -2084,8 +2085,12 @@ impl Agent {
                             leaving,
                         );
                         let in_table = self.peers.get(&steal.source.peer).is_some();
+                        let jobs_here = node.job_offers(&self.entities);
                         let plan = decision::select_near(
-                            &self.policy(now),
+                            &Policy {
+                                jobs_here: &jobs_here,
+                                ..self.policy(now)
+                            },
                             &node,
                             &may_go,
                             steal.source.destination(),

@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 use pcm_proto::HostName;
 
 use crate::agent::{Agent, Beneficiary, Steal, StealLatencies, Topology};
-use crate::decision::{self, NodeView};
+use crate::decision::{self, NodeView, Policy};
 use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES};
 use crate::model::{EntityId, EntityProfile, NodeProfile};
 use crate::tier::{IdMap, LatencyTier, PeerId};
@@ -1325,8 +1325,12 @@ impl Agent {
                     &steal.source,
                     v.leaving,
                 );
+                let jobs_here = v.node.job_offers(v.entities);
                 decision::select_near(
-                    &self.policy_for(now, v.leaving),
+                    &Policy {
+                        jobs_here: &jobs_here,
+                        ..self.policy_for(now, v.leaving)
+                    },
                     &node,
                     &may_go,
                     steal.source.destination(),

@@ -56,6 +56,10 @@ pub struct Policy<'a> {
     /// would give it up half way (its migration timeout). With the paper's cost term such a
     /// move never had a gain; an amortised one can pay for a long move of a long job.
     pub max_move_time: Duration,
+    /// What the entities' node offers the jobs it runs and how many of each job's entities
+    /// it holds ([`NodeProfile::job_offers`] of all its entities); empty when not known.
+    /// Weighing a job's gathering needs them ([`select_near`]).
+    pub jobs_here: &'a [JobOffer],
 }
 
 impl Policy<'_> {
@@ -153,6 +157,42 @@ pub fn select_near<'d>(
     let offer = |job: &JobId, n: usize| to.offer(job, n, policy.entity_cores);
     let nearer =
         |e: &EntityProfile| rtts.is_some_and(|(at_l, at_f)| communication(e, at_l, at_f) > 0.0);
+    // Both rules below are about where a job's ranks run together, which only matters with
+    // the communication term.
+    let gathered =
+        |e: &EntityProfile, n: usize| rtts.and(gathering(policy, l, &to, share_here, e, n));
+    // `f` runs ranks of the job and gives each of the `n` a core of its own: the job already
+    // waits for its ranks there, so the entities cannot slow it by computing there.
+    let joins = |job: &JobId, n: usize| {
+        rtts.is_some()
+            && to.job_offers.iter().any(|o| &o.job == job)
+            && policy
+                .entity_cores
+                .is_some_and(|c| offer(job, n).free_cores() + 1e-9 >= c * n as f64)
+    };
+    // The gain of moving `group` (of `job`) to `f`: the model's, without the CPU lost when
+    // `f` runs the job (`joins`), or the job's [`gathering`] when that is more.
+    let weigh = |group: &[&EntityProfile], job: &JobId| {
+        let n = group.len();
+        let mut g = gain_near(l, &offer(job, n), group, policy.weights, policy.cost, rtts);
+        let w = policy.weights.get(Resource::Cpu);
+        if joins(job, n) && g.deltas[0] < 0.0 {
+            g.improvement -= w * g.deltas[0];
+            g.gain -= w * g.deltas[0];
+            g.deltas[0] = 0.0;
+        }
+        if let Some(rate) = group.first().and_then(|e| gathered(e, n)) {
+            let improvement = g.improvement + w * (rate - g.deltas[0]);
+            let gain = improvement - g.cost_term;
+            if gain > g.gain {
+                g.deltas[0] = rate;
+                g.improvement = improvement;
+                g.communication = 0.0;
+                g.gain = gain;
+            }
+        }
+        g
+    };
     // Whether `f` offers the entity enough CPU for a move, and `f` as the entity sees it.
     let passes = |e: &EntityProfile| {
         let f1 = offer(&e.id.job, 1);
@@ -160,16 +200,18 @@ pub fn select_near<'d>(
         let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
         let latency_gate =
             rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
-        (cpu_gate || (latency_gate && nearer(e))).then_some(f1)
+        let gate = cpu_gate
+            || ((latency_gate || joins(&e.id.job, 1)) && nearer(e))
+            || gathered(e, 1).is_some();
+        gate.then_some(f1)
     };
     let fits = |mem: u64| mem <= f.memory_available;
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
         .filter(|e| policy.eligible(e) && fits(e.memory))
         .filter_map(|e| {
-            let f1 = passes(e)?;
-            let g = gain_near(l, &f1, &[e], policy.weights, policy.cost, rtts);
-            Some((e, g.gain))
+            passes(e)?;
+            Some((e, weigh(&[e], &e.id.job).gain))
         })
         .collect();
     ranked.sort_by(|a, b| {
@@ -191,14 +233,7 @@ pub fn select_near<'d>(
             break;
         }
         group.push(e);
-        let g = gain_near(
-            l,
-            &offer(job, group.len()),
-            &group,
-            policy.weights,
-            policy.cost,
-            rtts,
-        );
+        let g = weigh(&group, job);
         let acceptable = if g.cost_secs > policy.max_move_time.as_secs_f64() {
             false
         } else if policy.leaving {
@@ -220,6 +255,68 @@ pub fn select_near<'d>(
         entities: group.iter().map(|e| e.id.clone()).collect(),
         gain,
     })
+}
+
+/// Gathering a job on one node: whether moving `n` entities of `e`'s job (`e` among them)
+/// from `l` to `to` is a step of gathering the whole job on `to`, and if so what it is worth
+/// to the job: `Delta` of its iteration rate gathered on `to` against its rate now,
+/// `(T_now - T_to) / (T_now + T_to)` in iteration times (the model's `Delta` with rates for
+/// `A` and `U`). `share_here` is the CPU `e` gets on `l`, speed-normalised.
+///
+/// Why: the model weighs one rank at a time, and a rank gains little by joining one partner
+/// when its other partners run elsewhere, so a job placed over many nodes stayed there
+/// (docs/results.md, "Scale": at 1,000 nodes the agents' jobs computed as fast as the
+/// oracle's and waited 100 ms per iteration on latency against its 2). The job's plan is
+/// the unit: once all its ranks run on `to`, an iteration is their compute there, with no
+/// exchange over the network.
+///
+/// A step of gathering needs the job's size (`job_ranks`) and a rank's cores
+/// (`entity_cores`), and:
+/// - `to` runs ranks of the job already ([`JobOffer::ranks`]): an idle node that runs none
+///   does not pull a job's ranks one by one from wherever they are (tried: with every light
+///   node a gatherer, ranks of one job went to several of them, and NSp2p's throughput on
+///   100 nodes fell by a quarter, with ten times the moves);
+/// - `to` has a core and the memory for every rank of the job it does not run yet;
+/// - if `l` could gather the job as well (it has cores for the ranks it lacks), `to` holds
+///   more of its ranks (as many: `to` is faster), so two nodes never pull a job apart;
+/// - the job's iteration gathered on `to`, `e`'s compute on a core of `to`, is at least
+///   [`MIN_CPU_ADVANTAGE`] shorter than its iteration now (`e`'s compute and MPI time).
+fn gathering(
+    policy: &Policy<'_>,
+    l: &NodeProfile,
+    to: &Destination<'_>,
+    share_here: f64,
+    e: &EntityProfile,
+    n: usize,
+) -> Option<f64> {
+    if policy.leaving {
+        return None;
+    }
+    let cores = policy.entity_cores?;
+    let job = &e.id.job;
+    let f = to.node;
+    let there = to.job_offers.iter().find(|o| &o.job == job)?;
+    let held_f = there.ranks as usize;
+    let rest = (e.job_ranks as usize)
+        .checked_sub(held_f)
+        .filter(|rest| held_f > 0 && (1..=*rest).contains(&n))?;
+    let memory = e.memory.saturating_mul(rest as u64);
+    if there.cores + 1e-9 < rest as f64 * cores || memory > f.memory_available {
+        return None;
+    }
+    if let Some(here) = policy.jobs_here.iter().find(|o| &o.job == job) {
+        let held_l = here.ranks as usize;
+        let lacking = (e.job_ranks as usize).saturating_sub(held_l);
+        let l_could = here.cores + 1e-9 >= lacking as f64 * cores;
+        if l_could && !(held_f > held_l || (held_f == held_l && f.speed > l.speed)) {
+            return None;
+        }
+    }
+    let iteration = (e.compute + e.mpi_wait).as_secs_f64();
+    let gathered = e.compute.as_secs_f64() * share_here / (cores * f.speed);
+    let worth =
+        iteration > 0.0 && gathered > 0.0 && gathered * (1.0 + MIN_CPU_ADVANTAGE) <= iteration;
+    worth.then(|| (iteration - gathered) / (iteration + gathered))
 }
 
 /// What a cluster manager knows of one node of its cluster.
@@ -375,6 +472,7 @@ mod tests {
                 leaving: false,
                 entity_cores: None,
                 max_move_time: Duration::from_secs(600),
+                jobs_here: &[],
             }
         }
     }
@@ -426,6 +524,155 @@ mod tests {
         // To a node with less than 90% of its share: no move, however near.
         let small = node(0.8, 0.0);
         assert!(select_near(&policy, &here, &es, &small, 1, Some((&at_a, &at_b))).is_none());
+    }
+
+    /// A rank goes to a slower node that runs ranks of its job and gives it a core: the job
+    /// already waits for those ranks, so only the latency counts. To the same node without
+    /// ranks of the job it does not go (it would compute slower than the job does now).
+    #[test]
+    fn given_a_node_that_runs_the_job_then_a_rank_joins_its_partner_there_though_it_is_slower() {
+        use crate::model::{Partner, RttView};
+        let fx = Fixture::new();
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        let (a, b) = (host("a"), host("b"));
+        let none = HashMap::new();
+        let at = |h| RttView {
+            host: h,
+            rtts: &none,
+            unknown: 0.2,
+            unmeasured: crate::model::Unmeasured::Assumed,
+        };
+        let (at_a, at_b) = (at(&a), at(&b));
+        let mut e = entity("j", 0, 1.0);
+        e.partners = vec![Partner {
+            host: b.clone(),
+            exchanges_per_sec: 20.0,
+        }];
+        let es = [e];
+        // a: one core of speed 2, the rank's own; b: speed 1.4, one core busy, one idle.
+        let here = NodeProfile {
+            speed: 2.0,
+            ..node(1.0, 1.0)
+        };
+        let there = NodeProfile {
+            speed: 1.4,
+            ..node(2.0, 1.0)
+        };
+        let rtts = Some((&at_a, &at_b));
+        // b offers 1.4 against the 2 the rank has: under 90% of it.
+        assert!(select_near(&policy, &here, &es, &there, 1, rtts).is_none());
+        let runs_j = [JobOffer {
+            job: JobId::new("j").expect("valid"),
+            cores: 1.0,
+            ranks: 1,
+        }];
+        let to = Destination {
+            node: &there,
+            job_offers: &runs_j,
+        };
+        let plan = select_near(&policy, &here, &es, to, 1, rtts).expect("joins the job");
+        // The CPU it loses is not counted; the communication term (1: all its time is
+        // latency to b) is.
+        assert_eq!(plan.gain.deltas[0], 0.0);
+        assert!((plan.gain.communication - 1.0).abs() < 1e-12);
+        // Without its own core there the rule does not hold.
+        let full = [JobOffer {
+            cores: 0.5,
+            ..runs_j[0].clone()
+        }];
+        let to = Destination {
+            node: &there,
+            job_offers: &full,
+        };
+        assert!(select_near(&policy, &here, &es, to, 1, rtts).is_none());
+    }
+
+    /// Gathering a job: a rank whose own latency would grow goes to the node that runs part
+    /// of its job and has cores for the rest, when the job gathered there iterates faster
+    /// than now; not when the node lacks a core for one of the ranks, when the giver holds
+    /// more of the job and could gather it, when the gathered job would not be faster, or
+    /// to an idle node that runs none of the job.
+    #[test]
+    fn given_a_node_with_part_of_a_job_and_room_for_the_rest_then_ranks_gather_there() {
+        use crate::model::{Partner, RttView};
+        let fx = Fixture::new();
+        let j = JobId::new("j").expect("valid");
+        let offer = |cores: f64, ranks: u32| JobOffer {
+            job: j.clone(),
+            cores,
+            ranks,
+        };
+        let (l, f, c) = (host("l"), host("f"), host("c"));
+        // l measured its rank's partner on c at 5 ms; f measured nothing: the model charges
+        // the rank more latency at f (communication term < 0).
+        let measured: HashMap<pcm_proto::HostName, f64> = [(c.clone(), 0.005)].into();
+        let none = HashMap::new();
+        let at_l = RttView {
+            host: &l,
+            rtts: &measured,
+            unknown: 0.2,
+            unmeasured: crate::model::Unmeasured::Assumed,
+        };
+        let at_f = RttView {
+            host: &f,
+            rtts: &none,
+            ..at_l
+        };
+        let rtts = Some((&at_l, &at_f));
+        // A rank of a 4-rank job on l's only core: 60 ms of compute and 140 ms in MPI (its
+        // job waits on latency elsewhere).
+        let rank = |compute_ms: u64, wait_ms: u64| {
+            let mut e = entity("j", 0, 1.0);
+            e.job_ranks = 4;
+            e.memory = 1 << 20;
+            e.compute = Duration::from_millis(compute_ms);
+            e.mpi_wait = Duration::from_millis(wait_ms);
+            e.partners = vec![Partner {
+                host: c.clone(),
+                exchanges_per_sec: 5.0,
+            }];
+            e
+        };
+        let es = [rank(60, 140)];
+        let here_node = node(1.0, 1.0);
+        let here = [offer(0.0, 1)];
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        policy.jobs_here = &here;
+        // f: 4 cores, 2 busy with ranks of the job, 2 idle (one for this rank, one for the
+        // fourth).
+        let f_node = node(4.0, 2.0);
+        let room = [offer(2.0, 2)];
+        let to = |offers| Destination {
+            node: &f_node,
+            job_offers: offers,
+        };
+        assert!(communication(&es[0], &at_l, &at_f) < 0.0);
+        let plan = select_near(&policy, &here_node, &es, to(&room), 1, rtts).expect("gathers");
+        // (200 - 60) / (200 + 60): the job's iteration now against gathered on f.
+        assert!((plan.gain.deltas[0] - 140.0 / 260.0).abs() < 1e-9);
+        assert_eq!(plan.gain.communication, 0.0);
+        // Without the gathering, the same move is refused.
+        let mut size_unknown = es.clone();
+        size_unknown[0].job_ranks = 0;
+        assert!(select_near(&policy, &here_node, &size_unknown, to(&room), 1, rtts).is_none());
+        // f lacks a core for the fourth rank.
+        let tight = [offer(1.0, 2)];
+        assert!(select_near(&policy, &here_node, &es, to(&tight), 1, rtts).is_none());
+        // l holds 3 of the ranks and has a core for the fourth: the job gathers on l.
+        let could = [offer(1.0, 3)];
+        let giver = Policy {
+            jobs_here: &could,
+            ..policy
+        };
+        assert!(select_near(&giver, &here_node, &es, to(&room), 1, rtts).is_none());
+        // Gathered, the job would iterate in 60 ms against 65 now: not 10% faster.
+        let busy = [rank(60, 5)];
+        assert!(select_near(&policy, &here_node, &busy, to(&room), 1, rtts).is_none());
+        // An idle node that runs none of the job does not pull it.
+        let idle = node(4.0, 0.0);
+        assert!(select_near(&policy, &here_node, &es, &idle, 1, rtts).is_none());
     }
 
     #[test]

@@ -289,6 +289,12 @@ impl Message {
                         o.cores, o.job, source_profile.cores
                     )));
                 }
+                if let Some(o) = job_offers.iter().find(|o| o.ranks as usize > MAX_ENTITIES) {
+                    return Err(InvalidMessage::JobOffer(format!(
+                        "{} ranks of job {} on one node, at most {MAX_ENTITIES}",
+                        o.ranks, o.job
+                    )));
+                }
             }
             Message::StealAccepted { entities, .. } => check_entities(entities, 0)?,
             Message::ProfileReply {
@@ -362,21 +368,26 @@ mod tests {
 
     #[test]
     fn job_offers_out_of_range_are_refused_by_name() {
-        let with_offer = |cores: f64| {
+        let with_offer = |cores: f64, ranks: u32| {
             let mut m = steal(3);
             if let Message::WorkSteal { job_offers, .. } = &mut m {
                 job_offers.push(JobOffer {
                     job: JobId::new("heat").expect("valid"),
                     cores,
+                    ranks,
                 });
             }
             m
         };
-        assert!(with_offer(2.5).validate().is_ok());
+        assert!(with_offer(2.5, 1).validate().is_ok());
         for bad in [f64::NAN, -0.1, 4.5, f64::INFINITY] {
-            let err = with_offer(bad).validate().expect_err("out of range");
+            let err = with_offer(bad, 1).validate().expect_err("out of range");
             assert!(err.to_string().contains("job heat"), "{err}");
         }
+        let err = with_offer(1.0, u32::MAX)
+            .validate()
+            .expect_err("more ranks than a node holds");
+        assert!(err.to_string().contains("ranks of job heat"), "{err}");
     }
 
     fn cbor(m: &Message) -> Vec<u8> {

@@ -368,6 +368,7 @@ impl NodeProfile {
                 JobOffer {
                     job: job.clone(),
                     cores: left.max(fair).min(self.free_cores()).max(0.0),
+                    ranks: count as u32,
                 }
             })
             .collect()
@@ -419,6 +420,9 @@ pub struct JobOffer {
     pub job: JobId,
     /// Idle cores the node offers one more of its entities.
     pub cores: f64,
+    /// The job's entities on the node (0 in older agents' steals).
+    #[serde(default)]
+    pub ranks: u32,
 }
 
 /// An application entity: one registered MPI process, named by its job and rank.
@@ -471,6 +475,11 @@ pub struct EntityProfile {
     /// communication term is 0). Absent in older agents' profiles.
     #[serde(default)]
     pub partners: Vec<Partner>,
+    /// Ranks in the entity's whole job (its MPI world size), 0 when unknown (older agents'
+    /// profiles). Lets the model weigh gathering the whole job on one node
+    /// ([`crate::decision`]).
+    #[serde(default)]
+    pub job_ranks: u32,
 }
 
 /// Most partners of one entity carried in a profile.
@@ -660,6 +669,7 @@ impl EntityProfile {
             remaining: None,
             resident: Duration::from_secs(1),
             partners: Vec::new(),
+            job_ranks: 0,
         }
     }
 

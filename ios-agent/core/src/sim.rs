@@ -1268,6 +1268,7 @@ impl Sim {
                     };
                     EntityProfile {
                         partners,
+                        job_ranks: self.jobs[e.job].ranks.len() as u32,
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,

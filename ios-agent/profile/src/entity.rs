@@ -71,8 +71,10 @@ fn network_rate(now: &RankStats, previous: Option<&RankStats>) -> f64 {
 ///   previous answer) is given, else over the rank's life.
 /// - `age` = the rank's wall time (since its first process started), `resident` = the current
 ///   process's, `remaining` unknown (`None`: the model then uses the age).
+/// - `job_ranks`: the job's size as pcmd has it (`JobStats::size`).
 pub fn entity_profile(
     job: &pcm_proto::JobId,
+    job_ranks: u32,
     rank: &RankStats,
     previous: Option<&RankStats>,
 ) -> EntityProfile {
@@ -111,6 +113,7 @@ pub fn entity_profile(
         remaining: None,
         resident: Duration::from_micros(p.resident_us),
         partners: partners(rank, previous),
+        job_ranks,
     }
 }
 
@@ -167,7 +170,7 @@ pub fn entity_profiles(stats: &NodeStats, previous: Option<&NodeStats>) -> Vec<E
                 let prev = before
                     .iter()
                     .find(|r| r.rank == rank.rank && r.pid == rank.pid);
-                entity_profile(&job.job, rank, prev)
+                entity_profile(&job.job, job.size, rank, prev)
             })
         })
         .collect()
@@ -418,7 +421,7 @@ mod tests {
                 (4, None, 5000, 5000),
             ],
         );
-        let e = entity_profile(&JobId::new("job-1").expect("valid"), &now, Some(&before));
+        let e = entity_profile(&JobId::new("job-1").expect("valid"), 2, &now, Some(&before));
         let got: Vec<(&str, f64)> = e
             .partners
             .iter()
@@ -428,11 +431,11 @@ mod tests {
         assert_eq!(got, vec![("node-b", 300.0), ("node-c", 5.0)]);
 
         // Without an earlier report: over the rank's life (12 s).
-        let e = entity_profile(&JobId::new("job-1").expect("valid"), &now, None);
+        let e = entity_profile(&JobId::new("job-1").expect("valid"), 2, &now, None);
         assert_eq!(e.partners[0].host.as_str(), "node-b");
         assert!((e.partners[0].exchanges_per_sec - 2100.0 / 12.0).abs() < 1e-9);
         // No time passed (or garbage): no partners rather than infinite rates.
-        let e = entity_profile(&JobId::new("job-1").expect("valid"), &now, Some(&now));
+        let e = entity_profile(&JobId::new("job-1").expect("valid"), 2, &now, Some(&now));
         assert!(e.partners.is_empty());
     }
 

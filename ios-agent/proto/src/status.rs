@@ -308,6 +308,7 @@ mod tests {
             remaining: None,
             resident: Duration::from_secs(10),
             partners: Vec::new(),
+            job_ranks: 2,
         }
     }
 
