@@ -1612,11 +1612,18 @@ impl Agent {
     }
 
     pub(crate) fn myself(&self) -> Option<Beneficiary> {
-        let profile = self.own_profile()?;
+        let mut profile = self.own_profile()?;
+        let mut job_offers = profile.job_offers(&self.entities);
+        // The cores the jobs it gathers need are kept for them (only with the communication
+        // term is anything gathered).
+        if let Some(cores) = self.config.entity_cores.filter(|_| self.knows_partners()) {
+            (profile, job_offers) =
+                decision::keep_for_gathering(profile, job_offers, &self.entities, cores);
+        }
         Some(Beneficiary {
             peer: self.me.clone(),
             host: self.host.clone(),
-            job_offers: profile.job_offers(&self.entities),
+            job_offers,
             profile,
             departed: self.departed(),
         })
