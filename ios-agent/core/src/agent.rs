@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pcm_proto::HostName;
+use pcm_proto::{HostName, JobId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -1737,7 +1737,13 @@ impl Agent {
             .retain(|_, at| now.saturating_duration_since(*at) < PARTNER_STEAL_RETRY);
         let (host, b) = match self.config.topology {
             Topology::PeerToPeer => {
-                let (_, host) = self.farthest_partner(&self.entities)?;
+                let gathering = match (self.node, self.config.entity_cores) {
+                    (Some(node), Some(cores)) => {
+                        decision::gathering_jobs(&node, &self.entities, cores)
+                    }
+                    _ => Vec::new(),
+                };
+                let (_, host) = self.farthest_partner(&self.entities, &gathering)?;
                 (host.clone(), self.myself()?)
             }
             Topology::ClusterToCluster => self.c2c_partner_steal_target(now)?,
@@ -1747,20 +1753,33 @@ impl Agent {
     }
 
     /// Of the hosts `entities` exchange with, those beyond the local tier (as this agent
-    /// measured them) whose agent announced its host here and was not asked within
-    /// [`PARTNER_STEAL_RETRY`]: the one whose latency costs its entity most (exchanges per
-    /// second times RTT), with that cost.
+    /// measured them; at any latency for entities of the jobs in `gathering`) whose agent
+    /// announced its host here and was not asked within [`PARTNER_STEAL_RETRY`]: the one
+    /// whose latency costs its entity most (exchanges per second times RTT), with that cost.
+    ///
+    /// A node that gathers a job ([`decision::gathering_jobs`]) asks near partners too:
+    /// the job's far pairs may be between other nodes, all near this one (traced at 1,000
+    /// nodes: gatherers with every partner within 10 ms never asked, and their jobs stayed
+    /// split over nodes 300 ms apart).
     pub(crate) fn farthest_partner<'e>(
         &self,
         entities: &'e [EntityProfile],
+        gathering: &[&JobId],
     ) -> Option<(f64, &'e HostName)> {
         let local = LOCAL_MAX_RTT.as_secs_f64();
         let mut best: Option<(f64, &HostName)> = None;
-        for p in entities.iter().flat_map(|e| &e.partners) {
+        for (e, p) in entities
+            .iter()
+            .flat_map(|e| e.partners.iter().map(move |p| (e, p)))
+        {
             if p.host == self.host || self.partners_asked.contains_key(&p.host) {
                 continue;
             }
-            let Some(rtt) = self.rtt_to_host(&p.host).filter(|r| *r > local) else {
+            let near_counts = gathering.contains(&&e.id.job);
+            let Some(rtt) = self
+                .rtt_to_host(&p.host)
+                .filter(|r| near_counts || *r > local)
+            else {
                 continue;
             };
             let cost = p.exchanges_per_sec * rtt;

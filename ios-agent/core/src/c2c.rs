@@ -1117,7 +1117,7 @@ impl Agent {
             if v.leaving || !v.node.is_lightly_loaded(self.config.light_threshold) {
                 continue;
             }
-            let Some((cost, host)) = self.farthest_partner(v.entities) else {
+            let Some((cost, host)) = self.farthest_partner(v.entities, &[]) else {
                 continue;
             };
             if best

@@ -319,24 +319,33 @@ fn gathering(
     worth.then(|| (iteration - gathered) / (iteration + gathered))
 }
 
-/// What a node that gathers jobs ([`gathering`]) shows thieves' givers: its profile and job
-/// offers with the cores the rest of each such job needs kept for that job. Other jobs are
-/// offered only what is left, and the profile shows the kept cores as busy.
-///
-/// A node gathers a job when it runs some of its ranks and has a core for each of the others
-/// (`cores` per rank; jobs of unknown size are not gathered). Jobs are served by the ranks
-/// the node holds, most first, while their needs fit in its idle cores.
-///
-/// Why: a node that gathered part of a job went on taking any rank its steals were given,
-/// and once full it left the job split (docs/results.md, "Scale": with the cores kept,
-/// NSp2p's throughput at 1,000 nodes rose by 8% on the Internet-like network and 2% on
-/// the Grid-like one).
-pub fn keep_for_gathering(
-    profile: NodeProfile,
-    mut offers: Vec<JobOffer>,
+/// The jobs a node gathers ([`keep_for_gathering`]): those it runs ranks of and has a core
+/// (`cores`) for each of their other ranks, most ranks here first, while their needs fit in
+/// its idle cores.
+pub fn gathering_jobs<'e>(
+    profile: &NodeProfile,
+    entities: &'e [EntityProfile],
+    cores: f64,
+) -> Vec<&'e JobId> {
+    let offers = profile.job_offers(entities);
+    let (gathered, _) = gathered_offers(profile, &offers, entities, cores);
+    let mut jobs: Vec<&JobId> = Vec::new();
+    for (o, _) in offers.iter().zip(gathered).filter(|(_, g)| *g) {
+        if let Some(e) = entities.iter().find(|e| e.id.job == o.job) {
+            jobs.push(&e.id.job);
+        }
+    }
+    jobs
+}
+
+/// Which of `offers` (the node's [`NodeProfile::job_offers`]) are for jobs it gathers, and
+/// the cores kept for them.
+fn gathered_offers(
+    profile: &NodeProfile,
+    offers: &[JobOffer],
     entities: &[EntityProfile],
     cores: f64,
-) -> (NodeProfile, Vec<JobOffer>) {
+) -> (Vec<bool>, f64) {
     let size = |job: &JobId| {
         entities
             .iter()
@@ -356,10 +365,32 @@ pub fn keep_for_gathering(
             gathered[i] = true;
         }
     }
+    (gathered, kept)
+}
+
+/// What a node that gathers jobs ([`gathering`]) shows thieves' givers: its profile and job
+/// offers with the cores the rest of each such job needs kept for that job. Other jobs are
+/// offered only what is left, and the profile shows the kept cores as busy.
+///
+/// A node gathers a job when it runs some of its ranks and has a core for each of the others
+/// (`cores` per rank; jobs of unknown size are not gathered). Jobs are served by the ranks
+/// the node holds, most first, while their needs fit in its idle cores.
+///
+/// Why: a node that gathered part of a job went on taking any rank its steals were given,
+/// and once full it left the job split (docs/results.md, "Scale": with the cores kept,
+/// NSp2p's throughput at 1,000 nodes rose by 8% on the Internet-like network and 2% on
+/// the Grid-like one).
+pub fn keep_for_gathering(
+    profile: NodeProfile,
+    mut offers: Vec<JobOffer>,
+    entities: &[EntityProfile],
+    cores: f64,
+) -> (NodeProfile, Vec<JobOffer>) {
+    let (gathered, kept) = gathered_offers(&profile, &offers, entities, cores);
     if kept <= 0.0 {
         return (profile, offers);
     }
-    let left = (idle - kept).max(0.0);
+    let left = (profile.free_cores() - kept).max(0.0);
     for (o, gathered) in offers.iter_mut().zip(gathered) {
         if !gathered {
             o.cores = o.cores.min(left);
