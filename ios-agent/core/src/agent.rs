@@ -1612,14 +1612,7 @@ impl Agent {
     }
 
     pub(crate) fn myself(&self) -> Option<Beneficiary> {
-        let mut profile = self.own_profile()?;
-        let mut job_offers = profile.job_offers(&self.entities);
-        // The cores the jobs it gathers need are kept for them (only with the communication
-        // term is anything gathered).
-        if let Some(cores) = self.config.entity_cores.filter(|_| self.knows_partners()) {
-            (profile, job_offers) =
-                decision::keep_for_gathering(profile, job_offers, &self.entities, cores);
-        }
+        let (profile, job_offers) = self.as_thief(self.own_profile()?, &self.entities);
         Some(Beneficiary {
             peer: self.me.clone(),
             host: self.host.clone(),
@@ -1627,6 +1620,23 @@ impl Agent {
             profile,
             departed: self.departed(),
         })
+    }
+
+    /// A node with `entities` as a thief shows it to givers: its profile and job offers,
+    /// with the cores the jobs it gathers need kept for them
+    /// ([`decision::keep_for_gathering`]; only with the communication term, when the
+    /// entities name their partners, is anything gathered).
+    pub(crate) fn as_thief(
+        &self,
+        node: NodeProfile,
+        entities: &[EntityProfile],
+    ) -> (NodeProfile, Vec<JobOffer>) {
+        let offers = node.job_offers(entities);
+        let partners = entities.iter().any(|e| !e.partners.is_empty());
+        match self.config.entity_cores.filter(|_| partners) {
+            Some(cores) => decision::keep_for_gathering(node, offers, entities, cores),
+            None => (node, offers),
+        }
     }
 
     /// The entities that left this node within the last two hold-downs, oldest first (at
