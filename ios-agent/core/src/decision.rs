@@ -165,7 +165,7 @@ pub fn select_near<'d>(
     // waits for its ranks there, so the entities cannot slow it by computing there.
     let joins = |job: &JobId, n: usize| {
         rtts.is_some()
-            && to.job_offers.iter().any(|o| &o.job == job)
+            && to.job_offers.iter().any(|o| &o.job == job && o.ranks > 0)
             && policy
                 .entity_cores
                 .is_some_and(|c| offer(job, n).free_cores() + 1e-9 >= c * n as f64)
@@ -296,18 +296,21 @@ fn gathering(
     let job = &e.id.job;
     let f = to.node;
     let there = to.job_offers.iter().find(|o| &o.job == job)?;
-    let (held_f, room_f) = (there.ranks as usize, there.cores);
+    let (held_f, room_f) = there.place();
     let rest = (e.job_ranks as usize)
         .checked_sub(held_f)
         .filter(|rest| held_f > 0 && (1..=*rest).contains(&n))?;
-    let memory = e.memory.saturating_mul(rest as u64);
-    if room_f + 1e-9 < rest as f64 * cores || memory > f.memory_available {
+    let memory = e.memory.saturating_mul(n as u64);
+    if room_f + 1e-9 < rest as f64 * cores
+        || there.cores + 1e-9 < n as f64 * cores
+        || memory > f.memory_available
+    {
         return None;
     }
     if let Some(here) = policy.jobs_here.iter().find(|o| &o.job == job) {
-        let held_l = here.ranks as usize;
+        let (held_l, room_l) = here.place();
         let lacking = (e.job_ranks as usize).saturating_sub(held_l);
-        let l_could = here.cores + 1e-9 >= lacking as f64 * cores;
+        let l_could = room_l + 1e-9 >= lacking as f64 * cores;
         if l_could && !(held_f > held_l || (held_f == held_l && f.speed > l.speed)) {
             return None;
         }
@@ -651,6 +654,8 @@ mod tests {
             job: JobId::new("j").expect("valid"),
             cores: 1.0,
             ranks: 1,
+            place_ranks: 0,
+            place_room: 0.0,
         }];
         let to = Destination {
             node: &there,
@@ -687,6 +692,8 @@ mod tests {
             job: j.clone(),
             cores,
             ranks,
+            place_ranks: 0,
+            place_room: 0.0,
         };
         let (l, f, c) = (host("l"), host("f"), host("c"));
         // l measured its rank's partner on c at 5 ms; f measured nothing: the model charges
@@ -758,6 +765,29 @@ mod tests {
         // An idle node that runs none of the job does not pull it.
         let idle = node(4.0, 0.0);
         assert!(select_near(&policy, &here_node, &es, &idle, 1, rtts).is_none());
+        // NSc2c: a member that runs none of the job, in a cluster that runs 2 of its ranks
+        // and has 2 idle cores, one of them the member's: the job gathers in that cluster.
+        let in_cluster = |member_cores: f64| {
+            [JobOffer {
+                place_ranks: 2,
+                place_room: 2.0,
+                ..offer(member_cores, 0)
+            }]
+        };
+        let member = node(1.0, 0.0);
+        let cluster = in_cluster(1.0);
+        let to = Destination {
+            node: &member,
+            job_offers: &cluster,
+        };
+        assert!(select_near(&policy, &here_node, &es, to, 1, rtts).is_some());
+        // Not to a member without a core for it.
+        let cluster = in_cluster(0.0);
+        let to = Destination {
+            node: &member,
+            job_offers: &cluster,
+        };
+        assert!(select_near(&policy, &here_node, &es, to, 1, rtts).is_none());
     }
 
     /// A node that runs 2 ranks of a 4-rank job and has 3 idle cores keeps 2 of them for the

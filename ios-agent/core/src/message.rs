@@ -289,6 +289,15 @@ impl Message {
                         o.cores, o.job, source_profile.cores
                     )));
                 }
+                if let Some(o) = job_offers
+                    .iter()
+                    .find(|o| !(o.place_room.is_finite() && o.place_room >= 0.0))
+                {
+                    return Err(InvalidMessage::JobOffer(format!(
+                        "{} idle cores in the cluster for job {}, must be finite and >= 0",
+                        o.place_room, o.job
+                    )));
+                }
                 if let Some(o) = job_offers.iter().find(|o| o.ranks as usize > MAX_ENTITIES) {
                     return Err(InvalidMessage::JobOffer(format!(
                         "{} ranks of job {} on one node, at most {MAX_ENTITIES}",
@@ -375,6 +384,8 @@ mod tests {
                     job: JobId::new("heat").expect("valid"),
                     cores,
                     ranks,
+                    place_ranks: 0,
+                    place_room: 0.0,
                 });
             }
             m

@@ -369,6 +369,8 @@ impl NodeProfile {
                     job: job.clone(),
                     cores: left.max(fair).min(self.free_cores()).max(0.0),
                     ranks: count as u32,
+                    place_ranks: 0,
+                    place_room: 0.0,
                 }
             })
             .collect()
@@ -423,6 +425,24 @@ pub struct JobOffer {
     /// The job's entities on the node (0 in older agents' steals).
     #[serde(default)]
     pub ranks: u32,
+    /// NSc2c: the job's entities in the node's whole cluster (0: not given, as `ranks`).
+    #[serde(default)]
+    pub place_ranks: u32,
+    /// NSc2c: idle cores in the node's whole cluster, its members that are not leaving
+    /// (0: not given, as `cores`).
+    #[serde(default)]
+    pub place_room: f64,
+}
+
+impl JobOffer {
+    /// Where the job would gather ([`crate::decision`]): its entities there and the idle
+    /// cores there for the others, the node's own or, in NSc2c, its cluster's.
+    pub fn place(&self) -> (usize, f64) {
+        (
+            self.ranks.max(self.place_ranks) as usize,
+            self.cores.max(self.place_room),
+        )
+    }
 }
 
 /// An application entity: one registered MPI process, named by its job and rank.
