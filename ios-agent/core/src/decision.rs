@@ -569,24 +569,31 @@ mod tests {
         pcm_proto::HostName::new(s).expect("valid")
     }
 
+    /// A node's view with the given measured RTTs, others assumed at 200 ms.
+    fn view<'a>(
+        host: &'a pcm_proto::HostName,
+        rtts: &'a HashMap<pcm_proto::HostName, f64>,
+    ) -> crate::model::RttView<'a> {
+        crate::model::RttView {
+            host,
+            rtts,
+            unknown: 0.2,
+            unmeasured: crate::model::Unmeasured::Assumed,
+        }
+    }
+
     /// The communication term: with the CPU equal on both sides, a rank goes to the node of
     /// its partner and not away from it; and a CPU gain is refused when it takes the rank far
     /// from its partners.
     #[test]
     fn given_partners_then_the_rank_goes_to_them_and_not_away() {
-        use crate::model::{Partner, RttView};
+        use crate::model::Partner;
         let fx = Fixture::new();
         let mut policy = fx.policy(1);
         policy.entity_cores = Some(1.0);
         let (a, b, c) = (host("a"), host("b"), host("c"));
         let none = HashMap::new();
-        let at = |h| RttView {
-            host: h,
-            rtts: &none,
-            unknown: 0.2,
-            unmeasured: crate::model::Unmeasured::Assumed,
-        };
-        let (at_a, at_b, at_c) = (at(&a), at(&b), at(&c));
+        let (at_a, at_b, at_c) = (view(&a, &none), view(&b, &none), view(&c, &none));
         // Rank 0 on a (2 cores, its own core), its partner on b; b has an idle core.
         let mut e = entity("j", 0, 1.0);
         e.partners = vec![Partner {
@@ -619,19 +626,13 @@ mod tests {
     /// ranks of the job it does not go (it would compute slower than the job does now).
     #[test]
     fn given_a_node_that_runs_the_job_then_a_rank_joins_its_partner_there_though_it_is_slower() {
-        use crate::model::{Partner, RttView};
+        use crate::model::Partner;
         let fx = Fixture::new();
         let mut policy = fx.policy(1);
         policy.entity_cores = Some(1.0);
         let (a, b) = (host("a"), host("b"));
         let none = HashMap::new();
-        let at = |h| RttView {
-            host: h,
-            rtts: &none,
-            unknown: 0.2,
-            unmeasured: crate::model::Unmeasured::Assumed,
-        };
-        let (at_a, at_b) = (at(&a), at(&b));
+        let (at_a, at_b) = (view(&a, &none), view(&b, &none));
         let mut e = entity("j", 0, 1.0);
         e.partners = vec![Partner {
             host: b.clone(),
@@ -685,7 +686,7 @@ mod tests {
     /// to an idle node that runs none of the job.
     #[test]
     fn given_a_node_with_part_of_a_job_and_room_for_the_rest_then_ranks_gather_there() {
-        use crate::model::{Partner, RttView};
+        use crate::model::Partner;
         let fx = Fixture::new();
         let j = JobId::new("j").expect("valid");
         let offer = |cores: f64, ranks: u32| JobOffer {
@@ -700,17 +701,7 @@ mod tests {
         // the rank more latency at f (communication term < 0).
         let measured: HashMap<pcm_proto::HostName, f64> = [(c.clone(), 0.005)].into();
         let none = HashMap::new();
-        let at_l = RttView {
-            host: &l,
-            rtts: &measured,
-            unknown: 0.2,
-            unmeasured: crate::model::Unmeasured::Assumed,
-        };
-        let at_f = RttView {
-            host: &f,
-            rtts: &none,
-            ..at_l
-        };
+        let (at_l, at_f) = (view(&l, &measured), view(&f, &none));
         let rtts = Some((&at_l, &at_f));
         // A rank of a 4-rank job on l's only core: 60 ms of compute and 140 ms in MPI (its
         // job waits on latency elsewhere).
@@ -775,19 +766,17 @@ mod tests {
             }]
         };
         let member = node(1.0, 0.0);
-        let cluster = in_cluster(1.0);
-        let to = Destination {
-            node: &member,
-            job_offers: &cluster,
+        let gathers_in_cluster = |member_cores: f64| {
+            let cluster = in_cluster(member_cores);
+            let to = Destination {
+                node: &member,
+                job_offers: &cluster,
+            };
+            select_near(&policy, &here_node, &es, to, 1, rtts).is_some()
         };
-        assert!(select_near(&policy, &here_node, &es, to, 1, rtts).is_some());
+        assert!(gathers_in_cluster(1.0));
         // Not to a member without a core for it.
-        let cluster = in_cluster(0.0);
-        let to = Destination {
-            node: &member,
-            job_offers: &cluster,
-        };
-        assert!(select_near(&policy, &here_node, &es, to, 1, rtts).is_none());
+        assert!(!gathers_in_cluster(0.0));
     }
 
     /// A node that runs 2 ranks of a 4-rank job and has 3 idle cores keeps 2 of them for the
