@@ -1184,12 +1184,12 @@ mod tests {
     /// (the default model: one core per rank, the amortised cost term, the communication
     /// term) beats random stealing, the paper's model and no balancing on both networks,
     /// and NSc2c beats random stealing and no balancing; the agents gather the jobs that
-    /// start spread with fewer than 5 moves per rank in the first 10 minutes (NSp2p made
-    /// 3.1 on 2026-11-28, night, with whole-job gathering), then move a rank well under
-    /// once per hold-down (under 10 times an hour over minutes 10 to 20, where the
-    /// hold-down allows 60; before the gathering rule NSp2p and NSc2c made under 10 an hour
-    /// over all 20 minutes, NSc2c 6.8 on 2026-11-28 and 1.7 over the hour) and never back
-    /// within two hold-downs; messages per node
+    /// start spread with fewer than 5 moves per rank in the first 10 minutes, then move a
+    /// rank well under once per hold-down (under 10 times an hour over minutes 10 to 20,
+    /// where the hold-down allows 60), and never back within two hold-downs. With whole-job
+    /// gathering (2026-11-28, night) NSp2p and NSc2c made 3.1 and 3.2 moves per rank in the
+    /// first 10 minutes and 6.5 and 5.5 an hour after, on the Internet-like pool; before it
+    /// they made under 10 an hour over all 20 minutes (NSc2c 6.8). Messages per node
     /// and second stay under 5, NSc2c's cluster upkeep included; no entity moves twice
     /// within a hold-down. The oracle leads every strategy, or ties within 2%: it is a
     /// greedy heuristic, and on the Grid-like network NSp2p matches it (docs/results.md,
