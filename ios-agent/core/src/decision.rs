@@ -270,15 +270,18 @@ pub fn select_near<'d>(
 /// the unit: once all its ranks run on `to`, an iteration is their compute there, with no
 /// exchange over the network.
 ///
+/// The place the job gathers in is `to`, or in NSc2c its cluster ([`JobOffer::place`]).
 /// A step of gathering needs the job's size (`job_ranks`) and a rank's cores
 /// (`entity_cores`), and:
-/// - `to` runs ranks of the job already ([`JobOffer::ranks`]): an idle node that runs none
-///   does not pull a job's ranks one by one from wherever they are (tried: with every light
-///   node a gatherer, ranks of one job went to several of them, and NSp2p's throughput on
-///   100 nodes fell by a quarter, with ten times the moves);
-/// - `to` has a core and the memory for every rank of the job it does not run yet;
-/// - if `l` could gather the job as well (it has cores for the ranks it lacks), `to` holds
-///   more of its ranks (as many: `to` is faster), so two nodes never pull a job apart;
+/// - the place runs ranks of the job already: an idle node that runs none does not pull a
+///   job's ranks one by one from wherever they are (tried: with every light node a
+///   gatherer, ranks of one job went to several of them, and NSp2p's throughput on 100
+///   nodes fell by a quarter, with ten times the moves);
+/// - the place has a core for every rank of the job it does not run yet, and `to` a core
+///   and the memory for each of the `n` moved now;
+/// - if `l`'s place could gather the job as well (it has cores for the ranks it lacks),
+///   `to`'s holds more of its ranks (as many: `to` is faster than `l`), so two places never
+///   pull a job apart;
 /// - the job's iteration gathered on `to`, `e`'s compute on a core of `to`, is at least
 ///   [`MIN_CPU_ADVANTAGE`] shorter than its iteration now (`e`'s compute and MPI time).
 fn gathering(

@@ -399,6 +399,17 @@ mod tests {
             .validate()
             .expect_err("more ranks than a node holds");
         assert!(err.to_string().contains("ranks of job heat"), "{err}");
+        for bad in [f64::NAN, -1.0, f64::INFINITY] {
+            let mut m = with_offer(1.0, 1);
+            if let Message::WorkSteal { job_offers, .. } = &mut m {
+                job_offers[0].place_room = bad;
+            }
+            let err = m.validate().expect_err("bad cluster room");
+            assert!(
+                err.to_string().contains("in the cluster for job heat"),
+                "{err}"
+            );
+        }
     }
 
     fn cbor(m: &Message) -> Vec<u8> {
