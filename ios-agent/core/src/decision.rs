@@ -374,7 +374,7 @@ fn gathered_offers(
     (gathered, kept)
 }
 
-/// What a node that gathers jobs ([`gathering`]) shows thieves' givers: its profile and job
+/// What a node that gathers jobs ([`select_near`] weighs it) shows thieves' givers: its profile and job
 /// offers with the cores the rest of each such job needs kept for that job. Other jobs are
 /// offered only what is left, and the profile shows the kept cores as busy.
 ///
