@@ -374,9 +374,9 @@ fn gathered_offers(
     (gathered, kept)
 }
 
-/// What a node that gathers jobs ([`select_near`] weighs it) shows thieves' givers: its profile and job
-/// offers with the cores the rest of each such job needs kept for that job. Other jobs are
-/// offered only what is left, and the profile shows the kept cores as busy.
+/// What a node that gathers jobs (as [`select_near`] weighs it) shows thieves' givers: its
+/// profile and job offers with the cores the rest of each such job needs kept for that job.
+/// Other jobs are offered only what is left, and the profile shows the kept cores as busy.
 ///
 /// A node gathers a job when it runs some of its ranks and has a core for each of the others
 /// (`cores` per rank; jobs of unknown size are not gathered). Jobs are served by the ranks
