@@ -1774,7 +1774,7 @@ impl Agent {
     pub(crate) fn farthest_partner<'e>(
         &self,
         entities: &'e [EntityProfile],
-        gathering: &[&JobId],
+        gathering: &[JobId],
     ) -> Option<(f64, &'e HostName)> {
         let local = LOCAL_MAX_RTT.as_secs_f64();
         let mut best: Option<(f64, &HostName)> = None;
@@ -1785,7 +1785,7 @@ impl Agent {
             if p.host == self.host || self.partners_asked.contains_key(&p.host) {
                 continue;
             }
-            let near_counts = gathering.contains(&&e.id.job);
+            let near_counts = gathering.contains(&e.id.job);
             let Some(rtt) = self
                 .rtt_to_host(&p.host)
                 .filter(|r| near_counts || *r > local)

@@ -123,6 +123,56 @@ struct ClusterNode<'a> {
     departed: Vec<EntityId>,
 }
 
+/// A cluster's share in gathering its jobs ([`JobOffer::place`]): each job's entities over
+/// its members, and the idle cores of the members that are not leaving. Counted once per
+/// decision, then given to each member's offers ([`ClusterJobs::offers`]).
+struct ClusterJobs<'a> {
+    counts: std::collections::BTreeMap<&'a JobId, u32>,
+    room: f64,
+}
+
+impl<'a> ClusterJobs<'a> {
+    fn of(cluster: &[ClusterNode<'a>]) -> Self {
+        let mut counts = std::collections::BTreeMap::new();
+        for e in cluster.iter().flat_map(|v| v.entities) {
+            *counts.entry(&e.id.job).or_default() += 1;
+        }
+        let room = cluster
+            .iter()
+            .filter(|v| !v.leaving)
+            .map(|v| v.node.free_cores())
+            .sum();
+        ClusterJobs { counts, room }
+    }
+
+    /// What `member` offers jobs ([`NodeProfile::job_offers`]), with the cluster's share in
+    /// gathering each, also for the jobs the cluster runs and the member does not (those
+    /// offered the member's idle cores). A job split between clusters then gathers in the
+    /// one with room for all of it, on any of its members (traced at 1,000 nodes,
+    /// Grid-like: jobs half in one fast cluster and half in another, no node of either
+    /// with cores for all eight ranks).
+    fn offers(&self, member: &ClusterNode<'_>) -> Vec<JobOffer> {
+        let mut offers = member.node.job_offers(member.entities);
+        for (&job, &n) in &self.counts {
+            match offers.iter_mut().find(|o| o.job == *job) {
+                Some(o) => {
+                    o.place_ranks = n;
+                    o.place_room = self.room;
+                }
+                None => offers.push(JobOffer {
+                    job: job.clone(),
+                    cores: member.node.free_cores(),
+                    ranks: 0,
+                    place_ranks: n,
+                    place_room: self.room,
+                }),
+            }
+        }
+        offers.truncate(MAX_ENTITIES);
+        offers
+    }
+}
+
 /// A move order as received.
 #[derive(Debug)]
 pub(crate) struct Order {
@@ -1080,43 +1130,6 @@ impl Agent {
         out
     }
 
-    /// What `member` offers jobs ([`NodeProfile::job_offers`]), with its cluster's share in
-    /// gathering a job ([`JobOffer::place`]): each job's entities in `cluster` and the idle
-    /// cores of the members that are not leaving, also for the jobs the cluster runs and
-    /// the member does not (those offered the member's idle cores). A job split between
-    /// clusters then gathers in the one with room for all of it, on any of its members
-    /// (traced at 1,000 nodes, Grid-like: jobs half in one fast cluster and half in
-    /// another, no node of either with cores for all eight ranks).
-    fn cluster_offers(cluster: &[ClusterNode<'_>], member: &ClusterNode<'_>) -> Vec<JobOffer> {
-        let mut offers = member.node.job_offers(member.entities);
-        let mut counts: std::collections::BTreeMap<&JobId, u32> = Default::default();
-        for e in cluster.iter().flat_map(|v| v.entities) {
-            *counts.entry(&e.id.job).or_default() += 1;
-        }
-        let room: f64 = cluster
-            .iter()
-            .filter(|v| !v.leaving)
-            .map(|v| v.node.free_cores())
-            .sum();
-        for (job, n) in counts {
-            match offers.iter_mut().find(|o| o.job == *job) {
-                Some(o) => {
-                    o.place_ranks = n;
-                    o.place_room = room;
-                }
-                None => offers.push(JobOffer {
-                    job: job.clone(),
-                    cores: member.node.free_cores(),
-                    ranks: 0,
-                    place_ranks: n,
-                    place_room: room,
-                }),
-            }
-        }
-        offers.truncate(MAX_ENTITIES);
-        offers
-    }
-
     /// The member with the most idle capacity, if it is lightly loaded and nothing is being
     /// balanced inside the cluster: the beneficiary of the manager's work steals.
     pub(crate) fn lightest_member(&self, now: Instant) -> Option<Beneficiary> {
@@ -1133,7 +1146,7 @@ impl Agent {
                     .then(b.peer.cmp(&a.peer))
             })?;
         Some(Beneficiary {
-            job_offers: Self::cluster_offers(&views, v),
+            job_offers: ClusterJobs::of(&views).offers(v),
             peer: v.peer.clone(),
             host: v.host.clone(),
             profile: v.node,
@@ -1152,6 +1165,7 @@ impl Agent {
         }
         let mut best: Option<(f64, HostName, Beneficiary)> = None;
         let views = self.views(now);
+        let jobs = ClusterJobs::of(&views);
         for v in &views {
             if v.leaving || !v.node.is_lightly_loaded(self.config.light_threshold) {
                 continue;
@@ -1167,7 +1181,7 @@ impl Agent {
                     cost,
                     host.clone(),
                     Beneficiary {
-                        job_offers: Self::cluster_offers(&views, v),
+                        job_offers: jobs.offers(v),
                         peer: v.peer.clone(),
                         host: v.host.clone(),
                         profile: v.node,
@@ -1350,6 +1364,7 @@ impl Agent {
                 .iter()
                 .any(|v| v.entities.iter().any(|e| !e.partners.is_empty()))
                 .then(|| StealLatencies::new(self, &steal));
+            let jobs = ClusterJobs::of(&views);
             let found = views.iter().find_map(|v| {
                 let (node, max) = if v.leaving {
                     (v.node.departing(), 1)
@@ -1364,7 +1379,7 @@ impl Agent {
                     &steal.source,
                     v.leaving,
                 );
-                let jobs_here = Self::cluster_offers(&views, v);
+                let jobs_here = jobs.offers(v);
                 decision::select_near(
                     &Policy {
                         jobs_here: &jobs_here,

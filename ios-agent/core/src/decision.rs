@@ -328,20 +328,14 @@ fn gathering(
 /// The jobs a node gathers ([`keep_for_gathering`]): those it runs ranks of and has a core
 /// (`cores`) for each of their other ranks, most ranks here first, while their needs fit in
 /// its idle cores.
-pub fn gathering_jobs<'e>(
-    profile: &NodeProfile,
-    entities: &'e [EntityProfile],
-    cores: f64,
-) -> Vec<&'e JobId> {
+pub fn gathering_jobs(profile: &NodeProfile, entities: &[EntityProfile], cores: f64) -> Vec<JobId> {
     let offers = profile.job_offers(entities);
     let (gathered, _) = gathered_offers(profile, &offers, entities, cores);
-    let mut jobs: Vec<&JobId> = Vec::new();
-    for (o, _) in offers.iter().zip(gathered).filter(|(_, g)| *g) {
-        if let Some(e) = entities.iter().find(|e| e.id.job == o.job) {
-            jobs.push(&e.id.job);
-        }
-    }
-    jobs
+    offers
+        .into_iter()
+        .zip(gathered)
+        .filter_map(|(o, g)| g.then_some(o.job))
+        .collect()
 }
 
 /// Which of `offers` (the node's [`NodeProfile::job_offers`]) are for jobs it gathers, and
