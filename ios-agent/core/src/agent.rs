@@ -1294,6 +1294,7 @@ impl Agent {
                 entities,
                 leaving,
                 departed,
+                near_hosts,
             } => self.on_profile_reply(
                 now,
                 from,
@@ -1304,6 +1305,7 @@ impl Agent {
                     entities,
                     leaving,
                     departed,
+                    near_hosts,
                 },
             ),
             Message::MoveOrder {

@@ -68,15 +68,17 @@
 //!   relays it to its manager, which compares its heaviest nodes with the packet's source
 //!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use pcm_proto::{HostName, JobId};
 
 use crate::agent::{Agent, Beneficiary, Steal, StealLatencies, Topology};
 use crate::decision::{self, NodeView, Policy};
-use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES};
+use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS};
 use crate::model::{EntityId, EntityProfile, JobOffer, NodeProfile};
-use crate::tier::{IdMap, LatencyTier, PeerId};
+use crate::tier::{IdMap, LatencyTier, PeerId, LOCAL_MAX_RTT};
 
 #[derive(Debug)]
 struct Heard {
@@ -111,6 +113,8 @@ pub(crate) struct MemberView {
     pub(crate) leaving: bool,
     /// Entities that left the member's node lately ([`Agent::departed`]).
     pub(crate) departed: Vec<EntityId>,
+    /// Hosts the member measured within the local tier ([`Agent::near_hosts`]).
+    pub(crate) near_hosts: Vec<HostName>,
 }
 
 /// One node of the manager's cluster, as it decides with it (its own node included).
@@ -121,50 +125,93 @@ struct ClusterNode<'a> {
     entities: &'a [EntityProfile],
     leaving: bool,
     departed: Vec<EntityId>,
+    /// Hosts the node measured within the local tier.
+    near_hosts: Cow<'a, [HostName]>,
 }
 
-/// A cluster's share in gathering its jobs ([`JobOffer::place`]): each job's entities over
-/// its members, and the idle cores of the members that are not leaving. Counted once per
-/// decision, then given to each member's offers ([`ClusterJobs::offers`]).
+impl ClusterNode<'_> {
+    /// Whether the two nodes are near each other: one of them measured the other within the
+    /// local tier.
+    fn is_near(&self, other: &ClusterNode<'_>) -> bool {
+        self.host == other.host
+            || self.near_hosts.contains(&other.host)
+            || other.near_hosts.contains(&self.host)
+    }
+}
+
+/// Where each member of a cluster would gather a job ([`JobOffer::place`]): the member and
+/// the members near it ([`ClusterNode::is_near`]), with the job's entities on them and the
+/// idle cores of those not leaving. Counted once per decision, then given to each member's
+/// offers ([`ClusterJobs::offers`]).
+///
+/// Why near members and not the whole cluster: a cluster is the members within the local
+/// tier of its manager, and on a network without structure two of them may be far apart
+/// (docs/results.md, "Scale": on the Internet-like network a job gathered over a whole
+/// cluster kept pairs 300 ms apart).
 struct ClusterJobs<'a> {
-    counts: std::collections::BTreeMap<&'a JobId, u32>,
-    room: f64,
+    /// Per member, in the order of the views: each job's entities in its place, and the
+    /// place's idle cores.
+    places: Vec<(std::collections::BTreeMap<&'a JobId, u32>, f64)>,
 }
 
 impl<'a> ClusterJobs<'a> {
     fn of(cluster: &[ClusterNode<'a>]) -> Self {
-        let mut counts = std::collections::BTreeMap::new();
-        for e in cluster.iter().flat_map(|v| v.entities) {
-            *counts.entry(&e.id.job).or_default() += 1;
-        }
-        let room = cluster
+        // Who is near whom, either way round, as indices: one look-up per reported host.
+        let index: HashMap<&HostName, usize> = cluster
             .iter()
-            .filter(|v| !v.leaving)
-            .map(|v| v.node.free_cores())
-            .sum();
-        ClusterJobs { counts, room }
+            .enumerate()
+            .map(|(i, v)| (&v.host, i))
+            .collect();
+        let mut near = vec![vec![false; cluster.len()]; cluster.len()];
+        for (i, v) in cluster.iter().enumerate() {
+            near[i][i] = true;
+            for j in v.near_hosts.iter().filter_map(|h| index.get(h)) {
+                near[i][*j] = true;
+                near[*j][i] = true;
+            }
+        }
+        let places = near
+            .iter()
+            .map(|near| {
+                let mut counts = std::collections::BTreeMap::new();
+                let mut room = 0.0;
+                for u in cluster.iter().zip(near).filter_map(|(u, n)| n.then_some(u)) {
+                    for e in u.entities {
+                        *counts.entry(&e.id.job).or_default() += 1;
+                    }
+                    if !u.leaving {
+                        room += u.node.free_cores();
+                    }
+                }
+                (counts, room)
+            })
+            .collect();
+        ClusterJobs { places }
     }
 
-    /// What `member` offers jobs ([`NodeProfile::job_offers`]), with the cluster's share in
-    /// gathering each, also for the jobs the cluster runs and the member does not (those
-    /// offered the member's idle cores). A job split between clusters then gathers in the
-    /// one with room for all of it, on any of its members (traced at 1,000 nodes,
-    /// Grid-like: jobs half in one fast cluster and half in another, no node of either
-    /// with cores for all eight ranks).
-    fn offers(&self, member: &ClusterNode<'_>) -> Vec<JobOffer> {
+    /// What `member` (the `index`th of the views) offers jobs ([`NodeProfile::job_offers`]),
+    /// with its place's share in gathering each, also for the jobs its place runs and the
+    /// member does not (those offered the member's idle cores). A job split between
+    /// clusters then gathers in the place with room for all of it, on any of its members
+    /// (traced at 1,000 nodes, Grid-like: jobs half in one fast cluster and half in another,
+    /// no node of either with cores for all eight ranks).
+    fn offers(&self, index: usize, member: &ClusterNode<'_>) -> Vec<JobOffer> {
         let mut offers = member.node.job_offers(member.entities);
-        for (&job, &n) in &self.counts {
+        let Some((counts, room)) = self.places.get(index) else {
+            return offers;
+        };
+        for (&job, &n) in counts {
             match offers.iter_mut().find(|o| o.job == *job) {
                 Some(o) => {
                     o.place_ranks = n;
-                    o.place_room = self.room;
+                    o.place_room = *room;
                 }
                 None => offers.push(JobOffer {
                     job: job.clone(),
                     cores: member.node.free_cores(),
                     ranks: 0,
                     place_ranks: n,
-                    place_room: self.room,
+                    place_room: *room,
                 }),
             }
         }
@@ -231,7 +278,15 @@ pub(crate) struct Cluster {
     awaiting_host: Option<(Order, PeerId, Instant)>,
     balancing: bool,
     standing: Standing,
+    /// This agent's cluster mates within the local tier ([`Agent::near_hosts`]), and when
+    /// they were last listed (a manager's and each member's list is refreshed at most every
+    /// [`NEAR_HOSTS_REFRESH`]: listing them reads the peer table and the heard votes).
+    near_hosts: (Vec<HostName>, Option<Instant>),
 }
+
+/// How often an agent lists its near cluster mates again ([`Agent::near_hosts`]): cluster
+/// membership and RTTs change over minutes.
+pub const NEAR_HOSTS_REFRESH: Duration = Duration::from_secs(30);
 
 /// What the last election saw, so that the next one runs only if its result could differ
 /// ([`Agent::elect`]).
@@ -262,6 +317,7 @@ impl Cluster {
             manager_since: now,
             gossip_after: None,
             called: IdMap::default(),
+            near_hosts: (Vec::new(), None),
             polled: None,
             replied: None,
             next_heartbeat: now,
@@ -771,6 +827,8 @@ impl Agent {
         }
         if self.is_manager() && now >= self.cluster.next_poll {
             self.cluster.next_poll = now + self.config.profile_period;
+            // The manager's own place, as its members tell theirs.
+            self.near_hosts(now);
             self.balance_cluster(now);
             let id = MessageId(self.fresh_id());
             self.cluster.poll = Some(id);
@@ -959,6 +1017,7 @@ impl Agent {
         let host = self.host.clone();
         let leaving = self.is_leaving();
         let departed = self.departed();
+        let near_hosts = self.near_hosts(now).to_vec();
         self.send(
             from,
             Message::ProfileReply {
@@ -968,6 +1027,7 @@ impl Agent {
                 entities,
                 leaving,
                 departed,
+                near_hosts,
             },
         );
     }
@@ -1099,6 +1159,7 @@ impl Agent {
                 entities: &self.entities[..],
                 leaving: self.is_leaving(),
                 departed: self.departed(),
+                near_hosts: Cow::Borrowed(&self.cluster.near_hosts.0[..]),
             });
         }
         let fresh = self.config.profile_period * 2;
@@ -1125,9 +1186,42 @@ impl Agent {
                 entities: &v.member.entities[..],
                 leaving: v.member.leaving,
                 departed: v.member.departed.clone(),
+                near_hosts: Cow::Borrowed(&v.member.near_hosts[..]),
             });
         }
         out
+    }
+
+    /// The hosts of this agent's cluster mates (its manager, and the peers it heard vote
+    /// for it) that it measured within the local tier, nearest first (at most
+    /// [`MAX_RTTS`]): what a member tells its manager of who is near it. Listed anew at most
+    /// every [`NEAR_HOSTS_REFRESH`].
+    pub(crate) fn near_hosts(&mut self, now: Instant) -> &[HostName] {
+        let due = self
+            .cluster
+            .near_hosts
+            .1
+            .is_none_or(|at| now >= at + NEAR_HOSTS_REFRESH);
+        if due {
+            let manager = &self.cluster.manager;
+            let hosts = self
+                .peers
+                .by_rtt()
+                .take_while(|(_, rtt)| *rtt <= LOCAL_MAX_RTT)
+                .filter(|(peer, _)| {
+                    *peer == manager
+                        || self
+                            .cluster
+                            .heard
+                            .get(peer)
+                            .is_some_and(|h| &h.vote == manager)
+                })
+                .filter_map(|(peer, _)| self.peer_host(peer).cloned())
+                .take(MAX_RTTS)
+                .collect();
+            self.cluster.near_hosts = (hosts, Some(now));
+        }
+        &self.cluster.near_hosts.0
     }
 
     /// The member with the most idle capacity, if it is lightly loaded and nothing is being
@@ -1137,16 +1231,17 @@ impl Agent {
             return None;
         }
         let views = self.views(now);
-        let v = views
+        let (i, v) = views
             .iter()
-            .filter(|v| !v.leaving && v.node.is_lightly_loaded(self.config.light_threshold))
-            .max_by(|a, b| {
+            .enumerate()
+            .filter(|(_, v)| !v.leaving && v.node.is_lightly_loaded(self.config.light_threshold))
+            .max_by(|(_, a), (_, b)| {
                 (a.node.free_cores() * a.node.speed)
                     .total_cmp(&(b.node.free_cores() * b.node.speed))
                     .then(b.peer.cmp(&a.peer))
             })?;
         Some(Beneficiary {
-            job_offers: ClusterJobs::of(&views).offers(v),
+            job_offers: ClusterJobs::of(&views).offers(i, v),
             peer: v.peer.clone(),
             host: v.host.clone(),
             profile: v.node,
@@ -1154,11 +1249,19 @@ impl Agent {
         })
     }
 
-    /// NSc2c, gathering a job ([`crate::Config::with_gather`]): of the light members (this
+    /// NSc2c, gathering a job ([`crate::Config::with_gather`]): of the members (this
     /// manager's node included, none leaving), the one with the far partner host most worth
     /// a partner steal ([`Agent::farthest_partner`], the manager's RTTs standing for its
-    /// members'), that host, and the member as the steal's beneficiary. Only when the manager
-    /// may steal at all (as for [`Agent::lightest_member`]).
+    /// members'), that host, and the member as the steal's beneficiary. A light member asks
+    /// for any of its entities' partners; a busy one only for those of the jobs its place
+    /// gathers ([`decision::gathers`]: the place holds part of the job and has a core for
+    /// each of its other ranks), since the moved ranks are spread over its place. Only when
+    /// the manager may steal at all (as for [`Agent::lightest_member`]).
+    ///
+    /// Why busy members too: a job that gathered on one member filled it, and no light
+    /// member ran a rank of the job, so nobody asked for its last ranks (traced at 1,000
+    /// nodes, Grid-like: all of NSc2c's 20 split jobs had one cluster with most of the job
+    /// and idle cores for the rest).
     pub(crate) fn c2c_partner_steal_target(&self, now: Instant) -> Option<(HostName, Beneficiary)> {
         if !self.is_manager() || self.cluster.pending_order.is_some() || self.cluster.balancing {
             return None;
@@ -1166,11 +1269,31 @@ impl Agent {
         let mut best: Option<(f64, HostName, Beneficiary)> = None;
         let views = self.views(now);
         let jobs = ClusterJobs::of(&views);
-        for v in &views {
-            if v.leaving || !v.node.is_lightly_loaded(self.config.light_threshold) {
+        for (i, v) in views.iter().enumerate() {
+            if v.leaving {
                 continue;
             }
-            let Some((cost, host)) = self.farthest_partner(v.entities, &[]) else {
+            let offers = jobs.offers(i, v);
+            let gathered: Vec<EntityProfile>;
+            let entities = if v.node.is_lightly_loaded(self.config.light_threshold) {
+                v.entities
+            } else {
+                let Some(cores) = self.config.entity_cores else {
+                    continue;
+                };
+                gathered = v
+                    .entities
+                    .iter()
+                    .filter(|e| {
+                        offers
+                            .iter()
+                            .any(|o| o.job == e.id.job && decision::gathers(o, e.job_ranks, cores))
+                    })
+                    .cloned()
+                    .collect();
+                &gathered[..]
+            };
+            let Some((cost, host)) = self.farthest_partner(entities, &[]) else {
                 continue;
             };
             if best
@@ -1181,7 +1304,7 @@ impl Agent {
                     cost,
                     host.clone(),
                     Beneficiary {
-                        job_offers: jobs.offers(v),
+                        job_offers: offers,
                         peer: v.peer.clone(),
                         host: v.host.clone(),
                         profile: v.node,
@@ -1275,9 +1398,15 @@ impl Agent {
         // The staying nodes' rules, also when the manager itself is leaving. Not back to
         // a node an order of ours took the entity from lately, nor to one that lists it as
         // departed (whoever moved it).
-        let may_go = |e: &EntityProfile, to: usize| {
-            let to = &views[staying[to]];
-            self.may_return(now, &e.id, &to.host) && !to.departed.contains(&e.id)
+        // And a rank that exchanges with partners stays near its node: a cluster is the
+        // members within the local tier of its manager, and on a network without structure
+        // two of them may be far apart (at 100 nodes, Internet-like, NSc2c rose from 0.50 of
+        // the oracle to 0.63 on average over four seeds with this rule).
+        let may_go = |e: &EntityProfile, from: usize, to: usize| {
+            let (from, to) = (&views[staying[from]], &views[staying[to]]);
+            (e.partners.is_empty() || from.is_near(to))
+                && self.may_return(now, &e.id, &to.host)
+                && !to.departed.contains(&e.id)
         };
         let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes, may_go)?;
         Some((staying[from], staying[to], plan))
@@ -1365,7 +1494,7 @@ impl Agent {
                 .any(|v| v.entities.iter().any(|e| !e.partners.is_empty()))
                 .then(|| StealLatencies::new(self, &steal));
             let jobs = ClusterJobs::of(&views);
-            let found = views.iter().find_map(|v| {
+            let found = views.iter().enumerate().find_map(|(i, v)| {
                 let (node, max) = if v.leaving {
                     (v.node.departing(), 1)
                 } else {
@@ -1379,7 +1508,7 @@ impl Agent {
                     &steal.source,
                     v.leaving,
                 );
-                let jobs_here = jobs.offers(v);
+                let jobs_here = jobs.offers(i, v);
                 decision::select_near(
                     &Policy {
                         jobs_here: &jobs_here,

@@ -270,15 +270,21 @@ pub fn select_near<'d>(
 /// the unit: once all its ranks run on `to`, an iteration is their compute there, with no
 /// exchange over the network.
 ///
-/// The place the job gathers in is `to`, or in NSc2c its cluster ([`JobOffer::place`]).
+/// The place the job gathers in is `to`, or in NSc2c `to` and the members of its cluster
+/// near it ([`JobOffer::place`]).
 /// A step of gathering needs the job's size (`job_ranks`) and a rank's cores
 /// (`entity_cores`), and:
 /// - the place runs ranks of the job already: an idle node that runs none does not pull a
 ///   job's ranks one by one from wherever they are (tried: with every light node a
 ///   gatherer, ranks of one job went to several of them, and NSp2p's throughput on 100
 ///   nodes fell by a quarter, with ten times the moves);
-/// - the place has a core for every rank of the job it does not run yet, and `to` a core
-///   and the memory for each of the `n` moved now;
+/// - the place has a core for every rank of the job it does not run yet, and `to` the
+///   memory for each of the `n` moved now and a core for each (in NSc2c, if `to` runs
+///   ranks of the job, the place a core for each: the manager's intra-cluster balancing
+///   spreads them from `to` over its near members, so a member that holds most of a job
+///   gathers it though its own cores are busy; traced at 1,000 nodes, Grid-like: a job's
+///   seven ranks filled one node of a cluster with 31 idle cores, and its eighth stayed
+///   in another cluster for the hour);
 /// - if `l`'s place could gather the job as well (it has cores for the ranks it lacks),
 ///   `to`'s holds more of its ranks (as many: `to` is faster than `l`), so two places never
 ///   pull a job apart;
@@ -304,8 +310,15 @@ fn gathering(
         .checked_sub(held_f)
         .filter(|rest| held_f > 0 && (1..=*rest).contains(&n))?;
     let memory = e.memory.saturating_mul(n as u64);
+    // In NSc2c the moved ranks need cores in the place, not on a `to` that runs ranks of
+    // the job: the manager's intra-cluster balancing spreads them over its near members.
+    let room_now = if there.place_ranks > 0 && there.ranks > 0 {
+        room_f
+    } else {
+        there.cores
+    };
     if room_f + 1e-9 < rest as f64 * cores
-        || there.cores + 1e-9 < n as f64 * cores
+        || room_now + 1e-9 < n as f64 * cores
         || memory > f.memory_available
     {
         return None;
@@ -323,6 +336,15 @@ fn gathering(
     let worth =
         iteration > 0.0 && gathered > 0.0 && gathered * (1.0 + MIN_CPU_ADVANTAGE) <= iteration;
     worth.then(|| (iteration - gathered) / (iteration + gathered))
+}
+
+/// Whether the place `offer` describes ([`JobOffer::place`]) gathers its job of
+/// `job_ranks` ranks: it holds some of them, not all, and has `cores` idle cores for each of
+/// the others.
+pub fn gathers(offer: &JobOffer, job_ranks: u32, cores: f64) -> bool {
+    let (held, room) = offer.place();
+    let rest = (job_ranks as usize).saturating_sub(held);
+    held > 0 && rest > 0 && room + 1e-9 >= rest as f64 * cores
 }
 
 /// The jobs a node gathers ([`keep_for_gathering`]): those it runs ranks of and has a core
@@ -467,7 +489,7 @@ pub fn ideal_counts(weights: &Weights, nodes: &[NodeView<'_>]) -> Vec<f64> {
 pub fn balance(
     policy: &Policy<'_>,
     nodes: &[NodeView<'_>],
-    may_go: impl Fn(&EntityProfile, usize) -> bool,
+    may_go: impl Fn(&EntityProfile, usize, usize) -> bool,
 ) -> Option<(usize, usize, Plan)> {
     let ideal = ideal_counts(policy.weights, nodes);
     let surplus: Vec<f64> = nodes
@@ -491,10 +513,17 @@ pub fn balance(
                 job_offers: &offers,
             };
             let entities = nodes[from].entities;
-            let movable: Cow<'_, [EntityProfile]> = if entities.iter().all(|e| may_go(e, to)) {
+            let movable: Cow<'_, [EntityProfile]> = if entities.iter().all(|e| may_go(e, from, to))
+            {
                 Cow::Borrowed(entities)
             } else {
-                Cow::Owned(entities.iter().filter(|e| may_go(e, to)).cloned().collect())
+                Cow::Owned(
+                    entities
+                        .iter()
+                        .filter(|e| may_go(e, from, to))
+                        .cloned()
+                        .collect(),
+                )
             };
             if let Some(plan) = select(policy, nodes[from].node, &movable, destination, k) {
                 return Some((from, to, plan));
@@ -774,6 +803,58 @@ mod tests {
         assert!(gathers_in_cluster(1.0));
         // Not to a member without a core for it.
         assert!(!gathers_in_cluster(0.0));
+        // But to a full member that runs ranks of the job, its cluster's idle cores on other
+        // members: the manager spreads them there.
+        let holder = [JobOffer {
+            place_ranks: 2,
+            place_room: 2.0,
+            ..offer(0.0, 2)
+        }];
+        let full = node(2.0, 2.0);
+        let to_holder = Destination {
+            node: &full,
+            job_offers: &holder,
+        };
+        assert!(select_near(&policy, &here_node, &es, to_holder, 1, rtts).is_some());
+        // Not when the cluster lacks a core for the job's last rank.
+        let short = [JobOffer {
+            place_room: 1.0,
+            ..holder[0].clone()
+        }];
+        let to_short = Destination {
+            node: &full,
+            job_offers: &short,
+        };
+        assert!(select_near(&policy, &here_node, &es, to_short, 1, rtts).is_none());
+        // NSp2p, the same full node with 2 ranks and no cluster: no core, no move.
+        let alone = [offer(0.0, 2)];
+        let to_alone = Destination {
+            node: &full,
+            job_offers: &alone,
+        };
+        assert!(select_near(&policy, &here_node, &es, to_alone, 1, rtts).is_none());
+    }
+
+    #[test]
+    fn a_place_gathers_a_job_it_holds_part_of_and_has_a_core_for_each_other_rank() {
+        let j = JobId::new("j").expect("valid");
+        let offer = |ranks: u32, cores: f64, place_ranks: u32, place_room: f64| JobOffer {
+            job: j.clone(),
+            cores,
+            ranks,
+            place_ranks,
+            place_room,
+        };
+        // A node with 5 of 8 ranks and 3 idle cores.
+        assert!(gathers(&offer(5, 3.0, 0, 0.0), 8, 1.0));
+        assert!(!gathers(&offer(5, 2.0, 0, 0.0), 8, 1.0));
+        // Two cores a rank.
+        assert!(!gathers(&offer(5, 3.0, 0, 0.0), 8, 2.0));
+        // All of the job, or none of it: nothing to gather.
+        assert!(!gathers(&offer(8, 3.0, 0, 0.0), 8, 1.0));
+        assert!(!gathers(&offer(0, 8.0, 0, 0.0), 8, 1.0));
+        // NSc2c: a full member whose place holds 7 and has 31 idle cores.
+        assert!(gathers(&offer(7, 0.0, 7, 31.0), 8, 1.0));
     }
 
     /// A node that runs 2 ranks of a 4-rank job and has 3 idle cores keeps 2 of them for the
@@ -1015,7 +1096,7 @@ mod tests {
         let ideal = ideal_counts(&fx.weights, &views);
         // n1 / n2 = 4 / 2 with 6 entities.
         assert!((ideal[0] - 4.0).abs() < 1e-9 && (ideal[1] - 2.0).abs() < 1e-9);
-        let (from, to, plan) = balance(&fx.policy(1), &views, |_, _| true).expect("a move");
+        let (from, to, plan) = balance(&fx.policy(1), &views, |_, _, _| true).expect("a move");
         assert_eq!((from, to, plan.entities.len()), (0, 1, 1));
     }
 
@@ -1035,6 +1116,6 @@ mod tests {
                 entities: &es[2..],
             },
         ];
-        assert!(balance(&fx.policy(1), &views, |_, _| true).is_none());
+        assert!(balance(&fx.policy(1), &views, |_, _, _| true).is_none());
     }
 }

@@ -173,6 +173,11 @@ pub enum Message {
         /// [`Message::WorkSteal`]'s `departed`). Absent in older agents' replies: none.
         #[serde(default)]
         departed: Vec<EntityId>,
+        /// Hosts the member measured within the local tier (at most [`MAX_RTTS`]): the
+        /// manager tells with them which of its members are near each other, the place a
+        /// job gathers in. Absent in older agents' replies: none.
+        #[serde(default)]
+        near_hosts: Vec<HostName>,
     },
     /// NSc2c: a cluster manager tells a member to move some of its registered entities.
     /// Members obey only their own manager, and only for their own eligible entities.
@@ -232,6 +237,12 @@ pub enum InvalidMessage {
     /// Too many RTTs in a work steal.
     #[error("{count} RTTs, must be at most {MAX_RTTS}")]
     RttCount {
+        /// Number given.
+        count: usize,
+    },
+    /// Too many near hosts in a profile reply.
+    #[error("{count} near hosts, must be at most {MAX_RTTS}")]
+    NearHostCount {
         /// Number given.
         count: usize,
     },
@@ -310,9 +321,15 @@ impl Message {
                 node,
                 entities,
                 departed,
+                near_hosts,
                 ..
             } => {
                 check_entities(departed, 0)?;
+                if near_hosts.len() > MAX_RTTS {
+                    return Err(InvalidMessage::NearHostCount {
+                        count: near_hosts.len(),
+                    });
+                }
                 node.validate()?;
                 if entities.len() > MAX_ENTITIES {
                     return Err(InvalidMessage::EntityCount {
@@ -450,6 +467,7 @@ mod tests {
                 entities: vec![EntityProfile::new(id.clone(), 0.5)],
                 leaving: true,
                 departed: vec![id.clone()],
+                near_hosts: vec![HostName::new("h2").expect("valid")],
             },
             Message::MoveOrder {
                 migration: MigrationId(5),
@@ -484,6 +502,24 @@ mod tests {
             notify: peer("b"),
         };
         assert!(order.validate().is_err());
+        let reply = |hosts: usize| Message::ProfileReply {
+            id: MessageId(1),
+            host: HostName::new("h").expect("valid"),
+            node: NodeProfile::idle(1.0, 0),
+            entities: vec![],
+            leaving: false,
+            departed: vec![],
+            near_hosts: (0..hosts)
+                .map(|i| HostName::new(format!("h{i}")).expect("valid"))
+                .collect(),
+        };
+        assert_eq!(reply(MAX_RTTS).validate(), Ok(()));
+        assert_eq!(
+            reply(MAX_RTTS + 1).validate(),
+            Err(InvalidMessage::NearHostCount {
+                count: MAX_RTTS + 1
+            })
+        );
     }
 
     #[test]

@@ -648,6 +648,24 @@ fn given_a_job_spread_beyond_the_peer_tables_then_partner_steals_gather_it() {
     );
 }
 
+/// `count` clusters of three 4-core nodes, 1 ms apart inside a cluster (the default RTT
+/// between clusters), node indices by cluster.
+fn clusters_of_three(sim: &mut Sim, count: usize) -> Vec<Vec<usize>> {
+    (0..count)
+        .map(|_| {
+            let nodes: Vec<usize> = (0..3).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
+            for &a in &nodes {
+                for &b in &nodes {
+                    if a < b {
+                        sim.set_rtt(a, b, ms(1));
+                    }
+                }
+            }
+            nodes
+        })
+        .collect()
+}
+
 /// NSc2c partner steals: two clusters of three 4-core nodes, 300 ms apart, each agent's peer
 /// table holding only its two cluster mates, so no manager ever hears of the other cluster.
 /// A job of four ranks has three on one node of the first cluster and one on a node of the
@@ -664,19 +682,7 @@ fn given_a_job_split_between_two_far_clusters_then_nsc2c_partner_steals_gather_i
         let mut sim = Sim::new(11, config)
             .with_default_rtt(ms(300))
             .with_partners();
-        let clusters: Vec<Vec<usize>> = (0..2)
-            .map(|_| {
-                let nodes: Vec<usize> = (0..3).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
-                for &a in &nodes {
-                    for &b in &nodes {
-                        if a < b {
-                            sim.set_rtt(a, b, ms(1));
-                        }
-                    }
-                }
-                nodes
-            })
-            .collect();
+        let clusters = clusters_of_three(&mut sim, 2);
         // On the last node of each cluster (not its manager's: the lowest id wins a fresh
         // election).
         let ranks: Vec<_> = (0..4)
@@ -706,6 +712,80 @@ fn given_a_job_split_between_two_far_clusters_then_nsc2c_partner_steals_gather_i
         together > 1.5 * alone,
         "gathered {together:.0} iterations, split {alone:.0}"
     );
+}
+
+/// NSc2c gathers a job whose ranks fill one member of a cluster with room elsewhere: two
+/// clusters of three nodes, 300 ms apart, each agent's peer table holding only its two
+/// cluster mates. A job of five ranks has four on a 4-core node of the first cluster (busy:
+/// not light) and one on a node of the second; the first cluster's other two nodes are
+/// idle. No light member runs a rank of the job, so before `c2c_partner_steal_target`
+/// also asked for a busy member's gathered jobs nobody asked for the fifth rank. Now the
+/// manager asks for it on behalf of the full member, the rank comes to that member, and
+/// the manager's balancing moves a rank to an idle member near it.
+#[test]
+fn given_a_job_that_fills_one_member_of_a_cluster_with_room_then_nsc2c_gathers_it_there() {
+    use super::Pattern;
+    let config = c2c().with_max_peers(2);
+    let mut sim = Sim::new(13, config)
+        .with_default_rtt(ms(300))
+        .with_partners();
+    let clusters = clusters_of_three(&mut sim, 2);
+    let ranks: Vec<_> = (0..5)
+        .map(|rank| {
+            let cluster = if rank < 4 { 0 } else { 1 };
+            sim.add_entity(clusters[cluster][2], "full", rank, 1 << 20)
+        })
+        .collect();
+    sim.set_pattern("full", Pattern::Tree);
+    sim.run_for(secs(600));
+    let nodes: Vec<usize> = ranks.iter().filter_map(|id| sim.node_of(id)).collect();
+    assert!(
+        nodes.iter().all(|n| clusters[0].contains(n)),
+        "the job still spans both clusters: {nodes:?}"
+    );
+    let on_full = nodes.iter().filter(|&&n| n == clusters[0][2]).count();
+    assert!(
+        on_full <= 4,
+        "{on_full} ranks share the full member's 4 cores"
+    );
+    let redirects = sim
+        .messages()
+        .by_kind
+        .get("steal-redirect")
+        .map_or(0, |(n, _)| *n);
+    assert!(redirects > 0, "no member named its manager");
+}
+
+/// A cluster is the members within the local tier of its manager, and two of them may be
+/// far apart: manager m (busy) is 1 ms from b and 5 ms from c, b and c are 300 ms apart.
+/// Two ranks of one job share b's only core. The manager's balancing would give c (idle, 4
+/// cores) one of them, 300 ms from its partner; it leaves them together. A rank of a job
+/// without partners on b goes to c.
+#[test]
+fn given_a_cluster_with_far_members_then_balancing_keeps_partners_near() {
+    use super::Pattern;
+    let run = |pattern: Pattern| {
+        let mut sim = Sim::new(17, c2c().with_max_peers(4))
+            .with_default_rtt(ms(300))
+            .with_partners();
+        let m = sim.add_node(NodeSpec::new(1.0).with_background(|_| 1.0));
+        let b = sim.add_node(NodeSpec::new(1.0));
+        let c = sim.add_node(NodeSpec::new(4.0));
+        sim.set_rtt(m, b, ms(1));
+        sim.set_rtt(m, c, ms(5));
+        let ranks: Vec<_> = (0..2)
+            .map(|r| sim.add_entity(b, "pair", r, 1 << 20))
+            .collect();
+        sim.set_pattern("pair", pattern);
+        sim.run_for(secs(300));
+        let on_c = ranks.iter().filter(|id| sim.node_of(id) == Some(c)).count();
+        (on_c, sim.agent(m).is_manager())
+    };
+    let (together, managed) = run(Pattern::Sparse);
+    assert!(managed, "m does not manage the cluster");
+    assert_eq!(together, 0, "a rank went 300 ms from its partner");
+    let (apart, _) = run(Pattern::Independent);
+    assert_eq!(apart, 1, "without partners the ranks share one core");
 }
 
 /// A background load of one core from `from` to `to` seconds, none outside.
