@@ -1574,6 +1574,61 @@ mod tests {
         PeerId::new(s.as_bytes()).expect("valid")
     }
 
+    /// A member's place is itself and the members near it, either way round: a lists b as
+    /// near, c lists nobody and nobody lists it. A job with 2 ranks on a and 1 on c counts
+    /// 2 ranks and a's and b's idle cores at a and at b, and at c only c's.
+    #[test]
+    fn a_members_place_is_the_members_near_it() {
+        use std::borrow::Cow;
+
+        use super::{ClusterJobs, ClusterNode};
+        use crate::model::{EntityId, EntityProfile, NodeProfile};
+        use pcm_proto::{JobId, Rank};
+
+        let host = |s: &str| HostName::new(s).expect("valid");
+        let rank = |r: u32| {
+            EntityProfile::new(
+                EntityId {
+                    job: JobId::new("j").expect("valid"),
+                    rank: Rank(r),
+                },
+                1.0,
+            )
+        };
+        let on_a = [rank(0), rank(1)];
+        let on_c = [rank(2)];
+        let node = |cores: f64, load: f64| NodeProfile {
+            cpu_load: load,
+            ..NodeProfile::idle(cores, 1 << 30)
+        };
+        let member = |name: &str, node: NodeProfile, entities, near: Vec<HostName>| ClusterNode {
+            peer: peer(name),
+            host: host(name),
+            node,
+            entities,
+            leaving: false,
+            departed: Vec::new(),
+            near_hosts: Cow::Owned(near),
+        };
+        let cluster = [
+            member("a", node(4.0, 2.0), &on_a[..], vec![host("b")]),
+            member("b", node(4.0, 0.0), &[][..], vec![]),
+            member("c", node(8.0, 1.0), &on_c[..], vec![]),
+        ];
+        let jobs = ClusterJobs::of(&cluster);
+        let place = |i: usize| {
+            let offers = jobs.offers(i, &cluster[i]);
+            assert_eq!(offers.len(), 1);
+            (offers[0].ranks, offers[0].place_ranks, offers[0].place_room)
+        };
+        // a: its 2 ranks, and 2 + 4 idle cores.
+        assert_eq!(place(0), (2, 2, 6.0));
+        // b runs none of the job, its place (a and b) 2.
+        assert_eq!(place(1), (0, 2, 6.0));
+        // c: its own rank and 7 idle cores; a's ranks are not in its place.
+        assert_eq!(place(2), (1, 1, 7.0));
+    }
+
     /// Agent "a", started at `t0`, with `peers` at 1 ms (its local tier), the gossip timeout
     /// shortened to 14 s by a table of 8 peers.
     fn agent_a(t0: Instant, peers: &[&str]) -> Agent {
