@@ -146,8 +146,8 @@ impl ClusterNode<'_> {
 ///
 /// Why near members and not the whole cluster: a cluster is the members within the local
 /// tier of its manager, and on a network without structure two of them may be far apart
-/// (docs/results.md, "Scale": on the Internet-like network a job gathered over a whole
-/// cluster kept pairs 300 ms apart).
+/// (docs/results.md, "Scale", 2026-11-29: with the whole cluster as the place, NSc2c fell
+/// from 0.65 to 0.57 of the oracle at 1,000 nodes on the Internet-like network).
 struct ClusterJobs<'a> {
     /// Per member, in the order of the views: each job's entities in its place, and the
     /// place's idle cores.
@@ -1400,8 +1400,8 @@ impl Agent {
         // departed (whoever moved it).
         // And a rank that exchanges with partners stays near its node: a cluster is the
         // members within the local tier of its manager, and on a network without structure
-        // two of them may be far apart (at 100 nodes, Internet-like, NSc2c rose from 0.50 of
-        // the oracle to 0.63 on average over four seeds with this rule).
+        // two of them may be far apart (at 100 nodes, Internet-like, NSc2c rose from 0.54 of
+        // the oracle to 0.64 on average over four seeds with this rule).
         let may_go = |e: &EntityProfile, from: usize, to: usize| {
             let (from, to) = (&views[staying[from]], &views[staying[to]]);
             (e.partners.is_empty() || from.is_near(to))
