@@ -17,7 +17,12 @@
 //!   id, so it cannot take over an existing cluster; ids decide only among agents that
 //!   started together. A candidate outside the senior generation wins only with strictly
 //!   more votes than the best senior one: so a larger cluster absorbs a smaller one that
-//!   comes within local latency. The election is asked on every heartbeat, but re-runs only
+//!   comes within local latency. An agent alone (it manages nobody, and is its own best
+//!   senior candidate) also follows a junior with as many votes and a lower id: agents that
+//!   meet after their first seconds all count each other as junior and each vote for
+//!   themselves, and would otherwise never form a cluster (at 1,000 simulated nodes most
+//!   stayed alone for the hour). A newcomer with a low id can so gather only agents that
+//!   are alone; a running cluster's manager has members, and its members follow it. The election is asked on every heartbeat, but re-runs only
 //!   when one of its inputs changed since its last run (a peer heard anew or again after
 //!   timing out, a vote, a tier, the manager), or when a peer it counted or the manager may
 //!   have timed out (its only dependence on time): otherwise it would keep the manager and
