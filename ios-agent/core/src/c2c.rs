@@ -17,12 +17,7 @@
 //!   id, so it cannot take over an existing cluster; ids decide only among agents that
 //!   started together. A candidate outside the senior generation wins only with strictly
 //!   more votes than the best senior one: so a larger cluster absorbs a smaller one that
-//!   comes within local latency. An agent alone (it manages nobody, and is its own best
-//!   senior candidate) also follows a junior with as many votes and a lower id: agents that
-//!   meet after their first seconds all count each other as junior and each vote for
-//!   themselves, and would otherwise never form a cluster (at 1,000 simulated nodes most
-//!   stayed alone for the hour). A newcomer with a low id can so gather only agents that
-//!   are alone; a running cluster's manager has members, and its members follow it. The election is asked on every heartbeat, but re-runs only
+//!   comes within local latency. The election is asked on every heartbeat, but re-runs only
 //!   when one of its inputs changed since its last run (a peer heard anew or again after
 //!   timing out, a vote, a tier, the manager), or when a peer it counted or the manager may
 //!   have timed out (its only dependence on time): otherwise it would keep the manager and
@@ -583,17 +578,8 @@ impl Agent {
             .iter()
             .filter(|c| c.1 > senior_until)
             .max_by(better);
-        // This agent alone (it manages nobody and no senior peer beats it) follows a junior
-        // with as many votes and a lower id: agents that met after their first seconds all
-        // count each other as junior, each votes for itself, and on strictly more votes alone
-        // none would ever follow another (docs/results.md, "Scale", 2026-11-29: at 1,000
-        // simulated nodes 355 of 404 clusters stayed one node for the hour). A running
-        // cluster is not taken over this way: its manager has members, and its members'
-        // best senior candidate is not themselves alone.
-        let alone = |s: &Candidate<'_>| *s.0 == self.me && self.cluster.voters == 0;
         match (senior, junior) {
             (Some(s), Some(j)) if j.2 > s.2 => j.0.clone(),
-            (Some(s), Some(j)) if alone(s) && j.2 >= s.2 && j.0 < s.0 => j.0.clone(),
             (Some(s), _) => s.0.clone(),
             (None, _) => self.me.clone(),
         }
