@@ -483,9 +483,10 @@ pub fn ideal_counts(weights: &Weights, nodes: &[NodeView<'_>]) -> Vec<f64> {
 /// One step of intra-cluster balancing: a move from the node furthest above its ideal count
 /// to the node furthest below, if it brings the counts closer to the ideal ratio (the summed
 /// distance must fall, so a cluster one entity off an even split does not oscillate) and
-/// [`select`] approves it. `may_go(entity, to index)` bars entities from a destination
-/// (one they left lately, so that a load that comes and goes does not send them back and
-/// forth). Returns `(from index, to index, plan)`.
+/// [`select`] approves it. `may_go(entity, from index, to index)` bars entities from a
+/// destination (one they left lately, so that a load that comes and goes does not send them
+/// back and forth; NSc2c: one far from their node, when they have partners). Returns
+/// `(from index, to index, plan)`.
 pub fn balance(
     policy: &Policy<'_>,
     nodes: &[NodeView<'_>],
