@@ -129,18 +129,37 @@ struct ClusterNode<'a> {
     near_hosts: Cow<'a, [HostName]>,
 }
 
-impl ClusterNode<'_> {
-    /// Whether the two nodes are near each other: one of them measured the other within the
-    /// local tier.
-    fn is_near(&self, other: &ClusterNode<'_>) -> bool {
-        self.host == other.host
-            || self.near_hosts.contains(&other.host)
-            || other.near_hosts.contains(&self.host)
+/// Which nodes of a cluster are near each other: one of the two measured the other within
+/// the local tier (its `near_hosts`), indexed as the views. Built once per decision, one
+/// look-up per reported host.
+struct Nearness(Vec<Vec<bool>>);
+
+impl Nearness {
+    fn of(cluster: &[ClusterNode<'_>]) -> Self {
+        let index: HashMap<&HostName, usize> = cluster
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (&v.host, i))
+            .collect();
+        let mut near = vec![vec![false; cluster.len()]; cluster.len()];
+        for (i, v) in cluster.iter().enumerate() {
+            near[i][i] = true;
+            for &j in v.near_hosts.iter().filter_map(|h| index.get(h)) {
+                near[i][j] = true;
+                near[j][i] = true;
+            }
+        }
+        Nearness(near)
+    }
+
+    /// Whether the `i`th and the `j`th node are near each other.
+    fn near(&self, i: usize, j: usize) -> bool {
+        self.0[i][j]
     }
 }
 
 /// Where each member of a cluster would gather a job ([`JobOffer::place`]): the member and
-/// the members near it ([`ClusterNode::is_near`]), with the job's entities on them and the
+/// the members near it ([`Nearness`]), with the job's entities on them and the
 /// idle cores of those not leaving. Counted once per decision, then given to each member's
 /// offers ([`ClusterJobs::offers`]).
 ///
@@ -156,26 +175,13 @@ struct ClusterJobs<'a> {
 
 impl<'a> ClusterJobs<'a> {
     fn of(cluster: &[ClusterNode<'a>]) -> Self {
-        // Who is near whom, either way round, as indices: one look-up per reported host.
-        let index: HashMap<&HostName, usize> = cluster
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (&v.host, i))
-            .collect();
-        let mut near = vec![vec![false; cluster.len()]; cluster.len()];
-        for (i, v) in cluster.iter().enumerate() {
-            near[i][i] = true;
-            for j in v.near_hosts.iter().filter_map(|h| index.get(h)) {
-                near[i][*j] = true;
-                near[*j][i] = true;
-            }
-        }
-        let places = near
-            .iter()
-            .map(|near| {
+        let near = Nearness::of(cluster);
+        let places = (0..cluster.len())
+            .map(|i| {
                 let mut counts = std::collections::BTreeMap::new();
                 let mut room = 0.0;
-                for u in cluster.iter().zip(near).filter_map(|(u, n)| n.then_some(u)) {
+                let place = cluster.iter().enumerate().filter(|(j, _)| near.near(i, *j));
+                for (_, u) in place {
                     for e in u.entities {
                         *counts.entry(&e.id.job).or_default() += 1;
                     }
@@ -1402,11 +1408,13 @@ impl Agent {
         // members within the local tier of its manager, and on a network without structure
         // two of them may be far apart (at 100 nodes, Internet-like, NSc2c rose from 0.54 of
         // the oracle to 0.64 on average over four seeds with this rule).
+        let near = Nearness::of(views);
         let may_go = |e: &EntityProfile, from: usize, to: usize| {
-            let (from, to) = (&views[staying[from]], &views[staying[to]]);
-            (e.partners.is_empty() || from.is_near(to))
-                && self.may_return(now, &e.id, &to.host)
-                && !to.departed.contains(&e.id)
+            let (from, to) = (staying[from], staying[to]);
+            let host = &views[to].host;
+            (e.partners.is_empty() || near.near(from, to))
+                && self.may_return(now, &e.id, host)
+                && !views[to].departed.contains(&e.id)
         };
         let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes, may_go)?;
         Some((staying[from], staying[to], plan))

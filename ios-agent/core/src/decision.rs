@@ -306,9 +306,10 @@ fn gathering(
     let f = to.node;
     let there = to.job_offers.iter().find(|o| &o.job == job)?;
     let (held_f, room_f) = there.place();
-    let rest = (e.job_ranks as usize)
-        .checked_sub(held_f)
-        .filter(|rest| held_f > 0 && (1..=*rest).contains(&n))?;
+    let rest = (e.job_ranks as usize).saturating_sub(held_f);
+    if !gathers(there, e.job_ranks, cores) || !(1..=rest).contains(&n) {
+        return None;
+    }
     let memory = e.memory.saturating_mul(n as u64);
     // In NSc2c the moved ranks need cores in the place, not on a `to` that runs ranks of
     // the job: the manager's intra-cluster balancing spreads them over its near members.
@@ -317,10 +318,7 @@ fn gathering(
     } else {
         there.cores
     };
-    if room_f + 1e-9 < rest as f64 * cores
-        || room_now + 1e-9 < n as f64 * cores
-        || memory > f.memory_available
-    {
+    if room_now + 1e-9 < n as f64 * cores || memory > f.memory_available {
         return None;
     }
     if let Some(here) = policy.jobs_here.iter().find(|o| &o.job == job) {
