@@ -1284,8 +1284,11 @@ impl Agent {
                 completed,
             } => self.on_migration_finished(now, migration, completed),
             Message::Heartbeat {
-                manager, successor, ..
-            } => self.on_heartbeat(now, from, manager, successor),
+                manager,
+                successor,
+                members,
+                ..
+            } => self.on_heartbeat(now, from, manager, successor, members),
             Message::ProfileRequest { id } => self.on_profile_request(now, from, id),
             Message::ProfileReply {
                 id,
@@ -3380,6 +3383,7 @@ mod tests {
             id: MessageId(1),
             manager: peer(vote),
             successor: None,
+            members: 0,
         }
     }
 
@@ -3468,6 +3472,7 @@ mod tests {
             id: MessageId(2),
             manager: peer("m"),
             successor: Some(peer("q")),
+            members: 2,
         };
         for _ in 0..10 {
             y.handle_message(t, peer("m"), named.clone());

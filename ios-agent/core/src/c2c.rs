@@ -17,7 +17,12 @@
 //!   id, so it cannot take over an existing cluster; ids decide only among agents that
 //!   started together. A candidate outside the senior generation wins only with strictly
 //!   more votes than the best senior one: so a larger cluster absorbs a smaller one that
-//!   comes within local latency. The election is asked on every heartbeat, but re-runs only
+//!   comes within local latency. Agents alone that meet after their first seconds pair up
+//!   instead of tying forever at one vote each: an agent alone (it manages nobody and no
+//!   senior peer beats it) follows the lowest junior id below its own among juniors alone
+//!   too, as their heartbeats say (a heartbeat carries how many peers vote for its sender,
+//!   near the receiver or not: a junior whose members the receiver does not hear has them
+//!   elsewhere, maybe far). The election is asked on every heartbeat, but re-runs only
 //!   when one of its inputs changed since its last run (a peer heard anew or again after
 //!   timing out, a vote, a tier, the manager), or when a peer it counted or the manager may
 //!   have timed out (its only dependence on time): otherwise it would keep the manager and
@@ -96,6 +101,8 @@ struct Heard {
     /// and a peer-table look-up each was a third of the simulator's time with NSc2c on the
     /// Internet-like network at 1,000 nodes (up to 64 local peers each).
     local: bool,
+    /// How many peers vote for it, as its last heartbeat said (near this agent or not).
+    members: u32,
 }
 
 #[derive(Debug)]
@@ -545,48 +552,92 @@ impl Agent {
         // agent as its senior: on equal votes it goes first (it may have been there first;
         // this agent cannot tell, having heard it from its own first moment). This agent
         // never counts as such (it is never among the peers it heard).
-        type Candidate<'a> = (&'a PeerId, Instant, usize, bool, &'a PeerId);
+        struct Candidate<'a> {
+            id: &'a PeerId,
+            first: Instant,
+            /// Votes of the candidates (this agent and its alive local peers) for it.
+            votes: usize,
+            /// A peer that votes for itself.
+            self_vote: bool,
+            vote: &'a PeerId,
+            /// How many peers vote for it, near this agent or not, as it said.
+            members: u32,
+        }
         let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(self.cluster.heard.len() + 1);
-        candidates.push((
-            &self.me,
-            self.cluster.joined,
-            0,
-            false,
-            &self.cluster.manager,
-        ));
+        candidates.push(Candidate {
+            id: &self.me,
+            first: self.cluster.joined,
+            votes: 0,
+            self_vote: false,
+            vote: &self.cluster.manager,
+            members: 0,
+        });
         candidates.extend(
             self.cluster
                 .heard
                 .iter()
                 .filter(|(_, h)| self.alive(now, h))
-                .map(|(p, h)| (p, h.first, 0, h.vote == *p && *p != self.me, &h.vote)),
+                .map(|(p, h)| Candidate {
+                    id: p,
+                    first: h.first,
+                    votes: 0,
+                    self_vote: h.vote == *p && *p != self.me,
+                    vote: &h.vote,
+                    members: h.members,
+                }),
         );
         // Ids are unique: this agent is never among the peers it heard.
-        candidates.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        candidates.sort_unstable_by(|a, b| a.id.cmp(b.id));
         // Every candidate's vote: the alive peers' and this agent's own (its manager).
         for k in 0..candidates.len() {
-            let vote = candidates[k].4;
-            if let Ok(c) = candidates.binary_search_by(|c| c.0.cmp(vote)) {
-                candidates[c].2 += 1;
+            let vote = candidates[k].vote;
+            if let Ok(c) = candidates.binary_search_by(|c| c.id.cmp(vote)) {
+                candidates[c].votes += 1;
             }
         }
-        let oldest = candidates.iter().map(|c| c.1).min().unwrap_or(now);
+        let oldest = candidates.iter().map(|c| c.first).min().unwrap_or(now);
         let senior_until = oldest + self.seniority_grace();
         // Greater is better: votes, then a self-voting peer, then the lower id.
         let better = |a: &&Candidate<'_>, b: &&Candidate<'_>| {
-            a.2.cmp(&b.2).then(a.3.cmp(&b.3)).then(b.0.cmp(a.0))
+            (a.votes.cmp(&b.votes))
+                .then(a.self_vote.cmp(&b.self_vote))
+                .then(b.id.cmp(a.id))
         };
         let senior = candidates
             .iter()
-            .filter(|c| c.1 <= senior_until)
+            .filter(|c| c.first <= senior_until)
             .max_by(better);
         let junior = candidates
             .iter()
-            .filter(|c| c.1 > senior_until)
+            .filter(|c| c.first > senior_until)
             .max_by(better);
+        // Two agents alone pair up: this agent, alone (it manages nobody, and no senior peer
+        // beats it), follows the junior with the lowest id below its own among those alone
+        // too (they vote for themselves and say nobody votes for them). Agents that meet
+        // after their first seconds all count each other as junior and each vote for
+        // themselves: on strictly more votes alone none would ever follow another
+        // (docs/results.md, "Scale", 2026-11-29: at 1,000 simulated nodes 355 of 404
+        // clusters stayed one node for the hour). Once paired, clusters grow by the votes.
+        // Why not any junior with as many votes: a junior whose members this agent does not
+        // hear has them elsewhere, and on a network with no structure (two peers near an
+        // agent are seldom near each other) clusters then grew by members far from each
+        // other, which cost NSc2c 7% of its throughput on the Internet-like pools of 100
+        // nodes (16 seeds, 2026-11-29 morning). A running cluster is not taken over this
+        // way: its manager has members.
+        let lone_junior = || {
+            candidates
+                .iter()
+                .filter(|c| c.first > senior_until && c.self_vote && c.members == 0)
+                .map(|c| c.id)
+                .min()
+        };
         match (senior, junior) {
-            (Some(s), Some(j)) if j.2 > s.2 => j.0.clone(),
-            (Some(s), _) => s.0.clone(),
+            (Some(s), Some(j)) if j.votes > s.votes => j.id.clone(),
+            (Some(s), _) if *s.id == self.me && self.cluster.voters == 0 => match lone_junior() {
+                Some(j) if *j < self.me => j.clone(),
+                _ => self.me.clone(),
+            },
+            (Some(s), _) => s.id.clone(),
             (None, _) => self.me.clone(),
         }
     }
@@ -665,12 +716,14 @@ impl Agent {
     fn send_heartbeat(&mut self, to: PeerId, successor: Option<PeerId>) {
         let id = MessageId(self.fresh_id());
         let manager = self.cluster.manager.clone();
+        let members = u32::try_from(self.cluster.voters).unwrap_or(u32::MAX);
         self.send(
             to,
             Message::Heartbeat {
                 id,
                 manager,
                 successor,
+                members,
             },
         );
     }
@@ -908,6 +961,7 @@ impl Agent {
         from: PeerId,
         vote: PeerId,
         successor: Option<PeerId>,
+        members: u32,
     ) {
         if !self.c2c() {
             return;
@@ -946,13 +1000,14 @@ impl Agent {
                 h.at = now;
                 // Checked above.
                 h.local = true;
+                let recounted = std::mem::replace(&mut h.members, members) != members;
                 let old_vote =
                     (h.vote != vote).then(|| std::mem::replace(&mut h.vote, vote.clone()));
                 if let Some(old) = old_vote {
                     self.heard_changed(Some(&old), Some(&vote));
                     self.cluster.standing.stale = true;
                 }
-                self.cluster.standing.stale |= !alive;
+                self.cluster.standing.stale |= !alive || recounted;
                 false
             }
             None => {
@@ -966,6 +1021,7 @@ impl Agent {
                         first: now,
                         vote: vote.clone(),
                         local: true,
+                        members,
                     },
                 );
                 self.heard_changed(None, Some(&vote));
@@ -1652,13 +1708,39 @@ mod tests {
 
     /// `from` heartbeats `a`, voting for `vote`.
     fn beat(a: &mut Agent, now: Instant, from: &str, vote: &str) {
+        beat_with_members(a, now, from, vote, 0);
+    }
+
+    /// `from` heartbeats `a`, voting for `vote` and saying that `members` vote for it.
+    fn beat_with_members(a: &mut Agent, now: Instant, from: &str, vote: &str, members: u32) {
         let message = Message::Heartbeat {
             id: MessageId(1),
             manager: peer(vote),
             successor: None,
+            members,
         };
         a.handle_message(now, peer(from), message);
         while a.poll_action().is_some() {}
+    }
+
+    /// Agents alone that meet late pair up: "a" meets "b" and "J" a minute after it started,
+    /// so all are junior to each other and each has its own vote only. It does not follow
+    /// "b" (a higher id), nor "J" while J says 2 peers vote for it ("a" hears neither: they
+    /// are elsewhere, maybe far from "a"). Once J is alone too, "a" follows it (a lower id).
+    #[test]
+    fn given_an_agent_alone_then_it_pairs_with_a_lower_junior_only_if_that_one_is_alone() {
+        let t0 = Instant::now();
+        let mut a = agent_a(t0, &[]);
+        let t1 = t0 + secs(60);
+        for p in ["J", "b"] {
+            a.handle_peer_rtt(t1, peer(p), Duration::from_millis(1));
+        }
+        beat(&mut a, t1, "b", "b");
+        assert_eq!(a.manager(), Some(&peer("a")), "b has a higher id");
+        beat_with_members(&mut a, t1, "J", "J", 2);
+        assert_eq!(a.manager(), Some(&peer("a")), "J has members elsewhere");
+        beat_with_members(&mut a, t1 + secs(1), "J", "J", 0);
+        assert_eq!(a.manager(), Some(&peer("J")), "J is alone now");
     }
 
     /// d (for itself), then c (for d), then b and e (for b): a follows d, 3 votes to 2, all

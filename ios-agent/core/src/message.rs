@@ -149,6 +149,12 @@ pub enum Message {
         /// senior member as the manager saw them arrive. Absent in older agents' heartbeats.
         #[serde(default)]
         successor: Option<PeerId>,
+        /// How many peers the sender heard vote for it: a manager's members, near and far
+        /// from the receiver. An agent alone joins a cluster it is junior to only if it
+        /// hears all of them itself ([`crate::c2c`], "Election"). Absent (0) in older
+        /// agents' heartbeats.
+        #[serde(default)]
+        members: u32,
     },
     /// NSc2c: a cluster manager asks a member for its profile.
     ProfileRequest {
@@ -459,6 +465,7 @@ mod tests {
                 id: MessageId(3),
                 manager: peer("b"),
                 successor: Some(peer("c")),
+                members: 3,
             },
             Message::ProfileReply {
                 id: MessageId(4),

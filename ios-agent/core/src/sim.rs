@@ -429,10 +429,15 @@ fn peer_id_cbor_len(peer: &PeerId) -> u64 {
 /// [`cbor_len`] of a [`Message::Heartbeat`], without encoding it: heartbeats are most NSc2c
 /// messages (10 million per 10 simulated minutes at 10,000 nodes), and encoding each just
 /// to count its bytes was 2% of the simulator's time. An enum variant is a map of one entry,
-/// its name (`Heartbeat`, a text of 9 bytes) to a map of its three fields: `id` (2 bytes of
+/// its name (`Heartbeat`, a text of 9 bytes) to a map of its four fields: `id` (2 bytes of
 /// name) an unsigned integer, `manager` (7) a peer id, `successor` (9) a peer id or null (one
-/// byte). A unit test checks it against ciborium.
-fn heartbeat_cbor_len(id: MessageId, manager: &PeerId, successor: Option<&PeerId>) -> u64 {
+/// byte), `members` (7) an unsigned integer. A unit test checks it against ciborium.
+fn heartbeat_cbor_len(
+    id: MessageId,
+    manager: &PeerId,
+    successor: Option<&PeerId>,
+    members: u32,
+) -> u64 {
     let text = |n: u64| cbor_head_len(n) + n;
     1 + text(9)
         + 1
@@ -442,6 +447,8 @@ fn heartbeat_cbor_len(id: MessageId, manager: &PeerId, successor: Option<&PeerId
         + peer_id_cbor_len(manager)
         + text(9)
         + successor.map_or(1, peer_id_cbor_len)
+        + text(7)
+        + cbor_head_len(u64::from(members))
 }
 
 /// [`cbor_len`] of a message the simulator sends, taking ownership to size work steals
@@ -456,9 +463,10 @@ fn message_cbor_len(mut message: Message) -> (Message, u64) {
         id,
         manager,
         successor,
+        members,
     } = &message
     {
-        let n = heartbeat_cbor_len(*id, manager, successor.as_ref());
+        let n = heartbeat_cbor_len(*id, manager, successor.as_ref(), *members);
         return (message, n);
     }
     let Message::WorkSteal { rtts, .. } = &mut message else {

@@ -113,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             _ = async { match heartbeat.as_mut() { Some(h) => { h.tick().await; } None => std::future::pending().await } } => {
                 for p in net.peers().await? {
                     seq += 1;
-                    let m = Message::Heartbeat { id: MessageId(seq), manager: net.local_peer_id(), successor: None };
+                    let m = Message::Heartbeat { id: MessageId(seq), manager: net.local_peer_id(), successor: None, members: 0 };
                     if let Err(e) = net.send(&p.peer, m).await {
                         line(json!({"event": "send_failed", "to": p.libp2p_id.to_string(), "reason": e.to_string()}));
                     }
