@@ -12,6 +12,7 @@ pub use ios_agent_proto::leave::LeaveReport;
 use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::connections::{Connected, ConnectionPolicy};
 use crate::job_processes::JobProcesses;
 use crate::status::{status_of, AgentStatus, Decision, DecisionKind, PeerStatus, ProtocolStep};
 use crate::transport::{NetEvent, Transport};
@@ -112,9 +113,47 @@ pub async fn run<T: Transport, M: Migrator>(
     migrator: M,
     inputs: Inputs,
 ) -> Agent {
+    run_with(
+        agent,
+        transport,
+        migrator,
+        inputs,
+        ConnectionPolicy::default(),
+    )
+    .await
+}
+
+/// [`run`] with another policy for closing connections when the network is nearly full
+/// ([`crate::connections`]).
+pub async fn run_with<T: Transport, M: Migrator>(
+    agent: Agent,
+    transport: T,
+    migrator: M,
+    inputs: Inputs,
+    policy: ConnectionPolicy,
+) -> Agent {
     let mut driver = Driver::new(agent, transport, std::sync::Arc::new(migrator));
+    driver.connections.policy = policy;
     driver.run(inputs).await;
     driver.agent
+}
+
+/// The agents connected now, for closing some when the network is nearly full.
+#[derive(Debug, Default)]
+struct Connections {
+    policy: ConnectionPolicy,
+    /// When each connected agent came up, and when a message last went either way.
+    agents: HashMap<PeerId, (Instant, Option<Instant>)>,
+    /// When the driver looks next (`None`: at the next sample).
+    next_look: Option<Instant>,
+}
+
+impl Connections {
+    fn note_message(&mut self, peer: &PeerId, now: Instant) {
+        if let Some((_, last)) = self.agents.get_mut(peer) {
+            *last = Some(now);
+        }
+    }
 }
 
 struct Driver<T, M> {
@@ -140,6 +179,7 @@ struct Driver<T, M> {
     /// on those hosts are passed on as partner RTTs, also for agents outside its peer
     /// table, which keeps only the nearest.
     partner_hosts: HashSet<HostName>,
+    connections: Connections,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -159,6 +199,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             connected_hosts: HashMap::new(),
             connected_rtts: HashMap::new(),
             partner_hosts: HashSet::new(),
+            connections: Connections::default(),
         }
     }
 
@@ -343,6 +384,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             }
             NetEvent::PeerUp { peer, addr, host } => {
                 tracing::info!(%peer, %addr, ?host, "agent connected");
+                self.connections.agents.insert(peer.clone(), (now, None));
                 let Some(host) = host else { return };
                 self.connected_hosts.insert(peer.clone(), host.clone());
                 if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host) {
@@ -354,10 +396,12 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 tracing::info!(%peer, "peer gone");
                 self.connected_hosts.remove(&peer);
                 self.connected_rtts.remove(&peer);
+                self.connections.agents.remove(&peer);
                 self.agent.handle_peer_gone(now, &peer);
             }
             NetEvent::Message { from, message } => {
                 tracing::debug!(%from, kind = message.kind(), "message");
+                self.connections.note_message(&from, now);
                 self.agent.handle_message(now, from, message);
             }
             // Not the core's business: peer-server trouble, refused handshakes, hostile input.
@@ -380,6 +424,8 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 d.sampled = true;
             }
         }
+        // Once per profile period: the sample refreshed the partner hosts, if pcmd answered.
+        self.rotate_connections(now);
     }
 
     /// Passes the agent the RTTs it asks for ([`Agent::hosts_to_measure`]) that the
@@ -396,6 +442,54 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     self.agent.handle_partner_rtt(host, *rtt);
                 }
             }
+        }
+    }
+
+    /// Closes connections to agents of no use when the network is nearly full
+    /// ([`crate::connections`]), once per policy period, on a sample.
+    fn rotate_connections(&mut self, now: Instant) {
+        let Some(cap) = self.transport.max_connections() else {
+            return;
+        };
+        if self.connections.next_look.is_some_and(|t| now < t) {
+            return;
+        }
+        self.connections.next_look = Some(now + self.connections.policy.period);
+        let members = self.agent.cluster_members(now);
+        let manager = self.agent.manager();
+        let connected: Vec<Connected> = self
+            .connections
+            .agents
+            .iter()
+            .map(|(peer, &(since, last_message))| Connected {
+                peer: peer.clone(),
+                since,
+                last_message,
+                rtt: self.connected_rtts.get(peer).copied(),
+                of_use: self.agent.peers().get(peer).is_some()
+                    || manager == Some(peer)
+                    || members.binary_search(&peer).is_ok()
+                    || self
+                        .connected_hosts
+                        .get(peer)
+                        .is_some_and(|h| self.partner_hosts.contains(h)),
+            })
+            .collect();
+        let close = self.connections.policy.to_close(&connected, cap, now);
+        if !close.is_empty() {
+            tracing::debug!(
+                connected = connected.len(),
+                cap,
+                closing = close.len(),
+                "network nearly full: closing connections to far agents of no use"
+            );
+        }
+        for peer in close {
+            // Counted as gone at once, so that it is not closed twice before the network
+            // reports it gone; a peer the network keeps (a direct peer) is not asked again
+            // unless it connects anew.
+            self.connections.agents.remove(&peer);
+            self.transport.disconnect(&peer);
         }
     }
 
@@ -417,6 +511,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                             to: to.to_string(),
                         });
                     }
+                    self.connections.note_message(&to, Instant::now());
                     self.transport.send(&to, message);
                 }
                 Action::Migrate {

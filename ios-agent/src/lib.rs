@@ -8,6 +8,8 @@
 //!   expiries and migration outcomes, and carrying out its actions;
 //! - [`transport`]: what the loop needs from the network (the libp2p transport of
 //!   `ios-agent-net` in the binary, channels in tests);
+//! - [`connections`]: which connections the loop closes when the network is nearly full,
+//!   so that an agent in a pool larger than its connection cap keeps meeting new agents;
 //! - [`node_daemon`]: the link to the node's pcmd (attach or start it; stats; migrations);
 //! - [`net`]: `ios-agent-net` (libp2p, pool key, peer servers) as a [`transport::Transport`]
 //!   (non-blocking, into the network's bounded send queue) and the channel of its events,
@@ -18,6 +20,7 @@
 //! - [`status`]: what `status` reports.
 
 pub mod cli;
+pub mod connections;
 pub mod control;
 pub mod driver;
 pub mod job_processes;

@@ -21,6 +21,7 @@ use crate::transport::Transport;
 pub struct AgentNet {
     handle: NetHandle,
     task: JoinHandle<()>,
+    max_connections: usize,
 }
 
 /// Writes a new pool key to `file` (mode 0600); refuses to overwrite one.
@@ -59,8 +60,16 @@ pub async fn start(
         tracing::warn!("no --peer-server and no --peer given: this agent can only be found by others that know its address");
     }
     // The network's events go straight to the driver: one channel, one enum.
+    let max_connections = usize::try_from(config.max_connections).unwrap_or(usize::MAX);
     let (handle, events, task) = Network::start(config).await?;
-    Ok((AgentNet { handle, task }, events))
+    Ok((
+        AgentNet {
+            handle,
+            task,
+            max_connections,
+        },
+        events,
+    ))
 }
 
 /// Logs an event the core has no use for. Everything the network reports besides RTTs, hosts,
@@ -103,6 +112,7 @@ impl AgentNet {
     pub fn transport(&self) -> NetTransport {
         NetTransport {
             handle: self.handle.clone(),
+            max_connections: self.max_connections,
         }
     }
 
@@ -119,6 +129,7 @@ impl AgentNet {
 #[derive(Debug, Clone)]
 pub struct NetTransport {
     handle: NetHandle,
+    max_connections: usize,
 }
 
 impl Transport for NetTransport {
@@ -129,6 +140,16 @@ impl Transport for NetTransport {
         match self.handle.try_send(to, message) {
             Ok(()) | Err(NetError::QueueFull { .. }) => {}
             Err(e) => tracing::debug!(%to, kind, "send failed: {e}"),
+        }
+    }
+
+    fn max_connections(&self) -> Option<usize> {
+        Some(self.max_connections)
+    }
+
+    fn disconnect(&self, peer: &PeerId) {
+        if let Err(e) = self.handle.try_disconnect(peer) {
+            tracing::debug!(%peer, "connection not closed: {e}");
         }
     }
 }

@@ -10,4 +10,15 @@ pub use ios_agent_net::NetEvent;
 pub trait Transport: Send + 'static {
     /// Queues `message` for `to`. Delivery is best effort: the protocol tolerates loss.
     fn send(&self, to: &PeerId, message: Message);
+
+    /// How many connections the transport holds at most, if it holds connections at all
+    /// (the driver closes some when nearly full, [`crate::connections`]). Default: none,
+    /// for a transport without connections (an in-process one).
+    fn max_connections(&self) -> Option<usize> {
+        None
+    }
+
+    /// Closes the connection to the agent `peer` to make room for others. Must not block.
+    /// Only called when [`Transport::max_connections`] is some.
+    fn disconnect(&self, _peer: &PeerId) {}
 }

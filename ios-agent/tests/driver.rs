@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ios_agent::connections::ConnectionPolicy;
 use ios_agent::driver::{self, ControlRequest, Inputs, LeaveOrder, LeaveUpdate, Migrator, Sample};
 use ios_agent::status::{AgentStatus, DecisionKind};
 use ios_agent::transport::{NetEvent, Transport};
@@ -527,6 +528,15 @@ fn one_loop_with_one_peer(a: PeerId) -> OneLoop {
 
 /// [`one_loop_with_one_peer`], its messages sent through `transport`.
 fn one_loop_with_one_peer_sending_to(a: PeerId, transport: impl Transport + 'static) -> OneLoop {
+    one_loop_with_one_peer_and_policy(a, transport, ConnectionPolicy::default())
+}
+
+/// [`one_loop_with_one_peer_sending_to`], closing connections by `policy`.
+fn one_loop_with_one_peer_and_policy(
+    a: PeerId,
+    transport: impl Transport + 'static,
+    policy: ConnectionPolicy,
+) -> OneLoop {
     let (peers_tx, peers_rx) = mpsc::channel(64);
     let (samples_tx, samples_rx) = mpsc::channel(4);
     let (control_tx, control_rx) = mpsc::channel(4);
@@ -537,7 +547,7 @@ fn one_loop_with_one_peer_sending_to(a: PeerId, transport: impl Transport + 'sta
         std::time::Instant::now(),
     )
     .unwrap();
-    let run = tokio::spawn(driver::run(
+    let run = tokio::spawn(driver::run_with(
         agent,
         transport,
         Recorder::default(),
@@ -546,6 +556,7 @@ fn one_loop_with_one_peer_sending_to(a: PeerId, transport: impl Transport + 'sta
             samples: samples_rx,
             control: control_rx,
         },
+        policy,
     ));
     OneLoop {
         peers_tx,
@@ -713,4 +724,99 @@ async fn given_a_far_partner_on_a_connected_agent_then_the_loop_sends_it_a_partn
         steal.iter().any(|r| r.host.as_str() == "node-p"),
         "the partner's RTT is not in the steal: {steal:?}"
     );
+}
+
+/// A transport that holds `max` connections and records the agents the loop disconnects.
+#[derive(Clone)]
+struct Capped {
+    max: usize,
+    closed: Arc<Mutex<Vec<PeerId>>>,
+}
+
+impl Transport for Capped {
+    fn send(&self, _to: &PeerId, _message: Message) {}
+
+    fn max_connections(&self) -> Option<usize> {
+        Some(self.max)
+    }
+
+    fn disconnect(&self, peer: &PeerId) {
+        self.closed.lock().unwrap().push(peer.clone());
+    }
+}
+
+/// The network is full (4 agents on a cap of 4): on its next sample the loop closes the
+/// connection to the farthest agent it has no use for. The near agent (in its peer table of
+/// one) and the agent of its rank's partner host stay, though the partner's is the farthest
+/// (400 ms); of the two far agents of no use, the one at 300 ms goes. Once gone the network
+/// has room, and nothing more closes; when it comes back, it goes again.
+#[tokio::test]
+async fn given_a_full_network_then_the_loop_closes_the_farthest_connection_of_no_use() {
+    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
+    let (a, near, partner, far, farther) = (
+        peer("agent-a"),
+        peer("agent-n"),
+        peer("agent-p"),
+        peer("agent-f"),
+        peer("agent-g"),
+    );
+    let transport = Capped {
+        max: 4,
+        closed: Arc::default(),
+    };
+    let policy = ConnectionPolicy {
+        period: Duration::ZERO,
+        reserve: 0,
+        batch: 1,
+        min_age: Duration::ZERO,
+        quiet: Duration::ZERO,
+    };
+    let OneLoop {
+        peers_tx,
+        samples_tx,
+        control_tx,
+        run,
+    } = one_loop_with_one_peer_and_policy(a, transport.clone(), policy);
+    connect(&peers_tx, &partner, "node-p", Duration::from_millis(400)).await;
+    connect(&peers_tx, &farther, "node-g", Duration::from_millis(300)).await;
+    connect(&peers_tx, &far, "node-f", Duration::from_millis(200)).await;
+    connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
+    // Events are taken in order: once the near agent is in the table, all are connected.
+    wait_for_status(&control_tx, "the near agent", |s| {
+        s.peers.iter().any(|p| p.peer == near.to_string())
+    })
+    .await;
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    wait_for_status(&control_tx, "the sample", |s| !s.entities.is_empty()).await;
+    assert_eq!(*transport.closed.lock().unwrap(), vec![farther.clone()]);
+    // The network reports it gone; three agents left, under the cap: nothing more closes.
+    peers_tx
+        .send(NetEvent::PeerGone {
+            peer: farther.clone(),
+        })
+        .await
+        .unwrap();
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*transport.closed.lock().unwrap(), vec![farther.clone()]);
+    // It connects again: full again, and it goes again (farther than the other).
+    connect(&peers_tx, &farther, "node-g", Duration::from_millis(300)).await;
+    wait_for_status(&control_tx, "the new connection", |_| true).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while transport.closed.lock().unwrap().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no second close");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        *transport.closed.lock().unwrap(),
+        vec![farther.clone(), farther.clone()]
+    );
+    control_tx.send(ControlRequest::Stop).await.unwrap();
+    let agent = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(agent.peers().get(&near).is_some());
 }

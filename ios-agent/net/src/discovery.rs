@@ -576,6 +576,31 @@ impl Discovery {
         }
     }
 
+    /// The agent asks to close its connection to `peer` to make room for others (the
+    /// driver's connection rotation): refused (false) for a peer server or a direct peer,
+    /// which are kept connected. Otherwise the peer is not dialed again, when discovered
+    /// anew, for the longest redial wait: it was left on purpose.
+    pub fn on_dropped(&mut self, peer: PeerId, now: Instant) -> bool {
+        if peer == self.local
+            || self.is_server(&peer)
+            || self.direct.iter().any(|d| d.peer == Some(peer))
+        {
+            return false;
+        }
+        let rest = self
+            .timing
+            .max_redial_interval
+            .max(self.timing.redial_interval);
+        self.retry.insert(
+            peer,
+            Retry {
+                until: now + rest,
+                backoff: Backoff::default(),
+            },
+        );
+        true
+    }
+
     /// Peer server `server` refused a discovery: start over without a cookie next round.
     /// Returns the server's address, for the log line.
     pub fn on_discover_failed(&mut self, server: PeerId) -> Option<&Multiaddr> {
@@ -1060,6 +1085,40 @@ mod tests {
             dials(&drain(&mut d, t0 + secs(11.0))),
             vec![Target::Discovered(agent)],
             "a connection clears the backoff"
+        );
+    }
+
+    /// The driver's rotation closes the connection to a far agent: the agent is not dialed
+    /// again when discovered anew until the longest redial wait (30 s here) has passed. Peer
+    /// servers and direct peers are never dropped.
+    #[test]
+    fn a_dropped_agent_rests_before_it_is_dialed_again_and_servers_and_direct_peers_stay() {
+        let t0 = Instant::now();
+        let mut d = store(1, 1, t0);
+        drain(&mut d, t0);
+        let s0 = PeerId::random();
+        connect_server(&mut d, 0, s0, conn(1), t0);
+        let direct = PeerId::random();
+        d.on_connected(Some(Target::Direct(DirectId(0))), direct, conn(2), t0);
+        drain(&mut d, t0);
+        assert!(!d.on_dropped(s0, t0), "a peer server was dropped");
+        assert!(!d.on_dropped(direct, t0), "a direct peer was dropped");
+        assert!(!d.on_dropped(d.local, t0));
+
+        let agent = PeerId::random();
+        let regs = || vec![(agent, vec![addr(9000)])];
+        d.on_connected(None, agent, conn(3), t0);
+        assert!(d.on_dropped(agent, t0 + secs(1.0)));
+        d.on_connection_closed(agent, conn(3), 0, "dropped", t0 + secs(1.0));
+        d.on_discovered(s0, Cookie::for_all_namespaces(), regs(), t0 + secs(30.9));
+        assert!(
+            dials(&drain(&mut d, t0 + secs(30.9))).is_empty(),
+            "redialed while resting"
+        );
+        d.on_discovered(s0, Cookie::for_all_namespaces(), regs(), t0 + secs(31.0));
+        assert_eq!(
+            dials(&drain(&mut d, t0 + secs(31.0))),
+            vec![Target::Discovered(agent)]
         );
     }
 

@@ -24,6 +24,8 @@ pub(crate) enum Command {
     Peers(oneshot::Sender<Vec<PeerSummary>>),
     ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
     Dial(Multiaddr, oneshot::Sender<Result<(), NetError>>),
+    /// Close every connection to this agent, to make room for others.
+    Drop(PeerId),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -215,6 +217,24 @@ impl NetHandle {
     /// start. Failures come as [`NetEvent::DialError`].
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
         self.command(|reply| Command::Dial(addr, reply)).await?
+    }
+
+    /// Closes the connections to an agent to make room for others, without waiting: the
+    /// agent is not dialed again, when discovered anew, for the longest redial wait
+    /// ([`NetConfig::max_redial_interval`](crate::NetConfig::max_redial_interval)). Peer
+    /// servers and direct peers stay connected (the request is ignored, with a debug line).
+    /// Errors: [`NetError::InvalidPeer`], [`NetError::Busy`] when the command queue is full
+    /// (try again later), [`NetError::Stopped`].
+    pub fn try_disconnect(&self, peer: &CorePeerId) -> Result<(), NetError> {
+        let Some(p) = crate::network::libp2p_id(peer) else {
+            return Err(NetError::InvalidPeer { peer: peer.clone() });
+        };
+        self.commands
+            .try_send(Command::Drop(p))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => NetError::Busy { what: "disconnect" },
+                mpsc::error::TrySendError::Closed(_) => NetError::Stopped,
+            })
     }
 
     /// Unregisters from the peer servers, closes every connection and ends the task.

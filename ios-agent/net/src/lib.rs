@@ -137,6 +137,12 @@ pub enum NetError {
         /// The message kind.
         kind: &'static str,
     },
+    /// The network task's command queue is full: the request was not queued.
+    #[error("network task busy: {what} not queued")]
+    Busy {
+        /// The request.
+        what: &'static str,
+    },
     /// A message too large to send.
     #[error("cannot send {kind} message: {reason}")]
     TooLarge {

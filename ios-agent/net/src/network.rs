@@ -411,6 +411,17 @@ impl Task {
                         .map_err(|reason| NetError::Dial { addr, reason }),
                 );
             }
+            Command::Drop(peer) => {
+                if self.discovery.on_dropped(peer, Instant::now()) {
+                    tracing::debug!("closing the connection to agent {peer} to make room");
+                    // Err: not connected any more, which is what was asked.
+                    let _ = self.swarm.disconnect_peer_id(peer);
+                } else {
+                    tracing::debug!(
+                        "not closing the connection to {peer}: a peer server or direct peer"
+                    );
+                }
+            }
             Command::Shutdown(_) => unreachable!("handled by run"),
         }
     }

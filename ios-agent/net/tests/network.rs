@@ -461,3 +461,42 @@ async fn given_a_full_send_queue_then_try_send_drops_counts_and_refuses() {
     net.try_send(&to, message()).expect("queued");
     assert_eq!(net.dropped_messages(), 3);
 }
+
+/// Waits at most 5 s for `who` to come up (`up`) or go.
+async fn peer_seen(events: &mut Events, who: &ios_agent_core::PeerId, up: bool, what: &str) {
+    expect(events, Duration::from_secs(5), what, |ev| match ev {
+        NetEvent::PeerUp { peer, .. } if up && peer == who => Some(()),
+        NetEvent::PeerGone { peer } if !up && peer == who => Some(()),
+        _ => None,
+    })
+    .await;
+}
+
+/// The driver's rotation closes a connection it has no use for: both ends see the agent
+/// gone. A direct peer stays: b dialed a as one, so b's request to drop a does nothing.
+#[tokio::test]
+async fn given_a_disconnect_then_the_connection_closes_unless_the_peer_is_direct() {
+    let key = PoolKey::generate();
+    let (a, mut ea, addr_a) = node(key, vec![]).await;
+    let (b, mut eb, _) = node(key, vec![addr_a]).await;
+    let (a_id, b_id) = (a.local_peer_id(), b.local_peer_id());
+    peer_seen(&mut ea, &b_id, true, "b up at a").await;
+    peer_seen(&mut eb, &a_id, true, "a up at b").await;
+
+    // At b, a is a direct peer: kept.
+    b.try_disconnect(&a_id).expect("queued");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        b.peers().await.expect("running").len(),
+        1,
+        "a direct peer was dropped"
+    );
+
+    // At a, b is a discovered (here: dialing) agent: dropped, and both see it gone.
+    a.try_disconnect(&b_id).expect("queued");
+    peer_seen(&mut ea, &b_id, false, "b gone at a").await;
+    peer_seen(&mut eb, &a_id, false, "a gone at b").await;
+    // An id that is no libp2p peer id is refused, not sent.
+    let bogus = ios_agent_core::PeerId::new(b"not-a-libp2p-id".to_vec()).expect("valid");
+    assert!(a.try_disconnect(&bogus).is_err());
+}
