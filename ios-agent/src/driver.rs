@@ -133,27 +133,26 @@ pub async fn run_with<T: Transport, M: Migrator>(
     policy: ConnectionPolicy,
 ) -> Agent {
     let mut driver = Driver::new(agent, transport, std::sync::Arc::new(migrator));
-    driver.connections.policy = policy;
+    driver.policy = policy;
     driver.run(inputs).await;
     driver.agent
 }
 
-/// The agents connected now, for closing some when the network is nearly full.
-#[derive(Debug, Default)]
-struct Connections {
-    policy: ConnectionPolicy,
-    /// When each connected agent came up, and when a message last went either way.
-    agents: HashMap<PeerId, (Instant, Option<Instant>)>,
-    /// When the driver looks next (`None`: at the next sample).
-    next_look: Option<Instant>,
-}
-
-impl Connections {
-    fn note_message(&mut self, peer: &PeerId, now: Instant) {
-        if let Some((_, last)) = self.agents.get_mut(peer) {
-            *last = Some(now);
-        }
-    }
+/// One connected agent (bounded by the connection limit).
+#[derive(Debug)]
+struct ConnectedAgent {
+    /// The host it announced on connecting: announced to the agent again on a ping if the
+    /// agent's table of hosts, which is smaller, had no room for it then or dropped it since.
+    host: Option<HostName>,
+    /// Its last ping RTT, kept for an agent with a host.
+    rtt: Option<Duration>,
+    /// When it came up.
+    since: Instant,
+    /// When a message last went either way.
+    last_message: Option<Instant>,
+    /// The driver asked the network to close the connection ([`crate::connections`]): no
+    /// longer counted, nor closed again, until the network reports it gone.
+    closing: bool,
 }
 
 struct Driver<T, M> {
@@ -168,18 +167,16 @@ struct Driver<T, M> {
     draining: Option<Draining>,
     /// Entities pcmd reported stalled in the last sample that had entities.
     stalled: Vec<ios_agent_core::EntityId>,
-    /// The host each connected agent announced on connecting (bounded by the connection
-    /// limit): announced to the agent again on a ping if the agent's table of hosts, which
-    /// is smaller, had no room for it then or dropped it since.
-    connected_hosts: HashMap<PeerId, HostName>,
-    /// The last ping RTT of each connected agent (bounded like `connected_hosts`).
-    connected_rtts: HashMap<PeerId, Duration>,
+    connected: HashMap<PeerId, ConnectedAgent>,
     /// The hosts the agent asked to have measured at its last sample
     /// ([`Agent::hosts_to_measure`]: its ranks' partners'). The pings of connected agents
     /// on those hosts are passed on as partner RTTs, also for agents outside its peer
     /// table, which keeps only the nearest.
     partner_hosts: HashSet<HostName>,
-    connections: Connections,
+    /// When and how many connections to close when the network is nearly full.
+    policy: ConnectionPolicy,
+    /// When the driver looks next (`None`: at the next sample).
+    next_look: Option<Instant>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -196,10 +193,10 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             processes: JobProcesses::default(),
             draining: None,
             stalled: Vec::new(),
-            connected_hosts: HashMap::new(),
-            connected_rtts: HashMap::new(),
+            connected: HashMap::new(),
             partner_hosts: HashSet::new(),
-            connections: Connections::default(),
+            policy: ConnectionPolicy::default(),
+            next_look: None,
         }
     }
 
@@ -365,28 +362,35 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         match event {
             NetEvent::PeerRtt { peer, rtt } => {
                 self.agent.handle_peer_rtt(now, peer.clone(), rtt);
-                if let Some(host) = self.connected_hosts.get(&peer) {
-                    self.connected_rtts.insert(peer.clone(), rtt);
-                    if self.partner_hosts.contains(host) {
-                        self.agent.handle_partner_rtt(host, rtt);
-                    }
+                let Some(c) = self.connected.get_mut(&peer) else {
+                    return;
+                };
+                let Some(host) = &c.host else { return };
+                c.rtt = Some(rtt);
+                if self.partner_hosts.contains(host) {
+                    self.agent.handle_partner_rtt(host, rtt);
                 }
                 // Measured after its host was left out of a full table: a peer now in the
                 // peer table may take the place of one outside it.
                 if self.agent.peer_host(&peer).is_none() {
-                    if let Some(host) = self.connected_hosts.get(&peer) {
-                        if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host.clone())
-                        {
-                            tracing::debug!(%peer, "host announcement refused again: {e}");
-                        }
+                    if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host.clone()) {
+                        tracing::debug!(%peer, "host announcement refused again: {e}");
                     }
                 }
             }
             NetEvent::PeerUp { peer, addr, host } => {
                 tracing::info!(%peer, %addr, ?host, "agent connected");
-                self.connections.agents.insert(peer.clone(), (now, None));
+                self.connected.insert(
+                    peer.clone(),
+                    ConnectedAgent {
+                        host: host.clone(),
+                        rtt: None,
+                        since: now,
+                        last_message: None,
+                        closing: false,
+                    },
+                );
                 let Some(host) = host else { return };
-                self.connected_hosts.insert(peer.clone(), host.clone());
                 if let Err(e) = self.agent.handle_peer_host(now, peer.clone(), host) {
                     // Once per connection, and only from holders of the pool key.
                     tracing::warn!(%peer, "host announcement refused: {e}");
@@ -394,14 +398,12 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             }
             NetEvent::PeerGone { peer } => {
                 tracing::info!(%peer, "peer gone");
-                self.connected_hosts.remove(&peer);
-                self.connected_rtts.remove(&peer);
-                self.connections.agents.remove(&peer);
+                self.connected.remove(&peer);
                 self.agent.handle_peer_gone(now, &peer);
             }
             NetEvent::Message { from, message } => {
                 tracing::debug!(%from, kind = message.kind(), "message");
-                self.connections.note_message(&from, now);
+                self.note_message(&from, now);
                 self.agent.handle_message(now, from, message);
             }
             // Not the core's business: peer-server trouble, refused handshakes, hostile input.
@@ -436,10 +438,10 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         if self.partner_hosts.is_empty() {
             return;
         }
-        for (peer, host) in &self.connected_hosts {
-            if let Some(rtt) = self.connected_rtts.get(peer) {
+        for c in self.connected.values() {
+            if let (Some(host), Some(rtt)) = (&c.host, c.rtt) {
                 if self.partner_hosts.contains(host) {
-                    self.agent.handle_partner_rtt(host, *rtt);
+                    self.agent.handle_partner_rtt(host, rtt);
                 }
             }
         }
@@ -451,31 +453,30 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         let Some(cap) = self.transport.max_connections() else {
             return;
         };
-        if self.connections.next_look.is_some_and(|t| now < t) {
+        if self.next_look.is_some_and(|t| now < t) {
             return;
         }
-        self.connections.next_look = Some(now + self.connections.policy.period);
+        self.next_look = Some(now + self.policy.period);
         let members = self.agent.cluster_members(now);
         let manager = self.agent.manager();
         let connected: Vec<Connected> = self
-            .connections
-            .agents
+            .connected
             .iter()
-            .map(|(peer, &(since, last_message))| Connected {
+            .filter(|(_, c)| !c.closing)
+            .map(|(peer, c)| Connected {
                 peer: peer.clone(),
-                since,
-                last_message,
-                rtt: self.connected_rtts.get(peer).copied(),
+                since: c.since,
+                last_message: c.last_message,
+                rtt: c.rtt,
                 of_use: self.agent.peers().get(peer).is_some()
                     || manager == Some(peer)
                     || members.binary_search(&peer).is_ok()
-                    || self
-                        .connected_hosts
-                        .get(peer)
+                    || c.host
+                        .as_ref()
                         .is_some_and(|h| self.partner_hosts.contains(h)),
             })
             .collect();
-        let close = self.connections.policy.to_close(&connected, cap, now);
+        let close = self.policy.to_close(&connected, cap, now);
         if !close.is_empty() {
             tracing::debug!(
                 connected = connected.len(),
@@ -485,11 +486,19 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             );
         }
         for peer in close {
-            // Counted as gone at once, so that it is not closed twice before the network
+            // Not counted from now on, so that it is not closed twice before the network
             // reports it gone; a peer the network keeps (a direct peer) is not asked again
             // unless it connects anew.
-            self.connections.agents.remove(&peer);
+            if let Some(c) = self.connected.get_mut(&peer) {
+                c.closing = true;
+            }
             self.transport.disconnect(&peer);
+        }
+    }
+
+    fn note_message(&mut self, peer: &PeerId, now: Instant) {
+        if let Some(c) = self.connected.get_mut(peer) {
+            c.last_message = Some(now);
         }
     }
 
@@ -511,7 +520,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                             to: to.to_string(),
                         });
                     }
-                    self.connections.note_message(&to, Instant::now());
+                    self.note_message(&to, Instant::now());
                     self.transport.send(&to, message);
                 }
                 Action::Migrate {
