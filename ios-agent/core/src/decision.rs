@@ -26,6 +26,16 @@ pub const MIN_CPU_ADVANTAGE: f64 = 0.1;
 /// its partners ([`select_near`]): 10%.
 pub const MAX_CPU_LOSS_FOR_LATENCY: f64 = 0.1;
 
+/// How much more CPU per rank a node must give a whole job than its ranks get in the place
+/// that holds it before the job moves there ([`gathering`], relocation): 25%, so that two
+/// places of about one speed never trade a job.
+pub const RELOCATION_ADVANTAGE: f64 = 0.25;
+
+/// A job moves whole to a faster node only while it waits little on the network: the moving
+/// rank's MPI time at most this share of its compute ([`gathering`], relocation). A job
+/// that waits on latency in its place is spread there, and its ranks would not all follow.
+pub const RELOCATION_MAX_WAIT: f64 = 0.25;
+
 /// Everything [`select`] needs besides the two nodes.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy<'a> {
@@ -170,13 +180,26 @@ pub fn select_near<'d>(
                 .entity_cores
                 .is_some_and(|c| offer(job, n).free_cores() + 1e-9 >= c * n as f64)
     };
+    // A place that gathers the entity's job and gives its ranks much more CPU than `f` would
+    // keeps them from `joins`: the job is moving there (relocation, [`gathering`]), and the
+    // slower place that holds the rest would pull them back.
+    let keeps = |e: &EntityProfile| {
+        policy.entity_cores.is_some_and(|c| {
+            share_here >= (1.0 + RELOCATION_ADVANTAGE) * c * f.speed
+                && policy
+                    .jobs_here
+                    .iter()
+                    .any(|o| o.job == e.id.job && gathers(o, e.job_ranks, c))
+        })
+    };
     // The gain of moving `group` (of `job`) to `f`: the model's, without the CPU lost when
     // `f` runs the job (`joins`), or the job's [`gathering`] when that is more.
     let weigh = |group: &[&EntityProfile], job: &JobId| {
         let n = group.len();
         let mut g = gain_near(l, &offer(job, n), group, policy.weights, policy.cost, rtts);
         let w = policy.weights.get(Resource::Cpu);
-        if joins(job, n) && g.deltas[0] < 0.0 {
+        let kept = group.first().is_some_and(|e| keeps(e));
+        if joins(job, n) && !kept && g.deltas[0] < 0.0 {
             g.improvement -= w * g.deltas[0];
             g.gain -= w * g.deltas[0];
             g.deltas[0] = 0.0;
@@ -201,7 +224,7 @@ pub fn select_near<'d>(
         let latency_gate =
             rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
         let gate = cpu_gate
-            || ((latency_gate || joins(&e.id.job, 1)) && nearer(e))
+            || ((latency_gate || (joins(&e.id.job, 1) && !keeps(e))) && nearer(e))
             || gathered(e, 1).is_some();
         gate.then_some(f1)
     };
@@ -274,10 +297,10 @@ pub fn select_near<'d>(
 /// near it ([`JobOffer::place`]).
 /// A step of gathering needs the job's size (`job_ranks`) and a rank's cores
 /// (`entity_cores`), and:
-/// - the place runs ranks of the job already: an idle node that runs none does not pull a
-///   job's ranks one by one from wherever they are (tried: with every light node a
-///   gatherer, ranks of one job went to several of them, and NSp2p's throughput on 100
-///   nodes fell by a quarter, with ten times the moves);
+/// - the place runs ranks of the job already (but see relocation, below): an idle node
+///   that runs none does not pull a job's ranks one by one from wherever they are (tried:
+///   with every light node a gatherer, ranks of one job went to several of them, and
+///   NSp2p's throughput on 100 nodes fell by a quarter, with ten times the moves);
 /// - the place has a core for every rank of the job it does not run yet, and `to` the
 ///   memory for each of the `n` moved now and a core for each (in NSc2c, if `to` runs
 ///   ranks of the job, the place a core for each: the manager's intra-cluster balancing
@@ -286,10 +309,20 @@ pub fn select_near<'d>(
 ///   seven ranks filled one node of a cluster with 31 idle cores, and its eighth stayed
 ///   in another cluster for the hour);
 /// - if `l`'s place could gather the job as well (it has cores for the ranks it lacks),
-///   `to`'s holds more of its ranks (as many: `to` is faster than `l`), so two places never
-///   pull a job apart;
+///   `to`'s holds more of its ranks (as many: `to` is faster than `l`), or gives a rank
+///   [`RELOCATION_ADVANTAGE`] more CPU than `l` gives `e`, so two places never pull a job
+///   apart; and never when `l` gives `e` that much more than `to` would;
 /// - the job's iteration gathered on `to`, `e`'s compute on a core of `to`, is at least
 ///   [`MIN_CPU_ADVANTAGE`] shorter than its iteration now (`e`'s compute and MPI time).
+///
+/// Relocation, the one step towards a place that runs none of the job: when `l`'s place
+/// holds the whole job, which waits little on the network there (`e`'s MPI time at most
+/// [`RELOCATION_MAX_WAIT`] of its compute), one rank may go to a node that has a core for
+/// every rank of the job and gives a rank [`RELOCATION_ADVANTAGE`] more CPU than `l` gives
+/// `e`; the rest then follow as above. Its worth is `Delta` of the two rates. Why: a job
+/// gathered in a slow or loaded place stayed there (docs/results.md, "Scale", 2026-11-29:
+/// on the Grid-like network NSc2c's jobs computed 76 ms per iteration against the oracle's
+/// 65, with 1 ms of latency: they sat in slower clusters).
 fn gathering(
     policy: &Policy<'_>,
     l: &NodeProfile,
@@ -304,7 +337,30 @@ fn gathering(
     let cores = policy.entity_cores?;
     let job = &e.id.job;
     let f = to.node;
-    let there = to.job_offers.iter().find(|o| &o.job == job)?;
+    let here = policy.jobs_here.iter().find(|o| &o.job == job);
+    // CPU a rank of the job gets in each place, speed-normalised: `e`'s share of `l`, and a
+    // core of `f`'s.
+    let (rate_l, rate_f) = (share_here, cores * f.speed);
+    let much_faster = |a: f64, b: f64| a >= (1.0 + RELOCATION_ADVANTAGE) * b;
+    let Some(there) = to
+        .job_offers
+        .iter()
+        .find(|o| &o.job == job && o.place().0 > 0)
+    else {
+        // The job's size and the rank's compute known: older agents' profiles give neither.
+        let whole_here =
+            e.job_ranks > 0 && here.is_some_and(|o| o.place().0 >= e.job_ranks as usize);
+        let compute = e.compute.as_secs_f64();
+        let waits_little =
+            compute > 0.0 && e.mpi_wait.as_secs_f64() <= RELOCATION_MAX_WAIT * compute;
+        let relocates = n == 1
+            && whole_here
+            && waits_little
+            && much_faster(rate_f, rate_l)
+            && f.free_cores() + 1e-9 >= e.job_ranks as f64 * cores
+            && e.memory <= f.memory_available;
+        return relocates.then(|| (rate_f - rate_l) / (rate_f + rate_l));
+    };
     let (held_f, room_f) = there.place();
     let rest = (e.job_ranks as usize).saturating_sub(held_f);
     if !gathers(there, e.job_ranks, cores) || !(1..=rest).contains(&n) {
@@ -321,11 +377,14 @@ fn gathering(
     if room_now + 1e-9 < n as f64 * cores || memory > f.memory_available {
         return None;
     }
-    if let Some(here) = policy.jobs_here.iter().find(|o| &o.job == job) {
+    if let Some(here) = here {
         let (held_l, room_l) = here.place();
         let lacking = (e.job_ranks as usize).saturating_sub(held_l);
         let l_could = room_l + 1e-9 >= lacking as f64 * cores;
-        if l_could && !(held_f > held_l || (held_f == held_l && f.speed > l.speed)) {
+        let f_wins = held_f > held_l
+            || (held_f == held_l && f.speed > l.speed)
+            || much_faster(rate_f, rate_l);
+        if l_could && (much_faster(rate_l, rate_f) || !f_wins) {
             return None;
         }
     }
@@ -590,6 +649,17 @@ mod tests {
         }
     }
 
+    /// A node's offer to `job`: `cores` idle cores, `ranks` of its ranks; no cluster.
+    fn node_offer(job: &JobId, cores: f64, ranks: u32) -> JobOffer {
+        JobOffer {
+            job: job.clone(),
+            cores,
+            ranks,
+            place_ranks: 0,
+            place_room: 0.0,
+        }
+    }
+
     fn host(s: &str) -> pcm_proto::HostName {
         pcm_proto::HostName::new(s).expect("valid")
     }
@@ -714,13 +784,7 @@ mod tests {
         use crate::model::Partner;
         let fx = Fixture::new();
         let j = JobId::new("j").expect("valid");
-        let offer = |cores: f64, ranks: u32| JobOffer {
-            job: j.clone(),
-            cores,
-            ranks,
-            place_ranks: 0,
-            place_room: 0.0,
-        };
+        let offer = |cores: f64, ranks: u32| node_offer(&j, cores, ranks);
         let (l, f, c) = (host("l"), host("f"), host("c"));
         // l measured its rank's partner on c at 5 ms; f measured nothing: the model charges
         // the rank more latency at f (communication term < 0).
@@ -832,6 +896,111 @@ mod tests {
             job_offers: &alone,
         };
         assert!(select_near(&policy, &here_node, &es, to_alone, 1, rtts).is_none());
+    }
+
+    /// Relocation: a job held whole by a slow node moves, a rank at a time, to a node that
+    /// runs none of it, has a core for each of its ranks and gives a rank 25% more CPU; not
+    /// to one only 20% faster, nor to one a core short, nor when the job waits on latency
+    /// or is not all in the giver's place. Once it is split, the faster place gathers it
+    /// though it holds fewer ranks, and the slower place does not pull a rank back.
+    #[test]
+    fn given_a_whole_job_in_a_slow_place_then_it_moves_to_a_much_faster_node_and_not_back() {
+        use crate::model::Partner;
+        let fx = Fixture::new();
+        let j = JobId::new("j").expect("valid");
+        let offer = |cores: f64, ranks: u32| node_offer(&j, cores, ranks);
+        let (l, f) = (host("l"), host("f"));
+        let none = HashMap::new();
+        let (at_l, at_f) = (view(&l, &none), view(&f, &none));
+        // A rank of a 4-rank job, its partners on its own node: 100 ms of compute a
+        // iteration, `wait_ms` in MPI.
+        let rank = |wait_ms: u64| {
+            let mut e = entity("j", 0, 1.0);
+            e.job_ranks = 4;
+            e.memory = 1 << 20;
+            e.compute = Duration::from_millis(100);
+            e.mpi_wait = Duration::from_millis(wait_ms);
+            e.partners = vec![Partner {
+                host: l.clone(),
+                exchanges_per_sec: 20.0,
+            }];
+            e
+        };
+        let es = [rank(5)];
+        // l: 4 cores of speed 1, all four ranks of the job.
+        let slow = node(4.0, 4.0);
+        let whole = [offer(0.0, 4)];
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        policy.jobs_here = &whole;
+        let rtts = Some((&at_l, &at_f));
+        let idle = |cores: f64, speed: f64| NodeProfile {
+            speed,
+            ..node(cores, 0.0)
+        };
+        // Without relocation the move is refused: the rank would leave its partners.
+        assert!(communication(&es[0], &at_l, &at_f) < 0.0);
+        let fast = idle(4.0, 1.3);
+        let plan = select_near(&policy, &slow, &es, &fast, 1, rtts).expect("relocates");
+        assert!((plan.gain.deltas[0] - 0.3 / 2.3).abs() < 1e-9);
+        assert!(select_near(&policy, &slow, &es, &idle(4.0, 1.2), 1, rtts).is_none());
+        assert!(select_near(&policy, &slow, &es, &idle(3.0, 1.3), 1, rtts).is_none());
+        let waiting = [rank(50)];
+        assert!(select_near(&policy, &slow, &waiting, &fast, 1, rtts).is_none());
+        // The job's size or the rank's compute not known (older agents): no relocation.
+        let mut unsized_rank = rank(5);
+        unsized_rank.job_ranks = 0;
+        assert!(select_near(&policy, &slow, &[unsized_rank], &fast, 1, rtts).is_none());
+        let mut unprofiled = rank(0);
+        unprofiled.compute = Duration::ZERO;
+        assert!(select_near(&policy, &slow, &[unprofiled], &fast, 1, rtts).is_none());
+        let part = [offer(0.0, 3)];
+        let partly = Policy {
+            jobs_here: &part,
+            ..policy
+        };
+        assert!(select_near(&partly, &slow, &es, &fast, 1, rtts).is_none());
+        // Split: f runs one rank and has 3 idle cores; l runs 3 and has the core of the one
+        // that left. f gathers the job though it holds fewer of its ranks.
+        let slow_with_room = node(4.0, 3.0);
+        let l_holds = [offer(1.0, 3)];
+        let f_holds = [offer(3.0, 1)];
+        let giver = Policy {
+            jobs_here: &l_holds,
+            ..policy
+        };
+        let split = [rank(60)];
+        let f_node = NodeProfile {
+            speed: 1.3,
+            ..node(4.0, 1.0)
+        };
+        let to_f = Destination {
+            node: &f_node,
+            job_offers: &f_holds,
+        };
+        assert!(select_near(&giver, &slow_with_room, &split, to_f, 1, rtts).is_some());
+        // And f's rank does not go back to l, which holds more of the job; a thief as fast
+        // as f with those ranks would take it.
+        let back = Policy {
+            jobs_here: &f_holds,
+            ..policy
+        };
+        let from_f = Some((&at_f, &at_l));
+        let to_l = Destination {
+            node: &slow_with_room,
+            job_offers: &l_holds,
+        };
+        let on_f = [rank(60)];
+        assert!(select_near(&back, &f_node, &on_f, to_l, 1, from_f).is_none());
+        let as_fast = NodeProfile {
+            speed: 1.3,
+            ..slow_with_room
+        };
+        let to_as_fast = Destination {
+            node: &as_fast,
+            job_offers: &l_holds,
+        };
+        assert!(select_near(&back, &f_node, &on_f, to_as_fast, 1, from_f).is_some());
     }
 
     #[test]
