@@ -36,6 +36,11 @@ pub const RELOCATION_ADVANTAGE: f64 = 0.25;
 /// that waits on latency in its place is spread there, and its ranks would not all follow.
 pub const RELOCATION_MAX_WAIT: f64 = 0.25;
 
+/// Whether CPU rate `a` is [`RELOCATION_ADVANTAGE`] more than `b`.
+fn much_faster(a: f64, b: f64) -> bool {
+    a >= (1.0 + RELOCATION_ADVANTAGE) * b
+}
+
 /// Everything [`select`] needs besides the two nodes.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy<'a> {
@@ -185,7 +190,7 @@ pub fn select_near<'d>(
     // slower place that holds the rest would pull them back.
     let keeps = |e: &EntityProfile| {
         policy.entity_cores.is_some_and(|c| {
-            share_here >= (1.0 + RELOCATION_ADVANTAGE) * c * f.speed
+            much_faster(share_here, c * f.speed)
                 && policy
                     .jobs_here
                     .iter()
@@ -341,7 +346,6 @@ fn gathering(
     // CPU a rank of the job gets in each place, speed-normalised: `e`'s share of `l`, and a
     // core of `f`'s.
     let (rate_l, rate_f) = (share_here, cores * f.speed);
-    let much_faster = |a: f64, b: f64| a >= (1.0 + RELOCATION_ADVANTAGE) * b;
     let Some(there) = to
         .job_offers
         .iter()
