@@ -1254,7 +1254,10 @@ impl Sim {
                     .memory
                     .saturating_sub(n.entities.len() as u64 * ENTITY_MEMORY),
                 bandwidth: self.bandwidth,
-                competing: bg[i].min(n.cores),
+                // What the competing processes get, as the real sampler measures it
+                // (others' CPU time): under fair sharing, less than their demand when the
+                // node is overloaded.
+                competing: bg[i] * share,
             };
             let entities = n
                 .entities

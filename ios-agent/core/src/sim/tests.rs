@@ -1040,3 +1040,30 @@ fn given_timers_rearmed_at_random_then_the_soonest_comes_first() {
         assert_eq!(timers.peek(), soonest);
     }
 }
+
+/// A node's profile shows the competing load as the real sampler measures it, the CPU the
+/// other processes got: on an overloaded node they share the cores fairly with the ranks,
+/// so four ranks beside four competing threads on four cores still get half a core each.
+/// (It used to show the competing demand, all four cores, and the agents then took the
+/// ranks for starved: any node with a free core drew them, and a job held whole on a node
+/// its owner came back to scattered over many; docs/results.md, "Scale", 2026-11-29.)
+#[test]
+fn an_overloaded_node_shows_the_competing_load_its_fair_share_of_the_cores() {
+    let mut sim = Sim::new(3, Config::default());
+    let busy = sim.add_node(NodeSpec::new(4.0).with_speed(1.5).with_background(|_| 4.0));
+    // Full, not overloaded: no node has a core to offer, so nothing moves.
+    let calm = sim.add_node(NodeSpec::new(4.0).with_background(|_| 3.0));
+    for r in 0..4 {
+        sim.add_entity(busy, "heat", r, 1 << 20);
+    }
+    sim.add_entity(calm, "heat", 4, 1 << 20);
+    sim.run_for(secs(5));
+    assert!(sim.migrations().is_empty());
+    let profile = |node| *sim.agent(node).node_profile().expect("profiled");
+    let busy = profile(busy);
+    assert!((busy.competing - 2.0).abs() < 1e-9, "{busy:?}");
+    assert!((busy.entity_capacity() - 3.0).abs() < 1e-9, "{busy:?}");
+    // Not overloaded: the competing processes get all they ask for.
+    let calm = profile(calm);
+    assert!((calm.competing - 3.0).abs() < 1e-9, "{calm:?}");
+}
