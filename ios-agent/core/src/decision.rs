@@ -145,7 +145,9 @@ impl Destination<'_> {
 /// and `f` know of their latencies to the entities' partners. An entity whose move brings it
 /// nearer its partners (communication term > 0) may then also go to a node that offers it
 /// less than 10% more CPU than its share here, as long as it offers at least 90% of it
-/// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides.
+/// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides. With it, the
+/// ranks of a job that `l`'s place holds most of ([`holds_most`]) leave only to gather
+/// elsewhere ([`gathering`]), unless `l` is leaving.
 pub fn select_near<'d>(
     policy: &Policy<'_>,
     l: &NodeProfile,
@@ -197,6 +199,22 @@ pub fn select_near<'d>(
                     .any(|o| o.job == e.id.job && gathers(o, e.job_ranks, c))
         })
     };
+    // A job that `l`'s place holds most of stays there together: its ranks leave only to
+    // gather elsewhere ([`gathering`], relocation included), unless `l` is leaving. Why: on
+    // the Internet-like network a job whose node its owner took back went, rank by rank,
+    // to the nodes near that one that asked first, which were far from each other (traced
+    // at 100 nodes: 8 ranks on 7 nodes, 300 to 500 ms of latency an iteration against 120
+    // ms loaded where it was), and gathered again only after 5 to 15 minutes.
+    let held = |e: &EntityProfile| {
+        rtts.is_some()
+            && policy.entity_cores.is_some()
+            && !policy.leaving
+            && e.job_ranks > 1
+            && policy
+                .jobs_here
+                .iter()
+                .any(|o| o.job == e.id.job && holds_most(o, e.job_ranks))
+    };
     // The gain of moving `group` (of `job`) to `f`: the model's, without the CPU lost when
     // `f` runs the job (`joins`), or the job's [`gathering`] when that is more.
     let weigh = |group: &[&EntityProfile], job: &JobId| {
@@ -228,9 +246,13 @@ pub fn select_near<'d>(
         let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
         let latency_gate =
             rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
-        let gate = cpu_gate
-            || ((latency_gate || (joins(&e.id.job, 1) && !keeps(e))) && nearer(e))
-            || gathered(e, 1).is_some();
+        let gate = if held(e) {
+            gathered(e, 1).is_some()
+        } else {
+            cpu_gate
+                || ((latency_gate || (joins(&e.id.job, 1) && !keeps(e))) && nearer(e))
+                || gathered(e, 1).is_some()
+        };
         gate.then_some(f1)
     };
     let fits = |mem: u64| mem <= f.memory_available;
@@ -321,13 +343,15 @@ pub fn select_near<'d>(
 ///   [`MIN_CPU_ADVANTAGE`] shorter than its iteration now (`e`'s compute and MPI time).
 ///
 /// Relocation, the one step towards a place that runs none of the job: when `l`'s place
-/// holds the whole job, which waits little on the network there (`e`'s MPI time at most
+/// holds most of the job ([`holds_most`]), which waits little on the network there (`e`'s MPI time at most
 /// [`RELOCATION_MAX_WAIT`] of its compute), one rank may go to a node that has a core for
 /// every rank of the job and gives a rank [`RELOCATION_ADVANTAGE`] more CPU than `l` gives
 /// `e`; the rest then follow as above. Its worth is `Delta` of the two rates. Why: a job
 /// gathered in a slow or loaded place stayed there (docs/results.md, "Scale", 2026-11-29:
 /// on the Grid-like network NSc2c's jobs computed 76 ms per iteration against the oracle's
-/// 65, with 1 ms of latency: they sat in slower clusters).
+/// 65, with 1 ms of latency: they sat in slower clusters). Most of the job and not only all
+/// of it, since [`select_near`] holds such a job's ranks in their place: a job one rank
+/// short of whole would otherwise stay on a node its owner took back.
 fn gathering(
     policy: &Policy<'_>,
     l: &NodeProfile,
@@ -352,13 +376,12 @@ fn gathering(
         .find(|o| &o.job == job && o.place().0 > 0)
     else {
         // The job's size and the rank's compute known: older agents' profiles give neither.
-        let whole_here =
-            e.job_ranks > 0 && here.is_some_and(|o| o.place().0 >= e.job_ranks as usize);
+        let most_here = here.is_some_and(|o| holds_most(o, e.job_ranks));
         let compute = e.compute.as_secs_f64();
         let waits_little =
             compute > 0.0 && e.mpi_wait.as_secs_f64() <= RELOCATION_MAX_WAIT * compute;
         let relocates = n == 1
-            && whole_here
+            && most_here
             && waits_little
             && much_faster(rate_f, rate_l)
             && f.free_cores() + 1e-9 >= e.job_ranks as f64 * cores
@@ -406,6 +429,12 @@ pub fn gathers(offer: &JobOffer, job_ranks: u32, cores: f64) -> bool {
     let (held, room) = offer.place();
     let rest = (job_ranks as usize).saturating_sub(held);
     held > 0 && rest > 0 && room + 1e-9 >= rest as f64 * cores
+}
+
+/// Whether the place `offer` describes ([`JobOffer::place`]) holds more than half of its
+/// job of `job_ranks` ranks (a job of unknown size, 0, is held by none).
+pub fn holds_most(offer: &JobOffer, job_ranks: u32) -> bool {
+    job_ranks > 0 && 2 * offer.place().0 > job_ranks as usize
 }
 
 /// The jobs a node gathers ([`keep_for_gathering`]): those it runs ranks of and has a core
@@ -905,7 +934,7 @@ mod tests {
     /// Relocation: a job held whole by a slow node moves, a rank at a time, to a node that
     /// runs none of it, has a core for each of its ranks and gives a rank 25% more CPU; not
     /// to one only 20% faster, nor to one a core short, nor when the job waits on latency
-    /// or is not all in the giver's place. Once it is split, the faster place gathers it
+    /// or is not mostly in the giver's place. Once it is split, the faster place gathers it
     /// though it holds fewer ranks, and the slower place does not pull a rank back.
     #[test]
     fn given_a_whole_job_in_a_slow_place_then_it_moves_to_a_much_faster_node_and_not_back() {
@@ -958,9 +987,11 @@ mod tests {
         let mut unprofiled = rank(0);
         unprofiled.compute = Duration::ZERO;
         assert!(select_near(&policy, &slow, &[unprofiled], &fast, 1, rtts).is_none());
-        let part = [offer(0.0, 3)];
+        // Half of the job in the giver's place: no relocation (most of it: see
+        // `given_most_of_a_job_in_a_loaded_place_then_its_ranks_leave_only_together`).
+        let half = [offer(0.0, 2)];
         let partly = Policy {
-            jobs_here: &part,
+            jobs_here: &half,
             ..policy
         };
         assert!(select_near(&partly, &slow, &es, &fast, 1, rtts).is_none());
@@ -1005,6 +1036,77 @@ mod tests {
             job_offers: &l_holds,
         };
         assert!(select_near(&back, &f_node, &on_f, to_as_fast, 1, from_f).is_some());
+    }
+
+    /// A job that the giver's place holds most of stays there together: its ranks do not go
+    /// one by one to a node that merely offers more CPU, however loaded the giver; they go
+    /// to a node that would take the whole job and is much faster (relocation, now also
+    /// from a place that holds only most of the job), or anywhere when the giver is leaving.
+    /// A job the place holds half of or less is not held, and without the communication
+    /// term nothing is.
+    #[test]
+    fn given_most_of_a_job_in_a_loaded_place_then_its_ranks_leave_only_together() {
+        let fx = Fixture::new();
+        let j = JobId::new("j").expect("valid");
+        let (l, f) = (host("l"), host("f"));
+        let none = HashMap::new();
+        let (at_l, at_f) = (view(&l, &none), view(&f, &none));
+        let rtts = Some((&at_l, &at_f));
+        // Ranks of an 8-rank job: 100 ms of compute an iteration, 5 ms in MPI.
+        let ranks = |n: u32| -> Vec<EntityProfile> {
+            (0..n)
+                .map(|r| {
+                    let mut e = entity("j", r, 1.0);
+                    e.job_ranks = 8;
+                    e.memory = 1 << 20;
+                    e.compute = Duration::from_millis(100);
+                    e.mpi_wait = Duration::from_millis(5);
+                    e
+                })
+                .collect()
+        };
+        // l: 8 cores, its owner's 8 threads back; they get half the cores (fair sharing).
+        let loaded = NodeProfile {
+            competing: 4.0,
+            ..node(8.0, 16.0)
+        };
+        let idle = |cores: f64| NodeProfile {
+            speed: 1.5,
+            ..node(cores, 0.0)
+        };
+        let (small, big) = (idle(2.0), idle(8.0));
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        let holding = |held: u32| [node_offer(&j, 0.0, held)];
+        let moves = |held: u32, f: &NodeProfile, leaving: bool| {
+            let here = holding(held);
+            let giver = Policy {
+                jobs_here: &here,
+                leaving,
+                ..policy
+            };
+            select_near(&giver, &loaded, &ranks(held), f, 1, rtts)
+        };
+        // The whole job, or 5 of its 8 ranks: not to a node with 2 cores, though a rank
+        // there would compute twice as fast or more.
+        assert!(moves(8, &small, false).is_none());
+        assert!(moves(5, &small, false).is_none());
+        // 4 of 8: the job is not held here, and a rank goes for the CPU.
+        assert!(moves(4, &small, false).is_some());
+        // To a node with a core for every rank and 25% more CPU a rank: the job moves.
+        let plan = moves(5, &big, false).expect("relocates");
+        // A core of speed 1.5 against a fifth of 4 cores of speed 1.
+        assert!((plan.gain.deltas[0] - 0.7 / 2.3).abs() < 1e-9);
+        assert!(moves(8, &big, false).is_some());
+        // Leaving, the node gives to whoever asks.
+        assert!(moves(8, &small, true).is_some());
+        // Without the communication term (no latencies), the model alone decides.
+        let here = holding(8);
+        let giver = Policy {
+            jobs_here: &here,
+            ..policy
+        };
+        assert!(select(&giver, &loaded, &ranks(8), &small, 1).is_some());
     }
 
     #[test]
