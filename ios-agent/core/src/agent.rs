@@ -181,10 +181,7 @@ impl Config {
         /// Smallest gain worth a move; default [`DEFAULT_MIN_GAIN`]. Must be in [0, 1].
         with_min_gain, min_gain: f64);
     setter!(
-        /// Largest group per migration; default [`DEFAULT_MAX_GROUP`] (single migration). A
-        /// step of gathering a job (with the communication term, `decision::select_near`)
-        /// may move more: all of the job's ranks here that the gathering place has a core
-        /// for.
+        /// Largest group per migration; default [`DEFAULT_MAX_GROUP`] (single migration).
         with_max_group, max_group: usize);
     setter!(
         /// Profile sampling and NSc2c poll period; default [`DEFAULT_PROFILE_PERIOD`].

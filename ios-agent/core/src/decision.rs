@@ -147,8 +147,7 @@ impl Destination<'_> {
 /// less than 10% more CPU than its share here, as long as it offers at least 90% of it
 /// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides. With it, the
 /// ranks of a job that `l`'s place holds most of ([`holds_most`]) leave only to gather
-/// elsewhere ([`gathering`]), unless `l` is leaving; and a step of gathering moves all of
-/// the job's ranks here that the gathering place has a core for, beyond `max_count`.
+/// elsewhere ([`gathering`]), unless `l` is leaving.
 pub fn select_near<'d>(
     policy: &Policy<'_>,
     l: &NodeProfile,
@@ -272,13 +271,6 @@ pub fn select_near<'d>(
     });
     let (first, _) = *ranked.first()?;
     let job = &first.id.job;
-    // A step of gathering takes all the ranks of the job it can in one move, whatever
-    // `max_count`: while the group is a step of gathering (the place has a core for each,
-    // `gathering`). Why: one rank a steal, a job took a partner steal round (30 s apart to
-    // one host) per rank to gather, and its split iterations waited on latency meanwhile
-    // (docs/results.md, "Scale", 2026-11-29 afternoon).
-    let gathers_group = gathered(first, 1).is_some();
-    let max_count = if gathers_group { usize::MAX } else { max_count };
     let mut group: Vec<&EntityProfile> = Vec::new();
     let mut best: Option<GainBreakdown> = None;
     let mut memory = 0u64;
@@ -291,10 +283,6 @@ pub fn select_near<'d>(
             break;
         }
         group.push(e);
-        if gathers_group && group.len() > 1 && gathered(first, group.len()).is_none() {
-            group.pop();
-            break;
-        }
         let g = weigh(&group, job);
         let acceptable = if g.cost_secs > policy.max_move_time.as_secs_f64() {
             false
@@ -1048,60 +1036,6 @@ mod tests {
             job_offers: &l_holds,
         };
         assert!(select_near(&back, &f_node, &on_f, to_as_fast, 1, from_f).is_some());
-    }
-
-    /// A step of gathering moves all the ranks of the job the giver has, in one move, though
-    /// the group limit is one: not ranks of another job, and not more than the gathering
-    /// place has a core for; an ordinary move keeps the limit.
-    #[test]
-    fn a_step_of_gathering_moves_all_the_givers_ranks_of_the_job_at_once() {
-        let fx = Fixture::new();
-        let (j, k) = (
-            JobId::new("j").expect("valid"),
-            JobId::new("k").expect("valid"),
-        );
-        let (l, f) = (host("l"), host("f"));
-        let none = HashMap::new();
-        let (at_l, at_f) = (view(&l, &none), view(&f, &none));
-        let rtts = Some((&at_l, &at_f));
-        // Ranks of 8-rank jobs: 100 ms of compute an iteration, 150 ms in MPI (split).
-        let rank = |job: &str, r: u32| {
-            let mut e = entity(job, r, 1.0);
-            e.job_ranks = 8;
-            e.memory = 1 << 20;
-            e.compute = Duration::from_millis(100);
-            e.mpi_wait = Duration::from_millis(150);
-            e
-        };
-        // l: 3 ranks of j and one of k on 4 cores; f holds 5 of j and has 3 idle cores.
-        let es = [rank("j", 5), rank("j", 6), rank("j", 7), rank("k", 0)];
-        let here_node = node(4.0, 4.0);
-        let here = [node_offer(&j, 0.0, 3), node_offer(&k, 0.0, 1)];
-        let mut policy = fx.policy(1);
-        policy.entity_cores = Some(1.0);
-        policy.jobs_here = &here;
-        let f_node = node(8.0, 5.0);
-        let gathering = |room: f64| {
-            let offers = [node_offer(&j, room, 5)];
-            let to = Destination {
-                node: &f_node,
-                job_offers: &offers,
-            };
-            select_near(&policy, &here_node, &es, to, 1, rtts)
-        };
-        let plan = gathering(3.0).expect("gathers");
-        let mut moved = plan.entities.clone();
-        moved.sort();
-        let ids: Vec<EntityId> = es[..3].iter().map(|e| e.id.clone()).collect();
-        assert_eq!(moved, ids);
-        // A core short of the whole job: not a step of gathering, so one rank at most.
-        assert!(gathering(2.0).is_none_or(|p| p.entities.len() == 1));
-        // An ordinary move (to an idle node, for CPU) keeps the limit of one.
-        let sharing = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
-        let idle = node(8.0, 0.0);
-        let plan =
-            select_near(&fx.policy(1), &node(1.0, 2.0), &sharing, &idle, 8, rtts).expect("moves");
-        assert_eq!(plan.entities.len(), 1);
     }
 
     /// A job that the giver's place holds most of stays there together: its ranks do not go
