@@ -343,15 +343,15 @@ pub fn select_near<'d>(
 ///   [`MIN_CPU_ADVANTAGE`] shorter than its iteration now (`e`'s compute and MPI time).
 ///
 /// Relocation, the one step towards a place that runs none of the job: when `l`'s place
-/// holds most of the job ([`holds_most`]), which waits little on the network there (`e`'s MPI time at most
-/// [`RELOCATION_MAX_WAIT`] of its compute), one rank may go to a node that has a core for
-/// every rank of the job and gives a rank [`RELOCATION_ADVANTAGE`] more CPU than `l` gives
-/// `e`; the rest then follow as above. Its worth is `Delta` of the two rates. Why: a job
-/// gathered in a slow or loaded place stayed there (docs/results.md, "Scale", 2026-11-29:
-/// on the Grid-like network NSc2c's jobs computed 76 ms per iteration against the oracle's
-/// 65, with 1 ms of latency: they sat in slower clusters). Most of the job and not only all
-/// of it, since [`select_near`] holds such a job's ranks in their place: a job one rank
-/// short of whole would otherwise stay on a node its owner took back.
+/// holds most of the job ([`holds_most`]), which waits little on the network there (`e`'s
+/// MPI time at most [`RELOCATION_MAX_WAIT`] of its compute), one rank may go to a node that
+/// has a core for every rank of the job and gives a rank [`RELOCATION_ADVANTAGE`] more CPU
+/// than `l` gives `e`; the rest then follow as above. Its worth is `Delta` of the two
+/// rates. Why: a job gathered in a slow or loaded place stayed there (docs/results.md,
+/// "Scale", 2026-11-29: on the Grid-like network NSc2c's jobs computed 76 ms per iteration
+/// against the oracle's 65, with 1 ms of latency: they sat in slower clusters). Most of the
+/// job and not only all of it, since [`select_near`] holds such a job's ranks in their
+/// place: a job one rank short of whole would otherwise stay on a node its owner took back.
 fn gathering(
     policy: &Policy<'_>,
     l: &NodeProfile,
