@@ -246,13 +246,10 @@ pub fn select_near<'d>(
         let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
         let latency_gate =
             rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
-        let gate = if held(e) {
-            gathered(e, 1).is_some()
-        } else {
-            cpu_gate
-                || ((latency_gate || (joins(&e.id.job, 1) && !keeps(e))) && nearer(e))
-                || gathered(e, 1).is_some()
-        };
+        let gate = gathered(e, 1).is_some()
+            || (!held(e)
+                && (cpu_gate
+                    || ((latency_gate || (joins(&e.id.job, 1) && !keeps(e))) && nearer(e))));
         gate.then_some(f1)
     };
     let fits = |mem: u64| mem <= f.memory_available;
