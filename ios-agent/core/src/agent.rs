@@ -1515,6 +1515,7 @@ impl Agent {
             entity_cores: self.config.entity_cores,
             max_move_time: self.config.migration_timeout,
             jobs_here: &[],
+            gather_in_one_move: false,
         }
     }
 
@@ -2130,6 +2131,7 @@ impl Agent {
                         let plan = decision::select_near(
                             &Policy {
                                 jobs_here: &jobs_here,
+                                gather_in_one_move: true,
                                 ..self.policy(now)
                             },
                             &node,
@@ -2226,11 +2228,7 @@ impl Agent {
         for e in &entities {
             self.held.insert(e.clone(), now + self.config.hold_down);
         }
-        self.departed
-            .retain(|(e, until)| *until > now && !entities.contains(e));
-        let until = now + self.config.hold_down * 2;
-        self.departed
-            .extend(entities.iter().map(|e| (e.clone(), until)));
+        self.mark_departed(now, &entities, true);
         self.stats.migrations_started += 1;
         self.outgoing = Some(Outgoing {
             id,
@@ -2247,15 +2245,31 @@ impl Agent {
         });
     }
 
+    /// Lists `entities` in `departed` for two hold-downs from `now` (`gone`), or no longer
+    /// (a move that failed: they never left).
+    fn mark_departed(&mut self, now: Instant, entities: &[EntityId], gone: bool) {
+        self.departed
+            .retain(|(e, until)| *until > now && !entities.contains(e));
+        if gone {
+            let until = now + self.config.hold_down * 2;
+            self.departed
+                .extend(entities.iter().map(|e| (e.clone(), until)));
+        }
+    }
+
     fn finish_outgoing(&mut self, now: Instant, completed: bool) {
         let Some(out) = self.outgoing.take() else {
             return;
         };
         self.settle_after = Some(now);
-        // The hold-down counts from the end of the move.
+        // The hold-down counts from the end of the move, and so do the two hold-downs in
+        // which the entities may not come back: counted from its start, a move that took a
+        // few seconds let a rank back just inside two hold-downs of its arrival (1,000
+        // simulated nodes, NSp2p, seed 3: 118.6 s after).
         for e in &out.entities {
             self.held.insert(e.clone(), now + self.config.hold_down);
         }
+        self.mark_departed(now, &out.entities, completed);
         if completed {
             self.stats.migrations_completed += 1;
             self.entities.retain(|e| !out.entities.contains(&e.id));
@@ -2844,7 +2858,9 @@ mod tests {
         let moved = migrations(&drain(&mut b));
         assert_eq!(moved.len(), 1);
         let gone = moved[0].1.clone();
-        b.handle_migration_outcome(t0, moved[0].0, MigrationOutcome::Completed);
+        // The move takes 2 s.
+        let arrived = t0 + Duration::from_secs(2);
+        b.handle_migration_outcome(arrived, moved[0].0, MigrationOutcome::Completed);
         // ...and once idle, its steals name it.
         let t1 = t0 + Duration::from_secs(3);
         b.handle_entities(t1, vec![entity(1, 0.5)]);
@@ -2886,8 +2902,11 @@ mod tests {
             steal_from("d", 3, NodeProfile::idle(1.0, 1 << 30)),
         );
         assert_eq!(migrations(&drain(&mut a)).len(), 1);
-        // After two hold-downs b no longer names it.
+        // Two hold-downs after the move started, b still names it; two hold-downs after it
+        // ended, no longer.
         b.handle_timeout(t0 + DEFAULT_HOLD_DOWN * 2);
+        assert_eq!(b.departed(), gone);
+        b.handle_timeout(arrived + DEFAULT_HOLD_DOWN * 2);
         assert!(b.departed().is_empty());
     }
 

@@ -75,6 +75,11 @@ pub struct Policy<'a> {
     /// it holds ([`NodeProfile::job_offers`] of all its entities); empty when not known.
     /// Weighing a job's gathering needs them ([`select_near`]).
     pub jobs_here: &'a [JobOffer],
+    /// A step of gathering ([`gathering`], with the communication term) takes, in one move
+    /// and whatever `max_group`, every rank of the job here that the destination node itself
+    /// has an idle core for ([`select_near`]). NSp2p's givers only: in NSc2c a group that
+    /// lands on one member is spread again by the manager's intra-cluster balancing.
+    pub gather_in_one_move: bool,
 }
 
 impl Policy<'_> {
@@ -147,7 +152,9 @@ impl Destination<'_> {
 /// less than 10% more CPU than its share here, as long as it offers at least 90% of it
 /// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides. With it, the
 /// ranks of a job that `l`'s place holds most of ([`holds_most`]) leave only to gather
-/// elsewhere ([`gathering`]), unless `l` is leaving.
+/// elsewhere ([`gathering`]), unless `l` is leaving; and with
+/// [`Policy::gather_in_one_move`], a step of gathering moves all of the job's ranks here
+/// that the gathering node has idle cores for, beyond `max_count`.
 pub fn select_near<'d>(
     policy: &Policy<'_>,
     l: &NodeProfile,
@@ -268,6 +275,23 @@ pub fn select_near<'d>(
     });
     let (first, _) = *ranked.first()?;
     let job = &first.id.job;
+    // One rank a steal, a job took a partner steal round (30 s apart to one host) per rank
+    // to gather, and its split iterations waited on the network meanwhile: at 100 nodes a
+    // job split 3/5 between an idle 8-core node and a loaded one was still split when the
+    // hour ended (docs/results.md, "Scale", 2026-11-29 afternoon and 2026-11-30).
+    let in_one_move = policy.gather_in_one_move && gathered(first, 1).is_some();
+    let max_count = if in_one_move { usize::MAX } else { max_count };
+    // The idle cores of the gathering node itself (not its place's) for the group.
+    let node_room = to
+        .job_offers
+        .iter()
+        .find(|o| &o.job == job)
+        .map_or(f.free_cores(), |o| o.cores);
+    let room_for = |n: usize| {
+        policy
+            .entity_cores
+            .is_some_and(|c| node_room + 1e-9 >= c * n as f64)
+    };
     let mut group: Vec<&EntityProfile> = Vec::new();
     let mut best: Option<GainBreakdown> = None;
     let mut memory = 0u64;
@@ -280,6 +304,11 @@ pub fn select_near<'d>(
             break;
         }
         group.push(e);
+        let n = group.len();
+        if in_one_move && n > 1 && (gathered(first, n).is_none() || !room_for(n)) {
+            group.pop();
+            break;
+        }
         let g = weigh(&group, job);
         let acceptable = if g.cost_secs > policy.max_move_time.as_secs_f64() {
             false
@@ -675,6 +704,7 @@ mod tests {
                 entity_cores: None,
                 max_move_time: Duration::from_secs(600),
                 jobs_here: &[],
+                gather_in_one_move: false,
             }
         }
     }
@@ -1033,6 +1063,81 @@ mod tests {
             job_offers: &l_holds,
         };
         assert!(select_near(&back, &f_node, &on_f, to_as_fast, 1, from_f).is_some());
+    }
+
+    /// A step of gathering, where the policy allows it (NSp2p's givers), moves all the ranks
+    /// of the job the giver has, in one move, though the group limit is one: not ranks of
+    /// another job, not more than the gathering node itself has idle cores for (its cluster's
+    /// room does not count), and none when the job would not gather there. Without the
+    /// policy, or for an ordinary move, the limit holds.
+    #[test]
+    fn given_gathering_in_one_move_then_the_givers_ranks_of_the_job_go_together() {
+        let fx = Fixture::new();
+        let (j, k) = (
+            JobId::new("j").expect("valid"),
+            JobId::new("k").expect("valid"),
+        );
+        let (l, f) = (host("l"), host("f"));
+        let none = HashMap::new();
+        let (at_l, at_f) = (view(&l, &none), view(&f, &none));
+        let rtts = Some((&at_l, &at_f));
+        // Ranks of 8-rank jobs: 100 ms of compute an iteration, 150 ms in MPI (split).
+        let rank = |job: &str, r: u32| {
+            let mut e = entity(job, r, 1.0);
+            e.job_ranks = 8;
+            e.memory = 1 << 20;
+            e.compute = Duration::from_millis(100);
+            e.mpi_wait = Duration::from_millis(150);
+            e
+        };
+        // l: 3 ranks of j and one of k on 4 cores; f holds the other 5 of j.
+        let es = [rank("j", 5), rank("j", 6), rank("j", 7), rank("k", 0)];
+        let here_node = node(4.0, 4.0);
+        let here = [node_offer(&j, 0.0, 3), node_offer(&k, 0.0, 1)];
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        policy.jobs_here = &here;
+        policy.gather_in_one_move = true;
+        let f_node = node(8.0, 5.0);
+        let moved = |policy: &Policy<'_>, offer: JobOffer| {
+            let offers = [offer];
+            let to = Destination {
+                node: &f_node,
+                job_offers: &offers,
+            };
+            select_near(policy, &here_node, &es, to, 1, rtts).map(|p| {
+                let mut moved = p.entities;
+                moved.sort();
+                moved
+            })
+        };
+        let ids: Vec<EntityId> = es[..3].iter().map(|e| e.id.clone()).collect();
+        // f has an idle core for each: the three go at once, and k's rank stays.
+        assert_eq!(moved(&policy, node_offer(&j, 3.0, 5)).as_ref(), Some(&ids));
+        // Two idle cores on f, though its cluster has three: two go.
+        let mut in_cluster = node_offer(&j, 2.0, 5);
+        in_cluster.place_ranks = 5;
+        in_cluster.place_room = 3.0;
+        assert_eq!(
+            moved(&policy, in_cluster.clone()).as_ref(),
+            Some(&ids[..2].to_vec())
+        );
+        // Without the policy, one rank a move.
+        let one_by_one = Policy {
+            gather_in_one_move: false,
+            ..policy
+        };
+        assert_eq!(moved(&one_by_one, in_cluster).map(|m| m.len()), Some(1));
+        // A core short of the whole job: not a step of gathering, so one rank at most.
+        assert!(moved(&policy, node_offer(&j, 2.0, 5)).is_none_or(|m| m.len() == 1));
+        // An ordinary move (to an idle node, for CPU) keeps the limit of one.
+        let sharing = [entity("j", 0, 0.5), entity("j", 1, 0.5)];
+        let idle = node(8.0, 0.0);
+        let mut ordinary = fx.policy(1);
+        ordinary.gather_in_one_move = true;
+        let plan =
+            select_near(&ordinary, &node(1.0, 2.0), &sharing, &idle, 8, rtts).expect("moves");
+        assert_eq!(plan.entities.len(), 1);
     }
 
     /// A job that the giver's place holds most of stays there together: its ranks do not go
