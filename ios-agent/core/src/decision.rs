@@ -350,7 +350,7 @@ pub fn select_near<'d>(
 /// near it ([`JobOffer::place`]).
 /// A step of gathering needs the job's size (`job_ranks`) and a rank's cores
 /// (`entity_cores`), and:
-/// - the place runs ranks of the job already (but see relocation, below): an idle node
+/// - the place runs ranks of the job already (but see relocation and seeding, below): an idle node
 ///   that runs none does not pull a job's ranks one by one from wherever they are (tried:
 ///   with every light node a gatherer, ranks of one job went to several of them, and
 ///   NSp2p's throughput on 100 nodes fell by a quarter, with ten times the moves);
@@ -378,6 +378,19 @@ pub fn select_near<'d>(
 /// against the oracle's 65, with 1 ms of latency: they sat in slower clusters). Most of the
 /// job and not only all of it, since [`select_near`] holds such a job's ranks in their
 /// place: a job one rank short of whole would otherwise stay on a node its owner took back.
+///
+/// Seeding, the other step towards a place that runs none of the job: a job spread so that
+/// no place holding part of it can gather it (`l`'s place holds at most half of it and has
+/// no room for the rest) and that waits on the network (`e`'s MPI time more than
+/// [`RELOCATION_MAX_WAIT`] of its compute) lets its rank 0, and only rank 0, go to a node
+/// that has a core for every rank of the job, a core at least as fast as `e`'s share of
+/// `l`, and on which the job gathered would iterate [`RELOCATION_ADVANTAGE`] faster than
+/// `e` iterates now; the rest then follow as above. Why rank 0 alone: tried with any rank,
+/// several idle nodes each started gathering one job and the jobs were chased from one to
+/// the next (NSp2p lost a quarter of its throughput at 100 simulated nodes). Why at all: a
+/// job that no holder can gather stays spread for the hour (docs/results.md, "Scale",
+/// 2026-11-29 evening). Why only onto cores as fast: allowed onto slower ones, jobs
+/// gathered but computed slower, and NSp2p lost on the Internet-like network.
 fn gathering(
     policy: &Policy<'_>,
     l: &NodeProfile,
@@ -406,13 +419,28 @@ fn gathering(
         let compute = e.compute.as_secs_f64();
         let waits_little =
             compute > 0.0 && e.mpi_wait.as_secs_f64() <= RELOCATION_MAX_WAIT * compute;
-        let relocates = n == 1
-            && most_here
-            && waits_little
-            && much_faster(rate_f, rate_l)
+        let room_for_all = n == 1
             && f.free_cores() + 1e-9 >= e.job_ranks as f64 * cores
             && e.memory <= f.memory_available;
-        return relocates.then(|| (rate_f - rate_l) / (rate_f + rate_l));
+        if room_for_all && most_here && waits_little && much_faster(rate_f, rate_l) {
+            return Some((rate_f - rate_l) / (rate_f + rate_l));
+        }
+        // Seeding: the job's rank 0 only, so that one node at a time starts gathering it.
+        let stuck = here.is_some_and(|o| {
+            let (held, room) = o.place();
+            let rest = (e.job_ranks as usize).saturating_sub(held);
+            !holds_most(o, e.job_ranks) && room + 1e-9 < rest as f64 * cores
+        });
+        let seeds = room_for_all
+            && e.id.rank.0 == 0
+            && e.job_ranks > 1
+            && stuck
+            && compute > 0.0
+            && !waits_little
+            && rate_f >= rate_l;
+        return seeds
+            .then(|| iteration_gain(e, share_here, cores * f.speed, RELOCATION_ADVANTAGE))
+            .flatten();
     };
     let (held_f, room_f) = there.place();
     let rest = (e.job_ranks as usize).saturating_sub(held_f);
@@ -441,10 +469,16 @@ fn gathering(
             return None;
         }
     }
+    iteration_gain(e, share_here, cores * f.speed, MIN_CPU_ADVANTAGE)
+}
+
+/// `Delta` of `e`'s job's iteration, from now (`e`'s compute and MPI time) to gathered on
+/// cores of rate `rate_f` (`e`'s compute there, no exchange over the network), if that is at
+/// least `advantage` shorter; `share_here` is the CPU rate `e` computes at now.
+fn iteration_gain(e: &EntityProfile, share_here: f64, rate_f: f64, advantage: f64) -> Option<f64> {
     let iteration = (e.compute + e.mpi_wait).as_secs_f64();
-    let gathered = e.compute.as_secs_f64() * share_here / (cores * f.speed);
-    let worth =
-        iteration > 0.0 && gathered > 0.0 && gathered * (1.0 + MIN_CPU_ADVANTAGE) <= iteration;
+    let gathered = e.compute.as_secs_f64() * share_here / rate_f;
+    let worth = iteration > 0.0 && gathered > 0.0 && gathered * (1.0 + advantage) <= iteration;
     worth.then(|| (iteration - gathered) / (iteration + gathered))
 }
 
@@ -902,9 +936,13 @@ mod tests {
         // Gathered, the job would iterate in 60 ms against 65 now: not 10% faster.
         let busy = [rank(60, 5)];
         assert!(select_near(&policy, &here_node, &busy, to(&room), 1, rtts).is_none());
-        // An idle node that runs none of the job does not pull it.
+        // An idle node that runs none of the job does not pull a rank of it other than rank
+        // 0 (seeding: `given_a_spread_job_that_no_holder_can_gather_then_its_rank_0_seeds_an_idle_node`).
         let idle = node(4.0, 0.0);
-        assert!(select_near(&policy, &here_node, &es, &idle, 1, rtts).is_none());
+        let mut rank_2 = es.clone();
+        rank_2[0].id.rank = Rank(2);
+        assert!(select_near(&policy, &here_node, &rank_2, &idle, 1, rtts).is_none());
+        assert!(select_near(&policy, &here_node, &es, &idle, 1, rtts).is_some());
         // NSc2c: a member that runs none of the job, in a cluster that runs 2 of its ranks
         // and has 2 idle cores, one of them the member's: the job gathers in that cluster.
         let in_cluster = |member_cores: f64| {
@@ -1138,6 +1176,70 @@ mod tests {
         let plan =
             select_near(&ordinary, &node(1.0, 2.0), &sharing, &idle, 8, rtts).expect("moves");
         assert_eq!(plan.entities.len(), 1);
+    }
+
+    /// A job spread so that no place holding part of it can gather it, and that waits on the
+    /// network, is seeded on a node with a core for each of its ranks: its rank 0 goes
+    /// there (and no other rank), if a core there is at least as fast as the rank's share
+    /// here and the job gathered there would iterate 25% faster.
+    #[test]
+    fn given_a_spread_job_that_no_holder_can_gather_then_its_rank_0_seeds_an_idle_node() {
+        let fx = Fixture::new();
+        let j = JobId::new("j").expect("valid");
+        let (l, f) = (host("l"), host("f"));
+        let none = HashMap::new();
+        let (at_l, at_f) = (view(&l, &none), view(&f, &none));
+        let rtts = Some((&at_l, &at_f));
+        // Ranks of an 8-rank job: 100 ms of compute an iteration, `wait_ms` in MPI.
+        let rank = |r: u32, wait_ms: u64| {
+            let mut e = entity("j", r, 1.0);
+            e.job_ranks = 8;
+            e.memory = 1 << 20;
+            e.compute = Duration::from_millis(100);
+            e.mpi_wait = Duration::from_millis(wait_ms);
+            e
+        };
+        // l: 2 busy cores of speed 1, ranks 0 and 3 of the job, no room for the other 6.
+        let here_node = node(2.0, 2.0);
+        let spread = [node_offer(&j, 0.0, 2)];
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        policy.jobs_here = &spread;
+        let idle = |cores: f64, speed: f64| NodeProfile {
+            speed,
+            ..node(cores, 0.0)
+        };
+        let seeded = |policy: &Policy<'_>, es: &[EntityProfile], to: &NodeProfile| {
+            select_near(policy, &here_node, es, to, 1, rtts).map(|p| p.entities)
+        };
+        let waiting = [rank(0, 80), rank(3, 80)];
+        // The job's iteration: 180 ms now, 100 ms gathered on f.
+        assert_eq!(
+            seeded(&policy, &waiting, &idle(8.0, 1.0)),
+            Some(vec![waiting[0].id.clone()])
+        );
+        // Not another rank.
+        assert_eq!(seeded(&policy, &waiting[1..], &idle(8.0, 1.0)), None);
+        // Not to a node a core short of the job, or with slower cores.
+        assert_eq!(seeded(&policy, &waiting, &idle(7.0, 1.0)), None);
+        assert_eq!(seeded(&policy, &waiting, &idle(8.0, 0.9)), None);
+        // Not for a job that waits little (20 ms: gathered it would gain less than 25%).
+        assert_eq!(seeded(&policy, &[rank(0, 20)], &idle(8.0, 1.0)), None);
+        // Not when the giver's place could gather the job, or holds most of it.
+        for offer in [node_offer(&j, 6.0, 2), node_offer(&j, 0.0, 5)] {
+            let offers = [offer];
+            let other = Policy {
+                jobs_here: &offers,
+                ..policy
+            };
+            assert_eq!(seeded(&other, &waiting, &idle(8.0, 1.0)), None);
+        }
+        // Nor without the job's size, or without the communication term.
+        let mut unsized_rank = rank(0, 80);
+        unsized_rank.job_ranks = 0;
+        assert_eq!(seeded(&policy, &[unsized_rank], &idle(8.0, 1.0)), None);
+        let far = select_near(&policy, &here_node, &waiting, &idle(8.0, 1.0), 1, None);
+        assert!(far.is_none());
     }
 
     /// A job that the giver's place holds most of stays there together: its ranks do not go
