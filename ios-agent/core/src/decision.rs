@@ -278,7 +278,7 @@ pub fn select_near<'d>(
     // One rank a steal, a job took a partner steal round (30 s apart to one host) per rank
     // to gather, and its split iterations waited on the network meanwhile: at 100 nodes a
     // job split 3/5 between an idle 8-core node and a loaded one was still split when the
-    // hour ended (docs/results.md, "Scale", 2026-11-29 afternoon and 2026-11-30).
+    // hour ended (docs/results.md, "Scale", 2026-11-29 afternoon and evening).
     let in_one_move = policy.gather_in_one_move && gathered(first, 1).is_some();
     let max_count = if in_one_move { usize::MAX } else { max_count };
     // The idle cores of the gathering node itself (not its place's) for the group.
@@ -350,8 +350,8 @@ pub fn select_near<'d>(
 /// near it ([`JobOffer::place`]).
 /// A step of gathering needs the job's size (`job_ranks`) and a rank's cores
 /// (`entity_cores`), and:
-/// - the place runs ranks of the job already (but see relocation and seeding, below): an idle node
-///   that runs none does not pull a job's ranks one by one from wherever they are (tried:
+/// - the place runs ranks of the job already (but see relocation and seeding, below): an
+///   idle node that runs none does not pull a job's ranks one by one from wherever they are (tried:
 ///   with every light node a gatherer, ranks of one job went to several of them, and
 ///   NSp2p's throughput on 100 nodes fell by a quarter, with ten times the moves);
 /// - the place has a core for every rank of the job it does not run yet, and `to` the
@@ -1223,7 +1223,7 @@ mod tests {
         // Not to a node a core short of the job, or with slower cores.
         assert_eq!(seeded(&policy, &waiting, &idle(7.0, 1.0)), None);
         assert_eq!(seeded(&policy, &waiting, &idle(8.0, 0.9)), None);
-        // Not for a job that waits little (20 ms: gathered it would gain less than 25%).
+        // Not for a job that waits little (20 ms in MPI against 100 of compute).
         assert_eq!(seeded(&policy, &[rank(0, 20)], &idle(8.0, 1.0)), None);
         // Not when the giver's place could gather the job, or holds most of it.
         for offer in [node_offer(&j, 6.0, 2), node_offer(&j, 0.0, 5)] {
