@@ -702,6 +702,23 @@ mod tests {
         e
     }
 
+    /// Rank `rank` of a `job_ranks`-rank job with 1 MiB of state, `compute_ms` of compute an
+    /// iteration and `wait_ms` in MPI.
+    fn job_rank(
+        job: &str,
+        rank: u32,
+        job_ranks: u32,
+        compute_ms: u64,
+        wait_ms: u64,
+    ) -> EntityProfile {
+        let mut e = entity(job, rank, 1.0);
+        e.job_ranks = job_ranks;
+        e.memory = 1 << 20;
+        e.compute = Duration::from_millis(compute_ms);
+        e.mpi_wait = Duration::from_millis(wait_ms);
+        e
+    }
+
     fn node(cores: f64, load: f64) -> NodeProfile {
         NodeProfile {
             cpu_load: load,
@@ -889,11 +906,7 @@ mod tests {
         // A rank of a 4-rank job on l's only core: 60 ms of compute and 140 ms in MPI (its
         // job waits on latency elsewhere).
         let rank = |compute_ms: u64, wait_ms: u64| {
-            let mut e = entity("j", 0, 1.0);
-            e.job_ranks = 4;
-            e.memory = 1 << 20;
-            e.compute = Duration::from_millis(compute_ms);
-            e.mpi_wait = Duration::from_millis(wait_ms);
+            let mut e = job_rank("j", 0, 4, compute_ms, wait_ms);
             e.partners = vec![Partner {
                 host: c.clone(),
                 exchanges_per_sec: 5.0,
@@ -1013,11 +1026,7 @@ mod tests {
         // A rank of a 4-rank job, its partners on its own node: 100 ms of compute a
         // iteration, `wait_ms` in MPI.
         let rank = |wait_ms: u64| {
-            let mut e = entity("j", 0, 1.0);
-            e.job_ranks = 4;
-            e.memory = 1 << 20;
-            e.compute = Duration::from_millis(100);
-            e.mpi_wait = Duration::from_millis(wait_ms);
+            let mut e = job_rank("j", 0, 4, 100, wait_ms);
             e.partners = vec![Partner {
                 host: l.clone(),
                 exchanges_per_sec: 20.0,
@@ -1120,14 +1129,7 @@ mod tests {
         let (at_l, at_f) = (view(&l, &none), view(&f, &none));
         let rtts = Some((&at_l, &at_f));
         // Ranks of 8-rank jobs: 100 ms of compute an iteration, 150 ms in MPI (split).
-        let rank = |job: &str, r: u32| {
-            let mut e = entity(job, r, 1.0);
-            e.job_ranks = 8;
-            e.memory = 1 << 20;
-            e.compute = Duration::from_millis(100);
-            e.mpi_wait = Duration::from_millis(150);
-            e
-        };
+        let rank = |job: &str, r: u32| job_rank(job, r, 8, 100, 150);
         // l: 3 ranks of j and one of k on 4 cores; f holds the other 5 of j.
         let es = [rank("j", 5), rank("j", 6), rank("j", 7), rank("k", 0)];
         let here_node = node(4.0, 4.0);
@@ -1191,14 +1193,7 @@ mod tests {
         let (at_l, at_f) = (view(&l, &none), view(&f, &none));
         let rtts = Some((&at_l, &at_f));
         // Ranks of an 8-rank job: 100 ms of compute an iteration, `wait_ms` in MPI.
-        let rank = |r: u32, wait_ms: u64| {
-            let mut e = entity("j", r, 1.0);
-            e.job_ranks = 8;
-            e.memory = 1 << 20;
-            e.compute = Duration::from_millis(100);
-            e.mpi_wait = Duration::from_millis(wait_ms);
-            e
-        };
+        let rank = |r: u32, wait_ms: u64| job_rank("j", r, 8, 100, wait_ms);
         // l: 2 busy cores of speed 1, ranks 0 and 3 of the job, no room for the other 6.
         let here_node = node(2.0, 2.0);
         let spread = [node_offer(&j, 0.0, 2)];
@@ -1258,16 +1253,7 @@ mod tests {
         let rtts = Some((&at_l, &at_f));
         // Ranks of an 8-rank job: 100 ms of compute an iteration, 5 ms in MPI.
         let ranks = |n: u32| -> Vec<EntityProfile> {
-            (0..n)
-                .map(|r| {
-                    let mut e = entity("j", r, 1.0);
-                    e.job_ranks = 8;
-                    e.memory = 1 << 20;
-                    e.compute = Duration::from_millis(100);
-                    e.mpi_wait = Duration::from_millis(5);
-                    e
-                })
-                .collect()
+            (0..n).map(|r| job_rank("j", r, 8, 100, 5)).collect()
         };
         // l: 8 cores, its owner's 8 threads back; they get half the cores (fair sharing).
         let loaded = NodeProfile {
