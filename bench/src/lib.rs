@@ -13,6 +13,7 @@ pub mod fault;
 pub mod paired;
 pub mod recovery;
 pub mod scale;
+pub mod scale_seeds;
 pub mod summary;
 pub mod yardstick;
 

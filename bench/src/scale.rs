@@ -38,8 +38,19 @@ pub struct ScaleArgs {
     #[arg(long, default_value_t = 60)]
     pub minutes: u64,
     /// Seed of the pool and of the agents.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "seeds")]
     pub seed: u64,
+    /// Many seeds instead of one: a list and ranges, `1-32` or `1,4,7-9`. Every
+    /// configuration runs once per seed, `--jobs` at a time, and the output is a table of
+    /// each strategy's ratio to the oracle per seed, a summary per configuration (mean,
+    /// median, lowest seed, seeds under 0.90) and the targets over the seeds. The plots are
+    /// the first seed's.
+    #[arg(long, value_parser = crate::scale_seeds::parse_seeds)]
+    pub seeds: Option<crate::scale_seeds::Seeds>,
+    /// Simulations run side by side with --seeds, one thread each (default: the machine's
+    /// cores). Each run's CPU seconds stay its own; the peak RSS is the process's.
+    #[arg(long, value_parser = at_least_one)]
+    pub jobs: Option<usize>,
     /// Strategies to run (nsp2p, nsp2p-nogather, nsp2p-nocomm, nsp2p-paper, nsc2c, random,
     /// random-paper, none, oracle).
     #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsp2p-nogather".to_owned(), "nsp2p-nocomm".to_owned(), "nsp2p-paper".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "random-paper".to_owned(), "none".to_owned(), "oracle".to_owned()])]
@@ -209,7 +220,7 @@ pub enum Network {
 }
 
 impl Network {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Network::Internet => "Internet",
             Network::Grid => "Grid",
@@ -248,7 +259,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Strategy::NsP2p => "NSp2p",
             Strategy::NsP2pNoGather => "NSp2p-nogather",
@@ -436,6 +447,8 @@ impl Pool {
 /// What one run measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// Seed of the pool and of the agents.
+    pub seed: u64,
     /// Strategy.
     pub strategy: Strategy,
     /// Network.
@@ -534,9 +547,11 @@ impl Outcome {
     }
 }
 
-/// CPU seconds (user + system) this process has used so far, from /proc/self/stat.
+/// CPU seconds (user + system) the calling thread has used so far, from
+/// /proc/thread-self/stat: one simulation runs on one thread, and `--seeds` runs several
+/// side by side in one process.
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Ok(stat) = std::fs::read_to_string("/proc/thread-self/stat") else {
         return 0.0;
     };
     // Fields after the command name (which may hold spaces) start at ')'.
@@ -760,6 +775,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     sheds.sort_by(f64::total_cmp);
     let counts = sim.messages();
     Outcome {
+        seed: pool.seed,
         strategy,
         network: pool.network,
         nodes: pool.nodes,
@@ -959,51 +975,65 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let mut outcomes = Vec::new();
-    for &nodes in &sizes {
-        for &network in &networks {
-            let pool = Pool {
-                nodes,
-                network,
-                seed: args.seed,
-                length: Duration::from_secs(minutes * 60),
-                waiting_as_idle: args.waiting_as_idle,
-                max_peers: args.max_peers,
-            };
-            for &s in &strategies {
-                if s == Strategy::NsC2c && nodes > args.c2c_max_nodes {
-                    eprintln!("scale: NSc2c skipped at {nodes} nodes (--c2c-max-nodes)");
-                    continue;
-                }
-                let o = run_one(pool, s);
-                // Exact figures too (iterations to 1e-3, bytes, messages by kind): two runs
-                // of one seed must print the same line, whatever changed in the simulator's
-                // speed.
-                let kinds: Vec<String> = o
-                    .by_kind
-                    .iter()
-                    .map(|(k, n, b)| format!("{k} {n} ({b} B)"))
-                    .collect();
-                eprintln!(
-                    "scale: {} {} nodes {}: {:.3} iterations (hypercube {:.3}, tree {:.3}, sparse {:.3}, stencil {:.3}), {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
-                    network.name(),
+    let seeds = args
+        .seeds
+        .as_ref()
+        .map_or_else(|| vec![args.seed], |s| s.0.clone());
+    let mut configs = Vec::new();
+    for &seed in &seeds {
+        for &nodes in &sizes {
+            for &network in &networks {
+                let pool = Pool {
                     nodes,
-                    s.name(),
-                    o.iterations,
-                    o.by_pattern[0],
-                    o.by_pattern[1],
-                    o.by_pattern[2],
-                    o.by_pattern[3],
-                    o.migrations,
-                    o.messages,
-                    o.bytes,
-                    o.wall,
-                    o.cpu,
-                    kinds.join(", ")
-                );
-                outcomes.push(o);
+                    network,
+                    seed,
+                    length: Duration::from_secs(minutes * 60),
+                    waiting_as_idle: args.waiting_as_idle,
+                    max_peers: args.max_peers,
+                };
+                for &s in &strategies {
+                    if s == Strategy::NsC2c && nodes > args.c2c_max_nodes {
+                        if seed == seeds[0] {
+                            eprintln!("scale: NSc2c skipped at {nodes} nodes (--c2c-max-nodes)");
+                        }
+                        continue;
+                    }
+                    configs.push((pool, s));
+                }
             }
         }
+    }
+    // One seed: one run at a time, so that each run's wall time and peak RSS are its own
+    // (the 10,000-node targets are about them).
+    let jobs = match (&args.seeds, args.jobs) {
+        (_, Some(j)) => j,
+        (Some(s), None) if s.0.len() > 1 => {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }
+        _ => 1,
+    };
+    let outcomes = crate::scale_seeds::run_all(&configs, jobs, report_run);
+    if seeds.len() > 1 {
+        println!("Throughput relative to the oracle on the same pool, per seed:");
+        println!(
+            "{}",
+            crate::scale_seeds::per_seed_table(&outcomes).to_text()
+        );
+        println!("Over the seeds:");
+        println!("{}", crate::scale_seeds::summary_table(&outcomes).to_text());
+        let random = crate::scale_seeds::random_table(&outcomes);
+        if !random.rows.is_empty() {
+            println!("Against random stealing, hypercube and sparse jobs:");
+            println!("{}", random.to_text());
+        }
+        for line in crate::scale_seeds::targets(&outcomes) {
+            println!("{line}");
+        }
+        let first: Vec<Outcome> = outcomes
+            .into_iter()
+            .filter(|o| o.seed == seeds[0])
+            .collect();
+        return plots(&args.out, &first);
     }
     let t = table(&outcomes);
     println!("{}", t.to_text());
@@ -1014,6 +1044,35 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     }
     plots(&args.out, &outcomes)?;
     Ok(())
+}
+
+/// One finished run, on stderr with exact figures (iterations to 1e-3, bytes, messages by
+/// kind): two runs of one seed must print the same line, whatever changed in the
+/// simulator's speed.
+fn report_run(o: &Outcome, n: usize, total: usize) {
+    let kinds: Vec<String> = o
+        .by_kind
+        .iter()
+        .map(|(k, n, b)| format!("{k} {n} ({b} B)"))
+        .collect();
+    eprintln!(
+        "scale: [{n}/{total}] seed {} {} {} nodes {}: {:.3} iterations (hypercube {:.3}, tree {:.3}, sparse {:.3}, stencil {:.3}), {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
+        o.seed,
+        o.network.name(),
+        o.nodes,
+        o.strategy.name(),
+        o.iterations,
+        o.by_pattern[0],
+        o.by_pattern[1],
+        o.by_pattern[2],
+        o.by_pattern[3],
+        o.migrations,
+        o.messages,
+        o.bytes,
+        o.wall,
+        o.cpu,
+        kinds.join(", ")
+    );
 }
 
 /// Figures 6 and 7 in the paper's style (hypercube and tree throughput over time, per
