@@ -287,8 +287,20 @@ struct Job {
     iteration: f64,
     /// Iterations done so far.
     done: f64,
-    /// Seconds of migration pauses charged to the current profile interval.
+    /// Seconds the job stood still in the current profile interval, from pauses that ended
+    /// before the current one ([`Job::pause`]) began.
     paused: f64,
+    /// The job's current stand-still: from the start of a move of its ranks to the end of
+    /// the last move that overlapped it. A move stops the whole job for its duration, once,
+    /// however many of its ranks it carries and however many profile rounds it spans.
+    pause: Option<(Instant, Instant)>,
+}
+
+/// Seconds of `[start, end]` within `[from, to]`.
+fn overlap(start: Instant, end: Instant, from: Instant, to: Instant) -> f64 {
+    end.min(to)
+        .saturating_duration_since(start.max(from))
+        .as_secs_f64()
 }
 
 /// Nodes with the most CPU per rank the oracle also tries to gather each job around.
@@ -896,6 +908,7 @@ impl Sim {
                     iteration: f64::INFINITY,
                     done: 0.0,
                     paused: 0.0,
+                    pause: None,
                 });
                 self.by_job.insert(id.job.clone(), self.jobs.len() - 1);
                 self.jobs.len() - 1
@@ -1206,11 +1219,19 @@ impl Sim {
 
     /// A profile round: the jobs' progress since the last one, then every node's profile.
     fn profile_round(&mut self, now: Instant) {
-        let dt = (now - self.last_profile).as_secs_f64();
+        let since = self.last_profile;
+        let dt = (now - since).as_secs_f64();
         self.last_profile = now;
         for job in &mut self.jobs {
+            let mut paused = job.paused;
+            if let Some((start, end)) = job.pause {
+                paused += overlap(start, end, since, now);
+                if end <= now {
+                    job.pause = None;
+                }
+            }
             if job.iteration.is_finite() && job.iteration > 0.0 {
-                job.done += (dt - job.paused).max(0.0) / job.iteration;
+                job.done += (dt - paused).max(0.0) / job.iteration;
             }
             job.paused = 0.0;
         }
@@ -1397,6 +1418,21 @@ impl Sim {
         }
     }
 
+    /// `job` stands still from now until `until` (a move of its ranks): an overlapping
+    /// stand-still is extended, a past one is charged to the current profile interval.
+    fn stand_still(&mut self, job: usize, until: Instant) {
+        let (now, since) = (self.now, self.last_profile);
+        let job = &mut self.jobs[job];
+        job.pause = match job.pause {
+            Some((start, end)) if now <= end => Some((start, end.max(until))),
+            Some((start, end)) => {
+                job.paused += overlap(start, end, since, now);
+                Some((now, until))
+            }
+            None => Some((now, until)),
+        };
+    }
+
     /// Starts moving `entities` from `from` to `to` (a refused move if empty: it ends now).
     fn begin_move(
         &mut self,
@@ -1413,10 +1449,15 @@ impl Sim {
             } else {
                 cost
             };
+        let mut jobs = Vec::new();
         for &e in &entities {
             self.entities[e].migrating = true;
-            let job = self.entities[e].job;
-            self.jobs[job].paused += cost.as_secs_f64();
+            if !jobs.contains(&self.entities[e].job) {
+                jobs.push(self.entities[e].job);
+            }
+        }
+        for job in jobs {
+            self.stand_still(job, at);
         }
         self.push(
             at,

@@ -1067,3 +1067,44 @@ fn an_overloaded_node_shows_the_competing_load_its_fair_share_of_the_cores() {
     let calm = profile(calm);
     assert!((calm.competing - 3.0).abs() < 1e-9, "{calm:?}");
 }
+
+/// A move stops its job for the whole move, once: two ranks carried together in a move of
+/// 0.3 s + 10 s (their state at 100 Mbit/s) cost the job 10.3 s of progress, though the move
+/// spans five profile rounds of 2 s, and a second move of the same job that overlaps it
+/// stops the job only until the later of the two ends. The simulator charged at most one
+/// profile period per move, and the pause once per rank, until 2026-11-30.
+#[test]
+fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_of_it_once() {
+    use super::Balancer;
+    use crate::message::MigrationId;
+
+    // Seconds of progress in 40 s, with the moves `moves` begins at the start.
+    let progress = |moves: &[(u64, Vec<usize>)]| {
+        let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
+        let a = sim.add_node(NodeSpec::new(4.0));
+        let b = sim.add_node(NodeSpec::new(4.0));
+        for rank in 0..3 {
+            // 5 s of transfer each at 100 Mbit/s.
+            sim.add_entity(a, "j", rank, 62_500_000);
+        }
+        sim.run_for(secs(10));
+        let before = sim.iterations();
+        for (delay, entities) in moves {
+            sim.run_for(secs(*delay));
+            sim.begin_move(MigrationId(*delay), a, b, entities.clone(), false);
+        }
+        let waited: u64 = moves.iter().map(|(d, _)| d).sum();
+        sim.run_for(secs(40 - waited));
+        (sim.iterations() - before) * sim.jobs[0].iteration
+    };
+    let still = progress(&[]);
+    assert!((still - 40.0).abs() < 1e-6, "{still}");
+    let lost = still - progress(&[(0, vec![0, 1])]);
+    assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
+    // A second move 4 s into the first, of 5.3 s: the job stands still until 10.3 s anyway.
+    let lost = still - progress(&[(0, vec![0, 1]), (4, vec![2])]);
+    assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
+    // One 12 s after the first began: two stand-stills, 10.3 s and 5.3 s.
+    let lost = still - progress(&[(0, vec![0, 1]), (12, vec![2])]);
+    assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
+}
