@@ -463,6 +463,8 @@ pub struct Outcome {
     pub series: Vec<[f64; 2]>,
     /// Completed migrations at the end of each minute.
     pub migrations_by_minute: Vec<usize>,
+    /// Iterations of all jobs so far at the end of each minute.
+    pub iterations_by_minute: Vec<f64>,
     /// Completed migrations.
     pub migrations: usize,
     /// Entities.
@@ -656,6 +658,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     let minute = Duration::from_secs(60);
     let mut series = Vec::new();
     let mut migrations_by_minute = Vec::new();
+    let mut iterations_by_minute = Vec::new();
     let mut last = [0.0; 2];
     let wall = Instant::now();
     let cpu = cpu_seconds();
@@ -682,6 +685,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         ];
         series.push([(now[0] - last[0]) / 60.0, (now[1] - last[1]) / 60.0]);
         migrations_by_minute.push(sim.migrations().len());
+        iterations_by_minute.push(sim.iterations());
         last = now;
         // Progress every 10 simulated minutes: a long run (10,000 nodes) that has to be
         // stopped still leaves its cost per simulated minute on record.
@@ -788,6 +792,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         ],
         series,
         migrations_by_minute,
+        iterations_by_minute,
         migrations: moves.len(),
         entities: sim.entity_count(),
         max_moves_per_hold_down: max_in_window,

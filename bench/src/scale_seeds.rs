@@ -239,6 +239,8 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
         "lowest",
         "highest",
         "under 0.90",
+        "first 10 min",
+        "after",
         "hypercube/oracle",
         "sparse/oracle",
         "moves/entity/h",
@@ -247,6 +249,13 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
         "msgs/node/s",
     ]);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let shown = |v: &[f64]| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("{:.3}", mean(v))
+        }
+    };
     for c in configs(outcomes) {
         if c.2 == Strategy::Oracle {
             continue;
@@ -276,6 +285,11 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
             .map(|o| o.migrations as f64 / o.entities.max(1) as f64 / (o.seconds / 3600.0))
             .collect();
         let messages: Vec<f64> = runs.iter().map(|o| o.messages_per_node_second()).collect();
+        // The oracle places every job at its first period; the agents gather over minutes.
+        let (early, late): (Vec<f64>, Vec<f64>) = runs
+            .iter()
+            .filter_map(|o| split(o, sibling(outcomes, o, Strategy::Oracle)?))
+            .unzip();
         let [m, med, low, high, under] = thr.cells();
         t.push(vec![
             c.0.to_string(),
@@ -287,6 +301,8 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
             low,
             high,
             under,
+            shown(&early),
+            shown(&late),
             pattern(0),
             pattern(2),
             format!("{:.2}", mean(&moves)),
@@ -300,6 +316,25 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
         ]);
     }
     t
+}
+
+/// Minutes of a run the summary counts as its start ([`split`]).
+const EARLY_MINUTES: usize = 10;
+
+/// A run's iterations relative to the oracle's on the same pool in its first
+/// [`EARLY_MINUTES`] and after them; `None` for a run not longer than that.
+fn split(o: &Outcome, oracle: &Outcome) -> Option<(f64, f64)> {
+    let at = |x: &Outcome, m: usize| x.iterations_by_minute.get(m.checked_sub(1)?).copied();
+    let end = o
+        .iterations_by_minute
+        .len()
+        .min(oracle.iterations_by_minute.len());
+    if end <= EARLY_MINUTES {
+        return None;
+    }
+    let (a10, b10) = (at(o, EARLY_MINUTES)?, at(oracle, EARLY_MINUTES)?);
+    let (a, b) = (at(o, end)?, at(oracle, end)?);
+    (b10 > 0.0 && b > b10).then(|| (a10 / b10, (a - a10) / (b - b10)))
 }
 
 /// The agents' strategies that the 2x-random target is about, and the random stealing
@@ -459,7 +494,7 @@ mod tests {
             nodes: 40,
             network: Network::Internet,
             seed,
-            length: Duration::from_secs(3 * 60),
+            length: Duration::from_secs(12 * 60),
             waiting_as_idle: false,
             max_peers: SCALE_MAX_PEERS,
         };
@@ -494,6 +529,19 @@ mod tests {
         let t = per_seed_table(&together);
         assert_eq!(t.rows.len(), 2);
         assert_eq!(t.headers, vec!["seed", "40 Internet NSp2p"]);
+        // The first 10 minutes and the 2 after them, each against the oracle's same span.
+        let oracle = &together[1];
+        assert_eq!(split(oracle, oracle), Some((1.0, 1.0)));
+        let (early, late) = split(&together[0], oracle).expect("12 minutes");
+        let whole = together[0].iterations / oracle.iterations;
+        assert!(
+            early.min(late) <= whole && whole <= early.max(late),
+            "{early} {late} {whole}"
+        );
+        let summary = summary_table(&together);
+        let column = |name: &str| summary.headers.iter().position(|h| h == name);
+        let first = column("first 10 min").expect("a column of the first 10 minutes");
+        assert_ne!(summary.rows[0][first], "-");
         let lines = targets(&together);
         assert!(
             lines
