@@ -1418,8 +1418,9 @@ impl Sim {
         }
     }
 
-    /// `job` stands still from now until `until` (a move of its ranks): an overlapping
-    /// stand-still is extended, a past one is charged to the current profile interval.
+    /// `job` stands still from now until `until` (a move of its ranks): a stand-still that
+    /// lasts until now or later is extended, a past one is charged to the current profile
+    /// interval.
     fn stand_still(&mut self, job: usize, until: Instant) {
         let (now, since) = (self.now, self.last_profile);
         let job = &mut self.jobs[job];
@@ -1443,12 +1444,6 @@ impl Sim {
         by_agent: bool,
     ) {
         let cost = self.move_cost(&entities);
-        let at = self.now
-            + if entities.is_empty() {
-                Duration::ZERO
-            } else {
-                cost
-            };
         let mut jobs = Vec::new();
         for &e in &entities {
             self.entities[e].migrating = true;
@@ -1456,6 +1451,26 @@ impl Sim {
                 jobs.push(self.entities[e].job);
             }
         }
+        // A job carries out one reconfiguration at a time (pcm agrees on one request per
+        // status check): an agent's move of a job that already stands still for another
+        // move begins when that one ends. The oracle's moves of one instant are one plan,
+        // carried out together.
+        let now = self.now;
+        let start = if by_agent {
+            jobs.iter()
+                .filter_map(|&j| self.jobs[j].pause)
+                .map(|(_, end)| end)
+                .filter(|end| *end > now)
+                .max()
+                .unwrap_or(now)
+        } else {
+            now
+        };
+        let at = if entities.is_empty() {
+            now
+        } else {
+            start + cost
+        };
         for job in jobs {
             self.stand_still(job, at);
         }

@@ -1070,16 +1070,19 @@ fn an_overloaded_node_shows_the_competing_load_its_fair_share_of_the_cores() {
 
 /// A move stops its job for the whole move, once: two ranks carried together in a move of
 /// 0.3 s + 10 s (their state at 100 Mbit/s) cost the job 10.3 s of progress, though the move
-/// spans five profile rounds of 2 s, and a second move of the same job that overlaps it
-/// stops the job only until the later of the two ends. The simulator charged at most one
-/// profile period per move, and the pause once per rank, until 2026-11-30.
+/// spans five profile rounds of 2 s. The oracle's moves of one job at one instant are one
+/// plan and stop it once; an agent's move of a job that already stands still waits for the
+/// current move to end (one reconfiguration at a time), and stops it for its own time
+/// after. The simulator charged at most one profile period per move, and the pause once
+/// per rank, until 2026-11-29 (late).
 #[test]
 fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_of_it_once() {
     use super::Balancer;
     use crate::message::MigrationId;
 
-    // Seconds of progress in 40 s, with the moves `moves` begins at the start.
-    let progress = |moves: &[(u64, Vec<usize>)]| {
+    // Seconds of progress in 40 s, with the moves `moves` begins at the start: after how
+    // many seconds, which ranks, and whether an agent or the oracle moves them.
+    let progress = |moves: &[(u64, Vec<usize>, bool)]| {
         let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
         let a = sim.add_node(NodeSpec::new(4.0));
         let b = sim.add_node(NodeSpec::new(4.0));
@@ -1089,22 +1092,28 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
         }
         sim.run_for(secs(10));
         let before = sim.iterations();
-        for (delay, entities) in moves {
+        for (k, (delay, entities, by_agent)) in moves.iter().enumerate() {
             sim.run_for(secs(*delay));
-            sim.begin_move(MigrationId(*delay), a, b, entities.clone(), false);
+            sim.begin_move(MigrationId(k as u64), a, b, entities.clone(), *by_agent);
         }
-        let waited: u64 = moves.iter().map(|(d, _)| d).sum();
+        let waited: u64 = moves.iter().map(|(d, _, _)| d).sum();
         sim.run_for(secs(40 - waited));
         (sim.iterations() - before) * sim.jobs[0].iteration
     };
     let still = progress(&[]);
     assert!((still - 40.0).abs() < 1e-6, "{still}");
-    let lost = still - progress(&[(0, vec![0, 1])]);
+    for by_agent in [false, true] {
+        let lost = still - progress(&[(0, vec![0, 1], by_agent)]);
+        assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
+        // A second move 12 s after the first began: two stand-stills, 10.3 s and 5.3 s.
+        let lost = still - progress(&[(0, vec![0, 1], by_agent), (12, vec![2], by_agent)]);
+        assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
+    }
+    // The oracle moves a job's ranks at one instant: one plan, one stand-still of the longest.
+    let lost = still - progress(&[(0, vec![0, 1], false), (0, vec![2], false)]);
     assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
-    // A second move 4 s into the first, of 5.3 s: the job stands still until 10.3 s anyway.
-    let lost = still - progress(&[(0, vec![0, 1]), (4, vec![2])]);
-    assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
-    // One 12 s after the first began: two stand-stills, 10.3 s and 5.3 s.
-    let lost = still - progress(&[(0, vec![0, 1]), (12, vec![2])]);
+    // An agent's move 4 s into another: it begins at 10.3 s, and the job stands still until
+    // 15.6 s.
+    let lost = still - progress(&[(0, vec![0, 1], true), (4, vec![2], true)]);
     assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
 }
