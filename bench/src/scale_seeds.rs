@@ -94,7 +94,7 @@ pub fn run_all(
 /// A configuration over seeds: pool size, network and strategy.
 type Config = (usize, Network, Strategy);
 
-/// The configurations among `outcomes`, in first-seen order, oracle last.
+/// The configurations among `outcomes`, in first-seen order.
 fn configs(outcomes: &[Outcome]) -> Vec<Config> {
     let mut out: Vec<Config> = Vec::new();
     for o in outcomes {

@@ -291,8 +291,9 @@ struct Job {
     /// before the current one ([`Job::pause`]) began.
     paused: f64,
     /// The job's current stand-still: from the start of a move of its ranks to the end of
-    /// the last move that overlapped it. A move stops the whole job for its duration, once,
-    /// however many of its ranks it carries and however many profile rounds it spans.
+    /// the last move begun while it lasted (an agent's move waits for the one under way,
+    /// [`Sim::begin_move`]). A move stops the whole job for its duration, once, however
+    /// many of its ranks it carries and however many profile rounds it spans.
     pause: Option<(Instant, Instant)>,
 }
 
