@@ -71,6 +71,12 @@ pub struct ScaleArgs {
     /// (`Sim::with_waiting_as_idle`); by default every rank is one runnable thread.
     #[arg(long)]
     pub waiting_as_idle: bool,
+    /// What-if: a job's reconfiguration carries out every move requested while the one
+    /// before it was under way (`Sim::with_batched_reconfigurations`), as pcm would if it
+    /// agreed on all pending requests at a status check; by default one request per
+    /// reconfiguration, as pcm does.
+    #[arg(long)]
+    pub batched_reconfigurations: bool,
     /// Peers each agent keeps in its table (the real agents' default is 256): a larger
     /// table finds more givers and partners, and costs the simulator time and memory.
     #[arg(long, default_value_t = SCALE_MAX_PEERS, value_parser = at_least_one)]
@@ -340,6 +346,8 @@ pub struct Pool {
     pub length: Duration,
     /// See [`ScaleArgs::waiting_as_idle`].
     pub waiting_as_idle: bool,
+    /// See [`ScaleArgs::batched_reconfigurations`].
+    pub batched_reconfigurations: bool,
     /// Peers each agent keeps (see [`ScaleArgs::max_peers`]).
     pub max_peers: usize,
 }
@@ -614,6 +622,9 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         .with_rtt_period(SCALE_RTT_PERIOD);
     if pool.waiting_as_idle {
         sim = sim.with_waiting_as_idle();
+    }
+    if pool.batched_reconfigurations {
+        sim = sim.with_batched_reconfigurations();
     }
     if matches!(strategy, Strategy::Random | Strategy::RandomPaper) {
         sim = sim.with_reported_rtt(Duration::from_millis(1));
@@ -994,6 +1005,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                     seed,
                     length: Duration::from_secs(minutes * 60),
                     waiting_as_idle: args.waiting_as_idle,
+                    batched_reconfigurations: args.batched_reconfigurations,
                     max_peers: args.max_peers,
                 };
                 for &s in &strategies {
@@ -1163,6 +1175,7 @@ mod tests {
             seed: 1,
             length: Duration::from_secs(minutes * 60),
             waiting_as_idle: false,
+            batched_reconfigurations: false,
             max_peers: SCALE_MAX_PEERS,
         }
     }
@@ -1231,6 +1244,7 @@ mod tests {
             seed: 3,
             length: Duration::from_secs(300),
             waiting_as_idle: false,
+            batched_reconfigurations: false,
             max_peers: SCALE_MAX_PEERS,
         };
         let mut a = run_one(pool, Strategy::NsP2p);

@@ -496,6 +496,7 @@ mod tests {
             seed,
             length: Duration::from_secs(12 * 60),
             waiting_as_idle: false,
+            batched_reconfigurations: false,
             max_peers: SCALE_MAX_PEERS,
         };
         let configs: Vec<(Pool, Strategy)> = [1, 2]

@@ -295,6 +295,9 @@ struct Job {
     /// [`Sim::begin_move`]). A move stops the whole job for its duration, once, however
     /// many of its ranks it carries and however many profile rounds it spans.
     pause: Option<(Instant, Instant)>,
+    /// With [`Sim::with_batched_reconfigurations`], the next reconfiguration, waiting for
+    /// the one under way to end: when it starts and ends.
+    next: Option<(Instant, Instant)>,
 }
 
 /// Seconds of `[start, end]` within `[from, to]`.
@@ -711,6 +714,7 @@ pub struct Sim {
     counts: MessageCounts,
     log: Option<Vec<SentRecord>>,
     waiting_as_idle: bool,
+    batched_reconfigurations: bool,
     partners: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
@@ -765,6 +769,7 @@ impl Sim {
             counts: MessageCounts::default(),
             log: None,
             waiting_as_idle: false,
+            batched_reconfigurations: false,
             partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
@@ -821,6 +826,16 @@ impl Sim {
     /// runnable thread.
     pub fn with_waiting_as_idle(mut self) -> Self {
         self.waiting_as_idle = true;
+        self
+    }
+
+    /// What-if: a job's reconfiguration carries out every move requested while the one
+    /// before it was under way, as pcm would if it agreed on all pending requests at a
+    /// status check rather than on one. An agent's move of a job that stands still then
+    /// joins the next reconfiguration instead of queueing behind the moves already waiting.
+    /// Default off: pcm as it is, one request per reconfiguration.
+    pub fn with_batched_reconfigurations(mut self) -> Self {
+        self.batched_reconfigurations = true;
         self
     }
 
@@ -910,6 +925,7 @@ impl Sim {
                     done: 0.0,
                     paused: 0.0,
                     pause: None,
+                    next: None,
                 });
                 self.by_job.insert(id.job.clone(), self.jobs.len() - 1);
                 self.jobs.len() - 1
@@ -1457,15 +1473,23 @@ impl Sim {
         // move begins when that one ends. The oracle's moves of one instant are one plan,
         // carried out together.
         let now = self.now;
-        let start = if by_agent {
-            jobs.iter()
-                .filter_map(|&j| self.jobs[j].pause)
-                .map(|(_, end)| end)
-                .filter(|end| *end > now)
-                .max()
-                .unwrap_or(now)
-        } else {
-            now
+        let under_way = jobs
+            .iter()
+            .filter_map(|&j| self.jobs[j].pause)
+            .map(|(_, end)| end)
+            .filter(|end| *end > now)
+            .max();
+        let start = match (by_agent, under_way) {
+            (true, Some(end)) if self.batched_reconfigurations && !entities.is_empty() => {
+                // Join the next reconfiguration, or open it at the end of the one under way.
+                let job = &mut self.jobs[self.entities[entities[0]].job];
+                let start = job.next.filter(|(s, _)| *s > now).map_or(end, |(s, _)| s);
+                let ends = job.next.filter(|(s, _)| *s > now).map_or(start, |(_, e)| e);
+                job.next = Some((start, ends.max(start + cost)));
+                start
+            }
+            (true, Some(end)) => end,
+            _ => now,
         };
         let at = if entities.is_empty() {
             now

@@ -1117,3 +1117,39 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
     let lost = still - progress(&[(0, vec![0, 1], true), (4, vec![2], true)]);
     assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
 }
+
+/// With reconfigurations batched (what pcm would do if it agreed on every pending request
+/// at a status check), two agents' moves requested while a job is moving join the next
+/// reconfiguration and stop it once more; without, they stop it one after the other.
+#[test]
+fn given_batched_reconfigurations_then_the_moves_requested_meanwhile_stop_the_job_once() {
+    use super::Balancer;
+    use crate::message::MigrationId;
+
+    let lost = |batched: bool| {
+        let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
+        if batched {
+            sim = sim.with_batched_reconfigurations();
+        }
+        let a = sim.add_node(NodeSpec::new(4.0));
+        let b = sim.add_node(NodeSpec::new(4.0));
+        for rank in 0..4 {
+            // 5 s of transfer each at 100 Mbit/s.
+            sim.add_entity(a, "j", rank, 62_500_000);
+        }
+        sim.run_for(secs(10));
+        let before = sim.iterations();
+        // 10.3 s from 0 s; 5.3 s each, requested at 4 s and 6 s.
+        sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
+        sim.run_for(secs(4));
+        sim.begin_move(MigrationId(2), a, b, vec![2], true);
+        sim.run_for(secs(2));
+        sim.begin_move(MigrationId(3), a, b, vec![3], true);
+        sim.run_for(secs(34));
+        40.0 - (sim.iterations() - before) * sim.jobs[0].iteration
+    };
+    let one_by_one = lost(false);
+    assert!((one_by_one - 20.9).abs() < 1e-6, "lost {one_by_one} s");
+    let batched = lost(true);
+    assert!((batched - 15.6).abs() < 1e-6, "lost {batched} s");
+}
