@@ -1068,6 +1068,18 @@ fn an_overloaded_node_shows_the_competing_load_its_fair_share_of_the_cores() {
     assert!((calm.competing - 3.0).abs() < 1e-9, "{calm:?}");
 }
 
+/// Two idle 4-core nodes and a job of `ranks` ranks on the first, each with 5 s of state
+/// to transfer at 100 Mbit/s, run for 10 s; the two nodes.
+fn job_on_one_of_two_nodes(sim: &mut Sim, ranks: u32) -> (usize, usize) {
+    let a = sim.add_node(NodeSpec::new(4.0));
+    let b = sim.add_node(NodeSpec::new(4.0));
+    for rank in 0..ranks {
+        sim.add_entity(a, "j", rank, 62_500_000);
+    }
+    sim.run_for(secs(10));
+    (a, b)
+}
+
 /// A move stops its job for the whole move, once: two ranks carried together in a move of
 /// 0.3 s + 10 s (their state at 100 Mbit/s) cost the job 10.3 s of progress, though the move
 /// spans five profile rounds of 2 s. The oracle's moves of one job at one instant are one
@@ -1084,13 +1096,7 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
     // many seconds, which ranks, and whether an agent or the oracle moves them.
     let progress = |moves: &[(u64, Vec<usize>, bool)]| {
         let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
-        let a = sim.add_node(NodeSpec::new(4.0));
-        let b = sim.add_node(NodeSpec::new(4.0));
-        for rank in 0..3 {
-            // 5 s of transfer each at 100 Mbit/s.
-            sim.add_entity(a, "j", rank, 62_500_000);
-        }
-        sim.run_for(secs(10));
+        let (a, b) = job_on_one_of_two_nodes(&mut sim, 3);
         let before = sim.iterations();
         for (k, (delay, entities, by_agent)) in moves.iter().enumerate() {
             sim.run_for(secs(*delay));
@@ -1131,13 +1137,7 @@ fn given_batched_reconfigurations_then_the_moves_requested_meanwhile_stop_the_jo
         if batched {
             sim = sim.with_batched_reconfigurations();
         }
-        let a = sim.add_node(NodeSpec::new(4.0));
-        let b = sim.add_node(NodeSpec::new(4.0));
-        for rank in 0..4 {
-            // 5 s of transfer each at 100 Mbit/s.
-            sim.add_entity(a, "j", rank, 62_500_000);
-        }
-        sim.run_for(secs(10));
+        let (a, b) = job_on_one_of_two_nodes(&mut sim, 4);
         let before = sim.iterations();
         // 10.3 s from 0 s; 5.3 s each, requested at 4 s and 6 s.
         sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
