@@ -1483,8 +1483,7 @@ impl Sim {
             (true, Some(end)) if self.batched_reconfigurations && !entities.is_empty() => {
                 // Join the next reconfiguration, or open it at the end of the one under way.
                 let job = &mut self.jobs[self.entities[entities[0]].job];
-                let start = job.next.filter(|(s, _)| *s > now).map_or(end, |(s, _)| s);
-                let ends = job.next.filter(|(s, _)| *s > now).map_or(start, |(_, e)| e);
+                let (start, ends) = job.next.filter(|(s, _)| *s > now).unwrap_or((end, end));
                 job.next = Some((start, ends.max(start + cost)));
                 start
             }
