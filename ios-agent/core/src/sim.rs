@@ -274,7 +274,8 @@ struct Entity {
     state_bytes: u64,
     /// `None`: on its node since before the simulation started.
     arrived: Option<Instant>,
-    migrating: bool,
+    /// The node a move under way takes it to (`None`: not moving).
+    moving_to: Option<usize>,
 }
 
 struct Job {
@@ -296,8 +297,8 @@ struct Job {
     /// many of its ranks it carries and however many profile rounds it spans.
     pause: Option<(Instant, Instant)>,
     /// With [`Sim::with_batched_reconfigurations`], the next reconfiguration, waiting for
-    /// the one under way to end: when it starts and ends.
-    next: Option<(Instant, Instant)>,
+    /// the one under way to end: when it starts, and its moves `(entity, from, to)`.
+    next: Option<(Instant, Vec<(usize, usize, usize)>)>,
 }
 
 /// Seconds of `[start, end]` within `[from, to]`.
@@ -938,7 +939,7 @@ impl Sim {
             node,
             state_bytes,
             arrived: None,
-            migrating: false,
+            moving_to: None,
         });
         self.by_entity.insert(id.clone(), e);
         self.nodes[node].entities.push(e);
@@ -1417,7 +1418,8 @@ impl Sim {
                         .iter()
                         .map(|id| {
                             self.by_entity.get(id).copied().filter(|&e| {
-                                self.entities[e].node == node && !self.entities[e].migrating
+                                self.entities[e].node == node
+                                    && self.entities[e].moving_to.is_none()
                             })
                         })
                         .collect();
@@ -1451,7 +1453,8 @@ impl Sim {
         };
     }
 
-    /// Starts moving `entities` from `from` to `to` (a refused move if empty: it ends now).
+    /// Starts moving `entities` from `from` to `to` (a refused move if empty: it ends now),
+    /// a move of their own.
     fn begin_move(
         &mut self,
         id: MigrationId,
@@ -1461,9 +1464,23 @@ impl Sim {
         by_agent: bool,
     ) {
         let cost = self.move_cost(&entities);
+        self.begin_move_taking(id, from, to, entities, by_agent, cost);
+    }
+
+    /// Starts moving `entities` from `from` to `to`, a move that takes `cost` (the oracle's
+    /// moves of one plan all take the plan's time).
+    fn begin_move_taking(
+        &mut self,
+        id: MigrationId,
+        from: usize,
+        to: usize,
+        entities: Vec<usize>,
+        by_agent: bool,
+        cost: Duration,
+    ) {
         let mut jobs = Vec::new();
         for &e in &entities {
-            self.entities[e].migrating = true;
+            self.entities[e].moving_to = Some(to);
             if !jobs.contains(&self.entities[e].job) {
                 jobs.push(self.entities[e].job);
             }
@@ -1479,21 +1496,24 @@ impl Sim {
             .map(|(_, end)| end)
             .filter(|end| *end > now)
             .max();
-        let start = match (by_agent, under_way) {
-            (true, Some(end)) if self.batched_reconfigurations && !entities.is_empty() => {
-                // Join the next reconfiguration, or open it at the end of the one under way.
-                let job = &mut self.jobs[self.entities[entities[0]].job];
-                let (start, ends) = job.next.filter(|(s, _)| *s > now).unwrap_or((end, end));
-                job.next = Some((start, ends.max(start + cost)));
-                start
+        let at = match (by_agent, under_way) {
+            _ if entities.is_empty() => now,
+            (true, Some(end)) if self.batched_reconfigurations => {
+                // Join the next reconfiguration, or open it at the end of the one under way;
+                // its moves share the nodes' links (see `plan_cost`).
+                let job = self.entities[entities[0]].job;
+                let (start, mut moves) = self.jobs[job]
+                    .next
+                    .take()
+                    .filter(|(s, _)| *s > now)
+                    .unwrap_or((end, Vec::new()));
+                moves.extend(entities.iter().map(|&e| (e, from, to)));
+                let at = start + self.plan_cost(&moves);
+                self.jobs[job].next = Some((start, moves));
+                at
             }
-            (true, Some(end)) => end,
-            _ => now,
-        };
-        let at = if entities.is_empty() {
-            now
-        } else {
-            start + cost
+            (true, Some(end)) => end + cost,
+            _ => now + cost,
         };
         for job in jobs {
             self.stand_still(job, at);
@@ -1824,7 +1844,7 @@ impl Sim {
         let at = self.elapsed();
         let ok = !entities.is_empty() && self.alive[to];
         for &e in &entities {
-            self.entities[e].migrating = false;
+            self.entities[e].moving_to = None;
             if ok {
                 let old = self.entities[e].node;
                 self.nodes[old].entities.retain(|&x| x != e);
@@ -1861,6 +1881,14 @@ impl Sim {
         let hold_down = self.config.hold_down();
         let bg: Vec<f64> = (0..self.nodes.len()).map(|i| self.background(i)).collect();
         let mut counts: Vec<usize> = self.nodes.iter().map(|n| n.entities.len()).collect();
+        // Ranks under way count where they go: a plan that gathers a job onto a node takes
+        // longer than a period, and the next periods must not fill that node meanwhile.
+        for e in &self.entities {
+            if let Some(to) = e.moving_to {
+                counts[e.node] -= 1;
+                counts[to] += 1;
+            }
+        }
         // A copy, as `nodes` is passed to the closures below: they outlive moves begun.
         let alive = self.alive.clone();
         let usable = |nodes: &[Node], i: usize| alive[i] && !nodes[i].leaving;
@@ -1900,7 +1928,7 @@ impl Sim {
             if self.jobs[j]
                 .ranks
                 .iter()
-                .any(|&e| self.entities[e].migrating)
+                .any(|&e| self.entities[e].moving_to.is_some())
             {
                 continue;
             }
@@ -2010,10 +2038,8 @@ impl Sim {
                 .filter(|&k| place[k] != start[k])
                 .map(|k| (job.ranks[k], start[k], place[k]))
                 .collect();
-            let pause: f64 = moved
-                .iter()
-                .map(|&(e, _, _)| self.move_cost(&[e]).as_secs_f64())
-                .sum();
+            let cost = self.plan_cost(&moved);
+            let pause = cost.as_secs_f64();
             // At least a tenth of this job's rate, and over the horizon more iterations than
             // the job loses standing still.
             let worth = !moved.is_empty()
@@ -2028,7 +2054,7 @@ impl Sim {
                 moves += 1;
                 self.oracle_ids += 1;
                 let id = MigrationId(self.oracle_ids);
-                self.begin_move(id, from, to, vec![e], false);
+                self.begin_move_taking(id, from, to, vec![e], false, cost);
             }
             rank_nodes(&mut candidates, &counts, &self.nodes);
         }
@@ -2058,10 +2084,26 @@ impl Sim {
         near
     }
 
-    /// Seconds a move of `entities` takes (and their job stands still).
+    /// Seconds a move of `entities` from one node to another takes (and their job stands
+    /// still): every state crosses both nodes' links.
     fn move_cost(&self, entities: &[usize]) -> Duration {
         let bytes: u64 = entities.iter().map(|&e| self.entities[e].state_bytes).sum();
         self.spawn + Duration::from_secs_f64(bytes as f64 / self.bandwidth)
+    }
+
+    /// Seconds a plan of moves `(entity, from, to)` carried out together takes: the
+    /// replacements start at once, and the states cross the nodes' links in parallel, so
+    /// the busiest link sets the time. Ranks gathered from several nodes onto one all
+    /// enter through its link, one after another.
+    fn plan_cost(&self, moved: &[(usize, usize, usize)]) -> Duration {
+        let mut through: HashMap<usize, u64> = HashMap::new();
+        for &(e, from, to) in moved {
+            for node in [from, to] {
+                *through.entry(node).or_default() += self.entities[e].state_bytes;
+            }
+        }
+        let busiest = through.values().copied().max().unwrap_or(0);
+        self.spawn + Duration::from_secs_f64(busiest as f64 / self.bandwidth)
     }
 }
 

@@ -1124,32 +1124,72 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
     assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
 }
 
+/// The oracle's plan of several moves takes as long as its busiest link: ranks gathered
+/// from two nodes onto one both enter through that node's link (0.3 s + 2 x 5.37 s), ranks
+/// going between disjoint pairs of nodes cross in parallel (0.3 s + 5.37 s). Until
+/// 2026-11-29 (night) every move of a plan crossed at the full bandwidth, so gathering a job from
+/// seven nodes onto one cost it one state's time.
+#[test]
+fn given_a_plan_gathering_ranks_onto_one_node_then_it_takes_their_states_through_its_link() {
+    let mut sim = Sim::new(1, Config::default());
+    let nodes: Vec<usize> = (0..4).map(|_| sim.add_node(NodeSpec::new(2.0))).collect();
+    sim.add_entity(nodes[0], "j", 0, 64 << 20);
+    sim.add_entity(nodes[1], "j", 1, 64 << 20);
+    let one = (64u64 << 20) as f64 / 12.5e6;
+    let gathered = sim.plan_cost(&[(0, nodes[0], nodes[3]), (1, nodes[1], nodes[3])]);
+    assert!(
+        (gathered.as_secs_f64() - (0.3 + 2.0 * one)).abs() < 1e-6,
+        "{gathered:?}"
+    );
+    let apart = sim.plan_cost(&[(0, nodes[0], nodes[2]), (1, nodes[1], nodes[3])]);
+    assert!(
+        (apart.as_secs_f64() - (0.3 + one)).abs() < 1e-6,
+        "{apart:?}"
+    );
+    assert_eq!(
+        sim.plan_cost(&[(0, nodes[0], nodes[3])]),
+        sim.move_cost(&[0])
+    );
+}
+
 /// With reconfigurations batched (what pcm would do if it agreed on every pending request
 /// at a status check), two agents' moves requested while a job is moving join the next
-/// reconfiguration and stop it once more; without, they stop it one after the other.
+/// reconfiguration and stop it once more; without, they stop it one after the other. The
+/// moves of one reconfiguration share the nodes' links: two ranks leaving one node cross
+/// its link one after the other.
 #[test]
 fn given_batched_reconfigurations_then_the_moves_requested_meanwhile_stop_the_job_once() {
     use super::Balancer;
     use crate::message::MigrationId;
 
-    let lost = |batched: bool| {
+    // Ranks 0 and 1 on node 0, rank 2 on node 1, rank 3 on node 2 (or on node 1 with
+    // `shared_link`); nodes 3 to 5 idle.
+    let lost = |batched: bool, shared_link: bool| {
         let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
         if batched {
             sim = sim.with_batched_reconfigurations();
         }
-        let (a, b) = job_on_one_of_two_nodes(&mut sim, 4);
+        let n: Vec<usize> = (0..6).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
+        for (rank, node) in [(0, 0), (1, 0), (2, 1), (3, if shared_link { 1 } else { 2 })] {
+            sim.add_entity(n[node], "j", rank, 62_500_000);
+        }
+        sim.run_for(secs(10));
         let before = sim.iterations();
         // 10.3 s from 0 s; 5.3 s each, requested at 4 s and 6 s.
-        sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
+        sim.begin_move(MigrationId(1), n[0], n[3], vec![0, 1], true);
         sim.run_for(secs(4));
-        sim.begin_move(MigrationId(2), a, b, vec![2], true);
+        sim.begin_move(MigrationId(2), n[1], n[4], vec![2], true);
         sim.run_for(secs(2));
-        sim.begin_move(MigrationId(3), a, b, vec![3], true);
+        let from = if shared_link { n[1] } else { n[2] };
+        sim.begin_move(MigrationId(3), from, n[5], vec![3], true);
         sim.run_for(secs(34));
         40.0 - (sim.iterations() - before) * sim.jobs[0].iteration
     };
-    let one_by_one = lost(false);
+    let one_by_one = lost(false, false);
     assert!((one_by_one - 20.9).abs() < 1e-6, "lost {one_by_one} s");
-    let batched = lost(true);
+    let batched = lost(true, false);
     assert!((batched - 15.6).abs() < 1e-6, "lost {batched} s");
+    // Both states leave node 1: 0.3 s + 2 x 5 s after the first move.
+    let shared = lost(true, true);
+    assert!((shared - 20.6).abs() < 1e-6, "lost {shared} s");
 }
