@@ -1193,3 +1193,31 @@ fn given_batched_reconfigurations_then_the_moves_requested_meanwhile_stop_the_jo
     let shared = lost(true, true);
     assert!((shared - 20.6).abs() < 1e-6, "lost {shared} s");
 }
+
+/// The oracle counts ranks under way where they go: a plan that gathers a job onto a fast
+/// node takes longer than a period (four states through the node's link, 40.3 s), and the
+/// next periods must send another job to the other fast node, not to the one that is
+/// filling. Until 2026-11-29 (night) ranks under way counted where they were, so the
+/// second job followed the first onto the same four cores.
+#[test]
+fn given_a_plan_under_way_then_the_oracle_counts_its_ranks_where_they_go() {
+    use super::Balancer;
+
+    let mut sim =
+        Sim::new(1, Config::default()).with_balancer(Balancer::Oracle { period: secs(10) });
+    let fast = sim.add_node(NodeSpec::new(4.0).with_speed(2.0));
+    let other_fast = sim.add_node(NodeSpec::new(4.0).with_speed(2.0));
+    for job in ["a", "b"] {
+        for rank in 0..4 {
+            let slow = sim.add_node(NodeSpec::new(1.0).with_speed(0.5));
+            sim.add_entity(slow, job, rank, 125_000_000);
+        }
+    }
+    sim.run_for(secs(120));
+    assert_eq!(sim.count_on(fast), 4, "the fast node holds one job");
+    assert_eq!(
+        sim.count_on(other_fast),
+        4,
+        "the other fast node holds the other"
+    );
+}
