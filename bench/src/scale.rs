@@ -77,6 +77,11 @@ pub struct ScaleArgs {
     /// reconfiguration, as pcm does.
     #[arg(long)]
     pub batched_reconfigurations: bool,
+    /// An agent's move of a job that is already moving is refused when that move ends, as
+    /// pcm refuses it (`Sim::with_requests_refused_while_moving`); by default it queues
+    /// behind the move under way.
+    #[arg(long)]
+    pub refused_while_moving: bool,
     /// Peers each agent keeps in its table (the real agents' default is 256): a larger
     /// table finds more givers and partners, and costs the simulator time and memory.
     #[arg(long, default_value_t = SCALE_MAX_PEERS, value_parser = at_least_one)]
@@ -348,6 +353,8 @@ pub struct Pool {
     pub waiting_as_idle: bool,
     /// See [`ScaleArgs::batched_reconfigurations`].
     pub batched_reconfigurations: bool,
+    /// See [`ScaleArgs::refused_while_moving`].
+    pub refused_while_moving: bool,
     /// Peers each agent keeps (see [`ScaleArgs::max_peers`]).
     pub max_peers: usize,
 }
@@ -625,6 +632,9 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     }
     if pool.batched_reconfigurations {
         sim = sim.with_batched_reconfigurations();
+    }
+    if pool.refused_while_moving {
+        sim = sim.with_requests_refused_while_moving();
     }
     if matches!(strategy, Strategy::Random | Strategy::RandomPaper) {
         sim = sim.with_reported_rtt(Duration::from_millis(1));
@@ -1006,6 +1016,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                     length: Duration::from_secs(minutes * 60),
                     waiting_as_idle: args.waiting_as_idle,
                     batched_reconfigurations: args.batched_reconfigurations,
+                    refused_while_moving: args.refused_while_moving,
                     max_peers: args.max_peers,
                 };
                 for &s in &strategies {
@@ -1176,6 +1187,7 @@ mod tests {
             length: Duration::from_secs(minutes * 60),
             waiting_as_idle: false,
             batched_reconfigurations: false,
+            refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
         }
     }
@@ -1245,6 +1257,7 @@ mod tests {
             length: Duration::from_secs(300),
             waiting_as_idle: false,
             batched_reconfigurations: false,
+            refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
         };
         let mut a = run_one(pool, Strategy::NsP2p);

@@ -497,6 +497,7 @@ mod tests {
             length: Duration::from_secs(12 * 60),
             waiting_as_idle: false,
             batched_reconfigurations: false,
+            refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
         };
         let configs: Vec<(Pool, Strategy)> = [1, 2]

@@ -716,6 +716,8 @@ pub struct Sim {
     log: Option<Vec<SentRecord>>,
     waiting_as_idle: bool,
     batched_reconfigurations: bool,
+    /// See [`Sim::with_requests_refused_while_moving`].
+    refuse_while_moving: bool,
     partners: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
@@ -771,6 +773,7 @@ impl Sim {
             log: None,
             waiting_as_idle: false,
             batched_reconfigurations: false,
+            refuse_while_moving: false,
             partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
@@ -834,9 +837,22 @@ impl Sim {
     /// before it was under way, as pcm would if it agreed on all pending requests at a
     /// status check rather than on one. An agent's move of a job that stands still then
     /// joins the next reconfiguration instead of queueing behind the moves already waiting.
-    /// Default off: pcm as it is, one request per reconfiguration.
+    /// Default off: one request per reconfiguration.
     pub fn with_batched_reconfigurations(mut self) -> Self {
         self.batched_reconfigurations = true;
+        self
+    }
+
+    /// An agent's move of a job that is already moving fails when the move under way ends,
+    /// and nothing moves, as pcm does: the daemon that made the request answers busy, and
+    /// another daemon's request is agreed after the move and refused as superseded (its
+    /// epoch is past; `pcm/src/status.rs`, `pcmd/src/registry.rs`). Default off: the move
+    /// queues behind the one under way and stops the job again when that ends, which is
+    /// kinder to gathering and harsher on the job's time than pcm (docs/results.md,
+    /// "Scale", 2026-11-29 night). The agents cannot yet tell that a job is reconfiguring,
+    /// so with this on they ask for moves the job will refuse.
+    pub fn with_requests_refused_while_moving(mut self) -> Self {
+        self.refuse_while_moving = true;
         self
     }
 
@@ -1480,15 +1496,14 @@ impl Sim {
     ) {
         let mut jobs = Vec::new();
         for &e in &entities {
-            self.entities[e].moving_to = Some(to);
             if !jobs.contains(&self.entities[e].job) {
                 jobs.push(self.entities[e].job);
             }
         }
         // A job carries out one reconfiguration at a time (pcm agrees on one request per
         // status check): an agent's move of a job that already stands still for another
-        // move begins when that one ends. The oracle's moves of one instant are one plan,
-        // carried out together.
+        // move begins when that one ends, or with `refuse_while_moving` fails then. The
+        // oracle's moves of one instant are one plan, carried out together.
         let now = self.now;
         let under_way = jobs
             .iter()
@@ -1496,8 +1511,8 @@ impl Sim {
             .map(|(_, end)| end)
             .filter(|end| *end > now)
             .max();
-        let at = match (by_agent, under_way) {
-            _ if entities.is_empty() => now,
+        let (at, entities) = match (by_agent, under_way) {
+            _ if entities.is_empty() => (now, entities),
             (true, Some(end)) if self.batched_reconfigurations => {
                 // Join the next reconfiguration, or open it at the end of the one under way;
                 // its moves share the nodes' links (see `plan_cost`).
@@ -1510,13 +1525,19 @@ impl Sim {
                 moves.extend(entities.iter().map(|&e| (e, from, to)));
                 let at = start + self.plan_cost(&moves);
                 self.jobs[job].next = Some((start, moves));
-                at
+                (at, entities)
             }
-            (true, Some(end)) => end + cost,
-            _ => now + cost,
+            (true, Some(end)) if self.refuse_while_moving => (end, Vec::new()),
+            (true, Some(end)) => (end + cost, entities),
+            _ => (now + cost, entities),
         };
-        for job in jobs {
-            self.stand_still(job, at);
+        if !entities.is_empty() {
+            for &e in &entities {
+                self.entities[e].moving_to = Some(to);
+            }
+            for job in jobs {
+                self.stand_still(job, at);
+            }
         }
         self.push(
             at,

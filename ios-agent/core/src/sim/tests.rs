@@ -1124,6 +1124,27 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
     assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
 }
 
+/// With [`Sim::with_requests_refused_while_moving`], as pcm does, an agent's move of a job
+/// that is already moving fails when the move under way ends (pcm refuses a request made
+/// while the job reconfigures: busy, or superseded), and the agent hears of it then;
+/// nothing moves.
+#[test]
+fn given_requests_refused_while_moving_then_an_agents_second_move_fails_when_the_first_ends() {
+    use super::Balancer;
+    use crate::message::MigrationId;
+
+    let mut sim = Sim::new(1, Config::default())
+        .with_balancer(Balancer::None)
+        .with_requests_refused_while_moving();
+    let (a, b) = job_on_one_of_two_nodes(&mut sim, 3);
+    sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
+    sim.run_for(secs(4));
+    sim.begin_move(MigrationId(2), a, b, vec![2], true);
+    sim.run_for(secs(30));
+    assert_eq!(sim.count_on(b), 2, "ranks 0 and 1 moved, rank 2 did not");
+    assert_eq!(sim.migrations().len(), 2);
+}
+
 /// The oracle's plan of several moves takes as long as its busiest link: ranks gathered
 /// from two nodes onto one both enter through that node's link (0.3 s + 2 x 5.37 s), ranks
 /// going between disjoint pairs of nodes cross in parallel (0.3 s + 5.37 s). Until
