@@ -278,6 +278,9 @@ struct Entity {
     moving_to: Option<usize>,
 }
 
+/// One move of a plan: the entity, the node it leaves and the node it goes to (indices).
+type PlannedMove = (usize, usize, usize);
+
 struct Job {
     pattern: Pattern,
     /// Entity indices, by rank order of addition.
@@ -298,7 +301,7 @@ struct Job {
     pause: Option<(Instant, Instant)>,
     /// With [`Sim::with_batched_reconfigurations`], the next reconfiguration, waiting for
     /// the one under way to end: when it starts, and its moves `(entity, from, to)`.
-    next: Option<(Instant, Vec<(usize, usize, usize)>)>,
+    next: Option<(Instant, Vec<PlannedMove>)>,
 }
 
 /// Seconds of `[start, end]` within `[from, to]`.
@@ -2116,7 +2119,7 @@ impl Sim {
     /// replacements start at once, and the states cross the nodes' links in parallel, so
     /// the busiest link sets the time. Ranks gathered from several nodes onto one all
     /// enter through its link, one after another.
-    fn plan_cost(&self, moved: &[(usize, usize, usize)]) -> Duration {
+    fn plan_cost(&self, moved: &[PlannedMove]) -> Duration {
         let mut through: HashMap<usize, u64> = HashMap::new();
         for &(e, from, to) in moved {
             for node in [from, to] {
