@@ -80,7 +80,7 @@ pub struct ScaleArgs {
     /// An agent's move of a job that is already moving is refused when that move ends, as
     /// pcm refuses it (`Sim::with_requests_refused_while_moving`); by default it queues
     /// behind the move under way.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "batched_reconfigurations")]
     pub refused_while_moving: bool,
     /// Peers each agent keeps in its table (the real agents' default is 256): a larger
     /// table finds more givers and partners, and costs the simulator time and memory.
