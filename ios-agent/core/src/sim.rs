@@ -278,6 +278,18 @@ struct Entity {
     moving_to: Option<usize>,
 }
 
+/// What becomes of an agent's move of a job that already stands still for another move
+/// (pcm carries out one reconfiguration of a job at a time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WhileMoving {
+    /// It begins when the move under way ends (the default).
+    Queued,
+    /// It fails then, and nothing moves ([`Sim::with_requests_refused_while_moving`]).
+    Refused,
+    /// It joins the next reconfiguration ([`Sim::with_batched_reconfigurations`]).
+    Batched,
+}
+
 /// One move of a plan: the entity, the node it leaves and the node it goes to (indices).
 type PlannedMove = (usize, usize, usize);
 
@@ -718,9 +730,7 @@ pub struct Sim {
     counts: MessageCounts,
     log: Option<Vec<SentRecord>>,
     waiting_as_idle: bool,
-    batched_reconfigurations: bool,
-    /// See [`Sim::with_requests_refused_while_moving`].
-    refuse_while_moving: bool,
+    while_moving: WhileMoving,
     partners: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
@@ -775,8 +785,7 @@ impl Sim {
             counts: MessageCounts::default(),
             log: None,
             waiting_as_idle: false,
-            batched_reconfigurations: false,
-            refuse_while_moving: false,
+            while_moving: WhileMoving::Queued,
             partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
@@ -840,9 +849,10 @@ impl Sim {
     /// before it was under way, as pcm would if it agreed on all pending requests at a
     /// status check rather than on one. An agent's move of a job that stands still then
     /// joins the next reconfiguration instead of queueing behind the moves already waiting.
-    /// Default off: one request per reconfiguration.
+    /// Default off: one request per reconfiguration. Replaces
+    /// [`Sim::with_requests_refused_while_moving`].
     pub fn with_batched_reconfigurations(mut self) -> Self {
-        self.batched_reconfigurations = true;
+        self.while_moving = WhileMoving::Batched;
         self
     }
 
@@ -853,9 +863,10 @@ impl Sim {
     /// queues behind the one under way and stops the job again when that ends, which is
     /// kinder to gathering and harsher on the job's time than pcm (docs/results.md,
     /// "Scale", 2026-11-29 night). The agents cannot yet tell that a job is reconfiguring,
-    /// so with this on they ask for moves the job will refuse.
+    /// so with this on they ask for moves the job will refuse. Replaces
+    /// [`Sim::with_batched_reconfigurations`].
     pub fn with_requests_refused_while_moving(mut self) -> Self {
-        self.refuse_while_moving = true;
+        self.while_moving = WhileMoving::Refused;
         self
     }
 
@@ -1505,7 +1516,7 @@ impl Sim {
         }
         // A job carries out one reconfiguration at a time (pcm agrees on one request per
         // status check): an agent's move of a job that already stands still for another
-        // move begins when that one ends, or with `refuse_while_moving` fails then. The
+        // move begins when that one ends (see [`WhileMoving`] for the other models). The
         // oracle's moves of one instant are one plan, carried out together.
         let now = self.now;
         let under_way = jobs
@@ -1516,7 +1527,7 @@ impl Sim {
             .max();
         let (at, entities) = match (by_agent, under_way) {
             _ if entities.is_empty() => (now, entities),
-            (true, Some(end)) if self.batched_reconfigurations => {
+            (true, Some(end)) if self.while_moving == WhileMoving::Batched => {
                 // Join the next reconfiguration, or open it at the end of the one under way;
                 // its moves share the nodes' links (see `plan_cost`).
                 let job = self.entities[entities[0]].job;
@@ -1530,7 +1541,7 @@ impl Sim {
                 self.jobs[job].next = Some((start, moves));
                 (at, entities)
             }
-            (true, Some(end)) if self.refuse_while_moving => (end, Vec::new()),
+            (true, Some(end)) if self.while_moving == WhileMoving::Refused => (end, Vec::new()),
             (true, Some(end)) => (end + cost, entities),
             _ => (now + cost, entities),
         };
