@@ -505,6 +505,23 @@ impl Finished {
         }
     }
 
+    /// Whether PCM's watchdog ended the run (exit status 75) with every rank that named a
+    /// stall still waiting in the spawn phase: the spawned replacement never reached its
+    /// merge (it arms its own watchdog only there), and the parents never left
+    /// `MPI_Comm_spawn_multiple`.
+    pub fn stalled_in_spawn(&self) -> bool {
+        let stalls: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.contains(" did not finish within "))
+            .collect();
+        self.code == Some(pcmrun::supervisor::RECONFIGURE_TIMEOUT_EXIT)
+            && !stalls.is_empty()
+            && stalls
+                .iter()
+                .all(|l| l.contains("was still waiting in the spawn phase"))
+    }
+
     /// The JSON report rank 0 prints as its last stdout line; panics with the output if the
     /// run failed or printed none.
     pub fn report(&self) -> Report {
@@ -636,7 +653,33 @@ impl MpiJob {
     }
 
     /// Runs the job to completion within `timeout` (its process group is killed otherwise).
+    ///
+    /// On Open MPI, a run that PCM ended because a spawn never completed
+    /// ([`Finished::stalled_in_spawn`]) runs once more, saying so on the test's stderr:
+    /// Debian's Open MPI 4.1.4 with its external PMIx 4.2 sometimes leaves a spawned
+    /// process in `PMIx_Init` forever (openpmix issue 2735; docs/architecture.md, "When a
+    /// reconfiguration stalls"). A second stall fails the test as before.
     pub fn run_within(&self, timeout: Duration) -> Result<Finished, HarnessError> {
+        let finished = self.run_once_within(timeout)?;
+        if Runtime::current() != Runtime::OpenMpi || !finished.stalled_in_spawn() {
+            return Ok(finished);
+        }
+        // Written to the process's stderr, past the test harness's capture, so that CI's
+        // log shows every such rerun even when the test then passes.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!(
+                "mpi-ios-tests: {} ended in a spawn that never completed (Open MPI 4.1 with PMIx 4: openpmix issue 2735); running it once more. Its stderr:\n{}\n",
+                self.what(),
+                tail(&finished.stderr, 12)
+            )
+            .as_bytes(),
+        );
+        self.run_once_within(timeout)
+    }
+
+    /// One run of the job to completion within `timeout`.
+    fn run_once_within(&self, timeout: Duration) -> Result<Finished, HarnessError> {
         if !self.program.is_file() {
             return Err(HarnessError::MissingBinary {
                 path: self.program.clone(),
@@ -850,5 +893,34 @@ pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> 
             "timed out after {timeout:?} waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(code: i32, stderr: &str) -> Finished {
+        Finished {
+            code: Some(code),
+            stdout: String::new(),
+            stderr: stderr.to_owned(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    const SPAWN_STALL: &str = "ERROR pcm::deadline: scheduled reconfiguration (PCM_SCHEDULE) (rank 1 to any host) at iteration 25 did not finish within 60 s: rank 2 on host vm was still waiting in the spawn phase; ending the job with exit status 75";
+    const MERGE_STALL: &str = "ERROR pcm::deadline: migration #3 (rank 1 to b) at iteration 9 did not finish within 60 s: replacement for rank 1 on host b was still waiting in the merge phase; ending the job with exit status 75";
+
+    /// The lines CI printed when Open MPI's spawn hung (2026-11-29): only such a run is
+    /// run again; a stall in any later phase, or another failure, is PCM's and fails.
+    #[test]
+    fn given_a_stall_only_in_the_spawn_phase_then_it_is_the_runtimes_spawn_hang() {
+        let both = format!("{SPAWN_STALL}\n{SPAWN_STALL}\nMPI_ABORT was invoked");
+        assert!(ended(75, &both).stalled_in_spawn());
+        assert!(!ended(75, &format!("{SPAWN_STALL}\n{MERGE_STALL}")).stalled_in_spawn());
+        assert!(!ended(75, MERGE_STALL).stalled_in_spawn());
+        assert!(!ended(1, SPAWN_STALL).stalled_in_spawn());
+        assert!(!ended(75, "no stall named").stalled_in_spawn());
     }
 }
