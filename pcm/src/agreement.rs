@@ -8,10 +8,12 @@
 //! [`Validated`] step; and from a request's epoch, the same [`RequestVerdict`]. Nothing
 //! here does I/O or MPI, so every rule has a unit test below.
 
+use std::collections::VecDeque;
+
 use pcm_proto::Move;
 
 use crate::checkpoint;
-use crate::{Plan, Status};
+use crate::{Plan, Reconfiguration, Status};
 
 /// What one rank contributes to the check's all-reduce (max), and what all agree on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -128,29 +130,54 @@ pub(crate) fn status_in(plan: &Plan, rank: u32) -> Status {
 /// What a status check does with a pcmd request the ranks agreed on, from what every rank
 /// told of it: pure, so that every rank reaches the same verdict from the same inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RequestVerdict {
+pub(crate) enum RequestVerdict<'a> {
     /// Carry it out.
     Run,
     /// Some rank had settled it (withdrawn after its deadline, or already taken up once):
     /// drop it.
     Drop,
-    /// The job reconfigured after the request was made: refuse it.
-    Superseded,
+    /// A reconfiguration completed after the request was made moved a rank it names:
+    /// refuse it, naming that reconfiguration.
+    Superseded(&'a Reconfiguration),
+    /// The job no longer remembers every reconfiguration completed since the request was
+    /// made, so one of them may have moved its ranks: refuse it, naming the latest (if the
+    /// job remembers any: a restart from a checkpoint older than this memory has none).
+    TooOld(Option<&'a Reconfiguration>),
 }
 
-/// The verdict on an agreed request: `settled_somewhere` if any rank reported it settled,
-/// `epoch` the job's epoch when the daemon made it, `migrations` the job's epoch now.
-pub(crate) fn request_verdict(
+/// The verdict on an agreed request for `moves`: `settled_somewhere` if any rank reported
+/// it settled, `epoch` the job's epoch when the daemon made it, `migrations` the job's
+/// epoch now, `recent` the reconfigurations the job remembers (oldest first).
+///
+/// A request is not refused because the job reconfigured since it was made, only when a
+/// rank it names was moved since: two daemons asking at once to move different ranks of
+/// a job both get their move, one reconfiguration after the other, and neither can move a
+/// rank the other has just moved (item 14).
+pub(crate) fn request_verdict<'a>(
     settled_somewhere: bool,
+    moves: &[Move],
     epoch: u64,
     migrations: u64,
-) -> RequestVerdict {
+    recent: &'a VecDeque<Reconfiguration>,
+) -> RequestVerdict<'a> {
     if settled_somewhere {
-        RequestVerdict::Drop
-    } else if epoch < migrations {
-        RequestVerdict::Superseded
-    } else {
-        RequestVerdict::Run
+        return RequestVerdict::Drop;
+    }
+    if epoch >= migrations {
+        return RequestVerdict::Run;
+    }
+    let remembers_all_since = recent.front().is_some_and(|oldest| oldest.epoch <= epoch);
+    if !remembers_all_since {
+        return RequestVerdict::TooOld(recent.back());
+    }
+    let moved_since = recent.iter().filter(|r| r.epoch >= epoch).find(|r| {
+        r.moves
+            .iter()
+            .any(|done| moves.iter().any(|asked| asked.rank == done.rank))
+    });
+    match moved_since {
+        Some(by) => RequestVerdict::Superseded(by),
+        None => RequestVerdict::Run,
     }
 }
 
@@ -264,27 +291,84 @@ mod tests {
         assert_eq!(status_in(&p, 2), Status::Migrate);
     }
 
-    /// Item 14: two daemons' requests for the same job, made at the same epoch: the one the
-    /// job agrees on first runs and moves the epoch on; the other, agreed later, is refused
-    /// as superseded instead of moving the rank a second time.
+    fn done(epoch: u64, request: u64, ranks: &[u32]) -> Reconfiguration {
+        Reconfiguration {
+            epoch,
+            request: Some(RequestId(request)),
+            moves: moves(ranks),
+        }
+    }
+
+    /// Item 14: two daemons' requests to move the same rank, made at the same epoch: the
+    /// one the job agrees on first runs and moves the epoch on; the other, agreed later,
+    /// is refused as superseded by it instead of moving the rank a second time.
     #[test]
-    fn given_two_requests_of_one_epoch_then_only_the_first_agreed_runs() {
-        let mut migrations = 0;
-        assert_eq!(request_verdict(false, 0, migrations), RequestVerdict::Run);
-        migrations += 1;
+    fn given_two_requests_of_one_epoch_for_one_rank_then_only_the_first_agreed_runs() {
+        let mut recent = VecDeque::new();
         assert_eq!(
-            request_verdict(false, 0, migrations),
-            RequestVerdict::Superseded
+            request_verdict(false, &moves(&[1]), 0, 0, &recent),
+            RequestVerdict::Run
+        );
+        recent.push_back(done(0, 7, &[1]));
+        assert_eq!(
+            request_verdict(false, &moves(&[1]), 0, 1, &recent),
+            RequestVerdict::Superseded(&done(0, 7, &[1]))
         );
         // A request made after the move (the daemon heard of it) runs.
-        assert_eq!(request_verdict(false, 1, migrations), RequestVerdict::Run);
+        assert_eq!(
+            request_verdict(false, &moves(&[1]), 1, 1, &recent),
+            RequestVerdict::Run
+        );
+    }
+
+    /// Two daemons' requests of one epoch for different ranks both run, one after the
+    /// other; one naming a moved rank among others is refused whole.
+    #[test]
+    fn given_a_request_whose_ranks_were_not_moved_since_then_it_runs() {
+        let recent: VecDeque<_> = [done(0, 7, &[1]), done(1, 8, &[0, 3])].into();
+        assert_eq!(
+            request_verdict(false, &moves(&[2]), 0, 2, &recent),
+            RequestVerdict::Run
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[2, 3]), 0, 2, &recent),
+            RequestVerdict::Superseded(&done(1, 8, &[0, 3]))
+        );
+        // Rank 1 moved at epoch 0, before a request made at epoch 1: not since it.
+        assert_eq!(
+            request_verdict(false, &moves(&[1]), 1, 2, &recent),
+            RequestVerdict::Run
+        );
+    }
+
+    /// A request older than every reconfiguration the job remembers (or made before a
+    /// restart from a checkpoint that kept none) is refused: nothing shows that the
+    /// forgotten ones left its ranks alone.
+    #[test]
+    fn given_a_request_older_than_the_job_remembers_then_it_is_superseded() {
+        let recent: VecDeque<_> = [done(5, 9, &[0])].into();
+        assert_eq!(
+            request_verdict(false, &moves(&[2]), 4, 6, &recent),
+            RequestVerdict::TooOld(Some(&done(5, 9, &[0])))
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[2]), 4, 6, &VecDeque::new()),
+            RequestVerdict::TooOld(None)
+        );
     }
 
     /// Item 13: a request some rank withdrew (or took up before) is dropped, whatever its
     /// epoch.
     #[test]
     fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
-        assert_eq!(request_verdict(true, 5, 5), RequestVerdict::Drop);
-        assert_eq!(request_verdict(true, 0, 5), RequestVerdict::Drop);
+        let recent = VecDeque::new();
+        assert_eq!(
+            request_verdict(true, &moves(&[1]), 5, 5, &recent),
+            RequestVerdict::Drop
+        );
+        assert_eq!(
+            request_verdict(true, &moves(&[1]), 0, 5, &recent),
+            RequestVerdict::Drop
+        );
     }
 }

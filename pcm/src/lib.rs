@@ -297,12 +297,14 @@ pub(crate) struct JobContext {
     next_check: u64,
     schedule: Schedule,
     /// Reconfigurations completed since the job first started (across restarts: a
-    /// checkpoint carries it). Also the job's epoch: a pcmd request made at an older epoch
-    /// is refused as superseded.
+    /// checkpoint carries it). Also the job's epoch, which a pcmd request carries from
+    /// when its daemon made it.
     migrations: u64,
-    /// The last reconfiguration completed, named to the callers of requests it superseded.
+    /// The latest reconfigurations completed, oldest first. A pcmd request is refused as
+    /// superseded when one of them, completed after the request was made, moved a rank the
+    /// request names ([`agreement::request_verdict`]); its caller is told which one.
     #[serde(default)]
-    last_reconfiguration: Option<LastReconfiguration>,
+    recent: VecDeque<Reconfiguration>,
     /// The latest pcmd requests the job carried out, with how each ended. A request can
     /// reach a rank after the job ran it (that rank's link read it late, or a replacement
     /// registered while it was in flight); the job then answers with its completion,
@@ -334,9 +336,11 @@ pub(crate) struct JobContext {
     reconfigure_timeout: Duration,
 }
 
-/// A completed reconfiguration, as a superseded request's caller is told of it.
+/// A completed reconfiguration, as the job remembers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct LastReconfiguration {
+pub(crate) struct Reconfiguration {
+    /// The job's epoch when it began: the reconfigurations completed before it.
+    epoch: u64,
     /// The pcmd request it answered; `None` for a scripted move.
     request: Option<RequestId>,
     /// What it moved.
@@ -354,6 +358,11 @@ pub(crate) struct CarriedOut {
 /// How many carried-out requests a job remembers. A request is delivered to the ranks of a
 /// node at once, so a late copy arrives within a few reconfigurations of the first.
 const CARRIED_OUT_REMEMBERED: usize = 32;
+
+/// How many completed reconfigurations a job remembers for [`JobContext::recent`]. A request
+/// older than all of them is refused as superseded: nothing shows that the ones forgotten
+/// left its ranks alone.
+const RECONFIGURATIONS_REMEMBERED: usize = 32;
 
 impl JobContext {
     /// Remembers that the job carried out `request` (if the reconfiguration answered one),
@@ -379,13 +388,17 @@ impl JobContext {
             .map(|c| &c.outcome)
     }
 
-    /// Counts a completed reconfiguration of `plan`.
+    /// Counts a completed reconfiguration of `plan`, and remembers it.
     pub(crate) fn record_reconfiguration(&mut self, plan: &Plan) {
-        self.migrations += 1;
-        self.last_reconfiguration = Some(LastReconfiguration {
+        self.recent.push_back(Reconfiguration {
+            epoch: self.migrations,
             request: plan.request,
             moves: plan.moves.clone(),
         });
+        while self.recent.len() > RECONFIGURATIONS_REMEMBERED {
+            self.recent.pop_front();
+        }
+        self.migrations += 1;
     }
 }
 
@@ -593,7 +606,7 @@ impl Pcm {
                 next_check: 0,
                 schedule,
                 migrations: 0,
-                last_reconfiguration: None,
+                recent: VecDeque::new(),
                 carried_out: VecDeque::new(),
                 check_period,
                 hosts,
@@ -1291,7 +1304,7 @@ mod verdict_tests {
             next_check: 0,
             schedule: Schedule::default(),
             migrations: 2,
-            last_reconfiguration: None,
+            recent: VecDeque::new(),
             carried_out: VecDeque::new(),
             check_period: Duration::from_millis(5),
             hosts: BTreeSet::new(),
@@ -1319,12 +1332,23 @@ mod verdict_tests {
         });
         assert_eq!(job.migrations, 3);
         assert_eq!(
-            job.last_reconfiguration,
-            Some(LastReconfiguration {
+            job.recent.back(),
+            Some(&Reconfiguration {
+                epoch: 2,
                 request: Some(RequestId(77)),
                 moves
             })
         );
+        for _ in 0..RECONFIGURATIONS_REMEMBERED {
+            job.record_reconfiguration(&Plan {
+                request: None,
+                moves: Vec::new(),
+                held_here: false,
+                agreed_at: None,
+            });
+        }
+        assert_eq!(job.recent.len(), RECONFIGURATIONS_REMEMBERED);
+        assert_eq!(job.recent.front().map(|r| r.epoch), Some(3));
     }
 
     fn completed_at(iteration: u64) -> Outcome {

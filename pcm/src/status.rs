@@ -210,24 +210,50 @@ impl Pcm {
             held_here: held.is_some(),
             agreed_at: None,
         };
-        match agreement::request_verdict(false, epoch, self.job.migrations) {
-            RequestVerdict::Superseded => {
-                let last = self.job.last_reconfiguration.clone();
+        let verdict = agreement::request_verdict(
+            false,
+            &plan.moves,
+            epoch,
+            self.job.migrations,
+            &self.job.recent,
+        );
+        match verdict {
+            RequestVerdict::Superseded(by) | RequestVerdict::TooOld(Some(by)) => {
                 if self.rank == 0 {
+                    let why = if matches!(verdict, RequestVerdict::Superseded(_)) {
+                        "moved one of its ranks since"
+                    } else {
+                        "is the latest of those since, which the job does not all remember"
+                    };
                     tracing::warn!(
-                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and it has completed {} since; it was superseded by {}",
+                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and {} ({}) {why}",
                         crate::deadline::describe_moves(&plan.moves),
-                        self.job.migrations,
-                        last.as_ref()
-                            .and_then(|l| l.request)
-                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}"))
+                        by.request
+                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}")),
+                        crate::deadline::describe_moves(&by.moves),
                     );
                 }
-                let (by, moves) = last.map_or((None, Vec::new()), |l| (l.request, l.moves));
-                self.report(&plan, Outcome::Superseded { by, moves });
+                let outcome = Outcome::Superseded {
+                    by: by.request,
+                    moves: by.moves.clone(),
+                };
+                self.report(&plan, outcome);
                 Ok(None)
             }
-            _ => Ok(Some(plan)),
+            RequestVerdict::TooOld(None) => {
+                let reason = format!(
+                    "request {id} was made when the job had completed {epoch} reconfiguration(s); it has completed {} since, from before its restart, which it does not remember, so its ranks may have moved; nothing was moved",
+                    self.job.migrations - epoch
+                );
+                if self.rank == 0 {
+                    tracing::warn!("refusing reconfiguration request {id}: {reason}");
+                }
+                self.report(&plan, Outcome::Failed { reason });
+                Ok(None)
+            }
+            RequestVerdict::Run => Ok(Some(plan)),
+            // Not reached: the settled case returned above.
+            RequestVerdict::Drop => Ok(None),
         }
     }
 

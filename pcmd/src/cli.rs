@@ -474,7 +474,7 @@ pub fn format_outcome(request: RequestId, outcome: &Outcome) -> String {
         Outcome::Failed { reason } => format!("migration {request} failed: {reason}\n"),
         Outcome::Cancelled { reason } => format!("migration {request} cancelled: {reason}\n"),
         Outcome::Superseded { by, moves } => format!(
-            "migration {request} not carried out: {} won ({}); the job reconfigured first, so nothing of this request was moved\n",
+            "migration {request} not carried out: {} won ({}); the job moved a rank of this request first, so nothing of this request was moved\n",
             by.map_or_else(|| "a scripted move (PCM_SCHEDULE)".to_owned(), |r| format!("request {r}")),
             pcm_proto::describe_moves(moves)
         ),

@@ -420,26 +420,7 @@ fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs()
     let (daemon_a, daemon_b, job, _dir) = job_on_two_daemons();
 
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
-    let ask = |pcmd: &Pcmd, to: Option<String>| {
-        let socket = pcmd.socket.clone();
-        let barrier = barrier.clone();
-        std::thread::spawn(move || {
-            let mut command = std::process::Command::new(mpi_ios_tests::bin("pcmd"));
-            command
-                .arg("--socket")
-                .arg(&socket)
-                .args(["migrate", "--rank", "1"]);
-            if let Some(to) = to {
-                command.args(["--to", &to]);
-            }
-            barrier.wait();
-            command.output().unwrap()
-        })
-    };
-    let a = ask(&daemon_a, Some(host));
-    let b = ask(&daemon_b, None);
-    let outputs = [a.join().unwrap(), b.join().unwrap()];
+    let outputs = migrate_at_once(&[(&daemon_a, 1, Some(host)), (&daemon_b, 1, None)]);
     let texts: Vec<String> = outputs
         .iter()
         .map(|o| format!("{}{}", text(&o.stdout), text(&o.stderr)))
@@ -461,6 +442,56 @@ fn given_two_daemons_asked_to_move_one_rank_at_once_then_exactly_one_move_runs()
     let report = job.wait(DEADLINE).report();
     assert_eq!(report.checksum, reference);
     assert_eq!(report.migrations, Some(1));
+}
+
+/// `pcmd migrate` sent at the same instant to the two daemons of a job for different ranks
+/// (rank 0 at A, rank 1 at B): both moves run, one reconfiguration after the other. The
+/// job used to refuse whichever it agreed on second as superseded, although the first had
+/// not moved its rank.
+#[test]
+fn given_two_daemons_asked_to_move_different_ranks_at_once_then_both_moves_run() {
+    let _lock = mpi_lock();
+    let reference = long_reference();
+    let (daemon_a, daemon_b, job, _dir) = job_on_two_daemons();
+
+    let outputs = migrate_at_once(&[(&daemon_a, 0, None), (&daemon_b, 1, None)]);
+    for (output, rank) in outputs.iter().zip([0, 1]) {
+        let said = format!("{}{}", text(&output.stdout), text(&output.stderr));
+        assert!(
+            output.status.success() && said.contains(&format!("rank {rank} ->")),
+            "the move of rank {rank} must run: {said}"
+        );
+    }
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(2));
+}
+
+/// Runs `pcmd migrate --rank R [--to HOST]` against each daemon given, all released at
+/// the same instant, and returns their outputs in the same order.
+fn migrate_at_once(asks: &[(&Pcmd, u32, Option<String>)]) -> Vec<std::process::Output> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(asks.len()));
+    let threads: Vec<_> = asks
+        .iter()
+        .map(|(pcmd, rank, to)| {
+            let mut command = std::process::Command::new(mpi_ios_tests::bin("pcmd"));
+            command.arg("--socket").arg(&pcmd.socket).args([
+                "migrate",
+                "--rank",
+                &rank.to_string(),
+            ]);
+            if let Some(to) = to {
+                command.args(["--to", to]);
+            }
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                command.output().unwrap()
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
 /// Item 16 (review issue 12): `Pcm::migrations` counts reconfigurations since the job first

@@ -127,8 +127,10 @@ pub enum Outcome {
         /// Why, for people.
         reason: String,
     },
-    /// Nothing was moved: the job reconfigured after the request was made (another
-    /// daemon's request, or a scripted move, won), so its moves no longer describe the job.
+    /// Nothing was moved: a reconfiguration completed after the request was made (another
+    /// daemon's request, or a scripted move) moved one of the ranks it names, so its moves
+    /// no longer describe the job. (Or the job no longer remembers every reconfiguration
+    /// since the request was made, the last 32; `by` is then the latest.)
     Superseded {
         /// The request that won, or `None` for a scripted move (`PCM_SCHEDULE`).
         by: Option<RequestId>,
