@@ -282,7 +282,11 @@ struct Entity {
 /// (pcm carries out one reconfiguration of a job at a time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WhileMoving {
-    /// It begins when the move under way ends (the default).
+    /// The default, as pcm does since 2026-11-30: it begins when the moves under way or
+    /// queued end (the job agrees on the next request at its next status check, and
+    /// refuses one only if a rank it names moved since it was made), unless the daemon
+    /// of the node it leaves has a request of the job in flight already: that daemon
+    /// answers busy, and the move fails at once (`pcmd/src/registry.rs`).
     Queued,
     /// It fails then, and nothing moves ([`Sim::with_requests_refused_while_moving`]).
     Refused,
@@ -314,6 +318,10 @@ struct Job {
     /// With [`Sim::with_batched_reconfigurations`], the next reconfiguration, waiting for
     /// the one under way to end: when it starts, and its moves `(entity, from, to)`.
     next: Option<(Instant, Vec<PlannedMove>)>,
+    /// The nodes whose daemon has a request of this job in flight (an agent's move under
+    /// way or queued), with when it ends: a daemon answers busy to a second one
+    /// ([`WhileMoving::Queued`]).
+    requests_in_flight: Vec<(usize, Instant)>,
 }
 
 /// Seconds of `[start, end]` within `[from, to]`.
@@ -857,14 +865,13 @@ impl Sim {
     }
 
     /// An agent's move of a job that is already moving fails when the move under way ends,
-    /// and nothing moves, as pcm does: the daemon that made the request answers busy, and
-    /// another daemon's request is agreed after the move and refused as superseded (its
-    /// epoch is past; `pcm/src/status.rs`, `pcmd/src/registry.rs`). Default off: the move
-    /// queues behind the one under way and stops the job again when that ends, which is
-    /// kinder to gathering and harsher on the job's time than pcm (docs/results.md,
-    /// "Scale", 2026-11-29 night). The agents cannot yet tell that a job is reconfiguring,
-    /// so with this on they ask for moves the job will refuse. Replaces
-    /// [`Sim::with_batched_reconfigurations`].
+    /// and nothing moves, as pcm did until 2026-11-30: another daemon's request, agreed
+    /// after the move, was refused as superseded because the job's epoch had moved on,
+    /// whichever ranks it named. Default off: since then pcm refuses it only if the move
+    /// under way moved one of its ranks, so the move queues behind the one under way
+    /// unless its own node's daemon is busy ([`WhileMoving::Queued`]). With this on the
+    /// agents ask for moves the job will refuse, as nothing tells an agent that a job is
+    /// reconfiguring. Replaces [`Sim::with_batched_reconfigurations`].
     pub fn with_requests_refused_while_moving(mut self) -> Self {
         self.while_moving = WhileMoving::Refused;
         self
@@ -957,6 +964,7 @@ impl Sim {
                     paused: 0.0,
                     pause: None,
                     next: None,
+                    requests_in_flight: Vec::new(),
                 });
                 self.by_job.insert(id.job.clone(), self.jobs.len() - 1);
                 self.jobs.len() - 1
@@ -1483,6 +1491,17 @@ impl Sim {
         };
     }
 
+    /// Whether the daemon of node `from` has a request of one of `jobs` in flight (it then
+    /// answers busy to another). Forgets the requests that have ended.
+    fn daemon_busy(&mut self, jobs: &[usize], from: usize) -> bool {
+        let now = self.now;
+        jobs.iter().any(|&j| {
+            let in_flight = &mut self.jobs[j].requests_in_flight;
+            in_flight.retain(|&(_, end)| end > now);
+            in_flight.iter().any(|&(node, _)| node == from)
+        })
+    }
+
     /// Starts moving `entities` from `from` to `to` (a refused move if empty: it ends now),
     /// a move of their own.
     fn begin_move(
@@ -1542,9 +1561,19 @@ impl Sim {
                 (at, entities)
             }
             (true, Some(end)) if self.while_moving == WhileMoving::Refused => (end, Vec::new()),
+            (true, _)
+                if self.while_moving == WhileMoving::Queued && self.daemon_busy(&jobs, from) =>
+            {
+                (now, Vec::new())
+            }
             (true, Some(end)) => (end + cost, entities),
             _ => (now + cost, entities),
         };
+        if by_agent && !entities.is_empty() {
+            for &job in &jobs {
+                self.jobs[job].requests_in_flight.push((from, at));
+            }
+        }
         if !entities.is_empty() {
             for &e in &entities {
                 self.entities[e].moving_to = Some(to);

@@ -1084,8 +1084,8 @@ fn job_on_one_of_two_nodes(sim: &mut Sim, ranks: u32) -> (usize, usize) {
 /// 0.3 s + 10 s (their state at 100 Mbit/s) cost the job 10.3 s of progress, though the move
 /// spans five profile rounds of 2 s. The oracle's moves of one job at one instant are one
 /// plan and stop it once; an agent's move of a job that already stands still waits for the
-/// current move to end (one reconfiguration at a time), and stops it for its own time
-/// after. The simulator charged at most one profile period per move, and the pause once
+/// current move to end (one reconfiguration at a time) and stops it for its own time after,
+/// unless it comes from the node whose daemon made the first request. The simulator charged at most one profile period per move, and the pause once
 /// per rank, until 2026-11-29 (late).
 #[test]
 fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_of_it_once() {
@@ -1118,10 +1118,57 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
     // The oracle moves a job's ranks at one instant: one plan, one stand-still of the longest.
     let lost = still - progress(&[(0, vec![0, 1], false), (0, vec![2], false)]);
     assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
-    // An agent's move 4 s into another: it begins at 10.3 s, and the job stands still until
-    // 15.6 s.
+    // An agent's move 4 s into another, from the same node: that node's daemon has the
+    // job's first request in flight and answers busy, so it fails at once and the job
+    // stands still for the first move only (a move from another node queues: the next test).
     let lost = still - progress(&[(0, vec![0, 1], true), (4, vec![2], true)]);
-    assert!((lost - 15.6).abs() < 1e-6, "lost {lost} s");
+    assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
+}
+
+/// As pcm does (since 2026-11-30), an agent's move of a job that is already moving waits
+/// for the move under way when another node's daemon asks for it (the job agrees on it at
+/// its next status check: it moves none of the ranks of the first), and fails at once when
+/// the node's own daemon has a request of the job in flight (pcmd answers busy).
+#[test]
+fn given_a_job_moving_then_another_nodes_move_queues_and_the_same_nodes_is_refused_busy() {
+    use super::Balancer;
+    use crate::message::MigrationId;
+
+    // Ranks 0, 1 and 3 on node a, rank 2 on node c; b and d idle. Ranks 0 and 1 leave a at
+    // 0 s (10.3 s); at 4 s node c's agent moves rank 2 (5.3 s) and node a's moves rank 3.
+    let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
+    let n: Vec<usize> = (0..4).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
+    let (a, b, c, d) = (n[0], n[1], n[2], n[3]);
+    for (rank, node) in [(0, a), (1, a), (2, c), (3, a)] {
+        sim.add_entity(node, "j", rank, 62_500_000);
+    }
+    sim.run_for(secs(10));
+    let before = sim.iterations();
+    sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
+    sim.run_for(secs(4));
+    sim.begin_move(MigrationId(2), c, d, vec![2], true);
+    sim.begin_move(MigrationId(3), a, d, vec![3], true);
+    sim.run_for(secs(36));
+    let progress = (sim.iterations() - before) * sim.jobs[0].iteration;
+    assert!(
+        (40.0 - progress - 15.6).abs() < 1e-6,
+        "lost {} s",
+        40.0 - progress
+    );
+    assert_eq!((sim.count_on(b), sim.count_on(d)), (2, 1));
+    assert_eq!(
+        sim.count_on(a),
+        1,
+        "rank 3 stayed: node a's daemon was busy"
+    );
+    // Three ranks moved: 0 and 1 at 20.3 s, rank 2 when its queued move ended, at 25.6 s.
+    let ended: Vec<f64> = sim
+        .migrations()
+        .iter()
+        .map(|m| m.at.as_secs_f64())
+        .collect();
+    assert_eq!(ended.len(), 3, "{ended:?}");
+    assert!((ended[2] - 25.6).abs() < 1e-6, "{ended:?}");
 }
 
 /// With [`Sim::with_requests_refused_while_moving`], as pcm does, an agent's move of a job
