@@ -78,7 +78,7 @@ pub struct ScaleArgs {
     #[arg(long)]
     pub batched_reconfigurations: bool,
     /// An agent's move of a job that is already moving is refused when that move ends, as
-    /// pcm refused it until 2026-11-30 (`Sim::with_requests_refused_while_moving`); by
+    /// pcm refused it until 2026-11-29, late night (`Sim::with_requests_refused_while_moving`); by
     /// default, as pcm does now, it queues behind the move under way, and fails at once if
     /// its node's daemon has a request of the job in flight (busy).
     #[arg(long, conflicts_with = "batched_reconfigurations")]

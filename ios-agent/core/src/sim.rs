@@ -282,7 +282,7 @@ struct Entity {
 /// (pcm carries out one reconfiguration of a job at a time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WhileMoving {
-    /// The default, as pcm does since 2026-11-30: it begins when the moves under way or
+    /// The default, as pcm does since 2026-11-29 (late night): it begins when the moves under way or
     /// queued end (the job agrees on the next request at its next status check, and
     /// refuses one only if a rank it names moved since it was made), unless the daemon
     /// of the node it leaves has a request of the job in flight already: that daemon
@@ -865,7 +865,7 @@ impl Sim {
     }
 
     /// An agent's move of a job that is already moving fails when the move under way ends,
-    /// and nothing moves, as pcm did until 2026-11-30: another daemon's request, agreed
+    /// and nothing moves, as pcm did until 2026-11-29 (late night): another daemon's request, agreed
     /// after the move, was refused as superseded because the job's epoch had moved on,
     /// whichever ranks it named. Default off: since then pcm refuses it only if the move
     /// under way moved one of its ranks, so the move queues behind the one under way

@@ -1125,7 +1125,7 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
     assert!((lost - 10.3).abs() < 1e-6, "lost {lost} s");
 }
 
-/// As pcm does (since 2026-11-30), an agent's move of a job that is already moving waits
+/// As pcm does (since 2026-11-29, late night), an agent's move of a job that is already moving waits
 /// for the move under way when another node's daemon asks for it (the job agrees on it at
 /// its next status check: it moves none of the ranks of the first), and fails at once when
 /// the node's own daemon has a request of the job in flight (pcmd answers busy).
