@@ -27,7 +27,10 @@ pub struct LocalSlurm {
 }
 
 fn run(program: &str, args: &[&str], conf: Option<&Path>) -> Result<String, String> {
-    let mut command = Command::new(program);
+    // By the path `available` found it at: the daemons live in /usr/sbin, which a PATH
+    // (a user's, or a clean `env -i` one) may lack.
+    let path = locate(program).ok_or_else(|| format!("{program} is not installed"))?;
+    let mut command = Command::new(path);
     command.args(args).stdin(Stdio::null());
     if let Some(conf) = conf {
         command.env("SLURM_CONF", conf);
@@ -47,10 +50,12 @@ fn run(program: &str, args: &[&str], conf: Option<&Path>) -> Result<String, Stri
     }
 }
 
-fn found(program: &str) -> bool {
+/// Where Debian's packages install `program`, if they did.
+fn locate(program: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
         .iter()
-        .any(|dir| Path::new(dir).join(program).exists())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|path| path.exists())
 }
 
 impl LocalSlurm {
@@ -60,7 +65,7 @@ impl LocalSlurm {
             return Err("starting slurmctld and slurmd needs root".into());
         }
         for program in ["slurmctld", "slurmd", "salloc", "sinfo", "munged"] {
-            if !found(program) {
+            if locate(program).is_none() {
                 return Err(format!(
                     "{program} is not installed (apt-get install slurmctld slurmd slurm-client munge)"
                 ));
