@@ -282,11 +282,11 @@ struct Entity {
 /// (pcm carries out one reconfiguration of a job at a time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WhileMoving {
-    /// The default, as pcm does since 2026-11-29 (late night): it begins when the moves under way or
-    /// queued end (the job agrees on the next request at its next status check, and
-    /// refuses one only if a rank it names moved since it was made), unless the daemon
-    /// of the node it leaves has a request of the job in flight already: that daemon
-    /// answers busy, and the move fails at once (`pcmd/src/registry.rs`).
+    /// The default, as pcm does since 2026-11-29 (late night): it begins when the moves
+    /// under way or queued end (the job agrees on the next request at its next status
+    /// check, and refuses one only if a rank it names moved since it was made), unless the
+    /// daemon of the node it leaves has a request of the job in flight already: that
+    /// daemon answers busy, and the move fails at once (`pcmd/src/registry.rs`).
     Queued,
     /// It fails then, and nothing moves ([`Sim::with_requests_refused_while_moving`]).
     Refused,
@@ -865,9 +865,9 @@ impl Sim {
     }
 
     /// An agent's move of a job that is already moving fails when the move under way ends,
-    /// and nothing moves, as pcm did until 2026-11-29 (late night): another daemon's request, agreed
-    /// after the move, was refused as superseded because the job's epoch had moved on,
-    /// whichever ranks it named. Default off: since then pcm refuses it only if the move
+    /// and nothing moves, as pcm did until 2026-11-29 (late night): another daemon's
+    /// request, agreed after the move, was refused as superseded because the job's epoch
+    /// had moved on, whichever ranks it named. Default off: since then pcm refuses it only if the move
     /// under way moved one of its ranks, so the move queues behind the one under way
     /// unless its own node's daemon is busy ([`WhileMoving::Queued`]). With this on the
     /// agents ask for moves the job will refuse, as nothing tells an agent that a job is
@@ -1544,6 +1544,9 @@ impl Sim {
             .map(|(_, end)| end)
             .filter(|end| *end > now)
             .max();
+        // Only the default model asks whose daemon is busy, so only it keeps the requests.
+        let daemons_tracked = by_agent && self.while_moving == WhileMoving::Queued;
+        let busy = daemons_tracked && self.daemon_busy(&jobs, from);
         let (at, entities) = match (by_agent, under_way) {
             _ if entities.is_empty() => (now, entities),
             (true, Some(end)) if self.while_moving == WhileMoving::Batched => {
@@ -1561,15 +1564,11 @@ impl Sim {
                 (at, entities)
             }
             (true, Some(end)) if self.while_moving == WhileMoving::Refused => (end, Vec::new()),
-            (true, _)
-                if self.while_moving == WhileMoving::Queued && self.daemon_busy(&jobs, from) =>
-            {
-                (now, Vec::new())
-            }
+            (true, _) if busy => (now, Vec::new()),
             (true, Some(end)) => (end + cost, entities),
             _ => (now + cost, entities),
         };
-        if by_agent && !entities.is_empty() {
+        if daemons_tracked && !entities.is_empty() {
             for &job in &jobs {
                 self.jobs[job].requests_in_flight.push((from, at));
             }
