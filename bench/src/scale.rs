@@ -71,17 +71,18 @@ pub struct ScaleArgs {
     /// (`Sim::with_waiting_as_idle`); by default every rank is one runnable thread.
     #[arg(long)]
     pub waiting_as_idle: bool,
-    /// What-if: a job's reconfiguration carries out every move requested while the one
-    /// before it was under way (`Sim::with_batched_reconfigurations`), as pcm would if it
-    /// agreed on all pending requests at a status check; by default one request per
-    /// reconfiguration, as pcm does.
+    /// An agent's move of a job that is already moving waits for the moves before it and
+    /// stops the job once more on its own, as pcm did from 2026-11-29 (late night) to
+    /// 2026-11-30, agreeing on one request per status check
+    /// (`Sim::with_one_request_per_reconfiguration`). By default, as pcm does now, it
+    /// joins the next reconfiguration, which carries out every request held at its check;
+    /// in both, it fails at once if its node's daemon has a request of the job in flight
+    /// (busy).
     #[arg(long)]
-    pub batched_reconfigurations: bool,
+    pub one_request_per_reconfiguration: bool,
     /// An agent's move of a job that is already moving is refused when that move ends, as
-    /// pcm refused it until 2026-11-29, late night (`Sim::with_requests_refused_while_moving`); by
-    /// default, as pcm does now, it queues behind the move under way, and fails at once if
-    /// its node's daemon has a request of the job in flight (busy).
-    #[arg(long, conflicts_with = "batched_reconfigurations")]
+    /// pcm refused it until 2026-11-29, late night (`Sim::with_requests_refused_while_moving`).
+    #[arg(long, conflicts_with = "one_request_per_reconfiguration")]
     pub refused_while_moving: bool,
     /// Peers each agent keeps in its table (the real agents' default is 256): a larger
     /// table finds more givers and partners, and costs the simulator time and memory.
@@ -352,8 +353,8 @@ pub struct Pool {
     pub length: Duration,
     /// See [`ScaleArgs::waiting_as_idle`].
     pub waiting_as_idle: bool,
-    /// See [`ScaleArgs::batched_reconfigurations`].
-    pub batched_reconfigurations: bool,
+    /// See [`ScaleArgs::one_request_per_reconfiguration`].
+    pub one_request_per_reconfiguration: bool,
     /// See [`ScaleArgs::refused_while_moving`].
     pub refused_while_moving: bool,
     /// Peers each agent keeps (see [`ScaleArgs::max_peers`]).
@@ -631,8 +632,8 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     if pool.waiting_as_idle {
         sim = sim.with_waiting_as_idle();
     }
-    if pool.batched_reconfigurations {
-        sim = sim.with_batched_reconfigurations();
+    if pool.one_request_per_reconfiguration {
+        sim = sim.with_one_request_per_reconfiguration();
     }
     if pool.refused_while_moving {
         sim = sim.with_requests_refused_while_moving();
@@ -1016,7 +1017,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                     seed,
                     length: Duration::from_secs(minutes * 60),
                     waiting_as_idle: args.waiting_as_idle,
-                    batched_reconfigurations: args.batched_reconfigurations,
+                    one_request_per_reconfiguration: args.one_request_per_reconfiguration,
                     refused_while_moving: args.refused_while_moving,
                     max_peers: args.max_peers,
                 };
@@ -1187,7 +1188,7 @@ mod tests {
             seed: 1,
             length: Duration::from_secs(minutes * 60),
             waiting_as_idle: false,
-            batched_reconfigurations: false,
+            one_request_per_reconfiguration: false,
             refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
         }
@@ -1257,7 +1258,7 @@ mod tests {
             seed: 3,
             length: Duration::from_secs(300),
             waiting_as_idle: false,
-            batched_reconfigurations: false,
+            one_request_per_reconfiguration: false,
             refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
         };

@@ -496,7 +496,7 @@ mod tests {
             seed,
             length: Duration::from_secs(12 * 60),
             waiting_as_idle: false,
-            batched_reconfigurations: false,
+            one_request_per_reconfiguration: false,
             refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
         };

@@ -5,15 +5,17 @@
 //! (0: none), rank 0's proposed check interval, and rank 0's checkpoint bits. From the
 //! agreed words, the move waiting for a checkpoint, and the scripted move due now, every
 //! rank reaches the same [`Next`] step; after the plan is validated, the same
-//! [`Validated`] step; and from a request's epoch, the same [`RequestVerdict`]. Nothing
-//! here does I/O or MPI, so every rule has a unit test below.
+//! [`Validated`] step; and from a request's epoch and the requests agreed before it at
+//! the same check, the same [`RequestVerdict`]. Nothing here does I/O or MPI, so every
+//! rule has a unit test below.
 
 use std::collections::VecDeque;
 
 use pcm_proto::Move;
 
 use crate::checkpoint;
-use crate::{Plan, Reconfiguration, Status};
+use crate::plan::{Answered, Plan};
+use crate::{Reconfiguration, Status};
 
 /// What one rank contributes to the check's all-reduce (max), and what all agree on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,7 +62,9 @@ pub(crate) enum Next {
     },
     /// A scripted move (`PCM_SCHEDULE`) due now: validate it.
     Scripted(Plan),
-    /// Some rank holds pcmd request `id`: the ranks agree on it (collective), then validate.
+    /// Some rank holds pcmd request `id`, the highest held: the ranks agree on it, then on
+    /// each lower one held (collective), validate each, and carry out together those that
+    /// may run.
     Request(pcm_proto::RequestId),
     /// A coordinated checkpoint is due.
     Checkpoint,
@@ -78,12 +82,7 @@ pub(crate) fn next(words: Words, deferred: Option<Plan>, scheduled: Option<Vec<M
             postponed: scheduled,
         }
     } else if let Some(moves) = scheduled {
-        Next::Scripted(Plan {
-            request: None,
-            moves,
-            held_here: false,
-            agreed_at: None,
-        })
+        Next::Scripted(Plan::scripted(moves))
     } else if words.request != 0 {
         Next::Request(pcm_proto::RequestId(words.request))
     } else if words.checkpoint & checkpoint::DUE != 0 {
@@ -143,41 +142,52 @@ pub(crate) enum RequestVerdict<'a> {
     /// made, so one of them may have moved its ranks: refuse it, naming the latest (if the
     /// job remembers any: a restart from a checkpoint older than this memory has none).
     TooOld(Option<&'a Reconfiguration>),
+    /// A request agreed before it at the same check, to be carried out in the same
+    /// reconfiguration, moves a rank it names: refuse it, naming that request.
+    Overlaps(&'a Answered),
 }
 
 /// The verdict on an agreed request for `moves`: `settled_somewhere` if any rank reported
 /// it settled, `epoch` the job's epoch when the daemon made it, `migrations` the job's
-/// epoch now, `recent` the reconfigurations the job remembers (oldest first).
+/// epoch now, `recent` the reconfigurations the job remembers (oldest first), `agreed`
+/// the requests agreed earlier at this check (they will run with it).
 ///
 /// A request is not refused because the job reconfigured since it was made, only when a
-/// rank it names was moved since: two daemons asking at once to move different ranks of
-/// a job both get their move, one reconfiguration after the other, and neither can move a
-/// rank the other has just moved (item 14).
+/// rank it names was moved since, or is moved by a request that runs with it: two daemons
+/// asking at once to move different ranks of a job both get their move, in one
+/// reconfiguration when both requests are held at one check, and neither can move a rank
+/// the other moves (item 14).
 pub(crate) fn request_verdict<'a>(
     settled_somewhere: bool,
     moves: &[Move],
     epoch: u64,
     migrations: u64,
     recent: &'a VecDeque<Reconfiguration>,
+    agreed: &'a [Answered],
 ) -> RequestVerdict<'a> {
     if settled_somewhere {
         return RequestVerdict::Drop;
     }
+    let shares_a_rank = |done: &[Move]| {
+        done.iter()
+            .any(|done| moves.iter().any(|asked| asked.rank == done.rank))
+    };
+    let overlapping = agreed.iter().find(|a| shares_a_rank(&a.moves));
     if epoch >= migrations {
-        return RequestVerdict::Run;
+        return overlapping.map_or(RequestVerdict::Run, RequestVerdict::Overlaps);
     }
     let remembers_all_since = recent.front().is_some_and(|oldest| oldest.epoch <= epoch);
     if !remembers_all_since {
         return RequestVerdict::TooOld(recent.back());
     }
-    let moved_since = recent.iter().filter(|r| r.epoch >= epoch).find(|r| {
-        r.moves
-            .iter()
-            .any(|done| moves.iter().any(|asked| asked.rank == done.rank))
-    });
-    match moved_since {
-        Some(by) => RequestVerdict::Superseded(by),
-        None => RequestVerdict::Run,
+    let moved_since = recent
+        .iter()
+        .filter(|r| r.epoch >= epoch)
+        .find(|r| shares_a_rank(&r.moves));
+    match (moved_since, overlapping) {
+        (Some(by), _) => RequestVerdict::Superseded(by),
+        (None, Some(with)) => RequestVerdict::Overlaps(with),
+        (None, None) => RequestVerdict::Run,
     }
 }
 
@@ -198,11 +208,9 @@ mod tests {
     }
 
     fn plan(request: Option<u64>, ranks: &[u32]) -> Plan {
-        Plan {
-            request: request.map(RequestId),
-            moves: moves(ranks),
-            held_here: false,
-            agreed_at: None,
+        match request {
+            Some(id) => Plan::answering(RequestId(id), moves(ranks), false),
+            None => Plan::scripted(moves(ranks)),
         }
     }
 
@@ -306,17 +314,17 @@ mod tests {
     fn given_two_requests_of_one_epoch_for_one_rank_then_only_the_first_agreed_runs() {
         let mut recent = VecDeque::new();
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 0, 0, &recent),
+            request_verdict(false, &moves(&[1]), 0, 0, &recent, &[]),
             RequestVerdict::Run
         );
         recent.push_back(done(0, 7, &[1]));
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 0, 1, &recent),
+            request_verdict(false, &moves(&[1]), 0, 1, &recent, &[]),
             RequestVerdict::Superseded(&done(0, 7, &[1]))
         );
         // A request made after the move (the daemon heard of it) runs.
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 1, 1, &recent),
+            request_verdict(false, &moves(&[1]), 1, 1, &recent, &[]),
             RequestVerdict::Run
         );
     }
@@ -327,16 +335,16 @@ mod tests {
     fn given_a_request_whose_ranks_were_not_moved_since_then_it_runs() {
         let recent: VecDeque<_> = [done(0, 7, &[1]), done(1, 8, &[0, 3])].into();
         assert_eq!(
-            request_verdict(false, &moves(&[2]), 0, 2, &recent),
+            request_verdict(false, &moves(&[2]), 0, 2, &recent, &[]),
             RequestVerdict::Run
         );
         assert_eq!(
-            request_verdict(false, &moves(&[2, 3]), 0, 2, &recent),
+            request_verdict(false, &moves(&[2, 3]), 0, 2, &recent, &[]),
             RequestVerdict::Superseded(&done(1, 8, &[0, 3]))
         );
         // Rank 1 moved at epoch 0, before a request made at epoch 1: not since it.
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 1, 2, &recent),
+            request_verdict(false, &moves(&[1]), 1, 2, &recent, &[]),
             RequestVerdict::Run
         );
     }
@@ -348,11 +356,11 @@ mod tests {
     fn given_a_request_older_than_the_job_remembers_then_it_is_superseded() {
         let recent: VecDeque<_> = [done(5, 9, &[0])].into();
         assert_eq!(
-            request_verdict(false, &moves(&[2]), 4, 6, &recent),
+            request_verdict(false, &moves(&[2]), 4, 6, &recent, &[]),
             RequestVerdict::TooOld(Some(&done(5, 9, &[0])))
         );
         assert_eq!(
-            request_verdict(false, &moves(&[2]), 4, 6, &VecDeque::new()),
+            request_verdict(false, &moves(&[2]), 4, 6, &VecDeque::new(), &[]),
             RequestVerdict::TooOld(None)
         );
     }
@@ -363,12 +371,38 @@ mod tests {
     fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
         let recent = VecDeque::new();
         assert_eq!(
-            request_verdict(true, &moves(&[1]), 5, 5, &recent),
+            request_verdict(true, &moves(&[1]), 5, 5, &recent, &[]),
             RequestVerdict::Drop
         );
         assert_eq!(
-            request_verdict(true, &moves(&[1]), 0, 5, &recent),
+            request_verdict(true, &moves(&[1]), 0, 5, &recent, &[]),
             RequestVerdict::Drop
+        );
+    }
+
+    /// Requests held at one check run together: a lower one naming a rank that a higher one
+    /// agreed before it moves is refused, naming that request; one naming other ranks runs
+    /// with it. A rank moved since the request was made is named first.
+    #[test]
+    fn given_requests_agreed_at_one_check_then_only_one_moves_each_rank() {
+        let recent: VecDeque<_> = [done(0, 7, &[1])].into();
+        let first = plan(Some(9), &[2, 3]);
+        let agreed = &first.requests[..];
+        assert_eq!(
+            request_verdict(false, &moves(&[0]), 1, 1, &recent, agreed),
+            RequestVerdict::Run
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[0, 3]), 1, 1, &recent, agreed),
+            RequestVerdict::Overlaps(&first.requests[0])
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[3]), 0, 1, &recent, agreed),
+            RequestVerdict::Overlaps(&first.requests[0])
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[1, 3]), 0, 1, &recent, agreed),
+            RequestVerdict::Superseded(&done(0, 7, &[1]))
         );
     }
 }

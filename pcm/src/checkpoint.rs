@@ -197,7 +197,7 @@ pub(crate) struct State {
     /// Iteration of an agreed checkpoint waiting for `reconfigure`.
     pub(crate) pending: Option<u64>,
     /// A move agreed at the check that took the checkpoint before it; made at the next check.
-    pub(crate) deferred_move: Option<crate::Plan>,
+    pub(crate) deferred_move: Option<crate::plan::Plan>,
 }
 
 impl State {

@@ -84,6 +84,15 @@ impl Queue {
         self.pending.iter().map(|p| p.id.0).max().unwrap_or(0)
     }
 
+    fn max_id_below(&self, below: u64) -> u64 {
+        self.pending
+            .iter()
+            .map(|p| p.id.0)
+            .filter(|&id| id < below)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn settle(&mut self, id: RequestId) {
         self.done.push_back(id);
         if self.done.len() > MAX_DONE {
@@ -160,6 +169,13 @@ impl DaemonLink {
         self.shared.pending_max.load(Ordering::Acquire)
     }
 
+    /// Largest pending request id below `below`, 0 when none: the rank's input when the
+    /// job looks for more requests to carry out at a check (ids count down from the
+    /// highest, so a request read while the check goes on cannot make it loop).
+    pub(crate) fn pending_max_below(&self, below: RequestId) -> u64 {
+        pending_max_below(&self.shared, below)
+    }
+
     /// Takes up a request the job agreed on: removes it from the queue and returns its
     /// moves if this rank holds it, or says it was settled here before.
     pub(crate) fn take(&self, id: RequestId) -> Take {
@@ -213,6 +229,11 @@ impl Drop for DaemonLink {
     fn drop(&mut self) {
         self.stop_and_wait(Duration::from_millis(200));
     }
+}
+
+fn pending_max_below(shared: &Shared, below: RequestId) -> u64 {
+    let queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+    queue.max_id_below(below.0)
 }
 
 fn take(shared: &Shared, id: RequestId) -> Take {
@@ -640,6 +661,25 @@ mod tests {
         // Redelivery does not revive it.
         assert_eq!(handle(requested(5, 1), &shared), None);
         assert_eq!(shared.pending_max.load(Ordering::Acquire), 0);
+    }
+
+    /// Requests held together are found from the highest down, each once: taking one up
+    /// leaves the lower ones to find, and a request read during the search but higher than
+    /// where it stands is left for the next check.
+    #[test]
+    fn given_several_pending_requests_then_each_lower_one_is_found_in_turn() {
+        let shared = Shared::default();
+        for id in [4, 9, 6] {
+            assert_eq!(handle(requested(id, 1), &shared), None);
+        }
+        assert_eq!(shared.pending_max.load(Ordering::Acquire), 9);
+        assert!(matches!(take(&shared, RequestId(9)), Take::Held { .. }));
+        assert_eq!(pending_max_below(&shared, RequestId(9)), 6);
+        assert_eq!(handle(requested(12, 1), &shared), None);
+        assert!(matches!(take(&shared, RequestId(6)), Take::Held { .. }));
+        assert_eq!(pending_max_below(&shared, RequestId(6)), 4);
+        assert_eq!(pending_max_below(&shared, RequestId(4)), 0);
+        assert_eq!(shared.pending_max.load(Ordering::Acquire), 12);
     }
 
     /// Item 13: a request already taken up cannot be withdrawn: no answer (its end is

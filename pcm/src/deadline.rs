@@ -114,7 +114,8 @@ impl std::fmt::Display for Phase {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{request} ({moves}) at iteration {iteration} did not finish within {timeout_s} s: {side} {rank} on host {host} was still waiting in the {phase} phase")]
 pub struct Stall {
-    /// "migration #N" (a pcmd request) or "scheduled reconfiguration (PCM_SCHEDULE)".
+    /// "migration #N" (a pcmd request), "migrations #N and #M" (several carried out
+    /// together) or "scheduled reconfiguration (PCM_SCHEDULE)".
     pub request: String,
     /// The moves, "rank 1 to node-b".
     pub moves: String,
@@ -150,8 +151,8 @@ pub(crate) struct Context {
     pub(crate) rank: Option<u32>,
     /// This process's host.
     pub(crate) host: HostName,
-    /// The pcmd request being carried out; `None` for a `PCM_SCHEDULE` move.
-    pub(crate) request: Option<RequestId>,
+    /// The pcmd requests being carried out; none for a `PCM_SCHEDULE` move.
+    pub(crate) requests: Vec<RequestId>,
     /// The moves (unknown to a replacement until the hand-over arrives).
     pub(crate) moves: Vec<Move>,
     /// The iteration at which the job reconfigures, when known.
@@ -163,10 +164,11 @@ pub(crate) use pcm_proto::describe_moves;
 impl Context {
     fn stalled(&self, phase: Phase, timeout: Duration) -> PcmError {
         PcmError::ReconfigurationStalled(Box::new(Stall {
-            request: self.request.map_or_else(
-                || "scheduled reconfiguration (PCM_SCHEDULE)".to_owned(),
-                |r| format!("migration {r}"),
-            ),
+            request: match self.requests.as_slice() {
+                [] => "scheduled reconfiguration (PCM_SCHEDULE)".to_owned(),
+                [one] => format!("migration {one}"),
+                many => format!("migrations {}", crate::plan::list_ids(many.iter().copied())),
+            },
             moves: describe_moves(&self.moves),
             phase,
             side: match self.side {
@@ -204,9 +206,13 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Starts the watchdog: it fires `timeout` from now unless disarmed. `reporter` is the
-    /// link to the node's pcmd when this rank delivered the request (it reports the
-    /// failure there).
-    pub(crate) fn arm(context: Context, timeout: Duration, reporter: Option<Reporter>) -> Self {
+    /// link to the node's pcmd, with the requests this rank delivered, when it delivered
+    /// any (it reports their failure there).
+    pub(crate) fn arm(
+        context: Context,
+        timeout: Duration,
+        reporter: Option<(Reporter, Vec<RequestId>)>,
+    ) -> Self {
         let shared = Arc::new(Shared {
             phase: AtomicU8::new(Phase::Spawn as u8),
             context: Mutex::new(context),
@@ -270,7 +276,12 @@ impl Drop for Watchdog {
     }
 }
 
-fn watch(shared: Arc<Shared>, deadline: Instant, timeout: Duration, reporter: Option<Reporter>) {
+fn watch(
+    shared: Arc<Shared>,
+    deadline: Instant,
+    timeout: Duration,
+    reporter: Option<(Reporter, Vec<RequestId>)>,
+) {
     let mut disarmed = shared.disarmed.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if *disarmed {
@@ -298,21 +309,28 @@ fn watch(shared: Arc<Shared>, deadline: Instant, timeout: Duration, reporter: Op
 }
 
 /// The deadline passed: say what stalled, tell pcmd, end the job.
-fn fire(context: &Context, phase: Phase, timeout: Duration, reporter: Option<Reporter>) -> ! {
+fn fire(
+    context: &Context,
+    phase: Phase,
+    timeout: Duration,
+    reporter: Option<(Reporter, Vec<RequestId>)>,
+) -> ! {
     let error = context.stalled(phase, timeout);
     tracing::error!(
         "{error}; ending the job with exit status {RECONFIGURE_TIMEOUT_EXIT} (checkpoints already taken stay usable: restart with PCM_RESTART=1)"
     );
-    let reported = match (reporter, context.request) {
-        (Some(reporter), Some(request)) => {
-            let message = ToDaemon::ReconfigurationFinished {
-                request,
-                outcome: Outcome::Failed {
-                    reason: error.to_string(),
-                },
-            };
-            if !reporter.send_and_flush(message, REPORT_FLUSH) {
-                tracing::warn!("could not report the failure of {request} to pcmd in time");
+    let reported = match reporter {
+        Some((reporter, held_here)) if !held_here.is_empty() => {
+            for request in held_here {
+                let message = ToDaemon::ReconfigurationFinished {
+                    request,
+                    outcome: Outcome::Failed {
+                        reason: error.to_string(),
+                    },
+                };
+                if !reporter.send_and_flush(message, REPORT_FLUSH) {
+                    tracing::warn!("could not report the failure of {request} to pcmd in time");
+                }
             }
             true
         }
@@ -325,7 +343,7 @@ fn fire(context: &Context, phase: Phase, timeout: Duration, reporter: Option<Rep
     std::thread::sleep(OUTPUT_FLUSH);
     // The rank that reports to pcmd, and the parents when a replacement fired, go first:
     // the first MPI_Abort ends every process, and the report would be lost with them.
-    if !reported && (context.request.is_some() || context.side == Side::Replacement) {
+    if !reported && (!context.requests.is_empty() || context.side == Side::Replacement) {
         std::thread::sleep(REPORTER_HEAD_START);
     }
     // If MPI_Abort hangs (the runtime waits for the stalled process too) or returns, the
@@ -360,7 +378,7 @@ mod tests {
             side: Side::Parent,
             rank: Some(0),
             host: HostName::new("node-a").unwrap(),
-            request: Some(RequestId(7)),
+            requests: vec![RequestId(7)],
             moves: vec![Move {
                 rank: Rank(1),
                 to: Some(HostName::new("node-b").unwrap()),
@@ -373,6 +391,14 @@ mod tests {
         for part in ["migration #7", "rank 1 to node-b", "merge", "node-a", "40"] {
             assert!(text.contains(part), "{part:?} missing from {text:?}");
         }
+        let together = Context {
+            requests: vec![RequestId(9), RequestId(7)],
+            ..context
+        };
+        let text = together
+            .stalled(Phase::Spawn, Duration::from_secs(5))
+            .to_string();
+        assert!(text.contains("migrations #9 and #7"), "{text:?}");
     }
 
     #[test]
@@ -381,7 +407,7 @@ mod tests {
             side: Side::Parent,
             rank: Some(0),
             host: HostName::new("node-a").unwrap(),
-            request: None,
+            requests: Vec::new(),
             moves: Vec::new(),
             iteration: None,
         };

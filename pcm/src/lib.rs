@@ -125,6 +125,7 @@ mod ffi;
 mod hosts;
 mod interpose;
 mod launch;
+mod plan;
 mod profile;
 mod reconfig;
 mod runtime;
@@ -159,6 +160,7 @@ pub use shared::SharedArray;
 use daemon::DaemonLink;
 use launch::Launch;
 use pcm_proto::{Outcome, ToDaemon};
+use plan::Plan;
 use profile::Profiler;
 use schedule::{Cadence, Schedule};
 use store::Store;
@@ -271,21 +273,6 @@ pub enum Reconfigured {
     Departed(Departed),
 }
 
-/// A reconfiguration agreed by every rank, not yet carried out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Plan {
-    /// The daemon request it answers; `None` for scheduled ones.
-    request: Option<RequestId>,
-    /// Moves, sorted by rank, each rank at most once.
-    moves: Vec<Move>,
-    /// Whether this rank's daemon delivered the request (and so awaits the outcome).
-    #[serde(skip)]
-    held_here: bool,
-    /// When the status check that agreed on it began.
-    #[serde(skip)]
-    agreed_at: Option<Instant>,
-}
-
 /// The part of a rank's state that every rank shares and a replacement inherits.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct JobContext {
@@ -336,14 +323,15 @@ pub(crate) struct JobContext {
     reconfigure_timeout: Duration,
 }
 
-/// A completed reconfiguration, as the job remembers it.
+/// A completed reconfiguration, as the job remembers it: one entry per request it
+/// answered (a reconfiguration can carry out several), or one for a scripted move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Reconfiguration {
     /// The job's epoch when it began: the reconfigurations completed before it.
     epoch: u64,
     /// The pcmd request it answered; `None` for a scripted move.
     request: Option<RequestId>,
-    /// What it moved.
+    /// What it moved for that request.
     moves: Vec<Move>,
 }
 
@@ -359,21 +347,23 @@ pub(crate) struct CarriedOut {
 /// node at once, so a late copy arrives within a few reconfigurations of the first.
 const CARRIED_OUT_REMEMBERED: usize = 32;
 
-/// How many completed reconfigurations a job remembers for [`JobContext::recent`]. A request
-/// older than all of them is refused as superseded: nothing shows that the ones forgotten
-/// left its ranks alone.
+/// How many entries of completed reconfigurations a job remembers for
+/// [`JobContext::recent`] (at least one reconfiguration, whole, however many requests it
+/// answered). A request older than all of them is refused as superseded: nothing shows that
+/// the ones forgotten left its ranks alone.
 const RECONFIGURATIONS_REMEMBERED: usize = 32;
 
 impl JobContext {
-    /// Remembers that the job carried out `request` (if the reconfiguration answered one),
-    /// ending with `outcome`. Every rank calls it at the same reconfiguration, so that
-    /// all of them agree on [`JobContext::carried_out`].
-    pub(crate) fn remember_completion(&mut self, request: Option<RequestId>, outcome: &Outcome) {
-        let Some(request) = request else { return };
-        self.carried_out.push_back(CarriedOut {
-            request,
-            outcome: outcome.clone(),
-        });
+    /// Remembers that the job carried out each request `plan` answers, ending with
+    /// `outcome` (each as its holder was told it). Every rank calls it at the same
+    /// reconfiguration, so that all of them agree on [`JobContext::carried_out`].
+    pub(crate) fn remember_completion(&mut self, plan: &Plan, outcome: &Outcome) {
+        for request in &plan.requests {
+            self.carried_out.push_back(CarriedOut {
+                request: request.id,
+                outcome: request.own_outcome(outcome),
+            });
+        }
         while self.carried_out.len() > CARRIED_OUT_REMEMBERED {
             self.carried_out.pop_front();
         }
@@ -388,15 +378,37 @@ impl JobContext {
             .map(|c| &c.outcome)
     }
 
-    /// Counts a completed reconfiguration of `plan`, and remembers it.
+    /// Counts a completed reconfiguration of `plan`, and remembers it: one entry per
+    /// request it answered (one for a scripted move), all with the epoch it began at.
     pub(crate) fn record_reconfiguration(&mut self, plan: &Plan) {
-        self.recent.push_back(Reconfiguration {
-            epoch: self.migrations,
-            request: plan.request,
-            moves: plan.moves.clone(),
-        });
+        let epoch = self.migrations;
+        if plan.requests.is_empty() {
+            self.recent.push_back(Reconfiguration {
+                epoch,
+                request: None,
+                moves: plan.moves.clone(),
+            });
+        }
+        for request in &plan.requests {
+            self.recent.push_back(Reconfiguration {
+                epoch,
+                request: Some(request.id),
+                moves: request.moves.clone(),
+            });
+        }
+        // Whole reconfigurations are forgotten: with part of one forgotten, a request
+        // made at its epoch would look remembered when it is not.
         while self.recent.len() > RECONFIGURATIONS_REMEMBERED {
-            self.recent.pop_front();
+            let Some(forgotten) = self.recent.pop_front() else {
+                break;
+            };
+            while self
+                .recent
+                .front()
+                .is_some_and(|r| r.epoch == forgotten.epoch)
+            {
+                self.recent.pop_front();
+            }
         }
         self.migrations += 1;
     }
@@ -1324,12 +1336,7 @@ mod verdict_tests {
             rank: Rank(1),
             to: None,
         }];
-        job.record_reconfiguration(&Plan {
-            request: Some(RequestId(77)),
-            moves: moves.clone(),
-            held_here: false,
-            agreed_at: None,
-        });
+        job.record_reconfiguration(&Plan::answering(RequestId(77), moves.clone(), false));
         assert_eq!(job.migrations, 3);
         assert_eq!(
             job.recent.back(),
@@ -1340,14 +1347,48 @@ mod verdict_tests {
             })
         );
         for _ in 0..RECONFIGURATIONS_REMEMBERED {
-            job.record_reconfiguration(&Plan {
-                request: None,
-                moves: Vec::new(),
-                held_here: false,
-                agreed_at: None,
-            });
+            job.record_reconfiguration(&Plan::scripted(Vec::new()));
         }
         assert_eq!(job.recent.len(), RECONFIGURATIONS_REMEMBERED);
+        assert_eq!(job.recent.front().map(|r| r.epoch), Some(3));
+    }
+
+    /// Two requests carried out in one reconfiguration: counted once, remembered as two
+    /// entries of one epoch, and forgotten together, never one without the other.
+    #[test]
+    fn given_a_reconfiguration_of_two_requests_then_it_is_remembered_and_forgotten_whole() {
+        let mut job = job_context();
+        let mut plan = Plan::answering(
+            RequestId(9),
+            vec![Move {
+                rank: Rank(2),
+                to: None,
+            }],
+            false,
+        );
+        plan.absorb(Plan::answering(
+            RequestId(4),
+            vec![Move {
+                rank: Rank(0),
+                to: None,
+            }],
+            false,
+        ));
+        job.record_reconfiguration(&plan);
+        assert_eq!(job.migrations, 3);
+        let remembered: Vec<(u64, Option<RequestId>)> =
+            job.recent.iter().map(|r| (r.epoch, r.request)).collect();
+        assert_eq!(
+            remembered,
+            vec![(2, Some(RequestId(9))), (2, Some(RequestId(4)))]
+        );
+        for _ in 0..RECONFIGURATIONS_REMEMBERED - 2 {
+            job.record_reconfiguration(&Plan::scripted(Vec::new()));
+        }
+        assert_eq!(job.recent.len(), RECONFIGURATIONS_REMEMBERED);
+        job.record_reconfiguration(&Plan::scripted(Vec::new()));
+        // One more entry forgets the first reconfiguration, both of its entries.
+        assert_eq!(job.recent.len(), RECONFIGURATIONS_REMEMBERED - 1);
         assert_eq!(job.recent.front().map(|r| r.epoch), Some(3));
     }
 
@@ -1364,10 +1405,17 @@ mod verdict_tests {
     #[test]
     fn given_carried_out_requests_then_the_latest_are_remembered_with_their_outcome() {
         let mut job = job_context();
-        job.remember_completion(None, &completed_at(1));
+        let rank_1 = || {
+            vec![Move {
+                rank: Rank(1),
+                to: None,
+            }]
+        };
+        job.remember_completion(&Plan::scripted(rank_1()), &completed_at(1));
         assert!(job.carried_out.is_empty());
         for i in 1..=(CARRIED_OUT_REMEMBERED as u64 + 5) {
-            job.remember_completion(Some(RequestId(i)), &completed_at(i * 10));
+            let plan = Plan::answering(RequestId(i), rank_1(), false);
+            job.remember_completion(&plan, &completed_at(i * 10));
         }
         assert_eq!(job.carried_out.len(), CARRIED_OUT_REMEMBERED);
         assert_eq!(job.carried_out(RequestId(1)), None);

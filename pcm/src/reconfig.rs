@@ -29,17 +29,18 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::topology::{Color, InterCommunicator, MergeOrder, SimpleCommunicator};
 use mpi::traits::*;
-use pcm_proto::{HostName, Outcome, PhaseTimings, Rank};
+use pcm_proto::{HostName, Outcome, PhaseTimings, Rank, RequestId};
 use serde::{Deserialize, Serialize};
 
 use crate::deadline::{Context, Phase, Side, Watchdog};
 use crate::error::PcmError;
 use crate::hosts::NewHosts;
 use crate::launch::Launch;
+use crate::plan::Plan;
 use crate::profile::Profiler;
 use crate::shared::Segment;
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
-use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, Plan, ProcessStatus};
+use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, ProcessStatus};
 
 /// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
 /// 32-bit.
@@ -163,17 +164,15 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
         // the job before PCM can say more, and this is the line that tells which move it was.
         tracing::info!(
             "iteration {iteration}: {}: moving {}",
-            plan.request.map_or_else(
-                || "scheduled (PCM_SCHEDULE)".to_owned(),
-                |r| format!("migration request {r}")
-            ),
+            plan.describe(),
             crate::deadline::describe_moves(&plan.moves)
         );
     }
 
-    // Only the rank that delivered a pcmd request reports its outcome, as `Pcm::report` does.
-    let reporter = match (plan.request, plan.held_here, &pcm.daemon) {
-        (Some(_), true, Some(daemon)) => Some(daemon.reporter()),
+    // Only a rank that delivered a pcmd request reports its outcome, as `Pcm::report` does.
+    let held_here: Vec<RequestId> = plan.held_here().map(|r| r.id).collect();
+    let reporter = match (held_here.is_empty(), &pcm.daemon) {
+        (false, Some(daemon)) => Some((daemon.reporter(), held_here)),
         _ => None,
     };
     let watchdog = Watchdog::arm(
@@ -181,7 +180,7 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
             side: Side::Parent,
             rank: Some(pcm.rank),
             host: pcm.host.clone(),
-            request: plan.request,
+            requests: plan.requests.iter().map(|r| r.id).collect(),
             moves: plan.moves.clone(),
             iteration: Some(iteration),
         },
@@ -313,7 +312,7 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
             // The departing ranks release the old world at this point too.
             release(std::mem::replace(&mut pcm.world, world));
             pcm.job.record_reconfiguration(&plan);
-            pcm.job.remember_completion(plan.request, &outcome);
+            pcm.job.remember_completion(&plan, &outcome);
             if let Some(daemon) = &pcm.daemon {
                 daemon.set_reconfigurations(pcm.job.migrations);
             }
@@ -350,7 +349,7 @@ pub(crate) fn join_as_replacement(
             side: Side::Replacement,
             rank: None,
             host: host.clone(),
-            request: None,
+            requests: Vec::new(),
             moves: Vec::new(),
             iteration: None,
         },
@@ -374,7 +373,7 @@ pub(crate) fn join_as_replacement(
         .0;
     watchdog.update(|c| {
         c.rank = Some(rank);
-        c.request = handover.plan.request;
+        c.requests = handover.plan.requests.iter().map(|r| r.id).collect();
         c.moves = handover.plan.moves.clone();
         c.iteration = Some(handover.job.iteration);
     });
@@ -398,7 +397,7 @@ pub(crate) fn join_as_replacement(
         job.iteration,
         timings,
     );
-    job.remember_completion(handover.plan.request, &outcome);
+    job.remember_completion(&handover.plan, &outcome);
     job.hosts.extend(merged_hosts);
     watchdog.enter(Phase::Split);
     let world = merged

@@ -1,8 +1,8 @@
 //! The status check's driver: the collective part of [`Pcm::status`] (the paper's
-//! `PCM_Status`). It exchanges the agreement's words with one all-reduce, agrees on a
-//! pcmd request when one is held, checks the plan and the new hosts, and turns the
-//! decisions of the pure [`crate::agreement`] module into the [`Status`] the application
-//! sees.
+//! `PCM_Status`). It exchanges the agreement's words with one all-reduce, agrees on the
+//! pcmd requests held (all of them, highest id first, to carry out in one
+//! reconfiguration), checks each plan and its new hosts, and turns the decisions of the
+//! pure [`crate::agreement`] module into the [`Status`] the application sees.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -14,7 +14,8 @@ use pcm_proto::{HostName, Move, Outcome, RequestId, ToDaemon};
 use crate::agreement::{self, Next, RequestVerdict, Validated, Words};
 use crate::daemon::{self, DaemonLink};
 use crate::error::PcmError;
-use crate::{encode_cbor, events, hosts, interpose, reconfig, Pcm, Plan, Status};
+use crate::plan::Plan;
+use crate::{encode_cbor, events, hosts, interpose, reconfig, Pcm, Status};
 
 impl Pcm {
     /// A status check that agrees with the other ranks (collective): exchanges the words,
@@ -46,16 +47,16 @@ impl Pcm {
         }
 
         let deferred = self.checkpoints.deferred_move.take();
-        let plan = match agreement::next(agreed, deferred, scheduled) {
+        let validated = match agreement::next(agreed, deferred, scheduled) {
             Next::Deferred { plan, postponed } => {
                 if let Some(moves) = postponed {
                     self.job.schedule.postpone(iteration + 1, moves);
                 }
                 return Ok(self.announce(plan, started));
             }
-            Next::Scripted(plan) => plan,
-            Next::Request(id) => match self.agree_on_request(id)? {
-                Some(plan) => plan,
+            Next::Scripted(plan) => self.validate(plan),
+            Next::Request(highest) => match self.agree_on_requests(highest)? {
+                Some(plan) => Ok(plan),
                 None => return Ok(Status::Continue),
             },
             Next::Checkpoint => {
@@ -64,11 +65,6 @@ impl Pcm {
             }
             Next::Continue => return Ok(Status::Continue),
         };
-        let validated = reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts)
-            .and_then(|(plan, outside)| match self.probe_new_hosts(&outside) {
-                Ok(()) => Ok(plan),
-                Err(reason) => Err((plan, reason)),
-            });
         match agreement::after_validation(validated, agreed.checkpoint) {
             Validated::CheckpointFirst(plan) => {
                 self.checkpoints.deferred_move = Some(plan);
@@ -85,6 +81,64 @@ impl Pcm {
                 Ok(Status::Continue)
             }
         }
+    }
+
+    /// Checks `plan`'s moves against the job, and that the launcher reaches the hosts
+    /// outside the allocation it names (collective): the plan sorted, or why it is refused.
+    fn validate(&self, plan: Plan) -> Result<Plan, (Plan, String)> {
+        reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts).and_then(
+            |(plan, outside)| match self.probe_new_hosts(&outside) {
+                Ok(()) => Ok(plan),
+                Err(reason) => Err((plan, reason)),
+            },
+        )
+    }
+
+    /// Agrees on every pcmd request the ranks hold, from `highest` down (collective): each
+    /// is judged and validated alone, and those that may run are carried out together, in
+    /// one reconfiguration, so that requests of several daemons held at one check stop the
+    /// job once. A lower request naming a rank a higher one moves is refused, naming it.
+    /// `None` when none may run (each holder has been told why).
+    fn agree_on_requests(&mut self, highest: RequestId) -> Result<Option<Plan>, PcmError> {
+        let mut together: Option<Plan> = None;
+        let mut next = Some(highest);
+        while let Some(id) = next {
+            let agreed = together.as_ref().map_or(&[][..], |p| &p.requests[..]);
+            if let Some(plan) = self.agree_on_request(id, agreed)? {
+                match self.validate(plan) {
+                    Ok(plan) => match &mut together {
+                        Some(together) => together.absorb(plan),
+                        None => together = Some(plan),
+                    },
+                    Err((plan, reason)) => {
+                        if self.rank == 0 {
+                            tracing::warn!("ignoring reconfiguration request {id}: {reason}");
+                        }
+                        self.report(&plan, Outcome::Failed { reason });
+                    }
+                }
+            }
+            next = self.next_request_below(id);
+        }
+        if let (0, Some(plan)) = (self.rank, &together) {
+            if plan.requests.len() > 1 {
+                tracing::info!("carrying out {} in one reconfiguration", plan.describe());
+            }
+        }
+        Ok(together)
+    }
+
+    /// The highest request id below `below` that some rank holds (collective): the next
+    /// request the job agrees on at this check, if any.
+    fn next_request_below(&self, below: RequestId) -> Option<RequestId> {
+        let mine = self
+            .daemon
+            .as_ref()
+            .map_or(0, |d| d.pending_max_below(below));
+        let mut highest = 0u64;
+        self.world
+            .all_reduce_into(&mine, &mut highest, SystemOperation::max());
+        (highest != 0).then_some(RequestId(highest))
     }
 
     /// Makes `plan`, agreed at the check that began at `started`, the pending
@@ -127,10 +181,15 @@ impl Pcm {
     /// The ranks holding request `id` (delivered by their daemons) agree on who sends it,
     /// and that rank broadcasts its moves and epoch. `None` when the job must not run it:
     /// the job carried it out already (a copy reached a rank late), some rank settled it
-    /// before (withdrawn after its deadline, or taken up already), or the job reconfigured
-    /// since it was made (another daemon's request won); the holders then report the
-    /// completion, or why, to their daemon.
-    fn agree_on_request(&mut self, id: RequestId) -> Result<Option<Plan>, PcmError> {
+    /// before (withdrawn after its deadline, or taken up already), a reconfiguration since
+    /// it was made moved one of its ranks, or a request `agreed` before it at this check
+    /// (which runs with it) moves one; the holders then report the completion, or why, to
+    /// their daemon.
+    fn agree_on_request(
+        &mut self,
+        id: RequestId,
+        agreed: &[crate::plan::Answered],
+    ) -> Result<Option<Plan>, PcmError> {
         let taken = self
             .daemon
             .as_ref()
@@ -139,16 +198,14 @@ impl Pcm {
             daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
             _ => None,
         };
+        let delivered_here = taken != daemon::Take::Absent && taken != daemon::Take::Settled;
+        let unagreed = |held: Option<(Vec<Move>, u64)>| {
+            Plan::answering(id, held.map(|(m, _)| m).unwrap_or_default(), delivered_here)
+        };
         // Every rank knows the same carried-out requests, so all of them take this branch
         // or none does.
         if let Some(outcome) = self.job.carried_out(id).cloned() {
-            let plan = Plan {
-                request: Some(id),
-                moves: held.map(|(m, _)| m).unwrap_or_default(),
-                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
-                agreed_at: None,
-            };
-            if plan.held_here {
+            if delivered_here {
                 tracing::info!(
                     "reconfiguration request {id} reached rank {} after the job had carried it out; reporting its completion again",
                     self.rank
@@ -156,7 +213,7 @@ impl Pcm {
             }
             // Only the daemon hears of it: the application's last outcome stays the
             // latest reconfiguration's.
-            self.tell_daemon(&plan, outcome);
+            self.tell_daemon(&unagreed(held), &outcome);
             return Ok(None);
         }
         // One all-reduce (min) for both: the lowest holder, and whether any rank has it
@@ -169,24 +226,18 @@ impl Pcm {
             },
             u64::from(taken != daemon::Take::Settled),
         ];
-        let mut agreed = [u64::MAX, 1];
+        let mut lowest = [u64::MAX, 1];
         self.world
-            .all_reduce_into(&candidate[..], &mut agreed[..], SystemOperation::min());
-        let (owner, settled_somewhere) = (agreed[0], agreed[1] == 0);
+            .all_reduce_into(&candidate[..], &mut lowest[..], SystemOperation::min());
+        let (owner, settled_somewhere) = (lowest[0], lowest[1] == 0);
         if settled_somewhere {
-            let plan = Plan {
-                request: Some(id),
-                moves: held.map(|(m, _)| m).unwrap_or_default(),
-                held_here: taken != daemon::Take::Absent && taken != daemon::Take::Settled,
-                agreed_at: None,
-            };
             if self.rank == 0 {
                 tracing::info!(
                     "reconfiguration request {id} dropped: a rank had withdrawn it after its deadline or taken it up before"
                 );
             }
             self.report(
-                &plan,
+                &unagreed(held),
                 Outcome::Cancelled {
                     reason: format!(
                         "request {id} was withdrawn (it missed its deadline) or already taken up before the job agreed on it; nothing was moved"
@@ -204,42 +255,19 @@ impl Pcm {
         let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
         let (moves, epoch): (Vec<Move>, u64) = ciborium::from_reader(bytes.as_slice())
             .map_err(|e| PcmError::Handover(e.to_string()))?;
-        let plan = Plan {
-            request: Some(id),
-            moves,
-            held_here: held.is_some(),
-            agreed_at: None,
-        };
+        let plan = Plan::answering(id, moves, held.is_some());
         let verdict = agreement::request_verdict(
             false,
             &plan.moves,
             epoch,
             self.job.migrations,
             &self.job.recent,
+            agreed,
         );
-        match verdict {
-            RequestVerdict::Superseded(by) | RequestVerdict::TooOld(Some(by)) => {
-                if self.rank == 0 {
-                    let why = if matches!(verdict, RequestVerdict::Superseded(_)) {
-                        "moved one of its ranks since"
-                    } else {
-                        "is the latest of those since, which the job does not all remember"
-                    };
-                    tracing::warn!(
-                        "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and {} ({}) {why}",
-                        crate::deadline::describe_moves(&plan.moves),
-                        by.request
-                            .map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}")),
-                        crate::deadline::describe_moves(&by.moves),
-                    );
-                }
-                let outcome = Outcome::Superseded {
-                    by: by.request,
-                    moves: by.moves.clone(),
-                };
-                self.report(&plan, outcome);
-                Ok(None)
-            }
+        let (by, by_moves, why) = match verdict {
+            RequestVerdict::Run => return Ok(Some(plan)),
+            // Not reached: the settled case returned above.
+            RequestVerdict::Drop => return Ok(None),
             RequestVerdict::TooOld(None) => {
                 let reason = format!(
                     "request {id} was made when the job had completed {epoch} reconfiguration(s); it has completed {} since, from before its restart, which it does not remember, so its ranks may have moved; nothing was moved",
@@ -249,26 +277,54 @@ impl Pcm {
                     tracing::warn!("refusing reconfiguration request {id}: {reason}");
                 }
                 self.report(&plan, Outcome::Failed { reason });
-                Ok(None)
+                return Ok(None);
             }
-            RequestVerdict::Run => Ok(Some(plan)),
-            // Not reached: the settled case returned above.
-            RequestVerdict::Drop => Ok(None),
+            RequestVerdict::Superseded(by) => {
+                (by.request, &by.moves, "moved one of its ranks since")
+            }
+            RequestVerdict::TooOld(Some(by)) => (
+                by.request,
+                &by.moves,
+                "is the latest of those since, which the job does not all remember",
+            ),
+            RequestVerdict::Overlaps(with) => (
+                Some(with.id),
+                &with.moves,
+                "moves one of its ranks in the reconfiguration agreed at this check",
+            ),
+        };
+        if self.rank == 0 {
+            tracing::warn!(
+                "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and {} ({}) {why}",
+                crate::deadline::describe_moves(&plan.moves),
+                by.map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}")),
+                crate::deadline::describe_moves(by_moves),
+            );
         }
+        let outcome = Outcome::Superseded {
+            by,
+            moves: by_moves.clone(),
+        };
+        self.report(&plan, outcome);
+        Ok(None)
     }
 
-    /// Tells this rank's daemon how a request it delivered ended, and makes it the
-    /// application's last outcome.
+    /// Tells this rank's daemon how each request of `plan` it delivered ended, and makes
+    /// `outcome` the application's last outcome.
     pub(crate) fn report(&mut self, plan: &Plan, outcome: Outcome) {
-        self.tell_daemon(plan, outcome.clone());
+        self.tell_daemon(plan, &outcome);
         self.last_outcome = Some(outcome);
     }
 
-    /// Tells this rank's daemon how a request it delivered ended (nothing if this rank
-    /// does not hold `plan`'s request).
-    fn tell_daemon(&self, plan: &Plan, outcome: Outcome) {
-        if let (Some(request), true, Some(daemon)) = (plan.request, plan.held_here, &self.daemon) {
-            daemon.send(ToDaemon::ReconfigurationFinished { request, outcome });
+    /// Tells this rank's daemon how each request of `plan` it delivered ended, each told of
+    /// its own ranks (nothing if this rank holds none of them).
+    fn tell_daemon(&self, plan: &Plan, outcome: &Outcome) {
+        let Some(daemon) = &self.daemon else { return };
+        for request in plan.held_here() {
+            daemon.send(ToDaemon::ReconfigurationFinished {
+                request: request.id,
+                outcome: request.own_outcome(outcome),
+            });
         }
     }
 }

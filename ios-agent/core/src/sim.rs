@@ -282,16 +282,18 @@ struct Entity {
 /// (pcm carries out one reconfiguration of a job at a time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WhileMoving {
-    /// The default, as pcm does since 2026-11-29 (late night): it begins when the moves
-    /// under way or queued end (the job agrees on the next request at its next status
-    /// check, and refuses one only if a rank it names moved since it was made), unless the
-    /// daemon of the node it leaves has a request of the job in flight already: that
-    /// daemon answers busy, and the move fails at once (`pcmd/src/registry.rs`).
+    /// The default, as pcm does since 2026-11-30: it joins the next reconfiguration, which
+    /// begins when the one under way ends (at its next status check the job agrees on every
+    /// request its ranks hold and carries out together those whose ranks no other moves),
+    /// unless the daemon of the node it leaves has a request of the job in flight already:
+    /// that daemon answers busy, and the move fails at once (`pcmd/src/registry.rs`).
+    Batched,
+    /// As pcm did from 2026-11-29 (late night) to 2026-11-30: it begins when the moves under
+    /// way or queued end, one reconfiguration each (the job agreed on one request per
+    /// check); busy as above ([`Sim::with_one_request_per_reconfiguration`]).
     Queued,
     /// It fails then, and nothing moves ([`Sim::with_requests_refused_while_moving`]).
     Refused,
-    /// It joins the next reconfiguration ([`Sim::with_batched_reconfigurations`]).
-    Batched,
 }
 
 /// One move of a plan: the entity, the node it leaves and the node it goes to (indices).
@@ -315,12 +317,12 @@ struct Job {
     /// [`Sim::begin_move`]). A move stops the whole job for its duration, once, however
     /// many of its ranks it carries and however many profile rounds it spans.
     pause: Option<(Instant, Instant)>,
-    /// With [`Sim::with_batched_reconfigurations`], the next reconfiguration, waiting for
-    /// the one under way to end: when it starts, and its moves `(entity, from, to)`.
+    /// The next reconfiguration ([`WhileMoving::Batched`]), waiting for the one under way
+    /// to end: when it starts, and its moves `(entity, from, to)`.
     next: Option<(Instant, Vec<PlannedMove>)>,
     /// The nodes whose daemon has a request of this job in flight (an agent's move under
-    /// way or queued), with when it ends: a daemon answers busy to a second one
-    /// ([`WhileMoving::Queued`]).
+    /// way or waiting), with when it ends: a daemon answers busy to a second one
+    /// ([`WhileMoving::Batched`] and [`WhileMoving::Queued`]).
     requests_in_flight: Vec<(usize, Instant)>,
 }
 
@@ -793,7 +795,7 @@ impl Sim {
             counts: MessageCounts::default(),
             log: None,
             waiting_as_idle: false,
-            while_moving: WhileMoving::Queued,
+            while_moving: WhileMoving::Batched,
             partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
@@ -853,25 +855,24 @@ impl Sim {
         self
     }
 
-    /// What-if: a job's reconfiguration carries out every move requested while the one
-    /// before it was under way, as pcm would if it agreed on all pending requests at a
-    /// status check rather than on one. An agent's move of a job that stands still then
-    /// joins the next reconfiguration instead of queueing behind the moves already waiting.
-    /// Default off: one request per reconfiguration. Replaces
+    /// An agent's move of a job that is already moving waits for the moves under way or
+    /// waiting and then stops the job again, one reconfiguration per move, as pcm did from
+    /// 2026-11-29 (late night) to 2026-11-30, when it agreed on one request per status
+    /// check. Default off: pcm now carries out all the requests its ranks hold at a check
+    /// in one reconfiguration ([`WhileMoving::Batched`]). Replaces
     /// [`Sim::with_requests_refused_while_moving`].
-    pub fn with_batched_reconfigurations(mut self) -> Self {
-        self.while_moving = WhileMoving::Batched;
+    pub fn with_one_request_per_reconfiguration(mut self) -> Self {
+        self.while_moving = WhileMoving::Queued;
         self
     }
 
     /// An agent's move of a job that is already moving fails when the move under way ends,
     /// and nothing moves, as pcm did until 2026-11-29 (late night): another daemon's
     /// request, agreed after the move, was refused as superseded because the job's epoch
-    /// had moved on, whichever ranks it named. Default off: since then pcm refuses it only if the move
-    /// under way moved one of its ranks, so the move queues behind the one under way
-    /// unless its own node's daemon is busy ([`WhileMoving::Queued`]). With this on the
+    /// had moved on, whichever ranks it named. Default off: pcm now refuses it only if a
+    /// move since moved one of its ranks ([`WhileMoving::Batched`]). With this on the
     /// agents ask for moves the job will refuse, as nothing tells an agent that a job is
-    /// reconfiguring. Replaces [`Sim::with_batched_reconfigurations`].
+    /// reconfiguring. Replaces [`Sim::with_one_request_per_reconfiguration`].
     pub fn with_requests_refused_while_moving(mut self) -> Self {
         self.while_moving = WhileMoving::Refused;
         self
@@ -1533,10 +1534,10 @@ impl Sim {
                 jobs.push(self.entities[e].job);
             }
         }
-        // A job carries out one reconfiguration at a time (pcm agrees on one request per
-        // status check): an agent's move of a job that already stands still for another
-        // move begins when that one ends (see [`WhileMoving`] for the other models). The
-        // oracle's moves of one instant are one plan, carried out together.
+        // A job carries out one reconfiguration at a time: an agent's move of a job that
+        // already stands still for another move joins the next one, which begins when that
+        // one ends (see [`WhileMoving`] for the other models). The oracle's moves of one
+        // instant are one plan, carried out together.
         let now = self.now;
         let under_way = jobs
             .iter()
@@ -1544,11 +1545,12 @@ impl Sim {
             .map(|(_, end)| end)
             .filter(|end| *end > now)
             .max();
-        // Only the default model asks whose daemon is busy, so only it keeps the requests.
-        let daemons_tracked = by_agent && self.while_moving == WhileMoving::Queued;
+        // The models in which pcmd's busy rule can refuse a move keep the requests.
+        let daemons_tracked = by_agent && self.while_moving != WhileMoving::Refused;
         let busy = daemons_tracked && self.daemon_busy(&jobs, from);
         let (at, entities) = match (by_agent, under_way) {
             _ if entities.is_empty() => (now, entities),
+            (true, _) if busy => (now, Vec::new()),
             (true, Some(end)) if self.while_moving == WhileMoving::Batched => {
                 // Join the next reconfiguration, or open it at the end of the one under way;
                 // its moves share the nodes' links (see `plan_cost`).
@@ -1564,7 +1566,6 @@ impl Sim {
                 (at, entities)
             }
             (true, Some(end)) if self.while_moving == WhileMoving::Refused => (end, Vec::new()),
-            (true, _) if busy => (now, Vec::new()),
             (true, Some(end)) => (end + cost, entities),
             _ => (now + cost, entities),
         };

@@ -1128,47 +1128,56 @@ fn given_a_move_longer_than_a_profile_period_then_its_job_stands_still_for_all_o
 /// As pcm does (since 2026-11-29, late night), an agent's move of a job that is already moving waits
 /// for the move under way when another node's daemon asks for it (the job agrees on it at
 /// its next status check: it moves none of the ranks of the first), and fails at once when
-/// the node's own daemon has a request of the job in flight (pcmd answers busy).
+/// the node's own daemon has a request of the job in flight (pcmd answers busy): both with
+/// one request per reconfiguration and with all of a check's requests in one (the default
+/// since 2026-11-30).
 #[test]
 fn given_a_job_moving_then_another_nodes_move_queues_and_the_same_nodes_is_refused_busy() {
     use super::Balancer;
     use crate::message::MigrationId;
 
-    // Ranks 0, 1 and 3 on node a, rank 2 on node c; b and d idle. Ranks 0 and 1 leave a at
-    // 0 s (10.3 s); at 4 s node c's agent moves rank 2 (5.3 s) and node a's moves rank 3.
-    let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
-    let n: Vec<usize> = (0..4).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
-    let (a, b, c, d) = (n[0], n[1], n[2], n[3]);
-    for (rank, node) in [(0, a), (1, a), (2, c), (3, a)] {
-        sim.add_entity(node, "j", rank, 62_500_000);
+    for one_by_one in [false, true] {
+        // Ranks 0, 1 and 3 on node a, rank 2 on node c; b and d idle. Ranks 0 and 1 leave a
+        // at 0 s (10.3 s); at 4 s node c's agent moves rank 2 (5.3 s) and node a's moves
+        // rank 3.
+        let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
+        if one_by_one {
+            sim = sim.with_one_request_per_reconfiguration();
+        }
+        let n: Vec<usize> = (0..4).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
+        let (a, b, c, d) = (n[0], n[1], n[2], n[3]);
+        for (rank, node) in [(0, a), (1, a), (2, c), (3, a)] {
+            sim.add_entity(node, "j", rank, 62_500_000);
+        }
+        sim.run_for(secs(10));
+        let before = sim.iterations();
+        sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
+        sim.run_for(secs(4));
+        sim.begin_move(MigrationId(2), c, d, vec![2], true);
+        sim.begin_move(MigrationId(3), a, d, vec![3], true);
+        sim.run_for(secs(36));
+        let progress = (sim.iterations() - before) * sim.jobs[0].iteration;
+        assert!(
+            (40.0 - progress - 15.6).abs() < 1e-6,
+            "lost {} s (one by one: {one_by_one})",
+            40.0 - progress
+        );
+        assert_eq!((sim.count_on(b), sim.count_on(d)), (2, 1));
+        assert_eq!(
+            sim.count_on(a),
+            1,
+            "rank 3 stayed: node a's daemon was busy (one by one: {one_by_one})"
+        );
+        // Three ranks moved: 0 and 1 at 20.3 s, rank 2 when its waiting move ended, at
+        // 25.6 s.
+        let ended: Vec<f64> = sim
+            .migrations()
+            .iter()
+            .map(|m| m.at.as_secs_f64())
+            .collect();
+        assert_eq!(ended.len(), 3, "{ended:?}");
+        assert!((ended[2] - 25.6).abs() < 1e-6, "{ended:?}");
     }
-    sim.run_for(secs(10));
-    let before = sim.iterations();
-    sim.begin_move(MigrationId(1), a, b, vec![0, 1], true);
-    sim.run_for(secs(4));
-    sim.begin_move(MigrationId(2), c, d, vec![2], true);
-    sim.begin_move(MigrationId(3), a, d, vec![3], true);
-    sim.run_for(secs(36));
-    let progress = (sim.iterations() - before) * sim.jobs[0].iteration;
-    assert!(
-        (40.0 - progress - 15.6).abs() < 1e-6,
-        "lost {} s",
-        40.0 - progress
-    );
-    assert_eq!((sim.count_on(b), sim.count_on(d)), (2, 1));
-    assert_eq!(
-        sim.count_on(a),
-        1,
-        "rank 3 stayed: node a's daemon was busy"
-    );
-    // Three ranks moved: 0 and 1 at 20.3 s, rank 2 when its queued move ended, at 25.6 s.
-    let ended: Vec<f64> = sim
-        .migrations()
-        .iter()
-        .map(|m| m.at.as_secs_f64())
-        .collect();
-    assert_eq!(ended.len(), 3, "{ended:?}");
-    assert!((ended[2] - 25.6).abs() < 1e-6, "{ended:?}");
 }
 
 /// With [`Sim::with_requests_refused_while_moving`], as pcm does, an agent's move of a job
@@ -1220,13 +1229,13 @@ fn given_a_plan_gathering_ranks_onto_one_node_then_it_takes_their_states_through
     );
 }
 
-/// With reconfigurations batched (what pcm would do if it agreed on every pending request
-/// at a status check), two agents' moves requested while a job is moving join the next
-/// reconfiguration and stop it once more; without, they stop it one after the other. The
-/// moves of one reconfiguration share the nodes' links: two ranks leaving one node cross
-/// its link one after the other.
+/// As pcm does since 2026-11-30 (it agrees on every request its ranks hold at a status
+/// check), two agents' moves requested while a job is moving join the next reconfiguration
+/// and stop it once more; with one request per reconfiguration, as before, they stop it one
+/// after the other. The moves of one reconfiguration share the nodes' links: two ranks
+/// leaving one node cross its link one after the other.
 #[test]
-fn given_batched_reconfigurations_then_the_moves_requested_meanwhile_stop_the_job_once() {
+fn given_moves_requested_while_a_job_moves_then_they_stop_it_once_more_together() {
     use super::Balancer;
     use crate::message::MigrationId;
 
@@ -1234,8 +1243,8 @@ fn given_batched_reconfigurations_then_the_moves_requested_meanwhile_stop_the_jo
     // `shared_link`); nodes 3 to 5 idle.
     let lost = |batched: bool, shared_link: bool| {
         let mut sim = Sim::new(1, Config::default()).with_balancer(Balancer::None);
-        if batched {
-            sim = sim.with_batched_reconfigurations();
+        if !batched {
+            sim = sim.with_one_request_per_reconfiguration();
         }
         let n: Vec<usize> = (0..6).map(|_| sim.add_node(NodeSpec::new(4.0))).collect();
         for (rank, node) in [(0, 0), (1, 0), (2, 1), (3, if shared_link { 1 } else { 2 })] {
