@@ -105,13 +105,15 @@ pub struct PhaseTimings {
 /// How a reconfiguration ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    /// Every move was carried out.
+    /// Every move was carried out (possibly in one reconfiguration with other requests
+    /// the job held at the same status check).
     Completed {
         /// Iteration at which the job reconfigured.
         iteration: u64,
-        /// Where the time went.
+        /// Where the time went (the whole reconfiguration's).
         timings: PhaseTimings,
-        /// Host of each moved rank after the move, as the new process reports it.
+        /// Host of each rank this request moved, after the move, as the new process
+        /// reports it.
         placed: Vec<(Rank, HostName)>,
     },
     /// Nothing was moved. Usually the job carries on as before; when a replacement stalled
@@ -129,8 +131,10 @@ pub enum Outcome {
     },
     /// Nothing was moved: a reconfiguration completed after the request was made (another
     /// daemon's request, or a scripted move) moved one of the ranks it names, so its moves
-    /// no longer describe the job. (Or the job no longer remembers every reconfiguration
-    /// since the request was made, the last 32; `by` is then the latest.)
+    /// no longer describe the job; or another daemon's request held at the same status
+    /// check, agreed first (the higher id), moves one of them. (Or the job no longer
+    /// remembers every reconfiguration since the request was made, the last 32; `by` is
+    /// then the latest.)
     Superseded {
         /// The request that won, or `None` for a scripted move (`PCM_SCHEDULE`).
         by: Option<RequestId>,
