@@ -286,34 +286,48 @@ fn given_ranks_on_two_daemons_when_one_daemon_is_asked_to_move_a_rank_it_does_no
 /// ranks 1 and 2 with another (B), once all three run; the temporary directory holds the
 /// launch's output.
 fn job_on_two_daemons() -> (Pcmd, Pcmd, Group, tempfile::TempDir) {
-    job_on_two_daemons_with(None)
+    job_on_two_daemons_with(&[], false)
 }
 
-/// [`job_on_two_daemons`], with every rank's status checks `check_period_ms` apart when
-/// given (`PCM_CHECK_PERIOD_MS`).
-fn job_on_two_daemons_with(check_period_ms: Option<u64>) -> (Pcmd, Pcmd, Group, tempfile::TempDir) {
-    let daemon_a = Pcmd::start();
-    let daemon_b = Pcmd::start();
+/// [`job_on_two_daemons`], with `env` set for every rank, and with `checkpoints` each
+/// daemon keeping checkpoints (in its own directory) and the job checkpointing before each
+/// move (`PCM_CHECKPOINT_INTERVAL` long, `PCM_CHECKPOINT_BEFORE_MOVE` at its default).
+fn job_on_two_daemons_with(
+    env: &[(&str, &str)],
+    checkpoints: bool,
+) -> (Pcmd, Pcmd, Group, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = |name: &str| {
+        if checkpoints {
+            let store = dir.path().join(name).display().to_string();
+            Pcmd::start_with(&["--checkpoint-dir", &store])
+        } else {
+            Pcmd::start()
+        }
+    };
+    let (daemon_a, daemon_b) = (daemon("store-a"), daemon("store-b"));
     let runtime = Runtime::current();
     let mut command = std::process::Command::new(runtime.launcher());
     for (k, v) in runtime.test_env() {
         command.env(k, v);
     }
     let heat2d = mpi_ios_tests::program("heat2d");
-    let period = check_period_ms
-        .map(|ms| runtime.local_env_args("PCM_CHECK_PERIOD_MS", &ms.to_string()))
-        .unwrap_or_default();
+    let interval = [("PCM_CHECKPOINT_INTERVAL", "600")];
+    let extra: Vec<String> = env
+        .iter()
+        .chain(interval.iter().filter(|_| checkpoints))
+        .flat_map(|(k, v)| runtime.local_env_args(k, v))
+        .collect();
     command
         .args(runtime.ranks_args(1))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_a.daemon_env))
-        .args(&period);
+        .args(&extra);
     command.arg(&heat2d).args(long_args()).arg(":");
     command
         .args(runtime.ranks_args(2))
         .args(runtime.local_env_args("PCM_DAEMON", &daemon_b.daemon_env))
-        .args(&period);
+        .args(&extra);
     command.arg(&heat2d).args(long_args());
-    let dir = tempfile::tempdir().unwrap();
     let job = Group::start(command, dir.path(), "mpmd");
     wait_until(WAIT, "rank 0 at daemon A", || running_ranks(&daemon_a) == 1);
     wait_until(WAIT, "ranks 1 and 2 at daemon B", || {
@@ -493,9 +507,21 @@ fn given_two_daemons_asked_to_move_different_ranks_at_once_then_both_moves_run()
 /// out one request per check, so this took two reconfigurations.
 #[test]
 fn given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks() {
+    two_requests_in_one_reconfiguration(false);
+}
+
+/// The same, with a checkpoint before each move: the plan of both requests waits whole for
+/// the checkpoint and is carried out at the next check, in one reconfiguration.
+#[test]
+fn given_two_requests_held_at_one_check_and_a_checkpoint_first_then_one_reconfiguration_after_it() {
+    two_requests_in_one_reconfiguration(true);
+}
+
+fn two_requests_in_one_reconfiguration(checkpoint_first: bool) {
     let _lock = mpi_lock();
     let reference = long_reference();
-    let (daemon_a, daemon_b, job, _dir) = job_on_two_daemons_with(Some(2000));
+    let (daemon_a, daemon_b, job, _dir) =
+        job_on_two_daemons_with(&[("PCM_CHECK_PERIOD_MS", "2000")], checkpoint_first);
 
     let stopped: Vec<Stopped> = [(&daemon_a, 0), (&daemon_b, 1), (&daemon_b, 2)]
         .into_iter()
@@ -536,6 +562,15 @@ fn given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_b
         "both requests must be carried out in one reconfiguration; the job said: {}",
         job.stderr_so_far()
     );
+    if checkpoint_first {
+        let log = job.stderr_so_far();
+        let checkpoint = log.find("checkpoint at iteration");
+        let together = log.find(": migration requests #");
+        assert!(
+            matches!((checkpoint, together), (Some(c), Some(t)) if c < t),
+            "a checkpoint must come before the one reconfiguration: {log}"
+        );
+    }
 
     let report = job.wait(DEADLINE).report();
     assert_eq!(report.checksum, reference);
