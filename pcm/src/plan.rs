@@ -90,7 +90,7 @@ impl Plan {
     }
 }
 
-/// "7", "7 and 5", "#9, #7 and #5".
+/// "#7", "#7 and #5", "#9, #7 and #5".
 pub(crate) fn list_ids(ids: impl Iterator<Item = RequestId>) -> String {
     let ids: Vec<String> = ids.map(|id| id.to_string()).collect();
     match ids.split_last() {

@@ -74,10 +74,7 @@ impl Pcm {
             }
             Validated::Announce(plan) => Ok(self.announce(plan, started)),
             Validated::Refuse(plan, reason) => {
-                if self.rank == 0 {
-                    tracing::warn!("ignoring reconfiguration request: {reason}");
-                }
-                self.report(&plan, Outcome::Failed { reason });
+                self.refuse(&plan, reason);
                 Ok(Status::Continue)
             }
         }
@@ -110,22 +107,21 @@ impl Pcm {
                         Some(together) => together.absorb(plan),
                         None => together = Some(plan),
                     },
-                    Err((plan, reason)) => {
-                        if self.rank == 0 {
-                            tracing::warn!("ignoring reconfiguration request {id}: {reason}");
-                        }
-                        self.report(&plan, Outcome::Failed { reason });
-                    }
+                    Err((plan, reason)) => self.refuse(&plan, reason),
                 }
             }
             next = self.next_request_below(id);
         }
-        if let (0, Some(plan)) = (self.rank, &together) {
-            if plan.requests.len() > 1 {
-                tracing::info!("carrying out {} in one reconfiguration", plan.describe());
-            }
-        }
         Ok(together)
+    }
+
+    /// Refuses `plan`, which failed its validation for `reason`: rank 0 says so, and the
+    /// holders of its request tell their daemon.
+    fn refuse(&mut self, plan: &Plan, reason: String) {
+        if self.rank == 0 {
+            tracing::warn!("ignoring {}: {reason}", plan.describe());
+        }
+        self.report(plan, Outcome::Failed { reason });
     }
 
     /// The highest request id below `below` that some rank holds (collective): the next
