@@ -312,10 +312,36 @@ fn heat2d_args_at(rows: u32, cols: u32, iters: u64) -> Vec<String> {
 
 /// heat2d's arguments for a run of about `seconds` at `rate` iterations per second (measured
 /// by [`heat2d_args_for`]; tests that size several runs measure once and call this).
+///
+/// The run stays below [`SAFE_FRACTION`] of its grid's predicted fixed point
+/// ([`heat2d_fixed_point_estimate`]), so that a comparison with a plain run of the same
+/// arguments can fail ([`Report::reference_checksum`]): when `seconds` at `rate` would go
+/// further, the grid grows (rows and columns by 10 % at a time, the rate scaled down by the
+/// area) until it does not. The arguments then name the larger grid; the run still takes about
+/// `seconds` (a little more when the larger grid leaves the cache).
 pub fn heat2d_args_sized(rows: u32, cols: u32, rate: f64, seconds: f64) -> Vec<String> {
+    let (rows, cols, rate) = unsettled_grid(rows, cols, rate, seconds);
     let iters = ((rate * seconds) as u64).max(FIRST_PROBE);
     eprintln!("heat2d {rows}x{cols}: {iters} iterations for about {seconds} s at {rate:.0} it/s");
     heat2d_args_at(rows, cols, iters)
+}
+
+/// The grid of at least `rows` x `cols`, and its rate, on which `seconds` at `rate` (measured
+/// on `rows` x `cols`) stay below [`heat2d_safe_iterations`].
+fn unsettled_grid(rows: u32, cols: u32, rate: f64, seconds: f64) -> (u32, u32, f64) {
+    let (mut r, mut c, mut rate_now) = (rows, cols, rate);
+    let iters = |rate: f64| ((rate * seconds) as u64).max(FIRST_PROBE);
+    while iters(rate_now) > heat2d_safe_iterations(r.into(), c.into()) {
+        (r, c) = (r + r / 10 + 1, c + c / 10 + 1);
+        rate_now = rate * (f64::from(rows) * f64::from(cols)) / (f64::from(r) * f64::from(c));
+    }
+    if (r, c) != (rows, cols) {
+        eprintln!(
+            "heat2d {rows}x{cols} would pass half its fixed point in {seconds} s at {rate:.0} it/s: \
+             using {r}x{c} at about {rate_now:.0} it/s instead"
+        );
+    }
+    (r, c, rate_now)
 }
 
 /// Least length of the probe that sizes heat2d runs ([`heat2d_args_for`]).
@@ -554,8 +580,9 @@ impl Finished {
     }
 }
 
-/// The heat2d report (the fields the tests read).
-#[derive(Debug, Clone, Deserialize)]
+/// The heat2d report (the fields the tests read), also of the C heat2d and the Fortran
+/// jacobi.
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct Report {
     /// Hex digest of the final grid.
     pub checksum: String,
@@ -569,6 +596,102 @@ pub struct Report {
     pub migrations: Option<u64>,
     /// Host of each rank at the end (instrumented runs).
     pub hosts: Option<Vec<String>>,
+    /// Global rows of the grid.
+    #[serde(default)]
+    pub rows: Option<u64>,
+    /// Columns of the grid, boundary columns included.
+    #[serde(default)]
+    pub cols: Option<u64>,
+    /// The last iteration at which the grid still changed bit for bit, sampled
+    /// (`heat2d-plain` only: `heat2d::Settling`).
+    #[serde(default)]
+    pub last_change: Option<u64>,
+    /// The largest change of a value in the last iteration (the Fortran jacobi only).
+    #[serde(default)]
+    pub change: Option<f64>,
+}
+
+/// How close to the end of a plain run its grid must still change for a comparison with it
+/// to count ([`Report::reference_checksum`]): in the last 3 % of its iterations.
+pub const SETTLED_MARGIN: f64 = 0.03;
+
+/// Fraction of the predicted fixed point ([`heat2d_fixed_point_estimate`]) that a run sized
+/// by time may reach ([`heat2d_args_sized`]): measured fixed points are 0.81 to 0.89 of the
+/// prediction (docs/results.md), so this stays 38 % or more below them.
+pub const SAFE_FRACTION: f64 = 0.5;
+
+/// Iterations after which heat2d's `rows` x `cols` grid (`cols` with its two boundary
+/// columns) is predicted to stop changing bit for bit: the slowest error mode decays by
+/// `(cos(pi / (rows + 1)) + cos(pi / (cols - 1))) / 2` per Jacobi iteration, and reaching the
+/// fixed point takes about a factor of 2^52 (the `f64` mantissa). Measured fixed points are
+/// 0.81 to 0.89 of this (64 x 64: 26,466 iterations; 256 x 256: 387,919; docs/results.md), so
+/// it also bounds the C heat2d (the same grid) and the Fortran jacobi (the same iteration).
+pub fn heat2d_fixed_point_estimate(rows: u64, cols: u64) -> f64 {
+    use std::f64::consts::PI;
+    let (r, c) = (rows as f64, cols.max(3) as f64);
+    let decay = 1.0 - ((PI / (r + 1.0)).cos() + (PI / (c - 1.0)).cos()) / 2.0;
+    52.0 * std::f64::consts::LN_2 / decay
+}
+
+/// Most iterations a comparison against a plain run of a `rows` x `cols` grid is allowed when
+/// the plain program does not say when its grid last changed (the C heat2d):
+/// [`SAFE_FRACTION`] of [`heat2d_fixed_point_estimate`].
+pub fn heat2d_safe_iterations(rows: u64, cols: u64) -> u64 {
+    (SAFE_FRACTION * heat2d_fixed_point_estimate(rows, cols)) as u64
+}
+
+impl Report {
+    /// The checksum of this plain run as the reference a run with moves must match bit for
+    /// bit; panics when such a comparison could not fail (see [`Report::settled`]). Every
+    /// test and benchmark that compares a checksum with a plain run's takes it from here.
+    pub fn reference_checksum(&self) -> &str {
+        if let Some(why) = self.settled() {
+            panic!("{why}");
+        }
+        &self.checksum
+    }
+
+    /// Why a comparison with this plain run could not fail, if it could not: its grid had
+    /// stopped changing before the last [`SETTLED_MARGIN`] of its iterations (heat2d-plain's
+    /// `last_change`), or did not change in its last iteration (the Fortran jacobi's
+    /// `change`), or, for a program that says neither (the C heat2d), the run is longer than
+    /// [`heat2d_safe_iterations`]. A grid at its fixed point ends with the same checksum
+    /// whatever iterations a run with moves skipped, repeated or got wrong.
+    pub fn settled(&self) -> Option<String> {
+        let n = self.iterations;
+        let fix = "size the run below the grid's fixed point (heat2d_args_sized does), or use a larger grid";
+        if let Some(last) = self.last_change {
+            let since = n - ((n as f64 * SETTLED_MARGIN) as u64).min(n);
+            return (last < since).then(|| {
+                format!(
+                    "the plain run's grid stopped changing at iteration {last} of {n}: a comparison \
+                     there cannot fail; {fix}"
+                )
+            });
+        }
+        if let Some(change) = self.change {
+            return (change == 0.0).then(|| {
+                format!(
+                    "the plain run's grid did not change in its last iteration (of {n}): a \
+                     comparison there cannot fail; {fix}"
+                )
+            });
+        }
+        let (Some(rows), Some(cols)) = (self.rows, self.cols) else {
+            return Some(
+                "the plain run's report names neither when its grid last changed nor its size: \
+                 cannot tell whether a comparison with it can fail"
+                    .to_owned(),
+            );
+        };
+        let safe = heat2d_safe_iterations(rows, cols);
+        (n > safe).then(|| {
+            format!(
+                "the plain run's {n} iterations of a {rows} x {cols} grid are more than {safe}, \
+                 half its predicted fixed point: a comparison there may not be able to fail; {fix}"
+            )
+        })
+    }
 }
 
 /// An mpirun invocation of one of the project's binaries.
@@ -907,6 +1030,76 @@ mod tests {
             stderr: stderr.to_owned(),
             elapsed: Duration::ZERO,
         }
+    }
+
+    fn plain(iterations: u64, last_change: Option<u64>) -> Report {
+        Report {
+            checksum: "ab".into(),
+            iterations,
+            rows: Some(256),
+            cols: Some(256),
+            last_change,
+            ..Report::default()
+        }
+    }
+
+    #[test]
+    fn given_a_plain_run_that_stopped_changing_early_then_the_comparison_is_refused() {
+        assert_eq!(plain(1000, Some(1000)).reference_checksum(), "ab");
+        assert_eq!(plain(1000, Some(970)).reference_checksum(), "ab");
+        let why = plain(600_000, Some(387_919)).settled().expect("refused");
+        assert!(
+            why.contains("stopped changing at iteration 387919 of 600000"),
+            "{why}"
+        );
+        assert!(plain(1000, Some(969)).settled().is_some());
+        let result = std::panic::catch_unwind(|| plain(1000, Some(0)).reference_checksum().len());
+        assert!(result.is_err());
+    }
+
+    #[test]
+    fn given_no_last_change_then_the_size_bounds_the_comparison() {
+        // The C heat2d: half the predicted fixed point of 256 x 256 (about 478,600).
+        assert_eq!(heat2d_safe_iterations(256, 256), 239_328);
+        assert!(plain(239_328, None).settled().is_none());
+        assert!(plain(239_329, None).settled().is_some());
+        let jacobi = |change| Report {
+            change: Some(change),
+            ..plain(100, None)
+        };
+        assert!(jacobi(1e-9).settled().is_none());
+        assert!(jacobi(0.0).settled().is_some());
+        assert!(Report::default().settled().is_some());
+    }
+
+    /// Measured with examples' heat2d-plain (docs/results.md): the prediction is above every
+    /// measured fixed point, by less than a quarter.
+    #[test]
+    fn given_measured_fixed_points_then_the_prediction_bounds_them() {
+        for (rows, cols, measured) in [
+            (64, 64, 26_466.0),
+            (90, 48, 22_701.0),
+            (200, 200, 240_074.0),
+            (240, 240, 344_726.0),
+            (256, 256, 387_919.0),
+        ] {
+            let predicted = heat2d_fixed_point_estimate(rows, cols);
+            let ratio = measured / predicted;
+            assert!((0.78..0.92).contains(&ratio), "{rows}x{cols}: {ratio}");
+        }
+    }
+
+    #[test]
+    fn given_a_run_past_half_the_fixed_point_then_sizing_grows_the_grid() {
+        // 35,000 it/s on 256 x 256 (this machine kind, 2 ranks): 30 s is 1.05 M iterations.
+        let (rows, cols, rate) = unsettled_grid(256, 256, 35_000.0, 30.0);
+        assert!(rows > 256 && rows == cols, "{rows}x{cols}");
+        let iters = (rate * 30.0) as u64;
+        assert!(iters <= heat2d_safe_iterations(rows.into(), cols.into()));
+        assert_eq!(
+            unsettled_grid(256, 256, 35_000.0, 5.0),
+            (256, 256, 35_000.0)
+        );
     }
 
     const SPAWN_STALL: &str = "ERROR pcm::deadline: scheduled reconfiguration (PCM_SCHEDULE) (rank 1 to any host) at iteration 25 did not finish within 60 s: rank 2 on host vm was still waiting in the spawn phase; ending the job with exit status 75";

@@ -623,7 +623,8 @@ impl Scenario {
         MpiJob::new(self.placement.len(), "heat2d-plain", &args)
             .run(timeout)
             .report()
-            .checksum
+            .reference_checksum()
+            .to_owned()
     }
 
     /// heat2d's arguments for the scenario's grid.
@@ -1074,6 +1075,7 @@ mod tests {
                 ranks: 2,
                 migrations: None,
                 hosts: None,
+                ..Report::default()
             },
             samples,
             events: Vec::new(),

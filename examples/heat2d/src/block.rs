@@ -459,6 +459,25 @@ impl Block {
         &self.data[c..c + self.meta.local_rows * c]
     }
 
+    /// Whether the last [`Block::step`] (or [`Block::relax`]) changed any owned value, bit
+    /// for bit: its owned rows against the previous iteration's, which the second buffer
+    /// holds until the next step. Meaningful only right after a step; a block just built or
+    /// rebuilt ([`Block::from_parts`]) has no previous iteration to compare with.
+    ///
+    /// The grid settles: relaxed long enough, every value reaches a bit-exact fixed point
+    /// (256 x 256 after 387,919 iterations; docs/results.md), and from then on a run that
+    /// skipped or repeated iterations ends with the same grid. `heat2d-plain` samples this
+    /// to report when its grid last changed ([`crate::Settling`]).
+    #[must_use]
+    pub fn changed_in_last_step(&self) -> bool {
+        let c = self.meta.cols;
+        let owned = c..c + self.meta.local_rows * c;
+        let (now, before) = (&self.data[owned.clone()], &self.scratch[owned]);
+        now.iter()
+            .zip(before)
+            .any(|(a, b)| a.to_bits() != b.to_bits())
+    }
+
     /// One iteration: exchange halo rows with the ranks above and below, then one Jacobi update
     /// of every owned interior point, then swap the buffers.
     ///

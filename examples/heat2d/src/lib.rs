@@ -53,6 +53,7 @@ pub mod checksum;
 pub mod cli;
 pub mod decomp;
 pub mod report;
+pub mod settling;
 pub mod state;
 
 pub use block::{initial_value, Block, BlockError, Grid, Meta, OTHER_BOUNDARY, TOP_BOUNDARY};
@@ -60,5 +61,6 @@ pub use checksum::{checksum, hash_grid};
 pub use cli::{
     parse_on_all_ranks, Args, ArgsError, Progress, DEFAULT_COLS, DEFAULT_ITERS, DEFAULT_ROWS,
 };
-pub use report::Report;
+pub use report::{PlainReport, Report};
+pub use settling::Settling;
 pub use state::{unix_seconds, Heat};

@@ -50,6 +50,51 @@ impl Report {
     }
 }
 
+/// `heat2d-plain`'s report: [`Report`] and when the grid last changed ([`crate::Settling`]),
+/// as one JSON object. A run of `heat2d` with moves is compared with it, and the comparison
+/// can fail only while the grid still changes: a test refuses it when `last_change` is well
+/// below `iterations` (the grid had reached its fixed point), see the test harness's
+/// `Report::reference_checksum`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlainReport {
+    /// The report `heat2d` writes too.
+    #[serde(flatten)]
+    pub report: Report,
+    /// The last iteration at which the grid still changed bit for bit, sampled every
+    /// `iterations / 1024` iterations and at the last (0: never seen changing).
+    pub last_change: u64,
+}
+
+impl Report {
+    /// `heat2d-plain`'s report: this one and when the grid last changed.
+    #[must_use]
+    pub fn with_last_change(self, last_change: u64) -> PlainReport {
+        PlainReport {
+            report: self,
+            last_change,
+        }
+    }
+}
+
+impl PlainReport {
+    /// The report as one line of JSON (no trailing newline): [`Report::to_json`]'s fields,
+    /// then `last_change`.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// Writes [`PlainReport::to_json`] and a newline to stdout and flushes it.
+    ///
+    /// # Errors
+    /// An I/O error writing stdout.
+    pub fn print(&self) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", self.to_json())?;
+        out.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +122,18 @@ mod tests {
         );
         let back: Report = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, report(None));
+    }
+
+    #[test]
+    fn given_a_plain_report_then_last_change_follows_the_report_fields() {
+        let plain = report(None).with_last_change(7);
+        let json = plain.to_json();
+        assert!(
+            json.ends_with(r#","mpi_library":"MPICH Version: 5.0.2","last_change":7}"#),
+            "{json}"
+        );
+        let back: PlainReport = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back, plain);
     }
 
     #[test]
