@@ -309,6 +309,7 @@ pub(crate) fn run(mut args: Fig17Args) -> Result<()> {
             let (plain_events, moved_events) =
                 (read_events(&plain_events)?, read_events(&moved_events)?);
             let (p, m) = (heat_report(&plain.stdout)?, heat_report(&moved.stdout)?);
+            p.check_unsettled()?;
             ensure!(
                 p.checksum == m.checksum,
                 "{0}x{0}: the checksum changed with the reconfiguration ({1} vs {2})",

@@ -24,6 +24,30 @@ pub struct HeatReport {
     /// Migrations done (PCM runs only).
     #[serde(default)]
     pub migrations: Option<u64>,
+    /// Global rows of the grid.
+    #[serde(default)]
+    pub rows: u64,
+    /// Columns of the grid.
+    #[serde(default)]
+    pub cols: u64,
+}
+
+impl HeatReport {
+    /// Fails when the run went past half its grid's predicted fixed point
+    /// ([`mpi_ios_tests::heat2d_safe_iterations`]): there every run ends with the same
+    /// checksum, whatever it computed on the way, and comparing checksums proves nothing.
+    pub fn check_unsettled(&self) -> Result<()> {
+        let safe = mpi_ios_tests::heat2d_safe_iterations(self.rows, self.cols);
+        ensure!(
+            self.iterations <= safe,
+            "{} iterations of a {} x {} grid are more than {safe}, half its predicted fixed point: \
+             comparing checksums there cannot fail; use fewer iterations or a larger grid",
+            self.iterations,
+            self.rows,
+            self.cols
+        );
+        Ok(())
+    }
 }
 
 /// The last JSON line of `stdout`, as a [`HeatReport`].
@@ -190,6 +214,7 @@ pub fn interleave(
                 v.label,
                 report.iterations
             );
+            report.check_unsettled()?;
             match &first {
                 None => first = Some(report.checksum.clone()),
                 Some(c) => ensure!(

@@ -616,7 +616,7 @@ pub struct Report {
 pub const SETTLED_MARGIN: f64 = 0.03;
 
 /// Fraction of the predicted fixed point ([`heat2d_fixed_point_estimate`]) that a run sized
-/// by time may reach ([`heat2d_args_sized`]): measured fixed points are 0.81 to 0.89 of the
+/// by time may reach ([`heat2d_args_sized`]): measured fixed points are 0.79 to 0.89 of the
 /// prediction (docs/results.md), so this stays 38 % or more below them.
 pub const SAFE_FRACTION: f64 = 0.5;
 
@@ -624,7 +624,7 @@ pub const SAFE_FRACTION: f64 = 0.5;
 /// columns) is predicted to stop changing bit for bit: the slowest error mode decays by
 /// `(cos(pi / (rows + 1)) + cos(pi / (cols - 1))) / 2` per Jacobi iteration, and reaching the
 /// fixed point takes about a factor of 2^52 (the `f64` mantissa). Measured fixed points are
-/// 0.81 to 0.89 of this (64 x 64: 26,466 iterations; 256 x 256: 387,919; docs/results.md), so
+/// 0.79 to 0.89 of this (64 x 64: 26,466 iterations; 256 x 256: 387,919; docs/results.md), so
 /// it also bounds the C heat2d (the same grid) and the Fortran jacobi (the same iteration).
 pub fn heat2d_fixed_point_estimate(rows: u64, cols: u64) -> f64 {
     use std::f64::consts::PI;
@@ -1082,10 +1082,11 @@ mod tests {
             (200, 200, 240_074.0),
             (240, 240, 344_726.0),
             (256, 256, 387_919.0),
+            (400, 400, 919_371.0),
         ] {
             let predicted = heat2d_fixed_point_estimate(rows, cols);
             let ratio = measured / predicted;
-            assert!((0.78..0.92).contains(&ratio), "{rows}x{cols}: {ratio}");
+            assert!((0.75..0.92).contains(&ratio), "{rows}x{cols}: {ratio}");
         }
     }
 

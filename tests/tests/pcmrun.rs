@@ -53,7 +53,8 @@ fn plain_checksum_of(program: &str, args: &[String]) -> String {
     MpiJob::new(2, program, &args)
         .run(DEADLINE)
         .report()
-        .checksum
+        .reference_checksum()
+        .to_owned()
 }
 
 /// A pcmrun of heat2d on 2 ranks with its own pcmd, checkpoint directory, event stream and

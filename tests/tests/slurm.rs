@@ -33,7 +33,8 @@ fn given_a_slurm_allocation_then_pcmrun_takes_its_host_and_recovers_a_killed_ran
     let plain = MpiJob::new(2, "heat2d-plain", &plain_args)
         .run(DEADLINE)
         .report()
-        .checksum;
+        .reference_checksum()
+        .to_owned();
     let dir = tempfile::tempdir().unwrap();
     let mut salloc = Command::new("salloc");
     salloc.env("SLURM_CONF", slurm.conf()).args(["-N1", "-n2"]);

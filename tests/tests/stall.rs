@@ -232,7 +232,8 @@ fn given_checkpoints_before_a_stalled_migration_then_a_restart_resumes_from_them
     let reference = MpiJob::new(3, "heat2d-plain", ARGS)
         .run(RUN)
         .report()
-        .checksum;
+        .reference_checksum()
+        .to_owned();
     let restarted = job().env("PCM_RESTART", "require").run(RUN);
     let report = restarted.report();
     assert!(
