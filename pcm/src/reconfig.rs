@@ -67,8 +67,9 @@ fn new_placement(plan: &Plan, parents: usize, merged_hosts: &[HostName]) -> Vec<
 }
 
 /// The outcome of a completed reconfiguration of `plan`, as every member of the merged
-/// communicator computes it from the same agreed inputs: the staying ranks report it, and
-/// all of them, the replacements included, remember it (see `JobContext::carried_out`).
+/// communicator computes it from the same agreed inputs: the parents report it (and the
+/// replacements too when no rank stays: see `report_for_departed`), and all of them, the
+/// replacements included, remember it (see `JobContext::carried_out`).
 fn completed(
     plan: &Plan,
     parents: usize,
@@ -343,7 +344,7 @@ pub(crate) fn join_as_replacement(
     let timeout = config.reconfigure_timeout;
     let profiling = config.profiling;
     // Nothing is known of the reconfiguration until the hand-over; the pcmd link starts
-    // only afterwards, so a replacement never reports (its parents do).
+    // only afterwards, so a replacement's watchdog never reports (its parents do).
     let watchdog = Watchdog::arm(
         Context {
             side: Side::Replacement,
@@ -439,11 +440,34 @@ pub(crate) fn join_as_replacement(
         config,
     };
     pcm.connect_daemon();
+    if handover.plan.moves.len() == parents {
+        report_for_departed(&pcm, &handover.plan, &outcome);
+    }
     tracing::debug!(
         "replacement for rank {rank} running on {} from iteration {iteration}",
         pcm.host
     );
     Ok(pcm)
+}
+
+/// Tells a replacement's pcmd that the reconfiguration of `plan`, in which every rank
+/// moved, completed with `outcome` (each request told of its own ranks).
+///
+/// The ranks that held its requests all departed. They report the outcome before they
+/// leave (pcmd counts such a report even when the replacement registered first), but a
+/// departed process leaves fast, and its last report may not get out; then the pcmd that
+/// made a request would see all its ranks go and never hear whether the move was done. So
+/// the replacements report it too, once registered: a pcmd with one of the requests in
+/// flight counts the first report and ignores the others, and a pcmd that never made it
+/// ignores it.
+fn report_for_departed(pcm: &Pcm, plan: &Plan, outcome: &Outcome) {
+    let Some(daemon) = &pcm.daemon else { return };
+    for request in &plan.requests {
+        daemon.send(pcm_proto::ToDaemon::ReconfigurationFinished {
+            request: request.id,
+            outcome: request.own_outcome(outcome),
+        });
+    }
 }
 
 /// Lets go of a communicator shared with departing processes, at the same point on all its

@@ -26,6 +26,9 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default maximum number of open connections (4096).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Default time a job whose every rank here left in a reconfiguration is kept for the
+/// replacements to register (10 s).
+pub const DEFAULT_REPLACEMENT_GRACE: Duration = Duration::from_secs(10);
 
 /// Budget for the encoded size of a status reply: registrations that would push the
 /// (over-)estimated size past it are refused, so a status always fits in one frame.
@@ -42,17 +45,19 @@ pub struct Config {
     hello_timeout: Duration,
     max_connections: usize,
     stats_period: Duration,
+    replacement_grace: Duration,
 }
 
 impl Default for Config {
     /// [`DEFAULT_REQUEST_TIMEOUT`], [`DEFAULT_HELLO_TIMEOUT`], [`DEFAULT_MAX_CONNECTIONS`],
-    /// [`stats::DEFAULT_STATS_PERIOD`].
+    /// [`stats::DEFAULT_STATS_PERIOD`], [`DEFAULT_REPLACEMENT_GRACE`].
     fn default() -> Self {
         Self {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             hello_timeout: DEFAULT_HELLO_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             stats_period: stats::DEFAULT_STATS_PERIOD,
+            replacement_grace: DEFAULT_REPLACEMENT_GRACE,
         }
     }
 }
@@ -92,6 +97,13 @@ impl Config {
     /// The stats period.
     pub fn stats_period(&self) -> Duration {
         self.stats_period
+    }
+
+    /// How long a job whose every rank here left in a reconfiguration (all of them moved)
+    /// is kept for their replacements to register (default [`DEFAULT_REPLACEMENT_GRACE`]).
+    pub fn with_replacement_grace(mut self, grace: Duration) -> Self {
+        self.replacement_grace = grace;
+        self
     }
 }
 
@@ -141,6 +153,8 @@ struct RankEntry {
     last_report: Instant,
     rate: f64,
     replacement: bool,
+    /// When this process registered the rank.
+    since: Instant,
 }
 
 impl RankEntry {
@@ -158,6 +172,8 @@ impl RankEntry {
 struct InFlight {
     request: RequestId,
     moves: Vec<Move>,
+    /// When it was made.
+    made: Instant,
     deadline: Instant,
     waiter: Option<ConnId>,
     /// The job's epoch the request was made in.
@@ -185,6 +201,13 @@ struct Job {
     failed: u64,
     /// Reconfigurations the job has completed, as its ranks last reported.
     epoch: u64,
+    /// Ranks that a reconfiguration completed here placed on this host and whose
+    /// replacements have not registered yet.
+    expected: std::collections::BTreeSet<Rank>,
+    /// Every rank here left while a reconfiguration was in flight or replacements were
+    /// expected (a move of every rank: the old processes may leave before the new ones
+    /// register): the job is kept, with no ranks, until a rank registers or this passes.
+    vacant_until: Option<Instant>,
 }
 
 /// The daemon's whole state. See the [module docs](self).
@@ -413,20 +436,18 @@ impl Registry {
         let Some(state) = self.conns.remove(&conn) else {
             return;
         };
-        let _ = now;
-        self.forget(conn, state);
+        self.forget(now, conn, state);
     }
 
     /// The connection's byte stream could not be framed or decoded: the stream is out of
     /// step, so an error is sent and the connection closed.
     pub fn handle_frame_error(&mut self, now: Instant, conn: ConnId, err: &FrameError) {
-        let _ = now;
         if !self.conns.contains_key(&conn) {
             return;
         }
         tracing::debug!(%conn, %err, "closing connection after a frame error");
         self.send(conn, bad(format!("{err}; closing the connection")));
-        self.close(conn);
+        self.close(now, conn);
     }
 
     /// A message arrived on `conn`.
@@ -446,7 +467,7 @@ impl Registry {
                             ),
                         ),
                     );
-                    self.close(conn);
+                    self.close(now, conn);
                     return;
                 }
                 let new_state = match client {
@@ -470,7 +491,7 @@ impl Registry {
                         message_name(&other)
                     )),
                 );
-                self.close(conn);
+                self.close(now, conn);
             }
             (_, ToDaemon::Hello { .. }) => {
                 self.send(conn, bad("Hello was already received on this connection"));
@@ -491,7 +512,8 @@ impl Registry {
         self.stats.handle_tick(load);
     }
 
-    /// Time has passed: expires Hello and in-flight deadlines due at `now`.
+    /// Time has passed: expires Hello and in-flight deadlines, and the wait for the
+    /// replacements of a job whose every rank here left, due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         let late: Vec<ConnId> = self
             .conns
@@ -509,7 +531,7 @@ impl Registry {
                     self.config.hello_timeout.as_secs_f64()
                 )),
             );
-            self.close(conn);
+            self.close(now, conn);
         }
         // A request past its deadline is withdrawn, not forgotten: the ranks that hold it
         // may still start it (a stopped rank resumes), so it stays in flight until one of
@@ -538,6 +560,15 @@ impl Registry {
                 self.send(holder, FromDaemon::CancelReconfiguration { request });
             }
         }
+        let vacated: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, job)| job.ranks.is_empty() && job.vacant_until.is_some_and(|t| t <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for job in vacated {
+            self.remove_job(&job);
+        }
     }
 
     /// Why a request that missed its deadline ended, for people.
@@ -557,6 +588,7 @@ impl Registry {
     /// Ends the request in flight for `job` if it is `request`: counts it, and tells the
     /// waiter. Reports of requests no longer in flight are ignored.
     fn end_flight(&mut self, job_id: &JobId, request: RequestId, outcome: Outcome) {
+        let host = self.host.clone();
         let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -568,9 +600,23 @@ impl Registry {
             return;
         };
         match &outcome {
-            Outcome::Completed { .. } => {
+            Outcome::Completed { placed, .. } => {
                 job.migrations += 1;
                 job.epoch = job.epoch.max(flight.epoch + 1);
+                // The ranks it placed on this host register here: until they do, the job
+                // is not over when its last old process leaves. A replacement may have
+                // registered before the end was reported.
+                job.expected = placed
+                    .iter()
+                    .filter(|(rank, to)| {
+                        *to == host
+                            && !job
+                                .ranks
+                                .get(rank)
+                                .is_some_and(|r| r.replacement && r.since >= flight.made)
+                    })
+                    .map(|(rank, _)| *rank)
+                    .collect();
                 tracing::info!(job = %job_id, %request, ?outcome, "reconfiguration finished");
             }
             Outcome::Cancelled { reason } => {
@@ -611,7 +657,8 @@ impl Registry {
                 .filter(|f| !f.cancelling)
                 .map(|f| f.deadline)
         });
-        hello.chain(flights).min()
+        let vacancies = self.jobs.values().filter_map(|j| j.vacant_until);
+        hello.chain(flights).chain(vacancies).min()
     }
 
     // ----- internals -----
@@ -620,15 +667,15 @@ impl Registry {
         self.outputs.push_back(Output::Send { conn, message });
     }
 
-    fn close(&mut self, conn: ConnId) {
+    fn close(&mut self, now: Instant, conn: ConnId) {
         if let Some(state) = self.conns.remove(&conn) {
-            self.forget(conn, state);
+            self.forget(now, conn, state);
         }
         self.outputs.push_back(Output::Close { conn });
     }
 
     /// Drops whatever `conn` stood for: its rank registration or its waits.
-    fn forget(&mut self, conn: ConnId, state: ConnState) {
+    fn forget(&mut self, now: Instant, conn: ConnId, state: ConnState) {
         match state {
             ConnState::AwaitingHello { .. } => {}
             ConnState::Controller => {
@@ -643,11 +690,11 @@ impl Registry {
             ConnState::Rank { registered: None } => {}
             ConnState::Rank {
                 registered: Some((job_id, rank)),
-            } => self.unregister(conn, &job_id, rank),
+            } => self.unregister(now, conn, &job_id, rank),
         }
     }
 
-    fn unregister(&mut self, conn: ConnId, job_id: &JobId, rank: Rank) {
+    fn unregister(&mut self, now: Instant, conn: ConnId, job_id: &JobId, rank: Rank) {
         let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
@@ -675,20 +722,48 @@ impl Registry {
             self.end_flight(job_id, request, Outcome::Failed { reason });
             return;
         }
-        let Some(job) = self.jobs.get(job_id) else {
+        let grace = self.config.replacement_grace;
+        let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
         if !job.ranks.is_empty() {
             return;
         }
+        // A move of every rank: the old processes may leave before their replacements
+        // register (and report its end). Keep the job, counters and request, for them.
+        if job.in_flight.is_some() || !job.expected.is_empty() {
+            if job.vacant_until.is_none() {
+                job.vacant_until = Some(now + grace);
+                tracing::info!(
+                    job = %job_id,
+                    "every rank of the job here left during a reconfiguration; keeping it {} s for their replacements",
+                    grace.as_secs_f64()
+                );
+            }
+            return;
+        }
+        self.remove_job(job_id);
+    }
+
+    /// Forgets `job_id`, which has no ranks left here; a request still in flight fails, and
+    /// its waiter is told.
+    fn remove_job(&mut self, job_id: &JobId) {
         let Some(job) = self.jobs.remove(job_id) else {
             return;
         };
         tracing::info!(job = %job_id, "job has no ranks left here");
         if let Some(flight) = job.in_flight {
+            let waited = if job.vacant_until.is_some() {
+                format!(
+                    " and no replacement registered within {} s",
+                    self.config.replacement_grace.as_secs_f64()
+                )
+            } else {
+                String::new()
+            };
             let reason = format!(
-                "all ranks of job {job_id} disconnected during the reconfiguration ({}): the job \
-                 ended, or its replacement died while starting",
+                "all ranks of job {job_id} disconnected during the reconfiguration ({}){waited}: \
+                 the job ended, or its replacement died while starting",
                 pcm_proto::describe_moves(&flight.moves)
             );
             tracing::warn!(request = %flight.request, job = %job_id, "{reason}");
@@ -901,6 +976,8 @@ impl Registry {
             cancelled: 0,
             failed: 0,
             epoch: 0,
+            expected: std::collections::BTreeSet::new(),
+            vacant_until: None,
         });
         if job.size != size || job.app != app {
             let message = format!(
@@ -911,6 +988,8 @@ impl Registry {
             return;
         }
         job.epoch = job.epoch.max(reconfigurations);
+        job.expected.remove(&rank);
+        job.vacant_until = None;
         let entry = RankEntry {
             conn,
             host: host.clone(),
@@ -920,14 +999,17 @@ impl Registry {
             last_report: now,
             rate: 0.0,
             replacement,
+            since: now,
         };
         if let Some(old) = job.ranks.insert(rank, entry) {
             // A replacement registered before its predecessor's disconnect was seen; the
-            // newer process owns the rank from now on.
-            tracing::info!(job = %job_id, %rank, old_pid = old.pid, new_pid = pid, "rank re-registered by a new process");
-            if let Some(ConnState::Rank { registered }) = self.conns.get_mut(&old.conn) {
-                *registered = None;
-            }
+            // newer process owns the rank from now on. The old connection stays registered
+            // until it closes, though: a departing rank reports the end of the
+            // reconfiguration it left in after its replacement registered (its link writes
+            // at its next tick), and when every rank moved that report is the only one
+            // this daemon gets from the ranks that held the request. Its other messages no
+            // longer touch the rank (see `rank_entry`).
+            tracing::info!(job = %job_id, %rank, old_pid = old.pid, new_pid = pid, old_conn = %old.conn, "rank re-registered by a new process");
         }
         tracing::info!(job = %job_id, %rank, %host, pid, replacement, "rank registered");
         self.conns.insert(
@@ -1050,6 +1132,14 @@ impl Registry {
         }
         let request = RequestId(self.next_request);
         self.next_request = self.next_request.wrapping_add(1).max(1);
+        if job.ranks.is_empty() {
+            return Err(error(
+                ErrorKind::Busy,
+                format!(
+                    "every rank of job {job_id} here left in a reconfiguration and their replacements have not registered yet; try again in a moment"
+                ),
+            ));
+        }
         let epoch = job.epoch;
         let holders: Vec<ConnId> = job.ranks.values().map(|r| r.conn).collect();
         for target in &holders {
@@ -1068,6 +1158,7 @@ impl Registry {
             job.in_flight = Some(InFlight {
                 request,
                 moves,
+                made: now,
                 deadline,
                 waiter: wait.then_some(conn),
                 epoch,

@@ -140,6 +140,81 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
     assert_eq!(report.migrations, Some(2));
 }
 
+/// Issue 36, finding 6: `pcmd migrate` naming every rank of the job. No rank stays to
+/// report the outcome, and the replacements register with the daemon before the departing
+/// ranks' reports arrive (or the departing ranks leave before the replacements register).
+/// The daemon must still report the move done, keep the job with its new ranks, and take
+/// the next request. Before the fix the command blocked until the job ended, then said
+/// "not carried out" (exit 1).
+#[test]
+fn given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job() {
+    let _lock = mpi_lock();
+    // 2 ranks for about 12 s: heat2d_args_for grows the grid if the run would come near its
+    // fixed point, where a checksum proves nothing.
+    let (args, _) = heat2d_args_for(2, 480, 480, 12.0, WAIT);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let reference = MpiJob::new(2, "heat2d-plain", &args)
+        .run(DEADLINE)
+        .report()
+        .reference_checksum()
+        .to_owned();
+    let pcmd = Pcmd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let job = MpiJob::new(2, "heat2d", &args)
+        .env("PCM_DAEMON", pcmd.daemon_env.clone())
+        .start(dir.path(), "heat2d");
+    wait_until(WAIT, "2 ranks registered and running", || {
+        running_ranks(&pcmd) == 2
+    });
+    let old_pids: Vec<u32> = pcmd.status().jobs[0].ranks.iter().map(|r| r.pid).collect();
+
+    let moved = pcmd.cli(&["migrate", "--rank", "0", "--rank", "1"]);
+    let out = text(&moved.stdout);
+    assert!(moved.status.success(), "{out}{}", text(&moved.stderr));
+    assert!(
+        out.contains("completed at iteration")
+            && out.contains("rank 0 ->")
+            && out.contains("rank 1 ->"),
+        "{out}"
+    );
+
+    // While the job runs: the job is listed, with both ranks, replacements now.
+    wait_until(WAIT, "both replacements registered and running", || {
+        pcmd.status().jobs.first().is_some_and(|j| {
+            j.ranks.len() == 2
+                && j.ranks
+                    .iter()
+                    .all(|r| r.replacement && r.iteration > 0 && !old_pids.contains(&r.pid))
+        })
+    });
+    let status = pcmd.status();
+    assert_eq!(status.jobs.len(), 1, "{status:?}");
+    let listed = &status.jobs[0];
+    assert_eq!(
+        (listed.migrations, listed.failed, listed.in_flight),
+        (1, 0, None),
+        "{listed:?}"
+    );
+    let shown = text(&pcmd.cli(&["status"]).stdout);
+    assert!(
+        shown.contains(&format!("job {}", listed.job)) && !shown.contains("no jobs registered"),
+        "{shown}"
+    );
+
+    // A later request for the job works.
+    let again = pcmd.cli(&["migrate", "--rank", "1"]);
+    let out = text(&again.stdout);
+    assert!(again.status.success(), "{out}{}", text(&again.stderr));
+    assert!(
+        out.contains("completed at iteration") && out.contains("rank 1 ->"),
+        "{out}"
+    );
+
+    let report = job.wait(DEADLINE).report();
+    assert_eq!(report.checksum, reference);
+    assert_eq!(report.migrations, Some(2));
+}
+
 #[test]
 fn given_bad_requests_then_each_gets_a_clear_error_and_the_job_is_unharmed() {
     let _lock = mpi_lock();

@@ -593,8 +593,11 @@ fn given_failed_outcome_then_not_counted_as_migration() {
     assert_eq!((job.in_flight, job.migrations), (None, 0));
 }
 
+/// All ranks leave while a request is in flight and no replacement registers: the job is
+/// kept (the replacements of a move of every rank may register after the old processes
+/// left) for the grace period, then it is gone and the request failed.
 #[test]
-fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
+fn given_all_ranks_disconnect_then_in_flight_fails_after_the_grace_and_job_is_gone() {
     let mut h = Harness::new();
     let r0 = h.rank("job-1", 0, 2);
     let r1 = h.rank("job-1", 1, 2);
@@ -604,6 +607,16 @@ fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
     assert!(h.outputs().is_empty());
     assert_eq!(h.status().jobs[0].in_flight, Some(request));
     h.core.handle_disconnected(h.now, r1);
+    assert!(h.outputs().is_empty());
+    let job = &h.status().jobs[0];
+    assert_eq!((job.ranks.len(), job.in_flight), (0, Some(request)));
+    assert_eq!(
+        h.core.poll_timeout(),
+        Some(h.now + DEFAULT_REPLACEMENT_GRACE)
+    );
+    h.advance(DEFAULT_REPLACEMENT_GRACE - Duration::from_millis(1));
+    assert!(h.outputs().is_empty());
+    h.advance(Duration::from_millis(1));
     let out = h.outputs();
     assert_eq!(
         out,
@@ -613,8 +626,8 @@ fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
                 request,
                 outcome: Outcome::Failed {
                     reason: "all ranks of job job-1 disconnected during the reconfiguration \
-                             (rank 1 to any host): the job ended, or its replacement died while \
-                             starting"
+                             (rank 1 to any host) and no replacement registered within 10 s: \
+                             the job ended, or its replacement died while starting"
                         .into()
                 }
             }
@@ -622,6 +635,164 @@ fn given_all_ranks_disconnect_then_in_flight_fails_and_job_is_gone() {
     );
     assert!(h.status().jobs.is_empty());
     assert_eq!(h.core.poll_timeout(), None);
+}
+
+/// All ranks leave with nothing in flight and no replacement expected: the job ended, and
+/// is forgotten at once.
+#[test]
+fn given_all_ranks_disconnect_with_nothing_in_flight_then_job_is_gone_at_once() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
+    h.core.handle_disconnected(h.now, r0);
+    h.core.handle_disconnected(h.now, r1);
+    assert!(h.outputs().is_empty());
+    assert!(h.status().jobs.is_empty());
+    assert_eq!(h.core.poll_timeout(), None);
+}
+
+/// Both ranks of the request's outcome, placed on this daemon's host.
+fn completed_all(ranks: u32) -> Outcome {
+    Outcome::Completed {
+        iteration: 42,
+        timings: PhaseTimings::default(),
+        placed: (0..ranks).map(|r| (Rank(r), host("node-a"))).collect(),
+    }
+}
+
+/// Issue 36, finding 6: a move of every rank, as seen on one host. The replacements
+/// register (taking the ranks over) before the departing ranks' reports arrive; those
+/// reports still count: the waiter hears of the completion, the job keeps its ranks and
+/// counters, and the next request goes to the replacements.
+#[test]
+fn given_every_rank_moves_and_replacements_register_first_then_the_departing_report_counts() {
+    let mut h = Harness::new();
+    let old0 = h.rank("job-1", 0, 2);
+    let old1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(0, None), mv(1, None)], true), c);
+    let new0 = h.connect(ClientKind::Rank);
+    h.send(new0, register("job-1", 0, 2, true));
+    let new1 = h.connect(ClientKind::Rank);
+    h.send(new1, register("job-1", 1, 2, true));
+
+    let report = ToDaemon::ReconfigurationFinished {
+        request,
+        outcome: completed_all(2),
+    };
+    let out = h.send(old1, report.clone());
+    assert_eq!(
+        finished_of(&out, c),
+        (request, completed_all(2)),
+        "the departing rank's report must answer the waiter: {out:?}"
+    );
+    assert!(h.send(old0, report).is_empty());
+    h.core.handle_disconnected(h.now, old0);
+    h.core.handle_disconnected(h.now, old1);
+    assert!(h.outputs().is_empty());
+
+    let job = &h.status().jobs[0];
+    assert_eq!((job.in_flight, job.migrations, job.failed), (None, 1, 0));
+    assert_eq!(job.ranks.len(), 2);
+    assert!(job.ranks.iter().all(|r| r.replacement), "{job:?}");
+    // Nothing is pending: the job does not linger once its ranks really end.
+    assert_eq!(h.core.poll_timeout(), None);
+
+    let c2 = h.controller();
+    let out = h.migrate(c2, None, vec![mv(1, None)], true);
+    accepted(&out, c2);
+    for conn in [new0, new1] {
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Send { conn: to, message: FromDaemon::ReconfigurationRequested { .. } } if *to == conn)),
+            "the replacement {conn} must get the next request: {out:?}"
+        );
+    }
+}
+
+/// Issue 36, finding 6, the other order: the old processes of a move of every rank leave,
+/// unreported, before their replacements register. The job is kept for them; a request
+/// meanwhile is refused as busy; once a replacement registers and reports the completion,
+/// the waiter hears of it and the job goes on with its counters.
+#[test]
+fn given_every_rank_leaves_before_its_replacement_registers_then_the_job_waits_for_it() {
+    let mut h = Harness::new();
+    let old0 = h.rank("job-1", 0, 2);
+    let old1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(0, None), mv(1, None)], true), c);
+    h.core.handle_disconnected(h.now, old0);
+    h.core.handle_disconnected(h.now, old1);
+    assert!(h.outputs().is_empty());
+    let job = &h.status().jobs[0];
+    assert_eq!((job.ranks.len(), job.in_flight), (0, Some(request)));
+
+    h.advance(Duration::from_secs(1));
+    let new0 = h.connect(ClientKind::Rank);
+    h.send(new0, register("job-1", 0, 2, true));
+    let new1 = h.connect(ClientKind::Rank);
+    h.send(new1, register("job-1", 1, 2, true));
+    // A replacement reports the completion it took part in.
+    let out = h.send(
+        new0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed_all(2),
+        },
+    );
+    assert_eq!(finished_of(&out, c), (request, completed_all(2)));
+    h.advance(DEFAULT_REPLACEMENT_GRACE);
+    assert!(h.outputs().is_empty());
+    let job = &h.status().jobs[0];
+    assert_eq!((job.ranks.len(), job.migrations, job.failed), (2, 1, 0));
+    let c2 = h.controller();
+    accepted(&h.migrate(c2, None, vec![mv(0, None)], false), c2);
+}
+
+/// A move of every rank reported before the old processes leave, whose replacements
+/// register only after they left: the job is kept for them, counters and all; a request in
+/// between is refused as busy, not lost to nobody.
+#[test]
+fn given_a_completed_move_of_every_rank_then_the_job_waits_for_the_replacements() {
+    let mut h = Harness::new();
+    let old0 = h.rank("job-1", 0, 2);
+    let old1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let request = accepted(&h.migrate(c, None, vec![mv(0, None), mv(1, None)], true), c);
+    let out = h.send(
+        old0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed_all(2),
+        },
+    );
+    assert_eq!(finished_of(&out, c), (request, completed_all(2)));
+    h.core.handle_disconnected(h.now, old0);
+    h.core.handle_disconnected(h.now, old1);
+    assert!(h.outputs().is_empty());
+    let job = &h.status().jobs[0];
+    assert_eq!((job.ranks.len(), job.migrations), (0, 1));
+
+    let c2 = h.controller();
+    let out = h.migrate(c2, None, vec![mv(0, None)], true);
+    let (kind, message) = error_of(&out, c2);
+    assert_eq!(kind, ErrorKind::Busy);
+    assert!(
+        message.contains("replacements have not registered yet"),
+        "{message}"
+    );
+
+    let new0 = h.connect(ClientKind::Rank);
+    h.send(new0, register("job-1", 0, 2, true));
+    let new1 = h.connect(ClientKind::Rank);
+    h.send(new1, register("job-1", 1, 2, true));
+    h.advance(DEFAULT_REPLACEMENT_GRACE);
+    assert!(h.outputs().is_empty());
+    let job = &h.status().jobs[0];
+    assert_eq!((job.ranks.len(), job.migrations), (2, 1));
+    // When the job really ends, it is forgotten at once.
+    h.core.handle_disconnected(h.now, new0);
+    h.core.handle_disconnected(h.now, new1);
+    assert!(h.status().jobs.is_empty());
 }
 
 /// The finished report in `out` for `conn`.
