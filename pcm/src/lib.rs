@@ -536,6 +536,9 @@ impl Pcm {
                     // Read by MPI_Init, below; still single-threaded here.
                     std::env::set_var(runtime::MPICH_LOCAL_FINALIZE, "1");
                 }
+                // Reductions that round the same before and after a move (MPICH: device
+                // collectives off; see `deterministic_reductions_env`).
+                runtime::prepare_reductions_env();
                 let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Single)
                     .ok_or(PcmError::MpiInit)?;
                 MpiOwner::Pcm(universe)
@@ -580,6 +583,9 @@ impl Pcm {
             }
         };
         pcm.profiler.attach(&pcm.world);
+        if pcm.rank == 0 && pcm.origin == ProcessStatus::Fresh {
+            runtime::log_reductions();
+        }
         events::started(
             pcm.rank,
             &pcm.host,
@@ -1050,6 +1056,18 @@ impl From<ReconfigureError> for PcmError {
 /// that calls `MPI_Init` itself before [`Pcm::attach`]; [`Pcm::init`] sets it.
 pub fn prompt_departure_env() -> Option<(&'static str, &'static str)> {
     runtime::PROMPT_DEPARTURE.then_some((runtime::MPICH_LOCAL_FINALIZE, "1"))
+}
+
+/// The environment setting `MPI_Init` must find for collective reductions to round the same
+/// before and after a reconfiguration, and the same as a plain run given the same setting
+/// (MPICH: `MPIR_CVAR_DEVICE_COLLECTIVES=none`: MPICH's shared-memory collectives, its
+/// default, add in another order once a replacement from another launch is in the
+/// communicator), or `None` where the runtime needs none (Open MPI 4). For code that calls
+/// `MPI_Init` itself before [`Pcm::attach`]; [`Pcm::init`] sets it unless the variable is
+/// set, and rank 0 logs at start what the job's reductions promise. See
+/// docs/architecture.md, "Reductions".
+pub fn deterministic_reductions_env() -> Option<(&'static str, &'static str)> {
+    runtime::DETERMINISTIC_REDUCTIONS
 }
 
 /// Who is to initialise MPI: [`Pcm::init`] or the application ([`Pcm::attach`]).

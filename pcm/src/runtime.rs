@@ -55,6 +55,110 @@ pub(crate) const PROMPT_DEPARTURE: bool = matches!(MpiFamily::BUILT_FOR, MpiFami
 /// job ends).
 pub(crate) const MPICH_LOCAL_FINALIZE: &str = "MPIR_CVAR_NO_COLLECTIVE_FINALIZE";
 
+/// MPICH's setting that decides whether its device layer (ch4, with the shared-memory
+/// "release_gather" collectives) may replace MPICH's generic (MPIR) collective algorithms.
+pub(crate) const MPICH_DEVICE_COLLECTIVES: &str = "MPIR_CVAR_DEVICE_COLLECTIVES";
+
+/// The environment setting `MPI_Init` must find for a job's reductions to round the same
+/// before and after a reconfiguration, or `None` where the runtime needs none.
+///
+/// MPICH: `MPIR_CVAR_DEVICE_COLLECTIVES=none`. With its default (`percoll`), an all-reduce
+/// on a communicator whose ranks all sit on one node goes to the shared-memory
+/// `release_gather` algorithm (a gather up a tree, summing in the tree's order), but only
+/// from that communicator's 5th collective on (`MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD`; the
+/// first ones use MPIR's recursive doubling). A replacement comes from another launch, and
+/// MPICH never counts it on its node (its address-table entry has no node id), so after a
+/// move the same call goes to a node-aware composition instead. Each adds the ranks'
+/// partial sums in another order: at 4 ranks the bits differ. With `none`, every collective
+/// runs MPIR's algorithms, chosen by communicator size and message size only (8-byte
+/// all-reduce: recursive doubling; long vectors: reduce-scatter + all-gather), so the sums
+/// depend on the ranks' order alone, which PCM keeps. Open MPI 4's `tuned` component
+/// chooses by communicator and message size too, with no setting.
+pub(crate) const DETERMINISTIC_REDUCTIONS: Option<(&str, &str)> = match MpiFamily::BUILT_FOR {
+    MpiFamily::Mpich => Some((MPICH_DEVICE_COLLECTIVES, "none")),
+    MpiFamily::OpenMpi | MpiFamily::Unknown => None,
+};
+
+/// Open MPI 4 collective components that choose by node topology, off by default (priority
+/// 0): raising one's priority gives reductions whose order changes when a move changes
+/// the communicator's node layout.
+const OPEN_MPI_TOPOLOGY_COLLECTIVES: [&str; 2] =
+    ["OMPI_MCA_coll_han_priority", "OMPI_MCA_coll_sm_priority"];
+
+/// What PCM can promise about the rounding of collective reductions in this process (read
+/// from the environment after `MPI_Init`), for the start-up log: `Ok` a promise (logged as
+/// information), `Err` a reason it cannot be kept (logged as a warning).
+pub(crate) fn reductions_promise(
+    family: MpiFamily,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    match family {
+        MpiFamily::Mpich => match var(MPICH_DEVICE_COLLECTIVES).as_deref() {
+            Some("none") => Ok(format!(
+                "reductions: MPICH device collectives off ({MPICH_DEVICE_COLLECTIVES}=none): \
+                 sums are added in an order set by rank order alone, the same before and \
+                 after any move, and the same as a plain run's on MPI_COMM_WORLD with the \
+                 same setting; MPICH cannot promise it against a plain run with its default \
+                 (shared-memory collectives, which a replacement from another launch never \
+                 joins)"
+            )),
+            other => Err(format!(
+                "reductions: {MPICH_DEVICE_COLLECTIVES}={}: MPICH's shared-memory collectives \
+                 add in another order once a move has brought a replacement in, so \
+                 MPI_Allreduce and MPI_Reduce results may differ in their last bits from a \
+                 run without moves (set it to none for bit-identical reductions)",
+                other.unwrap_or("(unset)")
+            )),
+        },
+        MpiFamily::OpenMpi => {
+            let raised: Vec<String> = OPEN_MPI_TOPOLOGY_COLLECTIVES
+                .iter()
+                .filter_map(|k| {
+                    var(k)
+                        .filter(|v| v.trim().parse::<i64>().map_or(true, |p| p > 0))
+                        .map(|v| format!("{k}={v}"))
+                })
+                .collect();
+            if raised.is_empty() {
+                Ok(
+                    "reductions: Open MPI's tuned collectives choose by communicator and \
+                    message size only: sums are added in the same order before and after \
+                    any move, and as a plain run's on MPI_COMM_WORLD"
+                        .to_owned(),
+                )
+            } else {
+                Err(format!(
+                    "reductions: {}: a topology-aware collective component may add in \
+                     another order once a move changes the ranks' hosts, so reductions may \
+                     differ in their last bits from a run without moves",
+                    raised.join(", ")
+                ))
+            }
+        }
+        MpiFamily::Unknown => Err("reductions: an MPI library PCM does not know: it cannot \
+                                   promise that reductions round the same after a move"
+            .to_owned()),
+    }
+}
+
+/// Sets [`DETERMINISTIC_REDUCTIONS`] in the environment unless the user set the variable.
+/// Call before `MPI_Init`, while the process is single-threaded.
+pub(crate) fn prepare_reductions_env() {
+    if let Some((key, value)) = DETERMINISTIC_REDUCTIONS {
+        if std::env::var_os(key).is_none() {
+            std::env::set_var(key, value);
+        }
+    }
+}
+
+/// Logs [`reductions_promise`] for this process's environment.
+pub(crate) fn log_reductions() {
+    match reductions_promise(MpiFamily::BUILT_FOR, |k| std::env::var(k).ok()) {
+        Ok(promise) => tracing::info!("{promise}"),
+        Err(warning) => tracing::warn!("{warning}"),
+    }
+}
+
 /// An MPI library: family and version (`4.1.4`, `5.0.2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MpiLibrary {
@@ -155,6 +259,34 @@ mod tests {
             family,
             version: version.into(),
         }
+    }
+
+    #[test]
+    fn given_mpich_without_device_collectives_off_then_reductions_are_not_promised() {
+        let env = |value: Option<&'static str>| {
+            move |k: &str| {
+                (k == MPICH_DEVICE_COLLECTIVES)
+                    .then_some(value)
+                    .flatten()
+                    .map(String::from)
+            }
+        };
+        assert!(reductions_promise(MpiFamily::Mpich, env(Some("none"))).is_ok());
+        let unset = reductions_promise(MpiFamily::Mpich, env(None));
+        assert!(unset.is_err_and(|w| w.contains("(unset)")));
+        let percoll = reductions_promise(MpiFamily::Mpich, env(Some("percoll")));
+        assert!(percoll.is_err_and(|w| w.contains("=percoll")));
+    }
+
+    #[test]
+    fn given_open_mpi_with_han_raised_then_reductions_are_not_promised() {
+        assert!(reductions_promise(MpiFamily::OpenMpi, |_| None).is_ok());
+        let off = |k: &str| (k == "OMPI_MCA_coll_han_priority").then(|| "0".to_owned());
+        assert!(reductions_promise(MpiFamily::OpenMpi, off).is_ok());
+        let han = |k: &str| (k == "OMPI_MCA_coll_han_priority").then(|| "35".to_owned());
+        let warning = reductions_promise(MpiFamily::OpenMpi, han);
+        assert!(warning.is_err_and(|w| w.contains("OMPI_MCA_coll_han_priority=35")));
+        assert!(reductions_promise(MpiFamily::Unknown, |_| None).is_err());
     }
 
     #[test]

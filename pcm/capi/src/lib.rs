@@ -393,10 +393,15 @@ fn default_app_name() -> String {
     }
 }
 
-/// On MPICH, lets a departed process leave at once: `MPI_Finalize` must be local, which
-/// MPICH reads from the environment in `MPI_Init`.
+/// On MPICH, lets a departed process leave at once (`MPI_Finalize` must be local) and keeps
+/// reductions rounding the same after a move (device collectives off), both read from the
+/// environment in `MPI_Init`. A variable the user set is left as it is.
 fn prepare_mpi_environment() {
-    if let Some((key, value)) = pcm_rs::prompt_departure_env() {
+    let settings = [
+        pcm_rs::prompt_departure_env(),
+        pcm_rs::deterministic_reductions_env(),
+    ];
+    for (key, value) in settings.into_iter().flatten() {
         if std::env::var_os(key).is_none() {
             // Before MPI_Init: the process has no MPI or PCM threads yet.
             std::env::set_var(key, value);
