@@ -119,8 +119,11 @@ if [ "$MPI_IOS_RUNTIME" = openmpi ]; then
 else
     # A departed process finalizes alone (no fence with the rest of its launch) and exits.
     export MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1
-    # UCX prints its warnings on stdout, where they would follow heat2d's JSON report.
-    export UCX_LOG_LEVEL=error
+    # UCX prints its warnings on stdout, where they would follow heat2d's JSON report: only
+    # errors, on stderr (the one a job that lost a member to a move logs at MPI_Finalize, the
+    # flush of that member's endpoint, which PCM forgives: pcm/src/departed_peers.rs). UCX
+    # reads these when it is loaded, so PCM cannot set them itself.
+    export UCX_LOG_LEVEL=error UCX_LOG_FILE=stderr
     export MPICC="$MPICH_PREFIX/bin/mpicc"
     export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target"
     RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$mpi_ios_rpath"

@@ -46,7 +46,7 @@ esac
 # rank lost, a host lost, a replacement lost while starting); the others test pcmrun's own
 # decisions, the same on either runtime. Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration (the others passed on Open MPI 4 by hand, results.md).
-other_runtime_tests=(migration checkpoint runtime hosts stall leave pcmrun capi daemon)
+other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon)
 other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
 )

@@ -24,10 +24,14 @@ pub const OMPI_ROOT_ENV: &[(&str, &str)] = &[
 ];
 
 /// MPICH settings every PCM job needs: a departed process finalizes alone (PCM sets it too),
-/// and UCX keeps its warnings off stdout, where they would follow the application's output.
+/// and UCX logs only errors, on stderr: by default it writes to stdout, where its lines would
+/// follow the application's output. It has one error to log in a job whose launch lost a
+/// member to a move (the flush of that member's endpoint at `MPI_Finalize`, which PCM
+/// forgives), and reads its log settings when it is loaded, before PCM could set them.
 pub const MPICH_ENV: &[(&str, &str)] = &[
     ("MPIR_CVAR_NO_COLLECTIVE_FINALIZE", "1"),
     ("UCX_LOG_LEVEL", "error"),
+    ("UCX_LOG_FILE", "stderr"),
 ];
 
 /// An MPI runtime the project builds and runs on.
@@ -274,7 +278,8 @@ mod tests {
         };
         assert_eq!(
             launch.shell_line(),
-            "MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1 UCX_LOG_LEVEL=error PCM_RESTART=require \
+            "MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1 UCX_LOG_LEVEL=error UCX_LOG_FILE=stderr \
+             PCM_RESTART=require \
              mpiexec -n 4 -f /tmp/hosts -genv PCM_RESTART require heat2d --rows 'it'\\''s'"
         );
         launch.runtime = Runtime::OpenMpi;

@@ -4,14 +4,20 @@
 # HOST is looked up in the file `hosts.map` next to this script (lines
 # `HOST NAMESPACE [CGROUP_PROCS_FILE...]`). The process first joins the node's cgroups (its
 # pid written to each `cgroup.procs` file, so PROGRAM and all its children count against the
-# node's CPU cap), then enters the node's network namespace and a new UTS namespace whose
-# host name is HOST (so gethostname() there returns HOST), then becomes PROGRAM (exec all
-# the way: the process id stays the caller's child's, so process groups and kill work).
+# node's CPU cap), then enters the node's network namespace, its mount and IPC namespaces
+# (those of the keeper process whose pid is in `ns/HOST.pid` next to this script: the node's
+# own /dev/shm, System V IPC and boot id, so that nothing but the link joins it to the other
+# nodes; checked by the boot id in `ns/HOST.boot_id`, so that a reused pid is never
+# entered) and a new UTS
+# namespace whose host name is HOST (so gethostname() there returns HOST), then becomes
+# PROGRAM in the caller's working directory (exec all the way: the process id stays the
+# caller's child's, so process groups and kill work).
 #
 # nsenter, not `ip netns exec`: the latter also makes a mount namespace with a fresh /sys,
 # which hides /sys/fs/cgroup, and the IOS agent's sensor then cannot see the node's cap.
 set -eu
-map="$(dirname "$0")/hosts.map"
+here="$(dirname "$0")"
+map="$here/hosts.map"
 if [ $# -lt 2 ]; then
     echo "node-exec: usage: $0 HOST PROGRAM [ARGS...]" >&2
     exit 255
@@ -30,4 +36,14 @@ for procs in $(printf '%s\n' "$line" | awk '{ for (i = 3; i <= NF; i++) print $i
         exit 255
     fi
 done
-exec nsenter --net="/run/netns/$ns" unshare --uts /bin/sh -c 'hostname "$1" && shift && exec "$@"' node-exec "$host" "$@"
+keeper="$(cat "$here/ns/$host.pid")"
+if [ "$(cat "/proc/$keeper/root/proc/sys/kernel/random/boot_id" 2>/dev/null)" != \
+    "$(cat "$here/ns/$host.boot_id")" ]; then
+    echo "node-exec: $host is gone (its namespaces' keeper $keeper is not running)" >&2
+    exit 255
+fi
+# Entering a mount namespace moves the process to its root: go back to where the caller was
+# (the file system is the same one).
+exec nsenter --net="/run/netns/$ns" --mount="/proc/$keeper/ns/mnt" --ipc="/proc/$keeper/ns/ipc" \
+    unshare --uts /bin/sh -c 'hostname "$1" && cd "$2" && shift 2 && exec "$@"' \
+    node-exec "$host" "$PWD" "$@"

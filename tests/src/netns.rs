@@ -10,6 +10,27 @@
 //! of every rank there returns NAME. `mpirun` itself stays in the root namespace and reaches
 //! the daemons through the bridge.
 //!
+//! # Nothing shared but the link
+//! Separate machines share no memory, so the emulated ones must not either: otherwise MPI
+//! between two "hosts" takes shared memory and never crosses their link (measured on
+//! 2026-12-02 with MPICH: 59 KB through a veth over 320,000 heat2d iterations, and a 5 s
+//! link-down changed nothing). Each node therefore also has its own persistent mount
+//! namespace and IPC namespace (held by a keeper process whose pid is in `ns/NAME.pid` of the
+//! cluster's directory, entered by `node-exec.sh` with everything else), in which it has
+//!
+//! - its own `/dev/shm` (a tmpfs): POSIX shared-memory segments of one node are invisible
+//!   on the others, and vanish with the node;
+//! - its own System V IPC;
+//! - its own boot id (a file of the node's bind-mounted over
+//!   `/proc/sys/kernel/random/boot_id`): UCX (MPICH's transport) judges two processes to be
+//!   on one machine, and so reachable through shared memory and cross-memory attach, by
+//!   their boot id, which one kernel gives every namespace alike.
+//!
+//! Ranks on one node still share memory with each other (the same namespaces), as on a real
+//! machine; `/tmp` and the rest of the file system stay shared, as a shared home would be.
+//! [`Cluster::link_bytes`] counts what crosses a node's link and [`Cluster::set_link`]
+//! takes it down and up (`tests/tests/link.rs` proves both ways that MPI crosses it).
+//!
 //! # CPU caps
 //! [`Cluster::with_caps`] also gives node i a [`NodeCgroup`] with its own CPU cap
 //! (`mpi-ios-<pid>s<seq>-node-a`, ...). Everything started on a node sits in both its
@@ -97,6 +118,11 @@ const LINK_PREFIX: &str = "pt";
 const RSH_AGENT: &str = include_str!("../netns/rsh-agent.sh");
 /// Runs a command on a node (cgroups, network namespace, host name); the agent uses it too.
 const NODE_EXEC: &str = include_str!("../netns/node-exec.sh");
+/// Folder of the nodes' boot ids and namespace keepers' pids, in the cluster's directory
+/// (node-exec.sh finds them there by host name).
+const NS_DIR: &str = "ns";
+/// The file that gives a kernel's boot id, which UCX reads to tell machines apart.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
 
@@ -109,6 +135,25 @@ pub struct Node {
     pub netns: String,
     /// Its address on the cluster's bridge.
     pub addr: String,
+}
+
+/// Bytes that crossed a node's link ([`Cluster::link_bytes`]), from the node's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkBytes {
+    /// Sent by the node.
+    pub sent: u64,
+    /// Received by the node.
+    pub received: u64,
+}
+
+impl std::ops::Sub for LinkBytes {
+    type Output = LinkBytes;
+    fn sub(self, earlier: LinkBytes) -> LinkBytes {
+        LinkBytes {
+            sent: self.sent.saturating_sub(earlier.sent),
+            received: self.received.saturating_sub(earlier.received),
+        }
+    }
 }
 
 /// N emulated hosts; everything is removed on drop.
@@ -128,6 +173,8 @@ pub struct Cluster {
     jobs: AtomicU32,
     /// Node i's cgroup, if it has a cap. Dropped after the namespaces' processes are killed.
     cgroups: Vec<Option<NodeCgroup>>,
+    /// The processes that hold the nodes' mount and IPC namespaces ([`Cluster::isolate_nodes`]).
+    keepers: Vec<std::process::Child>,
 }
 
 /// Runs a command, returning its stdout or a message with its stderr.
@@ -285,6 +332,36 @@ impl Cluster {
             ],
         );
         let _ = ip(&["netns", "del", &probe]);
+        // A node's own /dev/shm and boot id (see the module notes), in a throwaway mount
+        // namespace.
+        let isolated = run(
+            "unshare",
+            &[
+                "--mount",
+                "--ipc",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &format!(
+                    "mount -t tmpfs tmpfs /dev/shm && mount --bind /dev/null {BOOT_ID} && \
+                     test -z \"$(cat {BOOT_ID})\" && echo isolated"
+                ),
+            ],
+        );
+        match isolated {
+            Ok(out) if out.trim() == "isolated" => {}
+            Ok(out) => {
+                return Err(format!(
+                    "a node's boot id could not be replaced (got {out:?})"
+                ))
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot give a node its own /dev/shm and boot id: {e}"
+                ))
+            }
+        }
         match works {
             Ok(out) if out.trim() == "probe-x" => Ok(()),
             Ok(out) => Err(format!(
@@ -333,6 +410,7 @@ impl Cluster {
             dir,
             jobs: AtomicU32::new(0),
             cgroups: Vec::new(),
+            keepers: Vec::new(),
         };
 
         let bridge = format!("{LINK_PREFIX}{id}br");
@@ -408,8 +486,67 @@ impl Cluster {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
                 .map_err(|e| e.to_string())?;
         }
+        cluster.isolate_nodes()?;
         cluster.wait_reachable()?;
         Ok(cluster)
+    }
+
+    /// Gives each node its own mount and IPC namespace, with its own `/dev/shm` and boot id
+    /// (see the module notes). Each pair of namespaces is held by a keeper process (a
+    /// `sleep` in them, outside the node's network namespace, so that the node still counts
+    /// as empty when nothing of a job runs there), whose pid goes to `ns/NAME.pid` in the
+    /// cluster's directory: `node-exec.sh` enters the namespaces through `/proc/PID/ns/`,
+    /// which every node sees (a namespace file bind-mounted in the root's mount namespace
+    /// would not be seen from inside another node, where PCM runs the launcher to probe a
+    /// host). Keepers end with the cluster, or with the thread that made it.
+    fn isolate_nodes(&mut self) -> Result<(), String> {
+        use std::io::BufRead as _;
+        let ns_dir = self.dir.path().join(NS_DIR);
+        std::fs::create_dir(&ns_dir).map_err(|e| format!("{}: {e}", ns_dir.display()))?;
+        for node in &self.nodes {
+            let boot_id = ns_dir.join(format!("{}.boot_id", node.name));
+            let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+                .map_err(|e| format!("no random boot id for {}: {e}", node.name))?;
+            std::fs::write(&boot_id, uuid).map_err(|e| format!("{}: {e}", boot_id.display()))?;
+            let mut command = Command::new("unshare");
+            command
+                .args(["--mount", "--ipc", "--propagation", "private", "sh", "-c"])
+                .arg(
+                    "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && mount --bind \"$1\" \"$2\" \
+                     && echo ready && exec sleep infinity",
+                )
+                .args(["keeper".as_ref(), boot_id.as_os_str(), BOOT_ID.as_ref()])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            pcmrun::end_with_parent(&mut command);
+            let mut keeper = command
+                .spawn()
+                .map_err(|e| format!("{}: cannot start its namespaces: {e}", node.name))?;
+            let mut ready = String::new();
+            if let Some(stdout) = keeper.stdout.take() {
+                let _ = std::io::BufReader::new(stdout).read_line(&mut ready);
+            }
+            let pid = keeper.id();
+            self.keepers.push(keeper);
+            if ready.trim() != "ready" {
+                let keeper = self.keepers.last_mut().expect("just pushed");
+                let _ = keeper.kill();
+                let mut why = String::new();
+                if let Some(mut stderr) = keeper.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut stderr, &mut why);
+                }
+                return Err(format!(
+                    "{}: cannot give it its own memory: {}",
+                    node.name,
+                    why.trim()
+                ));
+            }
+            let pid_file = ns_dir.join(format!("{}.pid", node.name));
+            std::fs::write(&pid_file, format!("{pid}\n"))
+                .map_err(|e| format!("{}: {e}", pid_file.display()))?;
+        }
+        Ok(())
     }
 
     /// Waits until every node reaches the bridge address. Probes with a TCP connect to a
@@ -484,19 +621,49 @@ impl Cluster {
         let temp = self.dir.path().join("hosts.map.new");
         std::fs::write(&temp, kept).unwrap();
         std::fs::rename(&temp, &map).unwrap();
-        // The root-side veth leg of node i is the bridge's name with its letter for `br`.
-        let letter = (b'a' + index as u8) as char;
-        let leg = self
-            .created_links
-            .first()
-            .and_then(|bridge| bridge.strip_suffix("br"))
-            .map(|id| format!("{id}{letter}"));
-        if let Some(leg) = leg {
-            if let Err(e) = ip(&["link", "set", &leg, "down"]) {
-                eprintln!("power_off {host}: {e}");
-            }
+        if let Err(e) = self.set_link(host, false) {
+            eprintln!("power_off {host}: {e}");
         }
         kill_netns_processes(&self.nodes[index].netns);
+    }
+
+    /// The root-side veth leg of node `host`'s link to the bridge: the bridge's name with
+    /// the node's letter for `br`.
+    fn leg(&self, host: &str) -> String {
+        let letter = (b'a' + self.index(host) as u8) as char;
+        let bridge = self
+            .created_links
+            .first()
+            .expect("a cluster has its bridge");
+        let id = bridge
+            .strip_suffix("br")
+            .expect("the bridge's name ends in br");
+        format!("{id}{letter}")
+    }
+
+    /// Takes node `host`'s link down (`up == false`: nothing crosses it any more, as with a
+    /// pulled cable) or brings it back up.
+    pub fn set_link(&self, host: &str, up: bool) -> Result<(), String> {
+        let state = if up { "up" } else { "down" };
+        ip(&["link", "set", &self.leg(host), state]).map(drop)
+    }
+
+    /// Bytes that crossed node `host`'s link so far, counted at the bridge's end of it.
+    pub fn link_bytes(&self, host: &str) -> LinkBytes {
+        let leg = self.leg(host);
+        let read = |counter: &str| {
+            let path = format!("/sys/class/net/{leg}/statistics/{counter}");
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{host}'s link counter {path}: {e}"));
+            text.trim()
+                .parse::<u64>()
+                .unwrap_or_else(|e| panic!("{path} holds {text:?}: {e}"))
+        };
+        // What the bridge's end receives, the node sent.
+        LinkBytes {
+            sent: read("rx_bytes"),
+            received: read("tx_bytes"),
+        }
     }
 
     fn index(&self, host: &str) -> usize {
@@ -751,6 +918,12 @@ impl Drop for Cluster {
                     eprintln!("netns cleanup: {e}");
                 }
             }
+        }
+        // The nodes' mount and IPC namespaces (and their /dev/shm) end with their keepers,
+        // now that nothing else runs in them.
+        for keeper in &mut self.keepers {
+            let _ = keeper.kill();
+            let _ = keeper.wait();
         }
     }
 }
