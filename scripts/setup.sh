@@ -119,6 +119,11 @@ if [ "$MPI_IOS_RUNTIME" = openmpi ]; then
 else
     # A departed process finalizes alone (no fence with the rest of its launch) and exits.
     export MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1
+    # Collectives in MPIR's algorithms, which add the ranks' partial sums in an order set by
+    # rank order alone: PCM jobs set it themselves (MPICH's shared-memory collectives never
+    # include a replacement), and plain programs run from this shell then round bit for bit
+    # as PCM jobs do, before and after moves (docs/architecture.md, "Reductions").
+    export MPIR_CVAR_DEVICE_COLLECTIVES=none
     # UCX prints its warnings on stdout, where they would follow heat2d's JSON report: only
     # errors, on stderr (the one a job that lost a member to a move logs at MPI_Finalize, the
     # flush of that member's endpoint, which PCM forgives: pcm/src/departed_peers.rs). UCX

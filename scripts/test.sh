@@ -38,7 +38,7 @@ esac
 # The runtime-dependent tests run again on the other runtime. The test programs link no MPI
 # library (the jobs they start do, and pcmd, pcmrun, the agent and the peer server serve
 # either runtime), so the ones built above run again; only the MPI programs they start
-# (heat2d, pcm-state, the C examples, libpcm) are built for the other runtime, in its own
+# (heat2d, cg, pcm-state, the C examples, libpcm) are built for the other runtime, in its own
 # target directory, and found through MPI_IOS_PROGRAM_DIR (tests/src/lib.rs, program_dir).
 # The agents' scenario tests (agents_e2e, c2c_e2e) run on the default runtime only, for
 # CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README). Of pcmrun's
@@ -46,7 +46,7 @@ esac
 # rank lost, a host lost, a replacement lost while starting); the others test pcmrun's own
 # decisions, the same on either runtime. Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration (the others passed on Open MPI 4 by hand, results.md).
-other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon)
+other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions)
 other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
 )
@@ -78,7 +78,7 @@ echo "== $(date +%T) ${other_runtime_tests[*]} tests ($other_runtime)" >&2
     MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
     # The crates whose code links the MPI library: the programs the tests start, and PCM's
     # own unit tests.
-    cargo build --release --quiet --bins -p heat2d -p mpi-ios-bench-programs
+    cargo build --release --quiet --bins -p heat2d -p cg -p mpi-ios-bench-programs
     scripts/build-c.sh
     cargo test --release -p pcm --lib
     export MPI_IOS_PROGRAM_DIR="$CARGO_TARGET_DIR/release"
