@@ -4,7 +4,7 @@ use std::io::{BufRead as _, BufReader, Read, Write as _};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +18,10 @@ use pcm_proto::HostName;
 use pcmrun::cli::{normalize_args, Options};
 use pcmrun::daemon::{self, Daemon, HostDaemons};
 use pcmrun::hosts::{Hostfile, ProbePlan, RemoteLauncher, PROBE_TIMEOUT};
-use pcmrun::supervisor::{LauncherEnd, Policy, Start, Supervisor, Verdict, INTERRUPTED_EXIT};
+use pcmrun::supervisor::{
+    interrupted_reason, signal_name, LauncherEnd, Policy, Start, Supervisor, Verdict,
+    INTERRUPTED_EXIT,
+};
 use pcmrun::{Launch, Runtime};
 
 /// Settings pcmrun sets itself from its options, never taken from its environment.
@@ -59,8 +62,10 @@ enum Output {
     End,
 }
 
+/// A line for people on standard error. A failed write is ignored: after SIGHUP the
+/// terminal may be gone, and pcmrun must still stop the job and write its report.
 fn say(line: &str) {
-    eprintln!("pcmrun: {line}");
+    let _ = writeln!(std::io::stderr().lock(), "pcmrun: {line}");
 }
 
 fn run(options: &Options) -> anyhow::Result<i32> {
@@ -233,7 +238,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         ),
         None => None,
     };
-    let signals = Arc::new(AtomicUsize::new(0));
+    let signals = Arc::new(Signals::default());
     watch_signals(Arc::clone(&signals))?;
     let progress_every =
         (options.progress > 0.0).then(|| Duration::from_secs_f64(options.progress));
@@ -261,8 +266,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             plan: ProbePlan::new(watched, Duration::from_secs_f64(options.stall_timeout)),
         };
         let end = run_launch(&launch, &mut sink, &signals, progress_every, &mut watch)?;
-        let interrupted = signals.load(Ordering::SeqCst) > 0;
-        match supervisor.on_launcher_end(end, interrupted, Instant::now()) {
+        match supervisor.on_launcher_end(end, signals.last(), Instant::now()) {
             Verdict::Done { code, reason } => break (code, reason),
             Verdict::Relaunch {
                 start: next,
@@ -271,10 +275,8 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             } => {
                 say(&reason);
                 if !sleep_unless_signalled(delay, &signals) {
-                    break (
-                        INTERRUPTED_EXIT,
-                        Some("interrupted during recovery: the job is not relaunched".into()),
-                    );
+                    let signal = signals.last().unwrap_or(libc_sigterm());
+                    break (INTERRUPTED_EXIT, Some(interrupted_reason(signal, true)));
                 }
                 if let (Some((_, file)), Some(dir)) = (hosts.clone(), &relaunch_dir) {
                     let daemons = match &mut daemon {
@@ -410,31 +412,55 @@ fn sibling_binary(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(name))
 }
 
-/// Counts SIGINT and SIGTERM.
-fn watch_signals(count: Arc<AtomicUsize>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-        .context("cannot watch SIGINT and SIGTERM")?;
+/// The stop signals that came: how many, and the newest.
+#[derive(Debug, Default)]
+struct Signals {
+    count: AtomicUsize,
+    last: AtomicI32,
+}
+
+impl Signals {
+    fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// The newest stop signal, if one came.
+    fn last(&self) -> Option<i32> {
+        (self.count() > 0).then(|| self.last.load(Ordering::SeqCst))
+    }
+}
+
+fn libc_sigterm() -> i32 {
+    Signal::SIGTERM as i32
+}
+
+/// Counts SIGINT, SIGTERM and SIGHUP (a closed terminal stops the job as SIGTERM does:
+/// the job is stopped, the report written, the checkpoints kept).
+fn watch_signals(seen: Arc<Signals>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("cannot watch SIGINT, SIGTERM and SIGHUP")?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            for _ in signals.forever() {
-                count.fetch_add(1, Ordering::SeqCst);
+            for signal in signals.forever() {
+                seen.last.store(signal, Ordering::SeqCst);
+                seen.count.fetch_add(1, Ordering::SeqCst);
             }
         })?;
     Ok(())
 }
 
 /// Sleeps `delay`; false if a signal came meanwhile.
-fn sleep_unless_signalled(delay: Duration, signals: &AtomicUsize) -> bool {
+fn sleep_unless_signalled(delay: Duration, signals: &Signals) -> bool {
     let until = Instant::now() + delay;
     while Instant::now() < until {
-        if signals.load(Ordering::SeqCst) > 0 {
+        if signals.count() > 0 {
             return false;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    signals.load(Ordering::SeqCst) == 0
+    signals.count() == 0
 }
 
 /// Runs one launch to its end: passes output on, feeds events to `supervisor`, prints
@@ -442,7 +468,7 @@ fn sleep_unless_signalled(delay: Duration, signals: &AtomicUsize) -> bool {
 fn run_launch(
     launch: &Launch,
     sink: &mut Sink<'_>,
-    signals: &AtomicUsize,
+    signals: &Signals,
     progress_every: Option<Duration>,
     watch: &mut HostWatch<'_>,
 ) -> anyhow::Result<LauncherEnd> {
@@ -485,10 +511,14 @@ fn run_launch(
                 None => LauncherEnd::Signaled(status.signal().unwrap_or(0)),
             };
         }
-        let seen = signals.load(Ordering::SeqCst);
+        let seen = signals.count();
         match stopping {
             None if seen > 0 => {
-                say("stopping the job (a second Ctrl-C kills it at once)");
+                let signal = signals.last().unwrap_or(libc_sigterm());
+                say(&format!(
+                    "{}: stopping the job (a second Ctrl-C kills it at once)",
+                    signal_name(signal)
+                ));
                 let _ = killpg(group, Signal::SIGTERM);
                 stopping = Some((seen, Instant::now()));
             }

@@ -14,8 +14,33 @@ use serde::Serialize;
 /// temporary failure, worth a restart (the value `pcm` passes to `MPI_Abort`).
 pub const RECONFIGURE_TIMEOUT_EXIT: i32 = 75;
 
-/// Exit status of `pcmrun` when the user interrupted it (SIGINT or SIGTERM).
+/// Exit status of `pcmrun` when the user interrupted it (SIGINT, SIGTERM, or SIGHUP when
+/// its terminal closed).
 pub const INTERRUPTED_EXIT: i32 = 130;
+
+/// A signal's name for people, with what it usually means (`SIGHUP (the terminal closed)`).
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        1 => "SIGHUP (the terminal closed)".to_owned(),
+        2 => "SIGINT (Ctrl-C)".to_owned(),
+        15 => "SIGTERM".to_owned(),
+        other => format!("signal {other}"),
+    }
+}
+
+/// Why `pcmrun` stops after the signal `signal` (`during_recovery`: while it waited to
+/// relaunch): the job is not restarted, and its checkpoints stay for a rerun.
+pub fn interrupted_reason(signal: i32, during_recovery: bool) -> String {
+    let when = if during_recovery {
+        "during recovery: the job is not relaunched"
+    } else {
+        "the job was stopped and is not restarted"
+    };
+    format!(
+        "interrupted by {} {when}; its checkpoints are kept (the same command resumes it)",
+        signal_name(signal)
+    )
+}
 
 /// What the user asked for about recovery.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -304,18 +329,19 @@ impl Supervisor {
         ))
     }
 
-    /// The launch ended as `end`; `interrupted` when the user asked `pcmrun` to stop.
+    /// The launch ended as `end`; `interrupted` is the signal by which the user asked
+    /// `pcmrun` to stop, if one came.
     pub fn on_launcher_end(
         &mut self,
         end: LauncherEnd,
-        interrupted: bool,
+        interrupted: Option<i32>,
         now: Instant,
     ) -> Verdict {
         let code = end.code();
-        if interrupted {
+        if let Some(signal) = interrupted {
             return Verdict::Done {
                 code: INTERRUPTED_EXIT,
-                reason: Some("interrupted: the job was stopped and is not restarted".into()),
+                reason: Some(interrupted_reason(signal, false)),
             };
         }
         // A launcher's 0 is trusted only if every rank's newest process said it exited:
@@ -575,7 +601,7 @@ mod tests {
         started(&mut s, 0, 10, t);
         exited(&mut s, 10, 0, t);
         assert_eq!(
-            s.on_launcher_end(LauncherEnd::Exited(0), false, t),
+            s.on_launcher_end(LauncherEnd::Exited(0), None, t),
             Verdict::Done {
                 code: 0,
                 reason: None
@@ -592,7 +618,7 @@ mod tests {
         started(&mut s, 1, 11, t);
         s.on_event(RunEvent::Checkpointed { iteration: 100 }, t);
         exited(&mut s, 11, 0, t);
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(0), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(0), None, t);
         let Verdict::Relaunch { start, reason, .. } = verdict else {
             panic!("{verdict:?}")
         };
@@ -624,7 +650,7 @@ mod tests {
         exited(&mut s, 10, 0, t);
         exited(&mut s, 12, 0, t);
         assert_eq!(
-            s.on_launcher_end(LauncherEnd::Exited(0), false, t),
+            s.on_launcher_end(LauncherEnd::Exited(0), None, t),
             Verdict::Done {
                 code: 0,
                 reason: None
@@ -642,7 +668,7 @@ mod tests {
         s.on_event(RunEvent::Checkpointed { iteration: 100 }, t);
         s.on_event(RunEvent::Progress { iteration: 150 }, t);
         // Rank 1 killed: no exit event; hydra exits with the signal number.
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
         let Verdict::Relaunch {
             start,
             delay,
@@ -679,7 +705,7 @@ mod tests {
         started(&mut s, 1, 11, t);
         exited(&mut s, 11, 3, t);
         // Rank 0 was killed by the launcher after rank 1 failed.
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(3), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(3), None, t);
         let Verdict::Done {
             code: 3,
             reason: Some(reason),
@@ -703,7 +729,7 @@ mod tests {
         s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
         // Rank 1 killed; rank 0's MPI_Wait fails and MPICH aborts it with the error code.
         exited(&mut s, 10, 807_612_431, t);
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
         assert!(
             matches!(&verdict, Verdict::Relaunch { start: Start::FromCheckpoint, reason, .. }
                 if reason.contains("ended by an MPI error, code 807612431") && reason.contains("rank 1 (pid 11 on a)")),
@@ -725,7 +751,7 @@ mod tests {
             t,
         );
         exited(&mut s, 10, RECONFIGURE_TIMEOUT_EXIT, t);
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(75), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(75), None, t);
         assert!(
             matches!(&verdict, Verdict::Relaunch { start: Start::Fresh, reason, .. } if reason.contains("migration #3 stalled") && reason.contains("no checkpoint was taken yet")),
             "{verdict:?}"
@@ -740,7 +766,7 @@ mod tests {
         for _ in 0..3 {
             s.launching();
             started(&mut s, 0, 10, t);
-            match s.on_launcher_end(LauncherEnd::Signaled(9), false, t) {
+            match s.on_launcher_end(LauncherEnd::Signaled(9), None, t) {
                 Verdict::Relaunch { delay, .. } => delays.push(delay),
                 Verdict::Done { code, reason } => {
                     assert_eq!(code, 137);
@@ -763,21 +789,19 @@ mod tests {
         );
         s.launching();
         started(&mut s, 0, 10, t);
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(0), true, t);
-        assert!(matches!(
-            verdict,
-            Verdict::Done {
-                code: INTERRUPTED_EXIT,
-                ..
-            }
-        ));
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(0), Some(1), t);
+        assert!(
+            matches!(&verdict, Verdict::Done { code: INTERRUPTED_EXIT, reason: Some(r) }
+                if r.contains("SIGHUP (the terminal closed)") && r.contains("checkpoints are kept")),
+            "{verdict:?}"
+        );
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
         assert!(
             matches!(&verdict, Verdict::Done { code: 9, reason: Some(r) } if r.contains("checkpoints are off")),
             "{verdict:?}"
         );
         s.launching();
-        let verdict = s.on_launcher_end(LauncherEnd::Exited(127), false, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(127), None, t);
         assert!(
             matches!(&verdict, Verdict::Done { code: 127, reason: Some(r) } if r.contains("before any PCM process started")),
             "{verdict:?}"

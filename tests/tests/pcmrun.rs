@@ -403,6 +403,64 @@ fn given_ctrl_c_while_the_job_runs_or_waits_for_its_relaunch_then_pcmrun_stops_a
     }
 }
 
+/// The complete checkpoints in a checkpoint directory: every `SERIES/ITERATION/manifest`.
+fn complete_checkpoints(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for series in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        for checkpoint in std::fs::read_dir(series.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let manifest = checkpoint.path().join("manifest");
+            if manifest.is_file() {
+                found.push(manifest);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The terminal pcmrun runs in closes (SIGHUP): pcmrun stops the job as for SIGTERM, says
+/// so, writes its report (exit 130), keeps the checkpoints and leaves nothing running.
+#[test]
+fn given_sighup_while_the_job_runs_then_pcmrun_stops_it_like_sigterm_and_keeps_the_checkpoints() {
+    let _lock = mpi_lock();
+    let args = args_for(30.0);
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(dir.path(), &args, &["--checkpoint-interval", "0.5"]);
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let hung_up = Instant::now();
+    kill(run.pid(), Signal::SIGHUP).unwrap();
+    let finished = run.wait(Duration::from_secs(30));
+    let took = hung_up.elapsed();
+    eprintln!("SIGHUP: pcmrun ended in {:.2} s", took.as_secs_f64());
+    assert_eq!(finished.code, Some(130), "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("pcmrun: SIGHUP (the terminal closed): stopping the job"),
+        "no message:\n{}",
+        finished.stderr
+    );
+    let report = run.report();
+    assert_eq!(report["launches"], 1, "relaunched after SIGHUP: {report}");
+    let reason = report["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("SIGHUP") && reason.contains("checkpoints are kept"),
+        "{report}"
+    );
+    assert!(
+        !complete_checkpoints(run.job.checkpoints()).is_empty(),
+        "no complete checkpoint left in {}",
+        run.job.checkpoints().display()
+    );
+    assert_nothing_left(&run, &finished);
+}
+
 #[test]
 fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings() {
     let output = Command::new(bin("pcmrun"))
