@@ -107,6 +107,11 @@ pub struct ServeArgs {
     /// per-iteration figures are recomputed for `pcmd stats`.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     pub stats_period: f64,
+    /// Seconds between two sweeps of /dev/shm for the shared memory of MPI launches whose
+    /// processes were killed (MPICH's `mpich_shm_*` segments of this user that no process
+    /// maps or holds open, at least that old); 0 = no sweeps.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub shm_sweep_every: f64,
     /// Checkpoint storage and the buddy link.
     #[command(flatten)]
     pub checkpoint: crate::checkpoint::ServeArgs,
@@ -116,6 +121,15 @@ impl ServeArgs {
     /// `--request-timeout` as a duration.
     pub fn request_timeout(&self) -> Result<Duration, Error> {
         seconds("request-timeout", self.request_timeout)
+    }
+
+    /// `--shm-sweep-every` as a sweep policy, or `None` for no sweeps.
+    pub fn shm_sweep(&self) -> Result<Option<crate::shm_sweep::SweepPolicy>, Error> {
+        if self.shm_sweep_every == 0.0 {
+            return Ok(None);
+        }
+        let every = seconds("shm-sweep-every", self.shm_sweep_every)?;
+        Ok(Some(crate::shm_sweep::SweepPolicy::every(every)))
     }
 
     /// `--stats-period` as a duration.

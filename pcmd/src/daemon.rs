@@ -27,6 +27,7 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use crate::registry::{self, ConnId, Output, Registry};
+use crate::shm_sweep::SweepPolicy;
 
 /// Frames queued for one connection before it is considered stuck and dropped (256).
 pub const OUTBOUND_QUEUE: usize = 256;
@@ -88,6 +89,9 @@ pub struct Config {
     pub host: HostName,
     /// Settings of the core.
     pub registry: registry::Config,
+    /// Sweeps of the dead launches' shared-memory segments in `/dev/shm`, or `None` for
+    /// none ([`crate::shm_sweep`]).
+    pub shm_sweep: Option<SweepPolicy>,
 }
 
 /// A daemon whose socket is bound and locked, ready to [`run`](Daemon::run).
@@ -98,6 +102,7 @@ pub struct Daemon {
     // Held for the daemon's lifetime; the lock is released when the file is closed.
     _lock: Flock<File>,
     registry: Registry,
+    shm_sweep: Option<SweepPolicy>,
 }
 
 /// The lock file guarding `socket`.
@@ -184,6 +189,7 @@ impl Locked {
             socket,
             _lock: lock,
             registry,
+            shm_sweep: config.shm_sweep,
         })
     }
 }
@@ -218,8 +224,9 @@ impl Daemon {
             socket,
             _lock,
             registry,
+            shm_sweep,
         } = self;
-        let result = serve(listener, &socket, registry, shutdown).await;
+        let result = serve(listener, &socket, registry, shm_sweep, shutdown).await;
         if let Err(e) = fs::remove_file(&socket) {
             tracing::warn!(socket = %socket.display(), "could not remove socket: {e}");
         }
@@ -262,6 +269,7 @@ async fn serve(
     listener: std::os::unix::net::UnixListener,
     socket: &Path,
     mut registry: Registry,
+    shm_sweep: Option<SweepPolicy>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let listener =
@@ -277,6 +285,14 @@ async fn serve(
     let period = registry.config().stats_period();
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A sweep reads /proc, so it runs off the event loop, one at a time.
+    let mut sweep_tick = shm_sweep.map(|policy| {
+        let start = tokio::time::Instant::now() + policy.every;
+        let mut tick = tokio::time::interval_at(start, policy.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        (tick, policy.min_age)
+    });
+    let mut sweeping: Option<tokio::task::JoinHandle<crate::shm_sweep::Swept>> = None;
     tokio::pin!(shutdown);
     loop {
         let timer = registry.poll_timeout();
@@ -324,6 +340,25 @@ async fn serve(
                 }
             }
             () = sleep => registry.handle_timeout(Instant::now()),
+            Some(min_age) = async {
+                let (tick, min_age) = sweep_tick.as_mut()?;
+                tick.tick().await;
+                Some(*min_age)
+            }, if sweep_tick.is_some() && sweeping.is_none() => {
+                let uid = nix::unistd::geteuid().as_raw();
+                sweeping = Some(tokio::task::spawn_blocking(move || {
+                    crate::shm_sweep::sweep(Path::new(crate::shm_sweep::SHM_DIR), uid, min_age)
+                }));
+            }
+            Some(swept) = async { sweeping.as_mut()?.await.ok() }, if sweeping.is_some() => {
+                sweeping = None;
+                for (path, bytes) in &swept.removed {
+                    tracing::info!(segment = %path.display(), bytes, "removed the shared memory of a launch whose processes are gone");
+                }
+                for (path, e) in &swept.failed {
+                    tracing::warn!(segment = %path.display(), "cannot remove the shared memory of a dead launch: {e}");
+                }
+            }
             _ = stats_tick.tick() => {
                 let load = sensor.sample();
                 registry.handle_stats_tick(Instant::now(), load);

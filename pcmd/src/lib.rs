@@ -42,4 +42,5 @@ pub mod cli;
 pub mod daemon;
 pub mod node;
 pub mod registry;
+pub mod shm_sweep;
 pub mod stats;

@@ -45,6 +45,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .with_max_connections(daemon::MAX_CLIENTS)
                     .with_request_timeout(args.request_timeout()?)
                     .with_stats_period(args.stats_period()?),
+                shm_sweep: args.shm_sweep()?,
             };
             let checkpoint = args.checkpoint.config(&socket, &host)?;
             let locked = Daemon::lock(config)?;
