@@ -25,10 +25,12 @@ const DECISION_HISTORY: usize = 32;
 pub struct Sample {
     /// The node's resources, if they could be read this round.
     pub node: Option<NodeProfile>,
-    /// The local entities, if pcmd answered this round.
+    /// The local entities, if pcmd answered this round (`None`: it did not).
     pub entities: Option<Vec<EntityProfile>>,
-    /// Process ids of the ranks registered with pcmd this round.
-    pub rank_pids: Vec<u32>,
+    /// The ranks registered with pcmd this round and their process ids. The driver drops
+    /// from the agent's view every entity whose process is gone (pcmd may list a finished
+    /// rank until it notices the connection closed, and lists nothing when it is down).
+    pub rank_pids: Vec<(EntityId, u32)>,
     /// The local entities pcmd reports as stalled this round (shown by `status`).
     pub stalled: Vec<ios_agent_core::EntityId>,
 }
@@ -90,8 +92,9 @@ struct Draining {
     order: LeaveOrder,
     until: Instant,
     next_report: Instant,
-    /// Whether pcmd reported the node's ranks since the drain started: until then an empty
-    /// entity list only means none was read yet.
+    /// Whether a sample came since the drain started: until then an empty entity list only
+    /// means none was read yet. A sample without pcmd's answer counts: pcmd cannot tell
+    /// more, and the agent then keeps only the ranks whose process still runs.
     sampled: bool,
 }
 
@@ -164,6 +167,12 @@ struct Driver<T, M> {
     outcomes_tx: mpsc::Sender<(MigrationId, MigrationOutcome)>,
     outcomes_rx: mpsc::Receiver<(MigrationId, MigrationOutcome)>,
     processes: JobProcesses,
+    /// The process of each rank pcmd listed last: pid and start time (when it could be
+    /// read), so that a rank whose process is gone leaves the agent's view at the next
+    /// sample, whether pcmd still lists it or does not answer.
+    rank_processes: HashMap<EntityId, (u32, Option<u64>)>,
+    /// Whether pcmd answered the last sample.
+    pcmd_answers: bool,
     draining: Option<Draining>,
     /// Entities pcmd reported stalled in the last sample that had entities.
     stalled: Vec<ios_agent_core::EntityId>,
@@ -191,6 +200,8 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             outcomes_tx,
             outcomes_rx,
             processes: JobProcesses::default(),
+            rank_processes: HashMap::new(),
+            pcmd_answers: true,
             draining: None,
             stalled: Vec::new(),
             connected: HashMap::new(),
@@ -299,7 +310,14 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             }
         };
         if sampled && report.is_empty() {
-            tracing::info!("node drained: {}", report.summary());
+            if self.pcmd_answers {
+                tracing::info!("node drained: {}", report.summary());
+            } else {
+                tracing::warn!(
+                    "leaving: pcmd does not answer and no rank process is known alive on this node, so nothing is left to drain: {}",
+                    report.summary()
+                );
+            }
             self.note(DecisionKind::Left {
                 report: report.clone(),
             });
@@ -414,20 +432,76 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
     fn on_sample(&mut self, sample: Sample) {
         let now = Instant::now();
         self.processes.forget_gone();
-        self.processes.note_ranks(&sample.rank_pids);
+        let pids: Vec<u32> = sample.rank_pids.iter().map(|(_, pid)| *pid).collect();
+        self.processes.note_ranks(&pids);
         if let Some(node) = sample.node {
             self.agent.handle_node_profile(now, node);
         }
-        if let Some(entities) = sample.entities {
-            self.stalled = sample.stalled;
+        let answered = sample.entities.is_some();
+        if answered != self.pcmd_answers {
+            if answered {
+                tracing::info!("pcmd answers again: the node's ranks are read from it");
+            } else {
+                tracing::warn!(
+                    "pcmd does not answer: keeping its last list of ranks, less those whose process is gone"
+                );
+            }
+            self.pcmd_answers = answered;
+        }
+        let entities = match sample.entities {
+            Some(entities) => {
+                self.note_rank_processes(&sample.rank_pids);
+                self.stalled = sample.stalled;
+                Some(entities)
+            }
+            // pcmd cannot be read: its last list stands, for the ranks still running.
+            None => Some(self.agent.entities().to_vec())
+                .filter(|known| known.iter().any(|e| self.rank_gone(&e.id))),
+        };
+        if let Some(mut entities) = entities {
+            let before = entities.len();
+            entities.retain(|e| !self.rank_gone(&e.id));
+            if entities.len() < before {
+                let gone: Vec<String> = self
+                    .rank_processes
+                    .keys()
+                    .filter(|id| self.rank_gone(id))
+                    .map(ToString::to_string)
+                    .collect();
+                tracing::info!(ranks = ?gone, "ranks whose process is gone are no longer counted here");
+                self.stalled
+                    .retain(|id| entities.iter().any(|e| e.id == *id));
+            }
             self.agent.handle_entities(now, entities);
             self.measure_partners();
-            if let Some(d) = &mut self.draining {
-                d.sampled = true;
-            }
+        }
+        if let Some(d) = &mut self.draining {
+            d.sampled = true;
         }
         // Once per profile period: the sample refreshed the partner hosts, if pcmd answered.
         self.rotate_connections(now);
+    }
+
+    /// Notes the process of each rank pcmd listed (keeping the start time read when the
+    /// pid was first seen) and forgets the ranks it no longer lists.
+    fn note_rank_processes(&mut self, ranks: &[(EntityId, u32)]) {
+        let mut now = HashMap::with_capacity(ranks.len());
+        for (id, pid) in ranks {
+            let start = match self.rank_processes.get(id) {
+                Some((p, start)) if p == pid => *start,
+                _ => self.processes.start_time(*pid),
+            };
+            now.insert(id.clone(), (*pid, start));
+        }
+        self.rank_processes = now;
+    }
+
+    /// Whether the process of `id` is known to be gone (exited, a zombie, or its pid
+    /// reused). A rank with no known process is kept.
+    fn rank_gone(&self, id: &EntityId) -> bool {
+        self.rank_processes
+            .get(id)
+            .is_some_and(|(pid, start)| self.processes.is_gone(*pid, *start))
     }
 
     /// Passes the agent the RTTs it asks for ([`Agent::hosts_to_measure`]) that the

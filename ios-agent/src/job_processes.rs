@@ -83,6 +83,33 @@ impl JobProcesses {
         }
     }
 
+    /// The start time of process `pid` (clock ticks after boot), if it can be read.
+    pub fn start_time(&self, pid: u32) -> Option<u64> {
+        self.identity(pid).map(|i| i.start_time)
+    }
+
+    /// Whether process `pid` is gone: it exited, is a zombie, or its pid now belongs to a
+    /// process started at another time than `start_time` (when known). A process whose
+    /// stat cannot be read for another reason than its absence (a `/proc` mounted with
+    /// `hidepid`) counts as alive, and so does pid 0 (no pid known): a rank is never
+    /// dropped on a guess.
+    pub fn is_gone(&self, pid: u32, start_time: Option<u64>) -> bool {
+        if pid == 0 {
+            return false;
+        }
+        match std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")) {
+            Ok(stat) => parse_stat_identity(&stat).is_some_and(|now| {
+                now.state == 'Z' || start_time.is_some_and(|t| t != now.start_time)
+            }),
+            Err(e) => {
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) || e.raw_os_error() == Some(nix::libc::ESRCH)
+            }
+        }
+    }
+
     fn insert(&mut self, pid: u32, start_time: u64, comm: String, role: Role) {
         self.seen
             .entry(pid)
@@ -156,6 +183,25 @@ mod tests {
         assert_eq!(pids(jobs.alive()), vec![(10, Role::Launcher)]);
         std::fs::remove_dir_all(r.join("10")).expect("rm");
         assert!(jobs.alive().is_empty());
+    }
+
+    #[test]
+    fn given_a_rank_that_exited_became_a_zombie_or_lost_its_pid_then_it_is_gone() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        write_stat(r, 11, "heat2d", 'R', 10, 200);
+        write_stat(r, 12, "heat2d", 'Z', 10, 201);
+        write_stat(r, 13, "sleep", 'S', 1, 999);
+        let jobs = JobProcesses::new(r);
+        assert_eq!(jobs.start_time(11), Some(200));
+        assert!(!jobs.is_gone(11, Some(200)), "running");
+        assert!(!jobs.is_gone(11, None), "running, start unknown");
+        assert!(jobs.is_gone(12, Some(201)), "zombie");
+        assert!(jobs.is_gone(13, Some(203)), "pid reused by another process");
+        assert!(jobs.is_gone(14, None), "exited");
+        assert_eq!(jobs.start_time(14), None);
+        // No pid known: never dropped on a guess.
+        assert!(!jobs.is_gone(0, None));
     }
 
     #[test]

@@ -99,10 +99,27 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, partners: bool, tx: &mps
                 n.entities.as_ref(),
             )
         });
+        let rank_pids = stats
+            .as_ref()
+            .map(|s| {
+                s.jobs
+                    .iter()
+                    .flat_map(|j| {
+                        j.ranks.iter().map(|r| {
+                            let id = ios_agent_core::EntityId {
+                                job: j.job.clone(),
+                                rank: r.rank,
+                            };
+                            (id, r.pid)
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let sample = Sample {
             node: profile,
             entities,
-            rank_pids: pids,
+            rank_pids,
             stalled: stats.as_ref().map(stalled_entities).unwrap_or_default(),
         };
         previous = stats;

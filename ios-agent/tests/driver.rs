@@ -820,3 +820,192 @@ async fn given_a_full_network_then_the_loop_closes_the_farthest_connection_of_no
         .unwrap();
     assert!(agent.peers().get(&near).is_some());
 }
+
+/// A process id that no process has any more: a child that exited and was reaped.
+fn pid_of_a_finished_process() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// Feeds `samples()` to the loop every 100 ms, asks it to leave (`within`, `force`) after
+/// the first, and returns the updates up to the last one and the time from the request to
+/// it (at most `bound`: the updates so far then).
+async fn drain_fed(
+    l: &OneLoop,
+    samples: impl Fn() -> Sample,
+    within: Duration,
+    force: bool,
+    bound: Duration,
+) -> (Vec<LeaveUpdate>, Duration) {
+    let (updates, mut rx) = mpsc::unbounded_channel();
+    l.samples_tx.send(samples()).await.unwrap();
+    let asked = tokio::time::Instant::now();
+    l.control_tx
+        .send(ControlRequest::Leave(LeaveOrder {
+            within,
+            force,
+            updates,
+        }))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while asked.elapsed() < bound {
+        let _ = l.samples_tx.try_send(samples());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        while let Ok(u) = rx.try_recv() {
+            let end = !matches!(u, LeaveUpdate::Progress(_));
+            got.push(u);
+            if end {
+                return (got, asked.elapsed());
+            }
+        }
+    }
+    (got, asked.elapsed())
+}
+
+/// Issue 36, finding 3: pcmd lists a rank until it notices that the rank's connection
+/// closed; a rank whose process is gone must leave the agent's view at the next sample, and
+/// a leave must not wait on it (here nobody could take it: the drain would time out).
+#[tokio::test]
+async fn given_pcmd_still_lists_a_rank_whose_process_is_gone_then_the_agent_drops_it_and_a_leave_ends_at_once(
+) {
+    let l = one_loop_with_one_peer(PeerId::new(b"agent-a".to_vec()).unwrap());
+    let dead = pid_of_a_finished_process();
+    let rank = entity(0, 30);
+    let sample = || Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: Some(vec![rank.clone()]),
+        rank_pids: vec![(rank.id.clone(), dead)],
+        stalled: vec![],
+    };
+    l.samples_tx.send(sample()).await.unwrap();
+    wait_for_status(&l.control_tx, "the sample", |s| s.node.is_some()).await;
+    let (tx, rx) = oneshot::channel();
+    l.control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+    let status = rx.await.unwrap();
+    assert!(status.entities.is_empty(), "{:?}", status.entities);
+    let (updates, took) = drain_fed(
+        &l,
+        sample,
+        Duration::from_secs(5),
+        false,
+        Duration::from_secs(8),
+    )
+    .await;
+    let Some(LeaveUpdate::Left(report)) = updates.last() else {
+        panic!("no Left after {took:?}: {updates:?}");
+    };
+    assert!(report.is_empty(), "{report:?}");
+    assert!(took < Duration::from_secs(2), "left after {took:?}");
+    tokio::time::timeout(Duration::from_secs(5), l.run)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Issue 36, finding 4: pcmd died (no answer any more) and the rank it listed last has
+/// ended; a stop signal's drain (forced, 60 s) ends at the next sample instead of waiting
+/// out its 60 s. An agent whose pcmd never answered and that saw no rank leaves as fast.
+#[tokio::test]
+async fn given_pcmd_down_and_no_rank_process_alive_then_a_forced_drain_stops_within_a_second() {
+    let l = one_loop_with_one_peer(PeerId::new(b"agent-a".to_vec()).unwrap());
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let rank = entity(0, 30);
+    l.samples_tx
+        .send(Sample {
+            node: Some(NodeProfile::idle(1.0, 8 << 30)),
+            entities: Some(vec![rank.clone()]),
+            rank_pids: vec![(rank.id.clone(), child.id())],
+            stalled: vec![],
+        })
+        .await
+        .unwrap();
+    wait_for_status(&l.control_tx, "the rank", |s| s.entities.len() == 1).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let pcmd_down = || Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: None,
+        rank_pids: vec![],
+        stalled: vec![],
+    };
+    let (updates, took) = drain_fed(
+        &l,
+        pcmd_down,
+        Duration::from_secs(60),
+        true,
+        Duration::from_secs(10),
+    )
+    .await;
+    let Some(LeaveUpdate::Left(report)) = updates.last() else {
+        panic!("no Left after {took:?}: {updates:?}");
+    };
+    assert!(report.is_empty(), "{report:?}");
+    assert!(took < Duration::from_secs(2), "left after {took:?}");
+    tokio::time::timeout(Duration::from_secs(5), l.run)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let l = one_loop_with_one_peer(PeerId::new(b"agent-a".to_vec()).unwrap());
+    let (updates, took) = drain_fed(
+        &l,
+        pcmd_down,
+        Duration::from_secs(60),
+        true,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        matches!(updates.last(), Some(LeaveUpdate::Left(r)) if r.is_empty()),
+        "after {took:?}: {updates:?}"
+    );
+    assert!(took < Duration::from_secs(2), "left after {took:?}");
+}
+
+/// The other side of the two tests above: while pcmd does not answer, a rank whose process
+/// still runs stays in the agent's view, and a drain does not end before it moved.
+#[tokio::test]
+async fn given_pcmd_down_but_a_ranks_process_runs_then_the_drain_waits_for_it() {
+    let l = one_loop_with_one_peer(PeerId::new(b"agent-a".to_vec()).unwrap());
+    let rank = entity(0, 30);
+    l.samples_tx
+        .send(Sample {
+            node: Some(NodeProfile::idle(1.0, 8 << 30)),
+            entities: Some(vec![rank.clone()]),
+            // This test process stands for the rank.
+            rank_pids: vec![(rank.id.clone(), std::process::id())],
+            stalled: vec![],
+        })
+        .await
+        .unwrap();
+    wait_for_status(&l.control_tx, "the rank", |s| s.entities.len() == 1).await;
+    let pcmd_down = || Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: None,
+        rank_pids: vec![],
+        stalled: vec![],
+    };
+    let (updates, took) = drain_fed(
+        &l,
+        pcmd_down,
+        Duration::from_secs(1),
+        false,
+        Duration::from_secs(5),
+    )
+    .await;
+    let Some(LeaveUpdate::Stayed(report)) = updates.last() else {
+        panic!("no Stayed after {took:?}: {updates:?}");
+    };
+    assert_eq!(report.ranks_left, vec!["job-1/0".to_owned()], "{report:?}");
+    l.control_tx.send(ControlRequest::Stop).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), l.run)
+        .await
+        .unwrap()
+        .unwrap();
+}
