@@ -58,7 +58,15 @@ pub struct Options {
     #[arg(long)]
     pub restart: bool,
 
+    /// Start from iteration 0 even when an earlier run of this command did not finish (by
+    /// default pcmrun resumes that run from its newest complete checkpoint). The earlier
+    /// run's checkpoints are deleted at this run's first checkpoint.
+    #[arg(long, conflicts_with = "restart")]
+    pub fresh: bool,
+
     /// Keeps the checkpoints of two jobs of one program and rank count apart (PCM_JOB_NAME).
+    /// One pcmrun at a time holds a series (program, rank count, job name) in a checkpoint
+    /// directory: a second one stops at once and names the first; give it a job name.
     #[arg(long, value_name = "NAME")]
     pub job_name: Option<String>,
 

@@ -4,7 +4,6 @@
 //! keeping the job's checkpoints in one directory that every host sees, so that a rank whose
 //! host is lost can resume on another ([`HostDaemons`]).
 
-use std::fs::File;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
@@ -40,6 +39,9 @@ pub struct StartedDaemon {
     pub daemon_env: String,
     /// Its log.
     pub log: PathBuf,
+    pcmd: PathBuf,
+    socket: PathBuf,
+    checkpoint_dir: Option<PathBuf>,
     /// Private directory holding the socket and the log; removed on drop.
     _dir: tempfile::TempDir,
 }
@@ -127,10 +129,34 @@ fn start(
     let daemon_env = dir.path().join("{host}.sock").display().to_string();
     let socket = socket_for(Some(&daemon_env), host);
     let log = dir.path().join("pcmd.log");
-    let log_file =
-        File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let child = spawn_local(pcmd, &socket, checkpoint_dir, &log)?;
+    Ok(StartedDaemon {
+        child,
+        daemon_env,
+        log,
+        pcmd: pcmd.to_owned(),
+        socket,
+        checkpoint_dir: checkpoint_dir.map(Path::to_owned),
+        _dir: dir,
+    })
+}
+
+/// Starts `pcmd --socket SOCKET serve [--checkpoint-dir DIR]` with its output appended to
+/// `log`, and waits until it answers.
+fn spawn_local(
+    pcmd: &Path,
+    socket: &Path,
+    checkpoint_dir: Option<&Path>,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    // Appended to: a pcmd started again keeps the log of the one that ended.
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot create {}", log.display()))?;
     let mut command = Command::new(pcmd);
-    command.arg("--socket").arg(&socket).arg("serve");
+    command.arg("--socket").arg(socket).arg("serve");
     if let Some(checkpoint_dir) = checkpoint_dir {
         command.arg("--checkpoint-dir").arg(checkpoint_dir);
     }
@@ -145,13 +171,35 @@ fn start(
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {}", pcmd.display()))?;
-    wait_local(&socket, &mut child, &log)?;
-    Ok(StartedDaemon {
-        child,
-        daemon_env,
-        log,
-        _dir: dir,
-    })
+    wait_local(socket, &mut child, log)?;
+    Ok(child)
+}
+
+impl StartedDaemon {
+    /// The pcmd's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// If the pcmd ended (killed, crashed), starts it again at the same socket with the
+    /// same checkpoint directory, so that the ranks' next checkpoints are written and a
+    /// relaunch finds the checkpoints; `None` while it runs, else how the old one ended and
+    /// whether the new one answers.
+    pub fn restart_if_ended(&mut self) -> Option<(String, anyhow::Result<()>)> {
+        let status = match self.child.try_wait() {
+            Ok(None) => return None,
+            Ok(Some(status)) => status.to_string(),
+            Err(e) => format!("cannot be waited for: {e}"),
+        };
+        let restarted = spawn_local(
+            &self.pcmd,
+            &self.socket,
+            self.checkpoint_dir.as_deref(),
+            &self.log,
+        )
+        .map(|child| self.child = child);
+        Some((status, restarted))
+    }
 }
 
 impl Drop for StartedDaemon {

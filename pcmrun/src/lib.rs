@@ -11,6 +11,7 @@ pub mod cli;
 pub mod daemon;
 pub mod hosts;
 pub mod runtime;
+pub mod series;
 pub mod supervisor;
 
 pub use runtime::{Launch, Runtime};

@@ -16,8 +16,9 @@ use nix::unistd::Pid;
 use pcm_proto::run::{RunEvent, Stamped, EVENTS_ENV};
 use pcm_proto::HostName;
 use pcmrun::cli::{normalize_args, Options};
-use pcmrun::daemon::{self, Daemon, HostDaemons};
+use pcmrun::daemon::{self, Daemon, HostDaemons, StartedDaemon};
 use pcmrun::hosts::{Hostfile, ProbePlan, RemoteLauncher, PROBE_TIMEOUT};
+use pcmrun::series::{decide_first_start, series_name, Ended, FirstStart, Holder, SeriesLock};
 use pcmrun::supervisor::{
     interrupted_reason, signal_name, LauncherEnd, Policy, Start, Supervisor, Verdict,
     INTERRUPTED_EXIT,
@@ -118,6 +119,61 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         .as_ref()
         .is_some_and(|(_, file)| file.hosts().iter().any(|h| *h != local));
     let per_host = several_hosts && matches!(options.daemon.as_str(), "auto" | "start");
+    // The job's checkpoint series, held for pcmrun's life: a second pcmrun of it stops here,
+    // and the rerun of a run that did not finish resumes it.
+    let inherited_none =
+        std::env::var(pcm_proto::DAEMON_ENV).is_ok_and(|v| v == "none") && options.daemon == "auto";
+    let wants_checkpoints =
+        options.checkpoint_interval > 0.0 && options.daemon != "none" && !inherited_none;
+    let program_line: Vec<String> = options
+        .program
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut series_lock = match wants_checkpoints && !options.dry_run {
+        true => {
+            let dir = match &options.checkpoint_dir {
+                Some(dir) => dir.clone(),
+                None if per_host => shared_checkpoint_dir(),
+                None => pcmd_default_dir(&local),
+            };
+            let series = series_name(
+                program_line.first().map_or("", String::as_str),
+                options.ranks,
+                options.job_name.as_deref(),
+            );
+            let holder = Holder {
+                pid: std::process::id(),
+                host: local.to_string(),
+                command: program_line.clone(),
+                started_unix_s: unix_now(),
+                ended: None,
+            };
+            Some(SeriesLock::take(&dir, &series, holder)?)
+        }
+        false => None,
+    };
+    let first = match &series_lock {
+        Some(lock) => decide_first_start(
+            &lock.series,
+            lock.previous.as_ref(),
+            lock.newest_complete(),
+            &program_line,
+            options.restart,
+            options.fresh,
+        ),
+        None => FirstStart {
+            start: if options.restart {
+                Start::FromCheckpoint
+            } else {
+                Start::Fresh
+            },
+            note: None,
+        },
+    };
+    if let Some(note) = &first.note {
+        say(note);
+    }
     let mut daemon = if per_host && !options.dry_run {
         let hosts = hostfile
             .as_ref()
@@ -192,8 +248,14 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         if let Some(name) = &options.job_name {
             env.insert("PCM_JOB_NAME".to_owned(), name.clone());
         }
-        if start == Start::FromCheckpoint {
-            env.insert("PCM_RESTART".to_owned(), "require".to_owned());
+        match start {
+            Start::FromCheckpoint => {
+                env.insert("PCM_RESTART".to_owned(), "require".to_owned());
+            }
+            Start::IfAny => {
+                env.insert("PCM_RESTART".to_owned(), "1".to_owned());
+            }
+            Start::Fresh => {}
         }
         Launch {
             runtime,
@@ -209,12 +271,10 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         checkpoints,
         max_restarts: options.max_restarts,
         first_delay: Duration::from_secs_f64(options.retry_delay),
-        resume_first: options.restart,
+        first: first.start,
     };
     let started = Instant::now();
-    let started_unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let started_unix_s = unix_now();
     let mut supervisor = Supervisor::new(policy, started);
     if options.dry_run {
         let hostfile = hostfile.as_ref().map(|(path, _)| path);
@@ -257,12 +317,18 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             (Some((_, file)), true) => file.hosts().into_iter().filter(|h| *h != local).collect(),
             _ => Vec::new(),
         };
+        let (daemons, local_pcmd) = match &mut daemon {
+            Daemon::PerHost(d) => (Some(d), None),
+            Daemon::Started(d) => (None, Some(d)),
+            _ => (None, None),
+        };
         let mut watch = HostWatch {
             launcher: &remote_launcher,
-            daemons: match &mut daemon {
-                Daemon::PerHost(d) => Some(d),
-                _ => None,
-            },
+            daemons,
+            local_pcmd,
+            local: &local,
+            series: series_lock.as_ref(),
+            pcmd_retry: None,
             plan: ProbePlan::new(watched, Duration::from_secs_f64(options.stall_timeout)),
         };
         let end = run_launch(&launch, &mut sink, &signals, progress_every, &mut watch)?;
@@ -315,6 +381,16 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         }
     };
     let mut report = supervisor.report(code, reason.clone(), Instant::now());
+    if let Some(lock) = &mut series_lock {
+        // A job that finished, or failed by itself, is not resumed by a rerun.
+        let ended = Ended {
+            code,
+            resumable: code != 0 && !supervisor.failed_by_itself(),
+        };
+        if let Err(e) = lock.ended(ended) {
+            say(&format!("warning: {e:#}"));
+        }
+    }
     report.started_unix_s = started_unix_s;
     if let Some(reason) = &reason {
         say(reason);
@@ -403,6 +479,30 @@ fn shared_checkpoint_dir() -> PathBuf {
     state.join("pcmrun").join("checkpoints")
 }
 
+/// Where a pcmd keeps checkpoints when not told (`pcmd serve`'s default):
+/// `$XDG_STATE_HOME/pcmd/HOST`, else `~/.local/state/pcmd/HOST`, else
+/// `/tmp/pcmd-UID/checkpoints-HOST`.
+fn pcmd_default_dir(host: &HostName) -> PathBuf {
+    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(state) = env("XDG_STATE_HOME") {
+        return PathBuf::from(state).join("pcmd").join(host.as_str());
+    }
+    if let Some(home) = env("HOME") {
+        return PathBuf::from(home)
+            .join(".local/state/pcmd")
+            .join(host.as_str());
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    PathBuf::from(format!("/tmp/pcmd-{uid}/checkpoints-{host}"))
+}
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// A binary installed next to pcmrun, else found on PATH.
 fn sibling_binary(name: &str) -> PathBuf {
     std::env::current_exe()
@@ -486,6 +586,7 @@ fn run_launch(
         // can be stopped together, and Ctrl-C reaches pcmrun first.
         .process_group(0);
     pcmrun::end_with_parent(&mut command);
+    watch.keep_pcmd(Instant::now());
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {}", launch.launcher.display()))?;
@@ -511,6 +612,7 @@ fn run_launch(
                 None => LauncherEnd::Signaled(status.signal().unwrap_or(0)),
             };
         }
+        watch.keep_pcmd(Instant::now());
         let seen = signals.count();
         match stopping {
             None if seen > 0 => {
@@ -557,10 +659,76 @@ fn run_launch(
 struct HostWatch<'a> {
     launcher: &'a RemoteLauncher,
     daemons: Option<&'a mut HostDaemons>,
+    /// The pcmd pcmrun started on this host for a job on this host only.
+    local_pcmd: Option<&'a mut StartedDaemon>,
+    local: &'a HostName,
+    series: Option<&'a SeriesLock>,
+    /// After a failed restart of the local pcmd: when to try again.
+    pcmd_retry: Option<Instant>,
     plan: ProbePlan,
 }
 
+/// How long to wait before trying again to start a pcmd that failed to start.
+const PCMD_RETRY: Duration = Duration::from_secs(5);
+
 impl HostWatch<'_> {
+    /// Starts this host's pcmd again if it ended (killed, crashed): without it no
+    /// checkpoint is written and a relaunch finds none. Says what happened.
+    fn keep_pcmd(&mut self, now: Instant) {
+        if self.pcmd_retry.is_some_and(|at| now < at) {
+            return;
+        }
+        let newest = || match self.series.and_then(SeriesLock::newest_complete) {
+            Some(i) => format!("; newest complete checkpoint: iteration {i}"),
+            None => "; no complete checkpoint yet".to_owned(),
+        };
+        if let Some(pcmd) = self.local_pcmd.as_deref_mut() {
+            let old = pcmd.pid();
+            let Some((status, restarted)) = pcmd.restart_if_ended() else {
+                return;
+            };
+            match restarted {
+                Ok(()) => {
+                    self.pcmd_retry = None;
+                    say(&format!(
+                        "the job's pcmd (pid {old}) ended ({status}); started it again at the same socket and checkpoint directory (pid {}, log {}){}",
+                        pcmd.pid(),
+                        pcmd.log.display(),
+                        newest()
+                    ));
+                }
+                Err(e) => {
+                    self.pcmd_retry = Some(now + PCMD_RETRY);
+                    say(&format!(
+                        "the job's pcmd (pid {old}) ended ({status}) and cannot be started again (trying again in {} s): {e:#}",
+                        PCMD_RETRY.as_secs()
+                    ));
+                }
+            }
+        }
+        if let Some(daemons) = self.daemons.as_deref_mut() {
+            if !daemons.ended().contains(self.local) {
+                return;
+            }
+            let ensured = daemons.ensure(std::slice::from_ref(self.local));
+            for host in &ensured.restarted {
+                say(&format!(
+                    "the pcmd on {host} had ended; started it again (log {}){}",
+                    daemons
+                        .log(host)
+                        .map_or(String::new(), |l| l.display().to_string()),
+                    newest()
+                ));
+            }
+            for (host, why) in &ensured.failed {
+                self.pcmd_retry = Some(now + PCMD_RETRY);
+                say(&format!(
+                    "the pcmd on {host} had ended and cannot be started again: {why}"
+                ));
+            }
+        }
+    }
+
     /// Why the launch must stop (a host is lost), if it must; `last_sign` is when the job
     /// last said anything.
     fn lost_host(&mut self, last_sign: Instant, now: Instant) -> Option<String> {

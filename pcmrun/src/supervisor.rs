@@ -51,8 +51,9 @@ pub struct Policy {
     pub max_restarts: u32,
     /// Wait before the first relaunch; doubled for each further one, at most [`MAX_DELAY`].
     pub first_delay: Duration,
-    /// Whether the first launch resumes a checkpoint (`--restart`).
-    pub resume_first: bool,
+    /// How the first launch starts: [`Start::FromCheckpoint`] with `--restart`,
+    /// [`Start::IfAny`] for the rerun of a run that did not finish.
+    pub first: Start,
 }
 
 /// Longest wait between relaunches.
@@ -66,6 +67,9 @@ pub enum Start {
     Fresh,
     /// From the newest complete checkpoint; failing if there is none (`PCM_RESTART=require`).
     FromCheckpoint,
+    /// From the newest complete checkpoint if one is intact, else from iteration 0
+    /// (`PCM_RESTART=1`): the rerun of a run of the same command that did not finish.
+    IfAny,
 }
 
 /// How the launcher ended.
@@ -154,6 +158,9 @@ pub struct Report {
     pub checkpoints: u64,
     /// The newest committed checkpoint's iteration.
     pub last_checkpoint: Option<u64>,
+    /// The iteration the first launch resumed from: an earlier run's checkpoint (`--restart`,
+    /// or the rerun of a run of the same command that did not finish).
+    pub resumed_at_start: Option<u64>,
     /// The last iteration rank 0 reported.
     pub last_iteration: Option<u64>,
     /// Seconds from start to end.
@@ -191,6 +198,10 @@ pub struct Supervisor {
     recoveries: Vec<Recovery>,
     /// When the failed launch ended, while its relaunch has not resumed yet.
     failed_at: Option<Instant>,
+    /// The iteration the first launch resumed from (an earlier run's checkpoint).
+    resumed_at_start: Option<u64>,
+    /// The application failed by itself.
+    failed_by_itself: bool,
 }
 
 impl Supervisor {
@@ -210,7 +221,9 @@ impl Supervisor {
             checkpoints: 0,
             last_checkpoint: None,
             last_iteration: None,
-            resumable: policy.resume_first,
+            resumable: policy.first != Start::Fresh,
+            resumed_at_start: None,
+            failed_by_itself: false,
             recoveries: Vec::new(),
             failed_at: None,
         }
@@ -223,11 +236,13 @@ impl Supervisor {
 
     /// How the first launch starts.
     pub fn first_start(&self) -> Start {
-        if self.policy.resume_first {
-            Start::FromCheckpoint
-        } else {
-            Start::Fresh
-        }
+        self.policy.first
+    }
+
+    /// Whether the job ended because the application failed by itself (its checkpoints are
+    /// then not worth resuming).
+    pub fn failed_by_itself(&self) -> bool {
+        self.failed_by_itself
     }
 
     /// A launch begins: forget the processes of the one before.
@@ -266,6 +281,14 @@ impl Supervisor {
             }
             RunEvent::Progress { iteration } => {
                 self.progressed(iteration, now);
+                if self.launches == 1
+                    && self.policy.first == Start::IfAny
+                    && self.resumed_at_start.is_none()
+                    && self.last_checkpoint.is_none()
+                {
+                    // The rerun found no intact checkpoint and started from iteration 0.
+                    self.resumable = false;
+                }
                 if self.failed_at.is_some() {
                     // A fresh relaunch resumes at its first progress.
                     return self.resumed(0, now);
@@ -282,6 +305,12 @@ impl Supervisor {
             RunEvent::Restarted { iteration } => {
                 self.resumable = true;
                 self.progressed(iteration, now);
+                if self.launches == 1 && self.failed_at.is_none() {
+                    self.resumed_at_start = Some(iteration);
+                    return Some(format!(
+                        "resumed from the checkpoint at iteration {iteration}"
+                    ));
+                }
                 self.resumed(iteration, now)
             }
             // Facts for benchmarks and tests: the progress events serve pcmrun.
@@ -366,6 +395,7 @@ impl Supervisor {
                     .map(|c| (host, pid, p, c))
             })
         {
+            self.failed_by_itself = true;
             return Verdict::Done {
                 code: if code == 0 { own } else { code },
                 reason: Some(format!(
@@ -464,10 +494,10 @@ impl Supervisor {
         self.failed_at = Some(now);
         let from = match (start, self.last_checkpoint) {
             (Start::Fresh, _) => "from the start (no checkpoint was taken yet)".to_owned(),
-            (Start::FromCheckpoint, Some(i)) => {
+            (Start::FromCheckpoint | Start::IfAny, Some(i)) => {
                 format!("from the newest checkpoint (iteration {i})")
             }
-            (Start::FromCheckpoint, None) => "from the newest checkpoint".to_owned(),
+            (Start::FromCheckpoint | Start::IfAny, None) => "from the newest checkpoint".to_owned(),
         };
         Verdict::Relaunch {
             start,
@@ -527,6 +557,7 @@ impl Supervisor {
             migrations: self.migrations,
             checkpoints: self.checkpoints,
             last_checkpoint: self.last_checkpoint,
+            resumed_at_start: self.resumed_at_start,
             last_iteration: self.last_iteration,
             seconds: now.duration_since(self.started).as_secs_f64(),
             started_unix_s: 0.0,
@@ -566,7 +597,7 @@ mod tests {
             checkpoints: true,
             max_restarts: 2,
             first_delay: Duration::from_secs(1),
-            resume_first: false,
+            first: Start::Fresh,
         }
     }
 

@@ -48,20 +48,31 @@ impl PcmrunCommand {
     /// and report in `dir`; `PCM_DAEMON` and `PCM_CHECKPOINT_INTERVAL` of the caller's
     /// environment are not passed on.
     pub fn new(dir: &Path, ranks: u32) -> PcmrunCommand {
-        PcmrunCommand::under(Command::new(bin("pcmrun")), dir, ranks)
+        PcmrunCommand::under(
+            Command::new(bin("pcmrun")),
+            dir,
+            ranks,
+            &dir.join("checkpoints"),
+        )
+    }
+
+    /// As [`PcmrunCommand::new`], with the checkpoint directory `checkpoints` (another
+    /// job's, to run a second job in its series) instead of `dir/checkpoints`.
+    pub fn with_checkpoints(dir: &Path, ranks: u32, checkpoints: &Path) -> PcmrunCommand {
+        PcmrunCommand::under(Command::new(bin("pcmrun")), dir, ranks, checkpoints)
     }
 
     /// As [`PcmrunCommand::new`], with pcmrun run through `wrapper` (for example `salloc
     /// -N1 -n2`, to which pcmrun's path and arguments are appended).
     pub fn wrapped(mut wrapper: Command, dir: &Path, ranks: u32) -> PcmrunCommand {
         wrapper.arg(bin("pcmrun"));
-        PcmrunCommand::under(wrapper, dir, ranks)
+        PcmrunCommand::under(wrapper, dir, ranks, &dir.join("checkpoints"))
     }
 
-    fn under(mut command: Command, dir: &Path, ranks: u32) -> PcmrunCommand {
+    fn under(mut command: Command, dir: &Path, ranks: u32, checkpoints: &Path) -> PcmrunCommand {
         let events = dir.join("events.jsonl");
         let report = dir.join("report.json");
-        let checkpoints = dir.join("checkpoints");
+        let checkpoints = checkpoints.to_owned();
         command
             .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
             .env_remove("PCM_DAEMON")

@@ -461,6 +461,216 @@ fn given_sighup_while_the_job_runs_then_pcmrun_stops_it_like_sigterm_and_keeps_t
     assert_nothing_left(&run, &finished);
 }
 
+/// A second pcmrun of heat2d on 2 ranks in `dir` (its own events, report and output) with
+/// the checkpoint directory of `first`: the same checkpoint series.
+fn start_sharing(first: &Run, dir: &Path, args: &[String], options: &[&str]) -> Run {
+    let checkpoints = first.job.checkpoints().to_owned();
+    let mut pcmrun = PcmrunCommand::with_checkpoints(dir, 2, &checkpoints);
+    pcmrun.command().args(["--progress", "1"]).args(options);
+    Run {
+        job: pcmrun.start("heat2d", args, dir, "pcmrun"),
+    }
+}
+
+/// Two pcmruns of one program and rank count in one checkpoint directory: the second stops
+/// at once, naming the series, the first pcmrun's pid and the job-name option; the first
+/// keeps its checkpoints, recovers a rank killed afterwards from them, and ends with the
+/// plain run's checksum. (Before the lock, the second job's first checkpoint deleted the
+/// first's, and the kill then lost all its progress.)
+#[test]
+fn given_a_second_pcmrun_of_the_same_series_then_it_is_refused_and_the_first_keeps_its_checkpoints()
+{
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = start(
+        dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5", "--retry-delay", "0.2"],
+    );
+    first.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let second_dir = tempfile::tempdir().unwrap();
+    let refused_at = Instant::now();
+    let mut second = start_sharing(
+        &first,
+        second_dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5"],
+    );
+    let refused = second.wait(Duration::from_secs(30));
+    eprintln!(
+        "second pcmrun refused in {:.2} s: {}",
+        refused_at.elapsed().as_secs_f64(),
+        refused.stderr.trim()
+    );
+    assert_eq!(refused.code, Some(1), "{}", refused.stderr);
+    let expected = format!("is in use by pcmrun pid {}", first.pid());
+    for part in [
+        "checkpoint series heat2d-2r",
+        expected.as_str(),
+        "--job-name",
+    ] {
+        assert!(
+            refused.stderr.contains(part),
+            "{part:?} missing:\n{}",
+            refused.stderr
+        );
+    }
+    assert!(
+        second.events().is_empty(),
+        "the second pcmrun launched something"
+    );
+    assert!(!complete_checkpoints(first.job.checkpoints()).is_empty());
+    // The first job still has its checkpoints to come back from.
+    kill(first.pid_of(1, 1), Signal::SIGKILL).unwrap();
+    let finished = first.wait(DEADLINE);
+    let report = assert_recovered_once(&first, &finished, &plain);
+    let resumed = report["recoveries"][0]["resumed_from"].as_u64();
+    assert!(resumed.is_some_and(|i| i > 0), "{report}");
+    assert_nothing_left(&first, &finished);
+}
+
+/// pcmrun killed outright (SIGKILL: no report, no clean-up of its own) after a checkpoint;
+/// the same command run again resumes the job from its newest complete checkpoint by
+/// default, says so, and ends with the plain run's checksum. (Before: it started from
+/// iteration 0 without a word and deleted the old job's checkpoints.)
+#[test]
+fn given_pcmrun_killed_then_the_same_command_again_resumes_from_the_newest_checkpoint() {
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let options = ["--checkpoint-interval", "0.5"];
+    let mut first = start(dir.path(), &args, &options);
+    let checkpointed = match first.wait_for(
+        "a checkpoint",
+        1,
+        |e| matches!(e, RunEvent::Checkpointed { iteration } if *iteration > 0),
+    ) {
+        RunEvent::Checkpointed { iteration } => iteration,
+        _ => unreachable!(),
+    };
+    kill(first.pid(), Signal::SIGKILL).unwrap();
+    let killed = first.wait(Duration::from_secs(30));
+    assert_eq!(
+        killed.code, None,
+        "pcmrun was not killed: {}",
+        killed.stderr
+    );
+    // Its launch and pcmd end with it (they get SIGTERM when pcmrun dies).
+    assert_nothing_left(&first, &killed);
+    let kept = complete_checkpoints(first.job.checkpoints());
+    assert!(!kept.is_empty(), "no complete checkpoint after the kill");
+    let second_dir = tempfile::tempdir().unwrap();
+    let mut again = start_sharing(&first, second_dir.path(), &args, &options);
+    let finished = again.wait(DEADLINE);
+    eprintln!(
+        "{}",
+        finished
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("pcmrun:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert!(
+        finished
+            .stderr
+            .contains("an earlier run of this command did not finish")
+            && finished
+                .stderr
+                .contains("resumed from the checkpoint at iteration"),
+        "the rerun did not say that it resumes:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the resumed run computed something else"
+    );
+    let report = again.report();
+    let resumed = report["resumed_at_start"].as_u64();
+    assert!(
+        resumed.is_some_and(|i| i >= checkpointed),
+        "not resumed from the killed run's newest checkpoint (at least {checkpointed}): {report}"
+    );
+    assert_eq!(report["launches"], 1, "{report}");
+    assert_nothing_left(&again, &finished);
+}
+
+/// The pcmd pcmrun started for `run` (by its command line).
+fn pcmd_of(run: &Run) -> Pid {
+    let output = Command::new("pgrep")
+        .arg("-f")
+        .arg(format!(
+            "pcmd --socket .*--checkpoint-dir {}",
+            run.job.checkpoints().display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert_eq!(pids.len(), 1, "not one pcmd: {text:?}");
+    Pid::from_raw(pids[0])
+}
+
+/// The pcmd pcmrun started for the job is killed: pcmrun starts it again (same socket, same
+/// checkpoint directory) and says so, the next checkpoints are written, and a rank killed
+/// afterwards is relaunched from a checkpoint taken after the pcmd came back; plain
+/// checksum. (Before: every later checkpoint was "not written", and the relaunch found no
+/// complete checkpoint although one was on disk.)
+#[test]
+fn given_the_jobs_pcmd_killed_then_pcmrun_restarts_it_and_a_later_lost_rank_still_recovers() {
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start(
+        dir.path(),
+        &args,
+        &["--checkpoint-interval", "0.5", "--retry-delay", "0.2"],
+    );
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let pcmd = pcmd_of(&run);
+    kill(pcmd, Signal::SIGKILL).unwrap();
+    let killed_at = Instant::now();
+    wait_until(WAIT, "pcmrun to start a new pcmd", || {
+        run.job
+            .stderr_so_far()
+            .contains(&format!("the job's pcmd (pid {pcmd}) ended"))
+    });
+    eprintln!(
+        "pcmd started again {:.2} s after the kill",
+        killed_at.elapsed().as_secs_f64()
+    );
+    // Checkpoints are written again: one committed after the new pcmd came up.
+    let since = run.events().last().map_or(0.0, |r| r.seconds);
+    let after = run
+        .job
+        .wait_for("a checkpoint through the new pcmd", WAIT, |r| {
+            r.seconds > since && matches!(r.event, RunEvent::Checkpointed { .. })
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    let RunEvent::Checkpointed { iteration: written } = after.event else {
+        unreachable!()
+    };
+    kill(run.pid_of(1, 1), Signal::SIGKILL).unwrap();
+    let finished = run.wait(DEADLINE);
+    let report = assert_recovered_once(&run, &finished, &plain);
+    let resumed = report["recoveries"][0]["resumed_from"].as_u64();
+    assert!(
+        resumed.is_some_and(|i| i >= written),
+        "not resumed from a checkpoint the new pcmd wrote (at {written} or later): {report}"
+    );
+    assert_nothing_left(&run, &finished);
+}
+
 #[test]
 fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings() {
     let output = Command::new(bin("pcmrun"))
