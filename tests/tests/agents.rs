@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
-use mpi_ios_tests::{bin, heat2d_args_for, mpi_lock, wait_until, MpiJob};
+use mpi_ios_tests::{bin, heat2d_args_for, mpi_lock, pcmd_status, wait_until, MpiJob};
 
 fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -189,6 +189,104 @@ fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
         !pcmd_status().status.success()
     });
     assert!(!spec.control.exists(), "control socket left behind");
+}
+
+/// Kills (SIGKILL) the pcmd serving `socket`, as a crash would, and waits until it no
+/// longer answers.
+fn kill_pcmd(socket: &std::path::Path) {
+    let pid = pcmd_status(socket).unwrap().pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the killed pcmd stops answering",
+        || pcmd_status(socket).is_err(),
+    );
+}
+
+/// Issue 36, finding 4: an idle agent whose pcmd died stops within seconds of SIGTERM and
+/// says why (before: its drain waited 60 s for a report of the node's ranks from a pcmd
+/// that could not give one).
+#[test]
+fn given_an_idle_agent_whose_pcmd_died_then_sigterm_stops_it_within_seconds_saying_why() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let mut agent = AgentProc::local(dir.path(), spec.clone());
+    kill_pcmd(&spec.pcmd_socket);
+    // Two profile periods: the agent has seen that pcmd is gone.
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.group.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    while agent.group.running() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "still running 15 s after SIGTERM:\n{}",
+            agent.group.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = t0.elapsed();
+    let log = agent.group.stderr_so_far();
+    eprintln!("stopped {took:?} after SIGTERM");
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped after {took:?}:\n{log}"
+    );
+    // The log is the only account a signalled agent leaves.
+    assert!(
+        log.contains("pcmd does not answer and no rank process is known alive"),
+        "{log}"
+    );
+}
+
+/// Issue 36, finding 3: the node's pcmd dies while a job runs on it and the job then ends.
+/// The agent stops listing the job's ranks within a profile period or two of their end, and
+/// `leave` returns at once with the node empty (before: the ranks of pcmd's last answer
+/// stayed in the agent's view for good, and a leave waited on them until it gave up).
+#[test]
+fn given_pcmd_died_and_the_job_ended_then_the_agent_forgets_its_ranks_and_leave_returns_at_once() {
+    let _lock = mpi_lock();
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let agent = AgentProc::local(dir.path(), spec.clone());
+    let (args, _) = heat2d_args_for(2, 128, 128, 6.0, Duration::from_secs(60));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let job = MpiJob::new(2, "heat2d", &args)
+        .env("PCM_DAEMON", spec.pcmd_socket.display().to_string())
+        .start(dir.path(), "heat2d");
+    wait_until(
+        Duration::from_secs(30),
+        "both ranks in the agent's view",
+        || agent.try_status().is_some_and(|s| s.entities.len() == 2),
+    );
+    kill_pcmd(&spec.pcmd_socket);
+    let finished = job.wait(Duration::from_secs(120));
+    eprintln!("job ended with {:?} after pcmd was killed", finished.code);
+    let t0 = Instant::now();
+    wait_until(
+        Duration::from_secs(10),
+        "the ended ranks gone from the agent's view",
+        || agent.try_status().is_some_and(|s| s.entities.is_empty()),
+    );
+    let forgotten = t0.elapsed();
+    let t1 = Instant::now();
+    let log = agent.leave(Duration::from_secs(10));
+    let left = t1.elapsed();
+    eprintln!("ranks forgotten {forgotten:?} after the job's end; left in {left:?}");
+    assert!(
+        forgotten < Duration::from_secs(3),
+        "forgotten after {forgotten:?}"
+    );
+    assert!(left < Duration::from_secs(5), "left after {left:?}:\n{log}");
 }
 
 /// The real agent knows its ranks' communication partners when told to weigh them
