@@ -16,7 +16,7 @@ pub mod pool;
 pub mod scenario;
 pub mod slurm;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -151,6 +151,29 @@ pub enum HarnessError {
         /// What is wrong with it.
         why: String,
     },
+    /// A job that ended normally left MPI shared-memory segments in /dev/shm.
+    #[error("{what} ended normally but left its shared memory in /dev/shm: {segments:?}")]
+    SharedMemoryLeft {
+        /// The job.
+        what: String,
+        /// The segments it created and left.
+        segments: Vec<String>,
+    },
+}
+
+/// MPICH's per-launch shared-memory segments now in /dev/shm (`mpich_shm_<world>_<node>`,
+/// `mpich_vci_<world>_<node>`). A launch that ends normally unlinks its own; one whose
+/// ranks are killed leaves them, for the node's pcmd to sweep (`pcmd/src/shm_sweep.rs`).
+pub fn mpich_shm_segments() -> BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| name.starts_with("mpich_shm_") || name.starts_with("mpich_vci_"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The typed events of a job run with `PCM_EVENTS=path` (see `pcm::events`), in file order;
@@ -808,9 +831,22 @@ impl MpiJob {
                 path: self.program.clone(),
             });
         }
+        let before = mpich_shm_segments();
         let mut group = Group::spawn_in_temp(self.command(), "job")?;
         group.what = self.what();
-        group.wait_within(timeout)
+        let finished = group.wait_within(timeout)?;
+        if finished.code == Some(0) {
+            // Nothing of a job that ended normally stays in /dev/shm: its processes have
+            // all finalized (and unlinked) by the time the launcher exits.
+            let left: Vec<String> = mpich_shm_segments().difference(&before).cloned().collect();
+            if !left.is_empty() {
+                return Err(HarnessError::SharedMemoryLeft {
+                    what: self.what(),
+                    segments: left,
+                });
+            }
+        }
+        Ok(finished)
     }
 
     /// [`MpiJob::run_within`] for tests: panics on timeout.

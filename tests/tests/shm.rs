@@ -11,26 +11,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    heat2d_args_for, mpi_lock, wait_until, MpiJob, Pcmd, Runtime, RuntimeExt as _,
+    heat2d_args_for, mpi_lock, mpich_shm_segments as mpich_segments, wait_until, MpiJob, Pcmd,
+    Runtime, RuntimeExt as _,
 };
 use pcm_proto::Rank;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 /// How often the test's pcmd sweeps (and the least age of a segment it removes).
 const SWEEP_EVERY_S: &str = "1";
-
-/// MPICH's per-launch segments now in /dev/shm.
-fn mpich_segments() -> BTreeSet<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|name| name.starts_with("mpich_shm_") || name.starts_with("mpich_vci_"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[test]
 fn given_a_rank_killed_then_the_nodes_pcmd_removes_the_launchs_shared_memory_but_not_a_live_ones() {
