@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "pcm-capi",
             "heat2d",
+            "cg",
             "mpi-ios-bench-programs",
             "pcmrun",
             "pcmd",
