@@ -105,10 +105,14 @@ pub struct Options {
     #[arg(long = "launcher-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub launcher_args: Vec<OsString>,
 
-    /// On several hosts: seconds without any sign of the job (progress, a checkpoint) after
-    /// which pcmrun probes its hosts. A host that does not answer ends the launch, which is
-    /// relaunched without it (a host that loses power ends no connection, so the job would
-    /// wait on it); a job that is only slow goes on.
+    /// Seconds without any sign of the job (progress, which rank 0 reports about once a
+    /// second, a checkpoint, any run event) after which the job counts as stalled. On
+    /// several hosts pcmrun first probes its hosts: one that does not answer ends the
+    /// launch, which is relaunched without it (a host that loses power ends no connection,
+    /// so the job would wait on it). Otherwise pcmrun names the ranks it finds stopped on
+    /// this host (SIGSTOP, a debugger), stops the launch (SIGTERM and SIGCONT, SIGKILL 10 s
+    /// later) and relaunches it from the newest checkpoint (counted in --max-restarts). Set
+    /// it above the longest iteration or checkpoint of the application.
     #[arg(long, value_name = "S", default_value_t = 30.0)]
     pub stall_timeout: f64,
 

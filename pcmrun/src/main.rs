@@ -60,6 +60,8 @@ fn main() {
 /// What arrives from the launcher's standard error.
 enum Output {
     Event(RunEvent, Instant),
+    /// A process of this host is gone (no longer exists, or a zombie).
+    Gone(u32, Instant),
     End,
 }
 
@@ -272,6 +274,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         max_restarts: options.max_restarts,
         first_delay: Duration::from_secs_f64(options.retry_delay),
         first: first.start,
+        stall_timeout: Duration::from_secs_f64(options.stall_timeout),
     };
     let started = Instant::now();
     let started_unix_s = unix_now();
@@ -596,6 +599,16 @@ fn run_launch(
         .take()
         .context("no pipe for the launcher's stderr")?;
     let (sender, receiver) = mpsc::channel();
+    // The local ranks, watched closely: the first one gone is the one lost, the ones gone
+    // after it were ended by the launcher.
+    let local_ranks: Arc<std::sync::Mutex<Vec<u32>>> = Arc::default();
+    {
+        let sender = sender.clone();
+        let pids = Arc::clone(&local_ranks);
+        std::thread::Builder::new()
+            .name("rank-watch".into())
+            .spawn(move || watch_gone(&pids, &sender))?;
+    }
     std::thread::Builder::new()
         .name("launcher-stderr".into())
         .spawn(move || forward(stderr, &sender))?;
@@ -604,7 +617,16 @@ fn run_launch(
     let end = loop {
         match receiver.recv_timeout(Duration::from_millis(100)) {
             Ok(Output::Event(event, at)) => sink.take(event, at),
+            Ok(Output::Gone(pid, at)) => sink.supervisor.on_gone(watch.local, pid, at),
             Ok(Output::End) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        }
+        if let Ok(mut pids) = local_ranks.lock() {
+            *pids = sink
+                .supervisor
+                .running_on(watch.local)
+                .into_iter()
+                .map(|(_, pid)| pid)
+                .collect();
         }
         if let Some(status) = child.try_wait()? {
             break match status.code() {
@@ -631,6 +653,32 @@ fn run_launch(
                     ));
                     let _ = killpg(group, Signal::SIGTERM);
                     stopping = Some((seen, Instant::now()));
+                } else {
+                    let local = watch.local;
+                    let stopped: Vec<(u32, String)> = sink
+                        .supervisor
+                        .running_on(local)
+                        .into_iter()
+                        .filter(|(_, pid)| is_stopped(*pid))
+                        .map(|(rank, pid)| (pid, format!("rank {rank} (pid {pid} on {local})")))
+                        .collect();
+                    let names: Vec<String> = stopped.iter().map(|(_, n)| n.clone()).collect();
+                    if let Some(why) =
+                        sink.supervisor
+                            .check_stall(Instant::now(), sink.last_sign, &names)
+                    {
+                        say(&format!(
+                            "{why}: stopping the launch (SIGTERM, then SIGKILL) to relaunch it from the newest checkpoint"
+                        ));
+                        let _ = killpg(group, Signal::SIGTERM);
+                        // A stopped process takes its SIGTERM only once continued.
+                        let _ = killpg(group, Signal::SIGCONT);
+                        for (pid, _) in &stopped {
+                            let _ =
+                                nix::sys::signal::kill(Pid::from_raw(*pid as i32), Signal::SIGCONT);
+                        }
+                        stopping = Some((seen, Instant::now()));
+                    }
                 }
             }
             Some((first, since)) if seen > first || since.elapsed() > STOP_GRACE => {
@@ -640,7 +688,7 @@ fn run_launch(
         }
         if let Some(at) = next_progress {
             if Instant::now() >= at {
-                say(&sink.supervisor.progress_line());
+                say(&sink.supervisor.progress_line(Instant::now()));
                 next_progress = progress_every.map(|d| Instant::now() + d);
             }
         }
@@ -650,6 +698,53 @@ fn run_launch(
     let _ = killpg(group, Signal::SIGKILL);
     reap(&mut child);
     Ok(end)
+}
+
+/// Reports the processes of `pids` as they go (every 5 ms), until the launch's loop lets
+/// go of the list.
+fn watch_gone(pids: &Arc<std::sync::Mutex<Vec<u32>>>, sender: &mpsc::Sender<Output>) {
+    let mut reported = std::collections::BTreeSet::new();
+    // The launch's loop holds the other reference until the launch has ended.
+    while Arc::strong_count(pids) > 1 {
+        let watched = match pids.lock() {
+            Ok(list) => list.clone(),
+            Err(_) => return,
+        };
+        let now = Instant::now();
+        for pid in watched {
+            if !reported.contains(&pid) && is_gone(pid) {
+                reported.insert(pid);
+                if sender.send(Output::Gone(pid, now)).is_err() {
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether the process `pid` of this host no longer runs (gone, or a zombie).
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// Whether the process `pid` of this host is stopped (state `T`, SIGSTOP or job control;
+/// `t`, a debugger), from `/proc/PID/stat`.
+fn is_stopped(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses; the state follows the
+    // last `)`.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "T" || state == "t")
 }
 
 /// Watches a launch on several hosts for a host that died. A job that loses a host may not
@@ -782,6 +877,7 @@ fn drain(receiver: &Receiver<Output>, sink: &mut Sink<'_>) {
         let left = until.saturating_duration_since(Instant::now());
         match receiver.recv_timeout(left) {
             Ok(Output::Event(event, at)) => sink.take(event, at),
+            Ok(Output::Gone(..)) => {}
             Ok(Output::End) | Err(_) => return,
         }
     }

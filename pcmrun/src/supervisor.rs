@@ -54,7 +54,19 @@ pub struct Policy {
     /// How the first launch starts: [`Start::FromCheckpoint`] with `--restart`,
     /// [`Start::IfAny`] for the rerun of a run that did not finish.
     pub first: Start,
+    /// How long a launch may go without any sign (progress, a checkpoint, any run event)
+    /// before it counts as stalled: stopped and relaunched from the newest checkpoint.
+    pub stall_timeout: Duration,
 }
+
+/// How much later than the first process seen gone another must be seen gone to count as
+/// ended by the launcher because of it, rather than lost too: two polls of the driver (5 ms
+/// apart), so that the order of two deaths in one poll never decides.
+pub const FOLLOWED_AFTER: Duration = Duration::from_millis(10);
+
+/// How old the newest progress may be before the progress line says "no progress for N s"
+/// instead of a rate (rank 0 reports progress about once a second).
+pub const STALE_PROGRESS: Duration = Duration::from_secs(2);
 
 /// Longest wait between relaunches.
 pub const MAX_DELAY: Duration = Duration::from_secs(30);
@@ -117,6 +129,8 @@ pub enum Verdict {
 struct Process {
     rank: Rank,
     exited: Option<i32>,
+    /// When the driver saw it gone (on this host only).
+    gone: Option<Instant>,
 }
 
 /// One recovery, for the final report.
@@ -202,6 +216,10 @@ pub struct Supervisor {
     resumed_at_start: Option<u64>,
     /// The application failed by itself.
     failed_by_itself: bool,
+    /// Why the current launch is being stopped as stalled.
+    stalled: Option<String>,
+    /// How the current (or next) launch starts.
+    launch_start: Start,
 }
 
 impl Supervisor {
@@ -224,6 +242,8 @@ impl Supervisor {
             resumable: policy.first != Start::Fresh,
             resumed_at_start: None,
             failed_by_itself: false,
+            stalled: None,
+            launch_start: policy.first,
             recoveries: Vec::new(),
             failed_at: None,
         }
@@ -252,6 +272,7 @@ impl Supervisor {
         self.placement.clear();
         self.newest.clear();
         self.aborting = None;
+        self.stalled = None;
         self.progress = None;
         self.previous_progress = None;
     }
@@ -265,8 +286,14 @@ impl Supervisor {
             } => {
                 self.placement.insert(rank, host.clone());
                 self.newest.insert(rank, (host.clone(), pid));
-                self.processes
-                    .insert((host, pid), Process { rank, exited: None });
+                self.processes.insert(
+                    (host, pid),
+                    Process {
+                        rank,
+                        exited: None,
+                        gone: None,
+                    },
+                );
                 None
             }
             RunEvent::Exited { pid, host, code } => {
@@ -382,32 +409,51 @@ impl Supervisor {
             .filter(|(_, key)| self.processes.get(key).is_some_and(|p| p.exited.is_none()))
             .map(|(rank, (host, pid))| format!("rank {rank} (pid {pid} on {host})"))
             .collect();
-        if end == LauncherEnd::Exited(0) && never_exited.is_empty() {
+        if end == LauncherEnd::Exited(0) && never_exited.is_empty() && self.stalled.is_none() {
             return Verdict::Done {
                 code: 0,
                 reason: None,
             };
         }
-        if let Some((host, pid, process, own)) =
+        let judged = if self.stalled.is_some() {
+            // pcmrun stopped it: its processes' statuses say nothing of their own.
+            None
+        } else {
             self.processes.iter().find_map(|((host, pid), p)| {
                 p.exited
                     .filter(|&c| c != 0 && c != RECONFIGURE_TIMEOUT_EXIT && !is_mpi_abort(c))
-                    .map(|c| (host, pid, p, c))
+                    .map(|c| (host.clone(), *pid, p.rank, c))
             })
-        {
+        };
+        if let Some((host, pid, rank, own)) = judged {
             self.failed_by_itself = true;
             return Verdict::Done {
                 code: if code == 0 { own } else { code },
                 reason: Some(format!(
-                    "rank {} (pid {pid} on {host}) ended with exit status {own}: the application failed by itself, so the job is not restarted",
-                    process.rank
+                    "rank {rank} (pid {pid} on {host}) ended with exit status {own}: the application failed by itself, so the job is not restarted"
                 )),
             };
         }
+        // The first processes seen gone without an exit are the lost ones; those seen gone
+        // later were ended by the launcher because of them.
+        let first_gone = self
+            .processes
+            .values()
+            .filter(|p| p.exited.is_none())
+            .filter_map(|p| p.gone)
+            .min();
+        let followed = |p: &Process| matches!((p.gone, first_gone), (Some(g), Some(f)) if g > f + FOLLOWED_AFTER);
+        let followers: Vec<String> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.exited.is_none() && followed(p))
+            .map(|((host, pid), p)| format!("rank {} (pid {pid} on {host})", p.rank))
+            .collect();
         let lost: Vec<String> = self
             .processes
             .iter()
             .filter_map(|((host, pid), p)| match p.exited {
+                None if followed(p) => None,
                 None => Some(format!("rank {} (pid {pid} on {host})", p.rank)),
                 Some(code) if is_mpi_abort(code) => Some(format!(
                     "rank {} (pid {pid} on {host}, ended by an MPI error, code {code})",
@@ -427,14 +473,39 @@ impl Supervisor {
                     .any(|p| p.exited == Some(RECONFIGURE_TIMEOUT_EXIT))
                     .then(|| "a reconfiguration missed its deadline".to_owned())
             });
+        let stalled = self
+            .stalled
+            .clone()
+            .map(|r| format!("{r}; pcmrun stopped it"))
+            .or(stalled.map(|r| format!("PCM ended the job: {r}")));
         let what = match (stalled, lost.is_empty()) {
-            (Some(reason), _) => format!("PCM ended the job: {reason}"),
+            (Some(reason), _) => reason,
             (None, false) if code == 0 => format!(
                 "lost {} (the launcher exited with 0, but {} never exited)",
                 lost.join(", "),
                 never_exited.join(", ")
             ),
+            (None, false) if !followers.is_empty() => format!(
+                "lost {} ({} then stopped by the launcher)",
+                lost.join(", "),
+                followers.join(", ")
+            ),
             (None, false) => format!("lost {}", lost.join(", ")),
+            (None, true)
+                if self.processes.is_empty() && self.launch_start == Start::FromCheckpoint =>
+            {
+                let what = if self.launches > 1 {
+                    "the relaunch from the newest checkpoint"
+                } else {
+                    "the launch with --restart"
+                };
+                return Verdict::Done {
+                    code: nonzero(code),
+                    reason: Some(format!(
+                        "{what} ended with status {code} before the job started: PCM found no complete and intact checkpoint to resume (lost, corrupted or quarantined, or its pcmd could not be reached: see the ranks' `cannot restart` messages above); not restarted"
+                    )),
+                };
+            }
             (None, true) if self.processes.is_empty() => {
                 return Verdict::Done {
                     code,
@@ -492,6 +563,7 @@ impl Supervisor {
             hosts_lost: Vec::new(),
         });
         self.failed_at = Some(now);
+        self.launch_start = start;
         let from = match (start, self.last_checkpoint) {
             (Start::Fresh, _) => "from the start (no checkpoint was taken yet)".to_owned(),
             (Start::FromCheckpoint | Start::IfAny, Some(i)) => {
@@ -519,10 +591,80 @@ impl Supervisor {
         }
     }
 
-    /// A progress line for people.
-    pub fn progress_line(&self) -> String {
+    /// The driver saw the process `pid` of `host` gone at `at` (without an exit event: killed,
+    /// crashed). Processes seen gone later than the first are not counted as lost: the
+    /// launcher ended them after the first was lost.
+    pub fn on_gone(&mut self, host: &HostName, pid: u32, at: Instant) {
+        if let Some(process) = self.processes.get_mut(&(host.clone(), pid)) {
+            process.gone.get_or_insert(at);
+        }
+    }
+
+    /// The processes of the current launch on `host` that have not said they exited (each
+    /// rank's newest), for the driver to look at (a stopped process, for example).
+    pub fn running_on(&self, host: &HostName) -> Vec<(Rank, u32)> {
+        self.newest
+            .iter()
+            .filter(|(_, (h, pid))| {
+                h == host
+                    && self
+                        .processes
+                        .get(&(h.clone(), *pid))
+                        .is_some_and(|p| p.exited.is_none())
+            })
+            .map(|(rank, (_, pid))| (*rank, *pid))
+            .collect()
+    }
+
+    /// Whether the current launch has stalled at `now`: no sign of it since `last_sign` for
+    /// longer than the stall timeout. `stopped` are its processes found stopped (SIGSTOP, a
+    /// debugger), as `rank (pid P on HOST)`. When it has, returns why (for people) and
+    /// remembers it: the launch is to be stopped, and its end is then a stall to recover
+    /// from, whatever its processes' exit statuses say. Once per launch.
+    pub fn check_stall(
+        &mut self,
+        now: Instant,
+        last_sign: Instant,
+        stopped: &[String],
+    ) -> Option<String> {
+        if self.stalled.is_some() {
+            return None;
+        }
+        let silent = now.saturating_duration_since(last_sign);
+        if silent <= self.policy.stall_timeout {
+            return None;
+        }
+        let who = if stopped.is_empty() {
+            String::new()
+        } else {
+            format!("{} stopped (SIGSTOP or a debugger), ", stopped.join(", "))
+        };
+        let last = match self.last_iteration {
+            Some(i) => format!("last progress at iteration {i}"),
+            None => "no progress yet".to_owned(),
+        };
+        let reason = format!(
+            "the job stalled: {who}no sign of it for {:.1} s ({last}; --stall-timeout {})",
+            silent.as_secs_f64(),
+            self.policy.stall_timeout.as_secs_f64()
+        );
+        self.stalled = Some(reason.clone());
+        Some(reason)
+    }
+
+    /// A progress line for people at `now`. A rate is shown only while progress is fresh
+    /// (newer than [`STALE_PROGRESS`]); otherwise the line says for how long there was none.
+    pub fn progress_line(&self, now: Instant) -> String {
         let mut parts = Vec::new();
+        let stale = self
+            .progress
+            .map(|(t, _)| now.saturating_duration_since(t))
+            .filter(|age| *age > STALE_PROGRESS);
         match (self.progress, self.previous_progress) {
+            (Some((_, i)), _) if stale.is_some() => parts.push(format!(
+                "iteration {i}, no progress for {:.0} s",
+                stale.unwrap_or_default().as_secs_f64()
+            )),
             (Some((t1, i1)), Some((t0, i0))) if t1 > t0 => {
                 let rate = i1.saturating_sub(i0) as f64 / t1.duration_since(t0).as_secs_f64();
                 parts.push(format!("iteration {i1} ({rate:.1} it/s)"));
@@ -598,6 +740,7 @@ mod tests {
             max_restarts: 2,
             first_delay: Duration::from_secs(1),
             first: Start::Fresh,
+            stall_timeout: Duration::from_secs(10),
         }
     }
 
@@ -840,6 +983,86 @@ mod tests {
     }
 
     #[test]
+    fn given_a_silent_launch_past_the_stall_timeout_then_it_is_stopped_and_relaunched() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 100 }, t);
+        s.on_event(RunEvent::Progress { iteration: 120 }, t);
+        assert_eq!(s.running_on(&host("a")), [(Rank(0), 10), (Rank(1), 11)]);
+        // Within the timeout: nothing; the progress line stops showing a rate.
+        let later = t + Duration::from_secs(9);
+        assert_eq!(s.check_stall(later, t, &[]), None);
+        let line = s.progress_line(later);
+        assert!(
+            line.starts_with("iteration 120, no progress for 9 s"),
+            "{line}"
+        );
+        let stopped = ["rank 1 (pid 11 on a)".to_owned()];
+        let reason = s
+            .check_stall(t + Duration::from_secs(11), t, &stopped)
+            .unwrap();
+        assert!(
+            reason.contains("rank 1 (pid 11 on a) stopped") && reason.contains("11.0 s"),
+            "{reason}"
+        );
+        assert_eq!(
+            s.check_stall(t + Duration::from_secs(12), t, &stopped),
+            None
+        );
+        // pcmrun's SIGTERM ends the ranks with statuses of their own: still a stall.
+        exited(&mut s, 10, 143, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(143), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { start: Start::FromCheckpoint, reason, .. }
+                if reason.starts_with("the job stalled: rank 1") && reason.contains("iteration 100")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_a_relaunch_that_finds_no_checkpoint_then_the_summary_says_so() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 100 }, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
+        assert!(matches!(verdict, Verdict::Relaunch { .. }), "{verdict:?}");
+        // Every rank fails in Pcm::init (PCM_RESTART=require, nothing intact): no process
+        // started.
+        s.launching();
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(1), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Done { code: 1, reason: Some(r) }
+                if r.contains("the relaunch from the newest checkpoint ended with status 1 before the job started")
+                    && r.contains("no complete and intact checkpoint")
+                    && !r.contains("Pcm::init")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_one_rank_seen_gone_before_the_other_then_only_it_counts_as_lost() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        s.on_gone(&host("a"), 11, t + Duration::from_millis(5));
+        s.on_gone(&host("a"), 10, t + Duration::from_millis(40));
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { reason, .. }
+                if reason.starts_with("lost rank 1 (pid 11 on a) (rank 0 (pid 10 on a) then stopped by the launcher)")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
     fn given_events_then_the_progress_line_shows_rate_placement_and_counts() {
         let t = Instant::now();
         let mut s = Supervisor::new(policy(), t);
@@ -861,7 +1084,7 @@ mod tests {
         );
         assert_eq!(line.as_deref(), Some("iteration 30: moved rank 1 to c"));
         assert_eq!(
-            s.progress_line(),
+            s.progress_line(t + Duration::from_secs(2)),
             "iteration 30 (10.0 it/s), ranks 0@a 1@c, 1 migrations, 0 checkpoints, 0 recoveries"
         );
     }

@@ -358,6 +358,14 @@ fn given_a_lost_rank_and_no_usable_checkpoint_then_a_clear_error_and_no_loop() {
     );
     let report = run.report();
     assert_eq!(report["launches"], 2, "it must try once and stop: {report}");
+    // The summary names the cause (it used to blame "a launch error, or a program that does
+    // not call Pcm::init").
+    let reason = report["reason"].as_str().unwrap_or_default();
+    eprintln!("pcmrun's reason: {reason}");
+    assert!(
+        reason.contains("no complete and intact checkpoint") && !reason.contains("Pcm::init"),
+        "{report}"
+    );
     assert_nothing_left(&run, &finished);
 }
 
@@ -667,6 +675,67 @@ fn given_the_jobs_pcmd_killed_then_pcmrun_restarts_it_and_a_later_lost_rank_stil
     assert!(
         resumed.is_some_and(|i| i >= written),
         "not resumed from a checkpoint the new pcmd wrote (at {written} or later): {report}"
+    );
+    assert_nothing_left(&run, &finished);
+}
+
+/// A rank stopped with SIGSTOP on this host: the job makes no progress; the progress lines
+/// say for how long instead of repeating the last rate; after --stall-timeout pcmrun names
+/// the stopped rank, stops the launch and relaunches it from the newest checkpoint; plain
+/// checksum. (Before: no action, the same stale rate printed every 2 s.)
+#[test]
+fn given_a_rank_stopped_with_sigstop_then_pcmrun_finds_it_within_the_stall_timeout_and_relaunches()
+{
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = 4.0;
+    let mut run = start(
+        dir.path(),
+        &args,
+        &[
+            "--checkpoint-interval",
+            "0.5",
+            "--retry-delay",
+            "0.2",
+            "--stall-timeout",
+            "4",
+        ],
+    );
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let victim = run.pid_of(1, 1);
+    kill(victim, Signal::SIGSTOP).unwrap();
+    let stopped_at = Instant::now();
+    run.wait_for("the relaunch", 2, |e| matches!(e, RunEvent::Started { .. }));
+    let acted = stopped_at.elapsed().as_secs_f64();
+    eprintln!("rank 1 stopped; relaunched {acted:.1} s later (--stall-timeout {timeout})");
+    let finished = run.wait(DEADLINE);
+    let report = assert_recovered_once(&run, &finished, &plain);
+    let reason = report["recoveries"][0]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains(&format!("the job stalled: rank 1 (pid {victim} on "))
+            && reason.contains("stopped (SIGSTOP"),
+        "the stopped rank is not named: {report}"
+    );
+    assert!(
+        acted < timeout + 6.0,
+        "pcmrun took {acted:.1} s to act on a stall of --stall-timeout {timeout}"
+    );
+    assert!(
+        report["recoveries"][0]["resumed_from"]
+            .as_u64()
+            .is_some_and(|i| i > 0),
+        "{report}"
+    );
+    assert!(
+        finished.stderr.contains(", no progress for "),
+        "the progress lines never said that the job made no progress:\n{}",
+        finished.stderr
     );
     assert_nothing_left(&run, &finished);
 }
