@@ -4,6 +4,20 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
+/// `value` as one line of JSON. Serializing plain fields cannot fail; non-finite seconds
+/// become null.
+fn json_line(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// Writes `line` and a newline to stdout and flushes it: the report is the last line, and
+/// a launcher reads it as soon as the process ends.
+fn print_line(line: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
+}
+
 /// Result of a run. Rank 0 prints it with [`Report::print`] as its last stdout line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -35,8 +49,7 @@ impl Report {
     /// The report as one line of JSON (no trailing newline).
     #[must_use]
     pub fn to_json(&self) -> String {
-        // Serializing plain fields cannot fail; non-finite seconds become null.
-        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        json_line(self)
     }
 
     /// Writes [`Report::to_json`] and a newline to stdout and flushes it.
@@ -44,9 +57,7 @@ impl Report {
     /// # Errors
     /// An I/O error writing stdout.
     pub fn print(&self) -> std::io::Result<()> {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", self.to_json())?;
-        out.flush()
+        print_line(&self.to_json())
     }
 }
 
@@ -81,7 +92,7 @@ impl PlainReport {
     /// then `last_change`.
     #[must_use]
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        json_line(self)
     }
 
     /// Writes [`PlainReport::to_json`] and a newline to stdout and flushes it.
@@ -89,9 +100,7 @@ impl PlainReport {
     /// # Errors
     /// An I/O error writing stdout.
     pub fn print(&self) -> std::io::Result<()> {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", self.to_json())?;
-        out.flush()
+        print_line(&self.to_json())
     }
 }
 
