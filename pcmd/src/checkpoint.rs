@@ -125,19 +125,9 @@ impl ServeArgs {
     }
 }
 
-/// Default checkpoint directory for `host`.
+/// Default checkpoint directory for `host` ([`pcm_proto::default_checkpoint_dir`]).
 pub fn default_dir(host: &HostName) -> PathBuf {
-    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(state) = env("XDG_STATE_HOME") {
-        return PathBuf::from(state).join("pcmd").join(host.as_str());
-    }
-    if let Some(home) = env("HOME") {
-        return PathBuf::from(home)
-            .join(".local/state/pcmd")
-            .join(host.as_str());
-    }
-    let uid = nix::unistd::getuid().as_raw();
-    PathBuf::from(format!("/tmp/pcmd-{uid}/checkpoints-{host}"))
+    pcm_proto::default_checkpoint_dir(host)
 }
 
 /// Settings of the service.

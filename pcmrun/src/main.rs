@@ -137,7 +137,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             let dir = match &options.checkpoint_dir {
                 Some(dir) => dir.clone(),
                 None if per_host => shared_checkpoint_dir(),
-                None => pcmd_default_dir(&local),
+                None => pcm_proto::default_checkpoint_dir(&local),
             };
             let series = series_name(
                 program_line.first().map_or("", String::as_str),
@@ -480,23 +480,6 @@ fn shared_checkpoint_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
         .unwrap_or_else(std::env::temp_dir);
     state.join("pcmrun").join("checkpoints")
-}
-
-/// Where a pcmd keeps checkpoints when not told (`pcmd serve`'s default):
-/// `$XDG_STATE_HOME/pcmd/HOST`, else `~/.local/state/pcmd/HOST`, else
-/// `/tmp/pcmd-UID/checkpoints-HOST`.
-fn pcmd_default_dir(host: &HostName) -> PathBuf {
-    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(state) = env("XDG_STATE_HOME") {
-        return PathBuf::from(state).join("pcmd").join(host.as_str());
-    }
-    if let Some(home) = env("HOME") {
-        return PathBuf::from(home)
-            .join(".local/state/pcmd")
-            .join(host.as_str());
-    }
-    let uid = nix::unistd::getuid().as_raw();
-    PathBuf::from(format!("/tmp/pcmd-{uid}/checkpoints-{host}"))
 }
 
 /// Seconds since the Unix epoch.

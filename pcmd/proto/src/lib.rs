@@ -27,7 +27,10 @@ mod path;
 pub mod pool_key;
 pub mod run;
 mod types;
-pub use path::{ensure_private_dir, read_private_file, socket_path, PrivateDirError, DAEMON_ENV};
+pub use path::{
+    default_checkpoint_dir, ensure_private_dir, read_private_file, socket_path, PrivateDirError,
+    DAEMON_ENV,
+};
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
 
 /// Version of this protocol; bumped on any incompatible change.

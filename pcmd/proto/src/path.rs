@@ -11,6 +11,23 @@ use crate::HostName;
 /// host name, so one setting serves every node of a job (`/scratch/pcmd/{host}.sock`).
 pub const DAEMON_ENV: &str = "PCM_DAEMON";
 
+/// Where a node's pcmd keeps checkpoints when not told otherwise (`pcmd serve`'s default,
+/// which pcmrun must know to look for a job's checkpoints): `$XDG_STATE_HOME/pcmd/HOST`,
+/// else `~/.local/state/pcmd/HOST`, else `/tmp/pcmd-UID/checkpoints-HOST`.
+pub fn default_checkpoint_dir(host: &HostName) -> PathBuf {
+    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(state) = env("XDG_STATE_HOME") {
+        return PathBuf::from(state).join("pcmd").join(host.as_str());
+    }
+    if let Some(home) = env("HOME") {
+        return PathBuf::from(home)
+            .join(".local/state/pcmd")
+            .join(host.as_str());
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    PathBuf::from(format!("/tmp/pcmd-{uid}/checkpoints-{host}"))
+}
+
 /// The socket path for `host`, from the value of [`DAEMON_ENV`] if set (`env_value`), else
 /// the default: `$XDG_RUNTIME_DIR/pcmd/{host}.sock` when `runtime_dir` is given, otherwise
 /// `/tmp/pcmd-{uid}/{host}.sock`. The directory is private to the user (the daemon creates
