@@ -45,10 +45,12 @@ esac
 # tests, those where the runtime matters run on both (its launch settings and hostfile, a
 # rank lost, a host lost, a replacement lost while starting); the others test pcmrun's own
 # decisions, the same on either runtime. Of the daemon tests, the one where several daemons'
-# requests go in one reconfiguration (the others passed on Open MPI 4 by hand, results.md).
+# requests go in one reconfiguration and the move of every rank (the others passed on Open
+# MPI 4 by hand, results.md).
 other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions)
 other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
+    given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job
 )
 other_runtime_pcmrun_tests=(
     given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings
