@@ -945,6 +945,12 @@ impl Pcmd {
             .arg("serve")
             .args(serve_args)
             .env("RUST_LOG", log);
+        // A test's pcmd lives seconds, not the minute between two sweeps of a node's: it
+        // sweeps every second, so that the shared memory of the jobs a test kills does not
+        // pile up on the machine (unless the test sets the period itself).
+        if !serve_args.contains(&"--shm-sweep-every") {
+            command.args(["--shm-sweep-every", "1"]);
+        }
         let group = Group::spawn(command, dir.path(), "pcmd")?;
         let timeout = Duration::from_secs(10);
         let deadline = Instant::now() + timeout;
