@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod checkpoint;
 pub mod client;
+pub mod given_back;
 pub mod log_limit;
 mod path;
 pub mod pool_key;
