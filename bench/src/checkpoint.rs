@@ -167,6 +167,7 @@ fn checkpoint(node: &Daemon, data: &[u8], iteration: u64) -> Result<(f64, Instan
         &mut writer,
         &Request::Hello {
             version: FORMAT_VERSION,
+            dir: None,
         },
     )?;
     write_frame(

@@ -259,6 +259,7 @@ fn connect(pcm: &Pcm) -> Result<(BufReader<UnixStream>, BufWriter<UnixStream>), 
     let mut writer = BufWriter::with_capacity(1 << 20, stream);
     let hello = Request::Hello {
         version: FORMAT_VERSION,
+        dir: None,
     };
     write_frame(&mut writer, &hello).map_err(io)?;
     writer.flush().map_err(io)?;

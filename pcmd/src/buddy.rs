@@ -92,6 +92,7 @@ pub fn accept<W: Write>(
         &Response::Welcome {
             version: FORMAT_VERSION,
             host: host.clone(),
+            dir: None,
         },
     )?;
     writer.flush()?;

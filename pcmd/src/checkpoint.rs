@@ -20,15 +20,26 @@
 //! ([`crate::log_limit`]). Requests that arrive from the buddy are never forwarded, so
 //! two pcmds that are each other's buddy cannot loop.
 //!
+//! **Where the checkpoints go.** A rank's connection names its job's own directory in its
+//! `Hello` when the job sets `PCM_CHECKPOINT_DIR`; every request of that connection then
+//! works on a [`Store`] there ([`Stores::open`]): created mode 0700 when missing, checked
+//! with [`pcm_proto::ensure_private_dir`] on every connection, refused with an error frame
+//! naming the directory and why otherwise, and swept the first time it is opened. One
+//! store per directory (by device and inode, so two paths of one directory share its
+//! lock). Without a directory, the pcmd's own `--checkpoint-dir`. The buddy keeps the
+//! copies it receives in its own directory, whichever directory they came from, and a
+//! fetch from the buddy finds them by series and restores them into the job's directory.
+//!
 //! The protocol and file formats are in [`pcm_proto::checkpoint`]; the disk layout in
 //! [`store`]; the buddy client and copy worker in [`crate::buddy`].
 
 pub mod admission;
 pub mod store;
 
+use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,7 +48,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use pcm_proto::checkpoint::{
     self as ckpt, auth::PoolKey, read_frame, write_frame, Available, PieceId, Request, Response,
-    Series, FORMAT_VERSION,
+    Series, DIR_ENV, FORMAT_VERSION,
 };
 use pcm_proto::{HostName, Rank};
 
@@ -151,10 +162,69 @@ pub struct Config {
     pub limits: Limits,
 }
 
+/// The checkpoint directories this pcmd serves: its own, and the jobs' own
+/// (`PCM_CHECKPOINT_DIR`), one [`Store`] each.
+#[derive(Debug)]
+struct Stores {
+    /// The pcmd's `--checkpoint-dir`: connections that name no directory, and the buddy's.
+    own: Arc<Store>,
+    host: HostName,
+    /// Job directories opened so far, by device and inode: one store (one lock, one sweep)
+    /// per directory, whatever path names it. Entries are a path and a few counters, and
+    /// stay for the pcmd's life.
+    jobs: Mutex<HashMap<(u64, u64), Arc<Store>>>,
+}
+
+impl Stores {
+    fn new(own: Store, host: HostName) -> Self {
+        Stores {
+            own: Arc::new(own),
+            host,
+            jobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The store of the directory a connection's `Hello` names (`None`: the pcmd's own),
+    /// with the directory to name in the `Welcome`; or the reason it is refused, naming it.
+    fn open(&self, dir: Option<&str>) -> Result<(Arc<Store>, String), String> {
+        let Some(dir) = dir else {
+            return Ok((Arc::clone(&self.own), self.own.root().display().to_string()));
+        };
+        let path = Path::new(dir);
+        if !path.is_absolute() {
+            return Err(format!(
+                "the checkpoint directory {dir:?} ({DIR_ENV}) is not an absolute path"
+            ));
+        }
+        // Every time, not only the first: the directory may have been removed (it is
+        // created again) or opened to others since.
+        pcm_proto::ensure_private_dir(path)
+            .map_err(|e| format!("cannot keep checkpoints in {dir} ({DIR_ENV}): {e}"))?;
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let key = id(path).ok_or_else(|| {
+            format!("cannot keep checkpoints in {dir} ({DIR_ENV}): it vanished while checked")
+        })?;
+        if id(self.own.root()) == Some(key) {
+            return Ok((Arc::clone(&self.own), dir.to_owned()));
+        }
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        // A cached store whose directory was removed (and the inode reused) is replaced.
+        if let Some(store) = jobs.get(&key).filter(|s| id(s.root()) == Some(key)) {
+            return Ok((Arc::clone(store), dir.to_owned()));
+        }
+        let store = Arc::new(Store::new(path.to_owned(), self.host.clone()));
+        // Under the map's lock: nobody else serves this directory before it is swept.
+        store.sweep();
+        tracing::info!("keeping the checkpoints of a job in {dir} ({DIR_ENV})");
+        jobs.insert(key, Arc::clone(&store));
+        Ok((store, dir.to_owned()))
+    }
+}
+
 /// What every connection needs.
 #[derive(Debug)]
 struct Shared {
-    store: Store,
+    stores: Stores,
     host: HostName,
     buddy: Option<Buddy>,
     key: Option<PoolKey>,
@@ -249,15 +319,16 @@ impl Service {
             (Some(addr), Some(key)) => Some(Buddy::start(addr.clone(), *key)),
             _ => None,
         };
-        let store = Store::new(config.dir.clone());
-        // Nobody writes here before we listen: what a previous pcmd left half-done is garbage.
+        let store = Store::new(config.dir.clone(), config.host.clone());
+        // Before we listen, what a previous pcmd of this host left half-done goes; other
+        // hosts' pcmds may be writing in a shared directory (see `Store::sweep`).
         store.sweep();
         let pool_key = config
             .key
             .as_ref()
             .map_or_else(|| "none".to_owned(), PoolKey::fingerprint);
         let shared = Arc::new(Shared {
-            store,
+            stores: Stores::new(store, config.host.clone()),
             host: config.host,
             buddy,
             key: config.key,
@@ -460,17 +531,35 @@ fn serve_unix(stream: &UnixStream, shared: &Shared) -> Result<(), ckpt::Error> {
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
     let mut reader = BufReader::with_capacity(READ_BUFFER, stream);
     let mut writer = BufWriter::with_capacity(1 << 16, stream);
-    match read_frame::<Request>(&mut reader) {
-        Ok(Some(Request::Hello { version })) if version == FORMAT_VERSION => {
-            reply(
-                &mut writer,
-                &Response::Welcome {
-                    version: FORMAT_VERSION,
-                    host: shared.host.clone(),
-                },
-            )?;
+    let store = match read_frame::<Request>(&mut reader) {
+        Ok(Some(Request::Hello { version, dir })) if version == FORMAT_VERSION => {
+            match shared.stores.open(dir.as_deref()) {
+                Ok((store, dir)) => {
+                    reply(
+                        &mut writer,
+                        &Response::Welcome {
+                            version: FORMAT_VERSION,
+                            host: shared.host.clone(),
+                            dir: Some(dir),
+                        },
+                    )?;
+                    store
+                }
+                Err(message) => {
+                    if let Some(suffix) = shared.may_log("job-dir") {
+                        tracing::warn!("checkpoint service: refused a job: {message}{suffix}");
+                    }
+                    reply(
+                        &mut writer,
+                        &Response::Error {
+                            message: message.clone(),
+                        },
+                    )?;
+                    return Err(ckpt::Error::Protocol(message));
+                }
+            }
         }
-        Ok(Some(Request::Hello { version })) => {
+        Ok(Some(Request::Hello { version, .. })) => {
             let message = format!(
                 "checkpoint protocol version {version} is not supported (this pcmd speaks {FORMAT_VERSION})"
             );
@@ -494,8 +583,8 @@ fn serve_unix(stream: &UnixStream, shared: &Shared) -> Result<(), ckpt::Error> {
         }
         Ok(None) => return Ok(()),
         Err(e) => return refuse_frame(&mut writer, shared, e),
-    }
-    serve_requests(&mut reader, &mut writer, shared, Origin::Local)
+    };
+    serve_requests(&mut reader, &mut writer, shared, &store, Origin::Local)
 }
 
 fn serve_tcp(stream: &TcpStream, shared: &Shared) -> Result<(), ckpt::Error> {
@@ -515,7 +604,9 @@ fn serve_tcp(stream: &TcpStream, shared: &Shared) -> Result<(), ckpt::Error> {
     reader.get_mut().deadline = None;
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
-    serve_requests(&mut reader, &mut writer, shared, Origin::Buddy)
+    // A buddy's copies go to this pcmd's own directory, whatever directory they came from.
+    let store = Arc::clone(&shared.stores.own);
+    serve_requests(&mut reader, &mut writer, shared, &store, Origin::Buddy)
 }
 
 fn name(request: &Request) -> &'static str {
@@ -551,10 +642,13 @@ fn refuse_frame(
     Err(e)
 }
 
+/// Serves a connection's requests from `store`: the pcmd's own directory, or the one the
+/// connection's `Hello` named.
 fn serve_requests(
     reader: &mut impl Read,
     writer: &mut impl Write,
     shared: &Shared,
+    store: &Store,
     origin: Origin,
 ) -> Result<(), ckpt::Error> {
     loop {
@@ -593,7 +687,7 @@ fn serve_requests(
                     reply(writer, &Response::Error { message })?;
                     continue;
                 }
-                match shared.store.put(&piece, len, digest, reader) {
+                match store.put(&piece, len, digest, reader) {
                     Ok(()) => {
                         tracing::debug!("stored {piece} ({len} bytes, {origin:?})");
                         reply(writer, &Response::Stored)?;
@@ -620,7 +714,7 @@ fn serve_requests(
                     }
                 }
             }
-            Request::Commit { manifest } => match shared.store.commit(&manifest) {
+            Request::Commit { manifest } => match store.commit(&manifest) {
                 Ok(committed) => {
                     reply(writer, &Response::Committed)?;
                     if committed == store::Committed::New {
@@ -630,10 +724,8 @@ fn serve_requests(
                             manifest.iteration
                         );
                         if let (Origin::Local, Some(buddy)) = (origin, &shared.buddy) {
-                            let pieces = shared
-                                .store
-                                .local_pieces(&manifest.series, manifest.iteration);
-                            buddy.copy(&shared.store, manifest, pieces);
+                            let pieces = store.local_pieces(&manifest.series, manifest.iteration);
+                            buddy.copy(store, manifest, pieces);
                         }
                     }
                 }
@@ -645,8 +737,8 @@ fn serve_requests(
                 )?,
             },
             Request::List { series, rank } => {
-                let (available, rejected) = list(shared, &series, rank, origin);
-                let finished = shared.store.read_finished(&series);
+                let (available, rejected) = list(shared, store, &series, rank, origin);
+                let finished = store.read_finished(&series);
                 reply(
                     writer,
                     &Response::Listing {
@@ -665,7 +757,7 @@ fn serve_requests(
                     },
                 )?;
             }
-            Request::Finish { series, finished } => match shared.store.finish(&series, &finished) {
+            Request::Finish { series, finished } => match store.finish(&series, &finished) {
                 Ok(()) => {
                     tracing::info!(
                         "job {} of {series} finished at iteration {}",
@@ -682,7 +774,7 @@ fn serve_requests(
                 )?,
             },
             Request::GetManifest { series, iteration } => {
-                match shared.store.manifest(&series, iteration) {
+                match store.manifest(&series, iteration) {
                     Ok(m) => reply(writer, &Response::Manifest(m))?,
                     Err(e) => reply(
                         writer,
@@ -692,7 +784,7 @@ fn serve_requests(
                     )?,
                 }
             }
-            Request::Get { piece } => send_piece(writer, shared, &piece, origin)?,
+            Request::Get { piece } => send_piece(writer, shared, store, &piece, origin)?,
         }
     }
 }
@@ -710,11 +802,12 @@ fn check_piece(piece: &PieceId) -> Result<(), String> {
 /// Local checkpoints, plus (for local clients) those only the buddy holds.
 fn list(
     shared: &Shared,
+    store: &Store,
     series: &Series,
     rank: Rank,
     origin: Origin,
 ) -> (Vec<Available>, Vec<ckpt::Rejected>) {
-    let (mut available, mut rejected) = shared.store.list(series, rank);
+    let (mut available, mut rejected) = store.list(series, rank);
     if let (Origin::Local, Some(buddy)) = (origin, &shared.buddy) {
         match buddy.list(series, rank) {
             Ok((remote, remote_rejected)) => {
@@ -744,17 +837,18 @@ fn list(
 fn send_piece(
     writer: &mut impl Write,
     shared: &Shared,
+    store: &Store,
     piece: &PieceId,
     origin: Origin,
 ) -> Result<(), ckpt::Error> {
-    let mut opened = shared.store.open_piece(piece);
+    let mut opened = store.open_piece(piece);
     if opened.is_err() && origin == Origin::Local {
         if let Some(buddy) = &shared.buddy {
             // Restore the local copy from the buddy, then serve it like any other.
-            match buddy.fetch(&shared.store, piece) {
+            match buddy.fetch(store, piece) {
                 Ok(()) => {
                     tracing::info!("fetched {piece} from buddy {}", buddy.addr());
-                    opened = shared.store.open_piece(piece);
+                    opened = store.open_piece(piece);
                 }
                 Err(e) => tracing::warn!("cannot fetch {piece} from buddy {}: {e}", buddy.addr()),
             }
@@ -781,4 +875,324 @@ fn send_piece(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use pcm_proto::checkpoint::{expect_frame, Digest, Manifest};
+    use pcm_proto::{AppName, JobId};
+    use serde::Serialize;
+
+    fn series() -> Series {
+        Series {
+            app: AppName::new("app").unwrap(),
+            size: 2,
+            name: None,
+        }
+    }
+
+    fn config(root: &Path, name: &str) -> Config {
+        Config {
+            socket: ckpt::socket_path(&root.join(format!("{name}.sock"))),
+            host: HostName::new(name).unwrap(),
+            dir: root.join(format!("{name}-own")),
+            listen: None,
+            buddy: None,
+            key: None,
+            max_piece: 1 << 20,
+            limits: Limits::default(),
+        }
+    }
+
+    /// A rank's connection to the service on `socket`.
+    struct Conn {
+        reader: BufReader<UnixStream>,
+        writer: UnixStream,
+    }
+
+    impl Conn {
+        /// Connects and sends `hello` (any serialisable first frame); returns the answer.
+        fn hello(socket: &Path, hello: &impl Serialize) -> (Conn, Response) {
+            let stream = UnixStream::connect(socket).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut conn = Conn {
+                reader: BufReader::new(stream.try_clone().unwrap()),
+                writer: stream,
+            };
+            write_frame(&mut conn.writer, hello).unwrap();
+            let answer = expect_frame(&mut conn.reader).unwrap();
+            (conn, answer)
+        }
+
+        /// A connection for the job directory `dir` (`None`: the pcmd's own); panics unless
+        /// welcomed, and returns the directory the Welcome names.
+        fn open(socket: &Path, dir: Option<&Path>) -> (Conn, String) {
+            let hello = Request::Hello {
+                version: FORMAT_VERSION,
+                dir: dir.map(|d| d.display().to_string()),
+            };
+            match Conn::hello(socket, &hello) {
+                (conn, Response::Welcome { dir: Some(d), .. }) => (conn, d),
+                (_, other) => panic!("{other:?}"),
+            }
+        }
+
+        fn call(&mut self, request: &Request, bytes: &[u8]) -> Response {
+            write_frame(&mut self.writer, request).unwrap();
+            self.writer.write_all(bytes).unwrap();
+            expect_frame(&mut self.reader).unwrap()
+        }
+
+        /// A complete checkpoint of two ranks at `iteration`.
+        fn checkpoint(&mut self, iteration: u64) {
+            let pieces = [b"rank 0".to_vec(), b"rank 1".to_vec()];
+            for (rank, bytes) in pieces.iter().enumerate() {
+                let put = Request::Put {
+                    piece: PieceId {
+                        series: series(),
+                        iteration,
+                        rank: Rank(rank as u32),
+                    },
+                    len: bytes.len() as u64,
+                    digest: Digest::of(bytes),
+                };
+                assert_eq!(self.call(&put, bytes), Response::Stored);
+            }
+            let manifest = Manifest {
+                format: FORMAT_VERSION,
+                series: series(),
+                iteration,
+                job: JobId::new("job").unwrap(),
+                created_unix_s: 0,
+                identity: Default::default(),
+                digests: pieces.iter().map(|p| Digest::of(p)).collect(),
+                lens: pieces.iter().map(|p| p.len() as u64).collect(),
+            };
+            let commit = Request::Commit { manifest };
+            assert_eq!(self.call(&commit, &[]), Response::Committed);
+        }
+
+        /// The listed iterations of rank 0, and whether each is only at the buddy.
+        fn list(&mut self) -> Vec<(u64, bool)> {
+            let list = Request::List {
+                series: series(),
+                rank: Rank(0),
+            };
+            match self.call(&list, &[]) {
+                Response::Listing { available, .. } => available
+                    .iter()
+                    .map(|a| (a.iteration, a.at_buddy))
+                    .collect(),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    fn piece_file(dir: &Path, iteration: u64, rank: u32) -> PathBuf {
+        dir.join("app-2r")
+            .join(format!("{iteration:020}"))
+            .join(format!("rank-{rank:06}.piece"))
+    }
+
+    /// Everything under `dir` (files and directories), or nothing if it does not exist.
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            found.push(entry.path());
+            found.extend(walk(&entry.path()));
+        }
+        found
+    }
+
+    #[test]
+    fn given_a_job_directory_then_it_is_created_private_and_every_request_works_there() {
+        let root = tempfile::tempdir().unwrap();
+        let config = config(root.path(), "node-a");
+        let own = config.dir.clone();
+        let service = Service::start(config).unwrap();
+        let job = root.path().join("home").join("me").join("job-ckpt");
+        let (mut conn, welcomed) = Conn::open(service.socket(), Some(&job));
+        assert_eq!(welcomed, job.display().to_string());
+        let mode = std::fs::metadata(&job).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        conn.checkpoint(10);
+        conn.checkpoint(20);
+        assert_eq!(conn.list(), [(20, false), (10, false)]);
+        assert!(piece_file(&job, 20, 1).exists());
+        assert!(walk(&own).is_empty(), "{:?}", walk(&own));
+        // Get and GetManifest from the job's directory, on another connection.
+        let (mut again, _) = Conn::open(service.socket(), Some(&job));
+        let get = Request::Get {
+            piece: PieceId {
+                series: series(),
+                iteration: 20,
+                rank: Rank(1),
+            },
+        };
+        assert!(matches!(
+            again.call(&get, &[]),
+            Response::Piece { len: 6, .. }
+        ));
+        let mut bytes = [0u8; 6];
+        again.reader.read_exact(&mut bytes).unwrap();
+        assert_eq!(&bytes, b"rank 1");
+        let manifest = Request::GetManifest {
+            series: series(),
+            iteration: 10,
+        };
+        assert!(matches!(
+            again.call(&manifest, &[]),
+            Response::Manifest(m) if m.iteration == 10
+        ));
+        // The job's end is marked there too.
+        let finish = Request::Finish {
+            series: series(),
+            finished: ckpt::Finished {
+                job: JobId::new("job").unwrap(),
+                iteration: 25,
+                unix_s: 1,
+            },
+        };
+        assert_eq!(again.call(&finish, &[]), Response::Marked);
+        assert!(job.join("app-2r").join("finished").exists());
+        // The pcmd's own directory knows nothing of it.
+        let (mut plain, welcomed) = Conn::open(service.socket(), None);
+        assert_eq!(welcomed, own.display().to_string());
+        assert!(plain.list().is_empty());
+    }
+
+    #[test]
+    fn given_a_job_directory_opened_first_then_it_is_swept_under_the_shared_rule() {
+        let root = tempfile::tempdir().unwrap();
+        let service = Service::start(config(root.path(), "node-a")).unwrap();
+        let job = root.path().join("job");
+        let incomplete = job.join("app-2r").join(format!("{:020}", 7));
+        std::fs::create_dir_all(&incomplete).unwrap();
+        // node-a's earlier pcmd died writing; node-b's pcmd writes now.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let dead = incomplete.join(format!(".piece.tmp-node-a-{gone}-0"));
+        let live = incomplete.join(format!(".piece.tmp-node-b-{gone}-0"));
+        std::fs::write(&dead, b"x").unwrap();
+        std::fs::write(&live, b"x").unwrap();
+        let (_conn, _) = Conn::open(service.socket(), Some(&job));
+        assert!(!dead.exists());
+        assert!(live.exists() && incomplete.exists());
+    }
+
+    #[test]
+    fn given_a_bad_job_directory_then_the_connection_is_refused_naming_it_and_why() {
+        let root = tempfile::tempdir().unwrap();
+        let service = Service::start(config(root.path(), "node-a")).unwrap();
+        let open = root.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(root.path().join("node-a-own"), &link).unwrap();
+        let file = root.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let cases = [
+            ("job/ckpt".to_owned(), "not an absolute path"),
+            (String::new(), "not an absolute path"),
+            (open.display().to_string(), "other users may write to it"),
+            (link.display().to_string(), "symbolic link"),
+            (file.display().to_string(), "not a directory"),
+        ];
+        for (dir, why) in cases {
+            let hello = Request::Hello {
+                version: FORMAT_VERSION,
+                dir: Some(dir.clone()),
+            };
+            let (_, answer) = Conn::hello(service.socket(), &hello);
+            let Response::Error { message } = answer else {
+                panic!("{dir:?} was accepted: {answer:?}");
+            };
+            assert!(
+                message.contains(why) && message.contains(&dir) && message.contains(DIR_ENV),
+                "{dir:?}: {message}"
+            );
+        }
+        assert!(walk(&open).is_empty());
+        // The service goes on serving.
+        let (mut conn, _) = Conn::open(service.socket(), None);
+        conn.checkpoint(1);
+    }
+
+    /// `Hello` as clients sent it before the directory field.
+    #[derive(Serialize)]
+    enum OldRequest {
+        Hello { version: u32 },
+    }
+
+    #[test]
+    fn given_an_old_client_without_the_field_then_the_pcmds_own_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let config = config(root.path(), "node-a");
+        let own = config.dir.clone();
+        let service = Service::start(config).unwrap();
+        let hello = OldRequest::Hello {
+            version: FORMAT_VERSION,
+        };
+        let (mut conn, answer) = Conn::hello(service.socket(), &hello);
+        assert!(
+            matches!(&answer, Response::Welcome { dir: Some(d), .. } if *d == own.display().to_string()),
+            "{answer:?}"
+        );
+        conn.checkpoint(3);
+        assert!(piece_file(&own, 3, 0).exists());
+    }
+
+    #[test]
+    fn given_a_job_directory_then_the_buddy_keeps_its_copy_in_its_own_and_a_restart_fetches_it() {
+        let root = tempfile::tempdir().unwrap();
+        let key = PoolKey::generate();
+        let mut buddy_config = config(root.path(), "node-b");
+        buddy_config.listen = Some("127.0.0.1:0".parse().unwrap());
+        buddy_config.key = Some(key);
+        let buddy_own = buddy_config.dir.clone();
+        let buddy = Service::start(buddy_config).unwrap();
+        let mut node_config = config(root.path(), "node-a");
+        node_config.buddy = Some(buddy.listen_addr().unwrap().to_string());
+        node_config.key = Some(key);
+        let node = Service::start(node_config).unwrap();
+        let job = root.path().join("job");
+        let (mut conn, _) = Conn::open(node.socket(), Some(&job));
+        conn.checkpoint(40);
+        let copied = buddy_own
+            .join("app-2r")
+            .join(format!("{:020}", 40))
+            .join("manifest");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !copied.exists() {
+            assert!(Instant::now() < deadline, "no copy at the buddy");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(piece_file(&buddy_own, 40, 1).exists());
+        // The job's directory loses the checkpoint; a restart finds it at the buddy and
+        // gets it back into the job's directory.
+        std::fs::remove_dir_all(job.join("app-2r")).unwrap();
+        let (mut restart, _) = Conn::open(node.socket(), Some(&job));
+        assert_eq!(restart.list(), [(40, true)]);
+        let get = Request::Get {
+            piece: PieceId {
+                series: series(),
+                iteration: 40,
+                rank: Rank(0),
+            },
+        };
+        assert!(matches!(
+            restart.call(&get, &[]),
+            Response::Piece { len: 6, .. }
+        ));
+        let mut bytes = [0u8; 6];
+        restart.reader.read_exact(&mut bytes).unwrap();
+        assert_eq!(&bytes, b"rank 0");
+        assert!(piece_file(&job, 40, 0).exists());
+        assert_eq!(restart.list(), [(40, false)]);
+    }
 }

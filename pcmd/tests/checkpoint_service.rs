@@ -48,6 +48,7 @@ impl Rankc {
             &mut stream,
             &Request::Hello {
                 version: FORMAT_VERSION,
+                dir: None,
             },
         )
         .map_err(|e| e.to_string())?;

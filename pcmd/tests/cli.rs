@@ -203,6 +203,7 @@ fn given_two_pcmds_with_host_on_one_machine_then_each_reports_its_host_and_keeps
             &mut stream,
             &Request::Hello {
                 version: FORMAT_VERSION,
+                dir: None,
             },
         )
         .unwrap();

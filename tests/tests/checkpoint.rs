@@ -460,6 +460,7 @@ fn still_serves(socket: &Path) {
         &mut s,
         &Request::Hello {
             version: FORMAT_VERSION,
+            dir: None,
         },
     )
     .unwrap();
@@ -499,6 +500,7 @@ fn first_error(mut stream: impl std::io::Read) -> String {
 fn hello_frame() -> Vec<u8> {
     pcm_proto::encode(&Request::Hello {
         version: FORMAT_VERSION,
+        dir: None,
     })
 }
 
@@ -541,7 +543,10 @@ fn given_bad_frames_on_the_checkpoint_socket_then_clear_errors_and_the_daemon_ke
     });
     assert!(half_close(&wrong_first).contains("first frame must be Hello"));
 
-    let old = pcm_proto::encode(&Request::Hello { version: 999 });
+    let old = pcm_proto::encode(&Request::Hello {
+        version: 999,
+        dir: None,
+    });
     assert!(half_close(&old).contains("version 999"));
 
     // A piece larger than the limit is refused before any byte is written.

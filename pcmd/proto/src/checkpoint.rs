@@ -53,6 +53,10 @@ pub const RESTART_ENV: &str = "PCM_RESTART";
 /// Environment variable: the job's name, which keeps the checkpoints of two jobs of one
 /// application and rank count apart (default: the application's name).
 pub const JOB_NAME_ENV: &str = "PCM_JOB_NAME";
+/// Environment variable: the job's own checkpoint directory, an absolute path. The node's
+/// pcmd then keeps this job's checkpoints there ([`Request::Hello`]'s `dir`) instead of in
+/// its own `--checkpoint-dir`. Unset: the pcmd's directory.
+pub const DIR_ENV: &str = "PCM_CHECKPOINT_DIR";
 
 /// The checkpoint socket of the pcmd listening on `socket`.
 pub fn socket_path(socket: &std::path::Path) -> std::path::PathBuf {
@@ -423,6 +427,14 @@ pub enum Request {
     Hello {
         /// The client's [`FORMAT_VERSION`].
         version: u32,
+        /// The job's checkpoint directory ([`DIR_ENV`]), an absolute path: every request
+        /// of this connection then works on the checkpoints there, which the pcmd creates
+        /// (mode 0700) or refuses with an error naming the directory and why (not private
+        /// to its user, say). `None` (and clients from before this field): the pcmd's own
+        /// `--checkpoint-dir`. Left out of the frame when `None`, so that the frame stays
+        /// what older pcmds read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
     },
     /// Store a piece; exactly `len` raw bytes follow this frame.
     Put {
@@ -476,6 +488,12 @@ pub enum Response {
         version: u32,
         /// Its host.
         host: HostName,
+        /// The directory this connection's checkpoints are kept in: the `dir` of the
+        /// `Hello` as given, else the pcmd's own (for people; on TCP, `None`). A pcmd from
+        /// before this field leaves it out: a client that asked for a directory must then
+        /// stop, as that pcmd would keep the checkpoints in its own directory instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dir: Option<String>,
     },
     /// The piece is on disk (written, synced, renamed into place).
     Stored,
@@ -756,6 +774,58 @@ mod tests {
             read_frame::<Request>(&mut &huge[..]),
             Err(Error::Frame(FrameError::TooLong { .. }))
         ));
+    }
+
+    /// `Hello` and `Welcome` as they were before the directory field.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum OldRequest {
+        Hello { version: u32 },
+    }
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum OldResponse {
+        Welcome { version: u32, host: HostName },
+    }
+
+    #[test]
+    fn the_directory_field_is_optional_both_ways() {
+        // An old client's Hello is a Hello without a directory: the pcmd's own.
+        let old = crate::encode(&OldRequest::Hello { version: 2 });
+        let back: Request = expect_frame(&mut old.as_slice()).unwrap();
+        assert_eq!(
+            back,
+            Request::Hello {
+                version: 2,
+                dir: None
+            }
+        );
+        // Without a directory, a new client's frame is byte for byte the old one.
+        let new = crate::encode(&Request::Hello {
+            version: 2,
+            dir: None,
+        });
+        assert_eq!(new, old);
+        // An old pcmd reads a Hello with a directory as a plain Hello, and its Welcome has
+        // no directory: why the client checks the Welcome's (see `Response::Welcome`).
+        let asked = crate::encode(&Request::Hello {
+            version: 2,
+            dir: Some("/job/ckpt".into()),
+        });
+        let seen: OldRequest = expect_frame(&mut asked.as_slice()).unwrap();
+        assert_eq!(seen, OldRequest::Hello { version: 2 });
+        let host = HostName::new("h").unwrap();
+        let old_welcome = crate::encode(&OldResponse::Welcome {
+            version: 2,
+            host: host.clone(),
+        });
+        let back: Response = expect_frame(&mut old_welcome.as_slice()).unwrap();
+        assert_eq!(
+            back,
+            Response::Welcome {
+                version: 2,
+                host,
+                dir: None
+            }
+        );
     }
 
     proptest! {

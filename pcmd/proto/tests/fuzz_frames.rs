@@ -83,6 +83,11 @@ fn seeds() -> Vec<Vec<u8>> {
         encode(&FromDaemon::Registered),
         encode(&Request::Hello {
             version: FORMAT_VERSION,
+            dir: None,
+        }),
+        encode(&Request::Hello {
+            version: FORMAT_VERSION,
+            dir: Some("/home/me/job/checkpoints".into()),
         }),
         encode(&Request::Put {
             piece: piece.clone(),

@@ -24,8 +24,14 @@
 //! possible. Only when nothing is left to remove does the piece fail.
 //!
 //! **Leftovers.** A failed piece leaves no temporary file and no empty directory; a job that
-//! finishes and a pcmd that starts ([`Store::sweep`]) remove incomplete checkpoints, whose
-//! writers are gone.
+//! finishes removes its incomplete checkpoints, and a pcmd that starts, or opens a job's
+//! directory for the first time, sweeps what writers that are gone left ([`Store::sweep`]).
+//!
+//! **Shared directories.** Several pcmds (one per host) may keep one job's checkpoints in
+//! one directory that every host sees, and one of them may restart while the others write.
+//! A sweep therefore removes only what it can tell is abandoned: temporary files of this
+//! host's pcmds that are gone (temporary names carry the writer's host and pid), and
+//! anything else only once it has been left untouched for [`STALE_AFTER`].
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -33,22 +39,31 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use pcm_proto::checkpoint::{
     copy_hashed, Available, Digest, Error, Finished, Hasher, Manifest, PieceId, Rejected, Series,
 };
-use pcm_proto::{JobId, Rank};
+use pcm_proto::{HostName, JobId, Rank};
 
 /// Complete checkpoints kept per series: the newest and the one before it.
 pub const KEEP: usize = 2;
 /// Bytes of a piece written at a time (256 KiB).
 const WRITE_CHUNK: usize = 256 << 10;
+/// How long a temporary file of another writer, or an incomplete checkpoint, must have been
+/// left untouched before [`Store::sweep`] takes it for abandoned (1 h). A live writer
+/// touches its files all the time: a piece streams in (an idle connection is closed after
+/// 120 s, and its writer removes its temporary file), and the ranks of one checkpoint
+/// write their pieces within seconds of each other. The margin is wide because the times
+/// compared may come from different clocks (hosts, file server).
+pub const STALE_AFTER: Duration = Duration::from_secs(3600);
 
-/// The checkpoint directory of a node.
+/// A checkpoint directory: a node's own, or a job's (`PCM_CHECKPOINT_DIR`).
 #[derive(Debug)]
 pub struct Store {
     root: PathBuf,
+    /// This pcmd's host, in the names of its temporary files (see [`Store::sweep`]).
+    host: HostName,
     /// Serialises commits, pruning, listing and quarantining: they read and move whole
     /// directories. Piece writes go to their own temporary files and need no lock.
     lock: Mutex<()>,
@@ -68,10 +83,12 @@ pub enum Committed {
 }
 
 impl Store {
-    /// A store rooted at `root` (created on first write, mode 0700).
-    pub fn new(root: PathBuf) -> Self {
+    /// A store rooted at `root` (created on first write, mode 0700), written by the pcmd of
+    /// `host`.
+    pub fn new(root: PathBuf, host: HostName) -> Self {
         Store {
             root,
+            host,
             lock: Mutex::new(()),
             temp_counter: AtomicU64::new(0),
             room_epoch: AtomicU64::new(0),
@@ -116,9 +133,15 @@ impl Store {
         self.lock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A temporary name in `dir`: `.NAME.tmp-HOST-PID-N`, so that a sweep can tell whose it
+    /// is ([`temp_writer`]).
     fn temp_path(&self, dir: &Path, name: &str) -> PathBuf {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()))
+        dir.join(format!(
+            ".{name}.tmp-{}-{}-{n}",
+            self.host,
+            std::process::id()
+        ))
     }
 
     fn create_dir(dir: &Path) -> io::Result<()> {
@@ -352,9 +375,39 @@ impl Store {
     }
 
     /// Removes what writers that are gone left behind: temporary files, and incomplete
-    /// checkpoints. Call it before serving, when nobody writes.
+    /// checkpoints. Call it before serving this directory (a pcmd that starts, a job
+    /// directory opened for the first time).
+    ///
+    /// The directory may be shared: other hosts' pcmds may be writing a checkpoint in it
+    /// right now (pcmrun's jobs on several hosts keep one directory; a job directory is
+    /// often in a home directory every host sees). Deleting their temporary files or their
+    /// checkpoint directory would make their pieces fail, and with them the checkpoint. So
+    /// only what is known to be abandoned goes:
+    /// - a temporary file named by this host's pcmd whose process is gone (its pid is not a
+    ///   running process here): removed at once, as a restarted pcmd always did;
+    /// - any other temporary file (another host's, or one named the way older pcmds named
+    ///   them, without the host) once it has not changed for [`STALE_AFTER`];
+    /// - an incomplete checkpoint (a directory without a manifest) once neither it nor
+    ///   anything in it, the temporary files just removed aside, has changed for
+    ///   [`STALE_AFTER`]: a checkpoint being written always has a fresh piece or temporary
+    ///   file, and its directory changes with each of them.
+    ///
+    /// An incomplete checkpoint younger than that stays, and is harmless: it is never
+    /// listed, the next commit in its series prunes it when it is older than the newest
+    /// complete one, a job's end removes its own, and a full disk makes room from it.
+    /// Host names must differ between the pcmds that share a directory (they do: they
+    /// name the hosts the job runs on).
     pub fn sweep(&self) {
+        self.sweep_at(SystemTime::now());
+    }
+
+    /// [`Store::sweep`] as if it were `now`.
+    fn sweep_at(&self, now: SystemTime) {
         let _guard = self.guard();
+        let sweeper = Sweeper {
+            host: self.host.as_str(),
+            now,
+        };
         let series_dirs = fs::read_dir(&self.root).into_iter().flatten().flatten();
         for series_dir in series_dirs {
             if series_dir.file_name() == "quarantine" || !series_dir.path().is_dir() {
@@ -367,27 +420,48 @@ impl Store {
             {
                 let path = entry.path();
                 if is_temp(&path) {
-                    let _ = fs::remove_file(&path);
+                    sweeper.temp(&path);
                     continue;
                 }
                 let is_checkpoint = entry
                     .file_name()
                     .to_str()
                     .is_some_and(|n| n.parse::<u64>().is_ok());
-                if is_checkpoint && path.is_dir() && !path.join("manifest").exists() {
-                    match fs::remove_dir_all(&path) {
-                        Ok(()) => tracing::info!(
-                            "removed the incomplete checkpoint {} a previous pcmd left",
-                            path.display()
-                        ),
-                        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
-                    }
-                } else if is_checkpoint && path.is_dir() {
-                    for file in fs::read_dir(&path).into_iter().flatten().flatten() {
-                        if is_temp(&file.path()) {
-                            let _ = fs::remove_file(file.path());
+                if !is_checkpoint || !path.is_dir() {
+                    continue;
+                }
+                // Before anything in it is removed, which changes it.
+                let dir_changed = modified(&path);
+                let mut fresh = sweeper.is_fresh(dir_changed);
+                for file in fs::read_dir(&path).into_iter().flatten().flatten() {
+                    let file = file.path();
+                    if is_temp(&file) {
+                        if sweeper.temp(&file) {
+                            continue;
                         }
+                        fresh = true;
+                    } else if sweeper.is_fresh(modified(&file)) {
+                        fresh = true;
                     }
+                }
+                if path.join("manifest").exists() {
+                    continue;
+                }
+                if fresh {
+                    tracing::debug!(
+                        "kept the incomplete checkpoint {}: it changed less than {} s ago, so a pcmd may still be writing it",
+                        path.display(),
+                        STALE_AFTER.as_secs()
+                    );
+                    continue;
+                }
+                match fs::remove_dir_all(&path) {
+                    Ok(()) => tracing::info!(
+                        "removed the incomplete checkpoint {}, unchanged for over {} s",
+                        path.display(),
+                        STALE_AFTER.as_secs()
+                    ),
+                    Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
                 }
             }
         }
@@ -709,6 +783,68 @@ fn is_temp(path: &Path) -> bool {
         .is_some_and(|n| n.starts_with('.') && n.contains(".tmp-"))
 }
 
+/// Who wrote a temporary file, from its name `.NAME.tmp-HOST-PID-N`: `None` for a name
+/// without the host (older pcmds wrote `.NAME.tmp-PID-N`) or one that does not parse.
+fn temp_writer(path: &Path) -> Option<(&str, u32)> {
+    let name = path.file_name()?.to_str()?;
+    let (_, rest) = name.split_once(".tmp-")?;
+    let mut parts = rest.rsplitn(3, '-');
+    let _counter: u64 = parts.next()?.parse().ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    let host = parts.next().filter(|h| !h.is_empty())?;
+    Some((host, pid))
+}
+
+/// When `path` last changed (`None` when it cannot be read: gone, say).
+fn modified(path: &Path) -> Option<SystemTime> {
+    fs::symlink_metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The rule of [`Store::sweep`], for one sweep.
+struct Sweeper<'a> {
+    host: &'a str,
+    now: SystemTime,
+}
+
+impl Sweeper<'_> {
+    /// Whether something that changed at `changed` may still have a live writer: changed
+    /// within [`STALE_AFTER`], or in the future (another clock). Unknown counts as fresh.
+    fn is_fresh(&self, changed: Option<SystemTime>) -> bool {
+        changed.is_none_or(|t| !matches!(self.now.duration_since(t), Ok(age) if age >= STALE_AFTER))
+    }
+
+    /// Removes the temporary file `path` if its writer is gone; true if it is gone now.
+    fn temp(&self, path: &Path) -> bool {
+        let abandoned = match temp_writer(path) {
+            Some((host, pid)) if host == self.host && !process_alive(pid) => true,
+            _ => !self.is_fresh(modified(path)),
+        };
+        if abandoned {
+            match fs::remove_file(path) {
+                Ok(()) => tracing::debug!("removed {}: its writer is gone", path.display()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!("cannot remove {}: {e}", path.display());
+                    return false;
+                }
+            }
+        }
+        abandoned
+    }
+}
+
+/// Whether `pid` is a process on this host (one of another user counts: it exists).
+fn process_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().filter(|&p| p > 0) else {
+        // Not a pid kill(2) takes as one process: not known to be gone.
+        return true;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
+
 /// `Ok(false)` when the file does not exist; `Err` with the problem when it is not the piece
 /// the manifest describes.
 fn verify_file(path: &Path, len: u64, digest: Digest) -> Result<bool, String> {
@@ -763,6 +899,23 @@ mod tests {
         }
     }
 
+    fn host(name: &str) -> HostName {
+        HostName::new(name).unwrap()
+    }
+
+    /// The pid of a process that has ended (a child, waited for).
+    fn gone_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    /// Sets the modification time of `path` (a file or a directory) to `at`.
+    fn touch(path: &Path, at: SystemTime) {
+        File::open(path).unwrap().set_modified(at).unwrap();
+    }
+
     fn checkpoint(store: &Store, iteration: u64) -> Manifest {
         checkpoint_of(store, iteration, "job")
     }
@@ -802,7 +955,7 @@ mod tests {
     #[test]
     fn a_later_job_retires_the_checkpoints_and_finished_mark_of_the_one_before() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().join("ckpt"));
+        let store = Store::new(dir.path().join("ckpt"), host("node-a"));
         for it in [900, 1000] {
             checkpoint_of(&store, it, "first");
         }
@@ -847,7 +1000,7 @@ mod tests {
     #[test]
     fn keeps_two_newest_complete_and_lists_them_newest_first() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().join("ckpt"));
+        let store = Store::new(dir.path().join("ckpt"), host("node-a"));
         for it in [10, 20, 30] {
             checkpoint(&store, it);
         }
@@ -861,7 +1014,7 @@ mod tests {
     #[test]
     fn wrong_digest_on_put_is_refused_and_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().to_owned());
+        let store = Store::new(dir.path().to_owned(), host("node-a"));
         let piece = PieceId {
             series: series(),
             iteration: 1,
@@ -879,8 +1032,9 @@ mod tests {
     #[test]
     fn given_an_abandoned_checkpoint_then_finish_and_a_new_pcmd_remove_it() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().to_owned());
+        let store = Store::new(dir.path().to_owned(), host("node-a"));
         checkpoint(&store, 5);
+        let dead = gone_pid();
         let abandoned = |iteration| {
             let piece = PieceId {
                 series: series(),
@@ -890,14 +1044,12 @@ mod tests {
             store
                 .put(&piece, 1, Digest::of(b"x"), &mut &b"x"[..])
                 .unwrap();
-            // A temporary file left by a writer that died.
-            fs::write(
-                store
-                    .checkpoint_dir(&series(), iteration)
-                    .join(".piece.tmp-1-0"),
-                b"x",
-            )
-            .unwrap();
+            // A temporary file left by this host's pcmd that died.
+            let temp = store
+                .checkpoint_dir(&series(), iteration)
+                .join(format!(".piece.tmp-node-a-{dead}-0"));
+            fs::write(&temp, b"x").unwrap();
+            temp
         };
         abandoned(9);
         store
@@ -912,19 +1064,148 @@ mod tests {
             .unwrap();
         assert!(!store.checkpoint_dir(&series(), 9).exists());
         assert!(store.manifest_path(&series(), 5).exists());
-        abandoned(12);
-        let temp_in_complete = store.checkpoint_dir(&series(), 5).join(".manifest.tmp-1-1");
+        let temp_in_abandoned = abandoned(12);
+        let temp_in_complete = store
+            .checkpoint_dir(&series(), 5)
+            .join(format!(".manifest.tmp-node-a-{dead}-1"));
         fs::write(&temp_in_complete, b"x").unwrap();
-        Store::new(dir.path().to_owned()).sweep();
-        assert!(!store.checkpoint_dir(&series(), 12).exists());
+        // The next pcmd of this host: its predecessor's temporary files go at once. The
+        // abandoned checkpoint holds a piece written just now, which might be another
+        // host's in a shared directory: it stays until it is stale.
+        let next = Store::new(dir.path().to_owned(), host("node-a"));
+        next.sweep();
         assert!(!temp_in_complete.exists());
+        assert!(!temp_in_abandoned.exists());
+        assert!(store
+            .piece_path(&PieceId {
+                series: series(),
+                iteration: 12,
+                rank: Rank(0)
+            })
+            .exists());
+        next.sweep_at(SystemTime::now() + STALE_AFTER + Duration::from_secs(60));
+        assert!(!store.checkpoint_dir(&series(), 12).exists());
         assert_eq!(store.list(&series(), Rank(0)).0.len(), 1);
+    }
+
+    /// Two hosts' pcmds keep one job's checkpoints in one directory; node-a's pcmd restarts
+    /// while node-b's writes its pieces of the checkpoint at iteration 40. The sweep of the
+    /// new pcmd used to delete node-b's temporary file (the piece being written) and the
+    /// whole incomplete checkpoint (node-b's pieces already written).
+    #[test]
+    fn given_a_shared_directory_when_a_pcmd_restarts_then_other_hosts_work_in_progress_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Store::new(dir.path().to_owned(), host("node-a"));
+        let b = Store::new(dir.path().to_owned(), host("node-b"));
+        checkpoint(&a, 30);
+        let piece = |rank| PieceId {
+            series: series(),
+            iteration: 40,
+            rank: Rank(rank),
+        };
+        // node-b: rank 1's piece is written, rank 0's streams in right now.
+        b.put(&piece(1), 1, Digest::of(b"y"), &mut &b"y"[..])
+            .unwrap();
+        let checkpoint_dir = b.checkpoint_dir(&series(), 40);
+        let streaming = b.temp_path(&checkpoint_dir, "piece");
+        fs::write(&streaming, b"half a piece").unwrap();
+        // node-a's dead predecessor left a temporary file in the same checkpoint, and one
+        // named the way older pcmds named them (no host: whose, nobody can tell).
+        let dead = checkpoint_dir.join(format!(".piece.tmp-node-a-{}-3", gone_pid()));
+        fs::write(&dead, b"x").unwrap();
+        let unnamed = checkpoint_dir.join(".piece.tmp-1-0");
+        fs::write(&unnamed, b"x").unwrap();
+
+        let restarted = Store::new(dir.path().to_owned(), host("node-a"));
+        restarted.sweep();
+        assert!(streaming.exists(), "node-b's piece in progress was deleted");
+        assert!(
+            b.piece_path(&piece(1)).exists(),
+            "node-b's piece was deleted"
+        );
+        assert!(
+            unnamed.exists(),
+            "a fresh file of an unknown writer was deleted"
+        );
+        assert!(!dead.exists(), "this host's dead pcmd's file is left");
+        // node-b finishes: the checkpoint completes in the shared directory.
+        fs::remove_file(&streaming).unwrap();
+        fs::remove_file(&unnamed).unwrap();
+        b.put(&piece(0), 1, Digest::of(b"x"), &mut &b"x"[..])
+            .unwrap();
+        let manifest = Manifest {
+            format: pcm_proto::checkpoint::FORMAT_VERSION,
+            series: series(),
+            iteration: 40,
+            job: JobId::new("job").unwrap(),
+            created_unix_s: 0,
+            identity: Default::default(),
+            digests: vec![Digest::of(b"x"), Digest::of(b"y")],
+            lens: vec![1, 1],
+        };
+        assert_eq!(b.commit(&manifest).unwrap(), Committed::New);
+        let listed: Vec<u64> = a
+            .list(&series(), Rank(0))
+            .0
+            .iter()
+            .map(|c| c.iteration)
+            .collect();
+        assert_eq!(listed, [40, 30]);
+
+        // A checkpoint nobody finished: swept once nothing in it changed for STALE_AFTER,
+        // another host's temporary file with it.
+        b.put(
+            &PieceId {
+                iteration: 50,
+                ..piece(1)
+            },
+            1,
+            Digest::of(b"z"),
+            &mut &b"z"[..],
+        )
+        .unwrap();
+        let left = b.checkpoint_dir(&series(), 50);
+        let stuck = b.temp_path(&left, "piece");
+        fs::write(&stuck, b"x").unwrap();
+        let later = SystemTime::now() + STALE_AFTER + Duration::from_secs(60);
+        restarted.sweep_at(SystemTime::now() + STALE_AFTER / 2);
+        assert!(stuck.exists() && left.exists());
+        restarted.sweep_at(later);
+        assert!(!left.exists(), "an abandoned checkpoint stayed");
+        // A stale file in a checkpoint with a fresh one keeps it: someone still writes.
+        b.put(
+            &PieceId {
+                iteration: 60,
+                ..piece(1)
+            },
+            1,
+            Digest::of(b"z"),
+            &mut &b"z"[..],
+        )
+        .unwrap();
+        let busy = b.checkpoint_dir(&series(), 60);
+        touch(
+            &b.piece_path(&PieceId {
+                iteration: 60,
+                ..piece(1)
+            }),
+            SystemTime::UNIX_EPOCH,
+        );
+        touch(&busy, SystemTime::UNIX_EPOCH);
+        let writing = b.temp_path(&busy, "piece");
+        fs::write(&writing, b"x").unwrap();
+        restarted.sweep();
+        assert!(busy.exists() && writing.exists());
+        // Complete checkpoints are never swept, however old.
+        assert_eq!(a.list(&series(), Rank(0)).0.len(), 2);
+        restarted.sweep_at(later);
+        assert_eq!(a.list(&series(), Rank(0)).0.len(), 2);
     }
 
     #[test]
     fn given_no_room_then_the_newest_verified_checkpoint_is_kept_and_older_ones_go() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().to_owned());
+        let store = Store::new(dir.path().to_owned(), host("node-a"));
         checkpoint(&store, 5);
         checkpoint(&store, 9);
         // An abandoned one, and the one being written.
@@ -958,7 +1239,7 @@ mod tests {
     #[test]
     fn flipped_byte_quarantines_the_newest_and_the_previous_is_used() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().to_owned());
+        let store = Store::new(dir.path().to_owned(), host("node-a"));
         checkpoint(&store, 5);
         checkpoint(&store, 9);
         let piece = PieceId {
@@ -987,7 +1268,7 @@ mod tests {
     #[test]
     fn corrupt_manifest_and_missing_manifest_are_not_used() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path().to_owned());
+        let store = Store::new(dir.path().to_owned(), host("node-a"));
         checkpoint(&store, 5);
         checkpoint(&store, 9);
         let path = store.manifest_path(&series(), 9);
