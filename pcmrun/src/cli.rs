@@ -70,21 +70,25 @@ pub struct Options {
     #[arg(long, value_name = "NAME")]
     pub job_name: Option<String>,
 
-    /// The node daemon (pcmd) the ranks talk to, which keeps the checkpoints: `auto` uses
-    /// the one running for this user on this host, or starts one for the job; `start`
-    /// always starts one for the job; `none` runs without (no checkpoints, no recovery);
-    /// anything else is a socket path (`{host}` stands for the host name). With a
-    /// --hostfile naming other hosts, `auto` and `start` start one pcmd per host of the
-    /// hostfile for the job, through the remote launcher (PCM_LAUNCHER, else hydra's
-    /// HYDRA_LAUNCHER_EXEC, else Open MPI's OMPI_MCA_plm_rsh_agent, else ssh), all keeping
-    /// the checkpoints in one --checkpoint-dir; before a relaunch every host is probed
-    /// through that launcher (`LAUNCHER HOST true`, 5 s) and the hosts that no longer
-    /// answer are left out.
+    /// The node daemon (pcmd) the ranks talk to, which keeps the checkpoints. `auto`: the
+    /// node's own, one per node and user at the socket every tool finds by default
+    /// (PCM_DAEMON, else $XDG_RUNTIME_DIR/pcmd/HOST.sock, else /tmp/pcmd-UID/HOST.sock),
+    /// shared with the node's IOS agent (which then sees and moves the job's ranks with
+    /// no flag) and other jobs; pcmrun uses the one that runs, or starts one there and
+    /// stops it at the end unless other jobs use it. `start`: new pcmds of the job's own,
+    /// in a private directory (agents do not see the job). `none`: no pcmd (no checkpoints,
+    /// no recovery). Anything else is a socket path (`{host}` stands for the host name).
+    /// With a --hostfile naming other hosts, `auto` and `start` do so on every host of the
+    /// hostfile, through the remote launcher (PCM_LAUNCHER, else hydra's
+    /// HYDRA_LAUNCHER_EXEC, else Open MPI's OMPI_MCA_plm_rsh_agent, else ssh), and the
+    /// ranks keep their checkpoints in one --checkpoint-dir (PCM_CHECKPOINT_DIR), whichever
+    /// pcmd serves them; before a relaunch every host is probed through that launcher
+    /// (`LAUNCHER HOST true`, 5 s) and the hosts that no longer answer are left out.
     #[arg(long, value_name = "auto|start|none|PATH", default_value = "auto")]
     pub daemon: String,
 
-    /// Where the pcmd that pcmrun starts keeps checkpoints (default: pcmd's,
-    /// $XDG_STATE_HOME/pcmd/HOST). On several hosts it must be a directory that every host
+    /// Where the job's checkpoints are kept, whichever pcmd serves its ranks (default:
+    /// pcmd's, $XDG_STATE_HOME/pcmd/HOST). On several hosts it must be a directory that every host
     /// sees (a shared file system), so that the ranks of a lost host resume on another;
     /// pcmrun checks that at start and warns otherwise (default there:
     /// $XDG_STATE_HOME/pcmrun/checkpoints, else ~/.local/state/pcmrun/checkpoints).

@@ -1,8 +1,13 @@
-//! The pcmd a job's ranks talk to: the one already running for this user on this host, or
-//! one `pcmrun` starts for the job (and stops at the end) in a private directory; on
-//! several hosts, one per host of the hostfile, started through the remote launcher, all
-//! keeping the job's checkpoints in one directory that every host sees, so that a rank whose
-//! host is lost can resume on another ([`HostDaemons`]).
+//! The pcmd a job's ranks talk to. By default (`--daemon auto`) the node's own: one pcmd
+//! per node and user, at the socket every tool finds by default (`PCM_DAEMON`, else the
+//! per-user default place), shared with the node's IOS agent and other jobs, so that the
+//! agents see a pcmrun job with no flag. pcmrun attaches where one answers and starts one
+//! there where none does; a pcmd it started it stops at the end unless another job still
+//! uses it. On several hosts, the same on each host of the hostfile through the remote
+//! launcher ([`HostDaemons`]); the job's checkpoints go to one directory that every host
+//! sees (the ranks name it to their pcmd with `PCM_CHECKPOINT_DIR`), so that a rank whose
+//! host is lost can resume on another. `--daemon start` keeps the old behaviour: new pcmds
+//! of the job's own, in a private directory.
 
 use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::UnixStream;
@@ -16,44 +21,53 @@ use pcm_proto::HostName;
 
 /// How long a pcmd that pcmrun starts may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often pcmrun checks that the node's pcmd it attached to still answers.
+const ATTACHED_CHECK: Duration = Duration::from_secs(2);
 
 /// Which pcmd the ranks use.
 #[derive(Debug)]
 pub enum Daemon {
     /// None: `PCM_DAEMON=none` (no checkpoints, no recovery).
     Off,
-    /// One that runs already: the ranks find it at this `PCM_DAEMON` value, or at the
-    /// default place when `None`.
-    Running(Option<String>),
-    /// One pcmrun started; stopped on drop.
-    Started(StartedDaemon),
-    /// One per host of the hostfile, which pcmrun started; stopped on drop.
+    /// One the user named (`--daemon PATH`): the ranks find it at this `PCM_DAEMON` value.
+    Named(String),
+    /// This host's pcmd, which pcmrun keeps running (attached or started).
+    Local(LocalDaemon),
+    /// One per host of the hostfile, which pcmrun keeps running.
     PerHost(HostDaemons),
 }
 
-/// A pcmd started for the job.
+/// This host's pcmd for a job on this host only: the node's shared one (`--daemon auto`) or
+/// one of the job's own in a private directory (`--daemon start`). Kept running: started
+/// again if it ends while the job runs.
 #[derive(Debug)]
-pub struct StartedDaemon {
-    child: Child,
-    /// The `PCM_DAEMON` value that makes ranks find it (`DIR/{host}.sock`).
+pub struct LocalDaemon {
+    /// The `PCM_DAEMON` value that makes ranks find it.
     pub daemon_env: String,
-    /// Its log.
+    /// The log of a pcmd pcmrun started.
     pub log: PathBuf,
     pcmd: PathBuf,
     socket: PathBuf,
     checkpoint_dir: Option<PathBuf>,
-    /// Private directory holding the socket and the log; removed on drop.
+    /// The pcmd pcmrun started, if it did (`None`: attached to one that runs already).
+    child: Option<Child>,
+    /// Whether the socket is the node's shared one (others may use the pcmd).
+    shared: bool,
+    /// When an attached pcmd was last seen answering.
+    checked: Instant,
+    /// Private directory holding the log (and, with `--daemon start`, the socket); removed
+    /// on drop.
     _dir: tempfile::TempDir,
 }
 
 impl Daemon {
-    /// The value of `PCM_DAEMON` for the ranks, if one must be set.
-    pub fn env_value(&self) -> Option<&str> {
+    /// The value of `PCM_DAEMON` for the ranks.
+    pub fn env_value(&self) -> &str {
         match self {
-            Daemon::Off => Some("none"),
-            Daemon::Running(value) => value.as_deref(),
-            Daemon::Started(started) => Some(&started.daemon_env),
-            Daemon::PerHost(daemons) => Some(&daemons.daemon_env),
+            Daemon::Off => "none",
+            Daemon::Named(value) => value,
+            Daemon::Local(local) => &local.daemon_env,
+            Daemon::PerHost(daemons) => &daemons.daemon_env,
         }
     }
 
@@ -72,6 +86,15 @@ pub fn local_host() -> anyhow::Result<HostName> {
     HostName::new(name.as_str()).with_context(|| format!("the host name {name:?}"))
 }
 
+/// The `PCM_DAEMON` value of the nodes' own pcmds: the inherited setting, else the
+/// per-user default place, with `{host}` for each node's name.
+pub fn node_socket_template() -> String {
+    let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
+    let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
+    let uid = nix::unistd::getuid().as_raw();
+    pcm_proto::socket_template(setting.as_deref(), runtime_dir.as_deref(), uid)
+}
+
 /// The socket of this user's pcmd on `host` for the `PCM_DAEMON` value `setting` (unset:
 /// the default place).
 pub fn socket_for(setting: Option<&str>, host: &HostName) -> PathBuf {
@@ -85,8 +108,9 @@ pub fn answers(socket: &Path) -> bool {
     UnixStream::connect(socket).is_ok()
 }
 
-/// Resolves `--daemon`: `none`, `start`, `auto` or a socket path template. `dry_run`
-/// reports what would be started without starting it.
+/// Resolves `--daemon`: `none`, `auto` (the node's pcmd, attached or started), `start` (a
+/// pcmd of the job's own) or a socket path template. `dry_run` reports what would be used
+/// without starting anything.
 pub fn choose(
     choice: &str,
     pcmd: &Path,
@@ -98,13 +122,26 @@ pub fn choose(
     match choice {
         "none" => Ok(Daemon::Off),
         "auto" if inherited.as_deref() == Some("none") => Ok(Daemon::Off),
-        "auto" if answers(&socket_for(inherited.as_deref(), &host)) => {
-            Ok(Daemon::Running(inherited))
+        "auto" if dry_run => Ok(Daemon::Named(node_socket_template())),
+        "start" if dry_run => Ok(Daemon::Named("<a pcmd pcmrun would start>".into())),
+        "auto" => {
+            let template = node_socket_template();
+            let socket = socket_for(Some(&template), &host);
+            Ok(Daemon::Local(LocalDaemon::keep(
+                pcmd,
+                checkpoint_dir,
+                template,
+                socket,
+                true,
+            )?))
         }
-        "auto" | "start" if dry_run => {
-            Ok(Daemon::Running(Some("<a pcmd pcmrun would start>".into())))
+        "start" => {
+            let dir = private_dir()?;
+            let template = dir.path().join("{host}.sock").display().to_string();
+            let socket = socket_for(Some(&template), &host);
+            LocalDaemon::keep_in(pcmd, checkpoint_dir, template, socket, false, dir)
+                .map(Daemon::Local)
         }
-        "auto" | "start" => Ok(Daemon::Started(start(pcmd, checkpoint_dir, &host)?)),
         path => {
             let socket = socket_for(Some(path), &host);
             if !dry_run && !answers(&socket) {
@@ -114,31 +151,115 @@ pub fn choose(
                     socket.display()
                 );
             }
-            Ok(Daemon::Running(Some(path.to_owned())))
+            Ok(Daemon::Named(path.to_owned()))
         }
     }
 }
 
-/// Starts `pcmd serve` in a new private directory and waits until it answers.
-fn start(
-    pcmd: &Path,
-    checkpoint_dir: Option<&Path>,
-    host: &HostName,
-) -> anyhow::Result<StartedDaemon> {
-    let dir = private_dir()?;
-    let daemon_env = dir.path().join("{host}.sock").display().to_string();
-    let socket = socket_for(Some(&daemon_env), host);
-    let log = dir.path().join("pcmd.log");
-    let child = spawn_local(pcmd, &socket, checkpoint_dir, &log)?;
-    Ok(StartedDaemon {
-        child,
-        daemon_env,
-        log,
-        pcmd: pcmd.to_owned(),
-        socket,
-        checkpoint_dir: checkpoint_dir.map(Path::to_owned),
-        _dir: dir,
-    })
+impl LocalDaemon {
+    /// Attaches to the pcmd at `socket`, or starts one there (logging to a new private
+    /// directory).
+    fn keep(
+        pcmd: &Path,
+        checkpoint_dir: Option<&Path>,
+        daemon_env: String,
+        socket: PathBuf,
+        shared: bool,
+    ) -> anyhow::Result<LocalDaemon> {
+        let dir = private_dir()?;
+        LocalDaemon::keep_in(pcmd, checkpoint_dir, daemon_env, socket, shared, dir)
+    }
+
+    fn keep_in(
+        pcmd: &Path,
+        checkpoint_dir: Option<&Path>,
+        daemon_env: String,
+        socket: PathBuf,
+        shared: bool,
+        dir: tempfile::TempDir,
+    ) -> anyhow::Result<LocalDaemon> {
+        let log = dir.path().join("pcmd.log");
+        let child = match answers(&socket) {
+            true => None,
+            false => Some(spawn_local(pcmd, &socket, checkpoint_dir, &log)?),
+        };
+        Ok(LocalDaemon {
+            daemon_env,
+            log,
+            pcmd: pcmd.to_owned(),
+            socket,
+            checkpoint_dir: checkpoint_dir.map(Path::to_owned),
+            child,
+            shared,
+            checked: Instant::now(),
+            _dir: dir,
+        })
+    }
+
+    /// What pcmrun did at start, for people.
+    pub fn describe(&self) -> String {
+        match (&self.child, self.shared) {
+            (None, _) => format!(
+                "using the node's pcmd at {} (PCM_DAEMON={})",
+                self.socket.display(),
+                self.daemon_env
+            ),
+            (Some(child), true) => format!(
+                "started the node's pcmd at {} (pid {}, log {}); it stops with this job unless another uses it",
+                self.socket.display(),
+                child.id(),
+                self.log.display()
+            ),
+            (Some(child), false) => format!(
+                "started a pcmd for this job (PCM_DAEMON={}, pid {}, log {})",
+                self.daemon_env,
+                child.id(),
+                self.log.display()
+            ),
+        }
+    }
+
+    /// The pid of the pcmd pcmrun started, if it did.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// If the pcmd ended (killed, crashed), starts one again at the same socket with the
+    /// same checkpoint directory (or takes the one that answers there now), so that the
+    /// ranks' next checkpoints are written and a relaunch finds them. `None` while it runs,
+    /// else how the old one ended and whether a pcmd answers again.
+    pub fn restart_if_ended(&mut self, now: Instant) -> Option<(String, anyhow::Result<()>)> {
+        let status = match self.child.as_mut() {
+            Some(child) => match child.try_wait() {
+                Ok(None) => return None,
+                Ok(Some(status)) => format!("pid {}, {status}", child.id()),
+                Err(e) => format!("pid {}, cannot be waited for: {e}", child.id()),
+            },
+            None => {
+                if now.duration_since(self.checked) < ATTACHED_CHECK {
+                    return None;
+                }
+                self.checked = now;
+                if answers(&self.socket) {
+                    return None;
+                }
+                "the node's pcmd no longer answers".to_owned()
+            }
+        };
+        self.child = None;
+        if answers(&self.socket) {
+            // Another one (the node's agent's) took the socket: use it.
+            return Some((status, Ok(())));
+        }
+        let restarted = spawn_local(
+            &self.pcmd,
+            &self.socket,
+            self.checkpoint_dir.as_deref(),
+            &self.log,
+        )
+        .map(|child| self.child = Some(child));
+        Some((status, restarted))
+    }
 }
 
 /// Starts `pcmd --socket SOCKET serve [--checkpoint-dir DIR]` with its output appended to
@@ -175,56 +296,52 @@ fn spawn_local(
     Ok(child)
 }
 
-impl StartedDaemon {
-    /// The pcmd's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// If the pcmd ended (killed, crashed), starts it again at the same socket with the
-    /// same checkpoint directory, so that the ranks' next checkpoints are written and a
-    /// relaunch finds the checkpoints; `None` while it runs, else how the old one ended and
-    /// whether the new one answers.
-    pub fn restart_if_ended(&mut self) -> Option<(String, anyhow::Result<()>)> {
-        let status = match self.child.try_wait() {
-            Ok(None) => return None,
-            Ok(Some(status)) => status.to_string(),
-            Err(e) => format!("cannot be waited for: {e}"),
-        };
-        let restarted = spawn_local(
-            &self.pcmd,
-            &self.socket,
-            self.checkpoint_dir.as_deref(),
-            &self.log,
-        )
-        .map(|child| self.child = child);
-        Some((status, restarted))
-    }
+/// The number of ranks registered with the pcmd at `socket` (0 when it does not answer).
+fn ranks_registered(socket: &Path) -> usize {
+    pcm_proto::client::Client::connect(socket)
+        .and_then(|mut c| c.status())
+        .map(|s| s.jobs.iter().map(|j| j.ranks.len()).sum())
+        .unwrap_or(0)
 }
 
-impl Drop for StartedDaemon {
+impl Drop for LocalDaemon {
     fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // The node's pcmd may serve other jobs by now: it keeps running for them.
+        if self.shared && !matches!(child.try_wait(), Ok(Some(_))) {
+            let others = ranks_registered(&self.socket);
+            if others > 0 {
+                eprintln!(
+                    "pcmrun: the node's pcmd (pid {}) keeps running: {others} ranks of other jobs use it",
+                    child.id()
+                );
+                return;
+            }
+        }
         // SIGTERM: it finishes writing what it has; then SIGKILL after a grace period.
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
+            if matches!(child.try_wait(), Ok(Some(_))) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
 /// How long a pcmd started on another host may take to answer `pcmd status` there.
 const REMOTE_START_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The pcmds of a job on several hosts: one per host, each started by pcmrun (directly on
-/// this host, through the remote launcher elsewhere) with its socket at
-/// `DIR/{host}.sock` and the job's one checkpoint directory.
+/// The pcmds of a job on several hosts: one per host, the node's own where one answers at
+/// the nodes' socket (`--daemon auto`), else one pcmrun starts (directly on this host,
+/// through the remote launcher elsewhere) at that socket, or, with `--daemon start`, at
+/// `DIR/{host}.sock` in a private directory; all given the job's one checkpoint directory.
 ///
 /// The checkpoint directory must be one that every host sees (a shared file system, such as
 /// the home directories of most clusters): a rank relaunched on another host then finds its
@@ -237,6 +354,8 @@ pub struct HostDaemons {
     /// The checkpoint directory every pcmd uses.
     pub checkpoint_dir: PathBuf,
     pcmd: PathBuf,
+    /// Whether the sockets are the nodes' own (`--daemon auto`), shared with others.
+    shared: bool,
     launcher: crate::hosts::RemoteLauncher,
     local: HostName,
     running: std::collections::BTreeMap<HostName, HostDaemon>,
@@ -257,19 +376,25 @@ pub struct Ensured {
 /// The pcmd of one host (or the launcher command that runs it there).
 #[derive(Debug)]
 struct HostDaemon {
-    child: Child,
+    /// The pcmd pcmrun started (or the launcher command running it); `None`: attached to
+    /// the node's pcmd, which runs already.
+    child: Option<Child>,
     /// Held open: a remote pcmd's wrapper stops it when this closes (also when pcmrun dies).
     _stdin: Option<std::process::ChildStdin>,
     log: PathBuf,
 }
 
 impl HostDaemons {
-    /// Starts a pcmd on each of `hosts`; the error names the host that failed.
+    /// Makes sure a pcmd runs on each of `hosts`: the nodes' own at `node_template` (a
+    /// `PCM_DAEMON` value) where one answers, else one pcmrun starts there; without
+    /// `node_template`, new ones in a private directory. The error names the host that
+    /// failed.
     pub fn start(
         pcmd: &Path,
         checkpoint_dir: &Path,
         launcher: crate::hosts::RemoteLauncher,
         hosts: &[HostName],
+        node_template: Option<String>,
     ) -> anyhow::Result<HostDaemons> {
         let local = local_host()?;
         let dir = private_dir()?;
@@ -283,8 +408,11 @@ impl HostDaemons {
                     checkpoint_dir.display()
                 )
             })?;
+        let shared = node_template.is_some();
         let mut daemons = HostDaemons {
-            daemon_env: dir.path().join("{host}.sock").display().to_string(),
+            daemon_env: node_template
+                .unwrap_or_else(|| dir.path().join("{host}.sock").display().to_string()),
+            shared,
             checkpoint_dir: std::fs::canonicalize(checkpoint_dir)?,
             pcmd: std::fs::canonicalize(pcmd).unwrap_or_else(|_| pcmd.to_owned()),
             launcher,
@@ -306,6 +434,16 @@ impl HostDaemons {
     /// The log of `host`'s pcmd.
     pub fn log(&self, host: &HostName) -> Option<&Path> {
         self.running.get(host).map(|d| d.log.as_path())
+    }
+
+    /// The hosts whose own pcmd the job uses (it ran already), and those where pcmrun
+    /// started one.
+    pub fn attached_and_started(&self) -> (Vec<HostName>, Vec<HostName>) {
+        let (attached, started): (Vec<_>, Vec<_>) =
+            self.running.iter().partition(|(_, d)| d.child.is_none());
+        let names =
+            |v: Vec<(&HostName, &HostDaemon)>| v.into_iter().map(|(h, _)| h.clone()).collect();
+        (names(attached), names(started))
     }
 
     /// The hosts of `hosts` that do not see the checkpoint directory as this host does,
@@ -351,13 +489,23 @@ impl HostDaemons {
         missing
     }
 
-    /// The hosts whose pcmd (or the launcher command that runs it there) has ended since
-    /// it started: a sign that the host may be lost.
+    /// The hosts whose pcmd that pcmrun started (or the launcher command that runs it
+    /// there) has ended since it started: a sign that the host may be lost.
     pub fn ended(&mut self) -> Vec<HostName> {
         self.running
             .iter_mut()
-            .filter_map(|(host, d)| (!matches!(d.child.try_wait(), Ok(None))).then(|| host.clone()))
+            .filter_map(|(host, d)| {
+                let child = d.child.as_mut()?;
+                (!matches!(child.try_wait(), Ok(None))).then(|| host.clone())
+            })
             .collect()
+    }
+
+    /// Stops watching `host`'s pcmd (the host left the launch), and stops it if it runs.
+    pub fn forget(&mut self, host: &HostName) {
+        if let Some(daemon) = self.running.remove(host) {
+            stop(daemon);
+        }
     }
 
     /// Makes sure a pcmd runs on each of `hosts`, starting one again where the one before
@@ -366,7 +514,10 @@ impl HostDaemons {
         let mut ensured = Ensured::default();
         for host in hosts {
             let ended = match self.running.get_mut(host) {
-                Some(daemon) => !matches!(daemon.child.try_wait(), Ok(None)),
+                Some(HostDaemon {
+                    child: Some(child), ..
+                }) => !matches!(child.try_wait(), Ok(None)),
+                Some(HostDaemon { child: None, .. }) => !self.answers_on(host),
                 None => true,
             };
             if ended {
@@ -382,9 +533,40 @@ impl HostDaemons {
         ensured
     }
 
+    /// Whether a pcmd answers at `host`'s socket (asked through the launcher elsewhere).
+    fn answers_on(&self, host: &HostName) -> bool {
+        let socket = socket_for(Some(&self.daemon_env), host);
+        if *host == self.local {
+            return answers(&socket);
+        }
+        let line = format!(
+            "{} --socket {} status",
+            crate::hosts::shell_quote(&self.pcmd.clone().into_os_string()),
+            crate::hosts::shell_quote(&socket.as_os_str().to_owned())
+        );
+        self.launcher
+            .command(host, &line)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     fn start_on(&mut self, host: &HostName) -> anyhow::Result<()> {
         let socket = socket_for(Some(&self.daemon_env), host);
         let log = self.dir.path().join(format!("pcmd-{host}.log"));
+        if self.shared && self.answers_on(host) {
+            self.running.insert(
+                host.clone(),
+                HostDaemon {
+                    child: None,
+                    _stdin: None,
+                    log,
+                },
+            );
+            return Ok(());
+        }
         // Appended to: a pcmd started again keeps the log of the one that ended.
         let log_file = std::fs::OpenOptions::new()
             .create(true)
@@ -430,15 +612,15 @@ impl HostDaemons {
             }
         })?;
         let stdin = child.stdin.take();
-        let mut daemon = HostDaemon {
-            child,
+        let ready = if remote {
+            self.wait_remote(host, &mut child, &log)
+        } else {
+            wait_local(&socket, &mut child, &log)
+        };
+        let daemon = HostDaemon {
+            child: Some(child),
             _stdin: stdin,
             log,
-        };
-        let ready = if remote {
-            self.wait_remote(host, &socket, &mut daemon)
-        } else {
-            wait_local(&socket, &mut daemon.child, &daemon.log)
         };
         if let Err(e) = ready {
             stop(daemon);
@@ -449,39 +631,21 @@ impl HostDaemons {
     }
 
     /// Waits until `pcmd status` answers on `host` through the launcher.
-    fn wait_remote(
-        &self,
-        host: &HostName,
-        socket: &Path,
-        daemon: &mut HostDaemon,
-    ) -> anyhow::Result<()> {
-        let line = format!(
-            "{} --socket {} status",
-            crate::hosts::shell_quote(&self.pcmd.clone().into_os_string()),
-            crate::hosts::shell_quote(&socket.as_os_str().to_owned())
-        );
+    fn wait_remote(&self, host: &HostName, child: &mut Child, log: &Path) -> anyhow::Result<()> {
         let deadline = Instant::now() + REMOTE_START_TIMEOUT;
         loop {
-            if let Some(status) = daemon.child.try_wait()? {
-                let text = std::fs::read_to_string(&daemon.log).unwrap_or_default();
+            if let Some(status) = child.try_wait()? {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
                 bail!("ended at start ({status}):\n{text}");
             }
-            let answered = self
-                .launcher
-                .command(host, &line)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if answered {
+            if self.answers_on(host) {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
                     "did not answer `pcmd status` through {} within {REMOTE_START_TIMEOUT:?} (log: {})",
                     self.launcher.line(),
-                    daemon.log.display()
+                    log.display()
                 );
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -527,19 +691,23 @@ fn wait_local(socket: &Path, child: &mut Child, log: &Path) -> anyhow::Result<()
 
 /// Stops one host's pcmd: its input closed (a remote wrapper then stops pcmd), SIGTERM to
 /// its process group, SIGKILL after a grace period.
+/// A node's own pcmd that pcmrun attached to is left running.
 fn stop(mut daemon: HostDaemon) {
     drop(daemon._stdin.take());
-    let group = nix::unistd::Pid::from_raw(daemon.child.id() as i32);
+    let Some(mut child) = daemon.child.take() else {
+        return;
+    };
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        if !matches!(daemon.child.try_wait(), Ok(None)) {
+        if !matches!(child.try_wait(), Ok(None)) {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-    let _ = daemon.child.wait();
+    let _ = child.wait();
 }
 
 impl Drop for HostDaemons {
@@ -548,4 +716,53 @@ impl Drop for HostDaemons {
             stop(daemon);
         }
     }
+}
+
+/// The hosts of `hosts` whose owner gave them back to the pool (`ios-agent leave`: the
+/// mark next to the node's pcmd socket, [`pcm_proto::given_back`]), with how and when, for
+/// people. Remote hosts are asked through `launcher`; a host that does not answer counts
+/// as not given back (the probe for lost hosts deals with it).
+pub fn given_back(
+    hosts: &[HostName],
+    local: &HostName,
+    launcher: &crate::hosts::RemoteLauncher,
+) -> Vec<(HostName, String)> {
+    use pcm_proto::given_back::{self, GivenBack};
+    let template = node_socket_template();
+    let describe = |mark: &GivenBack| {
+        let ago = crate::unix_now() - mark.at_unix_s;
+        format!("given back by its owner ({}, {ago:.0} s ago)", mark.by)
+    };
+    hosts
+        .iter()
+        .filter_map(|host| {
+            let socket = socket_for(Some(&template), host);
+            if host == local {
+                return match given_back::read(&socket) {
+                    Ok(Some(mark)) => Some((host.clone(), describe(&mark))),
+                    Ok(None) => None,
+                    Err(e) => Some((host.clone(), format!("given back by its owner ({e})"))),
+                };
+            }
+            let path = given_back::path_for(&socket);
+            let line = format!(
+                "cat {} 2>/dev/null",
+                crate::hosts::shell_quote(&path.into_os_string())
+            );
+            let output = launcher
+                .command(host, &line)
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            if !output.status.success() {
+                return None;
+            }
+            let why = match serde_json::from_slice::<GivenBack>(&output.stdout) {
+                Ok(mark) => describe(&mark),
+                Err(_) => "given back by its owner (an unreadable mark)".to_owned(),
+            };
+            Some((host.clone(), why))
+        })
+        .collect()
 }

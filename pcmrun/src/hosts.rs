@@ -261,6 +261,11 @@ impl ProbePlan {
         }
     }
 
+    /// Stops probing `host` (it left the launch: lost while it held no rank).
+    pub fn forget(&mut self, host: &HostName) {
+        self.hosts.retain(|h| h != host);
+    }
+
     /// The hosts to probe now: `ended` lists the hosts whose pcmd has ended, `last_sign` is
     /// when the job last said anything.
     pub fn due(&mut self, ended: &[HostName], last_sign: Instant, now: Instant) -> Vec<HostName> {

@@ -42,3 +42,10 @@ pub fn end_with_parent(command: &mut std::process::Command) {
         });
     }
 }
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -9,14 +9,14 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use clap::Parser as _;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use pcm_proto::run::{RunEvent, Stamped, EVENTS_ENV};
 use pcm_proto::HostName;
 use pcmrun::cli::{normalize_args, Options};
-use pcmrun::daemon::{self, Daemon, HostDaemons, StartedDaemon};
+use pcmrun::daemon::{self, Daemon, HostDaemons, LocalDaemon};
 use pcmrun::hosts::{Hostfile, ProbePlan, RemoteLauncher, PROBE_TIMEOUT};
 use pcmrun::series::{decide_first_start, series_name, Ended, FirstStart, Holder, SeriesLock};
 use pcmrun::supervisor::{
@@ -30,6 +30,7 @@ const CONTROLLED: &[&str] = &[
     "PCM_RESTART",
     "PCM_DAEMON",
     "PCM_CHECKPOINT_INTERVAL",
+    "PCM_CHECKPOINT_DIR",
     "PCM_JOB_NAME",
 ];
 
@@ -116,6 +117,42 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     let pcmd = sibling_binary("pcmd");
     let local = daemon::local_host()?;
     let remote_launcher = RemoteLauncher::from_env(|key| std::env::var(key).ok());
+    // Hosts their owner gave back to the pool (`ios-agent leave`) are not used; the
+    // hostfile without them lives in a private directory as long as pcmrun.
+    let mut given_back_at_start = Vec::new();
+    let mut kept_hostfile_dir = None;
+    let hostfile = match hostfile {
+        Some((path, file)) if !options.dry_run => {
+            let given = daemon::given_back(&file.hosts(), &local, &remote_launcher);
+            for (host, why) in &given {
+                say(&format!("host {host} was {why}: the job does not use it"));
+            }
+            given_back_at_start = given.into_iter().map(|(h, _)| h).collect::<Vec<_>>();
+            let kept = file.without(&given_back_at_start);
+            if kept.lines.is_empty() {
+                bail!(
+                    "every host of {} was given back to the pool by its owner",
+                    path.display()
+                );
+            }
+            match given_back_at_start.is_empty() {
+                true => Some((path, file)),
+                false => {
+                    let dir = tempfile::Builder::new()
+                        .prefix("pcmrun-hosts-")
+                        .tempdir()
+                        .context("cannot create a private directory for the hostfile")?;
+                    let kept_path = dir.path().join("hosts");
+                    std::fs::write(&kept_path, kept.text()).with_context(|| {
+                        format!("cannot write the hostfile {}", kept_path.display())
+                    })?;
+                    kept_hostfile_dir = Some(dir);
+                    Some((kept_path, kept))
+                }
+            }
+        }
+        other => other,
+    };
     // Hosts other than this one: a pcmd on each, and the hosts probed before a relaunch.
     let several_hosts = hostfile
         .as_ref()
@@ -132,13 +169,17 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    // The job's checkpoint directory, which every rank names to its pcmd: on several hosts
+    // one that every host sees.
+    let checkpoint_dir = match &options.checkpoint_dir {
+        Some(dir) => std::path::absolute(dir)
+            .with_context(|| format!("--checkpoint-dir {}", dir.display()))?,
+        None if per_host => shared_checkpoint_dir(),
+        None => pcm_proto::default_checkpoint_dir(&local),
+    };
     let mut series_lock = match wants_checkpoints && !options.dry_run {
         true => {
-            let dir = match &options.checkpoint_dir {
-                Some(dir) => dir.clone(),
-                None if per_host => shared_checkpoint_dir(),
-                None => pcm_proto::default_checkpoint_dir(&local),
-            };
+            let dir = checkpoint_dir.clone();
             let series = series_name(
                 program_line.first().map_or("", String::as_str),
                 options.ranks,
@@ -148,7 +189,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                 pid: std::process::id(),
                 host: local.to_string(),
                 command: program_line.clone(),
-                started_unix_s: unix_now(),
+                started_unix_s: pcmrun::unix_now(),
                 ended: None,
             };
             Some(SeriesLock::take(&dir, &series, holder)?)
@@ -181,14 +222,25 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             .as_ref()
             .map(|(_, file)| file.hosts())
             .unwrap_or_default();
-        let dir = options
-            .checkpoint_dir
-            .clone()
-            .unwrap_or_else(shared_checkpoint_dir);
-        let daemons = HostDaemons::start(&pcmd, &dir, remote_launcher.clone(), &hosts)?;
+        let node_template = (options.daemon == "auto").then(daemon::node_socket_template);
+        let daemons = HostDaemons::start(
+            &pcmd,
+            &checkpoint_dir,
+            remote_launcher.clone(),
+            &hosts,
+            node_template,
+        )?;
+        let (attached, started) = daemons.attached_and_started();
+        let mut used = Vec::new();
+        if !attached.is_empty() {
+            used.push(format!("the nodes' own pcmd on {}", names(&attached)));
+        }
+        if !started.is_empty() {
+            used.push(format!("started a pcmd on {}", names(&started)));
+        }
         say(&format!(
-            "started a pcmd on each of {} (PCM_DAEMON={}, checkpoints in {}, logs in {})",
-            names(&hosts),
+            "{} (PCM_DAEMON={}, checkpoints in {}, logs in {})",
+            used.join("; "),
             daemons.daemon_env,
             daemons.checkpoint_dir.display(),
             daemons.dir().display()
@@ -221,7 +273,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     if options.checkpoint_interval > 0.0 && !daemon.keeps_checkpoints() {
         say("no pcmd (--daemon none): no checkpoints are taken, and a lost rank ends the job");
     }
-    let daemon_env = daemon.env_value().map(str::to_owned);
+    let daemon_env = daemon.env_value().to_owned();
     let launch_for = |start: Start, hostfile: Option<&PathBuf>| -> Launch {
         let mut env = std::collections::BTreeMap::new();
         env.insert(EVENTS_ENV.to_owned(), "stderr".to_owned());
@@ -244,8 +296,12 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         if let Some(hostfile) = hostfile {
             env.insert("PCM_HOSTFILE".to_owned(), hostfile.display().to_string());
         }
-        if let Some(value) = &daemon_env {
-            env.insert(pcm_proto::DAEMON_ENV.to_owned(), value.clone());
+        env.insert(pcm_proto::DAEMON_ENV.to_owned(), daemon_env.clone());
+        if checkpoints {
+            env.insert(
+                "PCM_CHECKPOINT_DIR".to_owned(),
+                checkpoint_dir.display().to_string(),
+            );
         }
         if let Some(name) = &options.job_name {
             env.insert("PCM_JOB_NAME".to_owned(), name.clone());
@@ -277,8 +333,9 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         stall_timeout: Duration::from_secs_f64(options.stall_timeout),
     };
     let started = Instant::now();
-    let started_unix_s = unix_now();
+    let started_unix_s = pcmrun::unix_now();
     let mut supervisor = Supervisor::new(policy, started);
+    supervisor.hosts_given_back(given_back_at_start);
     if options.dry_run {
         let hostfile = hostfile.as_ref().map(|(path, _)| path);
         println!(
@@ -287,12 +344,8 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         );
         return Ok(0);
     }
-    if let Daemon::Started(d) = &daemon {
-        say(&format!(
-            "started a pcmd for this job (PCM_DAEMON={}, log {})",
-            d.daemon_env,
-            d.log.display()
-        ));
+    if let Daemon::Local(d) = &daemon {
+        say(&d.describe());
     }
     let mut events = match &options.events {
         Some(path) => Some(
@@ -322,7 +375,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         };
         let (daemons, local_pcmd) = match &mut daemon {
             Daemon::PerHost(d) => (Some(d), None),
-            Daemon::Started(d) => (None, Some(d)),
+            Daemon::Local(d) => (None, Some(d)),
             _ => (None, None),
         };
         let mut watch = HostWatch {
@@ -412,6 +465,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             .with_context(|| format!("cannot write the report to {}", path.display()))?;
     }
     drop(daemon);
+    drop(kept_hostfile_dir);
     Ok(code)
 }
 
@@ -427,11 +481,23 @@ fn hosts_still_alive(
 ) -> Option<Hostfile> {
     let remote: Vec<HostName> = file.hosts().into_iter().filter(|h| h != local).collect();
     let mut lost = pcmrun::hosts::lost_hosts(launcher, &remote, PROBE_TIMEOUT);
+    let answering: Vec<HostName> = file
+        .hosts()
+        .into_iter()
+        .filter(|h| !lost.iter().any(|(l, _)| l == h))
+        .collect();
+    let given = daemon::given_back(&answering, local, launcher);
+    for (host, why) in &given {
+        say(&format!(
+            "host {host} was {why}: the relaunch leaves it out"
+        ));
+    }
+    let given: Vec<HostName> = given.into_iter().map(|(h, _)| h).collect();
+    supervisor.hosts_given_back(given.iter().cloned());
     if let Some(daemons) = daemons {
-        let alive: Vec<HostName> = file
-            .hosts()
+        let alive: Vec<HostName> = answering
             .into_iter()
-            .filter(|h| !lost.iter().any(|(l, _)| l == h))
+            .filter(|h| !given.contains(h))
             .collect();
         let ensured = daemons.ensure(&alive);
         for host in &ensured.restarted {
@@ -450,7 +516,7 @@ fn hosts_still_alive(
         ));
     }
     let lost: Vec<HostName> = lost.into_iter().map(|(h, _)| h).collect();
-    let alive = file.without(&lost);
+    let alive = file.without(&lost).without(&given);
     supervisor.hosts_lost(lost);
     if alive.lines.is_empty() {
         return None;
@@ -480,13 +546,6 @@ fn shared_checkpoint_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
         .unwrap_or_else(std::env::temp_dir);
     state.join("pcmrun").join("checkpoints")
-}
-
-/// Seconds since the Unix epoch.
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A binary installed next to pcmrun, else found on PATH.
@@ -630,7 +689,8 @@ fn run_launch(
                 stopping = Some((seen, Instant::now()));
             }
             None => {
-                if let Some(why) = watch.lost_host(sink.last_sign, Instant::now()) {
+                if let Some(why) = watch.lost_host(sink.supervisor, sink.last_sign, Instant::now())
+                {
                     say(&format!(
                         "{why}: stopping the launch to relaunch without it"
                     ));
@@ -738,7 +798,7 @@ struct HostWatch<'a> {
     launcher: &'a RemoteLauncher,
     daemons: Option<&'a mut HostDaemons>,
     /// The pcmd pcmrun started on this host for a job on this host only.
-    local_pcmd: Option<&'a mut StartedDaemon>,
+    local_pcmd: Option<&'a mut LocalDaemon>,
     local: &'a HostName,
     series: Option<&'a SeriesLock>,
     /// After a failed restart of the local pcmd: when to try again.
@@ -761,24 +821,29 @@ impl HostWatch<'_> {
             None => "; no complete checkpoint yet".to_owned(),
         };
         if let Some(pcmd) = self.local_pcmd.as_deref_mut() {
-            let old = pcmd.pid();
-            let Some((status, restarted)) = pcmd.restart_if_ended() else {
+            let Some((status, restarted)) = pcmd.restart_if_ended(now) else {
                 return;
             };
-            match restarted {
-                Ok(()) => {
+            match (restarted, pcmd.pid()) {
+                (Ok(()), Some(pid)) => {
                     self.pcmd_retry = None;
                     say(&format!(
-                        "the job's pcmd (pid {old}) ended ({status}); started it again at the same socket and checkpoint directory (pid {}, log {}){}",
-                        pcmd.pid(),
+                        "the job's pcmd ended ({status}); started it again at the same socket and checkpoint directory (pid {pid}, log {}){}",
                         pcmd.log.display(),
                         newest()
                     ));
                 }
-                Err(e) => {
+                (Ok(()), None) => {
+                    self.pcmd_retry = None;
+                    say(&format!(
+                        "the job's pcmd ended ({status}); another pcmd answers at its socket now: the job uses it{}",
+                        newest()
+                    ));
+                }
+                (Err(e), _) => {
                     self.pcmd_retry = Some(now + PCMD_RETRY);
                     say(&format!(
-                        "the job's pcmd (pid {old}) ended ({status}) and cannot be started again (trying again in {} s): {e:#}",
+                        "the job's pcmd ended ({status}) and cannot be started again (trying again in {} s): {e:#}",
                         PCMD_RETRY.as_secs()
                     ));
                 }
@@ -807,9 +872,16 @@ impl HostWatch<'_> {
         }
     }
 
-    /// Why the launch must stop (a host is lost), if it must; `last_sign` is when the job
-    /// last said anything.
-    fn lost_host(&mut self, last_sign: Instant, now: Instant) -> Option<String> {
+    /// Why the launch must stop (a host that holds a rank is lost), if it must; `last_sign`
+    /// is when the job last said anything. A lost host that holds no rank any more (every
+    /// rank moved away) does not stop the launch: it is said, recorded, and no longer
+    /// watched.
+    fn lost_host(
+        &mut self,
+        supervisor: &mut Supervisor,
+        last_sign: Instant,
+        now: Instant,
+    ) -> Option<String> {
         let ended: Vec<HostName> = match self.daemons.as_deref_mut() {
             Some(daemons) => daemons.ended(),
             None => Vec::new(),
@@ -819,7 +891,20 @@ impl HostWatch<'_> {
             return None;
         }
         let lost = pcmrun::hosts::lost_hosts(self.launcher, &to_probe, PROBE_TIMEOUT);
-        let (host, why) = lost.into_iter().next()?;
+        let (in_use, unused): (Vec<_>, Vec<_>) = lost
+            .into_iter()
+            .partition(|(host, _)| supervisor.holds_ranks(host));
+        for (host, why) in unused {
+            say(&format!(
+                "host {host} is lost ({why}), but no rank of the job runs there any more: carrying on without it"
+            ));
+            self.plan.forget(&host);
+            if let Some(daemons) = self.daemons.as_deref_mut() {
+                daemons.forget(&host);
+            }
+            supervisor.host_lost_unused(host);
+        }
+        let (host, why) = in_use.into_iter().next()?;
         Some(format!("host {host} is lost ({why})"))
     }
 }

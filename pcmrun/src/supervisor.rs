@@ -175,6 +175,13 @@ pub struct Report {
     /// The iteration the first launch resumed from: an earlier run's checkpoint (`--restart`,
     /// or the rerun of a run of the same command that did not finish).
     pub resumed_at_start: Option<u64>,
+    /// Hosts that stopped answering while no rank of the job ran there any more (every
+    /// rank had moved away): the job carried on without them, and later launches leave
+    /// them out.
+    pub hosts_lost_unused: Vec<HostName>,
+    /// Hosts of the hostfile that their owner had given back to the pool (`ios-agent
+    /// leave`), left out of the launches from then on.
+    pub hosts_given_back: Vec<HostName>,
     /// The last iteration rank 0 reported.
     pub last_iteration: Option<u64>,
     /// Seconds from start to end.
@@ -220,6 +227,10 @@ pub struct Supervisor {
     stalled: Option<String>,
     /// How the current (or next) launch starts.
     launch_start: Start,
+    /// See [`Report::hosts_lost_unused`].
+    hosts_lost_unused: Vec<HostName>,
+    /// See [`Report::hosts_given_back`].
+    hosts_given_back: Vec<HostName>,
 }
 
 impl Supervisor {
@@ -246,6 +257,8 @@ impl Supervisor {
             launch_start: policy.first,
             recoveries: Vec::new(),
             failed_at: None,
+            hosts_lost_unused: Vec::new(),
+            hosts_given_back: Vec::new(),
         }
     }
 
@@ -591,6 +604,30 @@ impl Supervisor {
         }
     }
 
+    /// Whether a rank of the current launch may run on `host`: the host of some rank's
+    /// newest process, as the events tell (moves included). Before the launch has said
+    /// where its ranks run, any host may.
+    pub fn holds_ranks(&self, host: &HostName) -> bool {
+        self.placement.is_empty() || self.placement.values().any(|h| h == host)
+    }
+
+    /// `host` stopped answering while it held no rank ([`Supervisor::holds_ranks`]): the
+    /// launch carries on without it (recorded in the report).
+    pub fn host_lost_unused(&mut self, host: HostName) {
+        if !self.hosts_lost_unused.contains(&host) {
+            self.hosts_lost_unused.push(host);
+        }
+    }
+
+    /// The launches leave out `hosts`, which their owner gave back to the pool.
+    pub fn hosts_given_back(&mut self, hosts: impl IntoIterator<Item = HostName>) {
+        for host in hosts {
+            if !self.hosts_given_back.contains(&host) {
+                self.hosts_given_back.push(host);
+            }
+        }
+    }
+
     /// The driver saw the process `pid` of `host` gone at `at` (without an exit event: killed,
     /// crashed). Processes seen gone later than the first are not counted as lost: the
     /// launcher ended them after the first was lost.
@@ -700,6 +737,8 @@ impl Supervisor {
             checkpoints: self.checkpoints,
             last_checkpoint: self.last_checkpoint,
             resumed_at_start: self.resumed_at_start,
+            hosts_lost_unused: self.hosts_lost_unused.clone(),
+            hosts_given_back: self.hosts_given_back.clone(),
             last_iteration: self.last_iteration,
             seconds: now.duration_since(self.started).as_secs_f64(),
             started_unix_s: 0.0,
@@ -1087,5 +1126,42 @@ mod tests {
             s.progress_line(t + Duration::from_secs(2)),
             "iteration 30 (10.0 it/s), ranks 0@a 1@c, 1 migrations, 0 checkpoints, 0 recoveries"
         );
+    }
+
+    #[test]
+    fn given_every_rank_moved_off_a_host_then_it_holds_no_rank_and_a_relaunch_forgets_that() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        // Before any rank said where it runs, every host may hold one.
+        assert!(s.holds_ranks(&host("b")));
+        started(&mut s, 0, 10, t);
+        assert!(s.holds_ranks(&host("a")));
+        assert!(!s.holds_ranks(&host("b")));
+        s.on_event(
+            RunEvent::Started {
+                rank: Rank(1),
+                pid: 11,
+                host: host("b"),
+                replacement: false,
+            },
+            t,
+        );
+        assert!(s.holds_ranks(&host("b")));
+        s.on_event(
+            RunEvent::Migrated {
+                iteration: 30,
+                placed: vec![(Rank(1), host("c"))],
+                timings: pcm_proto::PhaseTimings::default(),
+            },
+            t,
+        );
+        assert!(!s.holds_ranks(&host("b")));
+        assert!(s.holds_ranks(&host("c")));
+        s.host_lost_unused(host("b"));
+        s.host_lost_unused(host("b"));
+        assert_eq!(s.report(0, None, t).hosts_lost_unused, [host("b")]);
+        s.launching();
+        assert!(s.holds_ranks(&host("b")));
     }
 }

@@ -41,10 +41,12 @@ pub struct PcmrunCommand {
     events: PathBuf,
     report: PathBuf,
     checkpoints: PathBuf,
+    /// `--daemon`'s value.
+    daemon: &'static str,
 }
 
 impl PcmrunCommand {
-    /// `pcmrun -np ranks --daemon start` with this runtime's launcher, checkpoints, events
+    /// `pcmrun -np ranks --daemon start` (unless [`PcmrunCommand::with_node_daemons`]) with this runtime's launcher, checkpoints, events
     /// and report in `dir`; `PCM_DAEMON` and `PCM_CHECKPOINT_INTERVAL` of the caller's
     /// environment are not passed on.
     pub fn new(dir: &Path, ranks: u32) -> PcmrunCommand {
@@ -77,7 +79,7 @@ impl PcmrunCommand {
             .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
             .env_remove("PCM_DAEMON")
             .env_remove("PCM_CHECKPOINT_INTERVAL")
-            .args(["-np", &ranks.to_string(), "--daemon", "start"])
+            .args(["-np", &ranks.to_string()])
             .arg("--checkpoint-dir")
             .arg(&checkpoints)
             .arg("--events")
@@ -89,7 +91,17 @@ impl PcmrunCommand {
             events,
             report,
             checkpoints,
+            daemon: "start",
         }
+    }
+
+    /// The job uses the nodes' own pcmds (`--daemon auto`), found at `template`
+    /// (`PCM_DAEMON`, `{host}` for the host), where the nodes' agents find them too,
+    /// instead of pcmds of its own in a private directory.
+    pub fn with_node_daemons(&mut self, template: &str) -> &mut PcmrunCommand {
+        self.command.env("PCM_DAEMON", template);
+        self.daemon = "auto";
+        self
     }
 
     /// The command, for more options and environment before the program.
@@ -103,7 +115,10 @@ impl PcmrunCommand {
         if let Err(e) = std::fs::create_dir_all(&self.checkpoints) {
             panic!("cannot create {}: {e}", self.checkpoints.display());
         }
-        self.command.arg(crate::program(program)).args(args);
+        self.command
+            .args(["--daemon", self.daemon])
+            .arg(crate::program(program))
+            .args(args);
         PcmrunJob {
             group: Some(Group::start(self.command, dir, label)),
             events: self.events,

@@ -923,17 +923,8 @@ fn lose_node_b(power_off: bool) {
     let args = args_for(10.0);
     let plain = plain_checksum(&args);
     let cluster = Cluster::new(3).unwrap();
-    let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
     let dir = tempfile::tempdir().unwrap();
-    let mut options = cluster.pcmrun_args(&hostfile);
-    options.extend(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"].map(String::from));
-    let options: Vec<&str> = options.iter().map(String::as_str).collect();
-    let cluster_env = cluster.pcmrun_env(&hostfile);
-    let env: Vec<(&str, String)> = cluster_env
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    let mut run = start_with(dir.path(), "heat2d", &args, &options, &env);
+    let mut run = start_on_nodes(&cluster, dir.path(), &args, &[]);
     run.wait_for("a checkpoint", 1, |e| {
         matches!(e, RunEvent::Checkpointed { .. })
     });
@@ -962,6 +953,205 @@ fn lose_node_b(power_off: bool) {
         .expect("heat2d names the ranks' hosts");
     assert_eq!(hosts, ended_on, "where the relaunched ranks ran");
     for node in ["node-a", "node-b", "node-c"] {
+        wait_until(Duration::from_secs(10), &format!("{node} empty"), || {
+            cluster.processes_on(node).is_empty()
+        });
+    }
+    assert_nothing_left(&run, &finished);
+}
+
+/// The ranks registered with the pcmd at `socket`, as (rank, pid); `None` when none answers.
+fn registered_at(socket: &Path) -> Option<Vec<(u32, u32)>> {
+    let status = pcm_proto::client::Client::connect(socket)
+        .and_then(|mut c| c.status())
+        .ok()?;
+    let ranks = status.jobs.iter().flat_map(|j| &j.ranks);
+    Some(ranks.map(|r| (r.rank.0, r.pid)).collect())
+}
+
+/// `--daemon auto` (pcmrun's default): the job's ranks register with the node's own pcmd,
+/// at the socket every tool finds (here `PCM_DAEMON=DIR/{host}.sock`), which is where the
+/// node's IOS agent looks. With none running, pcmrun starts one there and stops it at the
+/// end. With one running already (the agent's, keeping checkpoints elsewhere), the job uses
+/// it, keeps its checkpoints in the job's own directory all the same, and leaves it running.
+#[test]
+fn given_daemon_auto_then_the_job_registers_with_the_nodes_pcmd_where_an_agent_looks() {
+    let _lock = mpi_lock();
+    let args = args_for(4.0);
+    let plain = plain_checksum(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("{host}.sock").display().to_string();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let socket = dir.path().join(format!("{host}.sock"));
+    let run_auto = |label: &str| {
+        let sub = dir.path().join(label);
+        std::fs::create_dir_all(&sub).unwrap();
+        let mut pcmrun = PcmrunCommand::new(&sub, 2);
+        pcmrun
+            .with_node_daemons(&template)
+            .command()
+            .args(["--checkpoint-interval", "0.5"]);
+        let mut run = Run {
+            job: pcmrun.start("heat2d", &args, &sub, "pcmrun"),
+        };
+        run.wait_for("a checkpoint", 1, |e| {
+            matches!(e, RunEvent::Checkpointed { .. })
+        });
+        let ranks = registered_at(&socket).expect("a pcmd answers at the node's socket");
+        let pids: Vec<u32> = run.pids().iter().map(|p| p.as_raw() as u32).collect();
+        assert_eq!(ranks.len(), 2, "ranks at the node's pcmd: {ranks:?}");
+        assert!(
+            ranks.iter().all(|(_, pid)| pids.contains(pid)),
+            "{ranks:?} vs {pids:?}"
+        );
+        let finished = run.wait(DEADLINE);
+        assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+        assert_eq!(finished.report().checksum, plain);
+        assert!(
+            !complete_checkpoints(run.job.checkpoints()).is_empty(),
+            "no checkpoint in the job's directory {}",
+            run.job.checkpoints().display()
+        );
+        finished
+    };
+    // No pcmd runs: pcmrun starts the node's, and stops it at the end.
+    let finished = run_auto("first");
+    assert!(
+        finished.stderr.contains("started the node's pcmd at"),
+        "{}",
+        finished.stderr
+    );
+    assert!(
+        registered_at(&socket).is_none(),
+        "the pcmd pcmrun started still runs"
+    );
+    // The node's pcmd runs already, with another checkpoint directory (an agent's).
+    let elsewhere = dir.path().join("agent-checkpoints");
+    let mut pcmd = Command::new(bin("pcmd"));
+    pcmd.arg("--socket")
+        .arg(&socket)
+        .arg("serve")
+        .arg("--checkpoint-dir")
+        .arg(&elsewhere);
+    let _pcmd = mpi_ios_tests::Group::start(pcmd, dir.path(), "node-pcmd");
+    wait_until(Duration::from_secs(10), "the node's pcmd answers", || {
+        registered_at(&socket).is_some()
+    });
+    let finished = run_auto("second");
+    assert!(
+        finished.stderr.contains("using the node's pcmd at"),
+        "{}",
+        finished.stderr
+    );
+    assert!(
+        registered_at(&socket).is_some(),
+        "pcmrun stopped the node's pcmd"
+    );
+    assert!(
+        complete_checkpoints(&elsewhere).is_empty(),
+        "the job's checkpoints went to the pcmd's own directory"
+    );
+}
+
+/// heat2d under pcmrun on `cluster`, rank 0 on node-a, rank 1 on node-b, the other nodes
+/// spares of the hostfile, a checkpoint every half second; `env` goes to pcmrun (and, for
+/// `PCM_*`, to the ranks).
+fn start_on_nodes(cluster: &Cluster, dir: &Path, args: &[String], env: &[(&str, String)]) -> Run {
+    let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
+    let mut options = cluster.pcmrun_args(&hostfile);
+    options.extend(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"].map(String::from));
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let cluster_env = cluster.pcmrun_env(&hostfile);
+    let env: Vec<(&str, String)> = cluster_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .chain(env.iter().cloned())
+        .collect();
+    start_with(dir, "heat2d", args, &options, &env)
+}
+
+/// Rank 1 moves from node-b to node-c (a scripted move), and node-b is then powered off. No
+/// rank runs there any more, so the job must not be touched: under MPICH, whose launcher
+/// lets a host go once its ranks have left, pcmrun says node-b is lost but unused and the
+/// job ends in its first launch with the plain run's checksum (before, pcmrun stopped the
+/// launch and killed the healthy ranks). Open MPI 4's launcher keeps a daemon on every host
+/// of the launch and ends the job when one goes, so there pcmrun relaunches from a
+/// checkpoint without node-b.
+#[test]
+fn given_rank_1_moved_off_node_b_then_powering_node_b_off_does_not_stop_the_job() {
+    if let Err(why) = Cluster::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_lock();
+    let (args, rate) = sized_args(10.0);
+    let plain = plain_checksum(&args);
+    let cluster = Cluster::new(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // About two seconds in: after the first checkpoints, well before the end.
+    let move_at = (rate * 2.0).max(100.0) as u64;
+    let schedule = ("PCM_SCHEDULE", format!("{move_at}:1@node-c"));
+    let mut run = start_on_nodes(&cluster, dir.path(), &args, &[schedule]);
+    run.wait_for("rank 1 moved to node-c", 1, |e| {
+        matches!(e, RunEvent::Migrated { placed, .. } if placed.iter().any(|(r, h)| r.0 == 1 && h.as_str() == "node-c"))
+    });
+    // The departed process ends by itself (MPICH: within a second).
+    let departed_gone = || {
+        cluster.processes_on("node-b").into_iter().all(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .map(|c| !c.contains("heat2d") && !c.contains("hydra_pmi_proxy"))
+                .unwrap_or(true)
+        })
+    };
+    if Runtime::current() == Runtime::Mpich {
+        wait_until(
+            Duration::from_secs(10),
+            "the departed rank gone from node-b",
+            departed_gone,
+        );
+    }
+    cluster.power_off("node-b");
+    let finished = run.wait(DEADLINE);
+    let said: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("pcmrun:"))
+        .collect();
+    eprintln!("{}", said.join("\n"));
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the job computed something else"
+    );
+    let report = run.report();
+    match Runtime::current() {
+        Runtime::Mpich => {
+            assert_eq!(report["launches"], 1, "the job was relaunched: {report}");
+            assert_eq!(report["recoveries"], serde_json::json!([]), "{report}");
+            assert_eq!(
+                report["hosts_lost_unused"],
+                serde_json::json!(["node-b"]),
+                "{report}"
+            );
+        }
+        Runtime::OpenMpi => {
+            for recovery in report["recoveries"].as_array().unwrap() {
+                assert_eq!(recovery["start"], "from_checkpoint", "{report}");
+            }
+        }
+    }
+    let hosts = finished
+        .report()
+        .hosts
+        .expect("heat2d names the ranks' hosts");
+    assert_eq!(hosts, ["node-a", "node-c"], "where the ranks ended");
+    for node in ["node-a", "node-c"] {
         wait_until(Duration::from_secs(10), &format!("{node} empty"), || {
             cluster.processes_on(node).is_empty()
         });

@@ -29,8 +29,8 @@ pub mod pool_key;
 pub mod run;
 mod types;
 pub use path::{
-    default_checkpoint_dir, ensure_private_dir, read_private_file, socket_path, PrivateDirError,
-    DAEMON_ENV,
+    default_checkpoint_dir, ensure_private_dir, read_private_file, socket_path, socket_template,
+    PrivateDirError, DAEMON_ENV,
 };
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
 

@@ -38,14 +38,21 @@ pub fn socket_path(
     uid: u32,
     host: &HostName,
 ) -> PathBuf {
+    PathBuf::from(socket_template(env_value, runtime_dir, uid).replace("{host}", host.as_str()))
+}
+
+/// The socket of every node at once: [`socket_path`] with `{host}` left in it for each
+/// node's name, as a value of [`DAEMON_ENV`] that makes every rank of a job find its own
+/// node's daemon (the value itself when set, else the default place).
+pub fn socket_template(env_value: Option<&str>, runtime_dir: Option<&str>, uid: u32) -> String {
     match env_value.filter(|v| !v.is_empty()) {
-        Some(value) => PathBuf::from(value.replace("{host}", host.as_str())),
+        Some(value) => value.to_owned(),
         None => {
             let dir = match runtime_dir.filter(|d| !d.is_empty()) {
                 Some(runtime) => PathBuf::from(runtime).join("pcmd"),
                 None => PathBuf::from(format!("/tmp/pcmd-{uid}")),
             };
-            dir.join(format!("{host}.sock"))
+            dir.join("{host}.sock").display().to_string()
         }
     }
 }
