@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::driver::{ControlRequest, LeaveOrder, LeaveUpdate};
+use crate::driver::{ControlRequest, LeaveOrder, LeaveOrigin, LeaveUpdate};
 pub use ios_agent_proto::control::{ControlMessage, ControlReply};
 use ios_agent_proto::leave::LeaveReport;
 
@@ -168,6 +168,7 @@ async fn serve_connection(
                     within,
                     force,
                     updates,
+                    origin: LeaveOrigin::Command,
                 };
                 if driver.send(ControlRequest::Leave(order)).await.is_err() {
                     let reply = ControlReply::Error("the agent is stopping".to_owned());

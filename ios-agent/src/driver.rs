@@ -4,11 +4,13 @@
 //! itself lives in `ios-agent-core` and is the same code the simulator runs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use ios_agent_core::agent::{Action, MigrationOutcome};
 use ios_agent_core::{Agent, EntityId, EntityProfile, MigrationId, NodeProfile, PeerId};
 pub use ios_agent_proto::leave::LeaveReport;
+use pcm_proto::given_back::{self, GivenBack};
 use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 
@@ -70,6 +72,41 @@ pub struct LeaveOrder {
     pub force: bool,
     /// Where progress goes (a closed receiver is fine: the drain goes on).
     pub updates: mpsc::UnboundedSender<LeaveUpdate>,
+    /// Who asked (written in the node's given-back mark).
+    pub origin: LeaveOrigin,
+}
+
+/// Who asked the agent to leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaveOrigin {
+    /// `ios-agent leave` (with `--force` if the order says so).
+    Command,
+    /// A stop signal, by name (`"SIGTERM"`, `"SIGINT"`).
+    Signal(&'static str),
+}
+
+impl LeaveOrder {
+    /// How the node was given back, as its given-back mark says it (`by`): `"ios-agent
+    /// leave"`, `"ios-agent leave --force"`, `"SIGTERM drain"`.
+    pub fn given_back_by(&self) -> String {
+        match (self.origin, self.force) {
+            (LeaveOrigin::Command, false) => "ios-agent leave".to_owned(),
+            (LeaveOrigin::Command, true) => "ios-agent leave --force".to_owned(),
+            (LeaveOrigin::Signal(name), _) => format!("{name} drain"),
+        }
+    }
+}
+
+/// How the loop runs, beyond its inputs.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// When and how many connections to close when the network is nearly full
+    /// ([`crate::connections`]).
+    pub policy: ConnectionPolicy,
+    /// The node's pcmd socket, next to which the loop writes the node's given-back mark
+    /// ([`pcm_proto::given_back`]) when the agent leaves the pool (drained, or forced), so
+    /// that a launcher's relaunch does not place ranks there again. `None`: no mark.
+    pub given_back_mark: Option<PathBuf>,
 }
 
 /// News of a drain.
@@ -116,27 +153,21 @@ pub async fn run<T: Transport, M: Migrator>(
     migrator: M,
     inputs: Inputs,
 ) -> Agent {
-    run_with(
-        agent,
-        transport,
-        migrator,
-        inputs,
-        ConnectionPolicy::default(),
-    )
-    .await
+    run_with(agent, transport, migrator, inputs, Options::default()).await
 }
 
-/// [`run`] with another policy for closing connections when the network is nearly full
-/// ([`crate::connections`]).
+/// [`run`] with other [`Options`]: another policy for closing connections when the network
+/// is nearly full ([`crate::connections`]), a given-back mark to write on leaving.
 pub async fn run_with<T: Transport, M: Migrator>(
     agent: Agent,
     transport: T,
     migrator: M,
     inputs: Inputs,
-    policy: ConnectionPolicy,
+    options: Options,
 ) -> Agent {
     let mut driver = Driver::new(agent, transport, std::sync::Arc::new(migrator));
-    driver.policy = policy;
+    driver.policy = options.policy;
+    driver.given_back_mark = options.given_back_mark;
     driver.run(inputs).await;
     driver.agent
 }
@@ -186,6 +217,8 @@ struct Driver<T, M> {
     policy: ConnectionPolicy,
     /// When the driver looks next (`None`: at the next sample).
     next_look: Option<Instant>,
+    /// The pcmd socket whose given-back mark is written on leaving ([`Options`]).
+    given_back_mark: Option<PathBuf>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -208,6 +241,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             partner_hosts: HashSet::new(),
             policy: ConnectionPolicy::default(),
             next_look: None,
+            given_back_mark: None,
         }
     }
 
@@ -242,6 +276,11 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     Some(ControlRequest::Leave(order)) => self.start_drain(order),
                     Some(ControlRequest::Stop) => {
                         tracing::warn!("stopping at once on request");
+                        if let Some(d) = &self.draining {
+                            // The owner wants the node back now: it is given back all the same.
+                            let by = format!("{}, cut short by a second signal", d.order.given_back_by());
+                            self.mark_given_back(&by);
+                        }
                         return;
                     }
                     None => control_open = false,
@@ -321,6 +360,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             self.note(DecisionKind::Left {
                 report: report.clone(),
             });
+            self.mark_given_back_by_order();
             send(self, LeaveUpdate::Left(report));
             return true;
         }
@@ -330,6 +370,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     "leaving without a full drain (forced): {}",
                     report.summary()
                 );
+                self.mark_given_back_by_order();
                 send(self, LeaveUpdate::Left(report));
                 return true;
             }
@@ -353,6 +394,35 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             }
         }
         false
+    }
+
+    /// Marks the node as given back the way the drain's order says, before the leave is
+    /// reported and the agent stops.
+    fn mark_given_back_by_order(&self) {
+        if let Some(d) = &self.draining {
+            self.mark_given_back(&d.order.given_back_by());
+        }
+    }
+
+    /// Writes the node's given-back mark ([`Options::given_back_mark`]), `by` saying how.
+    /// A mark that cannot be written is logged; the agent leaves all the same.
+    fn mark_given_back(&self, by: &str) {
+        let Some(socket) = &self.given_back_mark else {
+            return;
+        };
+        let path = given_back::path_for(socket);
+        let mark = GivenBack::now(self.agent.host().clone(), by);
+        match given_back::write(socket, &mark) {
+            Ok(()) => tracing::info!(
+                path = %path.display(),
+                by,
+                "marked the node as given back: a relaunch of a job does not place ranks here"
+            ),
+            Err(e) => tracing::warn!(
+                "cannot mark the node as given back at {}: {e}; a relaunch of a job may place ranks here again",
+                path.display()
+            ),
+        }
     }
 
     fn leave_report(&mut self, now: Instant) -> LeaveReport {

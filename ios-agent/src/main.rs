@@ -194,7 +194,7 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
             &host,
         ),
     };
-    let mut daemon = NodeDaemon::attach_or_start(
+    let daemon = NodeDaemon::attach_or_start(
         &pcmd_socket,
         &host,
         &pcmd_program(args.pcmd.as_deref()),
@@ -215,13 +215,25 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
         let (control_tx, control_rx) = mpsc::channel(8);
         tokio::spawn(control::serve(listener, control_tx.clone()));
         let samples = ios_agent::sampler::spawn(
-            daemon.socket().to_owned(),
+            daemon.clone(),
             args.profile_period,
             args.communication_term,
         );
         shutdown_on_signal(control_tx);
+        // The node is offered again: a relaunch may use it.
+        match pcm_proto::given_back::remove(daemon.socket()) {
+            Ok(true) => tracing::info!(
+                path = %pcm_proto::given_back::path_for(daemon.socket()).display(),
+                "removed the mark of this node as given back: it is offered again"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "cannot remove the mark of this node as given back ({}): {e}; a relaunch of a job will not place ranks here",
+                pcm_proto::given_back::path_for(daemon.socket()).display()
+            ),
+        }
         tracing::info!(%host, control = %control_path.display(), pcmd = %daemon.socket().display(), "joined the pool");
-        let agent = driver::run(
+        let agent = driver::run_with(
             agent,
             net.transport(),
             PcmdMigrator::new(daemon.socket().to_owned()),
@@ -229,6 +241,10 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
                 peers: peer_events,
                 samples,
                 control: control_rx,
+            },
+            driver::Options {
+                given_back_mark: Some(daemon.socket().to_owned()),
+                ..driver::Options::default()
             },
         )
         .await;
@@ -255,12 +271,12 @@ fn shutdown_on_signal(control: mpsc::Sender<driver::ControlRequest>) {
         else {
             return;
         };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
+        let signal = tokio::select! {
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        };
         tracing::info!(
-            "stop signal: draining the node before leaving (a second signal stops at once)"
+            "stop signal ({signal}): draining the node before leaving (a second signal stops at once)"
         );
         // The driver logs the progress itself; nobody reads these updates.
         let (updates, _ignored) = mpsc::unbounded_channel();
@@ -268,6 +284,7 @@ fn shutdown_on_signal(control: mpsc::Sender<driver::ControlRequest>) {
             within: SIGNAL_LEAVE_WITHIN,
             force: true,
             updates,
+            origin: driver::LeaveOrigin::Signal(signal),
         };
         if control
             .send(driver::ControlRequest::Leave(order))

@@ -1,9 +1,9 @@
 //! The agent's profiling loop: every profile period, on a thread of its own (reading
 //! `/proc` and asking pcmd block), it samples the node ([`ios_agent_profile::NodeSensor`])
 //! and the ranks registered with the node's pcmd ([`ios_agent_profile::entity_profiles`]),
-//! and hands the result to the driver.
+//! and hands the result to the driver. A tick that finds no pcmd at the socket starts one
+//! ([`NodeDaemon::stats`]).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use ios_agent_profile::{
@@ -14,22 +14,22 @@ use pcm_proto::NodeStats;
 use tokio::sync::mpsc;
 
 use crate::driver::Sample;
-use crate::node_daemon;
+use crate::node_daemon::NodeDaemon;
 
 /// Starts the loop; it ends when the driver drops the receiver. Without `partners` the
 /// entities' communication partners are left out of their profiles, and with them the
 /// model's communication term (`ios-agent join --communication-term`).
-pub fn spawn(pcmd_socket: PathBuf, period: Duration, partners: bool) -> mpsc::Receiver<Sample> {
+pub fn spawn(pcmd: NodeDaemon, period: Duration, partners: bool) -> mpsc::Receiver<Sample> {
     let (tx, rx) = mpsc::channel(2);
     std::thread::Builder::new()
         .name("ios-agent-profiler".to_owned())
-        .spawn(move || run(&pcmd_socket, period, partners, &tx))
+        .spawn(move || run(&pcmd, period, partners, &tx))
         .map_err(|e| tracing::error!("cannot start the profiling thread: {e}"))
         .ok();
     rx
 }
 
-fn run(pcmd_socket: &std::path::Path, period: Duration, partners: bool, tx: &mpsc::Sender<Sample>) {
+fn run(pcmd: &NodeDaemon, period: Duration, partners: bool, tx: &mpsc::Sender<Sample>) {
     let mut sensor = match NodeSensor::new(SensorConfig::default()) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -46,7 +46,11 @@ fn run(pcmd_socket: &std::path::Path, period: Duration, partners: bool, tx: &mps
     let mut pcmd_ok = true;
     loop {
         std::thread::sleep(period);
-        let stats = match node_daemon::stats(pcmd_socket) {
+        if tx.is_closed() {
+            // The agent is ending: no pcmd is to be started for it.
+            return;
+        }
+        let stats = match pcmd.stats() {
             Ok(s) => {
                 if !pcmd_ok {
                     tracing::info!("pcmd answers again");

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ios_agent::connections::ConnectionPolicy;
-use ios_agent::driver::{self, ControlRequest, Inputs, LeaveOrder, LeaveUpdate, Migrator, Sample};
+use ios_agent::driver::{
+    self, ControlRequest, Inputs, LeaveOrder, LeaveOrigin, LeaveUpdate, Migrator, Options, Sample,
+};
 use ios_agent::status::{AgentStatus, DecisionKind};
 use ios_agent::transport::{NetEvent, Transport};
 use ios_agent_core::agent::MigrationOutcome;
@@ -306,6 +308,7 @@ async fn leave_with_a_peer(
                     within,
                     force,
                     updates: updates.clone(),
+                    origin: LeaveOrigin::Command,
                 }))
                 .await
                 .unwrap();
@@ -537,6 +540,22 @@ fn one_loop_with_one_peer_and_policy(
     transport: impl Transport + 'static,
     policy: ConnectionPolicy,
 ) -> OneLoop {
+    one_loop_with_one_peer_and_options(
+        a,
+        transport,
+        Options {
+            policy,
+            ..Options::default()
+        },
+    )
+}
+
+/// [`one_loop_with_one_peer_sending_to`], run with `options`.
+fn one_loop_with_one_peer_and_options(
+    a: PeerId,
+    transport: impl Transport + 'static,
+    options: Options,
+) -> OneLoop {
     let (peers_tx, peers_rx) = mpsc::channel(64);
     let (samples_tx, samples_rx) = mpsc::channel(4);
     let (control_tx, control_rx) = mpsc::channel(4);
@@ -556,7 +575,7 @@ fn one_loop_with_one_peer_and_policy(
             samples: samples_rx,
             control: control_rx,
         },
-        policy,
+        options,
     ));
     OneLoop {
         peers_tx,
@@ -839,6 +858,18 @@ async fn drain_fed(
     force: bool,
     bound: Duration,
 ) -> (Vec<LeaveUpdate>, Duration) {
+    drain_fed_from(l, samples, within, force, LeaveOrigin::Command, bound).await
+}
+
+/// [`drain_fed`], the leave asked for by `origin`.
+async fn drain_fed_from(
+    l: &OneLoop,
+    samples: impl Fn() -> Sample,
+    within: Duration,
+    force: bool,
+    origin: LeaveOrigin,
+    bound: Duration,
+) -> (Vec<LeaveUpdate>, Duration) {
     let (updates, mut rx) = mpsc::unbounded_channel();
     l.samples_tx.send(samples()).await.unwrap();
     let asked = tokio::time::Instant::now();
@@ -847,6 +878,7 @@ async fn drain_fed(
             within,
             force,
             updates,
+            origin,
         }))
         .await
         .unwrap();
@@ -1008,4 +1040,80 @@ async fn given_pcmd_down_but_a_ranks_process_runs_then_the_drain_waits_for_it() 
         .await
         .unwrap()
         .unwrap();
+}
+
+/// The node's given-back mark (`pcm_proto::given_back`, next to the pcmd socket): written
+/// when the agent leaves, saying how (drained on `ios-agent leave`, forced, a stop signal's
+/// drain), and not when a drain is given up and the agent stays.
+#[tokio::test]
+async fn leaving_marks_the_node_given_back_and_a_given_up_drain_does_not() {
+    use pcm_proto::given_back;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("node-a.sock");
+    let one = || {
+        let (nowhere, _) = mpsc::channel(64);
+        let a = PeerId::new(b"agent-a".to_vec()).unwrap();
+        let wire = Wire {
+            me: a.clone(),
+            to: nowhere,
+        };
+        one_loop_with_one_peer_and_options(
+            a,
+            wire,
+            Options {
+                given_back_mark: Some(socket.clone()),
+                ..Options::default()
+            },
+        )
+    };
+    // A rank whose process runs (this test process) and that nobody can take.
+    let rank = entity(0, 30);
+    let busy = || Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: Some(vec![rank.clone()]),
+        rank_pids: vec![(rank.id.clone(), std::process::id())],
+        stalled: vec![],
+    };
+    let idle = || Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: Some(vec![]),
+        rank_pids: vec![],
+        stalled: vec![],
+    };
+    let second = Duration::from_secs(1);
+    let bound = Duration::from_secs(5);
+
+    let l = one();
+    let (updates, _) = drain_fed(&l, busy, second, false, bound).await;
+    assert!(
+        matches!(updates.last(), Some(LeaveUpdate::Stayed(_))),
+        "{updates:?}"
+    );
+    assert_eq!(given_back::read(&socket).unwrap(), None);
+    l.control_tx.send(ControlRequest::Stop).await.unwrap();
+    tokio::time::timeout(bound, l.run).await.unwrap().unwrap();
+    assert_eq!(
+        given_back::read(&socket).unwrap(),
+        None,
+        "a stop with no drain under way marked the node"
+    );
+
+    let cases: [(&dyn Fn() -> Sample, bool, LeaveOrigin, &str); 3] = [
+        (&busy, true, LeaveOrigin::Command, "ios-agent leave --force"),
+        (&idle, false, LeaveOrigin::Command, "ios-agent leave"),
+        (&busy, true, LeaveOrigin::Signal("SIGTERM"), "SIGTERM drain"),
+    ];
+    for (samples, force, origin, by) in cases {
+        let l = one();
+        let (updates, _) = drain_fed_from(&l, samples, second, force, origin, bound).await;
+        assert!(
+            matches!(updates.last(), Some(LeaveUpdate::Left(_))),
+            "{by}: {updates:?}"
+        );
+        // Written before the leave is reported.
+        let mark = given_back::read(&socket).unwrap().unwrap();
+        assert_eq!((mark.host.as_str(), mark.by.as_str()), ("node-a", by));
+        tokio::time::timeout(bound, l.run).await.unwrap().unwrap();
+        assert!(given_back::remove(&socket).unwrap());
+    }
 }

@@ -124,6 +124,8 @@ pub struct AgentSpec {
     pub listen: String,
     /// The node's pcmd socket.
     pub pcmd_socket: PathBuf,
+    /// The pcmd program the agent starts (`bin("pcmd")`).
+    pub pcmd: PathBuf,
     /// The agent's control socket.
     pub control: PathBuf,
     /// Its state directory.
@@ -151,11 +153,24 @@ impl AgentSpec {
             key: key.to_owned(),
             peer_servers: peer_servers.iter().map(|s| (*s).to_owned()).collect(),
             listen: format!("/ip4/{ip}/tcp/0"),
-            pcmd_socket: dir.join(format!("{host}.sock")),
+            pcmd_socket: AgentSpec::pcmd_socket_in(dir, host),
+            pcmd: bin("pcmd"),
             control: dir.join(format!("{host}.ctl")),
             state_dir: dir.join(format!("{host}.state")),
             extra: Vec::new(),
         }
+    }
+
+    /// The pcmd socket of the agent of `host` whose sockets are under `dir` (as
+    /// [`AgentSpec::in_dir`] makes them).
+    pub fn pcmd_socket_in(dir: &Path, host: &str) -> PathBuf {
+        dir.join(format!("{host}.sock"))
+    }
+
+    /// The node's given-back mark (`pcm_proto::given_back`, next to its pcmd socket), if
+    /// there is one; panics on one that cannot be read.
+    pub fn given_back(&self) -> Option<pcm_proto::given_back::GivenBack> {
+        pcm_proto::given_back::read(&self.pcmd_socket).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Adds `join` options.
@@ -179,7 +194,7 @@ impl AgentSpec {
             "--pcmd-socket".to_owned(),
             self.pcmd_socket.display().to_string(),
             "--pcmd".to_owned(),
-            bin("pcmd").display().to_string(),
+            self.pcmd.display().to_string(),
             "--state-dir".to_owned(),
             self.state_dir.display().to_string(),
         ];

@@ -207,17 +207,41 @@ fn kill_pcmd(socket: &std::path::Path) {
     );
 }
 
-/// Issue 36, finding 4: an idle agent whose pcmd died stops within seconds of SIGTERM and
-/// says why (before: its drain waited 60 s for a report of the node's ranks from a pcmd
-/// that could not give one).
+/// A pcmd program for an agent that runs the real pcmd while the file it returns (second)
+/// exists, and fails at once (exit 1) once it is removed: a pcmd that cannot be started
+/// again.
+fn switchable_pcmd(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let script = dir.join("pcmd-switch.sh");
+    let on = dir.join("pcmd-on");
+    std::fs::write(&on, b"").unwrap();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ -e '{}' ] || {{ echo 'pcmd switched off' >&2; exit 1; }}\nexec '{}' \"$@\"\n",
+            on.display(),
+            bin("pcmd").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, on)
+}
+
+/// Issue 36, finding 4: an idle agent whose pcmd died, and cannot be started again, stops
+/// within seconds of SIGTERM and says why (before: its drain waited 60 s for a report of
+/// the node's ranks from a pcmd that could not give one). It tries to start pcmd again
+/// once per 5 s at most, and says so once.
 #[test]
 fn given_an_idle_agent_whose_pcmd_died_then_sigterm_stops_it_within_seconds_saying_why() {
     let dir = tempdir();
     let key = pool_key(dir.path(), "pool.key");
-    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let mut spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let (pcmd, on) = switchable_pcmd(dir.path());
+    spec.pcmd = pcmd;
     let mut agent = AgentProc::local(dir.path(), spec.clone());
+    std::fs::remove_file(&on).unwrap();
     kill_pcmd(&spec.pcmd_socket);
-    // Two profile periods: the agent has seen that pcmd is gone.
+    // Two profile periods: the agent has seen that pcmd is gone, and failed to start one.
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
     nix::sys::signal::kill(
@@ -245,6 +269,116 @@ fn given_an_idle_agent_whose_pcmd_died_then_sigterm_stops_it_within_seconds_sayi
         log.contains("pcmd does not answer and no rank process is known alive"),
         "{log}"
     );
+    let failed = log.matches("starting a new one failed").count();
+    assert_eq!(failed, 1, "one failed start in 2 s, said once:\n{log}");
+    // The new pcmd's words go to the log of the agent's pcmd, after the first one's.
+    let pcmd_log = std::fs::read_to_string(spec.state_dir.join("pcmd.log")).unwrap();
+    assert!(pcmd_log.contains("pcmd switched off"), "{pcmd_log}");
+}
+
+/// The node's pcmd is shared: the agent may use one that a launcher started (and stops
+/// when its job ends), and any pcmd may be killed. Whenever none answers at the socket,
+/// the agent starts one there at its next profile tick, says so once, and answers `status`
+/// all along; on SIGTERM it stops, with the pcmd it started, within seconds.
+#[test]
+fn given_the_nodes_pcmd_stops_or_is_killed_then_the_agent_starts_a_new_one_and_stops_it_on_sigterm()
+{
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    // A launcher's pcmd on the node's socket; the agent attaches to it.
+    let mut launchers = Command::new(bin("pcmd"));
+    launchers
+        .arg("--socket")
+        .arg(&spec.pcmd_socket)
+        .args(["--host", "na", "serve"]);
+    let mut launchers = mpi_ios_tests::Group::start(launchers, dir.path(), "launchers-pcmd");
+    wait_until(Duration::from_secs(10), "the launcher's pcmd", || {
+        pcmd_status(&spec.pcmd_socket).is_ok()
+    });
+    let mut agent = AgentProc::local(dir.path(), spec.clone());
+    assert!(
+        agent
+            .group
+            .stderr_so_far()
+            .contains("attached to the node's pcmd"),
+        "{}",
+        agent.group.stderr_so_far()
+    );
+    // Waits (at most 15 s) for a pcmd other than `old` at the socket, which the agent says
+    // it started, the agent answering `status` all along; returns its pid and how long it
+    // took.
+    let replaced = |agent: &AgentProc, old: u32| {
+        let t0 = Instant::now();
+        loop {
+            assert!(
+                agent.try_status().is_some(),
+                "status failed while pcmd was gone:\n{}",
+                agent.group.stderr_so_far()
+            );
+            match pcmd_status(&spec.pcmd_socket) {
+                Ok(s)
+                    if s.pid != old
+                        && agent
+                            .group
+                            .stderr_so_far()
+                            .contains(&format!("started a new one (pid {})", s.pid)) =>
+                {
+                    return (s.pid, t0.elapsed())
+                }
+                _ => {}
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "no new pcmd within 15 s:\n{}",
+                agent.group.stderr_so_far()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The launcher's job ends: it stops its pcmd.
+    let launchers_pid = launchers.pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(launchers_pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let (first, took_first) = replaced(&agent, launchers_pid);
+    assert!(!launchers.running());
+    // A crash.
+    kill_pcmd(&spec.pcmd_socket);
+    let (second, took_second) = replaced(&agent, first);
+    eprintln!("new pcmd {took_first:?} after the launcher's stopped, {took_second:?} after a kill");
+    assert_eq!(pcmd_status(&spec.pcmd_socket).unwrap().host.as_str(), "na");
+    let log = agent.group.stderr_so_far();
+    for pid in [first, second] {
+        let said = format!("started a new one (pid {pid})");
+        assert_eq!(log.matches(&said).count(), 1, "{said:?} once:\n{log}");
+    }
+    assert!(log.contains("SIGKILL"), "how the killed one ended:\n{log}");
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.group.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    while agent.group.running() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM:\n{}",
+            agent.group.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = t0.elapsed();
+    eprintln!("agent stopped {took:?} after SIGTERM");
+    assert!(took < Duration::from_secs(5), "stopped after {took:?}");
+    // Its pcmd too, and no other took its place.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{second}")).exists(),
+        "the agent's pcmd (pid {second}) outlived it"
+    );
+    assert!(pcmd_status(&spec.pcmd_socket).is_err());
 }
 
 /// Issue 36, finding 3: the node's pcmd dies while a job runs on it and the job then ends.

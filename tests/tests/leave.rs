@@ -5,13 +5,17 @@
 //! Open MPI 4 the ranks move too, but the node keeps Open MPI's daemon until the job ends, so
 //! the leave says so and the agent stays; the job is unharmed either way.
 //!
-//! Needs root (namespaces, cgroups); skipped with the reason otherwise.
+//! A node given back is marked so (`pcm_proto::given_back`, next to its pcmd socket), so
+//! that a relaunch does not place ranks there, until its agent joins again.
+//!
+//! The emulated nodes need root (namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::{emulated_nodes_usable, Cluster};
+use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec};
 use mpi_ios_tests::scenario::{Line, Mode, NodeLeave, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
@@ -154,6 +158,15 @@ fn leave_and_kill(topology: &str) {
                 job.is_empty(),
                 "node-b still ran {job:?} when the leave returned"
             );
+            // Given back: marked so next to its pcmd socket, for a relaunch to skip it.
+            let socket = AgentSpec::pcmd_socket_in(dir.path(), "node-b");
+            let mark = pcm_proto::given_back::read(&socket).unwrap();
+            let mark =
+                mark.unwrap_or_else(|| panic!("no given-back mark next to {}", socket.display()));
+            assert_eq!(
+                (mark.host.as_str(), mark.by.as_str()),
+                ("node-b", "ios-agent leave")
+            );
             let hosts = outcome.report.hosts.clone().unwrap();
             assert!(
                 !hosts.iter().any(|h| h == "node-b"),
@@ -185,4 +198,60 @@ fn leave_and_kill(topology: &str) {
             );
         }
     }
+}
+
+/// The given-back mark on loopback (no job, no root): an agent that leaves marks its node
+/// next to its pcmd socket before it stops, the same agent joining again removes the mark,
+/// and a stop signal's drain marks the node too.
+#[test]
+fn a_node_given_back_is_marked_next_to_its_pcmd_socket_until_its_agent_joins_again() {
+    let dir = tempfile::Builder::new()
+        .prefix("ios-given-back-")
+        .tempdir()
+        .unwrap();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    let path = pcm_proto::given_back::path_for(&spec.pcmd_socket);
+    let agent = AgentProc::local(dir.path(), spec.clone());
+    assert_eq!(spec.given_back(), None);
+    let log = agent.leave(Duration::from_secs(15));
+    let mark = spec
+        .given_back()
+        .unwrap_or_else(|| panic!("no mark at {}:\n{log}", path.display()));
+    assert_eq!(
+        (mark.host.as_str(), mark.by.as_str()),
+        ("na", "ios-agent leave")
+    );
+    assert!(
+        log.contains(&path.display().to_string()),
+        "the mark's path is logged:\n{log}"
+    );
+
+    // Offered again.
+    let mut agent = AgentProc::local(dir.path(), spec.clone());
+    assert_eq!(spec.given_back(), None);
+    assert!(
+        agent.group.stderr_so_far().contains("removed the mark"),
+        "{}",
+        agent.group.stderr_so_far()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.group.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    while agent.group.running() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "still running 15 s after SIGTERM:\n{}",
+            agent.group.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mark = spec.given_back().unwrap();
+    assert_eq!(
+        (mark.host.as_str(), mark.by.as_str()),
+        ("na", "SIGTERM drain")
+    );
 }
