@@ -103,6 +103,12 @@ pub struct ServeArgs {
     /// still carry it out; the outcome is then reported and counted as such).
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     pub request_timeout: f64,
+    /// Stop (as on SIGTERM) when standard input reaches its end: for a pcmd that a launcher
+    /// starts on a remote host for one job, whose standard input is the launcher's
+    /// connection, so that it ends with the launcher (ssh gives a remote command no other
+    /// sign that its caller is gone, even one killed with SIGKILL).
+    #[arg(long)]
+    pub until_stdin_closes: bool,
     /// Seconds per stats period: how often the node's load is sampled and the ranks'
     /// per-iteration figures are recomputed for `pcmd stats`.
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]

@@ -252,6 +252,24 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Resolves when standard input reaches its end (or cannot be read), read on a thread of
+/// its own: what it holds is thrown away.
+pub async fn stdin_closed() {
+    let (closed, wait) = tokio::sync::oneshot::channel::<()>();
+    let reader = std::thread::Builder::new()
+        .name("pcmd-stdin".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            let _ = closed.send(());
+        });
+    if reader.is_err() {
+        tracing::warn!("cannot watch standard input; --until-stdin-closes has no effect");
+        return std::future::pending().await;
+    }
+    let _ = wait.await;
+    tracing::info!("standard input closed (--until-stdin-closes), shutting down");
+}
+
 #[derive(Debug)]
 enum Event {
     Message(ConnId, ToDaemon),

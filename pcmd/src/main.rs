@@ -57,7 +57,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("cannot start the tokio runtime")?;
-            runtime.block_on(daemon.run(daemon::shutdown_signal()))?;
+            let until_stdin_closes = args.until_stdin_closes;
+            runtime.block_on(daemon.run(async move {
+                if until_stdin_closes {
+                    tokio::select! {
+                        () = daemon::shutdown_signal() => {}
+                        () = daemon::stdin_closed() => {}
+                    }
+                } else {
+                    daemon::shutdown_signal().await;
+                }
+            }))?;
         }
         Command::Status(args) => {
             let status = Client::connect(&socket)?.status()?;

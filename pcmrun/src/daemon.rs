@@ -575,12 +575,13 @@ impl HostDaemons {
             .with_context(|| format!("cannot create {}", log.display()))?;
         let remote = *host != self.local;
         let mut command = if remote {
-            // The remote shell runs pcmd in the background and stops it when its standard
-            // input (held by pcmrun) closes: ssh gives a remote command no other sign that
-            // the caller is gone.
+            // pcmd stops when its standard input, the launcher's connection held by pcmrun,
+            // closes: ssh gives a remote command no other sign that the caller is gone, and
+            // a shell between them (an earlier `read; kill` wrapper) left pcmd running when
+            // the shell was killed with pcmrun.
             let q = |p: &Path| crate::hosts::shell_quote(&p.as_os_str().to_owned());
             let line = format!(
-                "{} --socket {} serve --checkpoint-dir {} </dev/null & p=$!; read _; kill $p; wait $p",
+                "exec {} --socket {} serve --checkpoint-dir {} --until-stdin-closes",
                 q(&self.pcmd),
                 q(&socket),
                 q(&self.checkpoint_dir)
@@ -653,18 +654,9 @@ impl HostDaemons {
     }
 }
 
-/// A new private directory (mode 0700, random name) under `$XDG_RUNTIME_DIR` or the
-/// temporary directory.
+/// A new private directory for pcmd sockets and logs ([`crate::private_dir`]).
 fn private_dir() -> anyhow::Result<tempfile::TempDir> {
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_dir())
-        .unwrap_or_else(std::env::temp_dir);
-    // tempfile creates it with mode 0700 under a random name: nobody else can plant files.
-    tempfile::Builder::new()
-        .prefix("pcmrun-")
-        .tempdir_in(&base)
-        .with_context(|| format!("cannot create a private directory in {}", base.display()))
+    Ok(crate::private_dir("pcmd")?)
 }
 
 /// Waits until the pcmd `child` answers at `socket`.

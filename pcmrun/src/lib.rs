@@ -49,3 +49,78 @@ pub fn unix_now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+/// A new private directory (mode 0700, random name) `pcmrun-PID-KIND-*` under
+/// `$XDG_RUNTIME_DIR`, else the temporary directory. The pid in its name lets a later
+/// pcmrun remove it if this one is killed before it can ([`remove_stale_private_dirs`]).
+pub fn private_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
+    let base = private_dir_base();
+    // tempfile creates it with mode 0700 under a random name: nobody else can plant files.
+    tempfile::Builder::new()
+        .prefix(&format!("pcmrun-{}-{kind}-", std::process::id()))
+        .tempdir_in(&base)
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot create a private directory in {}: {e}",
+                    base.display()
+                ),
+            )
+        })
+}
+
+fn private_dir_base() -> std::path::PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// Removes the private directories ([`private_dir`]) of pcmruns of this user that no longer
+/// run (killed with SIGKILL, or the machine stopped under them); returns how many.
+pub fn remove_stale_private_dirs() -> usize {
+    use std::os::unix::fs::MetadataExt as _;
+    let uid = nix::unistd::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(private_dir_base()) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("pcmrun-"))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<i32>().ok())
+            else {
+                return false;
+            };
+            // Only real directories of ours (never through a link), whose pcmrun is gone.
+            let ours = entry
+                .path()
+                .symlink_metadata()
+                .is_ok_and(|m| m.is_dir() && m.uid() == uid);
+            let running = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+            ours && !running && pid > 0
+        })
+        .filter(|entry| std::fs::remove_dir_all(entry.path()).is_ok())
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_a_private_dir_of_a_dead_pcmrun_then_it_is_removed_and_a_live_ones_kept() {
+        let live = private_dir("test").unwrap();
+        // A pid that runs nothing: past the kernel's largest.
+        let dead = private_dir_base().join("pcmrun-4194305-test-x");
+        std::fs::create_dir_all(dead.join("inside")).unwrap();
+        assert!(remove_stale_private_dirs() >= 1);
+        assert!(!dead.exists());
+        assert!(live.path().is_dir());
+    }
+}

@@ -73,6 +73,14 @@ fn say(line: &str) {
 }
 
 fn run(options: &Options) -> anyhow::Result<i32> {
+    if !options.dry_run {
+        let removed = pcmrun::remove_stale_private_dirs();
+        if removed > 0 {
+            say(&format!(
+                "removed {removed} private directories of earlier pcmruns that were killed"
+            ));
+        }
+    }
     let runtime = Runtime::detect(&options.launcher)?;
     // Inside a Slurm allocation without --hostfile: the allocation's hosts, written as a
     // hostfile in the runtime's form (the launch stays within the allocation either way), in
@@ -85,10 +93,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         )
         .transpose()?
         .map(|text| -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
-            let dir = tempfile::Builder::new()
-                .prefix("pcmrun-slurm-")
-                .tempdir()
-                .context("cannot create a private directory")?;
+            let dir = pcmrun::private_dir("slurm")?;
             let path = dir.path().join("hosts");
             std::fs::write(&path, &text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -138,10 +143,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             match given_back_at_start.is_empty() {
                 true => Some((path, file)),
                 false => {
-                    let dir = tempfile::Builder::new()
-                        .prefix("pcmrun-hosts-")
-                        .tempdir()
-                        .context("cannot create a private directory for the hostfile")?;
+                    let dir = pcmrun::private_dir("hosts")?;
                     let kept_path = dir.path().join("hosts");
                     std::fs::write(&kept_path, kept.text()).with_context(|| {
                         format!("cannot write the hostfile {}", kept_path.display())
@@ -261,12 +263,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     };
     // Hostfiles of relaunches that leave lost hosts out.
     let relaunch_dir = match several_hosts {
-        true => Some(
-            tempfile::Builder::new()
-                .prefix("pcmrun-hosts-")
-                .tempdir()
-                .context("cannot create a private directory for the relaunches' hostfiles")?,
-        ),
+        true => Some(pcmrun::private_dir("relaunch")?),
         false => None,
     };
     let checkpoints = options.checkpoint_interval > 0.0 && daemon.keeps_checkpoints();

@@ -1070,6 +1070,82 @@ fn start_on_nodes(cluster: &Cluster, dir: &Path, args: &[String], env: &[(&str, 
     start_with(dir, "heat2d", args, &options, &env)
 }
 
+/// pcmrun on three hosts is killed with SIGKILL (it can clean nothing up): the launch ends
+/// with it, and so do the pcmds it started on the hosts (their standard input, the
+/// launcher's connection, closes); nothing of the job is left on any node, and the next
+/// pcmrun removes the private directory the killed one left.
+#[test]
+fn given_pcmrun_killed_on_several_hosts_then_nothing_of_the_job_is_left_on_them() {
+    if let Err(why) = Cluster::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_lock();
+    let args = args_for(20.0);
+    let cluster = Cluster::new(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut run = start_on_nodes(&cluster, dir.path(), &args, &[]);
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    for node in ["node-a", "node-b", "node-c"] {
+        assert!(
+            !cluster.processes_on(node).is_empty(),
+            "{node} runs nothing of the job (a pcmd at least)"
+        );
+    }
+    let killed = run.pid();
+    kill(killed, Signal::SIGKILL).unwrap();
+    let finished = run.wait(DEADLINE);
+    assert_eq!(
+        finished.code, None,
+        "pcmrun was not killed:\n{}",
+        finished.stderr
+    );
+    for node in ["node-a", "node-b", "node-c"] {
+        wait_until(Duration::from_secs(15), &format!("{node} empty"), || {
+            cluster.processes_on(node).is_empty()
+        });
+    }
+    let left = |pid: Pid| {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(std::path::PathBuf::from)
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::read_dir(base)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("pcmrun-{pid}-"))
+            })
+            .count()
+    };
+    assert!(
+        left(killed) > 0,
+        "the killed pcmrun left no private directory"
+    );
+    let dry = Command::new(bin("pcmrun"))
+        .args(["-np", "1", "--daemon", "none", "--checkpoint-interval", "0"])
+        .arg(program("heat2d-plain"))
+        .args(["--rows", "16", "--cols", "16", "--iters", "10"])
+        .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
+        .envs(Runtime::current().test_env())
+        .output()
+        .unwrap();
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert_eq!(
+        left(killed),
+        0,
+        "the next pcmrun did not remove the killed one's directory"
+    );
+}
+
 /// Rank 1 moves from node-b to node-c (a scripted move), and node-b is then powered off. No
 /// rank runs there any more, so the job must not be touched: under MPICH, whose launcher
 /// lets a host go once its ranks have left, pcmrun says node-b is lost but unused and the
