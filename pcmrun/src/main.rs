@@ -14,10 +14,11 @@ use clap::Parser as _;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use pcm_proto::run::{RunEvent, Stamped, EVENTS_ENV};
-use pcm_proto::HostName;
+use pcm_proto::{HostName, Rank};
 use pcmrun::cli::{normalize_args, Options};
 use pcmrun::daemon::{self, Daemon, HostDaemons, LocalDaemon};
 use pcmrun::hosts::{Hostfile, ProbePlan, RemoteLauncher, PROBE_TIMEOUT};
+use pcmrun::runtime::LauncherNamedFailure;
 use pcmrun::series::{decide_first_start, series_name, Ended, FirstStart, Holder, SeriesLock};
 use pcmrun::supervisor::{
     interrupted_reason, signal_name, LauncherEnd, Policy, Start, Supervisor, Verdict,
@@ -63,7 +64,12 @@ enum Output {
     Event(RunEvent, Instant),
     /// A process of this host is gone (no longer exists, or a zombie).
     Gone(u32, Instant),
+    /// The launcher named the process whose failure ended the launch.
+    Named(LauncherNamedFailure, Instant),
+    /// The launcher's standard error ended.
     End,
+    /// The launcher's standard output ended.
+    StdoutEnd,
 }
 
 /// A line for people on standard error. A failed write is ignored: after SIGHUP the
@@ -622,7 +628,9 @@ fn run_launch(
     }
     command
         .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
+        // Read to find the launcher's word on a failed process (hydra prints it there),
+        // and copied on unchanged.
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so that the whole launch (launcher, proxies, local ranks)
         // can be stopped together, and Ctrl-C reaches pcmrun first.
@@ -637,6 +645,10 @@ fn run_launch(
         .stderr
         .take()
         .context("no pipe for the launcher's stderr")?;
+    let stdout = child
+        .stdout
+        .take()
+        .context("no pipe for the launcher's stdout")?;
     let (sender, receiver) = mpsc::channel();
     // The local ranks, watched closely: the first one gone is the one lost, the ones gone
     // after it were ended by the launcher.
@@ -648,6 +660,12 @@ fn run_launch(
             .name("rank-watch".into())
             .spawn(move || watch_gone(&pids, &sender))?;
     }
+    {
+        let sender = sender.clone();
+        std::thread::Builder::new()
+            .name("launcher-stdout".into())
+            .spawn(move || copy_stdout(stdout, &sender))?;
+    }
     std::thread::Builder::new()
         .name("launcher-stderr".into())
         .spawn(move || forward(stderr, &sender))?;
@@ -657,7 +675,9 @@ fn run_launch(
         match receiver.recv_timeout(Duration::from_millis(100)) {
             Ok(Output::Event(event, at)) => sink.take(event, at),
             Ok(Output::Gone(pid, at)) => sink.supervisor.on_gone(watch.local, pid, at),
-            Ok(Output::End) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            Ok(Output::Named(named, at)) => sink.named(&named, watch.local, at),
+            Ok(Output::End | Output::StdoutEnd)
+            | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
         if let Ok(mut pids) = local_ranks.lock() {
             *pids = sink
@@ -733,7 +753,7 @@ fn run_launch(
             }
         }
     };
-    drain(&receiver, sink);
+    drain(&receiver, sink, watch.local);
     // Whatever of the launch is left on this host (a proxy, an orphaned rank) goes too.
     let _ = killpg(group, Signal::SIGKILL);
     reap(&mut child);
@@ -916,6 +936,18 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
+    /// The launcher's word on which process failed, taken for a process of another host
+    /// (those of this host are watched more closely, [`watch_gone`]).
+    fn named(&mut self, named: &LauncherNamedFailure, local: &HostName, at: Instant) {
+        let Ok(host) = HostName::new(named.host.as_str()) else {
+            return;
+        };
+        if host != *local {
+            self.supervisor
+                .on_launcher_named(&host, named.pid, named.rank.map(Rank), at);
+        }
+    }
+
     fn take(&mut self, event: RunEvent, at: Instant) {
         self.last_sign = self.last_sign.max(at);
         if let Some(file) = self.events.as_deref_mut() {
@@ -935,15 +967,21 @@ impl Sink<'_> {
     }
 }
 
-/// Takes the events still in the pipe after the launcher ended.
-fn drain(receiver: &Receiver<Output>, sink: &mut Sink<'_>) {
+/// Takes the events still in the pipes after the launcher ended, until both its output
+/// and its error stream have ended (or [`DRAIN`] has passed: a process that outlives the
+/// launcher may hold them open).
+fn drain(receiver: &Receiver<Output>, sink: &mut Sink<'_>, local: &HostName) {
     let until = Instant::now() + DRAIN;
-    loop {
+    let (mut stderr_open, mut stdout_open) = (true, true);
+    while stderr_open || stdout_open {
         let left = until.saturating_duration_since(Instant::now());
         match receiver.recv_timeout(left) {
             Ok(Output::Event(event, at)) => sink.take(event, at),
+            Ok(Output::Named(named, at)) => sink.named(&named, local, at),
             Ok(Output::Gone(..)) => {}
-            Ok(Output::End) | Err(_) => return,
+            Ok(Output::End) => stderr_open = false,
+            Ok(Output::StdoutEnd) => stdout_open = false,
+            Err(_) => return,
         }
     }
 }
@@ -976,8 +1014,35 @@ fn forward(stderr: impl Read, sender: &mpsc::Sender<Output>) {
             }
             None => {
                 let _ = std::io::stderr().lock().write_all(&line);
+                if let Some(named) = LauncherNamedFailure::find_in(&String::from_utf8_lossy(&line))
+                {
+                    let _ = sender.send(Output::Named(named, Instant::now()));
+                }
             }
         }
     }
     let _ = sender.send(Output::End);
+}
+
+/// Copies the launcher's standard output to ours unchanged, line by line, noting the
+/// failures it names.
+fn copy_stdout(stdout: impl Read, sender: &mpsc::Sender<Output>) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(&line);
+            let _ = out.flush();
+        }
+        if let Some(named) = LauncherNamedFailure::find_in(&String::from_utf8_lossy(&line)) {
+            let _ = sender.send(Output::Named(named, Instant::now()));
+        }
+    }
+    let _ = sender.send(Output::StdoutEnd);
 }

@@ -251,6 +251,48 @@ fn quote(text: &str) -> String {
     }
 }
 
+/// A process the launcher reports as the one whose failure ended the job: hydra's "BAD
+/// TERMINATION" block (`=   PID 4711 RUNNING AT node-c`), Open MPI's "mpirun noticed that
+/// process rank 1 with PID 4711 on node node-c exited on signal 9 (Killed)." For the hosts
+/// whose processes pcmrun cannot watch itself (other hosts), it tells the process lost from
+/// those the launcher then stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LauncherNamedFailure {
+    /// The host it ran on.
+    pub host: String,
+    /// Its process id, when the launcher gives it (Open MPI 4 may print 0).
+    pub pid: Option<u32>,
+    /// Its rank in the launch (Open MPI only).
+    pub rank: Option<u32>,
+}
+
+impl LauncherNamedFailure {
+    /// The failure `line` of the launcher's output names, if it names one.
+    pub fn find_in(line: &str) -> Option<LauncherNamedFailure> {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("=   PID ") {
+            // hydra: `=   PID 4711 RUNNING AT node-c`
+            let (pid, host) = rest.split_once(" RUNNING AT ")?;
+            return Some(LauncherNamedFailure {
+                host: host.trim().to_owned(),
+                pid: pid.trim().parse().ok().filter(|&p| p != 0),
+                rank: None,
+            });
+        }
+        // Open MPI: `... noticed that process rank 1 with PID 4711 on node node-c exited on
+        // signal 9 (Killed).`
+        let rest = line.split_once("noticed that process rank ")?.1;
+        let (rank, rest) = rest.split_once(" with PID ")?;
+        let (pid, rest) = rest.split_once(" on node ")?;
+        let host = rest.split_whitespace().next()?;
+        Some(LauncherNamedFailure {
+            host: host.to_owned(),
+            pid: pid.trim().parse().ok().filter(|&p| p != 0),
+            rank: rank.trim().parse().ok(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,5 +332,36 @@ mod tests {
             "{line}"
         );
         assert_eq!(line.contains("OMPI_ALLOW_RUN_AS_ROOT=1"), Launch::as_root());
+    }
+
+    #[test]
+    fn given_the_launchers_failure_reports_then_the_process_they_name_is_found() {
+        assert_eq!(
+            LauncherNamedFailure::find_in("=   PID 4711 RUNNING AT node-c\n"),
+            Some(LauncherNamedFailure {
+                host: "node-c".into(),
+                pid: Some(4711),
+                rank: None
+            })
+        );
+        assert_eq!(
+            LauncherNamedFailure::find_in(
+                "mpirun noticed that process rank 1 with PID 0 on node node-c exited on signal 9 (Killed)."
+            ),
+            Some(LauncherNamedFailure {
+                host: "node-c".into(),
+                pid: None,
+                rank: Some(1)
+            })
+        );
+        for other in [
+            "=   EXIT CODE: 9",
+            "=   PID RUNNING AT",
+            "{\"checksum\": \"PID 3 RUNNING AT x\"}",
+            "process rank 1 with PID",
+            "",
+        ] {
+            assert_eq!(LauncherNamedFailure::find_in(other), None, "{other:?}");
+        }
     }
 }

@@ -231,6 +231,8 @@ pub struct Supervisor {
     hosts_lost_unused: Vec<HostName>,
     /// See [`Report::hosts_given_back`].
     hosts_given_back: Vec<HostName>,
+    /// The process the launcher named as failed, in the current launch.
+    named_by_launcher: Option<(HostName, u32)>,
 }
 
 impl Supervisor {
@@ -259,6 +261,7 @@ impl Supervisor {
             failed_at: None,
             hosts_lost_unused: Vec::new(),
             hosts_given_back: Vec::new(),
+            named_by_launcher: None,
         }
     }
 
@@ -285,6 +288,7 @@ impl Supervisor {
         self.placement.clear();
         self.newest.clear();
         self.aborting = None;
+        self.named_by_launcher = None;
         self.stalled = None;
         self.progress = None;
         self.previous_progress = None;
@@ -455,18 +459,24 @@ impl Supervisor {
             .filter(|p| p.exited.is_none())
             .filter_map(|p| p.gone)
             .min();
-        let followed = |p: &Process| matches!((p.gone, first_gone), (Some(g), Some(f)) if g > f + FOLLOWED_AFTER);
+        let named = self.named_by_launcher.as_ref();
+        // A process the launcher did not name, when it named one, or one seen gone after
+        // the first seen gone, was stopped because of the lost one.
+        let followed = |key: &(HostName, u32), p: &Process| {
+            named.is_some_and(|n| n != key)
+                || matches!((p.gone, first_gone), (Some(g), Some(f)) if g > f + FOLLOWED_AFTER)
+        };
         let followers: Vec<String> = self
             .processes
             .iter()
-            .filter(|(_, p)| p.exited.is_none() && followed(p))
+            .filter(|(key, p)| p.exited.is_none() && followed(key, p))
             .map(|((host, pid), p)| format!("rank {} (pid {pid} on {host})", p.rank))
             .collect();
         let lost: Vec<String> = self
             .processes
             .iter()
             .filter_map(|((host, pid), p)| match p.exited {
-                None if followed(p) => None,
+                None if followed(&(host.clone(), *pid), p) => None,
                 None => Some(format!("rank {} (pid {pid} on {host})", p.rank)),
                 Some(code) if is_mpi_abort(code) => Some(format!(
                     "rank {} (pid {pid} on {host}, ended by an MPI error, code {code})",
@@ -625,6 +635,37 @@ impl Supervisor {
             if !self.hosts_given_back.contains(&host) {
                 self.hosts_given_back.push(host);
             }
+        }
+    }
+
+    /// The launcher named the process whose failure ended the launch: on `host`, with
+    /// `pid` or (when the launcher gives no pid) the launch's `rank`. For a process of
+    /// another host, which pcmrun cannot watch, it is the one lost; the others that did
+    /// not exit were stopped by the launcher because of it. The first one named counts.
+    pub fn on_launcher_named(
+        &mut self,
+        host: &HostName,
+        pid: Option<u32>,
+        rank: Option<Rank>,
+        at: Instant,
+    ) {
+        if self.named_by_launcher.is_some() {
+            return;
+        }
+        let found = self.processes.iter().find(|((h, p), process)| {
+            h == host
+                && match (pid, rank) {
+                    (Some(pid), _) => *p == pid,
+                    (None, Some(rank)) => process.rank == rank,
+                    (None, None) => false,
+                }
+        });
+        if let Some(((h, p), _)) = found {
+            let key = (h.clone(), *p);
+            if let Some(process) = self.processes.get_mut(&key) {
+                process.gone.get_or_insert(at);
+            }
+            self.named_by_launcher = Some(key);
         }
     }
 
@@ -1097,6 +1138,40 @@ mod tests {
         assert!(
             matches!(&verdict, Verdict::Relaunch { reason, .. }
                 if reason.starts_with("lost rank 1 (pid 11 on a) (rank 0 (pid 10 on a) then stopped by the launcher)")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_the_launcher_names_the_failed_process_of_another_host_then_only_it_counts_as_lost() {
+        let t = Instant::now();
+        for (pid, rank) in [(Some(11), None), (None, Some(Rank(1)))] {
+            let mut s = Supervisor::new(policy(), t);
+            s.launching();
+            started(&mut s, 0, 10, t);
+            started(&mut s, 1, 11, t);
+            s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+            // Neither process is seen gone (another host): the launcher's word decides.
+            s.on_launcher_named(&host("a"), pid, rank, t);
+            s.on_launcher_named(&host("a"), Some(10), None, t);
+            let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
+            assert!(
+                matches!(&verdict, Verdict::Relaunch { reason, .. }
+                    if reason.starts_with("lost rank 1 (pid 11 on a) (rank 0 (pid 10 on a) then stopped by the launcher)")),
+                "{verdict:?}"
+            );
+        }
+        // A process the launch does not know changes nothing.
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        s.on_launcher_named(&host("z"), Some(11), None, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { reason, .. }
+                if reason.starts_with("lost rank 0 (pid 10 on a), rank 1 (pid 11 on a)")),
             "{verdict:?}"
         );
     }

@@ -189,6 +189,12 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     );
     let report = job.report().unwrap();
     assert_eq!(report["launches"], 2, "{report}");
+    // Only rank 1 was killed; rank 0 was stopped by the launcher because of it.
+    let reason = report["recoveries"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(&format!("lost rank 1 (pid {pid} on {moved_to})")),
+        "{reason}"
+    );
     assert_eq!(
         report["hosts_given_back"],
         serde_json::json!(["node-b"]),
