@@ -159,7 +159,8 @@ fn leave_and_kill(topology: &str) {
                 "node-b still ran {job:?} when the leave returned"
             );
             // Given back: marked so next to its pcmd socket, for a relaunch to skip it.
-            let socket = AgentSpec::pcmd_socket_in(dir.path(), "node-b");
+            let socket =
+                AgentSpec::pcmd_socket_in(&dir.path().join(Mode::Adaptive.name()), "node-b");
             let mark = pcm_proto::given_back::read(&socket).unwrap();
             let mark =
                 mark.unwrap_or_else(|| panic!("no given-back mark next to {}", socket.display()));
