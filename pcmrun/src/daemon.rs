@@ -227,13 +227,20 @@ impl LocalDaemon {
     /// If the pcmd ended (killed, crashed), starts one again at the same socket with the
     /// same checkpoint directory (or takes the one that answers there now), so that the
     /// ranks' next checkpoints are written and a relaunch finds them. `None` while it runs,
-    /// else how the old one ended and whether a pcmd answers again.
-    pub fn restart_if_ended(&mut self, now: Instant) -> Option<(String, anyhow::Result<()>)> {
-        let status = match self.child.as_mut() {
+    /// else which one ended (`pid N`, or the node's socket), how, and whether a pcmd
+    /// answers again.
+    pub fn restart_if_ended(
+        &mut self,
+        now: Instant,
+    ) -> Option<(String, String, anyhow::Result<()>)> {
+        let (which, status) = match self.child.as_mut() {
             Some(child) => match child.try_wait() {
                 Ok(None) => return None,
-                Ok(Some(status)) => format!("pid {}, {status}", child.id()),
-                Err(e) => format!("pid {}, cannot be waited for: {e}", child.id()),
+                Ok(Some(status)) => (format!("pid {}", child.id()), status.to_string()),
+                Err(e) => (
+                    format!("pid {}", child.id()),
+                    format!("cannot be waited for: {e}"),
+                ),
             },
             None => {
                 if now.duration_since(self.checked) < ATTACHED_CHECK {
@@ -243,13 +250,16 @@ impl LocalDaemon {
                 if answers(&self.socket) {
                     return None;
                 }
-                "the node's pcmd no longer answers".to_owned()
+                (
+                    format!("at {}", self.socket.display()),
+                    "no longer answers".to_owned(),
+                )
             }
         };
         self.child = None;
         if answers(&self.socket) {
             // Another one (the node's agent's) took the socket: use it.
-            return Some((status, Ok(())));
+            return Some((which, status, Ok(())));
         }
         let restarted = spawn_local(
             &self.pcmd,
@@ -258,7 +268,7 @@ impl LocalDaemon {
             &self.log,
         )
         .map(|child| self.child = Some(child));
-        Some((status, restarted))
+        Some((which, status, restarted))
     }
 }
 

@@ -838,14 +838,14 @@ impl HostWatch<'_> {
             None => "; no complete checkpoint yet".to_owned(),
         };
         if let Some(pcmd) = self.local_pcmd.as_deref_mut() {
-            let Some((status, restarted)) = pcmd.restart_if_ended(now) else {
+            let Some((which, status, restarted)) = pcmd.restart_if_ended(now) else {
                 return;
             };
             match (restarted, pcmd.pid()) {
                 (Ok(()), Some(pid)) => {
                     self.pcmd_retry = None;
                     say(&format!(
-                        "the job's pcmd ended ({status}); started it again at the same socket and checkpoint directory (pid {pid}, log {}){}",
+                        "the job's pcmd ({which}) ended ({status}); started it again at the same socket and checkpoint directory (pid {pid}, log {}){}",
                         pcmd.log.display(),
                         newest()
                     ));
@@ -853,14 +853,14 @@ impl HostWatch<'_> {
                 (Ok(()), None) => {
                     self.pcmd_retry = None;
                     say(&format!(
-                        "the job's pcmd ended ({status}); another pcmd answers at its socket now: the job uses it{}",
+                        "the job's pcmd ({which}) ended ({status}); another pcmd answers at its socket now: the job uses it{}",
                         newest()
                     ));
                 }
                 (Err(e), _) => {
                     self.pcmd_retry = Some(now + PCMD_RETRY);
                     say(&format!(
-                        "the job's pcmd ended ({status}) and cannot be started again (trying again in {} s): {e:#}",
+                        "the job's pcmd ({which}) ended ({status}) and cannot be started again (trying again in {} s): {e:#}",
                         PCMD_RETRY.as_secs()
                     ));
                 }
