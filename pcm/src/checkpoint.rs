@@ -22,18 +22,24 @@
 //! the application reads them like a replacement does. If any rank fails to load, the ranks
 //! fall back to the next older common checkpoint; if there is none, the job starts fresh
 //! and says so.
+//!
+//! With `PCM_CHECKPOINT_DIR=/abs/dir` (the same on every rank, checked at init) every
+//! checkpoint connection names that directory in its `Hello`, and the pcmd keeps the job's
+//! checkpoints there instead of in its own directory. A pcmd that does not confirm the
+//! directory in its `Welcome` (one from before the field) is not used: it would write
+//! elsewhere than asked.
 
 use std::collections::BTreeSet;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use pcm_proto::checkpoint::{
     self as ckpt, expect_frame, write_frame, Available, Digest, Finished, Hasher, Identity,
-    Manifest, PieceEntry, PieceHeader, PieceId, Request, Response, Series, FORMAT_VERSION,
+    Manifest, PieceEntry, PieceHeader, PieceId, Request, Response, Series, DIR_ENV, FORMAT_VERSION,
     JOB_NAME_ENV,
 };
 use pcm_proto::{AppName, Rank};
@@ -182,6 +188,51 @@ pub(crate) fn agree_on_identity(
     })
 }
 
+/// The job's checkpoint directory (`PCM_CHECKPOINT_DIR`): rank 0's, which every rank must
+/// have given too. A rank whose value differs (or that has none where rank 0 has one, or
+/// the other way round) would keep its pieces elsewhere than the others, so the job does
+/// not start: every rank fails, naming the values. Collective.
+pub(crate) fn agree_on_dir(
+    world: &mpi::topology::SimpleCommunicator,
+    mine: Option<&Path>,
+) -> Result<Option<String>, PcmError> {
+    let mine = mine.map(|d| d.to_string_lossy().into_owned());
+    let root = (world.rank() == 0).then(|| crate::encode_cbor(&mine));
+    let bytes = crate::reconfig::broadcast_bytes(world, 0, root);
+    let rank0: Option<String> =
+        ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
+    let differs = mine != rank0;
+    // The highest rank that differs, plus one (0: none).
+    let mut worst = 0u64;
+    world.all_reduce_into(
+        &if differs { world.rank() as u64 + 1 } else { 0 },
+        &mut worst,
+        SystemOperation::max(),
+    );
+    if worst == 0 {
+        return Ok(rank0);
+    }
+    let show = |v: &Option<String>| v.as_ref().map_or("unset".to_owned(), |d| format!("{d:?}"));
+    let reason = if differs {
+        format!(
+            "rank 0 has {} here: every rank of a job must name the same checkpoint directory",
+            show(&rank0)
+        )
+    } else {
+        format!(
+            "rank {} (perhaps others too) names another checkpoint directory than rank 0's {}: \
+             every rank of a job must name the same one (see that rank's message)",
+            worst - 1,
+            show(&rank0)
+        )
+    };
+    Err(PcmError::Config {
+        variable: DIR_ENV,
+        value: mine.unwrap_or_default(),
+        reason,
+    })
+}
+
 /// Bit of [`State::word`]: the interval has passed.
 pub(crate) const DUE: u64 = 1;
 /// Bit of [`State::word`]: a move agreed at this check waits for a checkpoint.
@@ -257,14 +308,24 @@ fn connect(pcm: &Pcm) -> Result<(BufReader<UnixStream>, BufWriter<UnixStream>), 
     stream.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(io)?;
     let mut reader = BufReader::new(stream.try_clone().map_err(io)?);
     let mut writer = BufWriter::with_capacity(1 << 20, stream);
+    let asked = pcm.job.checkpoint_dir.clone();
     let hello = Request::Hello {
         version: FORMAT_VERSION,
-        dir: None,
+        dir: asked.clone(),
     };
     write_frame(&mut writer, &hello).map_err(io)?;
     writer.flush().map_err(io)?;
     match expect_frame(&mut reader).map_err(|e| e.to_string())? {
-        Response::Welcome { .. } => Ok((reader, writer)),
+        Response::Welcome { dir, .. } => match asked {
+            Some(asked) if dir.as_ref() != Some(&asked) => Err(format!(
+                "the pcmd at {} did not confirm {DIR_ENV}={asked} (it answered {}): a pcmd \
+                 from before {DIR_ENV} would keep the checkpoints in its own directory \
+                 instead; update it",
+                socket.display(),
+                dir.map_or("without a directory".to_owned(), |d| format!("with {d}"))
+            )),
+            _ => Ok((reader, writer)),
+        },
         other => Err(answer(other)),
     }
 }

@@ -7,6 +7,7 @@
 //! reads the environment for settings; the rest takes them from a `Config`.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::checkpoint::{self, Policy, Restart};
@@ -32,6 +33,7 @@ pub const VARIABLES: &[&str] = &[
     checkpoint::BEFORE_MOVE_ENV,
     checkpoint::RESTART_ENV,
     pcm_proto::checkpoint::JOB_NAME_ENV,
+    pcm_proto::checkpoint::DIR_ENV,
     deadline::RECONFIGURE_TIMEOUT_ENV,
     profile::PROFILE_ENV,
     pcm_proto::run::EVENTS_ENV,
@@ -76,6 +78,9 @@ pub struct Config {
     pub(crate) runtime_dir: Option<String>,
     /// `PCM_JOB_NAME` as given: rank 0 checks it and every rank gets its verdict.
     pub(crate) job_name: Option<String>,
+    /// `PCM_CHECKPOINT_DIR`: the job's own checkpoint directory (absolute), or `None`: the
+    /// pcmd's. Every rank must give the same one (checked at init).
+    pub(crate) checkpoint_dir: Option<PathBuf>,
     /// The host settings as given, read by rank 0 only (it reads the hostfile and may
     /// warn), by variable name.
     pub(crate) hosts: BTreeMap<&'static str, String>,
@@ -99,6 +104,7 @@ impl Default for Config {
             daemon: None,
             runtime_dir: None,
             job_name: None,
+            checkpoint_dir: None,
             hosts: BTreeMap::new(),
         }
     }
@@ -174,6 +180,8 @@ impl Config {
         config.daemon = get(pcm_proto::DAEMON_ENV);
         config.runtime_dir = get("XDG_RUNTIME_DIR");
         config.job_name = get(pcm_proto::checkpoint::JOB_NAME_ENV);
+        // Checked by `validate`: an absolute path, or the error (never another directory).
+        config.checkpoint_dir = get(pcm_proto::checkpoint::DIR_ENV).map(PathBuf::from);
         for variable in [
             hosts::HOSTFILE_ENV,
             hosts::LAUNCHER_HOSTFILE_ENVS[0],
@@ -209,6 +217,17 @@ impl Config {
     /// `PCM_CHECKPOINT_BEFORE_MOVE`).
     pub fn with_checkpoint_interval(mut self, interval: Option<Duration>) -> Self {
         self.checkpoint = Policy::with_interval(interval);
+        self
+    }
+
+    /// The job's own checkpoint directory (`PCM_CHECKPOINT_DIR`, an absolute path; default
+    /// `None`: the node's pcmd keeps the checkpoints in its `--checkpoint-dir`). Each node's
+    /// pcmd then keeps this job's pieces and manifests there, creating it (mode 0700) if
+    /// it is missing, or refuses it (another user's, writable by others) and the
+    /// checkpoint is not written. A directory every host sees (a shared home directory)
+    /// lets a rank relaunched on another host find its piece.
+    pub fn with_checkpoint_dir(mut self, dir: Option<&Path>) -> Self {
+        self.checkpoint_dir = dir.map(Path::to_path_buf);
         self
     }
 
@@ -278,6 +297,22 @@ impl Config {
                 reason: "the progress period must be at least 1 ms (0.001)".into(),
             });
         }
+        if let Some(dir) = &self.checkpoint_dir {
+            let problem = if !dir.is_absolute() {
+                Some("expected an absolute path (ranks and pcmds start in different directories); unset it to keep the checkpoints in each pcmd's own --checkpoint-dir")
+            } else if dir.to_str().is_none() {
+                Some("not valid UTF-8")
+            } else {
+                None
+            };
+            if let Some(reason) = problem {
+                return Err(PcmError::Config {
+                    variable: pcm_proto::checkpoint::DIR_ENV,
+                    value: dir.display().to_string(),
+                    reason: reason.into(),
+                });
+            }
+        }
         if let Some(path) = self.events.file.as_ref().filter(|p| !p.is_absolute()) {
             return Err(PcmError::Config {
                 variable: pcm_proto::run::EVENTS_FILE_ENV,
@@ -323,6 +358,7 @@ mod tests {
         assert_eq!(c.progress_period, crate::events::DEFAULT_PROGRESS_PERIOD);
         assert_eq!(c.restart, Restart::No);
         assert!(!c.daemon_off());
+        assert_eq!(c.checkpoint_dir, None);
     }
 
     #[test]
@@ -336,8 +372,13 @@ mod tests {
             ("PCM_SCHEDULE", "10:1"),
             ("PCM_EVENTS", "/tmp/job/events.jsonl"),
             ("PCM_PROGRESS_PERIOD", "0.05"),
+            ("PCM_CHECKPOINT_DIR", "/home/me/job/checkpoints"),
         ])
         .unwrap();
+        assert_eq!(
+            c.checkpoint_dir.as_deref(),
+            Some(Path::new("/home/me/job/checkpoints"))
+        );
         assert_eq!(
             c.events,
             EventSinks {
@@ -385,6 +426,9 @@ mod tests {
             ("PCM_PROGRESS_PERIOD", "soon"),
             ("PCM_PROGRESS_PERIOD", "0"),
             ("PCM_PROGRESS_PERIOD", "-1"),
+            ("PCM_CHECKPOINT_DIR", "checkpoints"),
+            ("PCM_CHECKPOINT_DIR", "./job/checkpoints"),
+            ("PCM_CHECKPOINT_DIR", ""),
         ] {
             let e = config(&[(variable, value)]).unwrap_err().to_string();
             assert!(e.contains(variable) && e.contains(value), "{e}");
@@ -395,5 +439,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("PCM_CHECK_PERIOD_MS"), "{e}");
+        let e = config(&[("PCM_CHECKPOINT_DIR", "")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("PCM_CHECKPOINT_DIR=\"\"") && e.contains("absolute path"),
+            "{e}"
+        );
+        let e = Config::default()
+            .with_checkpoint_dir(Some(Path::new("rel")))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PCM_CHECKPOINT_DIR=\"rel\""), "{e}");
     }
 }

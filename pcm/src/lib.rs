@@ -87,6 +87,10 @@
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
 //! - `PCM_CHECKPOINT_INTERVAL`: seconds between coordinated checkpoints (fractions allowed;
 //!   unset: none). They are written by the node's pcmd and copied to its buddy.
+//! - `PCM_CHECKPOINT_DIR`: the job's own checkpoint directory, an absolute path (the same
+//!   on every rank); each node's pcmd keeps the job's checkpoints there instead of in its
+//!   `--checkpoint-dir`, creating it (mode 0700) or refusing it (not private to the user).
+//!   A relative or empty value is an error at init. Unset: each pcmd's own directory.
 //! - `PCM_RESTART`: `1` resumes the job from its newest checkpoint that is complete and
 //!   intact for every rank ([`ProcessStatus::Restarted`]); the same `mpirun` command plus
 //!   `-x PCM_RESTART=1`.
@@ -311,6 +315,11 @@ pub(crate) struct JobContext {
     /// The job name (`PCM_JOB_NAME`) that keeps checkpoint series apart, if set.
     #[serde(default)]
     job_name: Option<AppName>,
+    /// The job's own checkpoint directory (`PCM_CHECKPOINT_DIR`, rank 0's, which every rank
+    /// gave too), named to pcmd on every checkpoint connection; `None`: the pcmd's own.
+    /// Replacements inherit it with the rest of the context.
+    #[serde(default)]
+    checkpoint_dir: Option<String>,
     /// Program and arguments, as rank 0 started: what the checkpoints are checkpoints of.
     #[serde(default)]
     identity: pcm_proto::checkpoint::Identity,
@@ -613,6 +622,7 @@ impl Pcm {
         let job = agree_on_job_id(&world, &app);
         let (job_name, identity) =
             checkpoint::agree_on_identity(&world, config.job_name.as_deref())?;
+        let checkpoint_dir = checkpoint::agree_on_dir(&world, config.checkpoint_dir.as_deref())?;
         let (hosts, new_hosts, rank_hosts) = agree_on_hosts(&world, &host, &config)?;
         let now = Instant::now();
         let mut pcm = Pcm {
@@ -632,6 +642,7 @@ impl Pcm {
                 new_hosts,
                 checkpoint: checkpoint_policy,
                 job_name,
+                checkpoint_dir,
                 identity,
                 resumed: false,
                 reconfigure_timeout,
@@ -1349,6 +1360,7 @@ mod verdict_tests {
             new_hosts: hosts::NewHosts::default(),
             checkpoint: checkpoint::Policy::default(),
             job_name: None,
+            checkpoint_dir: None,
             identity: Default::default(),
             resumed: false,
             reconfigure_timeout: DEFAULT_RECONFIGURE_TIMEOUT,

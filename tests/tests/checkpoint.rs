@@ -134,7 +134,12 @@ fn job(node: &Node) -> MpiJob {
 /// Runs heat2d until `ready` holds, then kills rank 1 with SIGKILL; returns the output of
 /// the failed run.
 fn run_and_kill_rank(node: &Node, dir: &Path, ready: impl Fn() -> bool) -> String {
-    let mut run = job(node).start(dir, "killed");
+    run_and_kill(job(node), node, dir, ready)
+}
+
+/// [`run_and_kill_rank`] of `job`, whose ranks register with `node`.
+fn run_and_kill(job: MpiJob, node: &Node, dir: &Path, ready: impl Fn() -> bool) -> String {
+    let mut run = job.start(dir, "killed");
     wait_until(WAIT, "checkpoints to be written", || {
         assert!(
             run.running(),
@@ -162,10 +167,15 @@ fn run_and_kill_rank(node: &Node, dir: &Path, ready: impl Fn() -> bool) -> Strin
 
 /// Restarts with `PCM_RESTART=1`; returns the checksum, the restart iteration and stderr.
 fn restart(node: &Node) -> (String, u64, String) {
+    restart_as(job(node), "1")
+}
+
+/// Restarts `job` with `PCM_RESTART=mode`; returns what [`restart`] does.
+fn restart_as(job: MpiJob, mode: &str) -> (String, u64, String) {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
-    let finished = job(node)
-        .env("PCM_RESTART", "1")
+    let finished = job
+        .env("PCM_RESTART", mode)
         .env("PCM_EVENTS", events.display().to_string())
         .run(DEADLINE);
     let report = finished.report();
@@ -407,6 +417,58 @@ fn given_the_node_pcmd_killed_and_its_files_deleted_then_the_buddy_copy_is_used(
         "ranks did not say the state came from the buddy:\n{stderr}"
     );
     assert!(node.log().contains("from buddy"), "{}", node.log());
+}
+
+/// One pcmd per node and user, shared by jobs: a job with its own directory
+/// (`PCM_CHECKPOINT_DIR`) keeps its checkpoints there, not in the pcmd's `--checkpoint-dir`,
+/// and resumes from there.
+#[test]
+fn given_a_job_checkpoint_dir_then_its_pieces_go_there_and_a_restart_resumes_from_it() {
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    // Missing, parents too: the pcmd creates it, private.
+    let job_dir = dir
+        .path()
+        .join("home")
+        .join("me")
+        .join("heat2d-checkpoints");
+    let in_job_dir = |job: MpiJob| job.env("PCM_CHECKPOINT_DIR", job_dir.display().to_string());
+    let complete = || complete_checkpoints(&job_dir, "heat2d-2r");
+    run_and_kill(in_job_dir(job(&node)), &node, dir.path(), || {
+        !complete().is_empty()
+    });
+    let newest = *complete().last().unwrap();
+    assert!(piece_exists(&job_dir, newest), "{:?}", walk(&job_dir));
+    assert!(walk(&node.store).is_empty(), "{:?}", walk(&node.store));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&job_dir).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    // The pcmd's own directory has nothing to resume.
+    let elsewhere = job(&node).env("PCM_RESTART", "require").run(DEADLINE);
+    refused(&elsewhere, "a restart from the pcmd's directory");
+    // The job's directory has.
+    let (checksum, iteration, stderr) = restart_as(in_job_dir(job(&node)), "require");
+    assert_eq!(checksum, reference, "restart changed the result");
+    assert!(
+        iteration >= newest && iteration < 20000,
+        "restarted at {iteration}, newest was {newest}\n{stderr}"
+    );
+    // Its end is marked there too; the pcmd's directory stayed empty throughout.
+    assert!(job_dir.join("heat2d-2r").join("finished").exists());
+    assert!(walk(&node.store).is_empty(), "{:?}", walk(&node.store));
+}
+
+fn piece_exists(store: &Path, iteration: u64) -> bool {
+    (0..2).all(|rank| {
+        store
+            .join("heat2d-2r")
+            .join(format!("{iteration:020}"))
+            .join(format!("rank-{rank:06}.piece"))
+            .is_file()
+    })
 }
 
 #[test]
