@@ -43,8 +43,10 @@ esac
 # The agents' scenario tests (agents_e2e, c2c_e2e) run on the default runtime only, for
 # CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README). Of pcmrun's
 # tests, those where the runtime matters run on both (its launch settings and hostfile, a
-# rank lost, a host lost, a replacement lost while starting); the others test pcmrun's own
-# decisions, the same on either runtime. Of the daemon tests, the one where several daemons'
+# rank lost, a host lost, a host left by its ranks then lost, pcmrun killed on several
+# hosts, a replacement lost while starting); the others test pcmrun's own
+# decisions, the same on either runtime, and pool_pcmrun is MPICH's only (an Open MPI 4
+# launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration and the move of every rank (the others passed on Open
 # MPI 4 by hand, results.md).
 other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions)
@@ -58,6 +60,8 @@ other_runtime_pcmrun_tests=(
     given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_checksum
     given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_alive
     given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum
+    given_rank_1_moved_off_node_b_then_powering_node_b_off_does_not_stop_the_job
+    given_pcmrun_killed_on_several_hosts_then_nothing_of_the_job_is_left_on_them
 )
 # "name path" of each of those test programs, as cargo built them above.
 mapfile -t test_programs < <(
