@@ -1057,9 +1057,21 @@ fn given_daemon_auto_then_the_job_registers_with_the_nodes_pcmd_where_an_agent_l
 /// spares of the hostfile, a checkpoint every half second; `env` goes to pcmrun (and, for
 /// `PCM_*`, to the ranks).
 fn start_on_nodes(cluster: &Cluster, dir: &Path, args: &[String], env: &[(&str, String)]) -> Run {
+    start_on_nodes_with(cluster, dir, args, env, &[])
+}
+
+/// [`start_on_nodes`] with more pcmrun `options`.
+fn start_on_nodes_with(
+    cluster: &Cluster,
+    dir: &Path,
+    args: &[String],
+    env: &[(&str, String)],
+    more: &[&str],
+) -> Run {
     let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
     let mut options = cluster.pcmrun_args(&hostfile);
     options.extend(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"].map(String::from));
+    options.extend(more.iter().map(|o| (*o).to_owned()));
     let options: Vec<&str> = options.iter().map(String::as_str).collect();
     let cluster_env = cluster.pcmrun_env(&hostfile);
     let env: Vec<(&str, String)> = cluster_env
@@ -1144,6 +1156,56 @@ fn given_pcmrun_killed_on_several_hosts_then_nothing_of_the_job_is_left_on_them(
         0,
         "the next pcmrun did not remove the killed one's directory"
     );
+}
+
+/// Rank 1, on node-b (another host than pcmrun's), is stopped with SIGSTOP after a
+/// checkpoint; pcmrun cannot see the stopped process there, but the job's silence past
+/// `--stall-timeout` makes it probe the hosts (all answer) and stop the launch; it relaunches
+/// from the newest checkpoint and the job ends with the plain run's checksum, nothing left
+/// on the nodes (seen from outside before: no action in 67 s on three hosts).
+#[test]
+fn given_a_rank_on_another_host_stopped_with_sigstop_then_pcmrun_relaunches_within_the_stall_timeout(
+) {
+    if let Err(why) = Cluster::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let cluster = Cluster::new(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = 4.0;
+    let mut run = start_on_nodes_with(&cluster, dir.path(), &args, &[], &["--stall-timeout", "4"]);
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    let victim = run.pid_of(1, 1);
+    kill(victim, Signal::SIGSTOP).unwrap();
+    let stopped_at = Instant::now();
+    run.wait_for("the relaunch", 2, |e| matches!(e, RunEvent::Started { .. }));
+    let acted = stopped_at.elapsed().as_secs_f64();
+    eprintln!(
+        "rank 1 stopped on node-b; relaunched {acted:.1} s later (--stall-timeout {timeout})"
+    );
+    let finished = run.wait(DEADLINE);
+    let report = assert_recovered_once(&run, &finished, &plain);
+    let reason = report["recoveries"][0]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains("the job stalled"), "{report}");
+    // The stall timeout, the launch's SIGTERM grace (10 s) for a stopped process, the
+    // retry delay and the start of the relaunch.
+    assert!(
+        acted < timeout + 10.0 + 6.0,
+        "pcmrun took {acted:.1} s to act on a stall of --stall-timeout {timeout}"
+    );
+    for node in ["node-a", "node-b", "node-c"] {
+        wait_until(Duration::from_secs(15), &format!("{node} empty"), || {
+            cluster.processes_on(node).is_empty()
+        });
+    }
+    assert_nothing_left(&run, &finished);
 }
 
 /// Rank 1 moves from node-b to node-c (a scripted move), and node-b is then powered off. No
