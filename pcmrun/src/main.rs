@@ -389,6 +389,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             series: series_lock.as_ref(),
             pcmd_retry: None,
             plan: ProbePlan::new(watched, Duration::from_secs_f64(options.stall_timeout)),
+            lets_a_left_host_go: runtime.lets_a_left_host_go(),
         };
         let end = run_launch(&launch, &mut sink, &signals, progress_every, &mut watch)?;
         match supervisor.on_launcher_end(end, signals.last(), Instant::now()) {
@@ -821,6 +822,8 @@ struct HostWatch<'a> {
     /// After a failed restart of the local pcmd: when to try again.
     pcmd_retry: Option<Instant>,
     plan: ProbePlan,
+    /// [`Runtime::lets_a_left_host_go`].
+    lets_a_left_host_go: bool,
 }
 
 /// How long to wait before trying again to start a pcmd that failed to start.
@@ -908,10 +911,16 @@ impl HostWatch<'_> {
             return None;
         }
         let lost = pcmrun::hosts::lost_hosts(self.launcher, &to_probe, PROBE_TIMEOUT);
-        let (in_use, unused): (Vec<_>, Vec<_>) = lost
+        let (mut in_use, unused): (Vec<_>, Vec<_>) = lost
             .into_iter()
             .partition(|(host, _)| supervisor.holds_ranks(host));
         for (host, why) in unused {
+            if !self.lets_a_left_host_go {
+                // The launch could not end without the host: relaunch without it now.
+                let why = format!("{why}; no rank runs there any more, but this runtime's launcher cannot end a launch that lost one of its hosts");
+                in_use.push((host, why));
+                continue;
+            }
             say(&format!(
                 "host {host} is lost ({why}), but no rank of the job runs there any more: carrying on without it"
             ));
@@ -922,7 +931,9 @@ impl HostWatch<'_> {
             supervisor.host_lost_unused(host);
         }
         let (host, why) = in_use.into_iter().next()?;
-        Some(format!("host {host} is lost ({why})"))
+        let line = format!("host {host} is lost ({why})");
+        supervisor.stopping_for_lost_host(host);
+        Some(line)
     }
 }
 

@@ -65,6 +65,16 @@ pub enum DetectError {
 }
 
 impl Runtime {
+    /// Whether a launch of this runtime carries on, and can end, after one of its hosts
+    /// is lost once no process of it runs there any more. Hydra's proxy on a host ends
+    /// when its processes have left it (a rank moved away), so MPICH's launch loses
+    /// nothing; Open MPI 4's `mpirun` keeps a daemon on every host of the launch, and a
+    /// launch that lost one computes on but never ends (seen: the ranks ran to their last
+    /// iteration, then `mpirun` waited on the lost host's daemon until stopped).
+    pub fn lets_a_left_host_go(self) -> bool {
+        matches!(self, Runtime::Mpich)
+    }
+
     /// The runtime of `launcher`, from what `launcher --version` prints.
     pub fn detect(launcher: &Path) -> Result<Runtime, DetectError> {
         let output = Command::new(launcher)

@@ -233,6 +233,8 @@ pub struct Supervisor {
     hosts_given_back: Vec<HostName>,
     /// The process the launcher named as failed, in the current launch.
     named_by_launcher: Option<(HostName, u32)>,
+    /// The host found lost, for which pcmrun stopped the current launch.
+    host_lost: Option<HostName>,
 }
 
 impl Supervisor {
@@ -262,6 +264,7 @@ impl Supervisor {
             hosts_lost_unused: Vec::new(),
             hosts_given_back: Vec::new(),
             named_by_launcher: None,
+            host_lost: None,
         }
     }
 
@@ -289,6 +292,7 @@ impl Supervisor {
         self.newest.clear();
         self.aborting = None;
         self.named_by_launcher = None;
+        self.host_lost = None;
         self.stalled = None;
         self.progress = None;
         self.previous_progress = None;
@@ -460,11 +464,16 @@ impl Supervisor {
             .filter_map(|p| p.gone)
             .min();
         let named = self.named_by_launcher.as_ref();
-        // A process the launcher did not name, when it named one, or one seen gone after
-        // the first seen gone, was stopped because of the lost one.
-        let followed = |key: &(HostName, u32), p: &Process| {
-            named.is_some_and(|n| n != key)
-                || matches!((p.gone, first_gone), (Some(g), Some(f)) if g > f + FOLLOWED_AFTER)
+        let host_lost = self.host_lost.as_ref();
+        // A process off the host found lost, when pcmrun stopped the launch for one; else
+        // one the launcher did not name, when it named one; or one seen gone after the
+        // first seen gone: each was stopped because of the lost one.
+        let followed = |key: &(HostName, u32), p: &Process| match host_lost {
+            Some(lost) => key.0 != *lost,
+            None => {
+                named.is_some_and(|n| n != key)
+                    || matches!((p.gone, first_gone), (Some(g), Some(f)) if g > f + FOLLOWED_AFTER)
+            }
         };
         let followers: Vec<String> = self
             .processes
@@ -514,6 +523,11 @@ impl Supervisor {
                 followers.join(", ")
             ),
             (None, false) => format!("lost {}", lost.join(", ")),
+            (None, true) if host_lost.is_some() => format!(
+                "lost host {}, which no rank used any more; the launch could not end without it ({} stopped with it)",
+                host_lost.map_or("", HostName::as_str),
+                followers.join(", ")
+            ),
             (None, true)
                 if self.processes.is_empty() && self.launch_start == Start::FromCheckpoint =>
             {
@@ -667,6 +681,12 @@ impl Supervisor {
             }
             self.named_by_launcher = Some(key);
         }
+    }
+
+    /// pcmrun stops the current launch because `host`, which holds ranks, is lost: the
+    /// processes there are the lost ones, the others were stopped because of it.
+    pub fn stopping_for_lost_host(&mut self, host: HostName) {
+        self.host_lost.get_or_insert(host);
     }
 
     /// The driver saw the process `pid` of `host` gone at `at` (without an exit event: killed,
@@ -1172,6 +1192,47 @@ mod tests {
         assert!(
             matches!(&verdict, Verdict::Relaunch { reason, .. }
                 if reason.starts_with("lost rank 0 (pid 10 on a), rank 1 (pid 11 on a)")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_pcmrun_stopped_the_launch_for_a_lost_host_then_its_ranks_count_as_lost() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        s.on_event(
+            RunEvent::Started {
+                rank: Rank(1),
+                pid: 11,
+                host: host("b"),
+                replacement: false,
+            },
+            t,
+        );
+        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        s.stopping_for_lost_host(host("b"));
+        let verdict = s.on_launcher_end(LauncherEnd::Signaled(15), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { reason, .. }
+                if reason.starts_with("lost rank 1 (pid 11 on b) (rank 0 (pid 10 on a) then stopped by the launcher)")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn given_pcmrun_stopped_the_launch_for_a_lost_host_its_ranks_had_left_then_relaunch() {
+        let t = Instant::now();
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        s.stopping_for_lost_host(host("b"));
+        let verdict = s.on_launcher_end(LauncherEnd::Signaled(15), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { reason, .. }
+                if reason.starts_with("lost host b, which no rank used any more; the launch could not end without it (rank 0 (pid 10 on a) stopped with it)")),
             "{verdict:?}"
         );
     }
