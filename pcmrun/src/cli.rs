@@ -133,6 +133,16 @@ pub struct Options {
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
 
+    /// When a relaunch leaves hosts out (lost, or given back to the pool by their owner),
+    /// put the ranks they held on idle hosts of the IOS agents' pool instead, as the agent
+    /// on this host knows them (`ios-agent status`: the most idle first, hosts leaving the
+    /// pool never): each is probed through the remote launcher and gets a pcmd before it is
+    /// used. Needs an agent on this host (its default control socket, or
+    /// IOS_AGENT_CONTROL); without one, or without idle hosts, the relaunch goes on with the
+    /// hosts left.
+    #[arg(long)]
+    pub hosts_from_pool: bool,
+
     /// Print the launch command and exit.
     #[arg(long)]
     pub dry_run: bool,

@@ -458,6 +458,131 @@ mod tests {
     }
 }
 
+/// The IOS agents' pool as the agent on this host knows it: the hosts a relaunch may use
+/// in place of lost ones (`--hosts-from-pool`).
+pub mod pool {
+    use pcm_proto::HostName;
+    use serde::Deserialize;
+    use std::path::Path;
+
+    /// One host of the pool, from `ios-agent status --json` (the fields pcmrun reads).
+    #[derive(Debug, Clone, PartialEq, Deserialize)]
+    pub struct PoolHost {
+        /// Its MPI host name.
+        pub host: String,
+        /// Idle CPUs (speed-normalised) when the agent last heard, if it did.
+        #[serde(default)]
+        pub idle_cpus: Option<f64>,
+        /// Whether it is leaving the pool.
+        #[serde(default)]
+        pub leaving: bool,
+    }
+
+    #[derive(Deserialize)]
+    struct Status {
+        #[serde(default)]
+        pool: Vec<PoolHost>,
+    }
+
+    /// The pool's hosts the local agent knows (`IOS_AGENT status --json`), or why not.
+    pub fn hosts(ios_agent: &Path) -> Result<Vec<PoolHost>, String> {
+        let output = std::process::Command::new(ios_agent)
+            .args(["status", "--json"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", ios_agent.display()))?;
+        if !output.status.success() {
+            let said = String::from_utf8_lossy(&output.stderr);
+            return Err(format!(
+                "`{} status` failed ({}): {}",
+                ios_agent.display(),
+                output.status,
+                said.trim()
+            ));
+        }
+        serde_json::from_slice::<Status>(&output.stdout)
+            .map(|s| s.pool)
+            .map_err(|e| {
+                format!(
+                    "`{} status --json` said something else: {e}",
+                    ios_agent.display()
+                )
+            })
+    }
+
+    /// The hosts of `pool` to take `ranks` ranks, with how many each: none of `excluded`
+    /// (the launch's hosts, and those lost or given back), none leaving the pool, none with
+    /// no idle CPU; the most idle first (those whose load is unknown last), one rank each,
+    /// the rest on the first. Empty when none fits.
+    pub fn choose(pool: &[PoolHost], excluded: &[HostName], ranks: u32) -> Vec<(HostName, u32)> {
+        let mut fit: Vec<(HostName, Option<f64>)> = pool
+            .iter()
+            .filter(|p| !p.leaving && p.idle_cpus.is_none_or(|idle| idle > 0.0))
+            .filter_map(|p| {
+                HostName::new(p.host.as_str())
+                    .ok()
+                    .map(|h| (h, p.idle_cpus))
+            })
+            .filter(|(h, _)| !excluded.contains(h))
+            .collect();
+        fit.dedup_by(|a, b| a.0 == b.0);
+        fit.sort_by(|a, b| {
+            let idle = |x: Option<f64>| x.unwrap_or(f64::NEG_INFINITY);
+            idle(b.1).total_cmp(&idle(a.1))
+        });
+        let mut chosen: Vec<(HostName, u32)> = fit
+            .into_iter()
+            .take(ranks as usize)
+            .map(|(h, _)| (h, 1))
+            .collect();
+        let placed = chosen.len() as u32;
+        if let Some(first) = chosen.first_mut() {
+            first.1 += ranks - placed;
+        }
+        chosen
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn at(host: &str, idle: Option<f64>, leaving: bool) -> PoolHost {
+            PoolHost {
+                host: host.into(),
+                idle_cpus: idle,
+                leaving,
+            }
+        }
+
+        #[test]
+        fn given_pool_hosts_then_the_most_idle_outside_the_launch_take_the_ranks() {
+            let h = |n: &str| HostName::new(n).unwrap();
+            let pool = [
+                at("a", Some(1.9), false),
+                at("c", Some(0.5), false),
+                at("d", Some(1.5), false),
+                at("e", None, false),
+                at("f", Some(1.9), true),
+                at("g", Some(0.0), false),
+            ];
+            let excluded = [h("a"), h("b")];
+            assert_eq!(choose(&pool, &excluded, 1), [(h("d"), 1)]);
+            assert_eq!(choose(&pool, &excluded, 2), [(h("d"), 1), (h("c"), 1)]);
+            assert_eq!(
+                choose(&pool, &excluded, 5),
+                [(h("d"), 3), (h("c"), 1), (h("e"), 1)]
+            );
+            assert_eq!(choose(&[], &excluded, 1), []);
+            let json =
+                r#"{"host":"x","pool":[{"host":"d","peer":"p","idle_cpus":1.5,"leaving":false}]}"#;
+            let status: Status = serde_json::from_str(json).unwrap();
+            assert_eq!(status.pool, [at("d", Some(1.5), false)]);
+            let old: Status = serde_json::from_str(r#"{"host":"x"}"#).unwrap();
+            assert!(old.pool.is_empty());
+        }
+    }
+}
+
 /// Slurm allocations: the hosts of `SLURM_JOB_NODELIST` with the slots of
 /// `SLURM_TASKS_PER_NODE`, for a job started inside `salloc` or `sbatch` without a hostfile.
 pub mod slurm {

@@ -328,6 +328,10 @@ fn run(options: &Options) -> anyhow::Result<i32> {
             program: options.program.clone(),
         }
     };
+    let from_pool = options.hosts_from_pool.then(|| FromPool {
+        ios_agent: sibling_binary("ios-agent"),
+        runtime,
+    });
     let policy = Policy {
         checkpoints,
         max_restarts: options.max_restarts,
@@ -415,6 +419,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                         &remote_launcher,
                         daemons,
                         &mut supervisor,
+                        from_pool.as_ref(),
                     ) {
                         Some(alive) => {
                             let path = dir
@@ -480,8 +485,9 @@ fn hosts_still_alive(
     file: &Hostfile,
     local: &HostName,
     launcher: &RemoteLauncher,
-    daemons: Option<&mut HostDaemons>,
+    mut daemons: Option<&mut HostDaemons>,
     supervisor: &mut Supervisor,
+    pool: Option<&FromPool>,
 ) -> Option<Hostfile> {
     let remote: Vec<HostName> = file.hosts().into_iter().filter(|h| h != local).collect();
     let mut lost = pcmrun::hosts::lost_hosts(launcher, &remote, PROBE_TIMEOUT);
@@ -498,7 +504,7 @@ fn hosts_still_alive(
     }
     let given: Vec<HostName> = given.into_iter().map(|(h, _)| h).collect();
     supervisor.hosts_given_back(given.iter().cloned());
-    if let Some(daemons) = daemons {
+    if let Some(daemons) = daemons.as_deref_mut() {
         let alive: Vec<HostName> = answering
             .into_iter()
             .filter(|h| !given.contains(h))
@@ -520,8 +526,16 @@ fn hosts_still_alive(
         ));
     }
     let lost: Vec<HostName> = lost.into_iter().map(|(h, _)| h).collect();
-    let alive = file.without(&lost).without(&given);
+    let mut alive = file.without(&lost).without(&given);
+    let left_out: Vec<HostName> = lost.iter().chain(&given).cloned().collect();
     supervisor.hosts_lost(lost);
+    if let Some(pool) = pool {
+        let ranks = supervisor.ranks_on(&left_out);
+        if ranks > 0 {
+            let added = pool.refill(&mut alive, file, &left_out, ranks, local, launcher, daemons);
+            supervisor.hosts_added(added);
+        }
+    }
     if alive.lines.is_empty() {
         return None;
     }
@@ -529,6 +543,86 @@ fn hosts_still_alive(
         say(&format!("relaunching on {}", names(&alive.hosts())));
     }
     Some(alive)
+}
+
+/// `--hosts-from-pool`: idle hosts of the agents' pool take the ranks of hosts a relaunch
+/// leaves out.
+struct FromPool {
+    /// The `ios-agent` program that asks the agent on this host.
+    ios_agent: PathBuf,
+    runtime: Runtime,
+}
+
+impl FromPool {
+    /// Adds to `alive` hosts of the pool for `ranks` ranks of the hosts `left_out` of
+    /// `file`, each probed and given a pcmd first; returns those added. Says what it does,
+    /// and why not when it cannot.
+    #[allow(clippy::too_many_arguments)]
+    fn refill(
+        &self,
+        alive: &mut Hostfile,
+        file: &Hostfile,
+        left_out: &[HostName],
+        ranks: u32,
+        local: &HostName,
+        launcher: &RemoteLauncher,
+        daemons: Option<&mut HostDaemons>,
+    ) -> Vec<HostName> {
+        let pool = match pcmrun::hosts::pool::hosts(&self.ios_agent) {
+            Ok(pool) => pool,
+            Err(why) => {
+                say(&format!(
+                    "--hosts-from-pool: no host of the pool to use ({why}); relaunching on the hosts left"
+                ));
+                return Vec::new();
+            }
+        };
+        let excluded: Vec<HostName> = file
+            .hosts()
+            .into_iter()
+            .chain(left_out.iter().cloned())
+            .collect();
+        let chosen = pcmrun::hosts::pool::choose(&pool, &excluded, ranks);
+        let candidates: Vec<HostName> = chosen.iter().map(|(h, _)| h.clone()).collect();
+        let remote: Vec<HostName> = candidates.iter().filter(|h| *h != local).cloned().collect();
+        let mut refused = pcmrun::hosts::lost_hosts(launcher, &remote, PROBE_TIMEOUT);
+        refused.extend(daemon::given_back(&candidates, local, launcher));
+        if let Some(daemons) = daemons {
+            let answering: Vec<HostName> = candidates
+                .iter()
+                .filter(|h| !refused.iter().any(|(r, _)| r == *h))
+                .cloned()
+                .collect();
+            refused.extend(daemons.ensure(&answering).failed);
+        }
+        for (host, why) in &refused {
+            say(&format!("--hosts-from-pool: not using {host} ({why})"));
+        }
+        let mut added = Vec::new();
+        for (host, slots) in chosen {
+            if refused.iter().any(|(r, _)| *r == host) {
+                continue;
+            }
+            alive.lines.push(pcmrun::hosts::HostLine {
+                line: self.runtime.hostfile_line(host.as_str(), slots),
+                host: host.clone(),
+            });
+            added.push(host);
+        }
+        if added.is_empty() {
+            say(&format!(
+                "--hosts-from-pool: the agent knows no idle host of the pool for the {ranks} rank(s) of {}; relaunching on the hosts left",
+                names(left_out)
+            ));
+        } else {
+            say(&format!(
+                "--hosts-from-pool: the {ranks} rank(s) of {} go to {}, idle hosts of the pool",
+                names(left_out),
+                names(&added)
+            ));
+        }
+        added
+    }
 }
 
 /// Host names for people: `a, b, c`.

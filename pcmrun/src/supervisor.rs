@@ -153,6 +153,9 @@ pub struct Recovery {
     pub seconds_to_resume: Option<f64>,
     /// Hosts of the hostfile that no longer answered, left out of the relaunch.
     pub hosts_lost: Vec<HostName>,
+    /// Hosts of the agents' pool the relaunch used instead (`--hosts-from-pool`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts_added: Vec<HostName>,
 }
 
 /// The typed summary of a `pcmrun` (`--report FILE`).
@@ -475,21 +478,33 @@ impl Supervisor {
                     || matches!((p.gone, first_gone), (Some(g), Some(f)) if g > f + FOLLOWED_AFTER)
             }
         };
+        // A process that is no longer its rank's newest left the rank to a replacement
+        // (a move) and stays only until the launch ends (Open MPI 4): named as such.
+        let who = |(host, pid): &(HostName, u32), p: &Process| {
+            let departed = self.newest.get(&p.rank) != Some(&(host.clone(), *pid));
+            match departed {
+                true => format!(
+                    "the departed process of rank {} (pid {pid} on {host})",
+                    p.rank
+                ),
+                false => format!("rank {} (pid {pid} on {host})", p.rank),
+            }
+        };
         let followers: Vec<String> = self
             .processes
             .iter()
             .filter(|(key, p)| p.exited.is_none() && followed(key, p))
-            .map(|((host, pid), p)| format!("rank {} (pid {pid} on {host})", p.rank))
+            .map(|(key, p)| who(key, p))
             .collect();
         let lost: Vec<String> = self
             .processes
             .iter()
-            .filter_map(|((host, pid), p)| match p.exited {
-                None if followed(&(host.clone(), *pid), p) => None,
-                None => Some(format!("rank {} (pid {pid} on {host})", p.rank)),
+            .filter_map(|(key, p)| match p.exited {
+                None if followed(key, p) => None,
+                None => Some(who(key, p)),
                 Some(code) if is_mpi_abort(code) => Some(format!(
-                    "rank {} (pid {pid} on {host}, ended by an MPI error, code {code})",
-                    p.rank
+                    "{}, ended by an MPI error, code {code}",
+                    who(key, p)
                 )),
                 Some(_) => None,
             })
@@ -598,6 +613,7 @@ impl Supervisor {
             iterations_lost: None,
             seconds_to_resume: None,
             hosts_lost: Vec::new(),
+            hosts_added: Vec::new(),
         });
         self.failed_at = Some(now);
         self.launch_start = start;
@@ -641,6 +657,22 @@ impl Supervisor {
         if !self.hosts_lost_unused.contains(&host) {
             self.hosts_lost_unused.push(host);
         }
+    }
+
+    /// The relaunch just decided uses `hosts` of the agents' pool in place of those it
+    /// leaves out (recorded in the report's recovery).
+    pub fn hosts_added(&mut self, hosts: Vec<HostName>) {
+        if let Some(recovery) = self.recoveries.last_mut() {
+            recovery.hosts_added.extend(hosts);
+        }
+    }
+
+    /// How many ranks of the launch that just ended ran on `hosts` last (moves included).
+    pub fn ranks_on(&self, hosts: &[HostName]) -> u32 {
+        self.placement
+            .values()
+            .filter(|h| hosts.contains(h))
+            .count() as u32
     }
 
     /// The launches leave out `hosts`, which their owner gave back to the pool.

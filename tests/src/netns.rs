@@ -840,6 +840,12 @@ impl Cluster {
         self.hostfile_with(placement, true)
     }
 
+    /// As [`Cluster::hostfile_for`], without the unused nodes: a launch that knows no
+    /// other host.
+    pub fn hostfile_without_spares(&self, placement: &[&str]) -> PathBuf {
+        self.hostfile_with(placement, false)
+    }
+
     /// As [`Cluster::hostfile_for`]; the unused nodes are listed only if `spares`.
     fn hostfile_with(&self, placement: &[&str], spares: bool) -> PathBuf {
         let mut order: Vec<(&str, usize)> = Vec::new();

@@ -16,6 +16,7 @@
 //! The emulated nodes need root (namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -46,50 +47,13 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     // covers the leave (about 5 s), the kill and the relaunch.
     let rate = heat2d_args_for(2, 256, 256, 1.0, WAIT).1;
     let args = heat2d_args_sized(256, 256, rate, 20.0);
-    let plain = {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        MpiJob::new(2, "heat2d-plain", &args)
-            .run(DEADLINE)
-            .report()
-            .reference_checksum()
-            .to_owned()
-    };
+    let plain = plain_checksum(&args);
     let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
     let dir = tempfile::Builder::new()
         .prefix("pool-pcmrun-")
         .tempdir()
         .unwrap();
-    let key = pool_key(dir.path(), "pool.key");
-    let server = PeerServer::start(
-        Command::new(bin("peer-server")),
-        dir.path(),
-        &key,
-        cluster.bridge_addr(),
-        "peer-server",
-    );
-    let nodes = ["node-a", "node-b", "node-c"];
-    let mut agents: Vec<Option<AgentProc>> = nodes
-        .iter()
-        .map(|host| {
-            let spec = AgentSpec::in_dir(
-                dir.path(),
-                host,
-                &key,
-                &[&server.addr],
-                &cluster.node(host).addr,
-            )
-            .with(&["--hold-down", "3600", "--profile-period", "1"]);
-            let command = cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
-            Some(AgentProc::start(command, dir.path(), spec))
-        })
-        .collect();
-    for agent in agents.iter().flatten() {
-        wait_until(
-            Duration::from_secs(30),
-            "the agents know each other",
-            || agent.peer_count() >= 2,
-        );
-    }
+    let (_server, mut agents) = start_pool(&cluster, dir.path());
 
     // The job: pcmrun's default pcmds, found where the agents keep theirs.
     let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
@@ -214,4 +178,139 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
             || agent.try_status().is_some_and(|s| s.entities.is_empty()),
         );
     }
+}
+
+/// heat2d-plain's checksum for `args`, on 2 ranks.
+fn plain_checksum(args: &[String]) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    MpiJob::new(2, "heat2d-plain", &args)
+        .run(DEADLINE)
+        .report()
+        .reference_checksum()
+        .to_owned()
+}
+
+/// A peer server and an agent on each of node-a, node-b and node-c of `cluster` (sockets
+/// and state under `dir`, each node's pcmd at `dir/NODE.sock`, control socket at
+/// `dir/NODE.ctl`), once they know each other.
+fn start_pool(cluster: &Cluster, dir: &Path) -> (PeerServer, Vec<Option<AgentProc>>) {
+    let key = pool_key(dir, "pool.key");
+    let server = PeerServer::start(
+        Command::new(bin("peer-server")),
+        dir,
+        &key,
+        cluster.bridge_addr(),
+        "peer-server",
+    );
+    let agents: Vec<Option<AgentProc>> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|host| {
+            let spec =
+                AgentSpec::in_dir(dir, host, &key, &[&server.addr], &cluster.node(host).addr)
+                    .with(&["--hold-down", "3600", "--profile-period", "1"]);
+            let command = cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
+            Some(AgentProc::start(command, dir, spec))
+        })
+        .collect();
+    for agent in agents.iter().flatten() {
+        wait_until(
+            Duration::from_secs(30),
+            "the agents know each other",
+            || agent.peer_count() >= 2,
+        );
+    }
+    (server, agents)
+}
+
+/// `--hosts-from-pool`: a pcmrun job whose hostfile names only node-a and node-b, on a pool
+/// of agents on node-a, node-b and node-c; node-b is powered off after a checkpoint. The
+/// relaunch asks the agent of node-a (`IOS_AGENT_CONTROL`) for the pool's hosts, probes
+/// node-c, starts nothing there (its agent's pcmd answers) and relaunches rank 1 on it; the
+/// job ends with the plain run's checksum. Without the flag the relaunch would have put
+/// both ranks on node-a.
+#[test]
+fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_idle_pool_host() {
+    if !emulated_nodes_usable() {
+        return;
+    }
+    let _lock = mpi_lock();
+    let rate = heat2d_args_for(2, 256, 256, 1.0, WAIT).1;
+    let args = heat2d_args_sized(256, 256, rate, 15.0);
+    let plain = plain_checksum(&args);
+    let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("pool-pcmrun-")
+        .tempdir()
+        .unwrap();
+    let (_server, agents) = start_pool(&cluster, dir.path());
+    let node_a = agents[0].as_ref().unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        "node-a's agent lists node-c in its pool",
+        || {
+            node_a.try_status().is_some_and(|s| {
+                serde_json::to_value(&s).is_ok_and(|v| {
+                    v["pool"]
+                        .as_array()
+                        .is_some_and(|pool| pool.iter().any(|p| p["host"] == "node-c"))
+                })
+            })
+        },
+    );
+
+    let hostfile = cluster.hostfile_without_spares(&["node-a", "node-b"]);
+    let job_dir = dir.path().join("job");
+    std::fs::create_dir_all(&job_dir).unwrap();
+    let template = AgentSpec::pcmd_socket_in(dir.path(), "{host}");
+    let mut pcmrun = PcmrunCommand::new(&job_dir, 2);
+    pcmrun
+        .with_node_daemons(&template.display().to_string())
+        .command()
+        .envs(cluster.pcmrun_env(&hostfile))
+        .env("IOS_AGENT_CONTROL", &node_a.spec.control)
+        .args(cluster.pcmrun_args(&hostfile))
+        .args(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"])
+        .args(["--progress", "1", "--hosts-from-pool"]);
+    let mut job = pcmrun.start("heat2d", &args, &job_dir, "pcmrun");
+    job.wait_for("a checkpoint", WAIT, |r| {
+        matches!(r.event, RunEvent::Checkpointed { .. })
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    cluster.power_off("node-b");
+    let finished = job.wait(DEADLINE);
+    let said: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("pcmrun:"))
+        .collect();
+    eprintln!("{}", said.join("\n"));
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the job computed something else"
+    );
+    let report = job.report().unwrap();
+    let recovery = &report["recoveries"][0];
+    assert_eq!(
+        recovery["hosts_lost"],
+        serde_json::json!(["node-b"]),
+        "{report}"
+    );
+    assert_eq!(
+        recovery["hosts_added"],
+        serde_json::json!(["node-c"]),
+        "{report}"
+    );
+    let hosts = finished.report().hosts.expect("heat2d names its hosts");
+    assert_eq!(
+        hosts,
+        ["node-a", "node-c"],
+        "where the relaunched ranks ran"
+    );
 }
