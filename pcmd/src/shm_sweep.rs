@@ -6,10 +6,13 @@
 //! launch, relaunch and spawn has its own). The processes of a launch that ends normally
 //! unlink it; a launch whose ranks are killed (a lost rank, a node given back, a relaunch)
 //! leaves it: 178 segments of about 2 MB each (300 MB of RAM) after 90 minutes of fault
-//! tests on one machine. On a pool machine that runs jobs for weeks that is a leak.
+//! tests on one machine. On a pool machine that runs jobs for weeks that is a leak. Open
+//! MPI 4's shared-memory transport (vader) does the same with one backing file per local
+//! process, `vader_segment.<host>.<uid>.<job>.<local rank>` of 4 MB (seen 2026-12-02: a
+//! heat2d killed with SIGKILL left two, and an earlier killed test launch three).
 //!
 //! pcmd, which runs on every node for as long as the node is in the pool, sweeps them: a
-//! segment is garbage when it is the user's own, has MPICH's name, is older than
+//! segment is garbage when it is the user's own, has an MPI runtime's name, is older than
 //! [`SweepPolicy::min_age`] (it is created and mapped in one step; the age rules out the
 //! instant between the two), and no process has it mapped or open. Only such a segment can
 //! be a dead launch's: a live one is mapped by every rank of its node. The choice
@@ -22,8 +25,8 @@ use std::time::{Duration, SystemTime};
 /// Where POSIX shared-memory segments live.
 pub const SHM_DIR: &str = "/dev/shm";
 
-/// Name prefixes of MPICH's per-launch segments.
-const MPICH_PREFIXES: [&str; 2] = ["mpich_shm_", "mpich_vci_"];
+/// Name prefixes of the runtimes' per-launch segments: MPICH's, and Open MPI 4's vader.
+const MPI_PREFIXES: [&str; 3] = ["mpich_shm_", "mpich_vci_", "vader_segment."];
 
 /// How often to sweep, and the least age of a segment that may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +58,7 @@ pub struct Segment {
     pub owner: u32,
 }
 
-/// The segments of `found` that may be removed by user `uid`: MPICH's, the user's own, at
+/// The segments of `found` that may be removed by user `uid`: an MPI runtime's, the user's own, at
 /// least `min_age` old, and in `in_use` (paths some process maps or holds open) by none.
 pub fn garbage<'a>(
     found: &'a [Segment],
@@ -70,7 +73,7 @@ pub fn garbage<'a>(
             s.path
                 .file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| MPICH_PREFIXES.iter().any(|p| n.starts_with(p)))
+                .is_some_and(|n| MPI_PREFIXES.iter().any(|p| n.starts_with(p)))
         })
         .map(|s| s.path.as_path())
         .collect()
@@ -151,7 +154,7 @@ pub fn sweep(dir: &Path, uid: u32, min_age: Duration) -> Swept {
     let found = segments_in(dir, SystemTime::now());
     let mut swept = Swept::default();
     let candidates: Vec<Segment> = found.iter().map(|(s, _)| s.clone()).collect();
-    // Read /proc only when something could go: most sweeps find nothing of MPICH's.
+    // Read /proc only when something could go: most sweeps find nothing of an MPI runtime's.
     if garbage(&candidates, &HashSet::new(), uid, min_age).is_empty() {
         return swept;
     }
@@ -184,7 +187,7 @@ mod tests {
     }
 
     #[test]
-    fn only_old_unused_mpich_segments_of_the_user_are_garbage() {
+    fn only_old_unused_mpi_segments_of_the_user_are_garbage() {
         let found = [
             segment("mpich_shm_1a2b_0", 120, 1000),
             segment("mpich_vci_1a2b_0", 120, 1000),
@@ -193,13 +196,22 @@ mod tests {
             segment("mpich_shm_other_0", 120, 1001),
             segment("ucx_posix_1234", 120, 1000),
             segment("sem.app", 120, 1000),
+            segment("vader_segment.vm.0.3fba0001.0", 120, 1000),
+            segment("vader_segment.vm.0.3fba0001.1", 5, 1000),
         ];
         let in_use = HashSet::from([Path::new(SHM_DIR).join("mpich_shm_used_0")]);
         let names: Vec<_> = garbage(&found, &in_use, 1000, Duration::from_secs(60))
             .into_iter()
             .filter_map(|p| p.file_name()?.to_str())
             .collect();
-        assert_eq!(names, ["mpich_shm_1a2b_0", "mpich_vci_1a2b_0"]);
+        assert_eq!(
+            names,
+            [
+                "mpich_shm_1a2b_0",
+                "mpich_vci_1a2b_0",
+                "vader_segment.vm.0.3fba0001.0"
+            ]
+        );
     }
 
     #[test]

@@ -176,6 +176,22 @@ pub fn mpich_shm_segments() -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// The names of every MPI runtime's per-launch shared-memory segments in /dev/shm now:
+/// MPICH's ([`mpich_shm_segments`]) and Open MPI 4's vader backing files
+/// (`vader_segment.*`, one per local process).
+pub fn mpi_shm_segments() -> BTreeSet<String> {
+    let mut all = mpich_shm_segments();
+    if let Ok(entries) = std::fs::read_dir("/dev/shm") {
+        all.extend(
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|name| name.starts_with("vader_segment.")),
+        );
+    }
+    all
+}
+
 /// The typed events of a job run with `PCM_EVENTS=path` (see `pcm::events`), in file order;
 /// none when the file is missing (the job wrote none).
 pub fn read_events(path: &Path) -> Vec<pcm_proto::run::Stamped> {
