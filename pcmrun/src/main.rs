@@ -1095,59 +1095,60 @@ fn reap(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Copies the launcher's standard error to ours, line by line, taking out the run events.
-fn forward(stderr: impl Read, sender: &mpsc::Sender<Output>) {
-    let mut reader = BufReader::new(stderr);
+/// Calls `each` with every line `reader` gives (the last one may lack its newline), until
+/// its end, a read error, or `each` says stop.
+fn for_each_line(reader: impl Read, mut each: impl FnMut(&[u8]) -> bool) {
+    let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
     loop {
         line.clear();
         match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        match Stamped::find_in_output(&line) {
-            Some((at, stamped)) => {
-                // What came before the event is the start of another rank's line, which
-                // the next line read goes on with.
-                let _ = std::io::stderr().lock().write_all(&line[..at]);
-                if sender
-                    .send(Output::Event(stamped.event, Instant::now()))
-                    .is_err()
-                {
-                    break;
-                }
-            }
-            None => {
-                let _ = std::io::stderr().lock().write_all(&line);
-                if let Some(named) = LauncherNamedFailure::find_in(&String::from_utf8_lossy(&line))
-                {
-                    let _ = sender.send(Output::Named(named, Instant::now()));
-                }
-            }
+        if !each(&line) {
+            return;
         }
     }
+}
+
+/// The launcher's word on a failed process in `line`, if any, sent on.
+fn note_named_failure(line: &[u8], sender: &mpsc::Sender<Output>) {
+    if let Some(named) = LauncherNamedFailure::find_in(&String::from_utf8_lossy(line)) {
+        let _ = sender.send(Output::Named(named, Instant::now()));
+    }
+}
+
+/// Copies the launcher's standard error to ours, line by line, taking out the run events.
+fn forward(stderr: impl Read, sender: &mpsc::Sender<Output>) {
+    for_each_line(stderr, |line| match Stamped::find_in_output(line) {
+        Some((at, stamped)) => {
+            // What came before the event is the start of another rank's line, which the
+            // next line read goes on with.
+            let _ = std::io::stderr().lock().write_all(&line[..at]);
+            sender
+                .send(Output::Event(stamped.event, Instant::now()))
+                .is_ok()
+        }
+        None => {
+            let _ = std::io::stderr().lock().write_all(line);
+            note_named_failure(line, sender);
+            true
+        }
+    });
     let _ = sender.send(Output::End);
 }
 
 /// Copies the launcher's standard output to ours unchanged, line by line, noting the
 /// failures it names.
 fn copy_stdout(stdout: impl Read, sender: &mpsc::Sender<Output>) {
-    let mut reader = BufReader::new(stdout);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(&line);
-            let _ = out.flush();
-        }
-        if let Some(named) = LauncherNamedFailure::find_in(&String::from_utf8_lossy(&line)) {
-            let _ = sender.send(Output::Named(named, Instant::now()));
-        }
-    }
+    for_each_line(stdout, |line| {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(line);
+        let _ = out.flush();
+        drop(out);
+        note_named_failure(line, sender);
+        true
+    });
     let _ = sender.send(Output::StdoutEnd);
 }

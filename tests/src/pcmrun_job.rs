@@ -244,3 +244,25 @@ impl PcmrunJob {
             .collect()
     }
 }
+
+/// Prints pcmrun's own lines of `finished` (its summary of the run), then checks that it
+/// ended with status 0 and the plain run's checksum `plain`.
+pub fn assert_ended_with(finished: &Finished, plain: &str) {
+    let said: Vec<&str> = finished
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("pcmrun:"))
+        .collect();
+    eprintln!("{}", said.join("\n"));
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "pcmrun failed:\n{}",
+        finished.stderr
+    );
+    assert_eq!(
+        finished.report().checksum,
+        plain,
+        "the job computed something else than the plain run"
+    );
+}

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use mpi_ios_tests::faults::hit_replacement;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::pcmrun_job::{PcmrunCommand, PcmrunJob};
+use mpi_ios_tests::pcmrun_job::{assert_ended_with, PcmrunCommand, PcmrunJob};
 use mpi_ios_tests::{
     bin, heat2d_args_for, heat2d_args_sized, mpi_lock, program, wait_until, Finished, MpiJob,
     Runtime, RuntimeExt as _,
@@ -166,23 +166,7 @@ fn assert_nothing_left(run: &Run, finished: &Finished) {
 /// pcmrun ended with 0 and the plain run's checksum after exactly one relaunch from a
 /// checkpoint; returns its report.
 fn assert_recovered_once(run: &Run, finished: &Finished, plain: &str) -> serde_json::Value {
-    let said: Vec<&str> = finished
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("pcmrun:"))
-        .collect();
-    eprintln!("{}", said.join("\n"));
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the recovered run computed something else"
-    );
+    assert_ended_with(finished, plain);
     let report = run.report();
     assert_eq!(report["launches"], 2, "{report}");
     assert_eq!(
@@ -271,17 +255,7 @@ fn given_two_failures_in_a_row_then_pcmrun_recovers_twice_with_the_plain_checksu
     );
     kill(run.pid_of(2, 0), Signal::SIGKILL).unwrap();
     let finished = run.wait(DEADLINE);
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the twice recovered run computed something else"
-    );
+    assert_ended_with(&finished, &plain);
     let report = run.report();
     assert_eq!(report["launches"], 3, "{report}");
     let second = report["recoveries"][1]["resumed_from"]
@@ -1260,23 +1234,7 @@ fn given_rank_1_moved_off_node_b_then_powering_node_b_off_does_not_stop_the_job(
     }
     cluster.power_off("node-b");
     let finished = run.wait(DEADLINE);
-    let said: Vec<&str> = finished
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("pcmrun:"))
-        .collect();
-    eprintln!("{}", said.join("\n"));
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the job computed something else"
-    );
+    assert_ended_with(&finished, &plain);
     let report = run.report();
     match Runtime::current() {
         Runtime::Mpich => {

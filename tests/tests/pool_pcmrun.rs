@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::{emulated_nodes_usable, Cluster};
-use mpi_ios_tests::pcmrun_job::PcmrunCommand;
+use mpi_ios_tests::pcmrun_job::{assert_ended_with, PcmrunCommand, PcmrunJob};
 use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
 use mpi_ios_tests::{
     bin, heat2d_args_for, heat2d_args_sized, mpi_lock, wait_until, MpiJob, Runtime, RuntimeExt as _,
@@ -45,41 +45,17 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     let _lock = mpi_lock();
     // On this machine, unloaded and uncapped, about 20 s: on the capped nodes longer, which
     // covers the leave (about 5 s), the kill and the relaunch.
-    let rate = heat2d_args_for(2, 256, 256, 1.0, WAIT).1;
-    let args = heat2d_args_sized(256, 256, rate, 20.0);
-    let plain = plain_checksum(&args);
-    let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
-    let dir = tempfile::Builder::new()
-        .prefix("pool-pcmrun-")
-        .tempdir()
-        .unwrap();
-    let (_server, mut agents) = start_pool(&cluster, dir.path());
-
+    let mut pool = Pool::start(20.0);
     // The job: pcmrun's default pcmds, found where the agents keep theirs.
-    let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
-    let job_dir = dir.path().join("job");
-    std::fs::create_dir_all(&job_dir).unwrap();
-    let template = AgentSpec::pcmd_socket_in(dir.path(), "{host}");
-    let mut pcmrun = PcmrunCommand::new(&job_dir, 2);
-    pcmrun
-        .with_node_daemons(&template.display().to_string())
-        .command()
-        .envs(cluster.pcmrun_env(&hostfile))
-        .args(cluster.pcmrun_args(&hostfile))
-        .args(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"])
-        .args(["--progress", "1"]);
-    let mut job = pcmrun.start("heat2d", &args, &job_dir, "pcmrun");
-    job.wait_for("a checkpoint", WAIT, |r| {
-        matches!(r.event, RunEvent::Checkpointed { .. })
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let hostfile = pool.cluster.hostfile_for(&["node-a", "node-b"]);
+    let mut job = pool.pcmrun(&hostfile, &[], &[]);
     assert!(
         job.stderr_so_far()
             .contains("the nodes' own pcmd on node-a, node-b, node-c"),
         "pcmrun did not use the agents' pcmds:\n{}",
         job.stderr_so_far()
     );
-    let node_b = agents[1].as_ref().unwrap();
+    let node_b = pool.agents[1].as_ref().unwrap();
     wait_until(
         Duration::from_secs(15),
         "node-b's agent sees rank 1",
@@ -91,7 +67,7 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     );
 
     // The owner gives node-b back: its agent moves rank 1 away and marks the node.
-    let leaving = agents[1].take().unwrap();
+    let leaving = pool.agents[1].take().unwrap();
     let spec_b = leaving.spec.clone();
     let said = leaving.leave(Duration::from_secs(90));
     eprintln!("leave of node-b:\n{said}");
@@ -130,26 +106,10 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     )
     .unwrap();
     let finished = job.wait(DEADLINE);
-    let said: Vec<&str> = finished
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("pcmrun:"))
-        .collect();
+    assert_ended_with(&finished, &pool.plain);
     eprintln!(
-        "{}\npcmrun ended {:.1} s after the kill",
-        said.join("\n"),
+        "pcmrun ended {:.1} s after the kill",
         killed_at.elapsed().as_secs_f64()
-    );
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the job computed something else"
     );
     let report = job.report().unwrap();
     assert_eq!(report["launches"], 2, "{report}");
@@ -171,7 +131,7 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     );
 
     // The job is over: the agents that stay list none of its ranks.
-    for agent in agents.iter().flatten() {
+    for agent in pool.agents.iter().flatten() {
         wait_until(
             Duration::from_secs(5),
             &format!("{}'s agent lists no rank", agent.spec.host),
@@ -180,46 +140,97 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     }
 }
 
-/// heat2d-plain's checksum for `args`, on 2 ranks.
-fn plain_checksum(args: &[String]) -> String {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    MpiJob::new(2, "heat2d-plain", &args)
-        .run(DEADLINE)
-        .report()
-        .reference_checksum()
-        .to_owned()
+/// The test's pool: emulated nodes node-a, node-b and node-c (0.6 CPU each), a peer server
+/// and an agent on each node (sockets and state under `dir`, each node's pcmd at
+/// `dir/NODE.sock`, control socket at `dir/NODE.ctl`) that know each other; and heat2d's
+/// arguments for a run of about the seconds asked on this machine, with the plain run's
+/// checksum.
+struct Pool {
+    args: Vec<String>,
+    plain: String,
+    agents: Vec<Option<AgentProc>>,
+    _server: PeerServer,
+    dir: tempfile::TempDir,
+    cluster: Cluster,
 }
 
-/// A peer server and an agent on each of node-a, node-b and node-c of `cluster` (sockets
-/// and state under `dir`, each node's pcmd at `dir/NODE.sock`, control socket at
-/// `dir/NODE.ctl`), once they know each other.
-fn start_pool(cluster: &Cluster, dir: &Path) -> (PeerServer, Vec<Option<AgentProc>>) {
-    let key = pool_key(dir, "pool.key");
-    let server = PeerServer::start(
-        Command::new(bin("peer-server")),
-        dir,
-        &key,
-        cluster.bridge_addr(),
-        "peer-server",
-    );
-    let agents: Vec<Option<AgentProc>> = ["node-a", "node-b", "node-c"]
-        .iter()
-        .map(|host| {
-            let spec =
-                AgentSpec::in_dir(dir, host, &key, &[&server.addr], &cluster.node(host).addr)
-                    .with(&["--hold-down", "3600", "--profile-period", "1"]);
-            let command = cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
-            Some(AgentProc::start(command, dir, spec))
-        })
-        .collect();
-    for agent in agents.iter().flatten() {
-        wait_until(
-            Duration::from_secs(30),
-            "the agents know each other",
-            || agent.peer_count() >= 2,
+impl Pool {
+    fn start(seconds: f64) -> Pool {
+        let rate = heat2d_args_for(2, 256, 256, 1.0, WAIT).1;
+        let args = heat2d_args_sized(256, 256, rate, seconds);
+        let plain = {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            MpiJob::new(2, "heat2d-plain", &args)
+                .run(DEADLINE)
+                .report()
+                .reference_checksum()
+                .to_owned()
+        };
+        let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("pool-pcmrun-")
+            .tempdir()
+            .unwrap();
+        let key = pool_key(dir.path(), "pool.key");
+        let server = PeerServer::start(
+            Command::new(bin("peer-server")),
+            dir.path(),
+            &key,
+            cluster.bridge_addr(),
+            "peer-server",
         );
+        let agents: Vec<Option<AgentProc>> = ["node-a", "node-b", "node-c"]
+            .iter()
+            .map(|host| {
+                let node = &cluster.node(host).addr;
+                let spec = AgentSpec::in_dir(dir.path(), host, &key, &[&server.addr], node)
+                    .with(&["--hold-down", "3600", "--profile-period", "1"]);
+                let command =
+                    cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
+                Some(AgentProc::start(command, dir.path(), spec))
+            })
+            .collect();
+        for agent in agents.iter().flatten() {
+            wait_until(
+                Duration::from_secs(30),
+                "the agents know each other",
+                || agent.peer_count() >= 2,
+            );
+        }
+        Pool {
+            args,
+            plain,
+            agents,
+            _server: server,
+            dir,
+            cluster,
+        }
     }
-    (server, agents)
+
+    /// pcmrun of heat2d on 2 ranks with `hostfile`, using the nodes' own pcmds (where the
+    /// agents keep theirs), a checkpoint every half second, `options` and `env` more;
+    /// returns once a checkpoint is complete.
+    fn pcmrun(&self, hostfile: &Path, options: &[&str], env: &[(&str, &str)]) -> PcmrunJob {
+        let job_dir = self.dir.path().join("job");
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let template = AgentSpec::pcmd_socket_in(self.dir.path(), "{host}");
+        let mut pcmrun = PcmrunCommand::new(&job_dir, 2);
+        pcmrun
+            .with_node_daemons(&template.display().to_string())
+            .command()
+            .envs(self.cluster.pcmrun_env(hostfile))
+            .envs(env.iter().copied())
+            .args(self.cluster.pcmrun_args(hostfile))
+            .args(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"])
+            .args(["--progress", "1"])
+            .args(options);
+        let mut job = pcmrun.start("heat2d", &self.args, &job_dir, "pcmrun");
+        job.wait_for("a checkpoint", WAIT, |r| {
+            matches!(r.event, RunEvent::Checkpointed { .. })
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        job
+    }
 }
 
 /// `--hosts-from-pool`: a pcmrun job whose hostfile names only node-a and node-b, on a pool
@@ -234,16 +245,8 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
         return;
     }
     let _lock = mpi_lock();
-    let rate = heat2d_args_for(2, 256, 256, 1.0, WAIT).1;
-    let args = heat2d_args_sized(256, 256, rate, 15.0);
-    let plain = plain_checksum(&args);
-    let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
-    let dir = tempfile::Builder::new()
-        .prefix("pool-pcmrun-")
-        .tempdir()
-        .unwrap();
-    let (_server, agents) = start_pool(&cluster, dir.path());
-    let node_a = agents[0].as_ref().unwrap();
+    let pool = Pool::start(15.0);
+    let node_a = pool.agents[0].as_ref().unwrap();
     wait_until(
         Duration::from_secs(15),
         "node-a's agent lists node-c in its pool",
@@ -258,43 +261,16 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
         },
     );
 
-    let hostfile = cluster.hostfile_without_spares(&["node-a", "node-b"]);
-    let job_dir = dir.path().join("job");
-    std::fs::create_dir_all(&job_dir).unwrap();
-    let template = AgentSpec::pcmd_socket_in(dir.path(), "{host}");
-    let mut pcmrun = PcmrunCommand::new(&job_dir, 2);
-    pcmrun
-        .with_node_daemons(&template.display().to_string())
-        .command()
-        .envs(cluster.pcmrun_env(&hostfile))
-        .env("IOS_AGENT_CONTROL", &node_a.spec.control)
-        .args(cluster.pcmrun_args(&hostfile))
-        .args(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"])
-        .args(["--progress", "1", "--hosts-from-pool"]);
-    let mut job = pcmrun.start("heat2d", &args, &job_dir, "pcmrun");
-    job.wait_for("a checkpoint", WAIT, |r| {
-        matches!(r.event, RunEvent::Checkpointed { .. })
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
-    cluster.power_off("node-b");
+    let hostfile = pool.cluster.hostfile_without_spares(&["node-a", "node-b"]);
+    let control = node_a.spec.control.display().to_string();
+    let mut job = pool.pcmrun(
+        &hostfile,
+        &["--hosts-from-pool"],
+        &[("IOS_AGENT_CONTROL", control.as_str())],
+    );
+    pool.cluster.power_off("node-b");
     let finished = job.wait(DEADLINE);
-    let said: Vec<&str> = finished
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("pcmrun:"))
-        .collect();
-    eprintln!("{}", said.join("\n"));
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "pcmrun failed:\n{}",
-        finished.stderr
-    );
-    assert_eq!(
-        finished.report().checksum,
-        plain,
-        "the job computed something else"
-    );
+    assert_ended_with(&finished, &pool.plain);
     let report = job.report().unwrap();
     let recovery = &report["recoveries"][0];
     assert_eq!(
