@@ -66,6 +66,27 @@ pub fn control_path(env_value: Option<&str>, uid: u32, host: &HostName) -> PathB
     }
 }
 
+/// The other Unix sockets in the directory of `path`, sorted (at most 8): where no agent
+/// answers at the default path, these are likely the agents of this machine, joined with
+/// `--host NAME` other than the machine's name (each listens at `NAME.sock`).
+pub fn sockets_beside(path: &Path) -> Vec<PathBuf> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Vec::new();
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .map(|e| e.path())
+        .filter(|p| p != path)
+        .collect();
+    found.sort();
+    found.truncate(8);
+    found
+}
+
 /// Binds the control socket, refusing if a live agent already serves it and replacing a
 /// stale one. Then serves requests until the driver goes away.
 pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
@@ -288,5 +309,23 @@ fn read_reply(
             });
         }
         reader.feed(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_other_sockets_beside_the_default_one_then_they_are_named() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("vm.sock");
+        assert!(sockets_beside(&path).is_empty());
+        let _a =
+            std::os::unix::net::UnixListener::bind(dir.path().join("node-a.sock")).expect("bound");
+        let _own = std::os::unix::net::UnixListener::bind(&path).expect("bound");
+        fs::write(dir.path().join("notes.txt"), "not a socket").expect("written");
+        assert_eq!(sockets_beside(&path), [dir.path().join("node-a.sock")]);
+        assert!(sockets_beside(Path::new("/nonexistent-dir/x.sock")).is_empty());
     }
 }

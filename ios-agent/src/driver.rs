@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::connections::{Connected, ConnectionPolicy};
 use crate::job_processes::JobProcesses;
-use crate::status::{status_of, AgentStatus, Decision, DecisionKind, PeerStatus, ProtocolStep};
+use crate::status::{
+    status_of, tier_name, AgentStatus, Decision, DecisionKind, PeerStatus, ProtocolStep,
+};
 use crate::transport::{NetEvent, Transport};
 
 /// How many decisions `ios-agent status` shows.
@@ -712,7 +714,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 if let Some(info) = self.agent.peers().get(peer) {
                     peers.push(PeerStatus {
                         peer: peer.to_string(),
-                        tier: format!("{tier:?}").to_lowercase(),
+                        tier: tier_name(tier),
                         srtt_ms: info.srtt.as_secs_f64() * 1e3,
                     });
                 }
@@ -720,6 +722,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
         }
         status_of(
             &self.agent,
+            Instant::now(),
             self.started.elapsed(),
             peers,
             self.decisions.iter().cloned().collect(),

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use clap::Parser as _;
 use ios_agent::cli::{Cli, Command, JoinArgs, TopologyArg};
-use ios_agent::control::{self, ControlMessage, ControlReply, CONTROL_ENV};
+use ios_agent::control::{self, ControlError, ControlMessage, ControlReply, CONTROL_ENV};
 use ios_agent::driver::{self, Inputs};
 use ios_agent::node_daemon::{NodeDaemon, PcmdMigrator};
 use ios_agent_core::{Agent, Config, Topology};
@@ -42,7 +42,8 @@ fn run(cli: Cli) -> Result<()> {
             );
             let reply = control::leave(&path, args.within, args.force, |report| {
                 println!("  {}", report.summary());
-            })?;
+            })
+            .map_err(|e| with_sockets_beside(e, cli.control.as_deref()))?;
             match reply {
                 ControlReply::Left(report) if report.is_empty() => {
                     println!(
@@ -69,7 +70,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Status { json } => {
             let path = control_socket(cli.control.as_deref(), None)?;
-            match control::request(&path, ControlMessage::Status, Duration::from_secs(10))? {
+            let reply = control::request(&path, ControlMessage::Status, Duration::from_secs(10))
+                .map_err(|e| with_sockets_beside(e, cli.control.as_deref()))?;
+            match reply {
                 ControlReply::Status(status) if json => {
                     println!("{}", serde_json::to_string_pretty(&status)?);
                     Ok(())
@@ -142,6 +145,24 @@ fn control_socket(given: Option<&str>, host: Option<&HostName>) -> Result<PathBu
         nix::unistd::getuid().as_raw(),
         &host,
     ))
+}
+
+/// `e`; when no agent answers at the default control socket (neither `--control` nor
+/// `IOS_AGENT_CONTROL` given), with the sockets beside it: an agent joined with
+/// `--host NAME`, NAME not the machine's name, listens at `NAME.sock`.
+fn with_sockets_beside(e: ControlError, given: Option<&str>) -> anyhow::Error {
+    let defaulted = given.is_none() && std::env::var(CONTROL_ENV).map_or(true, |v| v.is_empty());
+    if let ControlError::NotRunning { path } = &e {
+        let others = control::sockets_beside(path);
+        if defaulted && !others.is_empty() {
+            let names: Vec<String> = others.iter().map(|p| p.display().to_string()).collect();
+            return anyhow!(
+                "{e}. Control sockets beside it: {} (an agent joined with --host NAME listens at NAME.sock; give it with --control)",
+                names.join(", ")
+            );
+        }
+    }
+    e.into()
 }
 
 fn pcmd_program(given: Option<&Path>) -> PathBuf {

@@ -50,6 +50,27 @@ fn agents_find_each_other_and_a_killed_one_drops_out_within_seconds() {
         "the peers' smoothed loopback rtts in the local tier",
         || local(&agents[0].status()),
     );
+    // Each lists the others' hosts in its pool (what `pcmrun --hosts-from-pool` reads).
+    let hosts = ["na", "nb", "nc"];
+    let pool_of = |status: &ios_agent_proto::AgentStatus| {
+        let mut pool: Vec<String> = status.pool.iter().map(|p| p.host.clone()).collect();
+        pool.sort();
+        pool
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "each agent lists the others' hosts in its pool",
+        || {
+            agents.iter().zip(hosts).all(|(a, own)| {
+                let others: Vec<String> = hosts
+                    .iter()
+                    .filter(|h| **h != own)
+                    .map(|h| (*h).to_owned())
+                    .collect();
+                pool_of(&a.status()) == others
+            })
+        },
+    );
 
     let mut agents = agents;
     let mut killed = agents.pop().unwrap();

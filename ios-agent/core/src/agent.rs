@@ -17,8 +17,8 @@ use crate::c2c::Cluster;
 use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
 use crate::model::{
-    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, RttLookup, RttView,
-    Unmeasured, Weights, DEFAULT_UNKNOWN_RTT,
+    EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, Resource, RttLookup,
+    RttView, Unmeasured, Weights, DEFAULT_UNKNOWN_RTT,
 };
 use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable, LOCAL_MAX_RTT};
 
@@ -680,6 +680,11 @@ struct Hosts {
     /// Each peer's host, with the sequence number of its announcement.
     by_peer: IdMap<PeerId, (HostName, u64)>,
     by_host: IdMap<HostName, PeerId>,
+    /// What some of these peers last told this agent of their node's load
+    /// ([`Hosts::learn`]), for [`Agent::pool_hosts`]: only peers in `by_peer`, forgotten with
+    /// their host, so bounded by the table. Apart from `by_peer` because few peers of a
+    /// large table ever send a profile here.
+    loads: IdMap<PeerId, Learned>,
     /// Announcements, oldest first, as (peer, sequence number); an entry whose number is no
     /// longer the peer's is stale and skipped.
     order: VecDeque<(PeerId, u64)>,
@@ -713,6 +718,8 @@ impl Hosts {
             .insert(peer.clone(), (host.clone(), self.version))
         {
             self.by_host.remove(&old);
+            // What the peer said of its old host's load is not its new host's.
+            self.loads.remove(&peer);
         }
         self.by_host.insert(host, peer.clone());
         self.order.push_back((peer, self.version));
@@ -729,7 +736,22 @@ impl Hosts {
         let (host, _) = self.by_peer.remove(peer)?;
         self.version += 1;
         self.by_host.remove(&host);
+        self.loads.remove(peer);
         Some(host)
+    }
+
+    /// `peer` told of the load of `host`'s node: kept if `host` is the one it announced
+    /// (one look-up when its last report is kept already).
+    fn learn(&mut self, peer: &PeerId, host: &HostName, load: Learned) {
+        if self.get(peer) != Some(host) {
+            return;
+        }
+        match self.loads.get_mut(peer) {
+            Some(known) => *known = load,
+            None => {
+                self.loads.insert(peer.clone(), load);
+            }
+        }
     }
 
     /// Drops the oldest announcement whose peer `keep` does not protect, and returns that
@@ -751,6 +773,55 @@ impl Hosts {
             return Some(peer);
         }
         None
+    }
+}
+
+/// What an agent last heard of another node's load, and when ([`Hosts::learn`]).
+#[derive(Debug, Clone, Copy)]
+struct Learned {
+    profile: NodeProfile,
+    at: Instant,
+    leaving: bool,
+}
+
+/// Another agent's host as this agent knows it ([`Agent::pool_hosts`]): the hosts of the
+/// pool work could go to, with what is known of their load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnownHost {
+    /// The agent.
+    pub peer: PeerId,
+    /// The host it announced over its own connection ([`Agent::handle_peer_host`]).
+    pub host: HostName,
+    /// Its tier, if it is in the peer table.
+    pub tier: Option<LatencyTier>,
+    /// Its smoothed RTT, if it is in the peer table.
+    pub srtt: Option<Duration>,
+    /// What it last reported of its node, if it did.
+    pub load: Option<KnownLoad>,
+}
+
+/// What an agent last learned of another node's load: the profile the node sent with a
+/// work steal of its own (NSp2p and NSc2c: the thief's, or a manager's for the member it
+/// steals for) or, to an NSc2c manager, in a member's profile reply. Only what came over
+/// the reporting agent's own connection (a steal forwarded by another agent is not taken),
+/// and only for the host that agent announced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KnownLoad {
+    /// The node's profile as it reported it (a leaving node reports
+    /// [`NodeProfile::departing`]: no idle CPU).
+    pub profile: NodeProfile,
+    /// How long ago this agent received it.
+    pub age: Duration,
+    /// The node said it is leaving the pool (NSc2c profile replies; NSp2p tells nothing of
+    /// it, so false there).
+    pub leaving: bool,
+}
+
+impl KnownLoad {
+    /// Idle CPUs, speed-normalised: the model's CPU availability
+    /// ([`NodeProfile::availability`]).
+    pub fn idle_cpus(&self) -> f64 {
+        self.profile.availability(Resource::Cpu)
     }
 }
 
@@ -952,6 +1023,58 @@ impl Agent {
     /// The host `peer` announced, if it did and the announcement was accepted.
     pub fn peer_host(&self, peer: &PeerId) -> Option<&HostName> {
         self.hosts.get(peer)
+    }
+
+    /// Every other agent whose host this agent knows (its table of hosts: connected agents
+    /// that announced one), with its tier and RTT if it is in the peer table and what it
+    /// last reported of its load ([`KnownLoad`]), if anything; nearest tier first, then by
+    /// host name. Built on demand (for `ios-agent status`), nothing kept for it.
+    pub fn pool_hosts(&self, now: Instant) -> Vec<KnownHost> {
+        let mut out: Vec<KnownHost> = self
+            .hosts
+            .by_peer
+            .iter()
+            .map(|(peer, (host, _))| {
+                let info = self.peers.get(peer);
+                KnownHost {
+                    peer: peer.clone(),
+                    host: host.clone(),
+                    tier: info.map(|i| i.tier),
+                    srtt: info.map(|i| i.srtt),
+                    load: self.hosts.loads.get(peer).map(|l| KnownLoad {
+                        profile: l.profile,
+                        age: now.saturating_duration_since(l.at),
+                        leaving: l.leaving,
+                    }),
+                }
+            })
+            .collect();
+        // Peers outside the table (no tier) last.
+        out.sort_by(|a, b| {
+            (a.tier.is_none(), a.tier, &a.host).cmp(&(b.tier.is_none(), b.tier, &b.host))
+        });
+        out
+    }
+
+    /// What a peer reported of its node's load ([`KnownLoad`]): `host` must be the one
+    /// `peer` announced.
+    pub(crate) fn learn_load(
+        &mut self,
+        now: Instant,
+        peer: &PeerId,
+        host: &HostName,
+        profile: NodeProfile,
+        leaving: bool,
+    ) {
+        self.hosts.learn(
+            peer,
+            host,
+            Learned {
+                profile,
+                at: now,
+                leaving,
+            },
+        );
     }
 
     /// The latest node profile.
@@ -2104,6 +2227,16 @@ impl Agent {
                 self.refuse_steal(&from, why);
                 return;
             }
+        } else {
+            // Its origin sent it (for itself, or as the NSc2c manager of the source), for
+            // the host the source announced: what `ios-agent status` shows of that node.
+            self.learn_load(
+                now,
+                &steal.source.peer,
+                &steal.source.host,
+                steal.source.profile,
+                false,
+            );
         }
         let first_time = self.remember(&steal.origin, steal.id);
         match self.config.topology {
@@ -3554,6 +3687,118 @@ mod tests {
             (z.manager(), b.manager()),
             (Some(&peer("z")), Some(&peer("z")))
         );
+    }
+
+    /// Issue 36 (`pcmrun --hosts-from-pool`): the hosts of the pool an agent knows, with
+    /// the load each last reported in a work steal of its own, and none invented for a
+    /// host that reported nothing (nor for one whose steal another agent forwarded).
+    #[test]
+    fn given_a_steal_from_a_peer_then_its_host_is_listed_with_its_idle_cpus_and_their_age() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut a = agent("a", t0);
+        for name in ["b", "c", "d"] {
+            meet(&mut a, t0, name, ms(1));
+        }
+        let b_node = NodeProfile {
+            speed: 1.5,
+            cpu_load: 1.0,
+            ..NodeProfile::idle(4.0, 1 << 30)
+        };
+        a.handle_message(t0, peer("b"), steal_from("b", 1, b_node));
+        // d's steal, passed on by c: c could have changed d's profile, so it is not taken.
+        a.handle_message(
+            t0,
+            peer("c"),
+            steal_from("d", 2, NodeProfile::idle(8.0, 1 << 30)),
+        );
+        drain(&mut a);
+
+        let t1 = t0 + Duration::from_secs(3);
+        let pool = a.pool_hosts(t1);
+        let hosts: Vec<&str> = pool.iter().map(|h| h.host.as_str()).collect();
+        assert_eq!(hosts, ["b", "c", "d"]);
+        let b = &pool[0];
+        assert_eq!(b.peer, peer("b"));
+        assert_eq!(b.tier, Some(LatencyTier::Local));
+        assert_eq!(b.srtt, Some(ms(1)));
+        let load = b.load.expect("b reported its load");
+        assert_eq!(load.profile, b_node);
+        assert!((load.idle_cpus() - 4.5).abs() < 1e-9, "{load:?}");
+        assert_eq!(load.age, Duration::from_secs(3));
+        assert!(!load.leaving);
+        assert_eq!(pool[1].load, None, "c reported nothing");
+        assert_eq!(pool[2].load, None, "d reported nothing itself");
+
+        // A newer steal replaces the figure; another host announced by b forgets it; a peer
+        // gone leaves the list.
+        let busier = NodeProfile {
+            cpu_load: 3.5,
+            ..b_node
+        };
+        a.handle_message(t1, peer("b"), steal_from("b", 3, busier));
+        let load = a.pool_hosts(t1).remove(0).load.expect("known");
+        assert!((load.idle_cpus() - 0.75).abs() < 1e-9, "{load:?}");
+        assert_eq!(load.age, Duration::ZERO);
+        a.handle_peer_host(t1, peer("b"), host("b2"))
+            .expect("accepted");
+        assert_eq!(a.pool_hosts(t1)[0].host.as_str(), "b2");
+        assert_eq!(a.pool_hosts(t1)[0].load, None);
+        a.handle_peer_gone(t1, &peer("c"));
+        let hosts: Vec<String> = a
+            .pool_hosts(t1)
+            .iter()
+            .map(|h| h.host.to_string())
+            .collect();
+        assert_eq!(hosts, ["b2", "d"]);
+    }
+
+    /// An NSc2c manager lists its members' hosts with the load of their last profile reply,
+    /// and a member leaving the pool as leaving, with no idle CPU.
+    #[test]
+    fn given_a_c2c_member_leaving_then_its_manager_lists_its_host_as_leaving() {
+        let t0 = Instant::now();
+        fn step(a: &mut Agent, b: &mut Agent, t: Instant) {
+            a.handle_timeout(t);
+            for action in drain(a) {
+                if let Action::Send { message, .. } = action {
+                    b.handle_message(t, a.id().clone(), message);
+                }
+            }
+        }
+        let (mut x, mut y) = (c2c_agent("x", t0), c2c_agent("y", t0));
+        meet(&mut x, t0, "y", Duration::from_millis(1));
+        meet(&mut y, t0, "x", Duration::from_millis(1));
+        let y_node = NodeProfile::idle(2.0, 1 << 30);
+        let mut t = t0;
+        let mut run = |x: &mut Agent, y: &mut Agent, secs: u64| {
+            for _ in 0..secs {
+                x.handle_node_profile(t, NodeProfile::idle(2.0, 1 << 30));
+                y.handle_node_profile(t, y_node);
+                step(x, y, t);
+                step(y, x, t);
+                t += Duration::from_secs(1);
+            }
+            t
+        };
+        let now = run(&mut x, &mut y, 10);
+        assert_eq!(x.manager(), Some(&peer("x")));
+        let pool = x.pool_hosts(now);
+        assert_eq!(pool.len(), 1);
+        assert_eq!(pool[0].host.as_str(), "y");
+        let load = pool[0].load.expect("y replied to the polls");
+        assert!(load.age <= Duration::from_secs(2), "{load:?}");
+        assert!((load.idle_cpus() - 2.0).abs() < 1e-9, "{load:?}");
+        assert!(!load.leaving);
+
+        y.handle_leave(now);
+        let now = run(&mut x, &mut y, 3);
+        let load = x.pool_hosts(now)[0].load.expect("known");
+        assert!(load.leaving, "{load:?}");
+        assert_eq!(load.idle_cpus(), 0.0);
+        // y itself lists its manager's host, but x never sent it a profile.
+        assert_eq!(y.pool_hosts(now)[0].host.as_str(), "x");
+        assert_eq!(y.pool_hosts(now)[0].load, None);
     }
 
     #[test]

@@ -1112,6 +1112,7 @@ impl Agent {
         }
         // A member's reply is its heartbeat of this period.
         self.heard_from(now, &from);
+        self.learn_load(now, &from, &member.host, member.node, member.leaving);
         self.cluster.views.insert(from, View { member, at: now });
     }
 

@@ -4,7 +4,8 @@
 //! The agent is a daemon, nobody's library; tools, tests and benchmarks that read its state
 //! depend on these types only, as pcmd's clients depend on `pcm-proto`. Everything here is
 //! plain serialisable data:
-//! - [`status`]: [`AgentStatus`] (peers, node and entity profiles, counters) and the
+//! - [`status`]: [`AgentStatus`] (peers, the pool's hosts it knows with their last known
+//!   load ([`PoolHost`]), node and entity profiles, counters) and the
 //!   agent's recent [`Decision`]s, typed ([`DecisionKind`]), with words for people from
 //!   `Display`;
 //! - [`leave`]: a drain's progress ([`LeaveReport`]) and the job processes it waits for;
@@ -16,4 +17,6 @@ pub mod status;
 
 pub use control::{ControlMessage, ControlReply};
 pub use leave::{JobProcess, LeaveReport, Role};
-pub use status::{AgentStatus, Counters, Decision, DecisionKind, PeerStatus, ProtocolStep};
+pub use status::{
+    AgentStatus, Counters, Decision, DecisionKind, PeerStatus, PoolHost, ProtocolStep,
+};

@@ -18,6 +18,36 @@ pub struct PeerStatus {
     pub srtt_ms: f64,
 }
 
+/// Another host of the pool as the agent knows it: a connected agent that announced its
+/// host, with what that agent last reported of its node's load. Programs (`pcmrun
+/// --hosts-from-pool`) pick idle hosts from these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolHost {
+    /// The host's name as the MPI runtime knows it (as its agent announced it).
+    pub host: String,
+    /// The id of its agent.
+    pub peer: String,
+    /// Its latency tier (`local`, `regional`, `national`, `global`), if that agent is in
+    /// this agent's peer table.
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// Smoothed round-trip time to it, milliseconds, if in the peer table.
+    #[serde(default)]
+    pub srtt_ms: Option<f64>,
+    /// Idle CPUs of the node, speed-normalised (the model's measure: idle cores times the
+    /// core speed relative to a reference core), as its agent last reported them; `None`
+    /// when it reported nothing to this agent.
+    #[serde(default)]
+    pub idle_cpus: Option<f64>,
+    /// How long ago, seconds, this agent received that report; `None` with `idle_cpus`.
+    #[serde(default)]
+    pub profile_age_s: Option<f64>,
+    /// The node said it is leaving the pool (`ios-agent leave`; only NSc2c members tell
+    /// their manager so; false when not known).
+    #[serde(default)]
+    pub leaving: bool,
+}
+
 /// One thing the agent did, for the history in `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
@@ -189,6 +219,10 @@ pub struct AgentStatus {
     pub manager: Option<String>,
     /// Known peers, nearest tier first.
     pub peers: Vec<PeerStatus>,
+    /// The other hosts of the pool this agent knows, nearest tier first (those outside the
+    /// peer table last), then by name. Absent in older agents' status: none.
+    #[serde(default)]
+    pub pool: Vec<PoolHost>,
     /// The node's last profile.
     pub node: Option<NodeProfile>,
     /// The local entities' last profiles.
@@ -232,6 +266,22 @@ impl AgentStatus {
         let _ = writeln!(out, "peers ({}):", self.peers.len());
         for p in &self.peers {
             let _ = writeln!(out, "  {:<9} {:>8.2} ms  {}", p.tier, p.srtt_ms, p.peer);
+        }
+        let _ = writeln!(out, "pool hosts ({}):", self.pool.len());
+        for h in &self.pool {
+            let load = match (h.idle_cpus, h.profile_age_s) {
+                (Some(idle), Some(age)) => format!("{idle:.2} idle CPUs {age:.0} s ago"),
+                (Some(idle), None) => format!("{idle:.2} idle CPUs"),
+                _ => "load not known".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "  {:<24} {:<9} {}{}",
+                h.host,
+                h.tier.as_deref().unwrap_or("-"),
+                load,
+                if h.leaving { ", LEAVING" } else { "" }
+            );
         }
         let _ = writeln!(out, "entities ({}):", self.entities.len());
         for e in &self.entities {
@@ -321,6 +371,7 @@ mod tests {
             uptime_s: 1.0,
             manager: None,
             peers: vec![],
+            pool: vec![],
             node: None,
             entities: vec![],
             stalled: vec![],
@@ -374,6 +425,68 @@ mod tests {
         let old: Counters = serde_json::from_value(json).expect("an older agent's counters");
         assert_eq!(old.steals_refused, 0);
         assert_eq!(old.partner_steals_sent, 0);
+    }
+
+    /// Issue 36: the pool's hosts, as `pcmrun --hosts-from-pool` reads them: the JSON of an
+    /// entry, its words, and a status from an agent that predates the list.
+    #[test]
+    fn given_pool_hosts_then_the_json_reads_back_and_an_older_status_has_none() {
+        let known = PoolHost {
+            host: "node-c".into(),
+            peer: "12D3KooWc".into(),
+            tier: Some("local".into()),
+            srtt_ms: Some(0.25),
+            idle_cpus: Some(1.5),
+            profile_age_s: Some(2.0),
+            leaving: false,
+        };
+        let unknown = PoolHost {
+            host: "node-d".into(),
+            peer: "12D3KooWd".into(),
+            tier: None,
+            srtt_ms: None,
+            idle_cpus: None,
+            profile_age_s: None,
+            leaving: false,
+        };
+        let leaving = PoolHost {
+            host: "node-e".into(),
+            idle_cpus: Some(0.0),
+            profile_age_s: Some(1.0),
+            leaving: true,
+            ..known.clone()
+        };
+        let status = AgentStatus {
+            pool: vec![known.clone(), unknown.clone(), leaving],
+            ..status_with(Counters::default())
+        };
+        let json = serde_json::to_value(&status).expect("serialisable");
+        assert_eq!(
+            json["pool"][0],
+            serde_json::json!({
+                "host": "node-c", "peer": "12D3KooWc", "tier": "local", "srtt_ms": 0.25,
+                "idle_cpus": 1.5, "profile_age_s": 2.0, "leaving": false
+            })
+        );
+        assert_eq!(json["pool"][1]["idle_cpus"], serde_json::Value::Null);
+        let back: AgentStatus = serde_json::from_value(json.clone()).expect("round trip");
+        assert_eq!(back, status);
+
+        let text = status.to_text();
+        assert!(text.contains("pool hosts (3):"), "{text}");
+        let line = |h: &str| text.lines().find(|l| l.contains(h)).expect(h).to_owned();
+        assert!(line("node-c").contains("1.50 idle CPUs 2 s ago"), "{text}");
+        assert!(line("node-d").contains("load not known"), "{text}");
+        assert!(line("node-e").contains("LEAVING"), "{text}");
+
+        let mut old = json;
+        old.as_object_mut().expect("an object").remove("pool");
+        let old: AgentStatus = serde_json::from_value(old).expect("an older agent's status");
+        assert!(old.pool.is_empty());
+        // An entry with only the fields a program needs still reads.
+        let bare: PoolHost =
+            serde_json::from_str(r#"{"host":"node-f","peer":"p"}"#).expect("the bare fields");
+        assert_eq!((bare.idle_cpus, bare.leaving), (None, false));
     }
 
     /// Issue 14, item 3: programs read decisions as typed data, people as the words they
