@@ -43,9 +43,10 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
         return;
     }
     let _lock = mpi_lock();
-    // On this machine, unloaded and uncapped, about 20 s: on the capped nodes longer, which
-    // covers the leave (about 5 s), the kill and the relaunch.
-    let mut pool = Pool::start(20.0);
+    // On this machine, unloaded and uncapped, about 12 s: on the capped nodes about twice
+    // that, which covers the first checkpoint, the leave (about 5 s), the kill and the
+    // relaunch (about 1 s).
+    let mut pool = Pool::start(12.0);
     // The job: pcmrun's default pcmds, found where the agents keep theirs.
     let hostfile = pool.cluster.hostfile_for(&["node-a", "node-b"]);
     let mut job = pool.pcmrun(&hostfile, &[], &[]);
@@ -245,7 +246,9 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
         return;
     }
     let _lock = mpi_lock();
-    let pool = Pool::start(15.0);
+    // About 10 s unloaded, 20 s on the capped nodes: the first checkpoint, the loss and
+    // the relaunch take a few.
+    let pool = Pool::start(10.0);
     let node_a = pool.agents[0].as_ref().unwrap();
     wait_until(
         Duration::from_secs(15),
