@@ -212,10 +212,24 @@ impl Pool {
     /// agents keep theirs), a checkpoint every half second, `options` and `env` more;
     /// returns once a checkpoint is complete.
     fn pcmrun(&self, hostfile: &Path, options: &[&str], env: &[(&str, &str)]) -> PcmrunJob {
-        let job_dir = self.dir.path().join("job");
+        self.pcmrun_as("job", hostfile, options, env)
+    }
+
+    /// [`Pool::pcmrun`] with its events, report and output in `dir/label` (the checkpoints
+    /// in `dir/checkpoints` whatever the label, so that a second run of the same command
+    /// finds the first's).
+    fn pcmrun_as(
+        &self,
+        label: &str,
+        hostfile: &Path,
+        options: &[&str],
+        env: &[(&str, &str)],
+    ) -> PcmrunJob {
+        let job_dir = self.dir.path().join(label);
         std::fs::create_dir_all(&job_dir).unwrap();
         let template = AgentSpec::pcmd_socket_in(self.dir.path(), "{host}");
-        let mut pcmrun = PcmrunCommand::new(&job_dir, 2);
+        let checkpoints = self.dir.path().join("checkpoints");
+        let mut pcmrun = PcmrunCommand::with_checkpoints(&job_dir, 2, &checkpoints);
         pcmrun
             .with_node_daemons(&template.display().to_string())
             .command()
@@ -291,5 +305,142 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
         hosts,
         ["node-a", "node-c"],
         "where the relaunched ranks ran"
+    );
+}
+
+/// The processes of heat2d (ranks, replacements) on `host`.
+fn job_processes_on(cluster: &Cluster, host: &str) -> Vec<i32> {
+    cluster
+        .processes_on(host)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.contains("heat2d"))
+        })
+        .collect()
+}
+
+/// Faults of a pcmrun job on a pool, one after the other, on emulated nodes with agents:
+/// 1. node-b's pcmd (its agent's, which the job shares) killed with SIGKILL: a pcmd answers
+///    there again (the agent starts one), the ranks register with it again (node-b's agent
+///    lists rank 1), and checkpoints go on;
+/// 2. rank 1 stopped with SIGSTOP: pcmrun finds the job stalled within `--stall-timeout`
+///    and relaunches it from the newest checkpoint;
+/// 3. pcmrun killed with SIGKILL: nothing of the job is left on the nodes (the agents and
+///    their pcmds stay), and the same command run again resumes from the newest checkpoint
+///    and ends with the plain run's checksum.
+#[test]
+fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_pcmrun_lose_nothing()
+{
+    if !emulated_nodes_usable() {
+        return;
+    }
+    let _lock = mpi_lock();
+    // About 15 s unloaded, twice that on the capped nodes: the three faults take about 15.
+    let pool = Pool::start(15.0);
+    let hostfile = pool.cluster.hostfile_for(&["node-a", "node-b"]);
+    let options = ["--stall-timeout", "4"];
+    let mut job = pool.pcmrun_as("first", &hostfile, &options, &[]);
+
+    // 1. The node's pcmd killed.
+    let socket = AgentSpec::pcmd_socket_in(pool.dir.path(), "node-b");
+    let pcmd_of_b = || {
+        let found = Command::new("pgrep")
+            .arg("-f")
+            .arg(format!("pcmd --socket {} ", socket.display()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&found.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    let [pcmd] = pcmd_of_b()[..] else {
+        panic!("not one pcmd at {}: {:?}", socket.display(), pcmd_of_b());
+    };
+    let since = job.events().last().map_or(0.0, |r| r.seconds);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pcmd),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let node_b = pool.agents[1].as_ref().unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "a new pcmd on node-b, with rank 1 registered again",
+        || {
+            pcmd_of_b().iter().any(|p| *p != pcmd)
+                && node_b
+                    .try_status()
+                    .is_some_and(|s| s.entities.iter().any(|e| e.id.rank.0 == 1))
+        },
+    );
+    job.wait_for("a checkpoint after the pcmd's restart", WAIT, |r| {
+        r.seconds > since + 2.5 && matches!(r.event, RunEvent::Checkpointed { .. })
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // 2. Rank 1 stopped.
+    let rank_1 = job
+        .events()
+        .iter()
+        .rev()
+        .find_map(|r| match &r.event {
+            RunEvent::Started { rank, pid, .. } if rank.0 == 1 => Some(*pid),
+            _ => None,
+        })
+        .unwrap();
+    let stopped_at = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rank_1 as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    job.wait_for("a checkpoint of the relaunch", DEADLINE, |r| {
+        r.launch == 2 && matches!(r.event, RunEvent::Checkpointed { .. })
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "relaunched and checkpointed {:.1} s after rank 1 was stopped",
+        stopped_at.elapsed().as_secs_f64()
+    );
+
+    // 3. pcmrun killed, then run again.
+    let newest = job
+        .events()
+        .iter()
+        .filter_map(|r| match r.event {
+            RunEvent::Checkpointed { iteration } => Some(iteration),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = job.wait(DEADLINE);
+    assert_eq!(
+        killed.code, None,
+        "pcmrun was not killed:\n{}",
+        killed.stderr
+    );
+    for node in ["node-a", "node-b", "node-c"] {
+        wait_until(
+            Duration::from_secs(15),
+            &format!("no process of the job on {node}"),
+            || job_processes_on(&pool.cluster, node).is_empty(),
+        );
+    }
+    let mut again = pool.pcmrun_as("again", &hostfile, &options, &[]);
+    let finished = again.wait(DEADLINE);
+    assert_ended_with(&finished, &pool.plain);
+    let report = again.report().unwrap();
+    assert!(
+        report["resumed_at_start"]
+            .as_u64()
+            .is_some_and(|i| i >= newest),
+        "the rerun did not resume from the newest checkpoint ({newest}): {report}"
     );
 }
