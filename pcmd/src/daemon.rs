@@ -310,7 +310,8 @@ async fn serve(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         (tick, policy.min_age)
     });
-    let mut sweeping: Option<tokio::task::JoinHandle<crate::shm_sweep::Swept>> = None;
+    type Swept = (crate::shm_sweep::Swept, crate::session_sweep::Swept);
+    let mut sweeping: Option<tokio::task::JoinHandle<Swept>> = None;
     tokio::pin!(shutdown);
     loop {
         let timer = registry.poll_timeout();
@@ -364,12 +365,22 @@ async fn serve(
                 Some(*min_age)
             }, if sweep_tick.is_some() && sweeping.is_none() => {
                 let uid = nix::unistd::geteuid().as_raw();
+                let host = registry.host().to_string();
                 sweeping = Some(tokio::task::spawn_blocking(move || {
-                    crate::shm_sweep::sweep(Path::new(crate::shm_sweep::SHM_DIR), uid, min_age)
+                    let shm = crate::shm_sweep::sweep(Path::new(crate::shm_sweep::SHM_DIR), uid, min_age);
+                    let tmp = std::env::temp_dir();
+                    let sessions = crate::session_sweep::sweep(&tmp, &host, uid, min_age);
+                    (shm, sessions)
                 }));
             }
-            Some(swept) = async { sweeping.as_mut()?.await.ok() }, if sweeping.is_some() => {
+            Some((swept, sessions)) = async { sweeping.as_mut()?.await.ok() }, if sweeping.is_some() => {
                 sweeping = None;
+                for (path, _) in &sessions.removed {
+                    tracing::info!(dir = %path.display(), "removed the session directory of an Open MPI launch whose process is gone");
+                }
+                for (path, e) in &sessions.failed {
+                    tracing::warn!(dir = %path.display(), "cannot remove the session directory of a dead Open MPI launch: {e}");
+                }
                 for (path, bytes) in &swept.removed {
                     tracing::info!(segment = %path.display(), bytes, "removed the shared memory of a launch whose processes are gone");
                 }

@@ -42,5 +42,6 @@ pub mod cli;
 pub mod daemon;
 pub mod node;
 pub mod registry;
+pub mod session_sweep;
 pub mod shm_sweep;
 pub mod stats;

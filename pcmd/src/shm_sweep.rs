@@ -82,9 +82,10 @@ pub fn garbage<'a>(
 /// What one sweep did.
 #[derive(Debug, Default)]
 pub struct Swept {
-    /// Segments removed, with their sizes in bytes.
+    /// What was removed (segments, or session directories), with sizes in bytes (0 for
+    /// directories, which are not measured).
     pub removed: Vec<(PathBuf, u64)>,
-    /// Segments that could not be removed, and why.
+    /// What could not be removed, and why.
     pub failed: Vec<(PathBuf, std::io::Error)>,
 }
 

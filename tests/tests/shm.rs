@@ -5,7 +5,8 @@
 //! Open MPI 4 one backing file per local process (`vader_segment.*`). When a rank is killed,
 //! the launcher kills the others with SIGKILL, nobody unlinks them, and they stay: 178
 //! MPICH segments (300 MB of RAM) were found on one machine after 90 minutes of fault
-//! tests. Runs on both runtimes.
+//! tests. Runs on both runtimes; on Open MPI it also checks that the killed `mpirun`'s
+//! session directory (`$TMPDIR/ompi.HOST.UID/pid.PID/`) goes.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -74,8 +75,31 @@ fn given_a_rank_killed_then_the_nodes_pcmd_removes_the_launchs_shared_memory_but
         Runtime::OpenMpi => {
             // Open MPI's mpirun unlinks its ranks' segments when one is lost; killed with
             // them (SIGKILL to the whole launch, as after pcmrun's grace, or a crash), it
-            // cannot.
+            // cannot, and its session directory stays too.
+            let session = std::env::temp_dir()
+                .join(format!(
+                    "ompi.{}.{}",
+                    nix::unistd::gethostname().unwrap().to_string_lossy(),
+                    nix::unistd::getuid()
+                ))
+                .join(format!("pid.{}", job.pid()));
+            assert!(
+                session.is_dir(),
+                "no session directory {}",
+                session.display()
+            );
             job.kill();
+            wait_until(
+                Duration::from_secs(15),
+                "pcmd to remove the killed mpirun's session directory",
+                || !session.exists(),
+            );
+            assert!(
+                pcmd.log().contains(&session.display().to_string()),
+                "pcmd did not say it removed {}:\n{}",
+                session.display(),
+                pcmd.log()
+            );
         }
     }
     let left = segments();
