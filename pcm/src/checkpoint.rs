@@ -288,6 +288,27 @@ impl State {
     }
 }
 
+/// Says (rank 0 of a fresh job with checkpoints) when pcmrun holds the lock of another
+/// series than the one this job checkpoints in: pcmrun names its lock after the program's
+/// file name, the job's series is named after `Pcm::init`'s name, and a second pcmrun of
+/// the same program would not be stopped. Returns the warning, for tests.
+pub(crate) fn warn_other_series(pcm: &Pcm, locked: Option<&str>) -> Option<String> {
+    let warning = other_series(locked, &series(pcm).dir_name())?;
+    tracing::warn!("{warning}");
+    Some(warning)
+}
+
+fn other_series(locked: Option<&str>, actual: &str) -> Option<String> {
+    let locked = locked.filter(|l| !l.is_empty() && *l != actual)?;
+    Some(format!(
+        "pcmrun holds the checkpoint series {locked} (named after the program's file), but \
+         this job checkpoints in series {actual} (named after the application's name given \
+         to Pcm::init): a second pcmrun of this program in the same checkpoint directory \
+         would not be stopped and would retire this job's checkpoints; give both the same \
+         name, or each run its own --job-name"
+    ))
+}
+
 fn series(pcm: &Pcm) -> Series {
     Series {
         app: pcm.job.app.clone(),
@@ -817,6 +838,18 @@ fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn given_pcmrun_locked_another_series_then_it_is_said_and_the_same_one_is_not() {
+        assert!(other_series(Some("heat2d-2r"), "heat2d-2r").is_none());
+        assert!(other_series(None, "heat2d-2r").is_none());
+        assert!(other_series(Some(""), "heat2d-2r").is_none());
+        let said = other_series(Some("solver-4r"), "heat2d-4r").unwrap();
+        assert!(
+            said.contains("solver-4r") && said.contains("heat2d-4r") && said.contains("--job-name")
+        );
+    }
+
     use super::*;
 
     fn policy(interval_s: u64, before_move: Option<Duration>) -> Policy {

@@ -595,6 +595,10 @@ impl Pcm {
         pcm.profiler.attach(&pcm.world);
         if pcm.rank == 0 && pcm.origin == ProcessStatus::Fresh {
             runtime::log_reductions();
+            if pcm.job.checkpoint.enabled() {
+                let locked = std::env::var(pcm_proto::checkpoint::LOCKED_SERIES_ENV).ok();
+                checkpoint::warn_other_series(&pcm, locked.as_deref());
+            }
         }
         events::started(
             pcm.rank,

@@ -33,6 +33,7 @@ const CONTROLLED: &[&str] = &[
     "PCM_CHECKPOINT_INTERVAL",
     "PCM_CHECKPOINT_DIR",
     "PCM_JOB_NAME",
+    pcm_proto::checkpoint::LOCKED_SERIES_ENV,
 ];
 
 /// How long the launcher may take to end after SIGTERM before its group is killed.
@@ -308,6 +309,12 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         }
         if let Some(name) = &options.job_name {
             env.insert("PCM_JOB_NAME".to_owned(), name.clone());
+        }
+        if let Some(lock) = &series_lock {
+            env.insert(
+                pcm_proto::checkpoint::LOCKED_SERIES_ENV.to_owned(),
+                lock.series.clone(),
+            );
         }
         match start {
             Start::FromCheckpoint => {

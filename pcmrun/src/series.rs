@@ -29,10 +29,7 @@ pub fn series_name(program: &str, ranks: u32, job_name: Option<&str>) -> String 
     let app = Path::new(program)
         .file_name()
         .map_or_else(|| program.to_owned(), |n| n.to_string_lossy().into_owned());
-    match job_name {
-        Some(name) => format!("{app}-{ranks}r-{name}"),
-        None => format!("{app}-{ranks}r"),
-    }
+    pcm_proto::checkpoint::series_dir_name(&app, ranks, job_name)
 }
 
 /// The run that holds (or last held) a series, as its lock file records it.

@@ -151,6 +151,32 @@ pub struct Series {
     pub name: Option<AppName>,
 }
 
+/// The directory name of a series: `APP-Pr`, or `APP-Pr-NAME` with a job name. pcmd keeps
+/// a series' checkpoints under it, and `pcmrun` names its lock on the series after it.
+pub fn series_dir_name(app: &str, size: u32, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{app}-{size}r-{name}"),
+        None => format!("{app}-{size}r"),
+    }
+}
+
+/// The variable through which `pcmrun` tells the ranks the series it holds the lock of
+/// ([`series_dir_name`] of the program's file name, the rank count and the job name), so
+/// that PCM can say when its own series (named after `Pcm::init`'s name) is another one,
+/// which the lock then does not keep apart.
+pub const LOCKED_SERIES_ENV: &str = "PCMRUN_SERIES";
+
+impl Series {
+    /// Its directory name ([`series_dir_name`]).
+    pub fn dir_name(&self) -> String {
+        series_dir_name(
+            self.app.as_str(),
+            self.size,
+            self.name.as_ref().map(AppName::as_str),
+        )
+    }
+}
+
 impl fmt::Display for Series {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.name {

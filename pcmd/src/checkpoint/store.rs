@@ -101,12 +101,7 @@ impl Store {
     }
 
     fn series_dir(&self, series: &Series) -> PathBuf {
-        match &series.name {
-            Some(name) => self
-                .root
-                .join(format!("{}-{}r-{name}", series.app, series.size)),
-            None => self.root.join(format!("{}-{}r", series.app, series.size)),
-        }
+        self.root.join(series.dir_name())
     }
 
     fn finished_path(&self, series: &Series) -> PathBuf {
