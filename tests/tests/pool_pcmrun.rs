@@ -225,6 +225,22 @@ impl Pool {
         options: &[&str],
         env: &[(&str, &str)],
     ) -> PcmrunJob {
+        let mut job = self.start_as(label, hostfile, options, env);
+        job.wait_for("a checkpoint", WAIT, |r| {
+            matches!(r.event, RunEvent::Checkpointed { .. })
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        job
+    }
+
+    /// [`Pool::pcmrun_as`], returning at once.
+    fn start_as(
+        &self,
+        label: &str,
+        hostfile: &Path,
+        options: &[&str],
+        env: &[(&str, &str)],
+    ) -> PcmrunJob {
         let job_dir = self.dir.path().join(label);
         std::fs::create_dir_all(&job_dir).unwrap();
         let template = AgentSpec::pcmd_socket_in(self.dir.path(), "{host}");
@@ -239,12 +255,7 @@ impl Pool {
             .args(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"])
             .args(["--progress", "1"])
             .args(options);
-        let mut job = pcmrun.start("heat2d", &self.args, &job_dir, "pcmrun");
-        job.wait_for("a checkpoint", WAIT, |r| {
-            matches!(r.event, RunEvent::Checkpointed { .. })
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        job
+        pcmrun.start("heat2d", &self.args, &job_dir, "pcmrun")
     }
 }
 
@@ -327,8 +338,12 @@ fn job_processes_on(cluster: &Cluster, host: &str) -> Vec<i32> {
 /// 2. rank 1 stopped with SIGSTOP: pcmrun finds the job stalled within `--stall-timeout`
 ///    and relaunches it from the newest checkpoint;
 /// 3. pcmrun killed with SIGKILL: nothing of the job is left on the nodes (the agents and
-///    their pcmds stay), and the same command run again resumes from the newest checkpoint
-///    and ends with the plain run's checksum.
+///    their pcmds stay), and the same command run again resumes from the newest checkpoint;
+/// 4. that run's terminal closes (SIGHUP): it stops (130) keeping its checkpoints, and the
+///    next run resumes from its newest and ends with the plain run's checksum.
+///
+/// Between 1 and 2, a second pcmrun of the same command is refused at once, naming the
+/// first.
 #[test]
 fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_pcmrun_lose_nothing()
 {
@@ -379,6 +394,18 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
         r.seconds > since + 2.5 && matches!(r.event, RunEvent::Checkpointed { .. })
     })
     .unwrap_or_else(|e| panic!("{e}"));
+
+    // A second pcmrun of the same command while the first runs: refused at once, naming it.
+    let mut second = pool.start_as("second", &hostfile, &options, &[]);
+    let refused = second.wait(WAIT);
+    assert_eq!(refused.code, Some(1), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("in use by pcmrun pid {}", job.pid())),
+        "{}",
+        refused.stderr
+    );
 
     // 2. Rank 1 stopped.
     let rank_1 = job
@@ -434,13 +461,31 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
         );
     }
     let mut again = pool.pcmrun_as("again", &hostfile, &options, &[]);
-    let finished = again.wait(DEADLINE);
-    assert_ended_with(&finished, &pool.plain);
-    let report = again.report().unwrap();
+    let report = |job: &PcmrunJob| job.report().unwrap();
+    // 4. Its terminal closes (SIGHUP): stopped like SIGTERM, its checkpoints kept.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(again.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let hung_up = again.wait(DEADLINE);
+    assert_eq!(hung_up.code, Some(130), "{}", hung_up.stderr);
     assert!(
-        report["resumed_at_start"]
+        report(&again)["resumed_at_start"]
             .as_u64()
             .is_some_and(|i| i >= newest),
-        "the rerun did not resume from the newest checkpoint ({newest}): {report}"
+        "the rerun did not resume from the newest checkpoint ({newest}): {}",
+        report(&again)
+    );
+    let newest = report(&again)["last_checkpoint"].as_u64().unwrap();
+    let mut last = pool.start_as("last", &hostfile, &options, &[]);
+    let finished = last.wait(DEADLINE);
+    assert_ended_with(&finished, &pool.plain);
+    assert!(
+        report(&last)["resumed_at_start"]
+            .as_u64()
+            .is_some_and(|i| i >= newest),
+        "the run after SIGHUP did not resume from the newest checkpoint ({newest}): {}",
+        report(&last)
     );
 }
