@@ -27,6 +27,7 @@ use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
 use mpi_ios_tests::{
     bin, heat2d_args_for, heat2d_args_sized, mpi_lock, wait_until, MpiJob, Runtime, RuntimeExt as _,
 };
+use nix::sys::signal::Signal;
 use pcm_proto::run::RunEvent;
 
 const DEADLINE: Duration = Duration::from_secs(240);
@@ -91,21 +92,9 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     assert_ne!(moved_to, "node-b");
 
     // Rank 1 dies where it went: pcmrun relaunches without node-b.
-    let pid = job
-        .events()
-        .iter()
-        .rev()
-        .find_map(|r| match &r.event {
-            RunEvent::Started { rank, pid, .. } if rank.0 == 1 && r.launch == 1 => Some(*pid),
-            _ => None,
-        })
-        .unwrap();
+    let pid = newest_pid(&job, 1);
     let killed_at = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    send(pid, Signal::SIGKILL);
     let finished = job.wait(DEADLINE);
     assert_ended_with(&finished, &pool.plain);
     eprintln!(
@@ -374,11 +363,7 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
         panic!("not one pcmd at {}: {:?}", socket.display(), pcmd_of_b());
     };
     let since = job.events().last().map_or(0.0, |r| r.seconds);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pcmd),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    send(pcmd as u32, Signal::SIGKILL);
     let node_b = pool.agents[1].as_ref().unwrap();
     wait_until(
         Duration::from_secs(20),
@@ -408,21 +393,8 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
     );
 
     // 2. Rank 1 stopped.
-    let rank_1 = job
-        .events()
-        .iter()
-        .rev()
-        .find_map(|r| match &r.event {
-            RunEvent::Started { rank, pid, .. } if rank.0 == 1 => Some(*pid),
-            _ => None,
-        })
-        .unwrap();
     let stopped_at = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(rank_1 as i32),
-        nix::sys::signal::Signal::SIGSTOP,
-    )
-    .unwrap();
+    send(newest_pid(&job, 1), Signal::SIGSTOP);
     job.wait_for("a checkpoint of the relaunch", DEADLINE, |r| {
         r.launch == 2 && matches!(r.event, RunEvent::Checkpointed { .. })
     })
@@ -442,11 +414,7 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
         })
         .max()
         .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(job.pid() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    send(job.pid(), Signal::SIGKILL);
     let killed = job.wait(DEADLINE);
     assert_eq!(
         killed.code, None,
@@ -463,11 +431,7 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
     let mut again = pool.pcmrun_as("again", &hostfile, &options, &[]);
     let report = |job: &PcmrunJob| job.report().unwrap();
     // 4. Its terminal closes (SIGHUP): stopped like SIGTERM, its checkpoints kept.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(again.pid() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
+    send(again.pid(), Signal::SIGHUP);
     let hung_up = again.wait(DEADLINE);
     assert_eq!(hung_up.code, Some(130), "{}", hung_up.stderr);
     assert!(
@@ -488,4 +452,22 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
         "the run after SIGHUP did not resume from the newest checkpoint ({newest}): {}",
         report(&last)
     );
+}
+
+/// The pid of `rank`'s newest process in the job (the last one its events say started).
+fn newest_pid(job: &PcmrunJob, rank: u32) -> u32 {
+    job.events()
+        .iter()
+        .rev()
+        .find_map(|r| match &r.event {
+            RunEvent::Started { rank: r, pid, .. } if r.0 == rank => Some(*pid),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no process of rank {rank} started"))
+}
+
+/// Sends `signal` to process `pid`.
+fn send(pid: u32, signal: Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+        .unwrap_or_else(|e| panic!("cannot signal {pid}: {e}"));
 }
