@@ -57,8 +57,8 @@ pub(crate) enum Next {
     Deferred {
         /// The move agreed at the last check.
         plan: Plan,
-        /// Scripted moves due now, to schedule again at the next call.
-        postponed: Option<Vec<Move>>,
+        /// The scripted reconfiguration due now, to schedule again at the next call.
+        postponed: Option<Plan>,
     },
     /// A scripted move (`PCM_SCHEDULE`) due now: validate it.
     Scripted(Plan),
@@ -75,14 +75,14 @@ pub(crate) enum Next {
 /// The step at a check, from the agreed words, the move that waited for a checkpoint, and
 /// the scripted moves due now. A move goes before a checkpoint (rank 0 still finds the
 /// checkpoint due at the next check); a deferred move goes before everything.
-pub(crate) fn next(words: Words, deferred: Option<Plan>, scheduled: Option<Vec<Move>>) -> Next {
+pub(crate) fn next(words: Words, deferred: Option<Plan>, scheduled: Option<Plan>) -> Next {
     if let Some(plan) = deferred {
         Next::Deferred {
             plan,
             postponed: scheduled,
         }
-    } else if let Some(moves) = scheduled {
-        Next::Scripted(Plan::scripted(moves))
+    } else if let Some(plan) = scheduled {
+        Next::Scripted(plan)
     } else if words.request != 0 {
         Next::Request(pcm_proto::RequestId(words.request))
     } else if words.checkpoint & checkpoint::DUE != 0 {
@@ -119,7 +119,9 @@ pub(crate) fn after_validation(
 
 /// What `rank` does in an announced `plan`: it moves, or the others move.
 pub(crate) fn status_in(plan: &Plan, rank: u32) -> Status {
-    if plan.moves.iter().any(|m| m.rank.0 == rank) {
+    if plan.resize.is_some() {
+        Status::Resize
+    } else if plan.moves.iter().any(|m| m.rank.0 == rank) {
         Status::Migrate
     } else {
         Status::Reconfigure
@@ -237,20 +239,24 @@ mod tests {
         let step = next(
             words(9, 0, checkpoint::DUE),
             Some(deferred.clone()),
-            Some(moves(&[2])),
+            Some(Plan::scripted(moves(&[2]))),
         );
         assert_eq!(
             step,
             Next::Deferred {
                 plan: deferred,
-                postponed: Some(moves(&[2]))
+                postponed: Some(Plan::scripted(moves(&[2])))
             }
         );
     }
 
     #[test]
     fn given_a_scripted_move_and_a_request_then_the_scripted_move_goes_first() {
-        let step = next(words(9, 0, checkpoint::DUE), None, Some(moves(&[0])));
+        let step = next(
+            words(9, 0, checkpoint::DUE),
+            None,
+            Some(Plan::scripted(moves(&[0]))),
+        );
         assert_eq!(step, Next::Scripted(plan(None, &[0])));
     }
 

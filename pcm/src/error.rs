@@ -120,6 +120,10 @@ pub enum PcmError {
         /// Why it failed.
         reason: String,
     },
+    /// A malleability declaration ([`crate::Pcm::set_malleable`], [`crate::Pcm::declare_block`],
+    /// [`crate::Pcm::store_block`]) that is invalid or differs from the one the job made.
+    #[error("{0}")]
+    Declaration(String),
     /// A broken invariant inside PCM.
     #[error("internal PCM error: {0}")]
     Internal(&'static str),

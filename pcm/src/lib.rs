@@ -130,6 +130,8 @@ mod ffi;
 mod hosts;
 mod interpose;
 mod launch;
+mod malleable;
+mod malleable_store;
 mod plan;
 mod profile;
 mod reconfig;
@@ -155,6 +157,7 @@ pub use deadline::{
 };
 pub use error::PcmError;
 pub use hosts::{ALLOW_NEW_HOSTS_ENV, HOSTFILE_ENV, LAUNCHER_ENV, PROBE_TIMEOUT};
+pub use malleable::{block_rows, Malleability, SizeRule};
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
 pub use profile::PROFILE_ENV;
@@ -189,6 +192,13 @@ pub enum ProcessStatus {
         /// Iteration (status call count) at which the checkpoint was taken.
         iteration: u64,
     },
+    /// Spawned to widen a malleable job at `iteration` (docs/malleability.md): load the
+    /// state (its rows of each declared array, the replicated values) as a replacement
+    /// does, and resume the loop there.
+    Added {
+        /// Iteration (status call count) at which the job resized.
+        iteration: u64,
+    },
 }
 
 impl ProcessStatus {
@@ -211,13 +221,18 @@ pub enum Status {
     /// Every rank takes a coordinated checkpoint: store the state as for a migration, then
     /// call [`Pcm::reconfigure`], which writes the checkpoint and hands the `Pcm` back.
     Checkpoint,
+    /// The job changes its width (docs/malleability.md): every rank stores its state, its
+    /// rows of each declared array with [`Pcm::store_block`], then calls
+    /// [`Pcm::reconfigure`]; every rank that stays then loads its state again (its new
+    /// rows, [`Pcm::block_range`]).
+    Resize,
 }
 
 impl Status {
-    /// Whether the application must store its state now: for [`Status::Migrate`] and
-    /// [`Status::Checkpoint`].
+    /// Whether the application must store its state now: for [`Status::Migrate`],
+    /// [`Status::Checkpoint`] and [`Status::Resize`].
     pub fn stores_state(self) -> bool {
-        matches!(self, Status::Migrate | Status::Checkpoint)
+        matches!(self, Status::Migrate | Status::Checkpoint | Status::Resize)
     }
 }
 
@@ -331,6 +346,15 @@ pub(crate) struct JobContext {
     /// launch and inherited by replacements for the reconfigurations they take part in.
     #[serde(default = "default_reconfigure_timeout")]
     reconfigure_timeout: Duration,
+    /// The job's resize limits ([`Pcm::set_malleable`]); `None`: not malleable.
+    #[serde(default)]
+    malleability: Option<Malleability>,
+    /// The job's distributed arrays ([`Pcm::declare_block`]).
+    #[serde(default)]
+    blocks: malleable::Blocks,
+    /// Resizes completed since the job first started.
+    #[serde(default)]
+    resizes: u64,
 }
 
 /// A completed reconfiguration, as the job remembers it: one entry per request it
@@ -421,6 +445,9 @@ impl JobContext {
             }
         }
         self.migrations += 1;
+        if plan.resize.is_some() {
+            self.resizes += 1;
+        }
     }
 }
 
@@ -440,6 +467,10 @@ pub struct Pcm {
     origin: ProcessStatus,
     /// A replacement's first status call is its predecessor's last: it returns at once.
     resume_pending: bool,
+    /// The state stored or loaded now is in the form of a resize: rows of the declared
+    /// arrays and replicated values ([`Pcm::resizing`]). Set by the status call that
+    /// announces a resize and in a process of the new world, until the next status call.
+    resizing: bool,
     pending: Option<Plan>,
     /// Checkpoint timer (rank 0) and an agreed checkpoint waiting for `reconfigure`.
     checkpoints: checkpoint::State,
@@ -650,11 +681,15 @@ impl Pcm {
                 identity,
                 resumed: false,
                 reconfigure_timeout,
+                malleability: None,
+                blocks: malleable::Blocks::new(),
+                resizes: 0,
             },
             rank,
             size,
             origin: ProcessStatus::Fresh,
             resume_pending: false,
+            resizing: false,
             pending: None,
             checkpoints: checkpoint::State::new(rank, &checkpoint_policy, now),
             cadence: (rank == 0).then(|| Cadence::new(check_period, now, 0)),
@@ -790,6 +825,115 @@ impl Pcm {
         self.store.store_array(name, values)
     }
 
+    /// Declares the job malleable (docs/malleability.md): it may be resized to any width
+    /// `limits` allows. Call it once, before the loop, on every rank, with the same limits;
+    /// a replacement or added process inherits the job's and its own call must agree.
+    ///
+    /// # Errors
+    /// [`PcmError::Declaration`] if the job declared other limits.
+    pub fn set_malleable(&mut self, limits: Malleability) -> Result<(), PcmError> {
+        match &self.job.malleability {
+            Some(declared) if *declared != limits => Err(PcmError::Declaration(format!(
+                "the job is malleable within {}..={} ({}), not {}..={} ({})",
+                declared.min(),
+                declared.max(),
+                declared.rule(),
+                limits.min(),
+                limits.max(),
+                limits.rule()
+            ))),
+            _ => {
+                self.job.malleability = Some(limits);
+                Ok(())
+            }
+        }
+    }
+
+    /// Declares `name` a distributed array of `rows` global rows of `row_len` elements of
+    /// `T`, split in row blocks over the ranks ([`block_rows`]; this rank's rows:
+    /// [`Pcm::block_range`]). In a resize each rank stores its rows with
+    /// [`Pcm::store_block`] and PCM moves them to their new owners. Call it before the loop,
+    /// on every rank, with the same values; a replacement's or added process's own call must
+    /// agree with the job's.
+    ///
+    /// # Errors
+    /// [`PcmError::Declaration`]: no rows or elements, or another declaration of `name`.
+    pub fn declare_block<T: Pod>(
+        &mut self,
+        name: &str,
+        rows: u64,
+        row_len: u64,
+    ) -> Result<(), PcmError> {
+        store::check_name(name)?;
+        if rows == 0 || row_len == 0 {
+            return Err(PcmError::Declaration(format!(
+                "array {name:?} declared with {rows} rows of {row_len} elements: both must be at least 1"
+            )));
+        }
+        let decl = malleable::BlockDecl {
+            type_name: store::type_label::<[T]>(),
+            element_bytes: std::mem::size_of::<T>() as u64,
+            rows,
+            row_len,
+        };
+        match self.job.blocks.get(name) {
+            Some(declared) if *declared != decl => Err(PcmError::Declaration(format!(
+                "array {name:?} is declared as {} rows of {} elements of {}, not {rows} rows of {row_len} elements of {}",
+                declared.rows, declared.row_len, declared.type_name, decl.type_name
+            ))),
+            _ => {
+                self.job.blocks.insert(name.to_owned(), decl);
+                Ok(())
+            }
+        }
+    }
+
+    /// The global rows of the distributed array `name` this rank owns in the current world
+    /// (after a resize: its new rows).
+    ///
+    /// # Errors
+    /// [`PcmError::Declaration`] if `name` was not declared.
+    pub fn block_range(&self, name: &str) -> Result<std::ops::Range<u64>, PcmError> {
+        let decl = self.block_decl(name)?;
+        Ok(block_rows(decl.rows, self.rank, self.size))
+    }
+
+    fn block_decl(&self, name: &str) -> Result<&malleable::BlockDecl, PcmError> {
+        self.job.blocks.get(name).ok_or_else(|| {
+            PcmError::Declaration(format!(
+                "array {name:?} was not declared (Pcm::declare_block); declared: {}",
+                match self.job.blocks.keys().cloned().collect::<Vec<_>>() {
+                    names if names.is_empty() => "none".to_owned(),
+                    names => names.join(", "),
+                }
+            ))
+        })
+    }
+
+    /// Stores this rank's rows of the distributed array `name` for a resize
+    /// ([`Status::Resize`]): exactly [`Pcm::block_range`]'s rows, `row_len` elements each, in
+    /// row order. A wrong length or type is found by [`Pcm::reconfigure`] on every rank
+    /// together, which then refuses the resize and lets the job go on at its width.
+    /// Outside a resize it stores an array like [`Pcm::store_array`] (a replacement loads
+    /// it with [`Pcm::take_array`]).
+    pub fn store_block<T: Pod>(&mut self, name: &str, rows: &[T]) -> Result<(), PcmError> {
+        self.store.store_array(name, rows)
+    }
+
+    /// Whether the state stored now, or loaded now, is in the form of a resize: the rows of
+    /// the declared arrays ([`Pcm::store_block`], then [`Pcm::take_array`] of this rank's new
+    /// rows) and replicated values. True from the status call that returned
+    /// [`Status::Resize`] until the next status call, and in a process of the new world while
+    /// it loads; a [`State`] checks it in `store` and `load`.
+    pub fn resizing(&self) -> bool {
+        self.resizing
+    }
+
+    /// Resizes the job has completed since it first started.
+    pub fn resizes(&self) -> u64 {
+        self.job.resizes
+    }
+
     /// A zeroed array of `len` elements in shared memory, for the application to use as its
     /// state (like `MPI_Alloc_mem`); `name` labels it for people (`/proc/PID/fd` shows
     /// `memfd:pcm-array:JOB:NAME`). Stored with [`Pcm::store_shared`], it is handed to a
@@ -873,7 +1017,8 @@ impl Pcm {
         match self.origin {
             ProcessStatus::Fresh => Ok((fresh().map_err(Into::into)?, 0)),
             ProcessStatus::Replacement { iteration, .. }
-            | ProcessStatus::Restarted { iteration } => Ok((S::load(self)?, iteration)),
+            | ProcessStatus::Restarted { iteration }
+            | ProcessStatus::Added { iteration } => Ok((S::load(self)?, iteration)),
         }
     }
 
@@ -895,6 +1040,11 @@ impl Pcm {
             state.release();
             departed.finalize();
         }
+        if status == Status::Resize && self.resizing {
+            // This rank's block changed: its state is loaded again from the new rows.
+            state.release();
+            *state = S::load(self)?;
+        }
         Ok(())
     }
 
@@ -911,6 +1061,7 @@ impl Pcm {
             events::loop_started(iteration);
         }
         self.job.iteration += 1;
+        self.resizing = false;
         if let Some(daemon) = &self.daemon {
             daemon.set_iteration(iteration);
             if daemon.profile_due() {
@@ -975,6 +1126,25 @@ impl Pcm {
             self.profiler.attach(&self.world);
         }
         Ok(departed)
+    }
+
+    /// Takes rank `rank` of a new world of `size` ranks after a resize at `iteration`: rank
+    /// 0's duties (the check cadence, the checkpoint timer) move with the number, and the
+    /// node's pcmd learns the new number.
+    pub(crate) fn renumber(&mut self, rank: u32, size: u32, iteration: u64) {
+        let was = self.rank;
+        self.rank = rank;
+        self.size = size;
+        if was == rank {
+            return;
+        }
+        let now = Instant::now();
+        self.checkpoints = checkpoint::State::new(rank, &self.job.checkpoint, now);
+        self.cadence = match (rank, self.cadence.take()) {
+            (0, Some(cadence)) => Some(cadence),
+            (0, None) => Some(Cadence::new(self.job.check_period, now, iteration)),
+            _ => None,
+        };
     }
 
     /// Moves this process's MPI parts into a [`Departed`] after its world was split away;
@@ -1368,6 +1538,9 @@ mod verdict_tests {
             identity: Default::default(),
             resumed: false,
             reconfigure_timeout: DEFAULT_RECONFIGURE_TIMEOUT,
+            malleability: None,
+            blocks: malleable::Blocks::new(),
+            resizes: 0,
         }
     }
 

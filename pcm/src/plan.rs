@@ -6,7 +6,9 @@
 //! different nodes, each moving a rank of its own) stops once, not once per request.
 //! Each request's holder is still told its own outcome, naming only its own ranks.
 
-use pcm_proto::{Move, Outcome, RequestId};
+use pcm_proto::{Move, Outcome, RequestId, Resize};
+
+use crate::malleable::ResizePlan;
 use serde::{Deserialize, Serialize};
 
 /// A reconfiguration agreed by every rank, not yet carried out.
@@ -17,6 +19,12 @@ pub(crate) struct Plan {
     pub(crate) requests: Vec<Answered>,
     /// Moves, sorted by rank, each rank at most once: all the requests' moves together.
     pub(crate) moves: Vec<Move>,
+    /// A resize asked for with the moves, not yet checked against the job.
+    #[serde(default)]
+    pub(crate) asked_resize: Option<Box<Resize>>,
+    /// The resize carried out with the moves, once checked (see [`crate::malleable`]).
+    #[serde(default)]
+    pub(crate) resize: Option<Box<ResizePlan>>,
     /// When the status check that agreed on it began.
     #[serde(skip)]
     pub(crate) agreed_at: Option<std::time::Instant>,
@@ -39,7 +47,17 @@ impl Plan {
         Plan {
             requests: Vec::new(),
             moves,
+            asked_resize: None,
+            resize: None,
             agreed_at: None,
+        }
+    }
+
+    /// A scripted reconfiguration (`PCM_SCHEDULE`) of `moves` and `resize`.
+    pub(crate) fn scripted_with(moves: Vec<Move>, resize: Option<Resize>) -> Plan {
+        Plan {
+            asked_resize: resize.map(Box::new),
+            ..Plan::scripted(moves)
         }
     }
 
@@ -52,6 +70,8 @@ impl Plan {
                 held_here,
             }],
             moves,
+            asked_resize: None,
+            resize: None,
             agreed_at: None,
         }
     }
@@ -82,10 +102,15 @@ impl Plan {
     /// What the plan answers, for people: "migration request #7", "migration requests #7
     /// and #5", or "scheduled (PCM_SCHEDULE)".
     pub(crate) fn describe(&self) -> String {
-        match self.requests.as_slice() {
+        let what = match self.requests.as_slice() {
             [] => "scheduled (PCM_SCHEDULE)".to_owned(),
             [one] => format!("migration request {}", one.id),
             many => format!("migration requests {}", list_ids(many.iter().map(|r| r.id))),
+        };
+        match (&self.resize, &self.asked_resize) {
+            (Some(resize), _) => format!("{what}, resize {}", resize.describe()),
+            (None, Some(asked)) => format!("{what}, resize to {asked}"),
+            (None, None) => what,
         }
     }
 }

@@ -30,6 +30,8 @@ use mpi::collective::SystemOperation;
 use mpi::topology::{Color, InterCommunicator, MergeOrder, SimpleCommunicator};
 use mpi::traits::*;
 use pcm_proto::{HostName, Outcome, PhaseTimings, Rank, RequestId};
+
+use crate::malleable_store::redistribute;
 use serde::{Deserialize, Serialize};
 
 use crate::deadline::{Context, Phase, Side, Watchdog};
@@ -40,7 +42,9 @@ use crate::plan::Plan;
 use crate::profile::Profiler;
 use crate::shared::Segment;
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
-use crate::{encode_cbor, ffi, Departed, JobContext, Pcm, ProcessStatus};
+use crate::{
+    encode_cbor, ffi, malleable, malleable_store, Departed, JobContext, Pcm, ProcessStatus,
+};
 
 /// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
 /// 32-bit.
@@ -56,36 +60,45 @@ struct Handover {
     plan: Plan,
 }
 
-/// Host of each rank of the new world: a moved rank is where its replacement runs, every
-/// other rank where it was. `merged_hosts` lists the parents, then the children.
-fn new_placement(plan: &Plan, parents: usize, merged_hosts: &[HostName]) -> Vec<HostName> {
-    let mut placement = merged_hosts[..parents].to_vec();
-    for (j, m) in plan.moves.iter().enumerate() {
-        placement[m.rank.0 as usize] = merged_hosts[parents + j].clone();
-    }
-    placement
+/// Host of each rank of the new world: where the process taking it runs (`order`: its
+/// merged rank, see [`malleable::new_world`]; `merged_hosts` lists the parents, then the
+/// children).
+fn new_placement(order: &[malleable::Merged], merged_hosts: &[HostName]) -> Vec<HostName> {
+    order
+        .iter()
+        .map(|&m| merged_hosts[m as usize].clone())
+        .collect()
 }
 
 /// The outcome of a completed reconfiguration of `plan`, as every member of the merged
 /// communicator computes it from the same agreed inputs: the parents report it (and the
 /// replacements too when no rank stays: see `report_for_departed`), and all of them, the
-/// replacements included, remember it (see `JobContext::carried_out`).
+/// replacements included, remember it (see `JobContext::carried_out`). It places each moved
+/// rank (by the number it was asked by) and each added rank (by its new number).
 fn completed(
     plan: &Plan,
-    parents: usize,
+    parents: u32,
+    order: &[malleable::Merged],
     merged_hosts: &[HostName],
     iteration: u64,
     timings: PhaseTimings,
 ) -> Outcome {
+    let children = parents as usize;
+    let first_added = parents + plan.moves.len() as u32;
+    let moved = plan
+        .moves
+        .iter()
+        .enumerate()
+        .map(|(j, m)| (m.rank, merged_hosts[children + j].clone()));
+    let added = order
+        .iter()
+        .enumerate()
+        .filter(|(_, &m)| m >= first_added)
+        .map(|(k, &m)| (Rank(k as u32), merged_hosts[m as usize].clone()));
     Outcome::Completed {
         iteration,
         timings,
-        placed: plan
-            .moves
-            .iter()
-            .enumerate()
-            .map(|(j, m)| (m.rank, merged_hosts[parents + j].clone()))
-            .collect(),
+        placed: moved.chain(added).collect(),
     }
 }
 
@@ -98,7 +111,7 @@ pub(crate) fn validate(
     hosts: &BTreeSet<HostName>,
     new_hosts: &NewHosts,
 ) -> Result<(Plan, BTreeSet<HostName>), (Plan, String)> {
-    if plan.moves.is_empty() {
+    if plan.moves.is_empty() && plan.asked_resize.is_none() {
         return Err((plan, "the request moves no rank".into()));
     }
     if let Some(bad) = plan.moves.iter().find(|m| m.rank.0 >= size) {
@@ -113,10 +126,13 @@ pub(crate) fn validate(
     if distinct.len() != plan.moves.len() {
         return Err((plan, "a rank appears more than once in the request".into()));
     }
+    // Hosts of added processes too (a shrink's hosts are where ranks run already).
+    let growing = plan.asked_resize.as_ref().filter(|r| r.ranks > size);
     let outside: BTreeSet<HostName> = plan
         .moves
         .iter()
         .filter_map(|m| m.to.as_ref())
+        .chain(growing.into_iter().flat_map(|r| r.hosts.iter()))
         .filter(|h| !hosts.contains(*h))
         .cloned()
         .collect();
@@ -151,23 +167,41 @@ fn micros(since: Instant) -> u64 {
 /// `Ok(None)` on a rank that stays (with the new world, or unchanged if the replacements
 /// could not be started), `Ok(Some(departed))` on a departing one, whose `pcm` is then
 /// spent. An error after the spawn marks `pcm` broken: the job cannot go on.
+///
+/// A plan with a resize (see the `malleable` module) adds processes to the spawn and
+/// removes departing ranks from the new world, and moves the state differently: every
+/// process of the new world receives its rows of each declared array from their old owners
+/// and rank 0's replicated entries, instead of a replacement receiving its predecessor's
+/// whole store. A pure shrink spawns nothing: it splits the old world itself.
 pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed>, PcmError> {
     let iteration = pcm.job.iteration - 1;
     let size = pcm.size;
-    let departing = plan.moves.iter().position(|m| m.rank.0 == pcm.rank);
+    let order = malleable::new_world(size, &plan.moves, plan.resize.as_deref());
+    let new_rank = order.iter().position(|&m| m == pcm.rank).map(|k| k as u32);
+    // The index of this rank's replacement among the children, if it moves.
+    let moved = plan.moves.iter().position(|m| m.rank.0 == pcm.rank);
     let hosts: Vec<Option<String>> = plan
         .moves
         .iter()
-        .map(|m| m.to.as_ref().map(|h| h.to_string()))
+        .map(|m| m.to.as_ref())
+        .chain(
+            plan.resize
+                .iter()
+                .flat_map(|r| r.added.iter().map(Option::as_ref)),
+        )
+        .map(|h| h.map(ToString::to_string))
         .collect();
     if pcm.rank == 0 {
         // Named before the spawn: if a replacement dies while starting, the runtime ends
         // the job before PCM can say more, and this is the line that tells which move it was.
-        tracing::info!(
-            "iteration {iteration}: {}: moving {}",
-            plan.describe(),
-            crate::deadline::describe_moves(&plan.moves)
-        );
+        match plan.moves.is_empty() {
+            true => tracing::info!("iteration {iteration}: {}", plan.describe()),
+            false => tracing::info!(
+                "iteration {iteration}: {}: moving {}",
+                plan.describe(),
+                crate::deadline::describe_moves(&plan.moves)
+            ),
+        }
     }
 
     // Only a rank that delivered a pcmd request reports its outcome, as `Pcm::report` does.
@@ -189,42 +223,44 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
         reporter,
     );
 
+    // A resize moves the rows every rank stored: all of them must fit the declarations
+    // before anything changes.
+    if plan.resize.is_some() {
+        if let Some(reason) = blocks_refusal(pcm) {
+            watchdog.disarm();
+            return Ok(abandon(pcm, &plan, iteration, reason));
+        }
+    }
+
     // 1. Spawn, and agree on whether it worked. The ranks wait for each other first without
     // spinning: a departing rank may still be copying its state into the store, and ranks
     // polling MPI on the same cores slow that copy several times over.
     quiet_barrier(&pcm.world);
     let started = Instant::now();
     let agree_us = plan.agreed_at.map_or(0, micros);
-    let program =
-        std::env::current_exe().map_err(|_| PcmError::internal("cannot find own executable"))?;
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let spawned = ffi::spawn_on_hosts(&pcm.world, &program.into_os_string(), &args, &hosts);
-    let ok_here = u64::from(spawned.is_ok());
-    let mut ok_everywhere = 0u64;
-    pcm.world
-        .all_reduce_into(&ok_here, &mut ok_everywhere, SystemOperation::min());
-    let inter = match (spawned, ok_everywhere) {
-        (Ok(inter), 1) => inter,
-        (Err(error), 0) => {
-            watchdog.disarm();
-            if pcm.rank == 0 {
-                tracing::warn!("reconfiguration abandoned, the job carries on unchanged: {error}");
+    let inter = if hosts.is_empty() {
+        None
+    } else {
+        let program = std::env::current_exe()
+            .map_err(|_| PcmError::internal("cannot find own executable"))?;
+        let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+        let spawned = ffi::spawn_on_hosts(&pcm.world, &program.into_os_string(), &args, &hosts);
+        let ok_here = u64::from(spawned.is_ok());
+        let mut ok_everywhere = 0u64;
+        pcm.world
+            .all_reduce_into(&ok_here, &mut ok_everywhere, SystemOperation::min());
+        match (spawned, ok_everywhere) {
+            (Ok(inter), 1) => Some(inter),
+            (Err(error), 0) => {
+                watchdog.disarm();
+                return Ok(abandon(pcm, &plan, iteration, error.to_string()));
             }
-            pcm.store.clear();
-            pcm.job.next_check = iteration + 1;
-            pcm.report(
-                &plan,
-                Outcome::Failed {
-                    reason: error.to_string(),
-                },
-            );
-            return Ok(None);
-        }
-        _ => {
-            pcm.broken = true;
-            return Err(PcmError::internal(
-                "spawn succeeded on some ranks and failed on others",
-            ));
+            _ => {
+                pcm.broken = true;
+                return Err(PcmError::internal(
+                    "spawn succeeded on some ranks and failed on others",
+                ));
+            }
         }
     };
     let spawn_us = micros(started);
@@ -232,33 +268,46 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     // 2. Merge; 3. hand over.
     let merge_started = Instant::now();
     watchdog.enter(Phase::Merge);
-    let merged = inter.merge(MergeOrder::Low);
-    let handover = (pcm.rank == 0).then(|| {
-        let mut job = pcm.job.clone();
-        job.iteration = iteration;
-        job.next_check = iteration + 1;
-        job.record_reconfiguration(&plan);
-        encode_cbor(&Handover {
-            job,
-            parents: size,
-            plan: plan.clone(),
-        })
-    });
-    broadcast_bytes(&merged, 0, handover);
+    let merged = inter.as_ref().map(|inter| inter.merge(MergeOrder::Low));
+    // A pure shrink has no children: the old world is the communicator of the rest.
+    let comm: &SimpleCommunicator = merged.as_ref().unwrap_or(&pcm.world);
+    if merged.is_some() {
+        let handover = (pcm.rank == 0).then(|| {
+            let mut job = pcm.job.clone();
+            job.iteration = iteration;
+            job.next_check = iteration + 1;
+            job.record_reconfiguration(&plan);
+            encode_cbor(&Handover {
+                job,
+                parents: size,
+                plan: plan.clone(),
+            })
+        });
+        broadcast_bytes(comm, 0, handover);
+    }
     let merge_us = micros(merge_started);
 
     let transfer_started = Instant::now();
     watchdog.enter(Phase::StateTransfer);
-    let state_bytes = if departing.is_some() {
-        pcm.store.total_bytes()
+    let (state_bytes, resized_store) = if plan.resize.is_some() {
+        let (store, sent) = match redistribute(comm, &pcm.store, &pcm.job.blocks, size, &order) {
+            Ok(moved) => moved,
+            Err(error) => {
+                pcm.broken = true;
+                return Err(error);
+            }
+        };
+        (sent, store)
+    } else if let Some(j) = moved {
+        send_state(comm, (size as usize + j) as i32, &pcm.store, &pcm.host);
+        (pcm.store.total_bytes(), None)
     } else {
-        0
+        (0, None)
     };
-    if let Some(j) = departing {
-        send_state(&merged, (size as usize + j) as i32, &pcm.store, &pcm.host);
+    if let Some(j) = moved {
         pcm.profiler.note_state_bytes(state_bytes);
         pcm.profiler
-            .hand_over(&merged, (size as usize + j) as i32, iteration);
+            .hand_over(comm, (size as usize + j) as i32, iteration);
     }
     pcm.store.clear();
     let transfer_us = micros(transfer_started);
@@ -266,15 +315,17 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     // 4. Placement and timings, once every transfer is over (the ranks not in one wait
     // without spinning, leaving the cores to the copies).
     watchdog.enter(Phase::Placement);
-    quiet_barrier(&merged);
-    let placed_hosts = exchange_hosts(&merged, &pcm.host);
-    let members = exchange_launches(&merged, &pcm.launch);
-    pcm.launch
-        .record_departures(&members, plan.moves.iter().map(|m| m.rank.0 as usize));
+    quiet_barrier(comm);
+    let placed_hosts = exchange_hosts(comm, &pcm.host);
+    let members = exchange_launches(comm, &pcm.launch);
+    pcm.launch.record_departures(
+        &members,
+        (0..size).filter(|r| !order.contains(r)).map(|r| r as usize),
+    );
     pcm.job.hosts.extend(placed_hosts.iter().cloned());
-    pcm.rank_hosts = new_placement(&plan, size as usize, &placed_hosts);
+    let new_hosts = new_placement(&order, &placed_hosts);
     let timings = agree_on_timings(
-        &merged,
+        comm,
         [agree_us, spawn_us, merge_us, transfer_us],
         state_bytes,
     );
@@ -282,38 +333,40 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     // 5. Split; 6. release.
     let split_started = Instant::now();
     watchdog.enter(Phase::Split);
-    let color = if departing.is_some() {
-        Color::undefined()
-    } else {
-        Color::with_value(0)
+    let color = match new_rank {
+        Some(_) => Color::with_value(0),
+        None => Color::undefined(),
     };
-    let new_world = merged.split_by_color_with_key(color, pcm.rank as i32);
-    release(merged);
+    let new_world = comm.split_by_color_with_key(color, new_rank.unwrap_or(0) as i32);
+    if let Some(merged) = merged {
+        release(merged);
+    }
     drop(inter);
     watchdog.disarm();
     let mut timings = timings;
     timings.merge_split_us += micros(split_started);
 
-    let outcome = completed(&plan, size as usize, &placed_hosts, iteration, timings);
-    if let (0, Outcome::Completed { placed, .. }) = (pcm.rank, &outcome) {
-        crate::events::emit(pcm_proto::run::RunEvent::Migrated {
-            iteration,
-            placed: placed.clone(),
-            timings,
-        });
+    let outcome = completed(&plan, size, &order, &placed_hosts, iteration, timings);
+    if pcm.rank == 0 {
+        emit_events(&plan, &outcome, &new_hosts);
     }
     pcm.report(&plan, outcome.clone());
 
-    match (departing, new_world) {
-        (Some(_), None) => {
+    match (new_rank, new_world) {
+        (None, None) => {
             let departed = pcm.depart();
             Ok(Some(departed))
         }
-        (None, Some(world)) => {
+        (Some(rank), Some(world)) => {
             // The departing ranks release the old world at this point too.
             release(std::mem::replace(&mut pcm.world, world));
             pcm.job.record_reconfiguration(&plan);
             pcm.job.remember_completion(&plan, &outcome);
+            pcm.rank_hosts = new_hosts;
+            if let Some(store) = resized_store {
+                pcm.store = store;
+                pcm.renumber(rank, order.len() as u32, iteration);
+            }
             if let Some(daemon) = &pcm.daemon {
                 daemon.set_reconfigurations(pcm.job.migrations);
             }
@@ -332,7 +385,71 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     }
 }
 
-/// Runs the protocol on a freshly spawned replacement, inside `Pcm::init`.
+/// The events of a completed reconfiguration, from rank 0 of the old world.
+fn emit_events(plan: &Plan, outcome: &Outcome, new_hosts: &[HostName]) {
+    let Outcome::Completed {
+        iteration,
+        placed,
+        timings,
+    } = outcome
+    else {
+        return;
+    };
+    if !plan.moves.is_empty() {
+        let moved: Vec<(Rank, HostName)> = placed
+            .iter()
+            .filter(|(rank, _)| plan.moves.iter().any(|m| m.rank == *rank))
+            .cloned()
+            .collect();
+        crate::events::emit(pcm_proto::run::RunEvent::Migrated {
+            iteration: *iteration,
+            placed: moved,
+            timings: *timings,
+        });
+    }
+    if let Some(resize) = &plan.resize {
+        crate::events::emit(pcm_proto::run::RunEvent::Resized {
+            iteration: *iteration,
+            from: resize.from,
+            to: resize.to(),
+            hosts: new_hosts.to_vec(),
+            timings: *timings,
+        });
+    }
+}
+
+/// Gives `plan` up before anything changed: every rank carries on unchanged at its width,
+/// rank 0 says why, and the holders of its requests report it.
+fn abandon(pcm: &mut Pcm, plan: &Plan, iteration: u64, reason: String) -> Option<Departed> {
+    if pcm.rank == 0 {
+        tracing::warn!("reconfiguration abandoned, the job carries on unchanged: {reason}");
+    }
+    pcm.store.clear();
+    pcm.resizing = false;
+    pcm.job.next_check = iteration + 1;
+    pcm.report(plan, Outcome::Failed { reason });
+    None
+}
+
+/// Checks every rank's stored rows against the declared arrays (collective over the
+/// world): the first problem found, by the lowest rank that has one, told to every rank;
+/// `None` when all fit.
+fn blocks_refusal(pcm: &Pcm) -> Option<String> {
+    let mine =
+        malleable_store::stored_block_problem(&pcm.store, &pcm.job.blocks, pcm.rank, pcm.size);
+    let candidate = if mine.is_some() { pcm.rank } else { u32::MAX };
+    let mut first = u32::MAX;
+    pcm.world
+        .all_reduce_into(&candidate, &mut first, SystemOperation::min());
+    if first == u32::MAX {
+        return None;
+    }
+    let bytes = broadcast_bytes(&pcm.world, first as i32, mine.map(String::into_bytes));
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Runs the protocol on a freshly spawned process, inside `Pcm::init`: a replacement of a
+/// moved rank, or a process added by a resize.
 pub(crate) fn join_as_replacement(
     universe: crate::MpiOwner,
     parent: InterCommunicator,
@@ -362,25 +479,52 @@ pub(crate) fn join_as_replacement(
     let bytes = broadcast_bytes(&merged, 0, None);
     let handover: Handover =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
-    let index = (merged.rank() as usize)
-        .checked_sub(handover.parents as usize)
+    let parents = handover.parents as usize;
+    let me = merged.rank() as u32;
+    let index = (me as usize)
+        .checked_sub(parents)
         .ok_or_else(|| PcmError::Handover("replacement merged among the parents".into()))?;
-    let rank = handover
-        .plan
-        .moves
-        .get(index)
-        .ok_or_else(|| PcmError::Handover(format!("no move for replacement {index}")))?
-        .rank
-        .0;
+    let plan = &handover.plan;
+    let order = malleable::new_world(handover.parents, &plan.moves, plan.resize.as_deref());
+    let rank = order
+        .iter()
+        .position(|&m| m == me)
+        .ok_or_else(|| PcmError::Handover(format!("no rank for spawned process {index}")))?
+        as u32;
+    // The rank this process replaces, if it is a replacement (not an added process).
+    let predecessor = plan.moves.get(index).map(|m| m.rank.0);
     watchdog.update(|c| {
         c.rank = Some(rank);
-        c.requests = handover.plan.requests.iter().map(|r| r.id).collect();
-        c.moves = handover.plan.moves.clone();
+        c.requests = plan.requests.iter().map(|r| r.id).collect();
+        c.moves = plan.moves.clone();
         c.iteration = Some(handover.job.iteration);
     });
     watchdog.enter(Phase::StateTransfer);
-    let store = receive_state(&merged, rank as i32, &host, handover.job.job.as_str())?;
-    let profiler = Profiler::take_over(&merged, rank as i32, profiling)?;
+    let store = match (&plan.resize, predecessor) {
+        (Some(_), _) => redistribute(
+            &merged,
+            &Store::default(),
+            &handover.job.blocks,
+            handover.parents,
+            &order,
+        )?
+        .0
+        .ok_or(PcmError::internal(
+            "spawned process got no state in a resize",
+        ))?,
+        (None, Some(from)) => {
+            receive_state(&merged, from as i32, &host, handover.job.job.as_str())?
+        }
+        (None, None) => {
+            return Err(PcmError::Handover(format!(
+                "spawned process {index} has no move and the reconfiguration no resize"
+            )))
+        }
+    };
+    let profiler = match predecessor {
+        Some(from) => Profiler::take_over(&merged, from as i32, profiling)?,
+        None => Profiler::new(profiling, pcm_proto::RankProfile::default()),
+    };
     let mut job = handover.job;
     watchdog.enter(Phase::Placement);
     quiet_barrier(&merged);
@@ -388,12 +532,12 @@ pub(crate) fn join_as_replacement(
     // The handover counts this reconfiguration already: it names this launch.
     let launch = Launch::new(&universe.world(), job.migrations);
     exchange_launches(&merged, &launch);
-    let parents = handover.parents as usize;
-    let rank_hosts = new_placement(&handover.plan, parents, &merged_hosts);
+    let rank_hosts = new_placement(&order, &merged_hosts);
     let timings = agree_on_timings(&merged, [0; 4], 0);
     let outcome = completed(
         &handover.plan,
-        parents,
+        handover.parents,
+        &order,
         &merged_hosts,
         job.iteration,
         timings,
@@ -413,6 +557,14 @@ pub(crate) fn join_as_replacement(
         log_reconfigured(iteration, &timings);
     }
     let checkpoints = crate::checkpoint::State::new(rank, &job.checkpoint, Instant::now());
+    let resizing = handover.plan.resize.is_some();
+    let origin = match predecessor {
+        Some(_) => ProcessStatus::Replacement {
+            rank: Rank(rank),
+            iteration,
+        },
+        None => ProcessStatus::Added { iteration },
+    };
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
@@ -422,11 +574,9 @@ pub(crate) fn join_as_replacement(
         job,
         rank,
         checkpoints,
-        origin: ProcessStatus::Replacement {
-            rank: Rank(rank),
-            iteration,
-        },
+        origin,
         resume_pending: true,
+        resizing,
         pending: None,
         daemon: None,
         host,
@@ -440,11 +590,11 @@ pub(crate) fn join_as_replacement(
         config,
     };
     pcm.connect_daemon();
-    if handover.plan.moves.len() == parents {
+    if !order.iter().any(|&m| (m as usize) < parents) {
         report_for_departed(&pcm, &handover.plan, &outcome);
     }
     tracing::debug!(
-        "replacement for rank {rank} running on {} from iteration {iteration}",
+        "spawned process for rank {rank} running on {} from iteration {iteration}",
         pcm.host
     );
     Ok(pcm)

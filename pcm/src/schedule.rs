@@ -13,13 +13,15 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use pcm_proto::{HostName, Move, Rank};
+use pcm_proto::{HostName, Move, Rank, Resize};
 use serde::{Deserialize, Serialize};
 
 use crate::error::PcmError;
 
 /// Environment variable with scripted reconfigurations:
-/// `ITER:RANK[@HOST][+RANK[@HOST]...][,ITER:...]`, e.g. `PCM_SCHEDULE=10:1@node-b,50:0+3`.
+/// `ITER:PART[+PART...][,ITER:...]`, each part a move `RANK[@HOST]` or a resize
+/// `size=M[@HOST[,HOST...]]` (docs/malleability.md), e.g.
+/// `PCM_SCHEDULE=10:1@node-b,50:0+3,80:size=3@node-c`.
 pub const SCHEDULE_ENV: &str = "PCM_SCHEDULE";
 /// Environment variable overriding [`DEFAULT_CHECK_PERIOD`], in milliseconds.
 pub const CHECK_PERIOD_ENV: &str = "PCM_CHECK_PERIOD_MS";
@@ -32,72 +34,130 @@ const MAX_INTERVAL: u64 = 1 << 20;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Schedule {
     entries: BTreeMap<u64, Vec<Move>>,
+    /// Scripted resizes, by iteration (an iteration may have moves and a resize).
+    #[serde(default)]
+    resizes: BTreeMap<u64, Resize>,
 }
 
 impl Schedule {
-    /// Parses the `PCM_SCHEDULE` syntax.
+    /// Parses the `PCM_SCHEDULE` syntax. An item with no `:` continues the host list of the
+    /// resize before it (`500:size=4@node-b,node-c`).
     pub(crate) fn parse(text: &str) -> Result<Self, PcmError> {
         let fail = |reason: String| PcmError::Config {
             variable: SCHEDULE_ENV,
             value: text.to_owned(),
             reason,
         };
-        let mut entries = BTreeMap::new();
+        let host = |h: &str| HostName::new(h.trim()).map_err(|e| fail(e.to_string()));
+        let mut schedule = Schedule::default();
+        // The iteration of the last resize with hosts, which a bare host name continues.
+        let mut open_resize: Option<u64> = None;
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (iteration, moves) = item
-                .split_once(':')
-                .ok_or_else(|| fail(format!("{item:?} is not ITER:RANK[@HOST][+RANK...]")))?;
+            let Some((iteration, parts)) = item.split_once(':') else {
+                match open_resize.and_then(|i| schedule.resizes.get_mut(&i)) {
+                    Some(resize) => {
+                        resize.hosts.push(host(item)?);
+                        continue;
+                    }
+                    None => {
+                        return Err(fail(format!(
+                            "{item:?} is not ITER:RANK[@HOST][+RANK...] or ITER:size=M[@HOST,...]"
+                        )))
+                    }
+                }
+            };
+            open_resize = None;
             let iteration: u64 = iteration
                 .trim()
                 .parse()
                 .map_err(|_| fail(format!("{iteration:?} is not an iteration number")))?;
-            let mut parsed = Vec::new();
-            for one in moves.split('+') {
-                let (rank, host) = match one.split_once('@') {
-                    Some((rank, host)) => (rank, Some(host)),
-                    None => (one, None),
-                };
-                let rank: u32 = rank
-                    .trim()
-                    .parse()
-                    .map_err(|_| fail(format!("{rank:?} is not a rank number")))?;
-                let to = host
-                    .map(|h| HostName::new(h.trim()))
-                    .transpose()
-                    .map_err(|e| fail(e.to_string()))?;
-                parsed.push(Move {
-                    rank: Rank(rank),
-                    to,
-                });
-            }
-            if entries.insert(iteration, parsed).is_some() {
+            if schedule.has(iteration) {
                 return Err(fail(format!("iteration {iteration} appears twice")));
             }
+            let mut moves = Vec::new();
+            for part in parts.split('+').map(str::trim) {
+                let (what, at) = match part.split_once('@') {
+                    Some((what, at)) => (what.trim(), Some(at)),
+                    None => (part, None),
+                };
+                if let Some(ranks) = what.strip_prefix("size=") {
+                    let ranks: u32 = ranks.trim().parse().map_err(|_| {
+                        fail(format!("{ranks:?} is not a number of ranks (size=M)"))
+                    })?;
+                    if schedule.resizes.contains_key(&iteration) {
+                        return Err(fail(format!("iteration {iteration} has two resizes")));
+                    }
+                    let hosts = at.map(host).transpose()?.into_iter().collect::<Vec<_>>();
+                    if !hosts.is_empty() {
+                        open_resize = Some(iteration);
+                    }
+                    schedule.resizes.insert(iteration, Resize { ranks, hosts });
+                    continue;
+                }
+                let rank: u32 = what
+                    .parse()
+                    .map_err(|_| fail(format!("{what:?} is not a rank number")))?;
+                moves.push(Move {
+                    rank: Rank(rank),
+                    to: at.map(host).transpose()?,
+                });
+            }
+            if !moves.is_empty() {
+                schedule.entries.insert(iteration, moves);
+            }
         }
-        Ok(Schedule { entries })
+        Ok(schedule)
     }
 
     #[inline]
     pub(crate) fn has(&self, iteration: u64) -> bool {
-        !self.entries.is_empty() && self.entries.contains_key(&iteration)
+        (!self.entries.is_empty() && self.entries.contains_key(&iteration))
+            || (!self.resizes.is_empty() && self.resizes.contains_key(&iteration))
     }
 
-    /// The entries still waiting, as `PCM_SCHEDULE` writes them (`500:1@node-b+2`): at the
-    /// end of a run, the ones its iterations never reached.
+    /// The entries still waiting, as `PCM_SCHEDULE` writes them (`500:1@node-b+2`,
+    /// `900:size=3@node-c`): at the end of a run, the ones its iterations never reached.
     pub(crate) fn unreached(&self) -> Vec<String> {
-        self.entries
-            .iter()
-            .map(|(iteration, moves)| {
-                let moves: Vec<String> = moves
-                    .iter()
+        let iterations: std::collections::BTreeSet<u64> = self
+            .entries
+            .keys()
+            .chain(self.resizes.keys())
+            .copied()
+            .collect();
+        iterations
+            .into_iter()
+            .map(|iteration| {
+                let mut parts: Vec<String> = self
+                    .entries
+                    .get(&iteration)
+                    .into_iter()
+                    .flatten()
                     .map(|m| match &m.to {
                         Some(host) => format!("{}@{host}", m.rank),
                         None => m.rank.to_string(),
                     })
                     .collect();
-                format!("{iteration}:{}", moves.join("+"))
+                if let Some(resize) = self.resizes.get(&iteration) {
+                    let hosts: Vec<&str> = resize.hosts.iter().map(HostName::as_str).collect();
+                    parts.push(match hosts.is_empty() {
+                        true => format!("size={}", resize.ranks),
+                        false => format!("size={}@{}", resize.ranks, hosts.join(",")),
+                    });
+                }
+                format!("{iteration}:{}", parts.join("+"))
             })
             .collect()
+    }
+
+    /// The resize scripted for `iteration`, taken out.
+    pub(crate) fn take_resize(&mut self, iteration: u64) -> Option<Resize> {
+        self.resizes.remove(&iteration)
+    }
+
+    /// Puts a resize taken at a check that had to make another reconfiguration back for
+    /// `iteration` (unless one is scripted there already, which then wins).
+    pub(crate) fn postpone_resize(&mut self, iteration: u64, resize: Resize) {
+        self.resizes.entry(iteration).or_insert(resize);
     }
 
     pub(crate) fn take(&mut self, iteration: u64) -> Option<Vec<Move>> {
@@ -179,6 +239,38 @@ mod tests {
         assert_eq!(moves[1].to.as_ref().unwrap().as_str(), "node-c");
         assert!(!s2.has(10));
         assert_eq!(Schedule::parse("").unwrap(), Schedule::default());
+    }
+
+    #[test]
+    fn given_resize_entries_then_they_parse_beside_moves() {
+        let mut s = Schedule::parse(
+            "500:size=3,1200:size=4@node-b,node-c,1300:1@node-a+size=2,2000:size=2",
+        )
+        .unwrap();
+        assert!(s.has(500) && s.has(1200) && s.has(1300) && s.has(2000));
+        assert_eq!(
+            s.take_resize(1200),
+            Some(Resize {
+                ranks: 4,
+                hosts: vec![
+                    HostName::new("node-b").unwrap(),
+                    HostName::new("node-c").unwrap()
+                ]
+            })
+        );
+        assert_eq!(s.take(1300).map(|m| m.len()), Some(1));
+        assert_eq!(s.take_resize(1300).map(|r| r.ranks), Some(2));
+        assert_eq!(s.unreached(), vec!["500:size=3", "2000:size=2"]);
+        assert!(Schedule::parse("5:size=x")
+            .unwrap_err()
+            .to_string()
+            .contains("size=M"));
+        assert!(Schedule::parse("5:size=2+size=3").is_err());
+        assert!(Schedule::parse("node-b").is_err());
+        assert!(Schedule::parse("5:size=2,5:1")
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
     }
 
     #[test]

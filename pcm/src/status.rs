@@ -15,7 +15,7 @@ use crate::agreement::{self, Next, RequestVerdict, Validated, Words};
 use crate::daemon::{self, DaemonLink};
 use crate::error::PcmError;
 use crate::plan::Plan;
-use crate::{encode_cbor, events, hosts, interpose, reconfig, Pcm, Status};
+use crate::{encode_cbor, events, hosts, interpose, malleable, reconfig, Pcm, Status};
 
 impl Pcm {
     /// A status check that agrees with the other ranks (collective): exchanges the words,
@@ -24,7 +24,10 @@ impl Pcm {
     pub(crate) fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
         let _internal = interpose::Internal::enter();
         let started = Instant::now();
-        let scheduled = self.job.schedule.take(iteration);
+        let scheduled_moves = self.job.schedule.take(iteration);
+        let scheduled_resize = self.job.schedule.take_resize(iteration);
+        let scheduled = (scheduled_moves.is_some() || scheduled_resize.is_some())
+            .then(|| Plan::scripted_with(scheduled_moves.unwrap_or_default(), scheduled_resize));
         let mine = Words {
             request: self.daemon.as_ref().map_or(0, DaemonLink::pending_max),
             interval: match &mut self.cadence {
@@ -49,8 +52,13 @@ impl Pcm {
         let deferred = self.checkpoints.deferred_move.take();
         let validated = match agreement::next(agreed, deferred, scheduled) {
             Next::Deferred { plan, postponed } => {
-                if let Some(moves) = postponed {
-                    self.job.schedule.postpone(iteration + 1, moves);
+                if let Some(postponed) = postponed {
+                    if !postponed.moves.is_empty() {
+                        self.job.schedule.postpone(iteration + 1, postponed.moves);
+                    }
+                    if let Some(resize) = postponed.asked_resize {
+                        self.job.schedule.postpone_resize(iteration + 1, *resize);
+                    }
                 }
                 return Ok(self.announce(plan, started));
             }
@@ -83,12 +91,28 @@ impl Pcm {
     /// Checks `plan`'s moves against the job, and that the launcher reaches the hosts
     /// outside the allocation it names (collective): the plan sorted, or why it is refused.
     fn validate(&self, plan: Plan) -> Result<Plan, (Plan, String)> {
-        reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts).and_then(
-            |(plan, outside)| match self.probe_new_hosts(&outside) {
-                Ok(()) => Ok(plan),
-                Err(reason) => Err((plan, reason)),
-            },
-        )
+        let (mut plan, outside) =
+            reconfig::validate(plan, self.size, &self.job.hosts, &self.job.new_hosts)?;
+        if let Some(asked) = plan.asked_resize.take() {
+            match malleable::resolve(
+                (*asked).clone(),
+                self.size,
+                &self.rank_hosts,
+                &plan.moves,
+                self.job.malleability.as_ref(),
+                &self.job.blocks,
+            ) {
+                Ok(resize) => plan.resize = Some(Box::new(resize)),
+                Err(reason) => {
+                    plan.asked_resize = Some(asked);
+                    return Err((plan, reason));
+                }
+            }
+        }
+        match self.probe_new_hosts(&outside) {
+            Ok(()) => Ok(plan),
+            Err(reason) => Err((plan, reason)),
+        }
     }
 
     /// Agrees on every pcmd request the ranks hold, from `highest` down (collective): each
@@ -142,6 +166,7 @@ impl Pcm {
     fn announce(&mut self, mut plan: Plan, started: Instant) -> Status {
         plan.agreed_at = Some(started);
         let status = agreement::status_in(&plan, self.rank);
+        self.resizing = status == Status::Resize;
         self.pending = Some(plan);
         status
     }

@@ -39,7 +39,7 @@ impl Blob {
         Blob { words, len }
     }
 
-    fn from_bytes(bytes: &[u8]) -> Self {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
         let mut blob = Blob::zeroed(bytes.len());
         blob.bytes_mut().copy_from_slice(bytes);
         blob
@@ -163,7 +163,7 @@ pub(crate) struct Store {
     entries: BTreeMap<String, Entry>,
 }
 
-fn check_name(name: &str) -> Result<(), PcmError> {
+pub(crate) fn check_name(name: &str) -> Result<(), PcmError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(PcmError::InvalidName(name.chars().take(80).collect()));
     }
@@ -186,7 +186,7 @@ fn log_timing(op: &str, name: &str, bytes: usize, started: Instant) {
     );
 }
 
-fn type_label<T: ?Sized>() -> String {
+pub(crate) fn type_label<T: ?Sized>() -> String {
     std::any::type_name::<T>().to_owned()
 }
 
@@ -385,6 +385,16 @@ impl Store {
                 len: e.data.len() as u64,
             })
             .collect()
+    }
+
+    /// The entry stored under `name`, if any.
+    pub(crate) fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.get(name)
+    }
+
+    /// Every entry with its name, in name order.
+    pub(crate) fn named_entries(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.entries.iter()
     }
 
     pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {

@@ -383,6 +383,19 @@ impl Supervisor {
                     .collect();
                 Some(format!("iteration {iteration}: moved {}", moves.join(", ")))
             }
+            RunEvent::Resized {
+                iteration,
+                from,
+                to,
+                hosts,
+                ..
+            } => {
+                self.progressed(iteration, now);
+                self.placement = (0..).map(Rank).zip(hosts).collect();
+                Some(format!(
+                    "iteration {iteration}: resized from {from} to {to} ranks"
+                ))
+            }
         }
     }
 

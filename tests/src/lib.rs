@@ -631,8 +631,11 @@ pub struct Report {
     pub seconds: f64,
     /// Number of ranks.
     pub ranks: usize,
-    /// Migrations (instrumented runs).
+    /// Migrations (instrumented runs): every reconfiguration, resizes included.
     pub migrations: Option<u64>,
+    /// Resizes (instrumented malleable runs).
+    #[serde(default)]
+    pub resizes: Option<u64>,
     /// Host of each rank at the end (instrumented runs).
     pub hosts: Option<Vec<String>>,
     /// Global rows of the grid.

@@ -440,6 +440,32 @@ impl Block {
         })
     }
 
+    /// Rebuilds a block from its owned rows alone (`local_rows * cols` values, for example
+    /// the rows PCM gave this rank after a resize), in the buffers given (each of
+    /// [`Meta::data_len`] values, all [`OTHER_BOUNDARY`]): the halos are the boundary
+    /// condition, or anything for inner halos, which the next step refreshes.
+    ///
+    /// # Errors
+    /// As [`Block::from_parts`]; owned rows of another length.
+    pub fn from_owned_rows(
+        meta: Meta,
+        owned: &[f64],
+        mut data: Grid,
+        scratch: Grid,
+    ) -> Result<Self, BlockError> {
+        meta.check()?;
+        let c = meta.cols;
+        if owned.len() != meta.local_rows * c || data.len() != meta.data_len() {
+            return Err(BlockError::DataLength {
+                expected: meta.local_rows * c,
+                actual: owned.len(),
+            });
+        }
+        meta.fill_initial(&mut data);
+        data[c..c + owned.len()].copy_from_slice(owned);
+        Self::from_parts_with(meta, data, |_| scratch)
+    }
+
     /// Splits the block into its metadata and state.
     #[must_use]
     pub fn into_parts(self) -> (Meta, Grid) {

@@ -41,6 +41,7 @@
 //!         rows: args.rows,
 //!         cols: args.cols,
 //!         migrations: None,
+//!         resizes: None,
 //!         hosts: None,
 //!         mpi_library: pcm::mpi_library_version(),
 //!     };

@@ -36,6 +36,9 @@ pub struct Report {
     /// Migrations performed (instrumented runs only; omitted when `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrations: Option<u64>,
+    /// Resizes performed (instrumented runs only; omitted when `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resizes: Option<u64>,
     /// Host of each rank at the end, by rank (instrumented runs only; omitted when `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
@@ -117,6 +120,7 @@ mod tests {
             rows: 8,
             cols: 9,
             migrations,
+            resizes: None,
             hosts: None,
             mpi_library: "MPICH Version: 5.0.2".into(),
         }

@@ -74,11 +74,18 @@ impl Heat {
 
 /// Stored as `started` (a serde value), `meta` ([`Meta::to_words`]) and `grid`
 /// ([`Block::data`], raw: a shared array is stored without a copy, and handed to a
-/// replacement on the same host as it is). A loaded block's buffers are both PCM shared
-/// arrays (see [`Heat::share`]).
+/// replacement on the same host as it is). In a resize ([`Pcm::resizing`]) `grid` is the
+/// owned rows alone, a distributed array PCM gives each rank of the new world its rows of,
+/// and `shape` (rows and columns) is replicated. A loaded block's buffers are both PCM
+/// shared arrays (see [`Heat::share`]).
 impl pcm::State for Heat {
     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError> {
         pcm.store("started", &self.started)?;
+        if pcm.resizing() {
+            let meta = self.block.meta();
+            pcm.store("shape", &[meta.rows, meta.cols])?;
+            return pcm.store_block("grid", self.block.owned());
+        }
         pcm.store_array("meta", &self.block.meta().to_words())?;
         match &self.block.data {
             Grid::Shared(grid) => pcm.store_shared("grid", grid),
@@ -87,13 +94,29 @@ impl pcm::State for Heat {
     }
 
     fn load(pcm: &mut Pcm) -> Result<Self, PcmError> {
+        let started = pcm.load("started")?;
+        if pcm.resizing() {
+            let [rows, cols]: [usize; 2] = pcm.load("shape")?;
+            let mine = pcm.block_range("grid")?;
+            let meta = Meta {
+                rows,
+                cols,
+                start_row: mine.start as usize,
+                local_rows: (mine.end - mine.start) as usize,
+            };
+            let owned = pcm.take_array::<f64>("grid")?;
+            let data = pcm.alloc_array::<f64>("grid", meta.data_len())?;
+            let scratch = pcm.alloc_array::<f64>("scratch", meta.data_len())?;
+            let block =
+                Block::from_owned_rows(meta, &owned, Grid::Shared(data), Grid::Shared(scratch))?;
+            return Ok(Self { block, started });
+        }
         let mut meta = [0u64; 4];
         pcm.load_array_into("meta", &mut meta)?;
         let meta = Meta::from_words(meta)?;
         let grid = pcm.take_shared::<f64>("grid")?;
         let scratch = pcm.alloc_array::<f64>("scratch", meta.data_len())?;
         let block = Block::from_parts_with(meta, grid, |_| Grid::Shared(scratch))?;
-        let started = pcm.load("started")?;
         Ok(Self { block, started })
     }
 

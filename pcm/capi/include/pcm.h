@@ -64,6 +64,7 @@ extern "C" {
 #define PCM_MIGRATE 1     /* this rank moves: PCM_Store the state, then PCM_Reconfigure */
 #define PCM_RECONFIGURE 2 /* other ranks move: PCM_Reconfigure */
 #define PCM_CHECKPOINT 3  /* coordinated checkpoint: PCM_Store, then PCM_Reconfigure */
+#define PCM_RESIZE 4      /* the job changes width: PCM_Store_block, PCM_Reconfigure, load again */
 
 /* Element types of stored arrays. */
 typedef int PCM_Datatype;

@@ -66,6 +66,7 @@ const CONTINUE: c_int = 0;
 const MIGRATE: c_int = 1;
 const RECONFIGURE: c_int = 2;
 const CHECKPOINT: c_int = 3;
+const RESIZE: c_int = 4;
 
 /// A failed call: its code and what was wrong.
 #[derive(Debug)]
@@ -505,10 +506,10 @@ pub extern "C" fn PCM_Process_Status() -> c_int {
             Ok(match pcm.process_status() {
                 ProcessStatus::Fresh => FRESH,
                 // The same rank: a replacement takes its predecessor's.
-                ProcessStatus::Replacement { .. } | ProcessStatus::Restarted { .. } => {
-                    c_int::try_from(pcm.rank().0)
-                        .map_err(|_| Failure::new(ERR_INTERNAL, "rank exceeds int"))?
-                }
+                ProcessStatus::Replacement { .. }
+                | ProcessStatus::Restarted { .. }
+                | ProcessStatus::Added { .. } => c_int::try_from(pcm.rank().0)
+                    .map_err(|_| Failure::new(ERR_INTERNAL, "rank exceeds int"))?,
             })
         })
     })
@@ -549,13 +550,16 @@ pub extern "C" fn PCM_Status(comm: MPI_Comm) -> c_int {
             *announced = match status {
                 Status::Continue => Announced::Nothing,
                 Status::Checkpoint => Announced::Checkpoint,
-                Status::Migrate | Status::Reconfigure => Announced::Reconfiguration,
+                Status::Migrate | Status::Reconfigure | Status::Resize => {
+                    Announced::Reconfiguration
+                }
             };
             Ok(match status {
                 Status::Continue => CONTINUE,
                 Status::Migrate => MIGRATE,
                 Status::Reconfigure => RECONFIGURE,
                 Status::Checkpoint => CHECKPOINT,
+                Status::Resize => RESIZE,
             })
         })
     })

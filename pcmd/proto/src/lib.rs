@@ -72,6 +72,30 @@ pub struct Move {
     pub to: Option<HostName>,
 }
 
+/// A change of a job's width (see docs/malleability.md): to `ranks` ranks. Growing, `hosts`
+/// are the hosts of the added processes, in order (repeated as needed; empty: wherever the
+/// MPI runtime places them); shrinking, the hosts given back: the ranks on them leave (empty:
+/// the highest ranks leave).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resize {
+    /// The job's width after the resize.
+    pub ranks: u32,
+    /// Hosts of the added processes (growing) or given back (shrinking).
+    #[serde(default)]
+    pub hosts: Vec<HostName>,
+}
+
+impl std::fmt::Display for Resize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ranks", self.ranks)?;
+        if !self.hosts.is_empty() {
+            let hosts: Vec<&str> = self.hosts.iter().map(HostName::as_str).collect();
+            write!(f, " ({})", hosts.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 /// Describes moves for people: "rank 1 to host-b, rank 2 to any host".
 pub fn describe_moves(moves: &[Move]) -> String {
     if moves.is_empty() {

@@ -90,6 +90,19 @@ pub enum RunEvent {
         /// The slowest rank's time in each phase, and the bytes of state moved.
         timings: PhaseTimings,
     },
+    /// Rank 0 of the new world: a resize (docs/malleability.md) is complete.
+    Resized {
+        /// Iteration at which the job reconfigured.
+        iteration: u64,
+        /// Width before.
+        from: u32,
+        /// Width after.
+        to: u32,
+        /// Host of every rank of the new world, by rank.
+        hosts: Vec<HostName>,
+        /// The slowest rank's time in each phase, and the bytes of state moved.
+        timings: PhaseTimings,
+    },
     /// One `store` call of this process (for a move or a checkpoint).
     Stored {
         /// Name of the stored value or array.

@@ -165,6 +165,9 @@ fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
                 "pcm-state does not restart from checkpoints",
             ))
         }
+        ProcessStatus::Added { .. } => {
+            return Err(PcmError::Internal("pcm-state is not malleable"))
+        }
         ProcessStatus::Replacement { rank, .. } => {
             let t = Instant::now();
             let v = if args.shared {

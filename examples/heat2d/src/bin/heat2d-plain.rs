@@ -102,6 +102,7 @@ fn run(job: &mut Universe, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
             rows: args.rows,
             cols: args.cols,
             migrations: None,
+            resizes: None,
             hosts: None,
             mpi_library,
         };

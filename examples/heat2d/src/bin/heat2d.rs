@@ -61,6 +61,9 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
         }
         return Ok(ExitCode::FAILURE);
     }
+    // Malleable: any width that leaves every rank a row; a resize moves the grid's rows.
+    job.set_malleable(pcm::Malleability::new(1, args.rows as u32)?)?;
+    job.declare_block::<f64>("grid", args.rows as u64, args.cols as u64)?;
     // The grid in PCM shared memory, so that a move within a host hands it over without a
     // copy: a fresh rank builds it there, a replacement or a restarted rank gets it there.
     let fresh = (job.process_status() == pcm::ProcessStatus::Fresh)
@@ -75,7 +78,7 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
     for iteration in start..args.iters {
         job.reconfigure_point(&mut heat)?;
         heat.block.step(job.world());
-        if let Some(line) = progress.tick(iteration + 1).filter(|_| rank == 0) {
+        if let Some(line) = progress.tick(iteration + 1).filter(|_| job.rank().0 == 0) {
             let (migrations, hosts) = (job.migrations(), job.placement());
             eprintln!("{line} (migrations: {migrations}, hosts: {hosts})");
         }
@@ -88,10 +91,11 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
             checksum,
             iterations: args.iters,
             seconds,
-            ranks: size as usize,
+            ranks: job.size() as usize,
             rows: args.rows,
             cols: args.cols,
             migrations: Some(job.migrations()),
+            resizes: Some(job.resizes()),
             hosts: Some(job.rank_hosts().iter().map(ToString::to_string).collect()),
             mpi_library,
         };
