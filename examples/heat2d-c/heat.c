@@ -95,6 +95,10 @@ int heat_parse_args(int argc, char **argv, int rank, int size, struct heat_args 
 
 long heat_block_len(const struct heat_block *b) { return (b->local_rows + 2) * b->cols; }
 
+double *heat_owned(const struct heat_block *b) { return b->data + b->cols; }
+
+long heat_owned_len(const struct heat_block *b) { return b->local_rows * b->cols; }
+
 static double initial_value(long row, long col) { return (double)((row * 7 + col * 13) % 32) * 0.5; }
 
 static void fill_initial(const struct heat_block *b, double *data) {
@@ -221,7 +225,7 @@ static void library_version(char *out, size_t room) {
 }
 
 void heat_report(const struct heat_block *b, const struct heat_args *args, MPI_Comm comm,
-                double seconds, long migrations) {
+                double seconds, long migrations, long resizes) {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
@@ -278,6 +282,8 @@ void heat_report(const struct heat_block *b, const struct heat_args *args, MPI_C
             }
             printf("],");
         }
+        if (resizes >= 0)
+            printf("\"resizes\":%ld,", resizes);
         printf("\"mpi_library\":");
         print_json_string(mpi_library);
         printf("}\n");

@@ -31,6 +31,11 @@ int heat_block_init(struct heat_block *b, const struct heat_args *args, int rank
 /* Number of values in the block's data (halo rows included). */
 long heat_block_len(const struct heat_block *b);
 
+/* The block's own rows, without the halos (what PCM moves in a resize, and what a
+ * replacement loads: the halos come with the next exchange), and their number of values. */
+double *heat_owned(const struct heat_block *b);
+long heat_owned_len(const struct heat_block *b);
+
 /* One Jacobi iteration: halo exchange with the neighbouring ranks, overlapped with the
  * rows that do not need the halos. */
 void heat_step(struct heat_block *b, MPI_Comm comm);
@@ -44,8 +49,9 @@ double heat_now(void);
 void heat_progress(const struct heat_args *args, int rank, long done, long migrations);
 
 /* Gathers the grid at rank 0, which prints the JSON report as its last stdout line
- * (migrations < 0: left out, for the plain program). Collective. */
+ * (migrations and resizes < 0: left out, for the plain program). "ranks" is the width
+ * at the end. Collective. */
 void heat_report(const struct heat_block *b, const struct heat_args *args, MPI_Comm comm,
-                double seconds, long migrations);
+                double seconds, long migrations, long resizes);
 
 #endif

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
         heat_progress(&args, rank, iteration + 1, -1);
     }
     MPI_Barrier(world);
-    heat_report(&block, &args, world, heat_now() - started, -1);
+    heat_report(&block, &args, world, heat_now() - started, -1, -1);
 
     heat_block_free(&block);
     MPI_Finalize();

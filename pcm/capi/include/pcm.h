@@ -36,7 +36,8 @@ extern "C" {
 /* A NULL pointer where one is required. */
 #define PCM_ERR_NULL (-4)
 /* An invalid argument: unknown datatype, negative count, empty or over-long name,
- * not valid UTF-8, a rank other than this process's. */
+ * not valid UTF-8, a rank other than this process's; a malleable declaration that is
+ * invalid (limits, size rule, no rows) or differs from the job's, an undeclared block. */
 #define PCM_ERR_ARG (-5)
 /* The communicator is not PCM's current world (use the one PCM_Init or
  * PCM_Reconfigure gave back). */
@@ -66,6 +67,12 @@ extern "C" {
 #define PCM_CHECKPOINT 3  /* coordinated checkpoint: PCM_Store, then PCM_Reconfigure */
 #define PCM_RESIZE 4      /* the job changes width: PCM_Store_block, PCM_Reconfigure, load again */
 
+/* PCM_Set_malleable size rules: the widths a malleable job may run with. */
+#define PCM_SIZE_ANY 0          /* any width in min..max */
+#define PCM_SIZE_MULTIPLE_OF 1  /* a multiple of rule_arg (at least 1) */
+#define PCM_SIZE_POWER_OF_TWO 2 /* 1, 2, 4, 8, ... */
+#define PCM_SIZE_SQUARE 3       /* 1, 4, 9, 16, ... */
+
 /* Element types of stored arrays. */
 typedef int PCM_Datatype;
 #define PCM_CHAR 1   /* char (stored as signed 8-bit) */
@@ -86,16 +93,20 @@ typedef int PCM_Datatype;
 int PCM_Init(MPI_Comm *comm, const char *app_name);
 
 /*
- * PCM_FRESH (-1) if the process started with the job; otherwise (a replacement, or a
- * restart from a checkpoint with PCM_RESTART=1) the rank whose stored state to
- * PCM_Load, which is this process's rank and may be 0. (Figure 11's `spawnrank <= 0`
- * would take a replacement of rank 0 for a fresh process: test `< 0`.)
+ * PCM_FRESH (-1) if the process started with the job; otherwise (a replacement, a
+ * restart from a checkpoint with PCM_RESTART=1, or a process added by a resize of a
+ * malleable job) the rank whose stored state to PCM_Load, which is this process's rank
+ * and may be 0. (Figure 11's `spawnrank <= 0` would take a replacement of rank 0 for a
+ * fresh process: test `< 0`.) An added process loads like a replacement: PCM_Load of a
+ * declared block gives its rows (PCM_Block_range), of any other name rank 0's value.
+ * PCM_Resizing() tells an added process (1) from a replacement of a plain migration (0).
  */
 int PCM_Process_Status(void);
 
 /*
  * Once per iteration, on every rank, at the same point, with no message in flight:
- * PCM_CONTINUE, PCM_MIGRATE, PCM_RECONFIGURE or PCM_CHECKPOINT (or a PCM_ERR_* code).
+ * PCM_CONTINUE, PCM_MIGRATE, PCM_RECONFIGURE, PCM_CHECKPOINT or, in a job declared
+ * malleable (PCM_Set_malleable), PCM_RESIZE (or a PCM_ERR_* code).
  * comm: PCM's current world.
  */
 int PCM_Status(MPI_Comm comm);
@@ -132,6 +143,14 @@ int PCM_Count(int rank, const char *name, PCM_Datatype type, long *count);
  * idle, until the processes launched with it end). After PCM_CHECKPOINT it writes
  * the checkpoint and returns with *comm unchanged. app_name is not used (the
  * replacement runs this executable with the same arguments); it may be NULL.
+ * After PCM_RESIZE it returns PCM_RESIZE on every rank of the new world when the job
+ * changed width (a rank leaving a shrink does not return): this rank's number, the
+ * world's size and its rows changed, so it takes its rank and size from *comm again,
+ * rebuilds what it derives from its block and PCM_Loads its rows of each block
+ * (PCM_Block_range says which). It returns PCM_SUCCESS when the resize was refused
+ * (a block stored with the wrong length or type on any rank, or the spawn failed): the
+ * job runs on at its width, with *comm and every rank's data as they were, and what
+ * was stored is dropped.
  */
 int PCM_Reconfigure(MPI_Comm *comm, const char *app_name);
 
@@ -152,6 +171,70 @@ const char *PCM_Last_error(void);
 
 /* Informative: reconfigurations the job has completed (0 before PCM_Init). */
 long PCM_Migrations(void);
+
+/*
+ * Malleable jobs (docs/malleability.md): the job may grow or shrink at an iteration
+ * boundary. Once, after PCM_Init and before the loop, on every rank, with the same values
+ * (an added process or a replacement runs the same calls, which must agree with the
+ * job's, else PCM_ERR_ARG). A job that never calls PCM_Set_malleable refuses every
+ * resize, and the job runs on.
+ *
+ * The loop answers PCM_RESIZE like PCM_CHECKPOINT, storing each block with
+ * PCM_Store_block, then loads again when PCM_Reconfigure returns PCM_RESIZE:
+ *
+ *     if (status == PCM_MIGRATE || status == PCM_CHECKPOINT || status == PCM_RESIZE) {
+ *         PCM_Store(rank, "iteration", &iteration, PCM_LONG, 1);
+ *         PCM_Store_block("grid", mine, PCM_DOUBLE, my_rows * cols);
+ *     }
+ *     if (status != PCM_CONTINUE && PCM_Reconfigure(&world, NULL) == PCM_RESIZE) {
+ *         MPI_Comm_rank(world, &rank);
+ *         MPI_Comm_size(world, &size);
+ *         PCM_Block_range("grid", &first, &my_rows);   (reallocate for the new rows)
+ *         PCM_Load_checked(rank, "grid", mine, PCM_DOUBLE, my_rows * cols);
+ *     }
+ */
+
+/*
+ * The job may run with any width from min to max (min >= 1) that rule allows:
+ * PCM_SIZE_ANY, PCM_SIZE_MULTIPLE_OF (rule_arg = k >= 1), PCM_SIZE_POWER_OF_TWO,
+ * PCM_SIZE_SQUARE (rule_arg ignored but for PCM_SIZE_MULTIPLE_OF).
+ */
+int PCM_Set_malleable(int min, int max, int rule, int rule_arg);
+
+/*
+ * name is a distributed array of rows global rows of row_len elements of type, split in
+ * row blocks over the ranks: with P ranks rank r owns a contiguous block, in rank order,
+ * the first rows % P ranks one row more. rows and row_len >= 1 (else PCM_ERR_ARG).
+ */
+int PCM_Declare_block(const char *name, PCM_Datatype type, long rows, long row_len);
+
+/*
+ * This rank's rows of the block name in the current world (after a resize: its new
+ * rows): *first_row (0-based global row) and *rows. PCM_ERR_ARG if name was not declared.
+ */
+int PCM_Block_range(const char *name, long *first_row, long *rows);
+
+/*
+ * Copies this rank's rows of the declared block name (count = rows times row_len
+ * elements of type, in row order) for a resize; outside a resize it stores them as
+ * PCM_Store does (a replacement or a restart PCM_Loads them). The length and type are
+ * checked in PCM_Reconfigure on every rank together: a mismatch anywhere refuses the
+ * resize (PCM_Reconfigure returns PCM_SUCCESS and the job runs on at its width; PCM's
+ * log names the array, the rank and the lengths). PCM_ERR_ARG if name was not declared.
+ */
+int PCM_Store_block(const char *name, const void *buf, PCM_Datatype type, long count);
+
+/* Resizes the job has completed since it first started (0 before PCM_Init). */
+long PCM_Resizes(void);
+
+/*
+ * 1 while the state stored or loaded now is a resize's (blocks hold only this rank's
+ * rows, other names rank 0's value): from the PCM_Status that returned PCM_RESIZE to
+ * the next PCM_Status, and in a process of the new world (an added process, or a
+ * replacement spawned with the resize) until its first PCM_Status; 0 otherwise. A
+ * program that stores its blocks the same way in every case does not need it.
+ */
+int PCM_Resizing(void);
 
 /*
  * The calls that take a communicator, for Fortran (the `pcm` module calls them): comm

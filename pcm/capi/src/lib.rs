@@ -68,6 +68,12 @@ const RECONFIGURE: c_int = 2;
 const CHECKPOINT: c_int = 3;
 const RESIZE: c_int = 4;
 
+/// `PCM_Set_malleable` size rules (`PCM_SIZE_ANY`, ...).
+const SIZE_ANY: c_int = 0;
+const SIZE_MULTIPLE_OF: c_int = 1;
+const SIZE_POWER_OF_TWO: c_int = 2;
+const SIZE_SQUARE: c_int = 3;
+
 /// A failed call: its code and what was wrong.
 #[derive(Debug)]
 struct Failure {
@@ -90,7 +96,7 @@ impl From<PcmError> for Failure {
             PcmError::NotStored { .. } => ERR_NOT_STORED,
             PcmError::WrongType { .. } | PcmError::Codec { .. } => ERR_TYPE,
             PcmError::WrongLength { .. } => ERR_COUNT,
-            PcmError::InvalidName(_) => ERR_ARG,
+            PcmError::InvalidName(_) | PcmError::Declaration(_) => ERR_ARG,
             PcmError::Config { variable, .. } if *variable == "application name" => ERR_ARG,
             PcmError::Config { .. } | PcmError::WrongMpiLibrary { .. } => ERR_CONFIG,
             PcmError::InvalidHost(_) => ERR_CONFIG,
@@ -505,7 +511,8 @@ pub extern "C" fn PCM_Process_Status() -> c_int {
         with_pcm(|pcm, _| {
             Ok(match pcm.process_status() {
                 ProcessStatus::Fresh => FRESH,
-                // The same rank: a replacement takes its predecessor's.
+                // The same rank: a replacement takes its predecessor's. An added process
+                // (a resize) also has state to load: its rows, and the replicated values.
                 ProcessStatus::Replacement { .. }
                 | ProcessStatus::Restarted { .. }
                 | ProcessStatus::Added { .. } => c_int::try_from(pcm.rank().0)
@@ -583,36 +590,57 @@ pub unsafe extern "C" fn PCM_Store(
             // SAFETY: the caller promises a C string or NULL.
             let name = unsafe { name_arg(name, "name") }?;
             let ty = Datatype::from_c(datatype)?;
-            let count = usize::try_from(count).map_err(|_| {
-                Failure::new(ERR_ARG, format!("count {count} of {name:?} is negative"))
-            })?;
-            if count
-                .checked_mul(ty.size())
-                .is_none_or(|b| b > isize::MAX as usize)
-            {
-                return Err(Failure::new(
-                    ERR_ARG,
-                    format!("count {count} of {name:?} is too large"),
-                ));
-            }
-            if buf.is_null() && count > 0 {
-                return Err(Failure::new(ERR_NULL, format!("buf of {name:?} is NULL")));
-            }
+            let count = checked_count(name, ty, buf, count)?;
             // SAFETY: `buf` holds `count` elements of `ty` (the caller's promise), checked
             // not NULL when there are any.
-            unsafe {
-                match ty {
-                    Datatype::Char => store_typed::<i8>(pcm, name, buf, count),
-                    Datatype::Int => store_typed::<i32>(pcm, name, buf, count),
-                    Datatype::Long => store_typed::<i64>(pcm, name, buf, count),
-                    Datatype::Float => store_typed::<f32>(pcm, name, buf, count),
-                    Datatype::Double => store_typed::<f64>(pcm, name, buf, count),
-                    Datatype::Byte => store_typed::<u8>(pcm, name, buf, count),
-                }
-            }?;
+            unsafe { store_any(pcm, name, ty, buf, count) }?;
             Ok(SUCCESS)
         })
     })
+}
+
+/// The element count of a store call as a `usize`: not negative, not too large, and `buf`
+/// not NULL when there are any.
+fn checked_count(name: &str, ty: Datatype, buf: *const c_void, count: c_long) -> CResult<usize> {
+    let count = usize::try_from(count)
+        .map_err(|_| Failure::new(ERR_ARG, format!("count {count} of {name:?} is negative")))?;
+    if count
+        .checked_mul(ty.size())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(Failure::new(
+            ERR_ARG,
+            format!("count {count} of {name:?} is too large"),
+        ));
+    }
+    if buf.is_null() && count > 0 {
+        return Err(Failure::new(ERR_NULL, format!("buf of {name:?} is NULL")));
+    }
+    Ok(count)
+}
+
+/// Copies `count` elements of `ty` from `buf` into the store under `name`.
+///
+/// # Safety
+/// `buf` points to `count` readable elements of `ty` (any alignment), or `count` is 0.
+unsafe fn store_any(
+    pcm: &mut Pcm,
+    name: &str,
+    ty: Datatype,
+    buf: *const c_void,
+    count: usize,
+) -> Result<(), PcmError> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        match ty {
+            Datatype::Char => store_typed::<i8>(pcm, name, buf, count),
+            Datatype::Int => store_typed::<i32>(pcm, name, buf, count),
+            Datatype::Long => store_typed::<i64>(pcm, name, buf, count),
+            Datatype::Float => store_typed::<f32>(pcm, name, buf, count),
+            Datatype::Double => store_typed::<f64>(pcm, name, buf, count),
+            Datatype::Byte => store_typed::<u8>(pcm, name, buf, count),
+        }
+    }
 }
 
 /// The checks and the copy of `PCM_Load` and `PCM_Load_checked`.
@@ -743,6 +771,174 @@ pub unsafe extern "C" fn PCM_Count(
     })
 }
 
+/// `PCM_Set_malleable(min, max, rule, rule_arg)`: see pcm.h.
+#[no_mangle]
+pub extern "C" fn PCM_Set_malleable(min: c_int, max: c_int, rule: c_int, rule_arg: c_int) -> c_int {
+    call("PCM_Set_malleable", || {
+        let limits = malleability(min, max, rule, rule_arg)?;
+        with_pcm(|pcm, _| {
+            pcm.set_malleable(limits)?;
+            Ok(SUCCESS)
+        })
+    })
+}
+
+/// The limits `PCM_Set_malleable` was given, checked.
+fn malleability(
+    min: c_int,
+    max: c_int,
+    rule: c_int,
+    rule_arg: c_int,
+) -> CResult<pcm_rs::Malleability> {
+    use pcm_rs::SizeRule;
+    let (Ok(low), Ok(high)) = (u32::try_from(min), u32::try_from(max)) else {
+        return Err(Failure::new(
+            ERR_ARG,
+            format!("malleable limits {min}..={max}: both must be at least 1"),
+        ));
+    };
+    let rule = match rule {
+        SIZE_ANY => SizeRule::Any,
+        SIZE_MULTIPLE_OF => match u32::try_from(rule_arg) {
+            Ok(k) if k >= 1 => SizeRule::MultipleOf(k),
+            _ => {
+                return Err(Failure::new(
+                    ERR_ARG,
+                    format!("PCM_SIZE_MULTIPLE_OF {rule_arg}: rule_arg must be at least 1"),
+                ))
+            }
+        },
+        SIZE_POWER_OF_TWO => SizeRule::PowerOfTwo,
+        SIZE_SQUARE => SizeRule::Square,
+        other => {
+            return Err(Failure::new(
+                ERR_ARG,
+                format!(
+                    "unknown size rule {other} (PCM_SIZE_ANY, PCM_SIZE_MULTIPLE_OF, \
+                     PCM_SIZE_POWER_OF_TWO, PCM_SIZE_SQUARE are 0 .. 3)"
+                ),
+            ))
+        }
+    };
+    Ok(pcm_rs::Malleability::new(low, high)?.with_rule(rule))
+}
+
+/// `PCM_Declare_block(name, type, rows, row_len)`: see pcm.h.
+///
+/// # Safety
+/// `name` is NULL or a C string.
+#[no_mangle]
+pub unsafe extern "C" fn PCM_Declare_block(
+    name: *const c_char,
+    datatype: c_int,
+    rows: c_long,
+    row_len: c_long,
+) -> c_int {
+    call("PCM_Declare_block", || {
+        with_pcm(|pcm, _| {
+            // SAFETY: the caller promises a C string or NULL.
+            let name = unsafe { name_arg(name, "name") }?;
+            let ty = Datatype::from_c(datatype)?;
+            let (Ok(rows), Ok(row_len)) = (u64::try_from(rows), u64::try_from(row_len)) else {
+                return Err(Failure::new(
+                    ERR_ARG,
+                    format!(
+                        "array {name:?} declared with {rows} rows of {row_len} elements: both \
+                         must be at least 1"
+                    ),
+                ));
+            };
+            match ty {
+                Datatype::Char => pcm.declare_block::<i8>(name, rows, row_len),
+                Datatype::Int => pcm.declare_block::<i32>(name, rows, row_len),
+                Datatype::Long => pcm.declare_block::<i64>(name, rows, row_len),
+                Datatype::Float => pcm.declare_block::<f32>(name, rows, row_len),
+                Datatype::Double => pcm.declare_block::<f64>(name, rows, row_len),
+                Datatype::Byte => pcm.declare_block::<u8>(name, rows, row_len),
+            }?;
+            Ok(SUCCESS)
+        })
+    })
+}
+
+/// `PCM_Block_range(name, &first_row, &rows)`: see pcm.h.
+///
+/// # Safety
+/// `name` is NULL or a C string; `first_row` and `rows` are NULL or point to `long`s.
+#[no_mangle]
+pub unsafe extern "C" fn PCM_Block_range(
+    name: *const c_char,
+    first_row: *mut c_long,
+    rows: *mut c_long,
+) -> c_int {
+    call("PCM_Block_range", || {
+        with_pcm(|pcm, _| {
+            // SAFETY: the caller promises a C string or NULL.
+            let name = unsafe { name_arg(name, "name") }?;
+            if first_row.is_null() || rows.is_null() {
+                return Err(Failure::new(ERR_NULL, "first_row or rows is NULL"));
+            }
+            let range = pcm.block_range(name)?;
+            let too_large = || Failure::new(ERR_ARG, format!("array {name:?} exceeds a C long"));
+            let first = c_long::try_from(range.start).map_err(|_| too_large())?;
+            let count = c_long::try_from(range.end - range.start).map_err(|_| too_large())?;
+            // SAFETY: checked not NULL; the caller promises `long`s there.
+            unsafe {
+                *first_row = first;
+                *rows = count;
+            }
+            Ok(SUCCESS)
+        })
+    })
+}
+
+/// `PCM_Store_block(name, buf, type, count)`: see pcm.h.
+///
+/// # Safety
+/// `name` is NULL or a C string; `buf` is NULL or holds `count` elements of `type`.
+#[no_mangle]
+pub unsafe extern "C" fn PCM_Store_block(
+    name: *const c_char,
+    buf: *const c_void,
+    datatype: c_int,
+    count: c_long,
+) -> c_int {
+    call("PCM_Store_block", || {
+        with_pcm(|pcm, _| {
+            // SAFETY: the caller promises a C string or NULL.
+            let name = unsafe { name_arg(name, "name") }?;
+            // Only a declared array is a block; its length and type are checked by
+            // PCM_Reconfigure on every rank together, which refuses the resize if any is
+            // wrong (the job runs on at its width).
+            pcm.block_range(name)?;
+            let ty = Datatype::from_c(datatype)?;
+            let count = checked_count(name, ty, buf, count)?;
+            // SAFETY: `buf` holds `count` elements of `ty` (the caller's promise), checked
+            // not NULL when there are any.
+            unsafe { store_any(pcm, name, ty, buf, count) }?;
+            Ok(SUCCESS)
+        })
+    })
+}
+
+/// `PCM_Resizes()`: see pcm.h.
+#[no_mangle]
+pub extern "C" fn PCM_Resizes() -> c_long {
+    match &lock().0 {
+        State::Running { pcm, .. } => c_long::try_from(pcm.resizes()).unwrap_or(c_long::MAX),
+        _ => 0,
+    }
+}
+
+/// `PCM_Resizing()`: see pcm.h.
+#[no_mangle]
+pub extern "C" fn PCM_Resizing() -> c_int {
+    match &lock().0 {
+        State::Running { pcm, .. } => c_int::from(pcm.resizing()),
+        _ => 0,
+    }
+}
+
 /// `PCM_Reconfigure(MPI_Comm *comm, const char *app_name)`: see pcm.h. Does not return
 /// on a departing rank.
 ///
@@ -792,11 +988,14 @@ pub unsafe extern "C" fn PCM_Reconfigure(comm: *mut MPI_Comm, _app_name: *const 
             Reconfigured::Continue(next) => {
                 // SAFETY: checked not NULL above.
                 unsafe { *comm = next.world().as_raw() };
+                // A completed resize: this rank's block changed, its state is to load again
+                // (a refused one left `resizing` false and the job as it was).
+                let code = if next.resizing() { RESIZE } else { SUCCESS };
                 global.0 = State::Running {
                     pcm: Box::new(next),
                     announced: Announced::Nothing,
                 };
-                Ok(SUCCESS)
+                Ok(code)
             }
             Reconfigured::Departed(departed) => {
                 global.0 = State::Finalized;
@@ -924,7 +1123,7 @@ pub extern "C" fn PCM_Error_string(code: c_int) -> *const c_char {
         ERR_NOT_INITIALIZED => c"PCM is not running: called before PCM_Init or after PCM_Finalize, or PCM_Init before MPI_Init",
         ERR_ALREADY_INITIALIZED => c"PCM_Init was already called",
         ERR_NULL => c"a required pointer is NULL",
-        ERR_ARG => c"invalid argument (datatype, count, name, or a rank other than the caller's)",
+        ERR_ARG => c"invalid argument (datatype, count, name, a rank other than the caller's, or a malleable declaration that is invalid or differs from the job's)",
         ERR_COMM => c"the communicator is not PCM's current world",
         ERR_NOT_STORED => c"nothing is stored under this name",
         ERR_TYPE => c"stored with another datatype",
@@ -986,6 +1185,37 @@ mod tests {
         assert_eq!(PCM_Migrations(), 0);
         // PCM_Init with a NULL communicator fails before it looks at MPI.
         assert_eq!(unsafe { PCM_Init(std::ptr::null_mut(), null) }, ERR_NULL);
+    }
+
+    #[test]
+    fn given_malleable_limits_then_bad_ones_are_arg_errors() {
+        let code = |r: CResult<pcm_rs::Malleability>| r.map(|_| ()).map_err(|f| f.code);
+        assert_eq!(code(malleability(1, 8, SIZE_ANY, 0)), Ok(()));
+        assert_eq!(
+            malleability(2, 8, SIZE_MULTIPLE_OF, 2).unwrap().rule(),
+            pcm_rs::SizeRule::MultipleOf(2)
+        );
+        assert_eq!(
+            malleability(1, 16, SIZE_SQUARE, 0).unwrap().rule(),
+            pcm_rs::SizeRule::Square
+        );
+        for (min, max, rule, arg) in [
+            (0, 4, SIZE_ANY, 0),
+            (5, 4, SIZE_ANY, 0),
+            (-1, 4, SIZE_ANY, 0),
+            (1, 4, SIZE_MULTIPLE_OF, 0),
+            (1, 4, 4, 0),
+            (1, 4, -1, 0),
+        ] {
+            assert_eq!(
+                code(malleability(min, max, rule, arg)),
+                Err(ERR_ARG),
+                "{min} {max} {rule} {arg}"
+            );
+        }
+        assert_eq!(PCM_Set_malleable(1, 4, SIZE_ANY, 0), ERR_NOT_INITIALIZED);
+        assert_eq!(PCM_Resizes(), 0);
+        assert_eq!(PCM_Resizing(), 0);
     }
 
     #[test]
