@@ -126,13 +126,14 @@ contains
     end function
 
     !> Gathers the grid at rank 0, which prints the JSON report as its last stdout line
-    !> (migrations < 0: left out). Collective.
-    subroutine report(b, args, comm, seconds, migrations)
+    !> (migrations < 0: left out; resizes only when given). Collective.
+    subroutine report(b, args, comm, seconds, migrations, resizes)
         type(block_t), intent(in) :: b
         type(args_t), intent(in) :: args
         integer, intent(in) :: comm
         real(8), intent(in) :: seconds
         integer(8), intent(in) :: migrations
+        integer(8), intent(in), optional :: resizes
         integer :: rank, size, ierr, i, len
         integer(8) :: placement(2)
         integer(8), allocatable :: placements(:, :)
@@ -161,6 +162,7 @@ contains
         write (*, '(a,i0,3a,i0,a,i0,a,i0)', advance='no') ',"iterations":', args%iters, &
             ',"seconds":', trim(adjustl(text)), ',"ranks":', size, ',"rows":', b%rows, ',"cols":', b%cols
         if (migrations >= 0) write (*, '(a,i0)', advance='no') ',"migrations":', migrations
+        if (present(resizes)) write (*, '(a,i0)', advance='no') ',"resizes":', resizes
         write (*, '(a,es24.17e3,3a)') ',"change":', b%change, ',"mpi_library":"', &
             trim(adjustl(version(1:len))), '"}'
         flush (6)

@@ -10,6 +10,11 @@
 ! NO_ARG_CHECK, as Open MPI's own `mpi` module does; the datatype argument says what
 ! they hold (PCM_INT for default INTEGER, PCM_LONG for INTEGER(8), PCM_FLOAT for REAL,
 ! PCM_DOUBLE for DOUBLE PRECISION / REAL(8), PCM_CHAR and PCM_BYTE for bytes).
+!
+! Malleable jobs (docs/malleability.md): pcm_set_malleable, pcm_declare_block,
+! pcm_block_range (first_row counts from 0, as in C), pcm_store_block, pcm_resizes,
+! pcm_resizing; pcm_status may return PCM_RESIZE, and pcm_reconfigure returns PCM_RESIZE
+! when the job changed width (load the block again: see docs/instrumenting-c.md).
 module pcm
     use, intrinsic :: iso_c_binding, only: c_int, c_long, c_char, c_ptr, c_null_char, &
         c_associated, c_f_pointer
@@ -23,12 +28,16 @@ module pcm
         PCM_ERR_MPI = -12, PCM_ERR_INTERNAL = -13
     ! PCM_RECONFIGURE of pcm.h: Fortran names are case-blind, and pcm_reconfigure is the call.
     integer, parameter, public :: PCM_CONTINUE = 0, PCM_MIGRATE = 1, PCM_RECONFIG = 2, &
-        PCM_CHECKPOINT = 3
+        PCM_CHECKPOINT = 3, PCM_RESIZE = 4
+    integer, parameter, public :: PCM_SIZE_ANY = 0, PCM_SIZE_MULTIPLE_OF = 1, &
+        PCM_SIZE_POWER_OF_TWO = 2, PCM_SIZE_SQUARE = 3
     integer, parameter, public :: PCM_CHAR = 1, PCM_INT = 2, PCM_LONG = 3, PCM_FLOAT = 4, &
         PCM_DOUBLE = 5, PCM_BYTE = 6
 
     public :: pcm_init, pcm_process_status, pcm_status, pcm_store, pcm_load, pcm_load_checked, &
-        pcm_count, pcm_reconfigure, pcm_finalize, pcm_error_string, pcm_last_error, pcm_migrations
+        pcm_count, pcm_reconfigure, pcm_finalize, pcm_error_string, pcm_last_error, pcm_migrations, &
+        pcm_set_malleable, pcm_declare_block, pcm_block_range, pcm_store_block, pcm_resizes, &
+        pcm_resizing
 
     interface
         function c_init(comm, app) bind(C, name="PCM_Init_f") result(code)
@@ -101,6 +110,43 @@ module pcm
             import :: c_long
             integer(c_long) :: count
         end function
+        function c_set_malleable(min, max, rule, rule_arg) bind(C, name="PCM_Set_malleable") &
+            result(code)
+            import :: c_int
+            integer(c_int), value :: min, max, rule, rule_arg
+            integer(c_int) :: code
+        end function
+        function c_declare_block(name, datatype, rows, row_len) bind(C, name="PCM_Declare_block") &
+            result(code)
+            import :: c_int, c_long, c_char
+            character(kind=c_char), dimension(*), intent(in) :: name
+            integer(c_int), value :: datatype
+            integer(c_long), value :: rows, row_len
+            integer(c_int) :: code
+        end function
+        function c_block_range(name, first_row, rows) bind(C, name="PCM_Block_range") result(code)
+            import :: c_int, c_long, c_char
+            character(kind=c_char), dimension(*), intent(in) :: name
+            integer(c_long), intent(out) :: first_row, rows
+            integer(c_int) :: code
+        end function
+        function c_store_block(name, buf, datatype, count) bind(C, name="PCM_Store_block") &
+            result(code)
+            import :: c_int, c_long, c_char
+            character(kind=c_char), dimension(*), intent(in) :: name
+            type(*), dimension(*), intent(in) :: buf
+            integer(c_int), value :: datatype
+            integer(c_long), value :: count
+            integer(c_int) :: code
+        end function
+        function c_resizes() bind(C, name="PCM_Resizes") result(count)
+            import :: c_long
+            integer(c_long) :: count
+        end function
+        function c_resizing() bind(C, name="PCM_Resizing") result(flag)
+            import :: c_int
+            integer(c_int) :: flag
+        end function
     end interface
 
 contains
@@ -112,13 +158,14 @@ contains
         pcm_init = c_init(comm, trim(app_name)//c_null_char)
     end function
 
-    !> PCM_FRESH, or the rank whose state to load (a replacement or a restart; may be 0).
+    !> PCM_FRESH, or the rank whose state to load (a replacement, a restart, or a process
+    !> added by a resize; may be 0).
     integer function pcm_process_status()
         pcm_process_status = c_process_status()
     end function
 
     !> Once per iteration on every rank: PCM_CONTINUE, PCM_MIGRATE, PCM_RECONFIG,
-    !> PCM_CHECKPOINT, or an error.
+    !> PCM_CHECKPOINT, PCM_RESIZE (a malleable job), or an error.
     integer function pcm_status(comm)
         integer, intent(in) :: comm
         pcm_status = c_status(comm)
@@ -165,6 +212,7 @@ contains
     end function
 
     !> Carries out the announced reconfiguration; does not return on a departing rank.
+    !> PCM_RESIZE when the job changed width: load the blocks again.
     integer function pcm_reconfigure(comm, app_name)
         integer, intent(inout) :: comm
         character(len=*), intent(in) :: app_name
@@ -180,6 +228,55 @@ contains
     !> Reconfigurations the job has completed.
     integer(8) function pcm_migrations()
         pcm_migrations = c_migrations()
+    end function
+
+    !> The job may run with any width from min to max that rule allows (PCM_SIZE_ANY,
+    !> PCM_SIZE_MULTIPLE_OF with rule_arg = k, PCM_SIZE_POWER_OF_TWO, PCM_SIZE_SQUARE).
+    integer function pcm_set_malleable(min, max, rule, rule_arg)
+        integer, intent(in) :: min, max, rule, rule_arg
+        pcm_set_malleable = c_set_malleable(min, max, rule, rule_arg)
+    end function
+
+    !> name is a distributed array of rows global rows of row_len elements of datatype,
+    !> split in row blocks over the ranks (the first mod(rows, size) ranks one row more).
+    integer function pcm_declare_block(name, datatype, rows, row_len)
+        character(len=*), intent(in) :: name
+        integer, intent(in) :: datatype
+        integer(8), intent(in) :: rows, row_len
+        pcm_declare_block = c_declare_block(trim(name)//c_null_char, datatype, &
+            int(rows, c_long), int(row_len, c_long))
+    end function
+
+    !> This rank's rows of the block name: first_row (counted from 0) and rows.
+    integer function pcm_block_range(name, first_row, rows)
+        character(len=*), intent(in) :: name
+        integer(8), intent(out) :: first_row, rows
+        integer(c_long) :: c_first, c_rows
+        c_first = 0
+        c_rows = 0
+        pcm_block_range = c_block_range(trim(name)//c_null_char, c_first, c_rows)
+        first_row = c_first
+        rows = c_rows
+    end function
+
+    !> Copies this rank's rows of the declared block name (count elements) for a resize.
+    integer function pcm_store_block(name, buf, datatype, count)
+        character(len=*), intent(in) :: name
+        type(*), dimension(*), intent(in) :: buf
+        !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+        integer, intent(in) :: datatype
+        integer(8), intent(in) :: count
+        pcm_store_block = c_store_block(trim(name)//c_null_char, buf, datatype, int(count, c_long))
+    end function
+
+    !> Resizes the job has completed.
+    integer(8) function pcm_resizes()
+        pcm_resizes = c_resizes()
+    end function
+
+    !> Whether the state stored or loaded now is a resize's (see pcm.h's PCM_Resizing).
+    logical function pcm_resizing()
+        pcm_resizing = c_resizing() /= 0
     end function
 
     !> A description of a return code.

@@ -1044,12 +1044,13 @@ fn comm_from_fortran(comm: MPI_Fint) -> MPI_Comm {
     }
 }
 
-/// Writes `comm`'s Fortran handle to `out` after a call that succeeded.
+/// Writes `comm`'s Fortran handle to `out` after a call that succeeded (`PCM_SUCCESS`, or
+/// `PCM_RESIZE` from a reconfiguration that changed the width).
 ///
 /// # Safety
 /// `out` points to an `MPI_Fint`.
 unsafe fn comm_to_fortran(code: c_int, comm: MPI_Comm, out: *mut MPI_Fint) -> c_int {
-    if code == SUCCESS {
+    if code == SUCCESS || code == RESIZE {
         // SAFETY: MPI is running (the call succeeded); `out` is the caller's.
         unsafe { *out = mpi::ffi::MPI_Comm_c2f(comm) };
     }
