@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use pcm_proto::Move;
+use pcm_proto::{Move, Resize};
 
 use crate::checkpoint;
 use crate::plan::{Answered, Plan};
@@ -137,31 +137,41 @@ pub(crate) enum RequestVerdict<'a> {
     /// Some rank had settled it (withdrawn after its deadline, or already taken up once):
     /// drop it.
     Drop,
-    /// A reconfiguration completed after the request was made moved a rank it names:
-    /// refuse it, naming that reconfiguration.
+    /// A reconfiguration completed after the request was made moved a rank it names, or
+    /// resized the job (which renumbers the ranks), or the request resizes and the job
+    /// reconfigured at all since (its width and placement are not the ones the request
+    /// was made for): refuse it, naming that reconfiguration.
     Superseded(&'a Reconfiguration),
     /// The job no longer remembers every reconfiguration completed since the request was
     /// made, so one of them may have moved its ranks: refuse it, naming the latest (if the
     /// job remembers any: a restart from a checkpoint older than this memory has none).
     TooOld(Option<&'a Reconfiguration>),
     /// A request agreed before it at the same check, to be carried out in the same
-    /// reconfiguration, moves a rank it names: refuse it, naming that request.
+    /// reconfiguration, moves a rank it names, or both resize the job: refuse it, naming
+    /// that request.
     Overlaps(&'a Answered),
 }
 
-/// The verdict on an agreed request for `moves`: `settled_somewhere` if any rank reported
-/// it settled, `epoch` the job's epoch when the daemon made it, `migrations` the job's
-/// epoch now, `recent` the reconfigurations the job remembers (oldest first), `agreed`
-/// the requests agreed earlier at this check (they will run with it).
+/// The verdict on an agreed request for `moves` and `resize`: `settled_somewhere` if any
+/// rank reported it settled, `epoch` the job's epoch when the daemon made it, `migrations`
+/// the job's epoch now, `recent` the reconfigurations the job remembers (oldest first),
+/// `agreed` the requests agreed earlier at this check (they will run with it).
 ///
 /// A request is not refused because the job reconfigured since it was made, only when a
 /// rank it names was moved since, or is moved by a request that runs with it: two daemons
 /// asking at once to move different ranks of a job both get their move, in one
 /// reconfiguration when both requests are held at one check, and neither can move a rank
-/// the other moves (item 14).
+/// the other moves (item 14). Resizes are stricter: a resize since the request was made
+/// renumbered the ranks and changed the width, so it supersedes every request made before
+/// it; a request that resizes was made for the job's width and placement then, so any
+/// reconfiguration since supersedes it; and two resizes never run together. A move and a
+/// resize of different requests held at one check do (the resize is then checked with
+/// every move it runs with: see [`Plan::absorb`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn request_verdict<'a>(
     settled_somewhere: bool,
     moves: &[Move],
+    resize: Option<&Resize>,
     epoch: u64,
     migrations: u64,
     recent: &'a VecDeque<Reconfiguration>,
@@ -174,7 +184,9 @@ pub(crate) fn request_verdict<'a>(
         done.iter()
             .any(|done| moves.iter().any(|asked| asked.rank == done.rank))
     };
-    let overlapping = agreed.iter().find(|a| shares_a_rank(&a.moves));
+    let overlapping = agreed
+        .iter()
+        .find(|a| shares_a_rank(&a.moves) || (resize.is_some() && a.resize.is_some()));
     if epoch >= migrations {
         return overlapping.map_or(RequestVerdict::Run, RequestVerdict::Overlaps);
     }
@@ -185,7 +197,7 @@ pub(crate) fn request_verdict<'a>(
     let moved_since = recent
         .iter()
         .filter(|r| r.epoch >= epoch)
-        .find(|r| shares_a_rank(&r.moves));
+        .find(|r| resize.is_some() || r.resize.is_some() || shares_a_rank(&r.moves));
     match (moved_since, overlapping) {
         (Some(by), _) => RequestVerdict::Superseded(by),
         (None, Some(with)) => RequestVerdict::Overlaps(with),
@@ -310,6 +322,21 @@ mod tests {
             epoch,
             request: Some(RequestId(request)),
             moves: moves(ranks),
+            resize: None,
+        }
+    }
+
+    fn resize(ranks: u32) -> Resize {
+        Resize {
+            ranks,
+            hosts: Vec::new(),
+        }
+    }
+
+    fn resized(epoch: u64, request: u64, ranks: u32) -> Reconfiguration {
+        Reconfiguration {
+            resize: Some(resize(ranks)),
+            ..done(epoch, request, &[])
         }
     }
 
@@ -320,17 +347,17 @@ mod tests {
     fn given_two_requests_of_one_epoch_for_one_rank_then_only_the_first_agreed_runs() {
         let mut recent = VecDeque::new();
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 0, 0, &recent, &[]),
+            request_verdict(false, &moves(&[1]), None, 0, 0, &recent, &[]),
             RequestVerdict::Run
         );
         recent.push_back(done(0, 7, &[1]));
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 0, 1, &recent, &[]),
+            request_verdict(false, &moves(&[1]), None, 0, 1, &recent, &[]),
             RequestVerdict::Superseded(&done(0, 7, &[1]))
         );
         // A request made after the move (the daemon heard of it) runs.
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 1, 1, &recent, &[]),
+            request_verdict(false, &moves(&[1]), None, 1, 1, &recent, &[]),
             RequestVerdict::Run
         );
     }
@@ -341,16 +368,16 @@ mod tests {
     fn given_a_request_whose_ranks_were_not_moved_since_then_it_runs() {
         let recent: VecDeque<_> = [done(0, 7, &[1]), done(1, 8, &[0, 3])].into();
         assert_eq!(
-            request_verdict(false, &moves(&[2]), 0, 2, &recent, &[]),
+            request_verdict(false, &moves(&[2]), None, 0, 2, &recent, &[]),
             RequestVerdict::Run
         );
         assert_eq!(
-            request_verdict(false, &moves(&[2, 3]), 0, 2, &recent, &[]),
+            request_verdict(false, &moves(&[2, 3]), None, 0, 2, &recent, &[]),
             RequestVerdict::Superseded(&done(1, 8, &[0, 3]))
         );
         // Rank 1 moved at epoch 0, before a request made at epoch 1: not since it.
         assert_eq!(
-            request_verdict(false, &moves(&[1]), 1, 2, &recent, &[]),
+            request_verdict(false, &moves(&[1]), None, 1, 2, &recent, &[]),
             RequestVerdict::Run
         );
     }
@@ -362,11 +389,11 @@ mod tests {
     fn given_a_request_older_than_the_job_remembers_then_it_is_superseded() {
         let recent: VecDeque<_> = [done(5, 9, &[0])].into();
         assert_eq!(
-            request_verdict(false, &moves(&[2]), 4, 6, &recent, &[]),
+            request_verdict(false, &moves(&[2]), None, 4, 6, &recent, &[]),
             RequestVerdict::TooOld(Some(&done(5, 9, &[0])))
         );
         assert_eq!(
-            request_verdict(false, &moves(&[2]), 4, 6, &VecDeque::new(), &[]),
+            request_verdict(false, &moves(&[2]), None, 4, 6, &VecDeque::new(), &[]),
             RequestVerdict::TooOld(None)
         );
     }
@@ -377,11 +404,11 @@ mod tests {
     fn given_a_request_settled_on_some_rank_then_it_is_dropped() {
         let recent = VecDeque::new();
         assert_eq!(
-            request_verdict(true, &moves(&[1]), 5, 5, &recent, &[]),
+            request_verdict(true, &moves(&[1]), None, 5, 5, &recent, &[]),
             RequestVerdict::Drop
         );
         assert_eq!(
-            request_verdict(true, &moves(&[1]), 0, 5, &recent, &[]),
+            request_verdict(true, &moves(&[1]), None, 0, 5, &recent, &[]),
             RequestVerdict::Drop
         );
     }
@@ -395,20 +422,76 @@ mod tests {
         let first = plan(Some(9), &[2, 3]);
         let agreed = &first.requests[..];
         assert_eq!(
-            request_verdict(false, &moves(&[0]), 1, 1, &recent, agreed),
+            request_verdict(false, &moves(&[0]), None, 1, 1, &recent, agreed),
             RequestVerdict::Run
         );
         assert_eq!(
-            request_verdict(false, &moves(&[0, 3]), 1, 1, &recent, agreed),
+            request_verdict(false, &moves(&[0, 3]), None, 1, 1, &recent, agreed),
             RequestVerdict::Overlaps(&first.requests[0])
         );
         assert_eq!(
-            request_verdict(false, &moves(&[3]), 0, 1, &recent, agreed),
+            request_verdict(false, &moves(&[3]), None, 0, 1, &recent, agreed),
             RequestVerdict::Overlaps(&first.requests[0])
         );
         assert_eq!(
-            request_verdict(false, &moves(&[1, 3]), 0, 1, &recent, agreed),
+            request_verdict(false, &moves(&[1, 3]), None, 0, 1, &recent, agreed),
             RequestVerdict::Superseded(&done(0, 7, &[1]))
+        );
+    }
+
+    /// A resize renumbers the ranks: every request made before it is superseded by it,
+    /// whatever ranks it names; one made after it (the daemon heard of it) runs.
+    #[test]
+    fn given_a_resize_since_a_request_was_made_then_the_request_is_superseded() {
+        let recent: VecDeque<_> = [done(0, 7, &[1]), resized(1, 8, 3)].into();
+        assert_eq!(
+            request_verdict(false, &moves(&[0]), None, 1, 2, &recent, &[]),
+            RequestVerdict::Superseded(&resized(1, 8, 3))
+        );
+        assert_eq!(
+            request_verdict(false, &[], Some(&resize(4)), 1, 2, &recent, &[]),
+            RequestVerdict::Superseded(&resized(1, 8, 3))
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[0]), None, 2, 2, &recent, &[]),
+            RequestVerdict::Run
+        );
+    }
+
+    /// A resize request was made for the job's width and placement then: any
+    /// reconfiguration since supersedes it, even one that moved other ranks.
+    #[test]
+    fn given_a_move_since_a_resize_request_was_made_then_the_resize_is_superseded() {
+        let recent: VecDeque<_> = [done(0, 7, &[1])].into();
+        assert_eq!(
+            request_verdict(false, &[], Some(&resize(3)), 0, 1, &recent, &[]),
+            RequestVerdict::Superseded(&done(0, 7, &[1]))
+        );
+        assert_eq!(
+            request_verdict(false, &[], Some(&resize(3)), 1, 1, &recent, &[]),
+            RequestVerdict::Run
+        );
+    }
+
+    /// At one check: two resizes overlap (the later agreed is refused, naming the first);
+    /// a move and a resize of different requests run together.
+    #[test]
+    fn given_requests_agreed_at_one_check_then_only_one_resizes() {
+        let recent = VecDeque::new();
+        let first = Plan::answering(RequestId(9), Vec::new(), false).with_resize(Some(resize(3)));
+        let agreed = &first.requests[..];
+        assert_eq!(
+            request_verdict(false, &[], Some(&resize(4)), 0, 0, &recent, agreed),
+            RequestVerdict::Overlaps(&first.requests[0])
+        );
+        assert_eq!(
+            request_verdict(false, &moves(&[1]), None, 0, 0, &recent, agreed),
+            RequestVerdict::Run
+        );
+        let mover = plan(Some(9), &[1]);
+        assert_eq!(
+            request_verdict(false, &[], Some(&resize(3)), 0, 0, &recent, &mover.requests),
+            RequestVerdict::Run
         );
     }
 }

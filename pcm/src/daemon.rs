@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pcm_proto::{ClientKind, FrameReader, FromDaemon, Move, RequestId, ToDaemon, PROTOCOL_VERSION};
+use pcm_proto::{
+    ClientKind, FrameReader, FromDaemon, Move, Rank, RequestId, Resize, ToDaemon, PROTOCOL_VERSION,
+};
 
 /// How often progress is reported.
 const PROGRESS_PERIOD: Duration = Duration::from_secs(1);
@@ -55,6 +57,9 @@ struct Shared {
     profile_due: AtomicBool,
     /// Whether the rank sends profiles.
     profiling: AtomicBool,
+    /// What the rank registers as on each (re)connection: its number and the job's width
+    /// change in a resize.
+    registration: Mutex<Option<Registration>>,
     /// Messages put in the outbox so far, and how many of them the thread has written to
     /// the daemon or dropped (disconnected): lets [`Reporter::send_and_flush`] wait for its
     /// own message.
@@ -68,6 +73,7 @@ struct Pending {
     id: RequestId,
     moves: Vec<Move>,
     epoch: u64,
+    resize: Option<Resize>,
 }
 
 #[derive(Debug, Default)]
@@ -110,6 +116,8 @@ pub(crate) enum Take {
         moves: Vec<Move>,
         /// The job's epoch the daemon made it in.
         epoch: u64,
+        /// The new width it asks for with the moves, if any.
+        resize: Option<Resize>,
     },
     /// It was settled here before: taken up by an earlier check, or withdrawn after its
     /// deadline. The job must drop it.
@@ -129,12 +137,15 @@ pub(crate) struct DaemonLink {
 impl DaemonLink {
     /// Starts the link thread. It connects in the background; nothing here blocks.
     pub(crate) fn start(path: PathBuf, registration: Registration) -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            registration: Mutex::new(Some(registration)),
+            ..Shared::default()
+        });
         let (outbox, inbox) = mpsc::channel();
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("pcm-daemon-link".into())
-            .spawn(move || run(path, registration, thread_shared, inbox))
+            .spawn(move || run(path, thread_shared, inbox))
             .map_err(|e| tracing::warn!("could not start the pcmd link thread: {e}"))
             .ok();
         DaemonLink {
@@ -185,6 +196,36 @@ impl DaemonLink {
     /// Tells the link how many reconfigurations the job has completed.
     pub(crate) fn set_reconfigurations(&self, count: u64) {
         self.shared.reconfigurations.store(count, Ordering::Relaxed);
+    }
+
+    /// Tells the daemon that a resize made this process rank `rank` of `size` ranks, the job
+    /// having completed `reconfigurations` (the resize included), and registers it so from
+    /// now on should the link reconnect.
+    pub(crate) fn renumber(&self, rank: u32, size: u32, reconfigurations: u64) {
+        {
+            let mut registration = self
+                .shared
+                .registration
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(ToDaemon::Register {
+                rank: registered,
+                size: registered_size,
+                reconfigurations: registered_epoch,
+                ..
+            }) = registration.as_mut()
+            {
+                *registered = Rank(rank);
+                *registered_size = size;
+                *registered_epoch = reconfigurations;
+            }
+        }
+        self.set_reconfigurations(reconfigurations);
+        self.send(ToDaemon::Renumbered {
+            rank: Rank(rank),
+            size,
+            reconfigurations,
+        });
     }
 
     /// Whether the daemon connection is up (for diagnostics).
@@ -252,6 +293,7 @@ fn take(shared: &Shared, id: RequestId) -> Take {
     Take::Held {
         moves: pending.moves,
         epoch: pending.epoch,
+        resize: pending.resize,
     }
 }
 
@@ -288,13 +330,13 @@ impl Reporter {
     }
 }
 
-fn run(path: PathBuf, registration: Registration, shared: Arc<Shared>, inbox: Receiver<ToDaemon>) {
+fn run(path: PathBuf, shared: Arc<Shared>, inbox: Receiver<ToDaemon>) {
     let mut warned = false;
     while !shared.stop.load(Ordering::Acquire) {
         match UnixStream::connect(&path) {
             Ok(stream) => {
                 warned = false;
-                match session(stream, &registration, &shared, &inbox) {
+                match session(stream, &shared, &inbox) {
                     Ok(()) => return,
                     Err(e) => tracing::warn!(
                         "lost the pcmd at {}: {e}; the run carries on",
@@ -331,7 +373,6 @@ fn drain_while_disconnected(inbox: &Receiver<ToDaemon>, shared: &Shared) {
 /// One connection's life. `Ok` when asked to stop, `Err` when the connection failed.
 fn session(
     mut stream: UnixStream,
-    registration: &Registration,
     shared: &Shared,
     inbox: &Receiver<ToDaemon>,
 ) -> std::io::Result<()> {
@@ -345,7 +386,21 @@ fn session(
     expect_reply(&mut stream, &mut reader, |m| {
         matches!(m, FromDaemon::Welcome { .. })
     })?;
-    stream.write_all(&pcm_proto::encode(registration))?;
+    // Who the rank is now (a resize renumbers it), as of the epoch it last reported.
+    let mut registration = shared
+        .registration
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .ok_or_else(|| std::io::Error::other("no registration"))?;
+    if let ToDaemon::Register {
+        reconfigurations, ..
+    } = &mut registration
+    {
+        *reconfigurations =
+            (*reconfigurations).max(shared.reconfigurations.load(Ordering::Relaxed));
+    }
+    stream.write_all(&pcm_proto::encode(&registration))?;
     expect_reply(&mut stream, &mut reader, |m| {
         matches!(m, FromDaemon::Registered)
     })?;
@@ -434,6 +489,7 @@ fn handle(message: FromDaemon, shared: &Shared) -> Option<ToDaemon> {
             request,
             moves,
             epoch,
+            resize,
         } => {
             let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
             if queue.done.contains(&request) || queue.pending.iter().any(|p| p.id == request) {
@@ -451,11 +507,14 @@ fn handle(message: FromDaemon, shared: &Shared) -> Option<ToDaemon> {
                 tracing::warn!("ignoring a reconfiguration request with id 0");
                 return None;
             }
-            tracing::debug!("reconfiguration request {request} received: {moves:?}");
+            tracing::debug!(
+                "reconfiguration request {request} received: {moves:?}, resize {resize:?}"
+            );
             queue.pending.push_back(Pending {
                 id: request,
                 moves,
                 epoch,
+                resize,
             });
             shared.pending_max.store(queue.max_id(), Ordering::Release);
             None
@@ -634,6 +693,7 @@ mod tests {
                 to: None,
             }],
             epoch: 3,
+            resize: None,
         }
     }
 
@@ -695,7 +755,8 @@ mod tests {
                     rank: Rank(0),
                     to: None
                 }],
-                epoch: 3
+                epoch: 3,
+                resize: None,
             }
         );
         let cancel = FromDaemon::CancelReconfiguration {

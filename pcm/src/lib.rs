@@ -367,6 +367,10 @@ pub(crate) struct Reconfiguration {
     request: Option<RequestId>,
     /// What it moved for that request.
     moves: Vec<Move>,
+    /// The width it resized the job to, if it did: a resize renumbers the ranks, so every
+    /// request made before it is superseded ([`agreement::request_verdict`]).
+    #[serde(default)]
+    resize: Option<pcm_proto::Resize>,
 }
 
 /// A pcmd request the job carried out.
@@ -416,11 +420,13 @@ impl JobContext {
     /// request it answered (one for a scripted move), all with the epoch it began at.
     pub(crate) fn record_reconfiguration(&mut self, plan: &Plan) {
         let epoch = self.migrations;
+        let resize = plan.resize.as_ref().map(|r| r.request.clone());
         if plan.requests.is_empty() {
             self.recent.push_back(Reconfiguration {
                 epoch,
                 request: None,
                 moves: plan.moves.clone(),
+                resize: resize.clone(),
             });
         }
         for request in &plan.requests {
@@ -428,6 +434,7 @@ impl JobContext {
                 epoch,
                 request: Some(request.id),
                 moves: request.moves.clone(),
+                resize: resize.clone(),
             });
         }
         // Whole reconfigurations are forgotten: with part of one forgotten, a request
@@ -1130,11 +1137,15 @@ impl Pcm {
 
     /// Takes rank `rank` of a new world of `size` ranks after a resize at `iteration`: rank
     /// 0's duties (the check cadence, the checkpoint timer) move with the number, and the
-    /// node's pcmd learns the new number.
+    /// node's pcmd learns the new number and width (also when the number stays: the width
+    /// changed), so that its status, profiles and later requests use them.
     pub(crate) fn renumber(&mut self, rank: u32, size: u32, iteration: u64) {
         let was = self.rank;
         self.rank = rank;
         self.size = size;
+        if let Some(daemon) = &self.daemon {
+            daemon.renumber(rank, size, self.job.migrations);
+        }
         if was == rank {
             return;
         }
@@ -1558,7 +1569,8 @@ mod verdict_tests {
             Some(&Reconfiguration {
                 epoch: 2,
                 request: Some(RequestId(77)),
-                moves
+                moves,
+                resize: None,
             })
         );
         for _ in 0..RECONFIGURATIONS_REMEMBERED {
@@ -1588,7 +1600,8 @@ mod verdict_tests {
                 to: None,
             }],
             false,
-        ));
+        ))
+        .expect("requests moving different ranks run together");
         job.record_reconfiguration(&plan);
         assert_eq!(job.migrations, 3);
         let remembered: Vec<(u64, Option<RequestId>)> =

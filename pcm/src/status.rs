@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
-use pcm_proto::{HostName, Move, Outcome, RequestId, ToDaemon};
+use pcm_proto::{HostName, Move, Outcome, RequestId, Resize, ToDaemon};
 
 use crate::agreement::{self, Next, RequestVerdict, Validated, Words};
 use crate::daemon::{self, DaemonLink};
@@ -118,7 +118,9 @@ impl Pcm {
     /// Agrees on every pcmd request the ranks hold, from `highest` down (collective): each
     /// is judged and validated alone, and those that may run are carried out together, in
     /// one reconfiguration, so that requests of several daemons held at one check stop the
-    /// job once. A lower request naming a rank a higher one moves is refused, naming it.
+    /// job once. A lower request naming a rank a higher one moves, or resizing when a
+    /// higher one resizes, is refused, naming it; a resize is validated again with every
+    /// move it runs with, and a request that makes it fail is refused, saying why.
     /// `None` when none may run (each holder has been told why).
     fn agree_on_requests(&mut self, highest: RequestId) -> Result<Option<Plan>, PcmError> {
         let mut together: Option<Plan> = None;
@@ -127,16 +129,43 @@ impl Pcm {
             let agreed = together.as_ref().map_or(&[][..], |p| &p.requests[..]);
             if let Some(plan) = self.agree_on_request(id, agreed)? {
                 match self.validate(plan) {
-                    Ok(plan) => match &mut together {
-                        Some(together) => together.absorb(plan),
-                        None => together = Some(plan),
-                    },
+                    Ok(plan) => {
+                        together = Some(match together.take() {
+                            Some(current) => self.join(current, plan),
+                            None => plan,
+                        });
+                    }
                     Err((plan, reason)) => self.refuse(&plan, reason),
                 }
             }
             next = self.next_request_below(id);
         }
         Ok(together)
+    }
+
+    /// `current` with the validated `plan` of a lower request added, to run in one
+    /// reconfiguration (collective); if they cannot go together, `plan` is refused and
+    /// `current` returned as it was.
+    fn join(&mut self, current: Plan, plan: Plan) -> Plan {
+        let mut joined = current.clone();
+        let recheck = joined.resize.is_some() || plan.resize.is_some();
+        if let Err((plan, reason)) = joined.absorb(plan.clone()) {
+            self.refuse(&plan, reason);
+            return current;
+        }
+        if !recheck {
+            return joined;
+        }
+        // A resize depends on the moves it runs with (a shrink cannot remove a rank that
+        // migrates): checked again with all of them.
+        match self.validate(joined) {
+            Ok(joined) => joined,
+            Err((_, reason)) => {
+                let reason = format!("it cannot run with {}: {reason}", current.describe());
+                self.refuse(&plan, reason);
+                current
+            }
+        }
     }
 
     /// Refuses `plan`, which failed its validation for `reason`: rank 0 says so, and the
@@ -216,12 +245,19 @@ impl Pcm {
             .as_ref()
             .map_or(daemon::Take::Absent, |d| d.take(id));
         let held = match &taken {
-            daemon::Take::Held { moves, epoch } => Some((moves.clone(), *epoch)),
+            daemon::Take::Held {
+                moves,
+                epoch,
+                resize,
+            } => Some((moves.clone(), *epoch, resize.clone())),
             _ => None,
         };
         let delivered_here = taken != daemon::Take::Absent && taken != daemon::Take::Settled;
-        let unagreed = |held: Option<(Vec<Move>, u64)>| {
-            Plan::answering(id, held.map(|(m, _)| m).unwrap_or_default(), delivered_here)
+        let unagreed = |held: Option<(Vec<Move>, u64, Option<Resize>)>| match held {
+            Some((moves, _, resize)) => {
+                Plan::answering(id, moves, delivered_here).with_resize(resize)
+            }
+            None => Plan::answering(id, Vec::new(), delivered_here),
         };
         // Every rank knows the same carried-out requests, so all of them take this branch
         // or none does.
@@ -274,18 +310,20 @@ impl Pcm {
         }
         let bytes = held.as_ref().map(encode_cbor);
         let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
-        let (moves, epoch): (Vec<Move>, u64) = ciborium::from_reader(bytes.as_slice())
-            .map_err(|e| PcmError::Handover(e.to_string()))?;
-        let plan = Plan::answering(id, moves, held.is_some());
+        let (moves, epoch, resize): (Vec<Move>, u64, Option<Resize>) =
+            ciborium::from_reader(bytes.as_slice())
+                .map_err(|e| PcmError::Handover(e.to_string()))?;
+        let plan = Plan::answering(id, moves, held.is_some()).with_resize(resize);
         let verdict = agreement::request_verdict(
             false,
             &plan.moves,
+            plan.asked_resize.as_deref(),
             epoch,
             self.job.migrations,
             &self.job.recent,
             agreed,
         );
-        let (by, by_moves, why) = match verdict {
+        let (by, by_moves, by_resize, why) = match verdict {
             RequestVerdict::Run => return Ok(Some(plan)),
             // Not reached: the settled case returned above.
             RequestVerdict::Drop => return Ok(None),
@@ -300,31 +338,47 @@ impl Pcm {
                 self.report(&plan, Outcome::Failed { reason });
                 return Ok(None);
             }
-            RequestVerdict::Superseded(by) => {
-                (by.request, &by.moves, "moved one of its ranks since")
-            }
+            RequestVerdict::Superseded(by) => (
+                by.request,
+                &by.moves,
+                &by.resize,
+                if by.resize.is_some() {
+                    "resized the job since, which renumbered its ranks"
+                } else if plan.asked_resize.is_some() {
+                    "reconfigured the job since, so the width and placement the resize was asked for are gone"
+                } else {
+                    "moved one of its ranks since"
+                },
+            ),
             RequestVerdict::TooOld(Some(by)) => (
                 by.request,
                 &by.moves,
+                &by.resize,
                 "is the latest of those since, which the job does not all remember",
             ),
             RequestVerdict::Overlaps(with) => (
                 Some(with.id),
                 &with.moves,
-                "moves one of its ranks in the reconfiguration agreed at this check",
+                &with.resize,
+                if with.resize.is_some() && plan.asked_resize.is_some() {
+                    "resizes the job in the reconfiguration agreed at this check"
+                } else {
+                    "moves one of its ranks in the reconfiguration agreed at this check"
+                },
             ),
         };
         if self.rank == 0 {
             tracing::warn!(
                 "refusing reconfiguration request {id} ({}): it was made when the job had completed {epoch} reconfiguration(s), and {} ({}) {why}",
-                crate::deadline::describe_moves(&plan.moves),
+                pcm_proto::describe_request(&plan.moves, plan.asked_resize.as_deref()),
                 by.map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}")),
-                crate::deadline::describe_moves(by_moves),
+                pcm_proto::describe_request(by_moves, by_resize.as_ref()),
             );
         }
         let outcome = Outcome::Superseded {
             by,
             moves: by_moves.clone(),
+            resize: by_resize.clone(),
         };
         self.report(&plan, outcome);
         Ok(None)

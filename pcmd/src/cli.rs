@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use pcm_proto::{DaemonStatus, HostName, JobId, Move, NodeStats, Outcome, Rank, RequestId};
+use pcm_proto::{DaemonStatus, HostName, JobId, Move, NodeStats, Outcome, Rank, RequestId, Resize};
 
 /// Default of `pcmd migrate --timeout`, in seconds: a little longer than the daemon's own
 /// default deadline, so the daemon's answer normally arrives first.
@@ -44,7 +44,7 @@ pub enum Error {
 }
 
 /// pcmd: the per-node daemon of MPI/IOS, which registers the ranks of PCM-enabled MPI jobs
-/// and relays migration requests to them, and its command-line controller.
+/// and relays migration and resize requests to them, and its command-line controller.
 #[derive(Debug, Parser)]
 #[command(name = "pcmd", version)]
 pub struct Cli {
@@ -81,6 +81,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Ask the ranks of a job on this node to move.
     Migrate(MigrateArgs),
+    /// Ask a malleable job with ranks on this node to grow or shrink to another number of
+    /// ranks.
+    #[command(long_about = RESIZE_ABOUT)]
+    Resize(ResizeArgs),
     /// Show the profile of this node's ranks (times per iteration, memory, traffic matrix)
     /// and the node's load, over the daemon's last stats period.
     Stats(StatsArgs),
@@ -171,6 +175,70 @@ pub struct MigrateArgs {
     /// Seconds to wait for the outcome.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_MIGRATE_TIMEOUT_S)]
     pub timeout: f64,
+}
+
+/// `pcmd resize --help`.
+const RESIZE_ABOUT: &str = "\
+Ask a malleable job with ranks on this node to grow or shrink to --ranks M ranks at its next \
+status check (docs/malleability.md).
+
+Growing, new processes are spawned (on the --to hosts, in order and repeated as needed; \
+without --to, where the MPI runtime places them) and take the ranks N..M-1. Shrinking, the \
+ranks on the --to hosts leave (those hosts are given back; without --to, the highest ranks \
+leave), and the ranks that stay are renumbered 0..M-1 in their order. The job's rows are \
+redistributed over the new width; its result is the one of a run at one width.
+
+The request goes to every rank of the job on this node, like `pcmd migrate`'s: the same \
+deadline (pcmd serve --request-timeout), one request in flight per job, and a request made \
+before another reconfiguration that resized the job is refused as superseded. The job \
+refuses, with the reason, a width of 0, outside the limits it declared or against its rule, \
+any resize of a job not declared malleable, and a shrink that cannot give back the hosts \
+named; it then runs on unchanged. Exit status 0 when the job resized (or, with --no-wait, \
+when the request was accepted), 1 otherwise.
+
+Examples:
+  pcmd resize --job heat2d-1f2e --ranks 4              # grow or shrink to 4 ranks
+  pcmd resize --ranks 6 --to node-c --to node-d        # grow, new ranks on node-c and node-d
+  pcmd resize --ranks 2 --to node-b                    # shrink, giving node-b back";
+
+/// Options of `pcmd resize`.
+#[derive(Debug, Args)]
+pub struct ResizeArgs {
+    /// The job's number of ranks after the resize.
+    #[arg(long, value_name = "M", required = true)]
+    pub ranks: u32,
+    /// Growing: a host for the added ranks (repeat for several; used in order, repeated as
+    /// needed). Shrinking: a host to give back (its ranks leave). Without it the MPI
+    /// runtime places added ranks, and the highest ranks leave.
+    #[arg(long = "to", value_name = "HOST")]
+    pub to: Vec<HostName>,
+    /// Job to act on; may be left out when exactly one job runs on this node.
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<JobId>,
+    /// Wait for the outcome (the default).
+    #[arg(long, conflicts_with = "no_wait")]
+    pub wait: bool,
+    /// Return once the request is accepted instead of waiting for the outcome.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Seconds to wait for the outcome.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_MIGRATE_TIMEOUT_S)]
+    pub timeout: f64,
+}
+
+impl ResizeArgs {
+    /// The resize the flags describe.
+    pub fn resize(&self) -> Resize {
+        Resize {
+            ranks: self.ranks,
+            hosts: self.to.clone(),
+        }
+    }
+
+    /// `--timeout` as a duration.
+    pub fn timeout(&self) -> Result<Duration, Error> {
+        seconds("timeout", self.timeout)
+    }
 }
 
 impl MigrateArgs {
@@ -465,13 +533,19 @@ pub fn format_stats(stats: &NodeStats) -> String {
 
 /// The outcome of a migration as printed by `pcmd migrate`.
 pub fn format_outcome(request: RequestId, outcome: &Outcome) -> String {
+    format_outcome_of("migration", request, outcome)
+}
+
+/// The outcome of a request as printed by `pcmd migrate` (`what` = "migration") or `pcmd
+/// resize` ("resize").
+pub fn format_outcome_of(what: &str, request: RequestId, outcome: &Outcome) -> String {
     match outcome {
         Outcome::Completed {
             iteration,
             timings,
             placed,
         } => {
-            let mut out = format!("migration {request} completed at iteration {iteration}\n");
+            let mut out = format!("{what} {request} completed at iteration {iteration}\n");
             for (rank, host) in placed {
                 let _ = writeln!(out, "  rank {rank} -> {host}");
             }
@@ -491,12 +565,17 @@ pub fn format_outcome(request: RequestId, outcome: &Outcome) -> String {
             );
             out
         }
-        Outcome::Failed { reason } => format!("migration {request} failed: {reason}\n"),
-        Outcome::Cancelled { reason } => format!("migration {request} cancelled: {reason}\n"),
-        Outcome::Superseded { by, moves } => format!(
-            "migration {request} not carried out: {} won ({}); the job moved a rank of this request first, so nothing of this request was moved\n",
+        Outcome::Failed { reason } => format!("{what} {request} failed: {reason}\n"),
+        Outcome::Cancelled { reason } => format!("{what} {request} cancelled: {reason}\n"),
+        Outcome::Superseded { by, moves, resize } => format!(
+            "{what} {request} not carried out: {} ({}) ran first and {}, so nothing of this request was done\n",
             by.map_or_else(|| "a scripted move (PCM_SCHEDULE)".to_owned(), |r| format!("request {r}")),
-            pcm_proto::describe_moves(moves)
+            pcm_proto::describe_request(moves, resize.as_ref()),
+            if resize.is_some() {
+                "resized the job, which renumbers its ranks"
+            } else {
+                "moved a rank of this request"
+            },
         ),
     }
 }

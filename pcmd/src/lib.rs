@@ -2,8 +2,8 @@
 //!
 //! Every node runs one `pcmd serve` per user. PCM-enabled MPI ranks (the `pcm` crate)
 //! register with the daemon of their node and report their progress; controllers (the
-//! `pcmd` CLI, later the IOS agent) ask it for status and for migrations, which it pushes to
-//! every rank of the job on its node. The wire protocol is [`pcm_proto`].
+//! `pcmd` CLI, the IOS agents) ask it for status, migrations and resizes, which it pushes
+//! to every rank of the job on its node. The wire protocol is [`pcm_proto`].
 //!
 //! The crate is layered like `quinn`:
 //! - [`registry`]: the pure, synchronous state core (jobs, ranks, in-flight requests,
@@ -26,14 +26,15 @@
 //! pcmd status                            # jobs and ranks on this node
 //! pcmd stats                             # per-rank profile and traffic matrix, node load
 //! pcmd migrate --rank 3 --to node-b      # move rank 3, wait for the outcome
+//! pcmd resize --ranks 6                  # grow or shrink a malleable job to 6 ranks
 //! ```
 //!
 //! The socket is `--socket`, else `$PCM_DAEMON` (with `{host}` replaced by the host name),
 //! else `$XDG_RUNTIME_DIR/pcmd/HOST.sock`, else `/tmp/pcmd-UID/HOST.sock`.
 //!
 //! # Supported
-//! One daemon per node and user; migrations of ranks of jobs with ranks on this node; one
-//! reconfiguration in flight per job. Not supported: forwarding requests between daemons
+//! One daemon per node and user; migrations of ranks and resizes of jobs with ranks on this
+//! node; one reconfiguration in flight per job. Not supported: forwarding requests between daemons
 //! (run the command on a node of the job), authentication beyond the socket's file mode.
 
 pub mod buddy;

@@ -85,6 +85,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", cli::format_stats(&stats));
             }
         }
+        Command::Resize(args) => {
+            let timeout = args.timeout()?;
+            let mut client = Client::connect(&socket)?;
+            match client.resize(args.job.clone(), args.resize(), !args.no_wait, timeout)? {
+                Migration::Accepted { request } => {
+                    println!(
+                        "resize {request} accepted by pcmd on {}",
+                        client.daemon_host()
+                    );
+                }
+                Migration::Finished { request, outcome } => {
+                    print!("{}", cli::format_outcome_of("resize", request, &outcome));
+                    if !outcome.is_completed() {
+                        bail!("resize {request} was not carried out");
+                    }
+                }
+            }
+        }
         Command::Migrate(args) => {
             let moves = args.moves()?;
             let timeout = args.timeout()?;

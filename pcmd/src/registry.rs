@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::{
     AppName, ClientKind, DaemonStatus, ErrorKind, FrameError, FromDaemon, HostName, JobId,
-    JobStatus, Move, Outcome, Rank, RankStatus, RequestId, ToDaemon, PROTOCOL_VERSION,
+    JobStatus, Move, Outcome, Rank, RankStatus, RequestId, Resize, ToDaemon, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, RESIZE_PROTOCOL_VERSION,
 };
 
 use crate::stats::{self, Book};
@@ -136,8 +137,14 @@ pub enum Output {
 
 #[derive(Debug)]
 enum ConnState {
-    AwaitingHello { deadline: Instant },
-    Rank { registered: Option<(JobId, Rank)> },
+    AwaitingHello {
+        deadline: Instant,
+    },
+    Rank {
+        registered: Option<(JobId, Rank)>,
+        /// The protocol version the rank speaks (a version-2 rank cannot resize).
+        version: u32,
+    },
     Controller,
 }
 
@@ -155,6 +162,12 @@ struct RankEntry {
     replacement: bool,
     /// When this process registered the rank.
     since: Instant,
+    /// The job's epoch at which the process last learned its number (its registration or
+    /// its latest [`ToDaemon::Renumbered`]): of two processes claiming one number, the one
+    /// with the newer epoch holds it.
+    epoch: u64,
+    /// The protocol version the process speaks.
+    version: u32,
 }
 
 impl RankEntry {
@@ -172,6 +185,8 @@ impl RankEntry {
 struct InFlight {
     request: RequestId,
     moves: Vec<Move>,
+    /// The new width asked for with the moves, if any.
+    resize: Option<Resize>,
     /// When it was made.
     made: Instant,
     deadline: Instant,
@@ -201,6 +216,15 @@ struct Job {
     failed: u64,
     /// Reconfigurations the job has completed, as its ranks last reported.
     epoch: u64,
+    /// The epoch at which the job had `size` ranks, as last learned (a registration, a
+    /// completed resize, or a rank's [`ToDaemon::Renumbered`]): a process of a newer epoch
+    /// that tells another width is right; one of the same epoch is refused.
+    size_epoch: u64,
+    /// Processes registered here that hold no number of the job for now, by connection: a
+    /// process a resize removed (it leaves the job and exits), or one whose number another
+    /// process took first in the same reconfiguration (it renumbers next). Not shown; a
+    /// [`ToDaemon::Renumbered`] from one of them puts it back in its new place.
+    set_aside: HashMap<ConnId, (Rank, RankEntry)>,
     /// Ranks that a reconfiguration completed here placed on this host and whose
     /// replacements have not registered yet.
     expected: std::collections::BTreeSet<Rank>,
@@ -231,9 +255,54 @@ pub struct Registry {
     refused_connections: u64,
 }
 
-fn ranks_list(moves: &[Move]) -> String {
+fn ranks_list(moves: &[Move], resize: Option<&Resize>) -> String {
     let ranks: Vec<String> = moves.iter().map(|m| m.rank.to_string()).collect();
-    ranks.join(", ")
+    match (ranks.is_empty(), resize) {
+        (true, Some(resize)) => format!("resize to {resize}"),
+        (false, Some(resize)) => format!("ranks {}, resize to {resize}", ranks.join(", ")),
+        (_, None) => format!("ranks {}", ranks.join(", ")),
+    }
+}
+
+impl Job {
+    /// Puts `entry` in the place of rank `rank`. The process that held it (another
+    /// connection) is set aside, unless it learned its number at a newer epoch than
+    /// `entry`, which is then set aside instead.
+    fn place(&mut self, rank: Rank, entry: RankEntry) {
+        self.set_aside.remove(&entry.conn);
+        if self
+            .ranks
+            .get(&rank)
+            .is_some_and(|held| held.conn != entry.conn && held.epoch > entry.epoch)
+        {
+            self.set_aside.insert(entry.conn, (rank, entry));
+            return;
+        }
+        let conn = entry.conn;
+        if let Some(old) = self.ranks.insert(rank, entry) {
+            if old.conn != conn {
+                self.set_aside.insert(old.conn, (rank, old));
+            }
+        }
+    }
+
+    /// The job has `size` ranks from epoch `epoch` on (if that is newer than what is
+    /// known): processes holding numbers beyond it left in a shrink and are set aside.
+    /// Returns the numbers that were dropped.
+    fn resized(&mut self, size: u32, epoch: u64) -> Vec<Rank> {
+        if epoch < self.size_epoch {
+            return Vec::new();
+        }
+        self.size_epoch = epoch;
+        self.size = size;
+        let beyond: Vec<Rank> = self.ranks.range(Rank(size)..).map(|(r, _)| *r).collect();
+        for rank in &beyond {
+            if let Some(entry) = self.ranks.remove(rank) {
+                self.set_aside.insert(entry.conn, (*rank, entry));
+            }
+        }
+        beyond
+    }
 }
 
 fn rank_range(size: u32) -> String {
@@ -266,6 +335,7 @@ fn message_name(message: &ToDaemon) -> &'static str {
         ToDaemon::Profile(_) => "Profile",
         ToDaemon::QueryStats => "QueryStats",
         ToDaemon::Migrate { .. } => "Migrate",
+        ToDaemon::Renumbered { .. } => "Renumbered",
     }
 }
 
@@ -457,13 +527,13 @@ impl Registry {
         };
         match (state, message) {
             (ConnState::AwaitingHello { .. }, ToDaemon::Hello { version, client }) => {
-                if version != PROTOCOL_VERSION {
+                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
                     self.send(
                         conn,
                         error(
                             ErrorKind::VersionMismatch,
                             format!(
-                                "client speaks protocol v{version}, this daemon speaks v{PROTOCOL_VERSION}"
+                                "client speaks protocol v{version}, this daemon speaks v{MIN_PROTOCOL_VERSION} to v{PROTOCOL_VERSION}"
                             ),
                         ),
                     );
@@ -471,7 +541,10 @@ impl Registry {
                     return;
                 }
                 let new_state = match client {
-                    ClientKind::Rank => ConnState::Rank { registered: None },
+                    ClientKind::Rank => ConnState::Rank {
+                        registered: None,
+                        version,
+                    },
                     ClientKind::Controller => ConnState::Controller,
                 };
                 self.conns.insert(conn, new_state);
@@ -496,9 +569,15 @@ impl Registry {
             (_, ToDaemon::Hello { .. }) => {
                 self.send(conn, bad("Hello was already received on this connection"));
             }
-            (ConnState::Rank { registered }, message) => {
-                let registered = registered.clone();
-                self.handle_rank_message(now, conn, registered, message);
+            (
+                ConnState::Rank {
+                    registered,
+                    version,
+                },
+                message,
+            ) => {
+                let (registered, version) = (registered.clone(), *version);
+                self.handle_rank_message(now, conn, registered, version, message);
             }
             (ConnState::Controller, message) => self.handle_controller_message(now, conn, message),
         }
@@ -578,7 +657,9 @@ impl Registry {
             .get(job)
             .and_then(|j| j.in_flight.as_ref())
             .filter(|f| f.request == request)
-            .map_or_else(String::new, |f| pcm_proto::describe_moves(&f.moves));
+            .map_or_else(String::new, |f| {
+                pcm_proto::describe_request(&f.moves, f.resize.as_ref())
+            });
         format!(
             "request {request} for job {job} ({moves}) did not start within {} s; {what}; nothing was moved",
             self.config.request_timeout.as_secs_f64()
@@ -603,6 +684,13 @@ impl Registry {
             Outcome::Completed { placed, .. } => {
                 job.migrations += 1;
                 job.epoch = job.epoch.max(flight.epoch + 1);
+                if let Some(resize) = &flight.resize {
+                    // The ranks that stay tell their new numbers (`Renumbered`) right
+                    // after this report; the width is known now.
+                    for gone in job.resized(resize.ranks, flight.epoch + 1) {
+                        self.stats.forget(job_id, gone);
+                    }
+                }
                 // The ranks it placed on this host register here: until they do, the job
                 // is not over when its last old process leaves. A replacement may have
                 // registered before the end was reported.
@@ -687,9 +775,12 @@ impl Registry {
                     }
                 }
             }
-            ConnState::Rank { registered: None } => {}
+            ConnState::Rank {
+                registered: None, ..
+            } => {}
             ConnState::Rank {
                 registered: Some((job_id, rank)),
+                ..
             } => self.unregister(now, conn, &job_id, rank),
         }
     }
@@ -703,6 +794,8 @@ impl Registry {
             job.ranks.remove(&rank);
             self.stats.forget(job_id, rank);
             tracing::info!(job = %job_id, %rank, "rank unregistered");
+        } else if job.set_aside.remove(&conn).is_some() {
+            tracing::debug!(job = %job_id, %rank, "a process that left the job in a resize disconnected");
         }
         let mut orphaned = None;
         if let Some(flight) = &mut job.in_flight {
@@ -726,7 +819,8 @@ impl Registry {
         let Some(job) = self.jobs.get_mut(job_id) else {
             return;
         };
-        if !job.ranks.is_empty() {
+        // Processes set aside in a resize are still the job's until they leave.
+        if !job.ranks.is_empty() || !job.set_aside.is_empty() {
             return;
         }
         // A move of every rank: the old processes may leave before their replacements
@@ -764,7 +858,7 @@ impl Registry {
             let reason = format!(
                 "all ranks of job {job_id} disconnected during the reconfiguration ({}){waited}: \
                  the job ended, or its replacement died while starting",
-                pcm_proto::describe_moves(&flight.moves)
+                pcm_proto::describe_request(&flight.moves, flight.resize.as_ref())
             );
             tracing::warn!(request = %flight.request, job = %job_id, "{reason}");
             if let Some(waiter) = flight.waiter {
@@ -784,6 +878,7 @@ impl Registry {
         now: Instant,
         conn: ConnId,
         registered: Option<(JobId, Rank)>,
+        version: u32,
         message: ToDaemon,
     ) {
         match (registered, message) {
@@ -802,6 +897,7 @@ impl Registry {
             ) => self.register(
                 now,
                 conn,
+                version,
                 job,
                 app,
                 rank,
@@ -874,15 +970,24 @@ impl Registry {
                         iteration,
                         reconfigurations: 0,
                     };
-                    self.handle_rank_message(now, conn, Some((job, rank)), progress);
+                    self.handle_rank_message(now, conn, Some((job, rank)), version, progress);
                 }
             }
+            (
+                Some((job, rank)),
+                ToDaemon::Renumbered {
+                    rank: new,
+                    size,
+                    reconfigurations,
+                },
+            ) => self.renumber(now, conn, version, &job, rank, new, size, reconfigurations),
             (
                 None,
                 other @ (ToDaemon::Progress { .. }
                 | ToDaemon::ReconfigurationFinished { .. }
                 | ToDaemon::ReconfigurationCancelled { .. }
-                | ToDaemon::Profile(_)),
+                | ToDaemon::Profile(_)
+                | ToDaemon::Renumbered { .. }),
             ) => {
                 self.send(
                     conn,
@@ -931,6 +1036,7 @@ impl Registry {
         &mut self,
         now: Instant,
         conn: ConnId,
+        version: u32,
         job_id: JobId,
         app: AppName,
         rank: Rank,
@@ -976,17 +1082,32 @@ impl Registry {
             cancelled: 0,
             failed: 0,
             epoch: 0,
+            size_epoch: reconfigurations,
+            set_aside: HashMap::new(),
             expected: std::collections::BTreeSet::new(),
             vacant_until: None,
         });
-        if job.size != size || job.app != app {
+        // A process of a newer epoch that names another width joined after a resize
+        // (added by it, or replacing a rank moved with it) before the ranks that stay
+        // told their new numbers: it is right.
+        let resized = job.size != size && reconfigurations > job.size_epoch;
+        if job.app != app || (job.size != size && !resized) {
             let message = format!(
-                "job {job_id} is registered here as application {} with {} ranks, but rank {rank} says application {app} with {size} ranks",
-                job.app, job.size
+                "job {job_id} is registered here as application {} with {} ranks (after {} reconfigurations), but rank {rank} says application {app} with {size} ranks (after {reconfigurations})",
+                job.app, job.size, job.size_epoch
             );
             self.send(conn, bad(message));
             return;
         }
+        if resized {
+            tracing::info!(job = %job_id, from = job.size, to = size, "job resized (learned from a new rank's registration)");
+            for gone in job.resized(size, reconfigurations) {
+                self.stats.forget(&job_id, gone);
+            }
+        }
+        let Some(job) = self.jobs.get_mut(&job_id) else {
+            return;
+        };
         job.epoch = job.epoch.max(reconfigurations);
         job.expected.remove(&rank);
         job.vacant_until = None;
@@ -1000,25 +1121,105 @@ impl Registry {
             rate: 0.0,
             replacement,
             since: now,
+            epoch: reconfigurations,
+            version,
         };
-        if let Some(old) = job.ranks.insert(rank, entry) {
+        if let Some(old) = job.ranks.get(&rank) {
             // A replacement registered before its predecessor's disconnect was seen; the
             // newer process owns the rank from now on. The old connection stays registered
             // until it closes, though: a departing rank reports the end of the
             // reconfiguration it left in after its replacement registered (its link writes
             // at its next tick), and when every rank moved that report is the only one
             // this daemon gets from the ranks that held the request. Its other messages no
-            // longer touch the rank (see `rank_entry`).
+            // longer touch the rank (see `rank_entry`). After a resize the old process may
+            // also be a rank that stays and has not told its new number yet: it is set
+            // aside, not forgotten, until it does.
             tracing::info!(job = %job_id, %rank, old_pid = old.pid, new_pid = pid, old_conn = %old.conn, "rank re-registered by a new process");
         }
+        job.place(rank, entry);
         tracing::info!(job = %job_id, %rank, %host, pid, replacement, "rank registered");
         self.conns.insert(
             conn,
             ConnState::Rank {
                 registered: Some((job_id, rank)),
+                version,
             },
         );
         self.send(conn, FromDaemon::Registered);
+    }
+
+    /// A rank that stayed in a resize tells its new number `new` (it was `old`) and the
+    /// job's new width.
+    #[allow(clippy::too_many_arguments)]
+    fn renumber(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        version: u32,
+        job_id: &JobId,
+        old: Rank,
+        new: Rank,
+        size: u32,
+        reconfigurations: u64,
+    ) {
+        if new.0 >= size {
+            self.send(
+                conn,
+                bad(format!(
+                    "rank {new} does not exist in a job of {size} ranks ({})",
+                    rank_range(size)
+                )),
+            );
+            return;
+        }
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return;
+        };
+        // The process's entry: in its place, or set aside (another process took its old
+        // number first). Gone if a newer process of its rank replaced it meanwhile.
+        let placed = job.ranks.get(&old).is_some_and(|held| held.conn == conn);
+        let entry = if placed {
+            job.ranks.remove(&old)
+        } else {
+            job.set_aside.remove(&conn).map(|(_, entry)| entry)
+        };
+        let Some(mut entry) = entry else {
+            tracing::debug!(job = %job_id, %old, %new, "ignoring the new number of a process that no longer holds a rank");
+            return;
+        };
+        entry.last_report = now;
+        entry.epoch = entry.epoch.max(reconfigurations);
+        job.epoch = job.epoch.max(reconfigurations);
+        let mut forgotten = Vec::new();
+        if job.size != size {
+            if reconfigurations >= job.size_epoch {
+                tracing::info!(job = %job_id, from = job.size, to = size, "job resized");
+            }
+            forgotten = job.resized(size, reconfigurations);
+        } else {
+            job.size_epoch = job.size_epoch.max(reconfigurations);
+        }
+        job.place(new, entry);
+        if old != new {
+            tracing::info!(job = %job_id, %old, %new, size, "rank renumbered by a resize");
+        }
+        for gone in forgotten {
+            self.stats.forget(job_id, gone);
+        }
+        // The figures go with the process to its new number; those of a process set aside
+        // were overwritten already (its next report brings them back).
+        if placed {
+            self.stats.renumber(job_id, old, new);
+        } else {
+            self.stats.forget(job_id, new);
+        }
+        self.conns.insert(
+            conn,
+            ConnState::Rank {
+                registered: Some((job_id.clone(), new)),
+                version,
+            },
+        );
     }
 
     fn handle_controller_message(&mut self, now: Instant, conn: ConnId, message: ToDaemon) {
@@ -1031,12 +1232,15 @@ impl Registry {
                 let stats = self.stats(now);
                 self.send(conn, FromDaemon::Stats(stats));
             }
-            ToDaemon::Migrate { job, moves, wait } => {
-                match self.migrate(now, conn, job, moves, wait) {
-                    Ok(request) => self.send(conn, FromDaemon::MigrationAccepted { request }),
-                    Err(refusal) => self.send(conn, refusal),
-                }
-            }
+            ToDaemon::Migrate {
+                job,
+                moves,
+                wait,
+                resize,
+            } => match self.migrate(now, conn, job, moves, resize, wait) {
+                Ok(request) => self.send(conn, FromDaemon::MigrationAccepted { request }),
+                Err(refusal) => self.send(conn, refusal),
+            },
             other => self.send(
                 conn,
                 bad(format!(
@@ -1058,6 +1262,7 @@ impl Registry {
         conn: ConnId,
         job: Option<JobId>,
         moves: Vec<Move>,
+        resize: Option<Resize>,
         wait: bool,
     ) -> Result<RequestId, FromDaemon> {
         let job_id = match job {
@@ -1095,10 +1300,32 @@ impl Registry {
             }
             return Err(error(ErrorKind::UnknownJob, message));
         };
-        if moves.is_empty() {
+        if moves.is_empty() && resize.is_none() {
             return Err(bad(format!(
                 "migration request for job {job_id} names no ranks to move"
             )));
+        }
+        if let Some(resize) = &resize {
+            if resize.ranks == 0 {
+                return Err(bad(format!(
+                    "job {job_id} cannot be resized to 0 ranks: a job needs at least one rank (it has {} now)",
+                    job.size
+                )));
+            }
+            // A rank of an older protocol would drop the resize and move only the ranks.
+            if let Some((rank, old)) = job
+                .ranks
+                .iter()
+                .find(|(_, r)| r.version < RESIZE_PROTOCOL_VERSION)
+            {
+                return Err(error(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "job {job_id} cannot be resized: its rank {rank} (pid {}) speaks pcmd protocol v{}, which has no resizes (v{RESIZE_PROTOCOL_VERSION} has); relink the application with a newer PCM",
+                        old.pid, old.version
+                    ),
+                ));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for m in &moves {
@@ -1124,9 +1351,9 @@ impl Registry {
             return Err(error(
                 ErrorKind::Busy,
                 format!(
-                    "job {job_id} already has reconfiguration {} in flight (ranks {}); wait for it to finish",
+                    "job {job_id} already has reconfiguration {} in flight ({}); wait for it to finish",
                     flight.request,
-                    ranks_list(&flight.moves)
+                    ranks_list(&flight.moves, flight.resize.as_ref())
                 ),
             ));
         }
@@ -1149,15 +1376,17 @@ impl Registry {
                     request,
                     moves: moves.clone(),
                     epoch,
+                    resize: resize.clone(),
                 },
             );
         }
-        tracing::info!(job = %job_id, %request, ranks = %ranks_list(&moves), wait, "reconfiguration requested");
+        tracing::info!(job = %job_id, %request, what = %ranks_list(&moves, resize.as_ref()), wait, "reconfiguration requested");
         let deadline = now + self.config.request_timeout;
         if let Some(job) = self.jobs.get_mut(&job_id) {
             job.in_flight = Some(InFlight {
                 request,
                 moves,
+                resize,
                 made: now,
                 deadline,
                 waiter: wait.then_some(conn),

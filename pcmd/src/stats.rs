@@ -134,6 +134,19 @@ impl Book {
         }
     }
 
+    /// The process that reported as `from` of `job` is `to` from now on (a resize renumbered
+    /// it): its figures go with it, replacing whatever `to` held (a process that left).
+    pub fn renumber(&mut self, job: &JobId, from: Rank, to: Rank) {
+        if from == to {
+            return;
+        }
+        let moved = self.ranks.remove(&(job.clone(), from));
+        self.ranks.remove(&(job.clone(), to));
+        if let Some(entry) = moved {
+            self.ranks.insert((job.clone(), to), entry);
+        }
+    }
+
     /// Closes a period: each rank's rates become those between its report at the previous
     /// tick (or its first report) and its latest; `load` (if the node could be sampled)
     /// becomes the node's load.

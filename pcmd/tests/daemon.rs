@@ -114,6 +114,7 @@ fn given_request_in_flight_then_second_migrate_is_busy() {
             request,
             moves: moves(&[1]),
             epoch: 0,
+            resize: None,
         }
     );
     let err = client
@@ -297,7 +298,7 @@ fn given_wrong_version_then_mismatch_error_and_close() {
         bad.recv(),
         FromDaemon::Error {
             kind: ErrorKind::VersionMismatch,
-            message: "client speaks protocol v1, this daemon speaks v2".into()
+            message: "client speaks protocol v1, this daemon speaks v2 to v3".into()
         }
     );
     bad.expect_closed();

@@ -925,6 +925,7 @@ fn given_a_request_reaching_a_rank_after_it_ran_then_that_rank_reports_it_comple
             to: None,
         }],
         epoch,
+        resize: None,
     };
 
     daemon.send(1, &request(101, 0));

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::{
     encode, ClientKind, DaemonStatus, ErrorKind, FrameError, FrameReader, FromDaemon, HostName,
-    JobId, Move, NodeStats, Outcome, RequestId, ToDaemon, PROTOCOL_VERSION,
+    JobId, Move, NodeStats, Outcome, RequestId, Resize, ToDaemon, PROTOCOL_VERSION,
 };
 
 /// Time allowed for connecting and for each plain request-reply exchange (10 s).
@@ -206,8 +206,38 @@ impl Client {
         wait: bool,
         timeout: Duration,
     ) -> Result<Migration, Error> {
+        self.reconfigure(job, moves, None, wait, timeout)
+    }
+
+    /// Asks for `job` (or the daemon's only job) to run with `resize.ranks` ranks, as
+    /// [`Client::migrate`] does for moves (the same answers, deadline and refusals).
+    pub fn resize(
+        &mut self,
+        job: Option<JobId>,
+        resize: Resize,
+        wait: bool,
+        timeout: Duration,
+    ) -> Result<Migration, Error> {
+        self.reconfigure(job, Vec::new(), Some(resize), wait, timeout)
+    }
+
+    /// Asks for `moves` and `resize` of `job` together, in one reconfiguration (see
+    /// [`Client::migrate`]).
+    pub fn reconfigure(
+        &mut self,
+        job: Option<JobId>,
+        moves: Vec<Move>,
+        resize: Option<Resize>,
+        wait: bool,
+        timeout: Duration,
+    ) -> Result<Migration, Error> {
         let deadline = Instant::now() + timeout;
-        self.send(&ToDaemon::Migrate { job, moves, wait })?;
+        self.send(&ToDaemon::Migrate {
+            job,
+            moves,
+            wait,
+            resize,
+        })?;
         let what = "the migration to be accepted";
         let request = match self.recv(deadline.saturating_duration_since(Instant::now()), what)? {
             FromDaemon::MigrationAccepted { request } => request,

@@ -3,13 +3,15 @@
 //! Three parties speak it over a local stream socket (a Unix socket, mode 0600):
 //! - **ranks**: PCM-enabled MPI processes (the `pcm` crate) register with the daemon of
 //!   their node, report progress, and receive reconfiguration requests;
-//! - **the CLI** (`pcmd status`, `pcmd migrate`) asks for status and requests migrations;
+//! - **the CLI** (`pcmd status`, `pcmd migrate`, `pcmd resize`) asks for status and requests
+//!   migrations and resizes;
 //! - **the daemon** (`pcmd serve`) answers both.
 //!
 //! Every frame is a 4-byte big-endian length followed by one CBOR-encoded message. Frames
 //! longer than [`MAX_FRAME_LEN`] are refused before anything is allocated. The first frame a
 //! client sends is [`ToDaemon::Hello`] carrying [`PROTOCOL_VERSION`]; a daemon that speaks
-//! another version answers with [`ErrorKind::VersionMismatch`] and closes.
+//! none of the versions from [`MIN_PROTOCOL_VERSION`] to its own answers with
+//! [`ErrorKind::VersionMismatch`] and closes.
 //!
 //! The codec does no I/O of its own: [`encode`] turns a message into a frame and
 //! [`FrameReader`] splits a byte stream into decoded messages, so the blocking client in the
@@ -35,7 +37,20 @@ pub use path::{
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
 
 /// Version of this protocol; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 2;
+///
+/// Version 3 added resizes: a request's `resize` ([`ToDaemon::Migrate`],
+/// [`FromDaemon::ReconfigurationRequested`]) and [`ToDaemon::Renumbered`]. A field a
+/// version-2 peer does not know it would ignore, and so drop the resize: a version-2 daemon
+/// refuses a version-3 client at its `Hello` ([`ErrorKind::VersionMismatch`]), and a
+/// version-3 daemon, which still serves version-2 ranks (they never resize), refuses to
+/// deliver a resize to a job any of whose ranks on its node speaks version 2.
+pub const PROTOCOL_VERSION: u32 = 3;
+
+/// Oldest version a daemon of this version still serves (see [`PROTOCOL_VERSION`]).
+pub const MIN_PROTOCOL_VERSION: u32 = 2;
+
+/// The first version whose ranks carry out a request's `resize`.
+pub const RESIZE_PROTOCOL_VERSION: u32 = 3;
 
 /// Largest frame body accepted, in bytes (1 MiB). Status replies for thousands of ranks fit
 /// comfortably; anything larger is a bug or an attack.
@@ -93,6 +108,15 @@ impl std::fmt::Display for Resize {
             write!(f, " ({})", hosts.join(", "))?;
         }
         Ok(())
+    }
+}
+
+/// Describes a request for people: its moves ([`describe_moves`]), its resize, or both.
+pub fn describe_request(moves: &[Move], resize: Option<&Resize>) -> String {
+    match (moves.is_empty(), resize) {
+        (true, Some(resize)) => format!("resize to {resize}"),
+        (false, Some(resize)) => format!("{}, resize to {resize}", describe_moves(moves)),
+        (_, None) => describe_moves(moves),
     }
 }
 
@@ -168,6 +192,10 @@ pub enum Outcome {
         by: Option<RequestId>,
         /// What the winner moved.
         moves: Vec<Move>,
+        /// The winner's resize, if it resized the job: a resize renumbers the ranks and
+        /// changes the width, so every request made before it is superseded.
+        #[serde(default)]
+        resize: Option<Resize>,
     },
 }
 
@@ -183,11 +211,11 @@ impl Outcome {
             Outcome::Completed { .. } => None,
             Outcome::Failed { reason } => Some(reason.clone()),
             Outcome::Cancelled { reason } => Some(format!("cancelled: {reason}")),
-            Outcome::Superseded { by, moves } => Some(format!(
+            Outcome::Superseded { by, moves, resize } => Some(format!(
                 "superseded by {} ({}), which the job carried out first; nothing of this \
-                 request was moved",
+                 request was done",
                 by.map_or_else(|| "a scripted move".to_owned(), |r| format!("request {r}")),
-                describe_moves(moves)
+                describe_request(moves, resize.as_ref())
             )),
         }
     }
@@ -254,15 +282,32 @@ pub enum ToDaemon {
     Profile(RankProfile),
     /// A controller asks for the daemon's profile of its node and its ranks.
     QueryStats,
-    /// A controller asks for ranks to be moved.
+    /// A controller asks for ranks to be moved, for the job to be resized, or both (`pcmd
+    /// migrate`, `pcmd resize`).
     Migrate {
         /// Job to act on; may be left out when the daemon knows exactly one job.
         job: Option<JobId>,
-        /// The moves, all carried out in one reconfiguration.
+        /// The moves, all carried out in one reconfiguration (with the resize, if any).
         moves: Vec<Move>,
         /// Whether to answer only once the reconfiguration has ended
         /// ([`FromDaemon::MigrationFinished`]) rather than when it is accepted.
         wait: bool,
+        /// A new width for the job, carried out in the same reconfiguration as the moves
+        /// (protocol version 3; see [`PROTOCOL_VERSION`]).
+        #[serde(default)]
+        resize: Option<Resize>,
+    },
+    /// A rank reports that a resize renumbered it: from now on it is rank `rank` of a job
+    /// of `size` ranks, which has completed `reconfigurations` reconfigurations (sent by
+    /// every rank that stays in a resize, renumbered or not, right after it; protocol
+    /// version 3).
+    Renumbered {
+        /// The rank's new number.
+        rank: Rank,
+        /// The job's new width.
+        size: u32,
+        /// Reconfigurations the job has completed, the resize included.
+        reconfigurations: u64,
     },
 }
 
@@ -290,6 +335,10 @@ pub enum FromDaemon {
         /// never both run.
         #[serde(default)]
         epoch: u64,
+        /// A new width for the job, carried out with the moves (protocol version 3; a
+        /// daemon never sends one to a rank of an older version).
+        #[serde(default)]
+        resize: Option<Resize>,
     },
     /// Pushed to the ranks that received a request which missed its deadline: withdraw it
     /// unless it has started. Answered by [`ToDaemon::ReconfigurationCancelled`].
@@ -337,6 +386,9 @@ pub enum ErrorKind {
     Busy,
     /// The request was accepted but did not finish in time.
     TimedOut,
+    /// The job cannot do what was asked: a resize of a job whose ranks speak a protocol
+    /// version without resizes (sent only to clients of version 3 or later).
+    Unsupported,
 }
 
 /// A daemon's view of its node.
@@ -717,6 +769,21 @@ mod tests {
                     to: Some(HostName::new("node-b").unwrap()),
                 }],
                 wait: true,
+                resize: None,
+            },
+            ToDaemon::Migrate {
+                job: Some(JobId::new("heat2d-1f2e").unwrap()),
+                moves: Vec::new(),
+                wait: false,
+                resize: Some(Resize {
+                    ranks: 3,
+                    hosts: vec![HostName::new("node-c").unwrap()],
+                }),
+            },
+            ToDaemon::Renumbered {
+                rank: Rank(1),
+                size: 3,
+                reconfigurations: 4,
             },
         ]
     }

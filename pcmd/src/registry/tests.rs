@@ -124,6 +124,7 @@ impl Harness {
                 job: job_name.map(job),
                 moves,
                 wait,
+                resize: None,
             },
         )
     }
@@ -307,7 +308,10 @@ fn given_wrong_version_then_mismatch_named_and_closed() {
     );
     let (kind, message) = error_of(&out, c);
     assert_eq!(kind, ErrorKind::VersionMismatch);
-    assert_eq!(message, "client speaks protocol v1, this daemon speaks v2");
+    assert_eq!(
+        message,
+        "client speaks protocol v1, this daemon speaks v2 to v3"
+    );
     assert!(closes(&out, c));
     assert_eq!(h.core.connections(), 0);
 }
@@ -439,6 +443,7 @@ fn given_migrate_then_every_rank_of_the_job_gets_the_request() {
                 request,
                 moves: moves.clone(),
                 epoch: 0,
+                resize: None,
             }
         }));
     }
@@ -941,6 +946,7 @@ fn given_ranks_report_reconfigurations_then_requests_carry_that_epoch() {
             request,
             moves: vec![mv(1, None)],
             epoch: 4,
+            resize: None,
         }
     }));
     // Completing it moves the daemon's view on at once, before the next progress report.
@@ -1120,4 +1126,271 @@ fn given_registrations_with_long_host_names_then_status_always_fits_a_frame() {
     let status = h.status();
     let frame = pcm_proto::encode(&FromDaemon::Status(status));
     assert!(frame.len() - 4 <= pcm_proto::MAX_FRAME_LEN);
+}
+
+fn resize_to(ranks: u32) -> Resize {
+    Resize {
+        ranks,
+        hosts: Vec::new(),
+    }
+}
+
+impl Harness {
+    fn resize(&mut self, conn: ConnId, ranks: u32, wait: bool) -> Vec<Output> {
+        self.send(
+            conn,
+            ToDaemon::Migrate {
+                job: None,
+                moves: Vec::new(),
+                wait,
+                resize: Some(resize_to(ranks)),
+            },
+        )
+    }
+
+    /// A rank of protocol `version` registering as `rank` of `size` after `epoch`
+    /// reconfigurations, with pid `pid`.
+    fn rank_of(&mut self, version: u32, rank: u32, size: u32, epoch: u64, pid: u32) -> ConnId {
+        let conn = self.core.handle_connected(self.now);
+        self.send(
+            conn,
+            ToDaemon::Hello {
+                version,
+                client: ClientKind::Rank,
+            },
+        );
+        let out = self.send(
+            conn,
+            ToDaemon::Register {
+                job: job("job-1"),
+                app: AppName::new("heat2d").unwrap(),
+                rank: Rank(rank),
+                size,
+                host: host("node-a"),
+                pid,
+                replacement: false,
+                reconfigurations: epoch,
+            },
+        );
+        assert_eq!(
+            out,
+            vec![Output::Send {
+                conn,
+                message: FromDaemon::Registered
+            }]
+        );
+        conn
+    }
+
+    /// The job's ranks here as (rank, pid), and its width.
+    fn ranks_and_size(&mut self) -> (Vec<(u32, u32)>, u32) {
+        let status = self.status();
+        let job = &status.jobs[0];
+        (
+            job.ranks.iter().map(|r| (r.rank.0, r.pid)).collect(),
+            job.size,
+        )
+    }
+}
+
+fn renumbered(rank: u32, size: u32, reconfigurations: u64) -> ToDaemon {
+    ToDaemon::Renumbered {
+        rank: Rank(rank),
+        size,
+        reconfigurations,
+    }
+}
+
+/// A resize request reaches every rank of the job here with its resize, is in flight like
+/// a migration, and a second one meanwhile is refused as busy, naming the first.
+#[test]
+fn given_a_resize_then_every_rank_gets_it_and_the_job_is_busy() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let out = h.resize(c, 3, false);
+    let request = accepted(&out, c);
+    for r in [r0, r1] {
+        assert!(out.contains(&Output::Send {
+            conn: r,
+            message: FromDaemon::ReconfigurationRequested {
+                request,
+                moves: Vec::new(),
+                epoch: 0,
+                resize: Some(resize_to(3)),
+            }
+        }));
+    }
+    let (kind, message) = error_of(&h.resize(c, 4, false), c);
+    assert_eq!(kind, ErrorKind::Busy);
+    assert!(
+        message.contains(&format!("{request} in flight (resize to 3 ranks)")),
+        "{message}"
+    );
+}
+
+/// A width of 0 is refused at once, naming the job; nothing is delivered.
+#[test]
+fn given_a_resize_to_0_ranks_then_it_is_refused_and_nothing_is_delivered() {
+    let mut h = Harness::new();
+    h.rank("job-1", 0, 2);
+    let c = h.controller();
+    let out = h.resize(c, 0, true);
+    let (kind, message) = error_of(&out, c);
+    assert_eq!(kind, ErrorKind::BadMessage);
+    assert!(
+        message.contains("job job-1 cannot be resized to 0 ranks"),
+        "{message}"
+    );
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(h.status().jobs[0].in_flight, None);
+}
+
+/// A version-2 rank would drop the resize and see a request that moves nothing: the
+/// daemon refuses to deliver it, naming the rank; migrations still go to it.
+#[test]
+fn given_a_rank_of_protocol_2_then_a_resize_is_refused_and_a_migration_is_not() {
+    let mut h = Harness::new();
+    h.rank_of(3, 0, 2, 0, 1000);
+    h.rank_of(2, 1, 2, 0, 1001);
+    let c = h.controller();
+    let (kind, message) = error_of(&h.resize(c, 3, false), c);
+    assert_eq!(kind, ErrorKind::Unsupported);
+    assert!(
+        message.contains("rank 1 (pid 1001) speaks pcmd protocol v2"),
+        "{message}"
+    );
+    accepted(&h.migrate(c, None, vec![mv(1, None)], false), c);
+}
+
+/// Growing 2 -> 3: the added process registers with the new width (and the new epoch)
+/// before the ranks that stay report; it is accepted, and once they tell their numbers the
+/// status shows three ranks of a job of three.
+#[test]
+fn given_a_grow_then_the_added_rank_registers_and_the_status_shows_the_new_width() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 2);
+    let r1 = h.rank("job-1", 1, 2);
+    let c = h.controller();
+    let request = accepted(&h.resize(c, 3, true), c);
+    h.rank_of(PROTOCOL_VERSION, 2, 3, 1, 1002);
+    assert_eq!(
+        h.ranks_and_size(),
+        (vec![(0, 1000), (1, 1001), (2, 1002)], 3)
+    );
+    let done = Outcome::Completed {
+        iteration: 40,
+        timings: PhaseTimings::default(),
+        placed: vec![(Rank(2), host("node-a"))],
+    };
+    let out = h.send(
+        r0,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: done.clone(),
+        },
+    );
+    assert_eq!(finished_of(&out, c), (request, done));
+    for (conn, rank) in [(r0, 0), (r1, 1)] {
+        assert!(h.send(conn, renumbered(rank, 3, 1)).is_empty());
+    }
+    assert_eq!(
+        h.ranks_and_size(),
+        (vec![(0, 1000), (1, 1001), (2, 1002)], 3)
+    );
+    // Later requests use the new numbers.
+    accepted(&h.migrate(c, None, vec![mv(2, None)], false), c);
+}
+
+/// Shrinking 3 -> 2 by giving back the host of rank 0: rank 1 becomes 0 and rank 2
+/// becomes 1, their reports arriving in either order. The departed process is not shown
+/// (it holds no rank any more), and its leaving changes nothing.
+#[test]
+fn given_a_shrink_that_renumbers_then_the_ranks_take_their_new_numbers_in_any_order() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 3);
+    let r1 = h.rank("job-1", 1, 3);
+    let r2 = h.rank("job-1", 2, 3);
+    // Rank 2 (now 1) tells first: it takes number 1 from rank 1, which is set aside
+    // until it tells its own.
+    assert!(h.send(r2, renumbered(1, 2, 1)).is_empty());
+    assert_eq!(h.ranks_and_size(), (vec![(0, 1000), (1, 1002)], 2));
+    assert!(h.send(r1, renumbered(0, 2, 1)).is_empty());
+    assert_eq!(h.ranks_and_size(), (vec![(0, 1001), (1, 1002)], 2));
+    // The old rank 0 leaves the job; its messages touch nothing.
+    h.send(
+        r0,
+        ToDaemon::Progress {
+            iteration: 99,
+            reconfigurations: 1,
+        },
+    );
+    h.core.handle_disconnected(h.now, r0);
+    assert_eq!(h.ranks_and_size(), (vec![(0, 1001), (1, 1002)], 2));
+    // The renumbered connections report under their new numbers.
+    h.send(
+        r2,
+        ToDaemon::Progress {
+            iteration: 7,
+            reconfigurations: 1,
+        },
+    );
+    assert_eq!(h.status().jobs[0].ranks[1].iteration, 7);
+    h.core.handle_disconnected(h.now, r1);
+    h.core.handle_disconnected(h.now, r2);
+    assert!(h.status().jobs.is_empty());
+}
+
+/// Shrinking 3 -> 2 by removing the highest rank: the width is known from the completed
+/// request; the departing process is no rank of the job any more, before it leaves.
+#[test]
+fn given_a_completed_shrink_then_the_departing_rank_is_not_shown() {
+    let mut h = Harness::new();
+    let r0 = h.rank("job-1", 0, 3);
+    h.rank("job-1", 1, 3);
+    let r2 = h.rank("job-1", 2, 3);
+    let c = h.controller();
+    let request = accepted(&h.resize(c, 2, false), c);
+    h.send(
+        r2,
+        ToDaemon::ReconfigurationFinished {
+            request,
+            outcome: completed_all(0),
+        },
+    );
+    assert_eq!(h.ranks_and_size(), (vec![(0, 1000), (1, 1001)], 2));
+    assert_eq!(h.status().jobs[0].migrations, 1);
+    // A rank that stays tells the same: nothing changes.
+    h.send(r0, renumbered(0, 2, 1));
+    assert_eq!(h.ranks_and_size(), (vec![(0, 1000), (1, 1001)], 2));
+    h.core.handle_disconnected(h.now, r2);
+    assert_eq!(h.ranks_and_size(), (vec![(0, 1000), (1, 1001)], 2));
+}
+
+/// A registration with another width at the same epoch is still refused: only a newer
+/// process (after a resize) may change the width the daemon knows.
+#[test]
+fn given_another_width_at_the_same_epoch_then_registration_is_refused() {
+    let mut h = Harness::new();
+    h.rank_of(PROTOCOL_VERSION, 0, 2, 3, 1000);
+    let conn = h.connect(ClientKind::Rank);
+    let out = h.send(
+        conn,
+        ToDaemon::Register {
+            job: job("job-1"),
+            app: AppName::new("heat2d").unwrap(),
+            rank: Rank(2),
+            size: 3,
+            host: host("node-a"),
+            pid: 1002,
+            replacement: false,
+            reconfigurations: 3,
+        },
+    );
+    let (_, message) = error_of(&out, conn);
+    assert!(
+        message.contains("with 2 ranks (after 3 reconfigurations)"),
+        "{message}"
+    );
 }
