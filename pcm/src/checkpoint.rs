@@ -47,6 +47,8 @@ use serde::{Deserialize, Serialize};
 
 pub use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
 
+mod width;
+
 use crate::error::PcmError;
 use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::{Pcm, ProcessStatus};
@@ -434,6 +436,7 @@ fn put_piece(pcm: &Pcm, iteration: u64) -> Result<(Channel, Digest, u64), String
 /// failure is logged and the job carries on: a checkpoint is insurance, not a result.
 pub(crate) fn commit(pcm: &mut Pcm, iteration: u64) {
     let started = Instant::now();
+    width::mark_block_form(pcm);
     let put = put_piece(pcm, iteration);
     if let Err(reason) = &put {
         tracing::warn!(
@@ -551,11 +554,11 @@ struct Listing {
 }
 
 /// What this rank can restart from, as its pcmd reports it (rejected ones are logged).
-fn list(pcm: &Pcm) -> Result<Listing, String> {
+fn list(pcm: &Pcm, series: &Series, rank: Rank) -> Result<Listing, String> {
     let (mut reader, mut writer) = connect(pcm)?;
     let request = Request::List {
-        series: series(pcm),
-        rank: Rank(pcm.rank),
+        series: series.clone(),
+        rank,
     };
     write_frame(&mut writer, &request)
         .and_then(|()| writer.flush())
@@ -568,7 +571,7 @@ fn list(pcm: &Pcm) -> Result<Listing, String> {
         } => {
             for r in rejected {
                 tracing::warn!(
-                    "rank {}: checkpoint at iteration {} is not usable: {}",
+                    "rank {}: checkpoint at iteration {} is not usable ({series}): {}",
                     pcm.rank,
                     r.iteration,
                     r.reason
@@ -585,11 +588,16 @@ fn list(pcm: &Pcm) -> Result<Listing, String> {
 
 /// Fetches and checks this rank's piece of `available`, returning the entries.
 /// Returns the piece's stored state and the job's reconfiguration count when it was written.
-fn fetch(pcm: &Pcm, available: &Available) -> Result<(Store, u64), String> {
+fn fetch(
+    pcm: &Pcm,
+    series: &Series,
+    rank: Rank,
+    available: &Available,
+) -> Result<(Store, u64), String> {
     let piece = PieceId {
-        series: series(pcm),
+        series: series.clone(),
         iteration: available.iteration,
-        rank: Rank(pcm.rank),
+        rank,
     };
     let (mut reader, mut writer) = connect(pcm)?;
     write_frame(
@@ -658,9 +666,8 @@ fn fetch(pcm: &Pcm, available: &Available) -> Result<(Store, u64), String> {
 
 /// Why resuming the newest checkpoint in `listing` would not compute what this run asks for,
 /// if it would not.
-fn refusal(pcm: &Pcm, listing: &Listing) -> Option<String> {
+fn refusal(pcm: &Pcm, listing: &Listing, series: &Series) -> Option<String> {
     let newest = listing.available.first()?;
-    let series = series(pcm);
     let how = format!(
         "run it without {RESTART_ENV} to start from the beginning, give this job its own \
          {JOB_NAME_ENV}, or set {RESTART_ENV}=force to resume that checkpoint anyway"
@@ -689,7 +696,7 @@ fn refusal(pcm: &Pcm, listing: &Listing) -> Option<String> {
 /// or of a job that finished unless `mode` is `Force`; leaves the process fresh when there
 /// is none, unless `mode` is `Require`.
 pub(crate) fn restore(pcm: &mut Pcm, mode: Restart) -> Result<(), PcmError> {
-    let listing = match list(pcm) {
+    let listing = match list(pcm, &series(pcm), Rank(pcm.rank)) {
         Ok(l) => l,
         Err(reason) => {
             tracing::warn!("rank {}: cannot look for checkpoints: {reason}", pcm.rank);
@@ -702,7 +709,7 @@ pub(crate) fn restore(pcm: &mut Pcm, mode: Restart) -> Result<(), PcmError> {
     let refused = if mode == Restart::Force {
         None
     } else {
-        refusal(pcm, &listing)
+        refusal(pcm, &listing, &series(pcm))
     };
     let mut any_refused = 0u64;
     pcm.world.all_reduce_into(
@@ -725,6 +732,23 @@ pub(crate) fn restore(pcm: &mut Pcm, mode: Restart) -> Result<(), PcmError> {
                     pcm.job.identity
                 );
             }
+        }
+    }
+    // No rank has a checkpoint at this width: a malleable job's taken at another width may
+    // be spread over this one.
+    let mut anywhere = 0u64;
+    pcm.world.all_reduce_into(
+        &u64::from(!listing.available.is_empty()),
+        &mut anywhere,
+        SystemOperation::max(),
+    );
+    if anywhere == 0 {
+        if let Some((iteration, reconfigurations, store)) =
+            width::restore(pcm, mode == Restart::Force)?
+        {
+            install(pcm, store, iteration, false);
+            pcm.job.migrations = reconfigurations;
+            return Ok(());
         }
     }
     let offered = listing.available;
@@ -759,7 +783,7 @@ pub(crate) fn restore(pcm: &mut Pcm, mode: Restart) -> Result<(), PcmError> {
                 .ok_or(PcmError::internal(
                     "agreed checkpoint missing from the offer",
                 ))?;
-        let loaded = fetch(pcm, chosen);
+        let loaded = fetch(pcm, &series(pcm), Rank(pcm.rank), chosen);
         if let Err(reason) = &loaded {
             tracing::warn!("rank {}: cannot load checkpoint: {reason}", pcm.rank);
         }
@@ -811,6 +835,12 @@ fn nothing_to_resume(pcm: &Pcm, mode: Restart, why: &str) -> Result<(), PcmError
 
 fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
     let now = Instant::now();
+    // A block-form checkpoint loads as after a resize, and names the job's arrays (which
+    // the application's own declarations must then match).
+    if let Some(blocks) = width::block_form(&store) {
+        pcm.job.blocks = blocks;
+        pcm.resizing = true;
+    }
     pcm.store = store;
     pcm.origin = ProcessStatus::Restarted { iteration };
     pcm.job.iteration = iteration;

@@ -266,7 +266,7 @@ impl Status {
 /// ```
 pub trait State: Sized {
     /// Stores everything a replacement needs to go on, with [`Pcm::store`] and
-    /// [`Pcm::store_array`] (it must not use the names PCM keeps for itself: none so far).
+    /// [`Pcm::store_array`] (it must not use the names PCM keeps for itself: `pcm.blocks`).
     fn store(&self, pcm: &mut Pcm) -> Result<(), PcmError>;
 
     /// Rebuilds the state from what [`State::store`] stored, with [`Pcm::load`] and
@@ -931,9 +931,13 @@ impl Pcm {
     /// the declared arrays ([`Pcm::store_block`], then [`Pcm::take_array`] of this rank's new
     /// rows) and replicated values. True from the status call that returned
     /// [`Status::Resize`] until the next status call, and in a process of the new world while
-    /// it loads; a [`State`] checks it in `store` and `load`.
+    /// it loads; also for the checkpoints of a job that declared arrays
+    /// ([`Status::Checkpoint`]) and when such a checkpoint is loaded at a restart, whatever
+    /// the width it was taken at. A [`State`] checks it in `store` and `load`.
     pub fn resizing(&self) -> bool {
-        self.resizing
+        // A malleable job's checkpoints are in the same form, so that a restart can
+        // spread them over another width.
+        self.resizing || (self.checkpoints.pending.is_some() && !self.job.blocks.is_empty())
     }
 
     /// Resizes the job has completed since it first started.

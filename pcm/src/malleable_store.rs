@@ -48,6 +48,15 @@ pub(crate) fn stored_block_problem(
     })
 }
 
+/// Where the old state of a redistribution is: the pieces this process holds (old rank and
+/// its stored entries), and the process of the communicator holding each old rank's piece.
+pub(crate) struct Sources<'a> {
+    /// Old ranks whose pieces this process holds, with their entries.
+    pub(crate) held: Vec<(u32, &'a Store)>,
+    /// The communicator rank holding old rank `p`'s piece.
+    pub(crate) holder: &'a dyn Fn(u32) -> u32,
+}
+
 /// Carries out the state transfer of a resize on one process of `comm` (the merged
 /// communicator, or the old world in a pure shrink): the parents are its ranks `0..old`
 /// (each with its `store`), and the process taking new rank `k` is `order[k]`. Returns the
@@ -61,11 +70,30 @@ pub(crate) fn redistribute(
     order: &[Merged],
 ) -> Result<(Option<Store>, u64), PcmError> {
     let me = comm.rank() as u32;
-    let old_rank = (me < old).then_some(me);
+    let parent = |p: u32| p;
+    let sources = Sources {
+        held: (me < old).then_some((me, store)).into_iter().collect(),
+        holder: &parent,
+    };
+    redistribute_from(comm, &sources, blocks, old, order)
+}
+
+/// [`redistribute`] from pieces held anywhere (`sources`): a restart from a checkpoint
+/// taken at another width uses it with the pieces each rank fetched. The holder of old
+/// rank 0's piece must be rank 0 of `comm`: it sends the replicated entries.
+pub(crate) fn redistribute_from(
+    comm: &SimpleCommunicator,
+    sources: &Sources<'_>,
+    blocks: &Blocks,
+    old: u32,
+    order: &[Merged],
+) -> Result<(Option<Store>, u64), PcmError> {
+    let me = comm.rank() as u32;
     let new = order.len() as u32;
     let new_rank = order.iter().position(|&m| m == me).map(|k| k as u32);
+    let held = |p: u32| sources.held.iter().find(|(q, _)| *q == p).map(|(_, s)| *s);
     let mut out = new_rank.map(|_| Store::default());
-    for (name, entry) in replicate(comm, store, blocks)? {
+    for (name, entry) in replicate(comm, held(0), blocks)? {
         if let Some(out) = &mut out {
             out.insert_entry(name, entry);
         }
@@ -75,39 +103,39 @@ pub(crate) fn redistribute(
         let tag = ROWS_TAG + index as i32;
         let row_bytes = decl.row_bytes() as usize;
         let all = pieces(decl.rows, old, new);
-        let held = old_rank.map(|r| block_rows(decl.rows, r, old));
-        let source: &[u8] = match old_rank {
-            Some(_) => store
-                .entry(name)
+        // The bytes of global rows `rows` in old rank `p`'s stored block, held here.
+        let held_bytes = |p: u32, rows: &std::ops::Range<u64>| -> Result<&[u8], PcmError> {
+            let bytes = held(p)
+                .and_then(|s| s.entry(name))
                 .map(|e| e.data.bytes())
-                .ok_or(PcmError::internal("a declared array was not stored"))?,
-            None => &[],
-        };
-        // The bytes of global rows `rows` in this parent's stored block.
-        let held_bytes = |rows: &std::ops::Range<u64>| -> &[u8] {
-            let first = held.as_ref().map_or(0, |h| h.start);
-            &source
-                [(rows.start - first) as usize * row_bytes..(rows.end - first) as usize * row_bytes]
+                .ok_or(PcmError::internal("a declared array was not stored"))?;
+            let first = block_rows(decl.rows, p, old).start;
+            bytes
+                .get(
+                    (rows.start - first) as usize * row_bytes
+                        ..(rows.end - first) as usize * row_bytes,
+                )
+                .ok_or(PcmError::internal("stored rows shorter than their block"))
         };
         let mut blob = new_rank.map(|k| {
             let rows = block_rows(decl.rows, k, new);
             Blob::zeroed((rows.end - rows.start) as usize * row_bytes)
         });
-        mpi::request::scope(|scope| {
+        mpi::request::scope(|scope| -> Result<(), PcmError> {
             let mut sends = Vec::new();
             let mut receives = Vec::new();
-            if let Some(r) = old_rank {
-                for piece in all.iter().filter(|p| p.from == r) {
-                    let to = order[piece.to as usize];
-                    if to == me {
-                        continue; // copied below
-                    }
-                    let bytes = held_bytes(&piece.rows);
-                    sent += bytes.len() as u64;
-                    let process = comm.process_at_rank(to as i32);
-                    for chunk in bytes.chunks(CHUNK_BYTES) {
-                        sends.push(process.immediate_send_with_tag(scope, chunk, tag));
-                    }
+            // Both sides post the pieces between two processes in the same order (that of
+            // `all`), so that equal tags cannot mix them up.
+            for piece in all.iter().filter(|p| held(p.from).is_some()) {
+                let to = order[piece.to as usize];
+                if to == me {
+                    continue; // copied below
+                }
+                let bytes = held_bytes(piece.from, &piece.rows)?;
+                sent += bytes.len() as u64;
+                let process = comm.process_at_rank(to as i32);
+                for chunk in bytes.chunks(CHUNK_BYTES) {
+                    sends.push(process.immediate_send_with_tag(scope, chunk, tag));
                 }
             }
             if let (Some(k), Some(blob)) = (new_rank, blob.as_mut()) {
@@ -116,11 +144,11 @@ pub(crate) fn redistribute(
                     let len = (piece.rows.end - piece.rows.start) as usize * row_bytes;
                     let (here, tail) = std::mem::take(&mut rest).split_at_mut(len);
                     rest = tail;
-                    if old_rank == Some(piece.from) {
-                        here.copy_from_slice(held_bytes(&piece.rows));
+                    if held(piece.from).is_some() {
+                        here.copy_from_slice(held_bytes(piece.from, &piece.rows)?);
                         continue;
                     }
-                    let process = comm.process_at_rank(piece.from as i32);
+                    let process = comm.process_at_rank((sources.holder)(piece.from) as i32);
                     for chunk in here.chunks_mut(CHUNK_BYTES) {
                         receives.push(process.immediate_receive_into_with_tag(scope, chunk, tag));
                     }
@@ -132,7 +160,8 @@ pub(crate) fn redistribute(
             for request in receives {
                 request.wait();
             }
-        });
+            Ok(())
+        })?;
         if let (Some(out), Some(blob)) = (&mut out, blob) {
             out.insert_entry(
                 name.clone(),
@@ -151,13 +180,14 @@ pub(crate) fn redistribute(
 /// (rank 0 included, from its own broadcast). Collective over `comm`.
 fn replicate(
     comm: &SimpleCommunicator,
-    store: &Store,
+    store: Option<&Store>,
     blocks: &Blocks,
 ) -> Result<Vec<(String, Entry)>, PcmError> {
     let root = comm.rank() == 0;
     let replicated = || {
         store
-            .named_entries()
+            .into_iter()
+            .flat_map(Store::named_entries)
             .filter(|(name, _)| !blocks.contains_key(*name))
     };
     let headers = root.then(|| {

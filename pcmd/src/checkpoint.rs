@@ -615,6 +615,7 @@ fn name(request: &Request) -> &'static str {
         Request::Put { .. } => "Put",
         Request::Commit { .. } => "Commit",
         Request::List { .. } => "List",
+        Request::Widths { .. } => "Widths",
         Request::Get { .. } => "Get",
         Request::GetManifest { .. } => "GetManifest",
         Request::Finish { .. } => "Finish",
@@ -773,6 +774,10 @@ fn serve_requests(
                     },
                 )?,
             },
+            Request::Widths { app, name } => {
+                let sizes = store.widths(&app, name.as_ref());
+                reply(writer, &Response::Widths { sizes })?;
+            }
             Request::GetManifest { series, iteration } => {
                 match store.manifest(&series, iteration) {
                     Ok(m) => reply(writer, &Response::Manifest(m))?,

@@ -222,6 +222,74 @@ fn given_a_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
     );
 }
 
+/// A malleable job (heat2d) checkpointed with 4 ranks and killed restarts with 2 ranks, and
+/// again with 3: each rank of the restart takes its rows of the grid from the 4 pieces
+/// (docs/malleability.md), and both end with the plain checksum. The restart at 2 takes no
+/// checkpoints of its own, so that the one at 3 finds the 4-rank checkpoint again.
+#[test]
+fn given_a_checkpoint_at_4_ranks_when_killed_then_restarts_at_2_and_3_end_with_the_plain_checksum()
+{
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    let wide = MpiJob::new(4, "heat2d", ARGS)
+        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_CHECKPOINT_INTERVAL", INTERVAL);
+    run_and_kill(wide, &node, dir.path(), || {
+        !complete_checkpoints(&node.store, "heat2d-4r").is_empty()
+    });
+    let newest = *complete_checkpoints(&node.store, "heat2d-4r")
+        .last()
+        .unwrap();
+    for ranks in [2, 3] {
+        let narrower =
+            MpiJob::new(ranks, "heat2d", ARGS).env("PCM_DAEMON", node.socket.display().to_string());
+        let (checksum, iteration, stderr) = restart_as(narrower, "1");
+        assert_eq!(
+            checksum, reference,
+            "restart at {ranks} ranks changed the result\n{stderr}"
+        );
+        assert_eq!(iteration, newest, "restart at {ranks} ranks\n{stderr}");
+        assert!(
+            stderr.contains(&format!("restarting with {ranks} ranks from the checkpoint at iteration {newest} taken with 4 ranks")),
+            "{stderr}"
+        );
+    }
+    assert!(
+        complete_checkpoints(&node.store, "heat2d-2r").is_empty(),
+        "the restart at 2 ranks wrote checkpoints"
+    );
+}
+
+/// A job that is not malleable (the CG example) checkpointed with 2 ranks finds nothing to
+/// resume with 3, and says why; it starts from the beginning, or with `require` fails.
+#[test]
+fn given_a_checkpoint_of_a_job_that_is_not_malleable_then_a_restart_at_another_width_says_why() {
+    let _lock = mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    let args = &["400", "4000"];
+    let cg = |ranks: usize| {
+        MpiJob::new(ranks, "cg", args).env("PCM_DAEMON", node.socket.display().to_string())
+    };
+    let finished = cg(2).env("PCM_CHECKPOINT_INTERVAL", "0.05").run(DEADLINE);
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert!(
+        !complete_checkpoints(&node.store, "cg-2r").is_empty(),
+        "cg took no checkpoint: {}",
+        finished.stderr
+    );
+    let finished = cg(3).env("PCM_RESTART", "force").run(DEADLINE);
+    assert!(
+        finished.stderr.contains("was not taken in block form")
+            && finished.stderr.contains("restart with 2 ranks"),
+        "{}",
+        finished.stderr
+    );
+    assert_eq!(finished.report().ranks, 3);
+}
+
 /// heat2d with checkpoints every 0.1 s on `node`, with `args` and `PCM_RESTART=restart`
 /// (unset if `None`), run to its end.
 fn run_with(node: &Node, args: &[&str], restart: Option<&str>) -> mpi_ios_tests::Finished {

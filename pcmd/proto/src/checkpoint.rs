@@ -166,6 +166,15 @@ pub fn series_dir_name(app: &str, size: u32, name: Option<&str>) -> String {
 /// which the lock then does not keep apart.
 pub const LOCKED_SERIES_ENV: &str = "PCMRUN_SERIES";
 
+/// The width of a series directory named `dir` if it is one of application `app` with job
+/// name `name` ([`series_dir_name`]).
+pub fn series_width(dir: &str, app: &str, name: Option<&str>) -> Option<u32> {
+    let rest = dir.strip_prefix(app)?.strip_prefix('-')?;
+    let (size, _) = rest.split_once('r')?;
+    let size: u32 = size.parse().ok().filter(|&s| s > 0)?;
+    (series_dir_name(app, size, name) == dir).then_some(size)
+}
+
 impl Series {
     /// Its directory name ([`series_dir_name`]).
     pub fn dir_name(&self) -> String {
@@ -483,6 +492,17 @@ pub enum Request {
         /// The rank.
         rank: Rank,
     },
+    /// The widths (rank counts) of the series of application `app` with job name `name`
+    /// this pcmd holds checkpoint directories of (answered by [`Response::Widths`]): a
+    /// malleable job restarting with another number of ranks looks for its checkpoints there
+    /// (docs/malleability.md).
+    Widths {
+        /// The application name given to `Pcm::init`.
+        app: AppName,
+        /// The job name, as in [`Series::name`].
+        #[serde(default)]
+        name: Option<AppName>,
+    },
     /// Send a piece (answered by [`Response::Piece`] and its bytes).
     Get {
         /// Which piece.
@@ -536,6 +556,11 @@ pub enum Response {
     },
     /// Answer to `Finish`: the mark is on disk.
     Marked,
+    /// Answer to `Widths`: the rank counts, ascending.
+    Widths {
+        /// Rank counts of the series found.
+        sizes: Vec<u32>,
+    },
     /// A piece follows: exactly `len` raw bytes.
     Piece {
         /// Bytes that follow.
@@ -674,6 +699,24 @@ pub fn copy_hashed(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn given_series_directories_then_their_widths_are_read_back_for_one_app_and_name() {
+        assert_eq!(series_width("heat2d-4r", "heat2d", None), Some(4));
+        assert_eq!(
+            series_width("heat2d-12r-run1", "heat2d", Some("run1")),
+            Some(12)
+        );
+        assert_eq!(series_width("heat2d-12r-run1", "heat2d", None), None);
+        assert_eq!(series_width("heat2d-4r", "heat2d", Some("run1")), None);
+        assert_eq!(series_width("heat2d-xr", "heat2d", None), None);
+        assert_eq!(series_width("heat2d-0r", "heat2d", None), None);
+        assert_eq!(series_width("cg-2r", "heat2d", None), None);
+        assert_eq!(
+            series_width("heat2d-2r-a-3r", "heat2d", Some("a-3r")),
+            Some(2)
+        );
+    }
 
     fn series() -> Series {
         Series {

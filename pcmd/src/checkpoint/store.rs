@@ -44,7 +44,7 @@ use std::time::{Duration, SystemTime};
 use pcm_proto::checkpoint::{
     copy_hashed, Available, Digest, Error, Finished, Hasher, Manifest, PieceId, Rejected, Series,
 };
-use pcm_proto::{HostName, JobId, Rank};
+use pcm_proto::{AppName, HostName, JobId, Rank};
 
 /// Complete checkpoints kept per series: the newest and the one before it.
 pub const KEEP: usize = 2;
@@ -580,6 +580,25 @@ impl Store {
                 None
             }
         }
+    }
+
+    /// The widths of the series of application `app` and job name `name` kept here,
+    /// ascending.
+    pub fn widths(&self, app: &AppName, name: Option<&AppName>) -> Vec<u32> {
+        let mut sizes: Vec<u32> = fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                pcm_proto::checkpoint::series_width(
+                    e.file_name().to_str()?,
+                    app.as_str(),
+                    name.map(AppName::as_str),
+                )
+            })
+            .collect();
+        sizes.sort_unstable();
+        sizes
     }
 
     /// Iterations with a directory in the series, newest first.
