@@ -789,4 +789,65 @@ mod tests {
         assert!(!sent);
         assert!(started.elapsed() < Duration::from_secs(3));
     }
+
+    /// A request with a resize keeps it until a status check takes it up.
+    #[test]
+    fn given_a_request_with_a_resize_then_taking_it_gives_the_resize() {
+        let shared = Shared::default();
+        let resize = Resize {
+            ranks: 3,
+            hosts: Vec::new(),
+        };
+        let message = FromDaemon::ReconfigurationRequested {
+            request: RequestId(8),
+            moves: Vec::new(),
+            epoch: 2,
+            resize: Some(resize.clone()),
+        };
+        assert_eq!(handle(message, &shared), None);
+        assert_eq!(
+            take(&shared, RequestId(8)),
+            Take::Held {
+                moves: Vec::new(),
+                epoch: 2,
+                resize: Some(resize),
+            }
+        );
+    }
+
+    /// After a resize the link tells pcmd the new number and width, and would register
+    /// with them (and the new epoch) if it reconnected.
+    #[test]
+    fn given_a_renumbered_rank_then_its_registration_follows() {
+        let path = std::env::temp_dir().join(format!(
+            "pcm-renumber-test-none-{}/pcmd.sock",
+            std::process::id()
+        ));
+        let registration = ToDaemon::Register {
+            job: JobId::new("job-1").unwrap(),
+            app: AppName::new("test").unwrap(),
+            rank: Rank(2),
+            size: 3,
+            host: HostName::new("node-a").unwrap(),
+            pid: 1,
+            replacement: false,
+            reconfigurations: 4,
+        };
+        let link = DaemonLink::start(path, registration);
+        link.renumber(1, 2, 5);
+        let registered = link.shared.registration.lock().unwrap().clone();
+        assert!(
+            matches!(
+                registered,
+                Some(ToDaemon::Register {
+                    rank: Rank(1),
+                    size: 2,
+                    reconfigurations: 5,
+                    ..
+                })
+            ),
+            "{registered:?}"
+        );
+        assert_eq!(link.shared.reconfigurations.load(Ordering::Relaxed), 5);
+    }
 }

@@ -806,6 +806,47 @@ mod tests {
         reader.finish().unwrap();
     }
 
+    /// A version-2 request (no `resize` field) decodes with none; and a version-2 reader of
+    /// a request with a resize would drop it without a word, which is why resizes need
+    /// version 3 on both ends (see [`PROTOCOL_VERSION`]).
+    #[test]
+    fn given_a_request_without_a_resize_field_then_it_has_none_and_an_old_reader_drops_it() {
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        enum V2 {
+            ReconfigurationRequested {
+                request: RequestId,
+                moves: Vec<Move>,
+                epoch: u64,
+            },
+        }
+        let old = V2::ReconfigurationRequested {
+            request: RequestId(5),
+            moves: Vec::new(),
+            epoch: 1,
+        };
+        let frame = encode(&old);
+        assert_eq!(
+            decode::<FromDaemon>(&frame[4..]).unwrap(),
+            FromDaemon::ReconfigurationRequested {
+                request: RequestId(5),
+                moves: Vec::new(),
+                epoch: 1,
+                resize: None,
+            }
+        );
+        let new = FromDaemon::ReconfigurationRequested {
+            request: RequestId(5),
+            moves: Vec::new(),
+            epoch: 1,
+            resize: Some(Resize {
+                ranks: 3,
+                hosts: Vec::new(),
+            }),
+        };
+        let frame = encode(&new);
+        assert_eq!(decode::<V2>(&frame[4..]).unwrap(), old);
+    }
+
     #[test]
     fn given_oversized_prefix_then_too_long_without_waiting_for_body() {
         let mut reader = FrameReader::new();
