@@ -11,6 +11,7 @@ mod figs;
 mod migration;
 mod overhead;
 mod profiling;
+mod resize;
 
 use clap::{Parser, Subcommand};
 
@@ -19,7 +20,7 @@ use clap::{Parser, Subcommand};
 /// Every run goes through the launcher of the MPI runtime the binaries were built for
 /// (MPICH's hydra `mpiexec` by default, Open MPI's `mpirun` with the project's settings),
 /// with a deadline; on timeout the whole process group is killed. The MPI programs (heat2d,
-/// heat2d-plain, pcmd, pcm-state, mpi-pingpong) are taken from the directory of this
+/// heat2d-plain, pcmd, pcm-state, pcm-resize, mpi-pingpong) are taken from the directory of this
 /// executable: build them first with `cargo build --release --bins`.
 ///
 /// The machine has few cores, shared with other work: results are noisy. Run one benchmark
@@ -58,6 +59,22 @@ enum Command {
     /// `mpi-pingpong` (one plain MPI send of the same size between two ranks over TCP
     /// loopback, the transport a spawned process reaches its parents by in Open MPI 4).
     Migration(migration::MigrationArgs),
+    /// Cost of growing and shrinking a malleable job (docs/malleability.md), by phase, beside
+    /// a plain spawn and a migration.
+    ///
+    /// Runs `pcm-resize` (one distributed array of each `--sizes` MiB in total, declared with
+    /// `Pcm::declare_block`) on 2 ranks through 2 -> 3 -> 2 -> 4 -> 2 (`PCM_SCHEDULE`, every
+    /// `--spacing` iterations); beside it, in each round and in a rotating order, a plain
+    /// `MPI_Comm_spawn_multiple` of 1 and of 2 processes from 2 (`pcm-resize --plain-spawn`,
+    /// no PCM) and a migration of rank 1 of the same job at width 2. Phase times (spawn,
+    /// merge+split, redistribution = PCM's state transfer) come from PCM's typed events
+    /// (`PCM_EVENTS`); every resize must move exactly the rows that change owner under the
+    /// block rule, and every process checks every element of its rows after each
+    /// reconfiguration. The table gives medians over `--rounds` rounds, the ratios to the plain
+    /// spawn and to the migration's transfer rate, and the target for growing by one:
+    /// spawn + merge+split + redistribution <= 1.25 x plain spawn + the bytes moved at half the
+    /// migration's transfer rate.
+    Resize(resize::ResizeArgs),
     /// The main job: heat2d on emulated nodes (network namespaces with CPU caps) with IOS
     /// agents; a CPU hog starts on one node, an idle node joins, and the agents move the
     /// slowed rank by themselves. Compared with static MPI under the same load and with the
@@ -145,6 +162,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Overhead(args) => overhead::run(args),
         Command::Migration(args) => migration::run(args),
+        Command::Resize(args) => resize::run(args),
         Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
         Command::Agents(args) => mpi_ios_bench::agents::run(args),
         Command::Profiling(args) => profiling::run(args),

@@ -146,7 +146,11 @@ fn migration_run(
                 stats.load_ms.push(load_us as f64 / 1e3);
             }
             BenchLine::Done { .. } => done += 1,
-            BenchLine::ReconfigurationFailed { .. } | BenchLine::Pingpong { .. } => {}
+            BenchLine::ReconfigurationFailed { .. }
+            | BenchLine::Pingpong { .. }
+            | BenchLine::RowsChecked { .. }
+            | BenchLine::ResizeDone { .. }
+            | BenchLine::Spawned { .. } => {}
         }
     }
     ensure!(

@@ -1,16 +1,12 @@
 //! The MPI programs the benchmarks (`mpi-ios-bench`) and the shared-array tests run:
 //! `pcm-state` (a PCM application that carries a large state, to time migrations),
-//! `mpi-pingpong` and `mpi-calls`. They link an MPI library, so they are built once per
-//! runtime; this crate keeps them apart from the benchmarks, whose dependencies (plots,
-//! the simulator) need no second build.
-//!
-//! The library is what `pcm-state` and `mpi-pingpong` print on stdout: one JSON object a
-//! line, typed, written and read through [`BenchLine`] so that the benchmark reads exactly
-//! what the programs meant, never a guess at their words.
+//! `pcm-resize` (a malleable one, to time resizes), `mpi-pingpong` and `mpi-calls`. They link
+//! an MPI library, so they are built once per runtime; this crate keeps them apart from the
+//! benchmarks, whose dependencies (plots, the simulator) need no second build.
 
 use serde::{Deserialize, Serialize};
 
-/// One line of `pcm-state` or `mpi-pingpong`.
+/// One line of `pcm-state`, `pcm-resize` or `mpi-pingpong`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum BenchLine {
@@ -74,6 +70,44 @@ pub enum BenchLine {
         state_bytes_per_rank: u64,
         /// Wall time, seconds.
         seconds: f64,
+    },
+    /// pcm-resize: a process of the world checked its rows of the distributed array after a
+    /// reconfiguration (or at the end): every element held its expected value.
+    RowsChecked {
+        /// Its rank in the world it checked in.
+        rank: u32,
+        /// Width of that world.
+        size: u32,
+        /// First global row it holds.
+        first_row: u64,
+        /// Rows it holds.
+        rows: u64,
+        /// Iteration of the reconfiguration (the run's iterations for the final check).
+        iteration: u64,
+    },
+    /// pcm-resize, rank 0: the run ended.
+    ResizeDone {
+        /// Iterations run.
+        iterations: u64,
+        /// Resizes the job completed.
+        resizes: u64,
+        /// Width at the end.
+        ranks: u32,
+        /// Global rows of the distributed array.
+        rows: u64,
+        /// Elements (`f64`) per row.
+        row_len: u64,
+    },
+    /// pcm-resize --plain-spawn, rank 0: one plain `MPI_Comm_spawn_multiple` of `processes`
+    /// processes from a world of `parents` (the slowest parent's time).
+    Spawned {
+        /// Width of the spawning world.
+        parents: u32,
+        /// Processes spawned.
+        processes: u32,
+        /// From a barrier to the spawn's return and an agreement on its success,
+        /// microseconds.
+        spawn_us: u64,
     },
     /// mpi-pingpong: one round trip of `bytes` and a one-byte answer.
     Pingpong {
