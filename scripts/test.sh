@@ -49,7 +49,7 @@ esac
 # launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration and the move of every rank (the others passed on Open
 # MPI 4 by hand, results.md).
-other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions shm resize resize_c resize_hosts)
+other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions shm resize resize_c resize_hosts resize_daemon)
 other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
     given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job
