@@ -190,10 +190,10 @@ redistributed over the new width; its result is the one of a run at one width.
 
 The request goes to every rank of the job on this node, like `pcmd migrate`'s: the same \
 deadline (pcmd serve --request-timeout), one request in flight per job, and a request made \
-before another reconfiguration that resized the job is refused as superseded. The job \
-refuses, with the reason, a width of 0, outside the limits it declared or against its rule, \
-any resize of a job not declared malleable, and a shrink that cannot give back the hosts \
-named; it then runs on unchanged. Exit status 0 when the job resized (or, with --no-wait, \
+before another reconfiguration that resized the job is refused as superseded. pcmd refuses \
+a width of 0 at once; the job refuses, with the reason, a width outside the limits it \
+declared or against its rule, any resize of a job not declared malleable, and a shrink that \
+cannot give back the hosts named, and runs on unchanged. Exit status 0 when the job resized (or, with --no-wait, \
 when the request was accepted), 1 otherwise.
 
 Examples:
@@ -634,6 +634,40 @@ mod tests {
             .contains("3 --rank and 2 --to"));
         let m = migrate_args(&["migrate", "--rank", "1"]);
         assert_eq!(m.moves().unwrap()[0].to, None);
+    }
+
+    #[test]
+    fn given_resize_flags_then_the_resize_names_the_width_and_hosts() {
+        let Command::Resize(r) =
+            parse(&["resize", "--ranks", "3", "--to", "b", "--to", "c"]).command
+        else {
+            panic!("not a resize");
+        };
+        let resize = r.resize();
+        assert_eq!(resize.ranks, 3);
+        assert_eq!(resize.hosts.len(), 2);
+        assert!(!r.no_wait);
+        assert!(Cli::try_parse_from(["pcmd", "resize"]).is_err());
+        assert!(Cli::try_parse_from(["pcmd", "resize", "--ranks", "-1"]).is_err());
+        assert!(
+            Cli::try_parse_from(["pcmd", "resize", "--ranks", "2", "--wait", "--no-wait"]).is_err()
+        );
+        let text = format_outcome_of(
+            "resize",
+            RequestId(4),
+            &Outcome::Superseded {
+                by: Some(RequestId(9)),
+                moves: Vec::new(),
+                resize: Some(Resize {
+                    ranks: 2,
+                    hosts: Vec::new(),
+                }),
+            },
+        );
+        assert!(
+            text.starts_with("resize #4 not carried out: request #9 (resize to 2 ranks) ran first and resized the job"),
+            "{text}"
+        );
     }
 
     #[test]
