@@ -44,7 +44,8 @@ esac
 # CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README). Of pcmrun's
 # tests, those where the runtime matters run on both (its launch settings and hostfile, a
 # rank lost, a host lost, a host left by its ranks then lost, pcmrun killed on several
-# hosts, a replacement lost while starting); the others test pcmrun's own
+# hosts, a replacement lost while starting, a malleable job relaunched narrower); the others
+# test pcmrun's own
 # decisions, the same on either runtime, and pool_pcmrun is MPICH's only (an Open MPI 4
 # launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration and the move of every rank (the others passed on Open
@@ -62,6 +63,7 @@ other_runtime_pcmrun_tests=(
     given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum
     given_rank_1_moved_off_node_b_then_powering_node_b_off_does_not_stop_the_job
     given_pcmrun_killed_on_several_hosts_then_nothing_of_the_job_is_left_on_them
+    given_a_host_powered_off_and_no_spare_then_a_malleable_job_is_relaunched_narrower
 )
 # "name path" of each of those test programs, as cargo built them above.
 mapfile -t test_programs < <(

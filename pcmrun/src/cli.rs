@@ -143,6 +143,19 @@ pub struct Options {
     #[arg(long)]
     pub hosts_from_pool: bool,
 
+    /// The job is malleable (docs/malleability.md) and may run with as few as K ranks: when
+    /// a relaunch leaves hosts out and the hosts left have fewer slots (`host:N`, `slots=N`;
+    /// 1 per line without) than the job's ranks, it relaunches with as many ranks as
+    /// slots, never fewer than K, from the newest checkpoint (whose rows are spread over the
+    /// new width) instead of doubling ranks up. Needs checkpoints. A relaunch also keeps the
+    /// width the job had grown or shrunk to (`pcmd resize`, the agents), within the slots.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub np_min: Option<u32>,
+
+    /// With --np-min: the most ranks a relaunch uses (default: --np).
+    #[arg(long, value_name = "L", value_parser = clap::value_parser!(u32).range(1..))]
+    pub np_max: Option<u32>,
+
     /// Print the launch command and exit.
     #[arg(long)]
     pub dry_run: bool,
@@ -173,6 +186,8 @@ const VALUE_OPTIONS: &[&str] = &[
     "--progress",
     "--stall-timeout",
     "--report",
+    "--np-min",
+    "--np-max",
     "--events",
 ];
 
@@ -233,6 +248,21 @@ impl Options {
         seconds("--retry-delay", self.retry_delay, false)?;
         seconds("--progress", self.progress, true)?;
         seconds("--stall-timeout", self.stall_timeout, false)?;
+        match (self.np_min, self.np_max) {
+            (None, Some(max)) => {
+                return Err(format!("--np-max {max} without --np-min: say the least width too"))
+            }
+            (Some(min), _) if min > self.ranks => {
+                return Err(format!("--np-min {min} is above --np {}", self.ranks))
+            }
+            (Some(_), Some(max)) if max < self.ranks => {
+                return Err(format!("--np-max {max} is below --np {}", self.ranks))
+            }
+            (Some(_), _) if self.checkpoint_interval == 0.0 || self.daemon == "none" => {
+                return Err("--np-min relaunches narrower from a checkpoint: it needs checkpoints (not --checkpoint-interval 0 or --daemon none)".into())
+            }
+            _ => {}
+        }
         if self.restart && self.checkpoint_interval == 0.0 {
             return Err(
                 "--restart needs checkpoints: --checkpoint-interval 0 turns them off".into(),

@@ -31,6 +31,17 @@ pub struct HostLine {
     pub line: String,
 }
 
+impl HostLine {
+    /// The slots the line gives its host (1 if it gives none).
+    pub fn slots(&self) -> u32 {
+        let mut words = self.line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        let hydra = first.split_once(':').and_then(|(_, n)| n.parse().ok());
+        let open_mpi = words.find_map(|w| w.strip_prefix("slots=")?.parse().ok());
+        hydra.or(open_mpi).unwrap_or(1)
+    }
+}
+
 /// A hostfile's host lines, in order (comments and blank lines dropped).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hostfile {
@@ -127,6 +138,12 @@ impl Hostfile {
                 .cloned()
                 .collect(),
         }
+    }
+
+    /// The slots of all its lines: `host:N` (hydra) or `slots=N` (Open MPI), 1 for a line
+    /// that gives none. How many ranks the hosts take without doubling up.
+    pub fn slots(&self) -> u32 {
+        self.lines.iter().map(HostLine::slots).sum()
     }
 
     /// The file's text.
@@ -341,6 +358,9 @@ mod tests {
     #[test]
     fn given_lost_hosts_then_their_lines_go_and_the_others_stay_as_written() {
         let file = Hostfile::parse("a:1\nb:2\nc slots=3\n", Path::new("h")).unwrap();
+        assert_eq!(file.slots(), 6);
+        let file2 = Hostfile::parse("a\nb max_slots=4 slots=2\n", Path::new("h")).unwrap();
+        assert_eq!(file2.slots(), 3);
         assert_eq!(file.without(&[host("b")]).text(), "a:1\nc slots=3\n");
         assert_eq!(file.without(&[host("a"), host("b"), host("c")]).lines, []);
     }

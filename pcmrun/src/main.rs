@@ -278,7 +278,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         say("no pcmd (--daemon none): no checkpoints are taken, and a lost rank ends the job");
     }
     let daemon_env = daemon.env_value().to_owned();
-    let launch_for = |start: Start, hostfile: Option<&PathBuf>| -> Launch {
+    let launch_for = |start: Start, hostfile: Option<&PathBuf>, ranks: u32| -> Launch {
         let mut env = std::collections::BTreeMap::new();
         env.insert(EVENTS_ENV.to_owned(), "stderr".to_owned());
         if checkpoints {
@@ -328,7 +328,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         Launch {
             runtime,
             launcher: options.launcher.clone(),
-            ranks: options.ranks as usize,
+            ranks: ranks as usize,
             hostfile: hostfile.cloned(),
             env,
             options: options.launcher_args.clone(),
@@ -354,7 +354,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         let hostfile = hostfile.as_ref().map(|(path, _)| path);
         println!(
             "{}",
-            launch_for(supervisor.first_start(), hostfile).shell_line()
+            launch_for(supervisor.first_start(), hostfile, options.ranks).shell_line()
         );
         return Ok(0);
     }
@@ -374,8 +374,9 @@ fn run(options: &Options) -> anyhow::Result<i32> {
         (options.progress > 0.0).then(|| Duration::from_secs_f64(options.progress));
     let mut start = supervisor.first_start();
     let mut hosts = hostfile.clone();
+    let mut width = options.ranks;
     let (code, reason) = loop {
-        let launch = launch_for(start, hosts.as_ref().map(|(path, _)| path));
+        let launch = launch_for(start, hosts.as_ref().map(|(path, _)| path), width);
         supervisor.launching();
         let mut sink = Sink {
             supervisor: &mut supervisor,
@@ -448,6 +449,29 @@ fn run(options: &Options) -> anyhow::Result<i32> {
                         }
                     }
                 }
+                let next_width = relaunch_width(
+                    options,
+                    width,
+                    supervisor.resized_to(),
+                    hosts.as_ref().map(|(_, file)| file.slots()),
+                );
+                if next_width != width {
+                    say(&format!(
+                        "relaunched {}: {width} -> {next_width} ranks{}",
+                        if next_width < width {
+                            "narrower"
+                        } else {
+                            "wider"
+                        },
+                        match hosts.as_ref().map(|(_, file)| file.slots()) {
+                            Some(slots) if slots < width =>
+                                format!(" (the hosts left have {slots} slots)"),
+                            _ => String::new(),
+                        }
+                    ));
+                    supervisor.relaunch_width(next_width);
+                    width = next_width;
+                }
                 start = next;
             }
         }
@@ -483,6 +507,24 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     drop(daemon);
     drop(kept_hostfile_dir);
     Ok(code)
+}
+
+/// The width of a relaunch of a job last launched with `width` ranks: the same, unless the
+/// job is malleable (`--np-min`): then the width it was resized to if any (at most
+/// `--np-max`, default `--np`), and no more than the `slots` of the hosts left, never under
+/// `--np-min`.
+fn relaunch_width(
+    options: &Options,
+    width: u32,
+    resized_to: Option<u32>,
+    slots: Option<u32>,
+) -> u32 {
+    let Some(min) = options.np_min else {
+        return width;
+    };
+    let max = options.np_max.unwrap_or(options.ranks);
+    let wanted = resized_to.unwrap_or(width).min(max);
+    slots.map_or(wanted, |slots| wanted.min(slots)).max(min)
 }
 
 /// The hostfile `file` without its hosts that no longer answer through the launcher (or,

@@ -156,6 +156,10 @@ pub struct Recovery {
     /// Hosts of the agents' pool the relaunch used instead (`--hosts-from-pool`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hosts_added: Vec<HostName>,
+    /// The relaunch's width, when it differs from the failed launch's (`--np-min`: fewer
+    /// slots left; or the width the job had been resized to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<u32>,
 }
 
 /// The typed summary of a `pcmrun` (`--report FILE`).
@@ -171,6 +175,8 @@ pub struct Report {
     pub recoveries: Vec<Recovery>,
     /// Migrations seen (all launches).
     pub migrations: u64,
+    /// Resizes seen (all launches).
+    pub resizes: u64,
     /// Checkpoints committed (all launches).
     pub checkpoints: u64,
     /// The newest committed checkpoint's iteration.
@@ -238,6 +244,10 @@ pub struct Supervisor {
     named_by_launcher: Option<(HostName, u32)>,
     /// The host found lost, for which pcmrun stopped the current launch.
     host_lost: Option<HostName>,
+    /// The width the last resize of the current launch left the job at.
+    resized_to: Option<u32>,
+    /// Resizes seen (all launches).
+    resizes: u64,
 }
 
 impl Supervisor {
@@ -268,6 +278,8 @@ impl Supervisor {
             hosts_given_back: Vec::new(),
             named_by_launcher: None,
             host_lost: None,
+            resized_to: None,
+            resizes: 0,
         }
     }
 
@@ -296,6 +308,7 @@ impl Supervisor {
         self.aborting = None;
         self.named_by_launcher = None;
         self.host_lost = None;
+        self.resized_to = None;
         self.stalled = None;
         self.progress = None;
         self.previous_progress = None;
@@ -391,6 +404,8 @@ impl Supervisor {
                 ..
             } => {
                 self.progressed(iteration, now);
+                self.resizes += 1;
+                self.resized_to = Some(to);
                 self.placement = (0..).map(Rank).zip(hosts).collect();
                 Some(format!(
                     "iteration {iteration}: resized from {from} to {to} ranks"
@@ -627,6 +642,7 @@ impl Supervisor {
             seconds_to_resume: None,
             hosts_lost: Vec::new(),
             hosts_added: Vec::new(),
+            ranks: None,
         });
         self.failed_at = Some(now);
         self.launch_start = start;
@@ -678,6 +694,18 @@ impl Supervisor {
         if let Some(recovery) = self.recoveries.last_mut() {
             recovery.hosts_added.extend(hosts);
         }
+    }
+
+    /// Records that the relaunch runs with `ranks` ranks, another width than the last launch.
+    pub fn relaunch_width(&mut self, ranks: u32) {
+        if let Some(recovery) = self.recoveries.last_mut() {
+            recovery.ranks = Some(ranks);
+        }
+    }
+
+    /// The job's width at the end of the launch that just ended, if a resize changed it.
+    pub fn resized_to(&self) -> Option<u32> {
+        self.resized_to
     }
 
     /// How many ranks of the launch that just ended ran on `hosts` last (moves included).
@@ -840,6 +868,7 @@ impl Supervisor {
             launches: self.launches,
             recoveries: self.recoveries.clone(),
             migrations: self.migrations,
+            resizes: self.resizes,
             checkpoints: self.checkpoints,
             last_checkpoint: self.last_checkpoint,
             resumed_at_start: self.resumed_at_start,

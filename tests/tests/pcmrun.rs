@@ -944,6 +944,74 @@ fn lose_node_b(power_off: bool) {
     assert_nothing_left(&run, &finished);
 }
 
+/// A malleable job (heat2d) on three hosts and no spare, under `pcmrun --np-min 2`: after
+/// the first checkpoint node-c loses power. pcmrun relaunches the job narrower, 3 -> 2 ranks
+/// on node-a and node-b, from the newest checkpoint (whose rows are spread over the two
+/// ranks, docs/malleability.md) instead of doubling ranks up, says so, and the job ends with
+/// the plain checksum.
+#[test]
+fn given_a_host_powered_off_and_no_spare_then_a_malleable_job_is_relaunched_narrower() {
+    if let Err(why) = Cluster::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_lock();
+    let args = args_for(10.0);
+    let plain = plain_checksum(&args);
+    let cluster = Cluster::new(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let hostfile = cluster.hostfile_without_spares(&["node-a", "node-b", "node-c"]);
+    let mut options = cluster.pcmrun_args(&hostfile);
+    options.extend(
+        [
+            "--checkpoint-interval",
+            "0.5",
+            "--retry-delay",
+            "0.2",
+            "--np-min",
+            "2",
+        ]
+        .map(String::from),
+    );
+    let mut pcmrun = PcmrunCommand::new(dir.path(), 3);
+    pcmrun
+        .command()
+        .envs(cluster.pcmrun_env(&hostfile))
+        .args(["--progress", "1"])
+        .args(&options);
+    let mut run = Run {
+        job: pcmrun.start("heat2d", &args, dir.path(), "pcmrun"),
+    };
+    run.wait_for("a checkpoint", 1, |e| {
+        matches!(e, RunEvent::Checkpointed { .. })
+    });
+    cluster.power_off("node-c");
+    let finished = run.wait(DEADLINE);
+    let report = assert_recovered_once(&run, &finished, &plain);
+    assert_eq!(
+        report["recoveries"][0]["hosts_lost"],
+        serde_json::json!(["node-c"]),
+        "{report}"
+    );
+    assert_eq!(report["recoveries"][0]["ranks"], 2, "{report}");
+    assert!(
+        finished
+            .stderr
+            .contains("relaunched narrower: 3 -> 2 ranks (the hosts left have 2 slots)"),
+        "{}",
+        finished.stderr
+    );
+    let hosts = finished
+        .report()
+        .hosts
+        .expect("heat2d names the ranks' hosts");
+    assert_eq!(
+        hosts,
+        ["node-a", "node-b"],
+        "where the relaunched ranks ran"
+    );
+}
+
 /// The ranks registered with the pcmd at `socket`, as (rank, pid); `None` when none answers.
 fn registered_at(socket: &Path) -> Option<Vec<(u32, u32)>> {
     let status = pcm_proto::client::Client::connect(socket)
