@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use mpi_ios_bench::{append_markdown, load_average, median, try_program, MpiJob, Table};
+use mpi_ios_bench::{append_markdown, load_average, max, median, min, try_program, MpiJob, Table};
 use mpi_ios_bench_programs::BenchLine;
 use pcm_proto::run::{RunEvent, Stamped};
 use pcm_proto::PhaseTimings;
@@ -406,6 +406,7 @@ pub(crate) fn run(mut args: ResizeArgs) -> Result<()> {
         "spawn ms",
         "merge+split ms",
         "redistribution ms",
+        "redistribution ms (min - max)",
         "agree ms",
         "MB moved",
         "redistribution GB/s",
@@ -468,6 +469,10 @@ pub(crate) fn run(mut args: ResizeArgs) -> Result<()> {
                 format!("{:.1}", of(&|r| ms(t(r).spawn_us))),
                 format!("{:.1}", of(&|r| ms(t(r).merge_split_us))),
                 format!("{:.1}", of(&|r| ms(t(r).state_transfer_us))),
+                {
+                    let all: Vec<f64> = rounds.iter().map(|r| ms(t(r).state_transfer_us)).collect();
+                    format!("{:.1} - {:.1}", min(&all), max(&all))
+                },
                 format!("{:.1}", of(&|r| ms(t(r).agree_us))),
                 format!("{:.2}", t(&rounds[0]).state_bytes as f64 / 1e6),
                 format!(
