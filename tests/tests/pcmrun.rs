@@ -748,16 +748,31 @@ fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings()
 
 #[test]
 fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum() {
+    kill_a_spawned_process_and_expect_recovery(|at, host| format!("{at}:1@{host}"));
+}
+
+/// The same while a malleable job grows: the process added to make rank 2 dies in
+/// start-up, the job ends, and the relaunch (at the launch's width: the grow never
+/// completed) resumes from the checkpoint PCM took right before the resize.
+#[test]
+fn given_a_process_killed_while_the_job_grows_then_pcmrun_recovers_with_the_plain_checksum() {
+    kill_a_spawned_process_and_expect_recovery(|at, host| format!("{at}:size=3@{host}"));
+}
+
+/// Runs a 2-rank heat2d under pcmrun with the reconfiguration `schedule(at, host)` after
+/// about 2 s, kills the process it spawns while it starts, and expects one recovery from
+/// the checkpoint taken right before the reconfiguration, with the plain checksum.
+fn kill_a_spawned_process_and_expect_recovery(schedule: impl Fn(u64, &str) -> String) {
     let _lock = mpi_lock();
     let (args, rate) = sized_args(8.0);
     let plain = plain_checksum(&args);
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
-    // A move of rank 1 after about 2 s; no periodic checkpoint comes before the end, only
-    // the one PCM takes right before the move.
+    // After about 2 s; no periodic checkpoint comes before the end, only the one PCM takes
+    // right before the reconfiguration.
     let at = (rate * 2.0) as u64;
     let dir = tempfile::tempdir().unwrap();
     let env = [
-        ("PCM_SCHEDULE", format!("{at}:1@{host}")),
+        ("PCM_SCHEDULE", schedule(at, &host)),
         ("PCM_RECONFIGURE_TIMEOUT", "4".to_owned()),
     ];
     let mut run = start_with(
@@ -767,8 +782,8 @@ fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain
         &["--checkpoint-interval", "600", "--retry-delay", "0.2"],
         &env,
     );
-    // The replacement dies in start-up and the job ends; the relaunch resumes from the
-    // checkpoint taken when the move began, so nothing computed before it is lost.
+    // The spawned process dies in start-up and the job ends; the relaunch resumes from the
+    // checkpoint taken when the reconfiguration began, so nothing computed before it is lost.
     let (victim, _) = hit_replacement(run.job.group(), 2, Signal::SIGKILL);
     let finished = run.wait(DEADLINE);
     drop(victim);
@@ -776,7 +791,7 @@ fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain
     assert_eq!(
         report["recoveries"][0]["resumed_from"].as_u64(),
         Some(at),
-        "not resumed from the checkpoint taken right before the move: {report}"
+        "not resumed from the checkpoint taken right before the reconfiguration: {report}"
     );
     assert_nothing_left(&run, &finished);
 }
