@@ -64,8 +64,7 @@ fn run(job: &mut pcm::Pcm, mpi_library: String) -> Result<ExitCode, Box<dyn Erro
     // Malleable: any width that leaves every rank a row; a resize moves the grid's rows.
     job.set_malleable(pcm::Malleability::new(1, args.rows as u32)?)?;
     job.declare_block::<f64>("grid", args.rows as u64, args.cols as u64)?;
-    // The grid in PCM shared memory, so that a move within a host hands it over without a
-    // copy: a fresh rank builds it there, a replacement or a restarted rank gets it there.
+    // The grid in PCM shared memory: a move within a host hands it over without a copy.
     let fresh = (job.process_status() == pcm::ProcessStatus::Fresh)
         .then(|| Heat::new_shared(&args, rank, size, job))
         .transpose()?;
