@@ -143,3 +143,43 @@ fn given_a_job_that_is_not_malleable_then_a_resize_is_refused_and_it_runs_on() {
         finished.stderr
     );
 }
+
+/// Limits a job declared: below its minimum and breaking its rule are refused, each named,
+/// and a width within both is carried out (pcm-resize, malleable from 2 to 8 ranks in
+/// multiples of 2, checks every row of its array after each reconfiguration).
+#[test]
+fn given_resizes_below_the_minimum_or_breaking_the_rule_then_they_are_refused_and_a_good_one_runs()
+{
+    let _lock = mpi_lock();
+    let finished = MpiJob::new(
+        2,
+        "pcm-resize",
+        &[
+            "--mb",
+            "1",
+            "--iters",
+            "40",
+            "--min",
+            "2",
+            "--max",
+            "8",
+            "--multiple-of",
+            "2",
+        ],
+    )
+    .env("PCM_DAEMON", "none")
+    .env("PCM_SCHEDULE", "10:size=1,20:size=3,30:size=4")
+    .run(DEADLINE);
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    for reason in [
+        "1 ranks is below the job's minimum of 2",
+        "3 ranks breaks the job's rule: the width must be a multiple of 2",
+        "resize from 2 to 4 ranks",
+    ] {
+        assert!(
+            finished.stderr.contains(reason),
+            "{reason:?} missing:\n{}",
+            finished.stderr
+        );
+    }
+}

@@ -37,7 +37,7 @@ use clap::Parser;
 use mpi_ios_bench_programs::BenchLine;
 use pcm::mpi::collective::SystemOperation;
 use pcm::mpi::traits::*;
-use pcm::{Malleability, Pcm, PcmError, ProcessStatus, Reconfigured, Status};
+use pcm::{Malleability, Pcm, PcmError, ProcessStatus, Reconfigured, SizeRule, Status};
 
 /// The distributed array's name.
 const GRID: &str = "grid";
@@ -58,6 +58,12 @@ struct Args {
     /// Largest width the job may grow to.
     #[arg(long, default_value_t = 64)]
     max: u32,
+    /// Least width the job may shrink to.
+    #[arg(long, default_value_t = 1)]
+    min: u32,
+    /// Only widths that are a multiple of this (the job's size rule; 1: any width).
+    #[arg(long, default_value_t = 1)]
+    multiple_of: u32,
     /// No PCM: time plain spawns of this many processes each, in turn (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "COUNTS")]
     plain_spawn: Vec<u32>,
@@ -153,7 +159,11 @@ fn check(pcm: &Pcm, mine: &[f64], row_len: u64, iteration: u64, when: &str) {
 
 fn run(mut pcm: Pcm, args: &Args) -> Result<(), PcmError> {
     let rows = args.rows();
-    pcm.set_malleable(Malleability::new(1, args.max)?)?;
+    let rule = match args.multiple_of {
+        1 => SizeRule::Any,
+        k => SizeRule::MultipleOf(k),
+    };
+    pcm.set_malleable(Malleability::new(args.min, args.max)?.with_rule(rule))?;
     pcm.declare_block::<f64>(GRID, rows, args.row_len)?;
     let (mut mine, start) = match pcm.process_status() {
         ProcessStatus::Fresh => (fill(pcm.block_range(GRID)?, args.row_len), 0),
