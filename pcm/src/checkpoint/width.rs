@@ -20,28 +20,35 @@ use crate::error::PcmError;
 use crate::malleable::{Blocks, Merged};
 use crate::malleable_store::{redistribute_from, stored_block_problem, Sources};
 use crate::reconfig::broadcast_bytes;
-use crate::store::Store;
+use crate::store::{type_label, Blob, Data, Entry, Kind, Store};
 use crate::{encode_cbor, Pcm};
 
 /// The entry under which a block-form checkpoint keeps the job's array declarations.
 pub(crate) const BLOCKS_ENTRY: &str = "pcm.blocks";
 
 /// Before a checkpoint is written: marks this rank's stored state as block form when the
-/// job declared arrays and this rank stored exactly its rows of each.
+/// job declared arrays and this rank stored exactly its rows of each. (Inserted directly:
+/// the job's events count the application's own store and load calls only.)
 pub(crate) fn mark_block_form(pcm: &mut Pcm) {
     if pcm.job.blocks.is_empty()
         || stored_block_problem(&pcm.store, &pcm.job.blocks, pcm.rank, pcm.size).is_some()
     {
         return;
     }
-    // Cannot fail: the declarations are plain data.
-    let _ = pcm.store.store_value(BLOCKS_ENTRY, &pcm.job.blocks);
+    pcm.store.insert_entry(
+        BLOCKS_ENTRY.to_owned(),
+        Entry {
+            kind: Kind::Value,
+            type_name: type_label::<Blocks>(),
+            data: Data::Blob(Blob::from_bytes(&encode_cbor(&pcm.job.blocks))),
+        },
+    );
 }
 
 /// The declarations a loaded store carries, if it is in block form.
 pub(crate) fn block_form(store: &Store) -> Option<Blocks> {
-    store.entry(BLOCKS_ENTRY)?;
-    store.load_value(BLOCKS_ENTRY).ok()
+    let entry = store.entry(BLOCKS_ENTRY)?;
+    ciborium::from_reader(entry.data.bytes()).ok()
 }
 
 /// The widths of this job's series other than its own that the node's pcmd holds.
