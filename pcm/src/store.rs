@@ -167,8 +167,16 @@ pub(crate) fn check_name(name: &str) -> Result<(), PcmError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(PcmError::InvalidName(name.chars().take(80).collect()));
     }
+    if name == RESERVED_NAME {
+        return Err(PcmError::Declaration(format!(
+            "the state name {RESERVED_NAME:?} is PCM's own (a checkpoint's array declarations): choose another"
+        )));
+    }
     Ok(())
 }
+
+/// The name PCM keeps for itself in a store (see `checkpoint::width`).
+pub(crate) const RESERVED_NAME: &str = "pcm.blocks";
 
 /// Target of the per-call timing lines of stores and loads.
 pub(crate) const TIMING_TARGET: &str = "pcm::timing";
@@ -475,6 +483,14 @@ mod tests {
         ));
         assert_eq!(store.take_array::<f64>("grid").unwrap(), grid);
         assert_eq!(store.take_array::<u8>("bytes").unwrap(), bytes);
+    }
+
+    #[test]
+    fn the_reserved_name_is_refused_with_its_reason() {
+        let mut s = Store::default();
+        let e = s.store_value(RESERVED_NAME, &1u32).unwrap_err().to_string();
+        assert!(e.contains("PCM's own"), "{e}");
+        assert!(s.store_array(RESERVED_NAME, &[1.0f64]).is_err());
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::store::{type_label, Blob, Data, Entry, Kind, Store};
 use crate::{encode_cbor, Pcm};
 
 /// The entry under which a block-form checkpoint keeps the job's array declarations.
-pub(crate) const BLOCKS_ENTRY: &str = "pcm.blocks";
+pub(crate) const BLOCKS_ENTRY: &str = crate::store::RESERVED_NAME;
 
 /// Before a checkpoint is written: marks this rank's stored state as block form when the
 /// job declared arrays and this rank stored exactly its rows of each. (Inserted directly:
