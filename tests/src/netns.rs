@@ -304,6 +304,19 @@ fn free_subnet(seed: u32) -> Result<(u8, u8), String> {
 }
 
 impl Cluster {
+    /// A cluster of `nodes` nodes for the test `test`, or `None` after printing why the test
+    /// is skipped (emulated hosts cannot be made here: see [`Cluster::available`]). Panics
+    /// when they can be made but making them fails.
+    pub fn for_test(test: &str, nodes: usize) -> Option<Cluster> {
+        if let Err(reason) = Cluster::available() {
+            eprintln!("{test}: skipped: {reason}");
+            return None;
+        }
+        Some(
+            Cluster::new(nodes).unwrap_or_else(|e| panic!("cannot create the emulated hosts: {e}")),
+        )
+    }
+
     /// Whether emulated hosts can be made here: root, `ip netns` usable, `unshare` present.
     /// Checked once per process.
     pub fn available() -> Result<(), String> {

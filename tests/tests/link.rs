@@ -18,11 +18,7 @@ const DEADLINE: Duration = Duration::from_secs(120);
 
 /// A 3-node cluster, or `None` after printing why the test is skipped.
 fn cluster(test: &str) -> Option<Cluster> {
-    if let Err(reason) = Cluster::available() {
-        eprintln!("{test}: skipped: {reason}");
-        return None;
-    }
-    Some(Cluster::new(3).unwrap_or_else(|e| panic!("cannot create the emulated hosts: {e}")))
+    Cluster::for_test(test, 3)
 }
 
 /// heat2d's arguments for about `seconds` of 2 ranks on one machine, and the rate measured.

@@ -76,7 +76,19 @@ fn start_with(
     options: &[&str],
     env: &[(&str, String)],
 ) -> Run {
-    let mut pcmrun = PcmrunCommand::new(dir, 2);
+    start_ranks_with(2, dir, program, args, options, env)
+}
+
+/// [`start_with`] of `ranks` ranks.
+fn start_ranks_with(
+    ranks: u32,
+    dir: &Path,
+    program: &str,
+    args: &[String],
+    options: &[&str],
+    env: &[(&str, String)],
+) -> Run {
+    let mut pcmrun = PcmrunCommand::new(dir, ranks);
     pcmrun
         .command()
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -976,27 +988,15 @@ fn given_a_host_powered_off_and_no_spare_then_a_malleable_job_is_relaunched_narr
     let cluster = Cluster::new(3).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let hostfile = cluster.hostfile_without_spares(&["node-a", "node-b", "node-c"]);
-    let mut options = cluster.pcmrun_args(&hostfile);
-    options.extend(
-        [
-            "--checkpoint-interval",
-            "0.5",
-            "--retry-delay",
-            "0.2",
-            "--np-min",
-            "2",
-        ]
-        .map(String::from),
+    let mut run = start_on_hostfile(
+        &cluster,
+        &hostfile,
+        3,
+        dir.path(),
+        &args,
+        &[],
+        &["--np-min", "2"],
     );
-    let mut pcmrun = PcmrunCommand::new(dir.path(), 3);
-    pcmrun
-        .command()
-        .envs(cluster.pcmrun_env(&hostfile))
-        .args(["--progress", "1"])
-        .args(&options);
-    let mut run = Run {
-        job: pcmrun.start("heat2d", &args, dir.path(), "pcmrun"),
-    };
     run.wait_for("a checkpoint", 1, |e| {
         matches!(e, RunEvent::Checkpointed { .. })
     });
@@ -1136,17 +1136,31 @@ fn start_on_nodes_with(
     more: &[&str],
 ) -> Run {
     let hostfile = cluster.hostfile_for(&["node-a", "node-b"]);
-    let mut options = cluster.pcmrun_args(&hostfile);
+    start_on_hostfile(cluster, &hostfile, 2, dir, args, env, more)
+}
+
+/// heat2d under pcmrun with `ranks` ranks on the cluster's `hostfile`, checkpoints every
+/// 0.5 s, `env` and the pcmrun options `more`.
+fn start_on_hostfile(
+    cluster: &Cluster,
+    hostfile: &Path,
+    ranks: u32,
+    dir: &Path,
+    args: &[String],
+    env: &[(&str, String)],
+    more: &[&str],
+) -> Run {
+    let mut options = cluster.pcmrun_args(hostfile);
     options.extend(["--checkpoint-interval", "0.5", "--retry-delay", "0.2"].map(String::from));
     options.extend(more.iter().map(|o| (*o).to_owned()));
     let options: Vec<&str> = options.iter().map(String::as_str).collect();
-    let cluster_env = cluster.pcmrun_env(&hostfile);
+    let cluster_env = cluster.pcmrun_env(hostfile);
     let env: Vec<(&str, String)> = cluster_env
         .iter()
         .map(|(k, v)| (k.as_str(), v.clone()))
         .chain(env.iter().cloned())
         .collect();
-    start_with(dir, "heat2d", args, &options, &env)
+    start_ranks_with(ranks, dir, "heat2d", args, &options, &env)
 }
 
 /// pcmrun on three hosts is killed with SIGKILL (it can clean nothing up): the launch ends
