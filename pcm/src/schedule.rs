@@ -149,6 +149,25 @@ impl Schedule {
             .collect()
     }
 
+    /// The scripted reconfiguration due at `iteration` (its moves and its resize), taken out.
+    pub(crate) fn take_plan(&mut self, iteration: u64) -> Option<crate::plan::Plan> {
+        let moves = self.take(iteration);
+        let resize = self.take_resize(iteration);
+        (moves.is_some() || resize.is_some())
+            .then(|| crate::plan::Plan::scripted_with(moves.unwrap_or_default(), resize))
+    }
+
+    /// Puts a scripted reconfiguration taken at a check that had to make another one back
+    /// for `iteration` (see [`Schedule::postpone`] and [`Schedule::postpone_resize`]).
+    pub(crate) fn postpone_plan(&mut self, iteration: u64, plan: crate::plan::Plan) {
+        if !plan.moves.is_empty() {
+            self.postpone(iteration, plan.moves);
+        }
+        if let Some(resize) = plan.asked_resize {
+            self.postpone_resize(iteration, *resize);
+        }
+    }
+
     /// The resize scripted for `iteration`, taken out.
     pub(crate) fn take_resize(&mut self, iteration: u64) -> Option<Resize> {
         self.resizes.remove(&iteration)

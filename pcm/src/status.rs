@@ -24,10 +24,7 @@ impl Pcm {
     pub(crate) fn check(&mut self, iteration: u64) -> Result<Status, PcmError> {
         let _internal = interpose::Internal::enter();
         let started = Instant::now();
-        let scheduled_moves = self.job.schedule.take(iteration);
-        let scheduled_resize = self.job.schedule.take_resize(iteration);
-        let scheduled = (scheduled_moves.is_some() || scheduled_resize.is_some())
-            .then(|| Plan::scripted_with(scheduled_moves.unwrap_or_default(), scheduled_resize));
+        let scheduled = self.job.schedule.take_plan(iteration);
         let mine = Words {
             request: self.daemon.as_ref().map_or(0, DaemonLink::pending_max),
             interval: match &mut self.cadence {
@@ -53,12 +50,7 @@ impl Pcm {
         let validated = match agreement::next(agreed, deferred, scheduled) {
             Next::Deferred { plan, postponed } => {
                 if let Some(postponed) = postponed {
-                    if !postponed.moves.is_empty() {
-                        self.job.schedule.postpone(iteration + 1, postponed.moves);
-                    }
-                    if let Some(resize) = postponed.asked_resize {
-                        self.job.schedule.postpone_resize(iteration + 1, *resize);
-                    }
+                    self.job.schedule.postpone_plan(iteration + 1, postponed);
                 }
                 return Ok(self.announce(plan, started));
             }
