@@ -691,6 +691,17 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                         let _ = outcomes.blocking_send((id, outcome));
                     });
                 }
+                Action::Resize { id, job, ranks, .. } => {
+                    // Not carried out yet: reported failed at once.
+                    tracing::warn!(migration = %id, %job, ranks, "resizes are not carried out yet");
+                    self.agent.handle_migration_outcome(
+                        Instant::now(),
+                        id,
+                        ios_agent_core::MigrationOutcome::Failed {
+                            reason: "this agent does not resize jobs yet".to_owned(),
+                        },
+                    );
+                }
             }
         }
     }

@@ -134,6 +134,12 @@ pub enum PcmError {
     Application(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
+impl From<pcm_proto::InvalidLimits> for PcmError {
+    fn from(e: pcm_proto::InvalidLimits) -> Self {
+        PcmError::Declaration(e.to_string())
+    }
+}
+
 impl PcmError {
     pub(crate) fn internal(what: &'static str) -> Self {
         PcmError::Internal(what)

@@ -20,6 +20,7 @@ use crate::model::{
     EntityId, EntityProfile, JobOffer, MigrationCostModel, NodeProfile, Resource, RttLookup,
     RttView, Unmeasured, Weights, DEFAULT_UNKNOWN_RTT,
 };
+use crate::resize::ResizeCostModel;
 use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable, LOCAL_MAX_RTT};
 
 /// How often the driver should sample the node and its entities, and how often an NSc2c
@@ -43,6 +44,10 @@ pub const DEFAULT_STEAL_BACKOFF: Duration = Duration::from_secs(2);
 pub const DEFAULT_MAX_STEAL_BACKOFF: Duration = Duration::from_secs(4);
 /// Damping: an entity that moved (or was ordered to) does not move again for this long.
 pub const DEFAULT_HOLD_DOWN: Duration = Duration::from_secs(60);
+/// A malleable job's ranks slowed by competing load here, and taken by no idle node for
+/// this long, are shed by shrinking the job: three of the longest steal back-offs, so that
+/// every light node of the pool has had a round to ask for them first.
+pub const DEFAULT_SHED_AFTER: Duration = Duration::from_secs(12);
 /// A node with at least this many idle cores is lightly loaded and steals work.
 pub const DEFAULT_LIGHT_THRESHOLD: f64 = 0.5;
 /// Smallest gain (Figure 3) worth a migration.
@@ -104,6 +109,9 @@ pub struct Config {
     pub(crate) max_peers: usize,
     pub(crate) entity_cores: Option<f64>,
     pub(crate) gather: bool,
+    pub(crate) resizes: bool,
+    pub(crate) resize_cost: ResizeCostModel,
+    pub(crate) shed_after: Duration,
     pub(crate) seed: Option<u64>,
 }
 
@@ -131,6 +139,9 @@ impl Default for Config {
             max_peers: DEFAULT_MAX_PEERS,
             entity_cores: DEFAULT_ENTITY_CORES,
             gather: true,
+            resizes: true,
+            resize_cost: ResizeCostModel::default(),
+            shed_after: DEFAULT_SHED_AFTER,
             seed: None,
         }
     }
@@ -231,6 +242,20 @@ impl Config {
         /// [`Agent::handle_timeout`]), so that a job spread over far nodes gathers near its
         /// own ranks; default on. Off, work goes only between agents of one peer table.
         with_gather, gather: bool);
+    setter!(
+        /// Whether the agent grows and shrinks malleable jobs ([`crate::resize`]): grows a
+        /// job whose rank 0 runs here onto an idle node that asks for work, and shrinks a
+        /// job off this node when it is loaded or leaving and no idle node takes its
+        /// ranks. Default on; off, malleable jobs are only migrated, as the others.
+        with_resizes, resizes: bool);
+    setter!(
+        /// Resize cost predictor; default [`ResizeCostModel::default`].
+        with_resize_cost_model, resize_cost: ResizeCostModel);
+    setter!(
+        /// How long competing load must slow a malleable job's ranks here, with no idle
+        /// node taking them, before the agent sheds them by shrinking the job; default
+        /// [`DEFAULT_SHED_AFTER`].
+        with_shed_after, shed_after: Duration);
 
     /// Cores one entity can use at most (an MPI rank with one thread: 1.0): a
     /// destination's idle CPU then counts only up to that much per entity moved
@@ -277,6 +302,7 @@ impl Config {
             ("heartbeat_period", self.heartbeat_period),
             ("member_timeout", self.member_timeout),
             ("peer_timeout", self.peer_timeout),
+            ("shed_after", self.shed_after),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::ZeroDuration { name });
@@ -354,6 +380,43 @@ pub enum Action {
         /// Destination host, as the MPI runtime knows it.
         to_host: HostName,
     },
+    /// Ask the local pcmd to resize `job` (a malleable job with a rank on this node) to
+    /// `ranks` ranks (docs/malleability.md): growing, the added processes go to `hosts`;
+    /// shrinking, the ranks on `hosts` leave. Report the end with
+    /// [`Agent::handle_migration_outcome`] and the same `id`.
+    Resize {
+        /// Id of the reconfiguration; pass it to pcmd as a migration's.
+        id: MigrationId,
+        /// The job.
+        job: JobId,
+        /// Its width now, as this agent knows it.
+        from: u32,
+        /// Its width after.
+        ranks: u32,
+        /// Hosts of the added processes (growing) or given back (shrinking).
+        hosts: Vec<HostName>,
+        /// Why: what the model predicted, for logs and `ios-agent status`.
+        reason: ResizeReason,
+    },
+}
+
+/// Why an agent resizes a job ([`Action::Resize`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ResizeReason {
+    /// An idle node asked for work (a work steal) and the job runs faster wider
+    /// ([`crate::resize`]); the added ranks go to that node.
+    Grow {
+        /// The model's gain.
+        gain: f64,
+    },
+    /// Competing load on this node slows the job's ranks here and no idle node took them
+    /// within [`Config::shed_after`]: the job runs faster without them.
+    Shed {
+        /// The model's gain.
+        gain: f64,
+    },
+    /// This node is leaving the pool and no idle node took the job's ranks here.
+    Leave,
 }
 
 /// How a migration ended, as pcmd reports it.
@@ -2577,7 +2640,7 @@ mod tests {
                 Action::Migrate {
                     id, entities, to, ..
                 } => Some((*id, entities.clone(), to.clone())),
-                Action::Send { .. } => None,
+                Action::Send { .. } | Action::Resize { .. } => None,
             })
             .collect()
     }

@@ -84,6 +84,7 @@ pub mod c2c;
 pub mod decision;
 pub mod message;
 pub mod model;
+pub mod resize;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod tier;

@@ -500,6 +500,12 @@ pub struct EntityProfile {
     /// ([`crate::decision`]).
     #[serde(default)]
     pub job_ranks: u32,
+    /// The job's resize limits when it is malleable (docs/malleability.md): the model may
+    /// then grow it onto idle nodes or shrink it off a node that must be given back
+    /// ([`crate::model::resize_gain`]). `None`: a job of fixed width, or an older agent's
+    /// profile.
+    #[serde(default)]
+    pub malleable: Option<pcm_proto::Malleability>,
 }
 
 /// Most partners of one entity carried in a profile.
@@ -690,6 +696,7 @@ impl EntityProfile {
             resident: Duration::from_secs(1),
             partners: Vec::new(),
             job_ranks: 0,
+            malleable: None,
         }
     }
 

@@ -1358,6 +1358,7 @@ impl Sim {
                     EntityProfile {
                         partners,
                         job_ranks: self.jobs[e.job].ranks.len() as u32,
+                        malleable: None,
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,
@@ -1471,6 +1472,17 @@ impl Sim {
                         Vec::new()
                     };
                     self.begin_move(id, node, j, indices, true);
+                }
+                Action::Resize { id, .. } => {
+                    // Not modelled yet: refused at once, as a daemon that cannot resize.
+                    let now = self.now;
+                    self.nodes[node].agent.handle_migration_outcome(
+                        now,
+                        id,
+                        crate::MigrationOutcome::Failed {
+                            reason: "the simulator does not resize jobs yet".to_owned(),
+                        },
+                    );
                 }
             }
         }

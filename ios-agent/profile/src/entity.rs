@@ -114,6 +114,7 @@ pub fn entity_profile(
         resident: Duration::from_micros(p.resident_us),
         partners: partners(rank, previous),
         job_ranks,
+        malleable: None,
     }
 }
 

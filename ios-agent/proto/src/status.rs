@@ -359,6 +359,7 @@ mod tests {
             resident: Duration::from_secs(10),
             partners: Vec::new(),
             job_ranks: 2,
+            malleable: None,
         }
     }
 

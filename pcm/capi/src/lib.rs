@@ -820,7 +820,9 @@ fn malleability(
             ))
         }
     };
-    Ok(pcm_rs::Malleability::new(low, high)?.with_rule(rule))
+    Ok(pcm_rs::Malleability::new(low, high)
+        .map_err(pcm_rs::PcmError::from)?
+        .with_rule(rule))
 }
 
 /// `PCM_Declare_block(name, type, rows, row_len)`: see pcm.h.

@@ -26,10 +26,12 @@ pub mod checkpoint;
 pub mod client;
 pub mod given_back;
 pub mod log_limit;
+mod malleable;
 mod path;
 pub mod pool_key;
 pub mod run;
 mod types;
+pub use malleable::{InvalidLimits, Malleability, SizeRule};
 pub use path::{
     default_checkpoint_dir, ensure_private_dir, read_private_file, socket_path, socket_template,
     PrivateDirError, DAEMON_ENV,
