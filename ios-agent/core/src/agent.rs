@@ -467,6 +467,17 @@ pub struct Stats {
     pub hosts_evicted: u64,
     /// Host announcements refused ([`Agent::handle_peer_host`]).
     pub hosts_refused: u64,
+    /// Resizes of malleable jobs this agent asked its pcmd for ([`Action::Resize`]).
+    pub resizes_started: u64,
+    /// Resizes reported completed.
+    pub resizes_completed: u64,
+    /// Resizes reported failed or timed out (nothing changed).
+    pub resizes_failed: u64,
+    /// Offers to grow a malleable job that this agent refused: work steals that reached
+    /// the agent of the job's rank 0 from a node that is not idle (its profile shows less
+    /// than the light threshold idle), or that its origin did not send itself. Counted
+    /// once per steal; nothing changes.
+    pub grow_offers_refused: u64,
 }
 
 /// Why a work steal is not acted on (it is dropped, and counted in
