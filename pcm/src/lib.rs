@@ -1089,13 +1089,15 @@ impl Pcm {
         self.check(iteration)
     }
 
-    /// Sends the rank's profile to its daemon (when the link asks, about once a second).
+    /// Sends the rank's profile to its daemon (when the link asks, about once a second),
+    /// with the job's resize limits ([`Pcm::set_malleable`]; C and Fortran declare through
+    /// the same call), so that pcmd and the agents know the job is malleable.
     #[cold]
     fn send_profile(&self, iteration: u64) {
         if let (true, Some(daemon)) = (self.profiler.enabled(), &self.daemon) {
-            daemon.send(ToDaemon::Profile(
-                self.profiler.snapshot(iteration, &self.rank_hosts),
-            ));
+            let mut profile = self.profiler.snapshot(iteration, &self.rank_hosts);
+            profile.malleable = self.job.malleability;
+            daemon.send(ToDaemon::Profile(profile));
         }
     }
 

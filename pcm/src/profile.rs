@@ -120,6 +120,9 @@ impl Profiler {
             resident_us,
             traffic: peers.into_values().collect(),
             collectives: all_collectives,
+            // The job's declaration, not a measurement: the caller that reports to pcmd
+            // fills it in (`Pcm::send_profile`); a replacement gets it with the state.
+            malleable: None,
         }
     }
 

@@ -331,11 +331,12 @@ pub fn format_status(status: &DaemonStatus) -> String {
         );
         let _ = writeln!(
             out,
-            "\njob {}  app {}  {} ranks, {} here  migrations {}  cancelled {}  failed {}  in flight: {}",
+            "\njob {}  app {}  {} ranks, {} here{}  migrations {}  cancelled {}  failed {}  in flight: {}",
             job.job,
             job.app,
             job.size,
             job.ranks.len(),
+            malleable_note(job.malleable.as_ref()),
             job.migrations,
             job.cancelled,
             job.failed,
@@ -379,6 +380,12 @@ pub fn format_status(status: &DaemonStatus) -> String {
         }
     }
     out
+}
+
+/// `  malleable 1..=256 (any width)` for a job that declared its resize limits, nothing for
+/// one that did not (most jobs: the line stays as it was).
+fn malleable_note(limits: Option<&pcm_proto::Malleability>) -> String {
+    limits.map_or_else(String::new, |l| format!("  malleable {l}"))
 }
 
 fn ms(us: u64) -> String {
@@ -428,11 +435,12 @@ pub fn format_stats(stats: &NodeStats) -> String {
     for job in &stats.jobs {
         let _ = writeln!(
             out,
-            "\njob {}  app {}  {} ranks, {} here",
+            "\njob {}  app {}  {} ranks, {} here{}",
             job.job,
             job.app,
             job.size,
-            job.ranks.len()
+            job.ranks.len(),
+            malleable_note(job.malleable.as_ref())
         );
         let _ = writeln!(
             out,
@@ -732,9 +740,18 @@ mod tests {
                 app: AppName::new("heat2d").unwrap(),
                 size: 3,
                 ranks: vec![rank(0, &[1]), rank(1, &[0, 2]), rank(2, &[1])],
+                malleable: Some(
+                    pcm_proto::Malleability::new(2, 8)
+                        .unwrap()
+                        .with_rule(pcm_proto::SizeRule::PowerOfTwo),
+                ),
             }],
         };
         let text = format_stats(&stats);
+        assert!(
+            text.contains("3 ranks, 3 here  malleable 2..=8 (a power of two)"),
+            "{text}"
+        );
         assert!(text.contains("2.00 cores"), "{text}");
         assert!(text.contains("1.0 GiB available of 4.0 GiB"), "{text}");
         assert!(
@@ -792,9 +809,18 @@ mod tests {
                 migrations: 2,
                 cancelled: 1,
                 failed: 0,
+                malleable: None,
             }],
         };
         let text = format_status(&status);
+        assert!(!text.contains("malleable"), "{text}");
+        let mut malleable = status.clone();
+        malleable.jobs[0].malleable = Some(pcm_proto::Malleability::new(1, 256).unwrap());
+        let line = format_status(&malleable);
+        assert!(
+            line.contains("4 ranks, 2 here  malleable 1..=256 (any width)  migrations 2"),
+            "{line}"
+        );
         assert!(text.contains("up 1m15s"), "{text}");
         assert!(text.contains("in flight: #9"), "{text}");
         assert!(text.contains("cancelled 1"), "{text}");

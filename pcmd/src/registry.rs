@@ -454,6 +454,7 @@ impl Registry {
                 migrations: job.migrations,
                 cancelled: job.cancelled,
                 failed: job.failed,
+                malleable: self.stats.malleability(id, job.ranks.keys().copied()),
             })
             .collect();
         DaemonStatus {

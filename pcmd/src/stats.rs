@@ -162,6 +162,19 @@ impl Book {
         }
     }
 
+    /// `job`'s resize limits as its ranks among `ranks` last reported them (the first that
+    /// reported any, in the order given; every rank declares the same ones, and PCM refuses
+    /// a process whose declaration differs); `None` if none did.
+    pub fn malleability(
+        &self,
+        job: &JobId,
+        ranks: impl IntoIterator<Item = Rank>,
+    ) -> Option<pcm_proto::Malleability> {
+        ranks
+            .into_iter()
+            .find_map(|rank| self.rank(job, rank).and_then(|(p, _)| p.malleable))
+    }
+
     /// Drops the reports of a rank that left this node.
     pub fn forget(&mut self, job: &JobId, rank: Rank) {
         self.ranks.remove(&(job.clone(), rank));
@@ -208,6 +221,7 @@ pub fn node_stats(host: HostName, book: &Book, jobs: Vec<JobView<'_>>) -> NodeSt
             job: job.job.clone(),
             app: job.app.clone(),
             size: job.size,
+            malleable: book.malleability(job.job, job.ranks.iter().map(|r| r.rank)),
             ranks: job
                 .ranks
                 .into_iter()

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use pcm_proto::{
-    AppName, ClientKind, ErrorKind, FromDaemon, HostName, JobId, NodeLoad, NodeStats, PeerTraffic,
-    Rank, RankProfile, ToDaemon, PROTOCOL_VERSION,
+    AppName, ClientKind, ErrorKind, FromDaemon, HostName, JobId, Malleability, NodeLoad, NodeStats,
+    PeerTraffic, Rank, RankProfile, ToDaemon, PROTOCOL_VERSION,
 };
 use pcmd::registry::{Config, ConnId, Output, Registry};
 
@@ -126,6 +126,48 @@ fn given_profiles_and_ticks_then_stats_carry_reports_rates_and_node_load() {
     core.handle_disconnected(now, rank0);
     let stats = query(&mut core, now, controller);
     assert_eq!(stats.jobs[0].ranks.len(), 1);
+}
+
+/// Issue 38: the job's resize limits reach the stats and the status from its ranks'
+/// profiles, so that the agents know the job is malleable; a job whose ranks declared none
+/// shows none.
+#[test]
+fn given_a_malleable_rank_then_stats_and_status_say_the_job_is_malleable() {
+    let now = Instant::now();
+    let mut core = Registry::new(
+        Config::default(),
+        HostName::new("node-a").unwrap(),
+        1,
+        now,
+        0,
+    );
+    let _rank0 = register(&mut core, now, 0);
+    let rank1 = register(&mut core, now, 1);
+    let controller = hello(&mut core, now, ClientKind::Controller);
+    let status = |core: &mut Registry| {
+        core.handle_message(now, controller, ToDaemon::QueryStatus);
+        match replies(core).pop() {
+            Some(FromDaemon::Status(status)) => status,
+            other => panic!("expected the status, got {other:?}"),
+        }
+    };
+    // Nothing reported yet, or a plain profile: not malleable.
+    core.handle_message(now, rank1, ToDaemon::Profile(profile(10, 1)));
+    assert_eq!(query(&mut core, now, controller).jobs[0].malleable, None);
+    assert_eq!(status(&mut core).jobs[0].malleable, None);
+
+    // Rank 0 has not reported; rank 1's declaration is the job's.
+    let limits = Malleability::new(1, 4).unwrap();
+    let declared = RankProfile {
+        malleable: Some(limits),
+        ..profile(20, 2)
+    };
+    core.handle_message(now, rank1, ToDaemon::Profile(declared));
+    assert_eq!(
+        query(&mut core, now, controller).jobs[0].malleable,
+        Some(limits)
+    );
+    assert_eq!(status(&mut core).jobs[0].malleable, Some(limits));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use ios_agent_core::model::{EntityId, EntityProfile, NodeProfile, Partner, MAX_PARTNERS};
-use pcm_proto::{HostName, NodeStats, PeerTraffic, RankStats};
+use pcm_proto::{HostName, JobStats, NodeStats, PeerTraffic, RankStats};
 use serde::{Deserialize, Serialize};
 
 use node_sensor::{EntityUsage, NodeSample};
@@ -71,10 +71,11 @@ fn network_rate(now: &RankStats, previous: Option<&RankStats>) -> f64 {
 ///   previous answer) is given, else over the rank's life.
 /// - `age` = the rank's wall time (since its first process started), `resident` = the current
 ///   process's, `remaining` unknown (`None`: the model then uses the age).
-/// - `job_ranks`: the job's size as pcmd has it (`JobStats::size`).
+/// - `job_ranks`: the job's size as pcmd has it (`JobStats::size`); `malleable`: the job's
+///   resize limits as its ranks declared them (`JobStats::malleable`), `None` for a job
+///   the agents may only migrate.
 pub fn entity_profile(
-    job: &pcm_proto::JobId,
-    job_ranks: u32,
+    job: &JobStats,
     rank: &RankStats,
     previous: Option<&RankStats>,
 ) -> EntityProfile {
@@ -99,7 +100,7 @@ pub fn entity_profile(
     let previous = previous.filter(|q| q.rank == rank.rank);
     EntityProfile {
         id: EntityId {
-            job: job.clone(),
+            job: job.job.clone(),
             rank: rank.rank,
         },
         cpu: clean(cpu),
@@ -113,8 +114,8 @@ pub fn entity_profile(
         remaining: None,
         resident: Duration::from_micros(p.resident_us),
         partners: partners(rank, previous),
-        job_ranks,
-        malleable: None,
+        job_ranks: job.size,
+        malleable: job.malleable,
     }
 }
 
@@ -171,7 +172,7 @@ pub fn entity_profiles(stats: &NodeStats, previous: Option<&NodeStats>) -> Vec<E
                 let prev = before
                     .iter()
                     .find(|r| r.rank == rank.rank && r.pid == rank.pid);
-                entity_profile(&job.job, job.size, rank, prev)
+                entity_profile(job, rank, prev)
             })
         })
         .collect()
@@ -332,8 +333,8 @@ impl NodeSampleExt for NodeSample {
 mod tests {
     use super::*;
     use pcm_proto::{
-        AppName, CollectiveTraffic, HostName, JobId, JobStats, NodeLoad, PeerTraffic, Rank,
-        RankProfile,
+        AppName, CollectiveTraffic, HostName, JobId, Malleability, NodeLoad, PeerTraffic, Rank,
+        RankProfile, SizeRule,
     };
 
     fn rank(r: u32, ips: f64, wall_us: f64, cpu_us: f64, mpi_us: f64) -> RankStats {
@@ -362,6 +363,7 @@ mod tests {
                     calls: 1,
                     bytes: 1_000_000,
                 },
+                malleable: None,
             },
             iterations_per_second: ips,
             wall_per_iteration_us: wall_us,
@@ -422,7 +424,7 @@ mod tests {
                 (4, None, 5000, 5000),
             ],
         );
-        let e = entity_profile(&JobId::new("job-1").expect("valid"), 2, &now, Some(&before));
+        let e = entity_profile(&stats(vec![]).jobs[0], &now, Some(&before));
         let got: Vec<(&str, f64)> = e
             .partners
             .iter()
@@ -432,11 +434,11 @@ mod tests {
         assert_eq!(got, vec![("node-b", 300.0), ("node-c", 5.0)]);
 
         // Without an earlier report: over the rank's life (12 s).
-        let e = entity_profile(&JobId::new("job-1").expect("valid"), 2, &now, None);
+        let e = entity_profile(&stats(vec![]).jobs[0], &now, None);
         assert_eq!(e.partners[0].host.as_str(), "node-b");
         assert!((e.partners[0].exchanges_per_sec - 2100.0 / 12.0).abs() < 1e-9);
         // No time passed (or garbage): no partners rather than infinite rates.
-        let e = entity_profile(&JobId::new("job-1").expect("valid"), 2, &now, Some(&now));
+        let e = entity_profile(&stats(vec![]).jobs[0], &now, Some(&now));
         assert!(e.partners.is_empty());
     }
 
@@ -450,6 +452,7 @@ mod tests {
                 app: AppName::new("heat2d").expect("valid"),
                 size: 2,
                 ranks,
+                malleable: None,
             }],
         }
     }
@@ -483,6 +486,29 @@ mod tests {
         for p in &e {
             assert!(p.validate().is_ok());
         }
+    }
+
+    /// Issue 38: a rank of a job pcmd reports malleable is an entity of a malleable job,
+    /// with the job's limits and width; the ranks of other jobs are not.
+    #[test]
+    fn given_a_malleable_job_then_its_entities_carry_its_limits() {
+        let limits = Malleability::new(2, 16)
+            .expect("valid")
+            .with_rule(SizeRule::MultipleOf(2));
+        let mut s = stats(vec![rank(0, 50.0, 20_000.0, 20_000.0, 2_000.0)]);
+        let mut other = s.jobs[0].clone();
+        other.job = JobId::new("job-2").expect("valid");
+        other.size = 3;
+        s.jobs[0].malleable = Some(limits);
+        s.jobs.push(other);
+        let e = entity_profiles(&s, None);
+        assert_eq!(e.len(), 2);
+        assert_eq!((e[0].malleable, e[0].job_ranks), (Some(limits), 2));
+        assert_eq!(e[0].id.job.to_string(), "job-1");
+        assert_eq!((e[1].malleable, e[1].job_ranks), (None, 3));
+        let one = entity_profile(&s.jobs[0], &s.jobs[0].ranks[0], None);
+        assert_eq!(one.malleable, Some(limits));
+        assert!(one.validate().is_ok());
     }
 
     #[test]

@@ -443,6 +443,10 @@ pub struct JobStatus {
     /// superseded).
     #[serde(default)]
     pub failed: u64,
+    /// The job's resize limits, as in [`JobStats::malleable`]. Absent from an older
+    /// daemon's answer: `None`.
+    #[serde(default)]
+    pub malleable: Option<Malleability>,
 }
 
 /// One registered rank.
@@ -525,6 +529,15 @@ pub struct RankProfile {
     pub traffic: Vec<PeerTraffic>,
     /// Collective traffic.
     pub collectives: CollectiveTraffic,
+    /// The job's resize limits as the rank declared them ([`Malleability`], from
+    /// `set_malleable`); `None`: not malleable (or not declared yet).
+    ///
+    /// Added without a protocol version bump: a report from an older rank has no such
+    /// field and decodes as `None` (`serde(default)`), which is what that rank means (it
+    /// cannot resize); an older daemon ignores the field. Nothing is lost either way that
+    /// the older side could act on.
+    #[serde(default)]
+    pub malleable: Option<Malleability>,
 }
 
 /// Load of a node (or of the cgroup that bounds it), as its daemon measures it.
@@ -580,6 +593,12 @@ pub struct JobStats {
     pub size: u32,
     /// Ranks registered here, ordered by rank.
     pub ranks: Vec<RankStats>,
+    /// The job's resize limits, as its ranks here last reported them
+    /// ([`RankProfile::malleable`]); `None`: not malleable, or no rank here declared it yet.
+    /// Absent from an older daemon's answer: `None` (no version bump, see
+    /// [`RankProfile::malleable`]).
+    #[serde(default)]
+    pub malleable: Option<Malleability>,
 }
 
 /// A daemon's profile of its node: the answer to [`ToDaemon::QueryStats`].
@@ -847,6 +866,86 @@ mod tests {
         };
         let frame = encode(&new);
         assert_eq!(decode::<V2>(&frame[4..]).unwrap(), old);
+    }
+
+    /// A profile and a job's stats carry the job's resize limits; the same messages from an
+    /// older peer (no `malleable` field) decode with none, and an older reader of the new
+    /// ones ignores the field: why no version bump is needed.
+    #[test]
+    fn given_profiles_and_stats_with_and_without_malleable_then_both_decode() {
+        let limits = Malleability::new(1, 256).unwrap();
+        let profile = RankProfile {
+            iteration: 40,
+            wall_us: 2_000_000,
+            malleable: Some(limits),
+            ..RankProfile::default()
+        };
+        let frame = encode(&ToDaemon::Profile(profile.clone()));
+        assert_eq!(
+            decode::<ToDaemon>(&frame[4..]).unwrap(),
+            ToDaemon::Profile(profile.clone())
+        );
+        let plain = RankProfile {
+            malleable: None,
+            ..profile.clone()
+        };
+        let frame = encode(&plain);
+        assert_eq!(decode::<RankProfile>(&frame[4..]).unwrap(), plain);
+
+        // A rank of before the field: the same figures, no `malleable`.
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct OldProfile {
+            iteration: u64,
+            wall_us: u64,
+            cpu_us: u64,
+            mpi_us: u64,
+            state_bytes: u64,
+            rss_bytes: u64,
+            resident_us: u64,
+            traffic: Vec<PeerTraffic>,
+            collectives: CollectiveTraffic,
+        }
+        let old = OldProfile {
+            iteration: 40,
+            wall_us: 2_000_000,
+            cpu_us: 0,
+            mpi_us: 0,
+            state_bytes: 0,
+            rss_bytes: 0,
+            resident_us: 0,
+            traffic: Vec::new(),
+            collectives: CollectiveTraffic::default(),
+        };
+        assert_eq!(decode::<RankProfile>(&encode(&old)[4..]).unwrap(), plain);
+        assert_eq!(decode::<OldProfile>(&encode(&profile)[4..]).unwrap(), old);
+
+        let job = JobStats {
+            job: JobId::new("heat2d-1f2e").unwrap(),
+            app: AppName::new("heat2d").unwrap(),
+            size: 2,
+            ranks: Vec::new(),
+            malleable: Some(limits.with_rule(SizeRule::PowerOfTwo)),
+        };
+        assert_eq!(decode::<JobStats>(&encode(&job)[4..]).unwrap(), job);
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct OldJobStats {
+            job: JobId,
+            app: AppName,
+            size: u32,
+            ranks: Vec<RankStats>,
+        }
+        let old = decode::<OldJobStats>(&encode(&job)[4..]).unwrap();
+        assert_eq!(old.size, 2);
+        let back = decode::<JobStats>(&encode(&old)[4..]).unwrap();
+        assert_eq!(back.malleable, None);
+        assert_eq!(
+            JobStats {
+                malleable: None,
+                ..job
+            },
+            back
+        );
+        assert_eq!(limits.to_string(), "1..=256 (any width)");
     }
 
     #[test]

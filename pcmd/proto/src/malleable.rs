@@ -160,6 +160,13 @@ impl Malleability {
     }
 }
 
+/// `MIN..=MAX (RULE)`, as `pcmd stats` and `pcmd status` show it: `1..=256 (any width)`.
+impl std::fmt::Display for Malleability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}..={} ({})", self.min, self.max, self.rule)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
