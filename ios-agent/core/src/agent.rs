@@ -13,6 +13,8 @@ use pcm_proto::{HostName, JobId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+mod resizing;
+
 use crate::c2c::Cluster;
 use crate::decision::{self, Destination, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS, MAX_TTL};
@@ -632,7 +634,10 @@ struct Outgoing {
     id: MigrationId,
     notify: Option<PeerId>,
     deadline: Instant,
+    /// The entities that leave this node.
     entities: Vec<EntityId>,
+    /// Set when this reconfiguration is a resize ([`Action::Resize`]), not a migration.
+    resize: Option<resizing::OutgoingResize>,
 }
 
 /// The fields of a work-steal packet.
@@ -977,6 +982,8 @@ pub struct Agent {
     /// Set by [`Agent::handle_leave`]: the node is being drained.
     leaving: Option<Leaving>,
     pub(crate) cluster: Cluster,
+    /// The widths of the malleable jobs run here, and since when load slows them.
+    resizing: resizing::Resizing,
     pub(crate) stats: Stats,
 }
 
@@ -1068,6 +1075,7 @@ impl Agent {
             hinted_at: None,
             outgoing: None,
             leaving: None,
+            resizing: resizing::Resizing::default(),
             stats: Stats::default(),
         })
     }
@@ -1341,7 +1349,9 @@ impl Agent {
         entities.retain(|e| e.validate().is_ok());
         entities.truncate(MAX_ENTITIES);
         self.entities = entities;
+        self.observe_widths(now);
         self.offer_work(now);
+        self.shrink_if_due(now);
     }
 
     /// The hosts the driver should measure the RTT to this round, besides its peers, and
@@ -1586,6 +1596,7 @@ impl Agent {
         }
         self.c2c_tick(now);
         self.call_for_thieves(now);
+        self.shrink_if_due(now);
         match self.thief {
             Thief::Idle { next_round } if now >= next_round => {
                 if let Some(b) = self.beneficiary(now) {
@@ -1660,6 +1671,9 @@ impl Agent {
         }
         if let Some(c) = self.c2c_timeout() {
             add(c);
+        }
+        if let Some(r) = self.resize_deadline() {
+            add(r);
         }
         t
     }
@@ -2347,6 +2361,29 @@ impl Agent {
                             self.config.max_group,
                             views.as_ref().map(|(a, b)| (a, b)),
                         );
+                        // A malleable job whose rank 0 runs here may grow onto the thief
+                        // instead, when that gains more than the move.
+                        let grow = match self.grow_plan(now, &node, &steal.source) {
+                            Ok(grow) => grow,
+                            Err(resizing::GrowRefusal::NotIdle) => {
+                                self.stats.grow_offers_refused += 1;
+                                None
+                            }
+                        };
+                        if let Some(grow) =
+                            grow.filter(|g| plan.as_ref().is_none_or(|p| g.gain.gain > p.gain.gain))
+                        {
+                            if checked.is_err() {
+                                self.stats.grow_offers_refused += 1;
+                                if self.hint_origin(&steal) {
+                                    return;
+                                }
+                                self.forward(from, steal, LatencyTier::Local);
+                                return;
+                            }
+                            self.start_grow(now, grow, steal);
+                            return;
+                        }
                         if let Some(plan) = plan {
                             if checked.is_err() {
                                 if self.hint_origin(&steal) {
@@ -2442,6 +2479,7 @@ impl Agent {
             notify,
             deadline: now + self.config.migration_timeout,
             entities: entities.clone(),
+            resize: None,
         });
         // Never dropped: the queue bound applies to sends only.
         self.actions.push_back(Action::Migrate {
@@ -2477,11 +2515,13 @@ impl Agent {
             self.held.insert(e.clone(), now + self.config.hold_down);
         }
         self.mark_departed(now, &out.entities, completed);
+        match &out.resize {
+            Some(resize) => self.finish_resize(now, resize, completed),
+            None if completed => self.stats.migrations_completed += 1,
+            None => self.stats.migrations_failed += 1,
+        }
         if completed {
-            self.stats.migrations_completed += 1;
             self.entities.retain(|e| !out.entities.contains(&e.id));
-        } else {
-            self.stats.migrations_failed += 1;
         }
         if let Some(leaving) = self.leaving.as_mut() {
             if completed {
@@ -2512,20 +2552,20 @@ mod tests {
     use crate::model::EntityProfile;
     use pcm_proto::{JobId, Rank};
 
-    fn peer(s: &str) -> PeerId {
+    pub(super) fn peer(s: &str) -> PeerId {
         PeerId::new(s.as_bytes()).expect("valid")
     }
 
-    fn host(s: &str) -> HostName {
+    pub(super) fn host(s: &str) -> HostName {
         HostName::new(s).expect("valid")
     }
 
-    fn agent(name: &str, now: Instant) -> Agent {
+    pub(super) fn agent(name: &str, now: Instant) -> Agent {
         Agent::new(peer(name), host(name), Config::default().with_seed(1), now)
             .expect("valid config")
     }
 
-    fn entity(rank: u32, cpu: f64) -> EntityProfile {
+    pub(super) fn entity(rank: u32, cpu: f64) -> EntityProfile {
         let mut e = EntityProfile::new(
             EntityId {
                 job: JobId::new("heat").expect("valid"),
@@ -2539,13 +2579,13 @@ mod tests {
     }
 
     /// `a` meets agent `name` (on host `name`): its announced host, then an RTT sample.
-    fn meet(a: &mut Agent, now: Instant, name: &str, rtt: Duration) {
+    pub(super) fn meet(a: &mut Agent, now: Instant, name: &str, rtt: Duration) {
         a.handle_peer_host(now, peer(name), host(name))
             .expect("host accepted");
         a.handle_peer_rtt(now, peer(name), rtt);
     }
 
-    fn drain(a: &mut Agent) -> Vec<Action> {
+    pub(super) fn drain(a: &mut Agent) -> Vec<Action> {
         std::iter::from_fn(|| a.poll_action()).collect()
     }
 
@@ -2629,7 +2669,7 @@ mod tests {
         assert_eq!(a.poll_timeout(), Some(t1 + DEFAULT_STEAL_BACKOFF));
     }
 
-    fn steal_from(thief: &str, id: u64, profile: NodeProfile) -> Message {
+    pub(super) fn steal_from(thief: &str, id: u64, profile: NodeProfile) -> Message {
         Message::WorkSteal {
             id: MessageId(id),
             origin: peer(thief),

@@ -1,0 +1,741 @@
+//! The agents' policy for malleable jobs (docs/agents.md, "Growing and shrinking"): when an
+//! agent grows a job onto an idle node and when it shrinks one off its own node, with the
+//! model of [`crate::resize`].
+//!
+//! - **Who grows a job**: only the agent of the node where the job's rank 0 runs (its
+//!   *home* agent), so that two agents never grow one job at once; PCM's rule that a
+//!   request made before a reconfiguration the job completed is superseded covers the rest
+//!   (a request from an agent that has not yet seen the new width).
+//! - **On what**: a work steal, the request an idle node already sends, from its origin
+//!   itself (one passed on by another agent gets a work-available hint, as for a move, and
+//!   the thief asks again over its own connection). The home agent weighs growing the job
+//!   onto the thief by as many ranks as the thief has idle cores (and the job's limits
+//!   allow) against moving a rank there, and does what gains more. No message asks for a
+//!   resize: the network can offer a node, never make a job change width, and a thief that
+//!   is not idle is refused ([`super::Stats::grow_offers_refused`]).
+//! - **Shrinking** is decided by the agent of the node the ranks leave, for its own node,
+//!   from its own profile: when it is leaving and no idle node took the job's ranks within
+//!   three steal periods, or when competing load (its owner coming back) has slowed them
+//!   for [`super::Config::with_shed_after`] with no idle node taking them and the model
+//!   predicts the job runs faster without them.
+//! - **Damping**: no agent resizes a job within a hold-down of a change of its width (seen
+//!   in its ranks' profiles, or done by itself), nor sheds ranks that arrived within a
+//!   hold-down; only a leaving node may. So a job does not grow and shrink back within its
+//!   hold-down.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use pcm_proto::{HostName, JobId, Rank};
+
+use super::{Action, Agent, Beneficiary, Outgoing, ResizeReason, Steal};
+use crate::message::{Message, MigrationId};
+use crate::model::{EntityId, EntityProfile, NodeProfile};
+use crate::resize::{cpu_per_rank, ranks_for, resize_gain, JobTiming, ResizeGain};
+use crate::tier::PeerId;
+
+/// Steal periods a leaving node waits for idle nodes to take a malleable job's ranks
+/// before it shrinks the job off itself.
+const LEAVE_SHRINK_AFTER_STEAL_PERIODS: u32 = 3;
+
+/// A node's ranks of a job count as slowed when competing load leaves each less than this
+/// share of what it would get without that load.
+const SLOWED_SHARE: f64 = 0.9;
+
+/// What the agent keeps about the widths of the jobs it runs ranks of.
+#[derive(Debug, Default)]
+pub(crate) struct Resizing {
+    /// Per job: the width last seen in its ranks' profiles, and when it last changed (seen,
+    /// or by a resize of this agent's); `None` if never seen to change.
+    widths: HashMap<JobId, (u32, Option<Instant>)>,
+    /// Per job with ranks here: since when competing load slows them.
+    slowed_since: HashMap<JobId, Instant>,
+}
+
+/// A resize under way, kept with the [`Outgoing`] reconfiguration that carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OutgoingResize {
+    /// The job grows onto another node.
+    Grow(JobId),
+    /// The job's ranks here leave it.
+    Shrink(JobId),
+}
+
+/// The best grow of a job onto a thief.
+#[derive(Debug, Clone)]
+pub(crate) struct GrowPlan {
+    pub(crate) job: JobId,
+    pub(crate) from: u32,
+    pub(crate) gain: ResizeGain,
+}
+
+/// Why the home agent of a malleable job does not grow it onto a thief that asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrowRefusal {
+    /// The thief shows fewer idle cores than the light threshold.
+    NotIdle,
+}
+
+impl Agent {
+    /// The CPU each of this node's entities gets: the node's capacity (without the
+    /// competing load, or with it when `competing`) shared among them, at most
+    /// [`super::Config::with_entity_cores`] each.
+    fn cpu_per_entity(&self, node: &NodeProfile, competing: bool) -> f64 {
+        let offered = if competing {
+            node.entity_capacity()
+        } else {
+            node.cores * node.speed
+        };
+        cpu_per_rank(
+            offered,
+            self.entities.len().max(1) as u32,
+            self.config.entity_cores,
+        )
+    }
+
+    /// Notes the widths the entities' profiles show (called with every new list).
+    pub(super) fn observe_widths(&mut self, now: Instant) {
+        let mut seen: Vec<(JobId, u32)> = self
+            .entities
+            .iter()
+            .filter(|e| e.job_ranks > 0)
+            .map(|e| (e.id.job.clone(), e.job_ranks))
+            .collect();
+        seen.sort();
+        seen.dedup_by(|a, b| a.0 == b.0);
+        for (job, width) in seen {
+            let entry = self.resizing.widths.entry(job).or_insert((width, None));
+            if entry.0 != width {
+                *entry = (width, Some(now));
+            }
+        }
+        let hold = self.config.hold_down;
+        let entities = &self.entities;
+        self.resizing.widths.retain(|job, (_, changed)| {
+            entities.iter().any(|e| &e.id.job == job)
+                || changed.is_some_and(|at| now.saturating_duration_since(at) < hold * 2)
+        });
+    }
+
+    /// Whether `job`'s width changed within the hold-down: it is not resized again yet.
+    fn width_held(&self, job: &JobId, now: Instant) -> bool {
+        self.resizing
+            .widths
+            .get(job)
+            .and_then(|(_, changed)| *changed)
+            .is_some_and(|at| now < at + self.config.hold_down)
+    }
+
+    /// NSp2p: the best grow of a malleable job whose rank 0 runs here onto the thief of
+    /// `steal`, if one gains at least the minimum gain; `Err` when such a job could grow
+    /// but the thief is not idle.
+    pub(super) fn grow_plan(
+        &self,
+        now: Instant,
+        node: &NodeProfile,
+        thief: &Beneficiary,
+    ) -> Result<Option<GrowPlan>, GrowRefusal> {
+        if !self.config.resizes || self.leaving.is_some() || self.outgoing.is_some() {
+            return Ok(None);
+        }
+        let growable: Vec<&EntityProfile> = self
+            .entities
+            .iter()
+            .filter(|e| {
+                e.id.rank == Rank(0)
+                    && e.malleable
+                        .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
+                    && !self.width_held(&e.id.job, now)
+            })
+            .collect();
+        if growable.is_empty() {
+            return Ok(None);
+        }
+        if !thief.profile.is_lightly_loaded(self.config.light_threshold) {
+            return Err(GrowRefusal::NotIdle);
+        }
+        let cpu_here = self.cpu_per_entity(node, true);
+        let mut best: Option<GrowPlan> = None;
+        for rank0 in growable {
+            let (Some(limits), Some(timing)) =
+                (rank0.malleable, JobTiming::from_rank(rank0, cpu_here))
+            else {
+                continue;
+            };
+            // What the thief offers one more rank of this job (its own ranks of it, if any,
+            // counted as busy), and the slowest rank's CPU now.
+            let offer = thief.profile.for_job(&rank0.id.job, &thief.job_offers);
+            let room = ranks_for(&offer, self.config.entity_cores, u32::MAX);
+            let slowest = timing.slowest_cpu();
+            for to in limits.widths_above(timing.ranks, room) {
+                let added = to - timing.ranks;
+                let cpu_new = cpu_per_rank(
+                    offer.free_cores() * offer.speed,
+                    added,
+                    self.config.entity_cores,
+                );
+                let cost = self.config.resize_cost.cost(
+                    rank0.state_bytes.saturating_mul(u64::from(timing.ranks)),
+                    timing.ranks,
+                    to,
+                    node.bandwidth.min(offer.bandwidth),
+                );
+                let gain = resize_gain(
+                    &timing,
+                    to,
+                    slowest.min(cpu_new),
+                    cost,
+                    rank0.life_expectancy(),
+                    self.config.resize_cost.term,
+                );
+                if gain.gain >= self.config.min_gain
+                    && best.as_ref().is_none_or(|b| gain.gain > b.gain.gain)
+                {
+                    best = Some(GrowPlan {
+                        job: rank0.id.job.clone(),
+                        from: timing.ranks,
+                        gain,
+                    });
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    /// Grows a job onto the thief of `steal` as `plan` says, and tells the thief its steal
+    /// is answered.
+    pub(super) fn start_grow(&mut self, now: Instant, plan: GrowPlan, steal: Steal) {
+        let added = plan.gain.to - plan.from;
+        tracing::info!(
+            agent = %self.me,
+            job = %plan.job,
+            from = plan.from,
+            to = plan.gain.to,
+            onto = %steal.source.host,
+            gain = plan.gain.gain,
+            iteration_now = plan.gain.iteration_now,
+            iteration_after = plan.gain.iteration_after,
+            "growing a job"
+        );
+        let id = MigrationId(self.fresh_id());
+        let new_ranks: Vec<EntityId> = (plan.from..plan.gain.to)
+            .map(|r| EntityId {
+                job: plan.job.clone(),
+                rank: Rank(r),
+            })
+            .collect();
+        self.start_resize(
+            now,
+            id,
+            OutgoingResize::Grow(plan.job.clone()),
+            plan.from,
+            plan.gain.to,
+            vec![steal.source.host.clone(); added as usize],
+            ResizeReason::Grow {
+                gain: plan.gain.gain,
+            },
+            Some(steal.origin.clone()),
+        );
+        self.send(
+            steal.origin,
+            Message::StealAccepted {
+                id: steal.id,
+                migration: id,
+                entities: new_ranks,
+                from_host: Some(self.host.clone()),
+            },
+        );
+    }
+
+    /// Queues a resize of `job` and keeps it as the reconfiguration under way.
+    #[allow(clippy::too_many_arguments)]
+    fn start_resize(
+        &mut self,
+        now: Instant,
+        id: MigrationId,
+        kind: OutgoingResize,
+        from: u32,
+        ranks: u32,
+        hosts: Vec<HostName>,
+        reason: ResizeReason,
+        notify: Option<PeerId>,
+    ) {
+        let job = match &kind {
+            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job.clone(),
+        };
+        let leaving_here: Vec<EntityId> = match &kind {
+            OutgoingResize::Shrink(job) => self
+                .entities
+                .iter()
+                .filter(|e| &e.id.job == job)
+                .map(|e| e.id.clone())
+                .collect(),
+            OutgoingResize::Grow(_) => Vec::new(),
+        };
+        self.stats.resizes_started += 1;
+        self.outgoing = Some(Outgoing {
+            id,
+            notify,
+            deadline: now + self.config.migration_timeout,
+            entities: leaving_here,
+            resize: Some(kind),
+        });
+        self.actions.push_back(Action::Resize {
+            id,
+            job,
+            from,
+            ranks,
+            hosts,
+            reason,
+        });
+    }
+
+    /// The end of a resize this agent asked for: the job's width is held from now, and a
+    /// shrink took the job's ranks off this node.
+    pub(super) fn finish_resize(&mut self, now: Instant, resize: &OutgoingResize, completed: bool) {
+        if completed {
+            self.stats.resizes_completed += 1;
+        } else {
+            self.stats.resizes_failed += 1;
+        }
+        let job = match resize {
+            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job,
+        };
+        if let Some(entry) = self.resizing.widths.get_mut(job) {
+            entry.1 = Some(now);
+        } else {
+            self.resizing.widths.insert(job.clone(), (0, Some(now)));
+        }
+        if completed {
+            if let OutgoingResize::Shrink(job) = resize {
+                self.entities.retain(|e| &e.id.job != job);
+                self.resizing.slowed_since.remove(job);
+            }
+        }
+    }
+
+    /// A leaving node, or one whose competing load slows a malleable job's ranks, shrinks
+    /// the job off itself when the time has come (see the module docs). Called on every
+    /// timer and profile.
+    pub(super) fn shrink_if_due(&mut self, now: Instant) {
+        if !self.config.resizes || self.outgoing.is_some() {
+            return;
+        }
+        let Some(node) = self.node else {
+            return;
+        };
+        if let Some(leaving) = &self.leaving {
+            if now >= leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS
+            {
+                if let Some((job, from, to)) = self.shrinkable_jobs().first().cloned() {
+                    tracing::info!(agent = %self.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
+                    self.shrink(now, job, from, to, ResizeReason::Leave);
+                }
+            }
+            return;
+        }
+        self.update_slowed(now, &node);
+        let cpu_now = self.cpu_per_entity(&node, true);
+        let cpu_free = self.cpu_per_entity(&node, false);
+        let mut best: Option<(JobId, u32, u32, f64)> = None;
+        for (job, from, to) in self.shrinkable_jobs() {
+            let due = self
+                .resizing
+                .slowed_since
+                .get(&job)
+                .is_some_and(|since| now >= *since + self.config.shed_after);
+            let settled = self
+                .entities
+                .iter()
+                .filter(|e| e.id.job == job)
+                .all(|e| e.resident >= self.config.hold_down && !self.held.contains_key(&e.id));
+            if !due || !settled || self.width_held(&job, now) {
+                continue;
+            }
+            // The job's rank here that computes longest stands for it: the slowed one.
+            let Some(rank) = self
+                .entities
+                .iter()
+                .filter(|e| e.id.job == job)
+                .max_by(|a, b| a.compute.cmp(&b.compute))
+            else {
+                continue;
+            };
+            let Some(timing) = JobTiming::from_rank(rank, cpu_now) else {
+                continue;
+            };
+            let cost = self.config.resize_cost.cost(
+                rank.state_bytes.saturating_mul(u64::from(from)),
+                from,
+                to,
+                node.bandwidth,
+            );
+            // The ranks that stay are taken to get what this node gives a rank without
+            // its competing load (a pool of like nodes).
+            let gain = resize_gain(
+                &timing,
+                to,
+                cpu_free,
+                cost,
+                rank.life_expectancy(),
+                self.config.resize_cost.term,
+            );
+            if gain.gain >= self.config.min_gain && best.as_ref().is_none_or(|b| gain.gain > b.3) {
+                best = Some((job, from, to, gain.gain));
+            }
+        }
+        if let Some((job, from, to, gain)) = best {
+            tracing::info!(agent = %self.me, %job, from, to, gain, "competing load slows the job here and no idle node took its ranks; shrinking it off this node");
+            self.shrink(now, job, from, to, ResizeReason::Shed { gain });
+        }
+    }
+
+    /// The malleable jobs with ranks here that may lose all of them: `(job, width now,
+    /// width after)`.
+    fn shrinkable_jobs(&self) -> Vec<(JobId, u32, u32)> {
+        let mut jobs: Vec<(JobId, u32, u32)> = Vec::new();
+        for e in &self.entities {
+            let Some(limits) = e.malleable else {
+                continue;
+            };
+            if jobs.iter().any(|(j, _, _)| *j == e.id.job) || e.job_ranks == 0 {
+                continue;
+            }
+            let here = self
+                .entities
+                .iter()
+                .filter(|o| o.id.job == e.id.job)
+                .count() as u32;
+            let to = e.job_ranks.saturating_sub(here);
+            if to >= 1 && limits.allows(to) {
+                jobs.push((e.id.job.clone(), e.job_ranks, to));
+            }
+        }
+        jobs
+    }
+
+    /// Notes since when competing load slows each malleable job's ranks here.
+    fn update_slowed(&mut self, now: Instant, node: &NodeProfile) {
+        let slowed =
+            self.cpu_per_entity(node, true) < SLOWED_SHARE * self.cpu_per_entity(node, false);
+        let jobs: Vec<JobId> = if slowed && self.node_is_fresh() {
+            self.entities
+                .iter()
+                .filter(|e| e.malleable.is_some())
+                .map(|e| e.id.job.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.resizing
+            .slowed_since
+            .retain(|job, _| jobs.contains(job));
+        for job in jobs {
+            self.resizing.slowed_since.entry(job).or_insert(now);
+        }
+    }
+
+    fn shrink(&mut self, now: Instant, job: JobId, from: u32, to: u32, reason: ResizeReason) {
+        let id = MigrationId(self.fresh_id());
+        let host = self.host.clone();
+        self.start_resize(
+            now,
+            id,
+            OutgoingResize::Shrink(job),
+            from,
+            to,
+            vec![host],
+            reason,
+            None,
+        );
+    }
+
+    /// When [`Agent::shrink_if_due`] may next act: the end of a leaving node's wait, or of
+    /// the shed wait of a slowed job.
+    pub(super) fn resize_deadline(&self) -> Option<Instant> {
+        if !self.config.resizes || self.outgoing.is_some() {
+            return None;
+        }
+        match &self.leaving {
+            Some(leaving) => self
+                .entities
+                .iter()
+                .any(|e| e.malleable.is_some())
+                .then(|| {
+                    leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS
+                }),
+            None => self
+                .resizing
+                .slowed_since
+                .values()
+                .min()
+                .map(|since| *since + self.config.shed_after),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::agent::tests::{agent, drain, entity, host, meet, peer, steal_from};
+    use crate::agent::{Config, ResizeReason};
+    use pcm_proto::{Malleability, SizeRule};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Rank `rank` of a malleable heat job of `ranks` ranks that computes `compute_ms` and
+    /// spends `mpi_ms` in MPI per iteration.
+    fn heat_rank(rank: u32, ranks: u32, compute_ms: u32, mpi_ms: u32) -> EntityProfile {
+        let mut e = entity(rank, 0.6);
+        e.job_ranks = ranks;
+        e.compute = MS * compute_ms;
+        e.mpi_wait = MS * mpi_ms;
+        e.iteration_rate = 1000.0 / f64::from(compute_ms + mpi_ms);
+        e.state_bytes = 1 << 20;
+        e.malleable = Some(Malleability::new(1, 8).expect("valid"));
+        e
+    }
+
+    /// An emulated node of 0.6 CPU with `load` runnable threads, `competing` of them not
+    /// the job's.
+    fn node(load: f64, competing: f64) -> NodeProfile {
+        let mut n = NodeProfile::idle(0.6, 1 << 30);
+        n.cpu_load = load;
+        n.competing = competing;
+        n
+    }
+
+    /// node-a, running `ranks`, has met node-c (idle, 0.6 CPU).
+    fn home(now: Instant, ranks: Vec<EntityProfile>) -> Agent {
+        let mut a = agent("node-a", now);
+        meet(&mut a, now, "node-c", MS);
+        a.handle_node_profile(now, node(0.6, 0.0));
+        a.handle_entities(now, ranks);
+        drain(&mut a);
+        a
+    }
+
+    fn resizes(actions: &[Action]) -> Vec<(u32, u32, Vec<HostName>, ResizeReason)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Resize {
+                    from,
+                    ranks,
+                    hosts,
+                    reason,
+                    ..
+                } => Some((*from, *ranks, hosts.clone(), *reason)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn given_an_idle_node_asks_then_the_agent_of_rank_0_grows_its_malleable_job_onto_it() {
+        let t0 = Instant::now();
+        // Rank 0 of 2 computes 100 ms at 0.6 core and exchanges 5 ms: 2 -> 3 gains 0.19.
+        let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        let actions = drain(&mut a);
+        let grown = resizes(&actions);
+        assert_eq!(grown.len(), 1, "{actions:?}");
+        let (from, to, hosts, reason) = &grown[0];
+        assert_eq!((*from, *to), (2, 3));
+        assert_eq!(hosts, &vec![host("node-c")]);
+        assert!(matches!(reason, ResizeReason::Grow { gain } if *gain > 0.15 && *gain < 0.2));
+        // The thief hears that work comes: the new rank 2.
+        assert!(actions.iter().any(|a| matches!(a,
+            Action::Send { to, message: Message::StealAccepted { entities, .. } }
+                if *to == peer("node-c") && entities[0].rank == Rank(2))));
+        assert_eq!(a.stats().resizes_started, 1);
+        // One reconfiguration at a time: a second idle node's steal meanwhile grows nothing.
+        meet(&mut a, t0, "node-d", MS);
+        a.handle_message(t0, peer("node-d"), steal_from("node-d", 8, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut a)).is_empty());
+        // Done; the width is held for a hold-down, then node-d's steal grows it again.
+        let t1 = t0 + Duration::from_secs(1);
+        a.handle_migration_outcome(
+            t1,
+            MigrationId(a.next_id),
+            crate::MigrationOutcome::Completed,
+        );
+        assert_eq!(a.stats().resizes_completed, 1);
+        a.handle_entities(t1, vec![heat_rank(0, 3, 67, 5)]);
+        a.handle_message(t1, peer("node-d"), steal_from("node-d", 9, node(0.0, 0.0)));
+        assert!(
+            resizes(&drain(&mut a)).is_empty(),
+            "grown again within the hold-down"
+        );
+        let t2 = t1 + a.config().hold_down();
+        a.handle_entities(t2, vec![heat_rank(0, 3, 67, 5)]);
+        a.handle_message(t2, peer("node-d"), steal_from("node-d", 10, node(0.0, 0.0)));
+        assert_eq!(resizes(&drain(&mut a))[0].1, 4);
+    }
+
+    #[test]
+    fn given_a_job_of_fixed_width_or_rank_0_elsewhere_then_no_grow() {
+        let t0 = Instant::now();
+        let mut fixed = heat_rank(0, 2, 100, 5);
+        fixed.malleable = None;
+        let mut a = home(t0, vec![fixed]);
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut a)).is_empty());
+        assert_eq!(a.stats().grow_offers_refused, 0);
+        // Rank 1 runs here, rank 0 elsewhere: its home agent decides, not this one.
+        let mut b = home(t0, vec![heat_rank(1, 2, 100, 5)]);
+        b.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut b)).is_empty());
+        // At its maximum width, or with a rule no larger width meets soon: no grow.
+        let mut full = heat_rank(0, 2, 100, 5);
+        full.malleable = Some(Malleability::new(1, 2).expect("valid"));
+        let mut c = home(t0, vec![full]);
+        c.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut c)).is_empty());
+        let mut squares = heat_rank(0, 4, 100, 5);
+        squares.malleable = Some(
+            Malleability::new(1, 16)
+                .expect("valid")
+                .with_rule(SizeRule::Square),
+        );
+        let mut d = home(t0, vec![squares]);
+        // 4 -> 9 needs five idle cores; the thief has 0.6.
+        d.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut d)).is_empty());
+    }
+
+    #[test]
+    fn given_an_offer_from_a_busy_node_or_passed_on_then_nothing_grows_and_it_is_counted() {
+        let t0 = Instant::now();
+        let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        // node-c shows 0.1 idle core: not light.
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.5, 0.5)));
+        let actions = drain(&mut a);
+        assert!(resizes(&actions).is_empty());
+        assert_eq!(a.stats().grow_offers_refused, 1);
+        // node-d's steal arrives through node-c: node-d is told to ask itself.
+        meet(&mut a, t0, "node-d", MS);
+        let mut passed_on = steal_from("node-d", 8, node(0.0, 0.0));
+        if let Message::WorkSteal { ttl, .. } = &mut passed_on {
+            *ttl = 2;
+        }
+        a.handle_message(t0, peer("node-c"), passed_on);
+        let actions = drain(&mut a);
+        assert!(resizes(&actions).is_empty(), "{actions:?}");
+        assert_eq!(a.stats().grow_offers_refused, 2);
+        assert!(actions.iter().any(|a| matches!(a,
+            Action::Send { to, message: Message::WorkAvailable } if *to == peer("node-d"))));
+    }
+
+    #[test]
+    fn given_competing_load_slows_a_malleable_rank_and_no_idle_node_takes_it_then_the_job_sheds_it()
+    {
+        let t0 = Instant::now();
+        let mut b = agent("node-b", t0);
+        // Rank 2 of 3 here; a hog takes 0.4 of the node's 0.6 CPU: it computes 150 ms.
+        let straggler = || heat_rank(2, 3, 150, 5);
+        b.handle_node_profile(t0, node(1.4, 0.4));
+        b.handle_entities(t0, vec![straggler()]);
+        assert!(
+            resizes(&drain(&mut b)).is_empty(),
+            "not before the shed wait"
+        );
+        let shed_at = b.poll_timeout().expect("a deadline for the shed wait");
+        assert_eq!(shed_at, t0 + Config::default().shed_after);
+        let t1 = t0 + Config::default().shed_after;
+        b.handle_node_profile(t1, node(1.4, 0.4));
+        b.handle_entities(t1, vec![straggler()]);
+        let shed = resizes(&drain(&mut b));
+        assert_eq!(shed.len(), 1);
+        let (from, to, hosts, reason) = &shed[0];
+        assert_eq!((*from, *to, hosts.clone()), (3, 2, vec![host("node-b")]));
+        assert!(matches!(reason, ResizeReason::Shed { gain } if *gain > 0.1));
+        b.handle_migration_outcome(
+            t1,
+            MigrationId(b.next_id),
+            crate::MigrationOutcome::Completed,
+        );
+        assert!(b.entities().is_empty(), "the job's rank left this node");
+
+        // The load leaves within the wait: nothing is shed.
+        let mut quiet = agent("node-b", t0);
+        quiet.handle_node_profile(t0, node(1.4, 0.4));
+        quiet.handle_entities(t0, vec![straggler()]);
+        quiet.handle_node_profile(t0 + Duration::from_secs(5), node(0.6, 0.0));
+        quiet.handle_entities(t0 + Duration::from_secs(5), vec![heat_rank(2, 3, 50, 5)]);
+        quiet.handle_node_profile(t1, node(0.6, 0.0));
+        quiet.handle_entities(t1, vec![heat_rank(2, 3, 50, 5)]);
+        assert!(resizes(&drain(&mut quiet)).is_empty());
+
+        // A rank that arrived within the hold-down stays (no grow and shrink back).
+        let mut fresh = agent("node-b", t0);
+        let mut newcomer = straggler();
+        newcomer.resident = Duration::from_secs(5);
+        fresh.handle_node_profile(t0, node(1.4, 0.4));
+        fresh.handle_entities(t0, vec![newcomer.clone()]);
+        fresh.handle_node_profile(t1, node(1.4, 0.4));
+        fresh.handle_entities(t1, vec![newcomer]);
+        assert!(resizes(&drain(&mut fresh)).is_empty());
+
+        // A job of fixed width is not shed, and nor is one at its minimum.
+        let mut fixed = agent("node-b", t0);
+        let mut rank = straggler();
+        rank.malleable = None;
+        fixed.handle_node_profile(t0, node(1.4, 0.4));
+        fixed.handle_entities(t0, vec![rank.clone()]);
+        fixed.handle_node_profile(t1, node(1.4, 0.4));
+        fixed.handle_entities(t1, vec![rank]);
+        assert!(resizes(&drain(&mut fixed)).is_empty());
+        let mut at_min = agent("node-b", t0);
+        let mut rank = straggler();
+        rank.malleable = Some(Malleability::new(3, 8).expect("valid"));
+        at_min.handle_node_profile(t0, node(1.4, 0.4));
+        at_min.handle_entities(t0, vec![rank.clone()]);
+        at_min.handle_node_profile(t1, node(1.4, 0.4));
+        at_min.handle_entities(t1, vec![rank]);
+        assert!(resizes(&drain(&mut at_min)).is_empty());
+    }
+
+    #[test]
+    fn given_a_leaving_node_that_no_idle_node_relieves_then_it_shrinks_the_job_off_itself() {
+        let t0 = Instant::now();
+        let mut c = agent("node-c", t0);
+        meet(&mut c, t0, "node-a", MS);
+        c.handle_node_profile(t0, node(0.6, 0.0));
+        c.handle_entities(t0, vec![heat_rank(2, 3, 67, 5)]);
+        drain(&mut c);
+        c.handle_leave(t0);
+        assert!(
+            resizes(&drain(&mut c)).is_empty(),
+            "idle nodes get their chance first"
+        );
+        let wait = Config::default().steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS;
+        assert_eq!(c.poll_timeout().map(|t| t <= t0 + wait), Some(true));
+        c.handle_timeout(t0 + wait);
+        let shrunk = resizes(&drain(&mut c));
+        assert_eq!(
+            shrunk,
+            vec![(3, 2, vec![host("node-c")], ResizeReason::Leave)]
+        );
+        c.handle_migration_outcome(
+            t0 + wait,
+            MigrationId(c.next_id),
+            crate::MigrationOutcome::Completed,
+        );
+        assert!(c.leave_progress().is_some_and(|p| p.is_drained()));
+    }
+
+    #[test]
+    fn with_resizes_off_the_agent_only_migrates() {
+        let t0 = Instant::now();
+        let mut a = agent("node-a", t0);
+        a.config = a.config.clone().with_resizes(false);
+        meet(&mut a, t0, "node-c", MS);
+        a.handle_node_profile(t0, node(0.6, 0.0));
+        a.handle_entities(t0, vec![heat_rank(0, 2, 100, 5)]);
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut a)).is_empty());
+    }
+}
