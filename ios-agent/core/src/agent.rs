@@ -2363,15 +2363,9 @@ impl Agent {
                         );
                         // A malleable job whose rank 0 runs here may grow onto the thief
                         // instead, when that gains more than the move.
-                        let grow = match self.grow_plan(now, &node, &steal.source) {
-                            Ok(grow) => grow,
-                            Err(resizing::GrowRefusal::NotIdle) => {
-                                self.stats.grow_offers_refused += 1;
-                                None
-                            }
-                        };
-                        if let Some(grow) =
-                            grow.filter(|g| plan.as_ref().is_none_or(|p| g.gain.gain > p.gain.gain))
+                        if let Some(grow) = self
+                            .grow_for_steal(now, &steal)
+                            .filter(|g| plan.as_ref().is_none_or(|p| g.gain.gain > p.gain.gain))
                         {
                             if checked.is_err() {
                                 self.stats.grow_offers_refused += 1;

@@ -1588,6 +1588,23 @@ impl Agent {
                 .map(|plan| (v.peer.clone(), v.host.clone(), plan))
             });
             drop(views);
+            // A malleable job whose rank 0 runs on the manager's own node may grow onto the
+            // thief instead, when that gains more than the move found (members' jobs are
+            // only moved: a member is not ordered to grow).
+            if let Some(grow) = self.grow_for_steal(now, &steal).filter(|g| {
+                found
+                    .as_ref()
+                    .is_none_or(|(_, _, p)| g.gain.gain > p.gain.gain)
+            }) {
+                if direct {
+                    self.start_grow(now, grow, steal);
+                    return;
+                }
+                self.stats.grow_offers_refused += 1;
+                if self.hint_origin(&steal) {
+                    return;
+                }
+            }
             // Work moves only on a request the origin sent us itself; a relayed or
             // forwarded one gets the origin told to ask here directly.
             if found.is_some() && !direct && self.hint_origin(&steal) {

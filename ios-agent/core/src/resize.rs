@@ -70,11 +70,13 @@ impl JobTiming {
         let compute = rank.compute.as_secs_f64();
         let mpi = rank.mpi_wait.as_secs_f64();
         let iteration = compute + mpi;
-        if rank.job_ranks == 0
-            || !(cpu.is_finite() && cpu > 0.0)
-            || !(compute.is_finite() && compute > 0.0)
-            || !iteration.is_finite()
-        {
+        let known = rank.job_ranks > 0
+            && cpu.is_finite()
+            && cpu > 0.0
+            && compute.is_finite()
+            && compute > 0.0
+            && iteration.is_finite();
+        if !known {
             return None;
         }
         Some(JobTiming {

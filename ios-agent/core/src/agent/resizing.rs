@@ -202,9 +202,22 @@ impl Agent {
         Ok(best)
     }
 
+    /// [`Agent::grow_plan`] for the thief of `steal` with this node's own profile, counting
+    /// a refused offer.
+    pub(crate) fn grow_for_steal(&mut self, now: Instant, steal: &Steal) -> Option<GrowPlan> {
+        let node = self.own_profile()?;
+        match self.grow_plan(now, &node, &steal.source) {
+            Ok(grow) => grow,
+            Err(GrowRefusal::NotIdle) => {
+                self.stats.grow_offers_refused += 1;
+                None
+            }
+        }
+    }
+
     /// Grows a job onto the thief of `steal` as `plan` says, and tells the thief its steal
     /// is answered.
-    pub(super) fn start_grow(&mut self, now: Instant, plan: GrowPlan, steal: Steal) {
+    pub(crate) fn start_grow(&mut self, now: Instant, plan: GrowPlan, steal: Steal) {
         let added = plan.gain.to - plan.from;
         tracing::info!(
             agent = %self.me,
