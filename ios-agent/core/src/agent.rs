@@ -3390,7 +3390,7 @@ mod tests {
         a
     }
 
-    fn forged(origin: &str, source: &str, source_host: &str) -> Message {
+    pub(super) fn forged(origin: &str, source: &str, source_host: &str) -> Message {
         Message::WorkSteal {
             id: MessageId(77),
             origin: peer(origin),

@@ -492,7 +492,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::agent::tests::{agent, drain, entity, host, meet, peer, steal_from};
+    use crate::agent::tests::{agent, drain, entity, forged, host, meet, peer, steal_from};
     use crate::agent::{Config, ResizeReason};
     use pcm_proto::{Malleability, SizeRule};
 
@@ -640,6 +640,27 @@ mod tests {
         assert_eq!(a.stats().grow_offers_refused, 2);
         assert!(actions.iter().any(|a| matches!(a,
             Action::Send { to, message: Message::WorkAvailable } if *to == peer("node-d"))));
+    }
+
+    /// A pool-key holder sends the home agent steals that claim another origin, another
+    /// source, or a host other than the one the sender announced: no grow, whatever the
+    /// fake idle 64 cores offered, and nothing passed on.
+    #[test]
+    fn given_forged_offers_then_no_job_grows() {
+        let t0 = Instant::now();
+        let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        meet(&mut a, t0, "node-k", MS);
+        for message in [
+            forged("node-x", "node-y", "localhost"),
+            forged("node-k", "node-c", "node-c"),
+            forged("node-k", "node-k", "node-c"),
+        ] {
+            a.handle_message(t0, peer("node-k"), message);
+        }
+        let actions = drain(&mut a);
+        assert!(resizes(&actions).is_empty(), "{actions:?}");
+        assert!(a.stats().steals_refused >= 3, "{:?}", a.stats());
+        assert_eq!(a.stats().resizes_started, 0);
     }
 
     #[test]
