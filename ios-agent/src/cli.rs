@@ -144,6 +144,16 @@ pub struct JoinArgs {
     #[arg(long)]
     pub communication_term: bool,
 
+    /// Never grow or shrink jobs: only move their ranks. By default the agents resize
+    /// malleable jobs (those that declared their limits with set_malleable; `pcmd stats`
+    /// shows them as "malleable MIN..=MAX"): a job grows onto an idle node that asks for
+    /// work when the model says it runs faster wider, and sheds its ranks on a loaded or
+    /// leaving node that no idle node takes. With --no-resize every job keeps its width, as
+    /// jobs that are not malleable always do (a migration-only pool, for comparison). Give
+    /// it to every agent of the pool: each agent decides resizes by itself.
+    #[arg(long)]
+    pub no_resize: bool,
+
     /// Idle CPUs (speed-normalised) that make this node ask for work.
     #[arg(long, value_name = "CPUS", default_value = "0.3")]
     pub light_threshold: f64,
@@ -161,4 +171,39 @@ fn positive_seconds(s: &str) -> Result<Duration, String> {
         return Err(format!("{s} must be between 0 and 86400 seconds"));
     }
     Ok(Duration::from_secs_f64(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    fn join(args: &[&str]) -> JoinArgs {
+        let argv = ["ios-agent", "join", "--pool-key", "pool.key"]
+            .into_iter()
+            .chain(args.iter().copied());
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Join(args) => *args,
+            other => panic!("not a join: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    /// Issue 38: agents resize malleable jobs unless told not to.
+    #[test]
+    fn given_no_resize_then_join_says_so_and_resizes_are_on_by_default() {
+        assert!(!join(&[]).no_resize);
+        assert!(join(&["--no-resize"]).no_resize);
+        let help = Cli::command()
+            .find_subcommand_mut("join")
+            .expect("join")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--no-resize"), "{help}");
+        assert!(help.contains("malleable"), "{help}");
+    }
 }

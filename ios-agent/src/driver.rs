@@ -1,7 +1,7 @@
 //! The event loop that runs one [`Agent`]: it feeds the core network events, profile
-//! samples, migration outcomes and timer expiries, and carries out the actions the core
-//! returns. This is the only place where the agent's logic meets time and I/O; the logic
-//! itself lives in `ios-agent-core` and is the same code the simulator runs.
+//! samples, migration and resize outcomes and timer expiries, and carries out the actions
+//! the core returns. This is the only place where the agent's logic meets time and I/O;
+//! the logic itself lives in `ios-agent-core` and is the same code the simulator runs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use ios_agent_core::agent::{Action, MigrationOutcome};
 use ios_agent_core::{Agent, EntityId, EntityProfile, MigrationId, NodeProfile, PeerId};
 pub use ios_agent_proto::leave::LeaveReport;
 use pcm_proto::given_back::{self, GivenBack};
-use pcm_proto::HostName;
+use pcm_proto::{HostName, JobId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connections::{Connected, ConnectionPolicy};
@@ -39,8 +39,8 @@ pub struct Sample {
     pub stalled: Vec<ios_agent_core::EntityId>,
 }
 
-/// Carries out migrations the core decided. Runs on a blocking thread: pcmd's client is
-/// synchronous and a migration takes hundreds of milliseconds.
+/// Carries out the migrations and resizes the core decided. Runs on a blocking thread:
+/// pcmd's client is synchronous and a reconfiguration takes hundreds of milliseconds.
 pub trait Migrator: Send + Sync + 'static {
     /// Moves `entities` (all of one job) to `to_host` and reports how it ended.
     fn migrate(
@@ -49,6 +49,26 @@ pub trait Migrator: Send + Sync + 'static {
         entities: &[EntityId],
         to_host: &HostName,
     ) -> MigrationOutcome;
+
+    /// Resizes the malleable `job` to `ranks` ranks (growing: the added ranks go to
+    /// `hosts`; shrinking: the ranks on `hosts` leave) and reports how it ended.
+    fn resize(
+        &self,
+        id: MigrationId,
+        job: &JobId,
+        ranks: u32,
+        hosts: &[HostName],
+    ) -> MigrationOutcome;
+}
+
+/// A resize the driver asked its migrator for, until its outcome comes back: what
+/// `ios-agent status` says of its end.
+#[derive(Debug, Clone)]
+struct ResizeInFlight {
+    job: JobId,
+    from: u32,
+    to: u32,
+    hosts: Vec<HostName>,
 }
 
 /// A request from the local control socket (`ios-agent status`, `ios-agent leave`) or a
@@ -221,6 +241,9 @@ struct Driver<T, M> {
     next_look: Option<Instant>,
     /// The pcmd socket whose given-back mark is written on leaving ([`Options`]).
     given_back_mark: Option<PathBuf>,
+    /// Resizes under way, by id: their outcomes come back on the migrations' channel
+    /// (the core tracks both alike), and the decision noted for them names the job.
+    resizes: HashMap<MigrationId, ResizeInFlight>,
 }
 
 impl<T: Transport, M: Migrator> Driver<T, M> {
@@ -244,6 +267,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
             policy: ConnectionPolicy::default(),
             next_look: None,
             given_back_mark: None,
+            resizes: HashMap::new(),
         }
     }
 
@@ -287,16 +311,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                     }
                     None => control_open = false,
                 },
-                Some((id, outcome)) = self.outcomes_rx.recv() => {
-                    self.note(match &outcome {
-                        MigrationOutcome::Completed => DecisionKind::MigrationCompleted { migration: id },
-                        MigrationOutcome::Failed { reason } => DecisionKind::MigrationFailed {
-                            migration: id,
-                            reason: reason.clone(),
-                        },
-                    });
-                    self.agent.handle_migration_outcome(Instant::now(), id, outcome);
-                }
+                Some((id, outcome)) = self.outcomes_rx.recv() => self.on_outcome(id, outcome),
                 () = tokio::time::sleep_until(wake.into()) => {
                     if deadline.is_some_and(|d| d <= Instant::now()) {
                         self.agent.handle_timeout(Instant::now());
@@ -311,6 +326,42 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                 return;
             }
         }
+    }
+
+    /// A migration or resize ended: noted for `status`, then passed to the core.
+    fn on_outcome(&mut self, id: MigrationId, outcome: MigrationOutcome) {
+        let decision = match (self.resizes.remove(&id), &outcome) {
+            (None, MigrationOutcome::Completed) => {
+                DecisionKind::MigrationCompleted { migration: id }
+            }
+            (None, MigrationOutcome::Failed { reason }) => DecisionKind::MigrationFailed {
+                migration: id,
+                reason: reason.clone(),
+            },
+            (Some(r), MigrationOutcome::Completed) => {
+                tracing::info!(resize = %id, job = %r.job, from = r.from, to = r.to, "resize completed");
+                DecisionKind::ResizeCompleted {
+                    resize: id,
+                    job: r.job,
+                    from: r.from,
+                    to: r.to,
+                    hosts: r.hosts,
+                }
+            }
+            (Some(r), MigrationOutcome::Failed { reason }) => {
+                tracing::info!(resize = %id, job = %r.job, from = r.from, to = r.to, "resize failed: {reason}");
+                DecisionKind::ResizeFailed {
+                    resize: id,
+                    job: r.job,
+                    from: r.from,
+                    to: r.to,
+                    reason: reason.clone(),
+                }
+            }
+        };
+        self.note(decision);
+        self.agent
+            .handle_migration_outcome(Instant::now(), id, outcome);
     }
 
     fn start_drain(&mut self, order: LeaveOrder) {
@@ -691,16 +742,41 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                         let _ = outcomes.blocking_send((id, outcome));
                     });
                 }
-                Action::Resize { id, job, ranks, .. } => {
-                    // Not carried out yet: reported failed at once.
-                    tracing::warn!(migration = %id, %job, ranks, "resizes are not carried out yet");
-                    self.agent.handle_migration_outcome(
-                        Instant::now(),
+                Action::Resize {
+                    id,
+                    job,
+                    from,
+                    ranks,
+                    hosts,
+                    reason,
+                } => {
+                    let names: Vec<&str> = hosts.iter().map(HostName::as_str).collect();
+                    tracing::info!(resize = %id, %job, from, to = ranks, hosts = ?names, ?reason, "resizing");
+                    self.note(DecisionKind::ResizeStarted {
+                        resize: id,
+                        job: job.clone(),
+                        from,
+                        to: ranks,
+                        hosts: hosts.clone(),
+                        reason: reason.into(),
+                    });
+                    self.resizes.insert(
                         id,
-                        ios_agent_core::MigrationOutcome::Failed {
-                            reason: "this agent does not resize jobs yet".to_owned(),
+                        ResizeInFlight {
+                            job: job.clone(),
+                            from,
+                            to: ranks,
+                            hosts: hosts.clone(),
                         },
                     );
+                    // As a migration: through pcmd on a blocking thread, the outcome back
+                    // on the same channel, to the core with the same id.
+                    let migrator = std::sync::Arc::clone(&self.migrator);
+                    let outcomes = self.outcomes_tx.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let outcome = migrator.resize(id, &job, ranks, &hosts);
+                        let _ = outcomes.blocking_send((id, outcome));
+                    });
                 }
             }
         }

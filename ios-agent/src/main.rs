@@ -203,7 +203,8 @@ fn join(control_given: Option<&str>, args: JoinArgs) -> Result<()> {
         .with_profile_period(args.profile_period)
         .with_hold_down(args.hold_down)
         .with_min_gain(args.min_gain)
-        .with_light_threshold(args.light_threshold);
+        .with_light_threshold(args.light_threshold)
+        .with_resizes(!args.no_resize);
     config.validate().context("agent settings")?;
 
     let pcmd_socket = match &args.pcmd_socket {

@@ -1,6 +1,6 @@
 //! The agent's link to its node's pcmd (the paper's dispatcher role): attach to the running
 //! daemon or start one, keep one running at the socket, read the node's rank profiles, and
-//! carry out migrations.
+//! carry out migrations and resizes.
 //!
 //! The node's pcmd is shared: the agent may attach to one that `pcmrun` started (which
 //! stops it when its job ends), and any pcmd may be killed. So every profile tick that finds
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{EntityId, MigrationId};
 use pcm_proto::client::{Client, Error as ClientError, Migration};
-use pcm_proto::{HostName, Move, NodeStats, Outcome};
+use pcm_proto::{HostName, Move, NodeStats, Outcome, Resize};
 
 use crate::driver::Migrator;
 
@@ -439,7 +439,7 @@ pub fn stats(socket: &Path) -> Result<NodeStats, ClientError> {
     Client::connect(socket)?.stats()
 }
 
-/// Carries out migrations through pcmd.
+/// Carries out migrations and resizes through pcmd.
 #[derive(Debug, Clone)]
 pub struct PcmdMigrator {
     socket: PathBuf,
@@ -473,20 +473,180 @@ impl Migrator for PcmdMigrator {
             .collect();
         let result = Client::connect(&self.socket)
             .and_then(|mut c| c.migrate(Some(job), moves, true, MIGRATION_TIMEOUT));
-        match result {
-            Ok(Migration::Finished {
-                outcome: Outcome::Completed { .. },
-                ..
-            }) => MigrationOutcome::Completed,
-            Ok(Migration::Finished { outcome, .. }) => MigrationOutcome::Failed {
-                reason: outcome.failure().unwrap_or_default(),
+        outcome_of(result)
+    }
+
+    /// One request to pcmd with no moves and the resize (`ToDaemon::Migrate { job, moves:
+    /// [], resize, wait: true }`, as `pcmd resize --job JOB --ranks N --to HOST...`), with
+    /// a migration's deadline and outcomes: the job refuses what its limits do not allow,
+    /// and pcmd refuses a job with a rank too old to resize.
+    fn resize(
+        &self,
+        _id: MigrationId,
+        job: &pcm_proto::JobId,
+        ranks: u32,
+        hosts: &[HostName],
+    ) -> MigrationOutcome {
+        let resize = Resize {
+            ranks,
+            hosts: hosts.to_vec(),
+        };
+        let result = Client::connect(&self.socket)
+            .and_then(|mut c| c.resize(Some(job.clone()), resize, true, MIGRATION_TIMEOUT));
+        outcome_of(result)
+    }
+}
+
+/// What the core makes of pcmd's answer to a request made with `wait`.
+fn outcome_of(result: Result<Migration, ClientError>) -> MigrationOutcome {
+    match result {
+        Ok(Migration::Finished {
+            outcome: Outcome::Completed { .. },
+            ..
+        }) => MigrationOutcome::Completed,
+        Ok(Migration::Finished { outcome, .. }) => MigrationOutcome::Failed {
+            reason: outcome.failure().unwrap_or_default(),
+        },
+        Ok(Migration::Accepted { request }) => MigrationOutcome::Failed {
+            reason: format!("pcmd accepted {request} but did not report its end"),
+        },
+        Err(e) => MigrationOutcome::Failed {
+            reason: e.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcm_proto::{
+        encode, FrameReader, FromDaemon, JobId, PhaseTimings, RequestId, ToDaemon, PROTOCOL_VERSION,
+    };
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::net::UnixListener;
+
+    /// A pcmd that answers one controller: welcomes it, takes one request and answers it
+    /// with `outcome` (or refuses it with `refusal`). Returns the request it got.
+    fn fake_pcmd(
+        listener: UnixListener,
+        outcome: Outcome,
+        refusal: Option<pcm_proto::ErrorKind>,
+    ) -> std::thread::JoinHandle<ToDaemon> {
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("a client");
+            let mut reader = FrameReader::new();
+            let mut next = |stream: &mut std::os::unix::net::UnixStream| loop {
+                if let Some(m) = reader.next_message::<ToDaemon>().expect("a valid frame") {
+                    return m;
+                }
+                let mut buf = [0u8; 4096];
+                let n = stream.read(&mut buf).expect("readable");
+                assert!(n > 0, "the client hung up");
+                reader.feed(&buf[..n]);
+            };
+            assert!(matches!(next(&mut stream), ToDaemon::Hello { .. }));
+            let welcome = FromDaemon::Welcome {
+                version: PROTOCOL_VERSION,
+                host: HostName::new("node-a").expect("valid"),
+            };
+            stream.write_all(&encode(&welcome)).expect("writable");
+            let request = next(&mut stream);
+            let replies = match refusal {
+                Some(kind) => vec![FromDaemon::Error {
+                    kind,
+                    message: "job heat2d-1 has a rank of protocol version 2".into(),
+                }],
+                None => vec![
+                    FromDaemon::MigrationAccepted {
+                        request: RequestId(5),
+                    },
+                    FromDaemon::MigrationFinished {
+                        request: RequestId(5),
+                        outcome,
+                    },
+                ],
+            };
+            for reply in replies {
+                stream.write_all(&encode(&reply)).expect("writable");
+            }
+            request
+        })
+    }
+
+    fn listener() -> (tempfile::TempDir, PathBuf, UnixListener) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let socket = dir.path().join("pcmd.sock");
+        let listener = UnixListener::bind(&socket).expect("bound");
+        (dir, socket, listener)
+    }
+
+    /// Issue 38: a resize goes to pcmd as one request with the job, no moves, the width and
+    /// hosts, waiting for its end; pcmd's outcome comes back as the core reads a
+    /// migration's.
+    #[test]
+    fn given_a_resize_then_pcmd_gets_the_request_and_its_outcome_is_mapped() {
+        let job = JobId::new("heat2d-1").expect("valid");
+        let hosts = [HostName::new("node-c").expect("valid")];
+        let completed = Outcome::Completed {
+            iteration: 1200,
+            timings: PhaseTimings::default(),
+            placed: Vec::new(),
+        };
+        let (_dir, socket, l) = listener();
+        let pcmd = fake_pcmd(l, completed, None);
+        let migrator = PcmdMigrator::new(socket);
+        let outcome = migrator.resize(MigrationId(3), &job, 3, &hosts);
+        assert_eq!(outcome, MigrationOutcome::Completed);
+        assert_eq!(
+            pcmd.join().expect("the fake pcmd"),
+            ToDaemon::Migrate {
+                job: Some(job.clone()),
+                moves: Vec::new(),
+                wait: true,
+                resize: Some(Resize {
+                    ranks: 3,
+                    hosts: hosts.to_vec(),
+                }),
+            }
+        );
+
+        // The job refuses (not malleable): failed, with the job's words.
+        let (_dir, socket, l) = listener();
+        let refused = Outcome::Failed {
+            reason: "the job is not malleable: it never called set_malleable".into(),
+        };
+        let pcmd = fake_pcmd(l, refused, None);
+        let outcome = PcmdMigrator::new(socket).resize(MigrationId(4), &job, 1, &[]);
+        assert_eq!(
+            outcome,
+            MigrationOutcome::Failed {
+                reason: "the job is not malleable: it never called set_malleable".into()
+            }
+        );
+        pcmd.join().expect("the fake pcmd");
+
+        // pcmd refuses (a rank too old to resize): failed, naming why.
+        let (_dir, socket, l) = listener();
+        let pcmd = fake_pcmd(
+            l,
+            Outcome::Failed {
+                reason: String::new(),
             },
-            Ok(Migration::Accepted { request }) => MigrationOutcome::Failed {
-                reason: format!("pcmd accepted {request} but did not report its end"),
-            },
-            Err(e) => MigrationOutcome::Failed {
-                reason: e.to_string(),
-            },
+            Some(pcm_proto::ErrorKind::Unsupported),
+        );
+        let outcome = PcmdMigrator::new(socket).resize(MigrationId(5), &job, 4, &[]);
+        match outcome {
+            MigrationOutcome::Failed { reason } => {
+                assert!(reason.contains("protocol version 2"), "{reason}");
+            }
+            other => panic!("expected a failure, got {other:?}"),
         }
+        pcmd.join().expect("the fake pcmd");
+
+        // No pcmd at all: failed, not a hang.
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let outcome =
+            PcmdMigrator::new(dir.path().join("none.sock")).resize(MigrationId(6), &job, 4, &[]);
+        assert!(matches!(outcome, MigrationOutcome::Failed { .. }));
     }
 }

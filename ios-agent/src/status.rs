@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use ios_agent_core::{Agent, LatencyTier};
 
 pub use ios_agent_proto::status::{
-    AgentStatus, Counters, Decision, DecisionKind, PeerStatus, PoolHost, ProtocolStep,
+    AgentStatus, Counters, Decision, DecisionKind, PeerStatus, PoolHost, ProtocolStep, ResizeReason,
 };
 
 /// A tier as `status` names it (`local`, `regional`, `national`, `global`).
@@ -69,6 +69,10 @@ pub(crate) fn status_of(
             steals_refused: s.steals_refused,
             hosts_refused: s.hosts_refused,
             partner_steals_sent: s.partner_steals_sent,
+            resizes_started: s.resizes_started,
+            resizes_completed: s.resizes_completed,
+            resizes_failed: s.resizes_failed,
+            grow_offers_refused: s.grow_offers_refused,
         },
         decisions,
     }

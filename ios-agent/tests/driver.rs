@@ -11,13 +11,13 @@ use ios_agent::connections::ConnectionPolicy;
 use ios_agent::driver::{
     self, ControlRequest, Inputs, LeaveOrder, LeaveOrigin, LeaveUpdate, Migrator, Options, Sample,
 };
-use ios_agent::status::{AgentStatus, DecisionKind};
+use ios_agent::status::{AgentStatus, DecisionKind, ResizeReason};
 use ios_agent::transport::{NetEvent, Transport};
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{
     Agent, Config, EntityId, EntityProfile, Message, MigrationId, NodeProfile, PeerId,
 };
-use pcm_proto::{HostName, JobId, Rank};
+use pcm_proto::{HostName, JobId, Malleability, Rank};
 use tokio::sync::{mpsc, oneshot};
 
 /// Delivers messages to the other agent's peer-event channel.
@@ -45,6 +45,52 @@ impl Migrator for Recorder {
     fn migrate(&self, _: MigrationId, entities: &[EntityId], to: &HostName) -> MigrationOutcome {
         self.0.lock().unwrap().push((entities.to_vec(), to.clone()));
         MigrationOutcome::Completed
+    }
+
+    fn resize(&self, _: MigrationId, job: &JobId, ranks: u32, _: &[HostName]) -> MigrationOutcome {
+        // These tests' jobs are not malleable: a resize would be the core's mistake.
+        MigrationOutcome::Failed {
+            reason: format!("unexpected resize of {job} to {ranks} ranks"),
+        }
+    }
+}
+
+/// One recorded resize request: the job, the width asked for, the hosts.
+type ResizeRequest = (JobId, u32, Vec<HostName>);
+
+/// A "pcmd" that records resize requests and answers each with the outcome the test sends
+/// (a resize blocks its thread until then, as a real one does for hundreds of ms).
+#[derive(Clone)]
+struct Resizer {
+    asked: Arc<Mutex<Vec<ResizeRequest>>>,
+    outcomes: Arc<Mutex<std::sync::mpsc::Receiver<MigrationOutcome>>>,
+}
+
+impl Migrator for Resizer {
+    fn migrate(&self, _: MigrationId, _: &[EntityId], _: &HostName) -> MigrationOutcome {
+        MigrationOutcome::Failed {
+            reason: "this test moves nothing".into(),
+        }
+    }
+
+    fn resize(
+        &self,
+        _: MigrationId,
+        job: &JobId,
+        ranks: u32,
+        hosts: &[HostName],
+    ) -> MigrationOutcome {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((job.clone(), ranks, hosts.to_vec()));
+        self.outcomes
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or(MigrationOutcome::Failed {
+                reason: "the test sent no outcome".into(),
+            })
     }
 }
 
@@ -1116,4 +1162,242 @@ async fn leaving_marks_the_node_given_back_and_a_given_up_drain_does_not() {
         tokio::time::timeout(bound, l.run).await.unwrap().unwrap();
         assert!(given_back::remove(&socket).unwrap());
     }
+}
+
+/// Rank `rank` of `job`, a malleable job (1 to 4 ranks) of `width` ranks.
+fn malleable(job: &str, rank: u32, width: u32) -> EntityProfile {
+    let mut e = entity(rank, 30);
+    e.id.job = JobId::new(job).unwrap();
+    e.job_ranks = width;
+    e.malleable = Some(Malleability::new(1, 4).unwrap());
+    e
+}
+
+/// One driver loop on node-a, with no peer, whose "pcmd" is `resizer`.
+fn resizing_loop(config: Config, resizer: Resizer) -> OneLoop {
+    let a = PeerId::new(b"agent-a".to_vec()).unwrap();
+    let (nowhere, _) = mpsc::channel(64);
+    let (peers_tx, peers_rx) = mpsc::channel(64);
+    let (samples_tx, samples_rx) = mpsc::channel(4);
+    let (control_tx, control_rx) = mpsc::channel(4);
+    let agent = Agent::new(
+        a.clone(),
+        HostName::new("node-a").unwrap(),
+        config,
+        std::time::Instant::now(),
+    )
+    .unwrap();
+    let run = tokio::spawn(driver::run(
+        agent,
+        Wire { me: a, to: nowhere },
+        resizer,
+        Inputs {
+            peers: peers_rx,
+            samples: samples_rx,
+            control: control_rx,
+        },
+    ));
+    OneLoop {
+        peers_tx,
+        samples_tx,
+        control_tx,
+        run,
+    }
+}
+
+async fn status_of(l: &OneLoop) -> AgentStatus {
+    let (tx, rx) = oneshot::channel();
+    l.control_tx.send(ControlRequest::Status(tx)).await.unwrap();
+    rx.await.unwrap()
+}
+
+/// Issue 38: the core's resize goes to pcmd through the driver, its outcome comes back to
+/// the core with the same id, and `status` shows each step and the counters. Node-a is
+/// leaving with rank 2 of a 3-rank malleable job and nobody to take it: the agent shrinks
+/// the job off the node (to 2 ranks, giving node-a back). The first try fails (nothing
+/// changes), the second completes. A rank of a job that is not malleable stays, so the
+/// drain goes on and the loop can be asked.
+#[tokio::test]
+async fn given_a_resize_from_the_core_then_the_driver_asks_pcmd_and_feeds_the_outcome_back() {
+    let (outcome_tx, outcome_rx) = std::sync::mpsc::channel();
+    let resizer = Resizer {
+        asked: Arc::default(),
+        outcomes: Arc::new(Mutex::new(outcome_rx)),
+    };
+    let l = resizing_loop(config(), resizer.clone());
+    let job = JobId::new("job-1").unwrap();
+    let node_a = HostName::new("node-a").unwrap();
+    let mut plain = entity(0, 30);
+    plain.id.job = JobId::new("job-2").unwrap();
+    let with = |entities: Vec<EntityProfile>| Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: Some(entities),
+        rank_pids: vec![],
+        stalled: vec![],
+    };
+    let before = || with(vec![malleable("job-1", 2, 3), plain.clone()]);
+    let asked = |n: usize| {
+        let resizer = resizer.clone();
+        let samples_tx = l.samples_tx.clone();
+        let sample = before();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while resizer.asked.lock().unwrap().len() < n {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no resize {n} in 5 s"
+                );
+                let _ = samples_tx.try_send(sample.clone());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    l.samples_tx.send(before()).await.unwrap();
+    let (updates, _updates_rx) = mpsc::unbounded_channel();
+    l.control_tx
+        .send(ControlRequest::Leave(LeaveOrder {
+            within: Duration::from_secs(20),
+            force: false,
+            updates,
+            origin: LeaveOrigin::Command,
+        }))
+        .await
+        .unwrap();
+    asked(1).await;
+    assert_eq!(
+        resizer.asked.lock().unwrap()[0],
+        (job.clone(), 2, vec![node_a.clone()])
+    );
+    let status = status_of(&l).await;
+    let started = status
+        .decisions
+        .iter()
+        .find(|d| d.what.is_resize())
+        .unwrap_or_else(|| panic!("no resize decision: {:?}", status.decisions));
+    let DecisionKind::ResizeStarted {
+        job: j,
+        from,
+        to,
+        hosts,
+        reason,
+        ..
+    } = &started.what
+    else {
+        panic!("not a start: {:?}", started.what);
+    };
+    assert_eq!((j, *from, *to), (&job, 3, 2));
+    assert_eq!(hosts, &vec![node_a.clone()]);
+    assert_eq!(*reason, ResizeReason::Leave);
+    assert_eq!(status.counters.resizes_started, 1);
+    assert!(
+        status
+            .to_text()
+            .contains("shrinking job-1 from 3 to 2 ranks, giving back node-a"),
+        "{}",
+        status.to_text()
+    );
+
+    // pcmd says no: noted, counted, and the core tries again.
+    outcome_tx
+        .send(MigrationOutcome::Failed {
+            reason: "superseded by request #9".into(),
+        })
+        .unwrap();
+    asked(2).await;
+    let status = status_of(&l).await;
+    assert!(
+        status.decisions.iter().any(|d| matches!(
+            &d.what,
+            DecisionKind::ResizeFailed { job: j, from: 3, to: 2, reason, .. }
+                if *j == job && reason.contains("superseded")
+        )),
+        "{:?}",
+        status.decisions
+    );
+    assert_eq!(status.counters.resizes_failed, 1);
+
+    // This time it is done: job-1's rank leaves the node; job-2's stays.
+    outcome_tx.send(MigrationOutcome::Completed).unwrap();
+    let after = with(vec![plain.clone()]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let _ = l.samples_tx.try_send(after.clone());
+        let status = status_of(&l).await;
+        if status.counters.resizes_completed == 1 {
+            break status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no completion in 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        status.decisions.iter().any(|d| matches!(
+            &d.what,
+            DecisionKind::ResizeCompleted { job: j, from: 3, to: 2, hosts, .. }
+                if *j == job && *hosts == vec![node_a.clone()]
+        )),
+        "{:?}",
+        status.decisions
+    );
+    assert_eq!(
+        (
+            status.counters.resizes_started,
+            status.counters.resizes_failed
+        ),
+        (2, 1)
+    );
+    assert!(
+        status.entities.iter().all(|e| e.id.job != job),
+        "{:?}",
+        status.entities
+    );
+    assert_eq!(resizer.asked.lock().unwrap().len(), 2);
+    l.control_tx.send(ControlRequest::Stop).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), l.run)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(l.peers_tx);
+}
+
+/// Issue 38: `ios-agent join --no-resize` (`Config::with_resizes(false)`): the same leaving
+/// node with the same malleable rank asks for no resize; the drain times out instead.
+#[tokio::test]
+async fn given_resizes_off_then_a_leaving_node_does_not_shrink_a_malleable_job() {
+    let (_outcome_tx, outcome_rx) = std::sync::mpsc::channel();
+    let resizer = Resizer {
+        asked: Arc::default(),
+        outcomes: Arc::new(Mutex::new(outcome_rx)),
+    };
+    let l = resizing_loop(config().with_resizes(false), resizer.clone());
+    let sample = || Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: Some(vec![malleable("job-1", 2, 3)]),
+        rank_pids: vec![],
+        stalled: vec![],
+    };
+    // Ten steal periods: a leaving node with resizes on shrinks after three.
+    let (updates, _) = drain_fed(
+        &l,
+        sample,
+        Duration::from_secs(1),
+        false,
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(
+        matches!(updates.last(), Some(LeaveUpdate::Stayed(_))),
+        "{updates:?}"
+    );
+    assert!(resizer.asked.lock().unwrap().is_empty());
+    let status = status_of(&l).await;
+    assert_eq!(status.counters.resizes_started, 0);
+    assert!(!status.decisions.iter().any(|d| d.what.is_resize()));
+    l.control_tx.send(ControlRequest::Stop).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), l.run)
+        .await
+        .unwrap()
+        .unwrap();
 }

@@ -2,6 +2,7 @@
 //! entities and the agent's recent decisions. Serialisable, so `--json` serves programs.
 
 use ios_agent_core::{EntityId, EntityProfile, MigrationId, NodeProfile};
+use pcm_proto::{HostName, JobId};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -92,6 +93,49 @@ pub enum DecisionKind {
         /// Why, for people.
         reason: String,
     },
+    /// This agent asked its pcmd to resize a malleable job (docs/malleability.md) from
+    /// `from` to `to` ranks.
+    ResizeStarted {
+        /// The resize's id (a migration id: the core tracks both alike).
+        resize: MigrationId,
+        /// The job.
+        job: JobId,
+        /// Its width before, as this agent knew it.
+        from: u32,
+        /// Its width after.
+        to: u32,
+        /// Growing: the hosts of the added ranks; shrinking: the hosts given back.
+        hosts: Vec<HostName>,
+        /// Why the agent resized it.
+        reason: ResizeReason,
+    },
+    /// pcmd reported the resize done: the job runs with `to` ranks.
+    ResizeCompleted {
+        /// The resize's id.
+        resize: MigrationId,
+        /// The job.
+        job: JobId,
+        /// Its width before.
+        from: u32,
+        /// Its width now.
+        to: u32,
+        /// Growing: the hosts of the added ranks; shrinking: the hosts given back.
+        hosts: Vec<HostName>,
+    },
+    /// pcmd reported that the resize failed (refused by the job, superseded, timed out);
+    /// the job runs on at its old width.
+    ResizeFailed {
+        /// The resize's id.
+        resize: MigrationId,
+        /// The job.
+        job: JobId,
+        /// Its width, unchanged.
+        from: u32,
+        /// The width asked for.
+        to: u32,
+        /// Why, for people.
+        reason: String,
+    },
     /// `ios-agent leave` asked the agent to drain the node.
     DrainStarted,
     /// The node is drained: the agent leaves the pool.
@@ -104,6 +148,60 @@ pub enum DecisionKind {
         /// Where the drain stood.
         report: LeaveReport,
     },
+}
+
+/// Why an agent resized a job, as programs read it: the core's
+/// [`ios_agent_core::agent::ResizeReason`], typed and serialisable.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResizeReason {
+    /// An idle node asked for work and the model says the job runs faster wider.
+    Grow {
+        /// The model's gain.
+        gain: f64,
+    },
+    /// Competing load on this node slows the job's ranks here and no idle node took them:
+    /// the model says the job runs faster without them.
+    Shed {
+        /// The model's gain.
+        gain: f64,
+    },
+    /// This node is leaving the pool and no idle node took the job's ranks here.
+    Leave,
+}
+
+impl From<ios_agent_core::agent::ResizeReason> for ResizeReason {
+    fn from(reason: ios_agent_core::agent::ResizeReason) -> Self {
+        use ios_agent_core::agent::ResizeReason as Core;
+        match reason {
+            Core::Grow { gain } => ResizeReason::Grow { gain },
+            Core::Shed { gain } => ResizeReason::Shed { gain },
+            Core::Leave => ResizeReason::Leave,
+        }
+    }
+}
+
+impl std::fmt::Display for ResizeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResizeReason::Grow { gain } => {
+                write!(f, "an idle node asked for work; gain {gain:.2}")
+            }
+            ResizeReason::Shed { gain } => {
+                write!(f, "competing load on this node; gain {gain:.2}")
+            }
+            ResizeReason::Leave => f.write_str("this node is leaving the pool"),
+        }
+    }
+}
+
+/// Hosts for people: `node-c, node-d`.
+fn host_list(hosts: &[HostName]) -> String {
+    hosts
+        .iter()
+        .map(HostName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The steps of the work-stealing protocol an agent records when it sends them.
@@ -138,6 +236,16 @@ impl DecisionKind {
                 | DecisionKind::MigrationFailed { .. }
         )
     }
+
+    /// Whether it is about a resize (started, completed or failed).
+    pub fn is_resize(&self) -> bool {
+        matches!(
+            self,
+            DecisionKind::ResizeStarted { .. }
+                | DecisionKind::ResizeCompleted { .. }
+                | DecisionKind::ResizeFailed { .. }
+        )
+    }
 }
 
 impl std::fmt::Display for DecisionKind {
@@ -163,6 +271,38 @@ impl std::fmt::Display for DecisionKind {
             DecisionKind::MigrationFailed { migration, reason } => {
                 write!(f, "migration {migration} failed: {reason}")
             }
+            DecisionKind::ResizeStarted {
+                resize,
+                job,
+                from,
+                to,
+                hosts,
+                reason,
+            } => {
+                let (verb, place) = if to >= from {
+                    ("growing", "onto")
+                } else {
+                    ("shrinking", "giving back")
+                };
+                write!(f, "resize {resize}: {verb} {job} from {from} to {to} ranks")?;
+                if !hosts.is_empty() {
+                    write!(f, ", {place} {}", host_list(hosts))?;
+                }
+                write!(f, " ({reason})")
+            }
+            DecisionKind::ResizeCompleted {
+                resize, job, to, ..
+            } => write!(f, "resize {resize} completed: {job} runs with {to} ranks"),
+            DecisionKind::ResizeFailed {
+                resize,
+                job,
+                from,
+                to,
+                reason,
+            } => write!(
+                f,
+                "resize {resize} of {job} ({from} -> {to} ranks) failed: {reason}"
+            ),
             DecisionKind::DrainStarted => f.write_str("leaving: draining the node"),
             DecisionKind::Left { report } => write!(f, "left the pool: {}", report.summary()),
             DecisionKind::DrainGivenUp { report } => {
@@ -202,6 +342,19 @@ pub struct Counters {
     /// the agent of a far host where a partner of a rank here runs.
     #[serde(default)]
     pub partner_steals_sent: u64,
+    /// Resizes of malleable jobs started here (absent from older agents' status: 0).
+    #[serde(default)]
+    pub resizes_started: u64,
+    /// Resizes completed.
+    #[serde(default)]
+    pub resizes_completed: u64,
+    /// Resizes that failed or timed out (nothing changed).
+    #[serde(default)]
+    pub resizes_failed: u64,
+    /// Offers to grow a malleable job refused (from a node that is not idle, or a steal its
+    /// origin did not send itself).
+    #[serde(default)]
+    pub grow_offers_refused: u64,
 }
 
 /// A running agent's state.
@@ -318,6 +471,11 @@ impl AgentStatus {
             c.messages_refused,
             c.steals_refused,
             c.hosts_refused
+        );
+        let _ = writeln!(
+            out,
+            "resizes: {} started / {} completed / {} failed, {} grow offers refused",
+            c.resizes_started, c.resizes_completed, c.resizes_failed, c.grow_offers_refused
         );
         let _ = writeln!(out, "recent decisions ({}):", self.decisions.len());
         let now = std::time::SystemTime::now()
@@ -490,6 +648,44 @@ mod tests {
         assert_eq!((bare.idle_cpus, bare.leaving), (None, false));
     }
 
+    fn host(name: &str) -> HostName {
+        HostName::new(name).expect("valid")
+    }
+
+    /// Issue 38: the resize counters are shown and sent, and a status from an agent that
+    /// predates them reads with zeros.
+    #[test]
+    fn given_resize_counters_then_the_status_shows_them_and_older_ones_read() {
+        let counters = Counters {
+            resizes_started: 3,
+            resizes_completed: 2,
+            resizes_failed: 1,
+            grow_offers_refused: 4,
+            ..Counters::default()
+        };
+        let text = status_with(counters).to_text();
+        assert!(
+            text.contains("resizes: 3 started / 2 completed / 1 failed, 4 grow offers refused"),
+            "{text}"
+        );
+        let mut json = serde_json::to_value(counters).expect("serialisable");
+        assert_eq!(json["resizes_completed"], 2);
+        assert_eq!(json["grow_offers_refused"], 4);
+        let back: Counters = serde_json::from_value(json.clone()).expect("round trip");
+        assert_eq!(back, counters);
+        let fields = json.as_object_mut().expect("an object");
+        for f in [
+            "resizes_started",
+            "resizes_completed",
+            "resizes_failed",
+            "grow_offers_refused",
+        ] {
+            fields.remove(f);
+        }
+        let old: Counters = serde_json::from_value(json).expect("an older agent's counters");
+        assert_eq!(old, Counters::default());
+    }
+
     /// Issue 14, item 3: programs read decisions as typed data, people as the words they
     /// read before.
     #[test]
@@ -537,6 +733,59 @@ mod tests {
                 },
                 "failed: spawn failed",
             ),
+            (
+                DecisionKind::ResizeStarted {
+                    resize: MigrationId(8),
+                    job: JobId::new("job-1").expect("valid"),
+                    from: 2,
+                    to: 4,
+                    hosts: vec![host("node-c"), host("node-d")],
+                    reason: ResizeReason::Grow { gain: 0.35 },
+                },
+                "growing job-1 from 2 to 4 ranks, onto node-c, node-d (an idle node asked for work; gain 0.35)",
+            ),
+            (
+                DecisionKind::ResizeStarted {
+                    resize: MigrationId(9),
+                    job: JobId::new("job-1").expect("valid"),
+                    from: 4,
+                    to: 3,
+                    hosts: vec![host("node-c")],
+                    reason: ResizeReason::Shed { gain: 0.2 },
+                },
+                "shrinking job-1 from 4 to 3 ranks, giving back node-c (competing load",
+            ),
+            (
+                DecisionKind::ResizeStarted {
+                    resize: MigrationId(10),
+                    job: JobId::new("job-1").expect("valid"),
+                    from: 3,
+                    to: 2,
+                    hosts: vec![],
+                    reason: ResizeReason::Leave,
+                },
+                "from 3 to 2 ranks (this node is leaving the pool)",
+            ),
+            (
+                DecisionKind::ResizeCompleted {
+                    resize: MigrationId(8),
+                    job: JobId::new("job-1").expect("valid"),
+                    from: 2,
+                    to: 4,
+                    hosts: vec![host("node-c"), host("node-d")],
+                },
+                "completed: job-1 runs with 4 ranks",
+            ),
+            (
+                DecisionKind::ResizeFailed {
+                    resize: MigrationId(9),
+                    job: JobId::new("job-1").expect("valid"),
+                    from: 4,
+                    to: 3,
+                    reason: "the job is not malleable".into(),
+                },
+                "(4 -> 3 ranks) failed: the job is not malleable",
+            ),
             (DecisionKind::DrainStarted, "draining"),
             (
                 DecisionKind::Left {
@@ -564,7 +813,37 @@ mod tests {
                 json.contains("\"decision\":\"migration_"),
                 "{json}"
             );
+            assert_eq!(
+                decision.what.is_resize(),
+                json.contains("\"decision\":\"resize_"),
+                "{json}"
+            );
         }
+        // The typed reason, as a program reads it.
+        let started = DecisionKind::ResizeStarted {
+            resize: MigrationId(8),
+            job: JobId::new("job-1").expect("valid"),
+            from: 2,
+            to: 3,
+            hosts: vec![host("node-c")],
+            reason: ResizeReason::Grow { gain: 0.5 },
+        };
+        let json = serde_json::to_value(&started).expect("serialisable");
+        assert_eq!(json["decision"], "resize_started");
+        assert_eq!(json["job"], "job-1");
+        assert_eq!(json["hosts"], serde_json::json!(["node-c"]));
+        assert_eq!(
+            json["reason"],
+            serde_json::json!({"kind": "grow", "gain": 0.5})
+        );
+        assert_eq!(
+            ResizeReason::from(ios_agent_core::agent::ResizeReason::Shed { gain: 0.25 }),
+            ResizeReason::Shed { gain: 0.25 }
+        );
+        assert_eq!(
+            ResizeReason::from(ios_agent_core::agent::ResizeReason::Leave),
+            ResizeReason::Leave
+        );
         let garbled = r#"{"unix_time_s":1.0,"what":{"decision":"teleported"}}"#;
         assert!(serde_json::from_str::<Decision>(garbled).is_err());
     }
