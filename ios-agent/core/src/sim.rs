@@ -22,6 +22,17 @@
 //!
 //! Messages are counted (number and CBOR bytes, per kind), not kept, unless
 //! [`Sim::with_message_log`] asks for them.
+//!
+//! # Malleable jobs
+//!
+//! A job may be malleable ([`Sim::set_malleable`], with its limits): its profiles say so
+//! (`EntityProfile::malleable`), and an [`Action::Resize`] grows or shrinks it as pcm does
+//! (docs/malleability.md, "What a resize does"): the sim plays the daemon's and the job's
+//! part, refusing what they refuse, and reports the outcome to the agent that asked. Its
+//! iteration follows the scaling assumption of [`crate::resize`]: the job's work
+//! (`WORK_PER_ITERATION` times its width when it was made malleable) divides among its
+//! ranks, the exchanges along its pattern do not. See [`resize`] for the mechanics and the
+//! oracle's resizes.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -34,7 +45,11 @@ use rand::{Rng, SeedableRng};
 use crate::agent::{Action, Agent, Config, MigrationOutcome};
 use crate::message::{HostRtt, Message, MessageId, MigrationId};
 use crate::model::{EntityId, EntityProfile, NodeProfile, Partner};
+use crate::resize::ResizeCostModel;
 use crate::tier::PeerId;
+
+pub mod resize;
+pub use resize::{ResizeKind, ResizeRecord};
 
 /// Background load of a node as a function of simulated time since the start.
 pub type LoadFn = Box<dyn Fn(Duration) -> f64>;
@@ -276,6 +291,10 @@ struct Entity {
     arrived: Option<Instant>,
     /// The node a move under way takes it to (`None`: not moving).
     moving_to: Option<usize>,
+    /// A shrink removed it: it is on no node and in no job's ranks, and its id may name
+    /// another entity now (indices stay stable, so the entity stays in
+    /// [`Sim::entities`]).
+    gone: bool,
 }
 
 /// What becomes of an agent's move of a job that already stands still for another move
@@ -300,7 +319,19 @@ enum WhileMoving {
 type PlannedMove = (usize, usize, usize);
 
 struct Job {
+    /// The job's id.
+    id: JobId,
     pattern: Pattern,
+    /// Seconds of reference-core compute per iteration of each rank: [`WORK_PER_ITERATION`]
+    /// until a resize, then the job's work divided by its new width (its work divides
+    /// among its ranks, [`crate::resize`]).
+    rank_work: f64,
+    /// Its resize limits, if it is malleable ([`Sim::set_malleable`]).
+    malleable: Option<pcm_proto::Malleability>,
+    /// When the resize under way ends, if one is.
+    resizing: Option<Instant>,
+    /// When its last resize completed.
+    last_resize: Option<Instant>,
     /// Entity indices, by rank order of addition.
     ranks: Vec<usize>,
     /// The pattern's exchanges, pairs as entity indices (rebuilt when ranks change).
@@ -364,6 +395,9 @@ pub struct MigrationRecord {
     pub at: Duration,
     /// The entity.
     pub entity: EntityId,
+    /// The entity's index in the simulation: stable where its id is not (a resize
+    /// renumbers the ranks of its job).
+    pub entity_index: usize,
     /// Source node index.
     pub from: usize,
     /// Destination node index.
@@ -408,6 +442,8 @@ enum EventKind {
         /// Whether an agent started it (and gets its outcome).
         by_agent: bool,
     },
+    /// The end of a resize (or of the wait of one refused as superseded).
+    ResizeDone(resize::Pending),
 }
 
 /// A pending event in the queue: when, its sequence number (events at one instant happen
@@ -744,6 +780,14 @@ pub struct Sim {
     partners: bool,
     migrations: Vec<MigrationRecord>,
     oracle_ids: u64,
+    /// Predicts what a resize costs; the simulation charges what it predicts.
+    resize_cost: ResizeCostModel,
+    /// Every resize asked for, carried out or refused.
+    resizes: Vec<ResizeRecord>,
+    /// Ids of resizes asked through [`Sim::request_resize`].
+    hook_ids: u64,
+    /// Entities removed by shrinks.
+    gone: usize,
     /// Each node's nearest nodes by RTT, for the oracle, computed on first use (nodes that
     /// join later are not in the lists made before: the oracle finds them among the
     /// fastest).
@@ -799,6 +843,10 @@ impl Sim {
             partners: false,
             migrations: Vec::new(),
             oracle_ids: 0,
+            resize_cost: ResizeCostModel::default(),
+            resizes: Vec::new(),
+            hook_ids: 1 << 63,
+            gone: 0,
             oracle_near: Vec::new(),
         }
     }
@@ -957,7 +1005,12 @@ impl Sim {
             Some(&j) => j,
             None => {
                 self.jobs.push(Job {
+                    id: id.job.clone(),
                     pattern: Pattern::Independent,
+                    rank_work: WORK_PER_ITERATION,
+                    malleable: None,
+                    resizing: None,
+                    last_resize: None,
                     ranks: Vec::new(),
                     exchanges: Exchanges::default(),
                     iteration: f64::INFINITY,
@@ -979,6 +1032,7 @@ impl Sim {
             state_bytes,
             arrived: None,
             moving_to: None,
+            gone: false,
         });
         self.by_entity.insert(id.clone(), e);
         self.nodes[node].entities.push(e);
@@ -1041,9 +1095,9 @@ impl Sim {
             .count()
     }
 
-    /// Number of entities.
+    /// Number of entities (shrinks take theirs away, grows add theirs).
     pub fn entity_count(&self) -> usize {
-        self.entities.len()
+        self.entities.len() - self.gone
     }
 
     /// Indices of the entities' nodes, by entity.
@@ -1117,8 +1171,7 @@ impl Sim {
                     .map(|&e| {
                         let i = self.entities[e].node;
                         let n = &self.nodes[i];
-                        WORK_PER_ITERATION
-                            / (Self::share(n.cores, bg[i], n.entities.len()) * n.speed)
+                        job.rank_work / (Self::share(n.cores, bg[i], n.entities.len()) * n.speed)
                     })
                     .fold(0.0, f64::max);
                 let exchange = self.exchange_seconds(job, |e| self.entities[e].node);
@@ -1267,8 +1320,9 @@ impl Sim {
         n.entities
             .iter()
             .map(|&e| {
-                let compute = WORK_PER_ITERATION / (share * n.speed);
-                let iter = iterations[self.entities[e].job].max(compute);
+                let job = self.entities[e].job;
+                let compute = self.jobs[job].rank_work / (share * n.speed);
+                let iter = iterations[job].max(compute);
                 compute / iter
             })
             .sum()
@@ -1301,7 +1355,7 @@ impl Sim {
             .collect();
         let compute = |e: usize| {
             let n = self.entities[e].node;
-            WORK_PER_ITERATION / (shares[n] * self.nodes[n].speed)
+            self.jobs[self.entities[e].job].rank_work / (shares[n] * self.nodes[n].speed)
         };
         let iterations: Vec<f64> = self
             .jobs
@@ -1344,7 +1398,8 @@ impl Sim {
                     let e = &self.entities[e];
                     // The job's iteration takes as long as its slowest rank and exchange;
                     // the others wait in MPI.
-                    let compute = WORK_PER_ITERATION / (share * n.speed);
+                    let job = &self.jobs[e.job];
+                    let compute = job.rank_work / (share * n.speed);
                     let iter = iterations[e.job].max(compute);
                     let resident = match e.arrived {
                         Some(t) => now - t,
@@ -1357,8 +1412,8 @@ impl Sim {
                     };
                     EntityProfile {
                         partners,
-                        job_ranks: self.jobs[e.job].ranks.len() as u32,
-                        malleable: None,
+                        job_ranks: job.ranks.len() as u32,
+                        malleable: job.malleable,
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,
@@ -1473,16 +1528,29 @@ impl Sim {
                     };
                     self.begin_move(id, node, j, indices, true);
                 }
-                Action::Resize { id, .. } => {
-                    // Not modelled yet: refused at once, as a daemon that cannot resize.
-                    let now = self.now;
-                    self.nodes[node].agent.handle_migration_outcome(
-                        now,
+                Action::Resize {
+                    id,
+                    job,
+                    from,
+                    ranks,
+                    hosts,
+                    reason,
+                } => {
+                    // Hosts outside the pool name no node: refused as a daemon would.
+                    let targets: Result<Vec<usize>, HostName> = hosts
+                        .iter()
+                        .map(|h| self.index_of_host(h).ok_or_else(|| h.clone()))
+                        .collect();
+                    let request = resize::Request {
                         id,
-                        crate::MigrationOutcome::Failed {
-                            reason: "the simulator does not resize jobs yet".to_owned(),
-                        },
-                    );
+                        node,
+                        job,
+                        from,
+                        to: ranks,
+                        hosts: targets,
+                        reason: Some(reason),
+                    };
+                    self.begin_resize(request, true, None);
                 }
             }
         }
@@ -1560,9 +1628,17 @@ impl Sim {
         // The models in which pcmd's busy rule can refuse a move keep the requests.
         let daemons_tracked = by_agent && self.while_moving != WhileMoving::Refused;
         let busy = daemons_tracked && self.daemon_busy(&jobs, from);
+        // A resize renumbers the job: a move asked while one is under way is refused as
+        // superseded when it ends, whatever ranks it names (docs/malleability.md).
+        let resizing = jobs
+            .iter()
+            .filter_map(|&j| self.jobs[j].resizing)
+            .filter(|end| *end > now)
+            .max();
         let (at, entities) = match (by_agent, under_way) {
             _ if entities.is_empty() => (now, entities),
             (true, _) if busy => (now, Vec::new()),
+            (true, _) if resizing.is_some() => (resizing.unwrap_or(now), Vec::new()),
             (true, Some(end)) if self.while_moving == WhileMoving::Batched => {
                 // Join the next reconfiguration, or open it at the end of the one under way;
                 // its moves share the nodes' links (see `plan_cost`).
@@ -1882,6 +1958,7 @@ impl Sim {
                     entities,
                     by_agent,
                 } => self.finish_migration(id, from, to, entities, by_agent),
+                EventKind::ResizeDone(pending) => self.finish_resize(pending),
             }
         }
         self.rearm();
@@ -1930,6 +2007,7 @@ impl Sim {
                 entity.arrived = Some(now);
                 self.migrations.push(MigrationRecord {
                     at,
+                    entity_index: e,
                     entity: entity.id.clone(),
                     from,
                     to,
@@ -2001,10 +2079,11 @@ impl Sim {
             if moves >= budget {
                 break;
             }
-            if self.jobs[j]
-                .ranks
-                .iter()
-                .any(|&e| self.entities[e].moving_to.is_some())
+            if self.jobs[j].resizing.is_some()
+                || self.jobs[j]
+                    .ranks
+                    .iter()
+                    .any(|&e| self.entities[e].moving_to.is_some())
             {
                 continue;
             }
@@ -2046,8 +2125,9 @@ impl Sim {
                             .is_none_or(|t| now >= t + hold_down)
                 })
                 .collect();
+            let rank_work = job.rank_work;
             let compute = |k: usize, place: &[usize], counts: &[usize]| {
-                WORK_PER_ITERATION / eff(&self.nodes, place[k], counts[place[k]])
+                rank_work / eff(&self.nodes, place[k], counts[place[k]])
             };
             let mut plan = OraclePlan::new(self, job, start.clone(), &counts, compute);
             let current = plan.cost.0;
@@ -2077,7 +2157,7 @@ impl Sim {
                                 &self.jobs[o],
                                 |e| {
                                     let n = self.entities[e].node;
-                                    WORK_PER_ITERATION / eff(&self.nodes, n, counts[n])
+                                    self.jobs[o].rank_work / eff(&self.nodes, n, counts[n])
                                 },
                                 |e| self.entities[e].node,
                             );
@@ -2122,6 +2202,39 @@ impl Sim {
                 && gain >= 0.1 / current
                 && gain * ORACLE_HORIZON.as_secs_f64() >= pause / current
                 && (moves == 0 || moves + moved.len() <= budget);
+            // A malleable job may be resized instead (see [`resize`]), under the same rule.
+            let resize = if job.malleable.is_some()
+                && job.last_resize.is_none_or(|t| now >= t + hold_down)
+            {
+                let room = |m: usize, k: usize| {
+                    usable(&self.nodes, m) && bg[m] + k as f64 <= self.nodes[m].cores
+                };
+                self.oracle_resize(
+                    j,
+                    &start,
+                    current,
+                    &options,
+                    &candidates,
+                    &mut counts,
+                    &eff,
+                    &room,
+                )
+                .filter(|r| {
+                    let steps = r.added.len() + r.departing.len();
+                    r.gain >= 0.1 / current
+                        && r.gain * ORACLE_HORIZON.as_secs_f64() >= r.pause / current
+                        && (moves == 0 || moves + steps <= budget)
+                        && (!worth || r.gain > gain)
+                })
+            } else {
+                None
+            };
+            if let Some(r) = resize {
+                moves += r.added.len() + r.departing.len();
+                self.begin_oracle_resize(j, r, &mut counts);
+                rank_nodes(&mut candidates, &counts, &self.nodes);
+                continue;
+            }
             if !worth {
                 continue;
             }
