@@ -75,6 +75,32 @@ fn given_a_running_2_rank_heat2d_when_pcmd_resize_to_3_then_it_grows_and_the_che
         .start(dir.path(), "heat2d");
     let id = wait_for_ranks(&pcmd, 2, "2 ranks registered and running");
 
+    // heat2d declares itself malleable (1 to its rows' ranks): its ranks' profiles say so,
+    // and pcmd passes it on to the agents in its stats (issue 38).
+    wait_until(WAIT, "heat2d's profiles to say it is malleable", || {
+        pcmd.status()
+            .jobs
+            .first()
+            .is_some_and(|j| j.malleable.is_some())
+    });
+    // The grid may have been sized up from 240 rows (see heat2d_args_for).
+    let rows: u32 = args
+        .iter()
+        .skip_while(|&&a| a != "--rows")
+        .nth(1)
+        .and_then(|r| r.parse().ok())
+        .unwrap();
+    let limits = pcm_proto::Malleability::new(1, rows).unwrap();
+    assert_eq!(pcmd.status().jobs[0].malleable, Some(limits));
+    let declared = format!("malleable 1..={rows} (any width)");
+    let stats = pcmd.cli(&["stats"]);
+    let shown = text(&stats.stdout);
+    assert!(stats.status.success(), "{}", text(&stats.stderr));
+    assert!(
+        shown.contains(&format!("2 ranks, 2 here  {declared}")),
+        "{shown}"
+    );
+
     // A width of 0: pcmd refuses it at once, naming the job; the job runs on.
     let refused = pcmd.cli(&["resize", "--job", &id, "--ranks", "0", "--wait"]);
     let err = text(&refused.stderr);
@@ -98,7 +124,10 @@ fn given_a_running_2_rank_heat2d_when_pcmd_resize_to_3_then_it_grows_and_the_che
     let status = pcmd.cli(&["status"]);
     let shown = text(&status.stdout);
     assert!(status.status.success(), "{}", text(&status.stderr));
-    assert!(shown.contains("3 ranks, 3 here"), "{shown}");
+    assert!(
+        shown.contains(&format!("3 ranks, 3 here  {declared}")),
+        "{shown}"
+    );
     assert!(shown.contains("migrations 1"), "{shown}");
 
     let finished = job.wait(DEADLINE);
@@ -177,6 +206,9 @@ fn given_a_job_that_is_not_malleable_when_pcmd_resize_then_the_reason_comes_back
     assert_eq!((size, here.len()), (2, 2));
     let status = pcmd.status();
     assert_eq!((status.jobs[0].in_flight, status.jobs[0].failed), (None, 1));
+    // CG never declared itself malleable: its ranks' profiles (which came, with the
+    // iterations) say nothing of it.
+    assert_eq!(status.jobs[0].malleable, None);
 
     let finished = job.wait(DEADLINE);
     assert_eq!(finished.code, Some(0), "{}", finished.stderr);
