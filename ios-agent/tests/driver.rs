@@ -1173,6 +1173,16 @@ fn malleable(job: &str, rank: u32, width: u32) -> EntityProfile {
     e
 }
 
+/// A sample of an idle node-a (one core) on which pcmd lists `entities`.
+fn on_idle_node(entities: Vec<EntityProfile>) -> Sample {
+    Sample {
+        node: Some(NodeProfile::idle(1.0, 8 << 30)),
+        entities: Some(entities),
+        rank_pids: vec![],
+        stalled: vec![],
+    }
+}
+
 /// One driver loop on node-a, with no peer, whose "pcmd" is `resizer`.
 fn resizing_loop(config: Config, resizer: Resizer) -> OneLoop {
     let a = PeerId::new(b"agent-a".to_vec()).unwrap();
@@ -1229,13 +1239,7 @@ async fn given_a_resize_from_the_core_then_the_driver_asks_pcmd_and_feeds_the_ou
     let node_a = HostName::new("node-a").unwrap();
     let mut plain = entity(0, 30);
     plain.id.job = JobId::new("job-2").unwrap();
-    let with = |entities: Vec<EntityProfile>| Sample {
-        node: Some(NodeProfile::idle(1.0, 8 << 30)),
-        entities: Some(entities),
-        rank_pids: vec![],
-        stalled: vec![],
-    };
-    let before = || with(vec![malleable("job-1", 2, 3), plain.clone()]);
+    let before = || on_idle_node(vec![malleable("job-1", 2, 3), plain.clone()]);
     let asked = |n: usize| {
         let resizer = resizer.clone();
         let samples_tx = l.samples_tx.clone();
@@ -1318,7 +1322,7 @@ async fn given_a_resize_from_the_core_then_the_driver_asks_pcmd_and_feeds_the_ou
 
     // This time it is done: job-1's rank leaves the node; job-2's stays.
     outcome_tx.send(MigrationOutcome::Completed).unwrap();
-    let after = with(vec![plain.clone()]);
+    let after = on_idle_node(vec![plain.clone()]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let status = loop {
         let _ = l.samples_tx.try_send(after.clone());
@@ -1372,12 +1376,7 @@ async fn given_resizes_off_then_a_leaving_node_does_not_shrink_a_malleable_job()
         outcomes: Arc::new(Mutex::new(outcome_rx)),
     };
     let l = resizing_loop(config().with_resizes(false), resizer.clone());
-    let sample = || Sample {
-        node: Some(NodeProfile::idle(1.0, 8 << 30)),
-        entities: Some(vec![malleable("job-1", 2, 3)]),
-        rank_pids: vec![],
-        stalled: vec![],
-    };
+    let sample = || on_idle_node(vec![malleable("job-1", 2, 3)]);
     // Ten steal periods: a leaving node with resizes on shrinks after three.
     let (updates, _) = drain_fed(
         &l,

@@ -134,13 +134,7 @@ fn given_profiles_and_ticks_then_stats_carry_reports_rates_and_node_load() {
 #[test]
 fn given_a_malleable_rank_then_stats_and_status_say_the_job_is_malleable() {
     let now = Instant::now();
-    let mut core = Registry::new(
-        Config::default(),
-        HostName::new("node-a").unwrap(),
-        1,
-        now,
-        0,
-    );
+    let mut core = registry(now);
     let _rank0 = register(&mut core, now, 0);
     let rank1 = register(&mut core, now, 1);
     let controller = hello(&mut core, now, ClientKind::Controller);
@@ -170,16 +164,21 @@ fn given_a_malleable_rank_then_stats_and_status_say_the_job_is_malleable() {
     assert_eq!(status(&mut core).jobs[0].malleable, Some(limits));
 }
 
-#[test]
-fn given_profile_on_the_wrong_connection_then_a_clear_error() {
-    let now = Instant::now();
-    let mut core = Registry::new(
+/// A registry of node-a with the default settings.
+fn registry(now: Instant) -> Registry {
+    Registry::new(
         Config::default(),
         HostName::new("node-a").unwrap(),
         1,
         now,
         0,
-    );
+    )
+}
+
+#[test]
+fn given_profile_on_the_wrong_connection_then_a_clear_error() {
+    let now = Instant::now();
+    let mut core = registry(now);
     let unregistered = hello(&mut core, now, ClientKind::Rank);
     core.handle_message(now, unregistered, ToDaemon::Profile(profile(1, 1)));
     let reply = replies(&mut core);
