@@ -758,7 +758,7 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
                         from,
                         to: ranks,
                         hosts: hosts.clone(),
-                        reason: reason.into(),
+                        reason,
                     });
                     self.resizes.insert(
                         id,

@@ -402,8 +402,10 @@ pub enum Action {
     },
 }
 
-/// Why an agent resizes a job ([`Action::Resize`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Why an agent resizes a job ([`Action::Resize`]); `ios-agent status` shows it with its
+/// decisions.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ResizeReason {
     /// An idle node asked for work (a work steal) and the job runs faster wider
     /// ([`crate::resize`]); the added ranks go to that node.
@@ -419,6 +421,20 @@ pub enum ResizeReason {
     },
     /// This node is leaving the pool and no idle node took the job's ranks here.
     Leave,
+}
+
+impl std::fmt::Display for ResizeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResizeReason::Grow { gain } => {
+                write!(f, "an idle node asked for work; gain {gain:.2}")
+            }
+            ResizeReason::Shed { gain } => {
+                write!(f, "competing load on this node; gain {gain:.2}")
+            }
+            ResizeReason::Leave => f.write_str("this node is leaving the pool"),
+        }
+    }
 }
 
 /// How a migration ended, as pcmd reports it.

@@ -150,50 +150,9 @@ pub enum DecisionKind {
     },
 }
 
-/// Why an agent resized a job, as programs read it: the core's
-/// [`ios_agent_core::agent::ResizeReason`], typed and serialisable.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ResizeReason {
-    /// An idle node asked for work and the model says the job runs faster wider.
-    Grow {
-        /// The model's gain.
-        gain: f64,
-    },
-    /// Competing load on this node slows the job's ranks here and no idle node took them:
-    /// the model says the job runs faster without them.
-    Shed {
-        /// The model's gain.
-        gain: f64,
-    },
-    /// This node is leaving the pool and no idle node took the job's ranks here.
-    Leave,
-}
-
-impl From<ios_agent_core::agent::ResizeReason> for ResizeReason {
-    fn from(reason: ios_agent_core::agent::ResizeReason) -> Self {
-        use ios_agent_core::agent::ResizeReason as Core;
-        match reason {
-            Core::Grow { gain } => ResizeReason::Grow { gain },
-            Core::Shed { gain } => ResizeReason::Shed { gain },
-            Core::Leave => ResizeReason::Leave,
-        }
-    }
-}
-
-impl std::fmt::Display for ResizeReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ResizeReason::Grow { gain } => {
-                write!(f, "an idle node asked for work; gain {gain:.2}")
-            }
-            ResizeReason::Shed { gain } => {
-                write!(f, "competing load on this node; gain {gain:.2}")
-            }
-            ResizeReason::Leave => f.write_str("this node is leaving the pool"),
-        }
-    }
-}
+/// Why an agent resized a job: the core's reason, serialised as `{"kind": "grow", "gain":
+/// 0.35}`, `{"kind": "shed", ...}`, `{"kind": "leave"}`.
+pub use ios_agent_core::agent::ResizeReason;
 
 /// Hosts for people: `node-c, node-d`.
 fn host_list(hosts: &[HostName]) -> String {
@@ -835,14 +794,6 @@ mod tests {
         assert_eq!(
             json["reason"],
             serde_json::json!({"kind": "grow", "gain": 0.5})
-        );
-        assert_eq!(
-            ResizeReason::from(ios_agent_core::agent::ResizeReason::Shed { gain: 0.25 }),
-            ResizeReason::Shed { gain: 0.25 }
-        );
-        assert_eq!(
-            ResizeReason::from(ios_agent_core::agent::ResizeReason::Leave),
-            ResizeReason::Leave
         );
         let garbled = r#"{"unix_time_s":1.0,"what":{"decision":"teleported"}}"#;
         assert!(serde_json::from_str::<Decision>(garbled).is_err());
