@@ -21,9 +21,9 @@ use crate::Table;
 /// Options of `adaptive`.
 #[derive(Debug, Args)]
 pub struct AdaptiveArgs {
-    /// Grid rows and columns (square grid).
-    #[arg(long, default_value_t = 1024)]
-    pub size: usize,
+    /// Grid rows and columns (square grid; default 1024, with --malleable 2048).
+    #[arg(long)]
+    pub size: Option<usize>,
     /// Iterations; by default as many as take `--seconds` unloaded on the emulated nodes
     /// (measured there first: machines of one kind differ in speed by 4x or more).
     #[arg(long)]
@@ -62,6 +62,23 @@ pub struct AdaptiveArgs {
     /// run's own acceptance check; CI uses it).
     #[arg(long)]
     pub check: bool,
+    /// The malleable act instead (issue 38): heat2d, which may grow and shrink, on node-a
+    /// and node-b of four nodes; node-b is loaded, node-c and node-d join idle, the agents
+    /// move and grow the job; node-c's agent then leaves and the job shrinks or moves off
+    /// it. Compared with agents that only migrate (--no-resize), the best fixed-width
+    /// placement (node-a node-d) and, without --quick, static MPI. First measures
+    /// heat2d-plain at 1 to 4 ranks (2 and 3 with --quick), one per node; the runs are
+    /// sized by their events from those rates (--seconds is not used). With --quick: load
+    /// at 2 s, joins at 3 s, leave at 8 s, no static run.
+    #[arg(long)]
+    pub malleable: bool,
+    /// With --malleable: seconds after the start at which node-c's agent leaves (default:
+    /// 8 with --quick, else 20 after --join-at).
+    #[arg(long, value_name = "S")]
+    pub leave_at: Option<f64>,
+    /// With --malleable: measure heat2d-plain's speed at 1 to 4 ranks and stop.
+    #[arg(long)]
+    pub scaling_only: bool,
     /// Directory for the plot, the timeline and the logs.
     #[arg(long, value_name = "DIR", default_value = "results/main-job")]
     pub out: PathBuf,
@@ -160,9 +177,10 @@ fn scenario(args: &AdaptiveArgs) -> (Scenario, Length) {
         )
     };
     let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+    let size = args.size.unwrap_or(1024);
     let scenario = Scenario {
-        rows: args.size,
-        cols: args.size,
+        rows: size,
+        cols: size,
         // Set from `length` once the nodes exist.
         iters: 0,
         progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
@@ -216,6 +234,12 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
     }
     if let Err(e) = mpi_ios_tests::try_program(args.program.binary()) {
         bail!("{e} (the C heat2d is built by scripts/build-c.sh)");
+    }
+    if args.malleable {
+        return crate::malleable_act::run(&args);
+    }
+    if args.scaling_only || args.leave_at.is_some() {
+        bail!("--scaling-only and --leave-at belong to the malleable act: add --malleable");
     }
     if args.fault && args.cooperating {
         bail!("--fault needs the three nodes of the default scenario: not with --cooperating");
@@ -536,7 +560,7 @@ fn report(
         println!("RESULT: CHECKSUM MISMATCH: {sums:?}");
         ok = false;
     }
-    write_timeline(summary, &args.out)?;
+    write_timeline(&summary.runs(), &args.out)?;
     match plot(summary, &args.out.join("throughput")) {
         Ok(written) => println!(
             "plot: {} and {}",
@@ -570,7 +594,7 @@ pub fn windowed_rate(points: &[(f64, u64)], window: f64) -> Vec<(f64, f64)> {
 
 /// The throughput-over-time plot of the runs, with the adaptive run's events marked.
 fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
-    use mpi_ios_plots::{Event, EventKind as Kind, TimePlot};
+    use mpi_ios_plots::{Event, TimePlot};
     let window = (summary.adaptive.wall_s / 60.0).clamp(0.25, 2.0);
     let mut plot = TimePlot::new("heat2d on emulated nodes: a node is loaded, an idle one joins")
         .x_label("time since start (s)")
@@ -584,22 +608,36 @@ fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
         };
         plot = plot.series(label, windowed_rate(&o.progress_points(), window));
     }
-    plot = plot.events(summary.adaptive.events.iter().map(|e| {
-        let kind = match e.kind {
-            EventKind::LoadOnset => Kind::LoadOnset,
-            EventKind::NodeJoin => Kind::NodeJoin,
-            EventKind::NodeLeave => Kind::NodeLeave,
-            EventKind::Migration => Kind::Migration,
-        };
-        Event::new(e.t, kind, e.what.clone())
-    }));
+    plot = plot.events(
+        summary
+            .adaptive
+            .events
+            .iter()
+            .map(|e| Event::new(e.t, plot_kind(e), e.what.clone())),
+    );
     Ok(plot.write(stem)?)
 }
 
-/// The runs' progress and events as CSV, for plotting elsewhere.
-fn write_timeline(summary: &Summary, out: &Path) -> Result<()> {
+/// The plot marker of a run's event: a resize is a grow or a shrink.
+pub fn plot_kind(e: &mpi_ios_tests::scenario::Event) -> mpi_ios_plots::EventKind {
+    use mpi_ios_plots::EventKind as Kind;
+    match e.kind {
+        EventKind::LoadOnset => Kind::LoadOnset,
+        EventKind::NodeJoin => Kind::NodeJoin,
+        EventKind::NodeLeave => Kind::NodeLeave,
+        EventKind::Migration => Kind::Migration,
+        EventKind::Resize => match &e.resized {
+            Some(r) if r.grew() => Kind::Grow,
+            Some(_) => Kind::Shrink,
+            None => Kind::Other,
+        },
+    }
+}
+
+/// The runs' progress and events as CSV (`timeline.csv` in `out`), for plotting elsewhere.
+pub fn write_timeline(runs: &[(&str, &Outcome)], out: &Path) -> Result<()> {
     let mut csv = String::from("run,seconds,iteration,rate,event\n");
-    for (name, o) in summary.runs() {
+    for &(name, o) in runs {
         for s in &o.samples {
             csv.push_str(&format!(
                 "{},{:.3},{},{:.2},\n",

@@ -24,10 +24,10 @@ use anyhow::{bail, ensure, Context as _, Result};
 use mpi_ios_bench::yardstick::{self, Yardsticks};
 pub(crate) use mpi_ios_bench::yardstick::{loop_start, mean_rate, rate_points};
 use mpi_ios_bench::Table;
-use mpi_ios_plots::{Event as PlotEvent, EventKind as PlotKind, TimePlot};
+use mpi_ios_plots::{Event as PlotEvent, TimePlot};
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::scenario::{EventKind, Length, Line, Mode, Outcome, Scenario};
+use mpi_ios_tests::scenario::{Length, Line, Mode, Outcome, Scenario};
 
 /// What the paper reported for the figure we compare with.
 #[derive(Debug, Clone, Copy)]
@@ -444,13 +444,11 @@ pub(crate) fn plot_events(o: &Outcome) -> Vec<PlotEvent> {
     o.events
         .iter()
         .map(|e| {
-            let kind = match e.kind {
-                EventKind::LoadOnset => PlotKind::LoadOnset,
-                EventKind::NodeJoin => PlotKind::NodeJoin,
-                EventKind::NodeLeave => PlotKind::NodeLeave,
-                EventKind::Migration => PlotKind::Migration,
-            };
-            PlotEvent::new(e.t - t0, kind, e.what.clone())
+            PlotEvent::new(
+                e.t - t0,
+                mpi_ios_bench::adaptive::plot_kind(e),
+                e.what.clone(),
+            )
         })
         .collect()
 }

@@ -10,6 +10,7 @@ pub mod adaptive;
 pub mod agents;
 pub mod checkpoint;
 pub mod fault;
+pub mod malleable_act;
 pub mod paired;
 pub mod recovery;
 pub mod scale;

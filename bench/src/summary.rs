@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
-use mpi_ios_tests::scenario::{Move, Outcome};
+use mpi_ios_tests::scenario::{Event, EventKind, Move, Outcome};
 use serde::{Deserialize, Serialize};
 
 /// Name of the main job's summary in its `--out` directory.
@@ -39,6 +39,136 @@ pub struct MoveAt {
     pub moved: Move,
 }
 
+/// Something that happened during the adaptive run, typed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A CPU hog started on `host`.
+    LoadOnset {
+        /// The loaded node.
+        host: String,
+    },
+    /// `host`'s agent joined the pool.
+    NodeJoin {
+        /// The node.
+        host: String,
+    },
+    /// `ios-agent leave` returned on `host`: `left` when the node was drained and given
+    /// back.
+    NodeLeave {
+        /// The node.
+        host: String,
+        /// Whether it left (the command succeeded).
+        left: bool,
+    },
+    /// A rank moved.
+    Moved(Move),
+    /// The job grew from `from` to `to` ranks, now on `hosts` (by rank).
+    Grew {
+        /// Ranks before.
+        from: u32,
+        /// Ranks after.
+        to: u32,
+        /// Host of every rank after.
+        hosts: Vec<String>,
+    },
+    /// The job shrank from `from` to `to` ranks, now on `hosts` (by rank).
+    Shrank {
+        /// Ranks before.
+        from: u32,
+        /// Ranks after.
+        to: u32,
+        /// Host of every rank after.
+        hosts: Vec<String>,
+    },
+}
+
+impl RunEvent {
+    /// The typed form of a run's event, `None` when it says too little.
+    pub fn of(e: &Event) -> Option<RunEvent> {
+        let host = || e.host.clone();
+        Some(match e.kind {
+            EventKind::LoadOnset => RunEvent::LoadOnset { host: host()? },
+            EventKind::NodeJoin => RunEvent::NodeJoin { host: host()? },
+            EventKind::NodeLeave => RunEvent::NodeLeave {
+                host: host()?,
+                left: e.what.contains("left the pool"),
+            },
+            EventKind::Migration => RunEvent::Moved(e.moved.clone()?),
+            EventKind::Resize => {
+                let r = e.resized.clone()?;
+                if r.grew() {
+                    RunEvent::Grew {
+                        from: r.from,
+                        to: r.to,
+                        hosts: r.hosts,
+                    }
+                } else {
+                    RunEvent::Shrank {
+                        from: r.from,
+                        to: r.to,
+                        hosts: r.hosts,
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// An event of the adaptive run and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventAt {
+    /// Seconds since the job started, in milliseconds.
+    pub at_ms: u64,
+    /// What happened.
+    pub event: RunEvent,
+}
+
+/// heat2d-plain's speed at one width, one rank per emulated node, unloaded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingPoint {
+    /// Ranks (= nodes).
+    pub ranks: u32,
+    /// Iterations per second (median of the rounds).
+    pub it_per_s: f64,
+    /// Milliseconds per iteration (1000 / `it_per_s`).
+    pub ms_per_iteration: f64,
+    /// Rounds measured.
+    pub rounds: u32,
+}
+
+/// The malleable act's own figures (`adaptive --malleable`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MalleableAct {
+    /// The malleable run's loop time, seconds.
+    pub malleable_s: f64,
+    /// The migration-only run's loop time, seconds.
+    pub migration_only_s: f64,
+    /// How much shorter the malleable run was, % of the migration-only run (target: 25).
+    pub shorter_pct: f64,
+    /// Grows of the malleable run.
+    pub grows: u32,
+    /// Shrinks of the malleable run.
+    pub shrinks: u32,
+    /// Moves of the migration-only run.
+    pub migration_only_moves: u32,
+    /// Resizes of the migration-only run (0 when its agents take `--no-resize`).
+    pub migration_only_resizes: u32,
+    /// Whether the migration-only run's agents were started with `--no-resize` (an agent
+    /// without the option resizes nothing anyway).
+    pub migration_only_no_resize: bool,
+    /// The malleable run's mean iterations per second from the joins to the leave.
+    pub joins_to_leave_it_per_s: Option<f64>,
+    /// The migration-only run's, over the same seconds.
+    pub joins_to_leave_migration_only_it_per_s: Option<f64>,
+    /// Whether node-c's agent left (drained and given back) during the malleable run.
+    pub node_c_left: bool,
+    /// heat2d-plain's speed by width, measured before the runs.
+    pub scaling: Vec<ScalingPoint>,
+    /// 4 ranks' speed over 2 ranks', when both were measured (premise: at least 1.6).
+    pub speedup_4_over_2: Option<f64>,
+}
+
 /// The conclusion of one experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -50,6 +180,10 @@ pub struct Summary {
     pub checksums_match: bool,
     /// The adaptive run's moves.
     pub moves: Vec<MoveAt>,
+    /// The adaptive run's events, typed: load onsets, joins, leaves, moves, grows and
+    /// shrinks.
+    #[serde(default)]
+    pub events: Vec<EventAt>,
     /// Where the adaptive run's ranks ended, by rank.
     pub final_hosts: Vec<String>,
     /// The physical limit (the best any placement could do), seconds, when an unloaded or
@@ -63,6 +197,9 @@ pub struct Summary {
     /// The main job's fault act, when run: whether the job came back by itself with the
     /// plain checksum.
     pub fault_recovered: Option<bool>,
+    /// The malleable act's figures, when it ran (`adaptive --malleable`).
+    #[serde(default)]
+    pub malleable: Option<MalleableAct>,
     /// Whether the experiment passed its own check (`--check`).
     pub passed: bool,
 }
@@ -97,6 +234,19 @@ impl Summary {
                         .collect()
                 })
                 .unwrap_or_default(),
+            events: adaptive
+                .map(|a| {
+                    a.events
+                        .iter()
+                        .filter_map(|e| {
+                            Some(EventAt {
+                                at_ms: (e.t * 1e3).round() as u64,
+                                event: RunEvent::of(e)?,
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             final_hosts: adaptive
                 .and_then(|a| a.report.hosts.clone())
                 .unwrap_or_default(),
@@ -104,8 +254,25 @@ impl Summary {
             adaptive_over_limit: None,
             recovered_after_s: None,
             fault_recovered: None,
+            malleable: None,
             passed: false,
         }
+    }
+
+    /// The grows among the events.
+    pub fn grows(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.event, RunEvent::Grew { .. }))
+            .count()
+    }
+
+    /// The shrinks among the events.
+    pub fn shrinks(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| matches!(e.event, RunEvent::Shrank { .. }))
+            .count()
     }
 
     /// Writes it as `dir/name`.
@@ -148,16 +315,58 @@ mod tests {
                     to: "node-c".into(),
                 },
             }],
+            events: vec![
+                EventAt {
+                    at_ms: 2000,
+                    event: RunEvent::LoadOnset {
+                        host: "node-b".into(),
+                    },
+                },
+                EventAt {
+                    at_ms: 4000,
+                    event: RunEvent::Grew {
+                        from: 2,
+                        to: 3,
+                        hosts: vec!["node-a".into(), "node-c".into(), "node-d".into()],
+                    },
+                },
+                EventAt {
+                    at_ms: 8500,
+                    event: RunEvent::Shrank {
+                        from: 3,
+                        to: 2,
+                        hosts: vec!["node-a".into(), "node-d".into()],
+                    },
+                },
+            ],
             final_hosts: vec!["node-a".into(), "node-c".into()],
             limit_s: Some(7.0),
             adaptive_over_limit: Some(1.036),
             recovered_after_s: None,
             fault_recovered: Some(true),
+            malleable: None,
             passed: true,
         };
         summary.write(dir.path(), MAIN_JOB_FILE).expect("written");
         let back = Summary::read(dir.path(), MAIN_JOB_FILE).expect("read");
         assert_eq!(back, summary);
+        assert_eq!((back.grows(), back.shrinks()), (1, 1));
         assert!(Summary::read(dir.path(), "missing.json").is_err());
+        let text = std::fs::read_to_string(dir.path().join(MAIN_JOB_FILE)).expect("written");
+        assert!(
+            text.contains(r#""kind": "grew""#) && text.contains(r#""kind": "shrank""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_summary_written_before_events_and_the_malleable_act_still_reads() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let old = r#"{"experiment": "fig13", "runs": [], "checksums_match": true, "moves": [],
+            "final_hosts": [], "limit_s": null, "adaptive_over_limit": null,
+            "recovered_after_s": null, "fault_recovered": null, "passed": true}"#;
+        std::fs::write(dir.path().join("old.json"), old).expect("written");
+        let back = Summary::read(dir.path(), "old.json").expect("read");
+        assert!(back.events.is_empty() && back.malleable.is_none() && back.passed);
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! - [`TimePlot`]: one or more curves over time (throughput in iterations per second, say)
 //!   with labelled vertical event markers ([`EventKind`]: load onset, load end, node join,
-//!   node leave, migration). Used by the main job and for Figures 13-16.
+//!   node leave, migration, grow, shrink). Used by the main job and for Figures 13-16.
 //!   [`throughput`] turns the completion times of iterations into such a curve.
 //! - [`BarChart`]: grouped or stacked bars ([`Layout`]) over named categories, each bar with
 //!   an optional spread whisker (min..max of repeats, say). Used for Figures 12, 17 and 18.
@@ -179,6 +179,10 @@ pub enum EventKind {
     NodeLeave,
     /// A rank migrated.
     Migration,
+    /// A malleable job grew (more ranks).
+    Grow,
+    /// A malleable job shrank (fewer ranks).
+    Shrink,
     /// Anything else worth marking.
     Other,
 }
@@ -192,6 +196,8 @@ impl EventKind {
             EventKind::NodeJoin => "node join",
             EventKind::NodeLeave => "node leave",
             EventKind::Migration => "migration",
+            EventKind::Grow => "grow",
+            EventKind::Shrink => "shrink",
             EventKind::Other => "event",
         }
     }
@@ -203,6 +209,8 @@ impl EventKind {
             EventKind::NodeJoin => RGBColor(23, 190, 207),
             EventKind::NodeLeave => RGBColor(127, 127, 127),
             EventKind::Migration => RGBColor(148, 103, 189),
+            EventKind::Grow => RGBColor(0, 90, 50),
+            EventKind::Shrink => RGBColor(140, 86, 75),
             EventKind::Other => RGBColor(188, 189, 34),
         }
     }

@@ -113,6 +113,8 @@ pub enum EventKind {
     NodeLeave,
     /// A rank moved (PCM's migration event).
     Migration,
+    /// The job changed its number of ranks (PCM's resize event, docs/malleability.md).
+    Resize,
 }
 
 /// Something that happened during a run.
@@ -126,6 +128,10 @@ pub struct Event {
     pub what: String,
     /// The move, for a [`EventKind::Migration`].
     pub moved: Option<Move>,
+    /// The resize, for a [`EventKind::Resize`].
+    pub resized: Option<Resize>,
+    /// The node a load onset, join or leave is about.
+    pub host: Option<String>,
 }
 
 /// One rank's move, from PCM's migration event.
@@ -142,6 +148,37 @@ pub struct Move {
 impl std::fmt::Display for Move {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "rank {} moved {} -> {}", self.rank, self.from, self.to)
+    }
+}
+
+/// A resize of a malleable job, from PCM's resize event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resize {
+    /// Ranks before.
+    pub from: u32,
+    /// Ranks after.
+    pub to: u32,
+    /// Host of every rank after, by rank.
+    pub hosts: Vec<String>,
+}
+
+impl Resize {
+    /// Whether the job grew.
+    pub fn grew(&self) -> bool {
+        self.to > self.from
+    }
+}
+
+impl std::fmt::Display for Resize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} -> {} ranks (on {})",
+            if self.grew() { "grew" } else { "shrank" },
+            self.from,
+            self.to,
+            self.hosts.join(" ")
+        )
     }
 }
 
@@ -267,6 +304,11 @@ impl Outcome {
         self.events
             .iter()
             .filter(|e| e.kind == EventKind::Migration)
+    }
+
+    /// The resizes seen.
+    pub fn resizes(&self) -> impl Iterator<Item = &Event> {
+        self.events.iter().filter(|e| e.kind == EventKind::Resize)
     }
 
     /// First time the event of `kind` happened.
@@ -407,9 +449,30 @@ impl Timeline {
                         kind: EventKind::Migration,
                         what: moved.to_string(),
                         moved: Some(moved),
+                        resized: None,
+                        host: None,
                     })
                 })
                 .collect(),
+            // The new world is numbered 0..to-1 and PCM names every rank's host.
+            RunEvent::Resized {
+                from, to, hosts, ..
+            } => {
+                self.hosts = hosts.iter().map(ToString::to_string).collect();
+                let resized = Resize {
+                    from: *from,
+                    to: *to,
+                    hosts: self.hosts.clone(),
+                };
+                vec![Line::Event(Event {
+                    t,
+                    kind: EventKind::Resize,
+                    what: resized.to_string(),
+                    moved: None,
+                    resized: Some(resized),
+                    host: None,
+                })]
+            }
             _ => Vec::new(),
         }
     }
@@ -832,12 +895,15 @@ impl Scenario {
         let emit = |observer: &mut dyn FnMut(&Line),
                     events: &mut Vec<Event>,
                     kind: EventKind,
+                    host: &str,
                     what: String| {
             let e = Event {
                 t: started.elapsed().as_secs_f64(),
                 kind,
                 what,
                 moved: None,
+                resized: None,
+                host: Some(host.to_owned()),
             };
             observer(&Line::Event(e.clone()));
             events.push(e);
@@ -864,6 +930,7 @@ impl Scenario {
                         observer,
                         &mut events,
                         EventKind::LoadOnset,
+                        host(node),
                         format!("CPU hog started on {}", host(node)),
                     );
                 }
@@ -886,6 +953,7 @@ impl Scenario {
                         observer,
                         &mut events,
                         EventKind::NodeJoin,
+                        host(n),
                         format!("{} joined the pool", host(n)),
                     );
                 }
@@ -945,6 +1013,7 @@ impl Scenario {
                     observer,
                     &mut events,
                     EventKind::NodeLeave,
+                    &l.host,
                     format!(
                         "{} {}: {last}",
                         l.host,
@@ -1160,6 +1229,53 @@ mod tests {
         );
         assert!((second.rate - 50.0).abs() < 1e-9, "{second:?}");
         assert_eq!(second.hosts, ["a", "c"]);
+    }
+
+    #[test]
+    fn a_resize_is_an_event_and_renames_the_hosts() {
+        let origin = 50.0;
+        let at = |t: f64, event: RunEvent| Stamped {
+            unix_us: ((origin + t) * 1e6).round() as u64,
+            pid: 7,
+            rank: Some(pcm_proto::Rank(0)),
+            event,
+        };
+        let host = |h: &str| pcm_proto::HostName::new(h).unwrap();
+        let mut timeline = Timeline::new(origin, vec!["a".into(), "b".into()]);
+        let resized = |t: f64, from: u32, hosts: &[&str]| {
+            at(
+                t,
+                RunEvent::Resized {
+                    iteration: 10,
+                    from,
+                    to: hosts.len() as u32,
+                    hosts: hosts.iter().map(|h| host(h)).collect(),
+                    timings: pcm_proto::PhaseTimings::default(),
+                },
+            )
+        };
+        let events = [
+            at(0.1, RunEvent::LoopStarted { iteration: 0 }),
+            resized(1.0, 2, &["a", "b", "d"]),
+            at(1.5, RunEvent::Progress { iteration: 100 }),
+            resized(2.0, 3, &["a", "d"]),
+            at(2.5, RunEvent::Progress { iteration: 200 }),
+        ];
+        let lines: Vec<Line> = events.iter().flat_map(|e| timeline.take(e)).collect();
+        let [Line::Event(grew), Line::Progress(wide), Line::Event(shrank), Line::Progress(narrow)] =
+            &lines[..]
+        else {
+            panic!("{lines:?}");
+        };
+        assert_eq!(grew.kind, EventKind::Resize);
+        let g = grew.resized.as_ref().unwrap();
+        assert!(g.grew() && g.from == 2 && g.to == 3, "{g:?}");
+        assert_eq!(grew.what, "grew 2 -> 3 ranks (on a b d)");
+        assert_eq!(wide.hosts, ["a", "b", "d"]);
+        let s = shrank.resized.as_ref().unwrap();
+        assert!(!s.grew() && s.to == 2, "{s:?}");
+        assert_eq!(shrank.what, "shrank 3 -> 2 ranks (on a d)");
+        assert_eq!(narrow.hosts, ["a", "d"]);
     }
 
     #[test]

@@ -1,0 +1,709 @@
+//! `mpi-ios-bench adaptive --malleable`: the main job's malleable act (issue 38, item 5).
+//!
+//! heat2d, which is malleable (it declares its grid's rows and `set_malleable(1, rows)`),
+//! starts with 2 ranks on node-a and node-b of four emulated nodes; node-b gets loaded (a
+//! CPU hog); node-c's and node-d's agents join the pool, idle; the agents move and grow the
+//! job by themselves; then node-c's agent leaves (`ios-agent leave`) and the job shrinks or
+//! moves off node-c with nobody acting. The same events then run with agents that only
+//! migrate (`ios-agent join --no-resize`), and with heat2d-plain on the best fixed-width
+//! placement under the same load (node-a and node-d: the nodes neither loaded nor given
+//! back), and, outside `--quick`, as static MPI (heat2d-plain on node-a and node-b, no
+//! agents). Every checksum must be heat2d-plain's.
+//!
+//! First, before any run, heat2d-plain's speed at 1 to 4 ranks (one rank per node, the
+//! act's caps, unloaded) is measured and printed: whether growing can pay at all depends on
+//! it, and the agents' model assumes `T(n) = W/n + H` (docs/agents.md).
+//!
+//! The runs are sized by their events, never by an iteration count tuned on one machine:
+//! with the measured rates at 2 ranks (`r2`) and at the widest width measured (`r_max`),
+//! the job gets `r2 * join + r_max * (leave - join + tail)` iterations, so that even a job
+//! that grew at once is still running at the leave and for about `tail` seconds after it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use mpi_ios_tests::cgroup::CpuCap;
+use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::scenario::{
+    measure_rate, EventKind, Line, Mode, NodeLeave, Outcome, Scenario, PROGRESS_LINES,
+};
+use mpi_ios_tests::MpiJob;
+
+use crate::adaptive::{AdaptiveArgs, Program};
+use crate::summary::{MalleableAct, ScalingPoint};
+use crate::Table;
+
+/// The option that keeps an agent from resizing jobs (migration only).
+pub const NO_RESIZE: &str = "--no-resize";
+
+/// Grid side of the act unless `--size` says otherwise: at 0.6 core per node on this
+/// project's machine kind, 4 ranks of a 2048 x 2048 heat2d run 1.9-2.1 times as fast as 2
+/// (1024 x 1024: about 1.0, its halo exchange weighs as much as its rows).
+pub const DEFAULT_SIZE: usize = 2048;
+
+/// When things happen, seconds after the job's start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// The hog starts on node-b.
+    pub load_at: f64,
+    /// node-c's and node-d's agents join.
+    pub join_at: f64,
+    /// node-c's agent is asked to leave.
+    pub leave_at: f64,
+    /// Seconds the job runs on after the leave, at most (at the widest rate measured).
+    pub tail: f64,
+    /// How long the leave may take (`ios-agent leave --within`).
+    pub leave_within: f64,
+}
+
+impl Timing {
+    /// The act's timing for `args`.
+    pub fn of(args: &AdaptiveArgs) -> Result<Timing> {
+        let t = if args.quick {
+            // Load, joins, a grow, the leave and a shrink, each about a second or two apart:
+            // the agents profile every second and hold a rank down 1.2 s.
+            Timing {
+                load_at: 2.0,
+                join_at: 3.0,
+                leave_at: args.leave_at.unwrap_or(8.0),
+                tail: 2.0,
+                leave_within: 15.0,
+            }
+        } else {
+            Timing {
+                load_at: args.load_at,
+                join_at: args.join_at,
+                leave_at: args.leave_at.unwrap_or(args.join_at + 20.0),
+                tail: 4.0,
+                leave_within: 30.0,
+            }
+        };
+        if !(0.0 <= t.load_at && t.load_at <= t.join_at && t.join_at < t.leave_at) {
+            bail!(
+                "the act needs load <= join < leave: load at {} s, join at {} s, leave at {} s",
+                t.load_at,
+                t.join_at,
+                t.leave_at
+            );
+        }
+        Ok(t)
+    }
+
+    /// Iterations for the act: `rate_2 * join + rate_max * (leave - join + tail)`.
+    pub fn iterations(&self, rate_2: f64, rate_max: f64) -> u64 {
+        let n = rate_2 * self.join_at
+            + rate_max.max(rate_2) * (self.leave_at - self.join_at + self.tail);
+        (n.round() as u64).max(PROGRESS_LINES)
+    }
+}
+
+/// Rates of heat2d-plain on `width` ranks, one per node (node-a, node-b, ...), unloaded:
+/// (width, iterations per second), each measured over `window` after a warm-up, the widths
+/// in `widths` order, `rounds` times (rotating the order), the median kept.
+pub fn measure_scaling(
+    cluster: &Cluster,
+    size: usize,
+    widths: &[usize],
+    rounds: usize,
+    window: Duration,
+    dir: &Path,
+) -> Result<Vec<ScalingPoint>> {
+    let nodes = cluster.host_names();
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); widths.len()];
+    for round in 0..rounds.max(1) {
+        let mut order: Vec<usize> = (0..widths.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let n = widths[i];
+            if n > nodes.len() {
+                bail!("{n} ranks need {n} nodes, the cluster has {}", nodes.len());
+            }
+            let side = size.to_string();
+            let args = [
+                "--rows",
+                &side,
+                "--cols",
+                &side,
+                "--iters",
+                &u64::from(u32::MAX).to_string(),
+            ];
+            let job = MpiJob::new(n, "heat2d-plain", &args);
+            let placement: Vec<&str> = nodes[..n].iter().map(String::as_str).collect();
+            let run_dir = dir.join(format!("scaling-{n}-{round}"));
+            let rate = measure_rate(cluster, job, &placement, &run_dir, window);
+            cluster.clear_nodes();
+            let rate =
+                rate.map_err(|e| anyhow::anyhow!("measuring heat2d-plain on {n} ranks: {e}"))?;
+            println!(
+                "   {n} rank{} ({}): {rate:.0} it/s, {:.3} ms per iteration",
+                if n == 1 { "" } else { "s" },
+                placement.join(" "),
+                1e3 / rate
+            );
+            rates[i].push(rate);
+        }
+    }
+    Ok(widths
+        .iter()
+        .zip(rates)
+        .map(|(&ranks, r)| ScalingPoint {
+            ranks: ranks as u32,
+            it_per_s: crate::median(&r),
+            ms_per_iteration: 1e3 / crate::median(&r),
+            rounds: r.len() as u32,
+        })
+        .collect())
+}
+
+/// The rate at `ranks` in `scaling`.
+fn rate_at(scaling: &[ScalingPoint], ranks: u32) -> Option<f64> {
+    scaling
+        .iter()
+        .find(|p| p.ranks == ranks)
+        .map(|p| p.it_per_s)
+}
+
+/// Whether `ios-agent join` takes `--no-resize` (the agents' migration-only mode).
+fn agents_take_no_resize() -> bool {
+    let Ok(agent) = mpi_ios_tests::try_bin("ios-agent") else {
+        return false;
+    };
+    std::process::Command::new(agent)
+        .args(["join", "--help"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(NO_RESIZE))
+}
+
+/// The runs of the act, by name: the malleable run first, then the migration-only one,
+/// then the plain runs made.
+pub struct Runs {
+    /// (name, outcome, program), in the order run.
+    pub runs: Vec<(&'static str, Outcome, &'static str)>,
+}
+
+impl Runs {
+    fn get(&self, name: &str) -> Option<&Outcome> {
+        self.runs.iter().find(|r| r.0 == name).map(|r| &r.1)
+    }
+}
+
+/// Runs the act.
+pub fn run(args: &AdaptiveArgs) -> Result<()> {
+    if args.cooperating || args.fault {
+        bail!("--malleable is an act of its own: not with --cooperating or --fault");
+    }
+    if args.program != Program::Heat2d {
+        bail!("--malleable runs the Rust heat2d (the C heat2d is malleable only by hand)");
+    }
+    let timing = Timing::of(args)?;
+    let size = args.size.unwrap_or(DEFAULT_SIZE);
+    let caps = vec![Some(CpuCap::cores(args.cap)); 4];
+    let cluster = Cluster::with_caps(&caps)
+        .map_err(|e| anyhow::anyhow!("cannot set up the emulated nodes: {e}"))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let logs = tempfile::Builder::new()
+        .prefix("mpi-ios-malleable-")
+        .tempdir()
+        .context("creating a temp dir")?;
+    let nodes = cluster.host_names();
+
+    // 1. How heat2d scales here: the reason growing can pay, measured first.
+    let (widths, rounds, window): (&[usize], usize, f64) = if args.quick {
+        (&[2, 3], 1, 1.5)
+    } else {
+        (&[1, 2, 3, 4], 2, 3.0)
+    };
+    println!(
+        "== heat2d-plain {size}x{size} at {} ranks, one per node ({} CPU each), unloaded",
+        widths
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.cap
+    );
+    let scaling = measure_scaling(
+        &cluster,
+        size,
+        widths,
+        rounds,
+        Duration::from_secs_f64(window),
+        logs.path(),
+    )?;
+    print_scaling(&scaling);
+    if args.scaling_only {
+        return Ok(());
+    }
+    let rate_2 = rate_at(&scaling, 2).context("no rate at 2 ranks")?;
+    let rate_max = scaling
+        .iter()
+        .filter(|p| p.ranks >= 2)
+        .map(|p| p.it_per_s)
+        .fold(rate_2, f64::max);
+
+    // 2. The scenario, sized by its events.
+    let iters = match args.iters {
+        Some(0) => bail!("a run of 0 iterations shows nothing"),
+        Some(n) => n,
+        None => timing.iterations(rate_2, rate_max),
+    };
+    let expected_s = iters as f64 / rate_2;
+    let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+    let malleable = Scenario {
+        rows: size,
+        cols: size,
+        iters,
+        progress_period: Duration::from_secs_f64(expected_s / PROGRESS_LINES as f64)
+            .max(Duration::from_millis(5)),
+        placement: vec![0, 1],
+        agents_at_start: vec![0, 1],
+        hog: Some((1, secs(timing.load_at))),
+        joins: vec![(2, secs(timing.join_at)), (3, secs(timing.join_at))],
+        leaves: vec![NodeLeave {
+            node: 2,
+            at: secs(timing.leave_at),
+            within: secs(timing.leave_within),
+        }],
+        agent_options: crate::adaptive::agent_options(timing.load_at),
+        timeout: Duration::from_secs(args.timeout),
+        unlisted_spares: false,
+    };
+    let no_resize = agents_take_no_resize();
+    let migration_only = Scenario {
+        agent_options: malleable
+            .agent_options
+            .iter()
+            .cloned()
+            .chain(no_resize.then(|| NO_RESIZE.to_owned()))
+            .collect(),
+        ..malleable.clone()
+    };
+    // The nodes neither loaded nor given back: the best a job of 2 ranks can run on.
+    let best = Scenario {
+        placement: vec![0, 3],
+        ..malleable.clone()
+    };
+    println!(
+        "== {} emulated nodes ({}), each capped at {} CPU; heat2d {size}x{size}, {iters} \
+         iterations ({:.0} s at 2 ranks unloaded), ranks on node-a node-b; hog on node-b at \
+         {} s, node-c and node-d join at {} s, node-c leaves at {} s",
+        nodes.len(),
+        nodes.join(", "),
+        args.cap,
+        expected_s,
+        timing.load_at,
+        timing.join_at,
+        timing.leave_at
+    );
+    if !no_resize {
+        println!(
+            "   note: this ios-agent has no {NO_RESIZE}; its agents do not resize jobs, so \
+             the migration-only run uses them as they are"
+        );
+    }
+    let mut plan: Vec<(&'static str, Mode, &Scenario, &'static str)> = vec![
+        ("malleable", Mode::Adaptive, &malleable, "heat2d"),
+        ("migration-only", Mode::Adaptive, &migration_only, "heat2d"),
+        ("best", Mode::Static, &best, "heat2d-plain"),
+    ];
+    if !args.quick && !args.adaptive_only {
+        plan.push(("static", Mode::Static, &malleable, "heat2d-plain"));
+    }
+    let mut runs = Runs { runs: Vec::new() };
+    for (name, mode, scenario, program) in plan {
+        println!("== {}", describe(name));
+        let dir = logs.path().join(name);
+        let outcome = scenario.run_program(&cluster, mode, program, &dir, &mut |line| {
+            print_line(line, iters)
+        });
+        println!(
+            "   done in {:.1} s, checksum {}",
+            outcome.report.seconds, outcome.report.checksum
+        );
+        // Nothing of a run may run on into the next (the leave killed node-c's processes).
+        cluster.clear_nodes();
+        runs.runs.push((name, outcome, program));
+    }
+    let (ok, typed) = report(&runs, &scaling, &timing, no_resize, args)?;
+    typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
+    crate::keep_logs(logs.path(), &args.out.join("logs"));
+    if args.check && !ok {
+        bail!("the malleable act's own check failed (see above)");
+    }
+    Ok(())
+}
+
+fn describe(name: &str) -> &'static str {
+    match name {
+        "malleable" => {
+            "malleable (heat2d with PCM; the agents move, grow and shrink it by themselves) run"
+        }
+        "migration-only" => {
+            "migration-only (heat2d with PCM; agents joined with --no-resize: they only move \
+             ranks) run"
+        }
+        "best" => {
+            "best fixed-width placement (heat2d-plain, same load, ranks on node-a node-d: \
+             neither loaded nor given back) run"
+        }
+        _ => "static MPI (heat2d-plain on node-a node-b, same load, nobody moves anything) run",
+    }
+}
+
+fn print_scaling(scaling: &[ScalingPoint]) {
+    let mut table = Table::new(&["ranks", "it/s", "ms/iteration", "speed-up vs 2 ranks"]);
+    let two = rate_at(scaling, 2);
+    for p in scaling {
+        table.push(vec![
+            p.ranks.to_string(),
+            format!("{:.0}", p.it_per_s),
+            format!("{:.3}", p.ms_per_iteration),
+            two.map_or("-".to_owned(), |t| format!("{:.2}", p.it_per_s / t)),
+        ]);
+    }
+    print!("{}", table.to_text());
+    if let (Some(four), Some(two)) = (rate_at(scaling, 4), two) {
+        println!(
+            "4 ranks over 2: {:.2}x (the act's premise: at least 1.6x)",
+            four / two
+        );
+    }
+    if let Some(fit) = fit_scaling(scaling) {
+        println!(
+            "least-squares fit of T(n) = W/n + H over n >= 2: W = {:.3} ms, H = {:.3} ms \
+             (largest misfit {:.0}%)",
+            fit.0 * 1e3,
+            fit.1 * 1e3,
+            fit.2 * 100.0
+        );
+    }
+}
+
+/// Least-squares `T(n) = W/n + H` over the widths of at least 2 (a job of one rank
+/// exchanges nothing): (W, H, largest relative misfit), seconds.
+pub fn fit_scaling(scaling: &[ScalingPoint]) -> Option<(f64, f64, f64)> {
+    let points: Vec<(f64, f64)> = scaling
+        .iter()
+        .filter(|p| p.ranks >= 2 && p.it_per_s > 0.0)
+        .map(|p| (1.0 / f64::from(p.ranks), 1.0 / p.it_per_s))
+        .collect();
+    if points.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let w = sxy / sxx;
+    let h = my - w * mx;
+    let misfit = points
+        .iter()
+        .map(|(x, y)| ((w * x + h) - y).abs() / y)
+        .fold(0.0, f64::max);
+    Some((w, h, misfit))
+}
+
+fn print_line(line: &Line, total: u64) {
+    match line {
+        Line::Progress(s) => {
+            let hosts = if s.hosts.is_empty() {
+                String::new()
+            } else {
+                format!("  ranks on {}", s.hosts.join(" "))
+            };
+            println!(
+                "   {:>6.1} s  {:>7}/{total}  {:>8.1} it/s{hosts}",
+                s.t, s.iteration, s.rate
+            );
+        }
+        Line::Event(e) => println!("   {:>6.1} s  >>> {}", e.t, e.what),
+    }
+}
+
+/// Mean iterations per second of `o` between `from` and `to` (seconds since its start).
+fn rate_between(o: &Outcome, from: f64, to: f64) -> Option<f64> {
+    let last = o.samples.last()?;
+    let to = to.min(last.t);
+    (to > from + 0.5).then(|| (o.iteration_at(to) - o.iteration_at(from)) / (to - from))
+}
+
+/// Prints the summary; returns whether the act passed its own check, and the typed summary.
+fn report(
+    runs: &Runs,
+    scaling: &[ScalingPoint],
+    timing: &Timing,
+    no_resize: bool,
+    args: &AdaptiveArgs,
+) -> Result<(bool, crate::summary::Summary)> {
+    let m = runs.get("malleable").context("no malleable run")?;
+    let mo = runs
+        .get("migration-only")
+        .context("no migration-only run")?;
+    let outcomes: Vec<(&str, &Outcome, &str)> = runs
+        .runs
+        .iter()
+        .map(|(name, o, program)| (*name, o, *program))
+        .collect();
+    let mut typed = crate::summary::Summary::of("main-job-malleable", &outcomes);
+    let mut ok = true;
+    println!();
+    println!("== summary");
+    let mut table = Table::new(&[
+        "run",
+        "seconds",
+        "vs migration-only",
+        "final hosts",
+        "checksum",
+    ]);
+    for (name, o, _) in &runs.runs {
+        table.push(vec![
+            (*name).to_owned(),
+            format!("{:.1}", o.report.seconds),
+            format!("{:.2}", o.report.seconds / mo.report.seconds),
+            o.report
+                .hosts
+                .as_ref()
+                .map_or("-".to_owned(), |h| h.join(" ")),
+            o.report.checksum.clone(),
+        ]);
+    }
+    print!("{}", table.to_text());
+    let shorter_pct = 100.0 * (1.0 - m.report.seconds / mo.report.seconds);
+    println!(
+        "malleable vs migration-only: {shorter_pct:.1}% shorter ({:.1} s against {:.1} s; \
+         target: at least 25%)",
+        m.report.seconds, mo.report.seconds
+    );
+    // From the joins to the leave: the idle nodes are there for both runs.
+    let window = (timing.join_at, timing.leave_at);
+    let segment = rate_between(m, window.0, window.1).zip(rate_between(mo, window.0, window.1));
+    if let Some((rm, rmo)) = segment {
+        println!(
+            "from the joins to the leave ({:.0}-{:.0} s): malleable {rm:.0} it/s, \
+             migration-only {rmo:.0} it/s ({:.2}x)",
+            window.0,
+            window.1,
+            rm / rmo
+        );
+    }
+    for (name, o, _) in &runs.runs {
+        for e in o
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Migration | EventKind::Resize))
+        {
+            println!("{name}: {:.1} s: {}", e.t, e.what);
+        }
+        for (host, d) in o
+            .decisions
+            .iter()
+            .filter(|(_, d)| d.what.is_resize() || d.what.is_migration())
+        {
+            println!("{name}: agent on {host}: {}", d.what);
+        }
+    }
+    let grows = m
+        .resizes()
+        .filter(|e| e.resized.as_ref().is_some_and(|r| r.grew()))
+        .count();
+    let shrinks = m.resizes().count() - grows;
+    if grows == 0 || shrinks == 0 {
+        println!(
+            "malleable run: FAILED: {grows} grow(s) and {shrinks} shrink(s); the act needs at \
+             least one of each"
+        );
+        ok = false;
+    }
+    let leave = m.leaves.iter().find(|l| l.host == "node-c");
+    match leave {
+        Some(l) if l.success => println!(
+            "node-c left {:.1} s after it was asked to (at {:.1} s)",
+            l.returned_at - l.asked_at,
+            l.asked_at
+        ),
+        Some(l) => {
+            println!(
+                "node-c's leave: FAILED: {}",
+                l.output.lines().last().unwrap_or("")
+            );
+            ok = false;
+        }
+        None => {
+            println!(
+                "node-c's leave: FAILED: the malleable run ended before node-c was asked to \
+                 leave at {} s (fewer iterations or a later --leave-at)",
+                timing.leave_at
+            );
+            ok = false;
+        }
+    }
+    let final_hosts = m.report.hosts.clone().unwrap_or_default();
+    if final_hosts.iter().any(|h| h == "node-c") {
+        println!("malleable run: FAILED: a rank ended on node-c, which left: {final_hosts:?}");
+        ok = false;
+    }
+    if !final_hosts.iter().any(|h| h == "node-b") {
+        println!("malleable run: node-b (loaded) vacated; ranks ended on {final_hosts:?}");
+    } else {
+        println!("malleable run: a rank ended on node-b (loaded): {final_hosts:?}");
+    }
+    let mo_resizes = mo.resizes().count();
+    if no_resize && mo_resizes > 0 {
+        println!("migration-only run: FAILED: {mo_resizes} resize(s) with {NO_RESIZE}");
+        ok = false;
+    }
+    let mo_moves = mo.migrations().count();
+    if mo_moves == 0 {
+        println!("migration-only run: FAILED: the agents moved nothing");
+        ok = false;
+    }
+    let sums: Vec<&str> = runs
+        .runs
+        .iter()
+        .map(|(_, o, _)| o.report.checksum.as_str())
+        .collect();
+    let settled: Vec<String> = runs
+        .runs
+        .iter()
+        .filter(|(_, o, _)| o.report.last_change.is_some())
+        .filter_map(|(_, o, _)| o.report.settled())
+        .collect();
+    if let Some(why) = settled.first() {
+        println!("RESULT: CHECKSUMS PROVE NOTHING: {why}");
+        ok = false;
+    } else if sums.windows(2).all(|w| w[0] == w[1]) {
+        println!(
+            "RESULT: checksums match bit for bit ({} runs; malleable: {grows} grow(s), \
+             {shrinks} shrink(s), {} move(s))",
+            sums.len(),
+            m.migrations().count()
+        );
+    } else {
+        println!("RESULT: CHECKSUM MISMATCH: {sums:?}");
+        ok = false;
+    }
+    let named: Vec<(&str, &Outcome)> = runs.runs.iter().map(|(n, o, _)| (*n, o)).collect();
+    crate::adaptive::write_timeline(&named, &args.out)?;
+    match plot(&named, &args.out.join("throughput")) {
+        Ok(written) => println!(
+            "plot: {} and {}",
+            written.svg.display(),
+            written.png.display()
+        ),
+        Err(e) => {
+            println!("plot: FAILED: {e:#}");
+            ok = false;
+        }
+    }
+    typed.malleable = Some(MalleableAct {
+        malleable_s: m.report.seconds,
+        migration_only_s: mo.report.seconds,
+        shorter_pct,
+        grows: grows as u32,
+        shrinks: shrinks as u32,
+        migration_only_moves: mo_moves as u32,
+        migration_only_resizes: mo_resizes as u32,
+        migration_only_no_resize: no_resize,
+        joins_to_leave_it_per_s: segment.map(|(rm, _)| rm),
+        joins_to_leave_migration_only_it_per_s: segment.map(|(_, rmo)| rmo),
+        node_c_left: leave.is_some_and(|l| l.success),
+        scaling: scaling.to_vec(),
+        speedup_4_over_2: rate_at(scaling, 4)
+            .zip(rate_at(scaling, 2))
+            .map(|(a, b)| a / b),
+    });
+    typed.passed = ok;
+    Ok((ok, typed))
+}
+
+/// Throughput over time of every run, the malleable run's events marked.
+fn plot(runs: &[(&str, &Outcome)], stem: &Path) -> Result<mpi_ios_plots::Written> {
+    use mpi_ios_plots::{Event, TimePlot};
+    let m = runs.first().context("no runs")?.1;
+    let window = (m.wall_s / 60.0).clamp(0.25, 2.0);
+    let mut plot = TimePlot::new(
+        "heat2d on emulated nodes: node-b loaded, node-c and node-d join, node-c leaves",
+    )
+    .x_label("time since start (s)")
+    .y_label("iterations / s");
+    for (name, o) in runs {
+        let label = match *name {
+            "malleable" => "MPI/IOS, agents move and resize",
+            "migration-only" => "MPI/IOS, agents only move",
+            "best" => "best fixed width (node-a, node-d), same load",
+            _ => "static MPI, same load",
+        };
+        plot = plot.series(
+            label,
+            crate::adaptive::windowed_rate(&o.progress_points(), window),
+        );
+    }
+    plot = plot.events(
+        m.events
+            .iter()
+            .map(|e| Event::new(e.t, crate::adaptive::plot_kind(e), e.what.clone())),
+    );
+    Ok(plot.write(stem)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(ranks: u32, it_per_s: f64) -> ScalingPoint {
+        ScalingPoint {
+            ranks,
+            it_per_s,
+            ms_per_iteration: 1e3 / it_per_s,
+            rounds: 1,
+        }
+    }
+
+    #[test]
+    fn the_fit_recovers_work_and_exchange() {
+        // T(n) = 6 ms / n + 1 ms: 4, 3 and 2.5 ms at 2, 3 and 4 ranks.
+        let scaling = [
+            point(1, 1e3 / 6.0),
+            point(2, 250.0),
+            point(3, 1e3 / 3.0),
+            point(4, 400.0),
+        ];
+        let (w, h, misfit) = fit_scaling(&scaling).expect("a fit");
+        assert!(
+            (w - 6e-3).abs() < 1e-9 && (h - 1e-3).abs() < 1e-9,
+            "{w} {h}"
+        );
+        assert!(misfit < 1e-9);
+        assert!(
+            fit_scaling(&scaling[..2]).is_none(),
+            "one width of 2 or more"
+        );
+    }
+
+    #[test]
+    fn the_run_is_long_enough_for_its_events_at_the_widest_rate() {
+        let t = Timing {
+            load_at: 2.0,
+            join_at: 3.0,
+            leave_at: 8.0,
+            tail: 2.0,
+            leave_within: 15.0,
+        };
+        // 100 it/s at 2 ranks, 150 at 3: 300 before the joins, 150 * 7 after.
+        assert_eq!(t.iterations(100.0, 150.0), 1350);
+        // A job of 2 ranks until the joins that then ran at the widest rate is still running
+        // at the leave, with the tail's iterations left.
+        assert!(t.iterations(100.0, 150.0) as f64 >= 100.0 * 3.0 + 150.0 * 5.0 + 150.0 * 2.0);
+        assert_eq!(t.iterations(1.0, 1.0), PROGRESS_LINES);
+    }
+}
