@@ -15,6 +15,16 @@
 //! Strategies: NSp2p (the agents, default settings), NSc2c, random stealing (the same
 //! agents told one RTT for every peer, so they steal from random peers with no tiers), no
 //! balancing, and the oracle of [`ios_agent_core::sim::Balancer::Oracle`].
+//!
+//! With `--malleable` (issue 38) every configuration also runs on the same pool with a
+//! share of its jobs malleable (`--malleable-share`, default half; which ones drawn from
+//! the seed): limits 1 to twice the job's width, any width ([`MALLEABLE_MOST`]). The agents
+//! grow and shrink them ([`ios_agent_core::resize`]), the oracle too
+//! ([`ios_agent_core::sim::resize`]), and NSp2p also runs without resizes
+//! ([`Strategy::NsP2pNoResize`], `Config::with_resizes(false)`), migrations only. Each
+//! strategy's throughput is then given against the oracle of its own workload, with and
+//! without malleable jobs, with the resizes per malleable job and hour and the resize
+//! ping-pongs ([`Outcome::resize_ping_pongs`]). Without `--malleable` nothing changes.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,7 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use ios_agent_core::model::MigrationCostModel;
-use ios_agent_core::sim::{Balancer, JobBreakdown, NodeSpec, Pattern, Sim};
+use ios_agent_core::sim::{Balancer, JobBreakdown, NodeSpec, Pattern, ResizeKind, Sim};
 use ios_agent_core::{Config, Topology};
 
 use crate::Table;
@@ -52,9 +62,10 @@ pub struct ScaleArgs {
     #[arg(long, value_parser = at_least_one)]
     pub jobs: Option<usize>,
     /// Strategies to run (nsp2p, nsp2p-nogather, nsp2p-nocomm, nsp2p-paper, nsc2c, random,
-    /// random-paper, none, oracle).
-    #[arg(long, value_delimiter = ',', default_values_t = ["nsp2p".to_owned(), "nsp2p-nogather".to_owned(), "nsp2p-nocomm".to_owned(), "nsp2p-paper".to_owned(), "nsc2c".to_owned(), "random".to_owned(), "random-paper".to_owned(), "none".to_owned(), "oracle".to_owned()])]
-    pub strategies: Vec<String>,
+    /// random-paper, none, oracle, nsp2p-noresize). Default: all but nsp2p-noresize; with
+    /// --malleable: nsp2p, nsp2p-noresize, nsc2c, random, none, oracle.
+    #[arg(long, value_delimiter = ',')]
+    pub strategies: Option<Vec<String>>,
     /// Largest pool NSc2c runs on.
     #[arg(long, default_value_t = 1000)]
     pub c2c_max_nodes: usize,
@@ -92,6 +103,47 @@ pub struct ScaleArgs {
     /// replayed in the simulator, against the measured runs.
     #[arg(long)]
     pub fidelity: bool,
+    /// Also run every configuration with a share of the jobs malleable (limits 1 to twice
+    /// their width, any width): each strategy's throughput against the oracle with and
+    /// without them, resizes per malleable job and hour, resize ping-pongs; NSp2p also
+    /// without resizes (nsp2p-noresize). Plots of the malleable runs go to OUT/malleable.
+    #[arg(long)]
+    pub malleable: bool,
+    /// Share of the jobs that are malleable with --malleable.
+    #[arg(long, default_value_t = 0.5, requires = "malleable", value_parser = share)]
+    pub malleable_share: f64,
+}
+
+/// The strategies run by default.
+const DEFAULT_STRATEGIES: [&str; 9] = [
+    "nsp2p",
+    "nsp2p-nogather",
+    "nsp2p-nocomm",
+    "nsp2p-paper",
+    "nsc2c",
+    "random",
+    "random-paper",
+    "none",
+    "oracle",
+];
+
+/// The strategies run by default with --malleable.
+const MALLEABLE_STRATEGIES: [&str; 6] = [
+    "nsp2p",
+    "nsp2p-noresize",
+    "nsc2c",
+    "random",
+    "none",
+    "oracle",
+];
+
+/// A share in (0, 1].
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        Ok(v) => Err(format!("{v} is not a share in (0, 1]")),
+        Err(e) => Err(format!("not a number: {e}")),
+    }
 }
 
 /// A count of at least 1.
@@ -269,6 +321,9 @@ pub enum Strategy {
     None,
     /// The central oracle.
     Oracle,
+    /// [`Strategy::NsP2p`] without resizes (`Config::with_resizes(false)`): malleable jobs
+    /// only migrated, as the others (issue 38's migration-only baseline).
+    NsP2pNoResize,
 }
 
 impl Strategy {
@@ -283,6 +338,7 @@ impl Strategy {
             Strategy::RandomPaper => "random-paper",
             Strategy::None => "none",
             Strategy::Oracle => "oracle",
+            Strategy::NsP2pNoResize => "NSp2p-noresize",
         }
     }
 
@@ -297,6 +353,7 @@ impl Strategy {
             "random-paper" => Strategy::RandomPaper,
             "none" => Strategy::None,
             "oracle" => Strategy::Oracle,
+            "nsp2p-noresize" | "noresize" | "migration-only" => Strategy::NsP2pNoResize,
             _ => return None,
         })
     }
@@ -306,6 +363,9 @@ impl Strategy {
 pub const CLUSTER: usize = 20;
 /// Ranks per job.
 pub const JOB_RANKS: usize = 8;
+/// A malleable job's greatest width, as a multiple of its width at the start (its least
+/// is 1, any width between).
+pub const MALLEABLE_MOST: u32 = 2;
 /// Period of the oracle's placement.
 pub const ORACLE_PERIOD: Duration = Duration::from_secs(10);
 /// Peers an agent keeps in the scale runs unless `--max-peers` says otherwise (the agents'
@@ -359,6 +419,8 @@ pub struct Pool {
     pub refused_while_moving: bool,
     /// Peers each agent keeps (see [`ScaleArgs::max_peers`]).
     pub max_peers: usize,
+    /// Share of the jobs that are malleable (0: none, the workload of issue 15).
+    pub malleable_share: f64,
 }
 
 impl Pool {
@@ -446,6 +508,22 @@ impl Pool {
             .collect()
     }
 
+    /// Which of `jobs` jobs are malleable: `round(share x jobs)` of them, drawn from the
+    /// seed.
+    fn malleable_jobs(&self, jobs: usize) -> Vec<bool> {
+        let mut malleable = vec![false; jobs];
+        if self.malleable_share <= 0.0 {
+            return malleable;
+        }
+        let mut order: Vec<usize> = (0..jobs).collect();
+        order.sort_by_key(|&j| (hash(self.seed ^ 0x606, j as u64), j));
+        let count = (self.malleable_share * jobs as f64).round() as usize;
+        for &j in order.iter().take(count) {
+            malleable[j] = true;
+        }
+        malleable
+    }
+
     /// Nodes that leave during the run (5%), with when.
     fn leaves(&self) -> Vec<(usize, Duration)> {
         let n = self.nodes / 20;
@@ -519,6 +597,25 @@ pub struct Outcome {
     pub peak_rss: u64,
     /// Where the jobs' iterations went at the end of the run.
     pub placement: Placement,
+    /// Share of the jobs that were malleable ([`Pool::malleable_share`]).
+    pub malleable_share: f64,
+    /// Jobs.
+    pub jobs: usize,
+    /// Malleable jobs.
+    pub malleable_jobs: usize,
+    /// Resizes completed that grew a job.
+    pub grows: usize,
+    /// Resizes completed that shrank a job (forced ones included).
+    pub shrinks: usize,
+    /// Shrinks off nodes leaving the pool (all their departing ranks there).
+    pub forced_shrinks: usize,
+    /// Resizes asked and refused (nothing changed).
+    pub resizes_refused: usize,
+    /// A job grown and shrunk back, or shrunk and grown back, within two hold-downs (as
+    /// moves' returns are counted; shrinks off a leaving node left out).
+    pub resize_ping_pongs: usize,
+    /// Mean width of the malleable jobs at the end (0 without any).
+    pub malleable_width: f64,
 }
 
 /// The jobs at the end of a run, averaged over jobs: how spread they are and what an
@@ -560,6 +657,28 @@ impl Placement {
 }
 
 impl Outcome {
+    /// The strategy's name, marked when the workload had malleable jobs.
+    pub fn label(&self) -> String {
+        if self.malleable_share > 0.0 {
+            format!("{} (malleable)", self.strategy.name())
+        } else {
+            self.strategy.name().to_owned()
+        }
+    }
+
+    /// Whether `other` ran on the same pool and workload (seed aside).
+    pub fn same_pool(&self, other: &Outcome) -> bool {
+        self.network == other.network
+            && self.nodes == other.nodes
+            && self.malleable_share == other.malleable_share
+    }
+
+    /// Resizes per malleable job and hour: (grows, shrinks).
+    pub fn resizes_per_job_hour(&self) -> (f64, f64) {
+        let per = |n: usize| n as f64 / self.malleable_jobs.max(1) as f64 / (self.seconds / 3600.0);
+        (per(self.grows), per(self.shrinks))
+    }
+
     /// Messages per node and second.
     pub fn messages_per_node_second(&self) -> f64 {
         self.messages as f64 / (self.nodes as f64 * self.seconds)
@@ -643,7 +762,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     }
     if matches!(
         strategy,
-        Strategy::NsP2p | Strategy::NsP2pNoGather | Strategy::NsC2c
+        Strategy::NsP2p | Strategy::NsP2pNoGather | Strategy::NsC2c | Strategy::NsP2pNoResize
     ) {
         sim = sim.with_partners();
     }
@@ -654,7 +773,9 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     let entities = 2 * pool.nodes / 3;
     let jobs = entities.div_ceil(JOB_RANKS);
     let clusters = pool.nodes.div_ceil(CLUSTER).max(1);
-    for j in 0..jobs {
+    let malleable = pool.malleable_jobs(jobs);
+    let mut malleable_names = Vec::new();
+    for (j, &is_malleable) in malleable.iter().enumerate() {
         let name = format!("job{j}");
         let home = (hash(pool.seed ^ 0x404, j as u64) % clusters as u64) as usize;
         for r in 0..JOB_RANKS.min(entities - j * JOB_RANKS) {
@@ -669,6 +790,13 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             sim.add_entity(node, &name, r as u32, 64 << 20);
         }
         sim.set_pattern(&name, Pattern::COMMUNICATING[j % 4]);
+        if is_malleable {
+            let width = JOB_RANKS.min(entities - j * JOB_RANKS) as u32;
+            let limits = pcm_proto::Malleability::new(1, MALLEABLE_MOST * width)
+                .expect("1 <= width <= twice the width");
+            sim.set_malleable(&name, limits);
+            malleable_names.push(name);
+        }
     }
     let initial: Vec<usize> = (0..pool.nodes).map(|i| sim.count_on(i)).collect();
     let mut joins: Vec<(Duration, usize)> = Vec::new();
@@ -733,14 +861,14 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     let cpu = cpu_seconds() - cpu;
     let moves = sim.migrations();
     // Thrashing: moves of one entity within a hold-down, and returns; moves off a leaving
-    // node are forced and not counted.
-    let mut by_entity: HashMap<_, Vec<(Duration, usize, usize)>> = HashMap::new();
+    // node are forced and not counted. Entities by index: a resize renumbers a job's ranks.
+    let mut by_entity: HashMap<usize, Vec<(Duration, usize, usize)>> = HashMap::new();
     for m in moves
         .iter()
         .filter(|m| left.get(&m.from).is_none_or(|at| m.at < *at))
     {
         by_entity
-            .entry(m.entity.clone())
+            .entry(m.entity_index)
             .or_default()
             .push((m.at, m.from, m.to));
     }
@@ -760,13 +888,22 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             }
         }
     }
+    let resizes: Vec<_> = sim.resizes().iter().filter(|r| r.completed()).collect();
+    let grows = |node: usize| {
+        resizes
+            .iter()
+            .filter(move |r| r.kind() == ResizeKind::Grow && r.nodes.contains(&node))
+    };
     let mut waits: Vec<f64> = joins
         .iter()
         .filter_map(|&(at, node)| {
-            moves
-                .iter()
-                .find(|m| m.to == node)
-                .map(|m| m.at.saturating_sub(at).as_secs_f64())
+            let moved = moves.iter().find(|m| m.to == node).map(|m| m.at);
+            let grown = grows(node).next().map(|r| r.at);
+            let first = match (moved, grown) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            first.map(|t| t.saturating_sub(at).as_secs_f64())
         })
         .collect();
     waits.sort_by(f64::total_cmp);
@@ -775,6 +912,15 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     for m in moves {
         changes.entry(m.from).or_default().push((m.at, -1));
         changes.entry(m.to).or_default().push((m.at, 1));
+    }
+    for r in &resizes {
+        let d = if r.kind() == ResizeKind::Grow { 1 } else { -1 };
+        for &n in &r.nodes {
+            changes.entry(n).or_default().push((r.at, d));
+        }
+    }
+    for v in changes.values_mut() {
+        v.sort_by_key(|(t, _)| *t);
     }
     let count_at = |i: usize, at: Duration| -> i64 {
         let base = initial.get(i).copied().unwrap_or(0) as i64;
@@ -795,11 +941,43 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             continue;
         }
         held_at_onset += 1;
-        if let Some(m) = moves.iter().find(|m| m.from == i && m.at >= at) {
-            sheds.push((m.at - at).as_secs_f64());
+        let moved = moves
+            .iter()
+            .find(|m| m.from == i && m.at >= at)
+            .map(|m| m.at);
+        let shrunk = resizes
+            .iter()
+            .find(|r| r.kind() == ResizeKind::Shrink && r.at >= at && r.nodes.contains(&i))
+            .map(|r| r.at);
+        let first = match (moved, shrunk) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(t) = first {
+            sheds.push((t - at).as_secs_f64());
         }
     }
     sheds.sort_by(f64::total_cmp);
+    // Resizes: grown and shrunk back (or the reverse) within two hold-downs.
+    let mut by_job: HashMap<&str, Vec<(Duration, ResizeKind)>> = HashMap::new();
+    for r in resizes.iter().filter(|r| !r.forced) {
+        by_job
+            .entry(r.job.as_str())
+            .or_default()
+            .push((r.at, r.kind()));
+    }
+    let resize_ping_pongs = by_job
+        .values()
+        .map(|list| {
+            list.windows(2)
+                .filter(|w| w[1].1 != w[0].1 && w[1].0 < w[0].0 + hold_down * 2)
+                .count()
+        })
+        .sum();
+    let widths: Vec<usize> = malleable_names
+        .iter()
+        .map(|name| sim.job_ranks(name).len())
+        .collect();
     let counts = sim.messages();
     Outcome {
         seed: pool.seed,
@@ -837,6 +1015,25 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         cpu,
         peak_rss: peak_rss(),
         placement,
+        malleable_share: pool.malleable_share,
+        jobs,
+        malleable_jobs: malleable_names.len(),
+        grows: resizes
+            .iter()
+            .filter(|r| r.kind() == ResizeKind::Grow)
+            .count(),
+        shrinks: resizes
+            .iter()
+            .filter(|r| r.kind() == ResizeKind::Shrink)
+            .count(),
+        forced_shrinks: resizes.iter().filter(|r| r.forced).count(),
+        resizes_refused: sim.resizes().iter().filter(|r| !r.completed()).count(),
+        resize_ping_pongs,
+        malleable_width: if widths.is_empty() {
+            0.0
+        } else {
+            widths.iter().sum::<usize>() as f64 / widths.len() as f64
+        },
     }
 }
 
@@ -865,9 +1062,9 @@ pub fn table(outcomes: &[Outcome]) -> Table {
         "peak RSS (MB)",
     ]);
     for o in outcomes {
-        let oracle = outcomes.iter().find(|x| {
-            x.strategy == Strategy::Oracle && x.network == o.network && x.nodes == o.nodes
-        });
+        let oracle = outcomes
+            .iter()
+            .find(|x| x.strategy == Strategy::Oracle && x.same_pool(o));
         let ratio = |a: f64, b: Option<f64>| {
             b.filter(|b| *b > 0.0)
                 .map_or("-".to_owned(), |b| f(a / b, 2))
@@ -876,7 +1073,7 @@ pub fn table(outcomes: &[Outcome]) -> Table {
         t.push(vec![
             o.network.name().to_owned(),
             o.nodes.to_string(),
-            o.strategy.name().to_owned(),
+            o.label(),
             ratio(o.iterations, oracle.map(|x| x.iterations)),
             ratio(o.by_pattern[0], oracle.map(|x| x.by_pattern[0])),
             ratio(o.by_pattern[2], oracle.map(|x| x.by_pattern[2])),
@@ -917,7 +1114,7 @@ pub fn placement_table(outcomes: &[Outcome]) -> Table {
         t.push(vec![
             o.network.name().to_owned(),
             o.nodes.to_string(),
-            o.strategy.name().to_owned(),
+            o.label(),
             f(p.nodes_per_job, 2),
             f(p.compute * 1e3, 0),
             f(p.exchange * 1e3, 0),
@@ -931,9 +1128,9 @@ pub fn placement_table(outcomes: &[Outcome]) -> Table {
 pub fn targets(outcomes: &[Outcome]) -> Vec<String> {
     let mut out = Vec::new();
     let find = |s: Strategy, n: Network, nodes: usize| {
-        outcomes
-            .iter()
-            .find(|o| o.strategy == s && o.network == n && o.nodes == nodes)
+        outcomes.iter().find(|o| {
+            o.strategy == s && o.network == n && o.nodes == nodes && o.malleable_share == 0.0
+        })
     };
     let mut sizes: Vec<usize> = outcomes.iter().map(|o| o.nodes).collect();
     sizes.sort_unstable();
@@ -987,8 +1184,12 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     } else {
         (args.nodes.clone(), args.minutes.max(1))
     };
-    let strategies: Vec<Strategy> = args
-        .strategies
+    let names: Vec<String> = match &args.strategies {
+        Some(s) => s.clone(),
+        None if args.malleable => MALLEABLE_STRATEGIES.map(str::to_owned).to_vec(),
+        None => DEFAULT_STRATEGIES.map(str::to_owned).to_vec(),
+    };
+    let strategies: Vec<Strategy> = names
         .iter()
         .map(|s| Strategy::parse(s).with_context(|| format!("unknown strategy {s:?}")))
         .collect::<Result<_>>()?;
@@ -1007,28 +1208,44 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         .seeds
         .as_ref()
         .map_or_else(|| vec![args.seed], |s| s.0.clone());
+    // Without malleable jobs, and with --malleable also with them.
+    let shares: Vec<f64> = if args.malleable {
+        vec![0.0, args.malleable_share]
+    } else {
+        vec![0.0]
+    };
     let mut configs = Vec::new();
     for &seed in &seeds {
         for &nodes in &sizes {
             for &network in &networks {
-                let pool = Pool {
-                    nodes,
-                    network,
-                    seed,
-                    length: Duration::from_secs(minutes * 60),
-                    waiting_as_idle: args.waiting_as_idle,
-                    one_request_per_reconfiguration: args.one_request_per_reconfiguration,
-                    refused_while_moving: args.refused_while_moving,
-                    max_peers: args.max_peers,
-                };
-                for &s in &strategies {
-                    if s == Strategy::NsC2c && nodes > args.c2c_max_nodes {
-                        if seed == seeds[0] {
-                            eprintln!("scale: NSc2c skipped at {nodes} nodes (--c2c-max-nodes)");
+                for &malleable_share in &shares {
+                    let pool = Pool {
+                        nodes,
+                        network,
+                        seed,
+                        length: Duration::from_secs(minutes * 60),
+                        waiting_as_idle: args.waiting_as_idle,
+                        one_request_per_reconfiguration: args.one_request_per_reconfiguration,
+                        refused_while_moving: args.refused_while_moving,
+                        max_peers: args.max_peers,
+                        malleable_share,
+                    };
+                    for &s in &strategies {
+                        if s == Strategy::NsC2c && nodes > args.c2c_max_nodes {
+                            if seed == seeds[0] && malleable_share == 0.0 {
+                                eprintln!(
+                                    "scale: NSc2c skipped at {nodes} nodes (--c2c-max-nodes)"
+                                );
+                            }
+                            continue;
                         }
-                        continue;
+                        // Without malleable jobs, NSp2p without resizes is NSp2p.
+                        if s == Strategy::NsP2pNoResize && args.malleable && malleable_share == 0.0
+                        {
+                            continue;
+                        }
+                        configs.push((pool, s));
                     }
-                    configs.push((pool, s));
                 }
             }
         }
@@ -1043,6 +1260,19 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         _ => 1,
     };
     let outcomes = crate::scale_seeds::run_all(&configs, jobs, report_run);
+    if args.malleable {
+        println!(
+            "With and without malleable jobs ({:.0}% of the jobs, limits 1 to {MALLEABLE_MOST}x their width), against the oracle of the same workload:",
+            args.malleable_share * 100.0
+        );
+        println!(
+            "{}",
+            crate::scale_seeds::malleable_table(&outcomes).to_text()
+        );
+        for line in crate::scale_seeds::malleable_targets(&outcomes) {
+            println!("{line}");
+        }
+    }
     if seeds.len() > 1 {
         println!("Throughput relative to the oracle on the same pool, per seed:");
         println!(
@@ -1063,7 +1293,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
             .into_iter()
             .filter(|o| o.seed == seeds[0])
             .collect();
-        return plots(&args.out, &first);
+        return plot_workloads(&args.out, &first);
     }
     let t = table(&outcomes);
     println!("{}", t.to_text());
@@ -1072,7 +1302,23 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     for line in targets(&outcomes) {
         println!("{line}");
     }
-    plots(&args.out, &outcomes)?;
+    plot_workloads(&args.out, &outcomes)?;
+    Ok(())
+}
+
+/// The plots of the runs without malleable jobs in `out`, and of those with malleable
+/// jobs, if any, in `out/malleable`.
+fn plot_workloads(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
+    let (malleable, fixed): (Vec<Outcome>, Vec<Outcome>) = outcomes
+        .iter()
+        .cloned()
+        .partition(|o| o.malleable_share > 0.0);
+    plots(out, &fixed)?;
+    if !malleable.is_empty() {
+        let dir = out.join("malleable");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        plots(&dir, &malleable)?;
+    }
     Ok(())
 }
 
@@ -1086,11 +1332,23 @@ fn report_run(o: &Outcome, n: usize, total: usize) {
         .map(|(k, n, b)| format!("{k} {n} ({b} B)"))
         .collect();
     eprintln!(
-        "scale: [{n}/{total}] seed {} {} {} nodes {}: {:.3} iterations (hypercube {:.3}, tree {:.3}, sparse {:.3}, stencil {:.3}), {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
+        "scale: [{n}/{total}] seed {} {} {} nodes {}{}: {:.3} iterations (hypercube {:.3}, tree {:.3}, sparse {:.3}, stencil {:.3}), {} migrations, {} messages, {} bytes, wall {:.1} s, cpu {:.1} s; by kind: {}",
         o.seed,
         o.network.name(),
         o.nodes,
         o.strategy.name(),
+        if o.malleable_share > 0.0 {
+            format!(
+                " ({:.0}% malleable: {} grows, {} shrinks, {} refused, {} resize ping-pongs)",
+                o.malleable_share * 100.0,
+                o.grows,
+                o.shrinks,
+                o.resizes_refused,
+                o.resize_ping_pongs
+            )
+        } else {
+            String::new()
+        },
         o.iterations,
         o.by_pattern[0],
         o.by_pattern[1],
@@ -1156,6 +1414,7 @@ fn plots(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         Strategy::NsC2c,
         Strategy::Random,
         Strategy::RandomPaper,
+        Strategy::NsP2pNoResize,
     ] {
         for network in [Network::Internet, Network::Grid] {
             let mut points: Vec<(f64, f64)> = outcomes
@@ -1191,6 +1450,7 @@ mod tests {
             one_request_per_reconfiguration: false,
             refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
+            malleable_share: 0.0,
         }
     }
 
@@ -1261,6 +1521,7 @@ mod tests {
             one_request_per_reconfiguration: false,
             refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
+            malleable_share: 0.0,
         };
         let mut a = run_one(pool, Strategy::NsP2p);
         let mut b = run_one(pool, Strategy::NsP2p);

@@ -91,14 +91,34 @@ pub fn run_all(
         .collect()
 }
 
-/// A configuration over seeds: pool size, network and strategy.
-type Config = (usize, Network, Strategy);
+/// A configuration over seeds: pool size, network, strategy and the share of malleable
+/// jobs in thousandths (0: none).
+type Config = (usize, Network, Strategy, u32);
+
+/// The configuration of a run.
+fn config(o: &Outcome) -> Config {
+    (
+        o.nodes,
+        o.network,
+        o.strategy,
+        (o.malleable_share * 1000.0).round() as u32,
+    )
+}
+
+/// A configuration's strategy, marked when the workload had malleable jobs.
+fn label(c: Config) -> String {
+    if c.3 > 0 {
+        format!("{} (malleable)", c.2.name())
+    } else {
+        c.2.name().to_owned()
+    }
+}
 
 /// The configurations among `outcomes`, in first-seen order.
 fn configs(outcomes: &[Outcome]) -> Vec<Config> {
     let mut out: Vec<Config> = Vec::new();
     for o in outcomes {
-        let c = (o.nodes, o.network, o.strategy);
+        let c = config(o);
         if !out.contains(&c) {
             out.push(c);
         }
@@ -106,11 +126,11 @@ fn configs(outcomes: &[Outcome]) -> Vec<Config> {
     out
 }
 
-/// The run of `strategy` on the pool of `o` (same seed, size and network).
+/// The run of `strategy` on the pool of `o` (same seed, size, network and workload).
 fn sibling<'a>(outcomes: &'a [Outcome], o: &Outcome, strategy: Strategy) -> Option<&'a Outcome> {
-    outcomes.iter().find(|x| {
-        x.strategy == strategy && x.seed == o.seed && x.nodes == o.nodes && x.network == o.network
-    })
+    outcomes
+        .iter()
+        .find(|x| x.strategy == strategy && x.seed == o.seed && x.same_pool(o))
 }
 
 /// Per seed, a ratio of each run of `config` to the run of `against` on the same pool
@@ -123,7 +143,7 @@ fn ratios(
 ) -> Vec<(u64, f64)> {
     outcomes
         .iter()
-        .filter(|o| (o.nodes, o.network, o.strategy) == config)
+        .filter(|o| self::config(o) == config)
         .filter_map(|o| {
             let b = value(sibling(outcomes, o, against)?);
             (b > 0.0).then(|| (o.seed, value(o) / b))
@@ -203,7 +223,7 @@ pub fn per_seed_table(outcomes: &[Outcome]) -> Table {
         .chain(
             columns
                 .iter()
-                .map(|(n, net, s)| format!("{n} {} {}", net.name(), s.name())),
+                .map(|&c| format!("{} {} {}", c.0, c.1.name(), label(c))),
         )
         .collect();
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
@@ -260,10 +280,7 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
         if c.2 == Strategy::Oracle {
             continue;
         }
-        let runs: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|o| (o.nodes, o.network, o.strategy) == c)
-            .collect();
+        let runs: Vec<&Outcome> = outcomes.iter().filter(|o| config(o) == c).collect();
         let Some(thr) = OverSeeds::of(
             &ratios(outcomes, c, Strategy::Oracle, |o| o.iterations),
             ORACLE_TARGET,
@@ -294,7 +311,7 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
         t.push(vec![
             c.0.to_string(),
             c.1.name().to_owned(),
-            c.2.name().to_owned(),
+            label(c),
             thr.n.to_string(),
             m,
             med,
@@ -380,7 +397,7 @@ pub fn random_table(outcomes: &[Outcome]) -> Table {
             t.push(vec![
                 c.0.to_string(),
                 c.1.name().to_owned(),
-                format!("{} / {}", c.2.name(), random.name()),
+                format!("{} / {}", label(c), random.name()),
                 name.to_owned(),
                 m,
                 med,
@@ -409,8 +426,8 @@ pub fn targets(outcomes: &[Outcome]) -> Vec<String> {
     };
     for &nodes in &sizes {
         for c in [
-            (nodes, Network::Internet, Strategy::NsP2p),
-            (nodes, Network::Grid, Strategy::NsC2c),
+            (nodes, Network::Internet, Strategy::NsP2p, 0),
+            (nodes, Network::Grid, Strategy::NsC2c, 0),
         ] {
             let r = ratios(outcomes, c, Strategy::Oracle, |o| o.iterations);
             if let Some(s) = OverSeeds::of(&r, ORACLE_TARGET) {
@@ -430,7 +447,7 @@ pub fn targets(outcomes: &[Outcome]) -> Vec<String> {
         }
         for network in [Network::Internet, Network::Grid] {
             for (strategy, random) in AGAINST_RANDOM {
-                let c = (nodes, network, strategy);
+                let c = (nodes, network, strategy, 0);
                 for (name, value) in PATTERNS {
                     let r = ratios(outcomes, c, random, value);
                     if let Some(s) = OverSeeds::of(&r, RANDOM_TARGET) {
@@ -450,6 +467,200 @@ pub fn targets(outcomes: &[Outcome]) -> Vec<String> {
                 }
             }
         }
+    }
+    out
+}
+
+/// Per seed, the ratio of each run of `config` to the run of `against` (a strategy and a
+/// share of malleable jobs, in thousandths) on the same seed, size and network, with the
+/// seed: [`ratios`] across workloads.
+fn ratios_to(
+    outcomes: &[Outcome],
+    config: Config,
+    against: (Strategy, u32),
+    value: Measure,
+) -> Vec<(u64, f64)> {
+    outcomes
+        .iter()
+        .filter(|o| self::config(o) == config)
+        .filter_map(|o| {
+            let other = outcomes.iter().find(|x| {
+                self::config(x) == (o.nodes, o.network, against.0, against.1) && x.seed == o.seed
+            })?;
+            let b = value(other);
+            (b > 0.0).then(|| (o.seed, value(o) / b))
+        })
+        .collect()
+}
+
+/// With `--malleable`: per configuration run on the malleable workload, each strategy's
+/// throughput against the oracle without malleable jobs and with them (each against the
+/// oracle of its own workload), over the seeds, its throughput with them over its own
+/// without, the resizes per malleable job and hour, ping-pongs of resizes and moves, and
+/// the malleable jobs' mean width at the end.
+pub fn malleable_table(outcomes: &[Outcome]) -> Table {
+    let mut t = Table::new(&[
+        "nodes",
+        "network",
+        "strategy",
+        "seeds",
+        "thr/oracle, fixed jobs",
+        "thr/oracle, malleable",
+        "lowest",
+        "under 0.90",
+        "malleable/fixed",
+        "grows/job/h",
+        "shrinks/job/h",
+        "forced",
+        "refused/run",
+        "resize ping-pongs",
+        "move ping-pongs",
+        "moves/entity/h",
+        "width at end",
+    ]);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mean_of = |v: &[(u64, f64)]| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            format!(
+                "{:.3}",
+                v.iter().map(|(_, x)| x).sum::<f64>() / v.len() as f64
+            )
+        }
+    };
+    for c in configs(outcomes).into_iter().filter(|c| c.3 > 0) {
+        let runs: Vec<&Outcome> = outcomes.iter().filter(|o| config(o) == c).collect();
+        let malleable = ratios(outcomes, c, Strategy::Oracle, |o| o.iterations);
+        let Some(thr) = OverSeeds::of(&malleable, ORACLE_TARGET) else {
+            continue;
+        };
+        // NSp2p without resizes is NSp2p on the workload without malleable jobs.
+        let fixed_strategy = match c.2 {
+            Strategy::NsP2pNoResize => Strategy::NsP2p,
+            s => s,
+        };
+        let fixed = ratios(
+            outcomes,
+            (c.0, c.1, fixed_strategy, 0),
+            Strategy::Oracle,
+            |o| o.iterations,
+        );
+        let gain = ratios_to(outcomes, c, (fixed_strategy, 0), |o| o.iterations);
+        let per_hour: Vec<(f64, f64)> = runs.iter().map(|o| o.resizes_per_job_hour()).collect();
+        let grows: Vec<f64> = per_hour.iter().map(|p| p.0).collect();
+        let shrinks: Vec<f64> = per_hour.iter().map(|p| p.1).collect();
+        let refused: Vec<f64> = runs.iter().map(|o| o.resizes_refused as f64).collect();
+        let moves: Vec<f64> = runs
+            .iter()
+            .map(|o| o.migrations as f64 / o.entities.max(1) as f64 / (o.seconds / 3600.0))
+            .collect();
+        let widths: Vec<f64> = runs.iter().map(|o| o.malleable_width).collect();
+        let [_, _, low, _, under] = thr.cells();
+        t.push(vec![
+            c.0.to_string(),
+            c.1.name().to_owned(),
+            c.2.name().to_owned(),
+            thr.n.to_string(),
+            mean_of(&fixed),
+            format!("{:.3}", thr.mean),
+            low,
+            under,
+            mean_of(&gain),
+            format!("{:.2}", mean(&grows)),
+            format!("{:.2}", mean(&shrinks)),
+            runs.iter()
+                .map(|o| o.forced_shrinks)
+                .sum::<usize>()
+                .to_string(),
+            format!("{:.1}", mean(&refused)),
+            runs.iter()
+                .map(|o| o.resize_ping_pongs)
+                .sum::<usize>()
+                .to_string(),
+            runs.iter().map(|o| o.ping_pongs).sum::<usize>().to_string(),
+            format!("{:.2}", mean(&moves)),
+            format!("{:.2}", mean(&widths)),
+        ]);
+    }
+    t
+}
+
+/// With `--malleable`, issue 38's scale targets over the seeds, as lines: NSp2p (and
+/// NSc2c, random) against the malleable oracle, NSp2p against itself without resizes, and
+/// the resize ping-pongs.
+pub fn malleable_targets(outcomes: &[Outcome]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut pools: Vec<(usize, Network, u32)> = Vec::new();
+    for o in outcomes {
+        let c = config(o);
+        if c.3 > 0 && !pools.contains(&(c.0, c.1, c.3)) {
+            pools.push((c.0, c.1, c.3));
+        }
+    }
+    for (nodes, network, share) in pools {
+        let net = network.name();
+        for strategy in [Strategy::NsP2p, Strategy::NsC2c, Strategy::Random] {
+            let c = (nodes, network, strategy, share);
+            let r = ratios(outcomes, c, Strategy::Oracle, |o| o.iterations);
+            let Some(s) = OverSeeds::of(&r, ORACLE_TARGET) else {
+                continue;
+            };
+            let fixed = OverSeeds::of(
+                &ratios(
+                    outcomes,
+                    (nodes, network, strategy, 0),
+                    Strategy::Oracle,
+                    |o| o.iterations,
+                ),
+                ORACLE_TARGET,
+            );
+            let target = if strategy == Strategy::NsP2p {
+                format!(
+                    " (target >= {ORACLE_TARGET:.2}: {})",
+                    if s.mean >= ORACLE_TARGET {
+                        "met on the mean"
+                    } else {
+                        "missed on the mean"
+                    }
+                )
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "{nodes} nodes, {net}, malleable: {} / malleable oracle = {:.3} over {} seeds, lowest {:.2} (seed {}), {} seeds under {ORACLE_TARGET:.2}{target}; without malleable jobs {}",
+                strategy.name(),
+                s.mean,
+                s.n,
+                s.lowest.0,
+                s.lowest.1,
+                s.under,
+                fixed.map_or("-".to_owned(), |f| format!("{:.3} against its oracle", f.mean)),
+            ));
+        }
+        let c = (nodes, network, Strategy::NsP2p, share);
+        let r = ratios_to(outcomes, c, (Strategy::NsP2pNoResize, share), |o| {
+            o.iterations
+        });
+        if let Some(s) = OverSeeds::of(&r, 1.0) {
+            out.push(format!(
+                "{nodes} nodes, {net}, malleable: NSp2p / NSp2p-noresize (migration only) = {:.3} over {} seeds, lowest {:.3} (seed {}), highest {:.3}, {} seeds under 1",
+                s.mean, s.n, s.lowest.0, s.lowest.1, s.highest, s.under
+            ));
+        }
+        let agents: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| {
+                let k = config(o);
+                (k.0, k.1, k.3) == (nodes, network, share)
+                    && !matches!(o.strategy, Strategy::Oracle | Strategy::None)
+            })
+            .collect();
+        let pongs: usize = agents.iter().map(|o| o.resize_ping_pongs).sum();
+        out.push(format!(
+            "{nodes} nodes, {net}, malleable: {pongs} resize ping-pongs over {} runs of the agents (target 0)",
+            agents.len()
+        ));
     }
     out
 }
@@ -499,6 +710,7 @@ mod tests {
             one_request_per_reconfiguration: false,
             refused_while_moving: false,
             max_peers: SCALE_MAX_PEERS,
+            malleable_share: 0.0,
         };
         let configs: Vec<(Pool, Strategy)> = [1, 2]
             .into_iter()
