@@ -611,9 +611,12 @@ pub struct Outcome {
     pub forced_shrinks: usize,
     /// Resizes asked and refused (nothing changed).
     pub resizes_refused: usize,
-    /// A job grown and shrunk back, or shrunk and grown back, within two hold-downs (as
-    /// moves' returns are counted; shrinks off a leaving node left out).
+    /// A job grown and shrunk back, or shrunk and grown back, within its hold-down (issue
+    /// 38's "no resize ping-pong"; shrinks off a leaving node left out).
     pub resize_ping_pongs: usize,
+    /// The same within two hold-downs, the window of moves' returns
+    /// ([`Outcome::ping_pongs`]).
+    pub resize_reversals: usize,
     /// Mean width of the malleable jobs at the end (0 without any).
     pub malleable_width: f64,
 }
@@ -725,6 +728,7 @@ pub fn agent_config(strategy: Strategy, max_peers: usize) -> Config {
     match strategy {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
         Strategy::NsP2pNoGather => config.with_gather(false),
+        Strategy::NsP2pNoResize => config.with_resizes(false),
         Strategy::Paper | Strategy::RandomPaper => config
             .with_entity_cores(None)
             .with_cost_model(MigrationCostModel::paper()),
@@ -958,7 +962,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
         }
     }
     sheds.sort_by(f64::total_cmp);
-    // Resizes: grown and shrunk back (or the reverse) within two hold-downs.
+    // Resizes: grown and shrunk back (or the reverse) within one and two hold-downs.
     let mut by_job: HashMap<&str, Vec<(Duration, ResizeKind)>> = HashMap::new();
     for r in resizes.iter().filter(|r| !r.forced) {
         by_job
@@ -966,14 +970,16 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             .or_default()
             .push((r.at, r.kind()));
     }
-    let resize_ping_pongs = by_job
-        .values()
-        .map(|list| {
-            list.windows(2)
-                .filter(|w| w[1].1 != w[0].1 && w[1].0 < w[0].0 + hold_down * 2)
-                .count()
-        })
-        .sum();
+    let reversals = |window: Duration| -> usize {
+        by_job
+            .values()
+            .map(|list| {
+                list.windows(2)
+                    .filter(|w| w[1].1 != w[0].1 && w[1].0 < w[0].0 + window)
+                    .count()
+            })
+            .sum()
+    };
     let widths: Vec<usize> = malleable_names
         .iter()
         .map(|name| sim.job_ranks(name).len())
@@ -1028,7 +1034,8 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             .count(),
         forced_shrinks: resizes.iter().filter(|r| r.forced).count(),
         resizes_refused: sim.resizes().iter().filter(|r| !r.completed()).count(),
-        resize_ping_pongs,
+        resize_ping_pongs: reversals(hold_down),
+        resize_reversals: reversals(hold_down * 2),
         malleable_width: if widths.is_empty() {
             0.0
         } else {
@@ -1339,12 +1346,13 @@ fn report_run(o: &Outcome, n: usize, total: usize) {
         o.strategy.name(),
         if o.malleable_share > 0.0 {
             format!(
-                " ({:.0}% malleable: {} grows, {} shrinks, {} refused, {} resize ping-pongs)",
+                " ({:.0}% malleable: {} grows, {} shrinks, {} refused, {} resize ping-pongs, {} within two hold-downs)",
                 o.malleable_share * 100.0,
                 o.grows,
                 o.shrinks,
                 o.resizes_refused,
-                o.resize_ping_pongs
+                o.resize_ping_pongs,
+                o.resize_reversals
             )
         } else {
             String::new()

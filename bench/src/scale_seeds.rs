@@ -514,6 +514,7 @@ pub fn malleable_table(outcomes: &[Outcome]) -> Table {
         "forced",
         "refused/run",
         "resize ping-pongs",
+        "within 2 hold-downs",
         "move ping-pongs",
         "moves/entity/h",
         "width at end",
@@ -576,6 +577,10 @@ pub fn malleable_table(outcomes: &[Outcome]) -> Table {
             format!("{:.1}", mean(&refused)),
             runs.iter()
                 .map(|o| o.resize_ping_pongs)
+                .sum::<usize>()
+                .to_string(),
+            runs.iter()
+                .map(|o| o.resize_reversals)
                 .sum::<usize>()
                 .to_string(),
             runs.iter().map(|o| o.ping_pongs).sum::<usize>().to_string(),
@@ -657,8 +662,9 @@ pub fn malleable_targets(outcomes: &[Outcome]) -> Vec<String> {
             })
             .collect();
         let pongs: usize = agents.iter().map(|o| o.resize_ping_pongs).sum();
+        let reversals: usize = agents.iter().map(|o| o.resize_reversals).sum();
         out.push(format!(
-            "{nodes} nodes, {net}, malleable: {pongs} resize ping-pongs over {} runs of the agents (target 0)",
+            "{nodes} nodes, {net}, malleable: {pongs} resize ping-pongs (a job grown and shrunk back, or the reverse, within its hold-down) over {} runs of the agents (target 0); {reversals} within two hold-downs",
             agents.len()
         ));
     }
