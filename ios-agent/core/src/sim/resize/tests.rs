@@ -294,3 +294,162 @@ fn given_a_loaded_node_and_no_idle_one_then_the_oracle_shrinks_the_job_off_it() 
     assert!(r[0].asked > secs(60));
     assert_eq!(sim.count_on(2), 0);
 }
+
+// ---- The agents' resizes (docs/agents.md, "Growing and shrinking") ----
+
+/// One-core nodes 1 ms apart, agents with default settings: `heat` (malleable within
+/// `heat_limits`) on the nodes `heat`, `cg` (fixed width) on the nodes `cg`, 16 MB of state
+/// per rank, stencil exchanges.
+fn agents(seed: u64, nodes: usize, heat: &[usize], heat_limits: Malleability, cg: &[usize]) -> Sim {
+    let mut sim = Sim::new(seed, Config::default()).with_partners();
+    for _ in 0..nodes {
+        sim.add_node(NodeSpec::new(1.0));
+    }
+    for (name, on) in [("heat", heat), ("cg", cg)] {
+        for (r, &n) in on.iter().enumerate() {
+            sim.add_entity(n, name, r as u32, 16 << 20);
+        }
+        sim.set_pattern(name, Pattern::Stencil);
+    }
+    sim.set_malleable("heat", heat_limits);
+    sim
+}
+
+#[test]
+fn given_idle_nodes_join_then_the_agents_grow_the_malleable_job_and_never_the_fixed_one() {
+    for seed in 1..=3 {
+        let mut sim = agents(seed, 4, &[0, 1], limits(1, 4), &[2, 3]);
+        sim.run_for(secs(60));
+        assert!(sim.resizes().is_empty(), "seed {seed}: {:?}", sim.resizes());
+        sim.add_node(NodeSpec::new(1.0));
+        sim.add_node(NodeSpec::new(1.0));
+        sim.run_for(secs(180));
+        let grows: Vec<_> = sim.resizes().iter().filter(|r| r.completed()).collect();
+        assert!(
+            !grows.is_empty(),
+            "seed {seed}: no grow: {:?}",
+            sim.resizes()
+        );
+        for r in &grows {
+            assert_eq!(
+                (r.job.as_str(), r.kind()),
+                ("heat", ResizeKind::Grow),
+                "seed {seed}: {r:?}"
+            );
+            assert!(
+                matches!(r.reason, Some(crate::agent::ResizeReason::Grow { .. })),
+                "seed {seed}: {r:?}"
+            );
+            assert!(r.nodes.iter().all(|&n| n >= 4), "seed {seed}: {r:?}");
+        }
+        assert!(sim.job_ranks("heat").len() >= 3, "seed {seed}");
+        assert_eq!(sim.job_ranks("cg").len(), 2, "seed {seed}");
+        assert!(
+            sim.resizes().iter().all(|r| r.job.as_str() == "heat"),
+            "seed {seed}: {:?}",
+            sim.resizes()
+        );
+    }
+}
+
+#[test]
+fn given_a_node_with_a_malleable_rank_leaves_and_no_node_is_idle_then_the_job_shrinks_off_it() {
+    for seed in 1..=3 {
+        let mut sim = agents(seed, 5, &[0, 1, 2], limits(1, 3), &[3, 4]);
+        sim.run_for(secs(60));
+        sim.leave(2);
+        sim.run_for(secs(60));
+        let r = sim.resizes();
+        assert_eq!(r.len(), 1, "seed {seed}: {r:?}");
+        assert_eq!(r[0].outcome, Ok(()), "seed {seed}: {r:?}");
+        assert_eq!(
+            (
+                r[0].kind(),
+                r[0].from,
+                r[0].to,
+                r[0].nodes.clone(),
+                r[0].node
+            ),
+            (ResizeKind::Shrink, 3, 2, vec![2], 2),
+            "seed {seed}"
+        );
+        assert_eq!(r[0].reason, Some(crate::agent::ResizeReason::Leave));
+        assert!(r[0].forced);
+        assert_eq!(sim.count_on(2), 0, "seed {seed}");
+        assert_eq!(ranks(&sim), vec![(0, 0), (1, 1)], "seed {seed}");
+        let progress = sim.agent(2).leave_progress().expect("leaving");
+        assert!(progress.is_drained(), "seed {seed}: {progress:?}");
+    }
+}
+
+/// Resizes of one job that undo the one before within `window` (shrinks off a leaving
+/// node left out), as `mpi-ios-bench scale` counts them.
+fn reversals(sim: &Sim, window: Duration) -> Vec<(String, Duration, Duration)> {
+    let done: Vec<_> = sim
+        .resizes()
+        .iter()
+        .filter(|r| r.completed() && !r.forced)
+        .collect();
+    let mut out = Vec::new();
+    for (i, a) in done.iter().enumerate() {
+        if let Some(b) = done[i + 1..].iter().find(|b| b.job == a.job) {
+            if b.kind() != a.kind() && b.at < a.at + window {
+                out.push((a.job.to_string(), a.at, b.at));
+            }
+        }
+    }
+    out
+}
+
+/// Ignored until the agents' shed wait is re-armed when it declines: at 2712 s (seed 1)
+/// node 0's shed deadline has passed, `shrink_if_due` does not shed job `a` (two of its five
+/// ranks there, slowed by the owner's load) and `resize_deadline` keeps returning the past
+/// deadline, so the agent's timer never moves and the simulation stops as livelocked. With
+/// the wait re-armed it passes (20 and 14 resizes an hour, none undone within a hold-down).
+#[test]
+#[ignore = "the agents' shed deadline stays in the past when the shed is declined (livelock at 2712 s, seed 1)"]
+fn given_owners_coming_and_going_for_an_hour_then_no_job_grows_and_shrinks_back_within_its_hold_down(
+) {
+    for seed in 1..=2 {
+        let mut sim = Sim::new(seed, Config::default()).with_partners();
+        // Twelve nodes, a third of them with an owner on and off in spells of 4 to 9
+        // minutes; two malleable jobs and a fixed one.
+        for i in 0..12u64 {
+            let spell = 240.0 + 60.0 * ((i * 7 + seed) % 6) as f64;
+            let spec = NodeSpec::new(if i % 4 == 0 { 2.0 } else { 1.0 });
+            let spec = if i % 3 == 0 {
+                spec.with_background(move |t| {
+                    if (t.as_secs_f64() / spell) as u64 % 2 == 1 {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                })
+            } else {
+                spec
+            };
+            sim.add_node(spec);
+        }
+        for (name, on) in [("a", [0, 1, 2]), ("b", [3, 4, 5]), ("c", [6, 7, 8])] {
+            for (r, &n) in on.iter().enumerate() {
+                sim.add_entity(n, name, r as u32, 16 << 20);
+            }
+            sim.set_pattern(name, Pattern::Stencil);
+        }
+        sim.set_malleable("a", limits(1, 6));
+        sim.set_malleable("b", limits(2, 6));
+        sim.run_for(secs(3600));
+        let hold_down = Config::default().hold_down();
+        assert_eq!(reversals(&sim, hold_down), vec![], "seed {seed}");
+        assert!(
+            sim.resizes().iter().all(|r| r.job.as_str() != "c"),
+            "seed {seed}"
+        );
+        eprintln!(
+            "seed {seed}: {} resizes completed, {} refused; reversals within two hold-downs: {:?}",
+            sim.resizes().iter().filter(|r| r.completed()).count(),
+            sim.resizes().iter().filter(|r| !r.completed()).count(),
+            reversals(&sim, hold_down * 2)
+        );
+    }
+}
