@@ -50,6 +50,8 @@ pub(crate) struct Resizing {
     widths: HashMap<JobId, (u32, Option<Instant>)>,
     /// Per job with ranks here: since when competing load slows them.
     slowed_since: HashMap<JobId, Instant>,
+    /// When a wait of [`Agent::shrink_if_due`] ends next ([`Agent::resize_deadline`]).
+    wake: Option<Instant>,
 }
 
 /// A resize under way, kept with the [`Outgoing`] reconfiguration that carries it.
@@ -331,6 +333,11 @@ impl Agent {
     /// the job off itself when the time has come (see the module docs). Called on every
     /// timer and profile.
     pub(super) fn shrink_if_due(&mut self, now: Instant) {
+        self.shrink_now_if_due(now);
+        self.resizing.wake = self.next_resize_check(now);
+    }
+
+    fn shrink_now_if_due(&mut self, now: Instant) {
         if !self.config.resizes || self.outgoing.is_some() {
             return;
         }
@@ -463,26 +470,33 @@ impl Agent {
         );
     }
 
-    /// When [`Agent::shrink_if_due`] may next act: the end of a leaving node's wait, or of
-    /// the shed wait of a slowed job.
+    /// When [`Agent::shrink_if_due`] must next run without a new profile: the end of a
+    /// leaving node's wait, or of the shed wait of a slowed job.
     pub(super) fn resize_deadline(&self) -> Option<Instant> {
+        self.resizing.wake.filter(|_| self.outgoing.is_none())
+    }
+
+    /// The next instant after `now` at which a wait of [`Agent::shrink_if_due`] ends. Only
+    /// waits still running count: one that ended without a shrink (the gain too small, the
+    /// ranks too new) is looked at again with each profile, never by a timer left in the
+    /// past (the simulator's driver, like the real one, would call again at once, forever).
+    fn next_resize_check(&self, now: Instant) -> Option<Instant> {
         if !self.config.resizes || self.outgoing.is_some() {
             return None;
         }
         match &self.leaving {
-            Some(leaving) => self
-                .entities
-                .iter()
-                .any(|e| e.malleable.is_some())
-                .then(|| {
-                    leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS
-                }),
+            Some(leaving) => {
+                let at =
+                    leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS;
+                (at > now && self.entities.iter().any(|e| e.malleable.is_some())).then_some(at)
+            }
             None => self
                 .resizing
                 .slowed_since
                 .values()
-                .min()
-                .map(|since| *since + self.config.shed_after),
+                .map(|since| *since + self.config.shed_after)
+                .filter(|at| *at > now)
+                .min(),
         }
     }
 }
@@ -692,6 +706,21 @@ mod tests {
             crate::MigrationOutcome::Completed,
         );
         assert!(b.entities().is_empty(), "the job's rank left this node");
+
+        // A wait that ended without a shed leaves no timer behind: a timer in the past
+        // would be called again at once, forever.
+        let mut young = agent("node-b", t0);
+        let mut newcomer = straggler();
+        newcomer.resident = Duration::from_secs(1);
+        young.handle_node_profile(t0, node(1.4, 0.4));
+        young.handle_entities(t0, vec![newcomer.clone()]);
+        let t2 = t1 + Duration::from_secs(1);
+        young.handle_timeout(t2);
+        assert!(resizes(&drain(&mut young)).is_empty());
+        assert!(
+            young.poll_timeout().is_none_or(|t| t > t2),
+            "a timer left in the past"
+        );
 
         // The load leaves within the wait: nothing is shed.
         let mut quiet = agent("node-b", t0);
