@@ -7,8 +7,9 @@
 //! moves off node-c with nobody acting. The same events then run with agents that only
 //! migrate (`ios-agent join --no-resize`), and with heat2d-plain on the best fixed-width
 //! placement under the same load (node-a and node-d: the nodes neither loaded nor given
-//! back), and, outside `--quick`, as static MPI (heat2d-plain on node-a and node-b, no
-//! agents). Every checksum must be heat2d-plain's.
+//! back) and as static MPI (heat2d-plain on node-a and node-b, no agents). Every checksum
+//! must be heat2d-plain's. `--quick` (CI) makes the two adaptive runs only, and takes the
+//! checksum to match from heat2d-plain run on the machine itself.
 //!
 //! First, before any run, heat2d-plain's speed at 1 to 4 ranks (one rank per node, the
 //! act's caps, unloaded) is measured and printed: whether growing can pay at all depends on
@@ -42,6 +43,13 @@ pub const NO_RESIZE: &str = "--no-resize";
 /// (1024 x 1024: about 1.0, its halo exchange weighs as much as its rows).
 pub const DEFAULT_SIZE: usize = 2048;
 
+/// Seconds a leaving node's agent waits for an idle node to take a malleable job's ranks
+/// before it shrinks the job off itself: three steal periods of 2 s
+/// (`ios-agent-core`'s `LEAVE_SHRINK_AFTER_STEAL_PERIODS`, `DEFAULT_STEAL_PERIOD`). When the
+/// job grew onto every idle node, nothing takes them, and the shrink comes that long after
+/// the leave.
+pub const LEAVE_SHRINK_WAIT_S: f64 = 6.0;
+
 /// When things happen, seconds after the job's start.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timing {
@@ -51,7 +59,9 @@ pub struct Timing {
     pub join_at: f64,
     /// node-c's agent is asked to leave.
     pub leave_at: f64,
-    /// Seconds the job runs on after the leave, at most (at the widest rate measured).
+    /// Seconds the job runs on after the leave, at least when it runs at the widest rate
+    /// measured: the leaving node's wait for an idle node ([`LEAVE_SHRINK_WAIT_S`]), the
+    /// shrink, and a little at the narrower width.
     pub tail: f64,
     /// How long the leave may take (`ios-agent leave --within`).
     pub leave_within: f64,
@@ -67,7 +77,7 @@ impl Timing {
                 load_at: 2.0,
                 join_at: 3.0,
                 leave_at: args.leave_at.unwrap_or(8.0),
-                tail: 2.0,
+                tail: LEAVE_SHRINK_WAIT_S + 2.0,
                 leave_within: 15.0,
             }
         } else {
@@ -75,7 +85,7 @@ impl Timing {
                 load_at: args.load_at,
                 join_at: args.join_at,
                 leave_at: args.leave_at.unwrap_or(args.join_at + 20.0),
-                tail: 4.0,
+                tail: LEAVE_SHRINK_WAIT_S + 4.0,
                 leave_within: 30.0,
             }
         };
@@ -308,9 +318,9 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
     let mut plan: Vec<(&'static str, Mode, &Scenario, &'static str)> = vec![
         ("malleable", Mode::Adaptive, &malleable, "heat2d"),
         ("migration-only", Mode::Adaptive, &migration_only, "heat2d"),
-        ("best", Mode::Static, &best, "heat2d-plain"),
     ];
     if !args.quick && !args.adaptive_only {
+        plan.push(("best", Mode::Static, &best, "heat2d-plain"));
         plan.push(("static", Mode::Static, &malleable, "heat2d-plain"));
     }
     let mut runs = Runs { runs: Vec::new() };
@@ -327,6 +337,30 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         // Nothing of a run may run on into the next (the leave killed node-c's processes).
         cluster.clear_nodes();
         runs.runs.push((name, outcome, program));
+    }
+    if !runs.runs.iter().any(|r| r.2 == "heat2d-plain") {
+        // The checksum to match, as fast as the nodes allow: heat2d-plain on all four, no
+        // load (its checksum does not depend on the width). Not on the machine outside the
+        // nodes: there it has the default CPU weight, and the nodes' eight times that.
+        let plain = Scenario {
+            placement: vec![0, 1, 2, 3],
+            ..malleable.clone()
+        };
+        println!("== {}", describe("plain"));
+        let dir = logs.path().join("plain");
+        let outcome = plain.run_program(
+            &cluster,
+            Mode::Unloaded,
+            "heat2d-plain",
+            &dir,
+            &mut |line| print_line(line, iters),
+        );
+        println!(
+            "   done in {:.1} s, checksum {}",
+            outcome.report.seconds, outcome.report.checksum
+        );
+        cluster.clear_nodes();
+        runs.runs.push(("plain", outcome, "heat2d-plain"));
     }
     let (ok, typed) = report(&runs, &scaling, &timing, no_resize, args)?;
     typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
@@ -345,6 +379,10 @@ fn describe(name: &str) -> &'static str {
         "migration-only" => {
             "migration-only (heat2d with PCM; agents joined with --no-resize: they only move \
              ranks) run"
+        }
+        "plain" => {
+            "plain (heat2d-plain on all four nodes, no load: the checksum to match; the quick \
+             mode's only plain run) run"
         }
         "best" => {
             "best fixed-width placement (heat2d-plain, same load, ranks on node-a node-d: \
@@ -538,11 +576,19 @@ fn report(
             );
             ok = false;
         }
+        None if m.wall_s < timing.leave_at => {
+            println!(
+                "node-c's leave: FAILED: the malleable run ended at {:.1} s, before node-c was \
+                 asked to leave at {} s (more --iters or an earlier --leave-at)",
+                m.wall_s, timing.leave_at
+            );
+            ok = false;
+        }
         None => {
             println!(
-                "node-c's leave: FAILED: the malleable run ended before node-c was asked to \
-                 leave at {} s (fewer iterations or a later --leave-at)",
-                timing.leave_at
+                "node-c's leave: FAILED: `ios-agent leave` did not return within {} s (and 5 s \
+                 after the job's end)",
+                timing.leave_within
             );
             ok = false;
         }
@@ -636,7 +682,8 @@ fn plot(runs: &[(&str, &Outcome)], stem: &Path) -> Result<mpi_ios_plots::Written
     )
     .x_label("time since start (s)")
     .y_label("iterations / s");
-    for (name, o) in runs {
+    // The plain run of the quick mode has neither the load nor the width of the others.
+    for (name, o) in runs.iter().filter(|(name, _)| *name != "plain") {
         let label = match *name {
             "malleable" => "MPI/IOS, agents move and resize",
             "migration-only" => "MPI/IOS, agents only move",
@@ -648,11 +695,11 @@ fn plot(runs: &[(&str, &Outcome)], stem: &Path) -> Result<mpi_ios_plots::Written
             crate::adaptive::windowed_rate(&o.progress_points(), window),
         );
     }
-    plot = plot.events(
-        m.events
-            .iter()
-            .map(|e| Event::new(e.t, crate::adaptive::plot_kind(e), e.what.clone())),
-    );
+    // A leave's label is its first words ("node-c left the pool"), not the command's report.
+    plot = plot.events(m.events.iter().map(|e| {
+        let label = e.what.split(':').next().unwrap_or_default().to_owned();
+        Event::new(e.t, crate::adaptive::plot_kind(e), label)
+    }));
     Ok(plot.write(stem)?)
 }
 

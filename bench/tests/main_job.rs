@@ -70,6 +70,73 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
     }
 }
 
+/// Issue 38, item 5: the malleable act in its short mode (what `scripts/main-job.sh
+/// --malleable --quick` runs after building). heat2d on node-a and node-b, node-b loaded,
+/// node-c and node-d join idle; the agents grow the job onto one of them by themselves, and
+/// when node-c's agent leaves they shrink it off node-c (or move its rank), with nobody
+/// acting. The same events with agents that only migrate (`--no-resize`) for comparison; the
+/// checksums of both equal heat2d-plain's. Sized by its events: 80-90 s in all on this
+/// project's machine kind (the two adaptive runs about 30 s each).
+#[test]
+fn the_malleable_act_grows_and_shrinks_the_job_by_itself() {
+    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _lock = mpi_ios_tests::mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"));
+    command
+        .args(["adaptive", "--malleable", "--quick", "--check", "--out"])
+        .arg(&out);
+    let started = Instant::now();
+    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), "main-job-malleable")
+        .and_then(|group| group.wait_within(Duration::from_secs(600)))
+        .unwrap_or_else(|e| panic!("the malleable act: {e}"));
+    let text = &finished.stdout;
+    eprintln!("{text}");
+    eprintln!(
+        "the malleable act took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "the malleable act failed its own check\n{text}\n{}",
+        finished.stderr
+    );
+    let summary = Summary::read(&out, MAIN_JOB_FILE).unwrap();
+    assert!(summary.passed && summary.checksums_match, "{summary:#?}");
+    let names: Vec<&str> = summary.runs.iter().map(|r| r.mode.as_str()).collect();
+    assert_eq!(
+        names,
+        ["malleable", "migration-only", "plain"],
+        "{summary:#?}"
+    );
+    assert!(
+        summary.grows() >= 1 && summary.shrinks() >= 1,
+        "{summary:#?}"
+    );
+    // The malleable run's time beside the migration-only run's.
+    let act = summary.malleable.as_ref().unwrap();
+    assert_eq!(act.malleable_s, summary.runs[0].seconds, "{summary:#?}");
+    assert_eq!(
+        act.migration_only_s, summary.runs[1].seconds,
+        "{summary:#?}"
+    );
+    assert_eq!(act.migration_only_resizes, 0, "{summary:#?}");
+    assert!(act.node_c_left, "{summary:#?}");
+    assert!(
+        !summary.final_hosts.iter().any(|h| h == "node-c"),
+        "{summary:#?}"
+    );
+    for name in ["throughput.svg", "throughput.png", "timeline.csv"] {
+        let len = std::fs::metadata(out.join(name)).map_or(0, |m| m.len());
+        assert!(len > 500, "{name}: {len} bytes");
+    }
+}
+
 /// Issue 13, item 6: the main job runs any PCM program; the C heat2d (PCM through the C
 /// interface) is moved by the agents like the Rust one. `--check` makes the job fail unless
 /// a rank moved by itself, the ranks ended off the loaded node and the four checksums (C

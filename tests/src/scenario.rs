@@ -254,7 +254,54 @@ pub struct LeaveResult {
 struct Leaving {
     host: String,
     asked_at: f64,
+    within: Duration,
     output: std::thread::JoinHandle<std::io::Result<std::process::Output>>,
+}
+
+/// The leave `l`, which returned `returned_at` seconds after the start: what the event
+/// says, and the result. When it succeeded, the owner takes the machine back: whatever
+/// runs there dies.
+fn finish_leave(cluster: &Cluster, l: Leaving, returned_at: f64) -> (String, LeaveResult) {
+    let processes_left: Vec<String> = cluster
+        .processes_on(&l.host)
+        .into_iter()
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {}", comm.trim())
+        })
+        .collect();
+    let out = l
+        .output
+        .join()
+        .expect("the leave thread panicked")
+        .expect("cannot run ios-agent leave");
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = output.lines().last().unwrap_or("").to_owned();
+    let what = format!(
+        "{} {}: {last}",
+        l.host,
+        if out.status.success() {
+            "left the pool"
+        } else {
+            "could not leave"
+        }
+    );
+    if out.status.success() {
+        cluster.kill_everything_on(&l.host);
+    }
+    let result = LeaveResult {
+        host: l.host,
+        asked_at: l.asked_at,
+        returned_at,
+        success: out.status.success(),
+        output,
+        processes_left,
+    };
+    (what, result)
 }
 
 /// How long after its start an agent's CPU use is first read: the speed probe and the
@@ -980,6 +1027,7 @@ impl Scenario {
                     leaving.push(Leaving {
                         host: host(n).to_owned(),
                         asked_at: started.elapsed().as_secs_f64(),
+                        within,
                         output: std::thread::spawn(move || command.output()),
                     });
                 }
@@ -988,54 +1036,15 @@ impl Scenario {
                 leaving.drain(..).partition(|l| l.output.is_finished());
             leaving = going;
             for l in done {
-                let returned_at = started.elapsed().as_secs_f64();
-                let processes_left: Vec<String> = cluster
-                    .processes_on(&l.host)
-                    .into_iter()
-                    .map(|pid| {
-                        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                            .unwrap_or_default();
-                        format!("{pid} {}", comm.trim())
-                    })
-                    .collect();
-                let out = l
-                    .output
-                    .join()
-                    .expect("the leave thread panicked")
-                    .expect("cannot run ios-agent leave");
-                let output = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let last = output.lines().last().unwrap_or("").to_owned();
+                let (what, result) = finish_leave(cluster, l, started.elapsed().as_secs_f64());
                 emit(
                     observer,
                     &mut events,
                     EventKind::NodeLeave,
-                    &l.host,
-                    format!(
-                        "{} {}: {last}",
-                        l.host,
-                        if out.status.success() {
-                            "left the pool"
-                        } else {
-                            "could not leave"
-                        }
-                    ),
+                    &result.host,
+                    what,
                 );
-                if out.status.success() {
-                    // The owner takes the machine back: whatever runs there now dies.
-                    cluster.kill_everything_on(&l.host);
-                }
-                leaves.push(LeaveResult {
-                    host: l.host,
-                    asked_at: l.asked_at,
-                    returned_at,
-                    success: out.status.success(),
-                    output,
-                    processes_left,
-                });
+                leaves.push(result);
             }
             if let Some(pool) = pool.as_mut() {
                 for a in pool.agents.iter_mut().filter(|a| a.first.is_none()) {
@@ -1051,6 +1060,26 @@ impl Scenario {
         let finished = group.wait(Duration::from_secs(5));
         // The events written between the last read and the job's end.
         follower.read(observer, &mut samples, &mut events);
+        // A leave still draining when the job ended returns soon (nothing is left to move),
+        // or at its own deadline.
+        for l in leaving {
+            let deadline = Duration::from_secs_f64(l.asked_at) + l.within + Duration::from_secs(5);
+            while !l.output.is_finished() && started.elapsed() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if !l.output.is_finished() {
+                continue;
+            }
+            let (what, result) = finish_leave(cluster, l, started.elapsed().as_secs_f64());
+            emit(
+                observer,
+                &mut events,
+                EventKind::NodeLeave,
+                &result.host,
+                what,
+            );
+            leaves.push(result);
+        }
         let report = finished.report();
         drop(hog);
         let agents: &[PoolAgent] = pool.as_ref().map_or(&[], |p| p.agents.as_slice());
