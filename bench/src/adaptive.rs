@@ -66,10 +66,11 @@ pub struct AdaptiveArgs {
     /// and node-b of four nodes; node-b is loaded, node-c and node-d join idle, the agents
     /// move and grow the job; node-c's agent then leaves and the job shrinks or moves off
     /// it. Compared with agents that only migrate (--no-resize), the best fixed-width
-    /// placement (node-a node-d) and, without --quick, static MPI. First measures
-    /// heat2d-plain at 1 to 4 ranks (2 and 3 with --quick), one per node; the runs are
-    /// sized by their events from those rates (--seconds is not used). With --quick: load
-    /// at 2 s, joins at 3 s, leave at 8 s, no static run.
+    /// placement (node-a node-d) and static MPI. First measures heat2d-plain at 1 to 4
+    /// ranks (2 and 3 with --quick), one per node; the runs are sized by their events from
+    /// those rates (--seconds is not used). With --quick: load at 2 s, joins at 3 s, leave
+    /// at 8 s, the two adaptive runs only (the checksum to match from heat2d-plain on the
+    /// four nodes, unloaded).
     #[arg(long)]
     pub malleable: bool,
     /// With --malleable: seconds after the start at which node-c's agent leaves (default:
