@@ -401,13 +401,12 @@ fn reversals(sim: &Sim, window: Duration) -> Vec<(String, Duration, Duration)> {
     out
 }
 
-/// Ignored until the agents' shed wait is re-armed when it declines: at 2712 s (seed 1)
-/// node 0's shed deadline has passed, `shrink_if_due` does not shed job `a` (two of its five
-/// ranks there, slowed by the owner's load) and `resize_deadline` keeps returning the past
-/// deadline, so the agent's timer never moves and the simulation stops as livelocked. With
-/// the wait re-armed it passes (20 and 14 resizes an hour, none undone within a hold-down).
+/// At 2712 s (seed 1) node 0's shed wait ended with no shed (two of job `a`'s five ranks
+/// there, slowed by the owner's load, gain too small); the agent's timer stayed at that
+/// past instant and the simulation stopped as livelocked, until waits that ended were left
+/// to the profiles (commit 83320af). Now: 20 and 14 resizes an hour, none undone within a
+/// hold-down.
 #[test]
-#[ignore = "the agents' shed deadline stays in the past when the shed is declined (livelock at 2712 s, seed 1)"]
 fn given_owners_coming_and_going_for_an_hour_then_no_job_grows_and_shrinks_back_within_its_hold_down(
 ) {
     for seed in 1..=2 {
