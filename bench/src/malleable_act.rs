@@ -16,9 +16,10 @@
 //! it, and the agents' model assumes `T(n) = W/n + H` (docs/agents.md).
 //!
 //! The runs are sized by their events, never by an iteration count tuned on one machine:
-//! with the measured rates at 2 ranks (`r2`) and at the widest width measured (`r_max`),
-//! the job gets `r2 * join + r_max * (leave - join + tail)` iterations, so that even a job
-//! that grew at once is still running at the leave and for about `tail` seconds after it.
+//! with the measured rates at 2 ranks (`r2`) and at 3 (`r3`: node-a, node-c and node-d, the
+//! widest the unloaded nodes allow), the job gets `r2 * join + r3 * (leave - join + tail)`
+//! iterations, so that even a job that grew at once is still running at the leave and for
+//! `tail` seconds after it (the leaving node's wait for an idle node and the shrink).
 
 use std::path::Path;
 use std::time::Duration;
@@ -249,11 +250,9 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         return Ok(());
     }
     let rate_2 = rate_at(&scaling, 2).context("no rate at 2 ranks")?;
-    let rate_max = scaling
-        .iter()
-        .filter(|p| p.ranks >= 2)
-        .map(|p| p.it_per_s)
-        .fold(rate_2, f64::max);
+    // The widest the job runs fast at: node-a, node-c and node-d (a rank on the loaded
+    // node-b slows the whole job far below that).
+    let rate_max = rate_at(&scaling, 3).unwrap_or(rate_2).max(rate_2);
 
     // 2. The scenario, sized by its events.
     let iters = match args.iters {
