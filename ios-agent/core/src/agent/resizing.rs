@@ -52,6 +52,8 @@ pub(crate) struct Resizing {
     slowed_since: HashMap<JobId, Instant>,
     /// When a wait of [`Agent::shrink_if_due`] ends next ([`Agent::resize_deadline`]).
     wake: Option<Instant>,
+    /// When this agent last asked for a shrink.
+    last_shrink: Option<Instant>,
 }
 
 /// A resize under way, kept with the [`Outgoing`] reconfiguration that carries it.
@@ -345,7 +347,14 @@ impl Agent {
             return;
         };
         if let Some(leaving) = &self.leaving {
-            if now >= leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS
+            // A shrink the job refused is asked again at most once per steal period.
+            let retry = self
+                .resizing
+                .last_shrink
+                .is_none_or(|at| now >= at + self.config.steal_period);
+            if retry
+                && now
+                    >= leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS
             {
                 if let Some((job, from, to)) = self.shrinkable_jobs().first().cloned() {
                     tracing::info!(agent = %self.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
@@ -456,6 +465,7 @@ impl Agent {
     }
 
     fn shrink(&mut self, now: Instant, job: JobId, from: u32, to: u32, reason: ResizeReason) {
+        self.resizing.last_shrink = Some(now);
         let id = MigrationId(self.fresh_id());
         let host = self.host.clone();
         self.start_resize(
@@ -486,9 +496,14 @@ impl Agent {
         }
         match &self.leaving {
             Some(leaving) => {
-                let at =
+                let waited =
                     leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS;
-                (at > now && self.entities.iter().any(|e| e.malleable.is_some())).then_some(at)
+                let retry = self
+                    .resizing
+                    .last_shrink
+                    .map_or(waited, |at| (at + self.config.steal_period).max(waited));
+                (retry > now && self.entities.iter().any(|e| e.malleable.is_some()))
+                    .then_some(retry)
             }
             None => self
                 .resizing
@@ -782,6 +797,20 @@ mod tests {
             shrunk,
             vec![(3, 2, vec![host("node-c")], ResizeReason::Leave)]
         );
+        // Refused by the job: asked again one steal period later, not at once.
+        c.handle_migration_outcome(
+            t0 + wait,
+            MigrationId(c.next_id),
+            crate::MigrationOutcome::Failed {
+                reason: "busy".to_owned(),
+            },
+        );
+        c.handle_timeout(t0 + wait);
+        assert!(resizes(&drain(&mut c)).is_empty(), "asked again at once");
+        let retry = t0 + wait + Config::default().steal_period;
+        assert_eq!(c.poll_timeout().map(|t| t <= retry), Some(true));
+        c.handle_timeout(retry);
+        assert_eq!(resizes(&drain(&mut c)).len(), 1);
         c.handle_migration_outcome(
             t0 + wait,
             MigrationId(c.next_id),
