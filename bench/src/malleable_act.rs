@@ -58,8 +58,12 @@ pub struct Timing {
     pub load_at: f64,
     /// node-c's and node-d's agents join.
     pub join_at: f64,
-    /// node-c's agent is asked to leave.
-    pub leave_at: f64,
+    /// Seconds after the joins, at the job's widest rate, that the agents have to move and
+    /// grow the job before node-c's agent leaves. The leave comes when the work left is what
+    /// that rate does in `tail` seconds, so at the same point of the work in every run.
+    pub grow_window: f64,
+    /// A fixed time for the leave instead (`--leave-at`).
+    pub leave_at: Option<f64>,
     /// Seconds the job runs on after the leave, at least when it runs at the widest rate
     /// measured: the leaving node's wait for an idle node ([`LEAVE_SHRINK_WAIT_S`]), the
     /// shrink, and a little at the narrower width.
@@ -72,12 +76,13 @@ impl Timing {
     /// The act's timing for `args`.
     pub fn of(args: &AdaptiveArgs) -> Result<Timing> {
         let t = if args.quick {
-            // Load, joins, a grow, the leave and a shrink, each about a second or two apart:
-            // the agents profile every second and hold a rank down 1.2 s.
+            // Load, joins, a move and a grow, the leave and a shrink: the agents profile
+            // every second, hold a rank down 1.2 s and steal every 2 s.
             Timing {
                 load_at: 2.0,
                 join_at: 3.0,
-                leave_at: args.leave_at.unwrap_or(8.0),
+                grow_window: 5.0,
+                leave_at: args.leave_at,
                 tail: LEAVE_SHRINK_WAIT_S + 2.0,
                 leave_within: 15.0,
             }
@@ -85,14 +90,16 @@ impl Timing {
             Timing {
                 load_at: args.load_at,
                 join_at: args.join_at,
-                leave_at: args.leave_at.unwrap_or(args.join_at + 20.0),
+                grow_window: 20.0,
+                leave_at: args.leave_at,
                 tail: LEAVE_SHRINK_WAIT_S + 4.0,
                 leave_within: 30.0,
             }
         };
-        if !(0.0 <= t.load_at && t.load_at <= t.join_at && t.join_at < t.leave_at) {
+        if !(0.0 <= t.load_at && t.load_at <= t.join_at && t.leave_at.is_none_or(|v| v > t.join_at))
+        {
             bail!(
-                "the act needs load <= join < leave: load at {} s, join at {} s, leave at {} s",
+                "the act needs load <= join < leave: load at {} s, join at {} s, leave at {:?} s",
                 t.load_at,
                 t.join_at,
                 t.leave_at
@@ -101,11 +108,25 @@ impl Timing {
         Ok(t)
     }
 
-    /// Iterations for the act: `rate_2 * join + rate_max * (leave - join + tail)`.
+    /// Seconds from the joins to the leave at the widest rate.
+    fn window(&self) -> f64 {
+        self.leave_at.map_or(self.grow_window, |v| v - self.join_at)
+    }
+
+    /// Iterations for the act, from the rates at 2 ranks and at the widest width:
+    /// `rate_2 * join + rate_max * (window + tail)` (a job can go no faster than `rate_2`
+    /// before the joins, nor than `rate_max` after them).
     pub fn iterations(&self, rate_2: f64, rate_max: f64) -> u64 {
-        let n = rate_2 * self.join_at
-            + rate_max.max(rate_2) * (self.leave_at - self.join_at + self.tail);
+        let n = rate_2 * self.join_at + rate_max.max(rate_2) * (self.window() + self.tail);
         (n.round() as u64).max(PROGRESS_LINES)
+    }
+
+    /// The iteration at which node-c leaves in a job of `iters` iterations: the work left
+    /// is what `rate_max` does in `tail` seconds. `None` with a fixed time (`--leave-at`).
+    pub fn leave_after_iteration(&self, iters: u64, rate_max: f64) -> Option<u64> {
+        self.leave_at
+            .is_none()
+            .then(|| iters.saturating_sub((rate_max * self.tail).round() as u64))
     }
 }
 
@@ -261,6 +282,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         None => timing.iterations(rate_2, rate_max),
     };
     let expected_s = iters as f64 / rate_2;
+    let leave_after = timing.leave_after_iteration(iters, rate_max);
     let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
     let malleable = Scenario {
         rows: size,
@@ -274,8 +296,10 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         joins: vec![(2, secs(timing.join_at)), (3, secs(timing.join_at))],
         leaves: vec![NodeLeave {
             node: 2,
-            at: secs(timing.leave_at),
+            // With no fixed time, only the work done says when.
+            at: timing.leave_at.map_or(Duration::MAX, secs),
             within: secs(timing.leave_within),
+            after_iteration: leave_after,
         }],
         agent_options: crate::adaptive::agent_options(timing.load_at),
         timeout: Duration::from_secs(args.timeout),
@@ -296,17 +320,21 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         placement: vec![0, 3],
         ..malleable.clone()
     };
+    let leave = match (timing.leave_at, leave_after) {
+        (Some(at), _) => format!("at {at} s"),
+        (None, Some(i)) => format!("once {i} iterations are done"),
+        (None, None) => "never".to_owned(),
+    };
     println!(
         "== {} emulated nodes ({}), each capped at {} CPU; heat2d {size}x{size}, {iters} \
          iterations ({:.0} s at 2 ranks unloaded), ranks on node-a node-b; hog on node-b at \
-         {} s, node-c and node-d join at {} s, node-c leaves at {} s",
+         {} s, node-c and node-d join at {} s, node-c leaves {leave}",
         nodes.len(),
         nodes.join(", "),
         args.cap,
         expected_s,
         timing.load_at,
         timing.join_at,
-        timing.leave_at
     );
     if !no_resize {
         println!(
@@ -521,15 +549,23 @@ fn report(
          target: at least 25%)",
         m.report.seconds, mo.report.seconds
     );
-    // From the joins to the leave: the idle nodes are there for both runs.
-    let window = (timing.join_at, timing.leave_at);
-    let segment = rate_between(m, window.0, window.1).zip(rate_between(mo, window.0, window.1));
+    // From the joins to each run's leave: while both idle nodes are there.
+    let asked = |o: &Outcome| {
+        o.leaves
+            .iter()
+            .find(|l| l.host == "node-c")
+            .map(|l| l.asked_at)
+    };
+    let segment = |o: &Outcome| asked(o).and_then(|v| rate_between(o, timing.join_at, v));
+    let segment = segment(m).zip(segment(mo));
     if let Some((rm, rmo)) = segment {
         println!(
-            "from the joins to the leave ({:.0}-{:.0} s): malleable {rm:.0} it/s, \
-             migration-only {rmo:.0} it/s ({:.2}x)",
-            window.0,
-            window.1,
+            "from the joins to the leave: malleable {rm:.0} it/s ({:.0}-{:.0} s), \
+             migration-only {rmo:.0} it/s ({:.0}-{:.0} s): {:.2}x",
+            timing.join_at,
+            asked(m).unwrap_or(f64::NAN),
+            timing.join_at,
+            asked(mo).unwrap_or(f64::NAN),
             rm / rmo
         );
     }
@@ -575,19 +611,12 @@ fn report(
             );
             ok = false;
         }
-        None if m.wall_s < timing.leave_at => {
-            println!(
-                "node-c's leave: FAILED: the malleable run ended at {:.1} s, before node-c was \
-                 asked to leave at {} s (more --iters or an earlier --leave-at)",
-                m.wall_s, timing.leave_at
-            );
-            ok = false;
-        }
         None => {
             println!(
-                "node-c's leave: FAILED: `ios-agent leave` did not return within {} s (and 5 s \
-                 after the job's end)",
-                timing.leave_within
+                "node-c's leave: FAILED: the malleable run ended at {:.1} s before node-c was \
+                 asked to leave (more --iters, or an earlier --leave-at), or `ios-agent leave` \
+                 did not return within {} s (and 5 s after the job's end)",
+                m.wall_s, timing.leave_within
             );
             ok = false;
         }
@@ -741,15 +770,23 @@ mod tests {
         let t = Timing {
             load_at: 2.0,
             join_at: 3.0,
-            leave_at: 8.0,
-            tail: 2.0,
+            grow_window: 5.0,
+            leave_at: None,
+            tail: 8.0,
             leave_within: 15.0,
         };
-        // 100 it/s at 2 ranks, 150 at 3: 300 before the joins, 150 * 7 after.
-        assert_eq!(t.iterations(100.0, 150.0), 1350);
-        // A job of 2 ranks until the joins that then ran at the widest rate is still running
-        // at the leave, with the tail's iterations left.
-        assert!(t.iterations(100.0, 150.0) as f64 >= 100.0 * 3.0 + 150.0 * 5.0 + 150.0 * 2.0);
+        // 100 it/s at 2 ranks, 150 at 3: 300 before the joins, 150 * (5 + 8) after.
+        assert_eq!(t.iterations(100.0, 150.0), 2250);
+        // node-c leaves with 150 * 8 iterations left: a job that ran at the widest rate
+        // from the joins gets there 5 s after them, and runs 8 s more.
+        assert_eq!(t.leave_after_iteration(2250, 150.0), Some(1050));
+        // A fixed time: the same window, the leave by the clock.
+        let fixed = Timing {
+            leave_at: Some(8.0),
+            ..t
+        };
+        assert_eq!(fixed.iterations(100.0, 150.0), 2250);
+        assert_eq!(fixed.leave_after_iteration(2250, 150.0), None);
         assert_eq!(t.iterations(1.0, 1.0), PROGRESS_LINES);
     }
 }

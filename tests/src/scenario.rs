@@ -231,6 +231,10 @@ pub struct NodeLeave {
     pub at: Duration,
     /// How long the drain may take.
     pub within: Duration,
+    /// When given, the leave comes as soon as the job has done this many iterations (as its
+    /// progress events tell), if that is before `at`: the node leaves at the same point of
+    /// the work in runs that go at different speeds.
+    pub after_iteration: Option<u64>,
 }
 
 /// How a node was given back.
@@ -1006,9 +1010,12 @@ impl Scenario {
                 }
             }
             if let Some(pool) = pool.as_ref() {
+                let done = samples.last().map_or(0, |s| s.iteration);
+                let is_due =
+                    |l: &NodeLeave| now >= l.at || l.after_iteration.is_some_and(|i| done >= i);
                 let due: Vec<NodeLeave> =
-                    leaves_due.iter().filter(|l| now >= l.at).copied().collect();
-                leaves_due.retain(|l| now < l.at);
+                    leaves_due.iter().filter(|l| is_due(l)).copied().collect();
+                leaves_due.retain(|l| !is_due(l));
                 for NodeLeave {
                     node: n, within, ..
                 } in due

@@ -56,6 +56,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, topology: &str) -> Scenari
                 Runtime::Mpich => 30,
                 Runtime::OpenMpi => 5,
             }),
+            after_iteration: None,
         }],
         agent_options: [
             "--hold-down",
