@@ -38,6 +38,10 @@ use crate::tier::PeerId;
 /// before it shrinks the job off itself.
 const LEAVE_SHRINK_AFTER_STEAL_PERIODS: u32 = 3;
 
+/// Least CPU a grow gives an added rank when it counts how many ranks a thief can take
+/// (half a core): below it, a node would be filled with processes that each barely run.
+const MIN_CPU_PER_ADDED_RANK: f64 = 0.5;
+
 /// A node's ranks of a job count as slowed when competing load leaves each less than this
 /// share of what it would get without that load.
 const SLOWED_SHARE: f64 = 0.9;
@@ -169,8 +173,13 @@ impl Agent {
             // What the thief offers one more rank of this job (its own ranks of it, if any,
             // counted as busy), and the slowest rank's CPU now.
             let offer = thief.profile.for_job(&rank0.id.job, &thief.job_offers);
-            let room = ranks_for(&offer, self.config.entity_cores, u32::MAX);
+            // As many ranks as it has idle cores, or as it can give each the CPU the job's
+            // slowest rank gets (at least half a core each): the job goes at that pace.
             let slowest = timing.slowest_cpu();
+            let room = ranks_for(&offer, self.config.entity_cores, u32::MAX).max(
+                (offer.free_cores() * offer.speed / slowest.max(MIN_CPU_PER_ADDED_RANK)).floor()
+                    as u32,
+            );
             for to in limits.widths_above(timing.ranks, room) {
                 let added = to - timing.ranks;
                 let cpu_new = cpu_per_rank(
@@ -615,6 +624,20 @@ mod tests {
         a.handle_entities(t2, vec![heat_rank(0, 3, 67, 5)]);
         a.handle_message(t2, peer("node-d"), steal_from("node-d", 10, node(0.0, 0.0)));
         assert_eq!(resizes(&drain(&mut a))[0].1, 4);
+    }
+
+    #[test]
+    fn given_an_idle_node_that_can_feed_two_ranks_at_the_jobs_pace_then_it_takes_two() {
+        let t0 = Instant::now();
+        // Ranks at 0.6 core; node-c has 1.2 idle cores: two ranks at 0.6 each, 2 -> 4.
+        let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        let mut big = node(0.0, 0.0);
+        big.cores = 1.2;
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, big));
+        let grown = resizes(&drain(&mut a));
+        assert_eq!(grown.len(), 1);
+        assert_eq!((grown[0].0, grown[0].1), (2, 4));
+        assert_eq!(grown[0].2, vec![host("node-c"), host("node-c")]);
     }
 
     #[test]
