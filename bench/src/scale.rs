@@ -1638,4 +1638,60 @@ mod tests {
             }
         }
     }
+
+    /// With malleable jobs (half of them, `--malleable`): nothing that does not resize
+    /// changes (no balancing, and NSp2p without resizes, do exactly what they do on the
+    /// workload without malleable jobs: the profiles' limits alone change no decision), and
+    /// the oracle, which may resize, does better than on that workload, without undoing a
+    /// resize within its hold-down.
+    #[test]
+    fn given_malleable_jobs_then_only_resizes_change_the_runs_and_the_oracle_gains_by_them() {
+        let fixed = quick(Network::Internet, 20);
+        let malleable = Pool {
+            malleable_share: 0.5,
+            ..fixed
+        };
+        assert_eq!(
+            malleable.malleable_jobs(9).iter().filter(|&&m| m).count(),
+            5,
+            "round(0.5 x 9)"
+        );
+        let same = |a: &Outcome, b: &Outcome| {
+            assert_eq!(
+                (a.iterations, a.migrations, a.messages),
+                (b.iterations, b.migrations, b.messages),
+                "{} {}",
+                a.label(),
+                b.label()
+            );
+        };
+        let none = run_one(malleable, Strategy::None);
+        same(&none, &run_one(fixed, Strategy::None));
+        let migration_only = run_one(malleable, Strategy::NsP2pNoResize);
+        same(&migration_only, &run_one(fixed, Strategy::NsP2p));
+        assert_eq!(
+            (migration_only.grows, migration_only.shrinks),
+            (0, 0),
+            "no resize without resizes"
+        );
+        assert_eq!(migration_only.malleable_width, 8.0);
+        let oracle = run_one(malleable, Strategy::Oracle);
+        let oracle_fixed = run_one(fixed, Strategy::Oracle);
+        assert!(
+            oracle.iterations > 1.05 * oracle_fixed.iterations,
+            "{} <= 1.05 x {}",
+            oracle.iterations,
+            oracle_fixed.iterations
+        );
+        assert!(
+            oracle.grows > 0 && oracle.malleable_width > 8.0,
+            "{oracle:?}"
+        );
+        assert_eq!(oracle.resize_ping_pongs, 0);
+        assert_eq!((oracle_fixed.grows, oracle_fixed.shrinks), (0, 0));
+        let all = [none, migration_only, oracle, oracle_fixed];
+        let t = crate::scale_seeds::malleable_table(&all);
+        assert_eq!(t.rows.len(), 3, "{}", t.to_text());
+        eprintln!("{}", t.to_text());
+    }
 }

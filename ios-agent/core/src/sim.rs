@@ -106,7 +106,8 @@ pub enum Balancer {
     /// sharing the nodes it leaves or joins), if that is at least a tenth of the job's rate
     /// and, over 10 minutes, more than the job loses standing still while it moves. At most
     /// one rank in 50 moves per period (or one job's plan), with the agents' hold-down
-    /// (except off a leaving node).
+    /// (except off a leaving node). A malleable job may be grown or shrunk instead, within
+    /// its limits, when that adds more (see [`resize`]).
     Oracle {
         /// Time between two placements.
         period: Duration,
