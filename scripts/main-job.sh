@@ -6,6 +6,14 @@
 #   scripts/main-job.sh [--quick] [--cooperating] [--size N] [--iters N] [--cap CPUS]
 #                       [--load-at S] [--join-at S] [--out DIR]   (see --help)
 #
+# The malleable act (issue 38) instead: heat2d on node-a and node-b of four nodes, node-b
+# loaded, node-c and node-d joining idle; the agents move and grow the job, then node-c's
+# agent leaves and they shrink it; beside agents that only migrate, the best fixed-width
+# placement and static MPI. results/main-job/summary.json then has the typed events (grows,
+# shrinks, moves) and a `malleable` section (both runs' times, heat2d's speed at 1-4 ranks).
+#
+#   scripts/main-job.sh --malleable [--quick] [--size N] [--leave-at S] [--scaling-only]
+#
 # It installs what is missing (Open MPI, MPICH, clang, fonts; apt and pip, needs root or sudo),
 # builds for the runtime MPI_IOS_RUNTIME selects (default mpich; see README), and
 # runs `mpi-ios-bench adaptive`, which needs root for the network namespaces and cgroups that

@@ -723,9 +723,15 @@ fn plot(runs: &[(&str, &Outcome)], stem: &Path) -> Result<mpi_ios_plots::Written
             crate::adaptive::windowed_rate(&o.progress_points(), window),
         );
     }
-    // A leave's label is its first words ("node-c left the pool"), not the command's report.
+    // A leave's label is its first words and when it was asked ("node-c left the pool
+    // (asked at 36.8 s)"), not the command's report.
     plot = plot.events(m.events.iter().map(|e| {
-        let label = e.what.split(':').next().unwrap_or_default().to_owned();
+        let mut label = e.what.split(':').next().unwrap_or_default().to_owned();
+        if e.kind == EventKind::NodeLeave {
+            if let Some(l) = m.leaves.iter().find(|l| Some(&l.host) == e.host.as_ref()) {
+                label = format!("{label} (asked at {:.1} s)", l.asked_at);
+            }
+        }
         Event::new(e.t, crate::adaptive::plot_kind(e), label)
     }));
     Ok(plot.write(stem)?)
