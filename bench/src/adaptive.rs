@@ -254,14 +254,7 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
     } else {
         vec![Some(CpuCap::cores(args.cap)); 3]
     };
-    let cluster = Cluster::with_caps(&caps)
-        .map_err(|e| anyhow::anyhow!("cannot set up the emulated nodes: {e}"))?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let logs = tempfile::Builder::new()
-        .prefix("mpi-ios-main-")
-        .tempdir()
-        .context("creating a temp dir")?;
+    let (cluster, logs) = nodes_and_logs(&caps, &args.out, "mpi-ios-main-")?;
     let nodes = cluster.host_names();
     if let Length::UnloadedSeconds(seconds) = length {
         println!(
@@ -396,7 +389,68 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_line(line: &Line, total: u64) {
+/// Whether every run's checksum is the same and a run without PCM could have told a wrong
+/// one (its grid still changed near its end); says which, `counted` in the line of a match.
+pub(crate) fn checksums_match(runs: &[(&str, &Outcome)], counted: &str) -> bool {
+    let sums: Vec<&str> = runs
+        .iter()
+        .map(|(_, o)| o.report.checksum.as_str())
+        .collect();
+    // The runs without PCM say when their grid last changed: past that, any run matches.
+    let settled: Vec<String> = runs
+        .iter()
+        .filter(|(_, o)| o.report.last_change.is_some())
+        .filter_map(|(_, o)| o.report.settled())
+        .collect();
+    if let Some(why) = settled.first() {
+        println!("RESULT: CHECKSUMS PROVE NOTHING: {why}");
+        false
+    } else if sums.windows(2).all(|w| w[0] == w[1]) {
+        println!("RESULT: checksums match bit for bit ({counted})");
+        true
+    } else {
+        println!("RESULT: CHECKSUM MISMATCH: {sums:?}");
+        false
+    }
+}
+
+/// Says where a plot went, or why it did not; whether it was written.
+pub(crate) fn plotted(written: Result<mpi_ios_plots::Written>) -> bool {
+    match written {
+        Ok(written) => {
+            println!(
+                "plot: {} and {}",
+                written.svg.display(),
+                written.png.display()
+            );
+            true
+        }
+        Err(e) => {
+            println!("plot: FAILED: {e:#}");
+            false
+        }
+    }
+}
+
+/// The emulated nodes of an act, capped at `caps`, its output directory `out` made, and a
+/// temporary directory (named `prefix...`) for its runs' logs.
+pub(crate) fn nodes_and_logs(
+    caps: &[Option<CpuCap>],
+    out: &Path,
+    prefix: &str,
+) -> Result<(Cluster, tempfile::TempDir)> {
+    let cluster = Cluster::with_caps(caps)
+        .map_err(|e| anyhow::anyhow!("cannot set up the emulated nodes: {e}"))?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let logs = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("creating a temp dir")?;
+    Ok((cluster, logs))
+}
+
+/// Prints a run's progress line or event as it comes, for people.
+pub fn print_line(line: &Line, total: u64) {
     match line {
         Line::Progress(s) => {
             let hosts = if s.hosts.is_empty() {
@@ -538,41 +592,12 @@ fn report(
             ok = false;
         }
     }
-    let sums: Vec<&str> = runs
-        .iter()
-        .map(|(_, o)| o.report.checksum.as_str())
-        .collect();
-    // The runs without PCM say when their grid last changed: past that, any run matches.
-    let settled: Vec<String> = runs
-        .iter()
-        .filter(|(_, o)| o.report.last_change.is_some())
-        .filter_map(|(_, o)| o.report.settled())
-        .collect();
-    if let Some(why) = settled.first() {
-        println!("RESULT: CHECKSUMS PROVE NOTHING: {why}");
-        ok = false;
-    } else if sums.windows(2).all(|w| w[0] == w[1]) {
-        println!(
-            "RESULT: checksums match bit for bit ({} runs, {} migrations)",
-            sums.len(),
-            migrations.len()
-        );
-    } else {
-        println!("RESULT: CHECKSUM MISMATCH: {sums:?}");
-        ok = false;
-    }
-    write_timeline(&summary.runs(), &args.out)?;
-    match plot(summary, &args.out.join("throughput")) {
-        Ok(written) => println!(
-            "plot: {} and {}",
-            written.svg.display(),
-            written.png.display()
-        ),
-        Err(e) => {
-            println!("plot: FAILED: {e:#}");
-            ok = false;
-        }
-    }
+    ok &= checksums_match(
+        &runs,
+        &format!("{} runs, {} migrations", runs.len(), migrations.len()),
+    );
+    write_timeline(&runs, &args.out)?;
+    ok &= plotted(plot(summary, &args.out.join("throughput")));
     typed.passed = ok;
     Ok((ok, typed))
 }

@@ -28,7 +28,7 @@ use anyhow::{bail, Context as _, Result};
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{
-    measure_rate, EventKind, Line, Mode, NodeLeave, Outcome, Scenario, PROGRESS_LINES,
+    measure_rate, EventKind, Mode, NodeLeave, Outcome, Scenario, PROGRESS_LINES,
 };
 use mpi_ios_tests::MpiJob;
 
@@ -233,14 +233,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
     let timing = Timing::of(args)?;
     let size = args.size.unwrap_or(DEFAULT_SIZE);
     let caps = vec![Some(CpuCap::cores(args.cap)); 4];
-    let cluster = Cluster::with_caps(&caps)
-        .map_err(|e| anyhow::anyhow!("cannot set up the emulated nodes: {e}"))?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let logs = tempfile::Builder::new()
-        .prefix("mpi-ios-malleable-")
-        .tempdir()
-        .context("creating a temp dir")?;
+    let (cluster, logs) = crate::adaptive::nodes_and_logs(&caps, &args.out, "mpi-ios-malleable-")?;
     let nodes = cluster.host_names();
 
     // 1. How heat2d scales here: the reason growing can pay, measured first.
@@ -355,7 +348,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         println!("== {}", describe(name));
         let dir = logs.path().join(name);
         let outcome = scenario.run_program(&cluster, mode, program, &dir, &mut |line| {
-            print_line(line, iters)
+            crate::adaptive::print_line(line, iters)
         });
         println!(
             "   done in {:.1} s, checksum {}",
@@ -380,7 +373,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
             Mode::Unloaded,
             "heat2d-plain",
             &dir,
-            &mut |line| print_line(line, iters),
+            &mut |line| crate::adaptive::print_line(line, iters),
         );
         println!(
             "   done in {:.1} s, checksum {}",
@@ -476,23 +469,6 @@ pub fn fit_scaling(scaling: &[ScalingPoint]) -> Option<(f64, f64, f64)> {
         .map(|(x, y)| ((w * x + h) - y).abs() / y)
         .fold(0.0, f64::max);
     Some((w, h, misfit))
-}
-
-fn print_line(line: &Line, total: u64) {
-    match line {
-        Line::Progress(s) => {
-            let hosts = if s.hosts.is_empty() {
-                String::new()
-            } else {
-                format!("  ranks on {}", s.hosts.join(" "))
-            };
-            println!(
-                "   {:>6.1} s  {:>7}/{total}  {:>8.1} it/s{hosts}",
-                s.t, s.iteration, s.rate
-            );
-        }
-        Line::Event(e) => println!("   {:>6.1} s  >>> {}", e.t, e.what),
-    }
 }
 
 /// Mean iterations per second of `o` between `from` and `to` (seconds since its start).
@@ -641,44 +617,17 @@ fn report(
         println!("migration-only run: FAILED: the agents moved nothing");
         ok = false;
     }
-    let sums: Vec<&str> = runs
-        .runs
-        .iter()
-        .map(|(_, o, _)| o.report.checksum.as_str())
-        .collect();
-    let settled: Vec<String> = runs
-        .runs
-        .iter()
-        .filter(|(_, o, _)| o.report.last_change.is_some())
-        .filter_map(|(_, o, _)| o.report.settled())
-        .collect();
-    if let Some(why) = settled.first() {
-        println!("RESULT: CHECKSUMS PROVE NOTHING: {why}");
-        ok = false;
-    } else if sums.windows(2).all(|w| w[0] == w[1]) {
-        println!(
-            "RESULT: checksums match bit for bit ({} runs; malleable: {grows} grow(s), \
-             {shrinks} shrink(s), {} move(s))",
-            sums.len(),
-            m.migrations().count()
-        );
-    } else {
-        println!("RESULT: CHECKSUM MISMATCH: {sums:?}");
-        ok = false;
-    }
     let named: Vec<(&str, &Outcome)> = runs.runs.iter().map(|(n, o, _)| (*n, o)).collect();
-    crate::adaptive::write_timeline(&named, &args.out)?;
-    match plot(&named, &args.out.join("throughput")) {
-        Ok(written) => println!(
-            "plot: {} and {}",
-            written.svg.display(),
-            written.png.display()
+    ok &= crate::adaptive::checksums_match(
+        &named,
+        &format!(
+            "{} runs; malleable: {grows} grow(s), {shrinks} shrink(s), {} move(s)",
+            named.len(),
+            m.migrations().count()
         ),
-        Err(e) => {
-            println!("plot: FAILED: {e:#}");
-            ok = false;
-        }
-    }
+    );
+    crate::adaptive::write_timeline(&named, &args.out)?;
+    ok &= crate::adaptive::plotted(plot(&named, &args.out.join("throughput")));
     typed.malleable = Some(MalleableAct {
         malleable_s: m.report.seconds,
         migration_only_s: mo.report.seconds,

@@ -5,40 +5,62 @@
 //! Needs root (network namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mpi_ios_bench::summary::{Summary, MAIN_JOB_FILE};
-use mpi_ios_tests::netns::Cluster;
+use mpi_ios_tests::netns::emulated_nodes_usable;
+use mpi_ios_tests::Finished;
 
-#[test]
-fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
-    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
-        eprintln!("skipped: {why}");
-        return;
-    }
+/// The summary of an act that ended (`finished`, results in `out`), after checking that it
+/// passed its own check with equal checksums; its output is printed first.
+fn passed(finished: &Finished, out: &Path, what: &str) -> Summary {
+    eprintln!("{}", finished.stdout);
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "{what} failed its own check\n{}\n{}",
+        finished.stdout,
+        finished.stderr
+    );
+    let summary = Summary::read(out, MAIN_JOB_FILE).unwrap();
+    assert!(summary.passed && summary.checksums_match, "{summary:#?}");
+    summary
+}
+
+/// `mpi-ios-bench adaptive ARGS --out DIR` in a process group of its own, to its end within
+/// `timeout`, one MPI test at a time: the temporary directory (removed when dropped), `DIR`
+/// in it, and how it ended. Panics if it did not end.
+fn adaptive(
+    args: &[&str],
+    label: &str,
+    timeout: Duration,
+) -> (tempfile::TempDir, PathBuf, Finished) {
     let _lock = mpi_ios_tests::mpi_lock();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
     let mut command = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"));
-    command
-        .args(["adaptive", "--quick", "--check", "--fault", "--out"])
-        .arg(&out);
+    command.arg("adaptive").args(args).arg("--out").arg(&out);
+    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), label)
+        .and_then(|group| group.wait_within(timeout))
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    (dir, out, finished)
+}
+
+#[test]
+fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
+    if !emulated_nodes_usable() {
+        return;
+    }
     // Generous for the same reason as in figs.rs: a static run that locks into the cgroup
     // quota period is slow, not wrong.
-    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), "main-job")
-        .and_then(|group| group.wait_within(Duration::from_secs(900)))
-        .unwrap_or_else(|e| panic!("the main job: {e}"));
-    let text = &finished.stdout;
-    eprintln!("{text}");
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "the main job failed\n{text}\n{}",
-        finished.stderr
+    let (_dir, out, finished) = adaptive(
+        &["--quick", "--check", "--fault"],
+        "main-job",
+        Duration::from_secs(900),
     );
-    let summary = Summary::read(&out, MAIN_JOB_FILE).unwrap();
-    assert!(summary.passed && summary.checksums_match, "{summary:#?}");
+    let summary = passed(&finished, &out, "the main job");
     let names: Vec<&str> = summary.runs.iter().map(|r| r.mode.as_str()).collect();
     assert_eq!(
         names,
@@ -79,35 +101,20 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
 /// project's machine kind (the two adaptive runs about 30 s each).
 #[test]
 fn the_malleable_act_grows_and_shrinks_the_job_by_itself() {
-    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
-        eprintln!("skipped: {why}");
+    if !emulated_nodes_usable() {
         return;
     }
-    let _lock = mpi_ios_tests::mpi_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("results");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"));
-    command
-        .args(["adaptive", "--malleable", "--quick", "--check", "--out"])
-        .arg(&out);
     let started = Instant::now();
-    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), "main-job-malleable")
-        .and_then(|group| group.wait_within(Duration::from_secs(600)))
-        .unwrap_or_else(|e| panic!("the malleable act: {e}"));
-    let text = &finished.stdout;
-    eprintln!("{text}");
+    let (_dir, out, finished) = adaptive(
+        &["--malleable", "--quick", "--check"],
+        "main-job-malleable",
+        Duration::from_secs(600),
+    );
     eprintln!(
         "the malleable act took {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "the malleable act failed its own check\n{text}\n{}",
-        finished.stderr
-    );
-    let summary = Summary::read(&out, MAIN_JOB_FILE).unwrap();
-    assert!(summary.passed && summary.checksums_match, "{summary:#?}");
+    let summary = passed(&finished, &out, "the malleable act");
     let names: Vec<&str> = summary.runs.iter().map(|r| r.mode.as_str()).collect();
     assert_eq!(
         names,
@@ -143,48 +150,25 @@ fn the_malleable_act_grows_and_shrinks_the_job_by_itself() {
 /// adaptive, Rust static, unloaded and best placement) are equal.
 #[test]
 fn the_main_job_moves_the_c_heat2d_too() {
-    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
-        eprintln!("skipped: {why}");
+    if !emulated_nodes_usable() {
         return;
     }
     if let Err(e) = mpi_ios_tests::try_program("heat2d-c") {
         panic!("{e} (scripts/build-c.sh builds it)");
     }
-    let _lock = mpi_ios_tests::mpi_lock();
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mpi-ios-bench"));
-    command
-        .args([
-            "adaptive",
-            "--quick",
-            "--check",
-            "--program",
-            "heat2d-c",
-            "--out",
-        ])
-        .arg(dir.path().join("results"));
-    let finished = mpi_ios_tests::Group::spawn(command, dir.path(), "main-job-c")
-        .and_then(|group| group.wait_within(Duration::from_secs(900)))
-        .unwrap_or_else(|e| panic!("the main job: {e}"));
-    assert_eq!(
-        finished.code,
-        Some(0),
-        "the main job with heat2d-c failed its own check\n{}\n{}",
-        finished.stdout,
-        finished.stderr
+    let (_dir, out, finished) = adaptive(
+        &["--quick", "--check", "--program", "heat2d-c"],
+        "main-job-c",
+        Duration::from_secs(900),
     );
-    let summary = Summary::read(&dir.path().join("results"), MAIN_JOB_FILE).unwrap();
+    let summary = passed(&finished, &out, "the main job with heat2d-c");
     assert_eq!(summary.runs[0].program, "heat2d-c", "{summary:#?}");
-    assert!(
-        summary.checksums_match && !summary.moves.is_empty(),
-        "{summary:#?}"
-    );
+    assert!(!summary.moves.is_empty(), "{summary:#?}");
 }
 
 #[test]
 fn the_agent_benchmark_quick_mode_measures_a_reaction_and_the_agents_cpu() {
-    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
-        eprintln!("skipped: {why}");
+    if !emulated_nodes_usable() {
         return;
     }
     let _lock = mpi_ios_tests::mpi_lock();
@@ -205,8 +189,7 @@ fn the_agent_benchmark_quick_mode_measures_a_reaction_and_the_agents_cpu() {
 
 #[test]
 fn ctrl_c_stops_the_main_job_and_leaves_no_namespace_cgroup_or_process() {
-    if let Err(why) = Cluster::available().and_then(|()| mpi_ios_tests::cgroup::available()) {
-        eprintln!("skipped: {why}");
+    if !emulated_nodes_usable() {
         return;
     }
     let _lock = mpi_ios_tests::mpi_lock();

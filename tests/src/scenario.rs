@@ -960,6 +960,16 @@ impl Scenario {
             events.push(e);
         };
 
+        // A leave that returned: its event, its result, and the node taken back.
+        let record = |observer: &mut dyn FnMut(&Line),
+                      events: &mut Vec<Event>,
+                      leaves: &mut Vec<LeaveResult>,
+                      l: Leaving| {
+            let (what, result) = finish_leave(cluster, l, started.elapsed().as_secs_f64());
+            emit(observer, events, EventKind::NodeLeave, &result.host, what);
+            leaves.push(result);
+        };
+
         while group.running() {
             let now = started.elapsed();
             assert!(
@@ -1043,15 +1053,7 @@ impl Scenario {
                 leaving.drain(..).partition(|l| l.output.is_finished());
             leaving = going;
             for l in done {
-                let (what, result) = finish_leave(cluster, l, started.elapsed().as_secs_f64());
-                emit(
-                    observer,
-                    &mut events,
-                    EventKind::NodeLeave,
-                    &result.host,
-                    what,
-                );
-                leaves.push(result);
+                record(observer, &mut events, &mut leaves, l);
             }
             if let Some(pool) = pool.as_mut() {
                 for a in pool.agents.iter_mut().filter(|a| a.first.is_none()) {
@@ -1074,18 +1076,9 @@ impl Scenario {
             while !l.output.is_finished() && started.elapsed() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            if !l.output.is_finished() {
-                continue;
+            if l.output.is_finished() {
+                record(observer, &mut events, &mut leaves, l);
             }
-            let (what, result) = finish_leave(cluster, l, started.elapsed().as_secs_f64());
-            emit(
-                observer,
-                &mut events,
-                EventKind::NodeLeave,
-                &result.host,
-                what,
-            );
-            leaves.push(result);
         }
         let report = finished.report();
         drop(hog);
@@ -1201,16 +1194,24 @@ mod tests {
         assert!((outcome.iteration_at(2.5) - 205.0).abs() < 1e-9);
     }
 
-    #[test]
-    fn events_give_the_samples_and_the_migrations() {
-        let origin = 1_000.0;
-        let at = |t: f64, event: RunEvent| Stamped {
+    /// `event` of rank 0 (pid 7), `t` seconds after the Unix time `origin`.
+    fn rank_0_at(origin: f64, t: f64, event: RunEvent) -> Stamped {
+        Stamped {
             unix_us: ((origin + t) * 1e6).round() as u64,
             pid: 7,
             rank: Some(pcm_proto::Rank(0)),
             event,
-        };
-        let host = |h: &str| pcm_proto::HostName::new(h).unwrap();
+        }
+    }
+
+    fn host(h: &str) -> pcm_proto::HostName {
+        pcm_proto::HostName::new(h).unwrap()
+    }
+
+    #[test]
+    fn events_give_the_samples_and_the_migrations() {
+        let origin = 1_000.0;
+        let at = |t: f64, event: RunEvent| rank_0_at(origin, t, event);
         let mut timeline = Timeline::new(origin, vec!["a".into(), "b".into()]);
         let events = [
             at(
@@ -1270,13 +1271,7 @@ mod tests {
     #[test]
     fn a_resize_is_an_event_and_renames_the_hosts() {
         let origin = 50.0;
-        let at = |t: f64, event: RunEvent| Stamped {
-            unix_us: ((origin + t) * 1e6).round() as u64,
-            pid: 7,
-            rank: Some(pcm_proto::Rank(0)),
-            event,
-        };
-        let host = |h: &str| pcm_proto::HostName::new(h).unwrap();
+        let at = |t: f64, event: RunEvent| rank_0_at(origin, t, event);
         let mut timeline = Timeline::new(origin, vec!["a".into(), "b".into()]);
         let resized = |t: f64, from: u32, hosts: &[&str]| {
             at(
