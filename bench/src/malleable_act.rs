@@ -198,22 +198,11 @@ fn rate_at(scaling: &[ScalingPoint], ranks: u32) -> Option<f64> {
         .map(|p| p.it_per_s)
 }
 
-/// Whether `ios-agent join` takes `--no-resize` (the agents' migration-only mode).
-fn agents_take_no_resize() -> bool {
-    let Ok(agent) = mpi_ios_tests::try_bin("ios-agent") else {
-        return false;
-    };
-    std::process::Command::new(agent)
-        .args(["join", "--help"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(NO_RESIZE))
-}
-
 /// The runs of the act, by name: the malleable run first, then the migration-only one,
 /// then the plain runs made.
-pub struct Runs {
+struct Runs {
     /// (name, outcome, program), in the order run.
-    pub runs: Vec<(&'static str, Outcome, &'static str)>,
+    runs: Vec<(&'static str, Outcome, &'static str)>,
 }
 
 impl Runs {
@@ -298,13 +287,12 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         timeout: Duration::from_secs(args.timeout),
         unlisted_spares: false,
     };
-    let no_resize = agents_take_no_resize();
     let migration_only = Scenario {
         agent_options: malleable
             .agent_options
             .iter()
             .cloned()
-            .chain(no_resize.then(|| NO_RESIZE.to_owned()))
+            .chain([NO_RESIZE.to_owned()])
             .collect(),
         ..malleable.clone()
     };
@@ -329,12 +317,6 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         timing.load_at,
         timing.join_at,
     );
-    if !no_resize {
-        println!(
-            "   note: this ios-agent has no {NO_RESIZE}; its agents do not resize jobs, so \
-             the migration-only run uses them as they are"
-        );
-    }
     let mut plan: Vec<(&'static str, Mode, &Scenario, &'static str)> = vec![
         ("malleable", Mode::Adaptive, &malleable, "heat2d"),
         ("migration-only", Mode::Adaptive, &migration_only, "heat2d"),
@@ -382,7 +364,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         cluster.clear_nodes();
         runs.runs.push(("plain", outcome, "heat2d-plain"));
     }
-    let (ok, typed) = report(&runs, &scaling, &timing, no_resize, args)?;
+    let (ok, typed) = report(&runs, &scaling, &timing, args)?;
     typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
     crate::keep_logs(logs.path(), &args.out.join("logs"));
     if args.check && !ok {
@@ -483,7 +465,6 @@ fn report(
     runs: &Runs,
     scaling: &[ScalingPoint],
     timing: &Timing,
-    no_resize: bool,
     args: &AdaptiveArgs,
 ) -> Result<(bool, crate::summary::Summary)> {
     let m = runs.get("malleable").context("no malleable run")?;
@@ -608,7 +589,7 @@ fn report(
         println!("malleable run: a rank ended on node-b (loaded): {final_hosts:?}");
     }
     let mo_resizes = mo.resizes().count();
-    if no_resize && mo_resizes > 0 {
+    if mo_resizes > 0 {
         println!("migration-only run: FAILED: {mo_resizes} resize(s) with {NO_RESIZE}");
         ok = false;
     }
@@ -636,7 +617,6 @@ fn report(
         shrinks: shrinks as u32,
         migration_only_moves: mo_moves as u32,
         migration_only_resizes: mo_resizes as u32,
-        migration_only_no_resize: no_resize,
         joins_to_leave_it_per_s: segment.map(|(rm, _)| rm),
         joins_to_leave_migration_only_it_per_s: segment.map(|(_, rmo)| rmo),
         node_c_left: leave.is_some_and(|l| l.success),

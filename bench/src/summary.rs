@@ -152,11 +152,8 @@ pub struct MalleableAct {
     pub shrinks: u32,
     /// Moves of the migration-only run.
     pub migration_only_moves: u32,
-    /// Resizes of the migration-only run (0 when its agents take `--no-resize`).
+    /// Resizes of the migration-only run (its agents run with `--no-resize`: 0).
     pub migration_only_resizes: u32,
-    /// Whether the migration-only run's agents were started with `--no-resize` (an agent
-    /// without the option resizes nothing anyway).
-    pub migration_only_no_resize: bool,
     /// The malleable run's mean iterations per second from the joins to the leave.
     pub joins_to_leave_it_per_s: Option<f64>,
     /// The migration-only run's, over the same seconds.
