@@ -97,8 +97,8 @@ fn the_main_job_moves_a_rank_by_itself_and_matches_the_plain_checksum() {
 /// node-c and node-d join idle; the agents grow the job onto one of them by themselves, and
 /// when node-c's agent leaves they shrink it off node-c (or move its rank), with nobody
 /// acting. The same events with agents that only migrate (`--no-resize`) for comparison; the
-/// checksums of both equal heat2d-plain's. Sized by its events: 80-90 s in all on this
-/// project's machine kind (the two adaptive runs about 30 s each).
+/// checksums of both equal heat2d-plain's. Sized by its events: 70-85 s in all on this
+/// project's machine kind (the two adaptive runs 25-35 s each).
 #[test]
 fn the_malleable_act_grows_and_shrinks_the_job_by_itself() {
     if !emulated_nodes_usable() {
