@@ -58,6 +58,10 @@ pub(crate) struct Resizing {
     wake: Option<Instant>,
     /// When this agent last asked for a shrink.
     last_shrink: Option<Instant>,
+    /// Jobs a completed shrink took off this node, and when: pcmd may list their departed
+    /// ranks for a moment longer (seen once in the main job's act: a leaving node asked for
+    /// 2 -> 1 right after its 3 -> 2), and such a stale rank is not shrunk off again.
+    shrunk_off: HashMap<JobId, Instant>,
 }
 
 /// A resize under way, kept with the [`Outgoing`] reconfiguration that carries it.
@@ -118,6 +122,9 @@ impl Agent {
             }
         }
         let hold = self.config.hold_down;
+        self.resizing
+            .shrunk_off
+            .retain(|_, at| now.saturating_duration_since(*at) < hold * 2);
         let entities = &self.entities;
         self.resizing.widths.retain(|job, (_, changed)| {
             entities.iter().any(|e| &e.id.job == job)
@@ -336,6 +343,7 @@ impl Agent {
             if let OutgoingResize::Shrink(job) = resize {
                 self.entities.retain(|e| &e.id.job != job);
                 self.resizing.slowed_since.remove(job);
+                self.resizing.shrunk_off.insert(job.clone(), now);
             }
         }
     }
@@ -365,7 +373,7 @@ impl Agent {
                 && now
                     >= leaving.started + self.config.steal_period * LEAVE_SHRINK_AFTER_STEAL_PERIODS
             {
-                if let Some((job, from, to)) = self.shrinkable_jobs().first().cloned() {
+                if let Some((job, from, to)) = self.shrinkable_jobs(now).first().cloned() {
                     tracing::info!(agent = %self.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
                     self.shrink(now, job, from, to, ResizeReason::Leave);
                 }
@@ -376,7 +384,7 @@ impl Agent {
         let cpu_now = self.cpu_per_entity(&node, true);
         let cpu_free = self.cpu_per_entity(&node, false);
         let mut best: Option<(JobId, u32, u32, f64)> = None;
-        for (job, from, to) in self.shrinkable_jobs() {
+        for (job, from, to) in self.shrinkable_jobs(now) {
             let due = self
                 .resizing
                 .slowed_since
@@ -430,13 +438,19 @@ impl Agent {
 
     /// The malleable jobs with ranks here that may lose all of them: `(job, width now,
     /// width after)`.
-    fn shrinkable_jobs(&self) -> Vec<(JobId, u32, u32)> {
+    fn shrinkable_jobs(&self, now: Instant) -> Vec<(JobId, u32, u32)> {
         let mut jobs: Vec<(JobId, u32, u32)> = Vec::new();
+        let stale_after = self.config.hold_down * 2;
         for e in &self.entities {
             let Some(limits) = e.malleable else {
                 continue;
             };
-            if jobs.iter().any(|(j, _, _)| *j == e.id.job) || e.job_ranks == 0 {
+            let shrunk_lately = self
+                .resizing
+                .shrunk_off
+                .get(&e.id.job)
+                .is_some_and(|at| now.saturating_duration_since(*at) < stale_after);
+            if jobs.iter().any(|(j, _, _)| *j == e.id.job) || e.job_ranks == 0 || shrunk_lately {
                 continue;
             }
             let here = self
@@ -840,6 +854,14 @@ mod tests {
             crate::MigrationOutcome::Completed,
         );
         assert!(c.leave_progress().is_some_and(|p| p.is_drained()));
+        // pcmd still lists the departed rank, now rank 1 of 2: no second shrink of the job.
+        let later = t0 + wait * 2;
+        c.handle_entities(later, vec![heat_rank(1, 2, 67, 5)]);
+        c.handle_timeout(later + Config::default().steal_period);
+        assert!(
+            resizes(&drain(&mut c)).is_empty(),
+            "a stale rank shrunk off again"
+        );
     }
 
     #[test]
