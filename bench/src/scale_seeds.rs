@@ -141,14 +141,7 @@ fn ratios(
     against: Strategy,
     value: Measure,
 ) -> Vec<(u64, f64)> {
-    outcomes
-        .iter()
-        .filter(|o| self::config(o) == config)
-        .filter_map(|o| {
-            let b = value(sibling(outcomes, o, against)?);
-            (b > 0.0).then(|| (o.seed, value(o) / b))
-        })
-        .collect()
+    ratios_to(outcomes, config, (against, config.3), value)
 }
 
 /// Mean, median, lowest (with its seed), highest, and how many fall under `target`.

@@ -647,6 +647,31 @@ impl Sim {
             .sum()
     }
 
+    /// What job `j` resized adds to the pool's iterations per second: its own rate (one
+    /// iteration in `iterations.0` seconds before, `iterations.1` after) and that of the
+    /// jobs sharing the nodes `touched`, each of which holds `change` ranks more in
+    /// `counts` (as they are after) than before.
+    fn pool_gain(
+        &self,
+        j: usize,
+        touched: &[usize],
+        change: isize,
+        counts: &mut [usize],
+        iterations: (f64, f64),
+        eff: &impl Fn(&[Node], usize, usize) -> f64,
+    ) -> f64 {
+        let shift = |counts: &mut [usize], by: isize| {
+            for &n in touched {
+                counts[n] = counts[n].wrapping_add_signed(by);
+            }
+        };
+        let after = self.others_rate(j, touched, counts, eff) + 1.0 / iterations.1;
+        shift(counts, -change);
+        let before = self.others_rate(j, touched, counts, eff) + 1.0 / iterations.0;
+        shift(counts, change);
+        after - before
+    }
+
     /// The oracle's best resize of malleable job `j` (see the module docs), its ranks on
     /// `start` (by rank), `current` seconds per iteration now; `options` the nodes it
     /// may grow onto (those with room are tried), `counts` the ranks on each node (left
@@ -745,15 +770,8 @@ impl Sim {
                 place.push(m);
                 added.push(m);
                 if limits.allows(width as u32) {
-                    let after = self.others_rate(j, &added, counts, eff) + 1.0 / t;
-                    for &n in &added {
-                        counts[n] -= 1;
-                    }
-                    let before = self.others_rate(j, &added, counts, eff) + 1.0 / current;
-                    for &n in &added {
-                        counts[n] += 1;
-                    }
-                    consider(after - before, width as u32, added.clone(), Vec::new());
+                    let gain = self.pool_gain(j, &added, 1, counts, (current, t), eff);
+                    consider(gain, width as u32, added.clone(), Vec::new());
                 }
             }
             for &n in &added {
@@ -797,16 +815,9 @@ impl Sim {
                 removed.push(k);
                 if limits.allows(width as u32) {
                     let touched: Vec<usize> = removed.iter().map(|&k| start[k]).collect();
-                    let after = self.others_rate(j, &touched, counts, eff) + 1.0 / t;
-                    for &n in &touched {
-                        counts[n] += 1;
-                    }
-                    let before = self.others_rate(j, &touched, counts, eff) + 1.0 / current;
-                    for &n in &touched {
-                        counts[n] -= 1;
-                    }
+                    let gain = self.pool_gain(j, &touched, -1, counts, (current, t), eff);
                     let departing = removed.iter().map(|&k| job.ranks[k]).collect();
-                    consider(after - before, width as u32, Vec::new(), departing);
+                    consider(gain, width as u32, Vec::new(), departing);
                 }
             }
             for &k in &removed {
