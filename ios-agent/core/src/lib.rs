@@ -8,6 +8,8 @@
 //! under the deterministic simulator in [`sim`] (feature `sim`).
 //!
 //! - [`model`]: the resource sensitive model of section 5, **Figure 3** ([`model::gain`]).
+//! - [`resize`]: the model extended to malleable jobs: the gain of growing or shrinking a
+//!   job ([`resize::resize_gain`]); the policy that uses it is in `agent/resizing.rs`.
 //! - [`decision`]: which entities to move where, shared by both strategies: damping,
 //!   feasibility, `gain > min_gain`, single or group migration (section 5.2, "Migration
 //!   granularity").
@@ -36,7 +38,8 @@
 //! 4. when the timer fires: [`Agent::handle_timeout`];
 //! 5. when pcmd reports the end of a migration: [`Agent::handle_migration_outcome`];
 //! 6. then: [`agent::Action::Send`] goes on the wire, [`agent::Action::Migrate`] goes to
-//!    pcmd as a `Migrate` request carrying the migration id.
+//!    pcmd as a `Migrate` request carrying the migration id, and [`agent::Action::Resize`]
+//!    as a `Migrate` request with the resize and no moves (malleable jobs, [`resize`]).
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -60,6 +63,9 @@
 //!         Action::Send { to, message } => println!("send {} to {to}", message.kind()),
 //!         Action::Migrate { id, entities, to_host, .. } => {
 //!             println!("pcmd: move {entities:?} to {to_host} as {id}")
+//!         }
+//!         Action::Resize { id, job, ranks, hosts, .. } => {
+//!             println!("pcmd: resize {job} to {ranks} ranks ({hosts:?}) as {id}")
 //!         }
 //!     }
 //! }
