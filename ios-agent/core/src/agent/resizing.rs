@@ -170,6 +170,16 @@ impl Agent {
             return Err(GrowRefusal::NotIdle);
         }
         let cpu_here = self.cpu_per_entity(node, true);
+        // The added ranks exchange halos with the job's ranks across the link to the
+        // thief each iteration, and the exchange time measured here does not know that
+        // link: each iteration pays about one more round trip to the thief (the assumed far
+        // RTT for a thief never measured). Without it a far idle node looked as good as a
+        // near one, and the simulated pools grew jobs across continents (100 nodes,
+        // Internet-like, seed 5: 3 nodes and 67 ms of latency an iteration per job, against
+        // 1 ms without resizes).
+        let thief_rtt = self
+            .rtt_to_host(&thief.host)
+            .unwrap_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64());
         let mut best: Option<GrowPlan> = None;
         for rank0 in growable {
             let (Some(limits), Some(timing)) =
@@ -201,7 +211,10 @@ impl Agent {
                     node.bandwidth.min(offer.bandwidth),
                 );
                 let gain = resize_gain(
-                    &timing,
+                    &JobTiming {
+                        exchange: timing.exchange + thief_rtt,
+                        ..timing
+                    },
                     to,
                     slowest.min(cpu_new),
                     cost,
@@ -652,6 +665,23 @@ mod tests {
         assert_eq!(grown.len(), 1);
         assert_eq!((grown[0].0, grown[0].1), (2, 4));
         assert_eq!(grown[0].2, vec![host("node-c"), host("node-c")]);
+    }
+
+    #[test]
+    fn given_a_far_idle_node_then_the_job_does_not_grow_onto_it() {
+        let t0 = Instant::now();
+        // Rank 0 of 2, 100 ms computing and 5 ms exchanging: onto a node 1 ms away 2 -> 3
+        // gains 0.18; 60 ms away the round trip each iteration makes it a loss.
+        let mut near = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        near.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert_eq!(resizes(&drain(&mut near)).len(), 1);
+        let mut far = agent("node-a", t0);
+        meet(&mut far, t0, "node-c", MS * 60);
+        far.handle_node_profile(t0, node(0.6, 0.0));
+        far.handle_entities(t0, vec![heat_rank(0, 2, 100, 5)]);
+        drain(&mut far);
+        far.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert!(resizes(&drain(&mut far)).is_empty());
     }
 
     #[test]
