@@ -174,9 +174,8 @@ impl Agent {
         // thief each iteration, and the exchange time measured here does not know that
         // link: each iteration pays about one more round trip to the thief (the assumed far
         // RTT for a thief never measured). Without it a far idle node looked as good as a
-        // near one, and the simulated pools grew jobs across continents (100 nodes,
-        // Internet-like, seed 5: 3 nodes and 67 ms of latency an iteration per job, against
-        // 1 ms without resizes).
+        // near one. (The simulated pools' figures at 100 nodes did not change with it: the
+        // far pairs seen there come after the grows, not from them; docs/results.md.)
         let thief_rtt = self
             .rtt_to_host(&thief.host)
             .unwrap_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64());
