@@ -181,6 +181,18 @@ mod tests {
         );
     }
 
+    /// Without serde_json's `float_roundtrip` this time read back one bit off (CI, 2026-12-02)
+    /// and the mark compared unequal to what was written.
+    #[test]
+    fn a_time_reads_back_bit_for_bit() {
+        let at = 1796238142.8370225_f64;
+        let text = serde_json::to_string(&at).unwrap();
+        assert_eq!(
+            serde_json::from_str::<f64>(&text).unwrap().to_bits(),
+            at.to_bits()
+        );
+    }
+
     #[test]
     fn given_no_mark_then_read_says_none_and_remove_false() {
         let dir = tempfile::tempdir().unwrap();
