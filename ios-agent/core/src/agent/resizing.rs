@@ -73,6 +73,15 @@ pub(crate) enum OutgoingResize {
     Shrink(JobId),
 }
 
+impl OutgoingResize {
+    /// The job resized.
+    fn job(&self) -> &JobId {
+        match self {
+            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job,
+        }
+    }
+}
+
 /// The best grow of a job onto a thief.
 #[derive(Debug, Clone)]
 pub(crate) struct GrowPlan {
@@ -305,9 +314,7 @@ impl Agent {
         reason: ResizeReason,
         notify: Option<PeerId>,
     ) {
-        let job = match &kind {
-            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job.clone(),
-        };
+        let job = kind.job().clone();
         let leaving_here: Vec<EntityId> = match &kind {
             OutgoingResize::Shrink(job) => self
                 .entities
@@ -343,9 +350,7 @@ impl Agent {
         } else {
             self.stats.resizes_failed += 1;
         }
-        let job = match resize {
-            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job,
-        };
+        let job = resize.job();
         if let Some(entry) = self.resizing.widths.get_mut(job) {
             entry.1 = Some(now);
         } else {
