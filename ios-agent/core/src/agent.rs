@@ -2446,13 +2446,15 @@ impl Agent {
     }
 
     /// Passes a work steal on to a random peer of `tier` (TTL decremented), or tells the
-    /// origin it is exhausted.
+    /// origin it is exhausted. An idle thief's steal goes to the home agent of a malleable
+    /// job with a rank here instead, when there is one ([`Agent::grow_home`]).
     pub(crate) fn forward(&mut self, from: PeerId, steal: Steal, tier: LatencyTier) {
         let exclude = [&from, &steal.origin, &steal.source.peer, &self.me];
-        let next = self
-            .peers
-            .choose_in_tier_except(tier, &exclude, &mut self.rng)
-            .cloned();
+        let next = self.grow_home(&steal.source, &exclude).or_else(|| {
+            self.peers
+                .choose_in_tier_except(tier, &exclude, &mut self.rng)
+                .cloned()
+        });
         self.pass_on(steal, next);
     }
 

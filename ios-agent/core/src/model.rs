@@ -506,6 +506,16 @@ pub struct EntityProfile {
     /// profile.
     #[serde(default)]
     pub malleable: Option<pcm_proto::Malleability>,
+    /// Where the job's rank 0 runs (the node whose agent decides the job's resizes,
+    /// docs/agents.md), when known; `None` for an older agent's or rank's profile.
+    #[serde(default)]
+    pub home: Option<HostName>,
+    /// Time inside MPI per iteration when the process waits least for its partners (its
+    /// exchange without the waiting `mpi_wait` includes), when its PCM measured it; the
+    /// resize model's part of an iteration that does not divide among ranks
+    /// ([`crate::resize::JobTiming::from_rank`]). `None`: unknown (older profiles).
+    #[serde(default)]
+    pub exchange: Option<Duration>,
 }
 
 /// Most partners of one entity carried in a profile.
@@ -697,6 +707,8 @@ impl EntityProfile {
             partners: Vec::new(),
             job_ranks: 0,
             malleable: None,
+            home: None,
+            exchange: None,
         }
     }
 

@@ -1411,10 +1411,19 @@ impl Sim {
                     } else {
                         Vec::new()
                     };
+                    // Where rank 0 runs, as PCM reports its placement.
+                    let home = job
+                        .ranks
+                        .first()
+                        .map(|&r| self.nodes[self.entities[r].node].host.clone());
                     EntityProfile {
                         partners,
                         job_ranks: job.ranks.len() as u32,
                         malleable: job.malleable,
+                        home,
+                        // Its ranks wait, but the simulator does not split an exchange
+                        // out: the model takes all their MPI time as exchange.
+                        exchange: None,
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,

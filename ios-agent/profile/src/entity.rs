@@ -116,6 +116,8 @@ pub fn entity_profile(
         partners: partners(rank, previous),
         job_ranks: job.size,
         malleable: job.malleable,
+        home: p.home.clone(),
+        exchange: p.exchange_us.map(Duration::from_micros),
     }
 }
 
@@ -364,6 +366,8 @@ mod tests {
                     bytes: 1_000_000,
                 },
                 malleable: None,
+                home: Some(HostName::new("node-a").expect("valid")),
+                exchange_us: Some(300),
             },
             iterations_per_second: ips,
             wall_per_iteration_us: wall_us,
@@ -508,6 +512,10 @@ mod tests {
         assert_eq!((e[1].malleable, e[1].job_ranks), (None, 3));
         let one = entity_profile(&s.jobs[0], &s.jobs[0].ranks[0], None);
         assert_eq!(one.malleable, Some(limits));
+        // Where rank 0 runs, as the rank reported it: the job's home agent's node.
+        assert_eq!(one.home.as_ref().map(|h| h.as_str()), Some("node-a"));
+        // And its exchange as its PCM measured it over the period.
+        assert_eq!(one.exchange, Some(Duration::from_micros(300)));
         assert!(one.validate().is_ok());
     }
 

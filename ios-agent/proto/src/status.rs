@@ -477,6 +477,8 @@ mod tests {
             partners: Vec::new(),
             job_ranks: 2,
             malleable: None,
+            home: None,
+            exchange: None,
         }
     }
 

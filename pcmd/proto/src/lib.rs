@@ -538,6 +538,21 @@ pub struct RankProfile {
     /// the older side could act on.
     #[serde(default)]
     pub malleable: Option<Malleability>,
+    /// Where the job's rank 0 runs, as the rank knows the job's placement: the node whose
+    /// agent decides the job's resizes (its *home*), so that an agent of another of its
+    /// ranks can pass an idle node's offer there. `None` when unknown (an older rank, or a
+    /// rank that reports before it knows the placement); added like `malleable`, without
+    /// a version bump.
+    #[serde(default)]
+    pub home: Option<HostName>,
+    /// Time inside MPI per iteration in the iterations in which the rank waited least for
+    /// its partners (the lower quartile over the iterations since its last report),
+    /// microseconds: its exchange, told from its waiting, which the mean (`mpi_us` over
+    /// the iterations) includes. The agents' resize model takes it as the part of an
+    /// iteration that does not divide among ranks. Per report, not cumulative; `None`
+    /// when unknown (profiling off, too few iterations, an older rank).
+    #[serde(default)]
+    pub exchange_us: Option<u64>,
 }
 
 /// Load of a node (or of the cgroup that bounds it), as its daemon measures it.

@@ -179,12 +179,6 @@ impl Agent {
             return Err(GrowRefusal::NotIdle);
         }
         let cpu_here = self.cpu_per_entity(node, true);
-        // The added ranks exchange halos with the job's ranks across the link to the
-        // thief each iteration, and the exchange time measured here does not know that
-        // link: each iteration pays about one more round trip to the thief (the assumed far
-        // RTT for a thief never measured). Without it a far idle node looked as good as a
-        // near one. (The simulated pools' figures at 100 nodes did not change with it: the
-        // far pairs seen there come after the grows, not from them; docs/results.md.)
         let thief_rtt = self
             .rtt_to_host(&thief.host)
             .unwrap_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64());
@@ -198,6 +192,40 @@ impl Agent {
             // What the thief offers one more rank of this job (its own ranks of it, if any,
             // counted as busy), and the slowest rank's CPU now.
             let offer = thief.profile.for_job(&rank0.id.job, &thief.job_offers);
+            // The added ranks exchange halos across the link to the thief each iteration.
+            // The exchange time measured here already pays the round trip to rank 0's
+            // farthest partner, so only a thief farther than that adds to it: about the
+            // difference per iteration (the assumed far RTT for a thief never measured).
+            // Without it a far idle node looked as good as a near one; charged in full,
+            // the round trip between two agents on busy capped nodes (their scheduling
+            // included) outweighed the grow of a job whose ranks already exchange over the
+            // same kind of link (the main job's act never grew in CI). Partners unknown
+            // (`ios-agent join` weighs them only with `--partners`), a job with ranks on
+            // other nodes is taken to pay at least the round trip to the nearest other peer.
+            let known_partners = rank0
+                .partners
+                .iter()
+                .filter_map(|p| self.rtt_to_host(&p.host))
+                .reduce(f64::max);
+            let spans_nodes = self
+                .entities
+                .iter()
+                .filter(|e| e.id.job == rank0.id.job)
+                .count()
+                < timing.ranks as usize;
+            let paid_rtt = known_partners
+                .or_else(|| {
+                    spans_nodes
+                        .then(|| {
+                            self.peers
+                                .by_rtt()
+                                .find(|(peer, _)| **peer != thief.peer)
+                                .map(|(_, rtt)| rtt.as_secs_f64())
+                        })
+                        .flatten()
+                })
+                .unwrap_or(0.0);
+            let extra_rtt = (thief_rtt - paid_rtt).max(0.0);
             // As many ranks as it has idle cores, or as it can give each the CPU the job's
             // slowest rank gets (at least half a core each): the job goes at that pace.
             let slowest = timing.slowest_cpu();
@@ -220,7 +248,7 @@ impl Agent {
                 );
                 let gain = resize_gain(
                     &JobTiming {
-                        exchange: timing.exchange + thief_rtt,
+                        exchange: timing.exchange + extra_rtt,
                         ..timing
                     },
                     to,
@@ -228,6 +256,22 @@ impl Agent {
                     cost,
                     rank0.life_expectancy(),
                     self.config.resize_cost.term,
+                );
+                tracing::debug!(
+                    agent = %self.me,
+                    job = %rank0.id.job,
+                    onto = %thief.host,
+                    from = timing.ranks,
+                    to,
+                    work_ms = timing.work * 1e3,
+                    exchange_ms = timing.exchange * 1e3,
+                    extra_rtt_ms = extra_rtt * 1e3,
+                    iteration_now_ms = gain.iteration_now * 1e3,
+                    iteration_after_ms = gain.iteration_after * 1e3,
+                    cost_s = gain.cost,
+                    delta = gain.delta,
+                    gain = gain.gain,
+                    "grow weighed"
                 );
                 if gain.gain >= self.config.min_gain
                     && best.as_ref().is_none_or(|b| gain.gain > b.gain.gain)
@@ -241,6 +285,37 @@ impl Agent {
             }
         }
         Ok(best)
+    }
+
+    /// NSp2p: the agent to pass a work steal of `thief` on to instead of a random peer:
+    /// the home agent (the agent of rank 0's node) of a malleable job that has a rank here
+    /// and may grow, when the thief is idle and the home agent is a peer not in `exclude`.
+    ///
+    /// Why: only the home agent grows a job, and an idle node's steals go to random peers.
+    /// Asked by an agent of another rank, the steal used to go on at random (or end), and
+    /// the idle node could ask for seconds without reaching the one agent that could grow
+    /// the job onto it (the main job's malleable act moved a rank twice and never grew in
+    /// CI). Passed on to the home agent, the steal gets it to weigh the grow; a forwarded
+    /// steal is never acted on, so it hints the thief, which asks it directly.
+    pub(crate) fn grow_home(&self, thief: &Beneficiary, exclude: &[&PeerId]) -> Option<PeerId> {
+        if !self.config.resizes
+            || self.config.topology != super::Topology::PeerToPeer
+            || !thief.profile.is_lightly_loaded(self.config.light_threshold)
+        {
+            return None;
+        }
+        self.entities
+            .iter()
+            .filter(|e| {
+                e.id.rank != Rank(0)
+                    && e.malleable
+                        .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
+            })
+            .filter_map(|e| e.home.as_ref())
+            .filter(|home| **home != self.host && **home != thief.host)
+            .filter_map(|home| self.hosts.holder(home))
+            .find(|peer| self.peers.get(peer).is_some() && !exclude.contains(peer))
+            .cloned()
     }
 
     /// [`Agent::grow_plan`] for the thief of `steal` with this node's own profile, counting
@@ -657,6 +732,82 @@ mod tests {
         assert_eq!(resizes(&drain(&mut a))[0].1, 4);
     }
 
+    /// What failed in CI: an idle node's steals went to the agents of other ranks of the
+    /// job and on at random, never reaching the one agent that grows it. Now the agent of
+    /// rank 1 passes them to the job's home agent, which hints the thief; the thief's
+    /// direct steal grows the job.
+    #[test]
+    fn given_an_idle_node_asks_the_agent_of_another_rank_then_the_steal_reaches_the_home_agent() {
+        let t0 = Instant::now();
+        // node-b runs rank 1 (home node-a), unloaded: nothing to move; it knows node-a,
+        // the thief node-c and eight more peers a random forward could pick.
+        let mut b = agent("node-b", t0);
+        let others: Vec<String> = (0..8).map(|i| format!("node-x{i}")).collect();
+        for name in ["node-a", "node-c"]
+            .into_iter()
+            .chain(others.iter().map(String::as_str))
+        {
+            meet(&mut b, t0, name, MS);
+        }
+        b.handle_node_profile(t0, node(0.6, 0.0));
+        let mut rank1 = heat_rank(1, 2, 100, 5);
+        rank1.home = Some(host("node-a"));
+        b.handle_entities(t0, vec![rank1.clone()]);
+        drain(&mut b);
+        let passed_to = |b: &mut Agent| -> Vec<PeerId> {
+            drain(b)
+                .into_iter()
+                .filter_map(|a| match a {
+                    Action::Send {
+                        to,
+                        message: Message::WorkSteal { .. },
+                    } => Some(to),
+                    _ => None,
+                })
+                .collect()
+        };
+        for id in 0..10 {
+            b.handle_message(t0, peer("node-c"), steal_from("node-c", id, node(0.0, 0.0)));
+            assert_eq!(passed_to(&mut b), vec![peer("node-a")], "steal {id}");
+        }
+        // A busy thief's steal, or one for a job at its widest, goes on at random.
+        let mut sent = Vec::new();
+        for id in 10..30 {
+            b.handle_message(t0, peer("node-c"), steal_from("node-c", id, node(0.6, 0.0)));
+            sent.extend(passed_to(&mut b));
+        }
+        assert!(sent.iter().any(|p| *p != peer("node-a")), "{sent:?}");
+        let mut widest = rank1.clone();
+        widest.malleable = Some(Malleability::new(1, 2).expect("valid"));
+        b.handle_entities(t0, vec![widest]);
+        drain(&mut b);
+        let mut sent = Vec::new();
+        for id in 30..50 {
+            b.handle_message(t0, peer("node-c"), steal_from("node-c", id, node(0.0, 0.0)));
+            sent.extend(passed_to(&mut b));
+        }
+        assert!(sent.iter().any(|p| *p != peer("node-a")), "{sent:?}");
+
+        // The home agent, given the passed-on steal, hints the thief; its direct steal grows.
+        let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        meet(&mut a, t0, "node-b", MS);
+        drain(&mut a);
+        let mut forwarded = steal_from("node-c", 60, node(0.0, 0.0));
+        if let Message::WorkSteal { ttl, .. } = &mut forwarded {
+            *ttl -= 1;
+        }
+        a.handle_message(t0, peer("node-b"), forwarded);
+        let actions = drain(&mut a);
+        assert!(resizes(&actions).is_empty(), "{actions:?}");
+        assert!(
+            actions.iter().any(|x| matches!(x,
+                Action::Send { to, message: Message::WorkAvailable } if *to == peer("node-c"))),
+            "{actions:?}"
+        );
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 61, node(0.0, 0.0)));
+        assert_eq!(resizes(&drain(&mut a)).len(), 1);
+    }
+
     #[test]
     fn given_an_idle_node_that_can_feed_two_ranks_at_the_jobs_pace_then_it_takes_two() {
         let t0 = Instant::now();
@@ -675,7 +826,8 @@ mod tests {
     fn given_a_far_idle_node_then_the_job_does_not_grow_onto_it() {
         let t0 = Instant::now();
         // Rank 0 of 2, 100 ms computing and 5 ms exchanging: onto a node 1 ms away 2 -> 3
-        // gains 0.18; 60 ms away the round trip each iteration makes it a loss.
+        // gains 0.18; 60 ms away, with no other peer as far, the round trip each iteration
+        // makes it a loss.
         let mut near = home(t0, vec![heat_rank(0, 2, 100, 5)]);
         near.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
         assert_eq!(resizes(&drain(&mut near)).len(), 1);
@@ -686,6 +838,16 @@ mod tests {
         drain(&mut far);
         far.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
         assert!(resizes(&drain(&mut far)).is_empty());
+        // A job whose ranks already exchange across 60 ms (its nearest other peer, node-b)
+        // pays no more on a node as far: it grows.
+        let mut spread = agent("node-a", t0);
+        meet(&mut spread, t0, "node-b", MS * 60);
+        meet(&mut spread, t0, "node-c", MS * 60);
+        spread.handle_node_profile(t0, node(0.6, 0.0));
+        spread.handle_entities(t0, vec![heat_rank(0, 2, 100, 5)]);
+        drain(&mut spread);
+        spread.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        assert_eq!(resizes(&drain(&mut spread)).len(), 1);
     }
 
     #[test]
