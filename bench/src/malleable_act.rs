@@ -45,11 +45,10 @@ pub const NO_RESIZE: &str = "--no-resize";
 pub const DEFAULT_SIZE: usize = 2048;
 
 /// Seconds a leaving node's agent waits for an idle node to take a malleable job's ranks
-/// before it shrinks the job off itself: three steal periods of 2 s
-/// (`ios-agent-core`'s `LEAVE_SHRINK_AFTER_STEAL_PERIODS`, `DEFAULT_STEAL_PERIOD`). When the
-/// job grew onto every idle node, nothing takes them, and the shrink comes that long after
-/// the leave.
-pub const LEAVE_SHRINK_WAIT_S: f64 = 6.0;
+/// before it shrinks the job off itself: one and a half steal periods of 2 s
+/// (`ios-agent-core`'s `leave_shrink_wait`, `DEFAULT_STEAL_PERIOD`). When the job grew onto
+/// every idle node, nothing takes them, and the shrink comes that long after the leave.
+pub const LEAVE_SHRINK_WAIT_S: f64 = 3.0;
 
 /// When things happen, seconds after the job's start.
 #[derive(Debug, Clone, Copy, PartialEq)]
