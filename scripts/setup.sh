@@ -17,7 +17,23 @@
 #                     `mpicc -show` prints, and libmpi.so.12 is not on the default path)
 #   the runtime's settings for PCM jobs (OMPI_* for Open MPI; MPIR_CVAR_* and UCX_* for MPICH)
 #   MPI_IOS_RUNTIME   the runtime chosen, which the test harness reads
+# It runs with `set -euo pipefail` and gives the caller's shell its own options back when it
+# ends, failed or not: sourced in a terminal, the strict options would otherwise stay on and
+# the next failing command would close it.
+# (Read here from `$-` and `shopt -o`: a command substitution does not see `-e`.)
+mpi_ios_caller_options="set +e +u +o pipefail"
+if [[ $- == *e* ]]; then mpi_ios_caller_options+=" -e"; fi
+if [[ $- == *u* ]]; then mpi_ios_caller_options+=" -u"; fi
+if shopt -qo pipefail; then mpi_ios_caller_options+=" -o pipefail"; fi
 set -euo pipefail
+# Prints why setup stops and puts the caller's options back; then `return 1` (or `exit 1`
+# when run rather than sourced).
+mpi_ios_fail() {
+    echo "$1" >&2
+    eval "$mpi_ios_caller_options"
+    unset mpi_ios_caller_options
+    unset -f mpi_ios_fail mpi_ios_links mpi_ios_wrappers
+}
 
 MPI_IOS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MPI_IOS_RUNTIME="${MPI_IOS_RUNTIME:-mpich}"
@@ -26,7 +42,7 @@ MPICH_PREFIX="$MPI_IOS_ROOT/.mpi/mpich-$MPICH_VERSION"
 case "$MPI_IOS_RUNTIME" in
 openmpi | mpich) ;;
 *)
-    echo "setup: MPI_IOS_RUNTIME=$MPI_IOS_RUNTIME is not a runtime: use openmpi or mpich" >&2
+    mpi_ios_fail "setup: MPI_IOS_RUNTIME=$MPI_IOS_RUNTIME is not a runtime: use openmpi or mpich"
     return 1 2>/dev/null || exit 1
     ;;
 esac
@@ -53,11 +69,14 @@ if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}" >&2
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if ! { $sudo apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+        mpi_ios_fail "setup: apt-get could not install ${missing[*]} (see above)"
+        return 1 2>/dev/null || exit 1
+    fi
 fi
 command -v cargo >/dev/null 2>&1 || {
-    echo "setup: cargo not found: install a Rust toolchain (1.85 or newer) first" >&2
+    mpi_ios_fail "setup: cargo not found: install a Rust toolchain (1.85 or newer) first"
     return 1 2>/dev/null || exit 1
 }
 
@@ -65,8 +84,11 @@ command -v cargo >/dev/null 2>&1 || {
 # install (interrupted pip) is redone rather than trusted.
 if ! "$MPICH_PREFIX/bin/mpichversion" 2>/dev/null | grep -q "^MPICH Version: *$MPICH_VERSION\$"; then
     echo "setup: installing MPICH $MPICH_VERSION into $MPICH_PREFIX" >&2
-    python3 -m venv "$MPICH_PREFIX"
-    "$MPICH_PREFIX/bin/pip" install --quiet --disable-pip-version-check "mpich==$MPICH_VERSION"
+    if ! { python3 -m venv "$MPICH_PREFIX" &&
+        "$MPICH_PREFIX/bin/pip" install --quiet --disable-pip-version-check "mpich==$MPICH_VERSION"; }; then
+        mpi_ios_fail "setup: could not install MPICH $MPICH_VERSION from the Python package index (see above)"
+        return 1 2>/dev/null || exit 1
+    fi
 fi
 
 # One directory of launcher and compiler links per runtime, put first on PATH: the venv's
@@ -81,11 +103,32 @@ mpi_ios_links() {
         shift 2
     done
 }
+# MPICH's compiler wrappers find their headers and libraries from where they are run: a link
+# to one would send the compiler to .mpi/include. They get a small script that runs them
+# where they are instead.
+mpi_ios_wrappers() {
+    local dir="$MPI_IOS_ROOT/.mpi/bin-$1" script
+    shift
+    mkdir -p "$dir"
+    while (($#)); do
+        script="$(printf '#!/bin/sh\nexec %q "$@"\n' "$2")"
+        [ "$(cat "$dir/$1" 2>/dev/null)" = "$script" ] || {
+            rm -f "$dir/$1"
+            printf '%s\n' "$script" >"$dir/$1"
+            chmod 755 "$dir/$1"
+        }
+        shift 2
+    done
+}
 mpi_ios_links openmpi mpiexec /usr/bin/mpiexec.openmpi mpirun /usr/bin/mpirun.openmpi \
-    mpicc /usr/bin/mpicc.openmpi
+    mpicc /usr/bin/mpicc.openmpi mpicxx /usr/bin/mpicxx.openmpi mpic++ /usr/bin/mpicxx.openmpi \
+    mpif90 /usr/bin/mpif90.openmpi mpifort /usr/bin/mpifort.openmpi
 mpi_ios_links mpich mpiexec "$MPICH_PREFIX/bin/mpiexec.hydra" \
-    mpirun "$MPICH_PREFIX/bin/mpiexec.hydra" mpicc "$MPICH_PREFIX/bin/mpicc" \
+    mpirun "$MPICH_PREFIX/bin/mpiexec.hydra" \
     mpichversion "$MPICH_PREFIX/bin/mpichversion" hydra_pmi_proxy "$MPICH_PREFIX/bin/hydra_pmi_proxy"
+# (MPICH from the package index has no Fortran bindings: no mpif90 for it.)
+mpi_ios_wrappers mpich mpicc "$MPICH_PREFIX/bin/mpicc" mpicxx "$MPICH_PREFIX/bin/mpicxx" \
+    mpic++ "$MPICH_PREFIX/bin/mpicxx"
 
 # Undo what an earlier `source` with the other runtime put in this shell.
 mpi_ios_rpath="-C link-arg=-Wl,-rpath,$MPICH_PREFIX/lib"
@@ -149,4 +192,6 @@ mkdir -p "$CARGO_TARGET_DIR"
 echo "$MPI_IOS_RUNTIME" >"$mpi_ios_stamp"
 unset mpi_ios_stamp
 unset mpi_ios_rpath
-unset -f mpi_ios_links
+eval "$mpi_ios_caller_options"
+unset mpi_ios_caller_options
+unset -f mpi_ios_fail mpi_ios_links mpi_ios_wrappers
