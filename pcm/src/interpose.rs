@@ -189,22 +189,6 @@ pub(crate) fn snapshot() -> Option<(Vec<PeerTraffic>, CollectiveTraffic, u64)> {
     Some((traffic, collectives, mpi_us))
 }
 
-/// Time inside MPI so far in [`ticks`], and microseconds per tick as the clock measured
-/// them since the counters were created; `None` while profiling is off. Cheap enough for
-/// every status call ([`crate::profile::Profiler::note_iteration`]).
-pub(crate) fn mpi_ticks() -> Option<u64> {
-    Some(counters_any()?.mpi_ticks.load(Ordering::Relaxed))
-}
-
-/// Microseconds per [`ticks`] unit so far; `None` while profiling is off or too early to
-/// tell.
-pub(crate) fn micros_per_tick() -> Option<f64> {
-    let counters = counters_any()?;
-    let elapsed_ticks = ticks().saturating_sub(counters.ticks_at_start);
-    (elapsed_ticks > 0)
-        .then(|| counters.started.elapsed().as_secs_f64() * 1e6 / elapsed_ticks as f64)
-}
-
 fn counters_any() -> Option<&'static Counters> {
     let p = COUNTERS.load(Ordering::Acquire);
     // SAFETY: non-null pointers in COUNTERS are leaked boxes, valid for the process's life.

@@ -1073,7 +1073,6 @@ impl Pcm {
         }
         self.job.iteration += 1;
         self.resizing = false;
-        self.profiler.note_iteration();
         if let Some(daemon) = &self.daemon {
             daemon.set_iteration(iteration);
             if daemon.profile_due() {
@@ -1094,11 +1093,10 @@ impl Pcm {
     /// with the job's resize limits ([`Pcm::set_malleable`]; C and Fortran declare through
     /// the same call), so that pcmd and the agents know the job is malleable.
     #[cold]
-    fn send_profile(&mut self, iteration: u64) {
+    fn send_profile(&self, iteration: u64) {
         if let (true, Some(daemon)) = (self.profiler.enabled(), &self.daemon) {
             let mut profile = self.profiler.snapshot(iteration, &self.rank_hosts);
             profile.malleable = self.job.malleability;
-            profile.exchange_us = self.profiler.take_exchange_us();
             daemon.send(ToDaemon::Profile(profile));
         }
     }

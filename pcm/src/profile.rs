@@ -50,26 +50,6 @@ pub(crate) struct Profiler {
     cpu_at_start_us: u64,
     /// Bytes of the last stored state.
     state_bytes: u64,
-    /// Time inside MPI of each iteration since the last report ([`Profiler::note_iteration`]).
-    exchange: ExchangeWindow,
-}
-
-/// Most iterations whose MPI time one report's exchange figure is taken from (the status
-/// path never allocates past it: a report is asked for about once a second).
-const EXCHANGE_WINDOW: usize = 4096;
-/// Fewest iterations for an exchange figure: fewer say too little.
-const EXCHANGE_MIN_ITERATIONS: usize = 8;
-
-/// The rank's time inside MPI per iteration, iteration by iteration, for the exchange
-/// figure of [`RankProfile::exchange_us`]: the lower quartile, the iterations in which the
-/// rank waited least for its partners, so that its halo exchange is told from its waiting
-/// (its mean MPI time is both).
-#[derive(Debug, Default)]
-struct ExchangeWindow {
-    /// MPI time in ticks at the last status call.
-    last: Option<u64>,
-    /// MPI ticks of each iteration since the last report.
-    iterations: Vec<u64>,
 }
 
 impl Profiler {
@@ -81,44 +61,7 @@ impl Profiler {
             base,
             since: Instant::now(),
             cpu_at_start_us: process_cpu_us(),
-            exchange: ExchangeWindow::default(),
         }
-    }
-
-    /// Notes an iteration's end (a status call): its time inside MPI joins the exchange
-    /// figure's window. Reads one counter; does nothing while profiling is off.
-    #[inline]
-    pub(crate) fn note_iteration(&mut self) {
-        if !self.enabled {
-            return;
-        }
-        let Some(now) = interpose::mpi_ticks() else {
-            return;
-        };
-        let window = &mut self.exchange;
-        // (A new world's counters start again from 0: that iteration is left out.)
-        if let Some(last) = window.last.filter(|last| now >= *last) {
-            if window.iterations.len() < EXCHANGE_WINDOW {
-                window.iterations.push(now.saturating_sub(last));
-            }
-        }
-        window.last = Some(now);
-    }
-
-    /// The exchange figure of the iterations since the last call (the lower quartile of
-    /// their MPI times, microseconds), and a fresh window; `None` after too few iterations.
-    pub(crate) fn take_exchange_us(&mut self) -> Option<u64> {
-        let iterations = &mut self.exchange.iterations;
-        let figure = (iterations.len() >= EXCHANGE_MIN_ITERATIONS)
-            .then(|| {
-                let quartile = iterations.len() / 4;
-                let (_, ticks, _) = iterations.select_nth_unstable(quartile);
-                let ticks = *ticks;
-                interpose::micros_per_tick().map(|us| (ticks as f64 * us).round() as u64)
-            })
-            .flatten();
-        iterations.clear();
-        figure
     }
 
     /// Whether profiling is on.
@@ -181,8 +124,6 @@ impl Profiler {
             // fills it in (`Pcm::send_profile`); a replacement gets it with the state.
             malleable: None,
             home: rank_hosts.first().cloned(),
-            // Per report, not cumulative: `Pcm::send_profile` fills it in.
-            exchange_us: None,
         }
     }
 

@@ -510,12 +510,6 @@ pub struct EntityProfile {
     /// docs/agents.md), when known; `None` for an older agent's or rank's profile.
     #[serde(default)]
     pub home: Option<HostName>,
-    /// Time inside MPI per iteration when the process waits least for its partners (its
-    /// exchange without the waiting `mpi_wait` includes), when its PCM measured it; the
-    /// resize model's part of an iteration that does not divide among ranks
-    /// ([`crate::resize::JobTiming::from_rank`]). `None`: unknown (older profiles).
-    #[serde(default)]
-    pub exchange: Option<Duration>,
 }
 
 /// Most partners of one entity carried in a profile.
@@ -708,7 +702,6 @@ impl EntityProfile {
             job_ranks: 0,
             malleable: None,
             home: None,
-            exchange: None,
         }
     }
 

@@ -1421,9 +1421,6 @@ impl Sim {
                         job_ranks: job.ranks.len() as u32,
                         malleable: job.malleable,
                         home,
-                        // Its ranks wait, but the simulator does not split an exchange
-                        // out: the model takes all their MPI time as exchange.
-                        exchange: None,
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,

@@ -117,7 +117,6 @@ pub fn entity_profile(
         job_ranks: job.size,
         malleable: job.malleable,
         home: p.home.clone(),
-        exchange: p.exchange_us.map(Duration::from_micros),
     }
 }
 
@@ -367,7 +366,6 @@ mod tests {
                 },
                 malleable: None,
                 home: Some(HostName::new("node-a").expect("valid")),
-                exchange_us: Some(300),
             },
             iterations_per_second: ips,
             wall_per_iteration_us: wall_us,
@@ -514,8 +512,6 @@ mod tests {
         assert_eq!(one.malleable, Some(limits));
         // Where rank 0 runs, as the rank reported it: the job's home agent's node.
         assert_eq!(one.home.as_ref().map(|h| h.as_str()), Some("node-a"));
-        // And its exchange as its PCM measured it over the period.
-        assert_eq!(one.exchange, Some(Duration::from_micros(300)));
         assert!(one.validate().is_ok());
     }
 

@@ -478,7 +478,6 @@ mod tests {
             job_ranks: 2,
             malleable: None,
             home: None,
-            exchange: None,
         }
     }
 

@@ -545,14 +545,6 @@ pub struct RankProfile {
     /// a version bump.
     #[serde(default)]
     pub home: Option<HostName>,
-    /// Time inside MPI per iteration in the iterations in which the rank waited least for
-    /// its partners (the lower quartile over the iterations since its last report),
-    /// microseconds: its exchange, told from its waiting, which the mean (`mpi_us` over
-    /// the iterations) includes. The agents' resize model takes it as the part of an
-    /// iteration that does not divide among ranks. Per report, not cumulative; `None`
-    /// when unknown (profiling off, too few iterations, an older rank).
-    #[serde(default)]
-    pub exchange_us: Option<u64>,
 }
 
 /// Load of a node (or of the cgroup that bounds it), as its daemon measures it.
