@@ -2381,7 +2381,7 @@ impl Agent {
                         // instead, when that gains more than the move.
                         if let Some(grow) = self
                             .grow_for_steal(now, &steal)
-                            .filter(|g| plan.as_ref().is_none_or(|p| g.gain.gain > p.gain.gain))
+                            .filter(|g| g.beats_move(plan.as_ref()))
                         {
                             if checked.is_err() {
                                 self.stats.grow_offers_refused += 1;

@@ -1589,13 +1589,12 @@ impl Agent {
             });
             drop(views);
             // A malleable job whose rank 0 runs on the manager's own node may grow onto the
-            // thief instead, when that gains more than the move found (members' jobs are
-            // only moved: a member is not ordered to grow).
-            if let Some(grow) = self.grow_for_steal(now, &steal).filter(|g| {
-                found
-                    .as_ref()
-                    .is_none_or(|(_, _, p)| g.gain.gain > p.gain.gain)
-            }) {
+            // thief instead, when that beats the move found (members' jobs are only moved:
+            // a member is not ordered to grow).
+            if let Some(grow) = self
+                .grow_for_steal(now, &steal)
+                .filter(|g| g.beats_move(found.as_ref().map(|(_, _, p)| p)))
+            {
                 if direct {
                     self.start_grow(now, grow, steal);
                     return;
