@@ -875,7 +875,7 @@ mod tests {
     #[test]
     fn given_a_move_of_the_same_job_then_the_shorter_predicted_iteration_wins() {
         let t0 = Instant::now();
-        let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
+        let a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
         let thief = Beneficiary {
             peer: peer("node-c"),
             host: host("node-c"),
