@@ -7,20 +7,24 @@
 //!   request made before a reconfiguration the job completed is superseded covers the rest
 //!   (a request from an agent that has not yet seen the new width).
 //! - **On what**: a work steal, the request an idle node already sends, from its origin
-//!   itself (one passed on by another agent gets a work-available hint, as for a move, and
-//!   the thief asks again over its own connection). The home agent weighs growing the job
-//!   onto the thief by as many ranks as the thief has idle cores (and the job's limits
-//!   allow) against moving a rank there, and does what gains more. No message asks for a
-//!   resize: the network can offer a node, never make a job change width, and a thief that
-//!   is not idle is refused ([`super::Stats::grow_offers_refused`]).
+//!   itself. An agent of another rank of the job passes an idle node's steal to the home
+//!   agent (every rank reports where rank 0 runs: [`Agent::grow_home`]), which hints the
+//!   thief (work available), and the thief asks it over its own connection. The home agent
+//!   weighs growing the job onto the thief by as many ranks as the thief has idle cores (and
+//!   the job's limits allow) against moving a rank there: against a move of the same job by
+//!   the job's predicted iteration after each ([`GrowPlan::beats_move`]), and a grow needs
+//!   half a move's minimum gain. No message asks for a resize: the network can offer a
+//!   node, never make a job change width, and a thief that is not idle is refused
+//!   ([`super::Stats::grow_offers_refused`]).
 //! - **Not while spread** (NSp2p): a job whose rank 0 exchanges with a partner beyond the
 //!   local tier is not grown: the moves gather it first (onto one node, which a grown job
 //!   would be too wide for), and it grows once its partners are near.
 //! - **Shrinking** is decided by the agent of the node the ranks leave, for its own node,
 //!   from its own profile: when it is leaving and no idle node took the job's ranks within
-//!   one and a half steal periods of its calls for thieves, or when competing load (its owner coming back) has slowed them
-//!   for [`super::Config::with_shed_after`] with no idle node taking them and the model
-//!   predicts the job runs faster without them.
+//!   one and a half steal periods of its calls for thieves ([`leave_shrink_wait`]), or when
+//!   competing load (its owner coming back) has slowed them for
+//!   [`super::Config::with_shed_after`] with no idle node taking them and the model predicts
+//!   the job runs faster without them.
 //! - **Damping**: no agent resizes a job within a hold-down of a change of its width (seen
 //!   in its ranks' profiles, or done by itself), nor sheds ranks that arrived within a
 //!   hold-down; only a leaving node may. So a job does not grow and shrink back within its
