@@ -54,7 +54,8 @@ fn sourcing_the_setup_script_leaves_the_callers_shell_options_as_they_were() {
     assert!(flags.contains('e') && flags.contains('u'), "{out}");
     assert!(out.contains("pipefail"), "{out}");
     // A refusal returns 1 with the options put back too, and says why.
-    let refused = bash("MPI_IOS_RUNTIME=bogus source scripts/setup.sh; echo \"status=$? flags=$-\"");
+    let refused =
+        bash("MPI_IOS_RUNTIME=bogus source scripts/setup.sh; echo \"status=$? flags=$-\"");
     let out = stdout(&refused);
     assert!(out.contains("status=1 flags="), "{out}");
     assert!(!out.contains("status=1 flags=e"), "{out}");
