@@ -92,8 +92,9 @@
 //!   `--checkpoint-dir`, creating it (mode 0700) or refusing it (not private to the user).
 //!   A relative or empty value is an error at init. Unset: each pcmd's own directory.
 //! - `PCM_RESTART`: `1` resumes the job from its newest checkpoint that is complete and
-//!   intact for every rank ([`ProcessStatus::Restarted`]); the same `mpirun` command plus
-//!   `-x PCM_RESTART=1`.
+//!   intact for every rank ([`ProcessStatus::Restarted`]); the same launch command with
+//!   `PCM_RESTART=1` in the ranks' environment (`-genv PCM_RESTART 1` with MPICH's
+//!   `mpiexec`, the default runtime; `-x PCM_RESTART=1` with Open MPI's `mpirun`).
 //! - `PCM_RECONFIGURE_TIMEOUT`: seconds the spawn, merge, state transfer and split of one
 //!   reconfiguration may take together (fractions allowed; default 60). If a replacement
 //!   stalls or dies while starting and the runtime does not end the job itself, PCM logs
