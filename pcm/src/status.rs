@@ -34,13 +34,25 @@ impl Pcm {
             // Rank 0 decides when a checkpoint is due, so all ranks learn it at this check.
             checkpoint: self.checkpoints.word(Instant::now()),
         };
-        let mut agreed = [0u64; 3];
+        // The job's slowest rank's compute since the last check rides on the same
+        // all-reduce (a maximum too): the agents weigh a resize with it.
+        let [request, interval, checkpoint] = mine.to_array();
+        let mut agreed = [0u64; 4];
+        let reduce_started = Instant::now();
         self.world.all_reduce_into(
-            &mine.to_array()[..],
+            &[
+                request,
+                interval,
+                checkpoint,
+                self.profiler.span_compute_us(),
+            ][..],
             &mut agreed[..],
             SystemOperation::max(),
         );
-        let agreed = Words::from_array(agreed);
+        let [request, interval, checkpoint, slowest_compute_us] = agreed;
+        self.profiler
+            .end_span(slowest_compute_us, reduce_started.elapsed());
+        let agreed = Words::from_array([request, interval, checkpoint]);
         self.job.next_check = agreed.next_check(iteration);
         if self.rank == 0 {
             events::progress(iteration);

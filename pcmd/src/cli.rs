@@ -725,6 +725,7 @@ mod tests {
             wall_per_iteration_us: 40_000.0,
             cpu_per_iteration_us: 850.0,
             mpi_per_iteration_us: 1500.0,
+            slowest_compute_per_iteration_us: 0.0,
         };
         let stats = NodeStats {
             host: HostName::new("node-a").unwrap(),

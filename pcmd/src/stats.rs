@@ -32,6 +32,8 @@ pub struct Rates {
     pub cpu_per_iteration_us: f64,
     /// Time inside MPI per iteration, microseconds.
     pub mpi_per_iteration_us: f64,
+    /// The job's slowest rank's computing time per iteration, microseconds (0: unknown).
+    pub slowest_compute_per_iteration_us: f64,
 }
 
 impl Rates {
@@ -49,6 +51,10 @@ impl Rates {
             wall_per_iteration_us: wall as f64 / iterations as f64,
             cpu_per_iteration_us: per(after.cpu_us, before.cpu_us),
             mpi_per_iteration_us: per(after.mpi_us, before.mpi_us),
+            slowest_compute_per_iteration_us: per(
+                after.slowest_compute_us,
+                before.slowest_compute_us,
+            ),
         }
     }
 }
@@ -245,6 +251,7 @@ pub fn node_stats(host: HostName, book: &Book, jobs: Vec<JobView<'_>>) -> NodeSt
                         wall_per_iteration_us: rates.wall_per_iteration_us,
                         cpu_per_iteration_us: rates.cpu_per_iteration_us,
                         mpi_per_iteration_us: rates.mpi_per_iteration_us,
+                        slowest_compute_per_iteration_us: rates.slowest_compute_per_iteration_us,
                         stalled: r.stalled,
                     }
                 })

@@ -151,6 +151,17 @@ fn given_heat2d_with_a_migration_then_the_traffic_matrix_is_exactly_the_halo_pat
             r.wall_per_iteration_us >= r.mpi_per_iteration_us,
             "time in MPI per iteration exceeds wall time per iteration: {r:?}"
         );
+        // The job's slowest compute, agreed at the status checks: at least about what
+        // this rank computes itself (its own figure also counts the checks), within the
+        // iteration.
+        let own = r.wall_per_iteration_us - r.mpi_per_iteration_us;
+        assert!(
+            r.profile.slowest_compute_us > 0
+                && r.slowest_compute_per_iteration_us >= 0.8 * own
+                && r.slowest_compute_per_iteration_us <= 1.2 * r.wall_per_iteration_us,
+            "slowest compute per iteration {:.0} us against own {own:.0} us: {r:?}",
+            r.slowest_compute_per_iteration_us
+        );
     }
 
     // Later reports still match exactly (and keep growing).

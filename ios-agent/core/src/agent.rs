@@ -1011,6 +1011,18 @@ struct Leaving {
     next_call: Instant,
     moved: u64,
     failed: u64,
+    /// When the last move off this node completed: the pool is relieving the node, and
+    /// the wait before a shrink starts again from there ([`resizing::leave_shrink_wait`]).
+    last_moved: Option<Instant>,
+}
+
+impl Leaving {
+    /// Since when the leaving node has waited for idle nodes to take its ranks: the start
+    /// of the drain or the last completed move, whichever is later.
+    fn waiting_since(&self) -> Instant {
+        self.last_moved
+            .map_or(self.started, |at| at.max(self.started))
+    }
 }
 
 /// How far the drain started by [`Agent::handle_leave`] has come.
@@ -1573,6 +1585,7 @@ impl Agent {
             next_call: now,
             moved: 0,
             failed: 0,
+            last_moved: None,
         });
         if matches!(self.thief, Thief::Stealing { .. }) {
             self.thief = Thief::Idle { next_round: now };
@@ -2538,6 +2551,7 @@ impl Agent {
         if let Some(leaving) = self.leaving.as_mut() {
             if completed {
                 leaving.moved += 1;
+                leaving.last_moved = Some(now);
             } else {
                 leaving.failed += 1;
             }
@@ -2696,7 +2710,7 @@ mod tests {
         }
     }
 
-    fn migrations(actions: &[Action]) -> Vec<(MigrationId, Vec<EntityId>, PeerId)> {
+    pub(super) fn migrations(actions: &[Action]) -> Vec<(MigrationId, Vec<EntityId>, PeerId)> {
         actions
             .iter()
             .filter_map(|a| match a {

@@ -510,6 +510,13 @@ pub struct EntityProfile {
     /// docs/agents.md), when known; `None` for an older agent's or rank's profile.
     #[serde(default)]
     pub home: Option<HostName>,
+    /// The job's slowest rank's computing time per iteration, when its ranks report it
+    /// (PCM agrees on it at each status check): against `compute`, whether a rank elsewhere
+    /// holds the job back, and the job's true exchange time (the slowest rank's time inside
+    /// MPI, which is not waiting). `None` when unknown (an older rank or agent, profiling
+    /// off): the resize model then takes this rank as the slowest.
+    #[serde(default)]
+    pub job_slowest_compute: Option<Duration>,
 }
 
 /// Most partners of one entity carried in a profile.
@@ -702,6 +709,7 @@ impl EntityProfile {
             job_ranks: 0,
             malleable: None,
             home: None,
+            job_slowest_compute: None,
         }
     }
 

@@ -20,9 +20,13 @@
 //!   divide (a rank sends the same rows whatever the width).
 //!
 //! The agents read both from one rank's profile ([`JobTiming::from_rank`]): the rank's
-//! compute time times the CPU it gets is its `W / n`, and its time inside MPI is `H` when it
-//! is the slowest rank and `H` plus its waiting otherwise, so the estimate of `H` is high and
-//! the predicted gain of growing low: the model errs towards not resizing. Checked against
+//! compute time times the CPU it gets is its `W / n`, and `H` is the iteration less the
+//! job's slowest rank's compute time, which the ranks agree on at each status check
+//! ([`EntityProfile::job_slowest_compute`]): the slowest rank waits for nobody, so the rest
+//! of its iteration is the exchange, and `s_min` follows (`W / n` over that compute time).
+//! When the slowest compute is unknown (an older PCM), the rank is taken as the slowest:
+//! its time inside MPI, `H` plus its waiting, is taken as `H`, so the estimate of `H` is
+//! high and the predicted gain of growing low: the model errs towards not resizing. Checked against
 //! heat2d measured at 1 to 4 ranks on emulated nodes (docs/agents.md, "Growing and
 //! shrinking"). (Taking `H` as the MPI time of the iterations in which the rank waited
 //! least, about 1 us for heat2d, made the agents grow heat2d 1024 x 1024 onto a joining
@@ -73,6 +77,15 @@ impl JobTiming {
         let compute = rank.compute.as_secs_f64();
         let mpi = rank.mpi_wait.as_secs_f64();
         let iteration = compute + mpi;
+        // The job's slowest rank computes this long; the rest of the iteration is the
+        // exchange (it waits for nobody). Unknown: this rank is taken as the slowest. Kept
+        // between this rank's compute and the iteration: the figures are averages over a
+        // period, and this rank's compute also counts PCM's status checks.
+        let slowest = rank
+            .job_slowest_compute
+            .map(|d| d.as_secs_f64())
+            .filter(|s| s.is_finite())
+            .map_or(compute, |s| s.clamp(compute, iteration.max(compute)));
         let known = rank.job_ranks > 0
             && cpu.is_finite()
             && cpu > 0.0
@@ -85,7 +98,11 @@ impl JobTiming {
         Some(JobTiming {
             ranks: rank.job_ranks,
             work: compute * cpu * f64::from(rank.job_ranks),
-            exchange: if rank.job_ranks > 1 { mpi } else { 0.0 },
+            exchange: if rank.job_ranks > 1 {
+                iteration - slowest
+            } else {
+                0.0
+            },
             iteration,
         })
     }
@@ -263,6 +280,32 @@ mod tests {
         assert!(JobTiming::from_rank(&rank(0, 10, 2), 0.5).is_none());
         assert!(JobTiming::from_rank(&rank(40, 10, 0), 0.5).is_none());
         assert!(JobTiming::from_rank(&rank(40, 10, 2), 0.0).is_none());
+    }
+
+    #[test]
+    fn given_the_jobs_slowest_compute_then_the_exchange_and_the_slowest_cpu_follow_from_it() {
+        // Rank 0 computes 40 ms at 0.5 core and waits in MPI 50 ms: the other rank, on a
+        // loaded node, computes 80 ms and exchanges 10 ms. W = 0.04 * 0.5 * 2 = 0.04.
+        let mut waiting = rank(40, 50, 2);
+        waiting.job_slowest_compute = Some(Duration::from_millis(80));
+        let t = JobTiming::from_rank(&waiting, 0.5).unwrap();
+        assert!(close(t.work, 0.04));
+        assert!(close(t.exchange, 0.010));
+        assert!(close(t.iteration, 0.090));
+        // The slowest rank's block, 0.02 core-seconds, in 80 ms: 0.25 core.
+        assert!(close(t.slowest_cpu(), 0.25));
+        // Grown to 3 with the slow rank still slow: 0.04 / 3 / 0.25 + 0.01 = 0.0633 s.
+        assert!(close(t.iteration_at(3, 0.25), 0.04 / 3.0 / 0.25 + 0.01));
+        // Unknown: rank 0 is taken as the slowest, all its MPI time as exchange.
+        let t = JobTiming::from_rank(&rank(40, 50, 2), 0.5).unwrap();
+        assert!(close(t.exchange, 0.050) && close(t.slowest_cpu(), 0.5));
+        // A figure below this rank's own compute (another period's) or above the iteration
+        // is clamped.
+        for (reported, exchange) in [(10, 0.050), (500, 0.0)] {
+            waiting.job_slowest_compute = Some(Duration::from_millis(reported));
+            let t = JobTiming::from_rank(&waiting, 0.5).unwrap();
+            assert!(close(t.exchange, exchange), "{reported} ms: {t:?}");
+        }
     }
 
     #[test]

@@ -1295,11 +1295,12 @@ impl Sim {
         compute: impl Fn(usize) -> f64,
         node: impl Fn(usize) -> usize,
     ) -> f64 {
-        let mut slowest: f64 = 0.0;
-        for &e in &job.ranks {
-            slowest = slowest.max(compute(e));
-        }
-        slowest + self.exchange_seconds(job, node)
+        Self::slowest_compute(job, compute) + self.exchange_seconds(job, node)
+    }
+
+    /// Seconds per iteration `job`'s slowest rank computes, each rank `e` taking `compute(e)`.
+    fn slowest_compute(job: &Job, compute: impl Fn(usize) -> f64) -> f64 {
+        job.ranks.iter().map(|&e| compute(e)).fold(0.0, f64::max)
     }
 
     /// Seconds per iteration `job`'s exchanges wait on latency, its entities on `node(e)`.
@@ -1366,6 +1367,12 @@ impl Sim {
                 self.job_iteration(job, compute, |e| self.entities[e].node)
             })
             .collect();
+        // Each job's slowest rank's compute, which PCM's ranks agree on and report.
+        let slowest: Vec<f64> = self
+            .jobs
+            .iter()
+            .map(|job| Self::slowest_compute(job, compute))
+            .collect();
         for (job, it) in self.jobs.iter_mut().zip(&iterations) {
             job.iteration = *it;
         }
@@ -1421,6 +1428,9 @@ impl Sim {
                         job_ranks: job.ranks.len() as u32,
                         malleable: job.malleable,
                         home,
+                        job_slowest_compute: Some(Duration::from_secs_f64(
+                            slowest[e.job].max(compute),
+                        )),
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,

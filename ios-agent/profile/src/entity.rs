@@ -117,6 +117,8 @@ pub fn entity_profile(
         job_ranks: job.size,
         malleable: job.malleable,
         home: p.home.clone(),
+        job_slowest_compute: (rate > 0.0 && clean(rank.slowest_compute_per_iteration_us) > 0.0)
+            .then(|| micros(rank.slowest_compute_per_iteration_us)),
     }
 }
 
@@ -366,12 +368,46 @@ mod tests {
                 },
                 malleable: None,
                 home: Some(HostName::new("node-a").expect("valid")),
+                slowest_compute_us: 0,
             },
             iterations_per_second: ips,
             wall_per_iteration_us: wall_us,
             cpu_per_iteration_us: cpu_us,
             mpi_per_iteration_us: mpi_us,
+            slowest_compute_per_iteration_us: 0.0,
             stalled: false,
+        }
+    }
+
+    #[test]
+    fn given_the_jobs_slowest_compute_then_the_entity_carries_it_and_not_when_unknown() {
+        let job = JobStats {
+            job: JobId::new("heat").expect("valid"),
+            app: AppName::new("heat2d").expect("valid"),
+            size: 2,
+            ranks: Vec::new(),
+            malleable: None,
+        };
+        // Rank 0 computes 2 ms of its 6 ms iteration; the job's slowest rank 5 ms.
+        let mut r = rank(0, 100.0, 6_000.0, 6_000.0, 4_000.0);
+        r.slowest_compute_per_iteration_us = 5_000.0;
+        let e = entity_profile(&job, &r, None);
+        assert_eq!(e.compute, Duration::from_millis(2));
+        assert_eq!(e.job_slowest_compute, Some(Duration::from_millis(5)));
+        // Unknown (an older PCM), garbage, or no iteration in the period: none.
+        for (slowest, ips) in [
+            (0.0, 100.0),
+            (f64::NAN, 100.0),
+            (-1.0, 100.0),
+            (5_000.0, 0.0),
+        ] {
+            r.slowest_compute_per_iteration_us = slowest;
+            r.iterations_per_second = ips;
+            assert_eq!(
+                entity_profile(&job, &r, None).job_slowest_compute,
+                None,
+                "{slowest} {ips}"
+            );
         }
     }
 

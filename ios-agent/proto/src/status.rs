@@ -478,6 +478,7 @@ mod tests {
             job_ranks: 2,
             malleable: None,
             home: None,
+            job_slowest_compute: None,
         }
     }
 

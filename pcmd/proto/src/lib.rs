@@ -545,6 +545,15 @@ pub struct RankProfile {
     /// a version bump.
     #[serde(default)]
     pub home: Option<HostName>,
+    /// The job's slowest rank's computing time, microseconds, summed over the job's status
+    /// checks: at each check the ranks agree on the longest time any of them computed
+    /// (wall time outside MPI) since the previous one, so every rank reports the same
+    /// figure. Set against this rank's own computing time it tells whether a rank
+    /// elsewhere holds the job back (a loaded node), which one rank's profile alone cannot:
+    /// the rank that waits for it shows the wait as time inside MPI. 0 when unknown
+    /// (profiling off, an older rank); added like `malleable`, without a version bump.
+    #[serde(default)]
+    pub slowest_compute_us: u64,
 }
 
 /// Load of a node (or of the cgroup that bounds it), as its daemon measures it.
@@ -583,6 +592,10 @@ pub struct RankStats {
     pub cpu_per_iteration_us: f64,
     /// Time inside MPI per iteration over the last period, microseconds.
     pub mpi_per_iteration_us: f64,
+    /// The job's slowest rank's computing time per iteration over the last period,
+    /// microseconds ([`RankProfile::slowest_compute_us`]); 0 when unknown.
+    #[serde(default)]
+    pub slowest_compute_per_iteration_us: f64,
     /// Whether the rank is stalled (see [`RankStatus::stalled`]); its figures are then zeros,
     /// not the last ones it reported.
     #[serde(default)]

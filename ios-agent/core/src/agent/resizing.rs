@@ -13,7 +13,9 @@
 //!   weighs growing the job onto the thief by as many ranks as the thief has idle cores (and
 //!   the job's limits allow) against moving a rank there: against a move of the same job by
 //!   the job's predicted iteration after each ([`GrowPlan::beats_move`]), and a grow needs
-//!   half a move's minimum gain. No message asks for a resize: the network can offer a
+//!   half a move's minimum gain. When the job's slowest rank (its ranks report its compute
+//!   time) runs elsewhere, the move of that rank onto the thief is the one to beat; that
+//!   rank's agent makes it, so the steal goes on. No message asks for a resize: the network can offer a
 //!   node, never make a job change width, and a thief that is not idle is refused
 //!   ([`super::Stats::grow_offers_refused`]).
 //! - **Not while spread** (NSp2p): a job whose rank 0 exchanges with a partner beyond the
@@ -21,7 +23,8 @@
 //!   would be too wide for), and it grows once its partners are near.
 //! - **Shrinking** is decided by the agent of the node the ranks leave, for its own node,
 //!   from its own profile: when it is leaving and no idle node took the job's ranks within
-//!   one and a half steal periods of its calls for thieves ([`leave_shrink_wait`]), or when
+//!   one and a half steal periods of its calls for thieves, or of the last move off it
+//!   (two profile periods more in NSc2c: [`leave_shrink_wait`]), or when
 //!   competing load (its owner coming back) has slowed them for
 //!   [`super::Config::with_shed_after`] with no idle node taking them and the model predicts
 //!   the job runs faster without them.
@@ -47,9 +50,22 @@ use crate::tier::PeerId;
 /// within the last steal period lets the first call pass); a thief that answers either call
 /// steals within a round trip and is given the ranks, so half a steal period after the
 /// second call nothing more is coming. (Three steal periods before: the main job's act
-/// waited 6.2 to 6.6 s at the leave for an idle node the pool did not have.)
-pub(crate) fn leave_shrink_wait(steal_period: std::time::Duration) -> std::time::Duration {
-    steal_period * 3 / 2
+/// waited 6.2 to 6.6 s at the leave for an idle node the pool did not have.) The wait
+/// starts again when a move off the node completes ([`super::Leaving::waiting_since`]):
+/// the node calls for the next rank's thief then, and a job moves one reconfiguration at a
+/// time. (Counted from the leave alone, a node whose two ranks an NSc2c manager was moving
+/// shrank the job 1 s after the first move, with idle nodes taking the second in CI.)
+///
+/// NSc2c: the member's leave reaches its manager in the reply to the next poll, and the
+/// manager orders a move from the replies it holds at the poll after: two profile periods
+/// more (in CI a 2-rank node's second rank moved 2.0-2.9 s after its first, at 1 s
+/// periods).
+pub(crate) fn leave_shrink_wait(config: &super::Config) -> std::time::Duration {
+    let calls = config.steal_period * 3 / 2;
+    match config.topology {
+        super::Topology::PeerToPeer => calls,
+        super::Topology::ClusterToCluster => calls + config.profile_period * 2,
+    }
 }
 
 /// Least CPU a grow gives an added rank when it counts how many ranks a thief can take
@@ -113,6 +129,10 @@ pub(crate) struct GrowPlan {
     /// The job's predicted seconds per iteration if one of its ranks here moved to the
     /// thief instead, at its width now (the same model: [`GrowPlan::beats_move`]).
     pub(crate) iteration_if_moved: f64,
+    /// The job's slowest rank runs elsewhere, slower than rank 0 here (its ranks report the
+    /// slowest compute): moving that rank onto the thief, which its own agent decides, is
+    /// the move to beat.
+    pub(crate) slowest_elsewhere: bool,
 }
 
 impl GrowPlan {
@@ -124,6 +144,13 @@ impl GrowPlan {
     /// otherwise the larger gain.
     pub(crate) fn beats_move(&self, moving: Option<&crate::decision::Plan>) -> bool {
         match moving {
+            // The move of the job's slowest rank, on another node, is not this agent's to
+            // make; growing while it stays slow must still beat it, or the thief is left to
+            // that rank's agent (the steal goes on). (Seen in CI: rank 1's node got a CPU
+            // hog, an idle node's steal reached rank 0's agent first, and the job grew onto
+            // it, 2 -> 3 ranks with rank 1 still on the hogged node, where moving rank 1
+            // would have made its iterations a quarter shorter than the grow did.)
+            None if self.slowest_elsewhere => self.gain.iteration_after < self.iteration_if_moved,
             None => true,
             Some(plan) if plan.entities.iter().any(|e| e.job == self.job) => {
                 self.gain.iteration_after < self.iteration_if_moved
@@ -354,6 +381,7 @@ impl Agent {
                         from: timing.ranks,
                         gain,
                         iteration_if_moved,
+                        slowest_elsewhere: slowest < SLOWED_SHARE * cpu_here,
                     });
                 }
             }
@@ -547,7 +575,7 @@ impl Agent {
                 .resizing
                 .last_shrink
                 .is_none_or(|at| now >= at + self.config.steal_period);
-            if retry && now >= leaving.started + leave_shrink_wait(self.config.steal_period) {
+            if retry && now >= leaving.waiting_since() + leave_shrink_wait(&self.config) {
                 if let Some((job, from, to)) = self.shrinkable_jobs(now).first().cloned() {
                     tracing::info!(agent = %self.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
                     self.shrink(now, job, from, to, ResizeReason::Leave);
@@ -694,7 +722,7 @@ impl Agent {
         }
         match &self.leaving {
             Some(leaving) => {
-                let waited = leaving.started + leave_shrink_wait(self.config.steal_period);
+                let waited = leaving.waiting_since() + leave_shrink_wait(&self.config);
                 let retry = self
                     .resizing
                     .last_shrink
@@ -812,6 +840,38 @@ mod tests {
         a.handle_entities(t2, vec![heat_rank(0, 3, 67, 5)]);
         a.handle_message(t2, peer("node-d"), steal_from("node-d", 10, node(0.0, 0.0)));
         assert_eq!(resizes(&drain(&mut a))[0].1, 4);
+    }
+
+    /// What failed in CI (the agent benchmark): rank 1's node got a CPU hog, and an idle
+    /// node's steal that reached rank 0's agent first grew the job onto it, leaving rank 1
+    /// on the hogged node. With the job's slowest compute reported, rank 0's agent sees
+    /// that moving that rank pays more and passes the steal on; a job that is only a little
+    /// uneven still grows.
+    #[test]
+    fn given_a_slower_rank_elsewhere_that_a_move_relieves_better_then_the_job_does_not_grow() {
+        let t0 = Instant::now();
+        // Rank 0 computes 100 ms at 0.6 core; rank 1, on a loaded node, 200 ms: rank 0
+        // waits 100 ms of its 205 in MPI. Grown to 3 with rank 1 still slow: 0.12 / 3 /
+        // 0.3 + 0.005 = 0.138 s; rank 1 moved to the idle node: 0.105 s.
+        let mut rank0 = heat_rank(0, 2, 100, 105);
+        rank0.job_slowest_compute = Some(MS * 200);
+        let mut a = home(t0, vec![rank0.clone()]);
+        meet(&mut a, t0, "node-b", MS);
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        let actions = drain(&mut a);
+        assert!(resizes(&actions).is_empty(), "{actions:?}");
+        // The steal goes on (to rank 1's agent, the only other peer).
+        assert!(
+            actions.iter().any(|x| matches!(x,
+                Action::Send { to, message: Message::WorkSteal { .. } } if *to == peer("node-b"))),
+            "{actions:?}"
+        );
+        // Only a little uneven (the slowest 110 ms): growing still beats the move.
+        rank0.job_slowest_compute = Some(MS * 110);
+        rank0.mpi_wait = MS * 15;
+        let mut a = home(t0, vec![rank0]);
+        a.handle_message(t0, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
+        assert_eq!(resizes(&drain(&mut a)).len(), 1);
     }
 
     /// What failed in CI: an idle node's steals went to the agents of other ranks of the
@@ -1204,7 +1264,7 @@ mod tests {
             resizes(&drain(&mut c)).is_empty(),
             "idle nodes get their chance first"
         );
-        let wait = leave_shrink_wait(Config::default().steal_period);
+        let wait = leave_shrink_wait(&Config::default());
         assert_eq!(c.poll_timeout().map(|t| t <= t0 + wait), Some(true));
         c.handle_timeout(t0 + wait);
         let shrunk = resizes(&drain(&mut c));
@@ -1240,6 +1300,43 @@ mod tests {
             resizes(&drain(&mut c)).is_empty(),
             "a stale rank shrunk off again"
         );
+    }
+
+    #[test]
+    fn given_a_leaving_node_the_pool_is_relieving_then_the_shrink_waits_from_the_last_move() {
+        // Seen in CI (NSc2c): the manager moved one of the leaving node's two ranks 2 s into
+        // the leave, and the node shrank the job 1 s later, with idle nodes left to take the
+        // other rank.
+        let t0 = Instant::now();
+        let wait = leave_shrink_wait(&Config::default());
+        let mut c = agent("node-c", t0);
+        meet(&mut c, t0, "node-a", MS);
+        c.handle_node_profile(t0, node(0.6, 0.0));
+        c.handle_entities(t0, vec![heat_rank(1, 3, 67, 5), heat_rank(2, 3, 67, 5)]);
+        drain(&mut c);
+        c.handle_leave(t0);
+        drain(&mut c);
+        let idle = NodeProfile::idle(0.6, 1 << 30);
+        let asked = t0 + wait * 2 / 3;
+        c.handle_message(asked, peer("node-a"), steal_from("node-a", 1, idle));
+        let moves = crate::agent::tests::migrations(&drain(&mut c));
+        assert_eq!(moves.len(), 1, "one rank at a time");
+        let moved = t0 + wait * 5 / 6;
+        c.handle_migration_outcome(moved, moves[0].0, crate::MigrationOutcome::Completed);
+        drain(&mut c);
+        // When the wait from the leave ends, the node is still being relieved: no shrink.
+        c.handle_timeout(t0 + wait);
+        assert!(resizes(&drain(&mut c)).is_empty(), "shrank while relieved");
+        // No thief for the other rank within the wait from the move: shrunk off.
+        assert_eq!(
+            c.poll_timeout().map(|t| t <= moved + wait),
+            Some(true),
+            "no timer for the end of the wait"
+        );
+        c.handle_timeout(moved + wait);
+        let shrunk = resizes(&drain(&mut c));
+        assert_eq!(shrunk.len(), 1, "{shrunk:?}");
+        assert_eq!(shrunk[0].3, ResizeReason::Leave);
     }
 
     #[test]
