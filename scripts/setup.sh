@@ -58,6 +58,8 @@ command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 # The C interface: make builds the C examples, pkg-config finds an installed libpcm.
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+# CMake finds an installed PCM through its package config (scripts/install.sh, PCMConfig.cmake).
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 # The Fortran module and example (Open MPI's Fortran bindings come with libopenmpi-dev).
 command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
 # MPICH comes as a wheel: a virtual environment with pip (Debian splits venv out of python3).
