@@ -35,9 +35,11 @@ extern "C" {
 #define PCM_ERR_ALREADY_INITIALIZED (-3)
 /* A NULL pointer where one is required. */
 #define PCM_ERR_NULL (-4)
-/* An invalid argument: unknown datatype, negative count, empty or over-long name,
- * not valid UTF-8, a rank other than this process's; a malleable declaration that is
- * invalid (limits, size rule, no rows) or differs from the job's, an undeclared block. */
+/* An invalid argument: unknown datatype, negative count (in every call that takes one,
+ * PCM_Load_checked too), a count too large to store (more bytes than a buffer can hold,
+ * or than PCM can allocate for its copy), empty or over-long name, not valid UTF-8, a
+ * rank other than this process's; a malleable declaration that is invalid (limits, size
+ * rule, no rows) or differs from the job's, an undeclared block. */
 #define PCM_ERR_ARG (-5)
 /* The communicator is not PCM's current world (use the one PCM_Init or
  * PCM_Reconfigure gave back). */
@@ -46,7 +48,7 @@ extern "C" {
 #define PCM_ERR_NOT_STORED (-7)
 /* Stored with another datatype than the one asked for. */
 #define PCM_ERR_TYPE (-8)
-/* Stored with another element count than the one given. */
+/* Stored with another element count than the (non-negative) one given. */
 #define PCM_ERR_COUNT (-9)
 /* A call out of order: PCM_Reconfigure when the last PCM_Status returned
  * PCM_CONTINUE, or PCM_Status again before the PCM_Reconfigure that PCM_MIGRATE or
@@ -114,7 +116,8 @@ int PCM_Status(MPI_Comm comm);
 /*
  * Copies count elements of type at buf under name, for the replacement or the
  * checkpoint. rank: this process's rank in PCM's world. Storing a name again replaces
- * it. count 0 stores an empty array (buf may then be NULL).
+ * it. count 0 stores an empty array (buf may then be NULL). A count PCM cannot allocate
+ * its copy of returns PCM_ERR_ARG (the process is not aborted).
  */
 int PCM_Store(int rank, const char *name, const void *buf, PCM_Datatype type, long count);
 
@@ -126,7 +129,8 @@ int PCM_Store(int rank, const char *name, const void *buf, PCM_Datatype type, lo
  */
 int PCM_Load(int rank, const char *name, void *buf);
 
-/* PCM_Load that also checks the stored type and count (PCM_ERR_TYPE, PCM_ERR_COUNT). */
+/* PCM_Load that also checks the stored type and count (PCM_ERR_TYPE, PCM_ERR_COUNT; an
+ * unknown type or a negative count is PCM_ERR_ARG, checked first). */
 int PCM_Load_checked(int rank, const char *name, void *buf, PCM_Datatype type, long count);
 
 /*

@@ -601,22 +601,69 @@ pub unsafe extern "C" fn PCM_Store(
 
 /// The element count of a store call as a `usize`: not negative, not too large, and `buf`
 /// not NULL when there are any.
+///
+/// Too large is a size no buffer can have (more bytes than `isize::MAX`, or past the end
+/// of the address space from `buf`) or one PCM cannot allocate its copy of: the store
+/// copies the array, and a failed allocation would abort the process (pcm.h promises a
+/// code instead). The copy's allocation is tried here, and given back at once.
 fn checked_count(name: &str, ty: Datatype, buf: *const c_void, count: c_long) -> CResult<usize> {
     let count = usize::try_from(count)
         .map_err(|_| Failure::new(ERR_ARG, format!("count {count} of {name:?} is negative")))?;
-    if count
-        .checked_mul(ty.size())
-        .is_none_or(|b| b > isize::MAX as usize)
-    {
-        return Err(Failure::new(
+    let too_large = |why: &str| {
+        Failure::new(
             ERR_ARG,
-            format!("count {count} of {name:?} is too large"),
-        ));
-    }
+            format!(
+                "count {count} of {name:?} is too large: {} bytes {why}",
+                count.saturating_mul(ty.size())
+            ),
+        )
+    };
+    let Some(bytes) = count
+        .checked_mul(ty.size())
+        .filter(|&b| b <= isize::MAX as usize)
+    else {
+        return Err(too_large("exceed what a buffer can hold"));
+    };
     if buf.is_null() && count > 0 {
         return Err(Failure::new(ERR_NULL, format!("buf of {name:?} is NULL")));
     }
+    if (buf as usize).checked_add(bytes).is_none() {
+        return Err(too_large("from buf run past the end of the address space"));
+    }
+    // A copy larger than the machine's memory and swap cannot be held whatever the kernel's
+    // overcommit policy lets an allocation promise (with `vm.overcommit_memory=1` even 8 TiB
+    // are "allocated", and the copy then reads past the caller's buffer).
+    if bytes >= LARGE_STORE && memory_and_swap().is_some_and(|total| bytes > total) {
+        return Err(too_large("exceed this machine's memory and swap"));
+    }
+    // The store keeps arrays in 8-byte words (`Blob`): try an allocation of that size.
+    if Vec::<u64>::new()
+        .try_reserve_exact(bytes.div_ceil(8))
+        .is_err()
+    {
+        return Err(too_large("cannot be allocated for PCM's copy"));
+    }
     Ok(count)
+}
+
+/// Stores from this size on are checked against the machine's memory (a file read).
+const LARGE_STORE: usize = 1 << 30;
+
+/// `MemTotal + SwapTotal` of /proc/meminfo in bytes, if it can be read.
+fn memory_and_swap() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| -> Option<usize> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    kib("MemTotal:")?
+        .checked_add(kib("SwapTotal:").unwrap_or(0))?
+        .checked_mul(1024)
 }
 
 /// Copies `count` elements of `ty` from `buf` into the store under `name`.
@@ -657,9 +704,23 @@ unsafe fn load(
         check_rank(pcm, rank)?;
         // SAFETY: the caller promises a C string or NULL.
         let name = unsafe { name_arg(name, "name") }?;
+        // The arguments first, as in PCM_Store: a datatype PCM does not know or a negative
+        // count is PCM_ERR_ARG whatever is stored.
+        let expected = match expected {
+            Some((datatype, expected_count)) => {
+                let asked = Datatype::from_c(datatype)?;
+                let expected_count = usize::try_from(expected_count).map_err(|_| {
+                    Failure::new(
+                        ERR_ARG,
+                        format!("count {expected_count} for {name:?} is negative"),
+                    )
+                })?;
+                Some((asked, expected_count))
+            }
+            None => None,
+        };
         let (ty, count) = Datatype::stored(pcm, name)?;
-        if let Some((datatype, expected_count)) = expected {
-            let asked = Datatype::from_c(datatype)?;
+        if let Some((asked, expected_count)) = expected {
             if asked != ty {
                 return Err(Failure::new(
                     ERR_TYPE,
@@ -670,7 +731,7 @@ unsafe fn load(
                     ),
                 ));
             }
-            if usize::try_from(expected_count).ok() != Some(count) {
+            if expected_count != count {
                 return Err(Failure::new(
                     ERR_COUNT,
                     format!(
@@ -1219,6 +1280,34 @@ mod tests {
         assert_eq!(PCM_Set_malleable(1, 4, SIZE_ANY, 0), ERR_NOT_INITIALIZED);
         assert_eq!(PCM_Resizes(), 0);
         assert_eq!(PCM_Resizing(), 0);
+    }
+
+    #[test]
+    fn given_a_count_too_large_to_copy_then_arg_error_and_no_abort() {
+        let buf = [0.0f64; 2];
+        let ptr = buf.as_ptr().cast::<c_void>();
+        let code = |count: c_long| {
+            checked_count("x", Datatype::Double, ptr, count)
+                .map(|_| ())
+                .map_err(|f| f.code)
+        };
+        assert_eq!(code(2), Ok(()));
+        assert_eq!(code(0), Ok(()));
+        // 8 TiB: aborted the process (allocation failure) before the check.
+        assert_eq!(code(1 << 40), Err(ERR_ARG));
+        assert_eq!(code(1 << 60), Err(ERR_ARG));
+        assert_eq!(code(c_long::MAX), Err(ERR_ARG));
+        assert_eq!(code(-1), Err(ERR_ARG));
+        // Past the end of the address space from the buffer.
+        let high = (usize::MAX - 8) as *const c_void;
+        assert_eq!(
+            checked_count("x", Datatype::Double, high, 2)
+                .map_err(|f| f.code)
+                .err(),
+            Some(ERR_ARG)
+        );
+        let total = memory_and_swap().expect("/proc/meminfo is readable on Linux");
+        assert!(total > 0);
     }
 
     #[test]

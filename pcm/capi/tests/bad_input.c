@@ -79,6 +79,9 @@ int main(int argc, char **argv) {
     EXPECT(PCM_Store(rank, "x", values, -1, 3), PCM_ERR_ARG);
     EXPECT(PCM_Store(rank, "x", values, PCM_INT, -1), PCM_ERR_ARG);
     EXPECT(PCM_Store(rank, "x", values, PCM_DOUBLE, LONG_MAX), PCM_ERR_ARG);
+    /* More than PCM can allocate for its copy (8 TiB): a code, not an abort. */
+    EXPECT(PCM_Store(rank, "x", doubles, PCM_DOUBLE, 1L << 40), PCM_ERR_ARG);
+    EXPECT(PCM_Store(rank, "x", doubles, PCM_BYTE, 1L << 46), PCM_ERR_ARG);
     EXPECT(PCM_Store(rank + 1, "x", values, PCM_INT, 3), PCM_ERR_ARG);
     EXPECT(PCM_Store(-5, "x", values, PCM_INT, 3), PCM_ERR_ARG);
     EXPECT(PCM_Store(rank, "", values, PCM_INT, 3), PCM_ERR_ARG);
@@ -107,8 +110,11 @@ int main(int argc, char **argv) {
     /* PCM_Load_checked and PCM_Load. */
     EXPECT(PCM_Load_checked(rank, "x", loaded, PCM_DOUBLE, 3), PCM_ERR_TYPE);
     EXPECT(PCM_Load_checked(rank, "x", loaded, PCM_INT, 2), PCM_ERR_COUNT);
-    EXPECT(PCM_Load_checked(rank, "x", loaded, PCM_INT, -3), PCM_ERR_COUNT);
+    /* A negative count is an invalid argument, as in PCM_Store (pcm.h), checked first. */
+    EXPECT(PCM_Load_checked(rank, "x", loaded, PCM_INT, -3), PCM_ERR_ARG);
+    EXPECT(PCM_Load_checked(rank, "nope", loaded, PCM_INT, -3), PCM_ERR_ARG);
     EXPECT(PCM_Load_checked(rank, "x", loaded, 0, 3), PCM_ERR_ARG);
+    EXPECT(PCM_Load_checked(rank, "nope", loaded, 0, 3), PCM_ERR_ARG);
     EXPECT(PCM_Load_checked(rank, "x", NULL, PCM_INT, 3), PCM_ERR_NULL);
     EXPECT(PCM_Load_checked(rank, "nope", loaded, PCM_INT, 3), PCM_ERR_NOT_STORED);
     EXPECT(PCM_Load_checked(rank + 1, "x", loaded, PCM_INT, 3), PCM_ERR_ARG);
