@@ -3,7 +3,11 @@
 use std::os::raw::c_int;
 
 /// Everything a PCM call can fail with.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` form is its message (as `anyhow::Error`'s is): a program whose `main` returns
+/// `Result<(), PcmError>`, as the guide's examples do, prints `Error: cannot restart: ...`
+/// when it fails, not the variant's internals. Match on the variants to tell them apart.
+#[derive(thiserror::Error)]
 pub enum PcmError {
     /// `load` of a name that was never stored (or not handed over to this process).
     #[error("no state stored under {name:?}{}", stored_names(.available))]
@@ -134,6 +138,12 @@ pub enum PcmError {
     Application(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
+impl std::fmt::Debug for PcmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 impl From<pcm_proto::InvalidLimits> for PcmError {
     fn from(e: pcm_proto::InvalidLimits) -> Self {
         PcmError::Declaration(e.to_string())
@@ -163,5 +173,29 @@ fn stored_names(names: &[String]) -> String {
         " (nothing is stored)".to_owned()
     } else {
         format!(" (stored: {})", names.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_a_refused_restart_then_debug_prints_the_message_not_the_variant() {
+        let refusal = PcmError::Restart("the job finished".to_owned());
+        assert_eq!(format!("{refusal:?}"), "cannot restart: the job finished");
+        assert_eq!(format!("{refusal:?}"), refusal.to_string());
+        // What `fn main() -> Result<(), PcmError>` prints: std's `Termination` writes
+        // `Error: {err:?}`.
+        assert_eq!(
+            format!("Error: {refusal:?}"),
+            "Error: cannot restart: the job finished"
+        );
+        let config = PcmError::Config {
+            variable: "PCM_SCHEDULE",
+            value: "x:y".to_owned(),
+            reason: "bad".to_owned(),
+        };
+        assert_eq!(format!("{config:?}"), "invalid PCM_SCHEDULE=\"x:y\": bad");
     }
 }

@@ -84,6 +84,14 @@
 //!   checked first with `PCM_LAUNCHER HOST true` (default launcher: hydra's
 //!   `HYDRA_LAUNCHER_EXEC`, else `ssh`); MPICH only, ignored with a warning on Open MPI.
 //! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
+//!   A move that names no host (`ITER:RANK`, or `pcmd migrate` without `--to`) spawns the
+//!   replacement with no host hint, and the MPI runtime places it by its own mapping: not
+//!   where the rank was, nor on the least loaded host. With the launch on hosts B and C and
+//!   a spare A in the hostfile (one slot each; `tests/tests/hostless_move.rs`), the first
+//!   such replacement goes to A on MPICH and on Open MPI, the next to B on MPICH (hydra goes
+//!   round the host list) and to C on Open MPI; on one host, to that host. On MPICH a
+//!   hostless spawn onto a host all of whose launched ranks have left ends the job (hydra:
+//!   `write error (Bad file descriptor)`). Name the host (`@HOST`, `--to HOST`) to choose it.
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
 //! - `PCM_CHECKPOINT_INTERVAL`: seconds between coordinated checkpoints (fractions allowed;
 //!   unset: none). They are written by the node's pcmd and copied to its buddy.
