@@ -1,0 +1,127 @@
+//! A restart of a job that finished (docs/checkpoints.md, "A restart never resumes something
+//! else"): refused with "already finished" while the finished job's checkpoint is there;
+//! after a `PCM_RESTART=force` run that ended before its first checkpoint there is nothing
+//! to resume, and `PCM_RESTART=1` starts from iteration 0 with a warning, computing what the
+//! command asks for (the plain checksum), while `PCM_RESTART=require` fails.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use mpi_ios_tests::{bin, complete_checkpoints, mpi_lock, wait_until, Finished, Group, MpiJob};
+use pcm_proto::checkpoint as ckpt;
+
+/// About two seconds of heat2d: several checkpoints at [`INTERVAL`].
+const ARGS: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "20000"];
+const INTERVAL: &str = "0.25";
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// A `pcmd serve` with its own checkpoint directory, killed on drop (with the group).
+struct Pcmd {
+    _group: Group,
+    socket: PathBuf,
+    store: PathBuf,
+}
+
+impl Pcmd {
+    fn start(dir: &Path) -> Pcmd {
+        let socket = dir.join("a.sock");
+        let store = dir.join("a-store");
+        let mut command = Command::new(bin("pcmd"));
+        command
+            .arg("--socket")
+            .arg(&socket)
+            .arg("serve")
+            .arg("--checkpoint-dir")
+            .arg(&store)
+            .env("RUST_LOG", "info");
+        let group = Group::start(command, dir, "pcmd-a");
+        let ckpt_socket = ckpt::socket_path(&socket);
+        wait_until(Duration::from_secs(60), "pcmd to listen", || {
+            UnixStream::connect(&ckpt_socket).is_ok()
+        });
+        Pcmd {
+            _group: group,
+            socket,
+            store,
+        }
+    }
+
+    fn run(&self, interval: &str, restart: Option<&str>) -> Finished {
+        let mut job = MpiJob::new(2, "heat2d", ARGS)
+            .env("PCM_DAEMON", self.socket.display().to_string())
+            .env("PCM_CHECKPOINT_INTERVAL", interval);
+        if let Some(mode) = restart {
+            job = job.env("PCM_RESTART", mode);
+        }
+        job.run(DEADLINE)
+    }
+}
+
+#[test]
+fn given_a_forced_restart_that_took_no_checkpoint_then_restart_1_starts_over_and_require_fails() {
+    let _lock = mpi_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let pcmd = Pcmd::start(dir.path());
+    let plain = MpiJob::new(2, "heat2d-plain", ARGS)
+        .run(DEADLINE)
+        .report()
+        .reference_checksum()
+        .to_owned();
+
+    let done = pcmd.run(INTERVAL, None);
+    assert_eq!(done.code, Some(0), "{}", done.stderr);
+    let mark = pcmd.store.join("heat2d-2r").join("finished");
+    assert!(!complete_checkpoints(&pcmd.store, "heat2d-2r").is_empty());
+    assert!(mark.exists());
+    // Its checkpoint is there: the restart is refused.
+    let refused = pcmd.run(INTERVAL, Some("1"));
+    assert_ne!(refused.code, Some(0), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("already finished"),
+        "{}",
+        refused.stderr
+    );
+
+    // Forced, with no checkpoint due before its end: it resumes and ends, retiring the
+    // checkpoints it resumed from and their mark, and leaves its own mark alone.
+    let forced = pcmd.run("1000", Some("force"));
+    assert_eq!(forced.report().checksum, plain);
+    assert!(
+        complete_checkpoints(&pcmd.store, "heat2d-2r").is_empty(),
+        "the forced run's end retires the checkpoints it resumed"
+    );
+    assert!(mark.exists(), "the forced run's end is recorded");
+
+    // Nothing to resume: starting over, said, computes what was asked.
+    let again = pcmd.run(INTERVAL, Some("1"));
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("starting from the beginning"),
+        "{}",
+        again.stderr
+    );
+    assert!(
+        !again.stderr.contains("already finished"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(again.report().checksum, plain);
+
+    // `require` fails instead. (The run above took checkpoints and finished: its own are
+    // refused as finished, so first a forced run with none leaves nothing again.)
+    let forced = pcmd.run("1000", Some("force"));
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    let required = pcmd.run(INTERVAL, Some("require"));
+    assert_ne!(required.code, Some(0), "{}", required.stderr);
+    assert!(
+        required
+            .stderr
+            .contains("cannot restart: PCM_RESTART=require"),
+        "{}",
+        required.stderr
+    );
+}
