@@ -163,7 +163,9 @@ pub struct MigrateArgs {
     #[arg(long = "rank", value_name = "RANK", required = true)]
     pub ranks: Vec<u32>,
     /// Host to move to: once for all ranks, or once per --rank in the same order. Without
-    /// it the MPI runtime picks the host.
+    /// it the MPI runtime places the replacement by its own mapping (round its host list:
+    /// not where the rank was, nor on the least loaded host; on MPICH a spawn onto a host
+    /// all of whose launched ranks have left ends the job). Name the host to choose it.
     #[arg(long = "to", value_name = "HOST")]
     pub to: Vec<HostName>,
     /// Job to act on; may be left out when exactly one job runs on this node.
