@@ -556,22 +556,7 @@ fn given_jacobi_built_outside_against_the_installed_fortran_module_then_it_migra
         &repo().join("examples/heat2d-c"),
         &["sha256.c", "sha256.h"],
     );
-    let pkg_config = |args: &[&str]| -> Vec<String> {
-        let out = Command::new("pkg-config")
-            .args(args)
-            .arg("pcm-fortran")
-            .env("PKG_CONFIG_PATH", prefix.path().join("lib/pkgconfig"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pkg-config {args:?} pcm-fortran failed"
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    };
+    let pkg_config = |args: &[&str]| pkg_config_fortran(prefix.path(), args);
     let compile = |compiler: &str, args: &[String]| {
         let out = Command::new(compiler)
             .current_dir(build.path())
@@ -629,6 +614,24 @@ fn fortran_program_of_the_guide() -> String {
 /// its iteration and state with its own rank, into an `integer(8)` counter (the snippet
 /// before loaded with a rank it had not asked for yet, never loaded `iteration`, and stored
 /// a counter of unsaid kind as PCM_LONG).
+/// `pkg-config ARGS pcm-fortran` against the install in `prefix`, split into words.
+fn pkg_config_fortran(prefix: &Path, args: &[&str]) -> Vec<String> {
+    let out = Command::new("pkg-config")
+        .args(args)
+        .arg("pcm-fortran")
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pkg-config {args:?} pcm-fortran failed"
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
 fn given_the_fortran_program_of_the_guide_then_it_builds_and_moves_give_the_same_total() {
     if !fortran_available() {
@@ -638,22 +641,7 @@ fn given_the_fortran_program_of_the_guide_then_it_builds_and_moves_give_the_same
     let build = tempfile::tempdir().unwrap();
     install(prefix.path());
     std::fs::write(build.path().join("app.f90"), fortran_program_of_the_guide()).unwrap();
-    let pkg_config = |args: &[&str]| -> Vec<String> {
-        let out = Command::new("pkg-config")
-            .args(args)
-            .arg("pcm-fortran")
-            .env("PKG_CONFIG_PATH", prefix.path().join("lib/pkgconfig"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pkg-config {args:?} pcm-fortran failed"
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
-    };
+    let pkg_config = |args: &[&str]| pkg_config_fortran(prefix.path(), args);
     // `mpif90 app.f90 -o app $(pkg-config --cflags --libs pcm-fortran)`, warnings as errors.
     let out = Command::new("mpif90.openmpi")
         .current_dir(build.path())
