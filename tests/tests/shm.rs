@@ -88,7 +88,22 @@ fn given_a_rank_killed_then_the_nodes_pcmd_removes_the_launchs_shared_memory_but
                 "no session directory {}",
                 session.display()
             );
+            // mpirun starts each rank in a process group of its own, so killing mpirun's
+            // group leaves the ranks running until they notice, and a rank that ends so may
+            // unlink its segment itself (seen once in a clean-clone CI run: the segments
+            // went 4 s after the kill, pcmd naming none). The whole launch at once: mpirun
+            // first (so it cannot unlink after a lost rank), then the ranks.
+            let ranks: Vec<u32> = [Rank(0), Rank(1)]
+                .iter()
+                .filter_map(|r| pcmd.status().rank(*r).map(|s| s.pid))
+                .collect();
             job.kill();
+            for pid in ranks {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid")),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             wait_until(
                 Duration::from_secs(15),
                 "pcmd to remove the killed mpirun's session directory",
