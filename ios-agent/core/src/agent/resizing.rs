@@ -146,10 +146,10 @@ impl GrowPlan {
         match moving {
             // The move of the job's slowest rank, on another node, is not this agent's to
             // make; growing while it stays slow must still beat it, or the thief is left to
-            // that rank's agent (the steal goes on). (Seen in CI: rank 1's node got a CPU
-            // hog, an idle node's steal reached rank 0's agent first, and the job grew onto
-            // it, 2 -> 3 ranks with rank 1 still on the hogged node, where moving rank 1
-            // would have made its iterations a quarter shorter than the grow did.)
+            // that rank's agent (the steal goes on). (Seen in the main job's malleable act:
+            // rank 1's node had a CPU hog, a joining node's steal reached rank 0's agent
+            // first, and the job grew onto it, 2 -> 3 ranks with rank 1 still on the hogged
+            // node, where moving rank 1 would have made its iterations a quarter shorter.)
             None if self.slowest_elsewhere => self.gain.iteration_after < self.iteration_if_moved,
             None => true,
             Some(plan) if plan.entities.iter().any(|e| e.job == self.job) => {
@@ -842,7 +842,7 @@ mod tests {
         assert_eq!(resizes(&drain(&mut a))[0].1, 4);
     }
 
-    /// What failed in CI (the agent benchmark): rank 1's node got a CPU hog, and an idle
+    /// Seen in the main job's malleable act: rank 1's node had a CPU hog, and a joining
     /// node's steal that reached rank 0's agent first grew the job onto it, leaving rank 1
     /// on the hogged node. With the job's slowest compute reported, rank 0's agent sees
     /// that moving that rank pays more and passes the steal on; a job that is only a little
