@@ -8,10 +8,9 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use mpi_ios_tests::{bin, complete_checkpoints, mpi_lock, wait_until, Finished, Group, MpiJob};
+use mpi_ios_tests::{complete_checkpoints, mpi_lock, wait_until, Finished, MpiJob};
 use pcm_proto::checkpoint as ckpt;
 
 /// About two seconds of heat2d: several checkpoints at [`INTERVAL`].
@@ -19,40 +18,29 @@ const ARGS: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "20000"];
 const INTERVAL: &str = "0.25";
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// A `pcmd serve` with its own checkpoint directory, killed on drop (with the group).
+/// The harness's `pcmd serve` with its own checkpoint directory, killed on drop.
 struct Pcmd {
-    _group: Group,
-    socket: PathBuf,
+    daemon: mpi_ios_tests::Pcmd,
     store: PathBuf,
 }
 
 impl Pcmd {
     fn start(dir: &Path) -> Pcmd {
-        let socket = dir.join("a.sock");
         let store = dir.join("a-store");
-        let mut command = Command::new(bin("pcmd"));
-        command
-            .arg("--socket")
-            .arg(&socket)
-            .arg("serve")
-            .arg("--checkpoint-dir")
-            .arg(&store)
-            .env("RUST_LOG", "info");
-        let group = Group::start(command, dir, "pcmd-a");
-        let ckpt_socket = ckpt::socket_path(&socket);
+        let daemon = mpi_ios_tests::Pcmd::start_with(&[
+            "--checkpoint-dir",
+            store.to_str().expect("a UTF-8 temporary path"),
+        ]);
+        let ckpt_socket = ckpt::socket_path(&daemon.socket);
         wait_until(Duration::from_secs(60), "pcmd to listen", || {
             UnixStream::connect(&ckpt_socket).is_ok()
         });
-        Pcmd {
-            _group: group,
-            socket,
-            store,
-        }
+        Pcmd { daemon, store }
     }
 
     fn run(&self, interval: &str, restart: Option<&str>) -> Finished {
         let mut job = MpiJob::new(2, "heat2d", ARGS)
-            .env("PCM_DAEMON", self.socket.display().to_string())
+            .env("PCM_DAEMON", &self.daemon.daemon_env)
             .env("PCM_CHECKPOINT_INTERVAL", interval);
         if let Some(mode) = restart {
             job = job.env("PCM_RESTART", mode);
