@@ -17,7 +17,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::scenario::{EventKind, Line, Mode, Scenario};
+use mpi_ios_tests::scenario::{EventKind, Hog, Line, Mode, Scenario};
 
 use crate::{max, median, min, Table};
 
@@ -53,7 +53,7 @@ pub fn run(args: AgentsArgs) -> Result<()> {
         progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
         placement: vec![0, 1],
         agents_at_start: vec![0, 1, 2],
-        hog: Some((1, Duration::from_secs_f64(onset))),
+        hog: Some(Hog::on(1, Duration::from_secs_f64(onset))),
         joins: Vec::new(),
         leaves: Vec::new(),
         // Default periods (profile 1 s, steal 2 s, back-off 2-4 s); only the hold-down

@@ -23,7 +23,7 @@ use anyhow::{ensure, Result};
 use clap::Args;
 use mpi_ios_bench::{append_markdown, Table};
 use mpi_ios_plots::{Bar, BarChart, Event as PlotEvent, Layout, TimePlot};
-use mpi_ios_tests::scenario::{EventKind, Length, Outcome, Scenario};
+use mpi_ios_tests::scenario::{EventKind, Hog, Length, Outcome, Scenario};
 
 use crate::figs::{self, Experiment, Paper};
 
@@ -108,7 +108,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
-            hog: Some((1, figs::secs(args.load_at))),
+            hog: Some(Hog::on(1, figs::secs(args.load_at))),
             joins: vec![(2, figs::secs(args.join_at))],
             leaves: Vec::new(),
             agent_options: figs::agent_options(args.load_at),

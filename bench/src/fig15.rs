@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::{ensure, Result};
 use clap::Args;
 use mpi_ios_bench::append_markdown;
-use mpi_ios_tests::scenario::{Length, Scenario};
+use mpi_ios_tests::scenario::{Hog, Length, Scenario};
 
 use crate::figs::{self, Experiment, Paper};
 
@@ -130,7 +130,7 @@ pub(crate) fn run15(mut args: Fig15Args) -> Result<()> {
             progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
-            hog: Some((1, figs::secs(args.load_at))),
+            hog: Some(Hog::on(1, figs::secs(args.load_at))),
             joins: Vec::new(),
             leaves: Vec::new(),
             agent_options: figs::agent_options(args.load_at),
@@ -193,7 +193,7 @@ pub(crate) fn run16(mut args: Fig16Args) -> Result<()> {
             progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
             agents_at_start: vec![0, 1],
-            hog: args.load_at.map(|l| (1, figs::secs(l))),
+            hog: args.load_at.map(|l| Hog::on(1, figs::secs(l))),
             joins: vec![(2, figs::secs(args.join_at))],
             leaves: Vec::new(),
             agent_options: figs::agent_options(first),

@@ -28,7 +28,7 @@ use anyhow::{bail, Context as _, Result};
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{
-    measure_rate, EventKind, Mode, NodeLeave, Outcome, Scenario, PROGRESS_LINES,
+    measure_rate, EventKind, Hog, Mode, NodeLeave, Outcome, Scenario, PROGRESS_LINES,
 };
 use mpi_ios_tests::MpiJob;
 
@@ -273,7 +273,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
             .max(Duration::from_millis(5)),
         placement: vec![0, 1],
         agents_at_start: vec![0, 1],
-        hog: Some((1, secs(timing.load_at))),
+        hog: Some(Hog::on(1, secs(timing.load_at))),
         joins: vec![(2, secs(timing.join_at)), (3, secs(timing.join_at))],
         leaves: vec![NodeLeave {
             node: 2,

@@ -16,7 +16,7 @@
 //! cgroup::available()?; // or skip, printing the reason
 //! let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)), Some(CpuCap::cores(0.6))])?;
 //! let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-//! let _hog = cluster.start_hog("node-b", dir.path(), "hog");
+//! let _hog = cluster.start_hog("node-b", dir.path(), "hog", 1);
 //! let node_b = cluster.cgroup("node-b").ok_or("node-b has no cap")?;
 //! let used = node_b.measure_cores(std::time::Duration::from_secs(1)).map_err(|e| e.to_string())?;
 //! assert!(used <= 0.65);

@@ -712,11 +712,16 @@ impl Cluster {
         command
     }
 
-    /// Starts a CPU busy loop on node `host` (output files `LABEL.out`/`.err` in `dir`);
-    /// it runs until the returned group is dropped or killed.
-    pub fn start_hog(&self, host: &str, dir: &Path, label: &str) -> Group {
+    /// Starts `busy_loops` CPU busy loops (single-threaded shells, at least 1) on node `host`
+    /// (output files `LABEL.out`/`.err` in `dir`); they run until the returned group is
+    /// dropped or killed.
+    pub fn start_hog(&self, host: &str, dir: &Path, label: &str, busy_loops: usize) -> Group {
+        let script = match busy_loops {
+            0 | 1 => "while :; do :; done".to_owned(),
+            n => format!("for i in $(seq {n}); do (while :; do :; done) & done; wait"),
+        };
         Group::start(
-            self.command_on(host, "/bin/sh", ["-c", "while :; do :; done"]),
+            self.command_on(host, "/bin/sh", ["-c", script.as_str()]),
             dir,
             label,
         )

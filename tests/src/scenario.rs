@@ -62,7 +62,7 @@ pub struct Scenario {
     /// Nodes whose agents join before the job starts.
     pub agents_at_start: Vec<usize>,
     /// The node that gets a CPU hog, and when (after the job starts).
-    pub hog: Option<(usize, Duration)>,
+    pub hog: Option<Hog>,
     /// Nodes whose agents join during the run, and when.
     pub joins: Vec<(usize, Duration)>,
     /// Nodes given back during the run (adaptive runs).
@@ -77,6 +77,36 @@ pub struct Scenario {
     /// MPICH only: Open MPI 4 cannot spawn outside its allocation. Otherwise (`false`) they
     /// are listed as spares.
     pub unlisted_spares: bool,
+}
+
+/// Another user's CPU-bound work started on one node during a run ([`Scenario::hog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hog {
+    /// The node (an index into the cluster's nodes).
+    pub node: usize,
+    /// When, after the job starts.
+    pub at: Duration,
+    /// Busy loops, each a single-threaded process: 1 unless said otherwise.
+    pub busy_loops: usize,
+}
+
+impl Hog {
+    /// One busy loop on `node`, `at` after the job starts.
+    pub fn on(node: usize, at: Duration) -> Self {
+        Self {
+            node,
+            at,
+            busy_loops: 1,
+        }
+    }
+
+    /// The same load with `busy_loops` busy loops (at least 1).
+    pub fn with_busy_loops(self, busy_loops: usize) -> Self {
+        Self {
+            busy_loops: busy_loops.max(1),
+            ..self
+        }
+    }
 }
 
 /// Seconds over which throughput is averaged when judging recovery
@@ -984,16 +1014,15 @@ impl Scenario {
                 self.timeout,
                 group.stderr_so_far()
             );
-            if let Some((node, at)) = self.hog {
-                if mode != Mode::Unloaded && hog.is_none() && now >= at {
-                    hog = Some(cluster.start_hog(host(node), &run_dir, "hog"));
-                    emit(
-                        observer,
-                        &mut events,
-                        EventKind::LoadOnset,
-                        host(node),
-                        format!("CPU hog started on {}", host(node)),
-                    );
+            if let Some(load) = self.hog {
+                if mode != Mode::Unloaded && hog.is_none() && now >= load.at {
+                    let node = host(load.node);
+                    hog = Some(cluster.start_hog(node, &run_dir, "hog", load.busy_loops));
+                    let what = match load.busy_loops {
+                        1 => format!("CPU hog started on {node}"),
+                        n => format!("CPU hog ({n} busy loops) started on {node}"),
+                    };
+                    emit(observer, &mut events, EventKind::LoadOnset, node, what);
                 }
             }
             if let Some(pool) = pool.as_mut() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::{emulated_nodes_usable, test_node_cap, Cluster};
-use mpi_ios_tests::scenario::{EventKind, Line, Mode, Move, Outcome, Scenario};
+use mpi_ios_tests::scenario::{EventKind, Hog, Line, Mode, Move, Outcome, Scenario};
 use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 
 /// Seconds the job would take unloaded: it must outlive the hog (at 3 s), the join (at 4 s),
@@ -25,7 +25,7 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
         progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
         placement: vec![0, 1],
         agents_at_start: vec![0, 1],
-        hog: Some((1, Duration::from_secs(3))),
+        hog: Some(Hog::on(1, Duration::from_secs(3))),
         joins,
         leaves: Vec::new(),
         agent_options: ["--hold-down", "2", "--profile-period", "1"]

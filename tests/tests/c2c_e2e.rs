@@ -17,7 +17,7 @@ use ios_agent_proto::{AgentStatus, DecisionKind, ProtocolStep};
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::{emulated_nodes_usable, test_node_cap, Cluster};
 use mpi_ios_tests::pool::{pool_key, AgentProc, AgentSpec, PeerServer};
-use mpi_ios_tests::scenario::{Line, Mode, Move, Outcome, Scenario};
+use mpi_ios_tests::scenario::{Hog, Line, Mode, Move, Outcome, Scenario};
 use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob};
 
 /// Seconds the job would take unloaded: it must outlive the hog (at 3 s), the election
@@ -95,7 +95,7 @@ fn the_cluster_manager_moves_the_loaded_rank_to_a_cooperating_node() {
     let dir = logs();
     let mut scenario = sized_job(&cluster, dir.path(), vec![0, 1]);
     scenario.agents_at_start = vec![0, 1];
-    scenario.hog = Some((1, Duration::from_secs(3)));
+    scenario.hog = Some(Hog::on(1, Duration::from_secs(3)));
     scenario.agent_options = C2C_OPTIONS.iter().map(|s| (*s).to_owned()).collect();
     let outcome = run(&cluster, &scenario, dir.path());
     keep_logs(dir);

@@ -65,7 +65,7 @@ fn given_a_half_core_node_then_a_busy_loop_in_it_uses_half_a_core_and_a_new_cap_
     let _lock = mpi_lock();
     let dir = tempfile::tempdir().unwrap();
     let node = cluster.cgroup("node-a").unwrap();
-    let hog = cluster.start_hog("node-a", dir.path(), "hog");
+    let hog = cluster.start_hog("node-a", dir.path(), "hog", 1);
     wait_until(Duration::from_secs(5), "the hog in node-a's cgroup", || {
         node.contains(hog.pid())
     });
@@ -252,8 +252,8 @@ fn given_hogs_on_node_b_then_a_rank_there_slows_the_job_and_placing_it_on_idle_c
     // one hog, CI once measured the loaded run at 1220 it/s and the moved one at only 1581
     // (1.30x).
     let hogs = [
-        cluster.start_hog("node-b", dir.path(), "hog-1"),
-        cluster.start_hog("node-b", dir.path(), "hog-2"),
+        cluster.start_hog("node-b", dir.path(), "hog-1", 1),
+        cluster.start_hog("node-b", dir.path(), "hog-2", 1),
     ];
     // Alternated, so that a burst of other work does not hit one placement only. Three
     // rounds: with a busy loop beside the test, a+c ran at 0.27 - 0.52 of a+b idle.
@@ -303,7 +303,7 @@ fn given_a_capped_cluster_when_dropped_then_no_cgroup_and_no_namespace_remains()
         .command_on("node-b", "sleep", ["600"])
         .spawn()
         .unwrap();
-    let hog = cluster.start_hog("node-a", dir.path(), "hog");
+    let hog = cluster.start_hog("node-a", dir.path(), "hog", 1);
     wait_until(
         Duration::from_secs(5),
         "both processes in their nodes",
