@@ -184,10 +184,7 @@ pub(crate) fn run(exp: &mut Experiment, logs: &Path, quiet: bool) -> Result<Runs
         static_run.clone()
     };
     let best = exp.best_placement.as_ref().map(|p| {
-        let best = Scenario {
-            placement: p.clone(),
-            ..s.clone()
-        };
+        let best = s.loaded_from_the_start(p.clone());
         one(
             &best,
             if s.hog.is_some() {
@@ -297,11 +294,13 @@ pub(crate) fn summary_table(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> Ta
             &short(&b.report.checksum),
         );
     }
-    row(
-        format!("physical limit (capacity from {:.1} s)", y.free_from),
-        y.limit_s,
-        "-",
-    );
+    if let Some(limit_s) = y.limit_s {
+        row(
+            format!("physical limit (capacity from {:.1} s)", y.free_from),
+            limit_s,
+            "-",
+        );
+    }
     table
 }
 
@@ -335,9 +334,7 @@ pub(crate) fn finish(
         outcomes.push(("best", best, "heat2d-plain"));
     }
     let mut summary = mpi_ios_bench::summary::Summary::of(exp.name, &outcomes);
-    summary.limit_s = Some(y.limit_s);
-    summary.adaptive_over_limit = Some(y.limit_ratio());
-    summary.recovered_after_s = y.recovery_s;
+    summary.record(y);
     summary.passed = verdict.is_ok();
     summary.write(out, &mpi_ios_bench::summary::figure_file(exp.name))?;
     verdict
@@ -358,8 +355,14 @@ pub(crate) fn summary_notes(exp: &Experiment, runs: &Runs, y: &Yardsticks) -> (V
         ))
     ));
     notes.push(format!(
-        "Adaptive / physical limit = {:.3} (target: within 1.10); unloaded {:.2} s{}.",
-        y.limit_ratio(),
+        "Adaptive / physical limit = {} (target: within 1.10); unloaded {:.2} s{}.",
+        match (y.limit_ratio(), &y.limit_refused) {
+            (Some(ratio), _) => format!("{ratio:.3}"),
+            (None, why) => format!(
+                "REFUSED ({})",
+                why.as_deref().unwrap_or("no rate measured under the load")
+            ),
+        },
         y.unloaded_s,
         if runs.best.is_some() {
             format!(

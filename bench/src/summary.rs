@@ -8,6 +8,8 @@ use anyhow::{Context as _, Result};
 use mpi_ios_tests::scenario::{Event, EventKind, Move, Outcome};
 use serde::{Deserialize, Serialize};
 
+use crate::yardstick::Yardsticks;
+
 /// Name of the main job's summary in its `--out` directory.
 pub const MAIN_JOB_FILE: &str = "summary.json";
 
@@ -27,6 +29,21 @@ pub struct RunResult {
     pub seconds: f64,
     /// Checksum of the final grid.
     pub checksum: String,
+}
+
+/// A rate a yardstick stands on, and where it was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceRate {
+    /// The run it comes from (`best`, `unloaded`).
+    pub run: String,
+    /// Iterations per second over the window.
+    pub it_per_s: f64,
+    /// The window's start, in that run's loop seconds.
+    pub from_s: f64,
+    /// The window's end, in that run's loop seconds.
+    pub to_s: f64,
+    /// Whether the experiment's load ran during all of the window.
+    pub under_load: bool,
 }
 
 /// A rank's move during the adaptive run.
@@ -188,6 +205,18 @@ pub struct Summary {
     pub limit_s: Option<f64>,
     /// Adaptive time over the physical limit.
     pub adaptive_over_limit: Option<f64>,
+    /// The rates the yardsticks stand on (the best placement's, the unloaded run's), each
+    /// with the window it was measured over and whether the load ran during all of it.
+    #[serde(default)]
+    pub reference_rates: Vec<ReferenceRate>,
+    /// Why there is no limit although the runs were made: its rate was measured without
+    /// the experiment's load.
+    #[serde(default)]
+    pub limit_refused: Option<String>,
+    /// The adaptive run's rate after its last move over the best placement's run plain
+    /// under the same load (target: at least 0.97).
+    #[serde(default)]
+    pub settled_over_best: Option<f64>,
     /// Seconds from the load onset (or the join) until the adaptive run kept 90% of the
     /// reference throughput.
     pub recovered_after_s: Option<f64>,
@@ -249,11 +278,28 @@ impl Summary {
                 .unwrap_or_default(),
             limit_s: None,
             adaptive_over_limit: None,
+            reference_rates: Vec::new(),
+            limit_refused: None,
+            settled_over_best: None,
             recovered_after_s: None,
             fault_recovered: None,
             malleable: None,
             passed: false,
         }
+    }
+
+    /// Records the yardsticks: the limit (or why it was refused), the reference rates with
+    /// their windows, the settled rate against the best placement's and the recovery.
+    pub fn record(&mut self, y: &Yardsticks) {
+        self.limit_s = y.limit_s;
+        self.adaptive_over_limit = y.limit_ratio();
+        self.limit_refused = y.limit_refused.clone();
+        self.reference_rates = vec![y.best_window.clone()];
+        if y.unloaded_window != y.best_window {
+            self.reference_rates.push(y.unloaded_window.clone());
+        }
+        self.settled_over_best = y.settled_over_best();
+        self.recovered_after_s = y.recovery_s;
     }
 
     /// The grows among the events.
@@ -339,6 +385,15 @@ mod tests {
             final_hosts: vec!["node-a".into(), "node-c".into()],
             limit_s: Some(7.0),
             adaptive_over_limit: Some(1.036),
+            reference_rates: vec![ReferenceRate {
+                run: "best".into(),
+                it_per_s: 1250.5,
+                from_s: 0.0,
+                to_s: 5.5,
+                under_load: true,
+            }],
+            limit_refused: None,
+            settled_over_best: Some(0.96),
             recovered_after_s: None,
             fault_recovered: Some(true),
             malleable: None,

@@ -12,8 +12,18 @@
 //! Times are iteration-loop times: each run's progress events are shifted so that 0 is the
 //! start of its loop (its loop start event), so mpirun's start-up, which varies between
 //! namespaces, does not count against anyone.
+//!
+//! A reference rate stands for what the machine allows under the experiment's load only if
+//! that load ran during all of the window it was measured over: each one comes with its
+//! window ([`ReferenceRate`]), and a limit whose rate was measured without the load is
+//! refused ([`Yardsticks::limit_s`] is `None`, [`Yardsticks::limit_refused`] says why), not
+//! used. The best-placement run starts its load before its loop for that reason
+//! ([`mpi_ios_tests::scenario::Scenario::loaded_from_the_start`]): a best run that ends
+//! before a load started at the adaptive run's onset measures an unloaded machine.
 
 use mpi_ios_tests::scenario::{EventKind, Outcome};
+
+use crate::summary::ReferenceRate;
 
 /// Seconds from mpirun's start to the start of the run's iteration loop: its loop start
 /// event, or 0 when the run ended before reporting it.
@@ -39,15 +49,43 @@ pub fn mean_rate(o: &Outcome) -> f64 {
 
 /// Iterations per second from loop time `from` to the end of the run.
 pub fn rate_from(o: &Outcome, from: f64) -> f64 {
+    rate_window(o, from).0
+}
+
+/// Iterations per second from loop time `from` (0 when earlier) to the end of the run, and
+/// the loop seconds it was measured over: the whole run when less than a second of it is
+/// left after `from` (or it has no progress events).
+fn rate_window(o: &Outcome, from: f64) -> (f64, f64, f64) {
+    let from = from.max(0.0);
     let t0 = loop_start(o);
+    let whole = (mean_rate(o), 0.0, o.report.seconds);
     let Some(last) = o.samples.last() else {
-        return mean_rate(o);
+        return whole;
     };
-    let span = last.t - t0 - from;
+    let to = last.t - t0;
+    let span = to - from;
     if span <= 1.0 {
-        return mean_rate(o);
+        return whole;
     }
-    (last.iteration as f64 - o.iteration_at(from + t0)) / span
+    (
+        (last.iteration as f64 - o.iteration_at(from + t0)) / span,
+        from,
+        to,
+    )
+}
+
+/// The rate of run `o` (named `run` in the summary) from loop time `from` to its end, with
+/// its window and whether a load ran during all of it (its load onset at or before the
+/// window's start).
+pub fn reference_rate(run: &str, o: &Outcome, from: f64) -> ReferenceRate {
+    let (it_per_s, from_s, to_s) = rate_window(o, from);
+    ReferenceRate {
+        run: run.to_owned(),
+        it_per_s,
+        from_s,
+        to_s,
+        under_load: event_at(o, EventKind::LoadOnset).is_some_and(|onset| onset <= from_s),
+    }
 }
 
 /// The yardsticks of one experiment.
@@ -61,10 +99,19 @@ pub struct Yardsticks {
     pub unloaded_s: f64,
     /// Best placement (same load).
     pub best_s: f64,
-    /// Iterations per second of the best placement once the load runs.
+    /// Iterations per second of the best placement once the load runs (of the unloaded run
+    /// when the experiment has no best placement).
     pub best_rate: f64,
-    /// Best possible time given the capacity left.
-    pub limit_s: f64,
+    /// Where `best_rate` was measured, and whether under the load.
+    pub best_window: ReferenceRate,
+    /// The unloaded run's mean rate (the recovery target's reference with a load), and its
+    /// window: the whole run.
+    pub unloaded_window: ReferenceRate,
+    /// Best possible time given the capacity left; `None` when the experiment has a load
+    /// and `best_rate` was not measured under it during its whole window.
+    pub limit_s: Option<f64>,
+    /// Why the limit was refused, when it was.
+    pub limit_refused: Option<String>,
     /// When the spare capacity appeared (loop time).
     pub free_from: f64,
     /// The event recovery is measured from, in words, and its loop time.
@@ -91,9 +138,17 @@ impl Yardsticks {
         100.0 * (1.0 - self.adaptive_s / self.static_s)
     }
 
-    /// Adaptive time over the physical limit.
-    pub fn limit_ratio(&self) -> f64 {
-        self.adaptive_s / self.limit_s
+    /// Adaptive time over the physical limit, when there is one.
+    pub fn limit_ratio(&self) -> Option<f64> {
+        self.limit_s.map(|limit| self.adaptive_s / limit)
+    }
+
+    /// The adaptive run's rate after its last move over the best placement's under the same
+    /// load: how close the agents' placement came to running as well as that placement run
+    /// plain. `None` without a move, or without a best rate measured under the load.
+    pub fn settled_over_best(&self) -> Option<f64> {
+        let settled = self.settled_rate?;
+        self.limit_s.is_some().then(|| settled / self.best_rate)
     }
 }
 
@@ -113,12 +168,29 @@ pub fn of(
     let join = event_at(a, EventKind::NodeJoin);
     let free_from = join.or(onset).unwrap_or(0.0);
     let t0 = loop_start(a);
-    let best_rate = match best {
-        Some(b) => rate_from(b, event_at(b, EventKind::LoadOnset).unwrap_or(0.0)),
-        None => mean_rate(unloaded),
+    let unloaded_window = reference_rate("unloaded", unloaded, 0.0);
+    let best_window = match best {
+        Some(b) => reference_rate("best", b, event_at(b, EventKind::LoadOnset).unwrap_or(0.0)),
+        None => unloaded_window.clone(),
+    };
+    let best_rate = best_window.it_per_s;
+    let limit_refused = match (onset, best) {
+        (Some(_), None) => Some(
+            "the experiment has a load but no best-placement run: the only rate there is, the \
+             unloaded run's, was measured without it"
+                .to_owned(),
+        ),
+        (Some(_), Some(_)) if !best_window.under_load => Some(format!(
+            "the best-placement run's rate ({:.0} it/s, loop {:.1} - {:.1} s) was not measured \
+             under the load during all of its window",
+            best_window.it_per_s, best_window.from_s, best_window.to_s
+        )),
+        _ => None,
     };
     let left = (iters as f64 - a.iteration_at(free_from + t0)).max(0.0);
-    let limit_s = free_from + left / best_rate;
+    let limit_s = limit_refused
+        .is_none()
+        .then(|| free_from + left / best_rate);
     let (recovery_from, reference) = match (onset, join) {
         (Some(o), _) => (Some(("load onset", o)), mean_rate(unloaded)),
         (None, Some(j)) => (Some(("node join", j)), best_rate),
@@ -135,12 +207,15 @@ pub fn of(
         unloaded_s: unloaded.report.seconds,
         best_s: best.unwrap_or(unloaded).report.seconds,
         best_rate,
+        best_window,
+        unloaded_window,
         limit_s,
+        limit_refused,
         free_from,
         recovery_from,
         recovery_target,
         recovery_s,
-        recovery_best_s: match (onset, best) {
+        recovery_best_s: match (onset, limit_s) {
             (Some(o), Some(_)) => a
                 .recovered_from(o + t0, 0.9 * best_rate)
                 .map(|t| t - t0 - o),
@@ -152,5 +227,133 @@ pub fn of(
             .last()
             .filter(|m| a.samples.last().is_some_and(|last| last.t > m.t + 1.0))
             .map(|m| rate_from(a, m.t - t0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mpi_ios_tests::scenario::{Event, Mode, Sample};
+    use mpi_ios_tests::Report;
+
+    /// A run of `iters` iterations at `rate` it/s (a progress event at its loop start, then
+    /// one per 0.5 s), its loop starting 0.5 s after mpirun, with a load onset at loop time
+    /// `onset` when given.
+    fn run(mode: Mode, iters: u64, rate: f64, onset: Option<f64>) -> Outcome {
+        let loop_start = 0.5;
+        let seconds = iters as f64 / rate;
+        let samples = (0..)
+            .map(|k| f64::from(k) * 0.5)
+            .take_while(|&t| t < seconds + 0.5)
+            .map(|t| Sample {
+                t: loop_start + t.min(seconds),
+                iteration: ((t.min(seconds)) * rate).round() as u64,
+                rate,
+                hosts: Vec::new(),
+            })
+            .collect();
+        Outcome {
+            mode,
+            report: Report {
+                checksum: "same".into(),
+                iterations: iters,
+                seconds,
+                ranks: 2,
+                ..Report::default()
+            },
+            samples,
+            events: onset
+                .map(|at| Event {
+                    t: loop_start + at,
+                    kind: EventKind::LoadOnset,
+                    what: "CPU hog started on node-b".into(),
+                    moved: None,
+                    resized: None,
+                    host: Some("node-b".into()),
+                })
+                .into_iter()
+                .collect(),
+            loop_start: Some(loop_start),
+            wall_s: seconds + loop_start,
+            decisions: Vec::new(),
+            agent_cpu: Vec::new(),
+            leaves: Vec::new(),
+            statuses: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_best_run_that_ends_before_its_load_starts_gives_no_limit() {
+        // The issue's case: the best placement ran 4.9 s, its hog was due at 5 s.
+        let adaptive = run(Mode::Adaptive, 10_000, 1000.0, Some(5.0));
+        let static_run = run(Mode::Static, 10_000, 500.0, Some(5.0));
+        let unloaded = run(Mode::Unloaded, 10_000, 1200.0, None);
+        let best = run(Mode::Static, 10_000, 2040.0, None);
+        let y = of(10_000, &adaptive, &static_run, &unloaded, Some(&best));
+        assert_eq!(y.limit_s, None);
+        assert_eq!(y.limit_ratio(), None);
+        assert!(!y.best_window.under_load, "{y:?}");
+        assert!(
+            y.limit_refused
+                .as_deref()
+                .is_some_and(|why| why.contains("not measured under the load")),
+            "{y:?}"
+        );
+        assert_eq!(y.recovery_best_s, None);
+        // Its load due just after its end changes nothing: never during the window.
+        let mut late = best.clone();
+        late.events = run(Mode::Static, 10, 1.0, Some(4.95)).events;
+        let y = of(10_000, &adaptive, &static_run, &unloaded, Some(&late));
+        assert_eq!(y.limit_s, None, "{y:?}");
+    }
+
+    #[test]
+    fn a_best_run_loaded_from_before_its_loop_gives_the_limit_and_its_window() {
+        let adaptive = run(Mode::Adaptive, 10_000, 1000.0, Some(2.0));
+        let static_run = run(Mode::Static, 10_000, 500.0, Some(2.0));
+        let unloaded = run(Mode::Unloaded, 10_000, 1200.0, None);
+        // The hog started 0.3 s before the loop.
+        let best = run(Mode::Static, 8_000, 800.0, Some(-0.3));
+        let y = of(10_000, &adaptive, &static_run, &unloaded, Some(&best));
+        let window = &y.best_window;
+        assert!(window.under_load, "{y:?}");
+        assert_eq!((window.run.as_str(), window.from_s), ("best", 0.0));
+        assert!((window.to_s - 10.0).abs() < 1e-9, "{window:?}");
+        assert!((window.it_per_s - 800.0).abs() < 1.0, "{window:?}");
+        // No join: the capacity is free from the onset at 2 s, 2000 iterations done, the
+        // other 8000 at 800 it/s.
+        let limit = y.limit_s.expect("a limit");
+        assert!((limit - 12.0).abs() < 0.01, "{limit}");
+        assert_eq!(y.limit_refused, None);
+        assert!(!y.unloaded_window.under_load);
+        assert_eq!(y.unloaded_window.run, "unloaded");
+    }
+
+    #[test]
+    fn a_best_run_loaded_mid_run_is_measured_from_its_onset_only() {
+        let adaptive = run(Mode::Adaptive, 10_000, 1000.0, Some(2.0));
+        let static_run = run(Mode::Static, 10_000, 500.0, Some(2.0));
+        let unloaded = run(Mode::Unloaded, 10_000, 1200.0, None);
+        let best = run(Mode::Static, 10_000, 1000.0, Some(2.0));
+        let y = of(10_000, &adaptive, &static_run, &unloaded, Some(&best));
+        assert!(y.best_window.under_load);
+        assert_eq!(y.best_window.from_s, 2.0);
+        assert!(y.limit_s.is_some());
+    }
+
+    #[test]
+    fn a_load_without_a_best_run_gives_no_limit_and_no_load_needs_none() {
+        let adaptive = run(Mode::Adaptive, 10_000, 1000.0, Some(2.0));
+        let static_run = run(Mode::Static, 10_000, 500.0, Some(2.0));
+        let unloaded = run(Mode::Unloaded, 10_000, 1200.0, None);
+        let y = of(10_000, &adaptive, &static_run, &unloaded, None);
+        assert_eq!(y.limit_s, None);
+        assert!(y.limit_refused.is_some());
+        // No load in the experiment (a join only): the unloaded rate is the right one.
+        let adaptive = run(Mode::Adaptive, 10_000, 1000.0, None);
+        let static_run = run(Mode::Static, 10_000, 1000.0, None);
+        let y = of(10_000, &adaptive, &static_run, &static_run, None);
+        assert!(y.limit_s.is_some(), "{y:?}");
+        assert_eq!(y.limit_refused, None);
     }
 }

@@ -841,6 +841,20 @@ impl Scenario {
         Ok(rate)
     }
 
+    /// The same scenario with `placement` and its hog started with the run instead of after
+    /// a warm-up: a reference run (the best placement) measures the speed under the load,
+    /// so the load must run during all of its loop, however short the run.
+    pub fn loaded_from_the_start(&self, placement: Vec<usize>) -> Scenario {
+        Scenario {
+            placement,
+            hog: self.hog.map(|hog| Hog {
+                at: Duration::ZERO,
+                ..hog
+            }),
+            ..self.clone()
+        }
+    }
+
     /// Sets the iteration count and progress period for `length` (measuring on `cluster`
     /// when it is given in seconds, logs under `dir`; a count of iterations keeps the
     /// period). Returns the measured unloaded rate,
