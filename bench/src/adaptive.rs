@@ -618,7 +618,7 @@ fn report(
         &format!("{} runs, {} migrations", runs.len(), migrations.len()),
     );
     write_timeline(&runs, &args.out)?;
-    ok &= plotted(plot(summary, &args.out.join("throughput")));
+    ok &= plotted(plot(summary, y.as_ref(), &args.out.join("throughput")));
     typed.passed = ok;
     Ok((ok, typed))
 }
@@ -640,7 +640,7 @@ pub fn windowed_rate(points: &[(f64, u64)], window: f64) -> Vec<(f64, f64)> {
 }
 
 /// The throughput-over-time plot of the runs, with the adaptive run's events marked.
-fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
+fn plot(summary: &Summary, y: Option<&Yardsticks>, stem: &Path) -> Result<mpi_ios_plots::Written> {
     use mpi_ios_plots::{Event, TimePlot};
     let window = (summary.adaptive.wall_s / 60.0).clamp(0.25, 2.0);
     let mut plot = TimePlot::new("heat2d on emulated nodes: a node is loaded, an idle one joins")
@@ -654,6 +654,22 @@ fn plot(summary: &Summary, stem: &Path) -> Result<mpi_ios_plots::Written> {
             _ => "unloaded",
         };
         plot = plot.series(label, windowed_rate(&o.progress_points(), window));
+    }
+    // The best placement's rate under the load, drawn over the adaptive run's stretch after
+    // its last move: the two side by side.
+    let a = &summary.adaptive;
+    let last_move = a.migrations().last().map(|m| m.t);
+    if let (Some(y), Some(from), Some(end)) = (
+        y.filter(|y| y.limit_s.is_some()),
+        last_move,
+        a.samples.last().map(|s| s.t),
+    ) {
+        if end > from {
+            plot = plot.series(
+                "best placement's rate under the same load",
+                vec![(from, y.best_rate), (end, y.best_rate)],
+            );
+        }
     }
     plot = plot.events(
         summary
