@@ -8,6 +8,7 @@ mod fig13;
 mod fig15;
 mod fig17;
 mod figs;
+mod idle_pool;
 mod migration;
 mod overhead;
 mod profiling;
@@ -135,6 +136,8 @@ enum Command {
     /// simulator's wall time and memory, the targets as ratios; writes fig6-*, fig7-* and
     /// messages-per-node .svg/.png in --out. No MPI, no root.
     Scale(mpi_ios_bench::scale::ScaleArgs),
+    /// Issue 42: an idle pool of real agents on loopback (peer server, N agents, their pcmds): time to the full mesh, CPU and memory per agent and per pcmd, messages per agent and second; one JSON line.
+    IdlePool(idle_pool::IdlePoolArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -174,6 +177,7 @@ fn main() -> std::process::ExitCode {
         Command::Fig15(args) => fig15::run15(args),
         Command::Fig16(args) => fig15::run16(args),
         Command::Scale(args) => mpi_ios_bench::scale::run(args),
+        Command::IdlePool(args) => idle_pool::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
