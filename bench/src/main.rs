@@ -19,13 +19,14 @@ use clap::{Parser, Subcommand};
 /// Benchmarks of MPI/IOS's process checkpointing and migration (PCM).
 ///
 /// Every run goes through the launcher of the MPI runtime the binaries were built for
-/// (MPICH's hydra `mpiexec` by default, Open MPI's `mpirun` with the project's settings),
-/// with a deadline; on timeout the whole process group is killed. The MPI programs (heat2d,
-/// heat2d-plain, pcmd, pcm-state, pcm-resize, mpi-pingpong) are taken from the directory of this
-/// executable: build them first with `cargo build --release --bins`.
+/// (MPICH's hydra `mpiexec` by default, or Open MPI's `mpirun`, with the settings PCM jobs
+/// need), with a deadline; on timeout the whole process group is killed. The MPI programs
+/// (heat2d, heat2d-plain, pcmd, pcm-state, pcm-resize, mpi-pingpong) are taken from the
+/// directory of this executable: build them first with `cargo build --release --bins`.
 ///
-/// The machine has few cores, shared with other work: results are noisy. Run one benchmark
-/// at a time, on an otherwise idle machine if possible.
+/// On a machine with few cores, or one shared with other work, the results are noisy: run
+/// one benchmark at a time, on an otherwise idle machine if possible. Measured figures
+/// against the paper and the targets: docs/results.md.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Cli {
@@ -72,7 +73,7 @@ enum Command {
     /// (`PCM_EVENTS`); every resize must move exactly the rows that change owner under the
     /// block rule, and every process checks every element of its rows after each
     /// reconfiguration. The table gives medians over `--rounds` rounds, the ratios to the plain
-    /// spawn and to the migration's transfer rate, and the issue's target for growing by one:
+    /// spawn and to the migration's transfer rate, and the target for growing by one:
     /// spawn + merge+split + redistribution <= 1.25 x plain spawn + the bytes moved at half the
     /// migration's transfer rate.
     Resize(resize::ResizeArgs),
@@ -128,15 +129,18 @@ enum Command {
     /// node's rank to it. A faster node is emulated by a larger cgroup CPU cap. Same
     /// yardsticks as fig15; writes fig16.svg/png. Paper: 79% shorter. Needs root.
     Fig16(fig15::Fig16Args),
-    /// Issue 15: the unchanged agent core in the deterministic simulator on pools of 100,
-    /// 1,000 and 10,000 nodes (heterogeneous, owners' load over time, joins and leaves),
-    /// Internet-like and Grid-like networks, jobs with hypercube, tree, sparse and stencil
-    /// exchanges; NSp2p, NSc2c, random stealing, no balancing and a central oracle. Prints
-    /// throughput against the oracle, thrashing, messages per node per second, the
-    /// simulator's wall time and memory, the targets as ratios; writes fig6-*, fig7-* and
-    /// messages-per-node .svg/.png in --out. No MPI, no root.
+    /// The IOS agents at scale: the agents' own decision code in a deterministic simulator,
+    /// on pools of 100, 1,000 and 10,000 nodes (heterogeneous, owners' load over time,
+    /// joins and leaves), Internet-like and Grid-like networks, jobs with hypercube, tree,
+    /// sparse and stencil exchanges; NSp2p, NSc2c, random stealing, no balancing and a
+    /// central oracle. Prints throughput against the oracle, thrashing, messages per node
+    /// per second, the simulator's wall time and memory, the targets as ratios; writes
+    /// fig6-*, fig7-* and messages-per-node .svg/.png in --out. No MPI, no root.
     Scale(mpi_ios_bench::scale::ScaleArgs),
-    /// Issue 42: an idle pool of real agents on loopback (peer server, N agents, their pcmds): time to the full mesh, CPU and memory per agent and per pcmd, messages per agent and second; one JSON line.
+    /// What an idle pool of real IOS agents costs, on loopback (a peer server, N agents and
+    /// their pcmds): time until every agent has every other in its peer table (the full
+    /// mesh), CPU and memory per agent and per pcmd, messages per agent and second; one
+    /// JSON line.
     IdlePool(idle_pool::IdlePoolArgs),
 }
 

@@ -61,9 +61,14 @@ pub struct ScaleArgs {
     /// cores). Each run's CPU seconds stay its own; the peak RSS is the process's.
     #[arg(long, value_parser = at_least_one)]
     pub jobs: Option<usize>,
-    /// Strategies to run (nsp2p, nsp2p-nogather, nsp2p-nocomm, nsp2p-paper, nsc2c, random,
-    /// random-paper, none, oracle, nsp2p-noresize). Default: all but nsp2p-noresize; with
-    /// --malleable: nsp2p, nsp2p-noresize, nsc2c, random, none, oracle.
+    /// Strategies to run: nsp2p and nsc2c (the agents' two protocols, default settings);
+    /// nsp2p-nogather (NSp2p without partner steals), nsp2p-nocomm (NSp2p without its ranks'
+    /// partners: no communication term, no partner steals), nsp2p-paper (NSp2p with the
+    /// paper's model); random (random work stealing, default model), random-paper (the
+    /// same with the paper's model); none (nothing moves); oracle (a central placer that
+    /// sees every node); nsp2p-noresize (NSp2p that only migrates, with --malleable).
+    /// Default: all but nsp2p-noresize; with --malleable: nsp2p, nsp2p-noresize, nsc2c,
+    /// random, none, oracle.
     #[arg(long, value_delimiter = ',')]
     pub strategies: Option<Vec<String>>,
     /// Largest pool NSc2c runs on.
@@ -75,24 +80,24 @@ pub struct ScaleArgs {
     /// Where the plots go.
     #[arg(long, default_value = "results/scale")]
     pub out: PathBuf,
-    /// CI mode: 100 nodes, 20 simulated minutes, every strategy on both networks.
+    /// Short run (the one CI makes): 100 nodes, 20 simulated minutes, every strategy on
+    /// both networks.
     #[arg(long)]
     pub quick: bool,
-    /// Node profiles count a rank only while it computes, as the real sampler does
-    /// (`Sim::with_waiting_as_idle`); by default every rank is one runnable thread.
+    /// Count a rank in its node's load only while it computes, as the real agents' sampler
+    /// does; by default every rank counts as one runnable thread.
     #[arg(long)]
     pub waiting_as_idle: bool,
-    /// An agent's move of a job that is already moving waits for the moves before it and
-    /// stops the job once more on its own, as pcm did from 2026-11-29 (late night) to
-    /// 2026-11-30, agreeing on one request per status check
-    /// (`Sim::with_one_request_per_reconfiguration`). By default, as pcm does now, it
-    /// joins the next reconfiguration, which carries out every request held at its check;
-    /// in both, it fails at once if its node's daemon has a request of the job in flight
-    /// (busy).
+    /// Model a PCM that carries out one move request per status check: a move asked for
+    /// while its job is already moving waits for the moves before it, then stops the job
+    /// once more on its own. By default, as PCM does, it joins the job's next
+    /// reconfiguration, which carries out every request held at that check. In both, a
+    /// move fails at once (busy) while the daemon of the node it leaves has a request of
+    /// the job in flight.
     #[arg(long)]
     pub one_request_per_reconfiguration: bool,
-    /// An agent's move of a job that is already moving is refused when that move ends, as
-    /// pcm refused it until 2026-11-29, late night (`Sim::with_requests_refused_while_moving`).
+    /// Model a PCM that refuses a move asked for while its job is already moving: the
+    /// request fails when the move under way ends, and nothing moves.
     #[arg(long, conflicts_with = "one_request_per_reconfiguration")]
     pub refused_while_moving: bool,
     /// Peers each agent keeps in its table (the real agents' default is 256): a larger
@@ -172,11 +177,11 @@ pub struct Replay {
     /// Whether node-c exists at all.
     pub node_c: bool,
     /// What the emulated run did: when rank 1 moved (seconds since the start), and where
-    /// (node index), from docs/results.md.
+    /// (node index), from docs/results-log.md.
     pub measured: (f64, usize),
 }
 
-/// The three scenarios, with what docs/results.md measured on emulated nodes.
+/// The three scenarios, with what docs/results-log.md measured on emulated nodes.
 pub const REPLAYS: [Replay; 3] = [
     Replay {
         name: "Figures 13/14: hog on node-b at 5 s, node-c joins at 7 s",
@@ -1554,8 +1559,8 @@ mod tests {
     /// they made under 10 an hour over all 20 minutes (NSc2c 6.8). Messages per node
     /// and second stay under 5, NSc2c's cluster upkeep included; no entity moves twice
     /// within a hold-down. The oracle leads every strategy, or ties within 2%: it is a
-    /// greedy heuristic, and on the Grid-like network NSp2p matches it (docs/results.md,
-    /// "Scale").
+    /// greedy heuristic, and on the Grid-like network NSp2p matches it
+    /// (docs/results-log.md, "Scale").
     #[test]
     fn given_the_quick_pools_then_the_oracle_leads_and_the_agents_beat_random_and_none() {
         for network in [Network::Internet, Network::Grid] {

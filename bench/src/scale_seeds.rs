@@ -3,9 +3,9 @@
 //! miss it).
 //!
 //! Why: at 100 nodes a pool holds about nine jobs, and one seed's ratio to the oracle
-//! moves by a tenth from one seed to the next (docs/results.md, "Scale"). A target is met
+//! moves by a tenth from one seed to the next (docs/results-log.md, "Scale"). A target is met
 //! or missed by a configuration over many pools, not by one draw of it; the summaries in
-//! docs/results.md were made so by scratch scripts until this command made them
+//! docs/results-log.md were made so by scratch scripts until this command made them
 //! reproducible.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
