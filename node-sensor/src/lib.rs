@@ -29,5 +29,7 @@ pub mod procfs;
 pub mod sensor;
 pub mod speed;
 
-pub use sensor::{EntityUsage, NodeSample, NodeSensor, Scope, SensorConfig, SensorError, Target};
+pub use sensor::{
+    EntityUsage, MachineScan, NodeSample, NodeSensor, Scope, SensorConfig, SensorError, Target,
+};
 pub use speed::{SpeedProbe, SpeedSample};

@@ -22,7 +22,16 @@
 //!   0.5-CPU cgroup shows 1.0 s running and 1.0 s waiting over 2 s), so a busy loop counts
 //!   as 1.0 whatever the cap: `demand > cores` means the node is overloaded. A thread seen for
 //!   the first time counts only if it started during the period (otherwise its counters hold
-//!   time spent elsewhere).
+//!   time spent elsewhere). In a machine scope the threads are the whole process table's,
+//!   and reading it costs in proportion to it (about 4 us a thread: 0.2% of a core every
+//!   second at 500 threads, which 50 agents and their pcmds on one machine make; issue 42),
+//!   so by default ([`SensorConfig::machine_scan`], [`MachineScan`]) it is read only while
+//!   the machine is busy (`used` at least three quarters of `cores` over the period: threads
+//!   wait for a CPU only then, beyond the moment two wake-ups collide), and then at most
+//!   every 5 s, `demand` being the threads' run and wait over those seconds. In the other
+//!   periods `demand` is `used` plus, while busy, the threads' average wait over the last
+//!   such read, or else the share of the period some thread waited (PSI), and at least the
+//!   given processes' demand.
 //! - `throttled`: share of the cgroup's enforcement periods in which it hit its cap.
 //! - `pressure`: share of time some thread of the node waited for a CPU (PSI: v2 cgroup
 //!   `cpu.pressure`, or `/proc/pressure/cpu` for the machine; None for v1 cgroups, whose PSI
@@ -47,6 +56,25 @@ use crate::speed::{SpeedProbe, SpeedSample};
 pub const DEFAULT_PROBE_EVERY: Duration = Duration::from_secs(300);
 /// Default bound on the threads read per sample (a machine-wide scope reads them all).
 pub const DEFAULT_MAX_TASKS: usize = 20_000;
+/// Default [`SensorConfig::machine_scan`]: the process table read while at least three
+/// quarters of the cores are busy, at most every 5 s.
+pub const DEFAULT_MACHINE_SCAN: MachineScan = MachineScan {
+    busy_above: 0.75,
+    every: Duration::from_secs(5),
+};
+
+/// When a machine scope reads the whole process table (see "What is measured" in the module
+/// docs); a cgroup scope reads its node's threads at every sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MachineScan {
+    /// The share of the cores that must have been busy over a period for the table to be
+    /// read: below it no thread waits for long, and `demand` is `used` plus PSI's share.
+    pub busy_above: f64,
+    /// While the machine stays busy, the table is read at most this often, `demand` being
+    /// the threads' run and wait over that time; between two reads it is `used` plus their
+    /// average wait over the last.
+    pub every: Duration,
+}
 /// Kernel clock ticks per second in `/proc` (`USER_HZ`, fixed at 100 in the Linux ABI).
 const USER_HZ: u64 = 100;
 
@@ -75,6 +103,9 @@ pub struct SensorConfig {
     pub fixed_speed: Option<f64>,
     /// Bound on threads read per sample. Default [`DEFAULT_MAX_TASKS`].
     pub max_tasks: usize,
+    /// When a machine scope reads the whole process table; `None` reads it at every sample.
+    /// Default [`DEFAULT_MACHINE_SCAN`].
+    pub machine_scan: Option<MachineScan>,
 }
 
 impl Default for SensorConfig {
@@ -86,6 +117,7 @@ impl Default for SensorConfig {
             probe_every: Some(DEFAULT_PROBE_EVERY),
             fixed_speed: None,
             max_tasks: DEFAULT_MAX_TASKS,
+            machine_scan: Some(DEFAULT_MACHINE_SCAN),
         }
     }
 }
@@ -194,7 +226,7 @@ pub struct NodeSample {
     pub memory_available: u64,
     /// Per-core speed relative to the reference core.
     pub speed: f64,
-    /// Threads read.
+    /// Threads read (in a machine scope, none in most periods: see [`MachineScan`]).
     pub tasks: usize,
     /// CPU use of the processes given to [`NodeSensor::sample_with`] (the node's ranks).
     pub entities: Option<EntityUsage>,
@@ -241,6 +273,22 @@ struct Snapshot {
     throttle: Option<(u64, u64)>,
     pressure_us: Option<u64>,
     boot_ticks: u64,
+}
+
+/// What a sample read of the node's threads.
+#[derive(Debug, Clone, Copy)]
+enum Threads {
+    /// Run and wait time (ns) over the period since the previous sample.
+    Period { run: u64, wait: u64 },
+    /// Run and wait time (ns) over a longer window (a busy machine scope, read every few
+    /// seconds).
+    Window {
+        run: u64,
+        wait: u64,
+        window: Duration,
+    },
+    /// Not summed in this period.
+    Estimate,
 }
 
 /// Per-thread (run, wait) counters from the previous sample.
@@ -319,6 +367,11 @@ pub struct NodeSensor {
     previous: Snapshot,
     previous_at: Instant,
     node_tasks: TaskCounters,
+    /// A machine scope with [`SensorConfig::machine_scan`]: when `node_tasks` were read
+    /// (and the boot ticks then), if they still count; and the threads' average wait over
+    /// the last two reads, while the machine stays busy.
+    table_read: Option<(Instant, u64)>,
+    table_waiting: Option<f64>,
     entity_tasks: TaskCounters,
     speed: SpeedSample,
     probed_at: Instant,
@@ -431,6 +484,8 @@ impl NodeSensor {
             previous: Snapshot::default(),
             previous_at: now,
             node_tasks: TaskCounters::default(),
+            table_read: None,
+            table_waiting: None,
             entity_tasks: TaskCounters::default(),
             speed,
             probed_at: now,
@@ -439,6 +494,9 @@ impl NodeSensor {
         let tids = sensor.node_tids();
         sensor.node_tasks.update(&sensor.config.fs, &tids, 0);
         sensor.previous_at = Instant::now();
+        if sensor.scans_machine().is_some() {
+            sensor.table_read = Some((sensor.previous_at, sensor.previous.boot_ticks));
+        }
         Ok(sensor)
     }
 
@@ -486,8 +544,7 @@ impl NodeSensor {
         }
         let since = self.previous.boot_ticks;
         let now_snapshot = self.snapshot()?;
-        let tids = self.node_tids();
-        let (run, wait, tasks) = self.node_tasks.update(&self.config.fs, &tids, since);
+        let (threads, tasks) = self.node_threads(&now_snapshot, since);
         let entities = (!entity_pids.is_empty()).then(|| {
             let mut tids = Vec::new();
             let mut found = 0;
@@ -511,7 +568,10 @@ impl NodeSensor {
         self.previous_at = now;
         let current = &self.previous;
 
-        let task_used = run as f64 / 1e9 / secs;
+        let task_used = match threads {
+            Threads::Period { run, .. } => run as f64 / 1e9 / secs,
+            Threads::Window { .. } | Threads::Estimate => 0.0,
+        };
         let used = match (&self.usage, previous.usage_ns, current.usage_ns) {
             (UsageSource::Cpuacct(_) | UsageSource::CpuStat(_), Some(a), Some(b)) => {
                 b.saturating_sub(a) as f64 / 1e9 / secs
@@ -525,16 +585,30 @@ impl NodeSensor {
             },
             _ => task_used,
         };
-        let demand = ((run + wait) as f64 / 1e9 / secs).max(used);
+        let pressure = match (previous.pressure_us, current.pressure_us) {
+            (Some(a), Some(b)) => Some((b.saturating_sub(a) as f64 / 1e6 / secs).min(1.0)),
+            _ => None,
+        };
+        let entity_usage = entities.map(|((run, wait, _), found)| EntityUsage {
+            processes: entity_pids.len(),
+            found,
+            used: run as f64 / 1e9 / secs,
+            demand: (run + wait) as f64 / 1e9 / secs,
+        });
+        let demand = match threads {
+            Threads::Period { run, wait } => ((run + wait) as f64 / 1e9 / secs).max(used),
+            Threads::Window { run, wait, window } => {
+                ((run + wait) as f64 / 1e9 / window.as_secs_f64().max(1e-9)).max(used)
+            }
+            // A machine scope's period without a read of the table (see the module docs).
+            Threads::Estimate => (used + self.table_waiting.or(pressure).unwrap_or(0.0))
+                .max(entity_usage.map_or(0.0, |e| e.demand)),
+        };
         let throttled = match (previous.throttle, current.throttle) {
             (Some((p0, t0)), Some((p1, t1))) if p1 > p0 => {
                 Some((t1.saturating_sub(t0)) as f64 / (p1 - p0) as f64)
             }
             (Some(_), Some(_)) => Some(0.0),
-            _ => None,
-        };
-        let pressure = match (previous.pressure_us, current.pressure_us) {
-            (Some(a), Some(b)) => Some((b.saturating_sub(a) as f64 / 1e6 / secs).min(1.0)),
             _ => None,
         };
         let (memory_total, memory_available) = self.memory()?;
@@ -550,13 +624,59 @@ impl NodeSensor {
             memory_available,
             speed: self.speed.speed,
             tasks,
-            entities: entities.map(|((run, wait, _), found)| EntityUsage {
-                processes: entity_pids.len(),
-                found,
-                used: run as f64 / 1e9 / secs,
-                demand: (run + wait) as f64 / 1e9 / secs,
-            }),
+            entities: entity_usage,
         })
+    }
+
+    /// The machine scan settings, in a machine scope that has them.
+    fn scans_machine(&self) -> Option<MachineScan> {
+        match self.tasks {
+            TaskSource::AllProcesses => self.config.machine_scan,
+            TaskSource::Cgroup(..) => None,
+        }
+    }
+
+    /// Reads the node's threads if this sample needs them (see [`MachineScan`]): their run
+    /// and wait sums, and how many were read. `now` is this sample's snapshot, `since` the
+    /// boot ticks of the previous one.
+    fn node_threads(&mut self, now: &Snapshot, since: u64) -> (Threads, usize) {
+        let Some(scan) = self.scans_machine() else {
+            let tids = self.node_tids();
+            let (run, wait, n) = self.node_tasks.update(&self.config.fs, &tids, since);
+            return (Threads::Period { run, wait }, n);
+        };
+        let busy = match (self.previous.stat_ticks, now.stat_ticks) {
+            (Some((b0, a0)), Some((b1, a1))) if a1 > a0 => {
+                b1.saturating_sub(b0) as f64 / (a1 - a0) as f64 >= scan.busy_above
+            }
+            // Unknown: read as when busy.
+            _ => true,
+        };
+        let at = Instant::now();
+        if !busy {
+            self.table_read = None;
+            self.table_waiting = None;
+            self.node_tasks.previous = HashMap::new();
+            return (Threads::Estimate, 0);
+        }
+        match self.table_read {
+            Some((read_at, _)) if at.duration_since(read_at) < scan.every => (Threads::Estimate, 0),
+            Some((read_at, read_ticks)) => {
+                let tids = self.node_tids();
+                let (run, wait, n) = self.node_tasks.update(&self.config.fs, &tids, read_ticks);
+                let window = at.duration_since(read_at);
+                self.table_read = Some((at, now.boot_ticks));
+                self.table_waiting = Some(wait as f64 / 1e9 / window.as_secs_f64().max(1e-9));
+                (Threads::Window { run, wait, window }, n)
+            }
+            None => {
+                // The first busy period after a quiet one: the counters to start from.
+                let tids = self.node_tids();
+                let (_, _, n) = self.node_tasks.update(&self.config.fs, &tids, 0);
+                self.table_read = Some((at, now.boot_ticks));
+                (Threads::Estimate, n)
+            }
+        }
     }
 
     fn snapshot(&self) -> Result<Snapshot, SensorError> {
@@ -906,8 +1026,115 @@ mod tests {
         root.write("proc/stat", "cpu  150 0 150 1100 0 0 0 0 0 0\n");
         let s = sensor.sample().expect("sample");
         assert!((s.used - 1.0).abs() < 1e-9, "{s:?}");
-        assert_eq!(s.tasks, 2);
+        // So quiet a machine is not read thread by thread (issue 42).
+        assert_eq!(s.tasks, 0);
         assert!(s.pressure.is_some());
+    }
+
+    /// A machine's root: process 42 (threads 42 and 43) is its only process.
+    fn machine_root() -> FakeRoot {
+        let root = FakeRoot::new("1:cpu:/\n", V1_MOUNTS);
+        root.write("sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n");
+        root.write("sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
+        root
+    }
+
+    fn machine_sensor(root: &FakeRoot, scan: Option<MachineScan>) -> NodeSensor {
+        NodeSensor::new(
+            SensorConfig {
+                machine_scan: scan,
+                ..SensorConfig::default()
+            }
+            .with_fs(Fs::at(root.dir.path()))
+            .with_pid(42)
+            .with_fixed_speed(1.0),
+        )
+        .expect("sensor")
+    }
+
+    /// Issue 42: a machine scope reads the process table only while the machine is busy,
+    /// and then at most every `every`. Otherwise demand is its use plus PSI's share of the
+    /// period, and at least the given processes' demand; the first busy period takes the
+    /// threads' counters, and is estimated likewise.
+    #[test]
+    fn a_machine_scope_reads_the_process_table_only_while_the_machine_is_busy() {
+        let root = machine_root();
+        let mut sensor = root.sensor();
+        assert_eq!(sensor.cores(), 4.0);
+        // Quiet (1 CPU of 4 busy): no thread of the machine read; the entity's threads are
+        // new, not counted yet.
+        root.write("proc/stat", "cpu  150 0 150 1100 0 0 0 0 0 0\n");
+        root.write("proc/pressure/cpu", "some avg10=0 total=2000\n");
+        let s = sensor.sample_with(&[42]).expect("sample");
+        assert_eq!(s.tasks, 0, "{s:?}");
+        assert_eq!(s.entities.expect("entities").found, 1);
+        let expected = s.used + s.pressure.expect("pressure");
+        assert!((s.demand - expected).abs() < 1e-9, "{s:?}");
+        // Quiet, but the entity was runnable more than use and pressure say: its demand.
+        root.write("proc/stat", "cpu  200 0 200 1400 0 0 0 0 0 0\n");
+        root.write("proc/42/schedstat", "2400000000 5100000000 9\n");
+        let s = sensor.sample_with(&[42]).expect("sample");
+        assert_eq!(s.tasks, 0);
+        let e = s.entities.expect("entities");
+        assert!(e.demand > s.used + 1.0, "{e:?}");
+        assert!((s.demand - e.demand).abs() < 1e-9, "{s:?} {e:?}");
+        // Busy (all 4 CPUs): the counters are read, the demand still estimated.
+        root.write("proc/stat", "cpu  600 0 400 1400 0 0 0 0 0 0\n");
+        let s = sensor.sample().expect("sample");
+        assert_eq!(s.tasks, 2, "{s:?}");
+        assert!((s.demand - (s.used + s.pressure.expect("pressure"))).abs() < 1e-9);
+        // Busy again, within 5 s of that read: not read again.
+        root.write("proc/stat", "cpu  800 0 600 1400 0 0 0 0 0 0\n");
+        assert_eq!(sensor.sample().expect("sample").tasks, 0);
+        // Without a machine scan, every sample reads every thread, busy or not.
+        let mut always = machine_sensor(&root, None);
+        root.write("proc/stat", "cpu  850 0 650 1800 0 0 0 0 0 0\n");
+        assert_eq!(always.sample().expect("sample").tasks, 2);
+    }
+
+    /// While the machine stays busy, a read of its table gives the demand over the time
+    /// since the previous read, and the periods until the next one use the threads'
+    /// average wait over it.
+    #[test]
+    fn a_busy_machine_s_demand_is_its_threads_run_and_wait_since_the_last_read() {
+        let root = machine_root();
+        let every = Duration::from_secs(1);
+        let mut sensor = machine_sensor(
+            &root,
+            Some(MachineScan {
+                busy_above: 0.75,
+                every,
+            }),
+        );
+        // Created with threads 42 (1 s run) and 43 (nothing). Busy, before `every`: no read.
+        root.write("proc/stat", "cpu  500 0 500 800 0 0 0 0 0 0\n");
+        assert_eq!(sensor.sample().expect("sample").tasks, 0);
+        // After it: thread 42 ran 1 s more and waited 9 s, thread 43 ran 2 s.
+        root.write("proc/42/schedstat", "2000000000 9000000000 9\n");
+        root.write("proc/43/schedstat", "2000000000 0 9\n");
+        std::thread::sleep(every + Duration::from_millis(50));
+        root.write("proc/stat", "cpu  900 0 900 800 0 0 0 0 0 0\n");
+        let s = sensor.sample().expect("sample");
+        assert_eq!(s.tasks, 2, "{s:?}");
+        // 12 s of run and wait over the window since creation (a bit longer than `every`).
+        let window = 12.0 / s.demand;
+        assert!(
+            window >= every.as_secs_f64() && window < every.as_secs_f64() + 1.0,
+            "{s:?}"
+        );
+        // The next busy period, before `every`: use plus 9 s of wait over that window.
+        root.write("proc/stat", "cpu  1300 0 1300 800 0 0 0 0 0 0\n");
+        let s = sensor.sample().expect("sample");
+        assert_eq!(s.tasks, 0);
+        assert!((s.demand - (s.used + 9.0 / window)).abs() < 1e-6, "{s:?}");
+        // Quiet: the wait measured while busy no longer counts.
+        root.write("proc/stat", "cpu  1300 0 1300 1600 0 0 0 0 0 0\n");
+        let s = sensor.sample().expect("sample");
+        assert_eq!((s.tasks, s.used), (0, 0.0));
+        assert!(
+            (s.demand - s.pressure.expect("pressure")).abs() < 1e-9,
+            "{s:?}"
+        );
     }
 
     #[test]

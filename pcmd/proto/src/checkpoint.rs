@@ -667,16 +667,30 @@ pub fn expect_frame<T: DeserializeOwned>(reader: &mut impl Read) -> Result<T, Er
 }
 
 /// Copies exactly `len` bytes from `reader` to `writer`, hashing them; returns the digest.
+/// After a failed write the rest is still read, as [`read_hashed`] says.
 pub fn copy_hashed(
     reader: &mut impl Read,
     writer: &mut impl Write,
     len: u64,
 ) -> Result<Digest, Error> {
+    read_hashed(reader, len, 1 << 20, |block| Ok(writer.write_all(block)?))
+}
+
+/// Reads exactly `len` bytes from `reader`, at most `block` at a time, hashing them, and
+/// hands each block to `write`; returns the digest. When `write` fails, the bytes left are
+/// still read and dropped, so that the stream stays in step and the sender can hear why, and
+/// `write`'s error is returned (a read error, when reading those fails).
+pub fn read_hashed(
+    reader: &mut impl Read,
+    len: u64,
+    block: usize,
+    mut write: impl FnMut(&[u8]) -> Result<(), Error>,
+) -> Result<Digest, Error> {
     let mut hasher = Hasher::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; block];
     let mut left = len;
     while left > 0 {
-        let want = (left as usize).min(buf.len());
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
         let n = match reader.read(&mut buf[..want]) {
             Ok(0) => {
                 return Err(Error::Io(io::Error::new(
@@ -689,10 +703,19 @@ pub fn copy_hashed(
             Err(e) => return Err(e.into()),
         };
         hasher.update(&buf[..n]);
-        writer.write_all(&buf[..n])?;
         left -= n as u64;
+        if let Err(e) = write(&buf[..n]) {
+            read_hashed(reader, left, block, discard)?;
+            return Err(e);
+        }
     }
     Ok(hasher.finish())
+}
+
+/// The `write` of [`read_hashed`] that keeps nothing (a named function, not a closure, so
+/// that [`read_hashed`] calling itself with it is one instance).
+fn discard(_: &[u8]) -> Result<(), Error> {
+    Ok(())
 }
 
 #[cfg(test)]
@@ -843,6 +866,52 @@ mod tests {
             read_frame::<Request>(&mut &huge[..]),
             Err(Error::Frame(FrameError::TooLong { .. }))
         ));
+    }
+
+    #[test]
+    fn read_hashed_hands_on_blocks_and_after_a_failed_write_still_reads_the_rest() {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        let mut copied = Vec::new();
+        let mut stream = [&bytes[..], b"next"].concat();
+        let mut reader = stream.as_slice();
+        let digest = read_hashed(&mut reader, 1000, 64, |block| {
+            assert!(block.len() <= 64);
+            copied.extend_from_slice(block);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((digest, &copied), (Digest::of(&bytes), &bytes));
+        assert_eq!(reader, b"next");
+        // A failed write: its error, and the stream in step after the bytes.
+        let mut blocks = 0;
+        let mut reader = stream.as_slice();
+        let failed = read_hashed(&mut reader, 1000, 64, |_| {
+            blocks += 1;
+            Err(Error::Protocol("disk full".into()))
+        });
+        assert!(matches!(failed, Err(Error::Protocol(m)) if m == "disk full"));
+        assert_eq!((blocks, reader), (1, &b"next"[..]));
+        // A short stream, whether writing or draining.
+        stream.truncate(500);
+        for fail in [false, true] {
+            let short = read_hashed(&mut stream.as_slice(), 1000, 64, |_| {
+                if fail {
+                    Err(Error::Protocol("disk full".into()))
+                } else {
+                    Ok(())
+                }
+            });
+            assert!(
+                matches!(&short, Err(Error::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof),
+                "{short:?}"
+            );
+        }
+        let mut out = Vec::new();
+        assert_eq!(
+            copy_hashed(&mut &bytes[..], &mut out, 1000).unwrap(),
+            Digest::of(&bytes)
+        );
+        assert_eq!(out, bytes);
     }
 
     /// `Hello` and `Welcome` as they were before the directory field.

@@ -42,7 +42,8 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use pcm_proto::checkpoint::{
-    copy_hashed, Available, Digest, Error, Finished, Hasher, Manifest, PieceId, Rejected, Series,
+    copy_hashed, read_hashed, Available, Digest, Error, Finished, Hasher, Manifest, PieceId,
+    Rejected, Series,
 };
 use pcm_proto::{AppName, HostName, JobId, Rank};
 
@@ -232,31 +233,10 @@ impl Store {
         len: u64,
         digest: Digest,
     ) -> Result<(), Error> {
-        let mut hasher = Hasher::new();
-        let mut buf = vec![0u8; WRITE_CHUNK];
-        let mut left = len;
         let mut epoch = self.room_epoch.load(Ordering::Acquire);
-        while left > 0 {
-            let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-            let n = match reader.read(&mut buf[..want]) {
-                Ok(0) => {
-                    return Err(Error::Io(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("stream ended {left} bytes short of {len}"),
-                    )))
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            };
-            hasher.update(&buf[..n]);
-            left -= n as u64;
-            if let Err(e) = self.write_making_room(&mut file, &buf[..n], piece, &mut epoch) {
-                copy_hashed(reader, &mut io::sink(), left)?;
-                return Err(e);
-            }
-        }
-        let computed = hasher.finish();
+        let computed = read_hashed(reader, len, WRITE_CHUNK, |block| {
+            self.write_making_room(&mut file, block, piece, &mut epoch)
+        })?;
         if computed != digest {
             return Err(Error::Format(format!(
                 "piece bytes have digest {computed}, but the sender announced {digest}"
