@@ -1,7 +1,16 @@
 //! `mpi-ios-bench overhead`: what PCM costs an application when nothing migrates. The plain
 //! program against the instrumented one with a real pcmd serving it and with no pcmd at all,
 //! interleaved ([`mpi_ios_bench::paired`]), at about 100 us and about 1 ms per iteration,
-//! judged on the program's own loop time and on whole-process wall time.
+//! judged on the program's own loop time and on whole-process wall time. `--instructions`
+//! counts instructions per iteration with callgrind instead (`overhead_instructions.rs`),
+//! `--contention` runs the pair beside a CPU hog (`overhead_contention.rs`).
+
+#[path = "overhead_callgrind.rs"]
+mod callgrind;
+#[path = "overhead_contention.rs"]
+mod contention;
+#[path = "overhead_instructions.rs"]
+mod instructions;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,6 +50,28 @@ pub(crate) struct OverheadArgs {
     /// scripts/build-c.sh); its plain version is the same name with `-plain`.
     #[arg(long, default_value = "heat2d", value_parser = ["heat2d", "heat2d-c"])]
     program: String,
+    /// Count instructions per iteration with callgrind instead of timing (deterministic:
+    /// judged at 1%); prints a table and one JSON line with `instructions_ratio` per size,
+    /// rank count and pcmd or not. Needs valgrind.
+    #[arg(long, conflicts_with = "contention")]
+    instructions: bool,
+    /// With --instructions: the rank counts (the grid grows with them, so that each rank
+    /// keeps the rows it has at 2 ranks).
+    #[arg(long, value_delimiter = ',', default_value = "2,4")]
+    rank_counts: Vec<usize>,
+    /// With --instructions: measurements of each case (their agreement is reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// With --instructions: keep callgrind's files in this directory (for callgrind_annotate).
+    #[arg(long, value_name = "DIR")]
+    keep_callgrind: Option<PathBuf>,
+    /// Run plain and PCM (with pcmd) alternately beside a CPU hog, a quarter of the
+    /// iterations each, and report the per-pair ratios' median and interquartile range.
+    #[arg(long)]
+    contention: bool,
+    /// With --contention: busy loops in the hog.
+    #[arg(long, default_value_t = 1)]
+    hog_loops: usize,
 }
 
 /// The targets of the small and the large case (median ratios).
@@ -51,6 +82,14 @@ pub(crate) fn run(mut args: OverheadArgs) -> Result<()> {
         args.sizes.quick();
         args.pairs = 2;
         args.warmup = 0;
+        args.repeats = args.repeats.min(2);
+        args.rank_counts = vec![2];
+    }
+    if args.instructions {
+        return instructions::run(&args);
+    }
+    if args.contention {
+        return contention::run(&args);
     }
     ensure!(args.pairs >= 1, "--pairs must be at least 1");
     let program = args.program.clone();
