@@ -49,7 +49,7 @@ esac
 # decisions, the same on either runtime, and pool_pcmrun is MPICH's only (an Open MPI 4
 # launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration and the move of every rank (the others passed on Open
-# MPI 4 by hand, results.md). Of the resize tests, all but pcmd's (resize_daemon: its request
+# MPI 4 by hand, results-log.md). Of the resize tests, all but pcmd's (resize_daemon: its request
 # path is the runtime-independent one of pcmd migrate; both passed on Open MPI 4 by hand,
 # 52 s, 2026-12-02).
 other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions shm resize resize_c resize_hosts)

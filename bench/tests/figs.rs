@@ -14,7 +14,7 @@ use mpi_ios_bench::summary::{figure_file, Summary};
 use mpi_ios_tests::Finished;
 
 /// Generous: a quick figure takes 30-90 s, but now and then a static run on the emulated nodes
-/// locks into the cgroup quota period and takes minutes (docs/results.md, "A failure mode
+/// locks into the cgroup quota period and takes minutes (docs/results-log.md, "A failure mode
 /// all settings share"). That is slow, not wrong: the test waits for it rather than fail.
 const DEADLINE: Duration = Duration::from_secs(900);
 

@@ -5,7 +5,7 @@
 //! Why: the network dials every agent discovery returns and keeps each connection, up to
 //! its cap (`ios-agent-net`'s `DEFAULT_MAX_CONNECTIONS`, 512). In a pool of thousands an
 //! agent would so measure, for good, the first agents it happened to discover, and never
-//! the near ones that came later (docs/results.md, "Scale", 2026-11-29: in a Grid-like pool
+//! the near ones that came later (docs/results-log.md, "Scale", 2026-11-29: in a Grid-like pool
 //! of 10,000 it would see about one of its 19 cluster mates). Instead, once the agent's
 //! connections come within [`ConnectionPolicy::reserve`] of the cap, every
 //! [`ConnectionPolicy::period`] it closes up to [`ConnectionPolicy::batch`] connections to

@@ -659,14 +659,14 @@ pub const SETTLED_MARGIN: f64 = 0.03;
 
 /// Fraction of the predicted fixed point ([`heat2d_fixed_point_estimate`]) that a run sized
 /// by time may reach ([`heat2d_args_sized`]): measured fixed points are 0.79 to 0.89 of the
-/// prediction (docs/results.md), so this stays 38 % or more below them.
+/// prediction (docs/results-log.md), so this stays 38 % or more below them.
 pub const SAFE_FRACTION: f64 = 0.5;
 
 /// Iterations after which heat2d's `rows` x `cols` grid (`cols` with its two boundary
 /// columns) is predicted to stop changing bit for bit: the slowest error mode decays by
 /// `(cos(pi / (rows + 1)) + cos(pi / (cols - 1))) / 2` per Jacobi iteration, and reaching the
 /// fixed point takes about a factor of 2^52 (the `f64` mantissa). Measured fixed points are
-/// 0.79 to 0.89 of this (64 x 64: 26,466 iterations; 256 x 256: 387,919; docs/results.md), so
+/// 0.79 to 0.89 of this (64 x 64: 26,466 iterations; 256 x 256: 387,919; docs/results-log.md), so
 /// it also bounds the C heat2d (the same grid) and the Fortran jacobi (the same iteration).
 pub fn heat2d_fixed_point_estimate(rows: u64, cols: u64) -> f64 {
     use std::f64::consts::PI;
@@ -1133,7 +1133,7 @@ mod tests {
         assert!(Report::default().settled().is_some());
     }
 
-    /// Measured with examples' heat2d-plain (docs/results.md): the prediction is above every
+    /// Measured with examples' heat2d-plain (docs/results-log.md): the prediction is above every
     /// measured fixed point, by less than a quarter.
     #[test]
     fn given_measured_fixed_points_then_the_prediction_bounds_them() {

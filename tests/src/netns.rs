@@ -45,7 +45,7 @@
 //! that node's first cores, which are the same physical cores for every node: the first
 //! rank of node-a, node-b and node-c all run on core 0 (two ranks on one node get cores 0
 //! and 1; a replacement spawned onto a node is not bound). Hogs, agents and daemons are
-//! not bound. We tried the alternatives on the adaptive experiments (`docs/results.md`,
+//! not bound. We tried the alternatives on the adaptive experiments (`docs/results-log.md`,
 //! "How the nodes are emulated"): with binding off, a hog on node-b ran on whichever core
 //! was free and slowed the ranks of other nodes, which separate machines never do; with
 //! each node pinned to a core of its own and caps of 0.45, the caps' 100 ms throttling

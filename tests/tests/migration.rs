@@ -249,7 +249,7 @@ fn given_a_shared_array_then_a_same_host_move_hands_its_pages_over_and_nothing_o
 }
 
 /// heat2d's 64 x 64 grid reaches its bit-exact fixed point at iteration 26,466
-/// (docs/results.md): from there every run ends with the same checksum, one that skipped
+/// (docs/results-log.md): from there every run ends with the same checksum, one that skipped
 /// thousands of iterations too, so the plain run's report refuses to serve as a reference.
 #[test]
 fn given_a_plain_run_past_its_grids_fixed_point_then_comparing_with_it_is_refused() {

@@ -491,7 +491,7 @@ impl Block {
     /// rebuilt ([`Block::from_parts`]) has no previous iteration to compare with.
     ///
     /// The grid settles: relaxed long enough, every value reaches a bit-exact fixed point
-    /// (256 x 256 after 387,919 iterations; docs/results.md), and from then on a run that
+    /// (256 x 256 after 387,919 iterations; docs/results-log.md), and from then on a run that
     /// skipped or repeated iterations ends with the same grid. `heat2d-plain` samples this
     /// to report when its grid last changed ([`crate::Settling`]).
     #[must_use]

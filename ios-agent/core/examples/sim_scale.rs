@@ -4,7 +4,7 @@
 //! Heterogeneous nodes, 25% with square-wave and 15% with step background load, 2N/3
 //! entities in jobs of 8, RTTs in four tiers (drawn per pair from a hash of the pair).
 //! `DISCOVERY=K` measures only each agent's table plus K random peers per 15 s round instead
-//! of every pair every 5 s. Before and after figures: docs/results.md, "Scale".
+//! of every pair every 5 s. Before and after figures: docs/results-log.md, "Scale".
 
 use std::time::{Duration, Instant};
 

@@ -264,7 +264,7 @@ impl Config {
     /// ([`crate::decision::Policy::entity_cores`]). Default [`DEFAULT_ENTITY_CORES`], one
     /// core; `None` is the paper's model, in which an idle many-core node draws a rank away
     /// from a core it has to itself (the scale experiment measured the thrashing that causes;
-    /// docs/results.md, "Scale").
+    /// docs/results-log.md, "Scale").
     pub fn with_entity_cores(mut self, cores: Option<f64>) -> Self {
         self.entity_cores = cores;
         self
@@ -1983,7 +1983,7 @@ impl Agent {
     /// and givers give only to those of theirs. A job whose ranks started on far nodes
     /// therefore never gathers: a node near one rank is seldom near the others, and a far
     /// partner's node never hears the steals of a light node that runs a rank of its job
-    /// (docs/results.md, "Scale": the oracle that gathers jobs led NSp2p by 0.46 to 0.88 on
+    /// (docs/results-log.md, "Scale": the oracle that gathers jobs led NSp2p by 0.46 to 0.88 on
     /// the Internet-like network).
     fn partner_steal_target(&mut self, now: Instant) -> Option<(PeerId, HostName, Beneficiary)> {
         if !self.config.gather {

@@ -172,7 +172,7 @@ impl Nearness {
 ///
 /// Why near members and not the whole cluster: a cluster is the members within the local
 /// tier of its manager, and on a network without structure two of them may be far apart
-/// (docs/results.md, "Scale", 2026-11-29: with the whole cluster as the place, NSc2c fell
+/// (docs/results-log.md, "Scale", 2026-11-29: with the whole cluster as the place, NSc2c fell
 /// from 0.65 to 0.57 of the oracle at 1,000 nodes on the Internet-like network).
 struct ClusterJobs<'a> {
     /// Per member, in the order of the views: each job's entities in its place, and the
@@ -616,7 +616,7 @@ impl Agent {
         // too (they vote for themselves and say nobody votes for them). Agents that meet
         // after their first seconds all count each other as junior and each vote for
         // themselves: on strictly more votes alone none would ever follow another
-        // (docs/results.md, "Scale", 2026-11-29: at 1,000 simulated nodes 355 of 404
+        // (docs/results-log.md, "Scale", 2026-11-29: at 1,000 simulated nodes 355 of 404
         // clusters stayed one node for the hour). Once paired, clusters grow by the votes.
         // Why not any junior with as many votes: a junior whose members this agent does not
         // hear has them elsewhere, and on a network with no structure (two peers near an

@@ -278,7 +278,7 @@ pub fn select_near<'d>(
     // One rank a steal, a job took a partner steal round (30 s apart to one host) per rank
     // to gather, and its split iterations waited on the network meanwhile: at 100 nodes a
     // job split 3/5 between an idle 8-core node and a loaded one was still split when the
-    // hour ended (docs/results.md, "Scale", 2026-11-29 afternoon and evening).
+    // hour ended (docs/results-log.md, "Scale", 2026-11-29 afternoon and evening).
     let in_one_move = policy.gather_in_one_move && gathered(first, 1).is_some();
     let max_count = if in_one_move { usize::MAX } else { max_count };
     // The idle cores of the gathering node itself (not its place's) for the group.
@@ -341,7 +341,7 @@ pub fn select_near<'d>(
 ///
 /// Why: the model weighs one rank at a time, and a rank gains little by joining one partner
 /// when its other partners run elsewhere, so a job placed over many nodes stayed there
-/// (docs/results.md, "Scale": at 1,000 nodes the agents' jobs computed as fast as the
+/// (docs/results-log.md, "Scale": at 1,000 nodes the agents' jobs computed as fast as the
 /// oracle's and waited 100 ms per iteration on latency against its 2). The job's plan is
 /// the unit: once all its ranks run on `to`, an iteration is their compute there, with no
 /// exchange over the network.
@@ -373,7 +373,7 @@ pub fn select_near<'d>(
 /// MPI time at most [`RELOCATION_MAX_WAIT`] of its compute), one rank may go to a node that
 /// has a core for every rank of the job and gives a rank [`RELOCATION_ADVANTAGE`] more CPU
 /// than `l` gives `e`; the rest then follow as above. Its worth is `Delta` of the two
-/// rates. Why: a job gathered in a slow or loaded place stayed there (docs/results.md,
+/// rates. Why: a job gathered in a slow or loaded place stayed there (docs/results-log.md,
 /// "Scale", 2026-11-29: on the Grid-like network NSc2c's jobs computed 76 ms per iteration
 /// against the oracle's 65, with 1 ms of latency: they sat in slower clusters). Most of the
 /// job and not only all of it, since [`select_near`] holds such a job's ranks in their
@@ -388,7 +388,7 @@ pub fn select_near<'d>(
 /// `e` iterates now; the rest then follow as above. Why rank 0 alone: tried with any rank,
 /// several idle nodes each started gathering one job and the jobs were chased from one to
 /// the next (NSp2p lost a quarter of its throughput at 100 simulated nodes). Why at all: a
-/// job that no holder can gather stays spread for the hour (docs/results.md, "Scale",
+/// job that no holder can gather stays spread for the hour (docs/results-log.md, "Scale",
 /// 2026-11-29 evening). Why only onto cores as fast: allowed onto slower ones, jobs
 /// gathered but computed slower, and NSp2p lost on the Internet-like network.
 fn gathering(
@@ -549,7 +549,7 @@ fn gathered_offers(
 /// the node holds, most first, while their needs fit in its idle cores.
 ///
 /// Why: a node that gathered part of a job went on taking any rank its steals were given,
-/// and once full it left the job split (docs/results.md, "Scale": with the cores kept,
+/// and once full it left the job split (docs/results-log.md, "Scale": with the cores kept,
 /// NSp2p's throughput at 1,000 nodes rose by 8% on the Internet-like network and 2% on
 /// the Grid-like one).
 pub fn keep_for_gathering(

@@ -577,7 +577,7 @@ pub enum Unmeasured {
     /// Not counted on either side: the node is the destination of a partner steal. It
     /// runs a partner of the rank it asks for, and has seldom measured the rank's other
     /// partners; charging them the assumed RTT kept most such ranks from going next to
-    /// the partner that asked (docs/results.md, "Scale").
+    /// the partner that asked (docs/results-log.md, "Scale").
     Neutral,
 }
 

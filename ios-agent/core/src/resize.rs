@@ -31,7 +31,7 @@
 //! shrinking"). (Taking `H` as the MPI time of the iterations in which the rank waited
 //! least, about 1 us for heat2d, made the agents grow heat2d 1024 x 1024 onto a joining
 //! node while a rank stayed on a loaded one, where moving that rank was what paid:
-//! docs/results.md, 2026-12-03.)
+//! docs/results-log.md, 2026-12-03.)
 //!
 //! # Gain
 //!

@@ -792,7 +792,7 @@ fn given_a_cluster_with_far_members_then_balancing_keeps_partners_near() {
     assert_eq!(apart, 1, "without partners the ranks share one core");
 }
 
-/// NSc2c at scale (docs/results.md, "Scale", 2026-11-29): five machine clusters of 20 nodes
+/// NSc2c at scale (docs/results-log.md, "Scale", 2026-11-29): five machine clusters of 20 nodes
 /// 100 ms apart, discovery of 4 random agents per 15 s as in the scale runs, and a node that
 /// joins the first cluster after 10 minutes. It meets some of its cluster mates within
 /// seconds, hears them vote for their manager, and should follow that manager within a
@@ -823,7 +823,7 @@ fn given_a_newcomer_that_hears_its_mates_vote_then_it_follows_their_manager_with
 }
 
 /// Agents that meet after their first seconds count each other as junior, and each votes
-/// for itself; on votes alone none followed another (docs/results.md, "Scale",
+/// for itself; on votes alone none followed another (docs/results-log.md, "Scale",
 /// 2026-11-29: at 1,000 simulated nodes 355 of 404 clusters stayed one node for the hour,
 /// as agents met their cluster mates over minutes). Ten nodes 300 ms apart for their first
 /// minute, then 1 ms apart: each hears the others only after its seniority grace. Within 5
@@ -1046,7 +1046,7 @@ fn given_timers_rearmed_at_random_then_the_soonest_comes_first() {
 /// so four ranks beside four competing threads on four cores still get half a core each.
 /// (It used to show the competing demand, all four cores, and the agents then took the
 /// ranks for starved: any node with a free core drew them, and a job held whole on a node
-/// its owner came back to scattered over many; docs/results.md, "Scale", 2026-11-29.)
+/// its owner came back to scattered over many; docs/results-log.md, "Scale", 2026-11-29.)
 #[test]
 fn an_overloaded_node_shows_the_competing_load_its_fair_share_of_the_cores() {
     let mut sim = Sim::new(3, Config::default());
