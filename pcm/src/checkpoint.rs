@@ -42,7 +42,7 @@ use pcm_proto::checkpoint::{
     Manifest, PieceEntry, PieceHeader, PieceId, Request, Response, Series, DIR_ENV, FORMAT_VERSION,
     JOB_NAME_ENV,
 };
-use pcm_proto::{AppName, Rank};
+use pcm_proto::{AppName, JobId, Rank};
 use serde::{Deserialize, Serialize};
 
 pub use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
@@ -319,8 +319,67 @@ fn series(pcm: &Pcm) -> Series {
     }
 }
 
+/// Says, on a fresh start with checkpoints on (rank 0, from `Pcm::init`), which pcmd and
+/// directory this job's checkpoints go to, and warns when the series holds checkpoints of
+/// another job that did not finish: this job's first checkpoint will retire them, and their
+/// job (killed, perhaps) could then no longer be restarted. Returns the warning.
+pub(crate) fn announce(pcm: &Pcm) -> Option<String> {
+    let series = series(pcm);
+    let listing = match open(pcm) {
+        Ok((_, _, socket, dir)) => {
+            tracing::info!(
+                "checkpoints of {series} go to the pcmd at {} (directory {})",
+                socket.display(),
+                dir.as_deref().unwrap_or("not said")
+            );
+            list(pcm, &series, Rank(pcm.rank))
+        }
+        Err(reason) => Err(reason),
+    };
+    let listing = match listing {
+        Ok(listing) => listing,
+        Err(reason) => {
+            tracing::warn!("checkpoints are on, but: {reason}");
+            return None;
+        }
+    };
+    let warning = superseded(&listing, &pcm.job.job, &series)?;
+    tracing::warn!("{warning}");
+    Some(warning)
+}
+
+/// The warning of [`announce`] for a fresh job `job` of `series` whose pcmd lists `listing`.
+fn superseded(listing: &Listing, job: &JobId, series: &Series) -> Option<String> {
+    let newest = listing.available.first()?;
+    let finished = listing.finished.as_ref().is_some_and(|f| f.job == newest.job);
+    if newest.job == *job || finished {
+        return None;
+    }
+    Some(format!(
+        "{series} holds checkpoints of job {} (newest at iteration {}, of `{}`), which did not \
+         finish: this run's first checkpoint will retire them, and that job could no longer \
+         be restarted. To keep them, stop this run and give it its own {JOB_NAME_ENV} (or \
+         resume that job with {RESTART_ENV}=1)",
+        newest.job, newest.iteration, newest.identity
+    ))
+}
+
 /// Opens the checkpoint channel of this node's pcmd.
 fn connect(pcm: &Pcm) -> Result<(BufReader<UnixStream>, BufWriter<UnixStream>), String> {
+    open(pcm).map(|(reader, writer, _, _)| (reader, writer))
+}
+
+/// A checkpoint connection with the socket it reached and the directory the pcmd keeps
+/// this job's checkpoints in (as its `Welcome` says).
+type Opened = (
+    BufReader<UnixStream>,
+    BufWriter<UnixStream>,
+    PathBuf,
+    Option<String>,
+);
+
+/// [`connect`], also returning the socket and the pcmd's directory.
+fn open(pcm: &Pcm) -> Result<Opened, String> {
     let socket: PathBuf = pcm
         .daemon_socket()
         .map(|s| ckpt::socket_path(&s))
@@ -347,7 +406,7 @@ fn connect(pcm: &Pcm) -> Result<(BufReader<UnixStream>, BufWriter<UnixStream>), 
                 socket.display(),
                 dir.map_or("without a directory".to_owned(), |d| format!("with {d}"))
             )),
-            _ => Ok((reader, writer)),
+            _ => Ok((reader, writer, socket, dir)),
         },
         other => Err(answer(other)),
     }
@@ -525,6 +584,7 @@ pub(crate) fn mark_finished(pcm: &Pcm) {
         job: pcm.job.job.clone(),
         iteration: pcm.job.iteration,
         unix_s: unix_now(),
+        resumed: pcm.job.resumed,
     };
     let request = Request::Finish {
         series: series(pcm),
@@ -881,6 +941,57 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn given_another_jobs_unfinished_checkpoints_then_a_fresh_job_is_warned_before_retiring_them(
+    ) {
+        let job = |name: &str| JobId::new(name).unwrap();
+        let series = Series {
+            app: AppName::new("heat2d").unwrap(),
+            size: 2,
+            name: None,
+        };
+        let available = |job_name: &str, iteration: u64| Available {
+            iteration,
+            digest: Digest::of(b"piece"),
+            len: 5,
+            at_buddy: false,
+            job: job(job_name),
+            identity: Identity {
+                program: "heat2d".into(),
+                args: vec!["--rows".into(), "4096".into()],
+            },
+        };
+        let listing = |finished: Option<&str>| Listing {
+            available: vec![available("killed", 9000), available("killed", 8000)],
+            finished: finished.map(|name| Finished {
+                job: job(name),
+                iteration: 500,
+                unix_s: 1,
+                resumed: false,
+            }),
+        };
+        let said = superseded(&listing(None), &job("fresh"), &series).unwrap();
+        assert!(
+            said.contains("job killed")
+                && said.contains("iteration 9000")
+                && said.contains("heat2d --rows 4096")
+                && said.contains(JOB_NAME_ENV)
+                && said.contains(RESTART_ENV),
+            "{said}"
+        );
+        // A finished mark of another job (a short run that took no checkpoint) changes
+        // nothing; one of the job that wrote them means they are done with.
+        assert!(superseded(&listing(Some("short")), &job("fresh"), &series).is_some());
+        assert!(superseded(&listing(Some("killed")), &job("fresh"), &series).is_none());
+        // Nothing to say with no checkpoint, or with this job's own.
+        let empty = Listing {
+            available: Vec::new(),
+            finished: None,
+        };
+        assert!(superseded(&empty, &job("fresh"), &series).is_none());
+        assert!(superseded(&listing(None), &job("killed"), &series).is_none());
+    }
 
     fn policy(interval_s: u64, before_move: Option<Duration>) -> Policy {
         Policy {

@@ -645,6 +645,9 @@ impl Pcm {
             if pcm.job.checkpoint.enabled() {
                 let locked = std::env::var(pcm_proto::checkpoint::LOCKED_SERIES_ENV).ok();
                 checkpoint::warn_other_series(&pcm, locked.as_deref());
+                if !pcm.job.resumed {
+                    checkpoint::announce(&pcm);
+                }
             }
         }
         events::started(

@@ -1060,6 +1060,7 @@ mod tests {
                 job: JobId::new("job").unwrap(),
                 iteration: 25,
                 unix_s: 1,
+                resumed: false,
             },
         };
         assert_eq!(again.call(&finish, &[]), Response::Marked);

@@ -222,6 +222,36 @@ fn given_a_rank_killed_mid_run_when_restarted_then_checksum_equals_plain() {
     );
 }
 
+/// Issue 39, item 5: a later fresh run of the same program and rank count that ends before
+/// its first checkpoint leaves a killed job's checkpoints alone, and says at its start that
+/// its first checkpoint would retire them; the killed job then restarts from them with the
+/// plain checksum.
+#[test]
+fn given_a_killed_jobs_checkpoints_then_a_short_fresh_run_warns_and_leaves_them_for_its_restart() {
+    let _lock = mpi_lock();
+    let reference = plain();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), "a", &[]);
+    run_and_kill_rank(&node, dir.path(), || !node.complete().is_empty());
+    let kept = node.complete();
+    let short = MpiJob::new(2, "heat2d", &["--rows", "64", "--cols", "64", "--iters", "50"])
+        .env("PCM_DAEMON", node.socket.display().to_string())
+        .env("PCM_CHECKPOINT_INTERVAL", "1000")
+        .run(DEADLINE);
+    assert_eq!(short.code, Some(0), "{}", short.stderr);
+    assert!(
+        short.stderr.contains("which did not finish")
+            && short.stderr.contains("PCM_JOB_NAME")
+            && short.stderr.contains(&format!("iteration {}", kept.last().unwrap())),
+        "{}",
+        short.stderr
+    );
+    assert_eq!(node.complete(), kept, "the short run's end retired them");
+    let (checksum, iteration, _) = restart(&node);
+    assert_eq!(checksum, reference, "restart changed the result");
+    assert_eq!(iteration, *kept.last().unwrap());
+}
+
 /// A malleable job (heat2d) checkpointed with 4 ranks and killed restarts with 2 ranks, and
 /// again with 3: each rank of the restart takes its rows of the grid from the 4 pieces
 /// (docs/malleability.md), and both end with the plain checksum. The restart at 2 takes no

@@ -248,6 +248,12 @@ pub struct Finished {
     pub iteration: u64,
     /// Seconds since the Unix epoch when it ended (for people).
     pub unix_s: u64,
+    /// Whether the job resumed from a checkpoint of the series: then the work of the job
+    /// that wrote it is done, and its checkpoints go. A fresh job that ends before its
+    /// first checkpoint leaves another job's checkpoints alone (that job may have been
+    /// killed, and its user may still restart it).
+    #[serde(default)]
+    pub resumed: bool,
 }
 
 /// One rank's piece of one checkpoint.

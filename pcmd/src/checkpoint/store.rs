@@ -534,7 +534,9 @@ impl Store {
         }
     }
 
-    /// Records that the job of `series` ended by itself.
+    /// Records that the job of `series` ended by itself. The checkpoints of other jobs go
+    /// only if it resumed from one ([`Finished::resumed`]): a fresh job that took no
+    /// checkpoint of its own does not supersede a killed job's (its first checkpoint would).
     pub fn finish(&self, series: &Series, finished: &Finished) -> Result<(), Error> {
         let _guard = self.guard();
         let path = self.finished_path(series);
@@ -542,7 +544,9 @@ impl Store {
         ciborium::into_writer(finished, &mut bytes)
             .map_err(|e| Error::Format(format!("encoding the finished mark: {e}")))?;
         self.write_atomically(&path, "finished", &bytes)?;
-        self.retire_jobs_other_than(series, &finished.job);
+        if finished.resumed {
+            self.retire_jobs_other_than(series, &finished.job);
+        }
         // The job has ended: a checkpoint it did not complete never will be.
         self.remove_incomplete(series);
         Ok(())
@@ -947,7 +951,7 @@ mod tests {
     }
 
     #[test]
-    fn a_later_job_retires_the_checkpoints_and_finished_mark_of_the_one_before() {
+    fn a_later_job_retires_the_checkpoints_of_the_one_before_once_it_checkpoints_or_finishes_resumed() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().join("ckpt"), host("node-a"));
         for it in [900, 1000] {
@@ -957,6 +961,7 @@ mod tests {
             job: JobId::new("first").unwrap(),
             iteration: 1000,
             unix_s: 7,
+            resumed: false,
         };
         store.finish(&series(), &finished).unwrap();
         assert_eq!(store.read_finished(&series()), Some(finished));
@@ -973,19 +978,35 @@ mod tests {
             .collect();
         assert_eq!(its, [(10, "second")]);
         assert_eq!(store.read_finished(&series()), None);
-        // A job that finishes without a checkpoint of its own still supersedes the others.
+        // A fresh job that finishes without a checkpoint of its own leaves the others alone:
+        // "second" may have been killed, and a restart must still find its checkpoints (its
+        // job is not the one the mark names).
         checkpoint_of(&store, 20, "second");
-        store
-            .finish(
-                &series(),
-                &Finished {
-                    job: JobId::new("third").unwrap(),
-                    iteration: 5,
-                    unix_s: 8,
-                },
-            )
-            .unwrap();
+        let fresh = Finished {
+            job: JobId::new("third").unwrap(),
+            iteration: 5,
+            unix_s: 8,
+            resumed: false,
+        };
+        store.finish(&series(), &fresh).unwrap();
+        let its: Vec<(u64, String)> = store
+            .list(&series(), Rank(0))
+            .0
+            .iter()
+            .map(|a| (a.iteration, a.job.as_str().to_owned()))
+            .collect();
+        assert_eq!(its, [(20, "second".into()), (10, "second".into())]);
+        assert_eq!(store.read_finished(&series()), Some(fresh));
+        // A job that resumed from them and finished has done their work: they go.
+        let resumed = Finished {
+            job: JobId::new("fourth").unwrap(),
+            iteration: 30,
+            unix_s: 9,
+            resumed: true,
+        };
+        store.finish(&series(), &resumed).unwrap();
         assert!(store.list(&series(), Rank(0)).0.is_empty());
+        assert_eq!(store.read_finished(&series()), Some(resumed));
         // Garbage in the mark is ignored, never trusted.
         std::fs::write(store.finished_path(&series()), b"\xff\x00garbage").unwrap();
         assert_eq!(store.read_finished(&series()), None);
@@ -1053,6 +1074,7 @@ mod tests {
                     job: JobId::new("job").unwrap(),
                     iteration: 10,
                     unix_s: 1,
+                    resumed: false,
                 },
             )
             .unwrap();
