@@ -65,6 +65,8 @@ command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
 # MPICH comes as a wheel: a virtual environment with pip (Debian splits venv out of python3).
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# mpi4py is built from source for the runtime (python/setup-venv.sh): Python's headers.
+python3 -c 'import os, sysconfig; os.stat(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' >/dev/null 2>&1 || missing+=(python3-dev)
 # The plots (mpi-ios-plots) lay out text with a TrueType font; $MPI_IOS_PLOT_FONT overrides.
 [ -n "${MPI_IOS_PLOT_FONT:-}" ] || [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if ((${#missing[@]})); then
@@ -177,6 +179,12 @@ else
     export MPICC="$MPICH_PREFIX/bin/mpicc"
     export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target"
     RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$mpi_ios_rpath"
+fi
+# PCM's Python package and examples/heat2d-py: numpy and mpi4py built by this runtime's mpicc,
+# in .mpi/python-$MPI_IOS_RUNTIME, whose python3 comes first on PATH (MPI_IOS_PYTHON=0: skipped).
+if [ "${MPI_IOS_PYTHON:-1}" != 0 ] && ! "$MPI_IOS_ROOT/python/setup-venv.sh"; then
+    mpi_ios_fail "setup: could not install numpy and mpi4py for $MPI_IOS_RUNTIME (see above)"
+    return 1 2>/dev/null || exit 1
 fi
 if [ -n "$RUSTFLAGS" ]; then export RUSTFLAGS; else unset RUSTFLAGS; fi
 # A target directory records the runtime it was built for. One built for another runtime
