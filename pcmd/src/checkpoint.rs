@@ -345,10 +345,10 @@ impl Service {
             "checkpoint service ready"
         );
         let for_unix = Arc::clone(&shared);
-        spawn("pcmd-ckpt-unix", move || accept_unix(unix, for_unix))
+        spawn("pcmd-ckpt-unix", move || accept(unix.incoming(), for_unix))
             .map_err(listen_err("checkpoint thread".into()))?;
         if let Some(tcp) = tcp {
-            spawn("pcmd-ckpt-tcp", move || accept_tcp(tcp, shared))
+            spawn("pcmd-ckpt-tcp", move || accept(tcp.incoming(), shared))
                 .map_err(listen_err("buddy thread".into()))?;
         }
         Ok(Service { socket, listen })
@@ -379,7 +379,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
 }
 
 /// Tells a turned-away client why, without ever waiting on it.
-fn refuse(stream: &impl Refusable, shared: &Shared, refusal: &admission::Refusal) {
+fn refuse(stream: &impl Connection, shared: &Shared, refusal: &admission::Refusal) {
     if let Some(suffix) = shared.may_log("refused") {
         tracing::warn!("checkpoint service: refused a connection: {refusal}{suffix}");
     }
@@ -388,99 +388,111 @@ fn refuse(stream: &impl Refusable, shared: &Shared, refusal: &admission::Refusal
     });
 }
 
-/// The two stream kinds, for [`refuse`]: a best-effort error frame on a non-blocking socket.
-trait Refusable {
+/// The two kinds of connection, for [`accept`]: the node's ranks on the Unix socket, the
+/// buddy on TCP.
+trait Connection: Sized + Send + 'static {
+    /// What a connection's log lines name it by.
+    type Peer: Send + 'static;
+    /// The listener, in the warning of a failed accept.
+    const LISTENER: &'static str;
+    /// The name of a connection's thread.
+    const THREAD: &'static str;
+    /// A connection, in the warning of a thread that cannot start.
+    const WHAT: &'static str;
+    /// Where the connection comes from, for the admission, and its peer; `None` drops it.
+    fn origin(&self) -> Option<(Source, Self::Peer)>;
+    /// Writes a best-effort error frame on a non-blocking socket.
     fn refuse(&self, response: &Response);
+    /// Serves the connection to its end, and logs how it ended.
+    fn serve(&self, peer: Self::Peer, shared: &Shared);
 }
 
-impl Refusable for UnixStream {
+impl Connection for UnixStream {
+    type Peer = ();
+    const LISTENER: &'static str = "checkpoint socket";
+    const THREAD: &'static str = "pcmd-ckpt-conn";
+    const WHAT: &'static str = "checkpoint connection";
+
+    fn origin(&self) -> Option<(Source, ())> {
+        Some((Source::Local, ()))
+    }
+
     fn refuse(&self, response: &Response) {
         if self.set_nonblocking(true).is_ok() {
             let _ = write_frame(&mut &*self, response);
         }
     }
-}
 
-impl Refusable for TcpStream {
-    fn refuse(&self, response: &Response) {
-        if self.set_nonblocking(true).is_ok() {
-            let _ = write_frame(&mut &*self, response);
+    fn serve(&self, (): (), shared: &Shared) {
+        if let Err(e) = serve_unix(self, shared) {
+            tracing::debug!("checkpoint connection ended: {e}");
         }
     }
 }
 
-fn accept_unix(listener: UnixListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(suffix) = shared.may_log("accept") {
-                    tracing::warn!("checkpoint socket accept failed: {e}{suffix}");
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        // Decided here, before any thread or buffer exists for the connection.
-        let ticket = match shared.admit(Source::Local) {
-            Ok(t) => t,
-            Err(refusal) => {
-                refuse(&stream, &shared, &refusal);
-                continue;
-            }
-        };
-        let started = spawn("pcmd-ckpt-conn", move || {
-            let shared = Arc::clone(&ticket.shared);
-            if let Err(e) = serve_unix(&stream, &shared) {
-                tracing::debug!("checkpoint connection ended: {e}");
-            }
-            drop(ticket);
-        });
-        if let Err(e) = started {
-            tracing::warn!("cannot start a checkpoint connection thread: {e}");
-        }
-    }
-}
+impl Connection for TcpStream {
+    type Peer = SocketAddr;
+    const LISTENER: &'static str = "buddy listener";
+    const THREAD: &'static str = "pcmd-buddy-conn";
+    const WHAT: &'static str = "buddy connection";
 
-fn accept_tcp(listener: TcpListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(suffix) = shared.may_log("accept") {
-                    tracing::warn!("buddy listener accept failed: {e}{suffix}");
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        let peer = match stream.peer_addr() {
-            Ok(a) => a,
+    fn origin(&self) -> Option<(Source, SocketAddr)> {
+        match self.peer_addr() {
+            Ok(peer) => Some((Source::Remote(peer.ip()), peer)),
             Err(e) => {
                 tracing::debug!("buddy connection without a peer address: {e}");
+                None
+            }
+        }
+    }
+
+    fn refuse(&self, response: &Response) {
+        if self.set_nonblocking(true).is_ok() {
+            let _ = write_frame(&mut &*self, response);
+        }
+    }
+
+    fn serve(&self, peer: SocketAddr, shared: &Shared) {
+        if let Err(e) = serve_tcp(self, shared) {
+            // Anyone can connect and fail: one line per failure would let them fill the log.
+            if let Some(suffix) = shared.may_log("buddy-conn") {
+                tracing::warn!("buddy connection from {peer} ended: {e}{suffix}");
+            }
+        }
+    }
+}
+
+/// Admits the connections of a listener and serves each on a thread of its own.
+fn accept<C: Connection>(incoming: impl Iterator<Item = io::Result<C>>, shared: Arc<Shared>) {
+    for stream in incoming {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(suffix) = shared.may_log("accept") {
+                    tracing::warn!("{} accept failed: {e}{suffix}", C::LISTENER);
+                }
+                std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
-        let ticket = match shared.admit(Source::Remote(peer.ip())) {
+        let Some((source, peer)) = stream.origin() else {
+            continue;
+        };
+        // Decided here, before any thread or buffer exists for the connection.
+        let ticket = match shared.admit(source) {
             Ok(t) => t,
             Err(refusal) => {
                 refuse(&stream, &shared, &refusal);
                 continue;
             }
         };
-        let started = spawn("pcmd-buddy-conn", move || {
+        let started = spawn(C::THREAD, move || {
             let shared = Arc::clone(&ticket.shared);
-            if let Err(e) = serve_tcp(&stream, &shared) {
-                // Anyone can connect and fail: one line per failure would let them fill
-                // the log.
-                if let Some(suffix) = shared.may_log("buddy-conn") {
-                    tracing::warn!("buddy connection from {peer} ended: {e}{suffix}");
-                }
-            }
+            stream.serve(peer, &shared);
             drop(ticket);
         });
         if let Err(e) = started {
-            tracing::warn!("cannot start a buddy connection thread: {e}");
+            tracing::warn!("cannot start a {} thread: {e}", C::WHAT);
         }
     }
 }
