@@ -112,6 +112,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 job: JobId::new("heat2d-00ff").unwrap(),
                 iteration: 9,
                 unix_s: 1,
+                resumed: false,
             }),
         }),
         encode(&Request::Finish {
@@ -120,6 +121,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 job: JobId::new("heat2d-00ff").unwrap(),
                 iteration: 9,
                 unix_s: 1,
+                resumed: true,
             },
         }),
         encode(&auth::Hello {
