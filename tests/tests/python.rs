@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use mpi_ios_tests::pcmrun_job::{assert_ended_with, PcmrunCommand};
 use mpi_ios_tests::{
-    complete_checkpoints, heat2d_args_sized, mpi_lock, program, read_events, wait_until,
-    Finished, MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
+    complete_checkpoints, heat2d_args_sized, mpi_lock, program, read_events, wait_until, Finished,
+    MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -67,9 +67,7 @@ fn python() -> Result<PathBuf, String> {
 
 /// [`python`], or `None` after printing why the test is skipped.
 fn python_or_skip() -> Option<PathBuf> {
-    python()
-        .map_err(|why| eprintln!("skipped: {why}"))
-        .ok()
+    python().map_err(|why| eprintln!("skipped: {why}")).ok()
 }
 
 /// An absolute path of the Python heat2d's `name`.
@@ -95,7 +93,11 @@ fn job(python: &Path, ranks: usize, script_path: &str, args: &[&str]) -> MpiJob 
 
 /// The Python heat2d (`heat2d.py`, or `heat2d_plain.py` when `plain`).
 fn heat2d(python: &Path, ranks: usize, plain: bool, args: &[&str]) -> MpiJob {
-    let name = if plain { "heat2d_plain.py" } else { "heat2d.py" };
+    let name = if plain {
+        "heat2d_plain.py"
+    } else {
+        "heat2d.py"
+    };
     job(python, ranks, &script(name), args)
 }
 
@@ -199,8 +201,7 @@ fn given_moves_at_two_ranks_then_the_python_heat2d_ends_with_its_plain_versions_
 }
 
 #[test]
-fn given_the_issues_command_then_the_python_heat2d_prints_heat2ds_report_with_the_plain_checksum()
-{
+fn given_the_issues_command_then_the_python_heat2d_prints_heat2ds_report_with_the_plain_checksum() {
     // `PCM_SCHEDULE=500:1 mpiexec -n 2 python3 examples/heat2d-py/heat2d.py --rows 256
     // --cols 256 --iters 2000`, with the runtime's python3 and the wheel installed there.
     let Some(python) = python_or_skip() else {
@@ -244,11 +245,22 @@ fn given_the_issues_command_then_the_python_heat2d_prints_heat2ds_report_with_th
     let rust = MpiJob::new(2, "heat2d", &args)
         .env("PCM_SCHEDULE", "500:1")
         .run(DEADLINE);
-    assert_eq!(report_keys(&finished), report_keys(&rust), "{}", finished.stdout);
+    assert_eq!(
+        report_keys(&finished),
+        report_keys(&rust),
+        "{}",
+        finished.stdout
+    );
     let rust = rust.report();
     assert_eq!(moved.checksum, rust.checksum);
     assert_eq!(
-        (&moved.hosts, moved.resizes, moved.rows, moved.cols, moved.ranks),
+        (
+            &moved.hosts,
+            moved.resizes,
+            moved.rows,
+            moved.cols,
+            moved.ranks
+        ),
         (&rust.hosts, rust.resizes, rust.rows, rust.cols, rust.ranks)
     );
     eprintln!("{}", finished.stdout.lines().last().unwrap_or_default());
@@ -292,11 +304,19 @@ fn given_a_rank_moved_then_its_old_python_process_exits_at_once_with_status_0() 
         stat.is_empty() || stat.contains(") Z ")
     };
     if Runtime::current() == Runtime::Mpich {
-        wait_until(Duration::from_secs(2), "the departed process to exit", || {
-            gone(departed)
-        });
-        eprintln!("the departed process was gone {:?} after the move", moved.elapsed());
-        assert!(group.running(), "the job ended before it could be checked: make it longer");
+        wait_until(
+            Duration::from_secs(2),
+            "the departed process to exit",
+            || gone(departed),
+        );
+        eprintln!(
+            "the departed process was gone {:?} after the move",
+            moved.elapsed()
+        );
+        assert!(
+            group.running(),
+            "the job ended before it could be checked: make it longer"
+        );
     }
     let finished = group.wait(DEADLINE);
     assert_eq!(report(&finished).checksum, plain.reference_checksum());
@@ -369,7 +389,10 @@ fn given_a_python_rank_killed_mid_run_when_restarted_then_checksum_equals_plain(
             _ => None,
         })
         .unwrap_or_else(|| panic!("no restart event:\n{}", restarted.stderr));
-    assert_eq!(resumed.checksum, reference, "the restart changed the result");
+    assert_eq!(
+        resumed.checksum, reference,
+        "the restart changed the result"
+    );
     assert_eq!(resumed.iterations, iters);
     assert!(
         iteration >= newest && iteration < iters,
@@ -379,8 +402,8 @@ fn given_a_python_rank_killed_mid_run_when_restarted_then_checksum_equals_plain(
 }
 
 #[test]
-fn given_a_python_rank_killed_under_pcmrun_then_pcmrun_brings_the_job_back_with_the_plain_checksum(
-) {
+fn given_a_python_rank_killed_under_pcmrun_then_pcmrun_brings_the_job_back_with_the_plain_checksum()
+{
     let Some(python) = python_or_skip() else {
         return;
     };
