@@ -25,6 +25,8 @@ echo "== $(date +%T) build ($default_runtime)" >&2
 cargo build --release --bins --quiet
 # The C interface (libpcm) and the C examples, which the capi tests run.
 scripts/build-c.sh
+# PCM's Python package: its wheel around libpcm, installed into the runtime's Python (tests/tests/python.rs).
+python/build.sh >/dev/null
 echo "== $(date +%T) format and lints" >&2
 cargo fmt --all -- --check
 cargo clippy --release --quiet --all-targets -- -D warnings
@@ -85,7 +87,8 @@ if [ "${#test_programs[@]}" -ne "${#other_runtime_tests[@]}" ]; then
 fi
 echo "== $(date +%T) ${other_runtime_tests[*]} tests ($other_runtime)" >&2
 (
-    MPI_IOS_RUNTIME="$other_runtime" source scripts/setup.sh
+    # (The Python tests run on the default runtime only: no Python environment for this one.)
+    MPI_IOS_RUNTIME="$other_runtime" MPI_IOS_PYTHON=0 source scripts/setup.sh
     # The crates whose code links the MPI library: the programs the tests start, and PCM's
     # own unit tests.
     cargo build --release --quiet --bins -p heat2d -p cg -p mpi-ios-bench-programs
