@@ -17,10 +17,24 @@ pub const DEFAULT_NAMESPACE: &str = "mpi-ios";
 /// Default lifetime of a registration at a peer server. Renewed at half of it, so a dead
 /// agent stays listed at most this long (connection loss reports it much sooner).
 pub const DEFAULT_REGISTRATION_TTL: Duration = Duration::from_secs(20);
-/// Default period between discovery requests to each peer server.
+/// Default period between discovery requests to each peer server, while they find agents
+/// to connect to.
 pub const DEFAULT_DISCOVER_INTERVAL: Duration = Duration::from_secs(5);
-/// Default ping period (each ping gives one RTT sample).
+/// Default longest period between discovery requests: rounds that find nothing new double
+/// the wait up to it (see [`crate::discovery`]).
+pub const DEFAULT_MAX_DISCOVER_INTERVAL: Duration = Duration::from_secs(60);
+/// Default fast ping period: a new connection's first pings, a failed ping's retry, and
+/// the shortest time between two pings of a connection (each ping gives one RTT sample;
+/// see [`crate::probe`]).
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(1);
+/// Default longest time between two pings of a connection. Well under the agent core's
+/// peer timeout (a minute), so that a peer answering pings stays in the peer table.
+pub const DEFAULT_MAX_PING_INTERVAL: Duration = Duration::from_secs(30);
+/// Default pings a second an agent sends in all once its connections' first pings are done:
+/// each connection is pinged every `connections / budget` seconds, within
+/// [`DEFAULT_PING_INTERVAL`] and [`DEFAULT_MAX_PING_INTERVAL`] (issue 42: an idle agent's
+/// upkeep must not grow with the pool).
+pub const DEFAULT_PING_BUDGET: f64 = 2.0;
 /// Default ping timeout: a connection whose ping is not answered within it is closed, and
 /// the peer reported gone.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -109,8 +123,14 @@ pub struct NetConfig {
     pub registration_ttl: Duration,
     /// Default: [`DEFAULT_DISCOVER_INTERVAL`].
     pub discover_interval: Duration,
+    /// Default: [`DEFAULT_MAX_DISCOVER_INTERVAL`].
+    pub max_discover_interval: Duration,
     /// Default: [`DEFAULT_PING_INTERVAL`].
     pub ping_interval: Duration,
+    /// Default: [`DEFAULT_MAX_PING_INTERVAL`].
+    pub max_ping_interval: Duration,
+    /// Pings a second in all at steady state. Default: [`DEFAULT_PING_BUDGET`].
+    pub ping_budget: f64,
     /// Default: [`DEFAULT_PING_TIMEOUT`].
     pub ping_timeout: Duration,
     /// Deadline of a connection's whole handshake. Default:
@@ -156,7 +176,10 @@ impl NetConfig {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             registration_ttl: DEFAULT_REGISTRATION_TTL,
             discover_interval: DEFAULT_DISCOVER_INTERVAL,
+            max_discover_interval: DEFAULT_MAX_DISCOVER_INTERVAL,
             ping_interval: DEFAULT_PING_INTERVAL,
+            max_ping_interval: DEFAULT_MAX_PING_INTERVAL,
+            ping_budget: DEFAULT_PING_BUDGET,
             ping_timeout: DEFAULT_PING_TIMEOUT,
             handshake_timeout: crate::transport::DEFAULT_HANDSHAKE_TIMEOUT,
             redial_interval: DEFAULT_REDIAL_INTERVAL,
@@ -193,6 +216,33 @@ impl NetConfig {
             if d < Duration::from_millis(10) {
                 return bad(field, format!("{d:?} is below 10 ms"));
             }
+        }
+        if self.max_discover_interval < self.discover_interval {
+            return bad(
+                "max_discover_interval",
+                format!(
+                    "{:?} is below discover_interval ({:?})",
+                    self.max_discover_interval, self.discover_interval
+                ),
+            );
+        }
+        if self.max_ping_interval < self.ping_interval {
+            return bad(
+                "max_ping_interval",
+                format!(
+                    "{:?} is below ping_interval ({:?})",
+                    self.max_ping_interval, self.ping_interval
+                ),
+            );
+        }
+        if !(self.ping_budget.is_finite() && self.ping_budget > 0.0) {
+            return bad(
+                "ping_budget",
+                format!(
+                    "{} is not a positive number of pings a second",
+                    self.ping_budget
+                ),
+            );
         }
         if self.max_connections == 0 || self.max_pending == 0 {
             return bad(

@@ -16,6 +16,15 @@
 //! is reported (a dial in flight is not repeated, a registration in flight is not renewed).
 //! Failures back off: the first retry comes after `redial_interval`, each further consecutive
 //! failure doubles the wait up to `max_redial_interval`; a success resets it.
+//!
+//! Discovery rounds back off too: a round that finds no agent this node is not connected to
+//! doubles the wait before the next one, from `discover_interval` up to
+//! `max_discover_interval`; a round that finds one, a new connection to the server, and an
+//! agent's last connection closing bring it back to `discover_interval`. An agent that joins
+//! finds the others in its first rounds and dials them, so the others need not look often:
+//! in a pool that does not change, each round's answer (every agent that renewed its
+//! registration since the last round, each a signed record to check) no longer comes every
+//! few seconds to every agent (issue 42: an idle agent's upkeep must not grow with the pool).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -32,8 +41,12 @@ pub const REGISTER_RETRY: Duration = Duration::from_millis(500);
 /// The timings of a [`Discovery`] store (from [`NetConfig`](crate::NetConfig)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// Period of discovery requests to each connected peer server.
+    /// Period of discovery requests to each connected peer server while rounds find agents
+    /// to dial.
     pub discover_interval: Duration,
+    /// Longest period of discovery requests, reached by doubling after rounds that find
+    /// nothing new.
+    pub max_discover_interval: Duration,
     /// Wait after a first failure before trying again.
     pub redial_interval: Duration,
     /// Longest wait after repeated failures.
@@ -184,6 +197,8 @@ struct Server {
     link: Link,
     registration: Registration,
     next_discover: Instant,
+    /// Wait from one discovery round to the next (see the module docs).
+    discover_wait: Duration,
     cookie: Option<Cookie>,
     /// Registered and not failed since ([`Action::ServerUp`] sent).
     registered: bool,
@@ -250,6 +265,7 @@ impl Discovery {
                     link: Link::Idle { next_dial: now },
                     registration: Registration::Off,
                     next_discover: now,
+                    discover_wait: timing.discover_interval,
                     cookie: None,
                     registered: false,
                     last_error: None,
@@ -299,7 +315,7 @@ impl Discovery {
                         }
                     }
                     if now >= s.next_discover {
-                        s.next_discover = now + self.timing.discover_interval;
+                        s.next_discover = now + s.discover_wait;
                         return Some(Action::Discover {
                             server: ServerId(i),
                             peer,
@@ -375,6 +391,7 @@ impl Discovery {
                 // Register and look at once.
                 s.registration = Registration::At(now);
                 s.next_discover = now;
+                s.discover_wait = self.timing.discover_interval;
                 s.cookie = None;
             }
             Some(Target::Direct(DirectId(i))) => {
@@ -454,6 +471,14 @@ impl Discovery {
     ) {
         if remaining == 0 {
             self.connected.remove(&peer);
+            if !self.is_server(&peer) {
+                // An agent lost: look again soon, in case it comes back elsewhere.
+                let base = self.timing.discover_interval;
+                for s in &mut self.servers {
+                    s.discover_wait = base;
+                    s.next_discover = s.next_discover.min(now + base);
+                }
+            }
         }
         if let Some(i) = self
             .servers
@@ -508,9 +533,9 @@ impl Discovery {
                 server,
                 ttl,
             });
+            // Look at once for who is there (a renewal changes nothing of that).
+            s.next_discover = now;
         }
-        // Look at once for who is there.
-        s.next_discover = now;
     }
 
     /// Peer server `server` refused the registration: keep the connection, try again after
@@ -553,26 +578,45 @@ impl Discovery {
         registrations: impl IntoIterator<Item = (PeerId, Vec<Multiaddr>)>,
         now: Instant,
     ) {
-        if let Some(i) = self.server_index(&server) {
-            self.servers[i].cookie = Some(cookie);
-        }
         // Forget failures long past, so the table stays as small as the pool.
         let forget = self
             .timing
             .max_redial_interval
             .max(self.timing.redial_interval);
         self.retry.retain(|_, r| now < r.until + forget);
+        // Whether the round found an agent this node is not connected to (dialed now, being
+        // dialed, or backing off after a failed dial).
+        let mut unconnected = false;
         for (peer, addrs) in registrations {
             if peer == self.local
                 || self.connected.contains(&peer)
-                || self.dialing.contains(&peer)
-                || self.retry.get(&peer).is_some_and(|r| now < r.until)
                 || self.server_index(&peer).is_some()
+            {
+                continue;
+            }
+            unconnected = true;
+            if self.dialing.contains(&peer) || self.retry.get(&peer).is_some_and(|r| now < r.until)
             {
                 continue;
             }
             self.dialing.insert(peer);
             self.queue.push_back(Action::DialPeer { peer, addrs });
+        }
+        if let Some(i) = self.server_index(&server) {
+            let (base, max) = (
+                self.timing.discover_interval,
+                self.timing
+                    .max_discover_interval
+                    .max(self.timing.discover_interval),
+            );
+            let s = &mut self.servers[i];
+            s.cookie = Some(cookie);
+            if unconnected {
+                s.discover_wait = base;
+                s.next_discover = s.next_discover.min(now + base);
+            } else {
+                s.discover_wait = (s.discover_wait * 2).min(max);
+            }
         }
     }
 
@@ -601,12 +645,13 @@ impl Discovery {
         true
     }
 
-    /// Peer server `server` refused a discovery: start over without a cookie next round.
-    /// Returns the server's address, for the log line.
+    /// Peer server `server` refused a discovery: start over without a cookie next round, and
+    /// from the shortest wait after it. Returns the server's address, for the log line.
     pub fn on_discover_failed(&mut self, server: PeerId) -> Option<&Multiaddr> {
         let i = self.server_index(&server)?;
         let s = &mut self.servers[i];
         s.cookie = None;
+        s.discover_wait = self.timing.discover_interval;
         Some(&s.addr)
     }
 
@@ -655,6 +700,7 @@ mod tests {
     fn timing() -> Timing {
         Timing {
             discover_interval: Duration::from_secs(5),
+            max_discover_interval: Duration::from_secs(60),
             redial_interval: Duration::from_secs(3),
             max_redial_interval: Duration::from_secs(30),
         }
@@ -1135,6 +1181,61 @@ mod tests {
         assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Discovered(agent)]);
     }
 
+    /// Issue 42: rounds that find no agent to connect to come ever less often (5, 10, 20,
+    /// 40, then every 60 s), renewals do not bring them back, and a round that finds one,
+    /// or an agent's connection lost, brings them back to every 5 s.
+    #[test]
+    fn discovery_rounds_that_find_nothing_new_back_off() {
+        let t0 = Instant::now();
+        let (mut d, s0, first) = one_server_connected(t0);
+        assert!(discovers(&first, 0));
+        let known = PeerId::random();
+        d.on_connected(None, known, conn(9), t0);
+        let cookie = Cookie::for_all_namespaces();
+        // Each round answers only the agent already connected (it renewed).
+        let mut rounds = Vec::new();
+        let mut t = t0;
+        while t < t0 + secs(300.0) {
+            let actions = drain(&mut d, t);
+            if discovers(&actions, 0) {
+                rounds.push((t - t0).as_secs_f64());
+                d.on_discovered(s0, cookie.clone(), regs_of(&[known]), t);
+            }
+            if registers(&actions, 0) {
+                d.on_registered(s0, TTL, t);
+            }
+            assert!(dials(&drain(&mut d, t)).is_empty());
+            t += secs(0.5);
+        }
+        let gaps: Vec<f64> = rounds.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(&gaps[..5], &[5.0, 10.0, 20.0, 40.0, 60.0], "{rounds:?}");
+        assert!(gaps[5..].iter().all(|g| *g == 60.0), "{rounds:?}");
+        // A round that finds a new agent: dialed, and the next round 5 s later.
+        let newcomer = PeerId::random();
+        let t1 = rounds.last().map_or(t0, |r| t0 + secs(*r));
+        d.on_discovered(s0, cookie.clone(), regs_of(&[known, newcomer]), t1);
+        assert_eq!(
+            dials(&drain(&mut d, t1)),
+            vec![Target::Discovered(newcomer)]
+        );
+        d.on_connected(Some(Target::Discovered(newcomer)), newcomer, conn(10), t1);
+        // The next round 5 s later; quiet again, backing off from 5 s; then an agent's last
+        // connection closes.
+        assert!(!discovers(&drain(&mut d, t1 + secs(4.9)), 0));
+        assert!(discovers(&drain(&mut d, t1 + secs(5.0)), 0));
+        d.on_discovered(s0, cookie.clone(), regs_of(&[known]), t1 + secs(5.0));
+        assert!(discovers(&drain(&mut d, t1 + secs(15.0)), 0));
+        d.on_discovered(s0, cookie, regs_of(&[known]), t1 + secs(15.0));
+        d.on_connection_closed(known, conn(9), 0, "reset", t1 + secs(16.0));
+        // Not at +35 s (20 s after the last round) but 5 s after the loss.
+        assert!(!discovers(&drain(&mut d, t1 + secs(20.9)), 0));
+        assert!(discovers(&drain(&mut d, t1 + secs(21.0)), 0));
+    }
+
+    fn regs_of(peers: &[PeerId]) -> Vec<(PeerId, Vec<Multiaddr>)> {
+        peers.iter().map(|p| (*p, vec![addr(9000)])).collect()
+    }
+
     #[test]
     fn discovery_rounds_use_the_last_cookie_until_a_failure() {
         let t0 = Instant::now();
@@ -1151,7 +1252,9 @@ mod tests {
             "{next:?}"
         );
         assert_eq!(d.on_discover_failed(s0), Some(&addr(4000)));
-        let after = drain(&mut d, t0 + secs(10.0));
+        // The round after the empty one came 10 s later (rounds that find nothing back off).
+        assert!(drain(&mut d, t0 + secs(14.9)).is_empty());
+        let after = drain(&mut d, t0 + secs(15.0));
         assert!(
             after
                 .iter()

@@ -12,7 +12,10 @@
 //!   servers) runs over a libp2p private network with it, then noise, then yamux
 //!   ([`transport`]). A node without the key cannot connect; such failures end within
 //!   [`NetConfig::handshake_timeout`] in an error saying "wrong or missing pool key?".
-//! - [`Network::start`]: the swarm (identify, ping, request-response with a size-capped CBOR
+//! - [`Network::start`]: the swarm (identify, ping on the agent's own schedule
+//!   ([`probe`]: a new connection's first pings a second apart, then a bounded number of
+//!   pings a second in all, so that an idle agent's upkeep does not grow with the pool),
+//!   request-response with a size-capped CBOR
 //!   codec on [`PROTOCOL_NAME`](ios_agent_core::message::PROTOCOL_NAME), rendezvous client)
 //!   in a tokio task; a [`NetHandle`] to command it and one channel of [`NetEvent`]s, which
 //!   the `ios-agent` driver reads as they are.
@@ -64,6 +67,7 @@ mod handle;
 pub mod key;
 pub mod limits;
 pub mod network;
+pub mod probe;
 pub mod relay;
 pub mod transport;
 

@@ -17,7 +17,7 @@ use libp2p::rendezvous::{self, Namespace};
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, DialError, ListenError, NetworkBehaviour, SwarmEvent};
-use libp2p::{identify, ping, Multiaddr, PeerId, StreamProtocol, Swarm};
+use libp2p::{identify, Multiaddr, PeerId, StreamProtocol, Swarm};
 use pcm_proto::HostName;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -59,7 +59,7 @@ struct Behaviour {
     per_address: crate::limits::PendingPerAddress,
     limits: libp2p::connection_limits::Behaviour,
     identify: identify::Behaviour,
-    ping: ping::Behaviour,
+    ping: crate::probe::Probe,
     messages: request_response::Behaviour<AgentCodec>,
     rendezvous: rendezvous::client::Behaviour,
 }
@@ -150,6 +150,7 @@ impl Network {
         let discovery = Discovery::new(
             Timing {
                 discover_interval: config.discover_interval,
+                max_discover_interval: config.max_discover_interval,
                 redial_interval: config.redial_interval,
                 max_redial_interval: config.max_redial_interval,
             },
@@ -206,10 +207,13 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
             identify::Config::new(IDENTIFY_PROTOCOL.into(), keypair.public())
                 .with_agent_version(agent_version(config.host.as_ref())),
         ),
-        ping: ping::Behaviour::new(
-            ping::Config::new()
-                .with_interval(config.ping_interval)
-                .with_timeout(config.ping_timeout),
+        ping: crate::probe::Probe::new(
+            crate::probe::PingTiming {
+                interval: config.ping_interval,
+                max_interval: config.max_ping_interval,
+                budget: config.ping_budget,
+            },
+            config.ping_timeout,
         ),
         messages: request_response::Behaviour::with_codec(
             AgentCodec,
@@ -694,7 +698,7 @@ impl Task {
                 }
             }
             BehaviourEvent::Identify(_) => {}
-            BehaviourEvent::Ping(ping::Event {
+            BehaviourEvent::Ping(crate::probe::ProbeEvent {
                 peer,
                 connection,
                 result,
@@ -716,7 +720,7 @@ impl Task {
                         }
                     }
                 }
-                Err(ping::Failure::Unsupported) => {}
+                Err(crate::probe::ProbeFailure::Unsupported) => {}
                 Err(e) => {
                     // A peer that stops answering is gone even if TCP does not say so.
                     tracing::info!("ping to {peer} failed ({e}): closing the connection");

@@ -45,7 +45,8 @@ struct Args {
     /// Registration lifetime in seconds (peer servers must accept it).
     #[arg(long, default_value_t = 20)]
     ttl: u64,
-    /// Ping period in milliseconds.
+    /// Fast ping period in milliseconds (a new connection's first pings; see
+    /// `ios_agent_net::probe`).
     #[arg(long, default_value_t = 1000)]
     ping_ms: u64,
     /// Discovery period in milliseconds.
@@ -94,7 +95,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.namespace = args.namespace;
     config.registration_ttl = Duration::from_secs(args.ttl);
     config.ping_interval = Duration::from_millis(args.ping_ms);
+    config.max_ping_interval = config.max_ping_interval.max(config.ping_interval);
     config.discover_interval = Duration::from_millis(args.discover_ms);
+    config.max_discover_interval = config.max_discover_interval.max(config.discover_interval);
     if let Some(file) = args.identity {
         config.identity = Identity::File(file);
     }
