@@ -16,7 +16,6 @@
 //! `fig13-14-iteration-time` (both curves and the unloaded one, with the events marked at
 //! the iteration they happened), plus the yardsticks of [`crate::figs`].
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
@@ -25,21 +24,13 @@ use mpi_ios_bench::{append_markdown, Table};
 use mpi_ios_plots::{Bar, BarChart, Event as PlotEvent, Layout, TimePlot};
 use mpi_ios_tests::scenario::{EventKind, Hog, Length, Outcome, Scenario};
 
-use crate::figs::{self, Experiment, Paper};
+use crate::figs::{self, Experiment, FigArgs, FigHelp, Paper};
 
 /// Options of `fig13`.
 #[derive(Debug, Args)]
 pub(crate) struct Fig13Args {
-    /// Grid rows and columns (square grid).
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
-    /// Iterations; by default as many as take `--seconds` unloaded on the emulated nodes
-    /// (measured there first: machines differ in speed by 4x or more).
-    #[arg(long)]
-    iters: Option<u64>,
-    /// Seconds the job would take unloaded, when `--iters` is not given.
-    #[arg(long, default_value_t = 14.0)]
-    seconds: f64,
+    #[command(flatten)]
+    common: FigArgs<Fig13Help>,
     /// CPU cap of every node, in cores.
     #[arg(long, default_value_t = 0.6)]
     cap: f64,
@@ -52,31 +43,23 @@ pub(crate) struct Fig13Args {
     /// Slices of the run in the bar charts.
     #[arg(long, default_value_t = 20)]
     slices: usize,
-    /// Short run for CI: 6 s unloaded, load at 1.5 s, join at 2.5 s.
-    #[arg(long)]
-    quick: bool,
-    /// Fail unless the checksums match and the ranks end on nodes other than the loaded
-    /// node-b, one of them on node-c.
-    #[arg(long)]
-    check: bool,
-    /// Print only events and results, not every progress event.
-    #[arg(long)]
-    quiet: bool,
-    /// Directory for the plots and the runs' logs; created if missing.
-    #[arg(long, default_value = "target/figures")]
-    out: PathBuf,
-    /// Also append the tables, as markdown, to this file.
-    #[arg(long, value_name = "PATH")]
-    markdown: Option<PathBuf>,
-    /// Deadline of each run, seconds.
-    #[arg(long, default_value_t = 600)]
-    timeout: u64,
+}
+
+/// The help of `fig13`'s options that say something of it.
+#[derive(Debug)]
+struct Fig13Help;
+
+impl FigHelp for Fig13Help {
+    const QUICK: &'static str = "Short run for CI: 6 s unloaded, load at 1.5 s, join at 2.5 s";
+    const CHECK: &'static str = "Fail unless the checksums match and the ranks end on nodes \
+        other than the loaded node-b, one of them on node-c";
+    const MARKDOWN: &'static str = "Also append the tables, as markdown, to this file";
 }
 
 /// Runs Figures 13 and 14.
 pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
-    if args.quick {
-        args.seconds = 6.0;
+    if args.common.quick {
+        args.common.seconds = 6.0;
         args.load_at = 1.5;
         args.join_at = 2.5;
     }
@@ -91,19 +74,20 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         args.slices
     );
     ensure!(
-        args.iters.is_none_or(|n| n >= args.slices as u64),
+        args.common.iters.is_none_or(|n| n >= args.slices as u64),
         "--iters must be at least --slices"
     );
+    let c = &args.common;
     let mut exp = Experiment {
         name: "fig13",
         title: format!(
             "Figures 13/14: heat2d {0}x{0}, caps {1}, hog on node-b at {2} s, node-c joins at {3} s",
-            args.size, args.cap, args.load_at, args.join_at
+            c.size, args.cap, args.load_at, args.join_at
         ),
         caps: vec![args.cap; 3],
         scenario: Scenario {
-            rows: args.size,
-            cols: args.size,
+            rows: c.size,
+            cols: c.size,
             iters: 0,
             progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
             placement: vec![0, 1],
@@ -112,10 +96,10 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
             joins: vec![(2, figs::secs(args.join_at))],
             leaves: Vec::new(),
             agent_options: figs::agent_options(args.load_at),
-            timeout: Duration::from_secs(args.timeout),
+            timeout: Duration::from_secs(c.timeout),
             unlisted_spares: false,
         },
-        length: Length::from_options(args.iters, args.seconds),
+        length: Length::from_options(c.iters, c.seconds),
         // Ranks on node-a and node-c under node-b's hog: every node has the same cap, but
         // the hog takes CPU from the machine's two cores, which the unloaded run does not
         // (MPICH, 10 ms quota periods, 2026-11-27: 789 it/s once the hog ran, against 1228
@@ -128,9 +112,9 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         },
     };
     figs::platform()?;
-    let out = figs::out_dir(&args.out)?;
+    let out = figs::out_dir(&c.out)?;
     let logs = figs::logs_dir(exp.name)?;
-    let runs = figs::run(&mut exp, logs.path(), args.quiet)?;
+    let runs = figs::run(&mut exp, logs.path(), c.quiet)?;
     let iters = exp.scenario.iters;
     let y = figs::yardsticks(&exp, &runs);
     let work_ms = 1e3 * runs.unloaded.report.seconds / iters as f64;
@@ -169,7 +153,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     .write(out.join("fig14"))?;
     let curves = TimePlot::new(format!(
         "Figures 13/14: time per iteration, heat2d {0}x{0}, static MPI vs MPI/IOS",
-        args.size
+        c.size
     ))
     .x_label("iteration")
     .y_label("time per iteration (ms)")
@@ -209,8 +193,8 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
     for n in &notes {
         println!("{n}");
     }
-    if let Some(md) = &args.markdown {
-        let q = if args.quick { " (quick)" } else { "" };
+    if let Some(md) = &c.markdown {
+        let q = if c.quick { " (quick)" } else { "" };
         append_markdown(md, &format!("{}{q}", exp.title), &summary, &[])?;
         append_markdown(
             md,
@@ -220,7 +204,7 @@ pub(crate) fn run(mut args: Fig13Args) -> Result<()> {
         )?;
     }
     mpi_ios_bench::keep_logs(logs.path(), &out.join("logs").join(exp.name));
-    let check = args.check.then_some((same, "node-b", &["node-c"][..]));
+    let check = c.check.then_some((same, "node-b", &["node-c"][..]));
     figs::finish(&exp, &runs, &y, &out, check)
 }
 

@@ -14,7 +14,6 @@
 //! the paper's figure, writes the throughput plot (`fig15`/`fig16` .svg/.png in `--out`),
 //! and with `--markdown` appends the table to a file.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
@@ -22,40 +21,22 @@ use clap::Args;
 use mpi_ios_bench::append_markdown;
 use mpi_ios_tests::scenario::{Hog, Length, Scenario};
 
-use crate::figs::{self, Experiment, Paper};
+use crate::figs::{self, Experiment, FigArgs, FigHelp, Paper};
 
-/// Options shared by `fig15` and `fig16`.
-#[derive(Debug, Args)]
-pub(crate) struct Common {
-    /// Grid rows and columns (square grid).
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
-    /// Iterations; by default as many as take `--seconds` unloaded on the emulated nodes
-    /// (measured there first: machines differ in speed by 4x or more).
-    #[arg(long)]
-    iters: Option<u64>,
-    /// Seconds the job would take unloaded, when `--iters` is not given.
-    #[arg(long, default_value_t = 14.0)]
-    seconds: f64,
-    /// Short run for CI: 1024x1024, 6 s unloaded (fig16: 12 s), events after 2 and 3 s.
-    #[arg(long)]
-    quick: bool,
-    /// Fail unless the checksums match and the ranks end off the loaded (or slow) node-b, one
-    /// on the cooperating node-a (fig15) or the joined node-c (fig16).
-    #[arg(long)]
-    check: bool,
-    /// Print only events and results, not every progress event.
-    #[arg(long)]
-    quiet: bool,
-    /// Directory for the plots and the runs' logs; created if missing.
-    #[arg(long, default_value = "target/figures")]
-    out: PathBuf,
-    /// Also append the table, as markdown, to this file.
-    #[arg(long, value_name = "PATH")]
-    markdown: Option<PathBuf>,
-    /// Deadline of each run, seconds.
-    #[arg(long, default_value_t = 600)]
-    timeout: u64,
+/// The options `fig15` and `fig16` share.
+type Common = FigArgs<Fig15Help>;
+
+/// The help of `fig15`'s and `fig16`'s options that say something of them.
+#[derive(Debug)]
+struct Fig15Help;
+
+impl FigHelp for Fig15Help {
+    const QUICK: &'static str =
+        "Short run for CI: 1024x1024, 6 s unloaded (fig16: 12 s), events after 2 and 3 s";
+    const CHECK: &'static str = "Fail unless the checksums match and the ranks end off the \
+        loaded (or slow) node-b, one on the cooperating node-a (fig15) or the joined node-c \
+        (fig16)";
+    const MARKDOWN: &'static str = "Also append the table, as markdown, to this file";
 }
 
 /// Options of `fig15`.

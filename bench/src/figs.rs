@@ -17,10 +17,12 @@
 //! Their yardsticks (the physical limit, recovery) are [`mpi_ios_bench::yardstick`]'s, the
 //! main job's too.
 
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
+use clap::Args;
 use mpi_ios_bench::yardstick::{self, Yardsticks};
 pub(crate) use mpi_ios_bench::yardstick::{loop_start, mean_rate, rate_points};
 use mpi_ios_bench::Table;
@@ -28,6 +30,50 @@ use mpi_ios_plots::{Event as PlotEvent, TimePlot};
 use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::scenario::{Length, Line, Mode, Outcome, Scenario};
+
+/// The options every figure has, flattened into each figure's own; `H` gives the help of
+/// those that say something of the figure.
+#[derive(Debug, Args)]
+pub(crate) struct FigArgs<H: FigHelp> {
+    /// Grid rows and columns (square grid).
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Iterations; by default as many as take `--seconds` unloaded on the emulated nodes
+    /// (measured there first: machines differ in speed by 4x or more).
+    #[arg(long)]
+    pub iters: Option<u64>,
+    /// Seconds the job would take unloaded, when `--iters` is not given.
+    #[arg(long, default_value_t = 14.0)]
+    pub seconds: f64,
+    #[arg(long, help = H::QUICK)]
+    pub quick: bool,
+    #[arg(long, help = H::CHECK)]
+    pub check: bool,
+    /// Print only events and results, not every progress event.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Directory for the plots and the runs' logs; created if missing.
+    #[arg(long, default_value = "target/figures")]
+    pub out: PathBuf,
+    #[arg(long, value_name = "PATH", help = H::MARKDOWN)]
+    pub markdown: Option<PathBuf>,
+    /// Deadline of each run, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    #[arg(skip)]
+    help: PhantomData<H>,
+}
+
+/// The help of a figure's `--quick`, `--check` and `--markdown` in [`FigArgs`] (one line,
+/// without a final period, as clap shows a doc comment).
+pub(crate) trait FigHelp {
+    /// What the short run is.
+    const QUICK: &'static str;
+    /// What the check requires.
+    const CHECK: &'static str;
+    /// What is appended.
+    const MARKDOWN: &'static str;
+}
 
 /// What the paper reported for the figure we compare with.
 #[derive(Debug, Clone, Copy)]
