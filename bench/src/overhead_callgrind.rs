@@ -4,7 +4,9 @@
 //!
 //! The MPI library's part is the inclusive cost of every call from an object outside the
 //! MPI library (the program, libc, the dynamic loader running constructors and
-//! destructors) into one of its objects ([`is_mpi_side`]). A call from inside (MPI into
+//! destructors) into one of its objects ([`is_mpi_side`]), except the calls that only read
+//! local state and cannot wait ([`is_local_query`]: `MPI_Type_size`, `MPI_Comm_rank`, ...),
+//! which count with the program that makes them. A call from inside (MPI into
 //! libc, which calls back into UCX's memory hooks) can make a part counted twice; that only
 //! happens in MPI's own start-up and teardown and in its allocations, the same amount in
 //! every run of a program, so it cancels in the difference of two iteration counts.
@@ -36,9 +38,10 @@ pub(crate) struct Calls {
 pub(crate) struct Profile {
     /// Instructions of the thread (the `totals:` line; equal to the sum of the self costs).
     pub(crate) total: u64,
-    /// Inclusive cost of the calls into the MPI library from outside it: every instruction
-    /// the MPI library (and what it calls: libc, the kernel interface) executed, the
-    /// polling of a rank that waits for its peers included.
+    /// Inclusive cost of the calls into the MPI library from outside it, local queries
+    /// excepted: every instruction the MPI library (and what it calls: libc, the kernel
+    /// interface) executed for them, the polling of a rank that waits for its peers
+    /// included.
     pub(crate) into_mpi: u64,
     /// Calls of the watched functions (by exact name), from anywhere.
     pub(crate) watched: BTreeMap<String, Calls>,
@@ -62,6 +65,28 @@ pub(crate) fn is_mpi_side(object: &str) -> bool {
     ];
     let name = file_name(object);
     PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether `function` is an MPI call that only reads local state and never waits or
+/// drives communication (its cost is the same in every run): these count with the caller.
+pub(crate) fn is_local_query(function: &str) -> bool {
+    const LOCAL: [&str; 13] = [
+        "MPI_Type_size",
+        "MPI_Type_get_extent",
+        "MPI_Type_get_true_extent",
+        "MPI_Comm_rank",
+        "MPI_Comm_size",
+        "MPI_Comm_remote_size",
+        "MPI_Comm_test_inter",
+        "MPI_Get_count",
+        "MPI_Group_size",
+        "MPI_Group_rank",
+        "MPI_Initialized",
+        "MPI_Finalized",
+        "MPI_Query_thread",
+    ];
+    let name = function.strip_prefix('P').unwrap_or(function);
+    LOCAL.contains(&name)
 }
 
 fn file_name(path: &str) -> &str {
@@ -129,7 +154,10 @@ pub(crate) fn parse(text: &str, watched: &[&str]) -> Result<Profile> {
             match pending_calls.take() {
                 Some(count) => {
                     let (callee_object, callee_fn) = callee.take().with_context(context)?;
-                    if !is_mpi_side(&object) && is_mpi_side(&callee_object) {
+                    if !is_mpi_side(&object)
+                        && is_mpi_side(&callee_object)
+                        && !is_local_query(&callee_fn)
+                    {
                         profile.into_mpi += cost;
                     }
                     if let Some(calls) = profile.watched.get_mut(&callee_fn) {
@@ -233,6 +261,10 @@ cfi=(2) ???
 cfn=(2) PMPI_Wait
 calls=2 0
 +2 100
+cob=(2)
+cfn=(8) PMPI_Type_size
+calls=2 0
+* 6
 * 3
 
 fn=(3) main
@@ -266,6 +298,10 @@ fl=(1)
 fn=(4)
 30 68
 
+ob=(2)
+fn=(8)
+0 6
+
 ob=(4) /lib/ld-linux-x86-64.so.2
 fl=(3) dl-init.c
 fn=(6) call_init
@@ -278,15 +314,15 @@ ob=(3)
 fn=(7)
 0 9
 
-totals: 195
+totals: 201
 ";
 
     #[test]
     fn given_a_file_then_the_total_the_mpi_part_and_the_watched_calls_are_read() {
         let p = parse(SAMPLE, &["pcm::status::<impl pcm::Pcm>::check"]).unwrap();
-        assert_eq!(p.total, 5 + 3 + 7 + 2 + 40 + 60 + 68 + 1 + 9);
+        assert_eq!(p.total, 5 + 3 + 7 + 2 + 40 + 60 + 68 + 1 + 9 + 6);
         // The program's call into libmpi and the loader's into UCX, not libmpi's own call
-        // into UCX.
+        // into UCX, nor the local query MPI_Type_size.
         assert_eq!(p.into_mpi, 100 + 9);
         let check = p.watched["pcm::status::<impl pcm::Pcm>::check"];
         assert_eq!(
@@ -333,6 +369,13 @@ totals: 31
         assert!(parse(text, &[]).is_err());
         let cut = "positions: line\nevents: Ir\nob=/p/heat2d\nfn=f\n1 5\n";
         assert!(parse(cut, &[]).is_err());
+    }
+
+    #[test]
+    fn local_queries_are_named_either_way() {
+        assert!(is_local_query("PMPI_Type_size") && is_local_query("MPI_Comm_rank"));
+        assert!(!is_local_query("PMPI_Wait") && !is_local_query("PMPI_Isend"));
+        assert!(!is_local_query("PMPI_Allreduce") && !is_local_query("MPI_Barrier"));
     }
 
     #[test]

@@ -4,10 +4,14 @@
 //!
 //! Every rank runs under `valgrind --tool=callgrind --separate-threads=yes`. Per run and
 //! rank, what counts is the main thread's instructions minus
-//! - the inclusive cost of every call from the program into the MPI library (`PMPI_*` in
-//!   `libmpi`): a rank that waits polls MPI's progress engine for as long as its peer takes,
-//!   a number of instructions that depends on timing, not on the program; the program's
-//!   own side of each call (rsmpi, PCM's profiling wrappers) still counts;
+//! - the MPI library's part: the inclusive cost of every call into the MPI library's
+//!   objects (`libmpi`, UCX, ...: [`callgrind::is_mpi_side`]) from outside them, the
+//!   program's `PMPI_*` calls and the loader's constructor and destructor calls alike. A
+//!   rank that waits polls MPI's progress engine for as long as its peer takes, a number of
+//!   instructions that depends on timing, not on the program, and UCX calibrates its clock
+//!   at load time for as long as that takes. The program's own side of each MPI call
+//!   (rsmpi, PCM's profiling wrappers `MPI_*`) still counts, and so do the calls that
+//!   only read local state ([`callgrind::is_local_query`]: the wrappers' `MPI_Type_size`);
 //! - PCM's profile sends to pcmd (`pcm::Pcm::send_profile`), which come once a second of
 //!   wall time: under valgrind, 30 to 60 times as many per iteration as at full speed.
 //!
