@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """heat2d.py: the paper's heat application in Python (mpi4py, numpy), instrumented with
 PCM (Figure 11) so that any rank can be moved to another host while it runs.
 heat2d_plain.py is the same program without PCM (`diff heat2d_plain.py heat2d.py`);

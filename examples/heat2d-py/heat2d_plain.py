@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """heat2d_plain.py: the paper's heat application on plain MPI, in Python (mpi4py, numpy).
 heat2d.py is the same program with PCM (`diff heat2d_plain.py heat2d.py`); heat.py holds
 the numerics both use.

@@ -19,7 +19,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use mpi_ios_tests::cgroup::CpuCap;
+use mpi_ios_tests::netns::{emulated_nodes_usable, test_node_cap, Cluster};
 use mpi_ios_tests::pcmrun_job::{assert_ended_with, PcmrunCommand};
+use mpi_ios_tests::scenario::{Hog, Line, Mode, Move, Scenario};
 use mpi_ios_tests::{
     complete_checkpoints, heat2d_args_sized, mpi_lock, program, read_events, wait_until, Finished,
     MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
@@ -68,6 +71,33 @@ fn python() -> Result<PathBuf, String> {
 /// [`python`], or `None` after printing why the test is skipped.
 fn python_or_skip() -> Option<PathBuf> {
     python().map_err(|why| eprintln!("skipped: {why}")).ok()
+}
+
+/// Whether `python` imports pcm from the wheel `python/build.sh` installed (with its own
+/// libpcm); if not, prints why the test is skipped.
+fn wheel_installed_or_skip(python: &Path) -> bool {
+    let installed = Command::new(python)
+        .args(["-c", "import pcm; print(pcm.library_path)"])
+        .env_remove("PYTHONPATH")
+        .env_remove("PCM_LIBRARY")
+        .env("PCM_DAEMON", "none")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    if !installed.status.success() {
+        eprintln!(
+            "skipped: the pcm wheel is not installed in {} (python/build.sh installs it): {}",
+            python.display(),
+            String::from_utf8_lossy(&installed.stderr).trim()
+        );
+        return false;
+    }
+    let library = String::from_utf8_lossy(&installed.stdout).trim().to_owned();
+    assert!(
+        library.ends_with("site-packages/pcm/libpcm.so"),
+        "the installed pcm loads {library}, not the libpcm of its wheel"
+    );
+    true
 }
 
 /// An absolute path of the Python heat2d's `name`.
@@ -207,27 +237,9 @@ fn given_the_issues_command_then_the_python_heat2d_prints_heat2ds_report_with_th
     let Some(python) = python_or_skip() else {
         return;
     };
-    let installed = Command::new(&python)
-        .args(["-c", "import pcm; print(pcm.library_path)"])
-        .env_remove("PYTHONPATH")
-        .env_remove("PCM_LIBRARY")
-        .env("PCM_DAEMON", "none")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .unwrap();
-    if !installed.status.success() {
-        eprintln!(
-            "skipped: the pcm wheel is not installed in {} (python/build.sh installs it): {}",
-            python.display(),
-            String::from_utf8_lossy(&installed.stderr).trim()
-        );
+    if !wheel_installed_or_skip(&python) {
         return;
     }
-    let library = String::from_utf8_lossy(&installed.stdout).trim().to_owned();
-    assert!(
-        library.ends_with("site-packages/pcm/libpcm.so"),
-        "the installed pcm loads {library}, not the libpcm of its wheel"
-    );
     let _lock = mpi_lock();
     let args = ["--rows", "256", "--cols", "256", "--iters", "2000"];
     let plain = report(&heat2d(&python, 2, true, &args).run(DEADLINE));
@@ -456,4 +468,112 @@ fn given_a_python_rank_killed_under_pcmrun_then_pcmrun_brings_the_job_back_with_
     let resumed = summary["recoveries"][0]["resumed_from"].as_u64().unwrap();
     assert!(resumed > 0, "resumed from iteration 0: {summary}");
     eprintln!("killed rank 1 under pcmrun; the relaunch resumed from iteration {resumed}");
+}
+
+/// Seconds the agents' job would take unloaded (as in agents_e2e.rs): it must outlive the
+/// hog (at 3 s), the agents' reaction and the move.
+const UNLOADED_SECONDS: f64 = 10.0;
+
+#[test]
+fn given_a_loaded_node_then_the_agents_move_the_python_rank_to_a_cooperating_node() {
+    // agents_e2e.rs's cooperating-node scenario with the Python heat2d as the job (the
+    // installed wheel; heat2d.py runs as an executable, its interpreter from its first line).
+    if !emulated_nodes_usable() {
+        return;
+    }
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    if !wheel_installed_or_skip(&python) {
+        return;
+    }
+    let _lock = mpi_lock();
+    // How much slower the Python heat2d is than the Rust one here, to size its run by time
+    // from the scenario's own measure of the Rust one on the nodes.
+    let (rows, cols) = (512, 512);
+    let rate_of = |finished: Finished, iters: f64| iters / report(&finished).seconds.max(1e-3);
+    let grid = ["--rows", "512", "--cols", "512", "--iters"];
+    let rust = rate_of(
+        MpiJob::new(2, "heat2d-plain", &[&grid[..], &["4000"]].concat()).run(DEADLINE),
+        4000.0,
+    );
+    let py = rate_of(
+        heat2d(&python, 2, true, &[&grid[..], &["800"]].concat()).run(DEADLINE),
+        800.0,
+    );
+    let cap = test_node_cap();
+    let cluster =
+        Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))]).unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("ios-e2e-py-")
+        .tempdir()
+        .unwrap();
+    let mut scenario = Scenario {
+        rows,
+        cols,
+        iters: 0,
+        progress_period: mpi_ios_tests::scenario::PROGRESS_PERIOD,
+        placement: vec![0, 1],
+        agents_at_start: vec![0, 1],
+        hog: Some(Hog::on(1, Duration::from_secs(3))),
+        joins: Vec::new(),
+        leaves: Vec::new(),
+        agent_options: ["--hold-down", "2", "--profile-period", "1"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        timeout: Duration::from_secs(300),
+        unlisted_spares: false,
+    };
+    scenario
+        .size_by_time(&cluster, dir.path(), UNLOADED_SECONDS)
+        .unwrap();
+    scenario.iters = ((scenario.iters as f64 * py / rust) as u64).max(1000);
+    eprintln!(
+        "Python heat2d at {:.2} of the Rust one's rate here: {} iterations",
+        py / rust,
+        scenario.iters
+    );
+    let outcome = scenario.run_program(
+        &cluster,
+        Mode::Adaptive,
+        &script("heat2d.py"),
+        dir.path(),
+        &mut |line| match line {
+            Line::Progress(s) => eprintln!(
+                "{:6.1} s {:5} {:8.1} it/s {:?}",
+                s.t, s.iteration, s.rate, s.hosts
+            ),
+            Line::Event(e) => eprintln!("{:6.1} s >>> {}", e.t, e.what),
+        },
+    );
+    for (host, d) in &outcome.decisions {
+        eprintln!("agent {host}: {}", d.what);
+    }
+    assert!(
+        outcome.loop_start.is_some() && outcome.samples.len() >= 2,
+        "no loop start or progress events"
+    );
+    let nodes = cluster.host_names();
+    let moved: Vec<_> = outcome.migrations().collect();
+    assert!(
+        moved.iter().any(|m| m.moved
+            == Some(Move {
+                rank: 1,
+                from: nodes[1].clone(),
+                to: nodes[0].clone(),
+            })),
+        "rank 1 did not move to the cooperating node: {moved:?}\n{:?}",
+        outcome.decisions
+    );
+    assert_eq!(
+        outcome.report.hosts.clone().unwrap_or_default(),
+        [nodes[0].as_str(), nodes[0].as_str()],
+        "both ranks must end on the cooperating node"
+    );
+    // The Rust heat2d-plain's checksum: the Python grid is the same.
+    assert_eq!(
+        outcome.report.checksum,
+        scenario.plain_checksum(Duration::from_secs(120))
+    );
 }
