@@ -47,6 +47,9 @@ enum Command {
     /// each side, the median, min and max of the per-pair ratios pcm/plain, and the median
     /// whole-process ratios with and without pcmd, compared with the targets (<= 1.03 at
     /// ~100 us, <= 1.01 at ~1 ms; the result is judged on the largest of the three medians).
+    /// `--instructions` counts instructions per iteration with callgrind instead (2 and 4
+    /// ranks; deterministic, one JSON line with `instructions_ratio` per case);
+    /// `--contention` runs the pair beside a CPU hog (median and IQR of the ratios).
     Overhead(overhead::OverheadArgs),
     /// Cost of one migration, broken down: spawn, merge+split, state transfer, plus the
     /// store (departing rank) and load (replacement) calls, for several state sizes.
