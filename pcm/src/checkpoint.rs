@@ -351,7 +351,10 @@ pub(crate) fn announce(pcm: &Pcm) -> Option<String> {
 /// The warning of [`announce`] for a fresh job `job` of `series` whose pcmd lists `listing`.
 fn superseded(listing: &Listing, job: &JobId, series: &Series) -> Option<String> {
     let newest = listing.available.first()?;
-    let finished = listing.finished.as_ref().is_some_and(|f| f.job == newest.job);
+    let finished = listing
+        .finished
+        .as_ref()
+        .is_some_and(|f| f.job == newest.job);
     if newest.job == *job || finished {
         return None;
     }
@@ -943,8 +946,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn given_another_jobs_unfinished_checkpoints_then_a_fresh_job_is_warned_before_retiring_them(
-    ) {
+    fn given_another_jobs_unfinished_checkpoints_then_a_fresh_job_is_warned_before_retiring_them() {
         let job = |name: &str| JobId::new(name).unwrap();
         let series = Series {
             app: AppName::new("heat2d").unwrap(),

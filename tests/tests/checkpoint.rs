@@ -234,15 +234,21 @@ fn given_a_killed_jobs_checkpoints_then_a_short_fresh_run_warns_and_leaves_them_
     let node = Node::start(dir.path(), "a", &[]);
     run_and_kill_rank(&node, dir.path(), || !node.complete().is_empty());
     let kept = node.complete();
-    let short = MpiJob::new(2, "heat2d", &["--rows", "64", "--cols", "64", "--iters", "50"])
-        .env("PCM_DAEMON", node.socket.display().to_string())
-        .env("PCM_CHECKPOINT_INTERVAL", "1000")
-        .run(DEADLINE);
+    let short = MpiJob::new(
+        2,
+        "heat2d",
+        &["--rows", "64", "--cols", "64", "--iters", "50"],
+    )
+    .env("PCM_DAEMON", node.socket.display().to_string())
+    .env("PCM_CHECKPOINT_INTERVAL", "1000")
+    .run(DEADLINE);
     assert_eq!(short.code, Some(0), "{}", short.stderr);
     assert!(
         short.stderr.contains("which did not finish")
             && short.stderr.contains("PCM_JOB_NAME")
-            && short.stderr.contains(&format!("iteration {}", kept.last().unwrap())),
+            && short
+                .stderr
+                .contains(&format!("iteration {}", kept.last().unwrap())),
         "{}",
         short.stderr
     );

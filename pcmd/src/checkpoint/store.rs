@@ -951,7 +951,8 @@ mod tests {
     }
 
     #[test]
-    fn a_later_job_retires_the_checkpoints_of_the_one_before_once_it_checkpoints_or_finishes_resumed() {
+    fn a_later_job_retires_the_checkpoints_of_the_one_before_once_it_checkpoints_or_finishes_resumed(
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().join("ckpt"), host("node-a"));
         for it in [900, 1000] {
