@@ -65,8 +65,8 @@ pub(crate) struct OverheadArgs {
     /// With --instructions: keep callgrind's files in this directory (for callgrind_annotate).
     #[arg(long, value_name = "DIR")]
     keep_callgrind: Option<PathBuf>,
-    /// Run plain and PCM (with pcmd) alternately beside a CPU hog, a quarter of the
-    /// iterations each, and report the per-pair ratios' median and interquartile range.
+    /// Run plain and PCM (with pcmd) alternately beside a CPU hog (the same sizes and
+    /// iterations) and report the per-pair ratios' median and interquartile range.
     #[arg(long)]
     contention: bool,
     /// With --contention: busy loops in the hog.

@@ -74,10 +74,6 @@ pub(super) fn run(args: &OverheadArgs) -> Result<()> {
     ]);
     let mut cases = Vec::new();
     for case in args.sizes.cases() {
-        // A quarter of the wall-time mode's iterations: beside a hog, MPICH's polling ranks
-        // run several times slower.
-        let mut case = case;
-        case.iters = (case.iters / 4).max(10);
         let run_args = case.args();
         let variants = [
             Variant::new(

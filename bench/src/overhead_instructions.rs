@@ -279,8 +279,6 @@ impl Runner {
             variant.name(),
             repeat + 1
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let label = format!(
             "{} {}x{} {} ranks",
             variant.name(),
@@ -289,13 +287,18 @@ impl Runner {
             case.ranks
         );
         let job = self.job(case, variant, iters, &dir);
-        let finished = match job.run_within(self.timeout) {
+        let attempt = || -> Result<Result<mpi_ios_bench::Finished, HarnessError>> {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            Ok(job.run_within(self.timeout))
+        };
+        let finished = match attempt()? {
             // The harness compares /dev/shm before and after the run, machine-wide: another
             // user's MPI job can make a run that cleaned up look as if it did not. The
             // count does not depend on it; one more run says whether it was this one's.
             Err(e @ HarnessError::SharedMemoryLeft { .. }) => {
                 eprintln!("[overhead --instructions] {e}; running it once more");
-                job.run_within(self.timeout)?
+                attempt()??
             }
             other => other?,
         }
