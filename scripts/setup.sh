@@ -62,6 +62,8 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 # The Fortran module and example (Open MPI's Fortran bindings come with libopenmpi-dev).
 command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
+# overhead --instructions (bench/tests/overhead.rs) counts instructions with callgrind.
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 # MPICH comes as a wheel: a virtual environment with pip (Debian splits venv out of python3).
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
