@@ -94,12 +94,23 @@ fn after_setup_the_mpicc_on_the_path_names_the_directory_that_holds_mpi_h() {
             "{wrapper} -show names no directory with mpi.h: {out}"
         );
     }
-    // Open MPI's Fortran wrapper too (MPICH from the package index has none).
-    if Runtime::current() == Runtime::OpenMpi {
-        let shown = bash("source scripts/setup.sh >/dev/null 2>&1; command -v mpif90");
+    // The Fortran wrappers too, whose module `mpi` is what `use mpi` reads (on MPICH, the
+    // mpif90 that scripts/setup-mpich-fortran.sh writes).
+    for wrapper in ["mpif90", "mpifort"] {
+        let shown = bash(&format!(
+            "source scripts/setup.sh >/dev/null 2>&1; command -v {wrapper}; {wrapper} -show"
+        ));
+        let out = stdout(&shown);
+        let mut lines = out.lines();
+        let found = lines.next().unwrap_or_default();
         assert!(
-            stdout(&shown).starts_with(&root().join(".mpi").display().to_string()),
-            "{shown:?}"
+            found.starts_with(&root().join(".mpi").display().to_string()),
+            "{wrapper} on PATH is {found:?}, not setup's"
+        );
+        let dirs = include_dirs(lines.next().unwrap_or_default());
+        assert!(
+            dirs.iter().any(|d| d.join("mpi.mod").is_file()),
+            "{wrapper} -show names no directory with mpi.mod: {out}"
         );
     }
 }
