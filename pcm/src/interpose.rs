@@ -24,6 +24,25 @@
 //!   `Test*`) and probe; non-blocking initiations (`Isend`, `Irecv`, `Ibcast`, ...) return
 //!   at once and are counted but not timed.
 //!
+//! # `MPI_COMM_WORLD` after a reconfiguration
+//! Once a reconfiguration has changed the job's processes, a process's own `MPI_COMM_WORLD`
+//! is no longer the job: a survivor's still holds the departed process, a replacement's
+//! holds only itself. Code the user did not change (a helper in another file, a library)
+//! that still names `MPI_COMM_WORLD` would then wait forever for a process that left. So
+//! every wrapper of a call that takes a communicator gives the implementation, in place of
+//! `MPI_COMM_WORLD`, the job's current world: [`WorldStandIn`], a duplicate of the PCM world
+//! made collectively at the end of each reconfiguration (its own context, so that traffic on
+//! `MPI_COMM_WORLD` never matches traffic on [`crate::Pcm::world`], as before the move; it
+//! carries `MPI_COMM_WORLD`'s error handler). Nothing is substituted before PCM starts,
+//! after it ends, while the world is still the launch's (no move yet, or a restarted job),
+//! nor in PCM's own calls ([`Internal`]). Calls that only read or write local properties of
+//! the handle stay on the real `MPI_COMM_WORLD`: attributes (`MPI_Comm_get_attr` and
+//! friends: the predefined `MPI_TAG_UB`, `MPI_UNIVERSE_SIZE`, `MPI_APPNUM` live there),
+//! names, and `MPI_Comm_free` (an error on `MPI_COMM_WORLD` either way). Fortran programs
+//! reach the same C wrappers where the runtime's Fortran bindings call `MPI_*` (MPICH);
+//! Open MPI 4's bindings call `PMPI_*` directly, but convert every communicator through
+//! `PMPI_Comm_f2c`, which this module defines too ([`PMPI_Comm_f2c`]).
+//!
 //! PCM's own MPI traffic (status agreement, reconfiguration, state transfer) runs inside an
 //! [`Internal`] guard and is not counted. `PCM_PROFILE=off` leaves the counters unallocated:
 //! each wrapper then costs one atomic load and a branch before forwarding.
@@ -40,7 +59,13 @@ use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use mpi::ffi::{self, MPI_Comm, MPI_Datatype, MPI_Message, MPI_Op, MPI_Request, MPI_Status};
+use mpi::ffi::{
+    self, MPI_Aint, MPI_Comm, MPI_Datatype, MPI_Errhandler, MPI_Group, MPI_Info, MPI_Message,
+    MPI_Op, MPI_Request, MPI_Status,
+};
+use mpi::raw::{AsRaw, FromRaw};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
 use pcm_proto::{CollectiveTraffic, PeerTraffic, Rank};
 
 /// Counters of one peer rank.
@@ -102,6 +127,9 @@ static COUNTERS: AtomicPtr<Counters> = AtomicPtr::new(std::ptr::null_mut());
 static WORLD: AtomicUsize = AtomicUsize::new(0);
 /// Nesting depth of [`Internal`] guards: non-zero while PCM itself talks.
 static INTERNAL: AtomicU32 = AtomicU32::new(0);
+/// Handle of the [`WorldStandIn`] that application calls naming `MPI_COMM_WORLD` get
+/// instead, 0 while there is none (stored as `WORLD` is).
+static STAND_IN: AtomicUsize = AtomicUsize::new(0);
 /// The message handle and communicator of the last matched probe, for `MPI_Mrecv`, which
 /// names no communicator.
 static PROBED_MESSAGE: AtomicUsize = AtomicUsize::new(0);
@@ -134,6 +162,123 @@ impl Drop for Internal {
         INTERNAL.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// The communicator application calls naming `MPI_COMM_WORLD` are given once the job's
+/// world is no longer the launch's (see the module docs): a duplicate of the PCM world,
+/// published while this value lives. Dropping it withdraws it, then frees it.
+#[derive(Default)]
+pub(crate) struct WorldStandIn {
+    comm: Option<SimpleCommunicator>,
+}
+
+impl WorldStandIn {
+    /// No stand-in: `MPI_COMM_WORLD` is the job's world (no reconfiguration yet).
+    pub(crate) fn none() -> Self {
+        Self::default()
+    }
+
+    /// The stand-in for the job's world `world`, published: `None` inside when `world`
+    /// holds the same processes in the same order as this process's `MPI_COMM_WORLD`.
+    /// Collective over `world` when it differs (a `MPI_Comm_dup`); every member decides
+    /// alike, since a world congruent with one member's launch is that whole launch.
+    pub(crate) fn for_world(world: &SimpleCommunicator) -> Result<Self, crate::PcmError> {
+        let _internal = Internal::enter();
+        let launch = SimpleCommunicator::world();
+        if matches!(
+            launch.compare(world),
+            mpi::topology::CommunicatorRelation::Identical
+                | mpi::topology::CommunicatorRelation::Congruent
+        ) {
+            return Ok(Self::none());
+        }
+        let mut raw = std::mem::MaybeUninit::<MPI_Comm>::uninit();
+        // SAFETY: `world` is a live intracommunicator; MPI_Comm_dup writes one handle.
+        let code = unsafe { ffi::PMPI_Comm_dup(world.as_raw(), raw.as_mut_ptr()) };
+        crate::ffi::check("MPI_Comm_dup", code)?;
+        // SAFETY: the dup succeeded: a live intracommunicator this value owns.
+        let comm = unsafe { SimpleCommunicator::from_raw(raw.assume_init()) };
+        copy_error_handler(launch.as_raw(), comm.as_raw());
+        STAND_IN.store(comm.as_raw().0 as usize, Ordering::Relaxed);
+        Ok(WorldStandIn { comm: Some(comm) })
+    }
+
+    /// Withdraws the stand-in and hands its communicator over to be released (collectively,
+    /// as the world it duplicates is).
+    pub(crate) fn into_comm(mut self) -> Option<SimpleCommunicator> {
+        let comm = self.comm.take();
+        if comm.is_some() {
+            STAND_IN.store(0, Ordering::Relaxed);
+        }
+        comm
+    }
+}
+
+impl Drop for WorldStandIn {
+    fn drop(&mut self) {
+        if self.comm.is_some() {
+            STAND_IN.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Gives `to` the error handler of `from`: calls the application makes on `MPI_COMM_WORLD`
+/// fail (or return errors) on the stand-in as they would on the launch's world.
+fn copy_error_handler(from: MPI_Comm, to: MPI_Comm) {
+    let mut handler = std::mem::MaybeUninit::<MPI_Errhandler>::uninit();
+    // SAFETY: `from` is a live communicator; one handle is written.
+    if unsafe { ffi::PMPI_Comm_get_errhandler(from, handler.as_mut_ptr()) }
+        == ffi::MPI_SUCCESS as c_int
+    {
+        // SAFETY: the call succeeded, so the handle is initialised.
+        let mut handler = unsafe { handler.assume_init() };
+        // SAFETY: both handles are live; the reference got from MPI is freed once.
+        unsafe {
+            ffi::PMPI_Comm_set_errhandler(to, handler);
+            ffi::PMPI_Errhandler_free(&mut handler);
+        }
+    }
+}
+
+/// The communicator a wrapped call is to use: the [`WorldStandIn`] for `MPI_COMM_WORLD` in
+/// the application's calls while one is published, else `comm`. One relaxed load and a
+/// branch when there is none.
+#[inline(always)]
+fn current(comm: MPI_Comm) -> MPI_Comm {
+    let stand_in = STAND_IN.load(Ordering::Relaxed);
+    // SAFETY: reading an extern constant of rsmpi's C shim.
+    if stand_in != 0
+        && comm.0 as usize == unsafe { ffi::RSMPI_COMM_WORLD }.0 as usize
+        && INTERNAL.load(Ordering::Relaxed) == 0
+    {
+        MPI_Comm(stand_in as _)
+    } else {
+        comm
+    }
+}
+
+/// An argument of a wrapped call as the implementation gets it: a communicator goes
+/// through [`current`], anything else unchanged (which compiles to nothing).
+trait Forward: Copy {
+    #[inline(always)]
+    fn forward(self) -> Self {
+        self
+    }
+}
+impl Forward for MPI_Comm {
+    #[inline(always)]
+    fn forward(self) -> Self {
+        current(self)
+    }
+}
+impl Forward for c_int {}
+impl Forward for MPI_Aint {}
+impl Forward for MPI_Datatype {}
+impl Forward for MPI_Op {}
+impl Forward for MPI_Group {}
+impl Forward for MPI_Info {}
+impl Forward for MPI_Errhandler {}
+impl<T> Forward for *const T {}
+impl<T> Forward for *mut T {}
 
 /// Turns counting on for a world of `size` ranks (allocating the counters once; later calls
 /// with the same size keep them), and makes `world` the communicator whose ranks are peers.
@@ -244,7 +389,8 @@ fn world_rank(comm: MPI_Comm, rank: c_int, peers: usize) -> Option<usize> {
         return None; // MPI_PROC_NULL, MPI_ANY_SOURCE
     }
     let world = WORLD.load(Ordering::Relaxed);
-    if comm.0 as usize == world {
+    let handle = comm.0 as usize;
+    if handle == world || handle == STAND_IN.load(Ordering::Relaxed) {
         return ((rank as usize) < peers).then_some(rank as usize);
     }
     if world == 0 {
@@ -426,15 +572,26 @@ fn status_or(
     }
 }
 
-/// Defines `MPI_x` forwarding to `PMPI_x` with the same arguments; the closure-like tail
+/// Defines `MPI_x` forwarding to `PMPI_x` with the same arguments (each through
+/// [`Forward`]: a stand-in for `MPI_COMM_WORLD`); the closure-like tail
 /// counts, given the counters, after a successful call. `untimed` wrappers (non-blocking
 /// initiations, which return at once) count without reading the time-stamp counter: that
 /// halves the cost of a halo exchange (`Isend`, `Irecv`, two `Wait`s), and the waiting is
-/// timed where it happens, in the completion calls.
+/// timed where it happens, in the completion calls. `plain` wrappers only forward.
 macro_rules! wrap {
+    (plain $name:ident => $pmpi:ident ( $($arg:ident : $ty:ty),* $(,)? )) => {
+        #[no_mangle]
+        unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            $(let $arg = Forward::forward($arg);)*
+            // SAFETY: the caller's arguments (a stand-in for MPI_COMM_WORLD, see `current`)
+            // to the implementation of the same function (identical signature).
+            unsafe { ffi::$pmpi($($arg),*) }
+        }
+    };
     ($name:ident => $pmpi:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(, |$c:ident| $count:expr)? ) => {
         #[no_mangle]
         unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            $(let $arg = Forward::forward($arg);)*
             let Some(call) = begin() else {
                 // SAFETY: the caller's arguments, unchanged, to the implementation of the
                 // same function (identical signature).
@@ -456,8 +613,9 @@ macro_rules! wrap {
     (untimed $name:ident => $pmpi:ident ( $($arg:ident : $ty:ty),* $(,)? ), |$c:ident| $count:expr ) => {
         #[no_mangle]
         unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            // SAFETY: the caller's arguments, unchanged, to the implementation of the same
-            // function (identical signature).
+            $(let $arg = Forward::forward($arg);)*
+            // SAFETY: the caller's arguments (a stand-in for MPI_COMM_WORLD, see `current`)
+            // to the implementation of the same function (identical signature).
             let rc = unsafe { ffi::$pmpi($($arg),*) };
             if let (Some($c), true) = (begin_untimed(), rc == ffi::MPI_SUCCESS as c_int) {
                 $count;
@@ -499,6 +657,7 @@ unsafe extern "C" fn MPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
+    let comm = current(comm);
     let Some(call) = begin() else {
         // SAFETY: the caller's arguments, unchanged, to the real implementation.
         return unsafe { ffi::PMPI_Recv(buf, count, datatype, source, tag, comm, status) };
@@ -530,6 +689,7 @@ unsafe extern "C" fn MPI_Sendrecv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
+    let comm = current(comm);
     let Some(call) = begin() else {
         // SAFETY: the caller's arguments, unchanged, to the real implementation.
         return unsafe {
@@ -569,6 +729,7 @@ unsafe extern "C" fn MPI_Sendrecv_replace(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
+    let comm = current(comm);
     let Some(call) = begin() else {
         // SAFETY: the caller's arguments, unchanged, to the real implementation.
         return unsafe {
@@ -613,6 +774,7 @@ unsafe extern "C" fn MPI_Mprobe(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> c_int {
+    let comm = current(comm);
     let started = begin();
     let mut local = std::mem::MaybeUninit::uninit();
     let status = status_or(status, &mut local);
@@ -638,6 +800,7 @@ unsafe extern "C" fn MPI_Improbe(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> c_int {
+    let comm = current(comm);
     let started = begin();
     let mut local = std::mem::MaybeUninit::uninit();
     let status = status_or(status, &mut local);
@@ -787,6 +950,67 @@ wrap!(untimed MPI_Ialltoall => PMPI_Ialltoall(sendbuf: *const c_void, sendcount:
     |c| c.collective(bytes(sendcount.saturating_mul(comm_size(comm)), sendtype)));
 wrap!(untimed MPI_Ialltoallv => PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request),
     |c| c.collective(bytes(sum_counts(sendcounts, comm), sendtype)));
+
+wrap!(MPI_Reduce_scatter => PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm),
+    |c| c.collective(bytes(sum_counts(recvcounts, comm), datatype)));
+wrap!(untimed MPI_Ireduce_scatter => PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request),
+    |c| c.collective(bytes(sum_counts(recvcounts, comm), datatype)));
+
+// ----- calls that only forward (a stand-in for MPI_COMM_WORLD; not counted) -----
+// Communicator queries and constructors, and what code does with the world besides
+// talking on it. Left out on purpose (they stay on the real MPI_COMM_WORLD): attributes,
+// names, MPI_Comm_free; neighbourhood collectives (they need a topology communicator,
+// never the world); MPI-4 persistent collectives (not in Open MPI 4).
+wrap!(plain MPI_Comm_rank => PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int));
+wrap!(plain MPI_Comm_size => PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int));
+wrap!(plain MPI_Comm_group => PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group));
+wrap!(plain MPI_Comm_compare => PMPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *mut c_int));
+wrap!(plain MPI_Comm_test_inter => PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int));
+wrap!(plain MPI_Abort => PMPI_Abort(comm: MPI_Comm, errorcode: c_int));
+wrap!(plain MPI_Comm_dup => PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm));
+wrap!(plain MPI_Comm_dup_with_info => PMPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm));
+wrap!(plain MPI_Comm_idup => PMPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request));
+wrap!(plain MPI_Comm_split => PMPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm));
+wrap!(plain MPI_Comm_split_type => PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm));
+wrap!(plain MPI_Comm_create => PMPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm));
+wrap!(plain MPI_Comm_create_group => PMPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm));
+wrap!(plain MPI_Intercomm_create => PMPI_Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm));
+wrap!(plain MPI_Cart_create => PMPI_Cart_create(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm));
+wrap!(plain MPI_Cart_map => PMPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int));
+wrap!(plain MPI_Graph_create => PMPI_Graph_create(comm: MPI_Comm, nnodes: c_int, index: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm));
+wrap!(plain MPI_Dist_graph_create => PMPI_Dist_graph_create(comm: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm));
+wrap!(plain MPI_Dist_graph_create_adjacent => PMPI_Dist_graph_create_adjacent(comm: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm));
+wrap!(plain MPI_Comm_set_errhandler => PMPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler));
+wrap!(plain MPI_Comm_get_errhandler => PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *mut MPI_Errhandler));
+wrap!(plain MPI_Comm_call_errhandler => PMPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int));
+wrap!(plain MPI_Send_init => PMPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request));
+wrap!(plain MPI_Ssend_init => PMPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request));
+wrap!(plain MPI_Rsend_init => PMPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request));
+wrap!(plain MPI_Bsend_init => PMPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request));
+wrap!(plain MPI_Recv_init => PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request));
+wrap!(plain MPI_Pack => PMPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm));
+wrap!(plain MPI_Unpack => PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm));
+wrap!(plain MPI_Pack_size => PMPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int));
+wrap!(plain MPI_Win_create => PMPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut ffi::MPI_Win));
+wrap!(plain MPI_Win_allocate => PMPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut ffi::MPI_Win));
+wrap!(plain MPI_Win_allocate_shared => PMPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut ffi::MPI_Win));
+wrap!(plain MPI_Win_create_dynamic => PMPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut ffi::MPI_Win));
+wrap!(plain MPI_File_open => PMPI_File_open(comm: MPI_Comm, filename: *const std::os::raw::c_char, amode: c_int, info: MPI_Info, fh: *mut ffi::MPI_File));
+
+/// Fortran's `MPI_COMM_WORLD`. Open MPI 4's Fortran bindings (`mpif.h`, `use mpi`,
+/// `use mpi_f08`) call the C library under its `PMPI_` names, past every `MPI_` wrapper,
+/// but turn each Fortran communicator into a C one through this function (a call through
+/// the PLT in libmpi_mpifh, 155 of them): defined here, it takes the library's place, and
+/// the Fortran `MPI_COMM_WORLD` becomes the stand-in like the C one. The real conversion is
+/// the library's `MPI_Comm_f2c`, the same code under its other name (an alias in both
+/// Open MPI and MPICH; MPICH's Fortran bindings call the `MPI_` wrappers instead and never
+/// this).
+#[no_mangle]
+unsafe extern "C" fn PMPI_Comm_f2c(comm: ffi::MPI_Fint) -> MPI_Comm {
+    // SAFETY: the library's conversion of a Fortran handle; it validates nothing and
+    // returns a handle (or MPI_COMM_NULL) as the Fortran binding expects.
+    current(unsafe { ffi::MPI_Comm_f2c(comm) })
+}
 
 // ----- communicator release: forget cached translations -----
 #[no_mangle]

@@ -53,8 +53,9 @@
 //! uses them.
 //!
 //! Rules the application follows:
-//! - use [`Pcm::world`] for all communication, never `MPI_COMM_WORLD` (it still contains
-//!   departed processes);
+//! - use [`Pcm::world`] for communication (code you do not change may keep
+//!   `MPI_COMM_WORLD`: after a reconfiguration pcm's MPI wrappers give its calls the job's
+//!   current world, see the `interpose` module);
 //! - call [`Pcm::status`] once per iteration, at the same point on every rank, with no
 //!   messages in flight;
 //! - a replacement resumes at the iteration at which its predecessor stored its state, and
@@ -474,8 +475,11 @@ fn default_reconfigure_timeout() -> Duration {
 /// A PCM-enabled MPI process. Owns MPI: created by [`Pcm::init`], ended by
 /// [`Pcm::finalize`] (or by [`Departed::finalize`] after a departure).
 pub struct Pcm {
-    // Field order matters: the communicator must be freed before MPI is finalised.
+    // Field order matters: the communicators must be freed before MPI is finalised.
     world: SimpleCommunicator,
+    /// What the application's calls naming `MPI_COMM_WORLD` get once `world` is no longer
+    /// the launch's (see the `interpose` module).
+    world_stand_in: interpose::WorldStandIn,
     store: Store,
     job: JobContext,
     rank: u32,
@@ -681,6 +685,7 @@ impl Pcm {
         let now = Instant::now();
         let mut pcm = Pcm {
             world,
+            world_stand_in: interpose::WorldStandIn::none(),
             store: Store::default(),
             job: JobContext {
                 job,
@@ -1180,6 +1185,7 @@ impl Pcm {
     /// the handle is spent.
     pub(crate) fn depart(&mut self) -> Departed {
         self.spent = true;
+        reconfig::release_stand_in(std::mem::take(&mut self.world_stand_in));
         reconfig::release(std::mem::replace(
             &mut self.world,
             SimpleCommunicator::world(),
@@ -1225,6 +1231,7 @@ impl Pcm {
         if !runtime::PROMPT_DEPARTURE {
             self.launch.release_if_lowest(&universe.world());
         }
+        drop(std::mem::take(&mut self.world_stand_in));
         drop(std::mem::replace(
             &mut self.world,
             SimpleCommunicator::world(),

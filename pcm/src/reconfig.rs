@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::deadline::{Context, Phase, Side, Watchdog};
 use crate::error::PcmError;
 use crate::hosts::NewHosts;
+use crate::interpose::WorldStandIn;
 use crate::launch::Launch;
 use crate::plan::Plan;
 use crate::profile::Profiler;
@@ -358,8 +359,17 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
             Ok(Some(departed))
         }
         (Some(rank), Some(world)) => {
-            // The departing ranks release the old world at this point too.
+            // The departing ranks release the old world (and its stand-in) at this point too.
+            release_stand_in(std::mem::take(&mut pcm.world_stand_in));
             release(std::mem::replace(&mut pcm.world, world));
+            // Collective over the new world, as in `join_as_replacement`.
+            pcm.world_stand_in = match WorldStandIn::for_world(&pcm.world) {
+                Ok(stand_in) => stand_in,
+                Err(e) => {
+                    pcm.broken = true;
+                    return Err(e);
+                }
+            };
             pcm.job.record_reconfiguration(&plan);
             pcm.job.remember_completion(&plan, &outcome);
             pcm.rank_hosts = new_hosts;
@@ -551,6 +561,8 @@ pub(crate) fn join_as_replacement(
     release(merged);
     drop(parent);
     watchdog.disarm();
+    // Collective over the new world: the parents make theirs after releasing the old one.
+    let world_stand_in = WorldStandIn::for_world(&world)?;
 
     let iteration = job.iteration;
     if rank == 0 {
@@ -568,6 +580,7 @@ pub(crate) fn join_as_replacement(
     let mut pcm = Pcm {
         size: world.size() as u32,
         world,
+        world_stand_in,
         store,
         cadence: (rank == 0)
             .then(|| crate::Cadence::new(job.check_period, Instant::now(), iteration)),
@@ -628,6 +641,14 @@ pub(crate) fn release(comm: SimpleCommunicator) {
         ffi::disconnect(comm);
     } else {
         drop(comm);
+    }
+}
+
+/// Withdraws the stand-in for `MPI_COMM_WORLD` of a world about to be released, and
+/// releases it as that world is ([`release`]), at the same point on all its members.
+pub(crate) fn release_stand_in(stand_in: WorldStandIn) {
+    if let Some(comm) = stand_in.into_comm() {
+        release(comm);
     }
 }
 

@@ -11,6 +11,16 @@
  * on bad input. PCM_Error_string(code) describes a code, PCM_Last_error() the last
  * failed call on the calling thread in detail (what was wrong, with names and sizes).
  *
+ * MPI_COMM_WORLD: libpcm also defines MPI's C functions (MPI_Send, MPI_Allreduce,
+ * MPI_Comm_rank, ... over the profiling interface). After a reconfiguration, each gives a
+ * call naming MPI_COMM_WORLD the job's current world instead (a duplicate of PCM's world,
+ * with MPI_COMM_WORLD's error handler), so code the program did not change (a helper in
+ * another file, a library) keeps working after ranks moved; so do Fortran calls on Open
+ * MPI (libpcm's PMPI_Comm_f2c). Not so: attribute calls (MPI_Comm_get_attr, ...) and
+ * names stay on the launch's MPI_COMM_WORLD, and communicators derived from either world
+ * before a move (MPI_Comm_dup, MPI_Comm_split, MPI_Cart_create) still hold the departed
+ * process: make them again after PCM_Reconfigure. See docs/instrumenting-c.md.
+ *
  * Build:  mpicc app.c $(pkg-config --cflags --libs pcm)
  */
 #ifndef PCM_H
@@ -86,7 +96,8 @@ typedef int PCM_Datatype;
 
 /*
  * Starts PCM after MPI_Init. *comm must be MPI_COMM_WORLD; on return it is PCM's world,
- * which the program uses for all its communication. A replacement (spawned by a
+ * which PCM_Status, PCM_Reconfigure and PCM_Finalize take (communication may use it or go
+ * on naming MPI_COMM_WORLD; take the rank after this call). A replacement (spawned by a
  * migration) receives its predecessor's rank and state here. app_name names the
  * program for pcmd (letters, digits, '.', '-', '_'); NULL: the executable's name.
  * (Paper: PCM_Init(PCM_COMM_WORLD); the communicator is passed by address so that a
