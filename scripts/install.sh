@@ -6,7 +6,8 @@
 #   PREFIX/lib/pkgconfig/pcm.pc                       for pkg-config
 #   PREFIX/lib/cmake/PCM/PCMConfig.cmake (and PCMConfigVersion.cmake)   for CMake:
 #       find_package(PCM REQUIRED) gives PCM::pcm (and PCM::pcm_fortran with the module)
-# and, when the runtime has a Fortran compiler wrapper (Open MPI's mpif90), the Fortran
+# and, when the runtime has a Fortran compiler wrapper (Open MPI's mpif90, or the one
+# scripts/setup.sh installs for MPICH), the Fortran
 # module: PREFIX/include/pcm.mod, PREFIX/lib/libpcmf.a, PREFIX/lib/pkgconfig/pcm-fortran.pc
 # (mpif90 app.f90 $(pkg-config --cflags --libs pcm-fortran)). Then, anywhere,
 #   PKG_CONFIG_PATH=PREFIX/lib/pkgconfig mpicc app.c $(pkg-config --cflags --libs pcm)
@@ -74,6 +75,8 @@ case "$runtime" in
 mpich)
     mpich="$PWD/.mpi/mpich-$(sed -n 's/^MPICH_VERSION=//p' scripts/setup.sh)/bin"
     mpi_c="$mpich/mpicc" mpi_cxx="$mpich/mpicxx" mpiexec="$mpich/mpiexec.hydra"
+    # The mpif90 that setup.sh installs for MPICH (scripts/setup-mpich-fortran.sh).
+    [ -x "$mpich/mpif90" ] && mpi_fortran="$mpich/mpif90"
     ;;
 openmpi)
     mpi_c="$(command -v mpicc.openmpi || true)"
@@ -109,6 +112,7 @@ fi
 mpif90=""
 case "$runtime" in
 openmpi) command -v mpif90.openmpi >/dev/null 2>&1 && mpif90=mpif90.openmpi ;;
+mpich) mpif90="$mpi_fortran" ;;
 esac
 if [ -n "$mpif90" ]; then
     # The module and its wrappers, compiled by the runtime's Fortran compiler: a .mod file
