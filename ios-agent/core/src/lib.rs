@@ -86,7 +86,7 @@
 //! on performance rather than latency.
 
 pub mod agent;
-pub mod c2c;
+pub use agent::c2c;
 pub mod decision;
 pub mod message;
 pub mod model;

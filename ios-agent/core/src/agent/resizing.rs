@@ -38,8 +38,9 @@ use std::time::Instant;
 
 use pcm_proto::{HostName, JobId, Rank};
 
-use super::{Action, Agent, Beneficiary, Outgoing, ResizeReason, Steal};
-use crate::message::{Message, MigrationId};
+use super::config::{Config, Topology};
+use super::shared::{Action, Beneficiary, Outgoing, OutgoingResize, ResizeReason, Shared};
+use crate::message::{Message, MessageId, MigrationId};
 use crate::model::{EntityId, EntityProfile, NodeProfile};
 use crate::resize::{cpu_per_rank, ranks_for, resize_gain, JobTiming, ResizeGain};
 use crate::tier::PeerId;
@@ -60,11 +61,11 @@ use crate::tier::PeerId;
 /// manager orders a move from the replies it holds at the poll after: two profile periods
 /// more (in CI a 2-rank node's second rank moved 2.0-2.9 s after its first, at 1 s
 /// periods).
-pub(crate) fn leave_shrink_wait(config: &super::Config) -> std::time::Duration {
+pub(crate) fn leave_shrink_wait(config: &Config) -> std::time::Duration {
     let calls = config.steal_period * 3 / 2;
     match config.topology {
-        super::Topology::PeerToPeer => calls,
-        super::Topology::ClusterToCluster => calls + config.profile_period * 2,
+        Topology::PeerToPeer => calls,
+        Topology::ClusterToCluster => calls + config.profile_period * 2,
     }
 }
 
@@ -100,24 +101,6 @@ pub(crate) struct Resizing {
     /// ranks for a moment longer (seen once in the main job's act: a leaving node asked for
     /// 2 -> 1 right after its 3 -> 2), and such a stale rank is not shrunk off again.
     shrunk_off: HashMap<JobId, Instant>,
-}
-
-/// A resize under way, kept with the [`Outgoing`] reconfiguration that carries it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum OutgoingResize {
-    /// The job grows onto another node.
-    Grow(JobId),
-    /// The job's ranks here leave it.
-    Shrink(JobId),
-}
-
-impl OutgoingResize {
-    /// The job resized.
-    fn job(&self) -> &JobId {
-        match self {
-            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job,
-        }
-    }
 }
 
 /// The best grow of a job onto a thief.
@@ -167,26 +150,10 @@ pub(crate) enum GrowRefusal {
     NotIdle,
 }
 
-impl Agent {
-    /// The CPU each of this node's entities gets: the node's capacity (without the
-    /// competing load, or with it when `competing`) shared among them, at most
-    /// [`super::Config::with_entity_cores`] each.
-    fn cpu_per_entity(&self, node: &NodeProfile, competing: bool) -> f64 {
-        let offered = if competing {
-            node.entity_capacity()
-        } else {
-            node.cores * node.speed
-        };
-        cpu_per_rank(
-            offered,
-            self.entities.len().max(1) as u32,
-            self.config.entity_cores,
-        )
-    }
-
+impl Resizing {
     /// Notes the widths the entities' profiles show (called with every new list).
-    pub(super) fn observe_widths(&mut self, now: Instant) {
-        let mut seen: Vec<(JobId, u32)> = self
+    pub(super) fn observe_widths(&mut self, s: &mut Shared, now: Instant) {
+        let mut seen: Vec<(JobId, u32)> = s
             .entities
             .iter()
             .filter(|e| e.job_ranks > 0)
@@ -195,29 +162,27 @@ impl Agent {
         seen.sort();
         seen.dedup_by(|a, b| a.0 == b.0);
         for (job, width) in seen {
-            let entry = self.resizing.widths.entry(job).or_insert((width, None));
+            let entry = self.widths.entry(job).or_insert((width, None));
             if entry.0 != width {
                 *entry = (width, Some(now));
             }
         }
-        let hold = self.config.hold_down;
-        self.resizing
-            .shrunk_off
+        let hold = s.config.hold_down;
+        self.shrunk_off
             .retain(|_, at| now.saturating_duration_since(*at) < hold * 2);
-        let entities = &self.entities;
-        self.resizing.widths.retain(|job, (_, changed)| {
+        let entities = &s.entities;
+        self.widths.retain(|job, (_, changed)| {
             entities.iter().any(|e| &e.id.job == job)
                 || changed.is_some_and(|at| now.saturating_duration_since(at) < hold * 2)
         });
     }
 
     /// Whether `job`'s width changed within the hold-down: it is not resized again yet.
-    fn width_held(&self, job: &JobId, now: Instant) -> bool {
-        self.resizing
-            .widths
+    fn width_held(&self, s: &Shared, job: &JobId, now: Instant) -> bool {
+        self.widths
             .get(job)
             .and_then(|(_, changed)| *changed)
-            .is_some_and(|at| now < at + self.config.hold_down)
+            .is_some_and(|at| now < at + s.config.hold_down)
     }
 
     /// NSp2p: the best grow of a malleable job whose rank 0 runs here onto the thief of
@@ -225,33 +190,33 @@ impl Agent {
     /// but the thief is not idle.
     pub(super) fn grow_plan(
         &self,
+        s: &Shared,
         now: Instant,
         node: &NodeProfile,
         thief: &Beneficiary,
     ) -> Result<Option<GrowPlan>, GrowRefusal> {
-        if !self.config.resizes || self.leaving.is_some() || self.outgoing.is_some() {
+        if !s.config.resizes || s.leaving.is_some() || s.outgoing.is_some() {
             return Ok(None);
         }
-        let growable: Vec<&EntityProfile> = self
+        let growable: Vec<&EntityProfile> = s
             .entities
             .iter()
             .filter(|e| {
                 e.id.rank == Rank(0)
                     && e.malleable
                         .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
-                    && !self.width_held(&e.id.job, now)
+                    && !self.width_held(s, &e.id.job, now)
             })
             .collect();
         if growable.is_empty() {
             return Ok(None);
         }
-        if !thief.profile.is_lightly_loaded(self.config.light_threshold) {
+        if !thief.profile.is_lightly_loaded(s.config.light_threshold) {
             return Err(GrowRefusal::NotIdle);
         }
-        let cpu_here = self.cpu_per_entity(node, true);
-        let cpu_unloaded = self.cpu_per_entity(node, false);
-        let thief_rtt = self
-            .path_rtt_to_host(&thief.host)
+        let cpu_here = cpu_per_entity(s, node, true);
+        let cpu_unloaded = cpu_per_entity(s, node, false);
+        let thief_rtt = path_rtt_to_host(s, &thief.host)
             .unwrap_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64());
         let mut best: Option<GrowPlan> = None;
         for rank0 in growable {
@@ -276,9 +241,9 @@ impl Agent {
             let known_partners = rank0
                 .partners
                 .iter()
-                .filter_map(|p| self.path_rtt_to_host(&p.host))
+                .filter_map(|p| path_rtt_to_host(s, &p.host))
                 .reduce(f64::max);
-            let spans_nodes = self
+            let spans_nodes = s
                 .entities
                 .iter()
                 .filter(|e| e.id.job == rank0.id.job)
@@ -288,10 +253,10 @@ impl Agent {
                 .or_else(|| {
                     spans_nodes
                         .then(|| {
-                            self.peers
+                            s.peers
                                 .by_rtt()
                                 .filter(|(peer, _)| **peer != thief.peer)
-                                .filter_map(|(peer, _)| self.peers.get(peer))
+                                .filter_map(|(peer, _)| s.peers.get(peer))
                                 .map(|info| info.min_rtt.as_secs_f64())
                                 .reduce(f64::min)
                         })
@@ -310,14 +275,14 @@ impl Agent {
             // place, its cluster's members near a node, which a grown job fits.)
             let spread =
                 known_partners.is_some_and(|rtt| rtt > crate::tier::LOCAL_MAX_RTT.as_secs_f64());
-            if spread && self.config.topology == super::Topology::PeerToPeer {
+            if spread && s.config.topology == super::Topology::PeerToPeer {
                 continue;
             }
             let extra_rtt = (thief_rtt - paid_rtt).max(0.0);
             // As many ranks as it has idle cores, or as it can give each the CPU the job's
             // slowest rank gets (at least half a core each): the job goes at that pace.
             let slowest = timing.slowest_cpu();
-            let room = ranks_for(&offer, self.config.entity_cores, u32::MAX).max(
+            let room = ranks_for(&offer, s.config.entity_cores, u32::MAX).max(
                 (offer.free_cores() * offer.speed / slowest.max(MIN_CPU_PER_ADDED_RANK)).floor()
                     as u32,
             );
@@ -326,9 +291,9 @@ impl Agent {
                 let cpu_new = cpu_per_rank(
                     offer.free_cores() * offer.speed,
                     added,
-                    self.config.entity_cores,
+                    s.config.entity_cores,
                 );
-                let cost = self.config.resize_cost.cost(
+                let cost = s.config.resize_cost.cost(
                     rank0.state_bytes.saturating_mul(u64::from(timing.ranks)),
                     timing.ranks,
                     to,
@@ -343,10 +308,10 @@ impl Agent {
                     slowest.min(cpu_new),
                     cost,
                     rank0.life_expectancy(),
-                    self.config.resize_cost.term,
+                    s.config.resize_cost.term,
                 );
                 tracing::debug!(
-                    agent = %self.me,
+                    agent = %s.me,
                     job = %rank0.id.job,
                     onto = %thief.host,
                     from = timing.ranks,
@@ -361,16 +326,13 @@ impl Agent {
                     gain = gain.gain,
                     "grow weighed"
                 );
-                if gain.gain >= self.config.min_gain * GROW_MIN_GAIN_SHARE
+                if gain.gain >= s.config.min_gain * GROW_MIN_GAIN_SHARE
                     && best.as_ref().is_none_or(|b| gain.gain > b.gain.gain)
                 {
                     // Moving a rank here instead: it gets what the thief offers one rank; the
                     // job's other ranks are taken to get what a rank gets here unloaded.
-                    let cpu_moved = cpu_per_rank(
-                        offer.free_cores() * offer.speed,
-                        1,
-                        self.config.entity_cores,
-                    );
+                    let cpu_moved =
+                        cpu_per_rank(offer.free_cores() * offer.speed, 1, s.config.entity_cores);
                     let iteration_if_moved = JobTiming {
                         exchange: timing.exchange + extra_rtt,
                         ..timing
@@ -389,167 +351,49 @@ impl Agent {
         Ok(best)
     }
 
-    /// NSp2p: the agent to pass a work steal of `thief` on to instead of a random peer:
-    /// the home agent (the agent of rank 0's node) of a malleable job that has a rank here
-    /// and may grow, when the thief is idle and the home agent is a peer not in `exclude`.
-    ///
-    /// Why: only the home agent grows a job, and an idle node's steals go to random peers.
-    /// Asked by an agent of another rank, the steal used to go on at random (or end), and
-    /// the idle node could ask for seconds without reaching the one agent that could grow
-    /// the job onto it (the main job's malleable act moved a rank twice and never grew in
-    /// CI). Passed on to the home agent, the steal gets it to weigh the grow; a forwarded
-    /// steal is never acted on, so it hints the thief, which asks it directly.
-    pub(crate) fn grow_home(&self, thief: &Beneficiary, exclude: &[&PeerId]) -> Option<PeerId> {
-        if !self.config.resizes
-            || self.config.topology != super::Topology::PeerToPeer
-            || !thief.profile.is_lightly_loaded(self.config.light_threshold)
-        {
-            return None;
-        }
-        self.entities
-            .iter()
-            .filter(|e| {
-                e.id.rank != Rank(0)
-                    && e.malleable
-                        .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
-            })
-            .filter_map(|e| e.home.as_ref())
-            .filter(|home| **home != self.host && **home != thief.host)
-            .filter_map(|home| self.hosts.holder(home))
-            .find(|peer| self.peers.get(peer).is_some() && !exclude.contains(peer))
-            .cloned()
-    }
-
-    /// The round trip of the path to `host`, seconds: the least RTT seen to its agent (what a
-    /// halo exchange pays; the smoothed RTT between two agents on busy capped nodes adds
-    /// their scheduling, 0.8 to 4.5 ms where the path's is a tenth of a millisecond in the
-    /// main job's act), else the partner RTT asked for.
-    fn path_rtt_to_host(&self, host: &HostName) -> Option<f64> {
-        self.hosts
-            .holder(host)
-            .and_then(|peer| self.peers.get(peer))
-            .map(|info| info.min_rtt.as_secs_f64())
-            .or_else(|| self.partner_rtts.get(host).copied())
-    }
-
     /// [`Agent::grow_plan`] for the thief of `steal` with this node's own profile, counting
     /// a refused offer.
-    pub(crate) fn grow_for_steal(&mut self, now: Instant, steal: &Steal) -> Option<GrowPlan> {
-        let node = self.own_profile()?;
-        match self.grow_plan(now, &node, &steal.source) {
+    pub(crate) fn grow_for_steal(
+        &self,
+        s: &mut Shared,
+        now: Instant,
+        thief: &Beneficiary,
+    ) -> Option<GrowPlan> {
+        let node = s.own_profile()?;
+        match self.grow_plan(s, now, &node, thief) {
             Ok(grow) => grow,
             Err(GrowRefusal::NotIdle) => {
-                self.stats.grow_offers_refused += 1;
+                s.stats.grow_offers_refused += 1;
                 None
             }
         }
     }
 
-    /// Grows a job onto the thief of `steal` as `plan` says, and tells the thief its steal
-    /// is answered.
-    pub(crate) fn start_grow(&mut self, now: Instant, plan: GrowPlan, steal: Steal) {
-        let added = plan.gain.to - plan.from;
-        tracing::info!(
-            agent = %self.me,
-            job = %plan.job,
-            from = plan.from,
-            to = plan.gain.to,
-            onto = %steal.source.host,
-            gain = plan.gain.gain,
-            iteration_now = plan.gain.iteration_now,
-            iteration_after = plan.gain.iteration_after,
-            "growing a job"
-        );
-        let id = MigrationId(self.fresh_id());
-        let new_ranks: Vec<EntityId> = (plan.from..plan.gain.to)
-            .map(|r| EntityId {
-                job: plan.job.clone(),
-                rank: Rank(r),
-            })
-            .collect();
-        self.start_resize(
-            now,
-            id,
-            OutgoingResize::Grow(plan.job.clone()),
-            plan.from,
-            plan.gain.to,
-            vec![steal.source.host.clone(); added as usize],
-            ResizeReason::Grow {
-                gain: plan.gain.gain,
-            },
-            Some(steal.origin.clone()),
-        );
-        self.send(
-            steal.origin,
-            Message::StealAccepted {
-                id: steal.id,
-                migration: id,
-                entities: new_ranks,
-                from_host: Some(self.host.clone()),
-            },
-        );
-    }
-
-    /// Queues a resize of `job` and keeps it as the reconfiguration under way.
-    #[allow(clippy::too_many_arguments)]
-    fn start_resize(
-        &mut self,
-        now: Instant,
-        id: MigrationId,
-        kind: OutgoingResize,
-        from: u32,
-        ranks: u32,
-        hosts: Vec<HostName>,
-        reason: ResizeReason,
-        notify: Option<PeerId>,
-    ) {
-        let job = kind.job().clone();
-        let leaving_here: Vec<EntityId> = match &kind {
-            OutgoingResize::Shrink(job) => self
-                .entities
-                .iter()
-                .filter(|e| &e.id.job == job)
-                .map(|e| e.id.clone())
-                .collect(),
-            OutgoingResize::Grow(_) => Vec::new(),
-        };
-        self.stats.resizes_started += 1;
-        self.outgoing = Some(Outgoing {
-            id,
-            notify,
-            deadline: now + self.config.migration_timeout,
-            entities: leaving_here,
-            resize: Some(kind),
-        });
-        self.actions.push_back(Action::Resize {
-            id,
-            job,
-            from,
-            ranks,
-            hosts,
-            reason,
-        });
-    }
-
     /// The end of a resize this agent asked for: the job's width is held from now, and a
     /// shrink took the job's ranks off this node.
-    pub(super) fn finish_resize(&mut self, now: Instant, resize: &OutgoingResize, completed: bool) {
+    pub(super) fn finish_resize(
+        &mut self,
+        s: &mut Shared,
+        now: Instant,
+        resize: &OutgoingResize,
+        completed: bool,
+    ) {
         if completed {
-            self.stats.resizes_completed += 1;
+            s.stats.resizes_completed += 1;
         } else {
-            self.stats.resizes_failed += 1;
+            s.stats.resizes_failed += 1;
         }
         let job = resize.job();
-        if let Some(entry) = self.resizing.widths.get_mut(job) {
+        if let Some(entry) = self.widths.get_mut(job) {
             entry.1 = Some(now);
         } else {
-            self.resizing.widths.insert(job.clone(), (0, Some(now)));
+            self.widths.insert(job.clone(), (0, Some(now)));
         }
         if completed {
             if let OutgoingResize::Shrink(job) = resize {
-                self.entities.retain(|e| &e.id.job != job);
-                self.resizing.slowed_since.remove(job);
-                self.resizing.shrunk_off.insert(job.clone(), now);
+                s.entities.retain(|e| &e.id.job != job);
+                self.slowed_since.remove(job);
+                self.shrunk_off.insert(job.clone(), now);
             }
         }
     }
@@ -557,52 +401,50 @@ impl Agent {
     /// A leaving node, or one whose competing load slows a malleable job's ranks, shrinks
     /// the job off itself when the time has come (see the module docs). Called on every
     /// timer and profile.
-    pub(super) fn shrink_if_due(&mut self, now: Instant) {
-        self.shrink_now_if_due(now);
-        self.resizing.wake = self.next_resize_check(now);
+    pub(super) fn shrink_if_due(&mut self, s: &mut Shared, now: Instant) {
+        self.shrink_now_if_due(s, now);
+        self.wake = self.next_resize_check(s, now);
     }
 
-    fn shrink_now_if_due(&mut self, now: Instant) {
-        if !self.config.resizes || self.outgoing.is_some() {
+    fn shrink_now_if_due(&mut self, s: &mut Shared, now: Instant) {
+        if !s.config.resizes || s.outgoing.is_some() {
             return;
         }
-        let Some(node) = self.node else {
+        let Some(node) = s.node else {
             return;
         };
-        if let Some(leaving) = &self.leaving {
+        if let Some(leaving) = &s.leaving {
             // A shrink the job refused is asked again at most once per steal period.
             let retry = self
-                .resizing
                 .last_shrink
-                .is_none_or(|at| now >= at + self.config.steal_period);
-            if retry && now >= leaving.waiting_since() + leave_shrink_wait(&self.config) {
-                if let Some((job, from, to)) = self.shrinkable_jobs(now).first().cloned() {
-                    tracing::info!(agent = %self.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
-                    self.shrink(now, job, from, to, ResizeReason::Leave);
+                .is_none_or(|at| now >= at + s.config.steal_period);
+            if retry && now >= leaving.waiting_since() + leave_shrink_wait(&s.config) {
+                if let Some((job, from, to)) = self.shrinkable_jobs(s, now).first().cloned() {
+                    tracing::info!(agent = %s.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
+                    self.shrink(s, now, job, from, to, ResizeReason::Leave);
                 }
             }
             return;
         }
-        self.update_slowed(now, &node);
-        let cpu_now = self.cpu_per_entity(&node, true);
-        let cpu_free = self.cpu_per_entity(&node, false);
+        self.update_slowed(s, now, &node);
+        let cpu_now = cpu_per_entity(s, &node, true);
+        let cpu_free = cpu_per_entity(s, &node, false);
         let mut best: Option<(JobId, u32, u32, f64)> = None;
-        for (job, from, to) in self.shrinkable_jobs(now) {
+        for (job, from, to) in self.shrinkable_jobs(s, now) {
             let due = self
-                .resizing
                 .slowed_since
                 .get(&job)
-                .is_some_and(|since| now >= *since + self.config.shed_after);
-            let settled = self
+                .is_some_and(|since| now >= *since + s.config.shed_after);
+            let settled = s
                 .entities
                 .iter()
                 .filter(|e| e.id.job == job)
-                .all(|e| e.resident >= self.config.hold_down && !self.held.contains_key(&e.id));
-            if !due || !settled || self.width_held(&job, now) {
+                .all(|e| e.resident >= s.config.hold_down && !s.held.contains_key(&e.id));
+            if !due || !settled || self.width_held(s, &job, now) {
                 continue;
             }
             // The job's rank here that computes longest stands for it: the slowed one.
-            let Some(rank) = self
+            let Some(rank) = s
                 .entities
                 .iter()
                 .filter(|e| e.id.job == job)
@@ -613,7 +455,7 @@ impl Agent {
             let Some(timing) = JobTiming::from_rank(rank, cpu_now) else {
                 continue;
             };
-            let cost = self.config.resize_cost.cost(
+            let cost = s.config.resize_cost.cost(
                 rank.state_bytes.saturating_mul(u64::from(from)),
                 from,
                 to,
@@ -627,40 +469,35 @@ impl Agent {
                 cpu_free,
                 cost,
                 rank.life_expectancy(),
-                self.config.resize_cost.term,
+                s.config.resize_cost.term,
             );
-            if gain.gain >= self.config.min_gain && best.as_ref().is_none_or(|b| gain.gain > b.3) {
+            if gain.gain >= s.config.min_gain && best.as_ref().is_none_or(|b| gain.gain > b.3) {
                 best = Some((job, from, to, gain.gain));
             }
         }
         if let Some((job, from, to, gain)) = best {
-            tracing::info!(agent = %self.me, %job, from, to, gain, "competing load slows the job here and no idle node took its ranks; shrinking it off this node");
-            self.shrink(now, job, from, to, ResizeReason::Shed { gain });
+            tracing::info!(agent = %s.me, %job, from, to, gain, "competing load slows the job here and no idle node took its ranks; shrinking it off this node");
+            self.shrink(s, now, job, from, to, ResizeReason::Shed { gain });
         }
     }
 
     /// The malleable jobs with ranks here that may lose all of them: `(job, width now,
     /// width after)`.
-    fn shrinkable_jobs(&self, now: Instant) -> Vec<(JobId, u32, u32)> {
+    fn shrinkable_jobs(&self, s: &Shared, now: Instant) -> Vec<(JobId, u32, u32)> {
         let mut jobs: Vec<(JobId, u32, u32)> = Vec::new();
-        let stale_after = self.config.hold_down * 2;
-        for e in &self.entities {
+        let stale_after = s.config.hold_down * 2;
+        for e in &s.entities {
             let Some(limits) = e.malleable else {
                 continue;
             };
             let shrunk_lately = self
-                .resizing
                 .shrunk_off
                 .get(&e.id.job)
                 .is_some_and(|at| now.saturating_duration_since(*at) < stale_after);
             if jobs.iter().any(|(j, _, _)| *j == e.id.job) || e.job_ranks == 0 || shrunk_lately {
                 continue;
             }
-            let here = self
-                .entities
-                .iter()
-                .filter(|o| o.id.job == e.id.job)
-                .count() as u32;
+            let here = s.entities.iter().filter(|o| o.id.job == e.id.job).count() as u32;
             let to = e.job_ranks.saturating_sub(here);
             if to >= 1 && limits.allows(to) {
                 jobs.push((e.id.job.clone(), e.job_ranks, to));
@@ -670,11 +507,10 @@ impl Agent {
     }
 
     /// Notes since when competing load slows each malleable job's ranks here.
-    fn update_slowed(&mut self, now: Instant, node: &NodeProfile) {
-        let slowed =
-            self.cpu_per_entity(node, true) < SLOWED_SHARE * self.cpu_per_entity(node, false);
-        let jobs: Vec<JobId> = if slowed && self.node_is_fresh() {
-            self.entities
+    fn update_slowed(&mut self, s: &mut Shared, now: Instant, node: &NodeProfile) {
+        let slowed = cpu_per_entity(s, node, true) < SLOWED_SHARE * cpu_per_entity(s, node, false);
+        let jobs: Vec<JobId> = if slowed && s.node_is_fresh() {
+            s.entities
                 .iter()
                 .filter(|e| e.malleable.is_some())
                 .map(|e| e.id.job.clone())
@@ -682,19 +518,26 @@ impl Agent {
         } else {
             Vec::new()
         };
-        self.resizing
-            .slowed_since
-            .retain(|job, _| jobs.contains(job));
+        self.slowed_since.retain(|job, _| jobs.contains(job));
         for job in jobs {
-            self.resizing.slowed_since.entry(job).or_insert(now);
+            self.slowed_since.entry(job).or_insert(now);
         }
     }
 
-    fn shrink(&mut self, now: Instant, job: JobId, from: u32, to: u32, reason: ResizeReason) {
-        self.resizing.last_shrink = Some(now);
-        let id = MigrationId(self.fresh_id());
-        let host = self.host.clone();
-        self.start_resize(
+    fn shrink(
+        &mut self,
+        s: &mut Shared,
+        now: Instant,
+        job: JobId,
+        from: u32,
+        to: u32,
+        reason: ResizeReason,
+    ) {
+        self.last_shrink = Some(now);
+        let id = MigrationId(s.fresh_id());
+        let host = s.host.clone();
+        start_resize(
+            s,
             now,
             id,
             OutgoingResize::Shrink(job),
@@ -708,37 +551,187 @@ impl Agent {
 
     /// When [`Agent::shrink_if_due`] must next run without a new profile: the end of a
     /// leaving node's wait, or of the shed wait of a slowed job.
-    pub(super) fn resize_deadline(&self) -> Option<Instant> {
-        self.resizing.wake.filter(|_| self.outgoing.is_none())
+    pub(super) fn resize_deadline(&self, s: &Shared) -> Option<Instant> {
+        self.wake.filter(|_| s.outgoing.is_none())
     }
 
     /// The next instant after `now` at which a wait of [`Agent::shrink_if_due`] ends. Only
     /// waits still running count: one that ended without a shrink (the gain too small, the
     /// ranks too new) is looked at again with each profile, never by a timer left in the
     /// past (the simulator's driver, like the real one, would call again at once, forever).
-    fn next_resize_check(&self, now: Instant) -> Option<Instant> {
-        if !self.config.resizes || self.outgoing.is_some() {
+    fn next_resize_check(&self, s: &Shared, now: Instant) -> Option<Instant> {
+        if !s.config.resizes || s.outgoing.is_some() {
             return None;
         }
-        match &self.leaving {
+        match &s.leaving {
             Some(leaving) => {
-                let waited = leaving.waiting_since() + leave_shrink_wait(&self.config);
+                let waited = leaving.waiting_since() + leave_shrink_wait(&s.config);
                 let retry = self
-                    .resizing
                     .last_shrink
-                    .map_or(waited, |at| (at + self.config.steal_period).max(waited));
-                (retry > now && self.entities.iter().any(|e| e.malleable.is_some()))
-                    .then_some(retry)
+                    .map_or(waited, |at| (at + s.config.steal_period).max(waited));
+                (retry > now && s.entities.iter().any(|e| e.malleable.is_some())).then_some(retry)
             }
             None => self
-                .resizing
                 .slowed_since
                 .values()
-                .map(|since| *since + self.config.shed_after)
+                .map(|since| *since + s.config.shed_after)
                 .filter(|at| *at > now)
                 .min(),
         }
     }
+}
+
+/// The CPU each of this node's entities gets: the node's capacity (without the
+/// competing load, or with it when `competing`) shared among them, at most
+/// [`super::Config::with_entity_cores`] each.
+pub(crate) fn cpu_per_entity(s: &Shared, node: &NodeProfile, competing: bool) -> f64 {
+    let offered = if competing {
+        node.entity_capacity()
+    } else {
+        node.cores * node.speed
+    };
+    cpu_per_rank(
+        offered,
+        s.entities.len().max(1) as u32,
+        s.config.entity_cores,
+    )
+}
+
+/// NSp2p: the agent to pass a work steal of `thief` on to instead of a random peer:
+/// the home agent (the agent of rank 0's node) of a malleable job that has a rank here
+/// and may grow, when the thief is idle and the home agent is a peer not in `exclude`.
+///
+/// Why: only the home agent grows a job, and an idle node's steals go to random peers.
+/// Asked by an agent of another rank, the steal used to go on at random (or end), and
+/// the idle node could ask for seconds without reaching the one agent that could grow
+/// the job onto it (the main job's malleable act moved a rank twice and never grew in
+/// CI). Passed on to the home agent, the steal gets it to weigh the grow; a forwarded
+/// steal is never acted on, so it hints the thief, which asks it directly.
+pub(crate) fn grow_home(s: &Shared, thief: &Beneficiary, exclude: &[&PeerId]) -> Option<PeerId> {
+    if !s.config.resizes
+        || s.config.topology != super::Topology::PeerToPeer
+        || !thief.profile.is_lightly_loaded(s.config.light_threshold)
+    {
+        return None;
+    }
+    s.entities
+        .iter()
+        .filter(|e| {
+            e.id.rank != Rank(0)
+                && e.malleable
+                    .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
+        })
+        .filter_map(|e| e.home.as_ref())
+        .filter(|home| **home != s.host && **home != thief.host)
+        .filter_map(|home| s.hosts.holder(home))
+        .find(|peer| s.peers.get(peer).is_some() && !exclude.contains(peer))
+        .cloned()
+}
+
+/// The round trip of the path to `host`, seconds: the least RTT seen to its agent (what a
+/// halo exchange pays; the smoothed RTT between two agents on busy capped nodes adds
+/// their scheduling, 0.8 to 4.5 ms where the path's is a tenth of a millisecond in the
+/// main job's act), else the partner RTT asked for.
+pub(crate) fn path_rtt_to_host(s: &Shared, host: &HostName) -> Option<f64> {
+    s.hosts
+        .holder(host)
+        .and_then(|peer| s.peers.get(peer))
+        .map(|info| info.min_rtt.as_secs_f64())
+        .or_else(|| s.partner_rtts.get(host).copied())
+}
+
+/// Grows a job onto the thief of `steal` as `plan` says, and tells the thief its steal
+/// is answered.
+pub(crate) fn start_grow(
+    s: &mut Shared,
+    now: Instant,
+    plan: GrowPlan,
+    thief_host: &HostName,
+    origin: PeerId,
+    steal_id: MessageId,
+) {
+    let added = plan.gain.to - plan.from;
+    tracing::info!(
+        agent = %s.me,
+        job = %plan.job,
+        from = plan.from,
+        to = plan.gain.to,
+        onto = %thief_host,
+        gain = plan.gain.gain,
+        iteration_now = plan.gain.iteration_now,
+        iteration_after = plan.gain.iteration_after,
+        "growing a job"
+    );
+    let id = MigrationId(s.fresh_id());
+    let new_ranks: Vec<EntityId> = (plan.from..plan.gain.to)
+        .map(|r| EntityId {
+            job: plan.job.clone(),
+            rank: Rank(r),
+        })
+        .collect();
+    start_resize(
+        s,
+        now,
+        id,
+        OutgoingResize::Grow(plan.job.clone()),
+        plan.from,
+        plan.gain.to,
+        vec![thief_host.clone(); added as usize],
+        ResizeReason::Grow {
+            gain: plan.gain.gain,
+        },
+        Some(origin.clone()),
+    );
+    s.send(
+        origin,
+        Message::StealAccepted {
+            id: steal_id,
+            migration: id,
+            entities: new_ranks,
+            from_host: Some(s.host.clone()),
+        },
+    );
+}
+
+/// Queues a resize of `job` and keeps it as the reconfiguration under way.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_resize(
+    s: &mut Shared,
+    now: Instant,
+    id: MigrationId,
+    kind: OutgoingResize,
+    from: u32,
+    ranks: u32,
+    hosts: Vec<HostName>,
+    reason: ResizeReason,
+    notify: Option<PeerId>,
+) {
+    let job = kind.job().clone();
+    let leaving_here: Vec<EntityId> = match &kind {
+        OutgoingResize::Shrink(job) => s
+            .entities
+            .iter()
+            .filter(|e| &e.id.job == job)
+            .map(|e| e.id.clone())
+            .collect(),
+        OutgoingResize::Grow(_) => Vec::new(),
+    };
+    s.stats.resizes_started += 1;
+    s.outgoing = Some(Outgoing {
+        id,
+        notify,
+        deadline: now + s.config.migration_timeout,
+        entities: leaving_here,
+        resize: Some(kind),
+    });
+    s.actions.push_back(Action::Resize {
+        id,
+        job,
+        from,
+        ranks,
+        hosts,
+        reason,
+    });
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 use super::*;
+use crate::message::MessageId;
 use crate::model::EntityProfile;
+use crate::tier::LatencyTier;
 use pcm_proto::{JobId, Rank};
 
 pub(super) fn peer(s: &str) -> PeerId {
@@ -601,9 +603,9 @@ fn given_a_rank_that_left_the_thief_lately_then_no_giver_sends_it_back() {
     // Two hold-downs after the move started, b still names it; two hold-downs after it
     // ended, no longer.
     b.handle_timeout(t0 + DEFAULT_HOLD_DOWN * 2);
-    assert_eq!(b.departed(), gone);
+    assert_eq!(b.shared.departed(), gone);
     b.handle_timeout(arrived + DEFAULT_HOLD_DOWN * 2);
-    assert!(b.departed().is_empty());
+    assert!(b.shared.departed().is_empty());
 }
 
 /// A rank stolen from a node does not go back there within two hold-downs, though it
@@ -659,7 +661,7 @@ fn a_stolen_rank_does_not_go_back_to_its_giver_within_two_hold_downs() {
     // Two hold-downs after the steal, it may go back.
     let mut b2 = agent("b", t0);
     meet(&mut b2, t0, "a", Duration::from_millis(1));
-    b2.no_return.insert(
+    b2.shared.no_return.insert(
         stolen.id.clone(),
         (host("a"), t0 + Duration::from_secs(123)),
     );

@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::agent::tests::{agent, drain, entity, forged, host, meet, peer, steal_from};
+use crate::agent::Agent;
 use crate::agent::{Config, ResizeReason};
 use pcm_proto::{JobId, Malleability, SizeRule};
 
@@ -81,7 +82,7 @@ fn given_an_idle_node_asks_then_the_agent_of_rank_0_grows_its_malleable_job_onto
     let t1 = t0 + Duration::from_secs(1);
     a.handle_migration_outcome(
         t1,
-        MigrationId(a.next_id),
+        MigrationId(a.shared.next_id),
         crate::MigrationOutcome::Completed,
     );
     assert_eq!(a.stats().resizes_completed, 1);
@@ -221,7 +222,8 @@ fn given_a_move_of_the_same_job_then_the_shorter_predicted_iteration_wins() {
         departed: Vec::new(),
     };
     let grow = a
-        .grow_plan(t0, &node(0.6, 0.0), &thief)
+        .resizing
+        .grow_plan(&a.shared, t0, &node(0.6, 0.0), &thief)
         .expect("idle thief")
         .expect("a grow");
     // Moving rank 0 to a node like its own leaves the job's iteration as it is (105 ms),
@@ -254,7 +256,8 @@ fn given_a_move_of_the_same_job_then_the_shorter_predicted_iteration_wins() {
     // idle thief beats keeping it and adding a rank.
     let loaded = node(1.0, 0.5);
     let slow = a
-        .grow_plan(t0, &loaded, &thief)
+        .resizing
+        .grow_plan(&a.shared, t0, &loaded, &thief)
         .expect("idle thief")
         .expect("a grow");
     assert!(
@@ -446,7 +449,7 @@ fn given_competing_load_slows_a_malleable_rank_and_no_idle_node_takes_it_then_th
     assert!(matches!(reason, ResizeReason::Shed { gain } if *gain > 0.1));
     b.handle_migration_outcome(
         t1,
-        MigrationId(b.next_id),
+        MigrationId(b.shared.next_id),
         crate::MigrationOutcome::Completed,
     );
     assert!(b.entities().is_empty(), "the job's rank left this node");
@@ -529,7 +532,7 @@ fn given_a_leaving_node_that_no_idle_node_relieves_then_it_shrinks_the_job_off_i
     // Refused by the job: asked again one steal period later, not at once.
     c.handle_migration_outcome(
         t0 + wait,
-        MigrationId(c.next_id),
+        MigrationId(c.shared.next_id),
         crate::MigrationOutcome::Failed {
             reason: "busy".to_owned(),
         },
@@ -542,7 +545,7 @@ fn given_a_leaving_node_that_no_idle_node_relieves_then_it_shrinks_the_job_off_i
     assert_eq!(resizes(&drain(&mut c)).len(), 1);
     c.handle_migration_outcome(
         t0 + wait,
-        MigrationId(c.next_id),
+        MigrationId(c.shared.next_id),
         crate::MigrationOutcome::Completed,
     );
     assert!(c.leave_progress().is_some_and(|p| p.is_drained()));
@@ -597,7 +600,7 @@ fn given_a_leaving_node_the_pool_is_relieving_then_the_shrink_waits_from_the_las
 fn with_resizes_off_the_agent_only_migrates() {
     let t0 = Instant::now();
     let mut a = agent("node-a", t0);
-    a.config = a.config.clone().with_resizes(false);
+    a.shared.config = a.shared.config.clone().with_resizes(false);
     meet(&mut a, t0, "node-c", MS);
     a.handle_node_profile(t0, node(0.6, 0.0));
     a.handle_entities(t0, vec![heat_rank(0, 2, 100, 5)]);

@@ -1,5 +1,7 @@
-//! NSc2c (section 5.1 and 5.2, "Cluster-to-cluster load balancing") on the same [`Agent`]
-//! type, enabled by [`Topology::ClusterToCluster`].
+//! NSc2c (section 5.1 and 5.2, "Cluster-to-cluster load balancing"), enabled by
+//! [`Topology::ClusterToCluster`]: the [`Cluster`] of an agent, which takes what both
+//! strategies share as `&mut Shared` and uses work stealing ([`super::stealing`]) between
+//! clusters.
 //!
 //! - **Clusters** are latency-defined: an agent's cluster is itself plus its alive peers of
 //!   the local tier. Clusters merge when a peer comes within local latency and split when
@@ -79,7 +81,10 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::{HostName, JobId};
 
-use crate::agent::{Agent, Beneficiary, Steal, StealLatencies, Topology};
+use super::config::Topology;
+use super::resizing::{self, Resizing};
+use super::shared::{Beneficiary, Shared};
+use super::stealing::{self, ClusterRole, ClusterSteal, StealLatencies, Stealing};
 use crate::decision::{self, NodeView, Policy};
 use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS};
 use crate::model::{EntityId, EntityProfile, JobOffer, NodeProfile};
@@ -96,7 +101,7 @@ struct Heard {
     vote: PeerId,
     /// Whether the peer is in the local tier of the peer table. Every heard peer was local
     /// when first heard (heartbeats of others are ignored), and a peer's tier changes only
-    /// with the peer table, which tells the cluster ([`Agent::c2c_peers_changed`] refreshes
+    /// with the peer table, which tells the cluster ([`Agent::peers_changed`] refreshes
     /// this). Kept here because the election checks every heard peer on every heartbeat,
     /// and a peer-table look-up each was a third of the simulator's time with NSc2c on the
     /// Internet-like network at 1,000 nodes (up to 64 local peers each).
@@ -351,42 +356,43 @@ impl Cluster {
     }
 }
 
-impl Agent {
-    fn c2c(&self) -> bool {
-        self.config.topology == Topology::ClusterToCluster
+impl Cluster {
+    fn c2c(&self, s: &Shared) -> bool {
+        s.config.topology == Topology::ClusterToCluster
     }
 
     /// NSc2c: the manager of this agent's cluster as this agent sees it (`None` in NSp2p).
-    pub fn manager(&self) -> Option<&PeerId> {
-        self.c2c().then_some(&self.cluster.manager)
+    pub(crate) fn manager(&self, s: &Shared) -> Option<&PeerId> {
+        self.c2c(s).then_some(&self.manager)
     }
 
     /// NSc2c: whether this agent is its cluster's manager.
-    pub fn is_manager(&self) -> bool {
-        self.c2c() && self.cluster.manager == self.me
+    pub(crate) fn is_manager(&self, s: &Shared) -> bool {
+        self.c2c(s) && self.manager == s.me
     }
 
     /// The entities of the members this manager keeps views of (none unless it manages).
-    pub(crate) fn member_entities(&self) -> impl Iterator<Item = &EntityProfile> {
-        self.cluster
-            .views
+    pub(crate) fn member_entities<'a>(
+        &'a self,
+        s: &'a Shared,
+    ) -> impl Iterator<Item = &'a EntityProfile> {
+        self.views
             .values()
-            .filter(|_| self.is_manager())
+            .filter(|_| self.is_manager(s))
             .flat_map(|v| v.member.entities.iter())
     }
 
     /// NSc2c: the local peers that vote for this agent as manager and were heard within the
     /// member timeout (members send to their manager every heartbeat period), sorted.
-    pub fn cluster_members(&self, now: Instant) -> Vec<&PeerId> {
-        self.check_voters();
-        if self.cluster.voters == 0 {
+    pub(crate) fn cluster_members(&self, s: &Shared, now: Instant) -> Vec<&PeerId> {
+        self.check_voters(s);
+        if self.voters == 0 {
             return Vec::new();
         }
         let mut v: Vec<&PeerId> = self
-            .cluster
             .heard
             .iter()
-            .filter(|(_, h)| h.vote == self.me && self.linked(now, h))
+            .filter(|(_, h)| h.vote == s.me && self.linked(s, now, h))
             .map(|(p, _)| p)
             .collect();
         v.sort();
@@ -399,38 +405,38 @@ impl Agent {
     /// `max_peers / GOSSIP_FANOUT` heartbeat periods, plus one period for a peer that joins
     /// the round just behind the turn. Gone peers leave earlier when the peer table drops
     /// them (no RTT sample for the peer timeout, or a lost connection).
-    pub fn gossip_timeout(&self) -> Duration {
-        let periods = self.config.max_peers.div_ceil(GOSSIP_FANOUT) + 1;
+    pub(crate) fn gossip_timeout(&self, s: &Shared) -> Duration {
+        let periods = s.config.max_peers.div_ceil(GOSSIP_FANOUT) + 1;
         let periods = u32::try_from(periods).unwrap_or(u32::MAX);
-        self.config.member_timeout + self.config.heartbeat_period.saturating_mul(periods)
+        s.config.member_timeout + s.config.heartbeat_period.saturating_mul(periods)
     }
 
     /// A local peer heard within the gossip timeout: a candidate, and its vote counts.
-    fn alive(&self, now: Instant, h: &Heard) -> bool {
-        now < h.at + self.gossip_timeout() && h.local
+    fn alive(&self, s: &Shared, now: Instant, h: &Heard) -> bool {
+        now < h.at + self.gossip_timeout(s) && h.local
     }
 
     /// A local peer heard within the member timeout: what a manager and its members expect
     /// of each other, as they send to each other every heartbeat period.
-    fn linked(&self, now: Instant, h: &Heard) -> bool {
-        now < h.at + self.config.member_timeout && h.local
+    fn linked(&self, s: &Shared, now: Instant, h: &Heard) -> bool {
+        now < h.at + s.config.member_timeout && h.local
     }
 
     /// NSc2c: how far apart two agents' first sightings may be for both to count as
     /// equally senior: discovery, the first RTT samples and the first heartbeat take a few
     /// seconds, so a peer heard that soon after this agent started was there before it.
     /// Twice the member timeout.
-    pub fn seniority_grace(&self) -> Duration {
-        self.config.member_timeout * 2
+    pub(crate) fn seniority_grace(&self, s: &Shared) -> Duration {
+        s.config.member_timeout * 2
     }
 
     /// Whether this agent's manager is alive: itself, or heard within the member timeout
     /// (counted from when this agent took it, for a manager so far heard only in gossip).
-    fn manager_alive(&self, now: Instant) -> bool {
-        let m = &self.cluster.manager;
-        *m == self.me
-            || self.cluster.heard.get(m).is_some_and(|h| {
-                now < h.at.max(self.cluster.manager_since) + self.config.member_timeout && h.local
+    fn manager_alive(&self, s: &Shared, now: Instant) -> bool {
+        let m = &self.manager;
+        *m == s.me
+            || self.heard.get(m).is_some_and(|h| {
+                now < h.at.max(self.manager_since) + s.config.member_timeout && h.local
             })
     }
 
@@ -439,29 +445,29 @@ impl Agent {
     /// peers each time was most of the simulator's time with NSc2c at 10,000 nodes; so it
     /// runs only when its result could differ from the manager this agent has ([`Standing`]).
     /// When it could not, a run would change nothing: skipping it decides exactly the same.
-    fn elect(&mut self, now: Instant) {
-        if self.election_stands(now) {
+    fn elect(&mut self, s: &mut Shared, now: Instant) {
+        if self.election_stands(s, now) {
             // Every simulation in this crate's tests checks that claim.
             #[cfg(test)]
             assert!(
-                self.manager_alive(now) && self.winner(now) == self.cluster.manager,
+                self.manager_alive(s, now) && self.winner(s, now) == self.manager,
                 "{}: a stale election at {now:?}",
-                self.me
+                s.me
             );
             return;
         }
-        if self.run_election(now) {
-            self.cluster.standing = self.standing(now);
+        if self.run_election(s, now) {
+            self.standing = self.standing(s, now);
         } else {
-            self.cluster.standing.stale = true;
+            self.standing.stale = true;
         }
     }
 
     /// Whether the last election still holds at `now` (see [`Standing`]): no input changed
     /// since, and no alive peer nor the manager timed out. The agent is fed instants that
     /// never go back; one that does re-runs the election.
-    fn election_stands(&mut self, now: Instant) -> bool {
-        let last = &self.cluster.standing;
+    fn election_stands(&mut self, s: &mut Shared, now: Instant) -> bool {
+        let last = &self.standing;
         if last.stale || now < last.at {
             return false;
         }
@@ -472,27 +478,27 @@ impl Agent {
         // and none can have come back to life (that sets `stale`), so the same count of
         // alive peers means the same peers: then the election still holds until the next
         // time-out.
-        let next = self.standing(now);
-        if next.alive != last.alive || !self.manager_alive(now) {
+        let next = self.standing(s, now);
+        if next.alive != last.alive || !self.manager_alive(s, now) {
             return false;
         }
-        self.cluster.standing = next;
+        self.standing = next;
         true
     }
 
     /// The standing of an election that holds at `now`.
-    fn standing(&self, now: Instant) -> Standing {
-        let timeout = self.gossip_timeout();
+    fn standing(&self, s: &Shared, now: Instant) -> Standing {
+        let timeout = self.gossip_timeout(s);
         let mut alive = 0;
         let mut until: Option<Instant> = None;
         let mut earlier = |t: Instant| until = Some(until.map_or(t, |u| u.min(t)));
-        for h in self.cluster.heard.values().filter(|h| self.alive(now, h)) {
+        for h in self.heard.values().filter(|h| self.alive(s, now, h)) {
             alive += 1;
             earlier(h.at + timeout);
         }
-        if self.cluster.manager != self.me {
-            if let Some(h) = self.cluster.heard.get(&self.cluster.manager) {
-                earlier(h.at.max(self.cluster.manager_since) + self.config.member_timeout);
+        if self.manager != s.me {
+            if let Some(h) = self.heard.get(&self.manager) {
+                earlier(h.at.max(self.manager_since) + s.config.member_timeout);
             }
         }
         Standing {
@@ -505,39 +511,35 @@ impl Agent {
 
     /// Runs the election. Returns whether it kept the manager, alive, and changed nothing:
     /// then a run with the same inputs would keep it too.
-    fn run_election(&mut self, now: Instant) -> bool {
+    fn run_election(&mut self, s: &mut Shared, now: Instant) -> bool {
         let mut kept = true;
-        if !self.manager_alive(now) {
+        if !self.manager_alive(s, now) {
             kept = false;
             // The manager died (or left the local tier, or no longer answers): it is gone
             // for this agent, with its seniority, and its named successor takes over, if
             // alive. Everyone that followed it agrees, whatever they saw of the members'
             // seniority themselves.
-            let dead = self.cluster.manager.clone();
-            let gone = self.cluster.heard.remove(&dead);
-            self.heard_changed(gone.map(|h| h.vote).as_ref(), None);
-            if let Some(s) = self.cluster.successor.take() {
-                let alive = s == self.me
-                    || self
-                        .cluster
-                        .heard
-                        .get(&s)
-                        .is_some_and(|h| self.alive(now, h));
+            let dead = self.manager.clone();
+            let gone = self.heard.remove(&dead);
+            self.heard_changed(s, gone.map(|h| h.vote).as_ref(), None);
+            if let Some(next) = self.successor.take() {
+                let alive =
+                    next == s.me || self.heard.get(&next).is_some_and(|h| self.alive(s, now, h));
                 if alive {
-                    self.set_manager(now, s);
+                    self.set_manager(s, now, next);
                     return false;
                 }
             }
         }
-        let manager = self.winner(now);
-        kept &= manager == self.cluster.manager;
-        self.set_manager(now, manager);
+        let manager = self.winner(s, now);
+        kept &= manager == self.manager;
+        self.set_manager(s, now, manager);
         kept
     }
 
     /// The candidate the election rules choose, the manager being alive (or gone and
     /// forgotten).
-    fn winner(&self, now: Instant) -> PeerId {
+    fn winner(&self, s: &Shared, now: Instant) -> PeerId {
         // (candidate, first seen, votes, votes for itself, its vote): this agent and the
         // alive peers, each checked once. When an election ran on every heartbeat, in the
         // scale runs the checks and cloned ids were most of the simulator's time with NSc2c
@@ -563,25 +565,24 @@ impl Agent {
             /// How many peers vote for it, near this agent or not, as it said.
             members: u32,
         }
-        let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(self.cluster.heard.len() + 1);
+        let mut candidates: Vec<Candidate<'_>> = Vec::with_capacity(self.heard.len() + 1);
         candidates.push(Candidate {
-            id: &self.me,
-            first: self.cluster.joined,
+            id: &s.me,
+            first: self.joined,
             votes: 0,
             self_vote: false,
-            vote: &self.cluster.manager,
+            vote: &self.manager,
             members: 0,
         });
         candidates.extend(
-            self.cluster
-                .heard
+            self.heard
                 .iter()
-                .filter(|(_, h)| self.alive(now, h))
+                .filter(|(_, h)| self.alive(s, now, h))
                 .map(|(p, h)| Candidate {
                     id: p,
                     first: h.first,
                     votes: 0,
-                    self_vote: h.vote == *p && *p != self.me,
+                    self_vote: h.vote == *p && *p != s.me,
                     vote: &h.vote,
                     members: h.members,
                 }),
@@ -596,7 +597,7 @@ impl Agent {
             }
         }
         let oldest = candidates.iter().map(|c| c.first).min().unwrap_or(now);
-        let senior_until = oldest + self.seniority_grace();
+        let senior_until = oldest + self.seniority_grace(s);
         // Greater is better: votes, then a self-voting peer, then the lower id.
         let better = |a: &&Candidate<'_>, b: &&Candidate<'_>| {
             (a.votes.cmp(&b.votes))
@@ -632,92 +633,88 @@ impl Agent {
                 .min()
         };
         match (senior, junior) {
-            (Some(s), Some(j)) if j.votes > s.votes => j.id.clone(),
-            (Some(s), _) if *s.id == self.me && self.cluster.voters == 0 => match lone_junior() {
-                Some(j) if *j < self.me => j.clone(),
-                _ => self.me.clone(),
+            (Some(c), Some(j)) if j.votes > c.votes => j.id.clone(),
+            (Some(c), _) if *c.id == s.me && self.voters == 0 => match lone_junior() {
+                Some(j) if *j < s.me => j.clone(),
+                _ => s.me.clone(),
             },
-            (Some(s), _) => s.id.clone(),
-            (None, _) => self.me.clone(),
+            (Some(c), _) => c.id.clone(),
+            (None, _) => s.me.clone(),
         }
     }
 
     /// A manager's successor: among its members of the senior generation (first heard
     /// within [`Agent::seniority_grace`] of the earliest), the lowest id. Members that came
     /// later cannot be named while a senior one is alive.
-    fn successor(&self, now: Instant) -> Option<PeerId> {
-        self.check_voters();
-        if self.cluster.voters == 0 {
+    fn successor(&self, s: &Shared, now: Instant) -> Option<PeerId> {
+        self.check_voters(s);
+        if self.voters == 0 {
             return None;
         }
         let members = || {
-            self.cluster
-                .heard
+            self.heard
                 .iter()
-                .filter(|(_, h)| h.vote == self.me && self.linked(now, h))
+                .filter(|(_, h)| h.vote == s.me && self.linked(s, now, h))
         };
         let oldest = members().map(|(_, h)| h.first).min()?;
         members()
-            .filter(|(_, h)| h.first <= oldest + self.seniority_grace())
+            .filter(|(_, h)| h.first <= oldest + self.seniority_grace(s))
             .map(|(p, _)| p)
             .min()
             .cloned()
     }
 
-    fn set_manager(&mut self, now: Instant, manager: PeerId) {
-        if manager != self.cluster.manager {
-            tracing::info!(agent = %self.me, old = %self.cluster.manager, new = %manager, "cluster manager changed");
-            self.stats.manager_changes += 1;
-            let old = std::mem::replace(&mut self.cluster.manager, manager.clone());
-            self.cluster.manager_since = now;
+    fn set_manager(&mut self, s: &mut Shared, now: Instant, manager: PeerId) {
+        if manager != self.manager {
+            tracing::info!(agent = %s.me, old = %self.manager, new = %manager, "cluster manager changed");
+            s.stats.manager_changes += 1;
+            let old = std::mem::replace(&mut self.manager, manager.clone());
+            self.manager_since = now;
             // The successor was the old manager's to name.
-            self.cluster.successor = None;
-            self.cluster.replied = None;
-            self.cluster.views.clear();
-            self.cluster.poll = None;
-            self.cluster.pending_order = None;
+            self.successor = None;
+            self.replied = None;
+            self.views.clear();
+            self.poll = None;
+            self.pending_order = None;
             // Tell both at once: the new manager starts its heartbeats to this member, the
             // old one stops counting it, without waiting for their gossip turns.
-            if manager != self.me {
-                self.send_heartbeat(manager, None);
+            if manager != s.me {
+                self.send_heartbeat(s, manager, None);
             }
-            if old != self.me && self.cluster.heard.contains_key(&old) {
-                self.send_heartbeat(old, None);
+            if old != s.me && self.heard.contains_key(&old) {
+                self.send_heartbeat(s, old, None);
             }
         }
     }
 
     /// Keeps [`Cluster::voters`] as a heard peer's vote goes from `old` to `new` (`None`:
     /// the peer was not heard, or no longer is).
-    fn heard_changed(&mut self, old: Option<&PeerId>, new: Option<&PeerId>) {
-        if old == Some(&self.me) {
-            self.cluster.voters -= 1;
+    fn heard_changed(&mut self, s: &mut Shared, old: Option<&PeerId>, new: Option<&PeerId>) {
+        if old == Some(&s.me) {
+            self.voters -= 1;
         }
-        if new == Some(&self.me) {
-            self.cluster.voters += 1;
+        if new == Some(&s.me) {
+            self.voters += 1;
         }
     }
 
     /// In tests, that [`Cluster::voters`] counts what it says.
-    fn check_voters(&self) {
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn check_voters(&self, s: &Shared) {
         #[cfg(test)]
         assert_eq!(
-            self.cluster.voters,
-            self.cluster
-                .heard
-                .values()
-                .filter(|h| h.vote == self.me)
-                .count(),
+            self.voters,
+            self.heard.values().filter(|h| h.vote == s.me).count(),
             "{}: heard peers voting for it miscounted",
-            self.me
+            s.me
         );
     }
 
-    fn send_heartbeat(&mut self, to: PeerId, successor: Option<PeerId>) {
-        let id = MessageId(self.fresh_id());
-        let manager = self.cluster.manager.clone();
-        let members = u32::try_from(self.cluster.voters).unwrap_or(u32::MAX);
-        self.send(
+    fn send_heartbeat(&mut self, s: &mut Shared, to: PeerId, successor: Option<PeerId>) {
+        let id = MessageId(s.fresh_id());
+        let manager = self.manager.clone();
+        let members = u32::try_from(self.voters).unwrap_or(u32::MAX);
+        s.send(
             to,
             Message::Heartbeat {
                 id,
@@ -728,15 +725,15 @@ impl Agent {
         );
     }
 
-    pub(crate) fn c2c_peers_changed(&mut self, now: Instant) {
-        if !self.c2c() {
+    pub(crate) fn peers_changed(&mut self, s: &mut Shared, now: Instant) {
+        if !self.c2c(s) {
             return;
         }
-        let peers = &self.peers;
-        let me = &self.me;
+        let peers = &s.peers;
+        let me = &s.me;
         let mut changed = false;
         let mut voters_gone = 0;
-        self.cluster.heard.retain(|p, h| match peers.tier(p) {
+        self.heard.retain(|p, h| match peers.tier(p) {
             Some(tier) => {
                 let local = tier == LatencyTier::Local;
                 changed |= h.local != local;
@@ -749,179 +746,174 @@ impl Agent {
                 false
             }
         });
-        self.cluster.voters -= voters_gone;
-        self.cluster.standing.stale |= changed;
-        self.cluster.views.retain(|p, _| peers.get(p).is_some());
-        self.elect(now);
+        self.voters -= voters_gone;
+        self.standing.stale |= changed;
+        self.views.retain(|p, _| peers.get(p).is_some());
+        self.elect(s, now);
     }
 
-    /// [`Agent::c2c_peers_changed`] after one RTT sample that changed the peer table: only
+    /// [`Agent::peers_changed`] after one RTT sample that changed the peer table: only
     /// `peer` (added, or of a new tier) and the peer it `evicted` can have changed, and every
     /// other heard peer and view already agrees with the table (each change to it tells the
     /// cluster). So only those two are looked at, in place of a pass over every heard peer
     /// with a peer-table look-up each (3.5% of the simulator's time with NSc2c at 10,000
     /// nodes); the entries, the count of voters and the standing of the election end as
     /// that pass would leave them, and the election runs the same.
-    pub(crate) fn c2c_peer_changed(
+    pub(crate) fn peer_changed(
         &mut self,
+        s: &mut Shared,
         now: Instant,
         peer: &PeerId,
         evicted: Option<&PeerId>,
     ) {
-        if !self.c2c() {
+        if !self.c2c(s) {
             return;
         }
         let mut changed = false;
-        if let Some(h) = self.cluster.heard.get_mut(peer) {
-            let local = self.peers.tier(peer) == Some(LatencyTier::Local);
+        if let Some(h) = self.heard.get_mut(peer) {
+            let local = s.peers.tier(peer) == Some(LatencyTier::Local);
             changed |= h.local != local;
             h.local = local;
         }
         if let Some(gone) = evicted {
-            if let Some(h) = self.cluster.heard.remove(gone) {
+            if let Some(h) = self.heard.remove(gone) {
                 changed = true;
-                self.cluster.voters -= usize::from(h.vote == self.me);
+                self.voters -= usize::from(h.vote == s.me);
             }
-            self.cluster.views.remove(gone);
+            self.views.remove(gone);
         }
-        self.cluster.standing.stale |= changed;
+        self.standing.stale |= changed;
         // Every simulation in this crate's tests checks that the two were all that changed.
         #[cfg(test)]
         {
-            for (p, h) in &self.cluster.heard {
+            for (p, h) in &self.heard {
                 assert_eq!(
                     Some(h.local),
-                    self.peers.tier(p).map(|t| t == LatencyTier::Local),
+                    s.peers.tier(p).map(|t| t == LatencyTier::Local),
                     "{}: heard peer {p} disagrees with the peer table",
-                    self.me
+                    s.me
                 );
             }
-            for p in self.cluster.views.keys() {
-                assert!(
-                    self.peers.get(p).is_some(),
-                    "{}: a view of a gone peer",
-                    self.me
-                );
+            for p in self.views.keys() {
+                assert!(s.peers.get(p).is_some(), "{}: a view of a gone peer", s.me);
             }
         }
-        self.elect(now);
+        self.elect(s, now);
     }
 
-    pub(crate) fn cluster_forget(&mut self, peer: &PeerId) {
-        if let Some(h) = self.cluster.heard.remove(peer) {
-            self.heard_changed(Some(&h.vote), None);
-            self.cluster.standing.stale = true;
+    pub(crate) fn forget(&mut self, s: &mut Shared, peer: &PeerId) {
+        if let Some(h) = self.heard.remove(peer) {
+            self.heard_changed(s, Some(&h.vote), None);
+            self.standing.stale = true;
         }
-        self.cluster.views.remove(peer);
-        self.cluster.called.remove(peer);
+        self.views.remove(peer);
+        self.called.remove(peer);
     }
 
-    pub(crate) fn c2c_timeout(&self) -> Option<Instant> {
-        if !self.c2c() {
+    pub(crate) fn timeout(&self, s: &Shared) -> Option<Instant> {
+        if !self.c2c(s) {
             return None;
         }
         // Every heartbeat period ticks, which also notices timeouts (within one period).
-        let mut t = self.cluster.next_heartbeat;
-        if self.is_manager() {
-            t = t.min(self.cluster.next_poll);
+        let mut t = self.next_heartbeat;
+        if self.is_manager(s) {
+            t = t.min(self.next_poll);
         }
-        if let Some((_, deadline)) = self.cluster.pending_order {
+        if let Some((_, deadline)) = self.pending_order {
             t = t.min(deadline);
         }
-        if let Some((_, _, deadline)) = &self.cluster.awaiting_host {
+        if let Some((_, _, deadline)) = &self.awaiting_host {
             t = t.min(*deadline);
         }
         Some(t)
     }
 
-    pub(crate) fn c2c_tick(&mut self, now: Instant) {
-        if !self.c2c() {
+    pub(crate) fn tick(&mut self, s: &mut Shared, now: Instant) {
+        if !self.c2c(s) {
             return;
         }
-        let timeout = self.gossip_timeout();
-        let heard = self.cluster.heard.len();
+        let timeout = self.gossip_timeout(s);
+        let heard = self.heard.len();
         // Before `heard_until` the sweep would keep every entry.
-        if self.cluster.heard_until.is_some_and(|until| now >= until) {
-            let me = &self.me;
+        if self.heard_until.is_some_and(|until| now >= until) {
+            let me = &s.me;
             let mut voters_gone = 0;
-            self.cluster.heard.retain(|_, h| {
+            self.heard.retain(|_, h| {
                 let keep = now < h.at + timeout;
                 voters_gone += usize::from(!keep && h.vote == *me);
                 keep
             });
-            self.cluster.voters -= voters_gone;
-            self.cluster.heard_until = self.cluster.heard.values().map(|h| h.at + timeout).min();
+            self.voters -= voters_gone;
+            self.heard_until = self.heard.values().map(|h| h.at + timeout).min();
         } else {
             // Every simulation in this crate's tests checks the bound.
             #[cfg(test)]
             assert!(
-                self.cluster.heard.values().all(|h| now < h.at + timeout),
+                self.heard.values().all(|h| now < h.at + timeout),
                 "{}: a heard peer timed out before `heard_until`",
-                self.me
+                s.me
             );
         }
         // Only peers no longer alive go, but one may be the manager, whose time-out counts
         // from when this agent took it.
-        self.cluster.standing.stale |= self.cluster.heard.len() != heard;
-        let call_again = self.config.member_timeout;
-        self.cluster.called.retain(|_, at| now < *at + call_again);
-        self.elect(now);
+        self.standing.stale |= self.heard.len() != heard;
+        let call_again = s.config.member_timeout;
+        self.called.retain(|_, at| now < *at + call_again);
+        self.elect(s, now);
         if self
-            .cluster
             .pending_order
             .is_some_and(|(_, deadline)| now >= deadline)
         {
-            self.cluster.pending_order = None;
+            self.pending_order = None;
         }
         if self
-            .cluster
             .awaiting_host
             .as_ref()
             .is_some_and(|(_, _, deadline)| now >= *deadline)
         {
-            if let Some((order, _, _)) = self.cluster.awaiting_host.take() {
-                tracing::info!(agent = %self.me, to = %order.to, "move order refused: the destination's host was not announced in time");
-                self.refuse_order(order);
+            if let Some((order, _, _)) = self.awaiting_host.take() {
+                tracing::info!(agent = %s.me, to = %order.to, "move order refused: the destination's host was not announced in time");
+                self.refuse_order(s, order);
             }
         }
-        if self.is_manager() && now >= self.cluster.next_poll {
-            self.cluster.next_poll = now + self.config.profile_period;
+        if self.is_manager(s) && now >= self.next_poll {
+            self.next_poll = now + s.config.profile_period;
             // The manager's own place, as its members tell theirs.
-            self.near_hosts(now);
-            self.balance_cluster(now);
-            let id = MessageId(self.fresh_id());
-            self.cluster.poll = Some(id);
-            let members: Vec<PeerId> = self.cluster_members(now).into_iter().cloned().collect();
+            self.near_hosts(s, now);
+            self.balance_cluster(s, now);
+            let id = MessageId(s.fresh_id());
+            self.poll = Some(id);
+            let members: Vec<PeerId> = self.cluster_members(s, now).into_iter().cloned().collect();
             if !members.is_empty() {
-                self.cluster.polled = Some(now);
+                self.polled = Some(now);
             }
             for to in members {
-                self.send(to, Message::ProfileRequest { id });
+                s.send(to, Message::ProfileRequest { id });
             }
         }
-        if now >= self.cluster.next_heartbeat {
-            self.cluster.next_heartbeat = now + self.config.heartbeat_period;
-            self.heartbeats(now);
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + s.config.heartbeat_period;
+            self.heartbeats(s, now);
         }
     }
 
     /// One heartbeat period's sends: a member to its manager, a manager to its members
     /// (each unless a poll or its reply already went this period), and every agent to
     /// [`GOSSIP_FANOUT`] other local peers in turn.
-    fn heartbeats(&mut self, now: Instant) {
-        let period = self.config.heartbeat_period;
+    fn heartbeats(&mut self, s: &mut Shared, now: Instant) {
+        let period = s.config.heartbeat_period;
         let recent = |at: Option<Instant>| at.is_some_and(|at| now < at + period);
-        let members: Vec<PeerId> = self.cluster_members(now).into_iter().cloned().collect();
-        let manager = self.cluster.manager.clone();
-        let successor = self.is_manager().then(|| self.successor(now)).flatten();
-        if self.is_manager() {
-            if !recent(self.cluster.polled) {
+        let members: Vec<PeerId> = self.cluster_members(s, now).into_iter().cloned().collect();
+        let manager = self.manager.clone();
+        let successor = self.is_manager(s).then(|| self.successor(s, now)).flatten();
+        if self.is_manager(s) {
+            if !recent(self.polled) {
                 for to in &members {
-                    self.send_heartbeat(to.clone(), successor.clone());
+                    self.send_heartbeat(s, to.clone(), successor.clone());
                 }
             }
-        } else if !recent(self.cluster.replied) {
-            self.send_heartbeat(manager.clone(), None);
+        } else if !recent(self.replied) {
+            self.send_heartbeat(s, manager.clone(), None);
         }
         // The gossip round: the local peers outside this agent's manager-member links, in id
         // order from where the last turn stopped. Walked lazily from there, so that a turn
@@ -934,14 +926,14 @@ impl Agent {
         // votes at once and agree as the election rules say (the lowest id among equals),
         // and a newcomer learns every vote around it. Once per agent's life, L messages a
         // period for a few periods.
-        let fanout = if now < self.cluster.joined + self.seniority_grace() {
+        let fanout = if now < self.joined + self.seniority_grace(s) {
             usize::MAX
         } else {
             GOSSIP_FANOUT
         };
-        let turn: Vec<PeerId> = self
+        let turn: Vec<PeerId> = s
             .peers
-            .in_tier_after(LatencyTier::Local, self.cluster.gossip_after.as_ref())
+            .in_tier_after(LatencyTier::Local, self.gossip_after.as_ref())
             .filter(|p| **p != manager && members.binary_search(p).is_err())
             .take(fanout)
             .cloned()
@@ -949,52 +941,53 @@ impl Agent {
         if turn.is_empty() {
             return;
         }
-        self.cluster.gossip_after = turn.last().cloned();
+        self.gossip_after = turn.last().cloned();
         for to in turn {
-            self.send_heartbeat(to, successor.clone());
+            self.send_heartbeat(s, to, successor.clone());
         }
     }
 
     pub(crate) fn on_heartbeat(
         &mut self,
+        s: &mut Shared,
         now: Instant,
         from: PeerId,
         vote: PeerId,
         successor: Option<PeerId>,
         members: u32,
     ) {
-        if !self.c2c() {
+        if !self.c2c(s) {
             return;
         }
         // Whether the sender is a local peer: a heard peer's entry says so (every change to
         // the peer table refreshes it, see `Heard::local`), and it is read next anyway; the
         // peer table's own look-up was a further cache miss or two per heartbeat.
-        let local = match self.cluster.heard.get(&from) {
+        let local = match self.heard.get(&from) {
             Some(h) => {
                 #[cfg(test)]
                 assert_eq!(
                     h.local,
-                    self.peers.tier(&from) == Some(LatencyTier::Local),
+                    s.peers.tier(&from) == Some(LatencyTier::Local),
                     "{}: a heard peer's locality is stale",
-                    self.me
+                    s.me
                 );
                 h.local
             }
-            None => self.peers.tier(&from) == Some(LatencyTier::Local),
+            None => s.peers.tier(&from) == Some(LatencyTier::Local),
         };
         if !local {
             return;
         }
-        if from == self.cluster.manager && vote == from && self.cluster.successor != successor {
-            self.cluster.successor = successor;
-            self.cluster.standing.stale = true;
+        if from == self.manager && vote == from && self.successor != successor {
+            self.successor = successor;
+            self.standing.stale = true;
         }
-        let timeout = self.gossip_timeout();
+        let timeout = self.gossip_timeout(s);
         // A known peer's entry is updated in place (its seniority kept), so that the ids are
         // copied only for a new peer or a changed vote: heartbeats are most NSc2c messages.
         // The election stands if the peer was alive and its vote is the same: the heartbeat
         // only puts off its time-out.
-        let new = match self.cluster.heard.get_mut(&from) {
+        let new = match self.heard.get_mut(&from) {
             Some(h) => {
                 let alive = now < h.at + timeout && h.local;
                 h.at = now;
@@ -1004,17 +997,16 @@ impl Agent {
                 let old_vote =
                     (h.vote != vote).then(|| std::mem::replace(&mut h.vote, vote.clone()));
                 if let Some(old) = old_vote {
-                    self.heard_changed(Some(&old), Some(&vote));
-                    self.cluster.standing.stale = true;
+                    self.heard_changed(s, Some(&old), Some(&vote));
+                    self.standing.stale = true;
                 }
-                self.cluster.standing.stale |= !alive || recounted;
+                self.standing.stale |= !alive || recounted;
                 false
             }
             None => {
                 let until = now + timeout;
-                self.cluster.heard_until =
-                    Some(self.cluster.heard_until.map_or(until, |u| u.min(until)));
-                self.cluster.heard.insert(
+                self.heard_until = Some(self.heard_until.map_or(until, |u| u.min(until)));
+                self.heard.insert(
                     from.clone(),
                     Heard {
                         at: now,
@@ -1024,63 +1016,69 @@ impl Agent {
                         members,
                     },
                 );
-                self.heard_changed(None, Some(&vote));
-                self.cluster.standing.stale = true;
+                self.heard_changed(s, None, Some(&vote));
+                self.standing.stale = true;
                 true
             }
         };
-        self.cluster.called.remove(&from);
-        let before = self.cluster.manager.clone();
-        self.elect(now);
-        let told = self.cluster.manager != before && self.cluster.manager == from;
+        self.called.remove(&from);
+        let before = self.manager.clone();
+        self.elect(s, now);
+        let told = self.manager != before && self.manager == from;
         // First contact: answer at once, so that a newcomer learns the votes around it
         // without waiting for everyone's gossip turn. The sender is heard now, so its answer
         // to this answer (if it had not heard this agent either) ends the exchange.
         if new && !told {
-            let successor = self.is_manager().then(|| self.successor(now)).flatten();
-            self.send_heartbeat(from, successor);
+            let successor = self.is_manager(s).then(|| self.successor(s, now)).flatten();
+            self.send_heartbeat(s, from, successor);
         }
         // A vote for a local peer this agent has not heard: call it (once per member
         // timeout), so that the candidate others follow is heard soon.
-        let unheard = vote != self.me
-            && !self.cluster.heard.contains_key(&vote)
-            && !self.cluster.called.contains_key(&vote)
-            && self.peers.tier(&vote) == Some(LatencyTier::Local);
+        let unheard = vote != s.me
+            && !self.heard.contains_key(&vote)
+            && !self.called.contains_key(&vote)
+            && s.peers.tier(&vote) == Some(LatencyTier::Local);
         if unheard {
-            self.cluster.called.insert(vote.clone(), now);
-            self.send_heartbeat(vote, None);
+            self.called.insert(vote.clone(), now);
+            self.send_heartbeat(s, vote, None);
         }
     }
 
     /// A known peer proved alive without a heartbeat (a poll or its reply).
-    fn heard_from(&mut self, now: Instant, from: &PeerId) {
-        let timeout = self.gossip_timeout();
-        if let Some(h) = self.cluster.heard.get_mut(from) {
+    fn heard_from(&mut self, s: &mut Shared, now: Instant, from: &PeerId) {
+        let timeout = self.gossip_timeout(s);
+        if let Some(h) = self.heard.get_mut(from) {
             // A peer that had timed out counts again in the next election.
-            self.cluster.standing.stale |= !(now < h.at + timeout && h.local);
+            self.standing.stale |= !(now < h.at + timeout && h.local);
             h.at = now;
         }
     }
 
-    pub(crate) fn on_profile_request(&mut self, now: Instant, from: PeerId, id: MessageId) {
-        if !self.c2c() || from != self.cluster.manager || from == self.me {
-            self.stats.messages_refused += 1;
+    pub(crate) fn on_profile_request(
+        &mut self,
+        s: &mut Shared,
+        now: Instant,
+        from: PeerId,
+        id: MessageId,
+    ) {
+        if !self.c2c(s) || from != self.manager || from == s.me {
+            s.stats.messages_refused += 1;
             return;
         }
         // The manager's poll is its heartbeat of this period.
-        self.heard_from(now, &from);
-        let Some(node) = self.own_profile() else {
+        self.heard_from(s, now, &from);
+        let Some(node) = s.own_profile() else {
             return;
         };
         // And the reply is this member's.
-        self.cluster.replied = Some(now);
-        let mut entities = self.entities.clone();
+        self.replied = Some(now);
+        let mut entities = s.entities.clone();
         entities.truncate(MAX_ENTITIES);
-        let host = self.host.clone();
-        let leaving = self.is_leaving();
-        let departed = self.departed();
-        let near_hosts = self.near_hosts(now).to_vec();
-        self.send(
+        let host = s.host.clone();
+        let leaving = s.is_leaving();
+        let departed = s.departed();
+        let near_hosts = self.near_hosts(s, now).to_vec();
+        s.send(
             from,
             Message::ProfileReply {
                 id,
@@ -1096,60 +1094,62 @@ impl Agent {
 
     pub(crate) fn on_profile_reply(
         &mut self,
+        s: &mut Shared,
         now: Instant,
         from: PeerId,
         id: MessageId,
         member: MemberView,
     ) {
-        let is_member = self
-            .cluster
-            .heard
-            .get(&from)
-            .is_some_and(|h| h.vote == self.me);
-        if !self.is_manager() || self.cluster.poll != Some(id) || !is_member {
-            self.stats.messages_refused += 1;
+        let is_member = self.heard.get(&from).is_some_and(|h| h.vote == s.me);
+        if !self.is_manager(s) || self.poll != Some(id) || !is_member {
+            s.stats.messages_refused += 1;
             return;
         }
         // A member's reply is its heartbeat of this period.
-        self.heard_from(now, &from);
-        self.learn_load(now, &from, &member.host, member.node, member.leaving);
-        self.cluster.views.insert(from, View { member, at: now });
+        self.heard_from(s, now, &from);
+        s.learn_load(now, &from, &member.host, member.node, member.leaving);
+        self.views.insert(from, View { member, at: now });
     }
 
     /// A manager's order. Obeyed only if it comes from this agent's manager and names this
     /// node's own entities, all eligible to move: the network can only ask for registered
     /// processes to move, never name a program.
-    pub(crate) fn on_move_order(&mut self, now: Instant, from: PeerId, order: Order) {
-        let from_manager = self.c2c() && from == self.cluster.manager && from != self.me;
-        let policy = self.policy(now);
-        let own = order.entities.iter().all(|id| {
-            self.entities
-                .iter()
-                .any(|e| &e.id == id && policy.eligible(e))
-        });
+    pub(crate) fn on_move_order(
+        &mut self,
+        s: &mut Shared,
+        now: Instant,
+        from: PeerId,
+        order: Order,
+    ) {
+        let from_manager = self.c2c(s) && from == self.manager && from != s.me;
+        let policy = s.policy(now);
+        let own = order
+            .entities
+            .iter()
+            .all(|id| s.entities.iter().any(|e| &e.id == id && policy.eligible(e)));
         if !from_manager {
-            tracing::warn!(agent = %self.me, %from, "move order from a non-manager refused");
-            self.stats.messages_refused += 1;
+            tracing::warn!(agent = %s.me, %from, "move order from a non-manager refused");
+            s.stats.messages_refused += 1;
             return;
         }
         // Even the manager moves work only to a host its agent announced itself.
-        let announced = self.peer_host(&order.to);
+        let announced = s.peer_host(&order.to);
         let host_known = announced == Some(&order.to_host);
-        let host_unheard = announced.is_none() && self.cluster.awaiting_host.is_none();
-        if own && host_unheard && !self.is_migrating() && order.to != self.me {
+        let host_unheard = announced.is_none() && self.awaiting_host.is_none();
+        if own && host_unheard && !s.is_migrating() && order.to != s.me {
             // The destination is a member of this cluster but not (or no longer) in this
             // agent's table of hosts: it was never connected here, or its host was dropped
             // to make room. A message opens a connection, over which its agent announces its
             // host (identify, in the real driver); the order waits for that.
-            tracing::debug!(agent = %self.me, to = %order.to, "move order waits for the destination's host");
+            tracing::debug!(agent = %s.me, to = %order.to, "move order waits for the destination's host");
             let to = order.to.clone();
-            let deadline = now + self.config.member_timeout;
-            self.cluster.awaiting_host = Some((order, from, deadline));
-            self.send(to, Message::Introduce);
+            let deadline = now + s.config.member_timeout;
+            self.awaiting_host = Some((order, from, deadline));
+            s.send(to, Message::Introduce);
             return;
         }
-        if !own || !host_known || self.is_migrating() || order.to == self.me {
-            self.refuse_order(order);
+        if !own || !host_known || s.is_migrating() || order.to == s.me {
+            self.refuse_order(s, order);
             return;
         }
         let to = Beneficiary {
@@ -1159,7 +1159,7 @@ impl Agent {
             job_offers: Vec::new(),
             departed: Vec::new(),
         };
-        self.start_migration(
+        s.start_migration(
             now,
             order.migration,
             order.entities,
@@ -1168,9 +1168,9 @@ impl Agent {
         );
     }
 
-    fn refuse_order(&mut self, order: Order) {
-        self.stats.messages_refused += 1;
-        self.send(
+    fn refuse_order(&mut self, s: &mut Shared, order: Order) {
+        s.stats.messages_refused += 1;
+        s.send(
             order.notify,
             Message::MigrationFinished {
                 migration: order.migration,
@@ -1181,63 +1181,51 @@ impl Agent {
 
     /// The destination of a move order waiting for its host, if any: its host must not be
     /// dropped from a full table of hosts.
-    pub(crate) fn c2c_awaited_host(&self) -> Option<&PeerId> {
-        self.cluster
-            .awaiting_host
-            .as_ref()
-            .map(|(order, _, _)| &order.to)
+    pub(crate) fn awaited_host(&self) -> Option<&PeerId> {
+        self.awaiting_host.as_ref().map(|(order, _, _)| &order.to)
     }
 
     /// `peer`'s host was just announced: a move order waiting for it goes on (checked again
     /// as if it had just arrived).
-    pub(crate) fn c2c_host_known(&mut self, now: Instant, peer: &PeerId) {
-        if self.c2c_awaited_host() != Some(peer) {
+    pub(crate) fn host_known(&mut self, s: &mut Shared, now: Instant, peer: &PeerId) {
+        if self.awaited_host() != Some(peer) {
             return;
         }
-        if let Some((order, from, _)) = self.cluster.awaiting_host.take() {
-            self.on_move_order(now, from, order);
+        if let Some((order, from, _)) = self.awaiting_host.take() {
+            self.on_move_order(s, now, from, order);
         }
     }
 
-    pub(crate) fn c2c_order_finished(&mut self, now: Instant, migration: MigrationId) {
-        if self
-            .cluster
-            .pending_order
-            .is_some_and(|(m, _)| m == migration)
-        {
-            self.cluster.pending_order = None;
+    pub(crate) fn order_finished(&mut self, s: &mut Shared, now: Instant, migration: MigrationId) {
+        if self.pending_order.is_some_and(|(m, _)| m == migration) {
+            self.pending_order = None;
             // Views taken before the move are stale.
-            self.settle_after = Some(now);
+            s.settle_after = Some(now);
         }
     }
 
     /// The manager's fresh views of its cluster, its own node first.
-    fn views(&self, now: Instant) -> Vec<ClusterNode<'_>> {
+    fn views<'a>(&'a self, s: &'a Shared, now: Instant) -> Vec<ClusterNode<'a>> {
         let mut out = Vec::new();
-        if let Some(node) = self.own_profile().filter(|_| self.node_is_fresh()) {
+        if let Some(node) = s.own_profile().filter(|_| s.node_is_fresh()) {
             out.push(ClusterNode {
-                peer: self.me.clone(),
-                host: self.host.clone(),
+                peer: s.me.clone(),
+                host: s.host.clone(),
                 node,
-                entities: &self.entities[..],
-                leaving: self.is_leaving(),
-                departed: self.departed(),
-                near_hosts: Cow::Borrowed(&self.cluster.near_hosts.0[..]),
+                entities: &s.entities[..],
+                leaving: s.is_leaving(),
+                departed: s.departed(),
+                near_hosts: Cow::Borrowed(&self.near_hosts.0[..]),
             });
         }
-        let fresh = self.config.profile_period * 2;
+        let fresh = s.config.profile_period * 2;
         let mut members: Vec<(&PeerId, &View)> = self
-            .cluster
             .views
             .iter()
             .filter(|(p, v)| {
                 now <= v.at + fresh
-                    && self.is_fresh(v.at)
-                    && self
-                        .cluster
-                        .heard
-                        .get(*p)
-                        .is_some_and(|h| h.vote == self.me)
+                    && s.is_fresh(v.at)
+                    && self.heard.get(*p).is_some_and(|h| h.vote == s.me)
             })
             .collect();
         members.sort_by(|a, b| a.0.cmp(b.0));
@@ -1259,45 +1247,39 @@ impl Agent {
     /// for it) that it measured within the local tier, nearest first (at most
     /// [`MAX_RTTS`]): what a member tells its manager of who is near it. Listed anew at most
     /// every [`NEAR_HOSTS_REFRESH`].
-    pub(crate) fn near_hosts(&mut self, now: Instant) -> &[HostName] {
+    pub(crate) fn near_hosts(&mut self, s: &mut Shared, now: Instant) -> &[HostName] {
         let due = self
-            .cluster
             .near_hosts
             .1
             .is_none_or(|at| now >= at + NEAR_HOSTS_REFRESH);
         if due {
-            let manager = &self.cluster.manager;
-            let hosts = self
+            let manager = &self.manager;
+            let hosts = s
                 .peers
                 .by_rtt()
                 .take_while(|(_, rtt)| *rtt <= LOCAL_MAX_RTT)
                 .filter(|(peer, _)| {
-                    *peer == manager
-                        || self
-                            .cluster
-                            .heard
-                            .get(peer)
-                            .is_some_and(|h| &h.vote == manager)
+                    *peer == manager || self.heard.get(peer).is_some_and(|h| &h.vote == manager)
                 })
-                .filter_map(|(peer, _)| self.peer_host(peer).cloned())
+                .filter_map(|(peer, _)| s.peer_host(peer).cloned())
                 .take(MAX_RTTS)
                 .collect();
-            self.cluster.near_hosts = (hosts, Some(now));
+            self.near_hosts = (hosts, Some(now));
         }
-        &self.cluster.near_hosts.0
+        &self.near_hosts.0
     }
 
     /// The member with the most idle capacity, if it is lightly loaded and nothing is being
     /// balanced inside the cluster: the beneficiary of the manager's work steals.
-    pub(crate) fn lightest_member(&self, now: Instant) -> Option<Beneficiary> {
-        if !self.is_manager() || self.cluster.pending_order.is_some() || self.cluster.balancing {
+    pub(crate) fn lightest_member(&self, s: &Shared, now: Instant) -> Option<Beneficiary> {
+        if !self.is_manager(s) || self.pending_order.is_some() || self.balancing {
             return None;
         }
-        let views = self.views(now);
+        let views = self.views(s, now);
         let (i, v) = views
             .iter()
             .enumerate()
-            .filter(|(_, v)| !v.leaving && v.node.is_lightly_loaded(self.config.light_threshold))
+            .filter(|(_, v)| !v.leaving && v.node.is_lightly_loaded(s.config.light_threshold))
             .max_by(|(_, a), (_, b)| {
                 (a.node.free_cores() * a.node.speed)
                     .total_cmp(&(b.node.free_cores() * b.node.speed))
@@ -1325,12 +1307,17 @@ impl Agent {
     /// member ran a rank of the job, so nobody asked for its last ranks (traced at 1,000
     /// nodes, Grid-like: all of NSc2c's 20 split jobs had one cluster with most of the job
     /// and idle cores for the rest).
-    pub(crate) fn c2c_partner_steal_target(&self, now: Instant) -> Option<(HostName, Beneficiary)> {
-        if !self.is_manager() || self.cluster.pending_order.is_some() || self.cluster.balancing {
+    pub(crate) fn partner_steal_target(
+        &self,
+        s: &Shared,
+        stealing: &Stealing,
+        now: Instant,
+    ) -> Option<(HostName, Beneficiary)> {
+        if !self.is_manager(s) || self.pending_order.is_some() || self.balancing {
             return None;
         }
         let mut best: Option<(f64, HostName, Beneficiary)> = None;
-        let views = self.views(now);
+        let views = self.views(s, now);
         let jobs = ClusterJobs::of(&views);
         for (i, v) in views.iter().enumerate() {
             if v.leaving {
@@ -1338,10 +1325,10 @@ impl Agent {
             }
             let offers = jobs.offers(i, v);
             let gathered: Vec<EntityProfile>;
-            let entities = if v.node.is_lightly_loaded(self.config.light_threshold) {
+            let entities = if v.node.is_lightly_loaded(s.config.light_threshold) {
                 v.entities
             } else {
-                let Some(cores) = self.config.entity_cores else {
+                let Some(cores) = s.config.entity_cores else {
                     continue;
                 };
                 gathered = v
@@ -1356,7 +1343,7 @@ impl Agent {
                     .collect();
                 &gathered[..]
             };
-            let Some((cost, host)) = self.farthest_partner(entities, &[]) else {
+            let Some((cost, host)) = stealing.farthest_partner(s, entities, &[]) else {
                 continue;
             };
             if best
@@ -1380,18 +1367,18 @@ impl Agent {
     }
 
     /// One step of intra-cluster balancing (manager only, one order at a time).
-    fn balance_cluster(&mut self, now: Instant) {
-        self.cluster.balancing = false;
-        if self.cluster.pending_order.is_some() || self.is_migrating() {
+    fn balance_cluster(&mut self, s: &mut Shared, now: Instant) {
+        self.balancing = false;
+        if self.pending_order.is_some() || s.is_migrating() {
             return;
         }
-        let views = self.views(now);
+        let views = self.views(s, now);
         if views.len() < 2 {
             return;
         }
         let Some((from, to, plan)) = self
-            .evacuation(now, &views)
-            .or_else(|| self.balance_staying(now, &views))
+            .evacuation(s, now, &views)
+            .or_else(|| self.balance_staying(s, now, &views))
         else {
             return;
         };
@@ -1405,11 +1392,11 @@ impl Agent {
         };
         let from_host = views[from].host.clone();
         drop(views);
-        tracing::info!(agent = %self.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
-        self.bar_return(now, plan.entities.clone(), from_host);
-        self.cluster.balancing = true;
-        let me = self.me.clone();
-        self.order(now, from_peer, plan.entities, target, me);
+        tracing::info!(agent = %s.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
+        s.bar_return(now, plan.entities.clone(), from_host);
+        self.balancing = true;
+        let me = s.me.clone();
+        self.order(s, now, from_peer, plan.entities, target, me);
     }
 
     /// A leaving node's entities first: one of them, to the staying member with the most idle
@@ -1417,10 +1404,11 @@ impl Agent {
     /// Returns `(from, to, plan)` as indices into `views`.
     fn evacuation(
         &self,
+        s: &Shared,
         now: Instant,
         views: &[ClusterNode<'_>],
     ) -> Option<(usize, usize, decision::Plan)> {
-        let policy = self.policy_for(now, true);
+        let policy = s.policy_for(now, true);
         let mut targets: Vec<usize> = (0..views.len()).filter(|&i| !views[i].leaving).collect();
         targets.sort_by(|&a, &b| {
             let free = |i: usize| views[i].node.free_cores() * views[i].node.speed;
@@ -1447,6 +1435,7 @@ impl Agent {
     /// here). Returns `(from, to, plan)` as indices into `views`.
     fn balance_staying(
         &self,
+        s: &Shared,
         now: Instant,
         views: &[ClusterNode<'_>],
     ) -> Option<(usize, usize, decision::Plan)> {
@@ -1470,10 +1459,10 @@ impl Agent {
             let (from, to) = (staying[from], staying[to]);
             let host = &views[to].host;
             (e.partners.is_empty() || near.near(from, to))
-                && self.may_return(now, &e.id, host)
+                && s.may_return(now, &e.id, host)
                 && !views[to].departed.contains(&e.id)
         };
-        let (from, to, plan) = decision::balance(&self.policy_for(now, false), &nodes, may_go)?;
+        let (from, to, plan) = decision::balance(&s.policy_for(now, false), &nodes, may_go)?;
         Some((staying[from], staying[to], plan))
     }
 
@@ -1481,23 +1470,24 @@ impl Agent {
     /// agent. Returns the migration id.
     fn order(
         &mut self,
+        s: &mut Shared,
         now: Instant,
         member: PeerId,
         entities: Vec<EntityId>,
         to: Beneficiary,
         notify: PeerId,
     ) -> MigrationId {
-        let migration = MigrationId(self.fresh_id());
-        if notify == self.me {
-            self.cluster.pending_order = Some((migration, now + self.config.migration_timeout));
+        let migration = MigrationId(s.fresh_id());
+        if notify == s.me {
+            self.pending_order = Some((migration, now + s.config.migration_timeout));
         }
-        if member == self.me {
-            self.start_migration(now, migration, entities, &to, Some(notify));
+        if member == s.me {
+            s.start_migration(now, migration, entities, &to, Some(notify));
         } else {
             for e in &entities {
-                self.held.insert(e.clone(), now + self.config.hold_down);
+                s.held.insert(e.clone(), now + s.config.hold_down);
             }
-            self.send(
+            s.send(
                 member,
                 Message::MoveOrder {
                     migration,
@@ -1511,21 +1501,30 @@ impl Agent {
         migration
     }
 
-    pub(crate) fn c2c_work_steal(
+    /// A work steal that work stealing received and checked ([`ClusterSteal`]): a member
+    /// relays it to its manager (or names its manager to the origin of a partner steal);
+    /// a manager orders a move from its heaviest member (a leaving one first) to the
+    /// thief, or grows a malleable job of its own node onto it, or passes it on.
+    pub(crate) fn work_steal(
         &mut self,
+        s: &mut Shared,
+        resizing: &Resizing,
         now: Instant,
-        from: PeerId,
-        steal: Steal,
-        first_time: bool,
-        direct: bool,
+        received: ClusterSteal,
     ) {
-        if !self.is_manager() {
-            let manager = self.cluster.manager.clone();
+        let ClusterSteal {
+            from,
+            steal,
+            first_time,
+            direct,
+        } = received;
+        if !self.is_manager(s) {
+            let manager = self.manager.clone();
             // A partner steal sent here directly (a manager gathering a job asks the agent
             // of its rank's partner, which runs here): the origin asks our manager itself,
             // since a steal relayed by us would move nothing (its origin unauthenticated).
-            if direct && steal.ttl == 1 && manager != steal.origin && manager != self.me {
-                self.send(
+            if direct && steal.ttl == 1 && manager != steal.origin && manager != s.me {
+                s.send(
                     steal.origin,
                     Message::StealRedirect {
                         id: steal.id,
@@ -1537,14 +1536,14 @@ impl Agent {
             // Members relay to their manager: managers are the peers of the inter-cluster
             // network.
             let next = (manager != from && manager != steal.origin).then_some(manager);
-            self.stats.steals_forwarded += u64::from(next.is_some());
-            self.pass_on(steal, next);
+            s.stats.steals_forwarded += u64::from(next.is_some());
+            stealing::pass_on(s, steal, next);
             return;
         }
-        if first_time && self.cluster.pending_order.is_none() && !self.is_migrating() {
+        if first_time && self.pending_order.is_none() && !s.is_migrating() {
             // Leaving nodes first (their entities must go), then the heaviest node: the one
             // with the least idle capacity.
-            let mut views = self.views(now);
+            let mut views = self.views(s, now);
             views.retain(|v| v.peer != steal.source.peer);
             views.sort_by(|a, b| {
                 b.leaving.cmp(&a.leaving).then(
@@ -1557,19 +1556,20 @@ impl Agent {
             let near = views
                 .iter()
                 .any(|v| v.entities.iter().any(|e| !e.partners.is_empty()))
-                .then(|| StealLatencies::new(self, &steal));
+                .then(|| StealLatencies::new(s, &steal));
             let jobs = ClusterJobs::of(&views);
             let found = views.iter().enumerate().find_map(|(i, v)| {
                 let (node, max) = if v.leaving {
                     (v.node.departing(), 1)
                 } else {
-                    (v.node, self.config.max_group)
+                    (v.node, s.config.max_group)
                 };
                 let rtts = near.as_ref().map(|n| n.views(&v.host, &steal.source.host));
                 // Not back to the host a steal of ours took it from lately, unless its node
                 // is leaving; only ranks with partners there for a partner steal.
-                let may_go = self.for_thief(
-                    self.may_go_to(now, v.entities, &steal.source.host, v.leaving),
+                let may_go = stealing::for_thief(
+                    s,
+                    s.may_go_to(now, v.entities, &steal.source.host, v.leaving),
                     &steal.source,
                     v.leaving,
                 );
@@ -1577,7 +1577,7 @@ impl Agent {
                 decision::select_near(
                     &Policy {
                         jobs_here: &jobs_here,
-                        ..self.policy_for(now, v.leaving)
+                        ..s.policy_for(now, v.leaving)
                     },
                     &node,
                     &may_go,
@@ -1591,34 +1591,35 @@ impl Agent {
             // A malleable job whose rank 0 runs on the manager's own node may grow onto the
             // thief instead, when that beats the move found (members' jobs are only moved:
             // a member is not ordered to grow).
-            if let Some(grow) = self
-                .grow_for_steal(now, &steal)
+            if let Some(grow) = resizing
+                .grow_for_steal(s, now, &steal.source)
                 .filter(|g| g.beats_move(found.as_ref().map(|(_, _, p)| p)))
             {
                 if direct {
-                    self.start_grow(now, grow, steal);
+                    resizing::start_grow(s, now, grow, &steal.source.host, steal.origin, steal.id);
                     return;
                 }
-                self.stats.grow_offers_refused += 1;
-                if self.hint_origin(&steal) {
+                s.stats.grow_offers_refused += 1;
+                if stealing::hint_origin(s, &steal) {
                     return;
                 }
             }
             // Work moves only on a request the origin sent us itself; a relayed or
             // forwarded one gets the origin told to ask here directly.
-            if found.is_some() && !direct && self.hint_origin(&steal) {
+            if found.is_some() && !direct && stealing::hint_origin(s, &steal) {
                 return;
             }
             if let Some((member, member_host, plan)) = found.filter(|_| direct) {
-                tracing::info!(agent = %self.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
+                tracing::info!(agent = %s.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
                 let migration = self.order(
+                    s,
                     now,
                     member,
                     plan.entities.clone(),
                     steal.source.clone(),
                     steal.origin.clone(),
                 );
-                self.send(
+                s.send(
                     steal.origin,
                     Message::StealAccepted {
                         id: steal.id,
@@ -1631,7 +1632,31 @@ impl Agent {
             }
         }
         let tier = steal.tier.max(LatencyTier::Regional);
-        self.forward(from, steal, tier);
+        stealing::forward(s, from, steal, tier);
+    }
+}
+
+impl ClusterRole for Cluster {
+    fn is_manager(&self, s: &Shared) -> bool {
+        Cluster::is_manager(self, s)
+    }
+
+    fn lightest_member(&self, s: &Shared, now: Instant) -> Option<Beneficiary> {
+        Cluster::lightest_member(self, s, now)
+    }
+
+    fn partner_steal_target(
+        &self,
+        s: &Shared,
+        stealing: &Stealing,
+        now: Instant,
+    ) -> Option<(HostName, Beneficiary)> {
+        Cluster::partner_steal_target(self, s, stealing, now)
+    }
+
+    fn members_exchange_with(&self, s: &Shared, host: &HostName) -> bool {
+        self.member_entities(s)
+            .any(|e| e.partners.iter().any(|p| p.host == *host))
     }
 }
 
