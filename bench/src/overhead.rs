@@ -170,21 +170,37 @@ pub(crate) fn run(mut args: OverheadArgs) -> Result<()> {
         "Load average (1/5/15 min) before: {load_before}; after: {}.",
         load_average()
     )];
-    println!(
-        "PCM overhead: {program} (PCM + pcmd, and without pcmd) vs {plain_name}, {} ranks",
-        args.ranks
-    );
+    report(
+        &format!("PCM overhead: {program} (PCM + pcmd, and without pcmd) vs {plain_name}"),
+        &format!("PCM overhead: {program} vs {plain_name}"),
+        &args,
+        &table,
+        &notes,
+    )?;
+    Ok(())
+}
+
+/// Prints a mode's table under `heading` and its notes, and appends them to `--markdown`
+/// under `title`; both are followed by the rank count (and "(quick)" in the file).
+pub(crate) fn report(
+    heading: &str,
+    title: &str,
+    args: &OverheadArgs,
+    table: &Table,
+    notes: &[String],
+) -> Result<()> {
+    println!("{heading}, {} ranks", args.ranks);
     print!("{}", table.to_text());
-    for note in &notes {
+    for note in notes {
         println!("{note}");
     }
     if let Some(path) = &args.markdown {
         let title = format!(
-            "PCM overhead: {program} vs {plain_name}, {} ranks{}",
+            "{title}, {} ranks{}",
             args.ranks,
             if args.quick { " (quick)" } else { "" }
         );
-        append_markdown(path, &title, &table, &notes)?;
+        append_markdown(path, &title, table, notes)?;
     }
     Ok(())
 }

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use mpi_ios_bench::paired::{interleave, Variant};
-use mpi_ios_bench::{
-    append_markdown, load_average, median, try_program, Group, MpiJob, Pcmd, Table,
-};
+use mpi_ios_bench::{load_average, median, try_program, Group, MpiJob, Pcmd, Table};
 
 use super::OverheadArgs;
 
@@ -141,22 +139,13 @@ pub(super) fn run(args: &OverheadArgs) -> Result<()> {
             load_average()
         ),
     ];
-    println!(
-        "PCM overhead under contention: {program} (PCM + pcmd) vs {plain_name}, {} ranks beside a CPU hog",
-        args.ranks
-    );
-    print!("{}", table.to_text());
-    for note in &notes {
-        println!("{note}");
-    }
-    if let Some(path) = &args.markdown {
-        let title = format!(
-            "PCM overhead under contention: {program} vs {plain_name}, {} ranks{}",
-            args.ranks,
-            if args.quick { " (quick)" } else { "" }
-        );
-        append_markdown(path, &title, &table, &notes)?;
-    }
+    super::report(
+        &format!("PCM overhead under contention: {program} (PCM + pcmd) vs {plain_name}"),
+        &format!("PCM overhead under contention: {program} vs {plain_name}"),
+        args,
+        &table,
+        &notes,
+    )?;
     println!(
         "{}",
         serde_json::json!({
