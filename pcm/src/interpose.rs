@@ -1006,7 +1006,7 @@ wrap!(plain MPI_File_open => PMPI_File_open(comm: MPI_Comm, filename: *const std
 /// Open MPI and MPICH; MPICH's Fortran bindings call the `MPI_` wrappers instead and never
 /// this).
 #[no_mangle]
-unsafe extern "C" fn PMPI_Comm_f2c(comm: ffi::MPI_Fint) -> MPI_Comm {
+unsafe extern "C" fn PMPI_Comm_f2c(comm: c_int) -> MPI_Comm {
     // SAFETY: the library's conversion of a Fortran handle; it validates nothing and
     // returns a handle (or MPI_COMM_NULL) as the Fortran binding expects.
     current(unsafe { ffi::MPI_Comm_f2c(comm) })

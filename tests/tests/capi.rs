@@ -792,3 +792,127 @@ fn given_c_ranks_on_two_emulated_hosts_when_rank_1_moves_to_a_third_then_it_runs
     assert_eq!(report.migrations, Some(1));
     assert_eq!(report.checksum, reference.reference_checksum());
 }
+
+/// The numbers a run of a world_main program prints (`result ranks 3 steps S: ...`: the
+/// values, after the colon), after checking that it ended well within `DEADLINE` (a call on
+/// MPI_COMM_WORLD that waited for a departed process would hang until then) and that its
+/// MPI_COMM_WORLD held the job's 3 ranks.
+fn world_result(job: MpiJob) -> String {
+    let what = job.what();
+    let finished = job.run(DEADLINE);
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "{what} failed\n--- stdout\n{}\n--- stderr\n{}",
+        finished.stdout,
+        finished.stderr
+    );
+    let line = finished
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("result "))
+        .unwrap_or_else(|| panic!("{what}: no result line\n{}", finished.stdout));
+    assert!(line.starts_with("result ranks 3 "), "{what}: {line}");
+    let values = line.split_once(':').map_or(line, |(_, values)| values);
+    values.trim().to_owned()
+}
+
+/// Moves that take every rank of 3 away at least once, the last all at once.
+const EVERY_RANK_MOVES: &str = "15:1,30:0+2,50:0+1+2";
+
+#[test]
+fn given_c_helpers_on_mpi_comm_world_when_every_rank_moves_then_the_result_equals_plain() {
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    let sources = ["world_main.c", "world_helper.c"];
+    copy_into(build.path(), &repo().join("pcm/capi/tests"), &sources);
+    let with_pcm = build_outside_with(
+        &mpicc(),
+        &["-std=c11", "-DWITH_PCM"],
+        build.path(),
+        prefix.path(),
+        "world-main",
+        &sources,
+    );
+    // The plain program: the same sources without PCM and without libpcm.
+    let out = Command::new(mpicc())
+        .current_dir(build.path())
+        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-ffp-contract=off"])
+        .args(["-o", "world-main-plain"])
+        .args(sources)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plain = build.path().join("world-main-plain");
+
+    let _lock = mpi_lock();
+    let job = |program: &Path, steps: &str| MpiJob::new(3, program.to_str().unwrap(), &[steps]);
+    let reference = world_result(job(&plain, "100"));
+    // The numbers depend on every step: one step fewer changes them.
+    assert_ne!(world_result(job(&plain, "99")), reference);
+    for schedule in ["", EVERY_RANK_MOVES] {
+        assert_eq!(
+            world_result(job(&with_pcm, "100").env("PCM_SCHEDULE", schedule)),
+            reference,
+            "PCM_SCHEDULE={schedule}"
+        );
+    }
+}
+
+/// The same in Fortran on Open MPI, whose Fortran bindings call the C library's `PMPI_`
+/// functions past libpcm's `MPI_` wrappers: libpcm's `PMPI_Comm_f2c` hands them the world.
+#[test]
+fn given_fortran_helpers_on_mpi_comm_world_when_every_rank_moves_then_the_result_equals_plain() {
+    if !fortran_available() {
+        return;
+    }
+    let prefix = tempfile::tempdir().unwrap();
+    let build = tempfile::tempdir().unwrap();
+    install(prefix.path());
+    copy_into(
+        build.path(),
+        &repo().join("pcm/capi/tests"),
+        &["world_main.F90"],
+    );
+    let compile = |output: &str, pcm: bool| {
+        let mut command = Command::new(mpif90());
+        command.current_dir(build.path()).args([
+            "-O2",
+            "-Wall",
+            "-ffp-contract=off",
+            "-o",
+            output,
+            "world_main.F90",
+        ]);
+        if pcm {
+            command
+                .arg("-DWITH_PCM")
+                .args(pkg_config_fortran(prefix.path(), &["--cflags", "--libs"]));
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        build.path().join(output)
+    };
+    let plain = compile("world-main-f-plain", false);
+    let with_pcm = compile("world-main-f", true);
+
+    let _lock = mpi_lock();
+    let job = |program: &Path| MpiJob::new(3, program.to_str().unwrap(), &[]);
+    let reference = world_result(job(&plain));
+    for schedule in ["", EVERY_RANK_MOVES] {
+        assert_eq!(
+            world_result(job(&with_pcm).env("PCM_SCHEDULE", schedule)),
+            reference,
+            "PCM_SCHEDULE={schedule}"
+        );
+    }
+}

@@ -274,3 +274,41 @@ fn given_a_plain_run_past_its_grids_fixed_point_then_comparing_with_it_is_refuse
         "{why}"
     );
 }
+
+/// The numbers `world-helper` prints, after the colon of its result line (tests/programs: a helper that takes
+/// `SimpleCommunicator::world()`, rsmpi's MPI_COMM_WORLD, itself), after checking that it
+/// ended well within `DEADLINE`: a call on the launch's world that waited for a departed
+/// process would hang until then.
+fn world_helper(args: &[&str], schedule: &str) -> String {
+    let job = MpiJob::new(3, "world-helper", args).env("PCM_SCHEDULE", schedule);
+    let finished = job.run(DEADLINE);
+    assert_eq!(
+        finished.code,
+        Some(0),
+        "{} failed\n--- stdout\n{}\n--- stderr\n{}",
+        job.what(),
+        finished.stdout,
+        finished.stderr
+    );
+    let line = finished.stdout.lines().find(|l| l.starts_with("result "));
+    let line = line.unwrap_or_else(|| panic!("no result line\n{}", finished.stdout));
+    assert!(line.starts_with("result ranks 3 "), "{line}");
+    let values = line.split_once(':').map_or(line, |(_, values)| values);
+    values.trim().to_owned()
+}
+
+#[test]
+fn given_a_helper_on_mpi_comm_world_when_every_rank_moves_then_the_result_equals_plain() {
+    let _lock = mpi_lock();
+    let reference = world_helper(&["100", "--plain"], "");
+    // The numbers depend on every step: one step fewer changes them.
+    assert_ne!(world_helper(&["99", "--plain"], ""), reference);
+    // Every rank of 3 moves at least once, the last time all at once.
+    for schedule in ["", "15:1,30:0+2,50:0+1+2"] {
+        assert_eq!(
+            world_helper(&["100"], schedule),
+            reference,
+            "PCM_SCHEDULE={schedule}"
+        );
+    }
+}
