@@ -17,7 +17,7 @@
 //!   time) runs elsewhere, the move of that rank onto the thief is the one to beat; that
 //!   rank's agent makes it, so the steal goes on. No message asks for a resize: the network can offer a
 //!   node, never make a job change width, and a thief that is not idle is refused
-//!   ([`super::Stats::grow_offers_refused`]).
+//!   ([`super::shared::Stats::grow_offers_refused`]).
 //! - **Not while spread** (NSp2p): a job whose rank 0 exchanges with a partner beyond the
 //!   local tier is not grown: the moves gather it first (onto one node, which a grown job
 //!   would be too wide for), and it grows once its partners are near.
@@ -26,7 +26,7 @@
 //!   one and a half steal periods of its calls for thieves, or of the last move off it
 //!   (two profile periods more in NSc2c: [`leave_shrink_wait`]), or when
 //!   competing load (its owner coming back) has slowed them for
-//!   [`super::Config::with_shed_after`] with no idle node taking them and the model predicts
+//!   [`Config::with_shed_after`] with no idle node taking them and the model predicts
 //!   the job runs faster without them.
 //! - **Damping**: no agent resizes a job within a hold-down of a change of its width (seen
 //!   in its ranks' profiles, or done by itself), nor sheds ranks that arrived within a
@@ -52,7 +52,7 @@ use crate::tier::PeerId;
 /// steals within a round trip and is given the ranks, so half a steal period after the
 /// second call nothing more is coming. (Three steal periods before: the main job's act
 /// waited 6.2 to 6.6 s at the leave for an idle node the pool did not have.) The wait
-/// starts again when a move off the node completes ([`super::Leaving::waiting_since`]):
+/// starts again when a move off the node completes ([`super::shared::Leaving::waiting_since`]):
 /// the node calls for the next rank's thief then, and a job moves one reconfiguration at a
 /// time. (Counted from the leave alone, a node whose two ranks an NSc2c manager was moving
 /// shrank the job 1 s after the first move, with idle nodes taking the second in CI.)
@@ -275,7 +275,7 @@ impl Resizing {
             // place, its cluster's members near a node, which a grown job fits.)
             let spread =
                 known_partners.is_some_and(|rtt| rtt > crate::tier::LOCAL_MAX_RTT.as_secs_f64());
-            if spread && s.config.topology == super::Topology::PeerToPeer {
+            if spread && s.config.topology == Topology::PeerToPeer {
                 continue;
             }
             let extra_rtt = (thief_rtt - paid_rtt).max(0.0);
@@ -583,7 +583,7 @@ impl Resizing {
 
 /// The CPU each of this node's entities gets: the node's capacity (without the
 /// competing load, or with it when `competing`) shared among them, at most
-/// [`super::Config::with_entity_cores`] each.
+/// [`Config::with_entity_cores`] each.
 pub(crate) fn cpu_per_entity(s: &Shared, node: &NodeProfile, competing: bool) -> f64 {
     let offered = if competing {
         node.entity_capacity()
@@ -609,7 +609,7 @@ pub(crate) fn cpu_per_entity(s: &Shared, node: &NodeProfile, competing: bool) ->
 /// steal is never acted on, so it hints the thief, which asks it directly.
 pub(crate) fn grow_home(s: &Shared, thief: &Beneficiary, exclude: &[&PeerId]) -> Option<PeerId> {
     if !s.config.resizes
-        || s.config.topology != super::Topology::PeerToPeer
+        || s.config.topology != Topology::PeerToPeer
         || !thief.profile.is_lightly_loaded(s.config.light_threshold)
     {
         return None;

@@ -1,7 +1,7 @@
 //! NSp2p work stealing (section 5.2, "Peer-to-peer load balancing"; section 6.2): a lightly
 //! loaded agent steals work for itself with TTL-forwarded packets, escalating through the
 //! latency tiers, and partner steals to the agents of its ranks' far partners gather a
-//! spread job ([`super::Config::with_gather`]); a loaded agent decides what to give. An
+//! spread job ([`Config::with_gather`]); a loaded agent decides what to give. An
 //! NSc2c manager steals the same way on behalf of a member of its cluster, and answers
 //! steals for its members ([`super::c2c`]); what stealing asks of the cluster goes through
 //! [`ClusterRole`], so this module knows nothing of it. Everything else it reads and moves
