@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod fault;
 pub mod malleable_act;
 pub mod paired;
+pub mod pool;
 pub mod recovery;
 pub mod scale;
 pub mod scale_seeds;

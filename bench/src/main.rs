@@ -145,6 +145,11 @@ enum Command {
     /// mesh), CPU and memory per agent and per pcmd, messages per agent and second; one
     /// JSON line.
     IdlePool(idle_pool::IdlePoolArgs),
+    /// Real IOS agents in emulated wide-area sites (network namespaces joined by a delay
+    /// router, round trips in the paper's tiers) with peer servers and churn (leaves, kills,
+    /// joins, a peer server killed): mesh time, tier accuracy, CPU, memory, messages and
+    /// bytes per agent, recovery; writes summary.json in --out. Needs root and /dev/net/tun.
+    Pool(mpi_ios_bench::pool::PoolArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -158,6 +163,7 @@ fn main() -> std::process::ExitCode {
             | Command::Fig13(_)
             | Command::Fig15(_)
             | Command::Fig16(_)
+            | Command::Pool(_)
     ) {
         if let Err(e) = mpi_ios_tests::stop_on_interrupt() {
             eprintln!("warning: Ctrl-C will not clean up the emulated nodes: {e}");
@@ -185,6 +191,7 @@ fn main() -> std::process::ExitCode {
         Command::Fig16(args) => fig15::run16(args),
         Command::Scale(args) => mpi_ios_bench::scale::run(args),
         Command::IdlePool(args) => idle_pool::run(args),
+        Command::Pool(args) => mpi_ios_bench::pool::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -14,6 +14,7 @@ pub mod netns;
 pub mod pcmrun_job;
 pub mod pool;
 pub mod scenario;
+pub mod sites;
 pub mod slurm;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -178,7 +178,7 @@ pub struct Cluster {
 }
 
 /// Runs a command, returning its stdout or a message with its stderr.
-fn run(program: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<String, String> {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -195,7 +195,7 @@ fn run(program: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn ip(args: &[&str]) -> Result<String, String> {
+pub(crate) fn ip(args: &[&str]) -> Result<String, String> {
     run("ip", args)
 }
 
@@ -214,7 +214,7 @@ fn netns_pids(netns: &str) -> Vec<i32> {
 }
 
 /// Kills everything in `netns` (repeatedly: daemons may fork while dying).
-fn kill_netns_processes(netns: &str) {
+pub(crate) fn kill_netns_processes(netns: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let pids = netns_pids(netns);
@@ -244,7 +244,7 @@ fn owner_pid(name: &str, prefix: &str) -> Option<u32> {
 
 /// Removes namespaces, links and files of clusters whose test process is gone (killed before its
 /// `Drop` could run).
-fn sweep_stale() {
+pub(crate) fn sweep_stale() {
     let me = std::process::id();
     for line in ip(&["netns", "list"]).unwrap_or_default().lines() {
         let Some(name) = line.split_whitespace().next() else {

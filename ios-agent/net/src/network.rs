@@ -407,7 +407,10 @@ impl Task {
             }
             Command::Dial(addr, reply) => {
                 let r = self.dial(
-                    DialOpts::unknown_peer_id().address(addr.clone()).build(),
+                    DialOpts::unknown_peer_id()
+                        .address(addr.clone())
+                        .allocate_new_port()
+                        .build(),
                     DialTarget::Manual(addr.clone()),
                 );
                 let _ = reply.send(
@@ -430,6 +433,14 @@ impl Task {
         }
     }
 
+    /// Dials. Every dial takes a new local port (`allocate_new_port`), never the listening
+    /// one (libp2p's default reuses it): two agents that find each other at once and dial
+    /// each other from their listening ports make the same TCP 4-tuple, a TCP simultaneous
+    /// open gives them ONE connection on which both are the dialer, and its handshake fails
+    /// ("input error") on both sides at the same instant; their redials, equal backoffs from
+    /// the same failure, met again every time. Seen in `mpi-ios-bench pool` (issue 42): with
+    /// a 160 ms round trip between two sites that each had a peer server, no agent of one
+    /// ever connected to one of the other. On loopback the window is microseconds wide.
     fn dial(&mut self, opts: DialOpts, target: DialTarget) -> Result<ConnectionId, String> {
         let id = opts.connection_id();
         match self.swarm.dial(opts) {
@@ -451,7 +462,10 @@ impl Task {
     fn execute(&mut self, action: Action, now: Instant) {
         match action {
             Action::DialAddress { target, addr } => {
-                let opts = DialOpts::unknown_peer_id().address(addr).build();
+                let opts = DialOpts::unknown_peer_id()
+                    .address(addr)
+                    .allocate_new_port()
+                    .build();
                 if let Err(reason) = self.dial(opts, DialTarget::Store(target)) {
                     self.discovery.on_dial_failed(target, reason, now);
                 }
@@ -460,6 +474,7 @@ impl Task {
                 let opts = DialOpts::peer_id(peer)
                     .condition(PeerCondition::DisconnectedAndNotDialing)
                     .addresses(addrs)
+                    .allocate_new_port()
                     .build();
                 if let Err(reason) = self.dial(opts, DialTarget::Store(Target::Discovered(peer))) {
                     // Already connected or dialing, or no usable address: nothing failed.

@@ -1,0 +1,71 @@
+//! The quick pool (issue 42, item 1): real agents in 4 emulated wide-area sites, with churn.
+//! Checks the run's own verdict and the figures behind it, so that a pool that does not
+//! form, misjudges distances, burns CPU or does not recover fails here. Needs root and
+//! /dev/net/tun; skipped with the reason otherwise. Needs `cargo build --release --bins`.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use mpi_ios_bench::pool::PoolSummary;
+use mpi_ios_tests::sites::SiteNet;
+
+/// The whole run: about 40 s here (agents start, mesh, 8 s window, churn).
+const DEADLINE: Duration = Duration::from_secs(150);
+
+#[test]
+fn given_a_quick_pool_in_four_sites_then_it_forms_classifies_distances_and_recovers_from_churn() {
+    if let Err(why) = SiteNet::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_mpi-ios-bench"));
+    let out = tempfile::tempdir().unwrap();
+    let mut command = Command::new(&exe);
+    command
+        .args([
+            "pool",
+            "--agents",
+            "24",
+            "--sites",
+            "4",
+            "--seconds",
+            "20",
+            "--quick",
+            "--out",
+        ])
+        .arg(out.path());
+    let finished = mpi_ios_tests::Group::run_to_end(command, "pool", DEADLINE)
+        .unwrap_or_else(|e| panic!("mpi-ios-bench pool: {e}"));
+    eprintln!("{}\n{}", finished.stdout, finished.stderr);
+    assert_eq!(finished.code, Some(0), "mpi-ios-bench pool failed");
+    let s = PoolSummary::read(out.path()).unwrap();
+    assert_eq!(s.agents, 24);
+    // Every tier exists on a line of 4 sites, and each was measured.
+    for tier in ["local", "regional", "national", "global"] {
+        assert!(
+            s.measured_rtt.get(tier).is_some_and(|r| r.pairs > 0),
+            "no {tier} pairs: {s:#?}"
+        );
+    }
+    assert!(
+        s.mesh_formed_s.is_some_and(|t| t <= s.mesh_timeout_s),
+        "{s:#?}"
+    );
+    assert!(s.k_per_tier_s.is_some(), "{s:#?}");
+    assert!(s.tier_accuracy >= 0.95, "{s:#?}");
+    assert!(
+        s.msgs_per_agent_s.is_finite() && s.bytes_per_agent_s > 0.0,
+        "{s:#?}"
+    );
+    assert!(s.rss_mb_per_agent > 1.0 && s.cpu_per_agent > 0.0, "{s:#?}");
+    assert_eq!(s.churn.left.len(), 1);
+    assert_eq!(s.churn.killed.len(), 1);
+    assert_eq!(s.churn.joined.len(), 1);
+    assert!(s.churn.peer_server_killed.is_some());
+    assert!(s.churn.recovered, "{s:#?}");
+    assert_eq!(s.churn.alive, s.churn.alive_expected, "{s:#?}");
+    assert!(s.passed, "{:?}", s.failures);
+    assert!(s.failures.is_empty());
+}
