@@ -2,10 +2,10 @@
 //! to the strategy it concerns. Its parts, each in its own module, imported one way
 //! (strategies -> shared, never back):
 //!
-//! - [`config`]: the settings and their defaults;
-//! - [`shared`]: what both strategies share (peers and their hosts, profiles, held, gone and
+//! - `config`: the settings and their defaults;
+//! - `shared`: what both strategies share (peers and their hosts, profiles, held, gone and
 //!   barred entities, the move under way, the drain, the action queue, the counters);
-//! - [`stealing`]: NSp2p work stealing (section 5.2), also what an NSc2c manager uses
+//! - `stealing`: NSp2p work stealing (section 5.2), also what an NSc2c manager uses
 //!   between clusters;
 //! - [`c2c`]: NSc2c (section 5.1 and 5.2), enabled by [`Topology::ClusterToCluster`];
 //! - `resizing`: growing and shrinking malleable jobs, for both.
@@ -356,13 +356,19 @@ impl Agent {
     }
 
     /// NSc2c: how long a local peer that is neither this agent's manager nor its member may
-    /// stay silent before it is taken as gone ([`c2c::Cluster::gossip_timeout`]).
+    /// stay silent before it is taken as gone (its vote dropped, its seniority reset): the
+    /// member timeout plus one whole gossip round of an agent with a full peer table,
+    /// `max_peers / GOSSIP_FANOUT` heartbeat periods, plus one period for a peer that joins
+    /// the round just behind the turn. Gone peers leave earlier when the peer table drops
+    /// them (no RTT sample for the peer timeout, or a lost connection).
     pub fn gossip_timeout(&self) -> Duration {
         self.cluster.gossip_timeout(&self.shared)
     }
 
     /// NSc2c: how far apart two agents' first sightings may be for both to count as
-    /// equally senior ([`c2c::Cluster::seniority_grace`]).
+    /// equally senior: discovery, the first RTT samples and the first heartbeat take a few
+    /// seconds, so a peer heard that soon after this agent started was there before it.
+    /// Twice the member timeout.
     pub fn seniority_grace(&self) -> Duration {
         self.cluster.seniority_grace(&self.shared)
     }

@@ -14,13 +14,17 @@
 //!   feasibility, `gain > min_gain`, single or group migration (section 5.2, "Migration
 //!   granularity").
 //! - [`tier`]: peers grouped by RTT into local / regional / national / global (section 5.2).
-//! - [`agent`]: the [`Agent`] state machine; **NSp2p** work stealing with TTL forwarding and
-//!   tier escalation (section 5.2, "Peer-to-peer load balancing"; section 6.2), and partner
-//!   steals to the agents of the ranks' far partners, which gather a spread job (also for
-//!   an NSc2c manager's members; [`agent::Config::with_gather`]).
-//! - [`c2c`]: **NSc2c** on the same [`Agent`]: latency clusters, manager election by
-//!   heartbeats, profile polling, intra-cluster balancing to `n1/n2 = sum w r1 / sum w r2`,
-//!   managers as NSp2p peers (section 5.1 and 5.2, "Cluster-to-cluster load balancing").
+//! - [`agent`]: the [`Agent`] state machine, which hands each input to the part it concerns,
+//!   each in its own file under `agent/`: the state both strategies share (`shared.rs`);
+//!   **NSp2p** work stealing with TTL forwarding and tier escalation (`stealing.rs`;
+//!   section 5.2, "Peer-to-peer load balancing"; section 6.2), and partner steals to the
+//!   agents of the ranks' far partners, which gather a spread job (also for an NSc2c
+//!   manager's members; [`agent::Config::with_gather`]); the resizing policy
+//!   (`resizing.rs`).
+//! - [`c2c`] (`agent/c2c.rs`): **NSc2c**: latency clusters, manager election by heartbeats
+//!   (`agent/c2c/election.rs`), profile polling, intra-cluster balancing to
+//!   `n1/n2 = sum w r1 / sum w r2`, managers as NSp2p peers that steal through
+//!   `stealing.rs` (section 5.1 and 5.2, "Cluster-to-cluster load balancing").
 //! - [`message`]: every agent-to-agent message, validated after decoding.
 //!
 //! # How a driver uses it

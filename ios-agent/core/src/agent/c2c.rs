@@ -1,6 +1,6 @@
 //! NSc2c (section 5.1 and 5.2, "Cluster-to-cluster load balancing"), enabled by
-//! [`Topology::ClusterToCluster`]: the [`Cluster`] of an agent, which takes what both
-//! strategies share as `&mut Shared` and uses work stealing ([`super::stealing`]) between
+//! [`Topology::ClusterToCluster`]: the `Cluster` of an agent, which takes what both
+//! strategies share as `&mut Shared` and uses work stealing (`agent/stealing.rs`) between
 //! clusters.
 //!
 //! - **Clusters** are latency-defined: an agent's cluster is itself plus its alive peers of
@@ -11,7 +11,7 @@
 //!   sender's vote, the manager it elected. Each agent ranks the candidates (itself and the
 //!   alive local peers) by what it observed itself: its own start, and when it first heard
 //!   each peer (continuously since). Only the *senior generation* may win: candidates first
-//!   seen within [`Agent::seniority_grace`] of the earliest. Among them wins the one with the
+//!   seen within `Agent::seniority_grace` of the earliest. Among them wins the one with the
 //!   most votes (the alive peers' and this agent's own), then a peer that votes for itself
 //!   (it does not take this agent as its senior, and may have been there first: a peer heard
 //!   from this agent's first moment cannot be ordered by this agent), then the lowest id. A
@@ -41,7 +41,7 @@
 //!   - every agent sends one heartbeat to [`GOSSIP_FANOUT`] other local peers, in id order,
 //!     so every local peer hears its vote at least once per round of at most
 //!     `max_peers / GOSSIP_FANOUT` periods. Votes and seniority of peers outside an agent's
-//!     own links are kept for [`Agent::gossip_timeout`], which covers a round;
+//!     own links are kept for `Agent::gossip_timeout`, which covers a round;
 //!   - in an agent's first seniority grace it still heartbeats every local peer each period,
 //!     once per agent's life, so that agents that start together see all votes at once and
 //!     elect as the rules say, and a newcomer learns the votes around it at once;
@@ -103,7 +103,7 @@ struct Heard {
     vote: PeerId,
     /// Whether the peer is in the local tier of the peer table. Every heard peer was local
     /// when first heard (heartbeats of others are ignored), and a peer's tier changes only
-    /// with the peer table, which tells the cluster ([`Agent::peers_changed`] refreshes
+    /// with the peer table, which tells the cluster (`Agent::peers_changed` refreshes
     /// this). Kept here because the election checks every heard peer on every heartbeat,
     /// and a peer-table look-up each was a third of the simulator's time with NSc2c on the
     /// Internet-like network at 1,000 nodes (up to 64 local peers each).
@@ -125,9 +125,9 @@ pub(crate) struct MemberView {
     pub(crate) node: NodeProfile,
     pub(crate) entities: Vec<EntityProfile>,
     pub(crate) leaving: bool,
-    /// Entities that left the member's node lately ([`Agent::departed`]).
+    /// Entities that left the member's node lately (`Agent::departed`).
     pub(crate) departed: Vec<EntityId>,
-    /// Hosts the member measured within the local tier ([`Agent::near_hosts`]).
+    /// Hosts the member measured within the local tier (`Agent::near_hosts`).
     pub(crate) near_hosts: Vec<HostName>,
 }
 
@@ -251,7 +251,7 @@ pub(crate) struct Order {
 }
 
 /// Local peers outside its own manager-member links that an agent sends a heartbeat to each
-/// heartbeat period, in turn ([`Agent::gossip_timeout`]).
+/// heartbeat period, in turn (`Agent::gossip_timeout`).
 pub const GOSSIP_FANOUT: usize = 1;
 
 /// NSc2c state of one agent.
@@ -264,9 +264,9 @@ pub(crate) struct Cluster {
     heard: IdMap<PeerId, Heard>,
     /// How many heard peers vote for this agent. Only a manager has any; the others (nearly
     /// every agent) then know that they have no members without reading every heard peer,
-    /// which each heartbeat period's [`Agent::cluster_members`] did on every agent (5% of
+    /// which each heartbeat period's `Agent::cluster_members` did on every agent (5% of
     /// the simulator's time at 10,000 nodes). Kept by every change to `heard`
-    /// ([`Agent::heard_changed`]).
+    /// (`Agent::heard_changed`).
     voters: usize,
     /// No heard peer times out before this instant (a lower bound of the earliest
     /// `at + gossip_timeout`; `None` while nobody is heard): a heard peer's `at` only moves
@@ -294,22 +294,22 @@ pub(crate) struct Cluster {
     pending_order: Option<(MigrationId, Instant)>,
     /// Member: a move order to an agent whose host this agent does not know yet, the
     /// manager that sent it, and until when it waits for the host (see
-    /// [`Agent::on_move_order`]).
+    /// `Agent::on_move_order`).
     awaiting_host: Option<(Order, PeerId, Instant)>,
     balancing: bool,
     standing: Standing,
-    /// This agent's cluster mates within the local tier ([`Agent::near_hosts`]), and when
+    /// This agent's cluster mates within the local tier (`Agent::near_hosts`), and when
     /// they were last listed (a manager's and each member's list is refreshed at most every
     /// [`NEAR_HOSTS_REFRESH`]: listing them reads the peer table and the heard votes).
     near_hosts: (Vec<HostName>, Option<Instant>),
 }
 
-/// How often an agent lists its near cluster mates again ([`Agent::near_hosts`]): cluster
+/// How often an agent lists its near cluster mates again (`Agent::near_hosts`): cluster
 /// membership and RTTs change over minutes.
 pub const NEAR_HOSTS_REFRESH: Duration = Duration::from_secs(30);
 
 /// What the last election saw, so that the next one runs only if its result could differ
-/// ([`Agent::elect`]).
+/// (`Agent::elect`).
 #[derive(Debug)]
 struct Standing {
     /// An input of the election changed since it last ran (a peer heard anew, or again after
@@ -318,7 +318,7 @@ struct Standing {
     stale: bool,
     /// When it last ran, or was last found to stand.
     at: Instant,
-    /// How many heard peers were alive then ([`Agent::alive`]).
+    /// How many heard peers were alive then (`Agent::alive`).
     alive: usize,
     /// Before this instant none of them, nor the manager, can time out (`None`: nobody
     /// can).
@@ -455,7 +455,7 @@ impl Cluster {
         self.elect(s, now);
     }
 
-    /// [`Agent::peers_changed`] after one RTT sample that changed the peer table: only
+    /// `Agent::peers_changed` after one RTT sample that changed the peer table: only
     /// `peer` (added, or of a new tier) and the peer it `evicted` can have changed, and every
     /// other heard peer and view already agrees with the table (each change to it tells the
     /// cluster). So only those two are looked at, in place of a pass over every heard peer
@@ -999,12 +999,12 @@ impl Cluster {
 
     /// NSc2c, gathering a job ([`Config::with_gather`](super::config::Config::with_gather)): of the members (this
     /// manager's node included, none leaving), the one with the far partner host most worth
-    /// a partner steal ([`Agent::farthest_partner`], the manager's RTTs standing for its
+    /// a partner steal (`Agent::farthest_partner`, the manager's RTTs standing for its
     /// members'), that host, and the member as the steal's beneficiary. A light member asks
     /// for any of its entities' partners; a busy one only for those of the jobs its place
     /// gathers ([`decision::gathers`]: the place holds part of the job and has a core for
     /// each of its other ranks), since the moved ranks are spread over its place. Only when
-    /// the manager may steal at all (as for [`Agent::lightest_member`]).
+    /// the manager may steal at all (as for `Agent::lightest_member`).
     ///
     /// Why busy members too: a job that gathered on one member filled it, and no light
     /// member ran a rank of the job, so nobody asked for its last ranks (traced at 1,000

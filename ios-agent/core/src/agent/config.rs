@@ -219,7 +219,7 @@ impl Config {
     setter!(
         /// Whether a lightly loaded agent (in NSc2c: a manager, for a light member) also
         /// steals from the agents of its ranks' far partners (a *partner steal*, see
-        /// [`Agent::handle_timeout`]), so that a job spread over far nodes gathers near its
+        /// `Agent::handle_timeout`), so that a job spread over far nodes gathers near its
         /// own ranks; default on. Off, work goes only between agents of one peer table.
         with_gather, gather: bool);
     setter!(
@@ -270,7 +270,7 @@ impl Config {
         self.hold_down
     }
 
-    /// Checks every setting; [`Agent::new`] calls it.
+    /// Checks every setting; `Agent::new` calls it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (name, d) in [
             ("profile_period", self.profile_period),

@@ -8,7 +8,7 @@
 //!   (a request from an agent that has not yet seen the new width).
 //! - **On what**: a work steal, the request an idle node already sends, from its origin
 //!   itself. An agent of another rank of the job passes an idle node's steal to the home
-//!   agent (every rank reports where rank 0 runs: [`Agent::grow_home`]), which hints the
+//!   agent (every rank reports where rank 0 runs: `Agent::grow_home`), which hints the
 //!   thief (work available), and the thief asks it over its own connection. The home agent
 //!   weighs growing the job onto the thief by as many ranks as the thief has idle cores (and
 //!   the job's limits allow) against moving a rank there: against a move of the same job by
@@ -93,7 +93,7 @@ pub(crate) struct Resizing {
     widths: HashMap<JobId, (u32, Option<Instant>)>,
     /// Per job with ranks here: since when competing load slows them.
     slowed_since: HashMap<JobId, Instant>,
-    /// When a wait of [`Agent::shrink_if_due`] ends next ([`Agent::resize_deadline`]).
+    /// When a wait of `Agent::shrink_if_due` ends next (`Agent::resize_deadline`).
     wake: Option<Instant>,
     /// When this agent last asked for a shrink.
     last_shrink: Option<Instant>,
@@ -351,7 +351,7 @@ impl Resizing {
         Ok(best)
     }
 
-    /// [`Agent::grow_plan`] for the thief of `steal` with this node's own profile, counting
+    /// `Agent::grow_plan` for the thief of `steal` with this node's own profile, counting
     /// a refused offer.
     pub(crate) fn grow_for_steal(
         &self,
@@ -549,13 +549,13 @@ impl Resizing {
         );
     }
 
-    /// When [`Agent::shrink_if_due`] must next run without a new profile: the end of a
+    /// When `Agent::shrink_if_due` must next run without a new profile: the end of a
     /// leaving node's wait, or of the shed wait of a slowed job.
     pub(super) fn resize_deadline(&self, s: &Shared) -> Option<Instant> {
         self.wake.filter(|_| s.outgoing.is_none())
     }
 
-    /// The next instant after `now` at which a wait of [`Agent::shrink_if_due`] ends. Only
+    /// The next instant after `now` at which a wait of `Agent::shrink_if_due` ends. Only
     /// waits still running count: one that ended without a shrink (the gain too small, the
     /// ranks too new) is looked at again with each profile, never by a timer left in the
     /// past (the simulator's driver, like the real one, would call again at once, forever).

@@ -33,7 +33,7 @@ pub enum Action {
         message: Message,
     },
     /// Ask the local pcmd to move these registered entities (all of one job) to `to_host`;
-    /// report the end with [`Agent::handle_migration_outcome`] and the same `id`.
+    /// report the end with `Agent::handle_migration_outcome` and the same `id`.
     Migrate {
         /// Migration id; pass it to pcmd so that a repeated request is carried out once.
         id: MigrationId,
@@ -47,7 +47,7 @@ pub enum Action {
     /// Ask the local pcmd to resize `job` (a malleable job with a rank on this node) to
     /// `ranks` ranks (docs/malleability.md): growing, the added processes go to `hosts`;
     /// shrinking, the ranks on `hosts` leave. Report the end with
-    /// [`Agent::handle_migration_outcome`] and the same `id`.
+    /// `Agent::handle_migration_outcome` and the same `id`.
     Resize {
         /// Id of the reconfiguration; pass it to pcmd as a migration's.
         id: MigrationId,
@@ -140,12 +140,12 @@ pub struct Stats {
     pub work_hints_sent: u64,
     /// Work steals dropped because they did not come from the agent they name, or named a
     /// beneficiary or host this agent cannot tie to an agent of the pool (see
-    /// [`StealRefusal`]).
+    /// `StealRefusal`).
     pub steals_refused: u64,
     /// Hosts dropped from the full table of hosts to make room for a new one
-    /// ([`Agent::handle_peer_host`]).
+    /// (`Agent::handle_peer_host`).
     pub hosts_evicted: u64,
-    /// Host announcements refused ([`Agent::handle_peer_host`]).
+    /// Host announcements refused (`Agent::handle_peer_host`).
     pub hosts_refused: u64,
     /// Resizes of malleable jobs this agent asked its pcmd for ([`Action::Resize`]).
     pub resizes_started: u64,
@@ -160,7 +160,7 @@ pub struct Stats {
     pub grow_offers_refused: u64,
 }
 
-/// Why a host announcement is refused ([`Agent::handle_peer_host`]).
+/// Why a host announcement is refused (`Agent::handle_peer_host`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostRefusal {
     /// A loopback name means "this machine" to whoever resolves it: a move there would land
@@ -241,7 +241,7 @@ pub(crate) struct Outgoing {
     pub(crate) resize: Option<OutgoingResize>,
 }
 
-/// The hosts announced by peers ([`Agent::handle_peer_host`]), by peer and by host: an
+/// The hosts announced by peers (`Agent::handle_peer_host`), by peer and by host: an
 /// announcement is checked against every other peer's host, and at 10,000 simulated nodes
 /// that scan of the whole table (up to `2 * max_peers` names) for every sample of a peer
 /// whose host was not taken showed in the profiles. A host has at most one holder (a claim
@@ -258,7 +258,7 @@ pub(crate) struct Hosts {
     pub(crate) by_peer: IdMap<PeerId, (HostName, u64)>,
     pub(crate) by_host: IdMap<HostName, PeerId>,
     /// What some of these peers last told this agent of their node's load
-    /// ([`Hosts::learn`]), for [`Agent::pool_hosts`]: only peers in `by_peer`, forgotten with
+    /// ([`Hosts::learn`]), for `Agent::pool_hosts`: only peers in `by_peer`, forgotten with
     /// their host, so bounded by the table. Apart from `by_peer` because few peers of a
     /// large table ever send a profile here.
     pub(crate) loads: IdMap<PeerId, Learned>,
@@ -364,13 +364,13 @@ pub(crate) struct Learned {
     pub(crate) leaving: bool,
 }
 
-/// Another agent's host as this agent knows it ([`Agent::pool_hosts`]): the hosts of the
+/// Another agent's host as this agent knows it (`Agent::pool_hosts`): the hosts of the
 /// pool work could go to, with what is known of their load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnownHost {
     /// The agent.
     pub peer: PeerId,
-    /// The host it announced over its own connection ([`Agent::handle_peer_host`]).
+    /// The host it announced over its own connection (`Agent::handle_peer_host`).
     pub host: HostName,
     /// Its tier, if it is in the peer table.
     pub tier: Option<LatencyTier>,
@@ -427,7 +427,7 @@ impl Leaving {
     }
 }
 
-/// How far the drain started by [`Agent::handle_leave`] has come.
+/// How far the drain started by `Agent::handle_leave` has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaveProgress {
     /// When the drain started.
@@ -479,16 +479,16 @@ pub(crate) struct Shared {
     pub(crate) rng: StdRng,
     pub(crate) peers: PeerTable,
     /// The host each connected agent announced over its own connection
-    /// ([`Agent::handle_peer_host`]): the only hosts work is ever moved to.
+    /// (`Agent::handle_peer_host`): the only hosts work is ever moved to.
     pub(crate) hosts: Hosts,
-    /// What [`Agent::host_rtts`] last built, with the versions of the peer table and of its
+    /// What `Agent::host_rtts` last built, with the versions of the peer table and of its
     /// peers' hosts it was built from: a thief sends it with every steal, and rebuilding it
     /// (a look-up and a copied host name per peer) was most of the simulator's time per
     /// steal at 10,000 nodes, while the peers and their RTTs change far less often than
     /// steals go.
     pub(crate) rtts_cache: Option<(u64, u64, Arc<[HostRtt]>)>,
     /// Bumped when the host of a peer in the peer table changes: what
-    /// [`Agent::host_rtts`] is built from. Hosts of peers outside the table come and go
+    /// `Agent::host_rtts` is built from. Hosts of peers outside the table come and go
     /// all the time in a large pool (a full table's evictions), and keying the cache on
     /// every change of the table of hosts rebuilt it for nearly every steal (a fifth of
     /// the simulator's time at 10,000 nodes, Grid-like).
@@ -505,12 +505,12 @@ pub(crate) struct Shared {
     pub(crate) settle_after: Option<Instant>,
     pub(crate) entities: Vec<EntityProfile>,
     /// RTTs, seconds, to the hosts this node's entities' partners run on, as the driver
-    /// measured them on request ([`Agent::hosts_to_measure`], [`Agent::handle_partner_rtt`]).
+    /// measured them on request (`Agent::hosts_to_measure`, `Agent::handle_partner_rtt`).
     /// Kept apart from the peer table, which keeps only the nearest peers: the model counts
     /// only partners the giver has measured ([`crate::model::communication`]), wherever they
     /// are.
     pub(crate) partner_rtts: HashMap<HostName, f64>,
-    /// The hosts of the last [`Agent::hosts_to_measure`], sorted.
+    /// The hosts of the last `Agent::hosts_to_measure`, sorted.
     pub(crate) partner_wanted: Vec<HostName>,
     /// Entities that left this node, oldest first, each with the end of the two hold-downs
     /// during which no giver should send it back here: this node's steals carry them
@@ -529,7 +529,7 @@ pub(crate) struct Shared {
     pub(crate) next_id: u64,
     pub(crate) held: HashMap<EntityId, Instant>,
     pub(crate) outgoing: Option<Outgoing>,
-    /// Set by [`Agent::handle_leave`]: the node is being drained.
+    /// Set by `Agent::handle_leave`: the node is being drained.
     pub(crate) leaving: Option<Leaving>,
     pub(crate) stats: Stats,
 }
@@ -661,7 +661,7 @@ impl Shared {
     }
 
     /// Those of `entities` (this node's or a member's) that may go to `host` now: all of them
-    /// if their node is `leaving`, else those [`Agent::may_return`] does not bar from it.
+    /// if their node is `leaving`, else those `Agent::may_return` does not bar from it.
     pub(crate) fn may_go_to<'e>(
         &self,
         now: Instant,
@@ -700,7 +700,7 @@ impl Shared {
         self.policy_for(now, self.leaving.is_some())
     }
 
-    /// [`Agent::policy`] for the entities of a node that is leaving or not (an NSc2c manager
+    /// `Agent::policy` for the entities of a node that is leaving or not (an NSc2c manager
     /// also decides for its members' nodes).
     pub(crate) fn policy_for(&self, now: Instant, leaving: bool) -> Policy<'_> {
         static NONE_HELD: std::sync::OnceLock<HashMap<EntityId, Instant>> =
@@ -755,7 +755,7 @@ impl Shared {
 
     /// This agent's measured RTT to `host`, seconds, for the model's communication term: its
     /// peer's on that host (the smoothed RTT the peer table orders by), else the partner
-    /// RTT it asked for ([`Agent::hosts_to_measure`]).
+    /// RTT it asked for (`Agent::hosts_to_measure`).
     pub(crate) fn rtt_to_host(&self, host: &HostName) -> Option<f64> {
         self.hosts
             .holder(host)

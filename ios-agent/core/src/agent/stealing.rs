@@ -26,8 +26,8 @@ use crate::tier::{LatencyTier, PeerId, LOCAL_MAX_RTT};
 const MAX_SEEN: usize = 1024;
 
 /// Why a work steal is not acted on (it is dropped, and counted in
-/// [`Stats::steals_refused`]; a [`StealRefusal::Forwarded`] one is answered with a hint
-/// instead).
+/// [`Stats::steals_refused`](super::shared::Stats::steals_refused); a
+/// [`StealRefusal::Forwarded`] one is answered with a hint instead).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StealRefusal {
     /// The packet was passed on by another agent: its origin is a claim nobody
@@ -132,7 +132,7 @@ impl Steal {
 }
 
 /// What a giver and a thief know of their latencies, for the model's communication term:
-/// the giver's measured RTTs ([`Agent::rtt_to_host`]), and those the thief's steal carried.
+/// the giver's measured RTTs (`Agent::rtt_to_host`), and those the thief's steal carried.
 pub(crate) struct StealLatencies<'a> {
     here: GiverRtts<'a>,
     there: ThiefRtts<'a>,
@@ -140,7 +140,7 @@ pub(crate) struct StealLatencies<'a> {
     partner_steal: bool,
 }
 
-/// [`Agent::rtt_to_host`] as an [`RttLookup`].
+/// `Agent::rtt_to_host` as an [`RttLookup`].
 struct GiverRtts<'a>(&'a Shared);
 
 impl RttLookup for GiverRtts<'_> {
@@ -963,7 +963,7 @@ pub(crate) fn is_partner_host(s: &Shared, cluster: &impl ClusterRole, host: &Hos
 /// Of `entities`, those a steal for `thief` may take: none that left the thief's node
 /// lately (its steal lists them), unless their node is `leaving`, and for a partner
 /// steal from an agent outside our peer table only those with partners on its node
-/// ([`Agent::check_steal`]).
+/// (`Agent::check_steal`).
 pub(crate) fn for_thief<'e>(
     s: &Shared,
     entities: Cow<'e, [EntityProfile]>,
@@ -984,7 +984,7 @@ pub(crate) fn for_thief<'e>(
 /// Checks that work may move on `steal`, received from `from`: it comes from its origin
 /// itself (the transport authenticated `from`), its beneficiary is the origin (NSp2p) or
 /// a known agent (NSc2c: a member the origin manages), and the host it names is the one
-/// that agent announced itself ([`Agent::handle_peer_host`]).
+/// that agent announced itself (`Agent::handle_peer_host`).
 pub(crate) fn check_steal(
     s: &Shared,
     cluster: &impl ClusterRole,
@@ -1049,7 +1049,7 @@ pub(crate) fn refuse_steal(s: &mut Shared, from: &PeerId, why: &StealRefusal) {
 
 /// Passes a work steal on to a random peer of `tier` (TTL decremented), or tells the
 /// origin it is exhausted. An idle thief's steal goes to the home agent of a malleable
-/// job with a rank here instead, when there is one ([`Agent::grow_home`]).
+/// job with a rank here instead, when there is one (`Agent::grow_home`).
 pub(crate) fn forward(s: &mut Shared, from: PeerId, steal: Steal, tier: LatencyTier) {
     let exclude = [&from, &steal.origin, &steal.source.peer, &s.me];
     let next = resizing::grow_home(s, &steal.source, &exclude).or_else(|| {

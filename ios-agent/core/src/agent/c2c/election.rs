@@ -242,7 +242,7 @@ impl Cluster {
     }
 
     /// A manager's successor: among its members of the senior generation (first heard
-    /// within [`Agent::seniority_grace`] of the earliest), the lowest id. Members that came
+    /// within `Agent::seniority_grace` of the earliest), the lowest id. Members that came
     /// later cannot be named while a senior one is alive.
     pub(super) fn successor(&self, s: &Shared, now: Instant) -> Option<PeerId> {
         self.check_voters(s);
