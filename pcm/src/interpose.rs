@@ -247,7 +247,7 @@ fn current(comm: MPI_Comm) -> MPI_Comm {
     let stand_in = STAND_IN.load(Ordering::Relaxed);
     // SAFETY: reading an extern constant of rsmpi's C shim.
     if stand_in != 0
-        && comm.0 as usize == unsafe { ffi::RSMPI_COMM_WORLD }.0 as usize
+        && comm == unsafe { ffi::RSMPI_COMM_WORLD }
         && INTERNAL.load(Ordering::Relaxed) == 0
     {
         MPI_Comm(stand_in as _)
