@@ -219,25 +219,12 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 }
 
 fn ticks_per_second() -> f64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .map_or(100.0, |t| t as f64)
+    mpi_ios_bench::pool::ticks_per_second()
 }
 
 fn rss_mb_all(pids: &[u32]) -> Vec<f64> {
     pids.iter()
-        .filter_map(|p| {
-            let status = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
-            let kb: f64 = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
-            Some(kb / 1024.0)
-        })
+        .filter_map(|&p| mpi_ios_bench::pool::rss_mb(p))
         .collect()
 }
 
