@@ -11,7 +11,7 @@ use std::time::Duration;
 use mpi_ios_bench::pool::PoolSummary;
 use mpi_ios_tests::sites::SiteNet;
 
-/// The whole run: about 40 s here (agents start, mesh, 8 s window, churn).
+/// The whole run took 20 s here (agents start, mesh, 8 s window, churn); the bound is slack.
 const DEADLINE: Duration = Duration::from_secs(150);
 
 #[test]
