@@ -33,6 +33,11 @@ fn given_a_quick_pool_in_four_sites_then_it_forms_classifies_distances_and_recov
             "--seconds",
             "20",
             "--quick",
+            // The benchmark's target is 0.2% of a core (0.15% measured); the test allows a
+            // CI machine's noise but still fails the idle cost before it was cut (0.81% at 25
+            // agents, docs/results.md).
+            "--max-cpu-per-agent",
+            "0.5",
             "--out",
         ])
         .arg(out.path());
