@@ -67,7 +67,16 @@ for f in libpcm.so libpcm.a; do
         exit 1
     fi
 done
-runtime="$(cat "$from/../.mpi-runtime" 2>/dev/null || echo unknown)"
+runtime="$(cat "$from/../.mpi-runtime" 2>/dev/null || true)"
+if [ -z "$runtime" ]; then
+    # No stamp (a CARGO_TARGET_DIR set after sourcing setup.sh): the MPI library libpcm
+    # links names the runtime (Open MPI's libmpi.so.40, MPICH's libmpi.so.12).
+    case "$(readelf -d "$from/libpcm.so" 2>/dev/null)" in
+    *"libmpi.so.40"*) runtime=openmpi ;;
+    *"libmpi.so.12"*) runtime=mpich ;;
+    *) runtime=unknown ;;
+    esac
+fi
 # The runtime's compiler wrappers and launcher, which PCMConfig.cmake hands to find_package(MPI)
 # while they exist (the same ones scripts/setup.sh puts on PATH).
 mpi_c="" mpi_cxx="" mpi_fortran="" mpiexec=""

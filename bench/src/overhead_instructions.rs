@@ -53,8 +53,10 @@ const NO_CHECKS_MS: &str = "1000000000";
 /// `PCM_CHECK_PERIOD_MS` of the run that prices a check: one at about every iteration.
 const EVERY_ITERATION_MS: &str = "1";
 /// Largest spread (max - min over the median) of a variant's instructions per iteration
-/// across repeats that the measure is meant to have.
-pub(crate) const AGREEMENT: f64 = 0.002;
+/// across repeats that the measure is meant to have. Quiet runs agree within 0.003%; under
+/// a load average of ~70 the PCM run's main thread once differed by 0.22% (2026-12-03), so
+/// 0.5%: still a sixth of the 3% target's margin and half of the 1% one's.
+pub(crate) const AGREEMENT: f64 = 0.005;
 
 /// One size and rank count.
 #[derive(Debug, Clone)]
