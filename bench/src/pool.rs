@@ -319,9 +319,29 @@ impl Agent {
 /// The agent's status from its control socket (no process started), or None if it does not
 /// answer within 10 s.
 fn agent_status(control: &Path) -> Option<AgentStatus> {
-    match ios_agent::control::request(control, ControlMessage::Status, Duration::from_secs(10)) {
-        Ok(ControlReply::Status(s)) => Some(*s),
-        _ => None,
+    use std::io::{Read, Write};
+    // The agent's control protocol (ios-agent-proto frames), spoken here rather than through
+    // the ios-agent crate: a benchmark links no daemon (tests/tests/layers.rs).
+    let mut stream = std::os::unix::net::UnixStream::connect(control).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    stream
+        .write_all(&pcm_proto::encode(&ControlMessage::Status))
+        .ok()?;
+    let mut reader = pcm_proto::FrameReader::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.next_message::<ControlReply>() {
+            Ok(Some(ControlReply::Status(s))) => return Some(*s),
+            Ok(Some(_)) | Err(_) => return None,
+            Ok(None) => {}
+        }
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reader.feed(&buf[..n]);
     }
 }
 

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "heat2d",
             "cg",
             "mpi-ios-bench-programs",
+            "mpi-ios-test-programs",
             "pcmrun",
             "pcmd",
         ],
