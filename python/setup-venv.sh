@@ -39,8 +39,12 @@ if ! ready; then
     rm -rf "$venv"
     "$base" -m venv --copies "$venv"
     "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check numpy
+    # The runtime's library directories first on the link line: with Debian's python3 the
+    # link otherwise found Open MPI's libmpi.so in the system directory before MPICH's
+    # (mpi4py then needed libmpi.so.40 and failed to import: undefined MPI_UNWEIGHTED).
+    link_dirs="$("$mpicc" -show 2>/dev/null | tr ' ' '\n' | grep '^-L' | tr '\n' ' ' || true)"
     # From source, and never from pip's cache of built wheels, whose key is not the mpicc.
-    MPICC="$mpicc" "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
+    LDFLAGS="$link_dirs${LDFLAGS:-}" MPICC="$mpicc" "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
         --no-cache-dir --no-binary=mpi4py mpi4py
     echo "$mpicc" >"$stamp"
 fi
