@@ -261,12 +261,164 @@ pub(crate) fn parse_hostfile(text: &str) -> Result<BTreeSet<HostName>, String> {
     Ok(hosts)
 }
 
+/// Names a host for each process the plan leaves to the runtime (a move naming no host, a
+/// grow's added process with none): the host of the allocation `allocation` that runs the
+/// fewest of the job's processes, counting the ones placed before it, ties in name order,
+/// and for a move never the host the rank leaves. With no other host in the allocation (a
+/// job on one machine), the process stays the runtime's to place.
+///
+/// Why PCM names it rather than the runtime: MPICH's hydra places an unnamed spawn by going
+/// round its host list, and a third unnamed move in one run lands on a host whose proxy
+/// ended with the rank that left it, which ends the whole job (`HYDU_sock_write ... Bad
+/// file descriptor`, exit 255); a named host gets a new proxy. Every rank computes the same
+/// answer from the same inputs, so the choice needs no communication.
+pub(crate) fn place_unnamed(
+    moves: &mut [pcm_proto::Move],
+    added: &mut [Option<HostName>],
+    rank_hosts: &[HostName],
+    allocation: &BTreeSet<HostName>,
+) {
+    let mut load = HostLoad::default();
+    for host in allocation {
+        load.0.entry(host.clone()).or_default();
+    }
+    for host in rank_hosts {
+        load.add(host);
+    }
+    // What the plan already places counts before anything is chosen.
+    for m in moves.iter() {
+        if let Some(to) = &m.to {
+            load.take(rank_hosts.get(m.rank.0 as usize));
+            load.add(to);
+        }
+    }
+    for host in added.iter().flatten() {
+        load.add(host);
+    }
+    if load.0.len() < 2 {
+        return;
+    }
+    for m in moves.iter_mut().filter(|m| m.to.is_none()) {
+        let from = rank_hosts.get(m.rank.0 as usize);
+        if let Some(to) = load.least_loaded(from) {
+            load.take(from);
+            load.add(&to);
+            m.to = Some(to);
+        }
+    }
+    for host in added.iter_mut().filter(|h| h.is_none()) {
+        if let Some(to) = load.least_loaded(None) {
+            load.add(&to);
+            *host = Some(to);
+        }
+    }
+}
+
+/// Processes of the job per host, for [`place_unnamed`].
+#[derive(Default)]
+struct HostLoad(std::collections::BTreeMap<HostName, usize>);
+
+impl HostLoad {
+    fn add(&mut self, host: &HostName) {
+        *self.0.entry(host.clone()).or_default() += 1;
+    }
+
+    fn take(&mut self, host: Option<&HostName>) {
+        if let Some(n) = host.and_then(|h| self.0.get_mut(h)) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// The host with the fewest processes other than `except`, the first by name among
+    /// equals; `None` when there is no other host.
+    fn least_loaded(&self, except: Option<&HostName>) -> Option<HostName> {
+        self.0
+            .iter()
+            .filter(|(h, _)| Some(*h) != except)
+            .min_by_key(|(h, n)| (**n, *h))
+            .map(|(h, _)| h.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pcm_proto::{Move, Rank};
 
     fn host(name: &str) -> HostName {
         HostName::new(name).unwrap()
+    }
+
+    fn hosts(names: &[&str]) -> Vec<HostName> {
+        names.iter().map(|n| host(n)).collect()
+    }
+
+    fn unnamed(rank: u32) -> Move {
+        Move {
+            rank: Rank(rank),
+            to: None,
+        }
+    }
+
+    /// The launch on node-b and node-c with node-a spare in the hostfile: rank 1 moved with
+    /// no host three times goes a, c, a (the third went, on MPICH, to node-c's ended proxy
+    /// and ended the job).
+    #[test]
+    fn given_moves_naming_no_host_then_each_goes_to_the_least_loaded_other_host() {
+        let allocation: BTreeSet<HostName> =
+            hosts(&["node-a", "node-b", "node-c"]).into_iter().collect();
+        let mut placed = hosts(&["node-b", "node-c"]);
+        for expected in ["node-a", "node-c", "node-a"] {
+            let mut moves = [unnamed(1)];
+            place_unnamed(&mut moves, &mut [], &placed, &allocation);
+            assert_eq!(moves[0].to, Some(host(expected)));
+            placed[1] = host(expected);
+        }
+    }
+
+    #[test]
+    fn given_a_job_on_one_host_then_unnamed_processes_stay_the_runtimes_to_place() {
+        let allocation: BTreeSet<HostName> = hosts(&["here"]).into_iter().collect();
+        let mut moves = [unnamed(0)];
+        let mut added = [None, None];
+        place_unnamed(
+            &mut moves,
+            &mut added,
+            &hosts(&["here", "here"]),
+            &allocation,
+        );
+        assert_eq!(moves[0].to, None);
+        assert_eq!(added, [None, None]);
+    }
+
+    /// Named moves and added processes count before the unnamed ones are placed, and each
+    /// placed one counts for the next.
+    #[test]
+    fn given_named_and_unnamed_processes_then_the_named_count_first() {
+        let allocation: BTreeSet<HostName> =
+            hosts(&["node-a", "node-b", "node-c"]).into_iter().collect();
+        let placed = hosts(&["node-a", "node-b"]);
+        let mut moves = [
+            Move {
+                rank: Rank(0),
+                to: Some(host("node-c")),
+            },
+            unnamed(1),
+        ];
+        // After the named move: a 0, b 1, c 1. Rank 1 leaves b: a (0).
+        let mut added = [Some(host("node-c")), None, None];
+        // With the named added process: a 0, b 1, c 2 -> rank 1 to a (a 1, b 0, c 2);
+        // then the unnamed added go to b (0), then a or b (1 each): a by name.
+        place_unnamed(&mut moves, &mut added, &placed, &allocation);
+        assert_eq!(moves[1].to, Some(host("node-a")));
+        assert_eq!(
+            added,
+            [
+                Some(host("node-c")),
+                Some(host("node-b")),
+                Some(host("node-a"))
+            ]
+        );
     }
 
     fn settings<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {

@@ -85,14 +85,16 @@
 //!   checked first with `PCM_LAUNCHER HOST true` (default launcher: hydra's
 //!   `HYDRA_LAUNCHER_EXEC`, else `ssh`); MPICH only, ignored with a warning on Open MPI.
 //! - `PCM_SCHEDULE`: scripted reconfigurations, `ITER:RANK[@HOST][+RANK[@HOST]...][,...]`.
-//!   A move that names no host (`ITER:RANK`, or `pcmd migrate` without `--to`) spawns the
-//!   replacement with no host hint, and the MPI runtime places it by its own mapping: not
-//!   where the rank was, nor on the least loaded host. With the launch on hosts B and C and
-//!   a spare A in the hostfile (one slot each; `tests/tests/hostless_move.rs`), the first
-//!   such replacement goes to A on MPICH and on Open MPI, the next to B on MPICH (hydra goes
-//!   round the host list) and to C on Open MPI; on one host, to that host. On MPICH a
-//!   hostless spawn onto a host all of whose launched ranks have left ends the job (hydra:
-//!   `write error (Bad file descriptor)`). Name the host (`@HOST`, `--to HOST`) to choose it.
+//!   A move that names no host (`ITER:RANK`, or `pcmd migrate` without `--to`) goes to the
+//!   host of the allocation (the hostfile's hosts and the job's) that runs the fewest of the
+//!   job's processes, never the one the rank leaves, the first by name among equals; a grow
+//!   naming no hosts places its added processes the same way. With the launch on hosts B
+//!   and C and a spare A in the hostfile (`tests/tests/hostless_move.rs`), rank 1 moved
+//!   three times goes to A, C, A, on both runtimes. On one host the runtime places it (on
+//!   that host). PCM names the host itself because MPICH's own mapping goes round the host
+//!   list and a spawn onto a host all of whose launched ranks have left ends the job there
+//!   (hydra: `write error (Bad file descriptor)`). Name the host (`@HOST`, `--to HOST`) to
+//!   choose it.
 //! - `PCM_CHECK_PERIOD_MS`: wall time between two status checks (default 20).
 //! - `PCM_CHECKPOINT_INTERVAL`: seconds between coordinated checkpoints (fractions allowed;
 //!   unset: none). They are written by the node's pcmd and copied to its buddy.

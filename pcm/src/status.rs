@@ -113,6 +113,12 @@ impl Pcm {
                 }
             }
         }
+        let mut none_added = Vec::new();
+        let added = match plan.resize.as_deref_mut() {
+            Some(resize) => &mut resize.added,
+            None => &mut none_added,
+        };
+        hosts::place_unnamed(&mut plan.moves, added, &self.rank_hosts, &self.job.hosts);
         match self.probe_new_hosts(&outside) {
             Ok(()) => Ok(plan),
             Err(reason) => Err((plan, reason)),

@@ -163,9 +163,8 @@ pub struct MigrateArgs {
     #[arg(long = "rank", value_name = "RANK", required = true)]
     pub ranks: Vec<u32>,
     /// Host to move to: once for all ranks, or once per --rank in the same order. Without
-    /// it the MPI runtime places the replacement by its own mapping (round its host list:
-    /// not where the rank was, nor on the least loaded host; on MPICH a spawn onto a host
-    /// all of whose launched ranks have left ends the job). Name the host to choose it.
+    /// it the rank goes to the job's allocated host running the fewest of its processes,
+    /// not the one it leaves (on a one-host job, where the MPI runtime places it).
     #[arg(long = "to", value_name = "HOST")]
     pub to: Vec<HostName>,
     /// Job to act on; may be left out when exactly one job runs on this node.
@@ -185,7 +184,7 @@ Ask a malleable job with ranks on this node to grow or shrink to --ranks M ranks
 status check (docs/malleability.md).
 
 Growing, new processes are spawned (on the --to hosts, in order and repeated as needed; \
-without --to, where the MPI runtime places them) and take the ranks N..M-1. Shrinking, the \
+without --to, on the job's allocated hosts running the fewest of its processes) and take the ranks N..M-1. Shrinking, the \
 ranks on the --to hosts leave (those hosts are given back; without --to, the highest ranks \
 leave), and the ranks that stay are renumbered 0..M-1 in their order. The job's rows are \
 redistributed over the new width; its result is the one of a run at one width.
@@ -210,8 +209,9 @@ pub struct ResizeArgs {
     #[arg(long, value_name = "M", required = true)]
     pub ranks: u32,
     /// Growing: a host for the added ranks (repeat for several; used in order, repeated as
-    /// needed). Shrinking: a host to give back (its ranks leave). Without it the MPI
-    /// runtime places added ranks, and the highest ranks leave.
+    /// needed). Shrinking: a host to give back (its ranks leave). Without it added ranks go
+    /// to the allocated hosts running the fewest of the job's processes, and shrinking, the
+    /// highest ranks leave.
     #[arg(long = "to", value_name = "HOST")]
     pub to: Vec<HostName>,
     /// Job to act on; may be left out when exactly one job runs on this node.

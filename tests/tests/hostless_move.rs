@@ -1,8 +1,7 @@
 //! Where a rank goes when its move names no host (`PCM_SCHEDULE=ITER:RANK` without `@HOST`,
-//! `pcmd migrate` without `--to`): PCM spawns the replacement with no placement hint
-//! (`MPI_INFO_NULL`), and the MPI runtime puts it where its own mapping says, which is not
-//! where the rank was. pcm's settings docs (`pcm/src/lib.rs`, "Settings") say where; these
-//! tests hold it, on emulated hosts (see `mpi_ios_tests::netns`).
+//! `pcmd migrate` without `--to`): PCM names the allocation's host running the fewest of the
+//! job's processes, not the one the rank leaves (pcm's settings docs, `pcm/src/lib.rs`;
+//! `hosts::place_unnamed`). These tests hold it on emulated hosts (see `mpi_ios_tests::netns`).
 //!
 //! Needs root (CI runs as root); elsewhere each test prints "skipped: <reason>" and passes.
 
@@ -25,27 +24,25 @@ fn run(cluster: &Cluster, program: &str, placement: &[&str], schedule: Option<&s
 }
 
 /// The launch's host list is node-b, node-c, then the spare node-a (one slot each): rank 1
-/// moves off node-c with no host named, once and then again.
+/// moves off node-c with no host named, once, twice, three times: to node-a, node-c, node-a.
 ///
-/// Seen on MPICH 5.0.2 and Open MPI 4.1 (2026-12-03): the first replacement goes to the
-/// spare node-a, the slot after the ones the launch filled, on both. The second goes to
-/// node-b on MPICH (hydra goes on round the host list) and back to node-c on Open MPI. A
-/// third on MPICH would go to node-c, whose hydra proxy ended with the rank that left it,
-/// and ends the job (`HYDU_sock_write ... write error (Bad file descriptor)`, exit 255);
-/// named hosts start a new proxy and do not hit it (`hosts.rs`, moves back onto left hosts).
+/// Before PCM named the host (2026-12-03), the runtime mapped it: the second went to node-b on
+/// MPICH (hydra goes round its host list) and to node-c on Open MPI, and a third on MPICH went
+/// to node-c, whose hydra proxy had ended with the rank that left it, and ended the job
+/// (`HYDU_sock_write ... write error (Bad file descriptor)`, exit 255).
 #[test]
-fn given_a_move_without_a_host_then_the_runtime_places_the_replacement() {
+fn given_moves_without_a_host_then_each_goes_to_the_least_loaded_other_host_on_both_runtimes() {
     let Some(cluster) = Cluster::for_test("move_without_a_host", 3) else {
         return;
     };
     let _lock = mpi_lock();
     let placement = ["node-b", "node-c"];
     let reference = run(&cluster, "heat2d-plain", &placement, None);
-    let second = match Runtime::current() {
-        Runtime::Mpich => "node-b",
-        Runtime::OpenMpi => "node-c",
-    };
-    for (schedule, expected) in [("40:1", "node-a"), ("40:1,70:1", second)] {
+    for (schedule, expected) in [
+        ("40:1", "node-a"),
+        ("40:1,60:1", "node-c"),
+        ("40:1,60:1,80:1", "node-a"),
+    ] {
         let moved = run(&cluster, "heat2d", &placement, Some(schedule));
         assert_eq!(moved.checksum, reference.reference_checksum(), "{schedule}");
         assert_eq!(

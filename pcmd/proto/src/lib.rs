@@ -80,7 +80,7 @@ pub enum ClientKind {
 }
 
 /// One process to move: `rank` of the job, to `to` (an MPI host name) or, with `None`, to
-/// wherever the MPI runtime places a new process.
+/// the job's allocated host running the fewest of its processes (pcm's settings docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {
     /// The rank that moves; it keeps its rank number on the new host.
@@ -90,9 +90,9 @@ pub struct Move {
 }
 
 /// A change of a job's width (see docs/malleability.md): to `ranks` ranks. Growing, `hosts`
-/// are the hosts of the added processes, in order (repeated as needed; empty: wherever the
-/// MPI runtime places them); shrinking, the hosts given back: the ranks on them leave (empty:
-/// the highest ranks leave).
+/// are the hosts of the added processes, in order (repeated as needed; empty: the job's
+/// allocated hosts running the fewest of its processes); shrinking, the hosts given back:
+/// the ranks on them leave (empty: the highest ranks leave).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resize {
     /// The job's width after the resize.
