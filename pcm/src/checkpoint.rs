@@ -45,10 +45,11 @@ use pcm_proto::checkpoint::{
 use pcm_proto::{AppName, JobId, Rank};
 use serde::{Deserialize, Serialize};
 
-pub use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
+use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
 
 mod width;
 
+use crate::config::variables::BEFORE_MOVE_ENV;
 use crate::error::PcmError;
 use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::{Pcm, ProcessStatus};
@@ -60,12 +61,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 const OFFERED: usize = 8;
 /// Older checkpoints tried at restart when a newer one fails to load somewhere.
 const ATTEMPTS: usize = 4;
-
-/// Environment variable: with checkpoints on, take one right before a migration when the
-/// newest is older than this many seconds (default 0: before every migration; `off`: never),
-/// so that a move that fails (a replacement that dies while starting ends the job) loses
-/// nothing: the job restarts from the state it had when the move began.
-pub(crate) const BEFORE_MOVE_ENV: &str = "PCM_CHECKPOINT_BEFORE_MOVE";
 
 /// The checkpoint interval and the pre-move bound, shared by all ranks and handed to
 /// replacements.

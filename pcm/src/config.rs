@@ -10,36 +10,26 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::checkpoint::{self, Policy, Restart};
 use crate::error::PcmError;
 use crate::schedule::{self, Schedule};
-use crate::{deadline, hosts, profile};
+use crate::{deadline, profile};
 
-/// Every variable a [`Config`] reads: PCM's own, and the launchers' and system's ones PCM
-/// consults (hostfiles, hydra's launcher, `XDG_RUNTIME_DIR`).
-pub const VARIABLES: &[&str] = &[
-    pcm_proto::DAEMON_ENV,
-    "XDG_RUNTIME_DIR",
-    hosts::HOSTFILE_ENV,
-    hosts::LAUNCHER_HOSTFILE_ENVS[0],
-    hosts::LAUNCHER_HOSTFILE_ENVS[1],
-    hosts::ALLOW_NEW_HOSTS_ENV,
-    hosts::LAUNCHER_ENV,
-    hosts::HYDRA_LAUNCHER_ENV,
-    hosts::HYDRA_LAUNCHER_EXEC_ENV,
-    schedule::SCHEDULE_ENV,
-    schedule::CHECK_PERIOD_ENV,
-    checkpoint::INTERVAL_ENV,
-    checkpoint::BEFORE_MOVE_ENV,
-    checkpoint::RESTART_ENV,
-    pcm_proto::checkpoint::JOB_NAME_ENV,
-    pcm_proto::checkpoint::DIR_ENV,
-    deadline::RECONFIGURE_TIMEOUT_ENV,
-    profile::PROFILE_ENV,
-    pcm_proto::run::EVENTS_ENV,
-    pcm_proto::run::EVENTS_FILE_ENV,
-    pcm_proto::run::PROGRESS_PERIOD_ENV,
-];
+pub(crate) mod variables;
+
+pub use variables::{
+    ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, HOSTFILE_ENV, LAUNCHER_ENV,
+    PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV, VARIABLES,
+};
+use variables::{
+    BEFORE_MOVE_ENV, CHECKPOINT_DIR_ENV, HYDRA_LAUNCHER_ENV, HYDRA_LAUNCHER_EXEC_ENV, JOB_NAME_ENV,
+    LAUNCHER_HOSTFILE_ENVS,
+};
+
+/// Default least time between two progress events (`PCM_PROGRESS_PERIOD`).
+pub const DEFAULT_PROGRESS_PERIOD: Duration = Duration::from_secs(1);
 
 /// Where events go ([`crate::events`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,7 +79,7 @@ pub struct Config {
 impl Default for Config {
     /// Every default: no schedule, a check every [`crate::DEFAULT_CHECK_PERIOD`], no
     /// checkpoints, no restart, [`crate::DEFAULT_RECONFIGURE_TIMEOUT`], profiling on,
-    /// events off (progress every [`crate::events::DEFAULT_PROGRESS_PERIOD`] when on), the
+    /// events off (progress every [`DEFAULT_PROGRESS_PERIOD`] when on), the
     /// default pcmd socket, no job name, hosts of the allocation only.
     fn default() -> Self {
         Config {
@@ -100,7 +90,7 @@ impl Default for Config {
             reconfigure_timeout: deadline::DEFAULT_RECONFIGURE_TIMEOUT,
             profiling: true,
             events: EventSinks::default(),
-            progress_period: crate::events::DEFAULT_PROGRESS_PERIOD,
+            progress_period: DEFAULT_PROGRESS_PERIOD,
             daemon: None,
             runtime_dir: None,
             job_name: None,
@@ -139,22 +129,22 @@ impl Config {
     pub fn from_values(values: &BTreeMap<&str, String>) -> Result<Config, PcmError> {
         let get = |variable: &str| values.get(variable).cloned();
         let mut config = Config::default();
-        if let Some(text) = get(schedule::SCHEDULE_ENV) {
+        if let Some(text) = get(SCHEDULE_ENV) {
             config.schedule = Schedule::parse(&text)?;
         }
-        if let Some(text) = get(schedule::CHECK_PERIOD_ENV) {
+        if let Some(text) = get(CHECK_PERIOD_ENV) {
             config.check_period = schedule::parse_check_period(text)?;
         }
-        if let Some(text) = get(checkpoint::INTERVAL_ENV) {
-            config.checkpoint = Policy::parse(text, get(checkpoint::BEFORE_MOVE_ENV))?;
+        if let Some(text) = get(CHECKPOINT_INTERVAL_ENV) {
+            config.checkpoint = Policy::parse(text, get(BEFORE_MOVE_ENV))?;
         }
-        if let Some(text) = get(checkpoint::RESTART_ENV) {
+        if let Some(text) = get(RESTART_ENV) {
             config.restart = checkpoint::parse_restart(text)?;
         }
-        if let Some(text) = get(deadline::RECONFIGURE_TIMEOUT_ENV) {
+        if let Some(text) = get(RECONFIGURE_TIMEOUT_ENV) {
             config.reconfigure_timeout = deadline::parse_reconfigure_timeout(text)?;
         }
-        if let Some(text) = get(profile::PROFILE_ENV) {
+        if let Some(text) = get(PROFILE_ENV) {
             config.profiling = profile::parse_enabled(text)?;
         }
         config.events.stderr = get(pcm_proto::run::EVENTS_ENV).is_some_and(|v| v == "stderr");
@@ -179,17 +169,17 @@ impl Config {
         }
         config.daemon = get(pcm_proto::DAEMON_ENV);
         config.runtime_dir = get("XDG_RUNTIME_DIR");
-        config.job_name = get(pcm_proto::checkpoint::JOB_NAME_ENV);
+        config.job_name = get(JOB_NAME_ENV);
         // Checked by `validate`: an absolute path, or the error (never another directory).
-        config.checkpoint_dir = get(pcm_proto::checkpoint::DIR_ENV).map(PathBuf::from);
+        config.checkpoint_dir = get(CHECKPOINT_DIR_ENV).map(PathBuf::from);
         for variable in [
-            hosts::HOSTFILE_ENV,
-            hosts::LAUNCHER_HOSTFILE_ENVS[0],
-            hosts::LAUNCHER_HOSTFILE_ENVS[1],
-            hosts::ALLOW_NEW_HOSTS_ENV,
-            hosts::LAUNCHER_ENV,
-            hosts::HYDRA_LAUNCHER_ENV,
-            hosts::HYDRA_LAUNCHER_EXEC_ENV,
+            HOSTFILE_ENV,
+            LAUNCHER_HOSTFILE_ENVS[0],
+            LAUNCHER_HOSTFILE_ENVS[1],
+            ALLOW_NEW_HOSTS_ENV,
+            LAUNCHER_ENV,
+            HYDRA_LAUNCHER_ENV,
+            HYDRA_LAUNCHER_EXEC_ENV,
         ] {
             if let Some(value) = get(variable) {
                 config.hosts.insert(variable, value);
@@ -261,7 +251,7 @@ impl Config {
     }
 
     /// Least time between two progress events (`PCM_PROGRESS_PERIOD`, seconds; default
-    /// [`crate::events::DEFAULT_PROGRESS_PERIOD`], 1 s). At least 1 ms.
+    /// [`DEFAULT_PROGRESS_PERIOD`], 1 s). At least 1 ms.
     pub fn with_progress_period(mut self, period: Duration) -> Self {
         self.progress_period = period;
         self
@@ -271,21 +261,21 @@ impl Config {
     pub fn validate(self) -> Result<Self, PcmError> {
         if self.check_period.is_zero() {
             return Err(PcmError::Config {
-                variable: schedule::CHECK_PERIOD_ENV,
+                variable: CHECK_PERIOD_ENV,
                 value: "0".into(),
                 reason: "the check period must be at least 1 ms".into(),
             });
         }
         if self.reconfigure_timeout.is_zero() {
             return Err(PcmError::Config {
-                variable: deadline::RECONFIGURE_TIMEOUT_ENV,
+                variable: RECONFIGURE_TIMEOUT_ENV,
                 value: "0".into(),
                 reason: "the timeout must be positive".into(),
             });
         }
         if self.checkpoint.interval_is_zero() {
             return Err(PcmError::Config {
-                variable: checkpoint::INTERVAL_ENV,
+                variable: CHECKPOINT_INTERVAL_ENV,
                 value: "0".into(),
                 reason: "the interval must be positive (None turns checkpoints off)".into(),
             });
@@ -307,7 +297,7 @@ impl Config {
             };
             if let Some(reason) = problem {
                 return Err(PcmError::Config {
-                    variable: pcm_proto::checkpoint::DIR_ENV,
+                    variable: CHECKPOINT_DIR_ENV,
                     value: dir.display().to_string(),
                     reason: reason.into(),
                 });
@@ -339,6 +329,59 @@ impl Config {
     }
 }
 
+/// A setting rank 0 read for every rank, and what is wrong with it, as it crosses the
+/// broadcast (a [`PcmError`] is not serialisable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum SettingError {
+    /// [`PcmError::Config`].
+    Config {
+        variable: String,
+        value: String,
+        reason: String,
+    },
+    /// Any other error, as its message.
+    Other(String),
+}
+
+impl From<PcmError> for SettingError {
+    fn from(e: PcmError) -> Self {
+        match e {
+            PcmError::Config {
+                variable,
+                value,
+                reason,
+            } => SettingError::Config {
+                variable: variable.to_owned(),
+                value,
+                reason,
+            },
+            other => SettingError::Other(other.to_string()),
+        }
+    }
+}
+
+impl SettingError {
+    /// The error every rank returns.
+    pub(crate) fn into_error(self) -> PcmError {
+        match self {
+            SettingError::Config {
+                variable,
+                value,
+                reason,
+            } => PcmError::Config {
+                variable: variables::setting_name(&variable),
+                value,
+                reason,
+            },
+            SettingError::Other(reason) => PcmError::Config {
+                variable: "the host settings",
+                value: String::new(),
+                reason,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,7 +398,7 @@ mod tests {
         assert_eq!(c.check_period, schedule::DEFAULT_CHECK_PERIOD);
         assert_eq!(c.reconfigure_timeout, deadline::DEFAULT_RECONFIGURE_TIMEOUT);
         assert!(c.profiling && c.events == EventSinks::default() && !c.checkpoint.enabled());
-        assert_eq!(c.progress_period, crate::events::DEFAULT_PROGRESS_PERIOD);
+        assert_eq!(c.progress_period, DEFAULT_PROGRESS_PERIOD);
         assert_eq!(c.restart, Restart::No);
         assert!(!c.daemon_off());
         assert_eq!(c.checkpoint_dir, None);

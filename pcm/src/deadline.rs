@@ -24,13 +24,11 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::{HostName, Move, Outcome, RequestId, ToDaemon};
 
+use crate::config::variables::RECONFIGURE_TIMEOUT_ENV;
 use crate::daemon::Reporter;
 use crate::error::PcmError;
 use crate::ffi;
 
-/// Environment variable: seconds a reconfiguration's spawn, merge, state transfer and split
-/// may take together before the job is ended (fractions allowed).
-pub const RECONFIGURE_TIMEOUT_ENV: &str = "PCM_RECONFIGURE_TIMEOUT";
 /// Default of [`RECONFIGURE_TIMEOUT_ENV`]: a spawn takes 0.1-0.4 s on a quiet node and about
 /// 1 s on Open MPI 5, and state transfer of a few GB a few seconds; a minute leaves room for
 /// a loaded machine while still ending a stalled job in bounded time.

@@ -31,10 +31,9 @@ use std::time::{Duration, Instant};
 pub use pcm_proto::run::{RunEvent, Stamped};
 use pcm_proto::{HostName, Rank};
 
-use crate::{Config, PcmError};
-
-/// Default least time between two progress events (`PCM_PROGRESS_PERIOD`).
-pub const DEFAULT_PROGRESS_PERIOD: Duration = Duration::from_secs(1);
+use crate::config::Config;
+pub use crate::config::DEFAULT_PROGRESS_PERIOD;
+use crate::error::PcmError;
 
 /// Whether events go to standard error.
 static STDERR: AtomicBool = AtomicBool::new(false);

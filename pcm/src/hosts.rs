@@ -32,20 +32,16 @@ use std::time::{Duration, Instant};
 use pcm_proto::HostName;
 use serde::{Deserialize, Serialize};
 
+use crate::config::variables::{
+    ALLOW_NEW_HOSTS_ENV, HOSTFILE_ENV, HYDRA_LAUNCHER_ENV, HYDRA_LAUNCHER_EXEC_ENV, LAUNCHER_ENV,
+    LAUNCHER_HOSTFILE_ENVS,
+};
+use crate::config::Config;
 use crate::error::PcmError;
 use crate::runtime::MpiFamily;
 
-/// Environment variable that lets ranks move to hosts outside the launch's allocation
-/// (`1`; default `0`). Honoured on MPICH only.
-pub const ALLOW_NEW_HOSTS_ENV: &str = "PCM_ALLOW_NEW_HOSTS";
-/// Environment variable naming the command that checks a new host: PCM runs
-/// `PCM_LAUNCHER HOST true`. Default: hydra's `HYDRA_LAUNCHER_EXEC`, else `ssh`.
-pub const LAUNCHER_ENV: &str = "PCM_LAUNCHER";
 /// How long the check of a new host may take before the host counts as unreachable.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// hydra's environment forms of `-launcher` and `-launcher-exec`.
-pub(crate) const HYDRA_LAUNCHER_ENV: &str = "HYDRA_LAUNCHER";
-pub(crate) const HYDRA_LAUNCHER_EXEC_ENV: &str = "HYDRA_LAUNCHER_EXEC";
 
 /// Whether ranks may move to hosts outside the allocation: decided by rank 0 at start and
 /// inherited by replacements.
@@ -63,7 +59,7 @@ pub(crate) enum NewHosts {
 
 impl NewHosts {
     /// From `PCM_ALLOW_NEW_HOSTS` and the launcher settings, for the MPI built against.
-    pub(crate) fn from_config(config: &crate::Config) -> Result<NewHosts, PcmError> {
+    pub(crate) fn from_config(config: &Config) -> Result<NewHosts, PcmError> {
         Self::from_settings(MpiFamily::BUILT_FOR, |v| config.host_setting(v))
     }
 
@@ -197,25 +193,8 @@ pub(crate) fn probe(launcher: &[String], host: &HostName, timeout: Duration) -> 
     }))
 }
 
-/// Environment variable naming the hostfile given to `mpirun`.
-pub const HOSTFILE_ENV: &str = "PCM_HOSTFILE";
-/// The launchers' environment forms of their hostfile option: Open MPI's `mpirun
-/// --hostfile`, hydra's `mpiexec -f`.
-pub(crate) const LAUNCHER_HOSTFILE_ENVS: [&str; 2] =
-    ["OMPI_MCA_orte_default_hostfile", "HYDRA_HOST_FILE"];
-
-/// The static name of a host setting read by rank 0 (`PCM_HOSTFILE`, a launcher's hostfile
-/// variable, `PCM_ALLOW_NEW_HOSTS`), for the error the other ranks rebuild from its text.
-pub(crate) fn setting_name(variable: &str) -> &'static str {
-    [HOSTFILE_ENV, ALLOW_NEW_HOSTS_ENV]
-        .into_iter()
-        .chain(LAUNCHER_HOSTFILE_ENVS)
-        .find(|known| *known == variable)
-        .unwrap_or("a host setting")
-}
-
 /// Reads the hostfile the settings name (`PCM_HOSTFILE`, else the launcher's), if any.
-pub(crate) fn hostfile_from_config(config: &crate::Config) -> Result<BTreeSet<HostName>, PcmError> {
+pub(crate) fn hostfile_from_config(config: &Config) -> Result<BTreeSet<HostName>, PcmError> {
     let Some((variable, path)) = [HOSTFILE_ENV]
         .into_iter()
         .chain(LAUNCHER_HOSTFILE_ENVS)

@@ -162,21 +162,22 @@ use mpi::traits::*;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
-pub use checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART_ENV};
-pub use config::{Config, VARIABLES as SETTING_VARIABLES};
-pub use deadline::{
-    Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_ENV, RECONFIGURE_TIMEOUT_EXIT,
+pub use config::{
+    Config, ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, HOSTFILE_ENV,
+    LAUNCHER_ENV, PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV,
+    VARIABLES as SETTING_VARIABLES,
 };
+pub use deadline::{Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_EXIT};
 pub use error::PcmError;
-pub use hosts::{ALLOW_NEW_HOSTS_ENV, HOSTFILE_ENV, LAUNCHER_ENV, PROBE_TIMEOUT};
+pub use hosts::PROBE_TIMEOUT;
 pub use malleable::{block_rows, Malleability, SizeRule};
 pub use mpi;
 pub use pcm_proto::{AppName, HostName, JobId, Move, Rank, RequestId};
-pub use profile::PROFILE_ENV;
 pub use runtime::{check_mpi_library, mpi_library_version, MpiFamily, MpiLibrary};
-pub use schedule::{CHECK_PERIOD_ENV, DEFAULT_CHECK_PERIOD, SCHEDULE_ENV};
+pub use schedule::DEFAULT_CHECK_PERIOD;
 pub use shared::SharedArray;
 
+use config::SettingError;
 use daemon::DaemonLink;
 use launch::Launch;
 use pcm_proto::{Outcome, ToDaemon};
@@ -1428,7 +1429,7 @@ fn warn_unreached(schedule: &Schedule, iterations: u64) -> Vec<String> {
         .map(|entry| {
             format!(
                 "{}: entry {entry:?} was never carried out: the run ended after {iterations} iterations (status calls 0 to {})",
-                schedule::SCHEDULE_ENV,
+                SCHEDULE_ENV,
                 iterations.saturating_sub(1)
             )
         })
@@ -1437,59 +1438,6 @@ fn warn_unreached(schedule: &Schedule, iterations: u64) -> Vec<String> {
         tracing::warn!("{w}");
     }
     warnings
-}
-
-/// A setting rank 0 read for every rank, and what is wrong with it, as it crosses the
-/// broadcast (a [`PcmError`] is not serialisable).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-enum SettingError {
-    /// [`PcmError::Config`].
-    Config {
-        variable: String,
-        value: String,
-        reason: String,
-    },
-    /// Any other error, as its message.
-    Other(String),
-}
-
-impl From<PcmError> for SettingError {
-    fn from(e: PcmError) -> Self {
-        match e {
-            PcmError::Config {
-                variable,
-                value,
-                reason,
-            } => SettingError::Config {
-                variable: variable.to_owned(),
-                value,
-                reason,
-            },
-            other => SettingError::Other(other.to_string()),
-        }
-    }
-}
-
-impl SettingError {
-    /// The error every rank returns.
-    fn into_error(self) -> PcmError {
-        match self {
-            SettingError::Config {
-                variable,
-                value,
-                reason,
-            } => PcmError::Config {
-                variable: hosts::setting_name(&variable),
-                value,
-                reason,
-            },
-            SettingError::Other(reason) => PcmError::Config {
-                variable: "the host settings",
-                value: String::new(),
-                reason,
-            },
-        }
-    }
 }
 
 fn local_host_name() -> HostName {
@@ -1541,7 +1489,7 @@ mod verdict_tests {
     #[test]
     fn given_a_bad_hostfile_then_every_rank_gets_one_clear_message() {
         let on_rank_0 = PcmError::Config {
-            variable: hosts::HOSTFILE_ENV,
+            variable: HOSTFILE_ENV,
             value: "/nonexistent/hosts".into(),
             reason: "cannot read the hostfile: No such file or directory (os error 2)".into(),
         };

@@ -18,11 +18,9 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use pcm_proto::{HostName, PeerTraffic, RankProfile};
 
+use crate::config::variables::PROFILE_ENV;
 use crate::error::PcmError;
 use crate::interpose;
-
-/// Environment variable that turns profiling off (`off`) or on (`on`, the default).
-pub const PROFILE_ENV: &str = "PCM_PROFILE";
 
 /// Parses a [`PROFILE_ENV`] value: whether profiling is on.
 pub(crate) fn parse_enabled(value: String) -> Result<bool, PcmError> {

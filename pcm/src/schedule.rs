@@ -16,15 +16,9 @@ use std::time::{Duration, Instant};
 use pcm_proto::{HostName, Move, Rank, Resize};
 use serde::{Deserialize, Serialize};
 
+use crate::config::variables::{CHECK_PERIOD_ENV, SCHEDULE_ENV};
 use crate::error::PcmError;
 
-/// Environment variable with scripted reconfigurations:
-/// `ITER:PART[+PART...][,ITER:...]`, each part a move `RANK[@HOST]` or a resize
-/// `size=M[@HOST[,HOST...]]` (docs/malleability.md), e.g.
-/// `PCM_SCHEDULE=10:1@node-b,50:0+3,80:size=3@node-c`.
-pub const SCHEDULE_ENV: &str = "PCM_SCHEDULE";
-/// Environment variable overriding [`DEFAULT_CHECK_PERIOD`], in milliseconds.
-pub const CHECK_PERIOD_ENV: &str = "PCM_CHECK_PERIOD_MS";
 /// Wall time between two status checks, by default.
 pub const DEFAULT_CHECK_PERIOD: Duration = Duration::from_millis(20);
 /// Upper bound on the number of iterations between checks.
