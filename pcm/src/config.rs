@@ -23,10 +23,7 @@ pub use variables::{
     ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, HOSTFILE_ENV, LAUNCHER_ENV,
     PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV, VARIABLES,
 };
-use variables::{
-    BEFORE_MOVE_ENV, CHECKPOINT_DIR_ENV, HYDRA_LAUNCHER_ENV, HYDRA_LAUNCHER_EXEC_ENV, JOB_NAME_ENV,
-    LAUNCHER_HOSTFILE_ENVS,
-};
+use variables::{BEFORE_MOVE_ENV, CHECKPOINT_DIR_ENV, HOST_VARIABLES, JOB_NAME_ENV};
 
 /// Default least time between two progress events (`PCM_PROGRESS_PERIOD`).
 pub const DEFAULT_PROGRESS_PERIOD: Duration = Duration::from_secs(1);
@@ -172,15 +169,7 @@ impl Config {
         config.job_name = get(JOB_NAME_ENV);
         // Checked by `validate`: an absolute path, or the error (never another directory).
         config.checkpoint_dir = get(CHECKPOINT_DIR_ENV).map(PathBuf::from);
-        for variable in [
-            HOSTFILE_ENV,
-            LAUNCHER_HOSTFILE_ENVS[0],
-            LAUNCHER_HOSTFILE_ENVS[1],
-            ALLOW_NEW_HOSTS_ENV,
-            LAUNCHER_ENV,
-            HYDRA_LAUNCHER_ENV,
-            HYDRA_LAUNCHER_EXEC_ENV,
-        ] {
+        for variable in HOST_VARIABLES {
             if let Some(value) = get(variable) {
                 config.hosts.insert(variable, value);
             }

@@ -44,11 +44,8 @@ pub use pcm_proto::checkpoint::{INTERVAL_ENV as CHECKPOINT_INTERVAL_ENV, RESTART
 /// nothing: the job restarts from the state it had when the move began.
 pub(crate) const BEFORE_MOVE_ENV: &str = "PCM_CHECKPOINT_BEFORE_MOVE";
 
-/// Every variable a [`super::Config`] reads: PCM's own, and the launchers' and system's ones
-/// PCM consults (hostfiles, hydra's launcher, `XDG_RUNTIME_DIR`).
-pub const VARIABLES: &[&str] = &[
-    pcm_proto::DAEMON_ENV,
-    "XDG_RUNTIME_DIR",
+/// The host settings, which rank 0 alone reads (it reads the hostfile and may warn).
+pub(crate) const HOST_VARIABLES: [&str; 7] = [
     HOSTFILE_ENV,
     LAUNCHER_HOSTFILE_ENVS[0],
     LAUNCHER_HOSTFILE_ENVS[1],
@@ -56,6 +53,20 @@ pub const VARIABLES: &[&str] = &[
     LAUNCHER_ENV,
     HYDRA_LAUNCHER_ENV,
     HYDRA_LAUNCHER_EXEC_ENV,
+];
+
+/// Every variable a [`super::Config`] reads: PCM's own, and the launchers' and system's ones
+/// PCM consults (hostfiles, hydra's launcher, `XDG_RUNTIME_DIR`).
+pub const VARIABLES: &[&str] = &[
+    pcm_proto::DAEMON_ENV,
+    "XDG_RUNTIME_DIR",
+    HOST_VARIABLES[0],
+    HOST_VARIABLES[1],
+    HOST_VARIABLES[2],
+    HOST_VARIABLES[3],
+    HOST_VARIABLES[4],
+    HOST_VARIABLES[5],
+    HOST_VARIABLES[6],
     SCHEDULE_ENV,
     CHECK_PERIOD_ENV,
     CHECKPOINT_INTERVAL_ENV,
