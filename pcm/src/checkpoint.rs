@@ -52,6 +52,7 @@ mod width;
 use crate::config::variables::BEFORE_MOVE_ENV;
 use crate::error::PcmError;
 use crate::store::{Blob, Data, Entry, Kind, Store};
+use crate::wire::{broadcast_bytes, encode_cbor};
 use crate::{Pcm, ProcessStatus};
 
 /// How long the pcmd may take to answer one checkpoint request (it syncs to disk, and at
@@ -173,9 +174,9 @@ pub(crate) fn agree_on_identity(
                 .map_err(|e| format!("invalid {JOB_NAME_ENV}={v:?}: {e}")),
             None => Ok(None),
         };
-        crate::encode_cbor(&name.map(|n| (n, Identity::of_this_process())))
+        encode_cbor(&name.map(|n| (n, Identity::of_this_process())))
     });
-    let bytes = crate::reconfig::broadcast_bytes(world, 0, mine);
+    let bytes = broadcast_bytes(world, 0, mine);
     let agreed: Result<(Option<AppName>, Identity), String> =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
     agreed.map_err(|reason| PcmError::Config {
@@ -194,8 +195,8 @@ pub(crate) fn agree_on_dir(
     mine: Option<&Path>,
 ) -> Result<Option<String>, PcmError> {
     let mine = mine.map(|d| d.to_string_lossy().into_owned());
-    let root = (world.rank() == 0).then(|| crate::encode_cbor(&mine));
-    let bytes = crate::reconfig::broadcast_bytes(world, 0, root);
+    let root = (world.rank() == 0).then(|| encode_cbor(&mine));
+    let bytes = broadcast_bytes(world, 0, root);
     let rank0: Option<String> =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
     let differs = mine != rank0;

@@ -152,6 +152,7 @@ mod schedule;
 mod shared;
 mod status;
 mod store;
+mod wire;
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -1370,14 +1371,6 @@ impl std::fmt::Debug for Departed {
     }
 }
 
-pub(crate) fn encode_cbor<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    if let Err(e) = ciborium::into_writer(value, &mut bytes) {
-        unreachable!("encoding PCM's own data into memory failed: {e}");
-    }
-    bytes
-}
-
 /// Rank 0 picks a job id and broadcasts it: unique enough to tell runs apart on a pool.
 fn agree_on_job_id(world: &SimpleCommunicator, app: &AppName) -> JobId {
     let mut stamp = 0u64;
@@ -1407,15 +1400,15 @@ fn agree_on_hosts(
         let result = hosts::hostfile_from_config(config)
             .and_then(|h| Ok((h, hosts::NewHosts::from_config(config)?)))
             .map_err(SettingError::from);
-        encode_cbor(&result)
+        wire::encode_cbor(&result)
     });
-    let bytes = reconfig::broadcast_bytes(world, 0, from_env);
+    let bytes = wire::broadcast_bytes(world, 0, from_env);
     let result: Result<(BTreeSet<HostName>, hosts::NewHosts), SettingError> =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| PcmError::Handover(e.to_string()))?;
     // Every rank fails with rank 0's own error: the variable, its value (the file) and the
     // problem, once (it used to be wrapped again as `invalid hostfile="": ...`).
     let (mut hosts, new_hosts) = result.map_err(SettingError::into_error)?;
-    let rank_hosts = reconfig::exchange_hosts(world, host);
+    let rank_hosts = wire::exchange_hosts(world, host);
     hosts.extend(rank_hosts.iter().cloned());
     Ok((hosts, new_hosts, rank_hosts))
 }
@@ -1495,7 +1488,7 @@ mod verdict_tests {
         };
         let expected = on_rank_0.to_string();
         let sent: Result<(), SettingError> = Err(on_rank_0.into());
-        let bytes = encode_cbor(&sent);
+        let bytes = wire::encode_cbor(&sent);
         let received: Result<(), SettingError> = ciborium::from_reader(bytes.as_slice()).unwrap();
         let message = received.unwrap_err().into_error().to_string();
         assert_eq!(message, expected);

@@ -7,8 +7,8 @@ use mpi::traits::*;
 
 use crate::error::PcmError;
 use crate::malleable::{block_rows, pieces, Blocks, Merged};
-use crate::reconfig::broadcast_bytes;
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
+use crate::wire::{broadcast_bytes, encode_cbor};
 
 /// Largest piece sent in one MPI message, in bytes: MPI counts are 32-bit.
 const CHUNK_BYTES: usize = 1 << 30;
@@ -199,7 +199,7 @@ fn replicate(
                 len: e.data.len() as u64,
             })
             .collect();
-        crate::encode_cbor(&headers)
+        encode_cbor(&headers)
     });
     let bytes = root.then(|| {
         replicated()

@@ -21,6 +21,7 @@ use pcm_proto::{HostName, PeerTraffic, RankProfile};
 use crate::config::variables::PROFILE_ENV;
 use crate::error::PcmError;
 use crate::interpose;
+use crate::wire::encode_cbor;
 
 /// Parses a [`PROFILE_ENV`] value: whether profiling is on.
 pub(crate) fn parse_enabled(value: String) -> Result<bool, PcmError> {
@@ -173,7 +174,7 @@ impl Profiler {
     /// process does this right after its state).
     pub(crate) fn hand_over(&self, comm: &SimpleCommunicator, to: i32, iteration: u64) {
         // No placement: the replacement names the peers' hosts in its own reports.
-        let bytes = crate::encode_cbor(&self.snapshot(iteration, &[]));
+        let bytes = encode_cbor(&self.snapshot(iteration, &[]));
         let process = comm.process_at_rank(to);
         process.send(&(bytes.len() as u64));
         process.send(&bytes[..]);

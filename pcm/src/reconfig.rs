@@ -43,15 +43,12 @@ use crate::plan::Plan;
 use crate::profile::Profiler;
 use crate::shared::Segment;
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
-use crate::{
-    encode_cbor, ffi, malleable, malleable_store, Departed, JobContext, Pcm, ProcessStatus,
-};
+use crate::wire::{broadcast_bytes, encode_cbor, exchange_hosts};
+use crate::{ffi, malleable, malleable_store, Departed, JobContext, Pcm, ProcessStatus};
 
 /// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
 /// 32-bit.
 const CHUNK_WORDS: usize = 1 << 27;
-/// Bytes reserved for a host name in the placement exchange.
-const HOST_SLOT: usize = 256;
 
 /// What the children learn from rank 0 of the parents.
 #[derive(Debug, Serialize, Deserialize)]
@@ -142,22 +139,6 @@ pub(crate) fn validate(
     }
     plan.moves.sort_by_key(|m| m.rank);
     Ok((plan, outside))
-}
-
-/// Broadcasts bytes of any length from `root` (which passes `Some`).
-pub(crate) fn broadcast_bytes(
-    comm: &SimpleCommunicator,
-    root: i32,
-    bytes: Option<Vec<u8>>,
-) -> Vec<u8> {
-    let root_process = comm.process_at_rank(root);
-    let mut len = bytes.as_ref().map_or(0, |b| b.len() as u64);
-    root_process.broadcast_into(&mut len);
-    let mut buffer = bytes.unwrap_or_else(|| vec![0u8; len as usize]);
-    if len > 0 {
-        root_process.broadcast_into(&mut buffer[..]);
-    }
-    buffer
 }
 
 fn micros(since: Instant) -> u64 {
@@ -850,23 +831,6 @@ fn receive_state(
         "{{\"event\":\"pcm_receive_state_calls\",\"us\":{receive_us}}}"
     );
     Ok(store)
-}
-
-/// Every process of `comm` learns every other's host name, in rank order.
-pub(crate) fn exchange_hosts(comm: &SimpleCommunicator, host: &HostName) -> Vec<HostName> {
-    let mut mine = [0u8; HOST_SLOT];
-    let bytes = host.as_str().as_bytes();
-    mine[..bytes.len().min(HOST_SLOT)].copy_from_slice(&bytes[..bytes.len().min(HOST_SLOT)]);
-    let mut all = vec![0u8; HOST_SLOT * comm.size() as usize];
-    comm.all_gather_into(&mine[..], &mut all[..]);
-    all.chunks(HOST_SLOT)
-        .map(|slot| {
-            let end = slot.iter().position(|&b| b == 0).unwrap_or(slot.len());
-            let name = String::from_utf8_lossy(&slot[..end]).into_owned();
-            HostName::new(name)
-                .unwrap_or_else(|_| HostName::new("unknown").expect("literal is valid"))
-        })
-        .collect()
 }
 
 /// The one line per reconfiguration, from rank 0 of the new world.

@@ -15,7 +15,8 @@ use crate::agreement::{self, Next, RequestVerdict, Validated, Words};
 use crate::daemon::{self, DaemonLink};
 use crate::error::PcmError;
 use crate::plan::Plan;
-use crate::{encode_cbor, events, hosts, interpose, malleable, reconfig, Pcm, Status};
+use crate::wire::{broadcast_bytes, encode_cbor};
+use crate::{events, hosts, interpose, malleable, reconfig, Pcm, Status};
 
 impl Pcm {
     /// A status check that agrees with the other ranks (collective): exchanges the words,
@@ -233,7 +234,7 @@ impl Pcm {
             });
             encode_cbor(&result)
         });
-        let bytes = reconfig::broadcast_bytes(&self.world, 0, verdict);
+        let bytes = broadcast_bytes(&self.world, 0, verdict);
         ciborium::from_reader::<Result<(), String>, _>(bytes.as_slice())
             .unwrap_or_else(|e| Err(format!("the check of new hosts was garbled: {e}")))
     }
@@ -319,7 +320,7 @@ impl Pcm {
             ));
         }
         let bytes = held.as_ref().map(encode_cbor);
-        let bytes = reconfig::broadcast_bytes(&self.world, owner as i32, bytes);
+        let bytes = broadcast_bytes(&self.world, owner as i32, bytes);
         let (moves, epoch, resize): (Vec<Move>, u64, Option<Resize>) =
             ciborium::from_reader(bytes.as_slice())
                 .map_err(|e| PcmError::Handover(e.to_string()))?;

@@ -19,9 +19,9 @@ use super::{answer, connect, fetch, list, refusal, Listing};
 use crate::error::PcmError;
 use crate::malleable::{Blocks, Merged};
 use crate::malleable_store::{redistribute_from, stored_block_problem, Sources};
-use crate::reconfig::broadcast_bytes;
 use crate::store::{type_label, Blob, Data, Entry, Kind, Store};
-use crate::{encode_cbor, Pcm};
+use crate::wire::{broadcast_bytes, encode_cbor};
+use crate::Pcm;
 
 /// The entry under which a block-form checkpoint keeps the job's array declarations.
 pub(crate) const BLOCKS_ENTRY: &str = crate::store::RESERVED_NAME;
