@@ -26,7 +26,7 @@ use pcm_proto::{HostName, Move, Outcome, RequestId, ToDaemon};
 
 use crate::config::variables::RECONFIGURE_TIMEOUT_ENV;
 use crate::daemon::Reporter;
-use crate::error::PcmError;
+use crate::error::{PcmError, Phase, Stall};
 use crate::ffi;
 
 /// Default of [`RECONFIGURE_TIMEOUT_ENV`]: a spawn takes 0.1-0.4 s on a quiet node and about
@@ -65,70 +65,6 @@ fn parse_timeout(text: &str) -> Option<Duration> {
         .ok()
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .filter(|d| !d.is_zero())
-}
-
-/// The step of the reconfiguration protocol a process is in (see the `reconfig` module).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Phase {
-    /// `MPI_Comm_spawn_multiple` on the parents; `MPI_Init` on the replacement.
-    Spawn = 0,
-    /// `MPI_Intercomm_merge` and the broadcast of the hand-over.
-    Merge = 1,
-    /// The departing ranks' stored state sent to their replacements.
-    StateTransfer = 2,
-    /// Exchanging where each process runs and the phase times.
-    Placement = 3,
-    /// Splitting out the new world and releasing the old communicators.
-    Split = 4,
-}
-
-impl Phase {
-    fn from_u8(value: u8) -> Phase {
-        match value {
-            0 => Phase::Spawn,
-            1 => Phase::Merge,
-            2 => Phase::StateTransfer,
-            3 => Phase::Placement,
-            _ => Phase::Split,
-        }
-    }
-}
-
-impl std::fmt::Display for Phase {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Phase::Spawn => "spawn",
-            Phase::Merge => "merge",
-            Phase::StateTransfer => "state transfer",
-            Phase::Placement => "placement exchange",
-            Phase::Split => "split",
-        })
-    }
-}
-
-/// What a watchdog knew when the deadline of a reconfiguration passed (the content of
-/// [`PcmError::ReconfigurationStalled`]).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{request} ({moves}) at iteration {iteration} did not finish within {timeout_s} s: {side} {rank} on host {host} was still waiting in the {phase} phase")]
-pub struct Stall {
-    /// "migration #N" (a pcmd request), "migrations #N and #M" (several carried out
-    /// together) or "scheduled reconfiguration (PCM_SCHEDULE)".
-    pub request: String,
-    /// The moves, "rank 1 to node-b".
-    pub moves: String,
-    /// The phase this process was in when the deadline passed.
-    pub phase: Phase,
-    /// "rank" (a parent) or "replacement for rank".
-    pub side: &'static str,
-    /// This process's rank, or "(not known yet)" on a replacement before the hand-over.
-    pub rank: String,
-    /// This process's host.
-    pub host: String,
-    /// The iteration of the reconfiguration, or "(not known yet)".
-    pub iteration: String,
-    /// The deadline, in seconds.
-    pub timeout_s: f64,
 }
 
 /// Which side of the protocol a process is on.

@@ -114,7 +114,7 @@ pub enum PcmError {
     /// Logged by the watchdog that then ends the job (see the `deadline` module); never
     /// returned by a call, since the call it concerns cannot return.
     #[error("{0}")]
-    ReconfigurationStalled(Box<crate::deadline::Stall>),
+    ReconfigurationStalled(Box<Stall>),
     /// A shared-memory array ([`crate::SharedArray`]) could not be created, or a segment a
     /// departing process offered could not be taken over (each refusal names its reason).
     #[error("shared array {what}: {reason}")]
@@ -174,6 +174,71 @@ fn stored_names(names: &[String]) -> String {
     } else {
         format!(" (stored: {})", names.join(", "))
     }
+}
+
+/// The step of the reconfiguration protocol a process is in (see the `reconfig` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// `MPI_Comm_spawn_multiple` on the parents; `MPI_Init` on the replacement.
+    Spawn = 0,
+    /// `MPI_Intercomm_merge` and the broadcast of the hand-over.
+    Merge = 1,
+    /// The departing ranks' stored state sent to their replacements.
+    StateTransfer = 2,
+    /// Exchanging where each process runs and the phase times.
+    Placement = 3,
+    /// Splitting out the new world and releasing the old communicators.
+    Split = 4,
+}
+
+impl Phase {
+    /// The phase a watchdog stored as its number.
+    pub(crate) fn from_u8(value: u8) -> Phase {
+        match value {
+            0 => Phase::Spawn,
+            1 => Phase::Merge,
+            2 => Phase::StateTransfer,
+            3 => Phase::Placement,
+            _ => Phase::Split,
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Spawn => "spawn",
+            Phase::Merge => "merge",
+            Phase::StateTransfer => "state transfer",
+            Phase::Placement => "placement exchange",
+            Phase::Split => "split",
+        })
+    }
+}
+
+/// What a watchdog knew when the deadline of a reconfiguration passed (the content of
+/// [`PcmError::ReconfigurationStalled`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{request} ({moves}) at iteration {iteration} did not finish within {timeout_s} s: {side} {rank} on host {host} was still waiting in the {phase} phase")]
+pub struct Stall {
+    /// "migration #N" (a pcmd request), "migrations #N and #M" (several carried out
+    /// together) or "scheduled reconfiguration (PCM_SCHEDULE)".
+    pub request: String,
+    /// The moves, "rank 1 to node-b".
+    pub moves: String,
+    /// The phase this process was in when the deadline passed.
+    pub phase: Phase,
+    /// "rank" (a parent) or "replacement for rank".
+    pub side: &'static str,
+    /// This process's rank, or "(not known yet)" on a replacement before the hand-over.
+    pub rank: String,
+    /// This process's host.
+    pub host: String,
+    /// The iteration of the reconfiguration, or "(not known yet)".
+    pub iteration: String,
+    /// The deadline, in seconds.
+    pub timeout_s: f64,
 }
 
 #[cfg(test)]

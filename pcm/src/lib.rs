@@ -168,8 +168,8 @@ pub use config::{
     LAUNCHER_ENV, PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV,
     VARIABLES as SETTING_VARIABLES,
 };
-pub use deadline::{Phase, Stall, DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_EXIT};
-pub use error::PcmError;
+pub use deadline::{DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_EXIT};
+pub use error::{PcmError, Phase, Stall};
 pub use hosts::PROBE_TIMEOUT;
 pub use malleable::{block_rows, Malleability, SizeRule};
 pub use mpi;

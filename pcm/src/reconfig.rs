@@ -34,8 +34,8 @@ use pcm_proto::{HostName, Outcome, PhaseTimings, Rank, RequestId};
 use crate::malleable_store::redistribute;
 use serde::{Deserialize, Serialize};
 
-use crate::deadline::{Context, Phase, Side, Watchdog};
-use crate::error::PcmError;
+use crate::deadline::{Context, Side, Watchdog};
+use crate::error::{PcmError, Phase};
 use crate::hosts::NewHosts;
 use crate::interpose::WorldStandIn;
 use crate::launch::Launch;
