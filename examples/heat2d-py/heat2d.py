@@ -17,7 +17,7 @@ import heat
 
 
 def main():
-    world = pcm.init(MPI.COMM_WORLD, "heat2d-py")
+    world = pcm.init(MPI.COMM_WORLD)  # the job is named after the script: heat2d
     rank, size = world.Get_rank(), world.Get_size()
     try:
         args = heat.parse_args(sys.argv, rank, size)

@@ -189,11 +189,7 @@ fn run(options: &Options) -> anyhow::Result<i32> {
     let mut series_lock = match wants_checkpoints && !options.dry_run {
         true => {
             let dir = checkpoint_dir.clone();
-            let series = series_name(
-                program_line.first().map_or("", String::as_str),
-                options.ranks,
-                options.job_name.as_deref(),
-            );
+            let series = series_name(&program_line, options.ranks, options.job_name.as_deref());
             let holder = Holder {
                 pid: std::process::id(),
                 host: local.to_string(),

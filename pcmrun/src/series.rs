@@ -22,14 +22,66 @@ use serde::{Deserialize, Serialize};
 
 use crate::supervisor::Start;
 
-/// The series' directory name as pcmd writes it (`APP-Pr`, `APP-Pr-NAME` with a job name).
-/// pcmrun takes the program's file name for the application's name (what it passes to
-/// `Pcm::init` is usually the same).
-pub fn series_name(program: &str, ranks: u32, job_name: Option<&str>) -> String {
-    let app = Path::new(program)
-        .file_name()
-        .map_or_else(|| program.to_owned(), |n| n.to_string_lossy().into_owned());
-    pcm_proto::checkpoint::series_dir_name(&app, ranks, job_name)
+/// The series' directory name as pcmd writes it (`APP-Pr`, `APP-Pr-NAME` with a job name)
+/// for the program line `program` (the program, then its arguments). pcmrun takes the
+/// program's file name for the application's name (what it passes to `Pcm::init` is
+/// usually the same); for a Python interpreter, the script's, as PCM's Python package
+/// names a job by default.
+pub fn series_name(program: &[String], ranks: u32, job_name: Option<&str>) -> String {
+    pcm_proto::checkpoint::series_dir_name(&app_name(program), ranks, job_name)
+}
+
+/// The application's name pcmrun expects the job to give `Pcm::init`: the program's file
+/// name, or for `python3 [OPTIONS] SCRIPT.py ...` the script's without `.py`, in the
+/// characters pcmd accepts (python/pcm/__init__.py, `_default_app_name`).
+fn app_name(program: &[String]) -> String {
+    let file_name = |path: &str| {
+        Path::new(path)
+            .file_name()
+            .map_or_else(|| path.to_owned(), |n| n.to_string_lossy().into_owned())
+    };
+    let Some(first) = program.first() else {
+        return String::new();
+    };
+    let interpreter = file_name(first);
+    if !is_python(&interpreter) {
+        return interpreter;
+    }
+    // `-m MODULE` and `-c CODE` run no script file: the package then names the job after
+    // what Python puts in argv[0], which pcmrun does not try to guess.
+    let mut args = program[1..].iter();
+    let script = loop {
+        match args.next().map(String::as_str) {
+            Some("-m" | "-c") | None => return interpreter,
+            // Options that take a value (python3 --help): skip the value too.
+            Some("-W" | "-X" | "--check-hash-based-pycs") => {
+                args.next();
+            }
+            Some(option) if option.starts_with('-') => {}
+            Some(script) => break file_name(script),
+        }
+    };
+    let stem = script.strip_suffix(".py").unwrap_or(&script);
+    let name: String = stem
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() || "._-".contains(c) {
+            true => c,
+            false => '-',
+        })
+        .collect();
+    match name.trim_matches('-') {
+        "" => "python-program".to_owned(),
+        name => name.to_owned(),
+    }
+}
+
+/// `python`, `python3`, `python3.11`, `pypy3`: a file name that runs Python scripts.
+fn is_python(file_name: &str) -> bool {
+    ["python", "pypy"].iter().any(|prefix| {
+        file_name
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    })
 }
 
 /// The run that holds (or last held) a series, as its lock file records it.
@@ -255,8 +307,35 @@ mod tests {
 
     #[test]
     fn given_a_program_path_then_the_series_is_named_as_pcmd_names_it() {
-        assert_eq!(series_name("/x/heat2d", 2, None), "heat2d-2r");
-        assert_eq!(series_name("heat2d", 4, Some("big")), "heat2d-4r-big");
+        assert_eq!(
+            series_name(&cmd(&["/x/heat2d", "--iters", "5"]), 2, None),
+            "heat2d-2r"
+        );
+        assert_eq!(
+            series_name(&cmd(&["heat2d"]), 4, Some("big")),
+            "heat2d-4r-big"
+        );
+    }
+
+    /// A Python job checkpoints in the series of its script's name (python/pcm's default
+    /// name): pcmrun's lock was named `python3-2r` while the job wrote `heat2d-py-2r`.
+    #[test]
+    fn given_a_python_script_then_the_series_is_named_after_the_script() {
+        let name = |line: &[&str]| series_name(&cmd(line), 2, None);
+        assert_eq!(
+            name(&["python3", "examples/heat2d-py/heat2d.py", "--iters", "9"]),
+            "heat2d-2r"
+        );
+        assert_eq!(
+            name(&["/usr/bin/python3.11", "-u", "-W", "ignore", "my job.py"]),
+            "my-job-2r"
+        );
+        assert_eq!(name(&["python", "run"]), "run-2r");
+        // No script file: the interpreter's name, as before.
+        assert_eq!(name(&["python3", "-m", "mpi4py", "x.py"]), "python3-2r");
+        assert_eq!(name(&["python3"]), "python3-2r");
+        // Not an interpreter.
+        assert_eq!(name(&["pythonic", "x.py"]), "pythonic-2r");
     }
 
     #[test]

@@ -365,7 +365,7 @@ fn given_a_python_rank_killed_mid_run_when_restarted_then_checksum_equals_plain(
     wait_until(DEADLINE, "pcmd's checkpoint socket", || {
         UnixStream::connect(&checkpoint_socket).is_ok()
     });
-    let series = "heat2d-py-2r";
+    let series = "heat2d-2r"; // named after the script, as pcmrun names its lock
     let job = heat2d(&python, 2, false, &strs(&args))
         .env("PCM_DAEMON", pcmd.daemon_env.clone())
         .env("PCM_CHECKPOINT_INTERVAL", "0.25");
@@ -459,6 +459,15 @@ fn given_a_python_rank_killed_under_pcmrun_then_pcmrun_brings_the_job_back_with_
         finished.stderr
     );
     assert_ended_with(&finished, &plain);
+    // pcmrun locks the series the job checkpoints in (it locked `python3-2r` while the job
+    // wrote `heat2d-py-2r`, and rank 0 warned).
+    assert!(
+        !finished
+            .stderr
+            .contains("pcmrun holds the checkpoint series"),
+        "pcmrun locked another series than the job's:\n{}",
+        finished.stderr
+    );
     let summary = run.report().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(summary["launches"], 2, "{summary}");
     assert_eq!(
