@@ -40,16 +40,13 @@ use mpi::traits::*;
 use pcm_proto::checkpoint::{
     self as ckpt, expect_frame, write_frame, Available, Digest, Finished, Hasher, Identity,
     Manifest, PieceEntry, PieceHeader, PieceId, Request, Response, Series, DIR_ENV, FORMAT_VERSION,
-    JOB_NAME_ENV,
+    JOB_NAME_ENV, RESTART_ENV,
 };
 use pcm_proto::{AppName, JobId, Rank};
-use serde::{Deserialize, Serialize};
-
-use pcm_proto::checkpoint::{INTERVAL_ENV, RESTART_ENV};
 
 mod width;
 
-use crate::config::variables::BEFORE_MOVE_ENV;
+use crate::config::{Policy, Restart};
 use crate::error::PcmError;
 use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor};
@@ -62,104 +59,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 const OFFERED: usize = 8;
 /// Older checkpoints tried at restart when a newer one fails to load somewhere.
 const ATTEMPTS: usize = 4;
-
-/// The checkpoint interval and the pre-move bound, shared by all ranks and handed to
-/// replacements.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Policy {
-    interval: Option<Duration>,
-    /// Take a checkpoint before a move when the newest is at least this old (`None`: never).
-    #[serde(default)]
-    before_move: Option<Duration>,
-}
-
-impl Policy {
-    /// Whether checkpoints are taken.
-    pub(crate) fn enabled(&self) -> bool {
-        self.interval.is_some()
-    }
-
-    /// Checkpoints every `interval` (`None`: none), taken before every move too.
-    pub(crate) fn with_interval(interval: Option<Duration>) -> Self {
-        Policy {
-            interval,
-            before_move: Some(Duration::ZERO),
-        }
-    }
-
-    /// Whether the interval is zero (refused by [`crate::Config::validate`]).
-    pub(crate) fn interval_is_zero(&self) -> bool {
-        self.interval.is_some_and(|d| d.is_zero())
-    }
-
-    /// Parses `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed) and
-    /// `PCM_CHECKPOINT_BEFORE_MOVE` (when given).
-    pub(crate) fn parse(text: String, before_move: Option<String>) -> Result<Self, PcmError> {
-        let interval = text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| PcmError::Config {
-                variable: INTERVAL_ENV,
-                value: text.clone(),
-                reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
-            })?;
-        let before_move = match before_move {
-            None => Some(Duration::ZERO),
-            Some(v) if v.trim() == "off" => None,
-            Some(v) => Some(
-                v.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                    .ok_or_else(|| PcmError::Config {
-                        variable: BEFORE_MOVE_ENV,
-                        value: v.clone(),
-                        reason: "expected a number of seconds (0: before every move) or off".into(),
-                    })?,
-            ),
-        };
-        Ok(Policy {
-            interval: Some(interval),
-            before_move,
-        })
-    }
-}
-
-/// What `PCM_RESTART` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Restart {
-    /// Unset or `0`: start from the beginning.
-    No,
-    /// `1`: resume from the newest checkpoint of this computation; start from the beginning
-    /// (with a warning) when there is none.
-    IfAny,
-    /// `require`: resume, or fail when there is nothing to resume (for batch scripts).
-    Require,
-    /// `force`: resume from the newest checkpoint of the series even if another computation
-    /// wrote it or its job finished.
-    Force,
-}
-
-/// Parses a `PCM_RESTART` value.
-pub(crate) fn parse_restart(v: String) -> Result<Restart, PcmError> {
-    match v.trim() {
-        "1" | "yes" | "true" => Ok(Restart::IfAny),
-        "require" => Ok(Restart::Require),
-        "force" => Ok(Restart::Force),
-        "" | "0" | "no" | "false" => Ok(Restart::No),
-        _ => Err(PcmError::Config {
-            variable: RESTART_ENV,
-            value: v,
-            reason: "expected 1 (resume from the newest checkpoint if there is one), \
-                     require (resume or fail), force (resume even another computation's \
-                     or a finished job's checkpoint) or 0"
-                .into(),
-        }),
-    }
-}
 
 /// The job name and the program with its arguments, as rank 0 sees them (broadcast, so that
 /// every rank writes the same manifest). Collective.

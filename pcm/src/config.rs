@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{self, Policy, Restart};
 use crate::error::PcmError;
+use crate::profile;
 use crate::schedule::{self, Schedule};
-use crate::{deadline, profile};
 
 pub(crate) mod variables;
 
@@ -25,6 +24,10 @@ pub use variables::{
 };
 use variables::{BEFORE_MOVE_ENV, CHECKPOINT_DIR_ENV, HOST_VARIABLES, JOB_NAME_ENV};
 
+/// Default of [`RECONFIGURE_TIMEOUT_ENV`]: a spawn takes 0.1-0.4 s on a quiet node and about
+/// 1 s on Open MPI 5, and state transfer of a few GB a few seconds; a minute leaves room for
+/// a loaded machine while still ending a stalled job in bounded time.
+pub const DEFAULT_RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default least time between two progress events (`PCM_PROGRESS_PERIOD`).
 pub const DEFAULT_PROGRESS_PERIOD: Duration = Duration::from_secs(1);
 
@@ -84,7 +87,7 @@ impl Default for Config {
             schedule: Schedule::default(),
             checkpoint: Policy::default(),
             restart: Restart::No,
-            reconfigure_timeout: deadline::DEFAULT_RECONFIGURE_TIMEOUT,
+            reconfigure_timeout: DEFAULT_RECONFIGURE_TIMEOUT,
             profiling: true,
             events: EventSinks::default(),
             progress_period: DEFAULT_PROGRESS_PERIOD,
@@ -136,10 +139,10 @@ impl Config {
             config.checkpoint = Policy::parse(text, get(BEFORE_MOVE_ENV))?;
         }
         if let Some(text) = get(RESTART_ENV) {
-            config.restart = checkpoint::parse_restart(text)?;
+            config.restart = parse_restart(text)?;
         }
         if let Some(text) = get(RECONFIGURE_TIMEOUT_ENV) {
-            config.reconfigure_timeout = deadline::parse_reconfigure_timeout(text)?;
+            config.reconfigure_timeout = parse_reconfigure_timeout(text)?;
         }
         if let Some(text) = get(PROFILE_ENV) {
             config.profiling = profile::parse_enabled(text)?;
@@ -318,6 +321,121 @@ impl Config {
     }
 }
 
+/// The checkpoint interval and the pre-move bound, shared by all ranks and handed to
+/// replacements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Policy {
+    pub(crate) interval: Option<Duration>,
+    /// Take a checkpoint before a move when the newest is at least this old (`None`: never).
+    #[serde(default)]
+    pub(crate) before_move: Option<Duration>,
+}
+
+impl Policy {
+    /// Whether checkpoints are taken.
+    pub(crate) fn enabled(&self) -> bool {
+        self.interval.is_some()
+    }
+
+    /// Checkpoints every `interval` (`None`: none), taken before every move too.
+    pub(crate) fn with_interval(interval: Option<Duration>) -> Self {
+        Policy {
+            interval,
+            before_move: Some(Duration::ZERO),
+        }
+    }
+
+    /// Whether the interval is zero (refused by [`Config::validate`]).
+    pub(crate) fn interval_is_zero(&self) -> bool {
+        self.interval.is_some_and(|d| d.is_zero())
+    }
+
+    /// Parses `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed) and
+    /// `PCM_CHECKPOINT_BEFORE_MOVE` (when given).
+    pub(crate) fn parse(text: String, before_move: Option<String>) -> Result<Self, PcmError> {
+        let interval = text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PcmError::Config {
+                variable: CHECKPOINT_INTERVAL_ENV,
+                value: text.clone(),
+                reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
+            })?;
+        let before_move = match before_move {
+            None => Some(Duration::ZERO),
+            Some(v) if v.trim() == "off" => None,
+            Some(v) => Some(
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| PcmError::Config {
+                        variable: BEFORE_MOVE_ENV,
+                        value: v.clone(),
+                        reason: "expected a number of seconds (0: before every move) or off".into(),
+                    })?,
+            ),
+        };
+        Ok(Policy {
+            interval: Some(interval),
+            before_move,
+        })
+    }
+}
+
+/// What `PCM_RESTART` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Restart {
+    /// Unset or `0`: start from the beginning.
+    No,
+    /// `1`: resume from the newest checkpoint of this computation; start from the beginning
+    /// (with a warning) when there is none.
+    IfAny,
+    /// `require`: resume, or fail when there is nothing to resume (for batch scripts).
+    Require,
+    /// `force`: resume from the newest checkpoint of the series even if another computation
+    /// wrote it or its job finished.
+    Force,
+}
+
+/// Parses a `PCM_RESTART` value.
+pub(crate) fn parse_restart(v: String) -> Result<Restart, PcmError> {
+    match v.trim() {
+        "1" | "yes" | "true" => Ok(Restart::IfAny),
+        "require" => Ok(Restart::Require),
+        "force" => Ok(Restart::Force),
+        "" | "0" | "no" | "false" => Ok(Restart::No),
+        _ => Err(PcmError::Config {
+            variable: RESTART_ENV,
+            value: v,
+            reason: "expected 1 (resume from the newest checkpoint if there is one), \
+                     require (resume or fail), force (resume even another computation's \
+                     or a finished job's checkpoint) or 0"
+                .into(),
+        }),
+    }
+}
+
+/// Parses a [`RECONFIGURE_TIMEOUT_ENV`] value.
+pub(crate) fn parse_reconfigure_timeout(text: String) -> Result<Duration, PcmError> {
+    parse_timeout(&text).ok_or_else(|| PcmError::Config {
+        variable: RECONFIGURE_TIMEOUT_ENV,
+        value: text.clone(),
+        reason: "expected a positive number of seconds, e.g. 60 or 2.5".into(),
+    })
+}
+
+fn parse_timeout(text: &str) -> Option<Duration> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+}
+
 /// A setting rank 0 read for every rank, and what is wrong with it, as it crosses the
 /// broadcast (a [`PcmError`] is not serialisable).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -382,10 +500,19 @@ mod tests {
     }
 
     #[test]
+    fn timeout_accepts_positive_seconds_and_refuses_the_rest() {
+        assert_eq!(parse_timeout("60"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_timeout(" 2.5 "), Some(Duration::from_millis(2500)));
+        for bad in ["0", "-1", "", "soon", "NaN", "inf", "1e400"] {
+            assert_eq!(parse_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn given_nothing_then_the_defaults() {
         let c = config(&[]).unwrap();
         assert_eq!(c.check_period, schedule::DEFAULT_CHECK_PERIOD);
-        assert_eq!(c.reconfigure_timeout, deadline::DEFAULT_RECONFIGURE_TIMEOUT);
+        assert_eq!(c.reconfigure_timeout, DEFAULT_RECONFIGURE_TIMEOUT);
         assert!(c.profiling && c.events == EventSinks::default() && !c.checkpoint.enabled());
         assert_eq!(c.progress_period, DEFAULT_PROGRESS_PERIOD);
         assert_eq!(c.restart, Restart::No);

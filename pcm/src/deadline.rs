@@ -24,15 +24,10 @@ use std::time::{Duration, Instant};
 
 use pcm_proto::{HostName, Move, Outcome, RequestId, ToDaemon};
 
-use crate::config::variables::RECONFIGURE_TIMEOUT_ENV;
 use crate::daemon::Reporter;
 use crate::error::{PcmError, Phase, Stall};
 use crate::ffi;
 
-/// Default of [`RECONFIGURE_TIMEOUT_ENV`]: a spawn takes 0.1-0.4 s on a quiet node and about
-/// 1 s on Open MPI 5, and state transfer of a few GB a few seconds; a minute leaves room for
-/// a loaded machine while still ending a stalled job in bounded time.
-pub const DEFAULT_RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Exit status of a job ended because a reconfiguration missed its deadline (passed to
 /// `MPI_Abort`; `mpirun` and `mpiexec` exit with it). 75 is `EX_TEMPFAIL` of sysexits.h:
 /// a temporary failure, worth retrying (restart from the newest checkpoint).
@@ -49,23 +44,6 @@ const REPORTER_HEAD_START: Duration = Duration::from_secs(2);
 const OUTPUT_FLUSH: Duration = Duration::from_millis(500);
 /// How long `MPI_Abort` may take before the process ends itself.
 const ABORT_GRACE: Duration = Duration::from_secs(10);
-
-/// Parses a [`RECONFIGURE_TIMEOUT_ENV`] value.
-pub(crate) fn parse_reconfigure_timeout(text: String) -> Result<Duration, PcmError> {
-    parse_timeout(&text).ok_or_else(|| PcmError::Config {
-        variable: RECONFIGURE_TIMEOUT_ENV,
-        value: text.clone(),
-        reason: "expected a positive number of seconds, e.g. 60 or 2.5".into(),
-    })
-}
-
-fn parse_timeout(text: &str) -> Option<Duration> {
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .filter(|d| !d.is_zero())
-}
 
 /// Which side of the protocol a process is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,15 +274,6 @@ fn fire(
 mod tests {
     use super::*;
     use pcm_proto::Rank;
-
-    #[test]
-    fn timeout_accepts_positive_seconds_and_refuses_the_rest() {
-        assert_eq!(parse_timeout("60"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_timeout(" 2.5 "), Some(Duration::from_millis(2500)));
-        for bad in ["0", "-1", "", "soon", "NaN", "inf", "1e400"] {
-            assert_eq!(parse_timeout(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn stalled_error_names_request_rank_host_and_phase() {

@@ -163,12 +163,13 @@ use mpi::traits::*;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 pub use bytemuck::Pod;
+pub use config::DEFAULT_RECONFIGURE_TIMEOUT;
 pub use config::{
     Config, ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, HOSTFILE_ENV,
     LAUNCHER_ENV, PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV,
     VARIABLES as SETTING_VARIABLES,
 };
-pub use deadline::{DEFAULT_RECONFIGURE_TIMEOUT, RECONFIGURE_TIMEOUT_EXIT};
+pub use deadline::RECONFIGURE_TIMEOUT_EXIT;
 pub use error::{PcmError, Phase, Stall};
 pub use hosts::PROBE_TIMEOUT;
 pub use malleable::{block_rows, Malleability, SizeRule};
@@ -340,7 +341,7 @@ pub(crate) struct JobContext {
     new_hosts: hosts::NewHosts,
     /// Checkpoint interval (`PCM_CHECKPOINT_INTERVAL`).
     #[serde(default)]
-    checkpoint: checkpoint::Policy,
+    checkpoint: config::Policy,
     /// The job name (`PCM_JOB_NAME`) that keeps checkpoint series apart, if set.
     #[serde(default)]
     job_name: Option<AppName>,
@@ -732,7 +733,7 @@ impl Pcm {
             spent: false,
             config,
         };
-        if restart != checkpoint::Restart::No {
+        if restart != config::Restart::No {
             checkpoint::restore(&mut pcm, restart)?;
         }
         pcm.connect_daemon();
@@ -1032,7 +1033,7 @@ impl Pcm {
         let pending = self.checkpoints.pending.is_some();
         if pending {
             self.checkpoints.stop();
-            self.job.checkpoint = checkpoint::Policy::default();
+            self.job.checkpoint = config::Policy::default();
         }
         pending
     }
@@ -1511,7 +1512,7 @@ mod verdict_tests {
             check_period: Duration::from_millis(5),
             hosts: BTreeSet::new(),
             new_hosts: hosts::NewHosts::default(),
-            checkpoint: checkpoint::Policy::default(),
+            checkpoint: config::Policy::default(),
             job_name: None,
             checkpoint_dir: None,
             identity: Default::default(),
