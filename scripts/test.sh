@@ -59,6 +59,11 @@ other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
     given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job
 )
+# Of the leave tests, the one in a peer-to-peer pool: the cluster (NSc2c) variant differs
+# only in which agent orders the moves, and the given-back mark starts no MPI job.
+other_runtime_leave_tests=(
+    a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everything_there
+)
 other_runtime_pcmrun_tests=(
     given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings
     given_a_hostfile_then_the_launch_uses_it_and_a_missing_one_is_named
@@ -107,6 +112,8 @@ echo "== $(date +%T) ${other_runtime_tests[*]} tests ($other_runtime)" >&2
             filters=(--exact "${other_runtime_pcmrun_tests[@]}")
         elif [ "$name" = daemon ]; then
             filters=(--exact "${other_runtime_daemon_tests[@]}")
+        elif [ "$name" = leave ]; then
+            filters=(--exact "${other_runtime_leave_tests[@]}")
         fi
         "$path" "${filters[@]}" || failed+=("$name")
     done
