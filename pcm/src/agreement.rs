@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use pcm_proto::{Move, Resize};
 
-use crate::checkpoint;
 use crate::plan::{Answered, Plan};
+use crate::schedule::CheckpointTimer;
 use crate::{Reconfiguration, Status};
 
 /// What one rank contributes to the check's all-reduce (max), and what all agree on.
@@ -24,7 +24,7 @@ pub(crate) struct Words {
     pub(crate) request: u64,
     /// Rank 0's proposed interval to the next check, in status calls (others: 0).
     pub(crate) interval: u64,
-    /// Rank 0's checkpoint bits ([`checkpoint::DUE`], [`checkpoint::BEFORE_MOVE`]).
+    /// Rank 0's checkpoint bits ([`CheckpointTimer::DUE`], [`CheckpointTimer::BEFORE_MOVE`]).
     pub(crate) checkpoint: u64,
 }
 
@@ -85,7 +85,7 @@ pub(crate) fn next(words: Words, deferred: Option<Plan>, scheduled: Option<Plan>
         Next::Scripted(plan)
     } else if words.request != 0 {
         Next::Request(pcm_proto::RequestId(words.request))
-    } else if words.checkpoint & checkpoint::DUE != 0 {
+    } else if words.checkpoint & CheckpointTimer::DUE != 0 {
         Next::Checkpoint
     } else {
         Next::Continue
@@ -111,7 +111,9 @@ pub(crate) fn after_validation(
     checkpoint: u64,
 ) -> Validated {
     match validated {
-        Ok(plan) if checkpoint & checkpoint::BEFORE_MOVE != 0 => Validated::CheckpointFirst(plan),
+        Ok(plan) if checkpoint & CheckpointTimer::BEFORE_MOVE != 0 => {
+            Validated::CheckpointFirst(plan)
+        }
         Ok(plan) => Validated::Announce(plan),
         Err((plan, reason)) => Validated::Refuse(plan, reason),
     }
@@ -249,7 +251,7 @@ mod tests {
     fn given_a_deferred_move_then_it_goes_first_and_a_scripted_one_is_postponed() {
         let deferred = plan(Some(4), &[1]);
         let step = next(
-            words(9, 0, checkpoint::DUE),
+            words(9, 0, CheckpointTimer::DUE),
             Some(deferred.clone()),
             Some(Plan::scripted(moves(&[2]))),
         );
@@ -265,7 +267,7 @@ mod tests {
     #[test]
     fn given_a_scripted_move_and_a_request_then_the_scripted_move_goes_first() {
         let step = next(
-            words(9, 0, checkpoint::DUE),
+            words(9, 0, CheckpointTimer::DUE),
             None,
             Some(Plan::scripted(moves(&[0]))),
         );
@@ -275,16 +277,16 @@ mod tests {
     #[test]
     fn given_a_request_and_a_due_checkpoint_then_the_request_goes_first() {
         assert_eq!(
-            next(words(9, 0, checkpoint::DUE), None, None),
+            next(words(9, 0, CheckpointTimer::DUE), None, None),
             Next::Request(RequestId(9))
         );
         assert_eq!(
-            next(words(0, 0, checkpoint::DUE), None, None),
+            next(words(0, 0, CheckpointTimer::DUE), None, None),
             Next::Checkpoint
         );
         // The before-move bit alone does not make a checkpoint due.
         assert_eq!(
-            next(words(0, 0, checkpoint::BEFORE_MOVE), None, None),
+            next(words(0, 0, CheckpointTimer::BEFORE_MOVE), None, None),
             Next::Continue
         );
     }
@@ -293,7 +295,7 @@ mod tests {
     fn given_a_validated_plan_then_a_checkpoint_comes_first_when_rank_0_asks() {
         let p = plan(None, &[1]);
         assert_eq!(
-            after_validation(Ok(p.clone()), checkpoint::BEFORE_MOVE),
+            after_validation(Ok(p.clone()), CheckpointTimer::BEFORE_MOVE),
             Validated::CheckpointFirst(p.clone())
         );
         assert_eq!(
@@ -303,7 +305,7 @@ mod tests {
         assert_eq!(
             after_validation(
                 Err((p.clone(), "no such host".into())),
-                checkpoint::BEFORE_MOVE
+                CheckpointTimer::BEFORE_MOVE
             ),
             Validated::Refuse(p, "no such host".into())
         );

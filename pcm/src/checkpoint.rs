@@ -46,7 +46,7 @@ use pcm_proto::{AppName, JobId, Rank};
 
 mod width;
 
-use crate::config::{Policy, Restart};
+use crate::config::Restart;
 use crate::error::PcmError;
 use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor};
@@ -128,61 +128,6 @@ pub(crate) fn agree_on_dir(
         value: mine.unwrap_or_default(),
         reason,
     })
-}
-
-/// Bit of [`State::word`]: the interval has passed.
-pub(crate) const DUE: u64 = 1;
-/// Bit of [`State::word`]: a move agreed at this check waits for a checkpoint.
-pub(crate) const BEFORE_MOVE: u64 = 2;
-
-/// A rank's checkpoint bookkeeping.
-#[derive(Debug, Default)]
-pub(crate) struct State {
-    /// Rank 0 with an interval: when the last checkpoint was taken (or the job began).
-    last: Option<Instant>,
-    interval: Option<Duration>,
-    before_move: Option<Duration>,
-    /// Iteration of an agreed checkpoint waiting for `reconfigure`.
-    pub(crate) pending: Option<u64>,
-    /// A move agreed at the check that took the checkpoint before it; made at the next check.
-    pub(crate) deferred_move: Option<crate::plan::Plan>,
-}
-
-impl State {
-    pub(crate) fn new(rank: u32, policy: &Policy, now: Instant) -> Self {
-        State {
-            last: (rank == 0 && policy.interval.is_some()).then_some(now),
-            interval: policy.interval,
-            before_move: policy.before_move,
-            pending: None,
-            deferred_move: None,
-        }
-    }
-
-    /// Rank 0's word in the status check: [`DUE`] when a checkpoint is due, plus
-    /// [`BEFORE_MOVE`] when a move agreed now must wait for a checkpoint first.
-    pub(crate) fn word(&self, now: Instant) -> u64 {
-        let Some(last) = self.last else {
-            return 0;
-        };
-        let age = now.duration_since(last);
-        let due = self.interval.is_some_and(|i| age >= i);
-        let before_move = self.before_move.is_some_and(|b| age >= b);
-        u64::from(due) * DUE + u64::from(before_move) * BEFORE_MOVE
-    }
-
-    /// No more checkpoints in this process (the application does not answer them).
-    pub(crate) fn stop(&mut self) {
-        self.last = None;
-        self.interval = None;
-        self.pending = None;
-    }
-
-    fn taken(&mut self, now: Instant) {
-        if self.last.is_some() {
-            self.last = Some(now);
-        }
-    }
 }
 
 /// Says (rank 0 of a fresh job with checkpoints) when pcmrun holds the lock of another
@@ -806,7 +751,7 @@ fn install(pcm: &mut Pcm, store: Store, iteration: u64, at_buddy: bool) {
     pcm.job.resumed = true;
     pcm.resume_pending = true;
     if let Some(cadence) = &mut pcm.cadence {
-        *cadence = crate::Cadence::new(pcm.job.check_period, now, iteration);
+        *cadence = crate::schedule::Cadence::new(pcm.job.check_period, now, iteration);
     }
     pcm.checkpoints.taken(now);
     if at_buddy {
@@ -888,35 +833,5 @@ mod tests {
         };
         assert!(superseded(&empty, &job("fresh"), &series).is_none());
         assert!(superseded(&listing(None), &job("killed"), &series).is_none());
-    }
-
-    fn policy(interval_s: u64, before_move: Option<Duration>) -> Policy {
-        Policy {
-            interval: Some(Duration::from_secs(interval_s)),
-            before_move,
-        }
-    }
-
-    #[test]
-    fn given_rank_0_then_its_word_says_when_a_checkpoint_is_due_and_when_a_move_waits_for_one() {
-        let t = Instant::now();
-        let mut state = State::new(0, &policy(10, Some(Duration::ZERO)), t);
-        assert_eq!(state.word(t), BEFORE_MOVE);
-        assert_eq!(state.word(t + Duration::from_secs(10)), DUE | BEFORE_MOVE);
-        state.taken(t + Duration::from_secs(10));
-        assert_eq!(state.word(t + Duration::from_secs(11)), BEFORE_MOVE);
-
-        let bounded = State::new(0, &policy(10, Some(Duration::from_secs(3))), t);
-        assert_eq!(bounded.word(t + Duration::from_secs(2)), 0);
-        assert_eq!(bounded.word(t + Duration::from_secs(3)), BEFORE_MOVE);
-
-        let off = State::new(0, &policy(10, None), t);
-        assert_eq!(off.word(t + Duration::from_secs(5)), 0);
-        // Other ranks leave the decision to rank 0; without checkpoints nobody waits.
-        assert_eq!(
-            State::new(1, &policy(10, Some(Duration::ZERO)), t).word(t),
-            0
-        );
-        assert_eq!(State::new(0, &Policy::default(), t).word(t), 0);
     }
 }

@@ -185,7 +185,7 @@ use launch::Launch;
 use pcm_proto::{Outcome, ToDaemon};
 use plan::Plan;
 use profile::Profiler;
-use schedule::{Cadence, Schedule};
+use schedule::{Cadence, CheckpointTimer, Schedule};
 use store::Store;
 
 /// How this process came to be.
@@ -498,7 +498,7 @@ pub struct Pcm {
     resizing: bool,
     pending: Option<Plan>,
     /// Checkpoint timer (rank 0) and an agreed checkpoint waiting for `reconfigure`.
-    checkpoints: checkpoint::State,
+    checkpoints: CheckpointTimer,
     /// Rank 0 only: picks the check interval.
     cadence: Option<Cadence>,
     daemon: Option<DaemonLink>,
@@ -720,7 +720,7 @@ impl Pcm {
             resume_pending: false,
             resizing: false,
             pending: None,
-            checkpoints: checkpoint::State::new(rank, &checkpoint_policy, now),
+            checkpoints: CheckpointTimer::new(rank, &checkpoint_policy, now),
             cadence: (rank == 0).then(|| Cadence::new(check_period, now, 0)),
             daemon: None,
             host,
@@ -1178,7 +1178,7 @@ impl Pcm {
             return;
         }
         let now = Instant::now();
-        self.checkpoints = checkpoint::State::new(rank, &self.job.checkpoint, now);
+        self.checkpoints = CheckpointTimer::new(rank, &self.job.checkpoint, now);
         self.cadence = match (rank, self.cadence.take()) {
             (0, Some(cadence)) => Some(cadence),
             (0, None) => Some(Cadence::new(self.job.check_period, now, iteration)),

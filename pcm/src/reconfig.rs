@@ -41,6 +41,7 @@ use crate::interpose::WorldStandIn;
 use crate::launch::Launch;
 use crate::plan::Plan;
 use crate::profile::Profiler;
+use crate::schedule::CheckpointTimer;
 use crate::shared::Segment;
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor, exchange_hosts};
@@ -549,7 +550,7 @@ pub(crate) fn join_as_replacement(
     if rank == 0 {
         log_reconfigured(iteration, &timings);
     }
-    let checkpoints = crate::checkpoint::State::new(rank, &job.checkpoint, Instant::now());
+    let checkpoints = CheckpointTimer::new(rank, &job.checkpoint, Instant::now());
     let resizing = handover.plan.resize.is_some();
     let origin = match predecessor {
         Some(_) => ProcessStatus::Replacement {
@@ -564,7 +565,7 @@ pub(crate) fn join_as_replacement(
         world_stand_in,
         store,
         cadence: (rank == 0)
-            .then(|| crate::Cadence::new(job.check_period, Instant::now(), iteration)),
+            .then(|| crate::schedule::Cadence::new(job.check_period, Instant::now(), iteration)),
         job,
         rank,
         checkpoints,

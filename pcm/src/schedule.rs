@@ -1,4 +1,5 @@
-//! When the status call talks to the other ranks, and scripted reconfigurations.
+//! When the status call talks to the other ranks, scripted reconfigurations, and when a
+//! coordinated checkpoint is due.
 //!
 //! The status call runs every iteration, so most calls must cost nothing. Ranks therefore
 //! agree only every `interval` iterations (a *check*), and rank 0 picks the interval so that
@@ -17,6 +18,7 @@ use pcm_proto::{HostName, Move, Rank, Resize};
 use serde::{Deserialize, Serialize};
 
 use crate::config::variables::{CHECK_PERIOD_ENV, SCHEDULE_ENV};
+use crate::config::Policy;
 use crate::error::PcmError;
 
 /// Wall time between two status checks, by default.
@@ -229,6 +231,63 @@ impl Cadence {
     }
 }
 
+/// A rank's checkpoint bookkeeping: when the next coordinated checkpoint is due (rank 0
+/// decides), and an agreed one waiting for `reconfigure`.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointTimer {
+    /// Rank 0 with an interval: when the last checkpoint was taken (or the job began).
+    last: Option<Instant>,
+    interval: Option<Duration>,
+    before_move: Option<Duration>,
+    /// Iteration of an agreed checkpoint waiting for `reconfigure`.
+    pub(crate) pending: Option<u64>,
+    /// A move agreed at the check that took the checkpoint before it; made at the next check.
+    pub(crate) deferred_move: Option<crate::plan::Plan>,
+}
+
+impl CheckpointTimer {
+    /// Bit of [`CheckpointTimer::word`]: the interval has passed.
+    pub(crate) const DUE: u64 = 1;
+    /// Bit of [`CheckpointTimer::word`]: a move agreed at this check waits for a checkpoint.
+    pub(crate) const BEFORE_MOVE: u64 = 2;
+
+    pub(crate) fn new(rank: u32, policy: &Policy, now: Instant) -> Self {
+        CheckpointTimer {
+            last: (rank == 0 && policy.interval.is_some()).then_some(now),
+            interval: policy.interval,
+            before_move: policy.before_move,
+            pending: None,
+            deferred_move: None,
+        }
+    }
+
+    /// Rank 0's word in the status check: [`Self::DUE`] when a checkpoint is due, plus
+    /// [`Self::BEFORE_MOVE`] when a move agreed now must wait for a checkpoint first.
+    pub(crate) fn word(&self, now: Instant) -> u64 {
+        let Some(last) = self.last else {
+            return 0;
+        };
+        let age = now.duration_since(last);
+        let due = self.interval.is_some_and(|i| age >= i);
+        let before_move = self.before_move.is_some_and(|b| age >= b);
+        u64::from(due) * Self::DUE + u64::from(before_move) * Self::BEFORE_MOVE
+    }
+
+    /// No more checkpoints in this process (the application does not answer them).
+    pub(crate) fn stop(&mut self) {
+        self.last = None;
+        self.interval = None;
+        self.pending = None;
+    }
+
+    /// A checkpoint was taken (or restored) at `now`.
+    pub(crate) fn taken(&mut self, now: Instant) {
+        if self.last.is_some() {
+            self.last = Some(now);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,5 +386,44 @@ mod tests {
         assert_eq!(c.next_interval(101, t0 + Duration::from_millis(1010)), 1);
         // No iterations since the last check.
         assert_eq!(c.next_interval(101, t0 + Duration::from_millis(1020)), 1);
+    }
+
+    fn policy(interval_s: u64, before_move: Option<Duration>) -> Policy {
+        Policy {
+            interval: Some(Duration::from_secs(interval_s)),
+            before_move,
+        }
+    }
+
+    #[test]
+    fn given_rank_0_then_its_word_says_when_a_checkpoint_is_due_and_when_a_move_waits_for_one() {
+        let t = Instant::now();
+        let mut state = CheckpointTimer::new(0, &policy(10, Some(Duration::ZERO)), t);
+        assert_eq!(state.word(t), CheckpointTimer::BEFORE_MOVE);
+        assert_eq!(
+            state.word(t + Duration::from_secs(10)),
+            CheckpointTimer::DUE | CheckpointTimer::BEFORE_MOVE
+        );
+        state.taken(t + Duration::from_secs(10));
+        assert_eq!(
+            state.word(t + Duration::from_secs(11)),
+            CheckpointTimer::BEFORE_MOVE
+        );
+
+        let bounded = CheckpointTimer::new(0, &policy(10, Some(Duration::from_secs(3))), t);
+        assert_eq!(bounded.word(t + Duration::from_secs(2)), 0);
+        assert_eq!(
+            bounded.word(t + Duration::from_secs(3)),
+            CheckpointTimer::BEFORE_MOVE
+        );
+
+        let off = CheckpointTimer::new(0, &policy(10, None), t);
+        assert_eq!(off.word(t + Duration::from_secs(5)), 0);
+        // Other ranks leave the decision to rank 0; without checkpoints nobody waits.
+        assert_eq!(
+            CheckpointTimer::new(1, &policy(10, Some(Duration::ZERO)), t).word(t),
+            0
+        );
+        assert_eq!(CheckpointTimer::new(0, &Policy::default(), t).word(t), 0);
     }
 }
