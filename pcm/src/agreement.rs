@@ -13,9 +13,10 @@ use std::collections::VecDeque;
 
 use pcm_proto::{Move, Resize};
 
+use crate::job::Reconfiguration;
 use crate::plan::{Answered, Plan};
 use crate::schedule::CheckpointTimer;
-use crate::{Reconfiguration, Status};
+use crate::Status;
 
 /// What one rank contributes to the check's all-reduce (max), and what all agree on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
