@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 pub mod cgroup;
+pub mod doc_blocks;
 pub mod faults;
 pub mod netns;
 pub mod pcmrun_job;

@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    complete_checkpoints, heat2d_args_for, mpi_lock, program_dir, read_events, wait_until,
-    Finished, Group, MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
+    complete_checkpoints, doc_blocks, heat2d_args_for, mpi_lock, program_dir, read_events,
+    wait_until, Finished, Group, MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
 };
 use pcm_proto::run::RunEvent;
 use pcm_proto::{NodeStats, RankStats};
@@ -614,20 +614,15 @@ fn given_jacobi_built_outside_against_the_installed_fortran_module_then_it_migra
 }
 
 /// The Fortran program of docs/instrumenting-c.md ("Fortran"), as the page shows it: the first
-/// `fortran` block of that section.
+/// `fortran` block of that section (tests/tests/doc_snippets.rs builds it with the page's
+/// `mpif90` command too).
 fn fortran_program_of_the_guide() -> String {
-    let page = std::fs::read_to_string(repo().join("docs/instrumenting-c.md")).unwrap();
-    let section = &page[page.find("\n## Fortran\n").expect("a Fortran section")..];
-    let start = section.find("```fortran\n").expect("a fortran block") + "```fortran\n".len();
-    let end = start + section[start..].find("```").expect("the block's end");
-    section[start..end].to_owned()
+    let blocks = doc_blocks::page_blocks("docs/instrumenting-c.md");
+    let program = doc_blocks::blocks_under(&blocks, "Fortran", "fortran").next();
+    let program = program.expect("a fortran block under \"Fortran\" in docs/instrumenting-c.md");
+    program.text.clone()
 }
 
-/// The guide's Fortran program, copied from the page, built as the page says against the
-/// installed module, ends with the same `total` when ranks move as without moves: it loads
-/// its iteration and state with its own rank, into an `integer(8)` counter (the snippet
-/// before loaded with a rank it had not asked for yet, never loaded `iteration`, and stored
-/// a counter of unsaid kind as PCM_LONG).
 /// `pkg-config ARGS pcm-fortran` against the install in `prefix`, split into words.
 fn pkg_config_fortran(prefix: &Path, args: &[&str]) -> Vec<String> {
     let out = Command::new("pkg-config")
@@ -646,6 +641,11 @@ fn pkg_config_fortran(prefix: &Path, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The guide's Fortran program, copied from the page, built as the page says against the
+/// installed module, ends with the same `total` when ranks move as without moves: it loads
+/// its iteration and state with its own rank, into an `integer(8)` counter (the snippet
+/// before loaded with a rank it had not asked for yet, never loaded `iteration`, and stored
+/// a counter of unsaid kind as PCM_LONG).
 #[test]
 fn given_the_fortran_program_of_the_guide_then_it_builds_and_moves_give_the_same_total() {
     if !fortran_available() {
