@@ -34,7 +34,7 @@ use ios_agent_net::libp2p::{
     self, identify, ping, rendezvous, swarm::ListenError, Multiaddr, PeerId, Swarm,
 };
 use ios_agent_net::limits;
-use ios_agent_net::transport::{build_transport, describe_transport_error};
+use ios_agent_net::transport::{build_transport, describe_transport_error, listen_all};
 use ios_agent_net::{Identity, PoolKey};
 
 pub use ios_agent_net::limits::{
@@ -249,45 +249,15 @@ impl PeerServer {
             libp2p::swarm::Config::with_tokio_executor()
                 .with_idle_connection_timeout(Duration::from_secs(600)),
         );
-        for addr in &args.listen {
-            swarm
-                .listen_on(addr.clone())
-                .map_err(|e| ServerError::Listen {
-                    addr: addr.clone(),
-                    reason: e.to_string(),
-                })?;
-        }
-        let mut addrs = Vec::new();
-        let mut bound = std::collections::HashSet::new();
-        while bound.len() < args.listen.len() {
-            let ev = tokio::time::timeout(Duration::from_secs(5), swarm.select_next_some())
-                .await
-                .map_err(|_| ServerError::Listen {
-                    addr: args.listen[0].clone(),
-                    reason: "no address within 5 s".into(),
-                })?;
-            match ev {
-                SwarmEvent::NewListenAddr {
-                    listener_id,
-                    address,
-                } => {
-                    bound.insert(listener_id);
-                    addrs.push(address.with_p2p(peer_id).unwrap_or_else(|a| a));
-                }
-                SwarmEvent::ListenerClosed {
-                    addresses, reason, ..
-                } => {
-                    return Err(ServerError::Listen {
-                        addr: addresses
-                            .first()
-                            .cloned()
-                            .unwrap_or_else(|| args.listen[0].clone()),
-                        reason: format!("{reason:?}"),
-                    })
-                }
-                _ => {}
-            }
-        }
+        let addrs = listen_all(&mut swarm, &args.listen)
+            .await
+            .map_err(|f| ServerError::Listen {
+                addr: f.addr,
+                reason: f.reason,
+            })?
+            .into_iter()
+            .map(|address| address.with_p2p(peer_id).unwrap_or_else(|a| a))
+            .collect();
         let task = tokio::spawn(serve(swarm));
         Ok(PeerServer {
             peer_id,

@@ -5,7 +5,7 @@
 //! [`Discovery`] store; this task feeds it the swarm's events, carries out its
 //! [`Action`]s, and sleeps until its [`Discovery::poll_timeout`] or the next event.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ios_agent_core::message::PROTOCOL_NAME;
@@ -28,7 +28,7 @@ use crate::discovery::{Action, Discovery, Target, Timing};
 pub use crate::event::{NetEvent, PeerSummary};
 pub use crate::handle::NetHandle;
 use crate::handle::{Command, Outgoing};
-use crate::transport::{build_transport, chain, describe_transport_error};
+use crate::transport::{build_transport, chain, describe_transport_error, listen_all};
 use crate::NetError;
 
 /// Identify's protocol version string of the pool.
@@ -87,60 +87,20 @@ impl Network {
             reason: "peer id longer than the agent core accepts".into(),
         })?;
 
-        for addr in &config.listen {
-            swarm
-                .listen_on(addr.clone())
-                .map_err(|e| NetError::Listen {
-                    addr: addr.clone(),
-                    reason: chain(&e),
-                })?;
-        }
         for addr in &config.external_addrs {
             swarm.add_external_address(addr.clone());
         }
-        // Wait until every listener reported an address, so `listen_addrs` is complete.
-        let mut listening: Vec<Multiaddr> = Vec::new();
-        let mut bound = HashSet::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while bound.len() < config.listen.len() {
-            let ev = tokio::time::timeout_at(deadline, swarm.select_next_some())
+        // Every listener's address, so that `listen_addrs` is complete.
+        let listening =
+            listen_all(&mut swarm, &config.listen)
                 .await
-                .map_err(|_| NetError::Listen {
-                    addr: config.listen[bound.len().min(config.listen.len() - 1)].clone(),
-                    reason: "no address within 5 s".into(),
+                .map_err(|f| NetError::Listen {
+                    addr: f.addr,
+                    reason: f.reason,
                 })?;
-            match ev {
-                SwarmEvent::NewListenAddr {
-                    listener_id,
-                    address,
-                } => {
-                    bound.insert(listener_id);
-                    if config.external_addrs.is_empty() {
-                        swarm.add_external_address(address.clone());
-                    }
-                    listening.push(address);
-                }
-                SwarmEvent::ListenerClosed {
-                    addresses, reason, ..
-                } => {
-                    return Err(NetError::Listen {
-                        addr: addresses
-                            .first()
-                            .cloned()
-                            .unwrap_or_else(|| config.listen[0].clone()),
-                        reason: match reason {
-                            Ok(()) => "listener closed".into(),
-                            Err(e) => chain(&e),
-                        },
-                    })
-                }
-                SwarmEvent::ListenerError { error, .. } => {
-                    return Err(NetError::Listen {
-                        addr: config.listen[0].clone(),
-                        reason: chain(&error),
-                    })
-                }
-                _ => {}
+        if config.external_addrs.is_empty() {
+            for address in &listening {
+                swarm.add_external_address(address.clone());
             }
         }
 

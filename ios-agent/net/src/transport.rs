@@ -7,6 +7,7 @@
 //! deadline, and [`describe_transport_error`] turns such failures into a message that says
 //! "wrong or missing pool key?".
 
+use std::collections::HashSet;
 use std::error::Error as StdError;
 use std::io;
 use std::time::Duration;
@@ -14,9 +15,11 @@ use std::time::Duration;
 use libp2p::core::muxing::StreamMuxerBox;
 use libp2p::core::transport::{Boxed, TransportError};
 use libp2p::core::upgrade::Version;
+use libp2p::futures::StreamExt;
 use libp2p::identity::Keypair;
 use libp2p::pnet::PnetConfig;
-use libp2p::{noise, tcp, yamux, PeerId, Transport};
+use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
+use libp2p::{noise, tcp, yamux, Multiaddr, PeerId, Swarm, Transport};
 
 use crate::key::PoolKey;
 
@@ -125,6 +128,77 @@ pub fn describe_transport_error(e: &TransportError<io::Error>) -> FailureReport 
         },
         TransportError::Other(e) => describe_io_error(e),
     }
+}
+
+/// How long [`listen_all`] waits for the listeners to report their addresses.
+pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An address [`listen_all`] could not listen on, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenFailure {
+    /// The address (the first asked for when the failure names none).
+    pub addr: Multiaddr,
+    /// Why.
+    pub reason: String,
+}
+
+/// Starts a listener on each of `addrs` (at least one) and waits, at most
+/// [`LISTEN_TIMEOUT`], until every one reports the address it is bound to: returns those, in
+/// the order they came, so that what a node announces is complete before it runs. Used by
+/// the agents' network and the peer server alike.
+pub async fn listen_all<B: NetworkBehaviour>(
+    swarm: &mut Swarm<B>,
+    addrs: &[Multiaddr],
+) -> Result<Vec<Multiaddr>, ListenFailure> {
+    let Some(first) = addrs.first() else {
+        return Err(ListenFailure {
+            addr: Multiaddr::empty(),
+            reason: "no address to listen on".into(),
+        });
+    };
+    let failure = |addr: &Multiaddr, reason: String| ListenFailure {
+        addr: addr.clone(),
+        reason,
+    };
+    for addr in addrs {
+        swarm
+            .listen_on(addr.clone())
+            .map_err(|e| failure(addr, chain(&e)))?;
+    }
+    let mut listening = Vec::new();
+    let mut bound = HashSet::new();
+    let deadline = tokio::time::Instant::now() + LISTEN_TIMEOUT;
+    while bound.len() < addrs.len() {
+        let event = tokio::time::timeout_at(deadline, swarm.select_next_some())
+            .await
+            .map_err(|_| {
+                failure(
+                    &addrs[bound.len().min(addrs.len() - 1)],
+                    format!("no address within {} s", LISTEN_TIMEOUT.as_secs()),
+                )
+            })?;
+        match event {
+            SwarmEvent::NewListenAddr {
+                listener_id,
+                address,
+            } => {
+                bound.insert(listener_id);
+                listening.push(address);
+            }
+            SwarmEvent::ListenerClosed {
+                addresses, reason, ..
+            } => {
+                let reason = match reason {
+                    Ok(()) => "listener closed".into(),
+                    Err(e) => chain(&e),
+                };
+                return Err(failure(addresses.first().unwrap_or(first), reason));
+            }
+            SwarmEvent::ListenerError { error, .. } => return Err(failure(first, chain(&error))),
+            _ => {}
+        }
+    }
+    Ok(listening)
 }
 
 /// An error and its sources on one line.

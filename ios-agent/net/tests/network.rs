@@ -500,3 +500,36 @@ async fn given_a_disconnect_then_the_connection_closes_unless_the_peer_is_direct
     let bogus = ios_agent_core::PeerId::new(b"not-a-libp2p-id".to_vec()).expect("valid");
     assert!(a.try_disconnect(&bogus).is_err());
 }
+
+/// A node asked to listen on two addresses reports both before it runs; one asked for an
+/// address of no local interface fails at start, naming it (the listen loop the peer server
+/// shares, `transport::listen_all`). (A port another process listens on is no failure:
+/// libp2p's TCP listeners set SO_REUSEPORT.)
+#[tokio::test]
+async fn given_listen_addresses_then_all_are_bound_at_start_and_a_foreign_one_is_named() {
+    let key = PoolKey::generate();
+    let mut config = NetConfig::new(key.clone());
+    config.listen = vec![
+        "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+        "/ip4/127.0.0.2/tcp/0".parse().unwrap(),
+    ];
+    let (net, _events, _task) = Network::start(config).await.expect("starts");
+    let addrs = net.listen_addrs().await.expect("running");
+    assert_eq!(addrs.len(), 2, "{addrs:?}");
+    assert!(addrs
+        .iter()
+        .any(|a| a.to_string().starts_with("/ip4/127.0.0.2/tcp/")));
+
+    // 192.0.2.1 (TEST-NET-1) is no address of this machine: the bind fails, nothing is sent.
+    let foreign: Multiaddr = "/ip4/192.0.2.1/tcp/0".parse().unwrap();
+    let mut elsewhere = NetConfig::new(key);
+    elsewhere.listen = vec![foreign.clone()];
+    let error = match Network::start(elsewhere).await {
+        Ok(_) => panic!("listened on {foreign}"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("cannot listen on") && error.contains(&foreign.to_string()),
+        "{error}"
+    );
+}
