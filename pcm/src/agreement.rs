@@ -16,7 +16,7 @@ use pcm_proto::{Move, Resize};
 use crate::job::Reconfiguration;
 use crate::plan::{Answered, Plan};
 use crate::schedule::CheckpointTimer;
-use crate::Status;
+use crate::status::Status;
 
 /// What one rank contributes to the check's all-reduce (max), and what all agree on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

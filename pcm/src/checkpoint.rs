@@ -48,9 +48,10 @@ mod width;
 
 use crate::config::Restart;
 use crate::error::PcmError;
+use crate::handle::Pcm;
+use crate::status::ProcessStatus;
 use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor};
-use crate::{Pcm, ProcessStatus};
 
 /// How long the pcmd may take to answer one checkpoint request (it syncs to disk, and at
 /// restart may fetch from the buddy).

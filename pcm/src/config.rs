@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::PcmError;
 use crate::profile;
-use crate::schedule::{self, Schedule};
+use crate::schedule::{self, Policy, Schedule};
 
 pub(crate) mod variables;
 
@@ -78,7 +78,7 @@ pub struct Config {
 
 impl Default for Config {
     /// Every default: no schedule, a check every [`crate::DEFAULT_CHECK_PERIOD`], no
-    /// checkpoints, no restart, [`crate::DEFAULT_RECONFIGURE_TIMEOUT`], profiling on,
+    /// checkpoints, no restart, [`DEFAULT_RECONFIGURE_TIMEOUT`], profiling on,
     /// events off (progress every [`DEFAULT_PROGRESS_PERIOD`] when on), the
     /// default pcmd socket, no job name, hosts of the allocation only.
     fn default() -> Self {
@@ -214,7 +214,7 @@ impl Config {
     }
 
     /// How long one reconfiguration may take before the job is ended
-    /// (`PCM_RECONFIGURE_TIMEOUT`; default [`crate::DEFAULT_RECONFIGURE_TIMEOUT`], 60 s).
+    /// (`PCM_RECONFIGURE_TIMEOUT`; default [`DEFAULT_RECONFIGURE_TIMEOUT`], 60 s).
     pub fn with_reconfigure_timeout(mut self, timeout: Duration) -> Self {
         self.reconfigure_timeout = timeout;
         self
@@ -318,71 +318,6 @@ impl Config {
             .get(variable)
             .filter(|s| !s.trim().is_empty())
             .cloned()
-    }
-}
-
-/// The checkpoint interval and the pre-move bound, shared by all ranks and handed to
-/// replacements.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Policy {
-    pub(crate) interval: Option<Duration>,
-    /// Take a checkpoint before a move when the newest is at least this old (`None`: never).
-    #[serde(default)]
-    pub(crate) before_move: Option<Duration>,
-}
-
-impl Policy {
-    /// Whether checkpoints are taken.
-    pub(crate) fn enabled(&self) -> bool {
-        self.interval.is_some()
-    }
-
-    /// Checkpoints every `interval` (`None`: none), taken before every move too.
-    pub(crate) fn with_interval(interval: Option<Duration>) -> Self {
-        Policy {
-            interval,
-            before_move: Some(Duration::ZERO),
-        }
-    }
-
-    /// Whether the interval is zero (refused by [`Config::validate`]).
-    pub(crate) fn interval_is_zero(&self) -> bool {
-        self.interval.is_some_and(|d| d.is_zero())
-    }
-
-    /// Parses `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed) and
-    /// `PCM_CHECKPOINT_BEFORE_MOVE` (when given).
-    pub(crate) fn parse(text: String, before_move: Option<String>) -> Result<Self, PcmError> {
-        let interval = text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| PcmError::Config {
-                variable: CHECKPOINT_INTERVAL_ENV,
-                value: text.clone(),
-                reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
-            })?;
-        let before_move = match before_move {
-            None => Some(Duration::ZERO),
-            Some(v) if v.trim() == "off" => None,
-            Some(v) => Some(
-                v.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                    .ok_or_else(|| PcmError::Config {
-                        variable: BEFORE_MOVE_ENV,
-                        value: v.clone(),
-                        reason: "expected a number of seconds (0: before every move) or off".into(),
-                    })?,
-            ),
-        };
-        Ok(Policy {
-            interval: Some(interval),
-            before_move,
-        })
     }
 }
 
@@ -499,6 +434,26 @@ mod tests {
         Config::from_values(&values)
     }
 
+    /// Item 16: a bad hostfile read by rank 0 reaches every rank as one message naming the
+    /// variable, the file and the problem (not `invalid hostfile="": invalid ...`).
+    #[test]
+    fn given_a_bad_hostfile_then_every_rank_gets_one_clear_message() {
+        let on_rank_0 = PcmError::Config {
+            variable: HOSTFILE_ENV,
+            value: "/nonexistent/hosts".into(),
+            reason: "cannot read the hostfile: No such file or directory (os error 2)".into(),
+        };
+        let expected = on_rank_0.to_string();
+        let sent: Result<(), SettingError> = Err(on_rank_0.into());
+        let bytes = crate::wire::encode_cbor(&sent);
+        let received: Result<(), SettingError> = ciborium::from_reader(bytes.as_slice()).unwrap();
+        let message = received.unwrap_err().into_error().to_string();
+        assert_eq!(message, expected);
+        assert_eq!(
+            message,
+            "invalid PCM_HOSTFILE=\"/nonexistent/hosts\": cannot read the hostfile: No such file or directory (os error 2)"
+        );
+    }
     #[test]
     fn timeout_accepts_positive_seconds_and_refuses_the_rest() {
         assert_eq!(parse_timeout("60"), Some(Duration::from_secs(60)));

@@ -181,7 +181,7 @@ impl WorldStandIn {
     /// holds the same processes in the same order as this process's `MPI_COMM_WORLD`.
     /// Collective over `world` when it differs (a `MPI_Comm_dup`); every member decides
     /// alike, since a world congruent with one member's launch is that whole launch.
-    pub(crate) fn for_world(world: &SimpleCommunicator) -> Result<Self, crate::PcmError> {
+    pub(crate) fn for_world(world: &SimpleCommunicator) -> Result<Self, crate::error::PcmError> {
         let _internal = Internal::enter();
         let launch = SimpleCommunicator::world();
         if matches!(

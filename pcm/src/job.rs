@@ -7,11 +7,11 @@ use std::time::Duration;
 use pcm_proto::{AppName, HostName, JobId, Malleability, Move, Outcome, RequestId};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Policy, DEFAULT_RECONFIGURE_TIMEOUT};
+use crate::config::DEFAULT_RECONFIGURE_TIMEOUT;
 use crate::hosts::NewHosts;
 use crate::malleable::Blocks;
 use crate::plan::Plan;
-use crate::schedule::Schedule;
+use crate::schedule::{Policy, Schedule};
 
 /// The part of a rank's state that every rank shares and a replacement inherits.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -246,6 +246,26 @@ pub fn check_mpi_library() -> Result<String, PcmError> {
     }
 }
 
+/// The environment setting `MPI_Init` must find for a departed process to exit at once
+/// (MPICH: `MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1`, which makes `MPI_Finalize` local), or
+/// `None` for an MPI library that cannot let a process leave early (Open MPI 4). For code
+/// that calls `MPI_Init` itself before [`Pcm::attach`](crate::Pcm::attach); [`Pcm::init`](crate::Pcm::init) sets it.
+pub fn prompt_departure_env() -> Option<(&'static str, &'static str)> {
+    PROMPT_DEPARTURE.then_some((MPICH_LOCAL_FINALIZE, "1"))
+}
+
+/// The environment setting `MPI_Init` must find for collective reductions to round the same
+/// before and after a reconfiguration, and the same as a plain run given the same setting
+/// (MPICH: `MPIR_CVAR_DEVICE_COLLECTIVES=none`: MPICH's shared-memory collectives, its
+/// default, add in another order once a replacement from another launch is in the
+/// communicator), or `None` where the runtime needs none (Open MPI 4). For code that calls
+/// `MPI_Init` itself before [`Pcm::attach`](crate::Pcm::attach); [`Pcm::init`](crate::Pcm::init) sets it unless the variable is
+/// set, and rank 0 logs at start what the job's reductions promise. See
+/// docs/architecture.md, "Reductions".
+pub fn deterministic_reductions_env() -> Option<(&'static str, &'static str)> {
+    DETERMINISTIC_REDUCTIONS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use pcm_proto::{HostName, Move, Rank, Resize};
 use serde::{Deserialize, Serialize};
 
-use crate::config::variables::{CHECK_PERIOD_ENV, SCHEDULE_ENV};
-use crate::config::Policy;
+use crate::config::variables::{
+    BEFORE_MOVE_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, SCHEDULE_ENV,
+};
 use crate::error::PcmError;
 
 /// Wall time between two status checks, by default.
@@ -228,6 +229,71 @@ impl Cadence {
         let per_iteration = elapsed.as_secs_f64() / iterations as f64;
         let interval = (self.period.as_secs_f64() / per_iteration).floor();
         (interval as u64).clamp(1, MAX_INTERVAL)
+    }
+}
+
+/// The checkpoint interval and the pre-move bound, shared by all ranks and handed to
+/// replacements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Policy {
+    pub(crate) interval: Option<Duration>,
+    /// Take a checkpoint before a move when the newest is at least this old (`None`: never).
+    #[serde(default)]
+    pub(crate) before_move: Option<Duration>,
+}
+
+impl Policy {
+    /// Whether checkpoints are taken.
+    pub(crate) fn enabled(&self) -> bool {
+        self.interval.is_some()
+    }
+
+    /// Checkpoints every `interval` (`None`: none), taken before every move too.
+    pub(crate) fn with_interval(interval: Option<Duration>) -> Self {
+        Policy {
+            interval,
+            before_move: Some(Duration::ZERO),
+        }
+    }
+
+    /// Whether the interval is zero (refused by `Config::validate`).
+    pub(crate) fn interval_is_zero(&self) -> bool {
+        self.interval.is_some_and(|d| d.is_zero())
+    }
+
+    /// Parses `PCM_CHECKPOINT_INTERVAL` (seconds, fractions allowed) and
+    /// `PCM_CHECKPOINT_BEFORE_MOVE` (when given).
+    pub(crate) fn parse(text: String, before_move: Option<String>) -> Result<Self, PcmError> {
+        let interval = text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PcmError::Config {
+                variable: CHECKPOINT_INTERVAL_ENV,
+                value: text.clone(),
+                reason: "expected a positive number of seconds, e.g. 60 or 0.5".into(),
+            })?;
+        let before_move = match before_move {
+            None => Some(Duration::ZERO),
+            Some(v) if v.trim() == "off" => None,
+            Some(v) => Some(
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| PcmError::Config {
+                        variable: BEFORE_MOVE_ENV,
+                        value: v.clone(),
+                        reason: "expected a number of seconds (0: before every move) or off".into(),
+                    })?,
+            ),
+        };
+        Ok(Policy {
+            interval: Some(interval),
+            before_move,
+        })
     }
 }
 

@@ -17,11 +17,11 @@ use pcm_proto::Rank;
 
 use super::{answer, connect, fetch, list, refusal, Listing};
 use crate::error::PcmError;
+use crate::handle::Pcm;
 use crate::malleable::{Blocks, Merged};
 use crate::malleable_store::{redistribute_from, stored_block_problem, Sources};
 use crate::store::{type_label, Blob, Data, Entry, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor};
-use crate::Pcm;
 
 /// The entry under which a block-form checkpoint keeps the job's array declarations.
 pub(crate) const BLOCKS_ENTRY: &str = crate::store::RESERVED_NAME;

@@ -34,18 +34,146 @@ use pcm_proto::{HostName, Outcome, PhaseTimings, Rank, RequestId};
 use crate::malleable_store::redistribute;
 use serde::{Deserialize, Serialize};
 
+use super::finalize::{release, release_stand_in, Departed};
+use super::state::State;
+use super::{MpiOwner, Pcm};
 use crate::deadline::{Context, Side, Watchdog};
 use crate::error::{PcmError, Phase};
 use crate::hosts::NewHosts;
 use crate::interpose::WorldStandIn;
+use crate::job::JobContext;
 use crate::launch::Launch;
 use crate::plan::Plan;
 use crate::profile::Profiler;
+use crate::schedule::Cadence;
 use crate::schedule::CheckpointTimer;
 use crate::shared::Segment;
+use crate::status::{ProcessStatus, Status};
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor, exchange_hosts};
-use crate::{ffi, malleable, malleable_store, Departed, JobContext, Pcm, ProcessStatus};
+use crate::{checkpoint, ffi, interpose, malleable, malleable_store};
+
+/// Result of [`Pcm::reconfigure`].
+#[must_use]
+#[derive(Debug)]
+// Returned once per reconfiguration and moved straight into the caller's binding: boxing
+// the `Pcm` would only add an allocation and a deref to every use of it.
+#[allow(clippy::large_enum_variant)]
+pub enum Reconfigured {
+    /// This process goes on, with the new world ([`Pcm::world`]).
+    Continue(Pcm),
+    /// This process has been replaced: stop computing, release memory, and call
+    /// [`Departed::finalize`].
+    Departed(Departed),
+}
+
+/// An error from [`Pcm::reconfigure`], with the handle back when the job is still intact.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct ReconfigureError {
+    /// What went wrong.
+    pub error: PcmError,
+    /// The handle, unchanged, when the error left the job intact (the reconfiguration did not
+    /// start, for example [`PcmError::NothingPending`]); `None` when it broke the job halfway.
+    pub pcm: Option<Box<Pcm>>,
+}
+
+impl From<ReconfigureError> for PcmError {
+    fn from(e: ReconfigureError) -> Self {
+        e.error
+    }
+}
+
+impl Pcm {
+    /// A reconfiguration point: call it once per iteration, first thing in the loop, on every
+    /// rank. It asks [`Pcm::status`]; when a move or checkpoint is due it stores `state`
+    /// ([`State::store`]) if this rank must, and calls [`Pcm::reconfigure`]. It returns on
+    /// every rank that goes on (then take [`Pcm::world`] afresh); on a rank that moved
+    /// away it releases `state` ([`State::release`]) and ends the process
+    /// ([`Departed::finalize`]).
+    pub fn reconfigure_point<S: State>(&mut self, state: &mut S) -> Result<(), PcmError> {
+        let status = self.status()?;
+        if status == Status::Continue {
+            return Ok(());
+        }
+        if status.stores_state() {
+            state.store(self)?;
+        }
+        if let Some(departed) = self.reconfigure_in_place()? {
+            state.release();
+            departed.finalize();
+        }
+        if status == Status::Resize && self.resizing {
+            // This rank's block changed: its state is loaded again from the new rows.
+            state.release();
+            *state = S::load(self)?;
+        }
+        Ok(())
+    }
+
+    /// Carries out the reconfiguration the last status call announced (the paper's
+    /// `PCM_Reconfigure`). Collective over the world.
+    ///
+    /// On the departing rank, call it after storing the state to hand over; it returns
+    /// [`Reconfigured::Departed`] and the process must stop. Elsewhere it returns the
+    /// updated `Pcm`. If the replacement processes cannot be started (an unknown host, say),
+    /// every rank gets its `Pcm` back unchanged and the failure is logged and reported.
+    ///
+    /// After [`Status::Checkpoint`] it writes the coordinated checkpoint of what was stored
+    /// (see the `checkpoint` module) and returns [`Reconfigured::Continue`] with this `Pcm`.
+    ///
+    /// An error that leaves the job intact (nothing pending, say) gives the handle back in
+    /// [`ReconfigureError::pcm`]; one that broke the job halfway does not.
+    pub fn reconfigure(mut self) -> Result<Reconfigured, ReconfigureError> {
+        match self.reconfigure_in_place() {
+            Ok(None) => Ok(Reconfigured::Continue(self)),
+            Ok(Some(departed)) => Ok(Reconfigured::Departed(departed)),
+            Err(error) => Err(ReconfigureError {
+                error,
+                pcm: (!self.broken).then(|| Box::new(self)),
+            }),
+        }
+    }
+
+    /// [`Pcm::reconfigure`] on a borrowed handle: `Some` on the departing rank, whose
+    /// handle is then spent (dropping it does nothing more).
+    fn reconfigure_in_place(&mut self) -> Result<Option<Departed>, PcmError> {
+        if let Some(iteration) = self.checkpoints.pending.take() {
+            checkpoint::commit(self, iteration);
+            return Ok(None);
+        }
+        let plan = self.pending.take().ok_or(PcmError::NothingPending)?;
+        let _internal = interpose::Internal::enter();
+        let departed = run_as_parent(self, plan)?;
+        if departed.is_none() {
+            self.profiler.attach(&self.world);
+        }
+        Ok(departed)
+    }
+
+    /// Takes rank `rank` of a new world of `size` ranks after a resize at `iteration`: rank
+    /// 0's duties (the check cadence, the checkpoint timer) move with the number, and the
+    /// node's pcmd learns the new number and width (also when the number stays: the width
+    /// changed), so that its status, profiles and later requests use them.
+    pub(crate) fn renumber(&mut self, rank: u32, size: u32, iteration: u64) {
+        let was = self.rank;
+        self.rank = rank;
+        self.size = size;
+        if let Some(daemon) = &self.daemon {
+            daemon.renumber(rank, size, self.job.migrations);
+        }
+        if was == rank {
+            return;
+        }
+        let now = Instant::now();
+        self.checkpoints = CheckpointTimer::new(rank, &self.job.checkpoint, now);
+        self.cadence = match (rank, self.cadence.take()) {
+            (0, Some(cadence)) => Some(cadence),
+            (0, None) => Some(Cadence::new(self.job.check_period, now, iteration)),
+            _ => None,
+        };
+    }
+}
 
 /// Largest piece of state sent in one MPI message, in u64 words (1 GiB): MPI counts are
 /// 32-bit.
@@ -443,10 +571,10 @@ fn blocks_refusal(pcm: &Pcm) -> Option<String> {
 /// Runs the protocol on a freshly spawned process, inside `Pcm::init`: a replacement of a
 /// moved rank, or a process added by a resize.
 pub(crate) fn join_as_replacement(
-    universe: crate::MpiOwner,
+    universe: MpiOwner,
     parent: InterCommunicator,
     host: HostName,
-    config: crate::Config,
+    config: crate::config::Config,
 ) -> Result<Pcm, PcmError> {
     // Until the hand-over brings the job's own, the replacement's setting (the default if
     // its environment had a bad one: see `Pcm::init`).
@@ -612,25 +740,6 @@ fn report_for_departed(pcm: &Pcm, plan: &Plan, outcome: &Outcome) {
             request: request.id,
             outcome: request.own_outcome(outcome),
         });
-    }
-}
-
-/// Lets go of a communicator shared with departing processes, at the same point on all its
-/// members: disconnected where departures are prompt (so that the departing process owes
-/// the others nothing and can finalize alone), freed otherwise.
-pub(crate) fn release(comm: SimpleCommunicator) {
-    if crate::runtime::PROMPT_DEPARTURE {
-        ffi::disconnect(comm);
-    } else {
-        drop(comm);
-    }
-}
-
-/// Withdraws the stand-in for `MPI_COMM_WORLD` of a world about to be released, and
-/// releases it as that world is ([`release`]), at the same point on all its members.
-pub(crate) fn release_stand_in(stand_in: WorldStandIn) {
-    if let Some(comm) = stand_in.into_comm() {
-        release(comm);
     }
 }
 
