@@ -203,10 +203,12 @@ const README: &[Decision] = &[
         "Running your own job",
         "sh",
         Elsewhere {
-            // pcmd serve, a job on it, pcmd status and pcmd migrate --to a host; the
-            // hostfile of other hosts is the reader's.
-            file: "tests/tests/capi.rs",
-            test: "given_c_ranks_on_two_emulated_hosts_when_rank_1_moves_to_a_third_then_it_runs_there",
+            // pcmd serve, a job registered with it, pcmd status and pcmd migrate; the
+            // hostfile of other hosts and --to node-b are the reader's. The MPICH launch line
+            // (hydra takes no -x) was run by hand with a hostfile `vm:4` and a pcmd
+            // migrate --rank 2 --to vm (2026-12-03).
+            file: "tests/tests/daemon.rs",
+            test: "given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches",
         },
     ),
     Decision(
