@@ -54,7 +54,7 @@ esac
 # MPI 4 by hand, results-log.md). Of the resize tests, all but pcmd's (resize_daemon: its request
 # path is the runtime-independent one of pcmd migrate; both passed on Open MPI 4 by hand,
 # 52 s, 2026-12-02).
-other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions shm resize resize_c resize_hosts fortran_bindings install hostless_move)
+other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions shm resize resize_c resize_hosts fortran_bindings install hostless_move doc_snippets)
 other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
     given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job

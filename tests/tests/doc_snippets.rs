@@ -705,9 +705,13 @@ fn given_the_c_guides_cmake_project_and_fortran_command_then_both_build_against_
 // ---------------------------------------------------------------------------------------
 // docs/instrumenting-python.md
 
-/// The runtime's Python (`.mpi/python-RUNTIME`, which scripts/setup.sh makes), or why there
-/// is none or it lacks numpy or mpi4py.
+/// The runtime's Python (`.mpi/python-RUNTIME`, which scripts/setup.sh makes, as
+/// tests/tests/python.rs finds it), or why there is none (`MPI_IOS_PYTHON=0`, as
+/// scripts/test.sh sets for its second runtime) or it lacks numpy or mpi4py.
 fn python() -> Result<PathBuf, String> {
+    if std::env::var("MPI_IOS_PYTHON").as_deref() == Ok("0") {
+        return Err("MPI_IOS_PYTHON=0: no Python for this runtime".into());
+    }
     let python = repo_root()
         .join(".mpi")
         .join(format!("python-{}", runtime_name()))
