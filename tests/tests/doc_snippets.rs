@@ -19,6 +19,9 @@
 //!   events command run as written.
 //! - README.md: `pcmrun --help`, and the pcmrun launch with `--dry-run`.
 //! - docs/checkpoints.md: its Rust fragment is the explicit-calls doc-test of instrumenting.md.
+//! - Every page: each option a `pcmd`, `ios-agent` or `peer-server` line names is in that
+//!   command's `--help`, and each `pcmrun` line parses (`--dry-run`), so that the blocks
+//!   checked elsewhere cannot drift from the command lines either.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
 
@@ -343,6 +346,133 @@ fn every_block_of_the_user_pages_has_a_decision() {
             }
         }
     }
+}
+
+/// The command lines of `script` (a `sh` block): comments dropped, `\` continuations
+/// joined, split in words.
+fn command_lines(script: &str) -> Vec<Vec<String>> {
+    let mut lines = Vec::new();
+    let mut current = String::new();
+    for line in script.lines() {
+        let code = match line.find(" #") {
+            Some(at) => &line[..at],
+            None if line.trim_start().starts_with('#') => "",
+            None => line,
+        };
+        match code.trim_end().strip_suffix('\\') {
+            Some(start) => current.push_str(start),
+            None => {
+                current.push_str(code);
+                let words: Vec<String> = current
+                    .split_whitespace()
+                    .filter(|w| *w != "&")
+                    .map(str::to_owned)
+                    .collect();
+                if !words.is_empty() {
+                    lines.push(words);
+                }
+                current.clear();
+            }
+        }
+    }
+    lines
+}
+
+/// The `--options` a `--help` text names.
+fn options_in_help(help: &str) -> Vec<String> {
+    help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn given_the_commands_of_the_pages_then_the_projects_programs_take_every_option_they_name() {
+    // Every line of a `sh` block that runs pcmd, ios-agent or peer-server names only options
+    // that the program's (sub)command's --help lists; every pcmrun line parses (--dry-run,
+    // which starts nothing). Cheap, and it covers the blocks checked elsewhere too: an
+    // option renamed in the code and not in the docs fails here.
+    let home = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (page, _) in PAGES {
+        for block in page_blocks(page).iter().filter(|b| b.language == "sh") {
+            for words in command_lines(&block.text) {
+                let Some(at) = words.iter().position(|w| !w.contains('=')) else {
+                    continue;
+                };
+                let name = Path::new(&words[at]).file_name().unwrap().to_string_lossy();
+                let args = &words[at + 1..];
+                let what = format!("{page} line {}: {}", block.line, words.join(" "));
+                match name.as_ref() {
+                    "pcmd" | "ios-agent" | "peer-server" => {
+                        let mut help = Command::new(bin_dir().join(name.as_ref()));
+                        let sub = args
+                            .first()
+                            .filter(|a| !a.starts_with('-') && name != "peer-server");
+                        help.args(sub).arg("--help");
+                        let help = text(&help.output().unwrap().stdout);
+                        let known = options_in_help(&help);
+                        for option in args.iter().filter(|a| a.starts_with("--")) {
+                            let option = option.split('=').next().unwrap();
+                            assert!(
+                                known.iter().any(|k| k == option),
+                                "{what}: {name} {} takes no {option}",
+                                sub.map(String::as_str).unwrap_or_default()
+                            );
+                        }
+                    }
+                    "pcmrun" => {
+                        // pcmrun's own options come before the application: each must be
+                        // one of its --help (an unknown one would be taken for the
+                        // application, and a dry run would print that happily).
+                        let help = Command::new(bin_dir().join("pcmrun"))
+                            .arg("--help")
+                            .output();
+                        let help = text(&help.unwrap().stdout);
+                        let known = options_in_help(&help);
+                        let mut app = 0;
+                        while let Some(word) = args.get(app).filter(|w| w.starts_with('-')) {
+                            let option = word.split('=').next().unwrap();
+                            if option.starts_with("--") {
+                                assert!(
+                                    known.iter().any(|k| k == option),
+                                    "{what}: pcmrun takes no {option}"
+                                );
+                            }
+                            // -n and -np take the rank count; a long option its value when
+                            // --help shows one (`--report <FILE>`).
+                            let takes_value = !word.contains('=')
+                                && (!option.starts_with("--")
+                                    || help.contains(&format!("{option} <")));
+                            app += if takes_value { 2 } else { 1 };
+                        }
+                        let out = Command::new(bin_dir().join("pcmrun"))
+                            .arg("--dry-run")
+                            .args(args)
+                            .env("HOME", home.path())
+                            .env_remove("XDG_RUNTIME_DIR")
+                            .env_remove("XDG_STATE_HOME")
+                            .env("PCM_DAEMON", home.path().join("pcmd.sock"))
+                            .env("PATH", setup_path())
+                            .output()
+                            .unwrap();
+                        assert!(out.status.success(), "{what}:\n{}", text(&out.stderr));
+                        if let Some(program) = args.get(app) {
+                            let launch = text(&out.stdout);
+                            assert!(
+                                launch.contains(program.as_str()),
+                                "{what}: the dry run launches no {program}:\n{launch}"
+                            );
+                        }
+                    }
+                    _ => continue,
+                }
+                checked += 1;
+            }
+        }
+    }
+    // The pages' pcmd, pcmrun, agent and peer-server lines (README, checkpoints, Python guide).
+    assert!(checked >= 10, "only {checked} command lines found");
 }
 
 // ---------------------------------------------------------------------------------------
