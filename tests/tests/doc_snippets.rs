@@ -1026,7 +1026,12 @@ fn given_the_events_command_of_the_rust_guide_then_it_writes_the_runs_events() {
         finished.stderr
     );
     let events = std::fs::read_to_string(&events).unwrap();
-    for event in ["\"started\"", "\"loop_started\"", "\"progress\""] {
+    for event in [
+        "\"started\"",
+        "\"loop_started\"",
+        "\"progress\"",
+        "\"exited\"",
+    ] {
         assert!(events.contains(event), "no {event} event in:\n{events}");
     }
 }
