@@ -15,9 +15,10 @@
 //! - docs/instrumenting-python.md: the fragments inside the smallest mpi4py program, run
 //!   with the runtime's Python on 2 ranks with moves (skipped, saying why, when that Python
 //!   or its numpy or mpi4py is missing, as in tests/tests/python.rs).
-//! - docs/instrumenting.md: the `[dependencies]` line resolved by `cargo metadata`; the
-//!   events command run as written.
-//! - README.md: `pcmrun --help`, and the pcmrun launch with `--dry-run`.
+//! - docs/instrumenting.md: the `[dependencies]` line resolved by `cargo tree --offline` in a
+//!   crate next to a clone named as the path says; the events command run as written.
+//! - README.md: the first run (`mpiexec -n 4 ... heat2d`) as written; `pcmrun --help`, and
+//!   the pcmrun launch with `--dry-run`.
 //! - docs/checkpoints.md: its Rust fragment is the explicit-calls doc-test of instrumenting.md.
 //! - Every page: each option a `pcmd`, `ios-agent` or `peer-server` line names is in that
 //!   command's `--help`, and each `pcmrun` line parses (`--dry-run`), so that the blocks
