@@ -17,12 +17,12 @@
 //! total, however it paces its bytes; after that, idle connections time out
 //! ([`IDLE_TIMEOUT`]). A malformed, truncated or oversized frame gets an error answer and
 //! closes only its connection; the warnings such connections cause are rate-limited
-//! ([`crate::log_limit`]). Requests that arrive from the buddy are never forwarded, so
+//! ([`pcm_proto::log_limit`]). Requests that arrive from the buddy are never forwarded, so
 //! two pcmds that are each other's buddy cannot loop.
 //!
 //! **Where the checkpoints go.** A rank's connection names its job's own directory in its
 //! `Hello` when the job sets `PCM_CHECKPOINT_DIR`; every request of that connection then
-//! works on a [`Store`] there ([`Stores::open`]): created mode 0700 when missing, checked
+//! works on a [`Store`] there (`Stores::open`): created mode 0700 when missing, checked
 //! with [`pcm_proto::ensure_private_dir`] on every connection, refused with an error frame
 //! naming the directory and why otherwise, and swept the first time it is opened. One
 //! store per directory (by device and inode, so two paths of one directory share its

@@ -73,7 +73,7 @@ pub const NODE_WEIGHT: u64 = 8;
 /// Smallest quota the kernel accepts, microseconds.
 const MIN_QUOTA_US: u64 = 1_000;
 /// Smallest cap over [`DEFAULT_PERIOD_US`], in cores.
-const MIN_CAP_CORES: f64 = MIN_QUOTA_US as f64 / DEFAULT_PERIOD_US as f64;
+pub const MIN_CAP_CORES: f64 = MIN_QUOTA_US as f64 / DEFAULT_PERIOD_US as f64;
 
 /// Errors of cgroup handling. Each names the file or cgroup involved.
 #[derive(Debug, thiserror::Error)]

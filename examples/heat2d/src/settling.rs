@@ -3,7 +3,7 @@
 //! Relaxed long enough, the grid reaches a bit-exact fixed point (256 x 256 after 387,919
 //! iterations; docs/results-log.md), and from then on every run ends with the same checksum,
 //! whatever iterations it skipped, repeated or computed wrong on the way. `heat2d-plain`
-//! reports the last iteration at which its grid still changed ([`crate::Report::last_change`]),
+//! reports the last iteration at which its grid still changed ([`crate::PlainReport::last_change`]),
 //! so that a test comparing a run with moves against it can refuse a comparison that could
 //! not fail (the test harness's `Report::reference_checksum`).
 

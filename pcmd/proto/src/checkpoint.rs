@@ -19,7 +19,7 @@
 //!
 //! # Channel protocol
 //! Frames as in the main protocol (4-byte big-endian length, CBOR, at most
-//! [`MAX_FRAME_LEN`](crate::MAX_FRAME_LEN)), carrying [`Request`] and [`Response`]. Two of
+//! [`MAX_FRAME_LEN`]), carrying [`Request`] and [`Response`]. Two of
 //! them are followed by raw bytes: [`Request::Put`] by the piece (its `len` bytes) and
 //! [`Response::Piece`] likewise, so that gigabytes move without any encoding. The first
 //! frame on a Unix socket is [`Request::Hello`]; on TCP it is [`auth::Hello`].
