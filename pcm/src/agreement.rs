@@ -1,6 +1,6 @@
 //! The status agreement's decisions, pure: words in, decision out.
 //!
-//! A status check that talks to the other ranks (see the `status` module, which drives
+//! A status check that talks to the other ranks (see the `handle::status` module, which drives
 //! it) contributes three words to one all-reduce (max): the pcmd request this rank holds
 //! (0: none), rank 0's proposed check interval, and rank 0's checkpoint bits. From the
 //! agreed words, the move waiting for a checkpoint, and the scripted move due now, every

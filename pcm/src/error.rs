@@ -176,7 +176,7 @@ fn stored_names(names: &[String]) -> String {
     }
 }
 
-/// The step of the reconfiguration protocol a process is in (see the `reconfig` module).
+/// The step of the reconfiguration protocol a process is in (see the `handle::reconfigure` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Phase {

@@ -6,11 +6,11 @@
 //! - `status`: [`Pcm::status`] and the status check's driver;
 //! - `reconfigure`: [`Pcm::reconfigure_point`], [`Pcm::reconfigure`] and the
 //!   reconfiguration protocol;
+//! - `checkpoint`: coordinated checkpoints, which a status check announces and
+//!   `reconfigure` writes through the node's pcmd, and the restart from them;
 //! - `finalize`: [`Pcm::finalize`], `Drop`, and the process that moved away (`Departed`).
-//!
-//! Coordinated checkpoints, which a status check announces and `reconfigure` writes, are
-//! the `checkpoint` module's.
 
+mod checkpoint;
 pub(crate) mod finalize;
 mod init;
 pub(crate) mod reconfigure;

@@ -131,7 +131,6 @@
 pub struct InstrumentingGuide;
 
 mod agreement;
-mod checkpoint;
 mod config;
 mod daemon;
 mod deadline;

@@ -3,7 +3,7 @@
 //! how the new world is numbered, and which rows each old owner sends to each new one.
 //!
 //! Nothing here does MPI: every process computes the same answers from the same agreed
-//! inputs, and every rule has a unit test below. The `reconfig` module carries them out.
+//! inputs, and every rule has a unit test below. The `handle::reconfigure` module carries them out.
 
 use std::collections::BTreeMap;
 use std::ops::Range;

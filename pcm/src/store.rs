@@ -175,7 +175,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), PcmError> {
     Ok(())
 }
 
-/// The name PCM keeps for itself in a store (see `checkpoint::width`).
+/// The name PCM keeps for itself in a store (see `handle::checkpoint::width`).
 pub(crate) const RESERVED_NAME: &str = "pcm.blocks";
 
 /// Target of the per-call timing lines of stores and loads.

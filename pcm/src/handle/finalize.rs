@@ -6,13 +6,14 @@ use std::time::Duration;
 use mpi::topology::SimpleCommunicator;
 use pcm_proto::Rank;
 
+use super::checkpoint;
 use super::{MpiOwner, Pcm};
 use crate::config::SCHEDULE_ENV;
 use crate::daemon::DaemonLink;
 use crate::interpose::WorldStandIn;
 use crate::launch::Launch;
 use crate::schedule::Schedule;
-use crate::{checkpoint, departed_peers, events, ffi, interpose, runtime};
+use crate::{departed_peers, events, ffi, interpose, runtime};
 
 impl Pcm {
     /// Moves this process's MPI parts into a [`Departed`] after its world was split away;

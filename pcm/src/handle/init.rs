@@ -9,9 +9,8 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use pcm_proto::{AppName, HostName, JobId, Rank, ToDaemon};
 
-use super::reconfigure;
+use super::{checkpoint, reconfigure};
 use super::{MpiOwner, Pcm};
-use crate::checkpoint;
 use crate::config::{self, Config, SettingError};
 use crate::daemon::DaemonLink;
 use crate::error::PcmError;

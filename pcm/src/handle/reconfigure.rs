@@ -34,6 +34,7 @@ use pcm_proto::{HostName, Outcome, PhaseTimings, Rank, RequestId};
 use crate::malleable_store::redistribute;
 use serde::{Deserialize, Serialize};
 
+use super::checkpoint;
 use super::finalize::{release, release_stand_in, Departed};
 use super::state::State;
 use super::{MpiOwner, Pcm};
@@ -51,7 +52,7 @@ use crate::shared::Segment;
 use crate::status::{ProcessStatus, Status};
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor, exchange_hosts};
-use crate::{checkpoint, ffi, interpose, malleable, malleable_store};
+use crate::{ffi, interpose, malleable, malleable_store};
 
 /// Result of [`Pcm::reconfigure`].
 #[must_use]

@@ -46,9 +46,9 @@ use pcm_proto::{AppName, JobId, Rank};
 
 mod width;
 
+use super::Pcm;
 use crate::config::Restart;
 use crate::error::PcmError;
-use crate::handle::Pcm;
 use crate::status::ProcessStatus;
 use crate::store::{Blob, Data, Entry, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor};
