@@ -80,6 +80,13 @@ pub struct Policy<'a> {
     /// has an idle core for ([`select_near`]). NSp2p's givers only: in NSc2c a group that
     /// lands on one member is spread again by the manager's intra-cluster balancing.
     pub gather_in_one_move: bool,
+    /// A rank of a malleable job goes, with the communication term, only where the
+    /// destination's own RTTs (an unmeasured one taken as
+    /// [`crate::model::DEFAULT_UNKNOWN_RTT`]) keep each of its partners within the local
+    /// tier ([`crate::tier::LOCAL_MAX_RTT`]) or no farther than now, unless it is a step of
+    /// gathering the job or its node is leaving ([`select_near`]). NSp2p's givers when they
+    /// grow jobs: a grown job is wider than a node and straddles nodes by design.
+    pub keep_near_partners: bool,
 }
 
 impl Policy<'_> {
@@ -222,6 +229,37 @@ pub fn select_near<'d>(
                 .iter()
                 .any(|o| o.job == e.id.job && holds_most(o, e.job_ranks))
     };
+    // A rank of a malleable job does not go where the thief itself measures, or has not
+    // measured, a partner of it beyond the local tier and farther than `l` has it
+    // (`Policy::keep_near_partners`; an unmeasured RTT is taken as
+    // [`crate::model::DEFAULT_UNKNOWN_RTT`]: an agent keeps its nearest peers). Why: the
+    // communication term takes a partner within local latency of `l` that `f` never
+    // measured to be about as far from `f` as `l` is, which the Internet-like network
+    // (pairs' RTTs drawn independently) does not honour. Traced at 100 simulated nodes
+    // (seed 5): job5 grew 8 -> 14 onto n23, 3 ms from its rank 0's n92; n23's owner came
+    // back and within 65 s n23 gave its six ranks one by one to six thieves 5 to 118 ms
+    // from n23 and 3 to 258 ms from n92, which passed them on; the job waited 280 to 370
+    // ms of latency an iteration for the rest of the hour. (Near rank 0's node alone was
+    // not enough: nodes 10 ms from it were 300 ms from each other. Tried and worse: an
+    // unmeasured partner taken as far as the farthest host the thief lists, or only
+    // partners `l` has within the local tier checked: docs/results-log.md, 2026-12-03.)
+    let strays = |e: &EntityProfile| {
+        let unknown = crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64();
+        let local = crate::tier::LOCAL_MAX_RTT.as_secs_f64();
+        policy.keep_near_partners
+            && !policy.leaving
+            && e.malleable.is_some()
+            && rtts.is_some_and(|(at_l, at_f)| {
+                e.partners.iter().any(|p| {
+                    let there = if p.host == *at_f.host {
+                        0.0
+                    } else {
+                        at_f.rtts.rtt_to(&p.host).unwrap_or(unknown)
+                    };
+                    there > local && there > at_l.rtt(&p.host)
+                })
+            })
+    };
     // The gain of moving `group` (of `job`) to `f`: the model's, without the CPU lost when
     // `f` runs the job (`joins`), or the job's [`gathering`] when that is more.
     let weigh = |group: &[&EntityProfile], job: &JobId| {
@@ -255,6 +293,7 @@ pub fn select_near<'d>(
             rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
         let gate = gathered(e, 1).is_some()
             || (!held(e)
+                && !strays(e)
                 && (cpu_gate
                     || ((latency_gate || (joins(&e.id.job, 1) && !keeps(e))) && nearer(e))));
         gate.then_some(f1)
@@ -756,6 +795,7 @@ mod tests {
                 max_move_time: Duration::from_secs(600),
                 jobs_here: &[],
                 gather_in_one_move: false,
+                keep_near_partners: false,
             }
         }
     }
@@ -825,6 +865,80 @@ mod tests {
         // To a node with less than 90% of its share: no move, however near.
         let small = node(0.8, 0.0);
         assert!(select_near(&policy, &here, &es, &small, 1, Some((&at_a, &at_b))).is_none());
+    }
+
+    /// A rank of a malleable job on a node whose owner came back (half a core each) goes to
+    /// an idle thief 5 ms away for the CPU. Its partner on the job's first node, 3 ms from
+    /// here, the thief never measured: the communication term charges it this node's 5 ms
+    /// to the thief (the triangle estimate), so the move passes (CPU `Delta` (1 - 0.5) /
+    /// 1.5 = 0.333; s_l = 10 x 0.003 / 2 = 0.015, s_f = 10 x 0.005 / 2 x 2 = 0.05, comm =
+    /// -0.035 / 2.035 = -0.0172). With `keep_near_partners` the thief's own RTTs decide:
+    /// unmeasured (200 ms assumed) or measured far, it does not go; measured within the
+    /// local tier, it does; nor does the rule hold a leaving node's ranks, a fixed job's, or
+    /// a rank whose partner is already farther from here than from the thief.
+    #[test]
+    fn given_a_thief_that_never_measured_the_partners_then_a_malleable_rank_does_not_go_to_it() {
+        use crate::model::Partner;
+        let fx = Fixture::new();
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        let (l, f, h) = (host("l"), host("f"), host("h"));
+        let rank = |r: u32, malleable: bool| {
+            let mut e = entity("j", r, 0.5);
+            e.job_ranks = 4;
+            e.home = Some(h.clone());
+            e.malleable = malleable.then(|| pcm_proto::Malleability::new(1, 8).expect("valid"));
+            e.partners = vec![
+                Partner {
+                    host: h.clone(),
+                    exchanges_per_sec: 10.0,
+                },
+                Partner {
+                    host: l.clone(),
+                    exchanges_per_sec: 10.0,
+                },
+            ];
+            e
+        };
+        let es = [rank(2, true), rank(3, true)];
+        let here = NodeProfile {
+            cpu_load: 2.0,
+            competing: 1.0,
+            ..NodeProfile::idle(2.0, 1 << 30)
+        };
+        let thief = node(2.0, 0.0);
+        let at_l_rtts: HashMap<_, _> = [(h.clone(), 0.003), (f.clone(), 0.005)].into();
+        let at_l = view(&l, &at_l_rtts);
+        let thief_with = |rtt_to_h: Option<f64>| -> HashMap<pcm_proto::HostName, f64> {
+            let mut m: HashMap<_, _> = [(l.clone(), 0.005)].into();
+            if let Some(rtt) = rtt_to_h {
+                m.insert(h.clone(), rtt);
+            }
+            m
+        };
+        let moved = |policy: &Policy<'_>, es: &[EntityProfile], at_f: &HashMap<_, _>| {
+            let at_f = view(&f, at_f);
+            select_near(policy, &here, es, &thief, 1, Some((&at_l, &at_f)))
+        };
+        let unmeasured = thief_with(None);
+        let plan = moved(&policy, &es, &unmeasured).expect("the triangle estimate lets it go");
+        assert!((plan.gain.communication - (-0.035 / 2.035)).abs() < 1e-9);
+        let mut near = policy;
+        near.keep_near_partners = true;
+        assert!(moved(&near, &es, &unmeasured).is_none());
+        assert!(moved(&near, &es, &thief_with(Some(0.3))).is_none());
+        assert!(moved(&near, &es, &thief_with(Some(0.004))).is_some());
+        let leaving = Policy {
+            leaving: true,
+            ..near
+        };
+        assert!(moved(&leaving, &es, &unmeasured).is_some());
+        let fixed = [rank(2, false), rank(3, false)];
+        assert!(moved(&near, &fixed, &unmeasured).is_some());
+        let far_rtts: HashMap<_, _> = [(h.clone(), 0.3), (f.clone(), 0.005)].into();
+        let at_l_far = view(&l, &far_rtts);
+        let at_f = view(&f, &unmeasured);
+        assert!(select_near(&near, &here, &es, &thief, 1, Some((&at_l_far, &at_f))).is_some());
     }
 
     /// A rank goes to a slower node that runs ranks of its job and gives it a core: the job

@@ -726,6 +726,7 @@ impl Shared {
             max_move_time: self.config.migration_timeout,
             jobs_here: &[],
             gather_in_one_move: false,
+            keep_near_partners: false,
         }
     }
 

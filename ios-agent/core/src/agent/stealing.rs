@@ -863,6 +863,7 @@ impl Stealing {
                             &Policy {
                                 jobs_here: &jobs_here,
                                 gather_in_one_move: true,
+                                keep_near_partners: s.config.resizes,
                                 ..s.policy(now)
                             },
                             &node,
@@ -871,6 +872,28 @@ impl Stealing {
                             s.config.max_group,
                             views.as_ref().map(|(a, b)| (a, b)),
                         );
+                        // Not a thief refused only because the malleable ranks it would
+                        // get would go far from their partners (`keep_near_partners`):
+                        // `offer_work`, which weighs without the partners, would hint it
+                        // at every profile and refuse its steal again (at 100 simulated
+                        // nodes the work-available hints tripled).
+                        let held_near_partners = plan.is_none()
+                            && s.config.resizes
+                            && views.is_some()
+                            && decision::select(
+                                &s.policy(now),
+                                &node,
+                                &may_go,
+                                steal.source.destination(),
+                                s.config.max_group,
+                            )
+                            .is_some_and(|p| {
+                                p.entities.iter().all(|id| {
+                                    s.entities
+                                        .iter()
+                                        .any(|e| &e.id == id && e.malleable.is_some())
+                                })
+                            });
                         // A malleable job whose rank 0 runs here may grow onto the thief
                         // instead, when that gains more than the move.
                         if let Some(grow) = resizing
@@ -933,7 +956,7 @@ impl Stealing {
                         // The thief is its own beneficiary in NSp2p: hint it if this node
                         // gets loaded later (only a thief that asked itself, and of the peer
                         // table: a hint from elsewhere is not taken).
-                        if checked.is_ok() && in_table {
+                        if checked.is_ok() && in_table && !held_near_partners {
                             self.remember_refusal(now, &steal.source);
                         }
                     }

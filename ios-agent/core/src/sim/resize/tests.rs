@@ -452,3 +452,71 @@ fn given_owners_coming_and_going_for_an_hour_then_no_job_grows_and_shrinks_back_
         );
     }
 }
+
+/// A grown block of a malleable job whose node's owner comes back does not scatter to an
+/// idle thief near that node and far from the job's other ranks (docs/results-log.md,
+/// "Malleable jobs at scale", 2026-12-03 night: at 100 simulated nodes, Internet-like,
+/// such blocks went one rank at a time to thieves that had never measured the job's
+/// first node, and the jobs waited 280-370 ms of latency an iteration for the hour).
+/// Node 0 holds ranks 0 and 1 of a 4-rank job (a stencil, at its widest), node 1, 3 ms
+/// away, ranks 2 and 3; node 1's owner comes back at 2 minutes. The idle node 2 is 5 ms
+/// from node 1 and 300 ms from node 0; its agent keeps two peers, node 1 and the busy
+/// node 3 beside it, so it never measures node 0. Before the rule, node 1 gave it a rank
+/// within seconds of the owner's return (the communication term took node 0 to be about
+/// as far from node 2 as from node 1), and the job's iterations then waited 300 ms.
+#[test]
+fn given_a_grown_block_whose_owner_returns_then_it_does_not_scatter_to_a_thief_far_from_the_job() {
+    for seed in 1..=3 {
+        let mut sim = Sim::new(seed, Config::default().with_max_peers(2)).with_partners();
+        let owner_back = secs(120);
+        sim.add_node(NodeSpec::new(2.0));
+        sim.add_node(NodeSpec::new(2.0).with_background(
+            move |t| {
+                if t >= owner_back {
+                    2.0
+                } else {
+                    0.0
+                }
+            },
+        ));
+        sim.add_node(NodeSpec::new(2.0));
+        sim.add_node(NodeSpec::new(2.0));
+        for (a, b, ms) in [
+            (0, 1, 3),
+            (0, 2, 300),
+            (0, 3, 250),
+            (1, 2, 5),
+            (1, 3, 8),
+            (2, 3, 4),
+        ] {
+            sim.set_rtt(a, b, Duration::from_millis(ms));
+        }
+        for (r, n) in [0, 0, 1, 1].into_iter().enumerate() {
+            sim.add_entity(n, "heat", r as u32, 16 << 20);
+        }
+        sim.set_pattern("heat", Pattern::Stencil);
+        sim.set_malleable("heat", limits(1, 4));
+        for r in 0..2 {
+            sim.add_entity(3, "cg", r, 16 << 20);
+        }
+        sim.set_pattern("cg", Pattern::Stencil);
+        sim.run_for(secs(600));
+        let scattered: Vec<_> = sim
+            .migrations()
+            .iter()
+            .filter(|m| m.entity.job.as_str() == "heat" && m.to == 2)
+            .collect();
+        assert_eq!(
+            scattered,
+            Vec::<&crate::sim::MigrationRecord>::new(),
+            "seed {seed}"
+        );
+        assert_eq!(sim.count_on(2), 0, "seed {seed}");
+        let heat = sim
+            .job_breakdown()
+            .into_iter()
+            .next()
+            .expect("the job runs");
+        assert!(heat.exchange < 0.05, "seed {seed}: {heat:?}");
+    }
+}
