@@ -45,17 +45,17 @@ impl ProcessStatus {
 pub enum Status {
     /// Nothing: compute.
     Continue,
-    /// This rank moves: store its state, then call [`Pcm::reconfigure`].
+    /// This rank moves: store its state, then call [`Pcm::reconfigure`](crate::Pcm::reconfigure).
     Migrate,
-    /// Other ranks move: call [`Pcm::reconfigure`] (nothing to store).
+    /// Other ranks move: call [`Pcm::reconfigure`](crate::Pcm::reconfigure) (nothing to store).
     Reconfigure,
     /// Every rank takes a coordinated checkpoint: store the state as for a migration, then
-    /// call [`Pcm::reconfigure`], which writes the checkpoint and hands the `Pcm` back.
+    /// call [`Pcm::reconfigure`](crate::Pcm::reconfigure), which writes the checkpoint and hands the `Pcm` back.
     Checkpoint,
     /// The job changes its width (docs/malleability.md): every rank stores its state, its
-    /// rows of each declared array with [`Pcm::store_block`], then calls
-    /// [`Pcm::reconfigure`]; every rank that stays then loads its state again (its new
-    /// rows, [`Pcm::block_range`]).
+    /// rows of each declared array with [`Pcm::store_block`](crate::Pcm::store_block), then calls
+    /// [`Pcm::reconfigure`](crate::Pcm::reconfigure); every rank that stays then loads its state again (its new
+    /// rows, [`Pcm::block_range`](crate::Pcm::block_range)).
     Resize,
 }
 

@@ -27,12 +27,12 @@ pub const MIN_CPU_ADVANTAGE: f64 = 0.1;
 pub const MAX_CPU_LOSS_FOR_LATENCY: f64 = 0.1;
 
 /// How much more CPU per rank a node must give a whole job than its ranks get in the place
-/// that holds it before the job moves there ([`gathering`], relocation): 25%, so that two
+/// that holds it before the job moves there (`gathering`, relocation): 25%, so that two
 /// places of about one speed never trade a job.
 pub const RELOCATION_ADVANTAGE: f64 = 0.25;
 
 /// A job moves whole to a faster node only while it waits little on the network: the moving
-/// rank's MPI time at most this share of its compute ([`gathering`], relocation). A job
+/// rank's MPI time at most this share of its compute (`gathering`, relocation). A job
 /// that waits on latency in its place is spread there, and its ranks would not all follow.
 pub const RELOCATION_MAX_WAIT: f64 = 0.25;
 
@@ -75,7 +75,7 @@ pub struct Policy<'a> {
     /// it holds ([`NodeProfile::job_offers`] of all its entities); empty when not known.
     /// Weighing a job's gathering needs them ([`select_near`]).
     pub jobs_here: &'a [JobOffer],
-    /// A step of gathering ([`gathering`], with the communication term) takes, in one move
+    /// A step of gathering (`gathering`, with the communication term) takes, in one move
     /// and whatever `max_group`, every rank of the job here that the destination node itself
     /// has an idle core for ([`select_near`]). NSp2p's givers only: in NSc2c a group that
     /// lands on one member is spread again by the manager's intra-cluster balancing.
@@ -159,7 +159,7 @@ impl Destination<'_> {
 /// less than 10% more CPU than its share here, as long as it offers at least 90% of it
 /// ([`MAX_CPU_LOSS_FOR_LATENCY`]); the gain, communication included, decides. With it, the
 /// ranks of a job that `l`'s place holds most of ([`holds_most`]) leave only to gather
-/// elsewhere ([`gathering`]), unless `l` is leaving; and with
+/// elsewhere (`gathering`), unless `l` is leaving; and with
 /// [`Policy::gather_in_one_move`], a step of gathering moves all of the job's ranks here
 /// that the gathering node has idle cores for, beyond `max_count`.
 pub fn select_near<'d>(

@@ -5,7 +5,7 @@
 //! driver's samples), a **decision component** and a **protocol component**. This crate is
 //! the last two, with no I/O of its own: no sockets, no timers, no threads, no MPI. Time and
 //! randomness are inputs, so the same code runs under the libp2p driver (`ios-agent`) and
-//! under the deterministic simulator in [`sim`] (feature `sim`).
+//! under the deterministic simulator in `sim` (feature `sim`).
 //!
 //! - [`model`]: the resource sensitive model of section 5, **Figure 3** ([`model::gain`]).
 //! - [`resize`]: the model extended to malleable jobs: the gain of growing or shrinking a

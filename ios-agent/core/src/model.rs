@@ -502,7 +502,7 @@ pub struct EntityProfile {
     pub job_ranks: u32,
     /// The job's resize limits when it is malleable (docs/malleability.md): the model may
     /// then grow it onto idle nodes or shrink it off a node that must be given back
-    /// ([`crate::model::resize_gain`]). `None`: a job of fixed width, or an older agent's
+    /// ([`crate::resize::resize_gain`]). `None`: a job of fixed width, or an older agent's
     /// profile.
     #[serde(default)]
     pub malleable: Option<pcm_proto::Malleability>,

@@ -908,7 +908,7 @@ impl Sim {
     /// waiting and then stops the job again, one reconfiguration per move, as pcm did from
     /// 2026-11-29 (late night) to 2026-11-30, when it agreed on one request per status
     /// check. Default off: pcm now carries out all the requests its ranks hold at a check
-    /// in one reconfiguration ([`WhileMoving::Batched`]). Replaces
+    /// in one reconfiguration (`WhileMoving::Batched`). Replaces
     /// [`Sim::with_requests_refused_while_moving`].
     pub fn with_one_request_per_reconfiguration(mut self) -> Self {
         self.while_moving = WhileMoving::Queued;
@@ -919,7 +919,7 @@ impl Sim {
     /// and nothing moves, as pcm did until 2026-11-29 (late night): another daemon's
     /// request, agreed after the move, was refused as superseded because the job's epoch
     /// had moved on, whichever ranks it named. Default off: pcm now refuses it only if a
-    /// move since moved one of its ranks ([`WhileMoving::Batched`]). With this on the
+    /// move since moved one of its ranks (`WhileMoving::Batched`). With this on the
     /// agents ask for moves the job will refuse, as nothing tells an agent that a job is
     /// reconfiguring. Replaces [`Sim::with_one_request_per_reconfiguration`].
     pub fn with_requests_refused_while_moving(mut self) -> Self {

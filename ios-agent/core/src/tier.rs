@@ -92,7 +92,7 @@ pub const MAX_PEER_ID_LEN: usize = 64;
 /// and hash are those of the byte string (the hash is the slice's, as the `Vec`'s was, so
 /// hash maps lay out and iterate exactly as before).
 ///
-/// The first eight bytes are also kept inline ([`PeerId::head`]), so that two different ids
+/// The first eight bytes are also kept inline (`PeerId::head`), so that two different ids
 /// nearly always compare, and a short id (up to eight bytes, as in the simulator) compares
 /// and hashes, without reading the shared bytes: every such read was a cache miss into
 /// another agent's id at 10,000 simulated nodes (the tiers' ordered sets compare ids all

@@ -508,7 +508,7 @@ async fn given_a_disconnect_then_the_connection_closes_unless_the_peer_is_direct
 #[tokio::test]
 async fn given_listen_addresses_then_all_are_bound_at_start_and_a_foreign_one_is_named() {
     let key = PoolKey::generate();
-    let mut config = NetConfig::new(key.clone());
+    let mut config = NetConfig::new(key);
     config.listen = vec![
         "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
         "/ip4/127.0.0.2/tcp/0".parse().unwrap(),

@@ -47,11 +47,11 @@ impl Pcm {
     /// (`MPI_Init` before the paper's `PCM_Init(comm)`, as C and Fortran programs do).
     /// [`Pcm::finalize`] then leaves MPI initialised, and the application calls
     /// `MPI_Finalize`; a departed process is still finalized and ended by
-    /// [`Departed::finalize`], since it never returns to the application.
+    /// [`Departed::finalize`](crate::Departed::finalize), since it never returns to the application.
     ///
     /// MPI must be initialised at `MPI_THREAD_SINGLE` or above. On MPICH, a departed process
     /// leaves at once only if `MPIR_CVAR_NO_COLLECTIVE_FINALIZE=1` was in the environment
-    /// at `MPI_Init` ([`prompt_departure_env`]; the C interface's `MPI_Init` sets it);
+    /// at `MPI_Init` ([`prompt_departure_env`](crate::prompt_departure_env); the C interface's `MPI_Init` sets it);
     /// without it, it waits in `MPI_Finalize` until the job ends (logged once).
     pub fn attach(app: &str) -> Result<Pcm, PcmError> {
         Self::start(app, Ownership::Application, Config::from_env())

@@ -152,7 +152,7 @@ impl Pcm {
     }
 
     /// Stores this rank's rows of the distributed array `name` for a resize
-    /// ([`Status::Resize`]): exactly [`Pcm::block_range`]'s rows, `row_len` elements each, in
+    /// ([`Status::Resize`](crate::Status::Resize)): exactly [`Pcm::block_range`]'s rows, `row_len` elements each, in
     /// row order. A wrong length or type is found by [`Pcm::reconfigure`] on every rank
     /// together, which then refuses the resize and lets the job go on at its width.
     /// Outside a resize it stores an array like [`Pcm::store_array`] (a replacement loads
@@ -164,9 +164,9 @@ impl Pcm {
     /// Whether the state stored now, or loaded now, is in the form of a resize: the rows of
     /// the declared arrays ([`Pcm::store_block`], then [`Pcm::take_array`] of this rank's new
     /// rows) and replicated values. True from the status call that returned
-    /// [`Status::Resize`] until the next status call, and in a process of the new world while
+    /// [`Status::Resize`](crate::Status::Resize) until the next status call, and in a process of the new world while
     /// it loads; also for the checkpoints of a job that declared arrays
-    /// ([`Status::Checkpoint`]) and when such a checkpoint is loaded at a restart, whatever
+    /// ([`Status::Checkpoint`](crate::Status::Checkpoint)) and when such a checkpoint is loaded at a restart, whatever
     /// the width it was taken at. A [`State`] checks it in `store` and `load`.
     pub fn resizing(&self) -> bool {
         // A malleable job's checkpoints are in the same form, so that a restart can

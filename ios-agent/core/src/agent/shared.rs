@@ -76,7 +76,7 @@ pub enum ResizeReason {
         gain: f64,
     },
     /// Competing load on this node slows the job's ranks here and no idle node took them
-    /// within [`Config::shed_after`]: the job runs faster without them.
+    /// within `Config::shed_after`: the job runs faster without them.
     Shed {
         /// The model's gain.
         gain: f64,
