@@ -272,7 +272,7 @@ fn=(3) main
 cfn=(1)
 calls=2 0
 * 108
-cfn=(4) pcm::status::<impl pcm::Pcm>::check
+cfn=(4) pcm::handle::status::<impl pcm::handle::Pcm>::check
 calls=3 0
 +1 58
 cfn=(4)
@@ -319,12 +319,16 @@ totals: 201
 
     #[test]
     fn given_a_file_then_the_total_the_mpi_part_and_the_watched_calls_are_read() {
-        let p = parse(SAMPLE, &["pcm::status::<impl pcm::Pcm>::check"]).unwrap();
+        let p = parse(
+            SAMPLE,
+            &["pcm::handle::status::<impl pcm::handle::Pcm>::check"],
+        )
+        .unwrap();
         assert_eq!(p.total, 5 + 3 + 7 + 2 + 40 + 60 + 68 + 1 + 9 + 6);
         // The program's call into libmpi and the loader's into UCX, not libmpi's own call
         // into UCX, nor the local query MPI_Type_size.
         assert_eq!(p.into_mpi, 100 + 9);
-        let check = p.watched["pcm::status::<impl pcm::Pcm>::check"];
+        let check = p.watched["pcm::handle::status::<impl pcm::handle::Pcm>::check"];
         assert_eq!(
             check,
             Calls {

@@ -19,7 +19,7 @@
 //! the PCM runs set the period to 10^9 ms, so that the job checks at iterations 0 and 1
 //! only, and a third run with a period of 1 ms (a check at about every iteration under
 //! valgrind) gives the cost of one check, from the difference in instructions and in
-//! checks made (the calls of `pcm::status::<impl pcm::Pcm>::check`). Each program runs at
+//! checks made (the calls of `pcm::handle::status::<impl pcm::handle::Pcm>::check`). Each program runs at
 //! two iteration counts; the difference over the difference in iterations is the cost of
 //! one iteration, summed over the ranks, with start-up and finalization cancelled.
 //!
@@ -41,10 +41,10 @@ use super::callgrind::{self, Calls};
 use super::OverheadArgs;
 
 /// PCM's status check, whose calls are counted.
-const CHECK_FN: &str = "pcm::status::<impl pcm::Pcm>::check";
+const CHECK_FN: &str = "pcm::handle::status::<impl pcm::handle::Pcm>::check";
 /// PCM's profile send to pcmd, left out of the per-iteration count and folded back in at
 /// its rate.
-const PROFILE_FN: &str = "pcm::Pcm::send_profile";
+const PROFILE_FN: &str = "pcm::handle::status::<impl pcm::handle::Pcm>::send_profile";
 /// How often each rank sends its profile when a pcmd serves it (the daemon link's
 /// `PROGRESS_PERIOD` in pcm/src/daemon.rs).
 const PROFILE_PERIOD_S: f64 = 1.0;
