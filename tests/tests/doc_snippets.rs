@@ -557,6 +557,29 @@ fn install_as_the_c_guide_says(home: &Path) -> PathBuf {
 /// The C guide's compile command (`export PKG_CONFIG_PATH=...`, `mpicc ... app.c -o app
 /// $(pkg-config --cflags --libs pcm)`) in `dir`, after a strict compile of `app.c` (warnings
 /// as errors) with the same flags.
+/// The C guide's first two `c` blocks of `section`, put in `template` at their markers
+/// (each block must contain the call named beside its marker), built as the guide says
+/// against an install made as it says, in a new home: that home (kept alive) and the program.
+fn c_guide_program(
+    template: &str,
+    section: &str,
+    markers: [(&str, &str); 2],
+) -> (tempfile::TempDir, PathBuf) {
+    let home = tempfile::tempdir().unwrap();
+    install_as_the_c_guide_says(home.path());
+    let dir = home.path().join("app");
+    std::fs::create_dir(&dir).unwrap();
+    let mut source = template.to_owned();
+    for (n, (marker, call)) in markers.into_iter().enumerate() {
+        let fragment = block(C_PAGE, section, "c", n).text;
+        assert!(fragment.contains(call), "{fragment}");
+        source = source.replace(marker, &fragment);
+    }
+    std::fs::write(dir.join("app.c"), source).unwrap();
+    let app = build_as_the_c_guide_says(home.path(), &dir);
+    (home, app)
+}
+
 fn build_as_the_c_guide_says(home: &Path, dir: &Path) -> PathBuf {
     let commands = block(C_PAGE, "Build and install", "sh", 1).text;
     assert!(commands.contains("app.c -o app"), "{commands}");
@@ -644,19 +667,14 @@ int main(int argc, char **argv) {
 
 #[test]
 fn given_the_c_guide_then_its_step_by_step_fragments_build_as_it_says_and_moves_keep_the_total() {
-    let home = tempfile::tempdir().unwrap();
-    install_as_the_c_guide_says(home.path());
-    let dir = home.path().join("app");
-    std::fs::create_dir(&dir).unwrap();
-    let load = block(C_PAGE, "Step by step", "c", 0).text;
-    let status = block(C_PAGE, "Step by step", "c", 1).text;
-    assert!(load.contains("PCM_Process_Status()"), "{load}");
-    assert!(status.contains("PCM_Status(comm)"), "{status}");
-    let source = C_STEP_BY_STEP
-        .replace("/* STEP 2 */\n", &load)
-        .replace("/* STEP 3 */\n", &status);
-    std::fs::write(dir.join("app.c"), source).unwrap();
-    let app = build_as_the_c_guide_says(home.path(), &dir);
+    let (_home, app) = c_guide_program(
+        C_STEP_BY_STEP,
+        "Step by step",
+        [
+            ("/* STEP 2 */\n", "PCM_Process_Status()"),
+            ("/* STEP 3 */\n", "PCM_Status(comm)"),
+        ],
+    );
 
     let _lock = mpi_lock();
     let reference = run(&app, &[], 2, "");
@@ -727,19 +745,14 @@ int main(int argc, char **argv) {
 
 #[test]
 fn given_the_malleable_fragments_then_a_shrink_a_grow_and_a_move_keep_the_total() {
-    let home = tempfile::tempdir().unwrap();
-    install_as_the_c_guide_says(home.path());
-    let dir = home.path().join("app");
-    std::fs::create_dir(&dir).unwrap();
-    let declare = block(C_PAGE, "Malleable jobs (resizes)", "c", 0).text;
-    let resize_loop = block(C_PAGE, "Malleable jobs (resizes)", "c", 1).text;
-    assert!(declare.contains("PCM_Declare_block"), "{declare}");
-    assert!(resize_loop.contains("PCM_RESIZE"), "{resize_loop}");
-    let source = C_MALLEABLE
-        .replace("/* DECLARE */\n", &declare)
-        .replace("/* LOOP */\n", &resize_loop);
-    std::fs::write(dir.join("app.c"), source).unwrap();
-    let app = build_as_the_c_guide_says(home.path(), &dir);
+    let (_home, app) = c_guide_program(
+        C_MALLEABLE,
+        "Malleable jobs (resizes)",
+        [
+            ("/* DECLARE */\n", "PCM_Declare_block"),
+            ("/* LOOP */\n", "PCM_RESIZE"),
+        ],
+    );
 
     let _lock = mpi_lock();
     let reference = run(&app, &[], 2, "");
