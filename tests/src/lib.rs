@@ -1082,6 +1082,42 @@ pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> 
     }
 }
 
+/// The runtime's Python with numpy and mpi4py (`.mpi/python-RUNTIME/bin/python3`, which
+/// `scripts/setup.sh` makes), or why there is none: `MPI_IOS_PYTHON=0`, missing, or without
+/// numpy or mpi4py. Python tests print the reason and skip.
+pub fn runtime_python() -> Result<PathBuf, String> {
+    if std::env::var("MPI_IOS_PYTHON").as_deref() == Ok("0") {
+        return Err("MPI_IOS_PYTHON=0: no Python for this runtime".into());
+    }
+    let runtime = match Runtime::current() {
+        Runtime::OpenMpi => "openmpi",
+        Runtime::Mpich => "mpich",
+    };
+    let python = doc_blocks::repo_root()
+        .join(".mpi")
+        .join(format!("python-{runtime}"))
+        .join("bin")
+        .join("python3");
+    if !python.is_file() {
+        return Err(format!(
+            "{} is missing: `source scripts/setup.sh` makes it (numpy, and mpi4py built by the runtime's mpicc), unless MPI_IOS_PYTHON=0",
+            python.display()
+        ));
+    }
+    let output = Command::new(&python)
+        .args(["-c", "import numpy, mpi4py"])
+        .output()
+        .map_err(|e| format!("{}: {e}", python.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} has no numpy or mpi4py: {}",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

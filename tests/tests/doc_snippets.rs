@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use mpi_ios_tests::doc_blocks::{blocks_under, page_blocks, repo_root, Block};
 use mpi_ios_tests::{
-    bin_dir, mpi_lock, program, program_dir, Finished, Group, MpiJob, Runtime, RuntimeExt as _,
+    bin_dir, mpi_lock, program, program_dir, runtime_python, Finished, Group, MpiJob, Runtime,
+    RuntimeExt as _,
 };
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -849,37 +850,6 @@ fn given_the_c_guides_cmake_project_and_fortran_command_then_both_build_against_
 // ---------------------------------------------------------------------------------------
 // docs/instrumenting-python.md
 
-/// The runtime's Python (`.mpi/python-RUNTIME`, which scripts/setup.sh makes, as
-/// tests/tests/python.rs finds it), or why there is none (`MPI_IOS_PYTHON=0`, as
-/// scripts/test.sh sets for its second runtime) or it lacks numpy or mpi4py.
-fn python() -> Result<PathBuf, String> {
-    if std::env::var("MPI_IOS_PYTHON").as_deref() == Ok("0") {
-        return Err("MPI_IOS_PYTHON=0: no Python for this runtime".into());
-    }
-    let python = repo_root()
-        .join(".mpi")
-        .join(format!("python-{}", runtime_name()))
-        .join("bin/python3");
-    if !python.is_file() {
-        return Err(format!(
-            "{} is missing (scripts/setup.sh makes it unless MPI_IOS_PYTHON=0)",
-            python.display()
-        ));
-    }
-    let out = Command::new(&python)
-        .args(["-c", "import numpy, mpi4py"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "{}: {}",
-            python.display(),
-            text(&out.stderr).trim()
-        ));
-    }
-    Ok(python)
-}
-
 /// The smallest mpi4py program around the Python guide's two fragments.
 const PYTHON_STEP_BY_STEP: &str = r#"import numpy as np
 import pcm
@@ -905,7 +875,7 @@ pcm.finalize(world)
 
 #[test]
 fn given_the_python_guide_then_its_fragments_run_and_moves_keep_the_total() {
-    let python = match python() {
+    let python = match runtime_python() {
         Ok(python) => python,
         Err(why) => {
             eprintln!("skipped: {why}");

@@ -24,8 +24,8 @@ use mpi_ios_tests::netns::{emulated_nodes_usable, test_node_cap, Cluster};
 use mpi_ios_tests::pcmrun_job::{assert_ended_with, PcmrunCommand};
 use mpi_ios_tests::scenario::{Hog, Line, Mode, Move, Scenario};
 use mpi_ios_tests::{
-    complete_checkpoints, heat2d_args_sized, mpi_lock, program, read_events, wait_until, Finished,
-    MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
+    complete_checkpoints, heat2d_args_sized, mpi_lock, program, read_events, runtime_python,
+    wait_until, Finished, MpiJob, Pcmd, Report, Runtime, RuntimeExt as _,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -40,37 +40,11 @@ fn repo() -> PathBuf {
     root.canonicalize().unwrap_or(root)
 }
 
-/// The runtime's Python, with numpy and mpi4py, or why there is none.
-fn python() -> Result<PathBuf, String> {
-    let runtime = match Runtime::current() {
-        Runtime::OpenMpi => "openmpi",
-        Runtime::Mpich => "mpich",
-    };
-    let venv = repo().join(".mpi").join(format!("python-{runtime}"));
-    let python = venv.join("bin").join("python3");
-    if !python.is_file() {
-        return Err(format!(
-            "{} is missing: `source scripts/setup.sh` makes it (numpy, and mpi4py built by the runtime's mpicc), unless MPI_IOS_PYTHON=0",
-            python.display()
-        ));
-    }
-    let output = Command::new(&python)
-        .args(["-c", "import numpy, mpi4py"])
-        .output()
-        .map_err(|e| format!("{}: {e}", python.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} has no numpy or mpi4py: {}",
-            python.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(python)
-}
-
 /// [`python`], or `None` after printing why the test is skipped.
 fn python_or_skip() -> Option<PathBuf> {
-    python().map_err(|why| eprintln!("skipped: {why}")).ok()
+    runtime_python()
+        .map_err(|why| eprintln!("skipped: {why}"))
+        .ok()
 }
 
 /// Whether `python` imports pcm from the wheel `python/build.sh` installed (with its own
@@ -237,10 +211,12 @@ fn given_the_issues_command_then_the_python_heat2d_prints_heat2ds_report_with_th
     let Some(python) = python_or_skip() else {
         return;
     };
+    // Before the check: `import pcm` starts MPI (a singleton), whose shared-memory segment,
+    // alive while it runs, another test's job would count as its own leftover.
+    let _lock = mpi_lock();
     if !wheel_installed_or_skip(&python) {
         return;
     }
-    let _lock = mpi_lock();
     let args = ["--rows", "256", "--cols", "256", "--iters", "2000"];
     let plain = report(&heat2d(&python, 2, true, &args).run(DEADLINE));
     let argv: Vec<String> = std::iter::once(script("heat2d.py"))
@@ -493,10 +469,12 @@ fn given_a_loaded_node_then_the_agents_move_the_python_rank_to_a_cooperating_nod
     let Some(python) = python_or_skip() else {
         return;
     };
+    // Before the check: `import pcm` starts MPI (a singleton), whose shared-memory segment,
+    // alive while it runs, another test's job would count as its own leftover.
+    let _lock = mpi_lock();
     if !wheel_installed_or_skip(&python) {
         return;
     }
-    let _lock = mpi_lock();
     // How much slower the Python heat2d is than the Rust one here, to size its run by time
     // from the scenario's own measure of the Rust one on the nodes.
     let (rows, cols) = (512, 512);
