@@ -27,10 +27,9 @@ use pcm_proto::checkpoint::{
 use pcm_proto::run::RunEvent;
 use pcm_proto::{AppName, Rank};
 
-/// About two seconds of heat2d on this machine: long enough to take several checkpoints
-/// at [`INTERVAL`] and be killed in the middle.
+/// Half a second to two seconds of heat2d, depending on the machine: the checkpoint interval
+/// is a fraction of it, as measured by the plain run ([`interval`]).
 const ARGS: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "20000"];
-const INTERVAL: &str = "0.25";
 const DEADLINE: Duration = Duration::from_secs(120);
 const WAIT: Duration = Duration::from_secs(60);
 const KEY: &str = "/key/swarm/psk/1.0.0/\n/base16/\n\
@@ -117,18 +116,33 @@ impl Drop for Node {
     }
 }
 
+/// The plain run of [`ARGS`] on 2 ranks, run once per test process (under the MPI lock the
+/// caller holds): its checksum and the seconds its loop took.
+fn plain_run() -> &'static (String, f64) {
+    static PLAIN: std::sync::OnceLock<(String, f64)> = std::sync::OnceLock::new();
+    PLAIN.get_or_init(|| {
+        let report = MpiJob::new(2, "heat2d-plain", ARGS).run(DEADLINE).report();
+        (report.reference_checksum().to_owned(), report.seconds)
+    })
+}
+
 fn plain() -> String {
-    MpiJob::new(2, "heat2d-plain", ARGS)
-        .run(DEADLINE)
-        .report()
-        .reference_checksum()
-        .to_owned()
+    plain_run().0.clone()
+}
+
+/// `PCM_CHECKPOINT_INTERVAL` for runs to be killed: a tenth of the plain run's loop (at most
+/// the 0.25 s these tests were written with), so that the first checkpoints complete early in
+/// the run on any machine. A fixed 0.25 s let a fast machine (20,000 iterations in 0.55 s)
+/// write its second checkpoint at iteration 19,073 and finish before the kill.
+fn interval() -> String {
+    let seconds = (plain_run().1 / 10.0).clamp(0.02, 0.25);
+    format!("{seconds:.3}")
 }
 
 fn job(node: &Node) -> MpiJob {
     MpiJob::new(2, "heat2d", ARGS)
         .env("PCM_DAEMON", node.socket.display().to_string())
-        .env("PCM_CHECKPOINT_INTERVAL", INTERVAL)
+        .env("PCM_CHECKPOINT_INTERVAL", interval())
 }
 
 /// Runs heat2d until `ready` holds, then kills rank 1 with SIGKILL; returns the output of
@@ -271,7 +285,7 @@ fn given_a_checkpoint_at_4_ranks_when_killed_then_restarts_at_2_and_3_end_with_t
     let node = Node::start(dir.path(), "a", &[]);
     let wide = MpiJob::new(4, "heat2d", ARGS)
         .env("PCM_DAEMON", node.socket.display().to_string())
-        .env("PCM_CHECKPOINT_INTERVAL", INTERVAL);
+        .env("PCM_CHECKPOINT_INTERVAL", interval());
     run_and_kill(wide, &node, dir.path(), || {
         !complete_checkpoints(&node.store, "heat2d-4r").is_empty()
     });
