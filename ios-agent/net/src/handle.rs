@@ -143,8 +143,12 @@ impl NetHandle {
     }
 
     /// Queues an agent message without waiting, for callers that must not block (the
-    /// agent's event loop). Every failure after queueing (not connected, not delivered,
-    /// refused) comes as [`NetEvent::SendFailed`].
+    /// agent's event loop). An agent not connected is dialed on request
+    /// ([`crate::on_request`]: a known address, within the connection cap and the rate
+    /// limit, not backing off) and the message waits for the connection. Every failure after
+    /// queueing (not dialed, not connected in time, not delivered, refused) comes as
+    /// [`NetEvent::SendFailed`], its reason an [`Undelivered`](crate::on_request::Undelivered)
+    /// when the agent was not connected.
     ///
     /// When the send queue ([`NetConfig::send_queue`]) is full the message is dropped:
     /// counted ([`NetHandle::dropped_messages`]), logged in one warning per 10 s at most, and

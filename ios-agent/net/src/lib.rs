@@ -29,6 +29,11 @@
 //! - Sending: [`NetHandle::send`] waits for room in the bounded send queue
 //!   ([`NetConfig::send_queue`]); [`NetHandle::try_send`] never waits and drops (counted,
 //!   warned about at most every 10 s) when it is full.
+//! - [`on_request`]: a message queued with [`NetHandle::try_send`] for an agent not connected
+//!   dials it (addresses from the peer servers' registrations, or identify), within the
+//!   connection cap, a rate limit and a per-agent backoff; the message waits for the
+//!   connection a bounded time, or comes back as [`NetEvent::SendFailed`] with the reason
+//!   ([`on_request::Undelivered`]).
 //! - [`relay`]: a TCP relay that delays each direction, to emulate distance on one machine.
 //!
 //! # Usage
@@ -67,6 +72,7 @@ mod handle;
 pub mod key;
 pub mod limits;
 pub mod network;
+pub mod on_request;
 pub mod probe;
 pub mod relay;
 pub mod transport;

@@ -28,6 +28,7 @@ use crate::discovery::{Action, Discovery, Target, Timing};
 pub use crate::event::{NetEvent, PeerSummary};
 pub use crate::handle::NetHandle;
 use crate::handle::{Command, Outgoing};
+use crate::on_request::{DialPolicy, OnRequest, Undelivered, Verdict};
 use crate::transport::{build_transport, chain, describe_transport_error, listen_all};
 use crate::NetError;
 
@@ -129,6 +130,7 @@ impl Network {
             swarm,
             events: events_tx,
             peers: HashMap::new(),
+            on_request: OnRequest::new(DialPolicy::default(), Instant::now()),
             pending_dials: HashMap::new(),
             outbound: HashMap::new(),
             listening,
@@ -217,6 +219,8 @@ enum DialTarget {
     Store(Target),
     /// Asked with [`NetHandle::dial`].
     Manual(Multiaddr),
+    /// A message for this agent, not connected ([`crate::on_request`]).
+    Requested(PeerId),
 }
 
 #[derive(Debug)]
@@ -235,6 +239,8 @@ struct Task {
     /// Peer servers, direct peers and discovered agents: what to dial, register, discover.
     discovery: Discovery,
     peers: HashMap<PeerId, PeerState>,
+    /// Dials on request: the agents' addresses, and the messages waiting for a dial.
+    on_request: OnRequest<Outgoing>,
     pending_dials: HashMap<ConnectionId, DialTarget>,
     outbound: HashMap<OutboundRequestId, (PeerId, &'static str)>,
     listening: Vec<Multiaddr>,
@@ -264,11 +270,17 @@ impl Task {
         loop {
             // Whatever the last event or command made due, then sleep until the store's next
             // deadline (a redial, a renewal, a discovery round) or the next event.
-            self.poll_discovery(Instant::now());
-            let wake = self
-                .discovery
-                .poll_timeout()
-                .map(tokio::time::Instant::from_std);
+            let now = Instant::now();
+            self.poll_discovery(now);
+            self.expire_requested(now);
+            let wake = [
+                self.discovery.poll_timeout(),
+                self.on_request.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(tokio::time::Instant::from_std);
             tokio::select! {
                 ev = self.swarm.select_next_some() => self.on_swarm_event(ev),
                 cmd = commands.recv() => match cmd {
@@ -318,6 +330,17 @@ impl Task {
         } = out;
         let result = match libp2p_id(&to) {
             None => Err(NetError::InvalidPeer { peer: to.clone() }),
+            // Queued without waiting (the driver's messages): dial the agent if it may be.
+            Some(p) if !self.swarm.is_connected(&p) && reply.is_none() => {
+                let out = Outgoing {
+                    to,
+                    request,
+                    kind,
+                    reply,
+                };
+                self.request_dial(p, out);
+                return;
+            }
             Some(p) if !self.swarm.is_connected(&p) => {
                 Err(NetError::NotConnected { peer: to.clone() })
             }
@@ -340,6 +363,88 @@ impl Task {
                 to,
                 kind,
                 reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// A message queued for `peer`, not connected: dial it on request, or wait for the dial
+    /// under way, or report it undelivered ([`crate::on_request`]).
+    fn request_dial(&mut self, peer: PeerId, out: Outgoing) {
+        let now = Instant::now();
+        let established = self
+            .swarm
+            .network_info()
+            .connection_counters()
+            .num_established();
+        let cap = self.config.max_connections;
+        let verdict = self.on_request.request(
+            peer,
+            out,
+            usize::try_from(established).unwrap_or(usize::MAX),
+            usize::try_from(cap).unwrap_or(usize::MAX),
+            now,
+        );
+        match verdict {
+            Verdict::Waits => {}
+            Verdict::Refused(out, why) => self.undelivered(out, &why),
+            Verdict::Dial(addrs) => {
+                tracing::debug!("dialing agent {peer} on request");
+                let opts = DialOpts::peer_id(peer)
+                    .condition(PeerCondition::DisconnectedAndNotDialing)
+                    .addresses(addrs)
+                    .allocate_new_port()
+                    .build();
+                let id = opts.connection_id();
+                match self.swarm.dial(opts) {
+                    Ok(()) => {
+                        self.pending_dials.insert(id, DialTarget::Requested(peer));
+                    }
+                    // Another dial to it is under way: the messages wait for that one.
+                    Err(DialError::DialPeerConditionFalse(_)) => {
+                        self.on_request.on_dial_skipped(&peer);
+                    }
+                    Err(e) => self.requested_dial_failed(peer, describe_dial_error(&e), now),
+                }
+            }
+        }
+    }
+
+    /// A dial on request to `peer` failed: its messages are reported undelivered, and it
+    /// backs off.
+    fn requested_dial_failed(&mut self, peer: PeerId, reason: String, now: Instant) {
+        let waited = self.on_request.on_dial_failed(&peer, &reason, now);
+        if let Some(p) = core_id(&peer) {
+            self.emit(NetEvent::DialError {
+                addr: peer.to_string(),
+                peer: Some(p),
+                reason: reason.clone(),
+            });
+        }
+        let why = Undelivered::DialFailed(reason);
+        for out in waited {
+            self.undelivered(out, &why);
+        }
+    }
+
+    /// Reports the messages whose wait for a dial on request ended.
+    fn expire_requested(&mut self, now: Instant) {
+        let why = Undelivered::TimedOut(self.on_request.policy().max_wait);
+        for (_, out) in self.on_request.expire(now) {
+            self.undelivered(out, &why);
+        }
+    }
+
+    /// Reports a message for an agent not connected as not delivered.
+    fn undelivered(&mut self, out: Outgoing, why: &Undelivered) {
+        tracing::debug!(to = %out.to, kind = out.kind, "message not delivered: {why}");
+        match out.reply {
+            Some(reply) => {
+                let _ = reply.send(Err(NetError::NotConnected { peer: out.to }));
+            }
+            None => self.emit(NetEvent::SendFailed {
+                to: out.to,
+                kind: out.kind,
+                reason: why.to_string(),
             }),
         }
     }
@@ -522,8 +627,15 @@ impl Task {
                         self.discovery.on_dial_skipped(p);
                     }
                     Some(DialTarget::Store(target)) => {
+                        // Messages waiting for this agent wait for no other dial.
+                        if let Target::Discovered(p) = target {
+                            if self.on_request.is_dialing(&p) {
+                                self.requested_dial_failed(p, reason.clone(), now);
+                            }
+                        }
                         self.discovery.on_dial_failed(target, reason, now);
                     }
+                    Some(DialTarget::Requested(p)) => self.requested_dial_failed(p, reason, now),
                     Some(DialTarget::Manual(addr)) => self.emit(NetEvent::DialError {
                         addr: addr.to_string(),
                         peer: peer_id.as_ref().and_then(core_id),
@@ -571,7 +683,7 @@ impl Task {
         let addr = endpoint.get_remote_address().clone();
         let target = match self.pending_dials.remove(&id) {
             Some(DialTarget::Store(target)) => Some(target),
-            Some(DialTarget::Manual(_)) | None => None,
+            Some(DialTarget::Manual(_) | DialTarget::Requested(_)) | None => None,
         };
         self.discovery.on_connected(target, peer, id, now);
         let state = self.peers.entry(peer).or_insert_with(|| PeerState {
@@ -600,6 +712,15 @@ impl Task {
             for c in close {
                 self.swarm.close_connection(c);
             }
+        }
+        // Messages that waited for this agent go out now.
+        for out in self.on_request.on_connected(&peer) {
+            let id = self
+                .swarm
+                .behaviour_mut()
+                .messages
+                .send_request(&peer, out.request);
+            self.outbound.insert(id, (peer, out.kind));
         }
     }
 
@@ -650,6 +771,12 @@ impl Task {
                 }
                 if !agent {
                     return;
+                }
+                // How to reach it again if it neither registered where we look nor was
+                // dialed by us (it dialed us, from a port of no listener).
+                if self.on_request.addresses(&peer_id).is_none() {
+                    self.on_request
+                        .learn(peer_id, info.listen_addrs.iter().cloned(), now);
                 }
                 let Some(state) = self.peers.get_mut(&peer_id) else {
                     return;
@@ -813,14 +940,20 @@ impl Task {
                 rendezvous_node,
                 registrations,
                 cookie,
-            } => self.discovery.on_discovered(
-                rendezvous_node,
-                cookie,
-                registrations
+            } => {
+                let registrations: Vec<(PeerId, Vec<Multiaddr>)> = registrations
                     .into_iter()
-                    .map(|reg| (reg.record.peer_id(), reg.record.addresses().to_vec())),
-                now,
-            ),
+                    .map(|reg| (reg.record.peer_id(), reg.record.addresses().to_vec()))
+                    .collect();
+                let local = *self.swarm.local_peer_id();
+                for (peer, addrs) in &registrations {
+                    if *peer != local {
+                        self.on_request.learn(*peer, addrs.iter().cloned(), now);
+                    }
+                }
+                self.discovery
+                    .on_discovered(rendezvous_node, cookie, registrations, now);
+            }
             E::DiscoverFailed {
                 rendezvous_node,
                 error,

@@ -533,3 +533,156 @@ async fn given_listen_addresses_then_all_are_bound_at_start_and_a_foreign_one_is
         "{error}"
     );
 }
+
+/// Starts a peer server (the `peer-server` binary) on loopback; returns it and its address.
+fn peer_server(dir: &std::path::Path, key: &std::path::Path) -> (mpi_ios_tests::Group, Multiaddr) {
+    let mut cmd = std::process::Command::new(mpi_ios_tests::bin("peer-server"));
+    cmd.args([
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--min-ttl",
+        "2",
+        "--pool-key",
+    ])
+    .arg(key)
+    .arg("--state-dir")
+    .arg(dir.join("server.state"));
+    let server = mpi_ios_tests::Group::start(cmd, dir, "peer-server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = std::fs::read_to_string(&server.stdout).unwrap_or_default();
+        let listening = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == "listening");
+        if let Some(v) = listening {
+            let addr = v["addrs"][0].as_str().expect("an address");
+            return (server, addr.parse().expect("a multiaddr"));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "peer server not listening within 10 s: {}",
+            server.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Dial on request (`ios_agent_net::on_request`): a knows b only through the peer server's
+/// registration and is not connected to it (it closed the connection discovery made, as the
+/// driver's rotation does, and discovery leaves b alone for a minute): a message to b dials
+/// b, and b gets it. Then b's address is taken by a node of another pool: a message to b
+/// dials, fails on the pool key, comes back with the reason; the next one within the
+/// backoff comes back at once, without a dial.
+#[tokio::test]
+async fn given_an_agent_known_only_through_the_peer_server_then_a_message_dials_it_and_a_refusing_one_backs_off(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("pool.key");
+    let key = PoolKey::generate_to_file(&key_file).expect("key written");
+    let (_server, server_addr) = peer_server(dir.path(), &key_file);
+    let config = |discover: Duration| {
+        let mut c = NetConfig::new(key);
+        c.peer_servers = vec![server_addr.clone()];
+        c.handshake_timeout = Duration::from_secs(3);
+        c.discover_interval = discover;
+        c.max_discover_interval = discover;
+        c.max_redial_interval = Duration::from_secs(60);
+        c
+    };
+    // b first, looking for agents once a minute: it never dials a back within the test.
+    let (b, mut eb, _) = Network::start(config(Duration::from_secs(60)))
+        .await
+        .expect("b starts");
+    expect(&mut eb, Duration::from_secs(10), "b registered", |ev| {
+        matches!(ev, NetEvent::PeerServerUp { .. }).then_some(())
+    })
+    .await;
+    let (a, mut ea, _) = Network::start(config(Duration::from_secs(5)))
+        .await
+        .expect("a starts");
+    let (a_id, b_id) = (a.local_peer_id(), b.local_peer_id());
+    peer_seen(&mut ea, &b_id, true, "b discovered and connected at a").await;
+    a.try_disconnect(&b_id).expect("queued");
+    peer_seen(&mut ea, &b_id, false, "b gone at a").await;
+    assert!(a.peers().await.expect("running").is_empty());
+
+    let message = Message::StealExhausted { id: MessageId(7) };
+    let asked = Instant::now();
+    a.try_send(&b_id, message.clone()).expect("queued");
+    let got = expect(
+        &mut eb,
+        Duration::from_secs(5),
+        "the message at b",
+        |ev| match ev {
+            NetEvent::Message { from, message } if *from == a_id => Some(message.clone()),
+            NetEvent::SendFailed { .. } => panic!("b could not answer: {ev:?}"),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(got, message);
+    eprintln!("dialed on request and delivered in {:?}", asked.elapsed());
+    assert_eq!(
+        a.peers().await.expect("running").len(),
+        1,
+        "a connected to b"
+    );
+
+    // b leaves; a node of another pool listens on its port.
+    let b_addr = b.listen_addrs().await.expect("running")[0].clone();
+    a.try_disconnect(&b_id).expect("queued");
+    peer_seen(&mut ea, &b_id, false, "b gone at a again").await;
+    b.shutdown().await.expect("b stops");
+    drop(eb);
+    let mut other = NetConfig::new(PoolKey::generate());
+    other.listen = vec![b_addr];
+    other.handshake_timeout = Duration::from_secs(3);
+    let (_c, mut ec, _) = Network::start(other).await.expect("c starts on b's port");
+    a.try_send(&b_id, message.clone()).expect("queued");
+    let reason = expect(
+        &mut ea,
+        Duration::from_secs(8),
+        "the refusal",
+        |ev| match ev {
+            NetEvent::SendFailed { to, reason, .. } if *to == b_id => Some(reason.clone()),
+            NetEvent::PeerUp { .. } => panic!("connected to a node of another pool"),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(reason.contains("dial on request failed"), "{reason}");
+    assert!(reason.contains("wrong or missing pool key?"), "{reason}");
+    // c saw the one attempt.
+    expect(&mut ec, Duration::from_secs(5), "c's refusal", |ev| {
+        matches!(ev, NetEvent::IncomingError { .. }).then_some(())
+    })
+    .await;
+    // Within the backoff (3 s): refused at once, not dialed again.
+    let asked = Instant::now();
+    a.try_send(&b_id, message).expect("queued");
+    let reason = expect(
+        &mut ea,
+        Duration::from_secs(2),
+        "the backoff",
+        |ev| match ev {
+            NetEvent::SendFailed { to, reason, .. } if *to == b_id => Some(reason.clone()),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(reason.contains("not dialed again for"), "{reason}");
+    assert!(reason.contains("wrong or missing pool key?"), "{reason}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok(ev) = ec.try_recv() {
+        assert!(
+            !matches!(ev, NetEvent::IncomingError { .. }),
+            "dialed again during the backoff: {ev:?}"
+        );
+    }
+}
