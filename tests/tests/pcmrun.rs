@@ -9,9 +9,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is a failed test
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::faults::hit_replacement;
@@ -48,13 +49,23 @@ fn plain_checksum(args: &[String]) -> String {
     plain_checksum_of("heat2d-plain", args)
 }
 
+/// The checksum of a plain 2-rank run of `program` with `args`: run once per test binary for
+/// each program and arguments (most tests here size their job alike, and a plain run of
+/// about 10 s in each of them cost over a minute per run of this file).
 fn plain_checksum_of(program: &str, args: &[String]) -> String {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    MpiJob::new(2, program, &args)
+    static PLAIN: Mutex<BTreeMap<(String, Vec<String>), String>> = Mutex::new(BTreeMap::new());
+    let key = (program.to_owned(), args.to_vec());
+    if let Some(known) = PLAIN.lock().unwrap().get(&key) {
+        return known.clone();
+    }
+    let plain_args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let checksum = MpiJob::new(2, program, &plain_args)
         .run(DEADLINE)
         .report()
         .reference_checksum()
-        .to_owned()
+        .to_owned();
+    PLAIN.lock().unwrap().insert(key, checksum.clone());
+    checksum
 }
 
 /// A pcmrun of heat2d on 2 ranks with its own pcmd, checkpoint directory, event stream and
