@@ -7,10 +7,11 @@
 //!
 //! Needs root (CI runs as root); elsewhere each test prints "skipped: <reason>" and passes.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::netns::{Cluster, LinkBytes};
-use mpi_ios_tests::{heat2d_args_for, mpi_lock, Group, MpiJob, Report};
+use mpi_ios_tests::{heat2d_args_for, heat2d_args_sized, mpi_lock, Group, MpiJob, Report};
 
 const ROWS: u32 = 240;
 const COLS: u32 = 256;
@@ -21,9 +22,21 @@ fn cluster(test: &str) -> Option<Cluster> {
     Cluster::for_test(test, 3)
 }
 
-/// heat2d's arguments for about `seconds` of 2 ranks on one machine, and the rate measured.
+/// heat2d's arguments for about `seconds` of 2 ranks on one machine, and the rate measured
+/// (once per test binary: each probe is seconds of MPI jobs).
 fn sized(seconds: f64) -> (Vec<String>, f64) {
-    heat2d_args_for(2, ROWS, COLS, seconds, DEADLINE)
+    static RATE: OnceLock<f64> = OnceLock::new();
+    let rate = *RATE.get_or_init(|| heat2d_args_for(2, ROWS, COLS, 1.0, DEADLINE).1);
+    (heat2d_args_sized(ROWS, COLS, rate, seconds), rate)
+}
+
+/// heat2d-plain's report for `sized`, run on this machine outside the emulated nodes: the
+/// checksum does not depend on where the ranks run, and across the nodes' link the same run
+/// takes three times as long or more.
+fn plain(sized: &[String]) -> Report {
+    MpiJob::new(2, "heat2d-plain", &args(sized))
+        .run(DEADLINE)
+        .report()
 }
 
 fn args(sized: &[String]) -> Vec<&str> {
@@ -87,10 +100,7 @@ fn given_rank_1_moved_to_a_third_node_then_its_halo_rows_cross_the_new_nodes_lin
     let _lock = mpi_lock();
     let (sized, _) = sized(2.0);
     let placement = ["node-a", "node-b"];
-    let plain: Report = cluster
-        .job(MpiJob::new(2, "heat2d-plain", &args(&sized)), &placement)
-        .run(DEADLINE)
-        .report();
+    let plain = plain(&sized);
     // The move at a tenth of the run: the replacement on node-c computes the rest.
     let moved_at = plain.iterations / 10;
     let job = cluster.job(
@@ -134,10 +144,7 @@ fn given_the_link_between_two_ranks_down_then_the_job_stops_until_it_is_back() {
     let mut with_progress = args(&sized);
     with_progress.extend(["--report-every", &every]);
     let placement = ["node-a", "node-b"];
-    let plain = cluster
-        .job(MpiJob::new(2, "heat2d-plain", &args(&sized)), &placement)
-        .run(DEADLINE)
-        .report();
+    let plain = plain(&sized);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let mut job = cluster
         .job(MpiJob::new(2, "heat2d-plain", &with_progress), &placement)
