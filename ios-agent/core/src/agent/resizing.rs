@@ -30,8 +30,10 @@
 //!   the job runs faster without them.
 //! - **Damping**: no agent resizes a job within a hold-down of a change of its width (seen
 //!   in its ranks' profiles, or done by itself), nor sheds ranks that arrived within a
-//!   hold-down; only a leaving node may. So a job does not grow and shrink back within its
-//!   hold-down.
+//!   hold-down; only a leaving node may. A home agent does not grow a job whose rank 0
+//!   came to its node within a hold-down either: the job may have changed width just
+//!   before, which only the agents it left saw (their profiles said so, not this one's).
+//!   So a job does not grow and shrink back within its hold-down.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -112,19 +114,17 @@ pub(crate) struct GrowPlan {
     /// The job's predicted seconds per iteration if one of its ranks here moved to the
     /// thief instead, at its width now (the same model: [`GrowPlan::beats_move`]).
     pub(crate) iteration_if_moved: f64,
-    /// The job's slowest rank runs elsewhere, slower than rank 0 here (its ranks report the
-    /// slowest compute): moving that rank onto the thief, which its own agent decides, is
-    /// the move to beat.
-    pub(crate) slowest_elsewhere: bool,
 }
 
 impl GrowPlan {
     /// Whether growing beats `moving` (the move the same steal would make instead): when
-    /// the move takes ranks of the grown job, whichever makes the job's predicted iteration
-    /// shorter (a move's own gain, Figure 3's, weighs the nodes' resources, not the job's
-    /// iteration, and is not on the grow's scale: a move of rank 0 between two unloaded
-    /// nodes outweighed a grow that made the job 20% faster in the main job's act);
-    /// otherwise the larger gain.
+    /// the move takes ranks of the grown job, or there is none, whichever makes the job's
+    /// predicted iteration shorter (a move's own gain, Figure 3's, weighs the nodes'
+    /// resources, not the job's iteration, and is not on the grow's scale: a move of rank
+    /// 0 between two unloaded nodes outweighed a grow that made the job 20% faster in the
+    /// main job's act); otherwise the larger gain. When the job's slowest rank runs
+    /// elsewhere, `iteration_if_moved` is the job's with that rank moved onto the thief
+    /// (every rank then gets at least what one gets here unloaded).
     pub(crate) fn beats_move(&self, moving: Option<&crate::decision::Plan>) -> bool {
         match moving {
             // The move of the job's slowest rank, on another node, is not this agent's to
@@ -133,8 +133,15 @@ impl GrowPlan {
             // rank 1's node had a CPU hog, a joining node's steal reached rank 0's agent
             // first, and the job grew onto it, 2 -> 3 ranks with rank 1 still on the hogged
             // node, where moving rank 1 would have made its iterations a quarter shorter.)
-            None if self.slowest_elsewhere => self.gain.iteration_after < self.iteration_if_moved,
-            None => true,
+            //
+            // No move planned (the job's rank here held since it arrived, or the move's
+            // gain short of the minimum): the same comparison. A grow around a slowed
+            // rank keeps it slow for a width hold-down, and a thief left to steal on can
+            // take it later. (Seen in the README's main job: rank 1 moved onto node-a,
+            // held there, and a joining node-c's steal grew the job 2 -> 3 around the two
+            // ranks stacked on node-a, which then ran at 0.22 of the best placement's
+            // rate for the rest of the run.)
+            None => self.gain.iteration_after < self.iteration_if_moved,
             Some(plan) if plan.entities.iter().any(|e| e.job == self.job) => {
                 self.gain.iteration_after < self.iteration_if_moved
             }
@@ -206,6 +213,11 @@ impl Resizing {
                     && e.malleable
                         .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
                     && !self.width_held(s, &e.id.job, now)
+                    // Come here within a hold-down (moved): a width change made before it
+                    // came was seen by other agents only. (`scale --malleable`, seed 1,
+                    // Internet-like: a node shed job7 7 -> 6, its rank 0 moved to n43 ten
+                    // seconds later, and n43's agent grew it 6 -> 13 within the hold-down.)
+                    && e.resident >= s.config.hold_down
             })
             .collect();
         if growable.is_empty() {
@@ -243,12 +255,13 @@ impl Resizing {
                 .iter()
                 .filter_map(|p| path_rtt_to_host(s, &p.host))
                 .reduce(f64::max);
-            let spans_nodes = s
+            // The job's ranks on this node.
+            let here = s
                 .entities
                 .iter()
                 .filter(|e| e.id.job == rank0.id.job)
-                .count()
-                < timing.ranks as usize;
+                .count();
+            let spans_nodes = here < timing.ranks as usize;
             let paid_rtt = known_partners
                 .or_else(|| {
                     spans_nodes
@@ -330,20 +343,30 @@ impl Resizing {
                     && best.as_ref().is_none_or(|b| gain.gain > b.gain.gain)
                 {
                     // Moving a rank here instead: it gets what the thief offers one rank; the
-                    // job's other ranks are taken to get what a rank gets here unloaded.
+                    // job's other ranks are taken to get what a rank gets here unloaded, with
+                    // one entity fewer when another rank of the job stays here (ranks stacked
+                    // here: the one left gets the CPU the moved one frees).
                     let cpu_moved =
                         cpu_per_rank(offer.free_cores() * offer.speed, 1, s.config.entity_cores);
+                    let cpu_staying = if here > 1 {
+                        cpu_per_rank(
+                            node.cores * node.speed,
+                            (s.entities.len() - 1) as u32,
+                            s.config.entity_cores,
+                        )
+                    } else {
+                        cpu_unloaded
+                    };
                     let iteration_if_moved = JobTiming {
                         exchange: timing.exchange + extra_rtt,
                         ..timing
                     }
-                    .iteration_at(timing.ranks, cpu_moved.min(cpu_unloaded));
+                    .iteration_at(timing.ranks, cpu_moved.min(cpu_staying));
                     best = Some(GrowPlan {
                         job: rank0.id.job.clone(),
                         from: timing.ranks,
                         gain,
                         iteration_if_moved,
-                        slowest_elsewhere: slowest < SLOWED_SHARE * cpu_here,
                     });
                 }
             }

@@ -265,6 +265,90 @@ fn given_a_move_of_the_same_job_then_the_shorter_predicted_iteration_wins() {
         "{slow:?}"
     );
     assert!(!slow.beats_move(Some(&same_job)));
+    // With no move to weigh (the steal would move nothing now: rank 0 held, or the move's
+    // gain short of the minimum), the same comparison: growing around the slowed rank
+    // would keep it slow for a width hold-down, where the thief can still take it later.
+    // (Before: any grow with a gain won when no move was planned.)
+    assert!(!slow.beats_move(None), "{slow:?}");
+}
+
+/// Found in the README's main job (2026-12-03): node-b loaded, rank 1 moved onto node-a
+/// (both ranks on its 0.6 CPU), then idle node-c joined and node-a's agent grew the job
+/// 2 -> 3 onto node-c, leaving the two ranks stacked on node-a for the rest of the run
+/// (0.22 of the best placement's rate). Moving one of node-a's ranks to node-c instead
+/// gives the one left on node-a the whole node: the grow must be weighed against that
+/// (before, the move was predicted to leave the job's iteration as it was, 106 ms, and
+/// the grow won).
+#[test]
+fn given_two_ranks_stacked_on_the_home_node_then_an_idle_node_takes_one_rather_than_a_third() {
+    let t0 = Instant::now();
+    // Both ranks at 0.3 core (0.6 shared by two) compute 100 ms and exchange 5 ms: work
+    // 0.06 core-s. Grown to 3 with the two still stacked: 0.06 / 3 / 0.3 + 0.005 + 0.001
+    // (the round trip to node-c) = 72.7 ms; one moved to node-c: each rank alone on 0.6,
+    // 0.06 / 2 / 0.6 + 0.006 = 56 ms.
+    let mut rank0 = heat_rank(0, 2, 100, 5);
+    rank0.cpu = 0.3;
+    let mut rank1 = rank0.clone();
+    rank1.id.rank = Rank(1);
+    rank1.resident = Duration::from_secs(1);
+    let mut a = home(t0, vec![rank0.clone(), rank1]);
+    // Two ranks that each would use 0.6 core share node-a's 0.6.
+    let stacked = node(1.2, 0.0);
+    a.handle_node_profile(t0, stacked);
+    drain(&mut a);
+    let thief = Beneficiary {
+        peer: peer("node-c"),
+        host: host("node-c"),
+        profile: node(0.0, 0.0),
+        job_offers: Vec::new(),
+        departed: Vec::new(),
+    };
+    let grow = a
+        .resizing
+        .grow_plan(&a.shared, t0, &stacked, &thief)
+        .expect("idle thief")
+        .expect("a grow with a gain");
+    assert!(
+        (grow.gain.iteration_after - 0.0727).abs() < 1e-4,
+        "{grow:?}"
+    );
+    assert!((grow.iteration_if_moved - 0.056).abs() < 1e-9, "{grow:?}");
+    // Whether or not a move is planned (rank 1 held, a move's gain short), no grow.
+    assert!(!grow.beats_move(None));
+    // The steal moves rank 0, the one not held, to node-c: one rank on each node.
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    assert!(
+        actions.iter().any(|x| matches!(x,
+            Action::Send { to, message: Message::StealAccepted { entities, .. } }
+                if *to == peer("node-c") && entities == &vec![rank0.id.clone()])),
+        "{actions:?}"
+    );
+}
+
+/// The resize ping-pong of `scale --malleable` (seed 1, Internet-like, 100 nodes): a node
+/// shed job7 7 -> 6, its rank 0 moved to n43 ten seconds later, and n43's agent, which had
+/// never seen the job at another width, grew it 6 -> 13 within the hold-down. A rank 0
+/// that came to this node within a hold-down may have changed width just before (seen by
+/// the agents it left, not this one): its job is not grown until it has been here a
+/// hold-down.
+#[test]
+fn given_rank_0_arrived_within_a_hold_down_then_its_job_does_not_grow_until_it_settles() {
+    let t0 = Instant::now();
+    let mut rank0 = heat_rank(0, 2, 100, 5);
+    rank0.resident = Duration::from_secs(10);
+    let mut a = home(t0, vec![rank0.clone()]);
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    let hold = a.config().hold_down();
+    let t1 = t0 + hold - Duration::from_secs(10);
+    rank0.resident = hold;
+    a.handle_entities(t1, vec![rank0]);
+    drain(&mut a);
+    a.handle_message(t1, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
+    assert_eq!(resizes(&drain(&mut a)).len(), 1);
 }
 
 /// A grow needs half the minimum gain a move needs (the model's exchange includes the
