@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::faults::hit_replacement;
-use mpi_ios_tests::{bin, mpi_lock, wait_until, Group, MpiJob, Pcmd};
+use mpi_ios_tests::{bin, heat2d_args_for, mpi_lock, wait_until, Group, MpiJob, Pcmd};
 use nix::sys::signal::Signal;
 
 /// Hours of work: the job never ends by itself within any bound used here.
@@ -171,11 +171,14 @@ fn given_a_pcmd_migration_whose_replacement_stalls_then_the_requester_gets_the_f
 /// restart resumes from one of them and ends with heat2d-plain's checksum.
 #[test]
 fn given_checkpoints_before_a_stalled_migration_then_a_restart_resumes_from_them() {
-    // A few seconds of work on a quiet machine: the job is stalled right after its first
-    // checkpoint, and the reference and the restart must still run to the end.
-    const ARGS: &[&str] = &["--rows", "240", "--cols", "240", "--iters", "30000"];
     const RUN: Duration = Duration::from_secs(180);
     let _lock = mpi_lock();
+    // About 4 s of work, sized by time: the job is stalled right after its first checkpoint
+    // (0.25 s), and the reference and the restart must still run to the end. (A fixed 30,000
+    // iterations could end before the move on a machine a few times faster than this one.)
+    let (args, _) = heat2d_args_for(3, 240, 240, 4.0, WAIT);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = args.as_slice();
     let host = host_name();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("node.sock");
@@ -193,7 +196,7 @@ fn given_checkpoints_before_a_stalled_migration_then_a_restart_resumes_from_them
         std::os::unix::net::UnixStream::connect(&socket).is_ok()
     });
     let job = || {
-        MpiJob::new(3, "heat2d", ARGS)
+        MpiJob::new(3, "heat2d", args)
             .env("PCM_DAEMON", socket.display().to_string())
             .env("PCM_CHECKPOINT_INTERVAL", "0.25")
             .env("PCM_RECONFIGURE_TIMEOUT", TIMEOUT_S.to_string())
@@ -229,7 +232,7 @@ fn given_checkpoints_before_a_stalled_migration_then_a_restart_resumes_from_them
     assert_eq!(code, Some(TIMEOUT_EXIT), "stderr:\n{stderr}");
     assert!(complete() > 0);
 
-    let reference = MpiJob::new(3, "heat2d-plain", ARGS)
+    let reference = MpiJob::new(3, "heat2d-plain", args)
         .run(RUN)
         .report()
         .reference_checksum()
