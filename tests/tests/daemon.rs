@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use mpi_ios_tests::{
-    heat2d_args_for, mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime, RuntimeExt as _,
+    heat2d_args_for, heat2d_args_sized, mpi_lock, wait_until, Group, MpiJob, Pcmd, Runtime,
+    RuntimeExt as _,
 };
 
 /// heat2d's arguments for a job of 3 ranks that runs about 12 s on this machine as loaded as
@@ -19,6 +20,14 @@ fn long_args() -> Vec<&'static str> {
     static LONG: OnceLock<Vec<String>> = OnceLock::new();
     let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 12.0, WAIT).0);
     args.iter().map(String::as_str).collect()
+}
+
+/// heat2d's arguments for 2 ranks on a 480 x 480 grid (or larger, see
+/// [`heat2d_args_sized`]) for about `seconds`, at a rate measured once per test binary.
+fn two_rank_args(seconds: f64) -> Vec<String> {
+    static RATE: OnceLock<f64> = OnceLock::new();
+    let rate = *RATE.get_or_init(|| heat2d_args_for(2, 480, 480, 1.0, WAIT).1);
+    heat2d_args_sized(480, 480, rate, seconds)
 }
 const DEADLINE: Duration = Duration::from_secs(150);
 const WAIT: Duration = Duration::from_secs(30);
@@ -151,7 +160,7 @@ fn given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job() {
     let _lock = mpi_lock();
     // 2 ranks for about 12 s: heat2d_args_for grows the grid if the run would come near its
     // fixed point, where a checksum proves nothing.
-    let (args, _) = heat2d_args_for(2, 480, 480, 12.0, WAIT);
+    let args = two_rank_args(12.0);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let reference = MpiJob::new(2, "heat2d-plain", &args)
         .run(DEADLINE)
@@ -684,10 +693,15 @@ fn migrate_at_once(asks: &[(&Pcmd, u32, Option<String>)]) -> Vec<std::process::O
 /// to return to 0). A scripted move at iteration 20, checkpoints every 0.25 s, rank 1
 /// killed once a checkpoint after the move exists, then `PCM_RESTART=1`: the restarted
 /// run's report says 1 migration, and its log names the schedule entry it never reached.
+///
+/// The run is sized by time (about 4 s, 16 checkpoint intervals): a fixed 20,000 iterations
+/// of a 400 x 400 grid took about 2 s here and could end before the kill on a machine a few times faster, as
+/// checkpoint.rs's killed run did in stop 49's CI.
 #[test]
 fn given_a_move_then_a_restart_from_a_later_checkpoint_then_the_migration_count_is_kept() {
     let _lock = mpi_lock();
-    let args = ["--rows", "400", "--cols", "400", "--iters", "20000"];
+    let args = two_rank_args(4.0);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let store_arg = store.display().to_string();
