@@ -772,15 +772,17 @@ impl Task {
                 if !agent {
                     return;
                 }
-                // How to reach it again if it neither registered where we look nor was
-                // dialed by us (it dialed us, from a port of no listener).
-                if self.on_request.addresses(&peer_id).is_none() {
-                    self.on_request
-                        .learn(peer_id, info.listen_addrs.iter().cloned(), now);
-                }
                 let Some(state) = self.peers.get_mut(&peer_id) else {
                     return;
                 };
+                // How to reach it again if it did not register where we look: it dialed us
+                // (from a port of no listener). Not for an agent we dialed: that address may
+                // be a relay's, which its own listen addresses would bypass.
+                let dialed_by_us = state.connections.iter().any(|c| c.2);
+                if !dialed_by_us && self.on_request.addresses(&peer_id).is_none() {
+                    self.on_request
+                        .learn(peer_id, info.listen_addrs.iter().cloned(), now);
+                }
                 if state.is_agent || state.connections.is_empty() {
                     return;
                 }
