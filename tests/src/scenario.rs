@@ -12,9 +12,11 @@
 //! through `pcm::events`. They give the throughput over time and each migration as it
 //! happens ([`Timeline`]).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pcm_proto::run::{RunEvent, Stamped, EVENTS_FILE_ENV, PROGRESS_PERIOD_ENV};
@@ -753,8 +755,20 @@ pub const PROGRESS_LINES: u64 = 200;
 impl Scenario {
     /// The checksum heat2d-plain computes for the scenario's grid and iterations, run on this
     /// machine outside the emulated nodes (the reference a run with moves must match bit for
-    /// bit). Panics if the run does not end within `timeout`.
+    /// bit). Panics if the run does not end within `timeout`. Run once per test process for
+    /// each rank count, grid and iteration count: tests that share a sizing share the run.
     pub fn plain_checksum(&self, timeout: Duration) -> String {
+        type Key = (usize, usize, usize, u64);
+        static PLAIN: Mutex<BTreeMap<Key, String>> = Mutex::new(BTreeMap::new());
+        let key = (self.placement.len(), self.rows, self.cols, self.iters);
+        let known = PLAIN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some(known) = known {
+            return known;
+        }
         let args = [
             "--rows".to_owned(),
             self.rows.to_string(),
@@ -764,11 +778,16 @@ impl Scenario {
             self.iters.to_string(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        MpiJob::new(self.placement.len(), "heat2d-plain", &args)
+        let checksum = MpiJob::new(self.placement.len(), "heat2d-plain", &args)
             .run(timeout)
             .report()
             .reference_checksum()
-            .to_owned()
+            .to_owned();
+        PLAIN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, checksum.clone());
+        checksum
     }
 
     /// heat2d's arguments for the scenario's grid.

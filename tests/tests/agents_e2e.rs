@@ -5,6 +5,8 @@
 //! Needs root (namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use mpi_ios_tests::cgroup::CpuCap;
@@ -16,8 +18,16 @@ use mpi_ios_tests::{mpi_lock, Runtime, RuntimeExt as _};
 /// the agents' reaction (about 2 s) and the move, with room to spare.
 const UNLOADED_SECONDS: f64 = 10.0;
 
-/// The scenario, its length measured on `cluster` ([`Scenario::size_by_time`]), not assumed.
-fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duration)>) -> Scenario {
+/// The scenario, its length measured on `cluster` ([`Scenario::size_by_time`]), not assumed:
+/// once per test binary for each kind of cluster (`nodes` names it), so that the two tests
+/// on one kind run the same job and share its plain run ([`Scenario::plain_checksum`]).
+fn scenario(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    joins: Vec<(usize, Duration)>,
+    nodes: &'static str,
+) -> Scenario {
+    static SIZED: Mutex<BTreeMap<&str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
     let mut scenario = Scenario {
         rows: 1024,
         cols: 1024,
@@ -35,6 +45,16 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
         timeout: Duration::from_secs(240),
         unlisted_spares: false,
     };
+    let sized = SIZED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(nodes)
+        .copied();
+    if let Some((iters, progress_period)) = sized {
+        (scenario.iters, scenario.progress_period) = (iters, progress_period);
+        eprintln!("{iters} iterations, as measured by an earlier test on {nodes}");
+        return scenario;
+    }
     let rate = scenario
         .size_by_time(cluster, dir, UNLOADED_SECONDS)
         .unwrap();
@@ -42,6 +62,10 @@ fn scenario(cluster: &Cluster, dir: &std::path::Path, joins: Vec<(usize, Duratio
         "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
         scenario.iters
     );
+    SIZED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(nodes, (scenario.iters, scenario.progress_period));
     scenario
 }
 
@@ -126,7 +150,8 @@ fn an_idle_node_joins(unlisted: bool) {
     let _lock = mpi_lock();
     let cluster = Cluster::with_caps(&[Some(CpuCap::cores(test_node_cap())); 3]).unwrap();
     let dir = logs();
-    let mut scenario = scenario(&cluster, dir.path(), vec![(2, Duration::from_secs(4))]);
+    let joins = vec![(2, Duration::from_secs(4))];
+    let mut scenario = scenario(&cluster, dir.path(), joins, "three capped nodes");
     scenario.unlisted_spares = unlisted;
     let outcome = run(&cluster, &scenario, dir);
     let nodes = cluster.host_names();
@@ -178,7 +203,12 @@ fn loaded_rank_moves_to_a_cooperating_node(program: &str) {
     let cluster =
         Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))]).unwrap();
     let dir = logs();
-    let scenario = scenario(&cluster, dir.path(), Vec::new());
+    let scenario = scenario(
+        &cluster,
+        dir.path(),
+        Vec::new(),
+        "a double node and a capped one",
+    );
     let outcome = run_program(&cluster, &scenario, program, dir);
     assert!(
         outcome.loop_start.is_some() && outcome.samples.len() >= 2,
