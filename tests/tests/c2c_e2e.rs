@@ -9,8 +9,10 @@
 //!
 //! Needs root (namespaces, cgroups); skipped with the reason otherwise.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ios_agent_proto::{AgentStatus, DecisionKind, ProtocolStep};
@@ -28,8 +30,16 @@ const UNLOADED_SECONDS: f64 = 20.0;
 
 /// A 1024x1024 heat2d job with ranks on `placement` and no agents of the scenario's own
 /// (the tests start theirs), sized by time on `cluster` ([`Scenario::size_by_time`], which
-/// clears the nodes: call it before any agent runs).
-fn sized_job(cluster: &Cluster, dir: &std::path::Path, placement: Vec<usize>) -> Scenario {
+/// clears the nodes: call it before any agent runs). Measured once per test binary for each
+/// kind of cluster and placement (`nodes` names them): the two failover tests run the same
+/// job and share its plain run ([`Scenario::plain_checksum`]).
+fn sized_job(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    placement: Vec<usize>,
+    nodes: &'static str,
+) -> Scenario {
+    static SIZED: Mutex<BTreeMap<&str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
     let mut scenario = Scenario {
         rows: 1024,
         cols: 1024,
@@ -44,6 +54,16 @@ fn sized_job(cluster: &Cluster, dir: &std::path::Path, placement: Vec<usize>) ->
         timeout: Duration::from_secs(300),
         unlisted_spares: false,
     };
+    let sized = SIZED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(nodes)
+        .copied();
+    if let Some((iters, progress_period)) = sized {
+        (scenario.iters, scenario.progress_period) = (iters, progress_period);
+        eprintln!("{iters} iterations, as measured by an earlier test on {nodes}");
+        return scenario;
+    }
     let rate = scenario
         .size_by_time(cluster, dir, UNLOADED_SECONDS)
         .expect("the unloaded rate");
@@ -51,6 +71,10 @@ fn sized_job(cluster: &Cluster, dir: &std::path::Path, placement: Vec<usize>) ->
         "unloaded on the starting placement: {rate:.0} it/s, so {} iterations",
         scenario.iters
     );
+    SIZED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(nodes, (scenario.iters, scenario.progress_period));
     scenario
 }
 
@@ -93,7 +117,12 @@ fn the_cluster_manager_moves_the_loaded_rank_to_a_cooperating_node() {
     let cluster = Cluster::with_caps(&[Some(CpuCap::cores(2.0 * cap)), Some(CpuCap::cores(cap))])
         .expect("two emulated nodes");
     let dir = logs();
-    let mut scenario = sized_job(&cluster, dir.path(), vec![0, 1]);
+    let mut scenario = sized_job(
+        &cluster,
+        dir.path(),
+        vec![0, 1],
+        "a double node and a capped one",
+    );
     scenario.agents_at_start = vec![0, 1];
     scenario.hog = Some(Hog::on(1, Duration::from_secs(3)));
     scenario.agent_options = C2C_OPTIONS.iter().map(|s| (*s).to_owned()).collect();
@@ -502,7 +531,12 @@ fn failover(death: Death) {
     let d = dir.path();
     let hosts = cluster.host_names();
     // Uncapped nodes are alike, so two of them give the rate of any two.
-    let scenario = sized_job(&cluster, d, vec![0, 1]);
+    let scenario = sized_job(
+        &cluster,
+        d,
+        vec![0, 1],
+        "three uncapped nodes, ranks on two",
+    );
 
     let mut pool = Pool::new(d);
     let server = pool.server(&cluster, d, "peer-server");
@@ -639,7 +673,7 @@ fn a_rank_moves_from_an_overloaded_cluster_to_an_idle_one_across_the_relay() {
     let d = dir.path();
     let hosts = cluster.host_names();
     // Both ranks on node-c as the job starts.
-    let scenario = sized_job(&cluster, d, vec![2, 2]);
+    let scenario = sized_job(&cluster, d, vec![2, 2], "two double nodes and a capped one");
 
     let mut pool = Pool::new(d);
     let server1 = pool.server(&cluster, d, "peer-server-1");
