@@ -50,7 +50,7 @@ use pcm_proto::checkpoint::{
     self as ckpt, auth::PoolKey, read_frame, write_frame, Available, PieceId, Request, Response,
     Series, DIR_ENV, FORMAT_VERSION,
 };
-use pcm_proto::{HostName, Rank};
+use pcm_proto::{HostName, Rank, UserDirs};
 
 use crate::buddy::{self, Buddy};
 use admission::{Admission, Limits, Source};
@@ -110,8 +110,9 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The service settings these options give, for the daemon on `socket` at `host`.
-    pub fn config(&self, socket: &Path, host: &HostName) -> Result<Config, Error> {
+    /// The service settings these options give, for the daemon on `socket` at `host`
+    /// (default checkpoint directory: [`UserDirs::pcmd_checkpoint_dir`] of `dirs`).
+    pub fn config(&self, socket: &Path, host: &HostName, dirs: &UserDirs) -> Result<Config, Error> {
         let key = match &self.pool_key {
             Some(path) => Some(PoolKey::from_file(path)?),
             None if self.listen.is_some() || self.buddy.is_some() => return Err(Error::Config(
@@ -126,7 +127,7 @@ impl ServeArgs {
             dir: self
                 .checkpoint_dir
                 .clone()
-                .unwrap_or_else(|| default_dir(host)),
+                .unwrap_or_else(|| dirs.pcmd_checkpoint_dir(host)),
             listen: self.listen,
             buddy: self.buddy.clone(),
             key,
@@ -134,11 +135,6 @@ impl ServeArgs {
             limits: Limits::default(),
         })
     }
-}
-
-/// Default checkpoint directory for `host` ([`pcm_proto::default_checkpoint_dir`]).
-pub fn default_dir(host: &HostName) -> PathBuf {
-    pcm_proto::default_checkpoint_dir(host)
 }
 
 /// Settings of the service.

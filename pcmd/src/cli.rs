@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -285,18 +285,6 @@ pub fn local_host() -> Result<HostName, Error> {
     let name = nix::unistd::gethostname().map_err(Error::HostName)?;
     let name = name.to_string_lossy().into_owned();
     HostName::new(name.clone()).map_err(|e| Error::BadHostName(name, e.to_string()))
-}
-
-/// The socket to use: `flag` if given, else [`pcm_proto::socket_path`] from `PCM_DAEMON`,
-/// `XDG_RUNTIME_DIR`, the user id and `host`.
-pub fn resolve_socket(flag: Option<&Path>, host: &HostName) -> PathBuf {
-    if let Some(path) = flag {
-        return path.to_owned();
-    }
-    let env = std::env::var(pcm_proto::DAEMON_ENV).ok();
-    let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
-    let uid = nix::unistd::getuid().as_raw();
-    pcm_proto::socket_path(env.as_deref(), runtime.as_deref(), uid, host)
 }
 
 fn duration(secs: f64) -> String {

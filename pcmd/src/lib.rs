@@ -14,7 +14,9 @@
 //!   keeps; [`node`]: the node's own load, sampled by the driver once per stats period.
 //! - the blocking controller client the CLI uses is [`pcm_proto::client`], shared with the
 //!   IOS agent and the tests.
-//! - [`cli`]: the binary's options and output formatting.
+//! - [`cli`]: the binary's options and output formatting; [`settings`]: the options, the
+//!   environment read once, and the default places; [`commands`]: each subcommand, which
+//!   the binary's `main` calls.
 //! - [`checkpoint`]: the checkpoint service beside the driver (plain threads): receives
 //!   ranks' checkpoint pieces on `<socket>.ckpt`, stores them atomically, serves restarts;
 //!   [`buddy`]: the authenticated TCP link that copies checkpoints to another node's pcmd.
@@ -40,9 +42,11 @@
 pub mod buddy;
 pub mod checkpoint;
 pub mod cli;
+pub mod commands;
 pub mod daemon;
 pub mod node;
 pub mod registry;
 pub mod session_sweep;
+pub mod settings;
 pub mod shm_sweep;
 pub mod stats;

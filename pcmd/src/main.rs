@@ -1,20 +1,17 @@
-//! The `pcmd` binary: parses flags and calls the `pcmd` library.
+//! The `pcmd` binary: parses flags, sets up logging and runs the subcommand
+//! ([`pcmd::commands::run`]).
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
-use std::time::Instant;
 
-use anyhow::{bail, Context as _};
 use clap::Parser as _;
-use pcm_proto::client::{Client, Migration};
-use pcmd::cli::{self, Cli, Command};
-use pcmd::daemon::{self, Daemon};
-use pcmd::registry;
+use pcmd::cli::Cli;
+use pcmd::settings::Settings;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    match run(cli) {
+    match pcmd::commands::run(Settings::from_process(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("pcmd: error: {e:#}");
@@ -31,97 +28,4 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-}
-
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let host = cli.host()?;
-    let socket = cli::resolve_socket(cli.socket.as_deref(), &host);
-    match cli.command {
-        Command::Serve(args) => {
-            let config = daemon::Config {
-                socket: socket.clone(),
-                host: host.clone(),
-                registry: registry::Config::default()
-                    .with_max_connections(daemon::MAX_CLIENTS)
-                    .with_request_timeout(args.request_timeout()?)
-                    .with_stats_period(args.stats_period()?),
-                shm_sweep: args.shm_sweep()?,
-            };
-            let checkpoint = args.checkpoint.config(&socket, &host)?;
-            let locked = Daemon::lock(config)?;
-            // After the lock, which also guards the checkpoint socket; before the main
-            // socket listens, because ranks go on to the checkpoint socket once they reach it.
-            let _checkpoints = pcmd::checkpoint::Service::start(checkpoint)?;
-            let daemon = locked.listen(Instant::now())?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the tokio runtime")?;
-            let until_stdin_closes = args.until_stdin_closes;
-            runtime.block_on(daemon.run(async move {
-                if until_stdin_closes {
-                    tokio::select! {
-                        () = daemon::shutdown_signal() => {}
-                        () = daemon::stdin_closed() => {}
-                    }
-                } else {
-                    daemon::shutdown_signal().await;
-                }
-            }))?;
-        }
-        Command::Status(args) => {
-            let status = Client::connect(&socket)?.status()?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&status)?);
-            } else {
-                print!("{}", cli::format_status(&status));
-            }
-        }
-        Command::Stats(args) => {
-            let stats = Client::connect(&socket)?.stats()?;
-            if args.json {
-                println!("{}", serde_json::to_string_pretty(&stats)?);
-            } else {
-                print!("{}", cli::format_stats(&stats));
-            }
-        }
-        Command::Resize(args) => {
-            let timeout = args.timeout()?;
-            let mut client = Client::connect(&socket)?;
-            match client.resize(args.job.clone(), args.resize(), !args.no_wait, timeout)? {
-                Migration::Accepted { request } => {
-                    println!(
-                        "resize {request} accepted by pcmd on {}",
-                        client.daemon_host()
-                    );
-                }
-                Migration::Finished { request, outcome } => {
-                    print!("{}", cli::format_outcome_of("resize", request, &outcome));
-                    if !outcome.is_completed() {
-                        bail!("resize {request} was not carried out");
-                    }
-                }
-            }
-        }
-        Command::Migrate(args) => {
-            let moves = args.moves()?;
-            let timeout = args.timeout()?;
-            let mut client = Client::connect(&socket)?;
-            match client.migrate(args.job.clone(), moves, !args.no_wait, timeout)? {
-                Migration::Accepted { request } => {
-                    println!(
-                        "migration {request} accepted by pcmd on {}",
-                        client.daemon_host()
-                    );
-                }
-                Migration::Finished { request, outcome } => {
-                    print!("{}", cli::format_outcome(request, &outcome));
-                    if !outcome.is_completed() {
-                        bail!("migration {request} was not carried out");
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
 }

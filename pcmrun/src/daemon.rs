@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use pcm_proto::HostName;
 
+use crate::settings::Places;
+
 /// How long a pcmd that pcmrun starts may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often pcmrun checks that the node's pcmd it attached to still answers.
@@ -86,21 +88,10 @@ pub fn local_host() -> anyhow::Result<HostName> {
     HostName::new(name.as_str()).with_context(|| format!("the host name {name:?}"))
 }
 
-/// The `PCM_DAEMON` value of the nodes' own pcmds: the inherited setting, else the
-/// per-user default place, with `{host}` for each node's name.
-pub fn node_socket_template() -> String {
-    let setting = std::env::var(pcm_proto::DAEMON_ENV).ok();
-    let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
-    let uid = nix::unistd::getuid().as_raw();
-    pcm_proto::socket_template(setting.as_deref(), runtime_dir.as_deref(), uid)
-}
-
-/// The socket of this user's pcmd on `host` for the `PCM_DAEMON` value `setting` (unset:
-/// the default place).
-pub fn socket_for(setting: Option<&str>, host: &HostName) -> PathBuf {
-    let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
-    let uid = nix::unistd::getuid().as_raw();
-    pcm_proto::socket_path(setting, runtime_dir.as_deref(), uid, host)
+/// The socket of `host` in the `PCM_DAEMON` value `template` (never empty: a socket path
+/// with `{host}` for each node's name).
+fn socket_at(template: &str, host: &HostName) -> PathBuf {
+    PathBuf::from(template.replace("{host}", host.as_str()))
 }
 
 /// Whether something accepts connections on `socket`.
@@ -110,40 +101,37 @@ pub fn answers(socket: &Path) -> bool {
 
 /// Resolves `--daemon`: `none`, `auto` (the node's pcmd, attached or started), `start` (a
 /// pcmd of the job's own) or a socket path template. `dry_run` reports what would be used
-/// without starting anything.
+/// without starting anything. `places` names the nodes' pcmd socket and pcmrun's private
+/// directories.
 pub fn choose(
     choice: &str,
     pcmd: &Path,
     checkpoint_dir: Option<&Path>,
     dry_run: bool,
+    places: &Places,
 ) -> anyhow::Result<Daemon> {
     let host = local_host()?;
-    let inherited = std::env::var(pcm_proto::DAEMON_ENV).ok();
     match choice {
         "none" => Ok(Daemon::Off),
-        "auto" if inherited.as_deref() == Some("none") => Ok(Daemon::Off),
-        "auto" if dry_run => Ok(Daemon::Named(node_socket_template())),
+        "auto" if places.daemon_off() => Ok(Daemon::Off),
+        "auto" if dry_run => Ok(Daemon::Named(places.node_socket_template.clone())),
         "start" if dry_run => Ok(Daemon::Named("<a pcmd pcmrun would start>".into())),
         "auto" => {
-            let template = node_socket_template();
-            let socket = socket_for(Some(&template), &host);
-            Ok(Daemon::Local(LocalDaemon::keep(
-                pcmd,
-                checkpoint_dir,
-                template,
-                socket,
-                true,
-            )?))
+            let template = places.node_socket_template.clone();
+            let socket = socket_at(&template, &host);
+            let dir = private_dir(places)?;
+            LocalDaemon::keep_in(pcmd, checkpoint_dir, template, socket, true, dir)
+                .map(Daemon::Local)
         }
         "start" => {
-            let dir = private_dir()?;
+            let dir = private_dir(places)?;
             let template = dir.path().join("{host}.sock").display().to_string();
-            let socket = socket_for(Some(&template), &host);
+            let socket = socket_at(&template, &host);
             LocalDaemon::keep_in(pcmd, checkpoint_dir, template, socket, false, dir)
                 .map(Daemon::Local)
         }
         path => {
-            let socket = socket_for(Some(path), &host);
+            let socket = places.socket_for(Some(path), &host);
             if !dry_run && !answers(&socket) {
                 bail!(
                     "--daemon {path}: no pcmd answers at {} (start one with `pcmd --socket {} serve`, or use --daemon auto)",
@@ -157,19 +145,8 @@ pub fn choose(
 }
 
 impl LocalDaemon {
-    /// Attaches to the pcmd at `socket`, or starts one there (logging to a new private
-    /// directory).
-    fn keep(
-        pcmd: &Path,
-        checkpoint_dir: Option<&Path>,
-        daemon_env: String,
-        socket: PathBuf,
-        shared: bool,
-    ) -> anyhow::Result<LocalDaemon> {
-        let dir = private_dir()?;
-        LocalDaemon::keep_in(pcmd, checkpoint_dir, daemon_env, socket, shared, dir)
-    }
-
+    /// Attaches to the pcmd at `socket`, or starts one there (logging to the private
+    /// directory `dir`).
     fn keep_in(
         pcmd: &Path,
         checkpoint_dir: Option<&Path>,
@@ -397,17 +374,18 @@ struct HostDaemon {
 impl HostDaemons {
     /// Makes sure a pcmd runs on each of `hosts`: the nodes' own at `node_template` (a
     /// `PCM_DAEMON` value) where one answers, else one pcmrun starts there; without
-    /// `node_template`, new ones in a private directory. The error names the host that
-    /// failed.
+    /// `node_template`, new ones in a private directory (under `places`'s base). The error
+    /// names the host that failed.
     pub fn start(
         pcmd: &Path,
         checkpoint_dir: &Path,
         launcher: crate::hosts::RemoteLauncher,
         hosts: &[HostName],
         node_template: Option<String>,
+        places: &Places,
     ) -> anyhow::Result<HostDaemons> {
         let local = local_host()?;
-        let dir = private_dir()?;
+        let dir = private_dir(places)?;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -545,7 +523,7 @@ impl HostDaemons {
 
     /// Whether a pcmd answers at `host`'s socket (asked through the launcher elsewhere).
     fn answers_on(&self, host: &HostName) -> bool {
-        let socket = socket_for(Some(&self.daemon_env), host);
+        let socket = socket_at(&self.daemon_env, host);
         if *host == self.local {
             return answers(&socket);
         }
@@ -564,7 +542,7 @@ impl HostDaemons {
     }
 
     fn start_on(&mut self, host: &HostName) -> anyhow::Result<()> {
-        let socket = socket_for(Some(&self.daemon_env), host);
+        let socket = socket_at(&self.daemon_env, host);
         let log = self.dir.path().join(format!("pcmd-{host}.log"));
         if self.shared && self.answers_on(host) {
             self.running.insert(
@@ -665,8 +643,8 @@ impl HostDaemons {
 }
 
 /// A new private directory for pcmd sockets and logs ([`crate::private_dir`]).
-fn private_dir() -> anyhow::Result<tempfile::TempDir> {
-    Ok(crate::private_dir("pcmd")?)
+fn private_dir(places: &Places) -> anyhow::Result<tempfile::TempDir> {
+    Ok(crate::private_dir(&places.private_dir_base, "pcmd")?)
 }
 
 /// Waits until the pcmd `child` answers at `socket`.
@@ -722,15 +700,16 @@ impl Drop for HostDaemons {
 
 /// The hosts of `hosts` whose owner gave them back to the pool (`ios-agent leave`: the
 /// mark next to the node's pcmd socket, [`pcm_proto::given_back`]), with how and when, for
-/// people. Remote hosts are asked through `launcher`; a host that does not answer counts
-/// as not given back (the probe for lost hosts deals with it).
+/// people; `node_template` is where the nodes' pcmds listen
+/// ([`Places::node_socket_template`]). Remote hosts are asked through `launcher`; a host
+/// that does not answer counts as not given back (the probe for lost hosts deals with it).
 pub fn given_back(
     hosts: &[HostName],
     local: &HostName,
     launcher: &crate::hosts::RemoteLauncher,
+    node_template: &str,
 ) -> Vec<(HostName, String)> {
     use pcm_proto::given_back::{self, GivenBack};
-    let template = node_socket_template();
     let describe = |mark: &GivenBack| {
         let ago = crate::unix_now() - mark.at_unix_s;
         format!("given back by its owner ({}, {ago:.0} s ago)", mark.by)
@@ -738,7 +717,7 @@ pub fn given_back(
     hosts
         .iter()
         .filter_map(|host| {
-            let socket = socket_for(Some(&template), host);
+            let socket = socket_at(node_template, host);
             if host == local {
                 return match given_back::read(&socket) {
                     Ok(Some(mark)) => Some((host.clone(), describe(&mark))),

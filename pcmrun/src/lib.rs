@@ -4,14 +4,21 @@
 //! sure a pcmd keeps the job's checkpoints ([`daemon`]), shows progress, and when the job
 //! ends because a process was lost, relaunches it from its newest complete checkpoint
 //! ([`supervisor`], a pure state machine fed the ranks' run events,
-//! [`pcm_proto::run::RunEvent`]). The binary (`src/main.rs`) only moves bytes, runs the
-//! launcher and keeps time.
+//! [`pcm_proto::run::RunEvent`]). [`job`] runs a job from its first launch to its report,
+//! [`launch`] drives one launch (moves bytes, runs the launcher, keeps time), [`relaunch`]
+//! chooses the hosts and width of the next one. Its settings (flags, environment, the places
+//! worked out from them) are in [`settings`]. The binary (`src/main.rs`) parses the command
+//! line and calls [`job::run`].
 
 pub mod cli;
 pub mod daemon;
 pub mod hosts;
+pub mod job;
+pub mod launch;
+pub mod relaunch;
 pub mod runtime;
 pub mod series;
+pub mod settings;
 pub mod supervisor;
 
 pub use runtime::{Launch, Runtime};
@@ -50,15 +57,30 @@ pub fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// A new private directory (mode 0700, random name) `pcmrun-PID-KIND-*` under
-/// `$XDG_RUNTIME_DIR`, else the temporary directory. The pid in its name lets a later
-/// pcmrun remove it if this one is killed before it can ([`remove_stale_private_dirs`]).
-pub fn private_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
-    let base = private_dir_base();
+/// A line for people on standard error. A failed write is ignored: after SIGHUP the
+/// terminal may be gone, and pcmrun must still stop the job and write its report.
+pub(crate) fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "pcmrun: {line}");
+}
+
+/// Host names for people: `a, b, c`.
+pub(crate) fn names(hosts: &[pcm_proto::HostName]) -> String {
+    hosts
+        .iter()
+        .map(pcm_proto::HostName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A new private directory (mode 0700, random name) `pcmrun-PID-KIND-*` under `base`
+/// ([`settings::Places::private_dir_base`]). The pid in its name lets a later pcmrun remove
+/// it if this one is killed before it can ([`remove_stale_private_dirs`]).
+pub fn private_dir(base: &std::path::Path, kind: &str) -> std::io::Result<tempfile::TempDir> {
     // tempfile creates it with mode 0700 under a random name: nobody else can plant files.
     tempfile::Builder::new()
         .prefix(&format!("pcmrun-{}-{kind}-", std::process::id()))
-        .tempdir_in(&base)
+        .tempdir_in(base)
         .map_err(|e| {
             std::io::Error::new(
                 e.kind(),
@@ -70,19 +92,13 @@ pub fn private_dir(kind: &str) -> std::io::Result<tempfile::TempDir> {
         })
 }
 
-fn private_dir_base() -> std::path::PathBuf {
-    std::env::var_os("XDG_RUNTIME_DIR")
-        .map(std::path::PathBuf::from)
-        .filter(|d| d.is_dir())
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-/// Removes the private directories ([`private_dir`]) of pcmruns of this user that no longer
-/// run (killed with SIGKILL, or the machine stopped under them); returns how many.
-pub fn remove_stale_private_dirs() -> usize {
+/// Removes the private directories ([`private_dir`]) under `base` of pcmruns of this user
+/// that no longer run (killed with SIGKILL, or the machine stopped under them); returns how
+/// many.
+pub fn remove_stale_private_dirs(base: &std::path::Path) -> usize {
     use std::os::unix::fs::MetadataExt as _;
     let uid = nix::unistd::getuid().as_raw();
-    let Ok(entries) = std::fs::read_dir(private_dir_base()) else {
+    let Ok(entries) = std::fs::read_dir(base) else {
         return 0;
     };
     entries
@@ -115,11 +131,12 @@ mod tests {
 
     #[test]
     fn given_a_private_dir_of_a_dead_pcmrun_then_it_is_removed_and_a_live_ones_kept() {
-        let live = private_dir("test").unwrap();
+        let base = std::env::temp_dir();
+        let live = private_dir(&base, "test").unwrap();
         // A pid that runs nothing: past the kernel's largest.
-        let dead = private_dir_base().join("pcmrun-4194305-test-x");
+        let dead = base.join("pcmrun-4194305-test-x");
         std::fs::create_dir_all(dead.join("inside")).unwrap();
-        assert!(remove_stale_private_dirs() >= 1);
+        assert!(remove_stale_private_dirs(&base) >= 1);
         assert!(!dead.exists());
         assert!(live.path().is_dir());
     }

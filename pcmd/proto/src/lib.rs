@@ -33,8 +33,8 @@ pub mod run;
 mod types;
 pub use malleable::{InvalidLimits, Malleability, SizeRule};
 pub use path::{
-    default_checkpoint_dir, ensure_private_dir, read_private_file, socket_path, socket_template,
-    PrivateDirError, DAEMON_ENV,
+    ensure_private_dir, read_private_file, socket_path, socket_template, xdg_dir, PrivateDirError,
+    UserDirs, DAEMON_ENV,
 };
 pub use types::{AppName, HostName, InvalidName, JobId, Rank};
 

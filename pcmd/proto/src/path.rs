@@ -1,5 +1,6 @@
 //! Where a node's daemon socket lives. Ranks, the CLI and the daemon resolve it the same way.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
@@ -11,25 +12,72 @@ use crate::HostName;
 /// host name, so one setting serves every node of a job (`/scratch/pcmd/{host}.sock`).
 pub const DAEMON_ENV: &str = "PCM_DAEMON";
 
-/// Where a node's pcmd keeps checkpoints when not told otherwise (`pcmd serve`'s default,
-/// which pcmrun must know to look for a job's checkpoints): `$XDG_STATE_HOME/pcmd/HOST`,
-/// else `~/.local/state/pcmd/HOST`, else `/tmp/pcmd-UID/checkpoints-HOST`.
-pub fn default_checkpoint_dir(host: &HostName) -> PathBuf {
-    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(state) = env("XDG_STATE_HOME") {
-        return PathBuf::from(state).join("pcmd").join(host.as_str());
+/// This user's base directories as the XDG Base Directory rules give them, read once by
+/// each program's settings: a variable that is unset, empty or not an absolute path counts
+/// as unset. Every default place of a socket, checkpoint or state directory is worked out
+/// from here, so that the programs that must meet there (pcm's ranks, pcmd, pcmrun, the
+/// agents) agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDirs {
+    /// The user id, which names the fallback directories under `/tmp`.
+    pub uid: u32,
+    /// `$XDG_RUNTIME_DIR`: sockets and other files that live as long as the login.
+    pub runtime: Option<PathBuf>,
+    /// `$XDG_STATE_HOME`, else `$HOME/.local/state`: data kept across restarts.
+    pub state: Option<PathBuf>,
+}
+
+impl UserDirs {
+    /// From this process's environment and user id.
+    pub fn from_env() -> UserDirs {
+        UserDirs::from_vars(nix::unistd::getuid().as_raw(), |key| std::env::var_os(key))
     }
-    if let Some(home) = env("HOME") {
-        return PathBuf::from(home)
-            .join(".local/state/pcmd")
-            .join(host.as_str());
+
+    /// From the variables `get` gives (for tests, and for settings read elsewhere).
+    pub fn from_vars(uid: u32, get: impl Fn(&str) -> Option<OsString>) -> UserDirs {
+        let home_state = || xdg_dir(get("HOME")).map(|home| home.join(".local/state"));
+        UserDirs {
+            uid,
+            runtime: xdg_dir(get("XDG_RUNTIME_DIR")),
+            state: xdg_dir(get("XDG_STATE_HOME")).or_else(home_state),
+        }
     }
-    let uid = nix::unistd::getuid().as_raw();
-    PathBuf::from(format!("/tmp/pcmd-{uid}/checkpoints-{host}"))
+
+    /// Where a node's pcmd keeps checkpoints when not told otherwise (`pcmd serve`'s
+    /// default, which pcmrun must know to look for a job's checkpoints): `STATE/pcmd/HOST`,
+    /// else `/tmp/pcmd-UID/checkpoints-HOST`.
+    pub fn pcmd_checkpoint_dir(&self, host: &HostName) -> PathBuf {
+        match &self.state {
+            Some(state) => state.join("pcmd").join(host.as_str()),
+            None => PathBuf::from(format!("/tmp/pcmd-{}/checkpoints-{host}", self.uid)),
+        }
+    }
+
+    /// [`socket_template`] for the [`DAEMON_ENV`] value `setting` and these directories.
+    pub fn pcmd_socket_template(&self, setting: Option<&str>) -> String {
+        socket_template(setting, self.runtime_str(), self.uid)
+    }
+
+    /// [`socket_path`] for the [`DAEMON_ENV`] value `setting`, these directories and `host`.
+    pub fn pcmd_socket(&self, setting: Option<&str>, host: &HostName) -> PathBuf {
+        socket_path(setting, self.runtime_str(), self.uid, host)
+    }
+
+    fn runtime_str(&self) -> Option<&str> {
+        self.runtime.as_deref().and_then(Path::to_str)
+    }
+}
+
+/// The directory an XDG base directory variable names: `None` when it is unset, empty or
+/// relative (the XDG Base Directory rules say to ignore a relative path).
+pub fn xdg_dir(value: Option<impl AsRef<OsStr>>) -> Option<PathBuf> {
+    let path = PathBuf::from(value?.as_ref());
+    path.is_absolute().then_some(path)
 }
 
 /// The socket path for `host`, from the value of [`DAEMON_ENV`] if set (`env_value`), else
-/// the default: `$XDG_RUNTIME_DIR/pcmd/{host}.sock` when `runtime_dir` is given, otherwise
+/// the default: `$XDG_RUNTIME_DIR/pcmd/{host}.sock` when `runtime_dir` is given (and an
+/// absolute path, [`xdg_dir`]), otherwise
 /// `/tmp/pcmd-{uid}/{host}.sock`. The directory is private to the user (the daemon creates
 /// it with mode 0700).
 pub fn socket_path(
@@ -48,8 +96,8 @@ pub fn socket_template(env_value: Option<&str>, runtime_dir: Option<&str>, uid: 
     match env_value.filter(|v| !v.is_empty()) {
         Some(value) => value.to_owned(),
         None => {
-            let dir = match runtime_dir.filter(|d| !d.is_empty()) {
-                Some(runtime) => PathBuf::from(runtime).join("pcmd"),
+            let dir = match xdg_dir(runtime_dir) {
+                Some(runtime) => runtime.join("pcmd"),
                 None => PathBuf::from(format!("/tmp/pcmd-{uid}")),
             };
             dir.join("{host}.sock").display().to_string()
@@ -265,6 +313,55 @@ mod tests {
         assert_eq!(
             socket_path(Some(""), None, 7, &host),
             PathBuf::from("/tmp/pcmd-7/node-b.sock")
+        );
+        // A relative runtime directory is ignored, as the XDG rules say.
+        assert_eq!(
+            socket_path(None, Some("run"), 7, &host),
+            PathBuf::from("/tmp/pcmd-7/node-b.sock")
+        );
+    }
+
+    #[test]
+    fn given_xdg_variables_then_the_user_dirs_follow_the_xdg_rules() {
+        let host = HostName::new("n1").unwrap();
+        let dirs = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            UserDirs::from_vars(7, |key| {
+                vars.iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| OsString::from(v))
+            })
+        };
+        let all = dirs(&[
+            ("XDG_RUNTIME_DIR", "/run/user/7"),
+            ("XDG_STATE_HOME", "/s"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(all.runtime, Some(PathBuf::from("/run/user/7")));
+        assert_eq!(all.pcmd_checkpoint_dir(&host), PathBuf::from("/s/pcmd/n1"));
+        assert_eq!(
+            all.pcmd_socket(None, &host),
+            PathBuf::from("/run/user/7/pcmd/n1.sock")
+        );
+        // Empty or relative values count as unset; HOME stands in for the state home.
+        let home = dirs(&[
+            ("XDG_STATE_HOME", "rel"),
+            ("XDG_RUNTIME_DIR", ""),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(home.runtime, None);
+        assert_eq!(home.state, Some(PathBuf::from("/h/.local/state")));
+        assert_eq!(
+            home.pcmd_socket_template(None),
+            "/tmp/pcmd-7/{host}.sock".to_owned()
+        );
+        let none = dirs(&[("HOME", "")]);
+        assert_eq!(
+            none.pcmd_checkpoint_dir(&host),
+            PathBuf::from("/tmp/pcmd-7/checkpoints-n1")
         );
     }
 }
