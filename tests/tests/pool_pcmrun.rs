@@ -16,8 +16,10 @@
 //! The emulated nodes need root (namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::cgroup::CpuCap;
@@ -146,16 +148,30 @@ struct Pool {
 
 impl Pool {
     fn start(seconds: f64) -> Pool {
-        let rate = heat2d_args_for(2, 256, 256, 1.0, WAIT).1;
+        // Measured once per test binary: each probe is a few seconds of MPI jobs.
+        static RATE: OnceLock<f64> = OnceLock::new();
+        let rate = *RATE.get_or_init(|| heat2d_args_for(2, 256, 256, 1.0, WAIT).1);
         let args = heat2d_args_sized(256, 256, rate, seconds);
-        let plain = {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            MpiJob::new(2, "heat2d-plain", &args)
+        // Once per test binary for each length.
+        static PLAIN: Mutex<BTreeMap<Vec<String>, String>> = Mutex::new(BTreeMap::new());
+        let known = PLAIN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&args)
+            .cloned();
+        let plain = known.unwrap_or_else(|| {
+            let plain_args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let checksum = MpiJob::new(2, "heat2d-plain", &plain_args)
                 .run(DEADLINE)
                 .report()
                 .reference_checksum()
-                .to_owned()
-        };
+                .to_owned();
+            PLAIN
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(args.clone(), checksum.clone());
+            checksum
+        });
         let cluster = Cluster::with_caps(&[Some(CpuCap::cores(0.6)); 3]).unwrap();
         let dir = tempfile::Builder::new()
             .prefix("pool-pcmrun-")
@@ -260,9 +276,10 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
         return;
     }
     let _lock = mpi_lock();
-    // About 10 s unloaded, 20 s on the capped nodes: the first checkpoint, the loss and
-    // the relaunch take a few.
-    let pool = Pool::start(10.0);
+    // About 12 s unloaded, 24 s on the capped nodes: the first checkpoint, the loss and
+    // the relaunch take a few. (The length of the first test's job, whose plain run it
+    // shares.)
+    let pool = Pool::start(12.0);
     let node_a = pool.agents[0].as_ref().unwrap();
     wait_until(
         Duration::from_secs(15),
