@@ -19,8 +19,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(name = "ios-agent", version, verbatim_doc_comment)]
 pub struct Cli {
     /// Control socket of the node's agent. `{host}` is replaced by the host name.
-    /// Default: $IOS_AGENT_CONTROL, else /tmp/ios-agent-UID/HOST.sock.
-    #[arg(long, global = true, value_name = "PATH")]
+    /// Default: $XDG_RUNTIME_DIR/ios-agent/HOST.sock, else /tmp/ios-agent-UID/HOST.sock.
+    #[arg(long, global = true, value_name = "PATH", env = "IOS_AGENT_CONTROL")]
     pub control: Option<String>,
 
     /// What to do.

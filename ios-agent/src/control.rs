@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pcm_proto::{encode, FrameReader, HostName};
+use pcm_proto::{encode, FrameReader, HostName, UserDirs};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
@@ -57,13 +57,16 @@ pub enum ControlError {
     },
 }
 
-/// The control socket path for `host`: `$IOS_AGENT_CONTROL` (with `{host}` replaced) or
-/// `/tmp/ios-agent-{uid}/{host}.sock`.
-pub fn control_path(env_value: Option<&str>, uid: u32, host: &HostName) -> PathBuf {
-    match env_value.filter(|v| !v.is_empty()) {
-        Some(v) => PathBuf::from(v.replace("{host}", host.as_str())),
-        None => PathBuf::from(format!("/tmp/ios-agent-{uid}")).join(format!("{host}.sock")),
-    }
+/// The control socket path for `host`: `given` (`--control` or `$IOS_AGENT_CONTROL`, with
+/// `{host}` replaced), else `$XDG_RUNTIME_DIR/ios-agent/{host}.sock` as pcmd's socket is
+/// placed ([`UserDirs`]), else `/tmp/ios-agent-{uid}/{host}.sock`.
+pub fn control_path(given: Option<&str>, dirs: &UserDirs, host: &HostName) -> PathBuf {
+    let dir = match (given.filter(|v| !v.is_empty()), &dirs.runtime) {
+        (Some(v), _) => return PathBuf::from(v.replace("{host}", host.as_str())),
+        (None, Some(runtime)) => runtime.join("ios-agent"),
+        (None, None) => PathBuf::from(format!("/tmp/ios-agent-{}", dirs.uid)),
+    };
+    dir.join(format!("{host}.sock"))
 }
 
 /// The other Unix sockets in the directory of `path`, sorted (at most 8): where no agent
@@ -327,5 +330,27 @@ mod tests {
         fs::write(dir.path().join("notes.txt"), "not a socket").expect("written");
         assert_eq!(sockets_beside(&path), [dir.path().join("node-a.sock")]);
         assert!(sockets_beside(Path::new("/nonexistent-dir/x.sock")).is_empty());
+    }
+
+    #[test]
+    fn given_a_runtime_dir_then_the_default_control_socket_is_in_it() {
+        let host = HostName::new("n1").expect("a host name");
+        let dirs = |runtime: Option<&str>| UserDirs {
+            uid: 7,
+            runtime: runtime.map(PathBuf::from),
+            state: None,
+        };
+        assert_eq!(
+            control_path(None, &dirs(Some("/run/user/7")), &host),
+            PathBuf::from("/run/user/7/ios-agent/n1.sock")
+        );
+        assert_eq!(
+            control_path(Some(""), &dirs(None), &host),
+            PathBuf::from("/tmp/ios-agent-7/n1.sock")
+        );
+        assert_eq!(
+            control_path(Some("/c/{host}.ctl"), &dirs(Some("/r")), &host),
+            PathBuf::from("/c/n1.ctl")
+        );
     }
 }

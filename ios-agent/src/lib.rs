@@ -18,14 +18,21 @@
 //! - [`control`]: the local control socket behind `ios-agent status` and `ios-agent leave`;
 //! - [`job_processes`]: the job processes on the node, which a leaving agent waits to see gone;
 //! - [`status`]: what `status` reports.
+//!
+//! The program: [`settings`] (the flags, the environment read once, the places worked out
+//! from them), [`commands`] (each subcommand), [`join`] (the agent in the foreground); its
+//! `main` parses the command line, sets up logging and calls [`commands::run`].
 
 pub mod cli;
+pub mod commands;
 pub mod connections;
 pub mod control;
 pub mod driver;
 pub mod job_processes;
+pub mod join;
 pub mod net;
 pub mod node_daemon;
 pub mod sampler;
+pub mod settings;
 pub mod status;
 pub mod transport;

@@ -28,6 +28,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pcm_proto::UserDirs;
+
 use ios_agent_net::libp2p::futures::StreamExt;
 use ios_agent_net::libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use ios_agent_net::libp2p::{
@@ -91,14 +93,11 @@ pub struct Args {
 }
 
 /// The state directory used when `--state-dir` is not given, for a server whose first
-/// listen address is `listen`: `$XDG_STATE_HOME/mpi-ios/peer-server-PORT`, else
-/// `$HOME/.local/state/mpi-ios/peer-server-PORT`. One per port, so that two servers of one
-/// user on one machine keep distinct identities. `None` when neither variable is set.
-pub fn default_state_dir(
-    listen: &Multiaddr,
-    xdg_state_home: Option<&str>,
-    home: Option<&str>,
-) -> Option<PathBuf> {
+/// listen address is `listen`: `mpi-ios/peer-server-PORT` in the user's state directory
+/// ([`UserDirs::state`]: `$XDG_STATE_HOME`, else `$HOME/.local/state`). One per port, so that
+/// two servers of one user on one machine keep distinct identities. `None` when the user
+/// has no state directory.
+pub fn default_state_dir(listen: &Multiaddr, dirs: &UserDirs) -> Option<PathBuf> {
     let port = listen
         .iter()
         .find_map(|p| match p {
@@ -106,22 +105,16 @@ pub fn default_state_dir(
             _ => None,
         })
         .unwrap_or(0);
-    let base = match (
-        xdg_state_home.filter(|s| !s.is_empty()),
-        home.filter(|s| !s.is_empty()),
-    ) {
-        (Some(x), _) => PathBuf::from(x),
-        (None, Some(h)) => PathBuf::from(h).join(".local").join("state"),
-        (None, None) => return None,
-    };
-    Some(base.join("mpi-ios").join(format!("peer-server-{port}")))
+    let state = dirs.state.as_ref()?;
+    Some(state.join("mpi-ios").join(format!("peer-server-{port}")))
 }
 
 /// The identity file of a server started with `args`: `--identity`, else `identity.key` in
-/// the state directory, which is created private (0700) or refused if unsafe. `None` (a new
-/// identity each run) when neither is given and the first listen port is 0: an ephemeral
-/// port changes at each start anyway, and two such servers must not share one identity.
-pub fn identity_file(args: &Args) -> Result<Option<PathBuf>, ServerError> {
+/// the state directory (`--state-dir`, else [`default_state_dir`] in `dirs`), which is
+/// created private (0700) or refused if unsafe. `None` (a new identity each run) when
+/// neither is given and the first listen port is 0: an ephemeral port changes at each start
+/// anyway, and two such servers must not share one identity.
+pub fn identity_file(args: &Args, dirs: &UserDirs) -> Result<Option<PathBuf>, ServerError> {
     if let Some(f) = &args.identity {
         return Ok(Some(f.clone()));
     }
@@ -131,12 +124,7 @@ pub fn identity_file(args: &Args) -> Result<Option<PathBuf>, ServerError> {
     let dir = match &args.state_dir {
         Some(d) => d.clone(),
         None if ephemeral => return Ok(None),
-        None => default_state_dir(
-            &args.listen[0],
-            std::env::var("XDG_STATE_HOME").ok().as_deref(),
-            std::env::var("HOME").ok().as_deref(),
-        )
-        .ok_or_else(|| {
+        None => default_state_dir(&args.listen[0], dirs).ok_or_else(|| {
             ServerError::Config(
                 "no state directory for the identity: set --state-dir (or HOME)".into(),
             )
@@ -189,8 +177,9 @@ pub struct PeerServer {
 }
 
 impl PeerServer {
-    /// Loads the key, listens, and spawns the server on the current tokio runtime.
-    pub async fn start(args: &Args) -> Result<PeerServer, ServerError> {
+    /// Loads the key, listens, and spawns the server on the current tokio runtime; `dirs`
+    /// give the default state directory ([`identity_file`]).
+    pub async fn start(args: &Args, dirs: &UserDirs) -> Result<PeerServer, ServerError> {
         if args.min_ttl == 0 || args.min_ttl > args.max_ttl {
             return Err(ServerError::Config(format!(
                 "--min-ttl {} must be at least 1 and at most --max-ttl {}",
@@ -199,7 +188,7 @@ impl PeerServer {
         }
         let key = PoolKey::from_file(&args.pool_key)?;
         tracing::info!(fingerprint = %key.fingerprint(), "pool key from {}", args.pool_key.display());
-        let identity = match identity_file(args)? {
+        let identity = match identity_file(args, dirs)? {
             Some(file) => {
                 tracing::info!("identity from {}", file.display());
                 Identity::File(file)
@@ -346,5 +335,25 @@ async fn serve(mut swarm: Swarm<Behaviour>) {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_the_user_state_dir_then_each_port_has_its_own_state_dir() {
+        let listen: Multiaddr = "/ip4/127.0.0.1/tcp/7000".parse().expect("an address");
+        let dirs = |state: Option<&str>| UserDirs {
+            uid: 7,
+            runtime: None,
+            state: state.map(PathBuf::from),
+        };
+        assert_eq!(
+            default_state_dir(&listen, &dirs(Some("/s"))),
+            Some(PathBuf::from("/s/mpi-ios/peer-server-7000"))
+        );
+        assert_eq!(default_state_dir(&listen, &dirs(None)), None);
     }
 }

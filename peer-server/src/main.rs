@@ -11,12 +11,13 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let args = peer_server::Args::parse();
+    let dirs = pcm_proto::UserDirs::from_env();
     let run = || -> anyhow::Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         rt.block_on(async {
-            let server = peer_server::PeerServer::start(&args).await?;
+            let server = peer_server::PeerServer::start(&args, &dirs).await?;
             println!("{}", server.startup_line());
             tokio::select! {
                 r = server.task => r.map_err(anyhow::Error::from),
