@@ -218,8 +218,13 @@ pub struct Summary {
     #[serde(default)]
     pub settled_over_best: Option<f64>,
     /// Seconds from the load onset (or the join) until the adaptive run kept 90% of the
-    /// reference throughput.
+    /// reference throughput (the unloaded run's after a load onset: on a machine whose
+    /// cores the load shares, even the best placement may stay below it).
     pub recovered_after_s: Option<f64>,
+    /// Seconds from the load onset until the adaptive run kept 90% of the best placement's
+    /// throughput under the same load (none without a best-placement run or its limit).
+    #[serde(default)]
+    pub recovered_to_best_after_s: Option<f64>,
     /// The main job's fault act, when run: whether the job came back by itself with the
     /// plain checksum.
     pub fault_recovered: Option<bool>,
@@ -282,6 +287,7 @@ impl Summary {
             limit_refused: None,
             settled_over_best: None,
             recovered_after_s: None,
+            recovered_to_best_after_s: None,
             fault_recovered: None,
             malleable: None,
             passed: false,
@@ -300,6 +306,7 @@ impl Summary {
         }
         self.settled_over_best = y.settled_over_best();
         self.recovered_after_s = y.recovery_s;
+        self.recovered_to_best_after_s = y.recovery_best_s;
     }
 
     /// The grows among the events.
@@ -395,6 +402,7 @@ mod tests {
             limit_refused: None,
             settled_over_best: Some(0.96),
             recovered_after_s: None,
+            recovered_to_best_after_s: Some(2.5),
             fault_recovered: Some(true),
             malleable: None,
             passed: true,
