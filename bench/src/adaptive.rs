@@ -55,7 +55,7 @@ pub struct AdaptiveArgs {
     /// Skip the static MPI run (and the unloaded and best-placement ones).
     #[arg(long)]
     pub adaptive_only: bool,
-    /// Short run for CI: 5 s unloaded, load at 2 s, join at 3 s.
+    /// Short run: 5 s unloaded, load at 2 s, join at 3 s.
     #[arg(long)]
     pub quick: bool,
     /// Fail unless at least one automatic migration happened, the ranks ended off the loaded
@@ -63,7 +63,7 @@ pub struct AdaptiveArgs {
     /// run's own acceptance check; CI uses it).
     #[arg(long)]
     pub check: bool,
-    /// The malleable act instead (issue 38): heat2d, which may grow and shrink, on node-a
+    /// The malleable act instead: heat2d, which may grow and shrink, on node-a
     /// and node-b of four nodes; node-b is loaded, node-c and node-d join idle, the agents
     /// move and grow the job; node-c's agent then leaves and the job shrinks or moves off
     /// it. Compared with agents that only migrate (--no-resize), the best fixed-width

@@ -30,7 +30,7 @@ pub struct AgentsArgs {
     /// Seconds from the start of the job to the load onset.
     #[arg(long, default_value_t = 12.0)]
     pub onset: f64,
-    /// CI mode: one repetition, onset at 6 s.
+    /// Short run: one repetition, onset at 6 s.
     #[arg(long)]
     pub quick: bool,
 }

@@ -47,7 +47,7 @@ pub struct CheckpointArgs {
     /// Directory on the file system to measure (a temp dir is made inside it).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// CI mode: one size of 8 MiB, 2 repetitions.
+    /// Short run: one size of 8 MiB, 2 repetitions.
     #[arg(long)]
     quick: bool,
     /// Also append the table, as markdown, to this file.

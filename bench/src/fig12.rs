@@ -33,7 +33,7 @@ pub(crate) struct Fig12Args {
     /// Unmeasured pairs run first per rank count.
     #[arg(long, default_value_t = 1)]
     warmup: usize,
-    /// CI mode: 128x128 grid, 100 iterations, ranks 2 and 4, 2 repeats, no warm-up.
+    /// Short run: 128x128 grid, 100 iterations, ranks 2 and 4, 2 repeats, no warm-up.
     #[arg(long)]
     quick: bool,
     /// Directory for the plot (fig12.svg, fig12.png); created if missing.

@@ -54,7 +54,7 @@ pub(crate) struct Fig17Args {
     /// Repeats per size (each one run without and one with the reconfiguration).
     #[arg(long, default_value_t = 2)]
     repeats: usize,
-    /// CI mode: sizes 64 and 128, 200 iterations, 1 repeat.
+    /// Short run: sizes 64 and 128, 200 iterations, 1 repeat.
     #[arg(long)]
     quick: bool,
     /// Directory for the plots (fig17 and fig18, .svg and .png); created if missing.

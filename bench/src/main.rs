@@ -82,8 +82,10 @@ enum Command {
     Resize(resize::ResizeArgs),
     /// The main job: heat2d on emulated nodes (network namespaces with CPU caps) with IOS
     /// agents; a CPU hog starts on one node, an idle node joins, and the agents move the
-    /// slowed rank by themselves. Compared with static MPI under the same load and with the
-    /// unloaded run (the physical limit); checksums must match bit for bit. Needs root.
+    /// slowed rank by themselves. Compared with static MPI under the same load, with the
+    /// unloaded run, and with the physical limit: the adaptive run's own progress until the
+    /// capacity appears, then the best placement's speed under the same load. Checksums must
+    /// match bit for bit. Needs root.
     Adaptive(mpi_ios_bench::adaptive::AdaptiveArgs),
     /// The IOS agents: time from load onset to a completed migration (an idle node in the
     /// pool, a CPU hog started on a node of the job; target under 5 s) and each agent's CPU

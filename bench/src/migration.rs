@@ -36,7 +36,7 @@ pub(crate) struct MigrationArgs {
     /// Iterations between two migrations.
     #[arg(long, default_value_t = 20)]
     spacing: u64,
-    /// CI mode: sizes 1 and 8 MiB, 1 move.
+    /// Short run: sizes 1 and 8 MiB, 1 move.
     #[arg(long)]
     quick: bool,
     /// Base deadline of each mpirun run, in seconds (plus 0.3 s per MiB of state).

@@ -37,7 +37,7 @@ pub(crate) struct OverheadArgs {
     ranks: usize,
     #[command(flatten)]
     sizes: GridSizes,
-    /// CI mode: tiny grids (64x64, 128x128), 2 pairs, no warm-up.
+    /// Short run: tiny grids (64x64, 128x128), 2 pairs, no warm-up.
     #[arg(long)]
     quick: bool,
     /// Deadline of each mpirun run, in seconds.

@@ -61,7 +61,7 @@ pub struct PoolArgs {
     /// Seconds after the mesh formed: 40% idle window, the rest at most for the churn.
     #[arg(long, default_value_t = 60.0)]
     pub seconds: f64,
-    /// CI mode: one agent of each churn kind, a 1 s settle.
+    /// Short run: one agent of each churn kind, a 1 s settle.
     #[arg(long)]
     pub quick: bool,
     /// Where `summary.json` goes.
@@ -82,7 +82,7 @@ pub struct PoolArgs {
     /// Agents of each churn kind (leave, kill, join); default N/20, at least 1 (1 with --quick).
     #[arg(long)]
     pub churn: Option<usize>,
-    /// Pass bound: mean idle CPU per agent, percent of one core (the target).
+    /// Pass bound: mean idle CPU per agent, percent of one core (the target).
     #[arg(long, default_value_t = 0.2)]
     pub max_cpu_per_agent: f64,
     /// Pass bound: share of (agent, peer) pairs in the tier of their nominal round trip.

@@ -36,7 +36,7 @@ pub(crate) struct ProfilingArgs {
     /// Seconds over which pcmd's CPU use is measured (per configuration).
     #[arg(long, default_value_t = 20)]
     window: u64,
-    /// CI mode: tiny grids, 2 pairs, no warm-up, 4 s windows.
+    /// Short run: tiny grids, 2 pairs, no warm-up, 4 s windows.
     #[arg(long)]
     quick: bool,
     /// Deadline of each mpirun run, in seconds.

@@ -37,7 +37,7 @@ pub struct RecoveryArgs {
     /// State per rank in MiB (heat2d's grid), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,64,512")]
     states: Vec<u64>,
-    /// CI mode: interval 1 s, 1 MiB per rank.
+    /// Short run: interval 1 s, 1 MiB per rank.
     #[arg(long)]
     quick: bool,
     /// Also append the table, as markdown, to this file.

@@ -54,7 +54,7 @@ pub(crate) struct ResizeArgs {
     /// Iterations between two reconfigurations.
     #[arg(long, default_value_t = 10)]
     spacing: u64,
-    /// CI mode: 1 MiB, 1 round, no verdict.
+    /// Short run: 1 MiB, 1 round, no verdict.
     #[arg(long)]
     quick: bool,
     /// Deadline of each launch, in seconds (plus 0.1 s per MiB).
