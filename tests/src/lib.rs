@@ -334,6 +334,16 @@ pub fn heat2d_args_for(
     (heat2d_args_sized(rows, cols, rate, seconds), rate)
 }
 
+/// The `--iters` value of heat2d arguments such as [`heat2d_args_for`] returns (a test that
+/// schedules an event at a share of the run needs the count the sizing chose).
+pub fn heat2d_iterations(args: &[String]) -> u64 {
+    args.iter()
+        .position(|a| a == "--iters")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no --iters count in {args:?}"))
+}
+
 /// Fewest iterations a sized heat2d run gets, and the first probe's length.
 const FIRST_PROBE: u64 = 5000;
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use mpi_ios_tests::netns::Cluster;
 use mpi_ios_tests::{
-    mpi_lock, read_events, wait_until, Finished, MpiJob, Report, Runtime, RuntimeExt as _,
+    heat2d_args_for, mpi_lock, read_events, wait_until, Finished, MpiJob, Report, Runtime,
+    RuntimeExt as _,
 };
 use pcm_proto::run::{RunEvent, Stamped};
 use pcm_proto::PhaseTimings;
@@ -352,9 +353,6 @@ fn given_a_target_outside_the_launch_list_and_no_way_to_start_it_then_the_refusa
     }
 }
 
-/// Several seconds across namespaces: the job must still run well after the move.
-const LONG: &[&str] = &["--rows", "200", "--cols", "200", "--iters", "20000"];
-
 #[test]
 fn given_rank_1_moved_off_node_b_then_node_b_empties_and_killing_everything_there_leaves_the_job_unharmed(
 ) {
@@ -368,12 +366,18 @@ fn given_rank_1_moved_off_node_b_then_node_b_empties_and_killing_everything_ther
         return;
     }
     let _lock = mpi_lock();
+    // About 4 s on this machine (longer across the namespaces), the move half a second in:
+    // the job must still run well after the move, however fast the machine (a fixed 20,000
+    // iterations could end before node-b was seen empty on one a few times faster).
+    let (long, rate) = heat2d_args_for(2, 200, 200, 4.0, DEADLINE);
+    let long: Vec<&str> = long.iter().map(String::as_str).collect();
+    let move_at = ((rate * 0.5) as u64).max(2000);
     let placement = ["node-a", "node-b"];
-    let plain_job = MpiJob::new(2, "heat2d-plain", LONG);
+    let plain_job = MpiJob::new(2, "heat2d-plain", &long);
     let reference = cluster.job(plain_job, &placement).run(DEADLINE).report();
     let dir = tempfile::tempdir().unwrap();
-    let job = MpiJob::new(2, "heat2d", LONG)
-        .env("PCM_SCHEDULE", "2000:1@node-c")
+    let job = MpiJob::new(2, "heat2d", &long)
+        .env("PCM_SCHEDULE", format!("{move_at}:1@node-c"))
         .env("RUST_LOG", "warn,pcm=info");
     let mut group = cluster.job(job, &placement).start(dir.path(), "job");
     // So that "empty" below means something: the job had processes on node-b.
@@ -387,7 +391,7 @@ fn given_rank_1_moved_off_node_b_then_node_b_empties_and_killing_everything_ther
     wait_until(DEADLINE, "the move", || {
         group
             .stderr_so_far()
-            .contains("iteration 2000: reconfigured in")
+            .contains(&format!("iteration {move_at}: reconfigured in"))
     });
     let moved = Instant::now();
     // The departed rank exits, then hydra's proxy on node-b, by themselves.

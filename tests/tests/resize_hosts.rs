@@ -11,7 +11,10 @@
 use std::time::{Duration, Instant};
 
 use mpi_ios_tests::netns::Cluster;
-use mpi_ios_tests::{mpi_lock, wait_until, MpiJob, Report, Runtime, RuntimeExt as _};
+use mpi_ios_tests::{
+    heat2d_args_for, heat2d_iterations, mpi_lock, wait_until, MpiJob, Report, Runtime,
+    RuntimeExt as _,
+};
 
 const ARGS: &[&str] = &["--rows", "64", "--cols", "64", "--iters", "100"];
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -87,9 +90,6 @@ fn given_a_host_that_joined_after_the_launch_then_the_job_grows_onto_it_with_the
     assert_eq!(report.checksum, reference.reference_checksum());
 }
 
-/// A long run, so that the test sees the host empty between the shrink and the grow.
-const LONG: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "20000"];
-
 /// The job shrinks off node-c, which then holds nothing of it (its owner may take it
 /// back), and later grows onto node-c again. MPICH only: an Open MPI 4 process that left
 /// stays until its launch ends (see the README's table of runtimes).
@@ -103,10 +103,21 @@ fn given_a_shrink_off_a_host_then_it_empties_and_a_later_grow_takes_it_again() {
         return;
     }
     let _lock = mpi_lock();
-    let reference = plain(&cluster, LONG);
+    // About 6 s on this machine (longer across the namespaces), shrunk half a second in and
+    // grown back three quarters in, so that the test sees node-c empty in between however
+    // fast the machine (fixed iterations, 1,000 and 15,000 of 20,000, left 0.4 s for it on a
+    // machine a few times faster than this one).
+    let (long, rate) = heat2d_args_for(3, 400, 400, 6.0, DEADLINE);
+    let shrink_at = ((rate * 0.5) as u64).max(1000);
+    let grow_at = heat2d_iterations(&long) * 3 / 4;
+    let long: Vec<&str> = long.iter().map(String::as_str).collect();
+    let reference = plain(&cluster, &long);
     let dir = tempfile::tempdir().unwrap();
-    let job = MpiJob::new(3, "heat2d", LONG)
-        .env("PCM_SCHEDULE", "1000:size=2@node-c,15000:size=3@node-c")
+    let job = MpiJob::new(3, "heat2d", &long)
+        .env(
+            "PCM_SCHEDULE",
+            format!("{shrink_at}:size=2@node-c,{grow_at}:size=3@node-c"),
+        )
         .env("RUST_LOG", "warn,pcm=info");
     let group = cluster
         .job(job, &["node-a", "node-b", "node-c"])
@@ -118,7 +129,7 @@ fn given_a_shrink_off_a_host_then_it_empties_and_a_later_grow_takes_it_again() {
     wait_until(DEADLINE, "the shrink", || {
         group
             .stderr_so_far()
-            .contains("iteration 1000: reconfigured in")
+            .contains(&format!("iteration {shrink_at}: reconfigured in"))
     });
     let shrunk = Instant::now();
     wait_until(
@@ -128,7 +139,9 @@ fn given_a_shrink_off_a_host_then_it_empties_and_a_later_grow_takes_it_again() {
     );
     let emptied = shrunk.elapsed();
     assert!(
-        !group.stderr_so_far().contains("iteration 15000"),
+        !group
+            .stderr_so_far()
+            .contains(&format!("iteration {grow_at}")),
         "the job grew back before node-c was seen empty: grow later"
     );
     eprintln!("node-c emptied {emptied:?} after the shrink");

@@ -12,13 +12,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mpi_ios_tests::{mpi_lock, program, read_events, wait_until, MpiJob, Runtime, RuntimeExt as _};
+use mpi_ios_tests::{
+    heat2d_args_for, mpi_lock, program, read_events, wait_until, MpiJob, Runtime, RuntimeExt as _,
+};
 use pcm_proto::run::RunEvent;
 
 const SHORT: &[&str] = &["--rows", "90", "--cols", "48", "--iters", "120"];
-/// Several seconds of heat2d with 3 ranks on this machine: the job must still run well
-/// after the move for the count of processes to mean anything.
-const LONG: &[&str] = &["--rows", "400", "--cols", "400", "--iters", "40000"];
 /// How long the test watches after the move; the contract is one second.
 const WATCH: Duration = Duration::from_millis(1500);
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -151,14 +150,21 @@ fn tagged_processes(tag: &str) -> BTreeSet<u32> {
 fn given_a_rank_moved_early_then_its_old_process_leaves_as_the_runtime_allows() {
     let _lock = mpi_lock();
     let ranks = 3;
-    let reference = MpiJob::new(ranks, "heat2d-plain", LONG)
+    // About 5 s of heat2d, the move half a second in: the job must still run well after the
+    // move for the count of processes to mean anything, however fast the machine (a fixed
+    // 40,000 iterations, moved at 2,000, could move before the ranks were counted, or end
+    // within the watch, on a machine a few times faster than this one).
+    let (long, rate) = heat2d_args_for(ranks, 400, 400, 5.0, DEADLINE);
+    let long: Vec<&str> = long.iter().map(String::as_str).collect();
+    let move_at = ((rate * 0.5) as u64).max(2000);
+    let reference = MpiJob::new(ranks, "heat2d-plain", &long)
         .run(DEADLINE)
         .report();
     let tag = format!("departure-{}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
-    let mut group = MpiJob::new(ranks, "heat2d", LONG)
-        .env("PCM_SCHEDULE", "2000:1")
+    let mut group = MpiJob::new(ranks, "heat2d", &long)
+        .env("PCM_SCHEDULE", format!("{move_at}:1"))
         .env(TAG, tag.clone())
         .env("PCM_EVENTS", events.display().to_string())
         .start(dir.path(), "job");
@@ -182,10 +188,7 @@ fn given_a_rank_moved_early_then_its_old_process_leaves_as_the_runtime_allows() 
         read_events(&events).iter().any(|e| {
             matches!(
                 e.event,
-                RunEvent::Migrated {
-                    iteration: 2000,
-                    ..
-                }
+                RunEvent::Migrated { iteration, .. } if iteration == move_at
             )
         })
     });
@@ -203,7 +206,7 @@ fn given_a_rank_moved_early_then_its_old_process_leaves_as_the_runtime_allows() 
     let now = tagged_processes(&tag);
     assert!(
         running,
-        "the run ended within {WATCH:?} of the move: too short to tell (make LONG longer)"
+        "the run ended within {WATCH:?} of the move: too short to tell (size the run longer)"
     );
     let replacements = now.difference(&originals).count();
     let gone = originals.difference(&now).count();
