@@ -860,6 +860,48 @@ impl Scenario {
         Ok(rate)
     }
 
+    /// [`Scenario::size_by_time`], measured once per test process for each kind of cluster
+    /// (`nodes` names it), placement, grid and length: tests that run the same job on the same
+    /// kind of cluster share its length, and so its plain run ([`Scenario::plain_checksum`]).
+    /// Returns the measured rate, or `None` when an earlier test measured it.
+    pub fn size_by_time_once(
+        &mut self,
+        cluster: &Cluster,
+        dir: &Path,
+        seconds: f64,
+        nodes: &str,
+    ) -> Result<Option<f64>, String> {
+        type Key = (String, Vec<usize>, usize, usize, u64);
+        static SIZED: Mutex<BTreeMap<Key, (u64, Duration)>> = Mutex::new(BTreeMap::new());
+        let key = (
+            nodes.to_owned(),
+            self.placement.clone(),
+            self.rows,
+            self.cols,
+            seconds.to_bits(),
+        );
+        let known = SIZED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .copied();
+        if let Some((iters, progress_period)) = known {
+            (self.iters, self.progress_period) = (iters, progress_period);
+            eprintln!("{iters} iterations, as measured by an earlier test on {nodes}");
+            return Ok(None);
+        }
+        let rate = self.size_by_time(cluster, dir, seconds)?;
+        eprintln!(
+            "unloaded on {nodes}: {rate:.0} it/s, so {} iterations",
+            self.iters
+        );
+        SIZED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (self.iters, self.progress_period));
+        Ok(Some(rate))
+    }
+
     /// The same scenario with `placement` and its hog started with the run instead of after
     /// a warm-up: a reference run (the best placement) measures the speed under the load,
     /// so the load must run during all of its loop, however short the run.

@@ -5,8 +5,6 @@
 //! Needs root (namespaces, cgroups); skipped with the reason otherwise.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use mpi_ios_tests::cgroup::CpuCap;
@@ -27,7 +25,6 @@ fn scenario(
     joins: Vec<(usize, Duration)>,
     nodes: &'static str,
 ) -> Scenario {
-    static SIZED: Mutex<BTreeMap<&str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
     let mut scenario = Scenario {
         rows: 1024,
         cols: 1024,
@@ -45,27 +42,9 @@ fn scenario(
         timeout: Duration::from_secs(240),
         unlisted_spares: false,
     };
-    let sized = SIZED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(nodes)
-        .copied();
-    if let Some((iters, progress_period)) = sized {
-        (scenario.iters, scenario.progress_period) = (iters, progress_period);
-        eprintln!("{iters} iterations, as measured by an earlier test on {nodes}");
-        return scenario;
-    }
-    let rate = scenario
-        .size_by_time(cluster, dir, UNLOADED_SECONDS)
+    scenario
+        .size_by_time_once(cluster, dir, UNLOADED_SECONDS, nodes)
         .unwrap();
-    eprintln!(
-        "unloaded: {rate:.0} it/s on these nodes, so {} iterations",
-        scenario.iters
-    );
-    SIZED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(nodes, (scenario.iters, scenario.progress_period));
     scenario
 }
 

@@ -9,10 +9,8 @@
 //!
 //! Needs root (namespaces, cgroups); skipped with the reason otherwise.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ios_agent_proto::{AgentStatus, DecisionKind, ProtocolStep};
@@ -39,7 +37,6 @@ fn sized_job(
     placement: Vec<usize>,
     nodes: &'static str,
 ) -> Scenario {
-    static SIZED: Mutex<BTreeMap<&str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
     let mut scenario = Scenario {
         rows: 1024,
         cols: 1024,
@@ -54,27 +51,9 @@ fn sized_job(
         timeout: Duration::from_secs(300),
         unlisted_spares: false,
     };
-    let sized = SIZED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(nodes)
-        .copied();
-    if let Some((iters, progress_period)) = sized {
-        (scenario.iters, scenario.progress_period) = (iters, progress_period);
-        eprintln!("{iters} iterations, as measured by an earlier test on {nodes}");
-        return scenario;
-    }
-    let rate = scenario
-        .size_by_time(cluster, dir, UNLOADED_SECONDS)
+    scenario
+        .size_by_time_once(cluster, dir, UNLOADED_SECONDS, nodes)
         .expect("the unloaded rate");
-    eprintln!(
-        "unloaded on the starting placement: {rate:.0} it/s, so {} iterations",
-        scenario.iters
-    );
-    SIZED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(nodes, (scenario.iters, scenario.progress_period));
     scenario
 }
 
