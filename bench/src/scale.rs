@@ -729,13 +729,7 @@ pub fn peak_rss() -> u64 {
 
 /// Agent settings of the scale runs, with peer tables of `max_peers`.
 pub fn agent_config(strategy: Strategy, max_peers: usize) -> Config {
-    let mut config = Config::default().with_max_peers(max_peers);
-    let hb = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok()).map(Duration::from_secs_f64);
-    if let Some(d) = hb("HB_HOLD") { config = config.with_hold_down(d); }
-    if let Some(d) = hb("HB_PERIOD") { config = config.with_steal_period(d); }
-    if let Some(d) = hb("HB_TIMEOUT") { config = config.with_steal_timeout(d); }
-    if let Some(d) = hb("HB_BACKOFF") { config = config.with_steal_backoff(d); }
-    if let Some(d) = hb("HB_MAXBACKOFF") { config = config.with_max_steal_backoff(d); }
+    let config = Config::default().with_max_peers(max_peers);
     match strategy {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
         Strategy::NsP2pNoGather => config.with_gather(false),
@@ -761,8 +755,8 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     let mut sim = Sim::new(pool.seed, config)
         .with_rtt_model(pool.rtt())
         .with_balancer(balancer)
-        .with_discovery(std::env::var("HB_DISC").ok().and_then(|v| v.parse().ok()).unwrap_or(DISCOVERY_PER_ROUND))
-        .with_rtt_period(std::env::var("HB_RTTP").ok().and_then(|v| v.parse().ok()).map_or(SCALE_RTT_PERIOD, Duration::from_secs));
+        .with_discovery(DISCOVERY_PER_ROUND)
+        .with_rtt_period(SCALE_RTT_PERIOD);
     if pool.waiting_as_idle {
         sim = sim.with_waiting_as_idle();
     }
@@ -1344,27 +1338,6 @@ fn plot_workloads(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
 /// kind): two runs of one seed must print the same line, whatever changed in the
 /// simulator's speed.
 fn report_run(o: &Outcome, n: usize, total: usize) {
-    if std::env::var_os("HB_DIAG").is_some() {
-        let it: Vec<String> = o
-            .iterations_by_minute
-            .iter()
-            .take(15)
-            .map(|x| format!("{x:.0}"))
-            .collect();
-        let mg: Vec<String> = o
-            .migrations_by_minute
-            .iter()
-            .take(15)
-            .map(|x| x.to_string())
-            .collect();
-        eprintln!(
-            "DIAG seed {} {} it {} mg {}",
-            o.seed,
-            o.strategy.name(),
-            it.join(","),
-            mg.join(",")
-        );
-    }
     let kinds: Vec<String> = o
         .by_kind
         .iter()
