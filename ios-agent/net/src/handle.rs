@@ -230,7 +230,7 @@ impl NetHandle {
     /// Errors: [`NetError::InvalidPeer`], [`NetError::Busy`] when the command queue is full
     /// (try again later), [`NetError::Stopped`].
     pub fn try_disconnect(&self, peer: &CorePeerId) -> Result<(), NetError> {
-        let Some(p) = crate::network::libp2p_id(peer) else {
+        let Some(p) = crate::id::libp2p_id(peer) else {
             return Err(NetError::InvalidPeer { peer: peer.clone() });
         };
         self.commands

@@ -69,6 +69,7 @@ pub mod config;
 pub mod discovery;
 mod event;
 mod handle;
+pub mod id;
 pub mod key;
 pub mod limits;
 pub mod network;

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ios_agent_core::message::PROTOCOL_NAME;
-use ios_agent_core::tier::PeerId as CorePeerId;
 use libp2p::core::ConnectedPoint;
 use libp2p::futures::StreamExt;
 use libp2p::identity::Keypair;
@@ -28,6 +27,7 @@ use crate::discovery::{Action, Discovery, Target, Timing};
 pub use crate::event::{NetEvent, PeerSummary};
 pub use crate::handle::NetHandle;
 use crate::handle::{Command, Outgoing};
+use crate::id::{core_id, libp2p_id};
 use crate::on_request::{DialPolicy, OnRequest, Undelivered, Verdict};
 use crate::transport::{build_transport, chain, describe_transport_error, listen_all};
 use crate::NetError;
@@ -200,16 +200,6 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
         keypair.public().to_peer_id(),
         swarm_config,
     ))
-}
-
-/// The core's id for a libp2p peer id.
-pub fn core_id(p: &PeerId) -> Option<CorePeerId> {
-    CorePeerId::new(p.to_bytes()).ok()
-}
-
-/// The libp2p peer id for a core id.
-pub fn libp2p_id(p: &CorePeerId) -> Option<PeerId> {
-    PeerId::from_bytes(p.as_bytes()).ok()
 }
 
 /// What a dial was for.

@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use ios_agent_core::{Message, MessageId};
+use ios_agent_net::id::libp2p_id;
 use ios_agent_net::libp2p::Multiaddr;
-use ios_agent_net::network::libp2p_id;
 use ios_agent_net::{Identity, NetConfig, NetEvent, Network, PoolKey};
 use serde_json::json;
 
