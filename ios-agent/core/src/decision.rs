@@ -299,9 +299,20 @@ pub fn select_near<'d>(
         gate.then_some(f1)
     };
     let fits = |mem: u64| mem <= f.memory_available;
+    // A rank that arrived less than a hold-down ago may still take a step of gathering to
+    // a place that holds more of its job than its own ([`joins_larger_part`]).
+    let settled_gatherer = |e: &EntityProfile| {
+        e.resident >= GATHER_SETTLE.min(policy.hold_down)
+            && policy
+                .held
+                .get(&e.id)
+                .is_none_or(|until| policy.now >= *until)
+            && joins_larger_part(policy, &to, e)
+            && gathered(e, 1).is_some()
+    };
     let mut ranked: Vec<(&EntityProfile, f64)> = entities
         .iter()
-        .filter(|e| policy.eligible(e) && fits(e.memory))
+        .filter(|e| (policy.eligible(e) || settled_gatherer(e)) && fits(e.memory))
         .filter_map(|e| {
             passes(e)?;
             Some((e, weigh(&[e], &e.id.job).gain))
@@ -509,6 +520,33 @@ fn gathering(
         }
     }
     iteration_gain(e, share_here, cores * f.speed, MIN_CPU_ADVANTAGE)
+}
+
+/// How long a rank stays where it arrived before a step of gathering may take it on
+/// within its hold-down ([`joins_larger_part`]): its node's profile then shows it.
+pub const GATHER_SETTLE: Duration = Duration::from_secs(2);
+
+/// Whether `to`'s place holds more of `e`'s job than the place of `e`'s node
+/// ([`JobOffer::place`]; both must be known). Such a step of gathering may take a rank that
+/// arrived within its hold-down ([`select_near`]). Why: the hold-down (60 s) made a job
+/// spread over far nodes gather one step a minute, and the agents reached 0.67 of the
+/// oracle in the first ten minutes (issue 42). Such moves alone cannot cycle: each goes to
+/// a strictly larger part of its job, so the sum of the squares of the parts' sizes grows
+/// with each; the thief bars the rank's return to the node it left for two hold-downs
+/// anyway (`Shared::bar_return`), and every other move still waits the hold-down.
+/// Measured (`scale --nodes 100 --seeds 1-32 --networks internet`): 0 ping-pongs, up to 3
+/// moves of one rank within a hold-down (1 before), all of them steps of gathering.
+fn joins_larger_part(policy: &Policy<'_>, to: &Destination<'_>, e: &EntityProfile) -> bool {
+    let part = |offers: &[JobOffer]| {
+        offers
+            .iter()
+            .find(|o| o.job == e.id.job)
+            .map(|o| o.place().0)
+    };
+    matches!(
+        (part(to.job_offers), part(policy.jobs_here)),
+        (Some(there), Some(here)) if there > here
+    )
 }
 
 /// `Delta` of `e`'s job's iteration, from now (`e`'s compute and MPI time) to gathered on

@@ -390,6 +390,64 @@ fn given_a_node_with_part_of_a_job_and_room_for_the_rest_then_ranks_gather_there
     assert!(select_near(&policy, &here_node, &es, to_alone, 1, rtts).is_none());
 }
 
+/// A rank that arrived within its hold-down (here 5 s ago) still takes a step of gathering
+/// to a place that holds more of its job than its own (issue 42: the hold-down made spread
+/// jobs gather one step a minute); not to a place that holds as many or fewer, not before
+/// it has settled ([`GATHER_SETTLE`]), nor while an order holds it (a move that is no step
+/// of gathering waits the hold-down: `held_and_recently_arrived_entities_do_not_move`).
+#[test]
+fn given_a_rank_that_arrived_lately_then_it_still_gathers_with_the_larger_part_of_its_job() {
+    use crate::model::Partner;
+    let mut fx = Fixture::new();
+    let j = JobId::new("j").expect("valid");
+    let offer = |cores: f64, ranks: u32| node_offer(&j, cores, ranks);
+    let (l, f, c) = (host("l"), host("f"), host("c"));
+    let measured: HashMap<pcm_proto::HostName, f64> = [(c.clone(), 0.005)].into();
+    let none = HashMap::new();
+    let (at_l, at_f) = (view(&l, &measured), view(&f, &none));
+    let rtts = Some((&at_l, &at_f));
+    // Rank 1 of a 4-rank job, alone on l's only core, waiting on the network.
+    let mut rank = job_rank("j", 1, 4, 60, 140);
+    rank.partners = vec![Partner {
+        host: c.clone(),
+        exchanges_per_sec: 5.0,
+    }];
+    rank.resident = Duration::from_secs(5);
+    let es = [rank];
+    let here_node = node(1.0, 1.0);
+    let here = [offer(0.0, 1)];
+    let f_node = node(4.0, 2.0);
+    let larger = [offer(2.0, 2)];
+    let to = |offers| Destination {
+        node: &f_node,
+        job_offers: offers,
+    };
+    let gathers = |fx: &Fixture, jobs_here: &[JobOffer], es: &[EntityProfile], offers| {
+        let mut policy = fx.policy(1);
+        policy.entity_cores = Some(1.0);
+        policy.jobs_here = jobs_here;
+        select_near(&policy, &here_node, es, to(offers), 1, rtts).is_some()
+    };
+    assert!(gathers(&fx, &here, &es, &larger));
+    // f holds as many of the job as l, which has no room for the rest: a step of
+    // gathering once the hold-down is over, not within it.
+    let two_here = [offer(0.0, 2)];
+    assert!(!gathers(&fx, &two_here, &es, &larger));
+    let mut old = es.clone();
+    old[0].resident = Duration::from_secs(3600);
+    assert!(gathers(&fx, &two_here, &old, &larger));
+    // Not settled yet.
+    let mut just = es.clone();
+    just[0].resident = GATHER_SETTLE / 2;
+    assert!(!gathers(&fx, &here, &just, &larger));
+    // Unknown job offers here: no exemption.
+    assert!(!gathers(&fx, &[], &es, &larger));
+    // An order holds it.
+    fx.held
+        .insert(es[0].id.clone(), fx.now + Duration::from_secs(1));
+    assert!(!gathers(&fx, &here, &es, &larger));
+}
+
 /// Relocation: a job held whole by a slow node moves, a rank at a time, to a node that
 /// runs none of it, has a core for each of its ranks and gives a rank 25% more CPU; not
 /// to one only 20% faster, nor to one a core short, nor when the job waits on latency
