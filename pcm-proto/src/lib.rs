@@ -1,5 +1,13 @@
-//! Wire protocol of the PCM daemon (`pcmd`): every message that crosses a pcmd socket.
+//! What the workspace's programs share, at the bottom of its crate graph: the wire protocol
+//! of the PCM daemon (`pcmd`) and its blocking client ([`client`]), the checkpoint protocol
+//! between pcmds ([`checkpoint`]), a PCM process's run events ([`run`]), the pool key
+//! ([`pool_key`]), a node's given-back mark ([`given_back`]), rate-limited logging
+//! ([`log_limit`]), the XDG places ([`UserDirs`]) and the names every layer uses
+//! ([`HostName`], [`JobId`], [`Rank`]).
 //!
+//! # The pcmd wire protocol
+//!
+//! Every message that crosses a pcmd socket.
 //! Three parties speak it over a local stream socket (a Unix socket, mode 0600):
 //! - **ranks**: PCM-enabled MPI processes (the `pcm` crate) register with the daemon of
 //!   their node, report progress, and receive reconfiguration requests;
