@@ -57,8 +57,9 @@ pub struct ScaleArgs {
     /// Many seeds instead of one: a list and ranges, `1-32` or `1,4,7-9`. Every
     /// configuration runs once per seed, `--jobs` at a time, and the output is a table of
     /// each strategy's ratio to the oracle per seed, a summary per configuration (mean,
-    /// median, lowest seed, seeds under 0.90) and the targets over the seeds. The plots are
-    /// the first seed's.
+    /// median, lowest seed, seeds under 0.90, the first ten minutes) and the targets over
+    /// the seeds, and OUT/scale.summary.json holds the summary and each seed's figures,
+    /// typed. The plots are the first seed's.
     #[arg(long, value_parser = crate::scale_seeds::parse_seeds)]
     pub seeds: Option<crate::scale_seeds::Seeds>,
     /// Simulations run side by side with --seeds, one thread each (default: the machine's
@@ -70,7 +71,8 @@ pub struct ScaleArgs {
     /// partners: no communication term, no partner steals), nsp2p-paper (NSp2p with the
     /// paper's model); random (random work stealing, default model), random-paper (the
     /// same with the paper's model); none (nothing moves); oracle (a central placer that
-    /// sees every node); nsp2p-noresize (NSp2p that only migrates, with --malleable).
+    /// sees every node); nsp2p-noresize (NSp2p that only migrates, with --malleable);
+    /// nsp2p-early (NSp2p whose ranks may gather within their hold-down).
     /// Default: all but nsp2p-noresize; with --malleable: nsp2p, nsp2p-noresize, nsc2c,
     /// random, none, oracle.
     #[arg(long, value_delimiter = ',')]
@@ -213,6 +215,9 @@ pub enum Strategy {
     /// [`Strategy::NsP2p`] without resizes (`Config::with_resizes(false)`): malleable jobs
     /// only migrated, as the others (issue 38's migration-only baseline).
     NsP2pNoResize,
+    /// [`Strategy::NsP2p`] whose ranks may take steps of gathering within their hold-down
+    /// (`Config::with_gather_within_hold_down`; issue 42: the first ten minutes).
+    NsP2pEarly,
 }
 
 impl Strategy {
@@ -228,6 +233,7 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::Oracle => "oracle",
             Strategy::NsP2pNoResize => "NSp2p-noresize",
+            Strategy::NsP2pEarly => "NSp2p-early",
         }
     }
 
@@ -243,6 +249,7 @@ impl Strategy {
             "none" => Strategy::None,
             "oracle" => Strategy::Oracle,
             "nsp2p-noresize" | "noresize" | "migration-only" => Strategy::NsP2pNoResize,
+            "nsp2p-early" | "early" => Strategy::NsP2pEarly,
             _ => return None,
         })
     }
@@ -618,6 +625,7 @@ pub fn agent_config(strategy: Strategy, max_peers: usize) -> Config {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
         Strategy::NsP2pNoGather => config.with_gather(false),
         Strategy::NsP2pNoResize => config.with_resizes(false),
+        Strategy::NsP2pEarly => config.with_gather_within_hold_down(true),
         Strategy::Paper | Strategy::RandomPaper => config
             .with_entity_cores(None)
             .with_cost_model(MigrationCostModel::paper()),
@@ -655,7 +663,11 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
     }
     if matches!(
         strategy,
-        Strategy::NsP2p | Strategy::NsP2pNoGather | Strategy::NsC2c | Strategy::NsP2pNoResize
+        Strategy::NsP2p
+            | Strategy::NsP2pNoGather
+            | Strategy::NsC2c
+            | Strategy::NsP2pNoResize
+            | Strategy::NsP2pEarly
     ) {
         sim = sim.with_partners();
     }
@@ -1185,6 +1197,10 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         for line in crate::scale_seeds::targets(&outcomes) {
             println!("{line}");
         }
+        let path = args.out.join(crate::scale_seeds::SUMMARY_FILE);
+        let summary = crate::scale_seeds::summary(&outcomes);
+        std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
         let first: Vec<Outcome> = outcomes
             .into_iter()
             .filter(|o| o.seed == seeds[0])
@@ -1312,6 +1328,7 @@ fn plots(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         Strategy::Random,
         Strategy::RandomPaper,
         Strategy::NsP2pNoResize,
+        Strategy::NsP2pEarly,
     ] {
         for network in [Network::Internet, Network::Grid] {
             let mut points: Vec<(f64, f64)> = outcomes

@@ -328,6 +328,91 @@ pub fn summary_table(outcomes: &[Outcome]) -> Table {
     t
 }
 
+/// Name of the typed summary `scale --seeds` writes in its `--out` directory.
+pub const SUMMARY_FILE: &str = "scale.summary.json";
+
+/// One seed's run of a configuration against the oracle on the same pool.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SeedSummary {
+    /// Seed.
+    pub seed: u64,
+    /// Iterations over the run, relative to the oracle's.
+    pub of_oracle: f64,
+    /// The same in the first [`EARLY_MINUTES`] (`None`: the run is not longer).
+    pub first_10_min: Option<f64>,
+    /// Messages per node and second.
+    pub msgs_per_node_s: f64,
+}
+
+/// A configuration over the seeds ([`summary_table`]'s row, typed).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ConfigSummary {
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Network.
+    pub network: String,
+    /// Strategy (marked when the workload had malleable jobs).
+    pub strategy: String,
+    /// Mean over the seeds of `of_oracle`.
+    pub of_oracle_mean: f64,
+    /// Seeds whose `of_oracle` is under [`ORACLE_TARGET`].
+    pub seeds_under_target: usize,
+    /// Mean over the seeds of `first_10_min` (those that have one).
+    pub first_10_min_mean: Option<f64>,
+    /// Mean over the seeds of the messages per node and second.
+    pub msgs_per_node_s: f64,
+    /// Largest number of moves of one entity within one hold-down, over the seeds.
+    pub max_moves_in_hold_down: usize,
+    /// Ping-pongs over the seeds.
+    pub ping_pongs: usize,
+    /// Each seed.
+    pub seeds: Vec<SeedSummary>,
+}
+
+/// The typed summary of a `scale --seeds` run, one entry per configuration but the oracle.
+pub fn summary(outcomes: &[Outcome]) -> Vec<ConfigSummary> {
+    let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let mut out = Vec::new();
+    for c in configs(outcomes) {
+        if c.2 == Strategy::Oracle {
+            continue;
+        }
+        let seeds: Vec<SeedSummary> = outcomes
+            .iter()
+            .filter(|o| config(o) == c)
+            .filter_map(|o| {
+                let oracle = sibling(outcomes, o, Strategy::Oracle)?;
+                (oracle.iterations > 0.0).then(|| SeedSummary {
+                    seed: o.seed,
+                    of_oracle: o.iterations / oracle.iterations,
+                    first_10_min: split(o, oracle).map(|(early, _)| early),
+                    msgs_per_node_s: o.messages_per_node_second(),
+                })
+            })
+            .collect();
+        if seeds.is_empty() {
+            continue;
+        }
+        let runs = || outcomes.iter().filter(|o| config(o) == c);
+        let ratios: Vec<f64> = seeds.iter().map(|s| s.of_oracle).collect();
+        let early: Vec<f64> = seeds.iter().filter_map(|s| s.first_10_min).collect();
+        let messages: Vec<f64> = seeds.iter().map(|s| s.msgs_per_node_s).collect();
+        out.push(ConfigSummary {
+            nodes: c.0,
+            network: c.1.name().to_owned(),
+            strategy: label(c),
+            of_oracle_mean: mean(&ratios).unwrap_or(0.0),
+            seeds_under_target: ratios.iter().filter(|r| **r < ORACLE_TARGET).count(),
+            first_10_min_mean: mean(&early),
+            msgs_per_node_s: mean(&messages).unwrap_or(0.0),
+            max_moves_in_hold_down: runs().map(|o| o.max_moves_per_hold_down).max().unwrap_or(0),
+            ping_pongs: runs().map(|o| o.ping_pongs).sum(),
+            seeds,
+        });
+    }
+    out
+}
+
 /// Minutes of a run the summary counts as its start ([`split`]).
 const EARLY_MINUTES: usize = 10;
 
@@ -755,6 +840,19 @@ mod tests {
         let column = |name: &str| summary.headers.iter().position(|h| h == name);
         let first = column("first 10 min").expect("a column of the first 10 minutes");
         assert_ne!(summary.rows[0][first], "-");
+        // The typed summary: NSp2p's two seeds, each against its own oracle run.
+        let typed = super::summary(&together);
+        assert_eq!(typed.len(), 1);
+        assert_eq!(typed[0].strategy, "NSp2p");
+        assert_eq!(
+            typed[0].seeds.iter().map(|s| s.seed).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert!((typed[0].seeds[0].of_oracle - whole).abs() < 1e-12);
+        assert_eq!(typed[0].seeds[0].first_10_min, Some(early));
+        let text = serde_json::to_string(&typed).expect("serialises");
+        let back: Vec<ConfigSummary> = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, typed);
         let lines = targets(&together);
         assert!(
             lines

@@ -87,6 +87,12 @@ pub struct Policy<'a> {
     /// gathering the job or its node is leaving ([`select_near`]). NSp2p's givers when they
     /// grow jobs: a grown job is wider than a node and straddles nodes by design.
     pub keep_near_partners: bool,
+    /// A rank that arrived within its hold-down may still take a step of gathering to a
+    /// place that holds more of its job than its own ([`joins_larger_part`]), after
+    /// [`GATHER_SETTLE`]: a job spread over far nodes then gathers in a few minutes
+    /// instead of one step per hold-down, at the price of up to a few moves of one rank
+    /// within a hold-down ([`crate::Config::with_gather_within_hold_down`]).
+    pub gather_within_hold_down: bool,
 }
 
 impl Policy<'_> {
@@ -302,7 +308,8 @@ pub fn select_near<'d>(
     // A rank that arrived less than a hold-down ago may still take a step of gathering to
     // a place that holds more of its job than its own ([`joins_larger_part`]).
     let settled_gatherer = |e: &EntityProfile| {
-        e.resident >= GATHER_SETTLE.min(policy.hold_down)
+        policy.gather_within_hold_down
+            && e.resident >= GATHER_SETTLE.min(policy.hold_down)
             && policy
                 .held
                 .get(&e.id)
@@ -527,15 +534,16 @@ fn gathering(
 pub const GATHER_SETTLE: Duration = Duration::from_secs(2);
 
 /// Whether `to`'s place holds more of `e`'s job than the place of `e`'s node
-/// ([`JobOffer::place`]; both must be known). Such a step of gathering may take a rank that
-/// arrived within its hold-down ([`select_near`]). Why: the hold-down (60 s) made a job
+/// ([`JobOffer::place`]; both must be known). With [`Policy::gather_within_hold_down`], such
+/// a step of gathering may take a rank that arrived within its hold-down ([`select_near`]). Why: the hold-down (60 s) made a job
 /// spread over far nodes gather one step a minute, and the agents reached 0.67 of the
 /// oracle in the first ten minutes (issue 42). Such moves alone cannot cycle: each goes to
 /// a strictly larger part of its job, so the sum of the squares of the parts' sizes grows
 /// with each; the thief bars the rank's return to the node it left for two hold-downs
 /// anyway (`Shared::bar_return`), and every other move still waits the hold-down.
-/// Measured (`scale --nodes 100 --seeds 1-32 --networks internet`): 0 ping-pongs, up to 3
-/// moves of one rank within a hold-down (1 before), all of them steps of gathering.
+/// Measured (`scale --nodes 100 --seeds 1-32 --networks internet`): 0 ping-pongs, but up to
+/// 3 moves of one rank within a hold-down (1 without), which issue 15's "no entity moves
+/// more than once per hold-down" forbids: hence off by default.
 fn joins_larger_part(policy: &Policy<'_>, to: &Destination<'_>, e: &EntityProfile) -> bool {
     let part = |offers: &[JobOffer]| {
         offers

@@ -89,6 +89,7 @@ pub struct Config {
     pub(crate) max_peers: usize,
     pub(crate) entity_cores: Option<f64>,
     pub(crate) gather: bool,
+    pub(crate) gather_within_hold_down: bool,
     pub(crate) resizes: bool,
     pub(crate) resize_cost: ResizeCostModel,
     pub(crate) shed_after: Duration,
@@ -119,6 +120,7 @@ impl Default for Config {
             max_peers: DEFAULT_MAX_PEERS,
             entity_cores: DEFAULT_ENTITY_CORES,
             gather: true,
+            gather_within_hold_down: false,
             resizes: true,
             resize_cost: ResizeCostModel::default(),
             shed_after: DEFAULT_SHED_AFTER,
@@ -222,6 +224,14 @@ impl Config {
         /// `Agent::handle_timeout`), so that a job spread over far nodes gathers near its
         /// own ranks; default on. Off, work goes only between agents of one peer table.
         with_gather, gather: bool);
+    setter!(
+        /// Whether a rank that arrived within its hold-down may still take a step of
+        /// gathering to a place that holds more of its job than its own
+        /// ([`crate::decision::Policy::gather_within_hold_down`]); default off. On, NSp2p
+        /// reached 0.86 of the oracle in the first ten simulated minutes instead of 0.67
+        /// (100 nodes, Internet-like, 32 seeds), but a rank may then move up to a few
+        /// times within one hold-down.
+        with_gather_within_hold_down, gather_within_hold_down: bool);
     setter!(
         /// Whether the agent grows and shrinks malleable jobs ([`crate::resize`]): grows a
         /// job whose rank 0 runs here onto an idle node that asks for work, and shrinks a

@@ -727,6 +727,7 @@ impl Shared {
             jobs_here: &[],
             gather_in_one_move: false,
             keep_near_partners: false,
+            gather_within_hold_down: self.config.gather_within_hold_down,
         }
     }
 

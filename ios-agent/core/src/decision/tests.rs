@@ -65,6 +65,7 @@ impl Fixture {
             jobs_here: &[],
             gather_in_one_move: false,
             keep_near_partners: false,
+            gather_within_hold_down: false,
         }
     }
 }
@@ -390,7 +391,8 @@ fn given_a_node_with_part_of_a_job_and_room_for_the_rest_then_ranks_gather_there
     assert!(select_near(&policy, &here_node, &es, to_alone, 1, rtts).is_none());
 }
 
-/// A rank that arrived within its hold-down (here 5 s ago) still takes a step of gathering
+/// With `gather_within_hold_down`, a rank that arrived within its hold-down (here 5 s ago)
+/// still takes a step of gathering
 /// to a place that holds more of its job than its own (issue 42: the hold-down made spread
 /// jobs gather one step a minute); not to a place that holds as many or fewer, not before
 /// it has settled ([`GATHER_SETTLE`]), nor while an order holds it (a move that is no step
@@ -426,9 +428,15 @@ fn given_a_rank_that_arrived_lately_then_it_still_gathers_with_the_larger_part_o
         let mut policy = fx.policy(1);
         policy.entity_cores = Some(1.0);
         policy.jobs_here = jobs_here;
+        policy.gather_within_hold_down = true;
         select_near(&policy, &here_node, es, to(offers), 1, rtts).is_some()
     };
     assert!(gathers(&fx, &here, &es, &larger));
+    // Off (the default): the hold-down holds it.
+    let mut off = fx.policy(1);
+    off.entity_cores = Some(1.0);
+    off.jobs_here = &here;
+    assert!(select_near(&off, &here_node, &es, to(&larger), 1, rtts).is_none());
     // f holds as many of the job as l, which has no room for the rest: a step of
     // gathering once the hold-down is over, not within it.
     let two_here = [offer(0.0, 2)];
