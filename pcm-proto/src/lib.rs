@@ -562,6 +562,14 @@ pub struct RankProfile {
     /// (profiling off, an older rank); added like `malleable`, without a version bump.
     #[serde(default)]
     pub slowest_compute_us: u64,
+    /// How long the job has had its current width at this report, microseconds: since it
+    /// started, or since the last resize it completed (a rank added by that resize counts
+    /// from it; a replacement continues its predecessor's). The agent of rank 0's node
+    /// holds a job's grows for a hold-down after a width change from this, which it sees
+    /// even when rank 0 moved to it after the change. `None` when unknown (an older rank);
+    /// added like `malleable`, without a version bump.
+    #[serde(default)]
+    pub width_age_us: Option<u64>,
 }
 
 /// Load of a node (or of the cgroup that bounds it), as its daemon measures it.

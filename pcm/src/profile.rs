@@ -58,12 +58,19 @@ pub(crate) struct Profiler {
     /// Where the current span between two status checks began: when, and this process's
     /// time inside MPI then (us).
     span_start: (Instant, u64),
+    /// Since when the job has had its current width ([`RankProfile::width_age_us`]).
+    width_since: Instant,
 }
 
 impl Profiler {
     /// A profiler for a rank starting now, continuing `base`.
     pub(crate) fn new(enabled: bool, base: RankProfile) -> Self {
+        let now = Instant::now();
+        // A predecessor's width age goes on; a process started with the job (or after a
+        // predecessor that did not say) counts from now.
+        let width_age = std::time::Duration::from_micros(base.width_age_us.unwrap_or(0));
         Profiler {
+            width_since: now.checked_sub(width_age).unwrap_or(now),
             enabled,
             state_bytes: base.state_bytes,
             base,
@@ -97,6 +104,11 @@ impl Profiler {
             self.check_mpi_us = self.check_mpi_us.saturating_add(reduce.as_micros() as u64);
         }
         self.span_start = (Instant::now(), interpose::mpi_us().unwrap_or(0));
+    }
+
+    /// Notes that the job's width changed just now (a resize this process took part in).
+    pub(crate) fn note_width_change(&mut self) {
+        self.width_since = Instant::now();
     }
 
     /// Whether profiling is on.
@@ -167,6 +179,7 @@ impl Profiler {
                 .base
                 .slowest_compute_us
                 .saturating_add(self.slowest_compute_us),
+            width_age_us: Some(self.width_since.elapsed().as_micros() as u64),
         }
     }
 
@@ -268,6 +281,22 @@ mod tests {
         assert_eq!(now.collectives, base.collectives);
         assert_eq!(now.state_bytes, 4096);
         assert!(now.rss_bytes > 0);
+    }
+
+    #[test]
+    fn given_a_predecessors_width_age_then_it_goes_on_and_a_width_change_restarts_it() {
+        let base = RankProfile {
+            width_age_us: Some(40_000_000),
+            ..RankProfile::default()
+        };
+        let mut profiler = Profiler::new(false, base);
+        let age = |p: &Profiler| p.snapshot(1, &[]).width_age_us.unwrap();
+        assert!((40_000_000..41_000_000).contains(&age(&profiler)));
+        profiler.note_width_change();
+        assert!(age(&profiler) < 1_000_000);
+        // A process started with the job counts from its start.
+        let fresh = Profiler::new(false, RankProfile::default());
+        assert!(age(&fresh) < 1_000_000);
     }
 
     #[test]

@@ -517,6 +517,13 @@ pub struct EntityProfile {
     /// off): the resize model then takes this rank as the slowest.
     #[serde(default)]
     pub job_slowest_compute: Option<Duration>,
+    /// How long the job has had its current width (since it started or last resized), as
+    /// its rank reports it ([`pcm_proto::RankProfile::width_age_us`]): the width
+    /// hold-down of a job whose rank 0 moved here after a resize that only the agents it
+    /// left saw ([`crate::agent`]'s resizing). `None` when unknown (an older rank or
+    /// agent): the agent then holds a job's grows while rank 0 is new on its node.
+    #[serde(default)]
+    pub width_age: Option<Duration>,
 }
 
 /// Most partners of one entity carried in a profile.
@@ -710,6 +717,7 @@ impl EntityProfile {
             malleable: None,
             home: None,
             job_slowest_compute: None,
+            width_age: None,
         }
     }
 

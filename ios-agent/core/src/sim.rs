@@ -1431,6 +1431,11 @@ impl Sim {
                         job_slowest_compute: Some(Duration::from_secs_f64(
                             slowest[e.job].max(compute),
                         )),
+                        // As PCM reports it: since the last resize, else the job's age.
+                        width_age: Some(match job.last_resize {
+                            Some(t) => now - t,
+                            None => elapsed + INITIAL_AGE,
+                        }),
                         id: e.id.clone(),
                         cpu: share,
                         memory: ENTITY_MEMORY,

@@ -119,6 +119,7 @@ pub fn entity_profile(
         home: p.home.clone(),
         job_slowest_compute: (rate > 0.0 && clean(rank.slowest_compute_per_iteration_us) > 0.0)
             .then(|| micros(rank.slowest_compute_per_iteration_us)),
+        width_age: p.width_age_us.map(Duration::from_micros),
     }
 }
 
@@ -369,6 +370,7 @@ mod tests {
                 malleable: None,
                 home: Some(HostName::new("node-a").expect("valid")),
                 slowest_compute_us: 0,
+                width_age_us: None,
             },
             iterations_per_second: ips,
             wall_per_iteration_us: wall_us,
@@ -377,6 +379,24 @@ mod tests {
             slowest_compute_per_iteration_us: 0.0,
             stalled: false,
         }
+    }
+
+    #[test]
+    fn given_the_jobs_width_age_then_the_entity_carries_it_and_not_when_unknown() {
+        let job = JobStats {
+            job: JobId::new("heat").expect("valid"),
+            app: AppName::new("heat2d").expect("valid"),
+            size: 2,
+            ranks: Vec::new(),
+            malleable: None,
+        };
+        let mut r = rank(0, 100.0, 6_000.0, 6_000.0, 4_000.0);
+        assert_eq!(entity_profile(&job, &r, None).width_age, None);
+        r.profile.width_age_us = Some(20_000_000);
+        let e = entity_profile(&job, &r, None);
+        assert_eq!(e.width_age, Some(Duration::from_secs(20)));
+        // Not the time rank 0 has been on its node.
+        assert_eq!(e.resident, Duration::from_secs(3));
     }
 
     #[test]

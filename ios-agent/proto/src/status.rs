@@ -479,6 +479,7 @@ mod tests {
             malleable: None,
             home: None,
             job_slowest_compute: None,
+            width_age: None,
         }
     }
 

@@ -487,6 +487,7 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
             if let Some(store) = resized_store {
                 pcm.store = store;
                 pcm.renumber(rank, order.len() as u32, iteration);
+                pcm.profiler.note_width_change();
             }
             if let Some(daemon) = &pcm.daemon {
                 daemon.set_reconfigurations(pcm.job.migrations);
@@ -642,10 +643,13 @@ pub(crate) fn join_as_replacement(
             )))
         }
     };
-    let profiler = match predecessor {
+    let mut profiler = match predecessor {
         Some(from) => Profiler::take_over(&merged, from as i32, profiling)?,
         None => Profiler::new(profiling, pcm_proto::RankProfile::default()),
     };
+    if plan.resize.is_some() {
+        profiler.note_width_change();
+    }
     let mut job = handover.job;
     watchdog.enter(Phase::Placement);
     quiet_barrier(&merged);

@@ -30,9 +30,11 @@
 //!   the job runs faster without them.
 //! - **Damping**: no agent resizes a job within a hold-down of a change of its width (seen
 //!   in its ranks' profiles, or done by itself), nor sheds ranks that arrived within a
-//!   hold-down; only a leaving node may. A home agent does not grow a job whose rank 0
-//!   came to its node within a hold-down either: the job may have changed width just
-//!   before, which only the agents it left saw (their profiles said so, not this one's).
+//!   hold-down; only a leaving node may. How long the job has had its width travels with
+//!   it (PCM reports it, pcmd passes it on: [`EntityProfile::width_age`]), so the agent a
+//!   rank 0 moves to after a resize that only the agents it left saw holds the job's grows
+//!   too, and a mere move of rank 0 holds nothing back. (Ranks that do not report it: a
+//!   home agent does not grow a job whose rank 0 came to its node within a hold-down.)
 //!   So a job does not grow and shrink back within its hold-down.
 
 use std::collections::HashMap;
@@ -213,11 +215,16 @@ impl Resizing {
                     && e.malleable
                         .is_some_and(|m| m.widths_above(e.job_ranks, u32::MAX).next().is_some())
                     && !self.width_held(s, &e.id.job, now)
-                    // Come here within a hold-down (moved): a width change made before it
-                    // came was seen by other agents only. (`scale --malleable`, seed 1,
-                    // Internet-like: a node shed job7 7 -> 6, its rank 0 moved to n43 ten
-                    // seconds later, and n43's agent grew it 6 -> 13 within the hold-down.)
-                    && e.resident >= s.config.hold_down
+                    // A width change made before rank 0 came here was seen by other agents
+                    // only: the job's width age in its profile tells. (`scale --malleable`,
+                    // seed 1, Internet-like: a node shed job7 7 -> 6, its rank 0 moved to
+                    // n43 ten seconds later, and n43's agent grew it 6 -> 13 within the
+                    // hold-down.) An older rank does not say: then rank 0 must have been
+                    // here a hold-down, which also holds grows back after a mere move.
+                    && match e.width_age {
+                        Some(age) => age >= s.config.hold_down,
+                        None => e.resident >= s.config.hold_down,
+                    }
             })
             .collect();
         if growable.is_empty() {

@@ -332,7 +332,8 @@ fn given_two_ranks_stacked_on_the_home_node_then_an_idle_node_takes_one_rather_t
 /// never seen the job at another width, grew it 6 -> 13 within the hold-down. A rank 0
 /// that came to this node within a hold-down may have changed width just before (seen by
 /// the agents it left, not this one): its job is not grown until it has been here a
-/// hold-down.
+/// hold-down. (An older rank's profile, without the job's width age: the fallback of the
+/// precise rule below.)
 #[test]
 fn given_rank_0_arrived_within_a_hold_down_then_its_job_does_not_grow_until_it_settles() {
     let t0 = Instant::now();
@@ -349,6 +350,44 @@ fn given_rank_0_arrived_within_a_hold_down_then_its_job_does_not_grow_until_it_s
     drain(&mut a);
     a.handle_message(t1, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
     assert_eq!(resizes(&drain(&mut a)).len(), 1);
+}
+
+/// The precise hold-down: how long the job has had its width travels in its ranks'
+/// profiles (PCM reports it through pcmd), so the agent that holds rank 0 holds the job's
+/// grows for a hold-down after a width change that only other agents saw, and a mere move
+/// of rank 0 onto its node holds nothing back.
+#[test]
+fn given_rank_0_moved_here_then_its_job_grows_but_not_within_a_hold_down_of_a_width_change() {
+    let t0 = Instant::now();
+    let hold = Config::default().hold_down();
+    // Rank 0 came 10 s ago; the job has had its width an hour: grown at once.
+    let mut moved = heat_rank(0, 2, 100, 5);
+    moved.resident = Duration::from_secs(10);
+    moved.width_age = Some(Duration::from_secs(3600));
+    let mut a = home(t0, vec![moved]);
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert_eq!(resizes(&actions).len(), 1, "{actions:?}");
+
+    // The job shrank 20 s ago on other nodes; rank 0 came here 10 s ago (and, in the
+    // second agent, long ago: this agent's first list of it). No grow within the hold-down.
+    for resident in [Duration::from_secs(10), hold * 10] {
+        let mut shrunk = heat_rank(0, 2, 100, 5);
+        shrunk.resident = resident;
+        shrunk.width_age = Some(Duration::from_secs(20));
+        let mut b = home(t0, vec![shrunk.clone()]);
+        b.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        let actions = drain(&mut b);
+        assert!(resizes(&actions).is_empty(), "{actions:?}");
+        // A hold-down after the width change, it grows.
+        let t1 = t0 + hold - Duration::from_secs(20);
+        shrunk.resident += hold - Duration::from_secs(20);
+        shrunk.width_age = Some(hold);
+        b.handle_entities(t1, vec![shrunk]);
+        drain(&mut b);
+        b.handle_message(t1, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
+        assert_eq!(resizes(&drain(&mut b)).len(), 1);
+    }
 }
 
 /// A grow needs half the minimum gain a move needs (the model's exchange includes the
