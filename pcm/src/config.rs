@@ -19,8 +19,8 @@ use crate::schedule::{self, Policy, Schedule};
 pub(crate) mod variables;
 
 pub use variables::{
-    ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, HOSTFILE_ENV, LAUNCHER_ENV,
-    PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV, VARIABLES,
+    ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV, EXECUTABLE_ENV, HOSTFILE_ENV,
+    LAUNCHER_ENV, PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV, VARIABLES,
 };
 use variables::{BEFORE_MOVE_ENV, CHECKPOINT_DIR_ENV, HOST_VARIABLES, JOB_NAME_ENV};
 
@@ -71,6 +71,9 @@ pub struct Config {
     /// `PCM_CHECKPOINT_DIR`: the job's own checkpoint directory (absolute), or `None`: the
     /// pcmd's. Every rank must give the same one (checked at init).
     pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// `PCM_EXECUTABLE`: what replacements and grown processes are started with, or `None`:
+    /// the process's own executable.
+    pub(crate) executable: Option<PathBuf>,
     /// The host settings as given, read by rank 0 only (it reads the hostfile and may
     /// warn), by variable name.
     pub(crate) hosts: BTreeMap<&'static str, String>,
@@ -95,6 +98,7 @@ impl Default for Config {
             runtime_dir: None,
             job_name: None,
             checkpoint_dir: None,
+            executable: None,
             hosts: BTreeMap::new(),
         }
     }
@@ -170,6 +174,9 @@ impl Config {
         config.daemon = get(pcm_proto::DAEMON_ENV);
         config.runtime_dir = get("XDG_RUNTIME_DIR");
         config.job_name = get(JOB_NAME_ENV);
+        if let Some(text) = get(EXECUTABLE_ENV) {
+            config.executable = Some(parse_executable(text)?);
+        }
         // Checked by `validate`: an absolute path, or the error (never another directory).
         config.checkpoint_dir = get(CHECKPOINT_DIR_ENV).map(PathBuf::from);
         for variable in HOST_VARIABLES {
@@ -363,6 +370,29 @@ pub(crate) fn parse_reconfigure_timeout(text: String) -> Result<Duration, PcmErr
     })
 }
 
+/// Parses an [`EXECUTABLE_ENV`] value: an absolute path to an executable file (checked now,
+/// so that a wrong one is named at init, not when the first move fails to start).
+fn parse_executable(text: String) -> Result<PathBuf, PcmError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = PathBuf::from(&text);
+    let reason = if !path.is_absolute() {
+        "expected the absolute path of the executable replacements start with"
+    } else {
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {
+                return Ok(path)
+            }
+            Ok(_) => "not an executable file",
+            Err(_) => "no such file",
+        }
+    };
+    Err(PcmError::Config {
+        variable: EXECUTABLE_ENV,
+        value: text,
+        reason: reason.into(),
+    })
+}
+
 fn parse_timeout(text: &str) -> Option<Duration> {
     text.trim()
         .parse::<f64>()
@@ -432,6 +462,27 @@ mod tests {
         let values: BTreeMap<&str, String> =
             pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
         Config::from_values(&values)
+    }
+
+    /// A replacement's executable from PCM_EXECUTABLE: absolute and executable, or an error
+    /// naming the variable and the value.
+    #[test]
+    fn given_pcm_executable_then_an_absolute_executable_is_taken_and_anything_else_named() {
+        let taken = config(&[(EXECUTABLE_ENV, "/bin/sh")]).unwrap();
+        assert_eq!(taken.executable, Some(PathBuf::from("/bin/sh")));
+        assert_eq!(config(&[]).unwrap().executable, None);
+        let not_executable =
+            std::env::temp_dir().join(format!("pcm-not-executable-{}", std::process::id()));
+        std::fs::write(&not_executable, "").unwrap();
+        let not_executable_text = not_executable.display().to_string();
+        for bad in ["sh", "/nonexistent/python3", &not_executable_text, "/"] {
+            let error = config(&[(EXECUTABLE_ENV, bad)]).unwrap_err().to_string();
+            assert!(
+                error.contains(EXECUTABLE_ENV) && error.contains(bad),
+                "{bad}: {error}"
+            );
+        }
+        std::fs::remove_file(&not_executable).unwrap();
     }
 
     /// Item 16: a bad hostfile read by rank 0 reaches every rank as one message naming the

@@ -112,6 +112,10 @@
 //!   which migration, rank, host and phase stalled, reports the failure to the pcmd that
 //!   delivered the request, and ends the job with `MPI_Abort` and exit status 75
 //!   ([`RECONFIGURE_TIMEOUT_EXIT`]); checkpoints already taken stay usable.
+//! - `PCM_EXECUTABLE`: the absolute path of the executable replacements and grown processes
+//!   start with (with the same arguments); default: the process's own (`/proc/self/exe`).
+//!   A path that is not an executable file is an error at init. PCM's Python package sets
+//!   it to `sys.executable` (a virtual environment of symlinks is found through its link).
 //! - `PCM_PROFILE`: `off` turns off MPI traffic profiling (see the `interpose` module and
 //!   docs/profiling.md); default `on`.
 //! - `PCM_EVENTS`: the job's event stream, typed and timestamped ([`events`]): an absolute
@@ -168,8 +172,8 @@ pub use error::{PcmError, Phase, Stall};
 // Settings: the config, its environment variables and defaults.
 pub use config::{
     Config, ALLOW_NEW_HOSTS_ENV, CHECKPOINT_INTERVAL_ENV, CHECK_PERIOD_ENV,
-    DEFAULT_RECONFIGURE_TIMEOUT, HOSTFILE_ENV, LAUNCHER_ENV, PROFILE_ENV, RECONFIGURE_TIMEOUT_ENV,
-    RESTART_ENV, SCHEDULE_ENV, VARIABLES as SETTING_VARIABLES,
+    DEFAULT_RECONFIGURE_TIMEOUT, EXECUTABLE_ENV, HOSTFILE_ENV, LAUNCHER_ENV, PROFILE_ENV,
+    RECONFIGURE_TIMEOUT_ENV, RESTART_ENV, SCHEDULE_ENV, VARIABLES as SETTING_VARIABLES,
 };
 pub use deadline::RECONFIGURE_TIMEOUT_EXIT;
 pub use hosts::PROBE_TIMEOUT;

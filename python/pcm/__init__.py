@@ -264,6 +264,11 @@ def init(comm=None, app_name=None):
     """
     handle = ctypes.c_int(_handle(MPI.COMM_WORLD if comm is None else comm))
     name = _default_app_name() if app_name is None else app_name
+    # Replacements start with this interpreter as it was named, not /proc/self/exe: in a
+    # virtual environment made of symlinks that is the base interpreter, which finds
+    # neither the environment's packages nor this one.
+    if sys.executable and os.path.isabs(sys.executable):
+        os.environ.setdefault("PCM_EXECUTABLE", sys.executable)
     _check(_PCM_Init_f(ctypes.byref(handle), _app(name)))
     return _world(handle.value)
 

@@ -204,6 +204,70 @@ fn given_moves_at_two_ranks_then_the_python_heat2d_ends_with_its_plain_versions_
     }
 }
 
+/// A user's virtual environment made as `python3 -m venv` makes it, of symlinks: its
+/// `bin/python3` links to the base interpreter, which alone finds neither numpy nor mpi4py.
+/// PCM must start the replacement with the environment's interpreter (`sys.executable`,
+/// which the package hands over as `PCM_EXECUTABLE`), not the process's `/proc/self/exe`.
+#[test]
+fn given_a_symlinked_venv_then_a_moved_rank_starts_in_that_venv_and_the_checksum_is_plain() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let made = Command::new(&python)
+        .args(["-m", "venv", "--without-pip", "--symlinks"])
+        .arg(&venv)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let venv_python = venv.join("bin").join("python3");
+    let base = std::fs::canonicalize(&venv_python).unwrap();
+    assert_ne!(base, venv_python, "the venv's python3 is not a symlink");
+    // The environment reaches numpy and mpi4py through a .pth file naming the runtime
+    // Python's site-packages; the base interpreter does not read it.
+    let query = "import site; print(site.getsitepackages()[0])";
+    let site = |python: &Path| {
+        let out = Command::new(python).args(["-c", query]).output().unwrap();
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    };
+    let runtime_site = site(&python);
+    std::fs::write(
+        site(&venv_python).join("runtime.pth"),
+        format!("{}\n", runtime_site.display()),
+    )
+    .unwrap();
+    let base_has_numpy = Command::new(&base)
+        .args(["-c", "import numpy, mpi4py"])
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap()
+        .status
+        .success();
+    let _lock = mpi_lock();
+    let plain = report(&heat2d(&python, 2, true, SMALL).run(DEADLINE));
+    let finished = heat2d(&venv_python, 2, false, SMALL)
+        .env("PCM_SCHEDULE", "100:1,200:0")
+        .env("PCM_RECONFIGURE_TIMEOUT", "30")
+        .run(DEADLINE);
+    assert!(
+        !finished.stderr.contains("ModuleNotFoundError"),
+        "a replacement started outside the venv (base interpreter {}):\n{}",
+        base.display(),
+        finished.stderr
+    );
+    let moved = report(&finished);
+    assert_eq!(moved.checksum, plain.reference_checksum());
+    assert_eq!(moved.migrations, Some(2));
+    if base_has_numpy {
+        eprintln!(
+            "note: the base interpreter {} has numpy and mpi4py itself, so this run could not \
+             tell which interpreter the replacements ran",
+            base.display()
+        );
+    }
+}
+
 #[test]
 fn given_the_issues_command_then_the_python_heat2d_prints_heat2ds_report_with_the_plain_checksum() {
     // `PCM_SCHEDULE=500:1 mpiexec -n 2 python3 examples/heat2d-py/heat2d.py --rows 256

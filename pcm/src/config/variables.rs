@@ -18,6 +18,12 @@ pub const RECONFIGURE_TIMEOUT_ENV: &str = "PCM_RECONFIGURE_TIMEOUT";
 /// Environment variable that turns profiling off (`off`) or on (`on`, the default).
 pub const PROFILE_ENV: &str = "PCM_PROFILE";
 
+/// Environment variable naming the executable a replacement or a grown process is started
+/// with (an absolute path; default: the running process's own, `/proc/self/exe`). PCM's
+/// Python package sets it to `sys.executable`: in a virtual environment made of symlinks
+/// the process's own executable is the base interpreter, outside the environment.
+pub const EXECUTABLE_ENV: &str = "PCM_EXECUTABLE";
+
 /// Environment variable naming the hostfile given to `mpirun`.
 pub const HOSTFILE_ENV: &str = "PCM_HOSTFILE";
 /// The launchers' environment forms of their hostfile option: Open MPI's `mpirun
@@ -76,6 +82,7 @@ pub const VARIABLES: &[&str] = &[
     CHECKPOINT_DIR_ENV,
     RECONFIGURE_TIMEOUT_ENV,
     PROFILE_ENV,
+    EXECUTABLE_ENV,
     pcm_proto::run::EVENTS_ENV,
     pcm_proto::run::EVENTS_FILE_ENV,
     pcm_proto::run::PROGRESS_PERIOD_ENV,

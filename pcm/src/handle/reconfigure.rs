@@ -353,8 +353,11 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     let inter = if hosts.is_empty() {
         None
     } else {
-        let program = std::env::current_exe()
-            .map_err(|_| PcmError::internal("cannot find own executable"))?;
+        let program = match &pcm.config.executable {
+            Some(executable) => executable.clone(),
+            None => std::env::current_exe()
+                .map_err(|_| PcmError::internal("cannot find own executable"))?,
+        };
         let args: Vec<OsString> = std::env::args_os().skip(1).collect();
         let spawned = ffi::spawn_on_hosts(&pcm.world, &program.into_os_string(), &args, &hosts);
         let ok_here = u64::from(spawned.is_ok());
