@@ -186,6 +186,10 @@ else
     # flush of that member's endpoint, which PCM forgives: pcm/src/departed_peers.rs). UCX
     # reads these when it is loaded, so PCM cannot set them itself.
     export UCX_LOG_LEVEL=error UCX_LOG_FILE=stderr
+    # UCX's memory hooks cost every process ~40 ms at load (a replacement's spawn 80-100 ->
+    # 35-60 ms without them) and serve only RDMA registration caches: off unless the user
+    # chose (pcmrun does the same; docs/benchmarks.md, "Towards a 50 ms move").
+    export UCX_MEM_EVENTS="${UCX_MEM_EVENTS:-no}"
     export MPICC="$MPICH_PREFIX/bin/mpicc"
     export CARGO_TARGET_DIR="$MPI_IOS_ROOT/target"
     RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$mpi_ios_rpath"

@@ -239,6 +239,13 @@ pub fn run(settings: &Settings) -> anyhow::Result<i32> {
         for (key, value) in environment.forwarded() {
             env.insert(key.to_owned(), value.to_owned());
         }
+        // The runtime's defaults, where the user chose nothing (a value that is not UTF-8
+        // counts as a choice).
+        for &(key, value) in runtime.default_env() {
+            if !environment.is_set(key) {
+                env.insert(key.to_owned(), value.to_owned());
+            }
+        }
         // Moves may target the hosts of the hostfile: PCM learns them from PCM_HOSTFILE.
         if let Some(hostfile) = hostfile {
             env.insert("PCM_HOSTFILE".to_owned(), hostfile.display().to_string());

@@ -34,6 +34,14 @@ pub const MPICH_ENV: &[(&str, &str)] = &[
     ("UCX_LOG_FILE", "stderr"),
 ];
 
+/// MPICH settings a PCM job gets unless the user's environment sets them: UCX's memory
+/// hooks off. UCX installs them when it is loaded, before `main`: about 40 ms of every
+/// process start here (a replacement's spawn 80-100 -> 35-60 ms), for the registration
+/// caches of RDMA transports, which a user on InfiniBand keeps by setting
+/// `UCX_MEM_EVENTS=yes`. Hydra gives a replacement the launcher's environment, so the
+/// setting goes there (docs/benchmarks.md, "Towards a 50 ms move").
+pub const MPICH_DEFAULT_ENV: &[(&str, &str)] = &[("UCX_MEM_EVENTS", "no")];
+
 /// An MPI runtime the project builds and runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Runtime {
@@ -112,6 +120,14 @@ impl Runtime {
             Runtime::OpenMpi if root => [OMPI_ENV, OMPI_ROOT_ENV].concat(),
             Runtime::OpenMpi => OMPI_ENV.to_vec(),
             Runtime::Mpich => MPICH_ENV.to_vec(),
+        }
+    }
+
+    /// Settings a PCM job gets on this runtime unless the user's environment sets them.
+    pub fn default_env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Runtime::OpenMpi => &[],
+            Runtime::Mpich => MPICH_DEFAULT_ENV,
         }
     }
 

@@ -51,6 +51,11 @@ impl Environment {
             .map(str::to_owned)
     }
 
+    /// Whether `key` is set, to any value.
+    pub fn is_set(&self, key: &str) -> bool {
+        self.vars.contains_key(std::ffi::OsStr::new(key))
+    }
+
     /// The user's PCM settings and log filter, which reach every rank on every runtime
     /// (Open MPI passes only what `-x` names): each `PCM_*` variable and `RUST_LOG`, but
     /// not those pcmrun sets itself ([`CONTROLLED`]). Variables that are not UTF-8 are

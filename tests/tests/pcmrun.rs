@@ -769,6 +769,33 @@ fn given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings()
     assert!(!line.contains("PCM_CHECKPOINT_INTERVAL"), "{line}");
 }
 
+/// UCX's memory hooks cost every MPICH process ~40 ms at load, replacements included:
+/// pcmrun turns them off, unless the user set them either way (RDMA networks need them).
+#[test]
+fn given_mpich_then_pcmrun_turns_ucx_memory_hooks_off_unless_the_user_chose() {
+    let dry_run = |mem_events: Option<&str>| {
+        let mut command = Command::new(bin("pcmrun"));
+        command
+            .env("PCMRUN_LAUNCHER", Runtime::current().launcher())
+            .env_remove("UCX_MEM_EVENTS")
+            .args(["--dry-run", "-np", "2", "--daemon", "none"])
+            .arg(program("heat2d"));
+        if let Some(value) = mem_events {
+            command.env("UCX_MEM_EVENTS", value);
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let unset = dry_run(None);
+    let chosen = dry_run(Some("yes"));
+    assert!(!chosen.contains("UCX_MEM_EVENTS=no"), "{chosen}");
+    match Runtime::current() {
+        Runtime::Mpich => assert!(unset.contains("UCX_MEM_EVENTS=no"), "{unset}"),
+        Runtime::OpenMpi => assert!(!unset.contains("UCX_MEM_EVENTS"), "{unset}"),
+    }
+}
+
 #[test]
 fn given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum() {
     kill_a_spawned_process_and_expect_recovery(|at, host| format!("{at}:1@{host}"));

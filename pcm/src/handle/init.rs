@@ -130,6 +130,7 @@ impl Pcm {
         pcm.profiler.attach(&pcm.world);
         if pcm.rank == 0 && pcm.origin == ProcessStatus::Fresh {
             runtime::log_reductions();
+            runtime::log_spawn_speed_hint();
             if pcm.job.checkpoint.enabled() {
                 let locked = std::env::var(pcm_proto::checkpoint::LOCKED_SERIES_ENV).ok();
                 checkpoint::warn_other_series(&pcm, locked.as_deref());
