@@ -55,7 +55,6 @@ int main(int argc,char**argv){
     double t3=now();
     MPI_Allreduce(&x,&y,1,MPI_DOUBLE,MPI_SUM,merged);
     double t4=now();
-    double parts_dummy=0; (void)parts_dummy;
     double standby_ms=(t3-t0)*1e3;
     double parts[4]={(t1-t0)*1e3,(t2-t1)*1e3,(t3-t2)*1e3,(t4-t3)*1e3}, mx[4];
     MPI_Reduce(parts,mx,4,MPI_DOUBLE,MPI_MAX,0,MPI_COMM_WORLD);
