@@ -226,8 +226,9 @@ pub fn agent_options(first_event_at: f64) -> Vec<String> {
     .to_vec()
 }
 
-/// Runs the main job.
-pub fn run(args: AdaptiveArgs) -> Result<()> {
+/// Checks what every act of the main job needs of the machine and the build: root for the
+/// emulated nodes, writable CPU cgroups, the program built.
+pub fn preflight(args: &AdaptiveArgs) -> Result<()> {
     if let Err(why) = Cluster::available() {
         bail!(
             "the main job emulates several nodes with network namespaces and cgroup CPU caps, \
@@ -244,9 +245,12 @@ pub fn run(args: AdaptiveArgs) -> Result<()> {
     if let Err(e) = mpi_ios_tests::try_program(args.program.binary()) {
         bail!("{e} (the C heat2d is built by scripts/build-c.sh)");
     }
-    if args.malleable {
-        return crate::malleable_act::run(&args);
-    }
+    Ok(())
+}
+
+/// Runs the main job (the malleable act is [`crate::malleable_act::run`]).
+pub fn run(args: AdaptiveArgs) -> Result<()> {
+    preflight(&args)?;
     if args.scaling_only || args.leave_at.is_some() {
         bail!("--scaling-only and --leave-at belong to the malleable act: add --malleable");
     }

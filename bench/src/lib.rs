@@ -15,6 +15,7 @@ pub mod paired;
 pub mod pool;
 pub mod recovery;
 pub mod scale;
+pub mod scale_command;
 pub mod scale_seeds;
 pub mod summary;
 pub mod yardstick;

@@ -141,7 +141,7 @@ enum Command {
     /// central oracle. Prints throughput against the oracle, thrashing, messages per node
     /// per second, the simulator's wall time and memory, the targets as ratios; writes
     /// fig6-*, fig7-* and messages-per-node .svg/.png in --out. No MPI, no root.
-    Scale(mpi_ios_bench::scale::ScaleArgs),
+    Scale(mpi_ios_bench::scale_command::ScaleArgs),
     /// What an idle pool of real IOS agents costs, on loopback (a peer server, N agents and
     /// their pcmds): time until every agent has every other in its peer table (the full
     /// mesh), CPU and memory per agent and per pcmd, messages per agent and second; one
@@ -181,6 +181,7 @@ fn main() -> std::process::ExitCode {
         Command::Overhead(args) => overhead::run(args),
         Command::Migration(args) => migration::run(args),
         Command::Resize(args) => resize::run(args),
+        Command::Adaptive(args) if args.malleable => mpi_ios_bench::malleable_act::run(&args),
         Command::Adaptive(args) => mpi_ios_bench::adaptive::run(args),
         Command::Agents(args) => mpi_ios_bench::agents::run(args),
         Command::Profiling(args) => profiling::run(args),
@@ -191,7 +192,7 @@ fn main() -> std::process::ExitCode {
         Command::Fig13(args) => fig13::run(args),
         Command::Fig15(args) => fig15::run15(args),
         Command::Fig16(args) => fig15::run16(args),
-        Command::Scale(args) => mpi_ios_bench::scale::run(args),
+        Command::Scale(args) => mpi_ios_bench::scale_command::run(args),
         Command::IdlePool(args) => idle_pool::run(args),
         Command::Pool(args) => mpi_ios_bench::pool::run(args),
     };

@@ -32,7 +32,7 @@ use mpi_ios_tests::scenario::{
 };
 use mpi_ios_tests::MpiJob;
 
-use crate::adaptive::{AdaptiveArgs, Program};
+use crate::adaptive::{preflight, AdaptiveArgs, Program};
 use crate::summary::{MalleableAct, ScalingPoint};
 use crate::Table;
 
@@ -212,6 +212,7 @@ impl Runs {
 
 /// Runs the act.
 pub fn run(args: &AdaptiveArgs) -> Result<()> {
+    preflight(args)?;
     if args.cooperating || args.fault {
         bail!("--malleable is an act of its own: not with --cooperating or --fault");
     }

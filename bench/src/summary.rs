@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result};
 use mpi_ios_tests::scenario::{Event, EventKind, Move, Outcome};
 use serde::{Deserialize, Serialize};
 
-use crate::yardstick::Yardsticks;
+use crate::yardstick::{ReferenceRate, Yardsticks};
 
 /// Name of the main job's summary in its `--out` directory.
 pub const MAIN_JOB_FILE: &str = "summary.json";
@@ -29,21 +29,6 @@ pub struct RunResult {
     pub seconds: f64,
     /// Checksum of the final grid.
     pub checksum: String,
-}
-
-/// A rate a yardstick stands on, and where it was measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReferenceRate {
-    /// The run it comes from (`best`, `unloaded`).
-    pub run: String,
-    /// Iterations per second over the window.
-    pub it_per_s: f64,
-    /// The window's start, in that run's loop seconds.
-    pub from_s: f64,
-    /// The window's end, in that run's loop seconds.
-    pub to_s: f64,
-    /// Whether the experiment's load ran during all of the window.
-    pub under_load: bool,
 }
 
 /// A rank's move during the adaptive run.

@@ -22,8 +22,7 @@
 //! before a load started at the adaptive run's onset measures an unloaded machine.
 
 use mpi_ios_tests::scenario::{EventKind, Outcome};
-
-use crate::summary::ReferenceRate;
+use serde::{Deserialize, Serialize};
 
 /// Seconds from mpirun's start to the start of the run's iteration loop: its loop start
 /// event, or 0 when the run ended before reporting it.
@@ -72,6 +71,21 @@ fn rate_window(o: &Outcome, from: f64) -> (f64, f64, f64) {
         from,
         to,
     )
+}
+
+/// A rate a yardstick stands on, and where it was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceRate {
+    /// The run it comes from (`best`, `unloaded`).
+    pub run: String,
+    /// Iterations per second over the window.
+    pub it_per_s: f64,
+    /// The window's start, in that run's loop seconds.
+    pub from_s: f64,
+    /// The window's end, in that run's loop seconds.
+    pub to_s: f64,
+    /// Whether the experiment's load ran during all of the window.
+    pub under_load: bool,
 }
 
 /// The rate of run `o` (named `run` in the summary) from loop time `from` to its end, with

@@ -31,9 +31,10 @@
 //! fetch from the buddy finds them by series and restores them into the job's directory.
 //!
 //! The protocol and file formats are in [`pcm_proto::checkpoint`]; the disk layout in
-//! [`store`]; the buddy client and copy worker in [`crate::buddy`].
+//! [`store`]; the buddy client and copy worker in [`buddy`].
 
 pub mod admission;
+pub mod buddy;
 pub mod store;
 
 use std::collections::HashMap;
@@ -52,8 +53,8 @@ use pcm_proto::checkpoint::{
 };
 use pcm_proto::{HostName, Rank, UserDirs};
 
-use crate::buddy::{self, Buddy};
 use admission::{Admission, Limits, Source};
+use buddy::Buddy;
 use pcm_proto::log_limit::{self, LogLimit};
 pub use store::Store;
 

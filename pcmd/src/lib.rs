@@ -19,7 +19,7 @@
 //!   the binary's `main` calls.
 //! - [`checkpoint`]: the checkpoint service beside the driver (plain threads): receives
 //!   ranks' checkpoint pieces on `<socket>.ckpt`, stores them atomically, serves restarts;
-//!   [`buddy`]: the authenticated TCP link that copies checkpoints to another node's pcmd.
+//!   [`checkpoint::buddy`]: the authenticated TCP link that copies checkpoints to another node's pcmd.
 //!
 //! # Usage
 //!
@@ -39,7 +39,6 @@
 //! node; one reconfiguration in flight per job. Not supported: forwarding requests between daemons
 //! (run the command on a node of the job), authentication beyond the socket's file mode.
 
-pub mod buddy;
 pub mod checkpoint;
 pub mod cli;
 pub mod commands;

@@ -203,7 +203,7 @@ fn given_a_peer_that_drips_one_byte_at_a_time_then_the_handshake_deadline_closes
     slow.set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
     let started = Instant::now();
-    let deadline = started + pcmd::buddy::HANDSHAKE_TIMEOUT + Duration::from_secs(5);
+    let deadline = started + pcmd::checkpoint::buddy::HANDSHAKE_TIMEOUT + Duration::from_secs(5);
     // A frame that stays valid CBOR as far as it goes (a map whose first key is a
     // 150-byte text), one byte every 0.5 s: each read succeeds well within any per-read
     // timeout.
@@ -230,7 +230,7 @@ fn given_a_peer_that_drips_one_byte_at_a_time_then_the_handshake_deadline_closes
         thread::sleep(Duration::from_millis(450));
     };
     assert!(
-        closed_after >= pcmd::buddy::HANDSHAKE_TIMEOUT - Duration::from_secs(1),
+        closed_after >= pcmd::checkpoint::buddy::HANDSHAKE_TIMEOUT - Duration::from_secs(1),
         "closed after {closed_after:?}: too early for a byte every 0.5 s"
     );
     assert!(

@@ -810,7 +810,7 @@ fn given_bad_frames_or_a_wrong_key_on_the_buddy_port_then_refused_and_still_serv
 
     // A pcmd with another key is refused, and learns it.
     let other = ckpt::auth::PoolKey::parse(OTHER_KEY).unwrap();
-    let err = pcmd::buddy::Client::connect(&addr, &other).unwrap_err();
+    let err = pcmd::checkpoint::buddy::Client::connect(&addr, &other).unwrap_err();
     assert!(err.to_string().contains("pool key"), "{err}");
     // A client that skips the proof is refused too.
     let s = tcp();
@@ -837,7 +837,7 @@ fn given_bad_frames_or_a_wrong_key_on_the_buddy_port_then_refused_and_still_serv
 
     // The right key still works, and a bad frame after authentication is answered too.
     let good = ckpt::auth::PoolKey::parse(KEY).unwrap();
-    let mut client = pcmd::buddy::Client::connect(&addr, &good).unwrap();
+    let mut client = pcmd::checkpoint::buddy::Client::connect(&addr, &good).unwrap();
     let (available, rejected) = client.list(&series(), Rank(0)).unwrap();
     assert!(available.is_empty() && rejected.is_empty());
     // The refusal is logged once the refused connection's thread ends.

@@ -101,7 +101,7 @@ pub fn replay(r: &Replay, waiting_as_idle: bool) -> Option<(f64, usize, usize)> 
 }
 
 /// Prints each scenario's measured move beside the simulator's (`scale --fidelity`).
-pub(super) fn fidelity() {
+pub fn fidelity() {
     let names = ["node-a", "node-b", "node-c"];
     let mut t = Table::new(&[
         "scenario",

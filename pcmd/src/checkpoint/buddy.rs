@@ -23,7 +23,7 @@ use pcm_proto::checkpoint::{
 };
 use pcm_proto::{HostName, Rank};
 
-use crate::checkpoint::Store;
+use super::store::Store;
 
 /// Time allowed to connect and to complete the authentication (10 s).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
