@@ -19,7 +19,8 @@
 //!   the binary's `main` calls.
 //! - [`checkpoint`]: the checkpoint service beside the driver (plain threads): receives
 //!   ranks' checkpoint pieces on `<socket>.ckpt`, stores them atomically, serves restarts;
-//!   [`checkpoint::buddy`]: the authenticated TCP link that copies checkpoints to another node's pcmd.
+//!   [`checkpoint::buddy`]: the authenticated TCP link that copies checkpoints to another
+//!   node's pcmd.
 //!
 //! # Usage
 //!
