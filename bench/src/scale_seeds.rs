@@ -575,7 +575,9 @@ fn ratios_to(
 /// throughput against the oracle without malleable jobs and with them (each against the
 /// oracle of its own workload), over the seeds, its throughput with them over its own
 /// without, the resizes per malleable job and hour, ping-pongs of resizes and moves, and
-/// the malleable jobs' mean width at the end.
+/// the malleable jobs' mean width at the end, the mean speed of the nodes grows added
+/// ranks onto, and the seconds per iteration the jobs wider than they started compute and
+/// wait on latency after the tenth minute (where grown jobs lose against the oracle's).
 pub fn malleable_table(outcomes: &[Outcome]) -> Table {
     let mut t = Table::new(&[
         "nodes",
@@ -596,8 +598,18 @@ pub fn malleable_table(outcomes: &[Outcome]) -> Table {
         "move ping-pongs",
         "moves/entity/h",
         "width at end",
+        "grown onto speed",
+        "wider jobs compute s",
+        "wider jobs exchange s",
     ]);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let mean_some = |v: Vec<f64>, digits: usize| {
+        if v.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("{:.digits$}", v.iter().sum::<f64>() / v.len() as f64)
+        }
+    };
     let mean_of = |v: &[(u64, f64)]| {
         if v.is_empty() {
             "-".to_owned()
@@ -664,6 +676,19 @@ pub fn malleable_table(outcomes: &[Outcome]) -> Table {
             runs.iter().map(|o| o.ping_pongs).sum::<usize>().to_string(),
             format!("{:.2}", mean(&moves)),
             format!("{:.2}", mean(&widths)),
+            mean_some(runs.iter().filter_map(|o| o.grown_onto_speed).collect(), 2),
+            mean_some(
+                runs.iter()
+                    .filter_map(|o| o.wider_jobs.map(|w| w.0))
+                    .collect(),
+                4,
+            ),
+            mean_some(
+                runs.iter()
+                    .filter_map(|o| o.wider_jobs.map(|w| w.1))
+                    .collect(),
+                4,
+            ),
         ]);
     }
     t

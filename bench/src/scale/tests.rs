@@ -229,6 +229,11 @@ fn given_malleable_jobs_then_only_resizes_change_the_runs_and_the_oracle_gains_b
         "no resize without resizes"
     );
     assert_eq!(migration_only.malleable_width, 8.0);
+    assert_eq!(
+        (migration_only.grown_onto_speed, migration_only.wider_jobs),
+        (None, None),
+        "nothing grown"
+    );
     let oracle = run_one(malleable, Strategy::Oracle);
     let oracle_fixed = run_one(fixed, Strategy::Oracle);
     assert!(
@@ -242,6 +247,19 @@ fn given_malleable_jobs_then_only_resizes_change_the_runs_and_the_oracle_gains_b
         "{oracle:?}"
     );
     assert_eq!(oracle.resize_ping_pongs, 0);
+    // Nodes are 0.5 to 2 fast; the oracle's grown jobs compute and wait for some time.
+    assert!(
+        oracle
+            .grown_onto_speed
+            .is_some_and(|s| (0.5..=2.0).contains(&s)),
+        "{oracle:?}"
+    );
+    assert!(
+        oracle
+            .wider_jobs
+            .is_some_and(|(compute, exchange)| compute > 0.0 && exchange >= 0.0),
+        "{oracle:?}"
+    );
     assert_eq!((oracle_fixed.grows, oracle_fixed.shrinks), (0, 0));
     let all = [none, migration_only, oracle, oracle_fixed];
     let t = crate::scale_seeds::malleable_table(&all);
