@@ -38,6 +38,7 @@ use clap::Args;
 use ios_agent_core::LatencyTier;
 use ios_agent_proto::control::{ControlMessage, ControlReply};
 use ios_agent_proto::status::AgentStatus;
+use mpi_ios_tests::cgroup::{self, CpuCap, NodeCgroup};
 use mpi_ios_tests::pool::{pool_key, AgentSpec, PeerServer};
 use mpi_ios_tests::sites::{DelayMatrix, SiteNet};
 use mpi_ios_tests::{bin, Group};
@@ -94,6 +95,17 @@ pub struct PoolArgs {
     /// Keep the agents' and servers' logs in `--out`/logs.
     #[arg(long)]
     pub keep_logs: bool,
+    /// Leave every agent (and its pcmd) in this process's cgroup instead of a cgroup node of
+    /// its own. Then each agent's sensor sees the whole machine, whose process table holds
+    /// every agent of the pool: its load readings and their cost are those of N agents on
+    /// one host, not of one agent per node (see `node_cgroups` in the summary).
+    #[arg(long)]
+    pub shared_node: bool,
+    /// The agents' `--dial-agents`: each dials that many of the agents discovered (and
+    /// accepts those that dial it); 0: every agent (a full mesh). The mesh is formed when
+    /// every agent knows that many (or all the others).
+    #[arg(long, value_name = "N", default_value_t = ios_agent_net::config::DEFAULT_DIAL_AGENTS)]
+    pub dial_agents: usize,
 }
 
 /// Nominal round trip of a path `steps` sites long on the line: the middle (geometric, for
@@ -227,7 +239,11 @@ pub struct PoolSummary {
     pub jitter: f64,
     /// Seconds from the first agent's start until every agent answered on its control socket.
     pub started_s: f64,
-    /// Peers each agent must know for the mesh: N - 1, or its peer table's size if smaller.
+    /// The agents' `--dial-agents` (0: every agent).
+    #[serde(default)]
+    pub dial_agents: usize,
+    /// Peers each agent must know for the mesh: N - 1, or its peer table's size or
+    /// `dial_agents` if smaller.
     pub mesh_target: usize,
     /// Seconds from the first agent's start until every agent had `mesh_target` peers.
     pub mesh_formed_s: Option<f64>,
@@ -250,6 +266,12 @@ pub struct PoolSummary {
     /// Bytes the sites sent per agent and second in the window (their loopback and link
     /// counters: the agents' and the peer servers' traffic, headers included).
     pub bytes_per_agent_s: f64,
+    /// Whether each agent ran in a cgroup node of its own (a CPU cap of one core), as on a
+    /// node of its own: its sensor then reads its node's threads, not the machine's whole
+    /// process table (which holds every agent of the pool). False with `--shared-node` or
+    /// where cgroups cannot be made.
+    #[serde(default)]
+    pub node_cgroups: bool,
     /// Mean CPU per agent in the window.
     pub cpu_per_agent: f64,
     /// Largest CPU of one agent.
@@ -304,6 +326,9 @@ struct Agent {
     site: usize,
     spec: AgentSpec,
     group: Group,
+    /// Its node's cgroup (unless `--shared-node`): dropped after the group, it kills what
+    /// is left in it (the agent's pcmd).
+    _node: Option<NodeCgroup>,
     /// Its peer id as `status` prints ids, once read.
     peer_id: Option<String>,
     /// Left or killed on purpose.
@@ -406,7 +431,19 @@ struct Run {
     /// Peer id -> agent index.
     by_peer: HashMap<String, usize>,
     started: Instant,
+    /// Whether each agent gets a cgroup node of its own.
+    node_cgroups: bool,
 }
+
+/// The CPU cap of an agent's cgroup node: one core, which an idle agent never reaches; what
+/// matters is that its sensor finds a node of its own.
+const NODE_CAP_CORES: f64 = 1.0;
+
+/// Runs `sh -c` with this, then the command: the shell moves itself into the cgroup files
+/// named in `MPI_IOS_NODE_PROCS` (before it execs the command, so the agent and the pcmd it
+/// starts are in the node from their first instruction).
+const JOIN_NODE_THEN_EXEC: &str =
+    r#"for f in $MPI_IOS_NODE_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@""#;
 
 /// Runs the benchmark.
 pub fn run(args: PoolArgs) -> Result<()> {
@@ -446,6 +483,20 @@ pub fn run(args: PoolArgs) -> Result<()> {
     let net = SiteNet::new(matrix.clone(), args.jitter).map_err(anyhow::Error::msg)?;
     let dir = tempfile::Builder::new().prefix("mpi-ios-pool-").tempdir()?;
     let key = pool_key(dir.path(), "pool.key");
+    let node_cgroups = !args.shared_node
+        && match cgroup::available() {
+            Ok(()) => {
+                cgroup::sweep_stale();
+                true
+            }
+            Err(why) => {
+                eprintln!(
+                    "pool: no cgroup node per agent ({why}): every agent's sensor reads the \
+                     whole machine"
+                );
+                false
+            }
+        };
     let mut run = Run {
         matrix,
         key,
@@ -454,6 +505,7 @@ pub fn run(args: PoolArgs) -> Result<()> {
         agents: Vec::new(),
         by_peer: HashMap::new(),
         started: Instant::now(),
+        node_cgroups,
         dir,
         net,
         args,
@@ -493,7 +545,9 @@ impl Run {
             max_cpu_per_agent: self.args.max_cpu_per_agent,
             min_tier_accuracy: self.args.min_tier_accuracy,
             mesh_timeout_s: self.args.mesh_timeout.unwrap_or(60.0 + n as f64),
-            mesh_target: (n - 1).min(ios_agent_core::agent::DEFAULT_MAX_PEERS),
+            dial_agents: self.args.dial_agents,
+            mesh_target: (n - 1).min(self.peers_each()),
+            node_cgroups: self.node_cgroups,
             ..PoolSummary::default()
         };
         for steps in 0..self.args.sites.min(4) {
@@ -595,10 +649,30 @@ impl Run {
             &server_addrs,
             &self.net.addr(site).to_string(),
         );
-        let mut command = self.net.command_in(site, bin("ios-agent"));
-        command
+        let mut in_site = self.net.command_in(site, bin("ios-agent"));
+        in_site
             .args(spec.args())
-            .env("RUST_LOG", &self.args.rust_log);
+            .args(["--dial-agents", &self.args.dial_agents.to_string()]);
+        let (mut command, node) = if self.node_cgroups {
+            let name = format!("{}{}spool-{host}", cgroup::PREFIX, std::process::id());
+            let node = NodeCgroup::create(&name, CpuCap::cores(NODE_CAP_CORES))
+                .map_err(|e| anyhow::anyhow!("cannot make the node cgroup of {host}: {e}"))?;
+            let procs: Vec<String> = node
+                .procs_files()
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
+            let mut command = Command::new("sh");
+            command
+                .args(["-c", JOIN_NODE_THEN_EXEC, "sh"])
+                .arg(in_site.get_program())
+                .args(in_site.get_args())
+                .env("MPI_IOS_NODE_PROCS", procs.join(" "));
+            (command, Some(node))
+        } else {
+            (in_site, None)
+        };
+        command.env("RUST_LOG", &self.args.rust_log);
         let group = Group::spawn(command, self.dir.path(), &format!("agent-{host}"))
             .with_context(|| format!("cannot start the agent {host}"))?;
         self.agents.push(Agent {
@@ -606,6 +680,7 @@ impl Run {
             site,
             spec,
             group,
+            _node: node,
             peer_id: None,
             departed: false,
         });
@@ -955,7 +1030,7 @@ impl Run {
             .filter_map(|&i| self.agents[i].peer_id.clone())
             .collect();
         let joiners: Vec<usize> = (first_joiner..self.agents.len()).collect();
-        let cap = ios_agent_core::agent::DEFAULT_MAX_PEERS;
+        let cap = self.peers_each();
         loop {
             check_interrupt()?;
             let snap = self.snapshot()?;
@@ -1003,7 +1078,16 @@ impl Run {
         Ok(())
     }
 
-    /// Every survivor knows every joiner (unless its table is full) and every joiner knows
+    /// The peers an agent comes to know in a large pool: its peer table's size, or the
+    /// agents it dials if fewer.
+    fn peers_each(&self) -> usize {
+        match self.args.dial_agents {
+            0 => ios_agent_core::agent::DEFAULT_MAX_PEERS,
+            n => n.min(ios_agent_core::agent::DEFAULT_MAX_PEERS),
+        }
+    }
+
+    /// Every survivor knows every joiner (unless it knows `cap` agents) and every joiner knows
     /// as many live agents as the mesh asks.
     fn joiners_known(&self, snap: &Snapshot, joiners: &[usize], cap: usize) -> bool {
         let live = self.live().count();
@@ -1079,8 +1163,15 @@ fn tail(text: &str, lines: usize) -> String {
 fn print_summary(s: &PoolSummary) {
     let opt = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{v:.1}"));
     println!(
-        "pool: {} agents in {} sites, {} peer servers",
-        s.agents, s.sites, s.peer_servers
+        "pool: {} agents in {} sites, {} peer servers, {}",
+        s.agents,
+        s.sites,
+        s.peer_servers,
+        if s.node_cgroups {
+            "a cgroup node per agent"
+        } else {
+            "every agent on the whole machine"
+        }
     );
     println!(
         "  started {:.1} s, mesh ({} peers each) {} s, {} per tier {} s",

@@ -154,6 +154,13 @@ pub struct JoinArgs {
     #[arg(long)]
     pub no_resize: bool,
 
+    /// Agents this node dials, of those the peer servers list: it connects to that many
+    /// (and accepts every agent that dials it), not to every agent of the pool, so that
+    /// an idle agent's upkeep does not grow with the pool. 0: every agent discovered (a
+    /// full mesh).
+    #[arg(long, value_name = "N", default_value_t = ios_agent_net::config::DEFAULT_DIAL_AGENTS)]
+    pub dial_agents: usize,
+
     /// Idle CPUs (speed-normalised) that make this node ask for work.
     #[arg(long, value_name = "CPUS", default_value = "0.3")]
     pub light_threshold: f64,

@@ -56,6 +56,7 @@ pub async fn start(
     config.peer_servers = parse_addrs("--peer-server", &args.peer_servers)?;
     config.direct_peers = parse_addrs("--peer", &args.peers)?;
     config.host = Some(host.clone());
+    config.dial_agents = std::num::NonZeroUsize::new(args.dial_agents);
     if config.peer_servers.is_empty() && config.direct_peers.is_empty() {
         tracing::warn!("no --peer-server and no --peer given: this agent can only be found by others that know its address");
     }

@@ -50,6 +50,15 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
 /// Default capacity of the send queue, in messages.
 pub const DEFAULT_SEND_QUEUE: usize = 1024;
+/// Default [`NetConfig::dial_agents`]: 64 agents, as many as the simulator's agents keep in
+/// their peer tables. An agent also takes the connections other agents open, so in a pool
+/// of any size it ends with 64 to about 128; in a pool of up to 65 agents, every agent (a
+/// full mesh, as before). Which agents is chance: a tier that holds a tenth of the pool
+/// gets 6 to 13 of them, but a small cluster in a large pool (16 nodes of 1,000) about
+/// one; the connection rotation and dial on request, not this, find those. Each
+/// connection costs an idle agent about 0.002% of a core (docs/results.md, "Real agents at
+/// pool scale"): a full mesh's upkeep grows with the pool, this stops growing.
+pub const DEFAULT_DIAL_AGENTS: usize = 64;
 
 /// The node's libp2p identity.
 #[derive(Debug, Clone)]
@@ -155,6 +164,11 @@ pub struct NetConfig {
     /// host announced this way ([`NetEvent::PeerUp`](crate::NetEvent::PeerUp)). Default:
     /// none (a node that takes no work, like a test node).
     pub host: Option<pcm_proto::HostName>,
+    /// Discovered agents are dialed while this node is connected to (or dialing) fewer
+    /// agents than this; `None`: every agent discovered. Agents that dial this node are
+    /// accepted beyond it, up to [`max_connections`](Self::max_connections). Default:
+    /// [`DEFAULT_DIAL_AGENTS`].
+    pub dial_agents: Option<std::num::NonZeroUsize>,
     /// Most established connections. Default:
     /// [`DEFAULT_MAX_CONNECTIONS`](crate::limits::DEFAULT_MAX_CONNECTIONS).
     pub max_connections: u32,
@@ -188,6 +202,7 @@ impl NetConfig {
             event_capacity: DEFAULT_EVENT_CAPACITY,
             send_queue: DEFAULT_SEND_QUEUE,
             host: None,
+            dial_agents: std::num::NonZeroUsize::new(DEFAULT_DIAL_AGENTS),
             max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
             max_pending: crate::limits::DEFAULT_MAX_PENDING,
         }

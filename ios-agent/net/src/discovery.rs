@@ -237,6 +237,9 @@ pub struct Discovery {
     dialing: HashSet<PeerId>,
     /// Discovered agents whose last dial failed.
     retry: HashMap<PeerId, Retry>,
+    /// Discovered agents are dialed only while fewer agents than this are connected or being
+    /// dialed ([`Discovery::with_dial_agents`]); `None`: all of them.
+    dial_agents: Option<usize>,
     /// Actions decided by an input, returned before any timed one.
     queue: VecDeque<Action>,
 }
@@ -284,8 +287,39 @@ impl Discovery {
             connected: HashSet::new(),
             dialing: HashSet::new(),
             retry: HashMap::new(),
+            dial_agents: None,
             queue: VecDeque::new(),
         }
+    }
+
+    /// Dials discovered agents only while fewer than `n` agents (peer servers not counted)
+    /// are connected or being dialed; `None` (the default): every agent discovered. A round
+    /// that finds agents while the node has its `n` then counts as one that found nothing
+    /// new, so rounds back off. Which agents a node dials when it has room is its own
+    /// order of the round's answer (a hash of both ids), so that the pool's nodes do not
+    /// all dial the first agents of the servers' lists.
+    pub fn with_dial_agents(mut self, n: Option<std::num::NonZeroUsize>) -> Self {
+        self.dial_agents = n.map(std::num::NonZeroUsize::get);
+        self
+    }
+
+    /// How many more discovered agents may be dialed now (`usize::MAX`: no bound).
+    fn dial_room(&self) -> usize {
+        let Some(n) = self.dial_agents else {
+            return usize::MAX;
+        };
+        let agents = self.connected.iter().filter(|p| !self.is_server(p)).count();
+        n.saturating_sub(agents + self.dialing.len())
+    }
+
+    /// This node's order of discovered agents (see [`Self::with_dial_agents`]).
+    fn dial_order(&self, peer: &PeerId) -> u64 {
+        use std::hash::{Hash as _, Hasher as _};
+        // SipHash with fixed keys: the same order at every round and in every run.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.local.hash(&mut h);
+        peer.hash(&mut h);
+        h.finish()
     }
 
     /// The next thing to do at `now`, if any. Call until `None` after every input and when
@@ -584,22 +618,32 @@ impl Discovery {
             .max_redial_interval
             .max(self.timing.redial_interval);
         self.retry.retain(|_, r| now < r.until + forget);
-        // Whether the round found an agent this node is not connected to (dialed now, being
-        // dialed, or backing off after a failed dial).
-        let mut unconnected = false;
-        for (peer, addrs) in registrations {
-            if peer == self.local
-                || self.connected.contains(&peer)
-                || self.server_index(&peer).is_some()
-            {
-                continue;
+        // The agents of the round this node is not connected to, in its own order.
+        let mut unknown: Vec<(PeerId, Vec<Multiaddr>)> = registrations
+            .into_iter()
+            .filter(|(peer, _)| {
+                *peer != self.local
+                    && !self.connected.contains(peer)
+                    && self.server_index(peer).is_none()
+            })
+            .collect();
+        if self.dial_agents.is_some() {
+            unknown.sort_by_cached_key(|(peer, _)| self.dial_order(peer));
+        }
+        // Whether the round found an agent this node would connect to (dialed now, being
+        // dialed, or backing off after a failed dial): not when it has all it dials.
+        let mut room = self.dial_room();
+        let unconnected = !unknown.is_empty() && room > 0;
+        for (peer, addrs) in unknown {
+            if room == 0 {
+                break;
             }
-            unconnected = true;
             if self.dialing.contains(&peer) || self.retry.get(&peer).is_some_and(|r| now < r.until)
             {
                 continue;
             }
             self.dialing.insert(peer);
+            room -= 1;
             self.queue.push_back(Action::DialPeer { peer, addrs });
         }
         if let Some(i) = self.server_index(&server) {
@@ -1179,6 +1223,88 @@ mod tests {
         d.on_dial_skipped(agent);
         d.on_discovered(s0, Cookie::for_all_namespaces(), regs, t0);
         assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Discovered(agent)]);
+    }
+
+    /// Issue 42: with a dial target of 3, a round of 10 agents dials 3 (the same 3 at every
+    /// round for this node, another 3 for another node), a round at the target dials none
+    /// and backs off, and a lost agent opens room for one more. Agents that dial in count.
+    #[test]
+    fn with_a_dial_target_only_that_many_agents_are_dialed_in_the_nodes_own_order() {
+        let t0 = Instant::now();
+        let target = std::num::NonZeroUsize::new(3);
+        let (d, s0, _) = one_server_connected(t0);
+        let mut d = d.with_dial_agents(target);
+        let pool: Vec<PeerId> = (0..10).map(|_| PeerId::random()).collect();
+        let cookie = Cookie::for_all_namespaces();
+        d.on_discovered(s0, cookie.clone(), regs_of(&pool), t0);
+        let first = dials(&drain(&mut d, t0));
+        assert_eq!(first.len(), 3, "{first:?}");
+        // The same three from a store of the same node given the list in another order.
+        let (again, s0b, _) = one_server_connected(t0);
+        let mut again = again.with_dial_agents(target);
+        again.local = d.local;
+        let reversed: Vec<PeerId> = pool.iter().rev().copied().collect();
+        again.on_discovered(s0b, cookie.clone(), regs_of(&reversed), t0);
+        assert_eq!(dials(&drain(&mut again, t0)), first);
+        // Another node's three differ (10 choose 3: equal by chance once in 120; the ids
+        // are random, so try a few nodes).
+        let differs = (0..4).any(|_| {
+            let (other, s, _) = one_server_connected(t0);
+            let mut other = other.with_dial_agents(target);
+            other.on_discovered(s, cookie.clone(), regs_of(&pool), t0);
+            dials(&drain(&mut other, t0)) != first
+        });
+        assert!(differs, "every node dials the same agents");
+
+        // Two connect, one more dials in: 4 agents, above the target; the third dial is
+        // skipped by the swarm. The next round dials nothing, and rounds back off.
+        let ids: Vec<PeerId> = first
+            .iter()
+            .map(|t| match t {
+                Target::Discovered(p) => *p,
+                other => panic!("not an agent: {other:?}"),
+            })
+            .collect();
+        d.on_connected(Some(Target::Discovered(ids[0])), ids[0], conn(10), t0);
+        d.on_connected(Some(Target::Discovered(ids[1])), ids[1], conn(11), t0);
+        d.on_dial_skipped(ids[2]);
+        let incoming: Vec<PeerId> = pool
+            .iter()
+            .filter(|p| !ids.contains(p))
+            .take(2)
+            .copied()
+            .collect();
+        d.on_connected(None, incoming[0], conn(12), t0);
+        d.on_connected(None, incoming[1], conn(13), t0);
+        drain(&mut d, t0);
+        let mut t = t0;
+        let mut rounds = Vec::new();
+        while t < t0 + secs(40.0) {
+            let actions = drain(&mut d, t);
+            if discovers(&actions, 0) {
+                rounds.push((t - t0).as_secs_f64());
+                d.on_discovered(s0, cookie.clone(), regs_of(&pool), t);
+            }
+            assert!(dials(&drain(&mut d, t)).is_empty(), "dialed at the target");
+            t += secs(0.5);
+        }
+        // The waits double (5, 10, 20 s) as when rounds find nothing new.
+        assert_eq!(rounds, vec![5.0, 10.0, 20.0]);
+
+        // Two agents go: room for one (3 - 2 connected); the next round, soon, dials one.
+        d.on_connection_closed(ids[0], conn(10), 0, "gone", t);
+        d.on_connection_closed(incoming[0], conn(12), 0, "gone", t);
+        let mut dialed = Vec::new();
+        let until = t + secs(6.0);
+        while t < until && dialed.is_empty() {
+            let actions = drain(&mut d, t);
+            if discovers(&actions, 0) {
+                d.on_discovered(s0, cookie.clone(), regs_of(&pool), t);
+                dialed = dials(&drain(&mut d, t));
+            }
+            t += secs(0.5);
+        }
+        assert_eq!(dialed.len(), 1, "{dialed:?}");
     }
 
     /// Issue 42: rounds that find no agent to connect to come ever less often (5, 10, 20,

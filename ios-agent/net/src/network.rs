@@ -119,7 +119,8 @@ impl Network {
             &config.peer_servers,
             &config.direct_peers,
             Instant::now(),
-        );
+        )
+        .with_dial_agents(config.dial_agents);
         let mut task = Task {
             namespace: Namespace::new(config.namespace.clone()).map_err(|e| NetError::Config {
                 field: "namespace",
