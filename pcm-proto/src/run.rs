@@ -36,6 +36,14 @@ pub const EVENTS_ENV: &str = "PCMRUN_EVENTS";
 /// the same as [`EVENTS_ENV`]` = stderr`; `off` or unset: no file).
 pub const EVENTS_FILE_ENV: &str = "PCM_EVENTS";
 
+/// The environment variable that turns UCX's memory hooks off, and the value, for MPICH
+/// jobs: pcmrun puts it in a job's environment unless the user set it, and PCM's rank 0 says
+/// when a job runs without it. UCX installs the hooks when it is loaded, before `main`:
+/// about 40 ms of every process start on this project's machines, spawned replacements
+/// included, needed only by RDMA transports' registration caches (docs/benchmarks.md,
+/// "Towards a 50 ms move").
+pub const UCX_MEM_EVENTS_OFF: (&str, &str) = ("UCX_MEM_EVENTS", "no");
+
 /// Environment variable setting the least time between two [`RunEvent::Progress`] events,
 /// in seconds (fractions allowed; default 1).
 pub const PROGRESS_PERIOD_ENV: &str = "PCM_PROGRESS_PERIOD";

@@ -159,9 +159,6 @@ pub(crate) fn log_reductions() {
     }
 }
 
-/// The environment variable that turns UCX's memory hooks off, and the value.
-pub(crate) const UCX_MEM_EVENTS: (&str, &str) = ("UCX_MEM_EVENTS", "no");
-
 /// A hint for a job whose replacements could start faster, or `None`. UCX (MPICH's
 /// transport layer) installs memory hooks when it is loaded, before `main`: about 40 ms of
 /// every process start on this project's machines, spawned replacements included, and
@@ -172,7 +169,7 @@ pub(crate) fn spawn_speed_hint(
     family: MpiFamily,
     var: impl Fn(&str) -> Option<String>,
 ) -> Option<String> {
-    let (key, value) = UCX_MEM_EVENTS;
+    let (key, value) = pcm_proto::run::UCX_MEM_EVENTS_OFF;
     (family == MpiFamily::Mpich && var(key).is_none()).then(|| {
         format!(
             "{key} is not set: each replacement spends about 40 ms installing UCX's memory \

@@ -40,7 +40,7 @@ pub const MPICH_ENV: &[(&str, &str)] = &[
 /// caches of RDMA transports, which a user on InfiniBand keeps by setting
 /// `UCX_MEM_EVENTS=yes`. Hydra gives a replacement the launcher's environment, so the
 /// setting goes there (docs/benchmarks.md, "Towards a 50 ms move").
-pub const MPICH_DEFAULT_ENV: &[(&str, &str)] = &[("UCX_MEM_EVENTS", "no")];
+pub const MPICH_DEFAULT_ENV: &[(&str, &str)] = &[pcm_proto::run::UCX_MEM_EVENTS_OFF];
 
 /// An MPI runtime the project builds and runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
