@@ -2,8 +2,11 @@
 //! pool larger than its connection cap keeps meeting new agents (a pure decision; the driver
 //! gathers its inputs and carries it out).
 //!
-//! Why: the network dials every agent discovery returns and keeps each connection, up to
-//! its cap (`ios-agent-net`'s `DEFAULT_MAX_CONNECTIONS`, 512). In a pool of thousands an
+//! Why: the network dials the agents discovery returns up to its dial target
+//! (`ios-agent-net`'s `DEFAULT_DIAL_AGENTS`, 64), accepts every agent that dials it, and
+//! keeps each connection, up to its cap (`DEFAULT_MAX_CONNECTIONS`, 512). This policy acts
+//! only near that cap, so with the dial target it seldom acts at all (a rotation at the
+//! dial target is issue 42's next step). In a pool of thousands an
 //! agent would so measure, for good, the first agents it happened to discover, and never
 //! the near ones that came later (docs/results-log.md, "Scale", 2026-11-29: in a Grid-like pool
 //! of 10,000 it would see about one of its 19 cluster mates). Instead, once the agent's

@@ -5,7 +5,8 @@
 //! renewal at half the TTL granted, discovery rounds), the direct peers (kept connected, but
 //! not redialed while the peer stays connected through a connection it dialed itself) and
 //! the agents discovered through the servers (dialed once, again after a failure only when
-//! their backoff ends). It does no I/O and reads no clock, in the style of `quinn-proto`:
+//! their backoff ends, and only while fewer than the dial target are connected:
+//! [`Discovery::with_dial_agents`]). It does no I/O and reads no clock, in the style of `quinn-proto`:
 //!
 //! - inputs are `on_*` methods that take `now`: what the swarm reported (a connection, a
 //!   failed dial, a registration answer, a discovery answer);
