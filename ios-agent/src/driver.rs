@@ -628,19 +628,27 @@ impl<T: Transport, M: Migrator> Driver<T, M> {
     }
 
     /// Passes the agent the RTTs it asks for ([`Agent::hosts_to_measure`]) that the
-    /// connections' pings already measure. A partner host with no connected agent stays
-    /// unmeasured: the model then counts that partner only where it is known.
+    /// connections' pings already measure. A partner host with no connected agent is asked
+    /// of the transport ([`Transport::dial_host`]): in a pool larger than an agent's dial
+    /// target its partners' agents are often not among those it dialed (issue 42). Until
+    /// then it stays unmeasured, and the model counts that partner only where it is known.
     fn measure_partners(&mut self) {
         self.partner_hosts = self.agent.hosts_to_measure().into_iter().collect();
         if self.partner_hosts.is_empty() {
             return;
         }
+        let mut unreached: HashSet<&HostName> = self.partner_hosts.iter().collect();
         for c in self.connected.values() {
-            if let (Some(host), Some(rtt)) = (&c.host, c.rtt) {
-                if self.partner_hosts.contains(host) {
+            let Some(host) = &c.host else { continue };
+            if self.partner_hosts.contains(host) {
+                unreached.remove(host);
+                if let Some(rtt) = c.rtt {
                     self.agent.handle_partner_rtt(host, rtt);
                 }
             }
+        }
+        for host in unreached {
+            self.transport.dial_host(host);
         }
     }
 

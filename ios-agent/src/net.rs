@@ -99,6 +99,9 @@ pub fn log_event(event: &NetEvent) {
         NetEvent::PeerUp { peer, addr, host } => {
             tracing::info!(%peer, %addr, ?host, "agent connected");
         }
+        NetEvent::HostUnknown { host, reason } => {
+            tracing::debug!(%host, "no connection to the agent of a partner host: {reason}");
+        }
         NetEvent::PeerRtt { .. } | NetEvent::PeerGone { .. } | NetEvent::Message { .. } => {}
     }
 }
@@ -151,6 +154,12 @@ impl Transport for NetTransport {
     fn disconnect(&self, peer: &PeerId) {
         if let Err(e) = self.handle.try_disconnect(peer) {
             tracing::debug!(%peer, "connection not closed: {e}");
+        }
+    }
+
+    fn dial_host(&self, host: &HostName) {
+        if let Err(e) = self.handle.try_dial_host(host) {
+            tracing::debug!(%host, "host not looked up: {e}");
         }
     }
 }

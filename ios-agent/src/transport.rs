@@ -5,6 +5,7 @@
 
 use ios_agent_core::{Message, PeerId};
 pub use ios_agent_net::NetEvent;
+use pcm_proto::HostName;
 
 /// Sends agent messages. Must not block: the driver calls it from its event loop.
 pub trait Transport: Send + 'static {
@@ -21,4 +22,10 @@ pub trait Transport: Send + 'static {
     /// Closes the connection to the agent `peer` to make room for others. Must not block.
     /// Only called when [`Transport::max_connections`] is some.
     fn disconnect(&self, _peer: &PeerId) {}
+
+    /// Connects to the agent of `host` if it can find it, so that the host's RTT is
+    /// measured (the agent's ranks exchange with it). Must not block; called at every sample
+    /// while the host has no connected agent, so the transport bounds what it does.
+    /// Default: nothing, for a transport whose agents are all reachable.
+    fn dial_host(&self, _host: &HostName) {}
 }

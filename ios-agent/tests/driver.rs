@@ -718,6 +718,65 @@ async fn a_partner_on_an_agent_outside_the_peer_table_is_measured_by_its_pings()
     );
 }
 
+/// The hosts a driver loop asked its transport to connect to.
+#[derive(Clone, Default)]
+struct HostDials(Arc<Mutex<Vec<HostName>>>);
+
+impl Transport for HostDials {
+    fn send(&self, _: &PeerId, _: Message) {}
+
+    fn dial_host(&self, host: &HostName) {
+        self.0.lock().unwrap().push(host.clone());
+    }
+}
+
+/// A rank's partner runs on a host with no connected agent (in a pool larger than the dial
+/// target, issue 42): the loop asks the transport for that host at each sample, and stops
+/// once an agent on it is connected, whose pings then measure it.
+#[tokio::test]
+async fn a_partner_host_with_no_connected_agent_is_asked_for_until_its_agent_connects() {
+    let peer = |s: &str| PeerId::new(s.as_bytes().to_vec()).unwrap();
+    let (a, near, partner) = (peer("agent-a"), peer("agent-n"), peer("agent-p"));
+    let dials = HostDials::default();
+    let OneLoop {
+        peers_tx,
+        samples_tx,
+        control_tx,
+        run,
+    } = one_loop_with_one_peer_sending_to(a, dials.clone());
+    connect(&peers_tx, &near, "node-n", Duration::from_millis(1)).await;
+    let asked = || dials.0.lock().unwrap().clone();
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    wait_for_status(&control_tx, "the sample", |_| !asked().is_empty()).await;
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    wait_for_status(&control_tx, "the second sample", |_| asked().len() == 2).await;
+    let node_p = HostName::new("node-p").unwrap();
+    assert_eq!(asked(), vec![node_p.clone(), node_p.clone()]);
+    // Its agent connects: not asked for again, and measured.
+    connect(&peers_tx, &partner, "node-p", Duration::from_millis(40)).await;
+    // The loop takes its inputs in any order: the connection first, then the samples.
+    wait_for_status(&control_tx, "node-p's agent", |s| {
+        s.pool.iter().any(|h| h.host == "node-p")
+    })
+    .await;
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    sample_a_rank_with_its_partner_on_node_p(&samples_tx, 1.0).await;
+    // Time for the loop to take them (it waits on nothing else).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    control_tx.send(ControlRequest::Stop).await.unwrap();
+    let agent = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        asked().len(),
+        2,
+        "asked for a connected host: {:?}",
+        asked()
+    );
+    assert!(agent.rtt_to_host(&node_p).is_some());
+}
+
 /// Gives the loop an idle node of `cores` running rank 0, whose partner runs on node-p.
 async fn sample_a_rank_with_its_partner_on_node_p(samples_tx: &mpsc::Sender<Sample>, cores: f64) {
     let mut rank = entity(0, 100);

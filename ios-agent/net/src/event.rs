@@ -110,6 +110,14 @@ pub enum NetEvent {
         /// Why; contains "wrong or missing pool key?" as for [`NetEvent::PeerServerError`].
         reason: String,
     },
+    /// The agent of a host asked for with [`NetHandle::try_dial_host`] was not found, or not
+    /// dialed. It is looked up again when asked again after its rest.
+    HostUnknown {
+        /// The host.
+        host: HostName,
+        /// Why, in one line.
+        reason: String,
+    },
     /// A connection from outside failed during the handshake.
     IncomingError {
         /// The remote address.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ios_agent_core::tier::PeerId as CorePeerId;
 use ios_agent_core::Message;
 use libp2p::{Multiaddr, PeerId};
+use pcm_proto::HostName;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::codec::Request;
@@ -26,6 +27,8 @@ pub(crate) enum Command {
     Dial(Multiaddr, oneshot::Sender<Result<(), NetError>>),
     /// Close every connection to this agent, to make room for others.
     Drop(PeerId),
+    /// Connect to the agent of this host ([`crate::by_host`]).
+    DialHost(HostName),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -237,6 +240,23 @@ impl NetHandle {
             .try_send(Command::Drop(p))
             .map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => NetError::Busy { what: "disconnect" },
+                mpsc::error::TrySendError::Closed(_) => NetError::Stopped,
+            })
+    }
+
+    /// Connects, without waiting, to the agent of `host` if this node is not connected to
+    /// it: looks it up at a peer server ([`crate::by_host`]: bounded, a host looked up lately
+    /// is not looked up again yet) and dials it as on request ([`crate::on_request`]: rate,
+    /// cap, backoff). Its connection comes as [`NetEvent::PeerUp`] with that host; a host
+    /// with no agent found, or whose agent is not dialed, as [`NetEvent::HostUnknown`].
+    /// Meant to be called as often as the agent wants the host: the bounds make repeated
+    /// calls cheap. Errors: [`NetError::Busy`] when the command queue is full (try again
+    /// later), [`NetError::Stopped`].
+    pub fn try_dial_host(&self, host: &HostName) -> Result<(), NetError> {
+        self.commands
+            .try_send(Command::DialHost(host.clone()))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => NetError::Busy { what: "host dial" },
                 mpsc::error::TrySendError::Closed(_) => NetError::Stopped,
             })
     }

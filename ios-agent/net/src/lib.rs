@@ -34,6 +34,9 @@
 //!   connection cap, a rate limit and a per-agent backoff; the message waits for the
 //!   connection a bounded time, or comes back as [`NetEvent::SendFailed`] with the reason
 //!   ([`on_request::Undelivered`]).
+//! - [`by_host`]: every agent with a host registers under its host's name too, and
+//!   [`NetHandle::try_dial_host`] connects to the agent of a host: one lookup at a peer
+//!   server, bounded and rested, then a dial as on request.
 //! - [`relay`]: a TCP relay that delays each direction, to emulate distance on one machine.
 //!
 //! # Usage
@@ -64,6 +67,7 @@
 //! messages are refused and reported as [`NetEvent::BadMessage`]).
 //! Not supported: NAT traversal, QUIC, DNS addresses, relaying through other agents.
 
+pub mod by_host;
 pub mod codec;
 pub mod config;
 pub mod discovery;

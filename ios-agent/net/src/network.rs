@@ -21,6 +21,7 @@ use pcm_proto::HostName;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::by_host::{host_namespace, HostLookups, LookupPolicy};
 use crate::codec::{Ack, AgentCodec, Request};
 use crate::config::NetConfig;
 use crate::discovery::{Action, Discovery, Target, Timing};
@@ -51,6 +52,10 @@ pub fn announced_host(agent_version: &str) -> Option<HostName> {
     let (_, host) = agent_version.rsplit_once(HOST_MARK)?;
     HostName::new(host).ok()
 }
+
+/// Agents of one host dialed after a lookup (one runs per node; more are a node's restart
+/// whose old registration has not expired yet).
+const MAX_AGENTS_PER_HOST: u64 = 2;
 
 /// The rendezvous protocol a peer server speaks.
 const RENDEZVOUS_PROTOCOL: &str = "/rendezvous/1.0.0";
@@ -121,11 +126,23 @@ impl Network {
             Instant::now(),
         )
         .with_dial_agents(config.dial_agents);
+        // Under its host's name too, so that others can find it by host (crate::by_host).
+        // A pool namespace so long that the host's cannot follow it: not findable by host.
+        let host_ns = config.host.as_ref().and_then(|h| {
+            let ns = host_namespace(&config.namespace, h);
+            Namespace::new(ns.clone())
+                .inspect_err(|e| {
+                    tracing::warn!("not registering under the host's name {ns}: {e}");
+                })
+                .ok()
+        });
         let mut task = Task {
             namespace: Namespace::new(config.namespace.clone()).map_err(|e| NetError::Config {
                 field: "namespace",
                 reason: e.to_string(),
             })?,
+            host_namespace: host_ns,
+            lookups: HostLookups::new(&config.namespace, LookupPolicy::default()),
             discovery,
             config,
             swarm,
@@ -225,6 +242,10 @@ struct PeerState {
 struct Task {
     config: NetConfig,
     namespace: Namespace,
+    /// The namespace of this node's host, registered under too ([`crate::by_host`]).
+    host_namespace: Option<Namespace>,
+    /// Lookups of agents by their host's name.
+    lookups: HostLookups,
     swarm: Swarm<Behaviour>,
     events: mpsc::Sender<NetEvent>,
     /// Peer servers, direct peers and discovered agents: what to dial, register, discover.
@@ -264,9 +285,11 @@ impl Task {
             let now = Instant::now();
             self.poll_discovery(now);
             self.expire_requested(now);
+            self.expire_lookups(now);
             let wake = [
                 self.discovery.poll_timeout(),
                 self.on_request.poll_timeout(),
+                self.lookups.poll_timeout(),
             ]
             .into_iter()
             .flatten()
@@ -299,10 +322,11 @@ impl Task {
     async fn close(&mut self) {
         let servers: Vec<PeerId> = self.discovery.connected_servers().collect();
         for peer in servers {
-            self.swarm
-                .behaviour_mut()
-                .rendezvous
-                .unregister(self.namespace.clone(), peer);
+            let rendezvous = &mut self.swarm.behaviour_mut().rendezvous;
+            rendezvous.unregister(self.namespace.clone(), peer);
+            if let Some(ns) = &self.host_namespace {
+                rendezvous.unregister(ns.clone(), peer);
+            }
         }
         // Give the unregistrations a moment to leave.
         let until = tokio::time::Instant::now() + Duration::from_millis(200);
@@ -362,41 +386,48 @@ impl Task {
     /// under way, or report it undelivered ([`crate::on_request`]).
     fn request_dial(&mut self, peer: PeerId, out: Outgoing) {
         let now = Instant::now();
-        let established = self
-            .swarm
-            .network_info()
-            .connection_counters()
-            .num_established();
-        let cap = self.config.max_connections;
-        let verdict = self.on_request.request(
-            peer,
-            out,
-            usize::try_from(established).unwrap_or(usize::MAX),
-            usize::try_from(cap).unwrap_or(usize::MAX),
-            now,
-        );
+        let (established, cap) = self.connections_and_cap();
+        let verdict = self.on_request.request(peer, out, established, cap, now);
         match verdict {
             Verdict::Waits => {}
             Verdict::Refused(out, why) => self.undelivered(out, &why),
             Verdict::Dial(addrs) => {
                 tracing::debug!("dialing agent {peer} on request");
-                let opts = DialOpts::peer_id(peer)
-                    .condition(PeerCondition::DisconnectedAndNotDialing)
-                    .addresses(addrs)
-                    .allocate_new_port()
-                    .build();
-                let id = opts.connection_id();
-                match self.swarm.dial(opts) {
-                    Ok(()) => {
-                        self.pending_dials.insert(id, DialTarget::Requested(peer));
-                    }
-                    // Another dial to it is under way: the messages wait for that one.
-                    Err(DialError::DialPeerConditionFalse(_)) => {
-                        self.on_request.on_dial_skipped(&peer);
-                    }
-                    Err(e) => self.requested_dial_failed(peer, describe_dial_error(&e), now),
-                }
+                self.dial_on_request(peer, addrs, now);
             }
+        }
+    }
+
+    /// The connections established, and their cap, for [`OnRequest`].
+    fn connections_and_cap(&self) -> (usize, usize) {
+        let established = self
+            .swarm
+            .network_info()
+            .connection_counters()
+            .num_established();
+        (
+            usize::try_from(established).unwrap_or(usize::MAX),
+            usize::try_from(self.config.max_connections).unwrap_or(usize::MAX),
+        )
+    }
+
+    /// Dials `peer`, as [`OnRequest`] allowed, at `addrs`.
+    fn dial_on_request(&mut self, peer: PeerId, addrs: Vec<Multiaddr>, now: Instant) {
+        let opts = DialOpts::peer_id(peer)
+            .condition(PeerCondition::DisconnectedAndNotDialing)
+            .addresses(addrs)
+            .allocate_new_port()
+            .build();
+        let id = opts.connection_id();
+        match self.swarm.dial(opts) {
+            Ok(()) => {
+                self.pending_dials.insert(id, DialTarget::Requested(peer));
+            }
+            // Another dial to it is under way: the messages wait for that one.
+            Err(DialError::DialPeerConditionFalse(_)) => {
+                self.on_request.on_dial_skipped(&peer);
+            }
+            Err(e) => self.requested_dial_failed(peer, describe_dial_error(&e), now),
         }
     }
 
@@ -422,6 +453,103 @@ impl Task {
         let why = Undelivered::TimedOut(self.on_request.policy().max_wait);
         for (_, out) in self.on_request.expire(now) {
             self.undelivered(out, &why);
+        }
+    }
+
+    /// Looks up the agent of `host` at a peer server, within the bounds of
+    /// [`crate::by_host`]; its answer comes to [`Task::on_host_found`].
+    fn look_up_host(&mut self, host: HostName, now: Instant) {
+        if self.config.host.as_ref() == Some(&host) {
+            return;
+        }
+        // Any server will do: every agent registers with every server it knows. The first
+        // connected, so that one lost server costs a lookup or two, not every lookup.
+        let Some(server) = self.discovery.connected_servers().next() else {
+            tracing::debug!("not looking up {host}: no peer server connected");
+            return;
+        };
+        let ns = match self.lookups.ask(&host, now) {
+            Ok(ns) => ns,
+            Err(why) => {
+                tracing::trace!("not looking up {host}: {why}");
+                return;
+            }
+        };
+        match Namespace::new(ns) {
+            Ok(ns) => {
+                tracing::debug!("looking up the agent of {host} at {server}");
+                self.swarm.behaviour_mut().rendezvous.discover(
+                    Some(ns),
+                    None,
+                    Some(MAX_AGENTS_PER_HOST),
+                    server,
+                );
+            }
+            Err(e) => {
+                self.lookups.on_failed(&host, now);
+                self.emit(NetEvent::HostUnknown {
+                    host,
+                    reason: format!("no namespace for it: {e}"),
+                });
+            }
+        }
+    }
+
+    /// The agents registered under `host`'s name: each not connected is dialed as on
+    /// request (rate, cap, backoff: [`OnRequest::connect`]); none is reported.
+    fn on_host_found(
+        &mut self,
+        host: HostName,
+        registrations: Vec<rendezvous::Registration>,
+        now: Instant,
+    ) {
+        let local = *self.swarm.local_peer_id();
+        let agents: Vec<(PeerId, Vec<Multiaddr>)> = registrations
+            .into_iter()
+            .map(|r| (r.record.peer_id(), r.record.addresses().to_vec()))
+            .filter(|(p, _)| *p != local)
+            .take(usize::try_from(MAX_AGENTS_PER_HOST).unwrap_or(usize::MAX))
+            .collect();
+        self.lookups.on_answer(&host, agents.len(), now);
+        if agents.is_empty() {
+            self.emit(NetEvent::HostUnknown {
+                host,
+                reason: "no agent registered under its name".to_owned(),
+            });
+            return;
+        }
+        for (peer, addrs) in agents {
+            self.on_request.learn(peer, addrs, now);
+            if self.swarm.is_connected(&peer) {
+                continue;
+            }
+            let (established, cap) = self.connections_and_cap();
+            let verdict = self.on_request.connect(peer, established, cap, now);
+            match verdict {
+                Ok(None) => {}
+                Ok(Some(addrs)) => {
+                    tracing::debug!("dialing agent {peer} of {host}");
+                    self.dial_on_request(peer, addrs, now);
+                }
+                Err(why) => {
+                    tracing::debug!("not dialing agent {peer} of {host}: {why}");
+                    self.emit(NetEvent::HostUnknown {
+                        host: host.clone(),
+                        reason: format!("its agent {peer} not dialed: {why}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Reports the lookups that went unanswered.
+    fn expire_lookups(&mut self, now: Instant) {
+        for host in self.lookups.expire(now) {
+            let timeout = self.lookups.policy().answer_timeout;
+            self.emit(NetEvent::HostUnknown {
+                host,
+                reason: format!("no answer from the peer server in {timeout:?}"),
+            });
         }
     }
 
@@ -474,6 +602,7 @@ impl Task {
                         .map_err(|reason| NetError::Dial { addr, reason }),
                 );
             }
+            Command::DialHost(host) => self.look_up_host(host, Instant::now()),
             Command::Drop(peer) => {
                 if self.discovery.on_dropped(peer, Instant::now()) {
                     tracing::debug!("closing the connection to agent {peer} to make room");
@@ -540,14 +669,16 @@ impl Task {
             }
             Action::Register { server, peer } => {
                 let ttl = self.config.registration_ttl.as_secs();
-                if let Err(e) = self.swarm.behaviour_mut().rendezvous.register(
-                    self.namespace.clone(),
-                    peer,
-                    Some(ttl),
-                ) {
+                let rendezvous = &mut self.swarm.behaviour_mut().rendezvous;
+                if let Err(e) = rendezvous.register(self.namespace.clone(), peer, Some(ttl)) {
                     // No external address yet: the store asks again shortly.
                     tracing::debug!("cannot register yet with {peer}: {e}");
                     self.discovery.on_register_not_sent(server, now);
+                } else if let Some(ns) = &self.host_namespace {
+                    // Renewed with the pool's registration; its answer is only logged.
+                    if let Err(e) = rendezvous.register(ns.clone(), peer, Some(ttl)) {
+                        tracing::debug!("cannot register under {ns} with {peer}: {e}");
+                    }
                 }
             }
             Action::Discover { peer, cookie, .. } => {
@@ -909,8 +1040,24 @@ impl Task {
             E::Registered {
                 rendezvous_node,
                 ttl,
-                ..
-            } => self.discovery.on_registered(rendezvous_node, ttl, now),
+                namespace,
+            } => {
+                if namespace == self.namespace {
+                    self.discovery.on_registered(rendezvous_node, ttl, now);
+                } else {
+                    tracing::debug!("registered in {namespace} with {rendezvous_node}");
+                }
+            }
+            E::RegisterFailed {
+                rendezvous_node,
+                namespace,
+                error,
+            } if namespace != self.namespace => {
+                tracing::warn!(
+                    "peer server {rendezvous_node} refused the registration in {namespace}: \
+                     {error:?} (other agents cannot find this one by its host's name there)"
+                );
+            }
             E::RegisterFailed {
                 rendezvous_node,
                 error,
@@ -933,6 +1080,22 @@ impl Task {
                 rendezvous_node,
                 registrations,
                 cookie,
+            } if cookie.namespace() != Some(&self.namespace) => {
+                let host = cookie
+                    .namespace()
+                    .and_then(|ns| self.lookups.host_asked_in(&ns.to_string()).cloned());
+                match host {
+                    Some(host) => self.on_host_found(host, registrations, now),
+                    None => tracing::debug!(
+                        "unasked discovery answer from {rendezvous_node}: {:?}",
+                        cookie.namespace()
+                    ),
+                }
+            }
+            E::Discovered {
+                rendezvous_node,
+                registrations,
+                cookie,
             } => {
                 let registrations: Vec<(PeerId, Vec<Multiaddr>)> = registrations
                     .into_iter()
@@ -946,6 +1109,19 @@ impl Task {
                 }
                 self.discovery
                     .on_discovered(rendezvous_node, cookie, registrations, now);
+            }
+            E::DiscoverFailed {
+                rendezvous_node,
+                namespace: Some(ns),
+                error,
+            } if ns != self.namespace => {
+                if let Some(host) = self.lookups.host_asked_in(&ns.to_string()).cloned() {
+                    self.lookups.on_failed(&host, now);
+                    self.emit(NetEvent::HostUnknown {
+                        host,
+                        reason: format!("peer server {rendezvous_node} refused: {error:?}"),
+                    });
+                }
             }
             E::DiscoverFailed {
                 rendezvous_node,

@@ -152,6 +152,9 @@ struct Known {
 struct Waiting<T> {
     /// The messages and until when each may wait.
     queue: VecDeque<(T, Instant)>,
+    /// For a dial asked with no message ([`OnRequest::connect`]): until when it counts as
+    /// under way with nothing waiting.
+    held_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -249,23 +252,71 @@ impl<T> OnRequest<T> {
             w.queue.push_back((message, deadline));
             return Verdict::Waits;
         }
-        if let Some(f) = self.failed.get(&peer) {
+        match self.admit(&peer, established, cap, now) {
+            Err(why) => Verdict::Refused(message, why),
+            Ok(addrs) => {
+                self.dialing.insert(
+                    peer,
+                    Waiting {
+                        queue: VecDeque::from([(message, deadline)]),
+                        held_until: None,
+                    },
+                );
+                Verdict::Dial(addrs)
+            }
+        }
+    }
+
+    /// A connection to `peer` wanted with no message to send (an agent found by its host,
+    /// [`crate::by_host`]): the addresses to dial now, `None` when a dial to it is under
+    /// way, or why not (the same bounds as [`OnRequest::request`]: backoff, known address,
+    /// cap, agents dialed at a time, rate). Report the outcome as for a message's dial.
+    pub fn connect(
+        &mut self,
+        peer: PeerId,
+        established: usize,
+        cap: usize,
+        now: Instant,
+    ) -> Result<Option<Vec<Multiaddr>>, Undelivered> {
+        if self.dialing.contains_key(&peer) {
+            return Ok(None);
+        }
+        let addrs = self.admit(&peer, established, cap, now)?;
+        self.dialing.insert(
+            peer,
+            Waiting {
+                queue: VecDeque::new(),
+                held_until: Some(now + self.policy.max_wait),
+            },
+        );
+        Ok(Some(addrs))
+    }
+
+    /// Whether a dial to `peer`, not under way, may start now; takes its rate token.
+    fn admit(
+        &mut self,
+        peer: &PeerId,
+        established: usize,
+        cap: usize,
+        now: Instant,
+    ) -> Result<Vec<Multiaddr>, Undelivered> {
+        if let Some(f) = self.failed.get(peer) {
             if now < f.until {
                 let why = Undelivered::BackingOff {
                     left: f.until - now,
                     reason: f.reason.clone(),
                 };
-                return Verdict::Refused(message, why);
+                return Err(why);
             }
         }
-        let Some(addrs) = self.known.get(&peer).map(|k| k.addrs.clone()) else {
-            return Verdict::Refused(message, Undelivered::NoAddress);
+        let Some(addrs) = self.known.get(peer).map(|k| k.addrs.clone()) else {
+            return Err(Undelivered::NoAddress);
         };
         if established >= cap {
-            return Verdict::Refused(message, Undelivered::AtCap { cap });
+            return Err(Undelivered::AtCap { cap });
         }
         if self.dialing.len() >= self.policy.max_dialing {
-            return Verdict::Refused(message, Undelivered::TooManyDialing(self.dialing.len()));
+            return Err(Undelivered::TooManyDialing(self.dialing.len()));
         }
         self.refill(now);
         if self.tokens == 0 {
@@ -273,16 +324,10 @@ impl<T> OnRequest<T> {
                 burst: self.policy.burst,
                 refill: self.policy.refill,
             };
-            return Verdict::Refused(message, why);
+            return Err(why);
         }
         self.tokens -= 1;
-        self.dialing.insert(
-            peer,
-            Waiting {
-                queue: VecDeque::from([(message, deadline)]),
-            },
-        );
-        Verdict::Dial(addrs)
+        Ok(addrs)
     }
 
     /// `peer` is connected (by any dial, or it dialed this node): the messages that waited
@@ -342,7 +387,7 @@ impl<T> OnRequest<T> {
                     out.push((*peer, m));
                 }
             }
-            !w.queue.is_empty()
+            !w.queue.is_empty() || w.held_until.is_some_and(|t| now < t)
         });
         out
     }
@@ -351,7 +396,7 @@ impl<T> OnRequest<T> {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.dialing
             .values()
-            .filter_map(|w| w.queue.front().map(|(_, until)| *until))
+            .filter_map(|w| w.queue.front().map(|(_, until)| *until).or(w.held_until))
             .min()
     }
 
@@ -428,6 +473,40 @@ mod tests {
         assert_eq!(d.on_connected(&b), vec![1, 2]);
         assert!(!d.is_dialing(&b));
         assert_eq!(d.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_connection_wanted_with_no_message_is_dialed_once_held_for_the_wait_and_bounded_alike() {
+        let t0 = Instant::now();
+        let (mut d, peers) = store(2, DialPolicy::default(), t0);
+        let b = peers[0];
+        assert_eq!(d.connect(b, 10, 512, t0), Ok(Some(vec![addr(7000)])));
+        // Under way: not dialed again, and a message for it waits for that dial.
+        assert_eq!(d.connect(b, 10, 512, t0), Ok(None));
+        assert_eq!(d.request(b, 1, 10, 512, t0), Verdict::Waits);
+        assert_eq!(d.on_connected(&b), vec![1]);
+        // Held while its dial may still end, then no longer counted as under way.
+        let c = peers[1];
+        assert!(matches!(d.connect(c, 10, 512, t0), Ok(Some(_))));
+        assert_eq!(d.poll_timeout(), Some(t0 + secs(10.0)));
+        assert!(d.expire(t0 + secs(9.9)).is_empty());
+        assert!(d.is_dialing(&c));
+        assert!(d.expire(t0 + secs(10.0)).is_empty());
+        assert!(!d.is_dialing(&c));
+        // The same bounds as a message's dial: unknown, at the cap, backing off.
+        assert_eq!(
+            d.connect(PeerId::random(), 10, 512, t0),
+            Err(Undelivered::NoAddress)
+        );
+        assert_eq!(
+            d.connect(c, 512, 512, t0),
+            Err(Undelivered::AtCap { cap: 512 })
+        );
+        assert!(d.on_dial_failed(&c, "refused", t0).is_empty());
+        assert!(matches!(
+            d.connect(c, 10, 512, t0 + secs(1.0)),
+            Err(Undelivered::BackingOff { .. })
+        ));
     }
 
     #[test]

@@ -568,6 +568,59 @@ fn peer_server(dir: &std::path::Path, key: &std::path::Path) -> (mpi_ios_tests::
     }
 }
 
+/// Agents a and b of a pool with a peer server, on `hosts`; a found b through the server,
+/// then closed the connection (as the driver's rotation does), and neither dials the other
+/// again within a minute (b looks for agents once a minute; discovery leaves a dropped
+/// agent alone for the longest redial wait).
+struct Pair {
+    a: NetHandle,
+    ea: Events,
+    b: NetHandle,
+    eb: Events,
+    _server: mpi_ios_tests::Group,
+    _dir: tempfile::TempDir,
+}
+
+async fn pair_through_a_peer_server(hosts: [Option<&str>; 2]) -> Pair {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("pool.key");
+    let key = PoolKey::generate_to_file(&key_file).expect("key written");
+    let (server, server_addr) = peer_server(dir.path(), &key_file);
+    let config = |discover: Duration, host: Option<&str>| {
+        let mut c = NetConfig::new(key);
+        c.peer_servers = vec![server_addr.clone()];
+        c.handshake_timeout = Duration::from_secs(3);
+        c.discover_interval = discover;
+        c.max_discover_interval = discover;
+        c.max_redial_interval = Duration::from_secs(60);
+        c.host = host.map(|h| HostName::new(h).expect("valid"));
+        c
+    };
+    let (b, mut eb, _) = Network::start(config(Duration::from_secs(60), hosts[1]))
+        .await
+        .expect("b starts");
+    expect(&mut eb, Duration::from_secs(10), "b registered", |ev| {
+        matches!(ev, NetEvent::PeerServerUp { .. }).then_some(())
+    })
+    .await;
+    let (a, mut ea, _) = Network::start(config(Duration::from_secs(5), hosts[0]))
+        .await
+        .expect("a starts");
+    let b_id = b.local_peer_id();
+    peer_seen(&mut ea, &b_id, true, "b discovered and connected at a").await;
+    a.try_disconnect(&b_id).expect("queued");
+    peer_seen(&mut ea, &b_id, false, "b gone at a").await;
+    assert!(a.peers().await.expect("running").is_empty());
+    Pair {
+        a,
+        ea,
+        b,
+        eb,
+        _server: server,
+        _dir: dir,
+    }
+}
+
 /// Dial on request (`ios_agent_net::on_request`): a knows b only through the peer server's
 /// registration and is not connected to it (it closed the connection discovery made, as the
 /// driver's rotation does, and discovery leaves b alone for a minute): a message to b dials
@@ -577,35 +630,16 @@ fn peer_server(dir: &std::path::Path, key: &std::path::Path) -> (mpi_ios_tests::
 #[tokio::test]
 async fn given_an_agent_known_only_through_the_peer_server_then_a_message_dials_it_and_a_refusing_one_backs_off(
 ) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key_file = dir.path().join("pool.key");
-    let key = PoolKey::generate_to_file(&key_file).expect("key written");
-    let (_server, server_addr) = peer_server(dir.path(), &key_file);
-    let config = |discover: Duration| {
-        let mut c = NetConfig::new(key);
-        c.peer_servers = vec![server_addr.clone()];
-        c.handshake_timeout = Duration::from_secs(3);
-        c.discover_interval = discover;
-        c.max_discover_interval = discover;
-        c.max_redial_interval = Duration::from_secs(60);
-        c
-    };
-    // b first, looking for agents once a minute: it never dials a back within the test.
-    let (b, mut eb, _) = Network::start(config(Duration::from_secs(60)))
-        .await
-        .expect("b starts");
-    expect(&mut eb, Duration::from_secs(10), "b registered", |ev| {
-        matches!(ev, NetEvent::PeerServerUp { .. }).then_some(())
-    })
-    .await;
-    let (a, mut ea, _) = Network::start(config(Duration::from_secs(5)))
-        .await
-        .expect("a starts");
+    // Bound first: the fields left out of the pattern (the server) live to the end.
+    let pair = pair_through_a_peer_server([None, None]).await;
+    let Pair {
+        a,
+        mut ea,
+        b,
+        mut eb,
+        ..
+    } = pair;
     let (a_id, b_id) = (a.local_peer_id(), b.local_peer_id());
-    peer_seen(&mut ea, &b_id, true, "b discovered and connected at a").await;
-    a.try_disconnect(&b_id).expect("queued");
-    peer_seen(&mut ea, &b_id, false, "b gone at a").await;
-    assert!(a.peers().await.expect("running").is_empty());
 
     let message = Message::StealExhausted { id: MessageId(7) };
     let asked = Instant::now();
@@ -688,6 +722,67 @@ async fn given_an_agent_known_only_through_the_peer_server_then_a_message_dials_
         assert!(
             !matches!(ev, NetEvent::IncomingError { .. }),
             "dialed again during the backoff: {ev:?}"
+        );
+    }
+}
+
+/// Dial by host name (`ios_agent_net::by_host`): b registers under its host's name too. a,
+/// no longer connected to b (it closed the connection discovery made, as the driver's
+/// rotation does), asks for b's host: a looks it up at the peer server, dials b, and b comes
+/// up with that host. A host no agent runs on is reported unknown, once per rest, however
+/// often it is asked for.
+#[tokio::test]
+async fn given_an_agent_not_connected_then_a_dial_by_its_host_name_connects_it_and_an_unknown_host_is_reported(
+) {
+    // Bound first: the fields left out of the pattern (the server) live to the end.
+    let pair = pair_through_a_peer_server([Some("node-a"), Some("node-b")]).await;
+    let Pair { a, mut ea, b, .. } = pair;
+    let b_id = b.local_peer_id();
+
+    let node_b = HostName::new("node-b").expect("valid");
+    let asked = Instant::now();
+    a.try_dial_host(&node_b).expect("queued");
+    let host = expect(
+        &mut ea,
+        Duration::from_secs(5),
+        "b up by its host",
+        |ev| match ev {
+            NetEvent::PeerUp { peer, host, .. } if *peer == b_id => Some(host.clone()),
+            NetEvent::HostUnknown { .. } => panic!("b not found: {ev:?}"),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(host, Some(node_b.clone()));
+    eprintln!("looked up and connected by host in {:?}", asked.elapsed());
+
+    // A host with no agent: reported, with the reason; asked again at once, not looked up
+    // again (its rest), so reported once.
+    let node_z = HostName::new("node-z").expect("valid");
+    a.try_dial_host(&node_z).expect("queued");
+    let (host, reason) = expect(
+        &mut ea,
+        Duration::from_secs(5),
+        "node-z unknown",
+        |ev| match ev {
+            NetEvent::HostUnknown { host, reason } => Some((host.clone(), reason.clone())),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(host, node_z);
+    assert!(reason.contains("no agent registered"), "{reason}");
+    for _ in 0..5 {
+        a.try_dial_host(&node_z).expect("queued");
+    }
+    // Its own host is never looked up.
+    a.try_dial_host(&HostName::new("node-a").expect("valid"))
+        .expect("queued");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok(ev) = ea.try_recv() {
+        assert!(
+            !matches!(ev, NetEvent::HostUnknown { .. }),
+            "looked up again within the rest: {ev:?}"
         );
     }
 }

@@ -155,6 +155,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             NetEvent::IncomingError { from, reason } => {
                 json!({"event": "incoming_error", "from": from.to_string(), "reason": reason})
             }
+            NetEvent::HostUnknown { host, reason } => {
+                json!({"event": "host_unknown", "host": host.to_string(), "reason": reason})
+            }
         });
     }
     net.shutdown().await.ok();
