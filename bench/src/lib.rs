@@ -13,6 +13,7 @@ pub mod fault;
 pub mod malleable_act;
 pub mod paired;
 pub mod pool;
+pub mod pool_sim;
 pub mod recovery;
 pub mod scale;
 pub mod scale_command;

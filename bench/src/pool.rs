@@ -263,6 +263,18 @@ pub struct PoolSummary {
     pub window_s: f64,
     /// Agent messages sent per agent and second in the window (the agents' counters).
     pub msgs_per_agent_s: f64,
+    /// Work steals started or forwarded per agent and second in the window (the agents'
+    /// counters).
+    #[serde(default)]
+    pub steals_per_agent_s: f64,
+    /// Seconds from the first agent's start until some agent had sent a work steal (read
+    /// with the agents' status every second while the mesh formed; `None`: none by then).
+    #[serde(default)]
+    pub first_steal_s: Option<f64>,
+    /// The same pool idle in the simulator, from its start to the window's end
+    /// ([`crate::pool_sim`]): what the scale figures assume the agents send.
+    #[serde(default)]
+    pub simulated: Option<crate::pool_sim::SimulatedIdle>,
     /// Bytes the sites sent per agent and second in the window (their loopback and link
     /// counters: the agents' and the peer servers' traffic, headers included).
     pub bytes_per_agent_s: f64,
@@ -602,6 +614,11 @@ impl Run {
             if mesh && s.mesh_formed_s.is_none() {
                 s.mesh_formed_s = Some(round3(t));
             }
+            if s.first_steal_s.is_none()
+                && snap.statuses.values().any(|st| st.counters.steals_sent > 0)
+            {
+                s.first_steal_s = Some(round3(t));
+            }
             if s.k_per_tier_s.is_none() && self.k_per_tier(&snap, self.args.per_tier) {
                 s.k_per_tier_s = Some(round3(t));
             }
@@ -914,6 +931,25 @@ impl Run {
         ));
         s.msgs_per_agent_s =
             round3(sent(&after).saturating_sub(sent(&before)) as f64 / n as f64 / w);
+        let steals = |snap: &Snapshot| -> u64 {
+            snap.statuses
+                .values()
+                .map(|st| st.counters.steals_sent + st.counters.steals_forwarded)
+                .sum()
+        };
+        s.steals_per_agent_s =
+            round3(steals(&after).saturating_sub(steals(&before)) as f64 / n as f64 / w);
+        // The same pool in the simulator, over the same span from its start.
+        let settle = self.started.elapsed().saturating_sub(t0.elapsed());
+        match crate::pool_sim::simulate_idle(n, self.args.sites, settle, t0.elapsed(), 1) {
+            Ok(mut sim) => {
+                sim.msgs_per_agent_s = round3(sim.msgs_per_agent_s);
+                sim.steals_per_agent_s = round3(sim.steals_per_agent_s);
+                sim.first_steal_s = sim.first_steal_s.map(round3);
+                s.simulated = Some(sim);
+            }
+            Err(e) => eprintln!("pool: not simulated: {e:#}"),
+        }
         s.bytes_per_agent_s = round3(bytes1.saturating_sub(bytes0) as f64 / n as f64 / w);
 
         // Tiers, as the agents see them after the window.
@@ -1202,6 +1238,14 @@ fn print_summary(s: &PoolSummary) {
         "  RSS agent {:.1} MB (max {:.1}), pcmd {:.1} MB, peer server {:.1} MB; {:.3} msgs/s and {:.0} B/s per agent",
         s.rss_mb_per_agent, s.rss_mb_per_agent_max, s.rss_mb_per_pcmd, s.rss_mb_per_peer_server, s.msgs_per_agent_s, s.bytes_per_agent_s
     );
+    let secs = |t: Option<f64>| t.map_or("none".to_owned(), |t| format!("{t:.1} s"));
+    if let Some(sim) = &s.simulated {
+        println!(
+            "  fidelity: msgs/s per agent {:.3} real, {:.3} simulated; steals/s {:.3} real, {:.3} simulated; first steal {} real, {} simulated",
+            s.msgs_per_agent_s, sim.msgs_per_agent_s, s.steals_per_agent_s, sim.steals_per_agent_s,
+            secs(s.first_steal_s), secs(sim.first_steal_s)
+        );
+    }
     println!(
         "  churn: {} left ({}), {} killed, {} joined, {}; departed dropped {} s, joiners known {} s; {} of {} agents alive",
         s.churn.left.len(),

@@ -14,17 +14,9 @@ use crate::driver::{self, Inputs};
 use crate::node_daemon::{NodeDaemon, PcmdMigrator};
 use crate::settings::{self, Settings};
 
-/// Joins the pool with `args` and runs the agent until it leaves.
-pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
-    let host = settings::host_name(args.host.as_deref())?;
-    let control_path = settings.control_socket(Some(&host))?;
-    let state_dir = settings::state_dir(args.state_dir.as_deref(), &control_path, &host);
-    // Private, like the control socket's directory it usually sits in (and creates first):
-    // it holds the agent's identity key and logs.
-    if let Some(parent) = state_dir.parent().filter(|d| !d.as_os_str().is_empty()) {
-        pcm_proto::ensure_private_dir(parent).context("the directory of the state directory")?;
-    }
-    pcm_proto::ensure_private_dir(&state_dir).context("the state directory")?;
+/// The agent core's settings `join` runs with (also the simulator's, when it replays a
+/// pool of real agents: `mpi-ios-bench pool`).
+pub fn agent_config(args: &JoinArgs) -> Result<Config> {
     if !(0.0..=1.0).contains(&args.min_gain) {
         bail!("--min-gain {} must be between 0 and 1", args.min_gain);
     }
@@ -39,6 +31,21 @@ pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
         .with_light_threshold(args.light_threshold)
         .with_resizes(!args.no_resize);
     config.validate().context("agent settings")?;
+    Ok(config)
+}
+
+/// Joins the pool with `args` and runs the agent until it leaves.
+pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
+    let host = settings::host_name(args.host.as_deref())?;
+    let control_path = settings.control_socket(Some(&host))?;
+    let state_dir = settings::state_dir(args.state_dir.as_deref(), &control_path, &host);
+    // Private, like the control socket's directory it usually sits in (and creates first):
+    // it holds the agent's identity key and logs.
+    if let Some(parent) = state_dir.parent().filter(|d| !d.as_os_str().is_empty()) {
+        pcm_proto::ensure_private_dir(parent).context("the directory of the state directory")?;
+    }
+    pcm_proto::ensure_private_dir(&state_dir).context("the state directory")?;
+    let config = agent_config(args)?;
 
     let pcmd_socket = settings.pcmd_socket(args.pcmd_socket.as_deref(), &host);
     let daemon = NodeDaemon::attach_or_start(

@@ -1,0 +1,102 @@
+//! The idle pool of `mpi-ios-bench pool` replayed in the simulator (issue 42, item 2:
+//! fidelity): the same agents (count, sites on a line and their nominal round trips, one
+//! idle core each), the same agent settings as `ios-agent join`'s defaults, so that the
+//! messages the real agents send when idle, and how soon the first steal goes out, stand
+//! beside what the simulator, on which every scale figure rests, says they send.
+//!
+//! What differs, on purpose: the simulator's agents all start at once and know each other
+//! from the first RTT round (the real ones join in batches and find each other through the
+//! peer servers), so the first steal is compared from each side's own start; and the
+//! simulator counts agent messages only, as the agents' own counters do (no pings,
+//! identify or registrations).
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::Parser as _;
+use ios_agent_core::sim::{NodeSpec, Sim};
+use serde::{Deserialize, Serialize};
+
+use crate::pool::nominal_rtt;
+
+/// What the simulator says of an idle pool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimulatedIdle {
+    /// Agent messages sent per agent and second over the window.
+    pub msgs_per_agent_s: f64,
+    /// Work steals started or forwarded per agent and second over the window.
+    pub steals_per_agent_s: f64,
+    /// Seconds from the start until the first work steal was sent.
+    pub first_steal_s: Option<f64>,
+}
+
+/// `ios-agent join`'s agent settings with its defaults (as the pool starts its agents).
+fn join_defaults() -> Result<ios_agent_core::Config> {
+    #[derive(clap::Parser)]
+    struct Join {
+        #[command(flatten)]
+        args: ios_agent::cli::JoinArgs,
+    }
+    // The pool key is required on the command line but plays no part in the settings.
+    let join = Join::try_parse_from(["join", "--pool-key", "unused"])
+        .context("ios-agent join's defaults")?;
+    ios_agent::join::agent_config(&join.args)
+}
+
+/// `agents` idle agents of one core each in `sites` sites (round robin, as the pool
+/// spreads them), simulated for `settle`, then measured over `window`; seeded by `seed`.
+pub fn simulate_idle(
+    agents: usize,
+    sites: usize,
+    settle: Duration,
+    window: Duration,
+    seed: u64,
+) -> Result<SimulatedIdle> {
+    let sites = sites.max(1);
+    // A site's own round trip is its loopback's, not zero (1.4 ms median in the real pool).
+    let rtt = move |a: usize, b: usize| nominal_rtt((a % sites).abs_diff(b % sites)).max(ms(1));
+    let mut sim = Sim::new(seed, join_defaults()?)
+        .with_rtt_model(rtt)
+        .with_message_log();
+    for _ in 0..agents {
+        sim.add_node(NodeSpec::new(1.0));
+    }
+    sim.run_for(settle);
+    let before = sim.messages().clone();
+    let steals = |counts: &ios_agent_core::sim::MessageCounts| {
+        counts.by_kind.get("work-steal").map_or(0, |(n, _)| *n)
+    };
+    sim.run_for(window);
+    let after = sim.messages();
+    let per = |x: u64| x as f64 / agents.max(1) as f64 / window.as_secs_f64();
+    let first_steal_s = sim
+        .sent()
+        .iter()
+        .find(|r| r.message.kind() == "work-steal")
+        .map(|r| r.at.as_secs_f64());
+    Ok(SimulatedIdle {
+        msgs_per_agent_s: per(after.messages - before.messages),
+        steals_per_agent_s: per(steals(after) - steals(&before)),
+        first_steal_s,
+    })
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_join_defaults_parse_and_an_idle_pool_steals_in_the_simulator() {
+        assert!(join_defaults().is_ok());
+        let s = simulate_idle(8, 4, Duration::from_secs(10), Duration::from_secs(20), 1)
+            .expect("simulated");
+        // Idle NSp2p agents look for work: some steals, and they are most of what is sent.
+        assert!(s.steals_per_agent_s > 0.0, "{s:?}");
+        assert!(s.msgs_per_agent_s >= s.steals_per_agent_s, "{s:?}");
+        assert!(s.first_steal_s.is_some_and(|t| t < 10.0), "{s:?}");
+    }
+}
