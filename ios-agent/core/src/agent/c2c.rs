@@ -1295,7 +1295,7 @@ impl Cluster {
             // thief instead, when that beats the move found (members' jobs are only moved:
             // a member is not ordered to grow).
             if let Some(grow) = resizing
-                .grow_for_steal(s, now, &steal.source)
+                .grow_for_steal(s, now, &steal.source, &steal.rtts)
                 .filter(|g| g.beats_move(found.as_ref().map(|(_, _, p)| p)))
             {
                 if direct {

@@ -93,6 +93,7 @@ pub struct Config {
     pub(crate) resizes: bool,
     pub(crate) resize_cost: ResizeCostModel,
     pub(crate) shed_after: Duration,
+    pub(crate) grow_offer_window: Option<Duration>,
     pub(crate) seed: Option<u64>,
 }
 
@@ -124,6 +125,7 @@ impl Default for Config {
             resizes: true,
             resize_cost: ResizeCostModel::default(),
             shed_after: DEFAULT_SHED_AFTER,
+            grow_offer_window: None,
             seed: None,
         }
     }
@@ -167,6 +169,15 @@ impl Config {
     setter!(
         /// Resource weights; default [`Weights::CPU_ONLY`].
         with_weights, weights: Weights);
+    /// NSp2p: how long the home agent of a malleable job collects grow offers (idle
+    /// nodes' steals a grow would take) before it grows onto the best; default one steal
+    /// period ([`Config::with_steal_period`]); zero grows onto the first that gains
+    /// enough.
+    pub fn with_grow_offer_window(mut self, window: Duration) -> Self {
+        self.grow_offer_window = Some(window);
+        self
+    }
+
     setter!(
         /// Migration cost predictor; default [`MigrationCostModel::default`].
         with_cost_model, cost: MigrationCostModel);

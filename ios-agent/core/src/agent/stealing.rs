@@ -808,7 +808,7 @@ impl Stealing {
     pub(crate) fn on_work_steal(
         &mut self,
         s: &mut Shared,
-        resizing: &Resizing,
+        resizing: &mut Resizing,
         cluster: &impl ClusterRole,
         now: Instant,
         from: PeerId,
@@ -897,7 +897,7 @@ impl Stealing {
                         // A malleable job whose rank 0 runs here may grow onto the thief
                         // instead, when that gains more than the move.
                         if let Some(grow) = resizing
-                            .grow_for_steal(s, now, &steal.source)
+                            .grow_for_steal(s, now, &steal.source, &steal.rtts)
                             .filter(|g| g.beats_move(plan.as_ref()))
                         {
                             if checked.is_err() {
@@ -908,14 +908,26 @@ impl Stealing {
                                 forward(s, from, steal, LatencyTier::Local);
                                 return None;
                             }
-                            resizing::start_grow(
-                                s,
-                                now,
-                                grow,
-                                &steal.source.host,
-                                steal.origin,
-                                steal.id,
-                            );
+                            // The best offer of a steal period, not the first.
+                            match resizing.weigh_offer(s, now, &steal.source.peer, &grow) {
+                                resizing::OfferChoice::Grow => {
+                                    resizing::start_grow(
+                                        s,
+                                        now,
+                                        grow,
+                                        &steal.source.host,
+                                        steal.origin,
+                                        steal.id,
+                                    );
+                                }
+                                resizing::OfferChoice::Hold(hint) => {
+                                    if let Some(best) = hint {
+                                        s.stats.work_hints_sent += 1;
+                                        s.send(best, Message::WorkAvailable);
+                                    }
+                                    forward(s, from, steal, LatencyTier::Local);
+                                }
+                            }
                             return None;
                         }
                         if let Some(plan) = plan {

@@ -1,12 +1,27 @@
 use std::time::Duration;
 
 use super::*;
-use crate::agent::tests::{agent, drain, entity, forged, host, meet, peer, steal_from};
+use crate::agent::tests::{drain, entity, forged, host, meet, peer, steal_from};
 use crate::agent::Agent;
 use crate::agent::{Config, ResizeReason};
 use pcm_proto::{JobId, Malleability, SizeRule};
 
 const MS: Duration = Duration::from_millis(1);
+
+/// An agent that grows onto the first idle node whose grow gains enough (no window of
+/// offers): what most tests here weigh. [`windowed_home`] and the tests that use it
+/// take the default window.
+fn agent(name: &str, now: Instant) -> Agent {
+    Agent::new(
+        peer(name),
+        host(name),
+        Config::default()
+            .with_seed(1)
+            .with_grow_offer_window(Duration::ZERO),
+        now,
+    )
+    .expect("valid config")
+}
 
 /// Rank `rank` of a malleable heat job of `ranks` ranks that computes `compute_ms` and
 /// spends `mpi_ms` in MPI per iteration.
@@ -223,7 +238,7 @@ fn given_a_move_of_the_same_job_then_the_shorter_predicted_iteration_wins() {
     };
     let grow = a
         .resizing
-        .grow_plan(&a.shared, t0, &node(0.6, 0.0), &thief)
+        .grow_plan(&a.shared, t0, &node(0.6, 0.0), &thief, &[])
         .expect("idle thief")
         .expect("a grow");
     // Moving rank 0 to a node like its own leaves the job's iteration as it is (105 ms),
@@ -257,7 +272,7 @@ fn given_a_move_of_the_same_job_then_the_shorter_predicted_iteration_wins() {
     let loaded = node(1.0, 0.5);
     let slow = a
         .resizing
-        .grow_plan(&a.shared, t0, &loaded, &thief)
+        .grow_plan(&a.shared, t0, &loaded, &thief, &[])
         .expect("idle thief")
         .expect("a grow");
     assert!(
@@ -305,7 +320,7 @@ fn given_two_ranks_stacked_on_the_home_node_then_an_idle_node_takes_one_rather_t
     };
     let grow = a
         .resizing
-        .grow_plan(&a.shared, t0, &stacked, &thief)
+        .grow_plan(&a.shared, t0, &stacked, &thief, &[])
         .expect("idle thief")
         .expect("a grow with a gain");
     assert!(
@@ -466,11 +481,64 @@ fn given_a_job_spread_beyond_the_local_tier_then_it_does_not_grow_until_gathered
         }];
         a.handle_entities(t0, vec![rank0]);
         drain(&mut a);
-        a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+        let thief_rtts = [("node-a", 1), ("node-b", rtt.as_millis() as u32)];
+        a.handle_message(
+            t0,
+            peer("node-c"),
+            steal_with_rtts("node-c", 7, &thief_rtts),
+        );
         resizes(&drain(&mut a))
     };
     assert!(grows_with_partner_at(MS * 60).is_empty());
+    // The thief reports 5 ms to node-b as well.
     assert_eq!(grows_with_partner_at(MS * 5).len(), 1);
+}
+
+/// node-c's steal, carrying its RTTs to `rtts` (host, ms).
+fn steal_with_rtts(thief: &str, id: u64, rtts: &[(&str, u32)]) -> Message {
+    let mut steal = steal_from(thief, id, node(0.0, 0.0));
+    if let Message::WorkSteal { rtts: r, .. } = &mut steal {
+        *r = rtts
+            .iter()
+            .map(|(h, ms)| crate::message::HostRtt {
+                host: host(h),
+                rtt_us: ms * 1000,
+            })
+            .collect();
+    }
+    steal
+}
+
+/// On the Internet a node near rank 0's may be far from the job's other hosts: a grow
+/// pays the thief's RTT to rank 0's partners (its steal carries them; one it has not
+/// measured: the assumed far RTT, 200 ms). Rank 0 of 2 computes 100 ms and exchanges 5
+/// ms with node-b, 5 ms away; node-c is 1 ms from node-a. Thief 5 ms from node-b: no
+/// round trip beyond the one paid, 2 -> 3 gains 0.18 as for a job on one node. 60 ms
+/// from it: 55 ms more per iteration, `T` 0.105 -> 0.127 s, a loss: no grow. Unmeasured:
+/// none either.
+#[test]
+fn given_an_idle_node_far_from_the_jobs_other_hosts_then_the_job_does_not_grow_onto_it() {
+    let t0 = Instant::now();
+    let grows_with_thief_rtts = |rtts: &[(&str, u32)]| {
+        let mut a = agent("node-a", t0);
+        meet(&mut a, t0, "node-b", MS * 5);
+        meet(&mut a, t0, "node-c", MS);
+        a.handle_node_profile(t0, node(0.6, 0.0));
+        let mut rank0 = heat_rank(0, 2, 100, 5);
+        rank0.partners = vec![crate::model::Partner {
+            host: host("node-b"),
+            exchanges_per_sec: 1.0,
+        }];
+        a.handle_entities(t0, vec![rank0]);
+        drain(&mut a);
+        a.handle_message(t0, peer("node-c"), steal_with_rtts("node-c", 7, rtts));
+        resizes(&drain(&mut a))
+    };
+    let near = grows_with_thief_rtts(&[("node-a", 1), ("node-b", 5)]);
+    assert_eq!(near.len(), 1);
+    assert!(matches!(near[0].3, ResizeReason::Grow { gain } if gain > 0.15 && gain < 0.2));
+    assert!(grows_with_thief_rtts(&[("node-a", 1), ("node-b", 60)]).is_empty());
+    assert!(grows_with_thief_rtts(&[("node-a", 1)]).is_empty());
 }
 
 #[test]
@@ -729,4 +797,149 @@ fn with_resizes_off_the_agent_only_migrates() {
     a.handle_entities(t0, vec![heat_rank(0, 2, 100, 5)]);
     a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
     assert!(resizes(&drain(&mut a)).is_empty());
+}
+
+/// `home` with the default window of grow offers (one steal period).
+fn windowed_home(now: Instant, ranks: Vec<EntityProfile>) -> Agent {
+    let mut a = Agent::new(
+        peer("node-a"),
+        host("node-a"),
+        Config::default().with_seed(1),
+        now,
+    )
+    .expect("valid config");
+    for thief in ["node-c", "node-d", "node-e"] {
+        meet(&mut a, now, thief, MS);
+    }
+    a.handle_node_profile(now, node(0.6, 0.0));
+    a.handle_entities(now, ranks);
+    drain(&mut a);
+    a
+}
+
+fn hinted(actions: &[Action]) -> Vec<PeerId> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send {
+                to,
+                message: Message::WorkAvailable,
+            } => Some(to.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The home agent grows onto the best idle node of a steal period, not the first to ask.
+/// Rank 0 of 2 computes 100 ms at 0.6 core and exchanges 5 ms (`W` = 0.12 core-s).
+/// node-c (0.6 idle core) asks first: one rank, `T` 0.105 -> 0.12 / 3 / 0.6 + 0.005 =
+/// 0.072 s, `Delta` 0.19. node-d (1.2 idle cores) asks half a period later: two ranks
+/// at 0.6, 0.12 / 4 / 0.6 + 0.005 = 0.055 s, `Delta` 0.31. Both are held (passed on)
+/// while the window is open; at its end node-c's next steal grows nothing and node-d is
+/// told to ask (work available); its steal grows the job 2 -> 4 onto it.
+#[test]
+fn given_two_idle_nodes_offer_within_a_steal_period_then_the_job_grows_onto_the_better() {
+    let t0 = Instant::now();
+    let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
+    let period = Config::default().steal_period;
+    let mut big = node(0.0, 0.0);
+    big.cores = 1.2;
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    // Passed on, not answered.
+    assert!(actions.iter().any(|a| matches!(
+        a,
+        Action::Send {
+            message: Message::WorkSteal { .. },
+            ..
+        }
+    )));
+    let t1 = t0 + period / 2;
+    a.handle_message(t1, peer("node-d"), steal_from("node-d", 8, big));
+    assert!(resizes(&drain(&mut a)).is_empty());
+    let t2 = t0 + period;
+    a.handle_message(t2, peer("node-c"), steal_from("node-c", 9, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    assert_eq!(hinted(&actions), vec![peer("node-d")]);
+    a.handle_message(t2, peer("node-d"), steal_from("node-d", 10, big));
+    let actions = drain(&mut a);
+    let grown = resizes(&actions);
+    assert_eq!(grown.len(), 1, "{actions:?}");
+    assert_eq!((grown[0].0, grown[0].1), (2, 4));
+    assert_eq!(grown[0].2, vec![host("node-d"), host("node-d")]);
+    assert!(matches!(grown[0].3, ResizeReason::Grow { gain } if gain > 0.25 && gain < 0.32));
+    assert!(actions.iter().any(|a| matches!(a,
+        Action::Send { to, message: Message::StealAccepted { .. } } if *to == peer("node-d"))));
+}
+
+/// Alone in its window, an offer is taken at the window's end, by the thief's next steal.
+/// A busy node's steal and forged steals (a fake idle 64-core node) in the window change
+/// nothing: refused and counted, never noted as offers.
+#[test]
+fn given_a_busy_or_forged_offer_in_the_window_then_the_grow_goes_to_the_idle_node() {
+    let t0 = Instant::now();
+    let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
+    let period = Config::default().steal_period;
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    assert!(resizes(&drain(&mut a)).is_empty());
+    // node-e shows 0.1 idle core.
+    a.handle_message(t0, peer("node-e"), steal_from("node-e", 8, node(0.5, 0.5)));
+    assert_eq!(a.stats().grow_offers_refused, 1);
+    meet(&mut a, t0, "node-k", MS);
+    for message in [
+        forged("node-x", "node-y", "localhost"),
+        forged("node-k", "node-d", "node-d"),
+        forged("node-k", "node-k", "node-d"),
+    ] {
+        a.handle_message(t0, peer("node-k"), message);
+    }
+    let refused = a.stats().steals_refused;
+    assert!(refused >= 3, "{:?}", a.stats());
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    assert!(hinted(&actions).is_empty(), "{actions:?}");
+    // Within the window node-c's steal is still held; at its end it grows the job.
+    a.handle_message(
+        t0 + period / 2,
+        peer("node-c"),
+        steal_from("node-c", 9, node(0.0, 0.0)),
+    );
+    assert!(resizes(&drain(&mut a)).is_empty());
+    let t1 = t0 + period;
+    a.handle_message(t1, peer("node-c"), steal_from("node-c", 10, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    let grown = resizes(&actions);
+    assert_eq!(grown.len(), 1, "{actions:?}");
+    assert_eq!(grown[0].2, vec![host("node-c")]);
+    assert!(hinted(&actions).is_empty());
+    assert_eq!(a.stats().resizes_started, 1);
+}
+
+/// An offer not heard again within two windows is forgotten: its thief took work
+/// elsewhere, or left, and does not hold the job back.
+#[test]
+fn given_the_best_offer_is_not_renewed_then_it_is_forgotten() {
+    let t0 = Instant::now();
+    let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
+    let period = Config::default().steal_period;
+    let mut big = node(0.0, 0.0);
+    big.cores = 1.2;
+    a.handle_message(t0, peer("node-d"), steal_from("node-d", 7, big));
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
+    assert!(resizes(&drain(&mut a)).is_empty());
+    // node-d is better; node-c is held, node-d hinted.
+    let t1 = t0 + period;
+    a.handle_message(t1, peer("node-c"), steal_from("node-c", 9, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty());
+    assert_eq!(hinted(&actions), vec![peer("node-d")]);
+    // node-d never asks again: two windows after its offer, node-c gets the grow.
+    let t2 = t0 + period * 2;
+    a.handle_message(t2, peer("node-c"), steal_from("node-c", 10, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    let grown = resizes(&actions);
+    assert_eq!(grown.len(), 1, "{actions:?}");
+    assert_eq!(grown[0].2, vec![host("node-c")]);
 }
