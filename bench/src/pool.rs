@@ -259,6 +259,9 @@ pub struct PoolSummary {
     pub tiers: TierCheck,
     /// The agents' smoothed round trips by true tier, after the idle window.
     pub measured_rtt: BTreeMap<String, RttStats>,
+    /// Seconds from the first agent's start until the idle window began.
+    #[serde(default)]
+    pub window_start_s: f64,
     /// Length of the idle window, s.
     pub window_s: f64,
     /// Agent messages sent per agent and second in the window (the agents' counters).
@@ -653,6 +656,21 @@ impl Run {
             s.router_packets = c.packets.load(std::sync::atomic::Ordering::Relaxed);
             s.router_dropped = c.dropped.load(std::sync::atomic::Ordering::Relaxed);
         }
+        // The same pool in the simulator, over the same span from its start; after the
+        // churn, so that its CPU does not slow this process's delay router meanwhile.
+        let (settle, window) = (
+            Duration::from_secs_f64(s.window_start_s),
+            Duration::from_secs_f64(s.window_s),
+        );
+        match crate::pool_sim::simulate_idle(n, self.args.sites, settle, window, 1) {
+            Ok(mut sim) => {
+                sim.msgs_per_agent_s = round3(sim.msgs_per_agent_s);
+                sim.steals_per_agent_s = round3(sim.steals_per_agent_s);
+                sim.first_steal_s = sim.first_steal_s.map(round3);
+                s.simulated = Some(sim);
+            }
+            Err(e) => eprintln!("pool: not simulated: {e:#}"),
+        }
         self.judge(&mut s);
         Ok(s)
     }
@@ -939,17 +957,12 @@ impl Run {
         };
         s.steals_per_agent_s =
             round3(steals(&after).saturating_sub(steals(&before)) as f64 / n as f64 / w);
-        // The same pool in the simulator, over the same span from its start.
-        let settle = self.started.elapsed().saturating_sub(t0.elapsed());
-        match crate::pool_sim::simulate_idle(n, self.args.sites, settle, t0.elapsed(), 1) {
-            Ok(mut sim) => {
-                sim.msgs_per_agent_s = round3(sim.msgs_per_agent_s);
-                sim.steals_per_agent_s = round3(sim.steals_per_agent_s);
-                sim.first_steal_s = sim.first_steal_s.map(round3);
-                s.simulated = Some(sim);
-            }
-            Err(e) => eprintln!("pool: not simulated: {e:#}"),
-        }
+        s.window_start_s = round3(
+            self.started
+                .elapsed()
+                .saturating_sub(t0.elapsed())
+                .as_secs_f64(),
+        );
         s.bytes_per_agent_s = round3(bytes1.saturating_sub(bytes0) as f64 / n as f64 / w);
 
         // Tiers, as the agents see them after the window.
