@@ -274,6 +274,14 @@ pub struct PoolSummary {
     /// with the agents' status every second while the mesh formed; `None`: none by then).
     #[serde(default)]
     pub first_steal_s: Option<f64>,
+    /// Agents whose node, in the status read after the window, was lightly loaded by
+    /// `ios-agent join`'s default light threshold: the ones that look for work (all of an
+    /// idle pool's, unless its machine starves them).
+    #[serde(default)]
+    pub light_agents: usize,
+    /// Mean CPU load the agents' nodes reported after the window, cores.
+    #[serde(default)]
+    pub node_cpu_load: f64,
     /// The same pool idle in the simulator, from its start to the window's end
     /// ([`crate::pool_sim`]): what the scale figures assume the agents send.
     #[serde(default)]
@@ -957,6 +965,13 @@ impl Run {
         };
         s.steals_per_agent_s =
             round3(steals(&after).saturating_sub(steals(&before)) as f64 / n as f64 / w);
+        let threshold = crate::pool_sim::join_defaults()?.light_threshold();
+        let nodes: Vec<_> = after.statuses.values().filter_map(|st| st.node).collect();
+        s.light_agents = nodes
+            .iter()
+            .filter(|p| p.is_lightly_loaded(threshold))
+            .count();
+        s.node_cpu_load = round3(mean(&nodes.iter().map(|p| p.cpu_load).collect::<Vec<_>>()));
         s.window_start_s = round3(
             self.started
                 .elapsed()
@@ -1250,6 +1265,10 @@ fn print_summary(s: &PoolSummary) {
     println!(
         "  RSS agent {:.1} MB (max {:.1}), pcmd {:.1} MB, peer server {:.1} MB; {:.3} msgs/s and {:.0} B/s per agent",
         s.rss_mb_per_agent, s.rss_mb_per_agent_max, s.rss_mb_per_pcmd, s.rss_mb_per_peer_server, s.msgs_per_agent_s, s.bytes_per_agent_s
+    );
+    println!(
+        "  after the window: {} of {} agents on a lightly loaded node (mean node load {:.3} cores)",
+        s.light_agents, s.agents, s.node_cpu_load
     );
     let secs = |t: Option<f64>| t.map_or("none".to_owned(), |t| format!("{t:.1} s"));
     if let Some(sim) = &s.simulated {

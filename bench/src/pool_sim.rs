@@ -12,8 +12,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
-use clap::Parser as _;
+use anyhow::Result;
 use ios_agent_core::sim::{NodeSpec, Sim};
 use serde::{Deserialize, Serialize};
 
@@ -30,17 +29,21 @@ pub struct SimulatedIdle {
     pub first_steal_s: Option<f64>,
 }
 
-/// `ios-agent join`'s agent settings with its defaults (as the pool starts its agents).
-fn join_defaults() -> Result<ios_agent_core::Config> {
-    #[derive(clap::Parser)]
-    struct Join {
-        #[command(flatten)]
-        args: ios_agent::cli::JoinArgs,
-    }
-    // The pool key is required on the command line but plays no part in the settings.
-    let join = Join::try_parse_from(["join", "--pool-key", "unused"])
-        .context("ios-agent join's defaults")?;
-    ios_agent::join::agent_config(&join.args)
+/// `ios-agent join`'s agent settings with its defaults (as the pool starts its agents):
+/// its `--profile-period 1 --hold-down 30 --min-gain 0.1 --light-threshold 0.3`, NSp2p,
+/// resizes on. Written out because the benchmarks may not depend on the agent's crate (a
+/// daemon: tests/tests/layers.rs); this module's test checks them against
+/// `ios_agent::join::agent_config`.
+pub fn join_defaults() -> Result<ios_agent_core::Config> {
+    let config = ios_agent_core::Config::default()
+        .with_topology(ios_agent_core::Topology::PeerToPeer)
+        .with_profile_period(Duration::from_secs(1))
+        .with_hold_down(Duration::from_secs(30))
+        .with_min_gain(0.1)
+        .with_light_threshold(0.3)
+        .with_resizes(true);
+    config.validate()?;
+    Ok(config)
 }
 
 /// `agents` idle agents of one core each in `sites` sites (round robin, as the pool
@@ -90,8 +93,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_join_defaults_parse_and_an_idle_pool_steals_in_the_simulator() {
-        assert!(join_defaults().is_ok());
+    fn the_settings_are_ios_agent_joins_defaults() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Join {
+            #[command(flatten)]
+            args: ios_agent::cli::JoinArgs,
+        }
+        // The pool key is required on the command line but plays no part in the settings.
+        let join = Join::try_parse_from(["join", "--pool-key", "unused"]).expect("parses");
+        let real = ios_agent::join::agent_config(&join.args).expect("valid");
+        let ours = join_defaults().expect("valid");
+        assert_eq!(format!("{ours:?}"), format!("{real:?}"));
+    }
+
+    #[test]
+    fn an_idle_pool_steals_in_the_simulator() {
         let s = simulate_idle(8, 4, Duration::from_secs(10), Duration::from_secs(20), 1)
             .expect("simulated");
         // Idle NSp2p agents look for work: some steals, and they are most of what is sent.

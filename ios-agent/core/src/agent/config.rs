@@ -286,6 +286,12 @@ impl Config {
         self.profile_period
     }
 
+    /// The free cores (or half the node's) from which a node counts as lightly loaded
+    /// ([`crate::model::NodeProfile::is_lightly_loaded`]).
+    pub fn light_threshold(&self) -> f64 {
+        self.light_threshold
+    }
+
     /// The damping time.
     pub fn hold_down(&self) -> Duration {
         self.hold_down
