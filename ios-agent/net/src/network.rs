@@ -211,7 +211,16 @@ fn build_swarm(keypair: &Keypair, config: &NetConfig) -> Result<Swarm<Behaviour>
         // One address at a time: concurrent attempts to one agent are aborted once one
         // succeeds, and the other side would see handshake failures that look like a key
         // problem.
-        .with_dial_concurrency_factor(std::num::NonZeroU8::MIN);
+        .with_dial_concurrency_factor(std::num::NonZeroU8::MIN)
+        // Every agent message opens a stream of its own (request-response). Under
+        // multistream-select's default (V1) the sender waits for the other side to confirm
+        // the protocol before sending: a message took 1.5 round trips instead of half of
+        // one (452 ms over a 300 ms link, tests/tests/wan_messages.rs), so each hop of a
+        // work steal was three times what the simulator charges. V1Lazy sends the data
+        // with the proposal. Every peer of a pool (agents and peer servers, admitted by
+        // the pool key) speaks every protocol an agent opens to it; a peer that did not
+        // would fail the stream at its first read instead of at negotiation.
+        .with_substream_upgrade_protocol_override(libp2p::core::upgrade::Version::V1Lazy);
     Ok(Swarm::new(
         transport,
         behaviour,

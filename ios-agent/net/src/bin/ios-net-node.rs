@@ -4,7 +4,8 @@
 //!
 //! The first line is `{"event":"started","peer_id":ID,"listen":[ADDR,...]}`. Then, among
 //! others: `peer_up`, `peer_rtt` (`rtt_us`), `peer_gone`, `message`, `bad_message`,
-//! `peer_server_up`, `peer_server_error`, `dial_error`, `incoming_error`, `send_failed`.
+//! `peer_server_up`, `peer_server_error`, `dial_error`, `incoming_error`, `sent` (a
+//! heartbeat handed to the network, with its `id`), `send_failed`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -117,8 +118,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 for p in net.peers().await? {
                     seq += 1;
                     let m = Message::Heartbeat { id: MessageId(seq), manager: net.local_peer_id(), successor: None, members: 0 };
-                    if let Err(e) = net.send(&p.peer, m).await {
-                        line(json!({"event": "send_failed", "to": p.libp2p_id.to_string(), "reason": e.to_string()}));
+                    match net.send(&p.peer, m).await {
+                        Ok(()) => line(json!({"event": "sent", "to": p.libp2p_id.to_string(), "id": seq})),
+                        Err(e) => line(json!({"event": "send_failed", "to": p.libp2p_id.to_string(), "reason": e.to_string()})),
                     }
                 }
                 continue;
