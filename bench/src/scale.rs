@@ -87,9 +87,10 @@ pub enum Strategy {
     /// [`Strategy::NsP2p`] without resizes (`Config::with_resizes(false)`): malleable jobs
     /// only migrated, as the others (issue 38's migration-only baseline).
     NsP2pNoResize,
-    /// [`Strategy::NsP2p`] whose ranks may take steps of gathering within their hold-down
-    /// (`Config::with_gather_within_hold_down`; issue 42: the first ten minutes).
-    NsP2pEarly,
+    /// [`Strategy::NsP2p`] whose ranks take no step of gathering within their hold-down
+    /// (`Config::with_gather_within_hold_down(false)`: every entity moves at most once per
+    /// hold-down), the default before 2026-12-04 (issue 42: the first ten minutes).
+    NsP2pHoldDown,
 }
 
 impl Strategy {
@@ -105,7 +106,7 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::Oracle => "oracle",
             Strategy::NsP2pNoResize => "NSp2p-noresize",
-            Strategy::NsP2pEarly => "NSp2p-early",
+            Strategy::NsP2pHoldDown => "NSp2p-holddown",
         }
     }
 
@@ -122,7 +123,7 @@ impl Strategy {
             "none" => Strategy::None,
             "oracle" => Strategy::Oracle,
             "nsp2p-noresize" | "noresize" | "migration-only" => Strategy::NsP2pNoResize,
-            "nsp2p-early" | "early" => Strategy::NsP2pEarly,
+            "nsp2p-holddown" | "holddown" => Strategy::NsP2pHoldDown,
             _ => return None,
         })
     }
@@ -507,7 +508,7 @@ pub fn agent_config(strategy: Strategy, max_peers: usize) -> Config {
         Strategy::NsC2c => config.with_topology(Topology::ClusterToCluster),
         Strategy::NsP2pNoGather => config.with_gather(false),
         Strategy::NsP2pNoResize => config.with_resizes(false),
-        Strategy::NsP2pEarly => config.with_gather_within_hold_down(true),
+        Strategy::NsP2pHoldDown => config.with_gather_within_hold_down(false),
         Strategy::Paper | Strategy::RandomPaper => config
             .with_entity_cores(None)
             .with_cost_model(MigrationCostModel::paper()),
@@ -549,7 +550,7 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
             | Strategy::NsP2pNoGather
             | Strategy::NsC2c
             | Strategy::NsP2pNoResize
-            | Strategy::NsP2pEarly
+            | Strategy::NsP2pHoldDown
     ) {
         sim = sim.with_partners();
     }

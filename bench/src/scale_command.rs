@@ -44,7 +44,8 @@ pub struct ScaleArgs {
     /// paper's model); random (random work stealing, default model), random-paper (the
     /// same with the paper's model); none (nothing moves); oracle (a central placer that
     /// sees every node); nsp2p-noresize (NSp2p that only migrates, with --malleable);
-    /// nsp2p-early (NSp2p whose ranks may gather within their hold-down).
+    /// nsp2p-holddown (NSp2p whose ranks take no step of gathering within their hold-down,
+    /// the default before 2026-12-04: every entity moves at most once per hold-down).
     /// Default: all but nsp2p-noresize; with --malleable: nsp2p, nsp2p-noresize, nsc2c,
     /// random, none, oracle.
     #[arg(long, value_delimiter = ',')]
@@ -385,7 +386,7 @@ fn plots(out: &std::path::Path, outcomes: &[Outcome]) -> Result<()> {
         Strategy::Random,
         Strategy::RandomPaper,
         Strategy::NsP2pNoResize,
-        Strategy::NsP2pEarly,
+        Strategy::NsP2pHoldDown,
     ] {
         for network in [Network::Internet, Network::Grid] {
             let mut points: Vec<(f64, f64)> = outcomes

@@ -429,6 +429,7 @@ impl Agent {
                 migration,
                 entities,
                 from_host,
+                within_hold_down,
             } => {
                 self.stealing.on_steal_accepted(
                     &mut self.shared,
@@ -438,6 +439,7 @@ impl Agent {
                     migration,
                     entities,
                     from_host,
+                    within_hold_down,
                 );
             }
             Message::StealExhausted { id } => {

@@ -89,9 +89,10 @@ pub struct Policy<'a> {
     pub keep_near_partners: bool,
     /// A rank that arrived within its hold-down may still take a step of gathering to a
     /// place that holds more of its job than its own ([`joins_larger_part`]), after
-    /// [`GATHER_SETTLE`]: a job spread over far nodes then gathers in a few minutes
-    /// instead of one step per hold-down, at the price of up to a few moves of one rank
-    /// within a hold-down ([`crate::Config::with_gather_within_hold_down`]).
+    /// [`GATHER_SETTLE`], unless it is `held`: a job spread over far nodes then gathers in
+    /// a few minutes instead of one step per hold-down. The agents hold a rank so moved a
+    /// hold-down from its arrival, so it moves at most twice within a hold-down
+    /// ([`crate::Config::with_gather_within_hold_down`]).
     pub gather_within_hold_down: bool,
 }
 
@@ -541,9 +542,17 @@ pub const GATHER_SETTLE: Duration = Duration::from_secs(2);
 /// a strictly larger part of its job, so the sum of the squares of the parts' sizes grows
 /// with each; the thief bars the rank's return to the node it left for two hold-downs
 /// anyway (`Shared::bar_return`), and every other move still waits the hold-down.
-/// Measured (`scale --nodes 100 --seeds 1-32 --networks internet`): 0 ping-pongs, but up to
-/// 3 moves of one rank within a hold-down (1 without), which issue 15's "no entity moves
-/// more than once per hold-down" forbids: hence off by default.
+///
+/// The bound: the giver tells the receiver that it moved the rank within its hold-down
+/// ([`crate::Message::StealAccepted`]'s `within_hold_down`; an NSc2c manager that orders
+/// such a move within its cluster knows it itself), and the receiver holds the rank (`held`)
+/// a hold-down from its arrival. So of three moves of one entity in a row, the third
+/// comes a hold-down after the second (a normal move: the entity's residence; a step
+/// within the hold-down: held after the second if that was one too) or the second a
+/// hold-down after the first: no entity moves more than twice within a hold-down, and the
+/// second of two is a step of gathering. Without the bound (2026-12-04, `scale --nodes
+/// 100 --seeds 1-32 --networks internet`): 0 ping-pongs, but up to 3 moves of one rank
+/// within a hold-down.
 fn joins_larger_part(policy: &Policy<'_>, to: &Destination<'_>, e: &EntityProfile) -> bool {
     let part = |offers: &[JobOffer]| {
         offers

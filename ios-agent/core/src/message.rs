@@ -116,6 +116,13 @@ pub enum Message {
         /// there for a while. Absent in older agents' answers: the sender's host.
         #[serde(default)]
         from_host: Option<HostName>,
+        /// The giver moves them within their hold-down, as a step of gathering
+        /// ([`crate::Config::with_gather_within_hold_down`]). The origin then holds them for
+        /// a hold-down from their arrival, with no such step, so that no entity moves more
+        /// than twice within a hold-down. Absent in older agents' answers: false (they take
+        /// no such step).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        within_hold_down: bool,
     },
     /// Answer to a work steal: its TTL ran out, or it reached an agent with nowhere to
     /// forward it, and nobody gave work.
@@ -454,6 +461,7 @@ mod tests {
                 migration: MigrationId(2),
                 entities: vec![id.clone()],
                 from_host: Some(HostName::new("b").expect("valid")),
+                within_hold_down: true,
             },
             Message::WorkAvailable,
             Message::Introduce,

@@ -1094,12 +1094,17 @@ impl Cluster {
             departed: views[to].departed.clone(),
         };
         let from_host = views[from].host.clone();
+        let within = s.within_hold_down(views[from].entities, &plan, views[from].leaving);
         drop(views);
         tracing::info!(agent = %s.me, from = %from_peer, to = %target.peer, gain = plan.gain.gain, "intra-cluster move");
         s.bar_return(now, plan.entities.clone(), from_host);
         self.balancing = true;
         let me = s.me.clone();
+        let entities = plan.entities.clone();
         self.order(s, now, from_peer, plan.entities, target, me);
+        if within {
+            s.hold_moved_within(now, &entities);
+        }
     }
 
     /// A leaving node's entities first: one of them, to the staying member with the most idle
@@ -1288,7 +1293,10 @@ impl Cluster {
                     max,
                     rtts.as_ref().map(|(a, b)| (a, b)),
                 )
-                .map(|plan| (v.peer.clone(), v.host.clone(), plan))
+                .map(|plan| {
+                    let within = s.within_hold_down(v.entities, &plan, v.leaving);
+                    (v.peer.clone(), v.host.clone(), plan, within)
+                })
             });
             drop(views);
             // A malleable job whose rank 0 runs on the manager's own node may grow onto the
@@ -1296,7 +1304,7 @@ impl Cluster {
             // a member is not ordered to grow).
             if let Some(grow) = resizing
                 .grow_for_steal(s, now, &steal.source, &steal.rtts)
-                .filter(|g| g.beats_move(found.as_ref().map(|(_, _, p)| p)))
+                .filter(|g| g.beats_move(found.as_ref().map(|(_, _, p, _)| p)))
             {
                 if direct {
                     resizing::start_grow(s, now, grow, &steal.source.host, steal.origin, steal.id);
@@ -1312,7 +1320,7 @@ impl Cluster {
             if found.is_some() && !direct && stealing::hint_origin(s, &steal) {
                 return;
             }
-            if let Some((member, member_host, plan)) = found.filter(|_| direct) {
+            if let Some((member, member_host, plan, within_hold_down)) = found.filter(|_| direct) {
                 tracing::info!(agent = %s.me, %member, to = %steal.source.peer, gain = plan.gain.gain, "inter-cluster move");
                 let migration = self.order(
                     s,
@@ -1329,6 +1337,7 @@ impl Cluster {
                         migration,
                         entities: plan.entities,
                         from_host: Some(member_host),
+                        within_hold_down,
                     },
                 );
                 return;

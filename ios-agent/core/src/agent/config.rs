@@ -121,7 +121,7 @@ impl Default for Config {
             max_peers: DEFAULT_MAX_PEERS,
             entity_cores: DEFAULT_ENTITY_CORES,
             gather: true,
-            gather_within_hold_down: false,
+            gather_within_hold_down: true,
             resizes: true,
             resize_cost: ResizeCostModel::default(),
             shed_after: DEFAULT_SHED_AFTER,
@@ -238,10 +238,13 @@ impl Config {
     setter!(
         /// Whether a rank that arrived within its hold-down may still take a step of
         /// gathering to a place that holds more of its job than its own
-        /// ([`crate::decision::Policy::gather_within_hold_down`]); default off. On, NSp2p
-        /// reached 0.86 of the oracle in the first ten simulated minutes instead of 0.67
-        /// (100 nodes, Internet-like, 32 seeds), but a rank may then move up to a few
-        /// times within one hold-down.
+        /// ([`crate::decision::Policy::gather_within_hold_down`]); default on. The rank's
+        /// receiver then holds it a whole hold-down from its arrival
+        /// ([`crate::Message::StealAccepted`]'s `within_hold_down`), so that no entity
+        /// moves more than twice within a hold-down, the second move a step of
+        /// gathering. On, NSp2p reached 0.86 of the oracle in the first ten simulated
+        /// minutes instead of 0.66 (100 nodes, Internet-like, 32 seeds, 2026-12-04); off,
+        /// an entity moves at most once per hold-down.
         with_gather_within_hold_down, gather_within_hold_down: bool);
     setter!(
         /// Whether the agent grows and shrinks malleable jobs ([`crate::resize`]): grows a

@@ -853,6 +853,7 @@ pub(crate) fn start_grow(
             migration: id,
             entities: new_ranks,
             from_host: Some(s.host.clone()),
+            within_hold_down: false,
         },
     );
 }

@@ -14,7 +14,7 @@ use pcm_proto::{HostName, JobId};
 use rand::rngs::StdRng;
 
 use super::config::Config;
-use crate::decision::{self, Destination, Policy};
+use crate::decision::{self, Destination, Plan, Policy};
 use crate::message::{HostRtt, Message, MigrationId, MAX_ENTITIES, MAX_RTTS};
 use crate::model::{EntityId, EntityProfile, JobOffer, NodeProfile, Resource};
 use crate::tier::{IdMap, LatencyTier, PeerId, PeerTable};
@@ -859,6 +859,34 @@ impl Shared {
             to: to.peer.clone(),
             to_host: to.host.clone(),
         });
+    }
+
+    /// Whether `plan` moves an entity of `entities` (a node's that is not `leaving`) within
+    /// the entity's hold-down: a step of gathering ([`Policy::gather_within_hold_down`]),
+    /// which the receiving side answers by holding it a hold-down from its arrival
+    /// ([`Message::StealAccepted`]'s `within_hold_down`). A leaving node's moves are forced
+    /// and count for nothing.
+    pub(crate) fn within_hold_down(
+        &self,
+        entities: &[EntityProfile],
+        plan: &Plan,
+        leaving: bool,
+    ) -> bool {
+        !leaving
+            && entities
+                .iter()
+                .any(|e| plan.entities.contains(&e.id) && e.resident < self.config.hold_down)
+    }
+
+    /// An NSc2c manager's order of `entities` within their hold-down: held until a
+    /// hold-down after the latest the move may end (the migration timeout), so that their
+    /// next move waits a hold-down from their arrival, as [`Message::StealAccepted`]'s
+    /// `within_hold_down` has the thief hold them.
+    pub(crate) fn hold_moved_within(&mut self, now: Instant, entities: &[EntityId]) {
+        let until = now + self.config.migration_timeout + self.config.hold_down;
+        for e in entities {
+            self.held.insert(e.clone(), until);
+        }
     }
 
     /// Lists `entities` in `departed` for two hold-downs from `now` (`gone`), or no longer

@@ -99,6 +99,9 @@ enum Thief {
     Receiving {
         migration: MigrationId,
         deadline: Instant,
+        /// Entities the giver moves within their hold-down (`within_hold_down` of
+        /// [`Message::StealAccepted`]): held for a hold-down once they arrive.
+        hold: Vec<EntityId>,
     },
 }
 
@@ -338,7 +341,8 @@ impl Stealing {
     }
 
     /// A steal of ours was accepted: wait for the work, and bar the entities from going
-    /// back to the giver.
+    /// back to the giver. Entities moved `within_hold_down` (a step of gathering) are
+    /// held for a hold-down once they arrive ([`Stealing::on_migration_finished`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_steal_accepted(
         &mut self,
@@ -349,15 +353,24 @@ impl Stealing {
         migration: MigrationId,
         entities: Vec<EntityId>,
         from_host: Option<HostName>,
+        within_hold_down: bool,
     ) {
         if matches!(self.thief, Thief::Stealing { id: current, .. } if current == id) {
-            tracing::debug!(agent = %s.me, %from, %migration, "steal accepted");
+            tracing::debug!(agent = %s.me, %from, %migration, within_hold_down, "steal accepted");
+            // Until they arrive, held as long as the move may take, and a hold-down more.
+            let hold = if within_hold_down {
+                s.hold_moved_within(now, &entities);
+                entities.clone()
+            } else {
+                Vec::new()
+            };
             if let Some(giver) = from_host.or_else(|| s.hosts.get(from).cloned()) {
                 s.bar_return(now, entities, giver);
             }
             self.thief = Thief::Receiving {
                 migration,
                 deadline: now + s.config.migration_timeout,
+                hold,
             };
             self.backoff = s.config.steal_backoff;
         }
@@ -385,8 +398,23 @@ impl Stealing {
         migration: MigrationId,
         completed: bool,
     ) {
-        if matches!(self.thief, Thief::Receiving { migration: m, .. } if m == migration) {
+        if let Thief::Receiving {
+            migration: m, hold, ..
+        } = &mut self.thief
+        {
+            if *m != migration {
+                return;
+            }
             tracing::debug!(agent = %s.me, %migration, completed, "stolen work arrived");
+            // A step of gathering within the hold-down was this entity's second move
+            // within one at most: its next waits a whole hold-down from its arrival.
+            for e in std::mem::take(hold) {
+                if completed {
+                    s.held.insert(e, now + s.config.hold_down);
+                } else {
+                    s.held.remove(&e);
+                }
+            }
             s.settle_after = Some(now);
             self.thief = Thief::Idle {
                 next_round: now + s.config.steal_period,
@@ -872,28 +900,22 @@ impl Stealing {
                             s.config.max_group,
                             views.as_ref().map(|(a, b)| (a, b)),
                         );
-                        // Not a thief refused only because the malleable ranks it would
-                        // get would go far from their partners (`keep_near_partners`):
-                        // `offer_work`, which weighs without the partners, would hint it
-                        // at every profile and refuse its steal again (at 100 simulated
-                        // nodes the work-available hints tripled).
+                        // Not a thief refused only by the rules of the communication term
+                        // (a job held together here, malleable ranks kept near their
+                        // partners): `offer_work`, which weighs without the partners, would
+                        // hint it at every profile and refuse its steal again (at 100
+                        // simulated nodes the work-available hints tripled with malleable
+                        // jobs kept near their partners).
                         let held_near_partners = plan.is_none()
-                            && s.config.resizes
                             && views.is_some()
                             && decision::select(
                                 &s.policy(now),
                                 &node,
-                                &may_go,
+                                &s.entities,
                                 steal.source.destination(),
                                 s.config.max_group,
                             )
-                            .is_some_and(|p| {
-                                p.entities.iter().all(|id| {
-                                    s.entities
-                                        .iter()
-                                        .any(|e| &e.id == id && e.malleable.is_some())
-                                })
-                            });
+                            .is_some();
                         // A malleable job whose rank 0 runs here may grow onto the thief
                         // instead, when that gains more than the move.
                         if let Some(grow) = resizing
@@ -947,6 +969,7 @@ impl Stealing {
                                 "giving work"
                             );
                             let migration = MigrationId(s.fresh_id());
+                            let within_hold_down = s.within_hold_down(&s.entities, &plan, leaving);
                             s.start_migration(
                                 now,
                                 migration,
@@ -961,6 +984,7 @@ impl Stealing {
                                     migration,
                                     entities: plan.entities,
                                     from_host: Some(s.host.clone()),
+                                    within_hold_down,
                                 },
                             );
                             return None;

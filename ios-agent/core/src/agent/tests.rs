@@ -645,6 +645,7 @@ fn a_stolen_rank_does_not_go_back_to_its_giver_within_two_hold_downs() {
             migration: MigrationId(7),
             entities: vec![stolen.id.clone()],
             from_host: None,
+            within_hold_down: false,
         },
     );
     // The rank has arrived (and been here long enough for the hold-down), and the node's
@@ -1420,3 +1421,5 @@ fn invalid_messages_are_refused() {
     assert_eq!(a.stats().messages_refused, 1);
     assert!(a.poll_action().is_none());
 }
+
+mod gather;

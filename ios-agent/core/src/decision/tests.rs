@@ -432,7 +432,7 @@ fn given_a_rank_that_arrived_lately_then_it_still_gathers_with_the_larger_part_o
         select_near(&policy, &here_node, es, to(offers), 1, rtts).is_some()
     };
     assert!(gathers(&fx, &here, &es, &larger));
-    // Off (the default): the hold-down holds it.
+    // Off (`Config::with_gather_within_hold_down(false)`): the hold-down holds it.
     let mut off = fx.policy(1);
     off.entity_cores = Some(1.0);
     off.jobs_here = &here;
