@@ -670,7 +670,8 @@ impl Run {
             Duration::from_secs_f64(s.window_start_s),
             Duration::from_secs_f64(s.window_s),
         );
-        match crate::pool_sim::simulate_idle(n, self.args.sites, settle, window, 1) {
+        let knowledge = crate::pool_sim::Knowledge::of_pool(n, self.args.dial_agents);
+        match crate::pool_sim::simulate_idle(n, self.args.sites, knowledge, settle, window, 1) {
             Ok(mut sim) => {
                 sim.msgs_per_agent_s = round3(sim.msgs_per_agent_s);
                 sim.steals_per_agent_s = round3(sim.steals_per_agent_s);

@@ -56,6 +56,8 @@ pub type LoadFn = Box<dyn Fn(Duration) -> f64>;
 
 /// Round-trip time between two nodes (by index), for pairs without a [`Sim::set_rtt`].
 pub type RttFn = Box<dyn Fn(usize, usize) -> Duration>;
+/// Whether two nodes' agents are connected ([`Sim::with_links`]).
+pub type LinkFn = Box<dyn Fn(usize, usize) -> bool>;
 
 /// A node to add to the simulation.
 pub struct NodeSpec {
@@ -755,6 +757,7 @@ pub struct Sim {
     default_rtt: Duration,
     reported_rtt: Option<Duration>,
     discovery: Option<usize>,
+    links: Option<LinkFn>,
     rng: StdRng,
     events: BinaryHeap<Reverse<Event>>,
     /// What each queued event does, by slot; `None` for a free slot (listed in `free_payloads`).
@@ -819,6 +822,7 @@ impl Sim {
             default_rtt: Duration::from_millis(1),
             reported_rtt: None,
             discovery: None,
+            links: None,
             rng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5171),
             events: BinaryHeap::new(),
             payloads: Vec::new(),
@@ -880,6 +884,15 @@ impl Sim {
     /// round.
     pub fn with_discovery(mut self, per_round: usize) -> Self {
         self.discovery = Some(per_round);
+        self
+    }
+
+    /// Agents measure (and so know) only the nodes `linked` to theirs (called with the lower
+    /// index first), as the real agents know only those they are connected to when each
+    /// dials a few of the pool (`ios-agent --dial-agents`); without it, and without
+    /// [`Sim::with_discovery`], every node. Messages still reach any node.
+    pub fn with_links(mut self, linked: impl Fn(usize, usize) -> bool + 'static) -> Self {
+        self.links = Some(Box::new(linked));
         self
     }
 
@@ -1905,7 +1918,11 @@ impl Sim {
             None => {
                 for i in 0..self.nodes.len() {
                     for j in 0..self.nodes.len() {
-                        if i != j && self.alive[i] && self.alive[j] {
+                        let linked = self
+                            .links
+                            .as_ref()
+                            .is_none_or(|linked| linked(i.min(j), i.max(j)));
+                        if i != j && self.alive[i] && self.alive[j] && linked {
                             self.feed_rtt(now, i, j);
                         }
                     }
