@@ -77,8 +77,10 @@ pub struct Policy<'a> {
     pub jobs_here: &'a [JobOffer],
     /// A step of gathering (`gathering`, with the communication term) takes, in one move
     /// and whatever `max_group`, every rank of the job here that the destination node itself
-    /// has an idle core for ([`select_near`]). NSp2p's givers only: in NSc2c a group that
-    /// lands on one member is spread again by the manager's intra-cluster balancing.
+    /// has an idle core for ([`select_near`]). NSp2p's givers, and NSc2c managers answering
+    /// a steal since 2026-12-04 (a group that lands on one member is spread again by the
+    /// manager's intra-cluster balancing only onto members near all of each rank's
+    /// partners).
     pub gather_in_one_move: bool,
     /// A rank of a malleable job goes, with the communication term, only where the
     /// destination's own RTTs (an unmeasured one taken as

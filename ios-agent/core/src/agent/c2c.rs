@@ -146,7 +146,7 @@ struct ClusterNode<'a> {
 /// Which nodes of a cluster are near each other: one of the two measured the other within
 /// the local tier (its `near_hosts`), indexed as the views. Built once per decision, one
 /// look-up per reported host.
-struct Nearness(Vec<Vec<bool>>);
+struct Nearness(Vec<Vec<bool>>, HashMap<HostName, usize>);
 
 impl Nearness {
     fn of(cluster: &[ClusterNode<'_>]) -> Self {
@@ -163,12 +163,19 @@ impl Nearness {
                 near[j][i] = true;
             }
         }
-        Nearness(near)
+        let index = index.into_iter().map(|(h, i)| (h.clone(), i)).collect();
+        Nearness(near, index)
     }
 
     /// Whether the `i`th and the `j`th node are near each other.
     fn near(&self, i: usize, j: usize) -> bool {
         self.0[i][j]
+    }
+
+    /// Whether the `i`th node is near each of the nodes of the cluster that `hosts` names
+    /// (hosts outside the cluster are not known here).
+    fn near_all<'h>(&self, i: usize, mut hosts: impl Iterator<Item = &'h HostName>) -> bool {
+        hosts.all(|h| self.1.get(h).is_none_or(|&j| self.0[i][j]))
     }
 }
 
@@ -1161,12 +1168,16 @@ impl Cluster {
         // And a rank that exchanges with partners stays near its node: a cluster is the
         // members within the local tier of its manager, and on a network without structure
         // two of them may be far apart (at 100 nodes, Internet-like, NSc2c rose from 0.54 of
-        // the oracle to 0.64 on average over four seeds with this rule).
+        // the oracle to 0.64 on average over four seeds with this rule). It goes only to a
+        // member near each member that runs one of its partners, too: near its own node
+        // alone, a job's ranks went step by step along a chain of near members whose ends
+        // were 150 to 360 ms apart (traced at 100 nodes, Internet-like, seed 3, 2026-12-04).
         let near = Nearness::of(views);
         let may_go = |e: &EntityProfile, from: usize, to: usize| {
             let (from, to) = (staying[from], staying[to]);
             let host = &views[to].host;
-            (e.partners.is_empty() || near.near(from, to))
+            (e.partners.is_empty()
+                || (near.near(from, to) && near.near_all(to, e.partners.iter().map(|p| &p.host))))
                 && s.may_return(now, &e.id, host)
                 && !views[to].departed.contains(&e.id)
         };
@@ -1272,7 +1283,20 @@ impl Cluster {
                 } else {
                     (v.node, s.config.max_group)
                 };
-                let rtts = near.as_ref().map(|n| n.views(&v.host, &steal.source.host));
+                // The manager's RTTs are its own node's; of another member it knows only
+                // which cluster mates it measured near (on a network without structure a
+                // member within local latency of the manager may be far from the manager's
+                // near hosts).
+                let member = stealing::MemberRtts {
+                    near: &v.near_hosts,
+                };
+                let rtts = near.as_ref().map(|n| {
+                    let (mut at_l, at_f) = n.views(&v.host, &steal.source.host);
+                    if v.host != s.host {
+                        at_l.rtts = &member;
+                    }
+                    (at_l, at_f)
+                });
                 // Not back to the host a steal of ours took it from lately, unless its node
                 // is leaving; only ranks with partners there for a partner steal.
                 let may_go = stealing::for_thief(
@@ -1285,6 +1309,7 @@ impl Cluster {
                 decision::select_near(
                     &Policy {
                         jobs_here: &jobs_here,
+                        gather_in_one_move: true,
                         ..s.policy_for(now, v.leaving)
                     },
                     &node,

@@ -152,6 +152,24 @@ impl RttLookup for GiverRtts<'_> {
     }
 }
 
+/// NSc2c: what a manager knows of a member's RTTs, the hosts the member measured within the
+/// local tier (its `near_hosts`), each taken at half the tier's bound; other hosts unknown
+/// (assumed far). Why not the manager's own RTTs, as before 2026-12-04: on a network
+/// without structure (pairs' RTTs drawn independently) a member within local latency of the
+/// manager is as likely far as near from the manager's near hosts, so a rank the manager
+/// took for near its partners went further from them.
+pub(crate) struct MemberRtts<'a> {
+    pub(crate) near: &'a [HostName],
+}
+
+impl RttLookup for MemberRtts<'_> {
+    fn rtt_to(&self, host: &HostName) -> Option<f64> {
+        self.near
+            .contains(host)
+            .then(|| crate::tier::LOCAL_MAX_RTT.as_secs_f64() / 2.0)
+    }
+}
+
 /// A steal's RTTs by host (at most [`crate::message::MAX_RTTS`]): the last entry of a host
 /// counts, as it would in a map built from the list.
 struct ThiefRtts<'a>(&'a [HostRtt]);
@@ -167,8 +185,8 @@ impl RttLookup for ThiefRtts<'_> {
 }
 
 impl<'a> StealLatencies<'a> {
-    /// `agent`'s RTTs and `steal`'s. In NSc2c the manager's RTTs stand for its members':
-    /// they are within local latency of it.
+    /// `agent`'s RTTs and `steal`'s. In NSc2c they are the manager's node's; a manager
+    /// weighing a member's entities puts [`MemberRtts`] in the giver's view instead.
     pub(crate) fn new(agent: &'a Shared, steal: &'a Steal) -> Self {
         StealLatencies {
             here: GiverRtts(agent),
