@@ -79,25 +79,26 @@ impl Knowledge {
         }
     }
 
-    /// Which pairs of `agents` are connected (row-major, symmetric), drawn with `seed`.
-    fn links(self, agents: usize, seed: u64) -> Vec<bool> {
+    /// Which pairs of `agents` are connected (row-major, symmetric), drawn with `seed`;
+    /// `None` when every agent knows every other.
+    fn links(self, agents: usize, seed: u64) -> Option<Vec<bool>> {
         use rand::seq::SliceRandom as _;
         use rand::SeedableRng as _;
-        let mut linked = vec![true; agents * agents];
-        if let Knowledge::Dialed { dial_agents } = self {
-            linked.fill(false);
-            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let mut others: Vec<usize> = Vec::with_capacity(agents);
-            for i in 0..agents {
-                others.clear();
-                others.extend((0..agents).filter(|&j| j != i));
-                for &j in others.partial_shuffle(&mut rng, dial_agents).0.iter() {
-                    linked[i * agents + j] = true;
-                    linked[j * agents + i] = true;
-                }
+        let Knowledge::Dialed { dial_agents } = self else {
+            return None;
+        };
+        let mut linked = vec![false; agents * agents];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut others: Vec<usize> = Vec::with_capacity(agents);
+        for i in 0..agents {
+            others.clear();
+            others.extend((0..agents).filter(|&j| j != i));
+            for &j in others.partial_shuffle(&mut rng, dial_agents).0.iter() {
+                linked[i * agents + j] = true;
+                linked[j * agents + i] = true;
             }
         }
-        linked
+        Some(linked)
     }
 }
 
@@ -118,8 +119,7 @@ pub fn simulate_idle(
     let mut sim = Sim::new(seed, join_defaults()?)
         .with_rtt_model(rtt)
         .with_message_log();
-    if knowledge != Knowledge::Everyone {
-        let linked = knowledge.links(agents, seed);
+    if let Some(linked) = knowledge.links(agents, seed) {
         sim = sim.with_links(move |a, b| linked[a * agents + b]);
     }
     for _ in 0..agents {
@@ -188,7 +188,9 @@ mod tests {
     #[test]
     fn each_agent_is_linked_to_those_it_dials_and_those_that_dial_it() {
         let (n, k) = (20, 5);
-        let linked = Knowledge::of_pool(n, k).links(n, 7);
+        let linked = Knowledge::of_pool(n, k)
+            .links(n, 7)
+            .expect("a partial mesh");
         for i in 0..n {
             assert!(!linked[i * n + i], "{i} linked to itself");
             let degree = (0..n).filter(|&j| linked[i * n + j]).count();

@@ -889,8 +889,9 @@ impl Sim {
 
     /// Agents measure (and so know) only the nodes `linked` to theirs (called with the lower
     /// index first), as the real agents know only those they are connected to when each
-    /// dials a few of the pool (`ios-agent --dial-agents`); without it, and without
-    /// [`Sim::with_discovery`], every node. Messages still reach any node.
+    /// dials a few of the pool (`ios-agent --dial-agents`); without it, every node.
+    /// Ignored with [`Sim::with_discovery`], whose rounds decide whom an agent meets.
+    /// Messages still reach any node.
     pub fn with_links(mut self, linked: impl Fn(usize, usize) -> bool + 'static) -> Self {
         self.links = Some(Box::new(linked));
         self

@@ -20,9 +20,10 @@ pub const DEFAULT_RRP_TTL: u8 = 4;
 pub const DEFAULT_MAX_TIER: LatencyTier = LatencyTier::Global;
 /// Pause after a round in which no tier gave work; doubles after each such round.
 ///
-/// Short on purpose: an idle node learns that work appeared elsewhere only by asking, so the
-/// pause bounds how fast the pool reacts to load onset (target: a migration within 5 s),
-/// while a round costs a few packets of about 200 bytes.
+/// Short on purpose: an idle node that nobody refused lately learns that work appeared
+/// elsewhere only by asking, so the pause bounds how fast it helps with new load (target: a
+/// migration within 5 s; a node that refused it tells it at once, `offer_work`), while a
+/// round costs a few packets of about 200 bytes.
 pub const DEFAULT_STEAL_BACKOFF: Duration = Duration::from_secs(2);
 /// Longest pause between rounds (see [`DEFAULT_STEAL_BACKOFF`]). 8 s, not 4 (until
 /// 2026-12-04): an idle pool's rounds are most of its messages and of an idle agent's CPU,
