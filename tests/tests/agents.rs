@@ -474,14 +474,31 @@ fn the_agents_entities_carry_their_partners_hosts_and_exchange_rates() {
         "rank 1 profiled with its partners",
         || middle().is_some_and(|e| !e.partners.is_empty()),
     );
-    let rank1 = middle().unwrap();
-    // Both neighbours run here: one partner, this host, two exchanges per iteration.
-    assert_eq!(rank1.partners.len(), 1, "{rank1:#?}");
-    assert_eq!(rank1.partners[0].host.as_str(), host, "{rank1:#?}");
-    let per_iteration = rank1.partners[0].exchanges_per_sec / rank1.iteration_rate;
+    // Both neighbours run here: one partner, this host, two exchanges per iteration. The
+    // iteration rate is pcmd's last closed stats period (2 s) and the exchanges the agent's
+    // last profile period (1 s): on a loaded machine one profile's windows can disagree
+    // (3.4 exchanges per iteration seen once in CI), so the median of five profiles counts.
+    let mut ratios = Vec::new();
+    let mut last_age = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ratios.len() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "five profiles of rank 1 not seen in 30 s: {ratios:?}"
+        );
+        if let Some(rank1) = middle().filter(|e| last_age != Some(e.age)) {
+            last_age = Some(rank1.age);
+            assert_eq!(rank1.partners.len(), 1, "{rank1:#?}");
+            assert_eq!(rank1.partners[0].host.as_str(), host, "{rank1:#?}");
+            ratios.push(rank1.partners[0].exchanges_per_sec / rank1.iteration_rate);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ratios.sort_by(f64::total_cmp);
+    let per_iteration = ratios[2];
     assert!(
         (1.5..2.5).contains(&per_iteration),
-        "{per_iteration} exchanges per iteration: {rank1:#?}"
+        "{per_iteration} exchanges per iteration (median of {ratios:?})"
     );
     drop(job);
 }

@@ -574,6 +574,7 @@ impl Agent {
         self.cluster.tick(&mut self.shared, now);
         self.stealing.call_for_thieves(&mut self.shared, now);
         self.resizing.shrink_if_due(&mut self.shared, now);
+        self.resizing.close_offer_window(&mut self.shared, now);
         self.stealing
             .on_timeout(&mut self.shared, &self.cluster, now);
     }

@@ -267,6 +267,50 @@ impl Resizing {
         }
     }
 
+    /// NSp2p: at the end of a window of grow offers, the best thief is told to ask again
+    /// (work available), and its steal then grows the job ([`Resizing::weigh_offer`]).
+    /// Why a timer: an offer is only taken by a steal after the window, and an idle thief
+    /// that found no work pauses 2 to 8 s between its rounds (`DEFAULT_MAX_STEAL_BACKOFF`),
+    /// longer than an offer is kept (two windows). A lone offer was forgotten before its
+    /// thief came back, its next steal opened a new window, and so on: the main job's
+    /// malleable act ran 10 s beside an idle node without growing in 2 of 4 runs.
+    pub(super) fn close_offer_window(&mut self, s: &mut Shared, now: Instant) {
+        let Some(close) = self.offer_window_close(s) else {
+            return;
+        };
+        if now < close {
+            return;
+        }
+        let window = grow_offer_window(&s.config);
+        let offers = &mut self.offers;
+        offers
+            .by_thief
+            .retain(|(_, _, _, at)| now.saturating_duration_since(*at) < window * 2);
+        let best = offers
+            .by_thief
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
+            .map(|(p, ..)| p.clone());
+        match best {
+            Some(best) => {
+                offers.hinted = Some(now);
+                s.stats.work_hints_sent += 1;
+                s.send(best, Message::WorkAvailable);
+            }
+            None => *offers = GrowOffers::default(),
+        }
+    }
+
+    /// When the window of grow offers closes with its best thief not yet told
+    /// ([`Resizing::close_offer_window`]).
+    fn offer_window_close(&self, s: &Shared) -> Option<Instant> {
+        let offers = &self.offers;
+        let opened = offers.opened?;
+        let close = opened + grow_offer_window(&s.config);
+        let told = offers.hinted.is_some_and(|at| at >= close);
+        (!offers.by_thief.is_empty() && !told && s.outgoing.is_none()).then_some(close)
+    }
+
     /// Notes the widths the entities' profiles show (called with every new list).
     pub(super) fn observe_widths(&mut self, s: &mut Shared, now: Instant) {
         let mut seen: Vec<(JobId, u32)> = s
@@ -713,10 +757,15 @@ impl Resizing {
         );
     }
 
-    /// When `Agent::shrink_if_due` must next run without a new profile: the end of a
-    /// leaving node's wait, or of the shed wait of a slowed job.
+    /// When `Agent::shrink_if_due` or [`Resizing::close_offer_window`] must next run
+    /// without a new profile: the end of a leaving node's wait, of the shed wait of a
+    /// slowed job, or of a window of grow offers.
     pub(super) fn resize_deadline(&self, s: &Shared) -> Option<Instant> {
-        self.wake.filter(|_| s.outgoing.is_none())
+        let wake = self.wake.filter(|_| s.outgoing.is_none());
+        match (wake, self.offer_window_close(s)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next instant after `now` at which a wait of `Agent::shrink_if_due` ends. Only

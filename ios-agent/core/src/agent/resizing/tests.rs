@@ -943,3 +943,56 @@ fn given_the_best_offer_is_not_renewed_then_it_is_forgotten() {
     assert_eq!(grown.len(), 1, "{actions:?}");
     assert_eq!(grown[0].2, vec![host("node-c")]);
 }
+
+/// A lone offer whose thief would not steal again for longer than an offer is kept (an
+/// idle thief pauses up to 8 s between rounds): at the window's end the home agent tells
+/// it to ask (work available, by a timer), and its steal grows the job. Without the timer
+/// the offer was forgotten, the thief's next steal opened a new window, and the job never
+/// grew (the main job's malleable act, 2 of 4 runs).
+#[test]
+fn given_a_lone_offer_then_its_thief_is_told_to_ask_at_the_windows_end_and_the_job_grows() {
+    let t0 = Instant::now();
+    let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
+    let period = Config::default().steal_period;
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    assert!(hinted(&actions).is_empty(), "{actions:?}");
+    let close = a.poll_timeout().expect("a timer for the window's end");
+    assert!(close <= t0 + period, "{close:?} after the window");
+    a.handle_timeout(t0 + period);
+    let actions = drain(&mut a);
+    assert_eq!(hinted(&actions), vec![peer("node-c")], "{actions:?}");
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    // Told once: no timer left for this window.
+    assert!(a.poll_timeout().is_none_or(|t| t > t0 + period));
+    let asked = t0 + period + MS;
+    a.handle_message(
+        asked,
+        peer("node-c"),
+        steal_from("node-c", 8, node(0.0, 0.0)),
+    );
+    let grown = resizes(&drain(&mut a));
+    assert_eq!(grown.len(), 1, "{grown:?}");
+    assert_eq!(grown[0].2, vec![host("node-c")]);
+}
+
+/// The same thief coming back only after the offer expired (no timer run): nothing grows,
+/// and a new window opens; the timer is what closes it.
+#[test]
+fn given_a_lone_offer_and_no_timer_then_a_late_steal_only_opens_a_new_window() {
+    let t0 = Instant::now();
+    let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
+    let period = Config::default().steal_period;
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    drain(&mut a);
+    let late = t0 + period * 4;
+    a.handle_message(
+        late,
+        peer("node-c"),
+        steal_from("node-c", 8, node(0.0, 0.0)),
+    );
+    assert!(resizes(&drain(&mut a)).is_empty());
+    a.handle_timeout(late + period);
+    assert_eq!(hinted(&drain(&mut a)), vec![peer("node-c")]);
+}
