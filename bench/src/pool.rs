@@ -134,6 +134,16 @@ pub fn true_tier(matrix: &DelayMatrix, a: usize, b: usize) -> LatencyTier {
     LatencyTier::from_rtt(matrix.rtt(a, b))
 }
 
+/// The first five of `items` and how many more, for a message.
+fn first_few(mut items: Vec<String>) -> String {
+    let more = items.len().saturating_sub(5);
+    items.truncate(5);
+    if more > 0 {
+        items.push(format!("{more} more"));
+    }
+    items.join("; ")
+}
+
 /// A tier as `ios-agent status` names it.
 pub fn tier_name(tier: LatencyTier) -> &'static str {
     match tier {
@@ -637,12 +647,22 @@ impl Run {
                 break;
             }
             if Instant::now() > deadline {
-                s.failures.push(format!(
-                    "no mesh within {:.0} s: an agent had {fewest} of {} peers ({})",
-                    s.mesh_timeout_s,
-                    s.mesh_target,
-                    self.missing(&snap)
-                ));
+                if s.mesh_formed_s.is_none() {
+                    s.failures.push(format!(
+                        "no mesh within {:.0} s: an agent had {fewest} of {} peers ({})",
+                        s.mesh_timeout_s,
+                        s.mesh_target,
+                        self.missing(&snap, s.mesh_target)
+                    ));
+                }
+                if s.k_per_tier_s.is_none() {
+                    s.failures.push(format!(
+                        "not every agent knew {} peers of each tier within {:.0} s ({})",
+                        self.args.per_tier,
+                        s.mesh_timeout_s,
+                        self.tier_shortfalls(&snap, self.args.per_tier)
+                    ));
+                }
                 break;
             }
             std::thread::sleep(Duration::from_secs(1));
@@ -813,8 +833,12 @@ impl Run {
         (fewest, fewest >= target)
     }
 
-    /// Which live agents lack which live peers, for a message (the first few).
-    fn missing(&self, snap: &Snapshot) -> String {
+    /// Which live agents know fewer than the mesh target, for a message (the first few,
+    /// each with at most a few of the live peers it lacks: a pool of hundreds made a line
+    /// of 40 kB).
+    fn missing(&self, snap: &Snapshot, target: usize) -> String {
+        let live = self.live().count();
+        let target = target.min(live.saturating_sub(1));
         let mut out = Vec::new();
         for i in self.live() {
             let known: Vec<usize> = snap
@@ -822,21 +846,75 @@ impl Run {
                 .get(&i)
                 .map(|st| self.known(st).map(|(j, _)| j).collect())
                 .unwrap_or_default();
+            if known.len() >= target {
+                continue;
+            }
             let lacks: Vec<&str> = self
                 .live()
                 .filter(|&j| j != i && !known.contains(&j))
                 .map(|j| self.agents[j].host.as_str())
                 .collect();
-            if !lacks.is_empty() {
-                out.push(format!("{} lacks {}", self.agents[i].host, lacks.join(" ")));
+            out.push(format!(
+                "{} knows {}, lacks {}{}",
+                self.agents[i].host,
+                known.len(),
+                lacks[..lacks.len().min(5)].join(" "),
+                if lacks.len() > 5 { " ..." } else { "" }
+            ));
+        }
+        first_few(out)
+    }
+
+    /// Which live agents know fewer than `k` peers of a tier they have live agents in, by
+    /// their own tiers: `host tier have/exist` (the first few).
+    fn tier_shortfalls(&self, snap: &Snapshot, k: usize) -> String {
+        let mut out = Vec::new();
+        for i in self.live() {
+            let have = match snap.statuses.get(&i) {
+                Some(st) => self.tier_counts(st),
+                None => {
+                    out.push(format!("{} did not answer", self.agents[i].host));
+                    continue;
+                }
+            };
+            let short: Vec<String> = self
+                .tiers_present(i)
+                .into_iter()
+                .filter_map(|(tier, n)| {
+                    let got = have.get(tier).copied().unwrap_or(0);
+                    (got < n.min(k)).then(|| format!("{tier} {got} of {n}"))
+                })
+                .collect();
+            if !short.is_empty() {
+                out.push(format!(
+                    "{} knows {}",
+                    self.agents[i].host,
+                    short.join(", ")
+                ));
             }
         }
-        let more = out.len().saturating_sub(5);
-        out.truncate(5);
-        if more > 0 {
-            out.push(format!("{more} more"));
+        first_few(out)
+    }
+
+    /// How many live peers `st`'s agent knows in each tier, by its own tiers.
+    fn tier_counts<'a>(&'a self, st: &'a AgentStatus) -> BTreeMap<&'a str, usize> {
+        let mut have: BTreeMap<&str, usize> = BTreeMap::new();
+        for (j, tier) in self.known(st) {
+            if !self.agents[j].departed {
+                *have.entry(tier).or_default() += 1;
+            }
         }
-        out.join(", ")
+        have
+    }
+
+    /// How many live agents other than `i` each tier holds, by the emulated truth.
+    fn tiers_present(&self, i: usize) -> BTreeMap<&'static str, usize> {
+        let mut exist: BTreeMap<&str, usize> = BTreeMap::new();
+        for j in self.live().filter(|&j| j != i) {
+            let tier = true_tier(&self.matrix, self.agents[i].site, self.agents[j].site);
+            *exist.entry(tier_name(tier)).or_default() += 1;
+        }
+        exist
     }
 
     /// Whether every live agent knows at least `k` peers (or all there are) of each tier it
@@ -846,18 +924,8 @@ impl Run {
             let Some(st) = snap.statuses.get(&i) else {
                 return false;
             };
-            let mut have: BTreeMap<&str, usize> = BTreeMap::new();
-            for (j, tier) in self.known(st) {
-                if !self.agents[j].departed {
-                    *have.entry(tier).or_default() += 1;
-                }
-            }
-            let mut exist: BTreeMap<&str, usize> = BTreeMap::new();
-            for j in self.live().filter(|&j| j != i) {
-                let tier = true_tier(&self.matrix, self.agents[i].site, self.agents[j].site);
-                *exist.entry(tier_name(tier)).or_default() += 1;
-            }
-            exist
+            let have = self.tier_counts(st);
+            self.tiers_present(i)
                 .iter()
                 .all(|(tier, &n)| have.get(tier).copied().unwrap_or(0) >= n.min(k))
         })
