@@ -866,7 +866,7 @@ impl Run {
     }
 
     /// Which live agents know fewer than `k` peers of a tier they have live agents in, by
-    /// their own tiers: `host tier have/exist` (the first few).
+    /// their own tiers: `host knows TIER KNOWN of PRESENT` (the first few).
     fn tier_shortfalls(&self, snap: &Snapshot, k: usize) -> String {
         let mut out = Vec::new();
         for i in self.live() {

@@ -134,6 +134,24 @@ struct GrowOffers {
     hinted: Option<Instant>,
 }
 
+impl GrowOffers {
+    /// Forgets the offers made two windows or more before `now` (their thieves took work
+    /// elsewhere, or left).
+    fn forget_stale(&mut self, now: Instant, window: std::time::Duration) {
+        self.by_thief
+            .retain(|(_, _, _, at)| now.saturating_duration_since(*at) < window * 2);
+    }
+
+    /// The offers that pass `keep`, best first by gain, then by CPU per added rank.
+    fn best(&self, keep: impl Fn(&(PeerId, f64, f64, Instant)) -> bool) -> Option<PeerId> {
+        self.by_thief
+            .iter()
+            .filter(|o| keep(o))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
+            .map(|(p, ..)| p.clone())
+    }
+}
+
 /// What to do with a grow offer ([`Resizing::weigh_offer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum OfferChoice {
@@ -225,9 +243,7 @@ impl Resizing {
             return OfferChoice::Grow;
         }
         let offers = &mut self.offers;
-        offers
-            .by_thief
-            .retain(|(_, _, _, at)| now.saturating_duration_since(*at) < window * 2);
+        offers.forget_stale(now, window);
         if offers.by_thief.is_empty() {
             offers.opened = None;
         }
@@ -242,13 +258,7 @@ impl Resizing {
         let better = |a: (f64, f64), b: (f64, f64)| {
             a.0 > b.0 + 1e-9 || (a.0 > b.0 - 1e-9 && a.1 > b.1 + 1e-9)
         };
-        let best = offers
-            .by_thief
-            .iter()
-            .filter(|(p, ..)| p != thief)
-            .filter(|(_, g, c, _)| better((*g, *c), (gain, cpu)))
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
-            .map(|(p, ..)| p.clone());
+        let best = offers.best(|(p, g, c, _)| p != thief && better((*g, *c), (gain, cpu)));
         match best {
             None => {
                 *offers = GrowOffers::default();
@@ -283,15 +293,8 @@ impl Resizing {
         }
         let window = grow_offer_window(&s.config);
         let offers = &mut self.offers;
-        offers
-            .by_thief
-            .retain(|(_, _, _, at)| now.saturating_duration_since(*at) < window * 2);
-        let best = offers
-            .by_thief
-            .iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
-            .map(|(p, ..)| p.clone());
-        match best {
+        offers.forget_stale(now, window);
+        match offers.best(|_| true) {
             Some(best) => {
                 offers.hinted = Some(now);
                 s.stats.work_hints_sent += 1;
