@@ -327,6 +327,9 @@ pub struct PoolSummary {
     pub router_packets: u64,
     /// Packets it dropped (whole run).
     pub router_dropped: u64,
+    /// Packets the kernel dropped on the router's links (whole run): its TUN's queue full
+    /// while the router did not read, each a retransmission (at least 200 ms) for TCP.
+    pub link_dropped: u64,
     /// The churn.
     pub churn: ChurnSummary,
     /// The bounds `passed` judges.
@@ -684,6 +687,7 @@ impl Run {
             s.router_packets = c.packets.load(std::sync::atomic::Ordering::Relaxed);
             s.router_dropped = c.dropped.load(std::sync::atomic::Ordering::Relaxed);
         }
+        s.link_dropped = self.net.link_drops().map_err(anyhow::Error::msg)?;
         // The same pool in the simulator, over the same span from its start; after the
         // churn, so that its CPU does not slow this process's delay router meanwhile.
         let (settle, window) = (
@@ -1327,6 +1331,10 @@ fn print_summary(s: &PoolSummary) {
             r.pairs
         );
     }
+    println!(
+        "  emulated links: the router forwarded {} packets and dropped {}; the kernel dropped {} on its links",
+        s.router_packets, s.router_dropped, s.link_dropped
+    );
     println!(
         "  idle window {:.1} s: agent CPU {:.3}% (max {:.3}%, bound {}%), pcmd {:.3}%, peer server {:.3}%, router {:.3}%",
         s.window_s, s.cpu_per_agent, s.cpu_per_agent_max, s.max_cpu_per_agent, s.cpu_per_pcmd, s.cpu_per_peer_server, s.cpu_router

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::urgent::Urgent;
 use crate::{program, Group};
 
 /// How long to wait for the job's processes and its replacement to appear.
@@ -77,43 +78,13 @@ impl Drop for Victim {
     }
 }
 
-/// The calling thread at a higher scheduling priority (nice -10) while this lives, where
-/// allowed (as root); otherwise nothing changes. The poll for a replacement must run within
-/// the tenth of a second the replacement spends starting: on a loaded machine a poller at
-/// the default priority once missed it, the move completed, and the fault came too late.
-struct Urgent {
-    tid: libc::id_t,
-    before: libc::c_int,
-}
-
-// The libc calls below have no safe wrapper in nix.
-#[allow(unsafe_code)]
-impl Urgent {
-    fn raise() -> Option<Urgent> {
-        // SAFETY: gettid, getpriority and setpriority take plain integers and touch no
-        // memory of ours; on Linux a thread id in PRIO_PROCESS names that thread alone.
-        unsafe {
-            let tid = libc::gettid() as libc::id_t;
-            let before = libc::getpriority(libc::PRIO_PROCESS, tid);
-            (libc::setpriority(libc::PRIO_PROCESS, tid, -10) == 0).then_some(Urgent { tid, before })
-        }
-    }
-}
-
-#[allow(unsafe_code)]
-impl Drop for Urgent {
-    fn drop(&mut self) {
-        // SAFETY: as in `raise`.
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, self.tid, self.before);
-        }
-    }
-}
-
 /// Waits for the job's `ranks` original processes, then for the first process beyond them
 /// (the replacement, which only the originals can spawn), and sends it `signal` at once.
 pub fn hit_replacement(job: &mut Group, ranks: usize, signal: Signal) -> (Victim, Instant) {
-    let _urgent = Urgent::raise();
+    // The poll for a replacement must run within the tenth of a second the replacement
+    // spends starting: on a loaded machine a poller at the default priority once missed
+    // it, the move completed, and the fault came too late.
+    let _urgent = Urgent::raise(-10);
     let root = job.pid();
     let deadline = Instant::now() + WAIT;
     let mut originals = BTreeSet::new();

@@ -17,6 +17,7 @@ pub mod pool;
 pub mod scenario;
 pub mod sites;
 pub mod slurm;
+pub mod urgent;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
