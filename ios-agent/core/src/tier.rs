@@ -262,10 +262,43 @@ impl fmt::Debug for PeerId {
 /// samples at the default ping interval, as BBR keeps its minimum for ten seconds.
 pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 
+/// Time constant of the smoothed RTT ([`PeerInfo::srtt`]): a sample's weight is
+/// `1 - exp(-gap / SRTT_TIME_CONSTANT)`, where `gap` is the time since the peer's previous
+/// sample, and at least TCP's 1/8 (which it equals for samples a second apart).
+///
+/// Why by time: after its first fast pings an agent pings each peer every `connections /
+/// budget` seconds (up to 30 s). With a fixed 1/8, the first pings of a connection, taken
+/// while a pool's agents all start and handshake at once, stayed in the average for
+/// minutes: at N = 100 (`mpi-ios-bench pool`) the agents' first pings across sites took
+/// 400-1,000 ms, their later ones the emulated 33 / 160 / 400 ms, and the smoothed RTTs
+/// after a minute of idling were still 550 / 710 / 900 ms; the model's communication term
+/// reads this RTT (`rtt_to_host`). A sample 30 s after the last now weighs 0.98.
+pub const SRTT_TIME_CONSTANT: Duration = Duration::from_secs(8);
+
+/// Fixed-point unit of [`srtt_gain`]: integer arithmetic keeps a steady RTT's average
+/// exactly where it is (the simulator's RTTs are fixed per pair).
+const GAIN_ONE: u128 = 1 << 16;
+
+/// A new sample's weight in the smoothed RTT after `gap` without samples, in
+/// [`GAIN_ONE`] units: `1 - exp(-gap / SRTT_TIME_CONSTANT)`, at least 1/8.
+fn srtt_gain(gap: Duration) -> u128 {
+    let weight = 1.0 - (-gap.as_secs_f64() / SRTT_TIME_CONSTANT.as_secs_f64()).exp();
+    let gain = (weight * GAIN_ONE as f64) as u128;
+    gain.clamp(GAIN_ONE / 8, GAIN_ONE)
+}
+
+/// `srtt` moved towards `sample` by `gain` ([`GAIN_ONE`] units), to the nanosecond.
+fn smoothed(srtt: Duration, sample: Duration, gain: u128) -> Duration {
+    let mixed = (srtt.as_nanos() * (GAIN_ONE - gain) + sample.as_nanos() * gain) / GAIN_ONE;
+    Duration::from_nanos(u64::try_from(mixed).unwrap_or(u64::MAX))
+}
+
 /// What the table knows of one peer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerInfo {
-    /// Smoothed round-trip time (exponential average, gain 1/8 as TCP's SRTT).
+    /// Smoothed round-trip time: an exponential average whose gain grows with the time
+    /// since the last sample ([`SRTT_TIME_CONSTANT`]; 1/8, TCP's SRTT gain, for samples a
+    /// second apart).
     pub srtt: Duration,
     /// Least RTT seen in the last [`MIN_RTT_WINDOW`] or so: the path's latency, without the
     /// queueing and scheduling delays that only ever add to a sample. A first ping taken
@@ -366,8 +399,14 @@ impl PeerTable {
             let (_, info) = self.slots[slot as usize].as_mut()?;
             #[cfg(test)]
             self.seen_model.remove(&(info.last_seen, slot));
-            // srtt = 7/8 srtt + 1/8 sample
-            let srtt = (info.srtt * 7 + rtt) / 8;
+            // A sample equal to the average leaves it (the simulator's every sample, fed
+            // for every peer each round: no exp() there).
+            let srtt = if rtt == info.srtt {
+                rtt
+            } else {
+                let gain = srtt_gain(now.saturating_duration_since(info.last_seen));
+                smoothed(info.srtt, rtt, gain)
+            };
             // A steady RTT leaves the smoothed one where it is (always so in the simulator,
             // whose RTTs are fixed per pair): then the RTT index and the version stay.
             if srtt != info.srtt {
@@ -862,6 +901,42 @@ mod tests {
             table.record_rtt(t0 + ms(1000 * s), &peer("a"), ms(50));
         }
         assert_eq!(table.tier(&peer("a")), Some(LatencyTier::Regional));
+    }
+
+    /// Seen in the real pool (N = 100, emulated sites): the first pings of a connection across
+    /// sites, taken while every agent was starting, took ten times the path's RTT; the later
+    /// ones, 30 s apart, the path's. The smoothed RTT follows the later ones at once instead
+    /// of keeping the start-up's for minutes; samples a second apart still weigh 1/8.
+    #[test]
+    fn given_sparse_samples_then_the_smoothed_rtt_follows_them_and_dense_ones_weigh_an_eighth() {
+        let t0 = Instant::now();
+        let mut table = PeerTable::new(4);
+        table.record_rtt(t0, &peer("a"), ms(900));
+        table.record_rtt(t0 + ms(30_000), &peer("a"), ms(34));
+        let srtt = table.get(&peer("a")).expect("known").srtt;
+        // 1 - exp(-30/8) = 0.9765: 0.0235 * 900 + 0.9765 * 34 = 54.3 ms (fixed 1/8: 792 ms).
+        assert!(srtt > ms(53) && srtt < ms(56), "{srtt:?}");
+        table.record_rtt(t0 + ms(60_000), &peer("a"), ms(34));
+        let srtt = table.get(&peer("a")).expect("known").srtt;
+        assert!(srtt > ms(34) && srtt < ms(35), "{srtt:?}");
+        // A second apart: exactly TCP's 7/8 and 1/8.
+        table.record_rtt(t0 + ms(61_000), &peer("a"), ms(34));
+        let before = table.get(&peer("a")).expect("known").srtt;
+        table.record_rtt(t0 + ms(62_000), &peer("a"), ms(98));
+        let after = table.get(&peer("a")).expect("known").srtt;
+        assert_eq!(after, (before * 7 + ms(98)) / 8);
+        // A steady RTT leaves it exactly where it is, whatever the gap.
+        let mut steady = PeerTable::new(4);
+        steady.record_rtt(t0, &peer("b"), Duration::from_nanos(33_000_123));
+        for gap_ms in [1, 500, 1_000, 7_000, 30_000, 600_000] {
+            steady.record_rtt(
+                t0 + ms(gap_ms),
+                &peer("b"),
+                Duration::from_nanos(33_000_123),
+            );
+            let info = steady.get(&peer("b")).expect("known");
+            assert_eq!(info.srtt, Duration::from_nanos(33_000_123));
+        }
     }
 
     /// Seen in the agents' loopback test: the first ping, taken while the machine was busy

@@ -949,6 +949,7 @@ impl Task {
                         return;
                     }
                     state.rtt = Some(rtt);
+                    tracing::trace!(%peer, rtt_ms = rtt.as_secs_f64() * 1e3, "ping answered");
                     if state.is_agent {
                         if let Some(p) = core_id(&peer) {
                             self.emit(NetEvent::PeerRtt { peer: p, rtt });
