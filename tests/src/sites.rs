@@ -55,16 +55,16 @@ const TUN_TABLE: &str = "100";
 
 /// Packets the kernel holds for the delay router before it drops them (the TUN's transmit
 /// queue; Linux's default is 500). A real path queues in its routers' buffers and does not
-/// lose a burst because one process was not scheduled: at N = 300 agents, with the default
-/// the start-up storm lost packets here, and each loss cost TCP a retransmission.
+/// lose a burst because one process was not scheduled: at N = 100 agents, with the default
+/// the kernel dropped 17,204 packets here, and each loss cost TCP a retransmission.
 const TUN_QUEUE: &str = "20000";
 
 /// Most packets the router reads in one turn before queueing them.
 const MAX_BURST: usize = 1024;
 
 /// The router threads' nice (as root): they stand for network hardware, which does not wait
-/// for the hosts' processes to be scheduled (without it, at N = 100 agents on two cores, the
-/// agents measured round trips across sites of 3-9 times the emulated ones).
+/// for the hosts' processes to be scheduled (with hundreds of agents on two cores, a router
+/// thread waiting for a CPU let the TUN's queue overflow).
 const ROUTER_NICE: libc::c_int = -15;
 
 static SITE_NETS: AtomicU32 = AtomicU32::new(0);
