@@ -17,12 +17,13 @@ use mpi_ios_tests::{mpi_lock, MpiJob, Runtime, RuntimeExt as _};
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The checks the program makes, each printed by rank 0 as `check NAME ok`.
-const CHECKS: [&str; 6] = [
+const CHECKS: [&str; 7] = [
     "tag_ub",
     "user_attribute",
     "in_place",
     "logical",
     "status_ignore",
+    "status",
     "spawn",
 ];
 
