@@ -15,7 +15,7 @@
 //! - PCM's profile sends to pcmd (`pcm::Pcm::send_profile`), which come once a second of
 //!   wall time: under valgrind, 30 to 60 times as many per iteration as at full speed.
 //!
-//! PCM's status checks also come by wall time (one every `PCM_CHECK_PERIOD_MS`, 20 ms):
+//! PCM's status checks also come by wall time (one every `PCM_CHECK_PERIOD_MS`, 100 ms):
 //! the PCM runs set the period to 10^9 ms, so that the job checks at iterations 0 and 1
 //! only, and a third run with a period of 1 ms (a check at about every iteration under
 //! valgrind) gives the cost of one check, from the difference in instructions and in
@@ -24,7 +24,7 @@
 //! one iteration, summed over the ranks, with start-up and finalization cancelled.
 //!
 //! The ratio folds the wall-time-driven costs back in at the rate they have at the case's
-//! nominal time per iteration (100 us or 1 ms): a check every 20 ms, a profile per rank
+//! nominal time per iteration (100 us or 1 ms): a check every 100 ms, a profile per rank
 //! every second, and the other threads' instructions (PCM's daemon link, UCX's) per second.
 
 use std::collections::BTreeMap;
@@ -648,13 +648,13 @@ mod tests {
         let rows = summarize(&case, &[repeat(1e6, 1.001e6, 20_000.0)], 90.0).unwrap();
         let (with, without) = (&rows[0], &rows[1]);
         assert!(with.pcmd && !without.pcmd);
-        // A check every 20 ms at 100 us per iteration: 1/200 of a check per iteration.
-        assert!((without.checks_per_iter - 0.005).abs() < 1e-12);
-        assert!((without.time_based_per_iter - 100.0).abs() < 1e-6);
-        assert!((without.instructions_ratio - (1.001e6 + 100.0) / 1e6).abs() < 1e-12);
+        // A check every 100 ms at 100 us per iteration: 1/1000 of a check per iteration.
+        assert!((without.checks_per_iter - 0.001).abs() < 1e-12);
+        assert!((without.time_based_per_iter - 20.0).abs() < 1e-6);
+        assert!((without.instructions_ratio - (1.001e6 + 20.0) / 1e6).abs() < 1e-12);
         // With pcmd also 2 ranks x 10,000 instructions per second and 20,000 per second of
         // the link thread, over 100 us.
-        let extra = 100.0 + 2.0 * 10_000.0 * 1e-4 + 20_000.0 * 1e-4;
+        let extra = 20.0 + 2.0 * 10_000.0 * 1e-4 + 20_000.0 * 1e-4;
         assert!((with.time_based_per_iter - extra).abs() < 1e-6);
         assert!(with.pass && (with.loop_ratio - 1.001).abs() < 1e-12);
     }

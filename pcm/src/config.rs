@@ -188,7 +188,7 @@ impl Config {
     }
 
     /// Wall time between two status checks that agree with the other ranks (`PCM_CHECK_PERIOD_MS`;
-    /// default [`crate::DEFAULT_CHECK_PERIOD`], 20 ms).
+    /// default [`crate::DEFAULT_CHECK_PERIOD`], 100 ms).
     pub fn with_check_period(mut self, period: Duration) -> Self {
         self.check_period = period;
         self

@@ -22,8 +22,14 @@ use crate::config::variables::{
 };
 use crate::error::PcmError;
 
-/// Wall time between two status checks, by default.
-pub const DEFAULT_CHECK_PERIOD: Duration = Duration::from_millis(20);
+/// Wall time between two status checks, by default. Each check is an all-reduce, a point
+/// where every rank waits for the slowest: on nodes whose CPU is capped or shared, a rank
+/// descheduled for a few milliseconds holds the others there at every check. With 20 ms,
+/// heat2d with PCM ran 10-30% slower than heat2d-plain at 2 and 3 ranks on 0.6-CPU
+/// emulated nodes (10 ms quota periods); with 100 ms and 1 s, as fast (docs/results-log.md,
+/// 2026-12-05). A request waits for the next check: 100 ms is little beside the agents'
+/// decisions (seconds) and a move (about 100 ms).
+pub const DEFAULT_CHECK_PERIOD: Duration = Duration::from_millis(100);
 /// Upper bound on the number of iterations between checks.
 const MAX_INTERVAL: u64 = 1 << 20;
 

@@ -8,7 +8,7 @@
 /// `size=M[@HOST[,HOST...]]` (docs/malleability.md), e.g.
 /// `PCM_SCHEDULE=10:1@node-b,50:0+3,80:size=3@node-c`.
 pub const SCHEDULE_ENV: &str = "PCM_SCHEDULE";
-/// Environment variable overriding the default check period (20 ms), in milliseconds.
+/// Environment variable overriding the default check period (100 ms), in milliseconds.
 pub const CHECK_PERIOD_ENV: &str = "PCM_CHECK_PERIOD_MS";
 
 /// Environment variable: seconds a reconfiguration's spawn, merge, state transfer and split
