@@ -4,7 +4,9 @@
 //! The status call runs every iteration, so most calls must cost nothing. Ranks therefore
 //! agree only every `interval` iterations (a *check*), and rank 0 picks the interval so that
 //! a check happens about every [`DEFAULT_CHECK_PERIOD`] of wall time: the collective then
-//! costs well under a per mille, and a request waits at most about one period. Every rank
+//! costs well under a per mille on nodes of the job's own (where CPU is capped or shared,
+//! each check can wait for a descheduled rank: see [`DEFAULT_CHECK_PERIOD`]), and a request
+//! waits at most about one period. Every rank
 //! learns the interval from the check itself, so all ranks check at the same iterations.
 //!
 //! A *schedule* (`PCM_SCHEDULE`) names reconfigurations by iteration, for reproducible
