@@ -6,8 +6,8 @@
 //! a check happens about every [`DEFAULT_CHECK_PERIOD`] of wall time: the collective then
 //! costs well under a per mille on nodes of the job's own (where CPU is capped or shared,
 //! each check can wait for a descheduled rank: see [`DEFAULT_CHECK_PERIOD`]), and a request
-//! waits at most about one period. Every rank
-//! learns the interval from the check itself, so all ranks check at the same iterations.
+//! waits at most about one period. Every rank learns the interval from the check itself, so
+//! all ranks check at the same iterations.
 //!
 //! A *schedule* (`PCM_SCHEDULE`) names reconfigurations by iteration, for reproducible
 //! experiments and tests: every rank reads the same schedule, so no agreement is needed,
