@@ -95,6 +95,7 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
 
     // Rank 1 dies where it went: pcmrun relaunches without node-b.
     let pid = newest_pid(&job, 1);
+    let rank_0_pid = newest_pid(&job, 0);
     let killed_at = Instant::now();
     send(pid, Signal::SIGKILL);
     let finished = job.wait(DEADLINE);
@@ -105,11 +106,29 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     );
     let report = job.report().unwrap();
     assert_eq!(report["launches"], 2, "{report}");
-    // Only rank 1 was killed; rank 0 was stopped by the launcher because of it.
+    // Only rank 1 was killed; as a rule rank 0 is then stopped by the launcher because of
+    // it. But MPICH's launcher names the first process whose end it hears of, and pcmrun
+    // (which watches no process of another host itself) takes its word. Now and then rank
+    // 0 crashes by itself (SIGSEGV, where is not known yet: docs/reliability.md) within
+    // milliseconds of its peer's kill, before node-c's launcher proxy has reported the
+    // kill: the launcher then names rank 0 with its crash signal, and so does pcmrun (2 of
+    // the first 14 runs on 2026-12-05, and one CI run). Then the launcher's own block must
+    // say so; otherwise the killed rank must be the one named lost.
     let reason = report["recoveries"][0]["reason"].as_str().unwrap();
+    let launcher_named = named_by_launcher(&finished.stdout);
+    let expected = match launcher_named {
+        Some((named, "node-a", code)) if named == rank_0_pid && code != 9 => {
+            eprintln!(
+                "the launcher named rank 0 (pid {named}), ended with code {code}, before the killed rank 1"
+            );
+            format!("lost rank 0 (pid {rank_0_pid} on node-a)")
+        }
+        _ => format!("lost rank 1 (pid {pid} on {moved_to})"),
+    };
     assert!(
-        reason.starts_with(&format!("lost rank 1 (pid {pid} on {moved_to})")),
-        "{reason}"
+        reason.starts_with(&expected),
+        "{reason}\n--- the launcher named {launcher_named:?}; pcmrun's and the launcher's output:\n{}",
+        finished.stderr
     );
     assert_eq!(
         report["hosts_given_back"],
@@ -481,6 +500,17 @@ fn newest_pid(job: &PcmrunJob, rank: u32) -> u32 {
             _ => None,
         })
         .unwrap_or_else(|| panic!("no process of rank {rank} started"))
+}
+
+/// The process MPICH's launcher named in its `BAD TERMINATION` block in `stdout`: its pid,
+/// host and exit code (a signal number for a process that a signal ended).
+fn named_by_launcher(stdout: &str) -> Option<(u32, &str, i32)> {
+    let mut lines = stdout.lines().map(str::trim);
+    let (pid, host) = lines
+        .find_map(|l| l.strip_prefix("=   PID "))?
+        .split_once(" RUNNING AT ")?;
+    let code = lines.next()?.strip_prefix("=   EXIT CODE: ")?;
+    Some((pid.parse().ok()?, host.trim(), code.trim().parse().ok()?))
 }
 
 /// Sends `signal` to process `pid`.
