@@ -31,6 +31,7 @@ use mpi_ios_tests::{
 };
 use nix::sys::signal::Signal;
 use pcm_proto::run::RunEvent;
+use pcmrun::runtime::LauncherNamedFailure;
 
 const DEADLINE: Duration = Duration::from_secs(240);
 const WAIT: Duration = Duration::from_secs(60);
@@ -116,10 +117,12 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     // otherwise the killed rank must be the one named lost.
     let reason = report["recoveries"][0]["reason"].as_str().unwrap();
     let launcher_named = named_by_launcher(&finished.stdout);
-    let expected = match launcher_named {
-        Some((named, "node-a", code)) if named == rank_0_pid && code != 9 => {
+    let expected = match &launcher_named {
+        Some((named, code))
+            if named.host == "node-a" && named.pid == Some(rank_0_pid) && *code != 9 =>
+        {
             eprintln!(
-                "the launcher named rank 0 (pid {named}), ended with code {code}, before the killed rank 1"
+                "the launcher named rank 0 (pid {rank_0_pid}), ended with code {code}, before the killed rank 1"
             );
             format!("lost rank 0 (pid {rank_0_pid} on node-a)")
         }
@@ -502,15 +505,14 @@ fn newest_pid(job: &PcmrunJob, rank: u32) -> u32 {
         .unwrap_or_else(|| panic!("no process of rank {rank} started"))
 }
 
-/// The process MPICH's launcher named in its `BAD TERMINATION` block in `stdout`: its pid,
-/// host and exit code (a signal number for a process that a signal ended).
-fn named_by_launcher(stdout: &str) -> Option<(u32, &str, i32)> {
-    let mut lines = stdout.lines().map(str::trim);
-    let (pid, host) = lines
-        .find_map(|l| l.strip_prefix("=   PID "))?
-        .split_once(" RUNNING AT ")?;
-    let code = lines.next()?.strip_prefix("=   EXIT CODE: ")?;
-    Some((pid.parse().ok()?, host.trim(), code.trim().parse().ok()?))
+/// The process MPICH's launcher named in its `BAD TERMINATION` block in `stdout` (read as
+/// pcmrun reads it), with the exit code on the block's next line (a signal number for a
+/// process that a signal ended).
+fn named_by_launcher(stdout: &str) -> Option<(LauncherNamedFailure, i32)> {
+    let mut lines = stdout.lines();
+    let named = lines.find_map(LauncherNamedFailure::find_in)?;
+    let code = lines.next()?.trim().strip_prefix("=   EXIT CODE: ")?;
+    Some((named, code.trim().parse().ok()?))
 }
 
 /// Sends `signal` to process `pid`.
