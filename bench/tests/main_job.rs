@@ -23,8 +23,9 @@ fn passed(finished: &Finished, out: &Path, what: &str) -> Summary {
     assert_eq!(
         finished.code,
         Some(0),
-        "{what} failed its own check; its stderr:\n{}",
-        finished.stderr
+        "{what} failed its own check; its stderr:\n{}\nits agents' logs:\n{}",
+        finished.stderr,
+        agent_logs(out)
     );
     let summary = Summary::read(out, MAIN_JOB_FILE).unwrap();
     assert!(summary.passed && summary.checksums_match, "{summary:#?}");
@@ -55,6 +56,75 @@ fn condensed(stdout: &str) -> String {
         "{}\n({dropped} progress samples with an unchanged placement left out)",
         kept.join("\n")
     )
+}
+
+/// The agents' logs the act kept under `out/logs` (`agent-*.err` of each run), for a failure
+/// that only their decisions explain (the act's temporary directory goes with the test):
+/// without colours, samples and connection chatter, each line cut at 240 characters.
+fn agent_logs(out: &Path) -> String {
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("agent-") && n.ends_with(".err"))
+            {
+                found.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&out.join("logs"), &mut files);
+    let noise = ["sampler", "libp2p", "registered", "up at", "pool key"];
+    let mut text = String::new();
+    for file in files {
+        let Ok(log) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        text.push_str(&format!("--- {}\n", file.display()));
+        for line in log.lines() {
+            let plain = strip_colours(line);
+            if noise.iter().any(|n| plain.contains(n)) {
+                continue;
+            }
+            text.extend(plain.chars().take(240));
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ ... m`).
+fn strip_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+#[test]
+fn strip_colours_keeps_the_text() {
+    assert_eq!(
+        strip_colours("\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m grow"),
+        "2026  INFO grow"
+    );
 }
 
 #[test]

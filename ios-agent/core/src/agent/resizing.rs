@@ -127,29 +127,70 @@ pub(crate) struct Resizing {
 struct GrowOffers {
     /// When the window opened: its first offer.
     opened: Option<Instant>,
-    /// Per thief: the gain of its best grow, the CPU that grow gives each added rank, and
-    /// when it last offered.
-    by_thief: Vec<(PeerId, f64, f64, Instant)>,
-    /// When this agent last hinted the best thief to ask again.
-    hinted: Option<Instant>,
+    /// Per thief: its latest offer.
+    by_thief: Vec<GrowOffer>,
+    /// When this agent last hinted a thief to ask again, and which.
+    hinted: Option<(Instant, PeerId)>,
+}
+
+/// An idle thief's offer: what its best grow of a job here would gain.
+#[derive(Debug, Clone)]
+struct GrowOffer {
+    thief: PeerId,
+    /// The thief's host.
+    host: HostName,
+    job: JobId,
+    /// The gain of its best grow.
+    gain: f64,
+    /// The CPU that grow gives each added rank.
+    cpu: f64,
+    /// Whether a rank of `job` that exchanges with the ranks here ran on `host` when the
+    /// thief offered (then the offer already counted it).
+    held_rank: bool,
+    /// When it last offered.
+    at: Instant,
 }
 
 impl GrowOffers {
     /// Forgets the offers made two windows or more before `now` (their thieves took work
-    /// elsewhere, or left).
-    fn forget_stale(&mut self, now: Instant, window: std::time::Duration) {
-        self.by_thief
-            .retain(|(_, _, _, at)| now.saturating_duration_since(*at) < window * 2);
+    /// elsewhere, or left), and those whose thief has since taken a rank of the job
+    /// ([`job_hosts`]): its idle cores went to the rank. (Seen in the main job's act: the
+    /// same steal of node-c that offered node-a a grow took rank 1 off the hogged node-b
+    /// 6 ms later; node-c's offer, the best, was the one told at the window's end, node-d
+    /// paused its rounds meanwhile, and the job grew 4.2 s after the move; likely what kept
+    /// it from growing before node-c's leave once in CI, the leave then shrinking it.)
+    fn forget_stale(&mut self, s: &Shared, now: Instant, window: std::time::Duration) {
+        self.by_thief.retain(|o| {
+            now.saturating_duration_since(o.at) < window * 2
+                && (o.held_rank || !job_hosts(s, &o.job).any(|h| *h == o.host))
+        });
     }
 
     /// The offers that pass `keep`, best first by gain, then by CPU per added rank.
-    fn best(&self, keep: impl Fn(&(PeerId, f64, f64, Instant)) -> bool) -> Option<PeerId> {
+    fn best(&self, keep: impl Fn(&GrowOffer) -> bool) -> Option<PeerId> {
         self.by_thief
             .iter()
             .filter(|o| keep(o))
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)))
-            .map(|(p, ..)| p.clone())
+            .max_by(|a, b| a.gain.total_cmp(&b.gain).then(a.cpu.total_cmp(&b.cpu)))
+            .map(|o| o.thief.clone())
     }
+
+    /// The last hinted thief, when it has not offered again since the hint, and the
+    /// instant (a `window` after the hint) from which it counts as silent.
+    fn silent_hinted(&self, window: std::time::Duration) -> Option<(Instant, &PeerId)> {
+        let (at, thief) = self.hinted.as_ref()?;
+        let offer = self.by_thief.iter().find(|o| o.thief == *thief)?;
+        (offer.at <= *at).then_some((*at + window, thief))
+    }
+}
+
+/// The hosts where the ranks that `job`'s ranks here exchange with run (their profiles'
+/// partners).
+fn job_hosts<'a>(s: &'a Shared, job: &'a JobId) -> impl Iterator<Item = &'a HostName> + 'a {
+    s.entities
+        .iter()
+        .filter(move |e| e.id.job == *job)
+        .flat_map(|e| e.partners.iter().map(|p| &p.host))
 }
 
 /// What to do with a grow offer ([`Resizing::weigh_offer`]).
@@ -233,7 +274,7 @@ impl Resizing {
         &mut self,
         s: &mut Shared,
         now: Instant,
-        thief: &PeerId,
+        thief: &Beneficiary,
         plan: &GrowPlan,
     ) -> OfferChoice {
         let gain = plan.gain.gain;
@@ -243,13 +284,22 @@ impl Resizing {
             return OfferChoice::Grow;
         }
         let offers = &mut self.offers;
-        offers.forget_stale(now, window);
+        offers.forget_stale(s, now, window);
         if offers.by_thief.is_empty() {
             offers.opened = None;
         }
-        match offers.by_thief.iter_mut().find(|(p, ..)| p == thief) {
-            Some(o) => *o = (thief.clone(), gain, cpu, now),
-            None => offers.by_thief.push((thief.clone(), gain, cpu, now)),
+        let offer = GrowOffer {
+            thief: thief.peer.clone(),
+            host: thief.host.clone(),
+            job: plan.job.clone(),
+            gain,
+            cpu,
+            held_rank: job_hosts(s, &plan.job).any(|h| *h == thief.host),
+            at: now,
+        };
+        match offers.by_thief.iter_mut().find(|o| o.thief == thief.peer) {
+            Some(o) => *o = offer,
+            None => offers.by_thief.push(offer),
         }
         let opened = *offers.opened.get_or_insert(now);
         if now < opened + window {
@@ -258,7 +308,7 @@ impl Resizing {
         let better = |a: (f64, f64), b: (f64, f64)| {
             a.0 > b.0 + 1e-9 || (a.0 > b.0 - 1e-9 && a.1 > b.1 + 1e-9)
         };
-        let best = offers.best(|(p, g, c, _)| p != thief && better((*g, *c), (gain, cpu)));
+        let best = offers.best(|o| o.thief != thief.peer && better((o.gain, o.cpu), (gain, cpu)));
         match best {
             None => {
                 *offers = GrowOffers::default();
@@ -267,10 +317,11 @@ impl Resizing {
             Some(best) => {
                 let hint = offers
                     .hinted
-                    .is_none_or(|at| now >= at + s.config.steal_period)
+                    .as_ref()
+                    .is_none_or(|(at, _)| now >= *at + s.config.steal_period)
                     .then_some(best);
-                if hint.is_some() {
-                    offers.hinted = Some(now);
+                if let Some(best) = &hint {
+                    offers.hinted = Some((now, best.clone()));
                 }
                 OfferChoice::Hold(hint)
             }
@@ -284,6 +335,11 @@ impl Resizing {
     /// longer than an offer is kept (two windows). A lone offer was forgotten before its
     /// thief came back, its next steal opened a new window, and so on: the main job's
     /// malleable act ran 10 s beside an idle node without growing in 2 of 4 runs.
+    ///
+    /// A told thief that has not asked again a window later is no longer idle, or gone:
+    /// its offer is forgotten and the next best is told. (Its offer held the others back
+    /// until it expired, and those thieves, refused meanwhile, paused their rounds: the
+    /// grow came a window and a pause late.)
     pub(super) fn close_offer_window(&mut self, s: &mut Shared, now: Instant) {
         let Some(close) = self.offer_window_close(s) else {
             return;
@@ -293,10 +349,14 @@ impl Resizing {
         }
         let window = grow_offer_window(&s.config);
         let offers = &mut self.offers;
-        offers.forget_stale(now, window);
+        if let Some((_, silent)) = offers.silent_hinted(window) {
+            let silent = silent.clone();
+            offers.by_thief.retain(|o| o.thief != silent);
+        }
+        offers.forget_stale(s, now, window);
         match offers.best(|_| true) {
             Some(best) => {
-                offers.hinted = Some(now);
+                offers.hinted = Some((now, best.clone()));
                 s.stats.work_hints_sent += 1;
                 s.send(best, Message::WorkAvailable);
             }
@@ -304,14 +364,21 @@ impl Resizing {
         }
     }
 
-    /// When the window of grow offers closes with its best thief not yet told
+    /// When the window of grow offers closes with its best thief not yet told, or when a
+    /// told thief that has not asked again counts as silent
     /// ([`Resizing::close_offer_window`]).
     fn offer_window_close(&self, s: &Shared) -> Option<Instant> {
         let offers = &self.offers;
         let opened = offers.opened?;
-        let close = opened + grow_offer_window(&s.config);
-        let told = offers.hinted.is_some_and(|at| at >= close);
-        (!offers.by_thief.is_empty() && !told && s.outgoing.is_none()).then_some(close)
+        if offers.by_thief.is_empty() || s.outgoing.is_some() {
+            return None;
+        }
+        let window = grow_offer_window(&s.config);
+        let close = opened + window;
+        match &offers.hinted {
+            Some((at, _)) if *at >= close => offers.silent_hinted(window).map(|(due, _)| due),
+            _ => Some(close),
+        }
     }
 
     /// Notes the widths the entities' profiles show (called with every new list).

@@ -949,7 +949,7 @@ impl Stealing {
                                 return None;
                             }
                             // The best offer of a steal period, not the first.
-                            match resizing.weigh_offer(s, now, &steal.source.peer, &grow) {
+                            match resizing.weigh_offer(s, now, &steal.source, &grow) {
                                 resizing::OfferChoice::Grow => {
                                     resizing::start_grow(
                                         s,

@@ -4,6 +4,8 @@ use super::*;
 use crate::agent::tests::{drain, entity, forged, host, meet, peer, steal_from};
 use crate::agent::Agent;
 use crate::agent::{Config, ResizeReason};
+use crate::message::HostRtt;
+use crate::model::Partner;
 use pcm_proto::{JobId, Malleability, SizeRule};
 
 const MS: Duration = Duration::from_millis(1);
@@ -42,6 +44,13 @@ fn node(load: f64, competing: f64) -> NodeProfile {
     let mut n = NodeProfile::idle(0.6, 1 << 30);
     n.cpu_load = load;
     n.competing = competing;
+    n
+}
+
+/// An idle node of 1.2 CPU (two of the emulated nodes' 0.6).
+fn twin_core_idle() -> NodeProfile {
+    let mut n = node(0.0, 0.0);
+    n.cores = 1.2;
     n
 }
 
@@ -426,8 +435,7 @@ fn given_an_idle_node_that_can_feed_two_ranks_at_the_jobs_pace_then_it_takes_two
     let t0 = Instant::now();
     // Ranks at 0.6 core; node-c has 1.2 idle cores: two ranks at 0.6 each, 2 -> 4.
     let mut a = home(t0, vec![heat_rank(0, 2, 100, 5)]);
-    let mut big = node(0.0, 0.0);
-    big.cores = 1.2;
+    let big = twin_core_idle();
     a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, big));
     let grown = resizes(&drain(&mut a));
     assert_eq!(grown.len(), 1);
@@ -842,8 +850,7 @@ fn given_two_idle_nodes_offer_within_a_steal_period_then_the_job_grows_onto_the_
     let t0 = Instant::now();
     let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
     let period = Config::default().steal_period;
-    let mut big = node(0.0, 0.0);
-    big.cores = 1.2;
+    let big = twin_core_idle();
     a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
     let actions = drain(&mut a);
     assert!(resizes(&actions).is_empty(), "{actions:?}");
@@ -924,8 +931,7 @@ fn given_the_best_offer_is_not_renewed_then_it_is_forgotten() {
     let t0 = Instant::now();
     let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
     let period = Config::default().steal_period;
-    let mut big = node(0.0, 0.0);
-    big.cores = 1.2;
+    let big = twin_core_idle();
     a.handle_message(t0, peer("node-d"), steal_from("node-d", 7, big));
     a.handle_message(t0, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
     assert!(resizes(&drain(&mut a)).is_empty());
@@ -967,14 +973,25 @@ fn given_a_lone_offer_then_its_thief_is_told_to_ask_at_the_windows_end_and_the_j
     // Told once: no timer left for this window.
     assert!(a.poll_timeout().is_none_or(|t| t > t0 + period));
     let asked = t0 + period + MS;
-    a.handle_message(
-        asked,
-        peer("node-c"),
-        steal_from("node-c", 8, node(0.0, 0.0)),
-    );
-    let grown = resizes(&drain(&mut a));
+    assert_steal_grows_onto(&mut a, asked, steal_from("node-c", 8, node(0.0, 0.0)));
+}
+
+/// `steal` (of one thief, asking itself) reaching `a` at `at` grows a job onto the thief,
+/// by one rank.
+fn assert_steal_grows_onto(a: &mut Agent, at: Instant, steal: Message) {
+    let Message::WorkSteal {
+        source,
+        source_host,
+        ..
+    } = &steal
+    else {
+        panic!("not a steal: {steal:?}");
+    };
+    let (thief, thief_host) = (source.clone(), source_host.clone());
+    a.handle_message(at, thief, steal);
+    let grown = resizes(&drain(a));
     assert_eq!(grown.len(), 1, "{grown:?}");
-    assert_eq!(grown[0].2, vec![host("node-c")]);
+    assert_eq!(grown[0].2, vec![thief_host]);
 }
 
 /// The same thief coming back only after the offer expired (no timer run): nothing grows,
@@ -995,4 +1012,84 @@ fn given_a_lone_offer_and_no_timer_then_a_late_steal_only_opens_a_new_window() {
     assert!(resizes(&drain(&mut a)).is_empty());
     a.handle_timeout(late + period);
     assert_eq!(hinted(&drain(&mut a)), vec![peer("node-c")]);
+}
+
+/// A told thief that does not ask again within a window is no longer idle (or gone): its
+/// offer is forgotten and the next best thief is told, by the timer. node-d (1.2 idle
+/// cores) outranks node-c; told at the window's end, node-d never asks; a window later
+/// node-c is told, and its steal grows the job. (Before, node-c, refused and pausing its
+/// rounds, was told nothing; the job grew only when its own pause ended, two windows or
+/// more later.)
+#[test]
+fn given_the_told_thief_does_not_ask_again_then_the_next_best_is_told_and_the_job_grows() {
+    let t0 = Instant::now();
+    let mut a = windowed_home(t0, vec![heat_rank(0, 2, 100, 5)]);
+    let period = Config::default().steal_period;
+    let big = twin_core_idle();
+    a.handle_message(t0, peer("node-d"), steal_from("node-d", 7, big));
+    let t1 = t0 + period / 2;
+    a.handle_message(t1, peer("node-c"), steal_from("node-c", 8, node(0.0, 0.0)));
+    assert!(resizes(&drain(&mut a)).is_empty());
+    a.handle_timeout(t0 + period);
+    assert_eq!(hinted(&drain(&mut a)), vec![peer("node-d")]);
+    let silent = a
+        .poll_timeout()
+        .expect("a timer for the told thief's silence");
+    assert!(silent <= t0 + period * 2, "{silent:?}");
+    // Not yet: half a window after the hint nothing is told.
+    a.handle_timeout(t0 + period + period / 2);
+    assert!(hinted(&drain(&mut a)).is_empty());
+    a.handle_timeout(t0 + period * 2);
+    let actions = drain(&mut a);
+    assert_eq!(hinted(&actions), vec![peer("node-c")], "{actions:?}");
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    let asked = t0 + period * 2 + MS;
+    assert_steal_grows_onto(&mut a, asked, steal_from("node-c", 9, node(0.0, 0.0)));
+}
+
+/// A thief that took a rank of the job after it offered (the same steal of node-c that
+/// offered node-a a grow took rank 1 off a hogged node, in the main job's act) no longer
+/// has the idle cores it offered: its offer is forgotten once rank 0's profile shows a
+/// partner there, and the other thief is told at the window's end and grows the job.
+#[test]
+fn given_the_best_thief_then_takes_a_rank_of_the_job_then_the_other_thief_gets_the_grow() {
+    let t0 = Instant::now();
+    let mut rank0 = heat_rank(0, 2, 100, 5);
+    rank0.partners = vec![Partner {
+        host: host("node-b"),
+        exchanges_per_sec: 10.0,
+    }];
+    let mut a = windowed_home(t0, vec![rank0.clone()]);
+    meet(&mut a, t0, "node-b", MS);
+    let period = Config::default().steal_period;
+    let with_rtts = |mut m: Message| {
+        if let Message::WorkSteal { rtts, .. } = &mut m {
+            *rtts = ["node-b", "node-c"]
+                .map(|h| HostRtt {
+                    host: host(h),
+                    rtt_us: 1_000,
+                })
+                .into();
+        }
+        m
+    };
+    let big = twin_core_idle();
+    a.handle_message(t0, peer("node-c"), with_rtts(steal_from("node-c", 7, big)));
+    let t1 = t0 + period / 2;
+    a.handle_message(
+        t1,
+        peer("node-d"),
+        with_rtts(steal_from("node-d", 8, node(0.0, 0.0))),
+    );
+    assert!(resizes(&drain(&mut a)).is_empty());
+    // Rank 1 moved node-b -> node-c (node-b's agent gave it to node-c's steal).
+    rank0.partners[0].host = host("node-c");
+    a.handle_entities(t1, vec![rank0]);
+    drain(&mut a);
+    a.handle_timeout(t0 + period);
+    let actions = drain(&mut a);
+    assert_eq!(hinted(&actions), vec![peer("node-d")], "{actions:?}");
+    let asked = t0 + period + MS;
+    let steal = with_rtts(steal_from("node-d", 9, node(0.0, 0.0)));
+    assert_steal_grows_onto(&mut a, asked, steal);
 }
