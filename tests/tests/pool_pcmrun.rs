@@ -110,11 +110,11 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
     // Only rank 1 was killed; as a rule rank 0 is then stopped by the launcher because of
     // it. But MPICH's launcher names the first process whose end it hears of, and pcmrun
     // (which watches no process of another host itself) takes its word. Now and then rank
-    // 0 crashes by itself (SIGSEGV, where is not known yet: docs/reliability.md) within
-    // milliseconds of its peer's kill, before node-c's launcher proxy has reported the
-    // kill: the launcher then names rank 0 with its crash signal, and so does pcmrun (2 of
-    // 51 runs on 2026-12-05, and one CI run). Then the launcher's own block must say so;
-    // otherwise the killed rank must be the one named lost.
+    // 0 crashes (SIGSEGV inside MPICH, in a send to the dead peer: docs/reliability.md)
+    // within milliseconds of its peer's kill, and when its proxy reports before node-c's
+    // the launcher names rank 0 with its crash signal, and so does pcmrun (2 of 51 runs on
+    // 2026-12-05, and one CI run). Then the launcher's own block must say so; otherwise the
+    // killed rank must be the one named lost.
     let reason = report["recoveries"][0]["reason"].as_str().unwrap();
     let launcher_named = named_by_launcher(&finished.stdout);
     let expected = match &launcher_named {
