@@ -20,7 +20,7 @@ use pcm_proto::{HostName, Rank};
 
 use crate::daemon::{HostDaemons, LocalDaemon};
 use crate::hosts::{ProbePlan, RemoteLauncher, PROBE_TIMEOUT};
-use crate::runtime::LauncherNamedFailure;
+use crate::runtime::{LauncherNamedFailure, LauncherReportedEnd};
 use crate::series::SeriesLock;
 use crate::supervisor::{signal_name, LauncherEnd, Supervisor};
 use crate::{say, Launch};
@@ -38,6 +38,8 @@ enum Output {
     Gone(u32, Instant),
     /// The launcher named the process whose failure ended the launch.
     Named(LauncherNamedFailure, Instant),
+    /// The launcher said how the process it named ended (hydra: the line after).
+    NamedEnded(LauncherReportedEnd),
     /// The launcher's standard error ended.
     End,
     /// The launcher's standard output ended.
@@ -65,7 +67,7 @@ impl OpenStreams {
         match output {
             Output::End => self.stderr = false,
             Output::StdoutEnd => self.stdout = false,
-            Output::Event(..) | Output::Gone(..) | Output::Named(..) => {}
+            Output::Event(..) | Output::Gone(..) | Output::Named(..) | Output::NamedEnded(..) => {}
         }
     }
 
@@ -191,6 +193,7 @@ pub(crate) fn run_launch(
             Ok(Output::Event(event, at)) => sink.take(event, at),
             Ok(Output::Gone(pid, at)) => sink.supervisor.on_gone(watch.local, pid, at),
             Ok(Output::Named(named, at)) => sink.named(&named, watch.local, at),
+            Ok(Output::NamedEnded(ended)) => sink.supervisor.on_launcher_reported_end(ended),
             Ok(output @ (Output::End | Output::StdoutEnd)) => open.note(&output),
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
@@ -470,6 +473,9 @@ impl Sink<'_> {
         if host != *local {
             self.supervisor
                 .on_launcher_named(&host, named.pid, named.rank.map(Rank), at);
+            if let Some(ended) = named.ended {
+                self.supervisor.on_launcher_reported_end(ended);
+            }
         }
     }
 
@@ -503,6 +509,7 @@ fn drain(receiver: &Receiver<Output>, open: OpenStreams, sink: &mut Sink<'_>, lo
         |output| match output {
             Output::Event(event, at) => sink.take(event, at),
             Output::Named(named, at) => sink.named(&named, local, at),
+            Output::NamedEnded(ended) => sink.supervisor.on_launcher_reported_end(ended),
             Output::Gone(..) | Output::End | Output::StdoutEnd => {}
         },
     );
@@ -560,8 +567,11 @@ fn for_each_line(reader: impl Read, mut each: impl FnMut(&[u8]) -> bool) {
 
 /// The launcher's word on a failed process in `line`, if any, sent on.
 fn note_named_failure(line: &[u8], sender: &mpsc::Sender<Output>) {
-    if let Some(named) = LauncherNamedFailure::find_in(&String::from_utf8_lossy(line)) {
+    let line = String::from_utf8_lossy(line);
+    if let Some(named) = LauncherNamedFailure::find_in(&line) {
         let _ = sender.send(Output::Named(named, Instant::now()));
+    } else if let Some(ended) = LauncherReportedEnd::hydra_exit_code_in(&line) {
+        let _ = sender.send(Output::NamedEnded(ended));
     }
 }
 

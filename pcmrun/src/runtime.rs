@@ -290,6 +290,37 @@ pub struct LauncherNamedFailure {
     pub pid: Option<u32>,
     /// Its rank in the launch (Open MPI only).
     pub rank: Option<u32>,
+    /// How it ended, when the same line says (Open MPI; hydra says it on the next line:
+    /// [`LauncherReportedEnd::hydra_exit_code_in`]).
+    pub ended: Option<LauncherReportedEnd>,
+}
+
+/// How the launcher says the process it named ended: the code hydra prints (`=   EXIT
+/// CODE: 11`: the signal's number for a process a signal ended, as 9 for SIGKILL and 11
+/// for SIGSEGV, else its exit status), or Open MPI's signal (`exited on signal 9`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LauncherReportedEnd {
+    /// hydra's `EXIT CODE`.
+    ExitCode(i32),
+    /// Open MPI's `exited on signal N`.
+    Signal(i32),
+}
+
+impl LauncherReportedEnd {
+    /// hydra's code in the line after the one naming the process (`=   EXIT CODE: 11`).
+    pub fn hydra_exit_code_in(line: &str) -> Option<LauncherReportedEnd> {
+        let code = line.trim().strip_prefix("=   EXIT CODE:")?;
+        code.trim().parse().ok().map(LauncherReportedEnd::ExitCode)
+    }
+}
+
+impl std::fmt::Display for LauncherReportedEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LauncherReportedEnd::ExitCode(code) => write!(f, "exit code {code}"),
+            LauncherReportedEnd::Signal(signal) => write!(f, "signal {signal}"),
+        }
+    }
 }
 
 impl LauncherNamedFailure {
@@ -303,6 +334,7 @@ impl LauncherNamedFailure {
                 host: host.trim().to_owned(),
                 pid: pid.trim().parse().ok().filter(|&p| p != 0),
                 rank: None,
+                ended: None,
             });
         }
         // Open MPI: `... noticed that process rank 1 with PID 4711 on node node-c exited on
@@ -311,10 +343,14 @@ impl LauncherNamedFailure {
         let (rank, rest) = rest.split_once(" with PID ")?;
         let (pid, rest) = rest.split_once(" on node ")?;
         let host = rest.split_whitespace().next()?;
+        let signal = rest
+            .split_once(" exited on signal ")
+            .and_then(|(_, s)| s.split_whitespace().next()?.parse().ok());
         Some(LauncherNamedFailure {
             host: host.to_owned(),
             pid: pid.trim().parse().ok().filter(|&p| p != 0),
             rank: rank.trim().parse().ok(),
+            ended: signal.map(LauncherReportedEnd::Signal),
         })
     }
 }
@@ -367,9 +403,25 @@ mod tests {
             Some(LauncherNamedFailure {
                 host: "node-c".into(),
                 pid: Some(4711),
-                rank: None
+                rank: None,
+                ended: None,
             })
         );
+        assert_eq!(
+            LauncherReportedEnd::hydra_exit_code_in("=   EXIT CODE: 11\n"),
+            Some(LauncherReportedEnd::ExitCode(11))
+        );
+        for other in [
+            "=   EXIT CODE: x",
+            "=   PID 4711 RUNNING AT node-c",
+            "EXIT CODE: 9",
+        ] {
+            assert_eq!(
+                LauncherReportedEnd::hydra_exit_code_in(other),
+                None,
+                "{other:?}"
+            );
+        }
         assert_eq!(
             LauncherNamedFailure::find_in(
                 "mpirun noticed that process rank 1 with PID 0 on node node-c exited on signal 9 (Killed)."
@@ -377,8 +429,17 @@ mod tests {
             Some(LauncherNamedFailure {
                 host: "node-c".into(),
                 pid: None,
-                rank: Some(1)
+                rank: Some(1),
+                ended: Some(LauncherReportedEnd::Signal(9)),
             })
+        );
+        assert_eq!(
+            LauncherNamedFailure::find_in(
+                "mpirun noticed that process rank 0 with PID 12 on node a exited on signal 11 (Segmentation fault)."
+            )
+            .and_then(|n| n.ended)
+            .map(|e| e.to_string()),
+            Some("signal 11".to_owned())
         );
         for other in [
             "=   EXIT CODE: 9",

@@ -10,6 +10,8 @@ use pcm_proto::run::RunEvent;
 use pcm_proto::{HostName, Rank};
 use serde::Serialize;
 
+use crate::runtime::LauncherReportedEnd;
+
 /// Exit status of a job ended by PCM because a reconfiguration missed its deadline: a
 /// temporary failure, worth a restart (the value `pcm` passes to `MPI_Abort`).
 pub const RECONFIGURE_TIMEOUT_EXIT: i32 = 75;
@@ -242,6 +244,8 @@ pub struct Supervisor {
     hosts_given_back: Vec<HostName>,
     /// The process the launcher named as failed, in the current launch.
     named_by_launcher: Option<(HostName, u32)>,
+    /// How the launcher says that process ended.
+    named_ended: Option<LauncherReportedEnd>,
     /// The host found lost, for which pcmrun stopped the current launch.
     host_lost: Option<HostName>,
     /// The width the last resize of the current launch left the job at.
@@ -277,6 +281,7 @@ impl Supervisor {
             hosts_lost_unused: Vec::new(),
             hosts_given_back: Vec::new(),
             named_by_launcher: None,
+            named_ended: None,
             host_lost: None,
             resized_to: None,
             resizes: 0,
@@ -307,6 +312,7 @@ impl Supervisor {
         self.newest.clear();
         self.aborting = None;
         self.named_by_launcher = None;
+        self.named_ended = None;
         self.host_lost = None;
         self.resized_to = None;
         self.stalled = None;
@@ -518,6 +524,18 @@ impl Supervisor {
                 false => format!("rank {} (pid {pid} on {host})", p.rank),
             }
         };
+        // A lost process the launcher named, with how it says it ended: a crash of its own
+        // (hydra's exit code 11, SIGSEGV) reads differently from a kill (9). (Not for one
+        // it named among those stopped because of a lost host: SIGTERM, 15.)
+        let lost_who = |key: &(HostName, u32), p: &Process| match self.named_ended {
+            Some(ended) if named == Some(key) => {
+                format!(
+                    "{}, ended with {ended} as the launcher reports",
+                    who(key, p)
+                )
+            }
+            _ => who(key, p),
+        };
         let followers: Vec<String> = self
             .processes
             .iter()
@@ -529,7 +547,7 @@ impl Supervisor {
             .iter()
             .filter_map(|(key, p)| match p.exited {
                 None if followed(key, p) => None,
-                None => Some(who(key, p)),
+                None => Some(lost_who(key, p)),
                 Some(code) if is_mpi_abort(code) => Some(format!(
                     "{}, ended by an MPI error, code {code}",
                     who(key, p)
@@ -756,6 +774,15 @@ impl Supervisor {
         }
     }
 
+    /// The launcher said how the process it named ([`Supervisor::on_launcher_named`])
+    /// ended: the reason for the relaunch says so. Ignored when no process of this launch
+    /// was named, or its end was told already.
+    pub fn on_launcher_reported_end(&mut self, ended: LauncherReportedEnd) {
+        if self.named_by_launcher.is_some() && self.named_ended.is_none() {
+            self.named_ended = Some(ended);
+        }
+    }
+
     /// pcmrun stops the current launch because `host`, which holds ranks, is lost: the
     /// processes there are the lost ones, the others were stopped because of it.
     pub fn stopping_for_lost_host(&mut self, host: HostName) {
@@ -930,6 +957,17 @@ mod tests {
         );
     }
 
+    /// A supervisor whose launch started ranks 0 (pid 10) and 1 (pid 11) on host a, which
+    /// checkpointed iteration 5.
+    fn two_ranks_checkpointed(t: Instant) -> Supervisor {
+        let mut s = Supervisor::new(policy(), t);
+        s.launching();
+        started(&mut s, 0, 10, t);
+        started(&mut s, 1, 11, t);
+        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        s
+    }
+
     fn exited(s: &mut Supervisor, pid: u32, code: i32, now: Instant) {
         s.on_event(
             RunEvent::Exited {
@@ -1070,11 +1108,7 @@ mod tests {
     #[test]
     fn given_a_rank_killed_and_its_peer_aborted_by_an_mpi_error_then_restart() {
         let t = Instant::now();
-        let mut s = Supervisor::new(policy(), t);
-        s.launching();
-        started(&mut s, 0, 10, t);
-        started(&mut s, 1, 11, t);
-        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        let mut s = two_ranks_checkpointed(t);
         // Rank 1 killed; rank 0's MPI_Wait fails and MPICH aborts it with the error code.
         exited(&mut s, 10, 807_612_431, t);
         let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
@@ -1221,11 +1255,7 @@ mod tests {
     #[test]
     fn given_one_rank_seen_gone_before_the_other_then_only_it_counts_as_lost() {
         let t = Instant::now();
-        let mut s = Supervisor::new(policy(), t);
-        s.launching();
-        started(&mut s, 0, 10, t);
-        started(&mut s, 1, 11, t);
-        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        let mut s = two_ranks_checkpointed(t);
         s.on_gone(&host("a"), 11, t + Duration::from_millis(5));
         s.on_gone(&host("a"), 10, t + Duration::from_millis(40));
         let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
@@ -1240,11 +1270,7 @@ mod tests {
     fn given_the_launcher_names_the_failed_process_of_another_host_then_only_it_counts_as_lost() {
         let t = Instant::now();
         for (pid, rank) in [(Some(11), None), (None, Some(Rank(1)))] {
-            let mut s = Supervisor::new(policy(), t);
-            s.launching();
-            started(&mut s, 0, 10, t);
-            started(&mut s, 1, 11, t);
-            s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+            let mut s = two_ranks_checkpointed(t);
             // Neither process is seen gone (another host): the launcher's word decides.
             s.on_launcher_named(&host("a"), pid, rank, t);
             s.on_launcher_named(&host("a"), Some(10), None, t);
@@ -1256,16 +1282,42 @@ mod tests {
             );
         }
         // A process the launch does not know changes nothing.
-        let mut s = Supervisor::new(policy(), t);
-        s.launching();
-        started(&mut s, 0, 10, t);
-        started(&mut s, 1, 11, t);
-        s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
+        let mut s = two_ranks_checkpointed(t);
         s.on_launcher_named(&host("z"), Some(11), None, t);
         let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
         assert!(
             matches!(&verdict, Verdict::Relaunch { reason, .. }
                 if reason.starts_with("lost rank 0 (pid 10 on a), rank 1 (pid 11 on a)")),
+            "{verdict:?}"
+        );
+    }
+
+    /// How the launcher says the named process ended goes into the reason (hydra's exit
+    /// code 11: rank 0 crashed, SIGSEGV, rather than being killed); a code with no process
+    /// named, or a second one, changes nothing.
+    #[test]
+    fn given_the_launcher_says_how_the_named_process_ended_then_the_reason_says_so() {
+        let t = Instant::now();
+        let mut s = two_ranks_checkpointed(t);
+        s.on_launcher_reported_end(LauncherReportedEnd::ExitCode(9));
+        s.on_launcher_named(&host("a"), Some(10), None, t);
+        s.on_launcher_reported_end(LauncherReportedEnd::ExitCode(11));
+        s.on_launcher_reported_end(LauncherReportedEnd::ExitCode(9));
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(11), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { reason, .. }
+                if reason.starts_with("lost rank 0 (pid 10 on a), ended with exit code 11 as the launcher reports (rank 1 (pid 11 on a) then stopped by the launcher)")),
+            "{verdict:?}"
+        );
+        // The next launch starts with nothing named.
+        s.launching();
+        started(&mut s, 0, 20, t);
+        s.on_launcher_reported_end(LauncherReportedEnd::Signal(9));
+        s.on_gone(&host("a"), 20, t);
+        let verdict = s.on_launcher_end(LauncherEnd::Exited(9), None, t);
+        assert!(
+            matches!(&verdict, Verdict::Relaunch { reason, .. }
+                if reason.starts_with("lost rank 0 (pid 20 on a)") && !reason.contains("reports")),
             "{verdict:?}"
         );
     }
@@ -1287,6 +1339,10 @@ mod tests {
         );
         s.on_event(RunEvent::Checkpointed { iteration: 5 }, t);
         s.stopping_for_lost_host(host("b"));
+        // The launcher then names rank 0, which it stopped (SIGTERM): it stays a follower,
+        // without the launcher's code.
+        s.on_launcher_named(&host("a"), Some(10), None, t);
+        s.on_launcher_reported_end(LauncherReportedEnd::ExitCode(15));
         let verdict = s.on_launcher_end(LauncherEnd::Signaled(15), None, t);
         assert!(
             matches!(&verdict, Verdict::Relaunch { reason, .. }

@@ -31,7 +31,7 @@ use mpi_ios_tests::{
 };
 use nix::sys::signal::Signal;
 use pcm_proto::run::RunEvent;
-use pcmrun::runtime::LauncherNamedFailure;
+use pcmrun::runtime::{LauncherNamedFailure, LauncherReportedEnd};
 
 const DEADLINE: Duration = Duration::from_secs(240);
 const WAIT: Duration = Duration::from_secs(60);
@@ -124,8 +124,14 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
             eprintln!(
                 "the launcher named rank 0 (pid {rank_0_pid}), ended with code {code}, before the killed rank 1"
             );
-            format!("lost rank 0 (pid {rank_0_pid} on node-a)")
+            format!(
+                "lost rank 0 (pid {rank_0_pid} on node-a), ended with exit code {code} as the launcher reports"
+            )
         }
+        // The killed rank named: pcmrun says how the launcher saw it end (SIGKILL).
+        Some((named, code)) if named.pid == Some(pid) => format!(
+            "lost rank 1 (pid {pid} on {moved_to}), ended with exit code {code} as the launcher reports"
+        ),
         _ => format!("lost rank 1 (pid {pid} on {moved_to})"),
     };
     assert!(
@@ -511,8 +517,10 @@ fn newest_pid(job: &PcmrunJob, rank: u32) -> u32 {
 fn named_by_launcher(stdout: &str) -> Option<(LauncherNamedFailure, i32)> {
     let mut lines = stdout.lines();
     let named = lines.find_map(LauncherNamedFailure::find_in)?;
-    let code = lines.next()?.trim().strip_prefix("=   EXIT CODE: ")?;
-    Some((named, code.trim().parse().ok()?))
+    match LauncherReportedEnd::hydra_exit_code_in(lines.next()?)? {
+        LauncherReportedEnd::ExitCode(code) => Some((named, code)),
+        LauncherReportedEnd::Signal(_) => None,
+    }
 }
 
 /// Sends `signal` to process `pid`.
