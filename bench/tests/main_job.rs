@@ -120,6 +120,24 @@ fn strip_colours(line: &str) -> String {
 }
 
 #[test]
+fn agent_logs_gathers_the_kept_agent_logs_without_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("logs").join("malleable").join("adaptive");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("agent-node-a.err"),
+        "\u{1b}[32m INFO\u{1b}[0m growing a job\nDEBUG ios_agent::sampler: node sample\n",
+    )
+    .unwrap();
+    std::fs::write(run.join("job.err"), "not an agent's\n").unwrap();
+    let text = agent_logs(dir.path());
+    assert!(text.contains("agent-node-a.err"), "{text}");
+    assert!(text.contains(" INFO growing a job"), "{text}");
+    assert!(!text.contains("sampler"), "{text}");
+    assert!(!text.contains("not an agent's"), "{text}");
+}
+
+#[test]
 fn strip_colours_keeps_the_text() {
     assert_eq!(
         strip_colours("\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m grow"),
