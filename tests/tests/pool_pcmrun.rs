@@ -304,10 +304,12 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
         return;
     }
     let _lock = mpi_lock();
-    // About 12 s unloaded, 24 s on the capped nodes: the first checkpoint, the loss and
-    // the relaunch take a few. (The length of the first test's job, whose plain run it
-    // shares.)
-    let pool = Pool::start(12.0);
+    // About 4 s unloaded and uncapped; on the capped nodes, across their link, the job
+    // runs about 8 times slower (CI, 2026-12-06: 3,000-4,700 it/s where the sizing run
+    // did about 30,000), which leaves ample time: node-b goes at the first checkpoint, and
+    // the loss and the relaunch take a few seconds. (It was the first test's 12 s, to
+    // share its plain run: 95-125 s of the job alone.)
+    let pool = Pool::start(4.0);
     let node_a = pool.agents[0].as_ref().unwrap();
     wait_until(
         Duration::from_secs(15),
@@ -325,9 +327,12 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
 
     let hostfile = pool.cluster.hostfile_without_spares(&["node-a", "node-b"]);
     let control = node_a.spec.control.display().to_string();
+    // The nodes' pcmds are the agents', not pcmrun's: pcmrun sees no pcmd of node-b end,
+    // and finds the host lost by probing once the job has been silent for the stall
+    // timeout (30 s by default: most of this test's time in CI; 4 s in the last test here).
     let mut job = pool.pcmrun(
         &hostfile,
-        &["--hosts-from-pool"],
+        &["--hosts-from-pool", "--stall-timeout", "5"],
         &[("IOS_AGENT_CONTROL", control.as_str())],
     );
     pool.cluster.power_off("node-b");
