@@ -305,9 +305,9 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
     }
     let _lock = mpi_lock();
     // About 4 s unloaded and uncapped; on the capped nodes, across their link, the job
-    // runs about 8 times slower (CI, 2026-12-06: 3,000-4,700 it/s where the sizing run
-    // did about 30,000), which leaves ample time: node-b goes at the first checkpoint, and
-    // the loss and the relaunch take a few seconds. (It was the first test's 12 s, to
+    // runs about 8 times slower (2026-12-06: 3,000-4,700 it/s, where 362,000 iterations
+    // were sized for 12 s), which leaves ample time: node-b goes at the first checkpoint,
+    // and the loss and the relaunch take a few seconds. (It was the first test's 12 s, to
     // share its plain run: 95-125 s of the job alone.)
     let pool = Pool::start(4.0);
     let node_a = pool.agents[0].as_ref().unwrap();
@@ -329,7 +329,8 @@ fn given_hosts_from_pool_when_a_host_of_the_job_dies_then_the_relaunch_takes_an_
     let control = node_a.spec.control.display().to_string();
     // The nodes' pcmds are the agents', not pcmrun's: pcmrun sees no pcmd of node-b end,
     // and finds the host lost by probing once the job has been silent for the stall
-    // timeout (30 s by default: most of this test's time in CI; 4 s in the last test here).
+    // timeout (30 s by default, a quarter of this test's time before; 4 s in the last
+    // test here).
     let mut job = pool.pcmrun(
         &hostfile,
         &["--hosts-from-pool", "--stall-timeout", "5"],
