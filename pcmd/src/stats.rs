@@ -6,7 +6,8 @@
 //! turns the difference between the latest report and the one at the previous tick into
 //! rates (iterations per second, wall, CPU and MPI time per iteration) and records the node's
 //! load. A query ([`pcm_proto::ToDaemon::QueryStats`]) returns the latest reports with the
-//! rates of the last closed period.
+//! rates of the last closed period (a period with no new report of a rank keeps that rank's
+//! rates before it, once: the ranks' reports and the periods beat).
 //!
 //! Figures continue across migrations (a replacement reports its predecessor's counters plus
 //! its own), so a rank's rates stay meaningful when its process changes.
@@ -65,6 +66,8 @@ struct Entry {
     /// The latest report as it was at the previous tick.
     at_tick: Option<RankProfile>,
     rates: Rates,
+    /// Whether the last period closed with no new report and kept the rates before it.
+    kept: bool,
 }
 
 /// Every rank's profile and the node's load. See the [module docs](self).
@@ -134,6 +137,7 @@ impl Book {
                         latest: profile,
                         at_tick: None,
                         rates: Rates::default(),
+                        kept: false,
                     },
                 );
             }
@@ -162,8 +166,20 @@ impl Book {
         }
         for entry in self.ranks.values_mut() {
             let before = entry.at_tick.as_ref().unwrap_or(&entry.latest);
-            // A rank that reported nothing new in the period gets zeros, not stale speed.
-            entry.rates = Rates::between(before, &entry.latest);
+            let rates = Rates::between(before, &entry.latest);
+            // Ranks report about once a second, and a period is often about as long: one
+            // period with no new report is the two clocks' beat, not a rank that stopped
+            // (the agents saw one sample in 12 at zero, and refused a grow on it). It keeps
+            // the rates before it, once; a rank that reported nothing new for two periods
+            // gets zeros, not stale speed (and pcmd calls it stalled after
+            // `STALLED_AFTER_S`).
+            let nothing_new = rates == Rates::default() && entry.at_tick.is_some();
+            if nothing_new && !entry.kept && entry.rates != Rates::default() {
+                entry.kept = true;
+            } else {
+                entry.rates = rates;
+                entry.kept = false;
+            }
             entry.at_tick = Some(entry.latest.clone());
         }
     }
@@ -332,7 +348,11 @@ mod tests {
         assert!((rates.cpu_per_iteration_us - 4000.0).abs() < 1e-6);
         assert!((rates.mpi_per_iteration_us - 1000.0).abs() < 1e-6);
         assert_eq!(book.node().cores, 2.0);
-        // A period with no report: zeros, not the old speed.
+        // One period with no report (the ranks' reports and the periods beat): the
+        // rates before it; a second one: zeros, not the old speed.
+        let before = book.rank(&job, Rank(0)).unwrap().1;
+        book.handle_tick(None);
+        assert_eq!(book.rank(&job, Rank(0)).unwrap().1, before);
         book.handle_tick(None);
         assert_eq!(book.rank(&job, Rank(0)).unwrap().1, Rates::default());
     }

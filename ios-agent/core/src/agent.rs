@@ -298,6 +298,7 @@ impl Agent {
         entities.truncate(MAX_ENTITIES);
         self.shared.entities = entities;
         self.resizing.observe_widths(&mut self.shared, now);
+        self.resizing.rehint_refused(&mut self.shared, now);
         self.stealing.offer_work(&mut self.shared, now);
         self.resizing.shrink_if_due(&mut self.shared, now);
     }
@@ -381,9 +382,9 @@ impl Agent {
         self.shared.pool_hosts(now)
     }
 
-    /// This agent's measured RTT to `host`, seconds, for the model's communication term: its
-    /// peer's on that host (the smoothed RTT the peer table orders by), else the partner
-    /// RTT it asked for ([`Agent::hosts_to_measure`]).
+    /// This agent's measured RTT to `host`, seconds, for the model's communication term: the
+    /// least RTT seen lately to its peer on that host ([`crate::tier::PeerInfo::min_rtt`]),
+    /// else the partner RTT it asked for ([`Agent::hosts_to_measure`]).
     pub fn rtt_to_host(&self, host: &HostName) -> Option<f64> {
         self.shared.rtt_to_host(host)
     }

@@ -271,8 +271,9 @@ pub const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// while a pool's agents all start and handshake at once, stayed in the average for
 /// minutes: at N = 100 (`mpi-ios-bench pool`) the agents' first pings across sites took
 /// 400-1,000 ms, their later ones the emulated 33 / 160 / 400 ms, and the smoothed RTTs
-/// after a minute of idling were still 550 / 710 / 900 ms; the model's communication term
-/// reads this RTT (`rtt_to_host`). A sample 30 s after the last now weighs 0.98.
+/// after a minute of idling were still 550 / 710 / 900 ms (the model's communication term
+/// read this RTT then; it reads the least RTT now, `Shared::rtt_to_host`). A sample 30 s
+/// after the last now weighs 0.98.
 pub const SRTT_TIME_CONSTANT: Duration = Duration::from_secs(8);
 
 /// Fixed-point unit of [`srtt_gain`]: integer arithmetic keeps a steady RTT's average
@@ -344,9 +345,9 @@ pub struct PeerTable {
     tiers: [TierIds; 4],
     capacity: usize,
     /// Bumped whenever what [`PeerTable::by_rtt`] yields changes (a peer added or removed,
-    /// a smoothed RTT changed), never for a sample that only refreshes `last_seen`: so that
-    /// what an agent derives from the ordered peers (the RTTs a work steal carries) is
-    /// recomputed only when it can differ.
+    /// a smoothed RTT changed) or a peer's least RTT does, never for a sample that only
+    /// refreshes `last_seen`: so that what an agent derives from the peers and their RTTs
+    /// (the RTTs a work steal carries) is recomputed only when it can differ.
     version: u64,
 }
 
@@ -416,6 +417,7 @@ impl PeerTable {
                 self.version += 1;
             }
             info.last_seen = now;
+            let min_before = info.min_rtt;
             if rtt <= info.min_rtt {
                 info.min_rtt = rtt;
                 info.min_rtt_at = now;
@@ -424,6 +426,9 @@ impl PeerTable {
                 // smoothed RTT if this sample is a spike.
                 info.min_rtt = rtt.min(info.srtt);
                 info.min_rtt_at = now;
+            }
+            if info.min_rtt != min_before {
+                self.version += 1;
             }
             let tier = LatencyTier::from_rtt(info.min_rtt);
             let retiered = tier != info.tier;
@@ -609,8 +614,8 @@ impl PeerTable {
         self.index.is_empty()
     }
 
-    /// A number that changes whenever [`PeerTable::by_rtt`]'s peers or RTTs change (and
-    /// only then, but for wrapping).
+    /// A number that changes whenever [`PeerTable::by_rtt`]'s peers or RTTs change, or a
+    /// peer's [`PeerInfo::min_rtt`] does (and only then, but for wrapping).
     pub fn version(&self) -> u64 {
         self.version
     }

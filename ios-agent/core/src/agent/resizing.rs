@@ -97,6 +97,9 @@ const MIN_CPU_PER_ADDED_RANK: f64 = 0.5;
 /// grow is not undone by the next steal as a move can be: the width hold-down damps it.
 const GROW_MIN_GAIN_SHARE: f64 = 0.5;
 
+/// How many refused idle thieves a home agent keeps ([`Resizing::note_refused_thief`]).
+const MAX_REFUSED_THIEVES: usize = 16;
+
 /// A node's ranks of a job count as slowed when competing load leaves each less than this
 /// share of what it would get without that load.
 const SLOWED_SHARE: f64 = 0.9;
@@ -120,6 +123,9 @@ pub(crate) struct Resizing {
     /// NSp2p: the grow offers (idle thieves' steals that a grow here would take) weighed
     /// lately, to grow onto the best of a steal period's, not the first ([`Resizing::weigh_offer`]).
     offers: GrowOffers,
+    /// NSp2p: idle thieves whose steal no grow of a malleable job here took, with the RTTs
+    /// their steal carried and when ([`Resizing::rehint_refused`]).
+    refused: Vec<(Beneficiary, std::sync::Arc<[HostRtt]>, Instant)>,
 }
 
 /// The grow offers of the current window ([`Resizing::weigh_offer`]).
@@ -303,6 +309,13 @@ impl Resizing {
         }
         let opened = *offers.opened.get_or_insert(now);
         if now < opened + window {
+            tracing::debug!(
+                agent = %s.me,
+                thief = %thief.peer,
+                gain,
+                offers = offers.by_thief.len(),
+                "grow offer held: the window is open"
+            );
             return OfferChoice::Hold(None);
         }
         let better = |a: (f64, f64), b: (f64, f64)| {
@@ -353,8 +366,17 @@ impl Resizing {
             let silent = silent.clone();
             offers.by_thief.retain(|o| o.thief != silent);
         }
+        let before = offers.by_thief.len();
         offers.forget_stale(s, now, window);
-        match offers.best(|_| true) {
+        let best = offers.best(|_| true);
+        tracing::debug!(
+            agent = %s.me,
+            offers = before,
+            kept = offers.by_thief.len(),
+            told = ?best,
+            "grow offers: window closed"
+        );
+        match best {
             Some(best) => {
                 offers.hinted = Some((now, best.clone()));
                 s.stats.work_hints_sent += 1;
@@ -457,7 +479,8 @@ impl Resizing {
         }
         let cpu_here = cpu_per_entity(s, node, true);
         let cpu_unloaded = cpu_per_entity(s, node, false);
-        let thief_rtt = path_rtt_to_host(s, &thief.host)
+        let thief_rtt = s
+            .rtt_to_host(&thief.host)
             .unwrap_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64());
         let mut best: Option<GrowPlan> = None;
         for rank0 in growable {
@@ -482,7 +505,7 @@ impl Resizing {
             let known_partners = rank0
                 .partners
                 .iter()
-                .filter_map(|p| path_rtt_to_host(s, &p.host))
+                .filter_map(|p| s.rtt_to_host(&p.host))
                 .reduce(f64::max);
             // The job's ranks on this node.
             let here = s
@@ -626,6 +649,65 @@ impl Resizing {
             }
         }
         Ok(best)
+    }
+
+    /// NSp2p: notes an idle thief whose steal reached this node, the home of a malleable
+    /// job, and took nothing here ([`Resizing::rehint_refused`]).
+    pub(crate) fn note_refused_thief(
+        &mut self,
+        s: &Shared,
+        now: Instant,
+        thief: &Beneficiary,
+        rtts: &std::sync::Arc<[HostRtt]>,
+    ) {
+        let home = s
+            .entities
+            .iter()
+            .any(|e| e.id.rank == Rank(0) && e.malleable.is_some());
+        if !s.config.resizes
+            || s.config.topology != Topology::PeerToPeer
+            || !home
+            || !thief.profile.is_lightly_loaded(s.config.light_threshold)
+        {
+            return;
+        }
+        self.refused.retain(|(t, ..)| t.peer != thief.peer);
+        self.refused.truncate(MAX_REFUSED_THIEVES - 1);
+        self.refused.insert(0, (thief.clone(), rtts.clone(), now));
+    }
+
+    /// NSp2p, with each new profile of the entities here: an idle thief refused within
+    /// the longest pause between steal rounds, onto which a grow would pass now, is told to
+    /// ask again (work available), once. Why: a thief refused while the job's profile still
+    /// showed a move's aftermath (rank 0's MPI time held the waits on a slowed rank) doubled
+    /// its pause, and the grow waited for its next round (the main job's full malleable
+    /// act: grown 8.2 s after the move, where the grow passed 4 s earlier).
+    pub(super) fn rehint_refused(&mut self, s: &mut Shared, now: Instant) {
+        let keep = s.config.max_steal_backoff;
+        self.refused
+            .retain(|(.., at)| now.saturating_duration_since(*at) < keep);
+        if self.refused.is_empty() || s.outgoing.is_some() {
+            return;
+        }
+        let Some(node) = s.own_profile() else {
+            return;
+        };
+        let passing: Vec<PeerId> = self
+            .refused
+            .iter()
+            .filter(|(thief, rtts, _)| {
+                self.grow_plan(s, now, &node, thief, rtts)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|g| g.beats_move(None))
+            })
+            .map(|(thief, ..)| thief.peer.clone())
+            .collect();
+        for peer in passing {
+            self.refused.retain(|(t, ..)| t.peer != peer);
+            s.stats.work_hints_sent += 1;
+            s.send(peer, Message::WorkAvailable);
+        }
     }
 
     /// `Agent::grow_plan` for the thief of `steal` with this node's own profile, counting
@@ -909,18 +991,6 @@ pub(crate) fn grow_home(s: &Shared, thief: &Beneficiary, exclude: &[&PeerId]) ->
         .filter_map(|home| s.hosts.holder(home))
         .find(|peer| s.peers.get(peer).is_some() && !exclude.contains(peer))
         .cloned()
-}
-
-/// The round trip of the path to `host`, seconds: the least RTT seen to its agent (what a
-/// halo exchange pays; the smoothed RTT between two agents on busy capped nodes adds
-/// their scheduling, 0.8 to 4.5 ms where the path's is a tenth of a millisecond in the
-/// main job's act), else the partner RTT asked for.
-pub(crate) fn path_rtt_to_host(s: &Shared, host: &HostName) -> Option<f64> {
-    s.hosts
-        .holder(host)
-        .and_then(|peer| s.peers.get(peer))
-        .map(|info| info.min_rtt.as_secs_f64())
-        .or_else(|| s.partner_rtts.get(host).copied())
 }
 
 /// Grows a job onto the thief of `steal` as `plan` says, and tells the thief its steal

@@ -731,8 +731,16 @@ impl Shared {
         }
     }
 
-    /// This agent's measured RTTs to the hosts of its peers, nearest first, at most
+    /// This agent's measured RTTs to the hosts of its peers (each peer's least RTT seen
+    /// lately, [`crate::tier::PeerInfo::min_rtt`]), nearest first, at most
     /// [`Config::max_peers`] (and [`MAX_RTTS`]): what a work steal carries.
+    ///
+    /// The least RTT, not the smoothed one: the home agent of a malleable job sets the
+    /// thief's RTTs against its own least RTT to the job's partners
+    /// (`Shared::rtt_to_host`), and a smoothed RTT to a busy capped node holds its
+    /// scheduling delays (in CI, a thief's 3.7 ms to the node running the job's other rank,
+    /// where the path's least was about 0.1 ms, sank the only grow that would have come
+    /// before a leave).
     pub(crate) fn host_rtts(&mut self) -> Arc<[HostRtt]> {
         let versions = (self.peers.version(), self.measured_hosts_version);
         if let Some((p, h, rtts)) = &self.rtts_cache {
@@ -740,10 +748,15 @@ impl Shared {
                 return rtts.clone();
             }
         }
-        let rtts: Arc<[HostRtt]> = self
+        let mut least: Vec<(Duration, &PeerId)> = self
             .peers
             .by_rtt()
-            .filter_map(|(peer, rtt)| {
+            .filter_map(|(peer, _)| self.peers.get(peer).map(|info| (info.min_rtt, peer)))
+            .collect();
+        least.sort_by_key(|(rtt, _)| *rtt);
+        let rtts: Arc<[HostRtt]> = least
+            .into_iter()
+            .filter_map(|(rtt, peer)| {
                 self.hosts.get(peer).map(|host| HostRtt {
                     host: host.clone(),
                     rtt_us: u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX),
@@ -755,14 +768,20 @@ impl Shared {
         rtts
     }
 
-    /// This agent's measured RTT to `host`, seconds, for the model's communication term: its
-    /// peer's on that host (the smoothed RTT the peer table orders by), else the partner
-    /// RTT it asked for (`Agent::hosts_to_measure`).
+    /// This agent's measured RTT to `host`, seconds, for the model's communication term and
+    /// a grow's exchange: the round trip of the path, its peer's least RTT seen lately on
+    /// that host ([`crate::tier::PeerInfo::min_rtt`]), else the partner RTT it asked for
+    /// (`Agent::hosts_to_measure`).
+    ///
+    /// The least RTT, as the RTTs a work steal carries (`Shared::host_rtts`), so that the
+    /// giver's and the thief's are alike: what a halo exchange pays. The smoothed RTT between
+    /// two agents on busy capped nodes adds their scheduling, 0.8 to 4.5 ms where the path's
+    /// is a tenth of a millisecond in the main job's act.
     pub(crate) fn rtt_to_host(&self, host: &HostName) -> Option<f64> {
         self.hosts
             .holder(host)
             .and_then(|peer| self.peers.get(peer))
-            .map(|info| info.srtt.as_secs_f64())
+            .map(|info| info.min_rtt.as_secs_f64())
             .or_else(|| self.partner_rtts.get(host).copied())
     }
 

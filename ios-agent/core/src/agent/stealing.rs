@@ -1013,6 +1013,13 @@ impl Stealing {
                         if checked.is_ok() && in_table && !held_near_partners {
                             self.remember_refusal(now, &steal.source);
                         }
+                        // A home agent re-tells an idle thief when a grow onto it passes
+                        // later, also one whose steal a rank's agent passed here: it is a
+                        // peer of ours (a forwarded steal's origin is, or it was refused
+                        // above), and a hint only makes it ask over its own connection.
+                        if steal.source.peer == steal.origin {
+                            resizing.note_refused_thief(s, now, &steal.source, &steal.rtts);
+                        }
                     }
                 }
                 forward(s, from, steal, LatencyTier::Local);

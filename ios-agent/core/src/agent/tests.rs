@@ -120,6 +120,41 @@ fn light_agent_steals_locally_and_escalates_on_exhaustion() {
     assert_eq!(a.poll_timeout(), Some(t1 + DEFAULT_STEAL_BACKOFF));
 }
 
+/// A steal carries each peer's least RTT seen lately, not its smoothed RTT: the home agent
+/// of a malleable job sets them against its own least RTTs, and a smoothed RTT to a busy
+/// node holds that node's scheduling delays.
+#[test]
+fn given_a_delayed_ping_then_the_steal_carries_the_least_rtt() {
+    let t0 = Instant::now();
+    let mut a = agent("a", t0);
+    meet(&mut a, t0, "l", Duration::from_micros(200));
+    // The peer's node got busy: its pongs come late for a while.
+    for s in 1..=5 {
+        a.handle_peer_rtt(
+            t0 + Duration::from_secs(s),
+            peer("l"),
+            Duration::from_millis(4),
+        );
+    }
+    let t1 = t0 + Duration::from_secs(5);
+    a.handle_node_profile(t1, NodeProfile::idle(2.0, 1 << 30));
+    a.handle_timeout(t1);
+    let actions = drain(&mut a);
+    let [Action::Send {
+        message: Message::WorkSteal { rtts, .. },
+        ..
+    }] = actions.as_slice()
+    else {
+        panic!("one work steal expected, got {actions:?}");
+    };
+    let to_l: Vec<u32> = rtts
+        .iter()
+        .filter(|r| r.host == host("l"))
+        .map(|r| r.rtt_us)
+        .collect();
+    assert_eq!(to_l, vec![200], "{rtts:?}");
+}
+
 pub(super) fn steal_from(thief: &str, id: u64, profile: NodeProfile) -> Message {
     Message::WorkSteal {
         id: MessageId(id),

@@ -1093,3 +1093,71 @@ fn given_the_best_thief_then_takes_a_rank_of_the_job_then_the_other_thief_gets_t
     let steal = with_rtts(steal_from("node-d", 9, node(0.0, 0.0)));
     assert_steal_grows_onto(&mut a, asked, steal);
 }
+
+/// An idle thief refused while the job's profile showed no gain (rank 0 waiting 100 ms per
+/// iteration on its peer, as right after a move of a slowed rank) is told to ask again
+/// (work available) once a new profile makes a grow onto it pass, and only once; its steal
+/// then grows the job. (Before, it waited for its own next round, its pause doubled: the
+/// main job's full act grew 8.2 s after the move.)
+#[test]
+fn given_a_refused_idle_thief_then_a_profile_that_makes_the_grow_pass_tells_it_to_ask() {
+    let t0 = Instant::now();
+    let mut a = home(t0, vec![heat_rank(0, 2, 5, 100)]);
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    assert!(hinted(&actions).is_empty(), "{actions:?}");
+    // The same profile again: nothing to tell.
+    a.handle_entities(t0 + MS * 1000, vec![heat_rank(0, 2, 5, 100)]);
+    assert!(hinted(&drain(&mut a)).is_empty());
+    let settled = t0 + MS * 2000;
+    a.handle_entities(settled, vec![heat_rank(0, 2, 100, 5)]);
+    assert_eq!(hinted(&drain(&mut a)), vec![peer("node-c")]);
+    a.handle_entities(settled + MS * 1000, vec![heat_rank(0, 2, 100, 5)]);
+    assert!(hinted(&drain(&mut a)).is_empty(), "told once");
+    assert_steal_grows_onto(
+        &mut a,
+        settled + MS * 1001,
+        steal_from("node-c", 8, node(0.0, 0.0)),
+    );
+}
+
+/// A refusal older than the longest pause between steal rounds is forgotten: the thief
+/// has asked again since, or left.
+#[test]
+fn given_a_refusal_older_than_the_longest_pause_then_nothing_is_told() {
+    let t0 = Instant::now();
+    let mut a = home(t0, vec![heat_rank(0, 2, 5, 100)]);
+    a.handle_message(t0, peer("node-c"), steal_from("node-c", 7, node(0.0, 0.0)));
+    drain(&mut a);
+    let late = t0 + Config::default().max_steal_backoff + MS;
+    a.handle_entities(late, vec![heat_rank(0, 2, 100, 5)]);
+    assert!(hinted(&drain(&mut a)).is_empty());
+}
+
+/// The same for a thief whose steal the agent of another rank of the job passed to the
+/// home agent (it reaches rank 0's agent through the rank's): it too is told once a grow
+/// onto it passes. (In CI the act's second idle node was refused so, on a profile that
+/// still showed the move's aftermath, paused its rounds and came back after the leave.)
+#[test]
+fn given_a_forwarded_steal_refused_then_a_profile_that_makes_the_grow_pass_tells_its_thief() {
+    let t0 = Instant::now();
+    let mut a = home(t0, vec![heat_rank(0, 2, 5, 100)]);
+    meet(&mut a, t0, "node-b", MS);
+    let mut forwarded = steal_from("node-c", 7, node(0.0, 0.0));
+    if let Message::WorkSteal { ttl, .. } = &mut forwarded {
+        *ttl = 1;
+    }
+    a.handle_message(t0, peer("node-b"), forwarded);
+    let actions = drain(&mut a);
+    assert!(resizes(&actions).is_empty(), "{actions:?}");
+    assert!(hinted(&actions).is_empty(), "{actions:?}");
+    let settled = t0 + MS * 2000;
+    a.handle_entities(settled, vec![heat_rank(0, 2, 100, 5)]);
+    assert_eq!(hinted(&drain(&mut a)), vec![peer("node-c")]);
+    assert_steal_grows_onto(
+        &mut a,
+        settled + MS * 1,
+        steal_from("node-c", 8, node(0.0, 0.0)),
+    );
+}
