@@ -47,10 +47,12 @@ fn given_a_pcmrun_job_on_a_pool_then_the_agents_move_it_and_a_relaunch_avoids_th
         return;
     }
     let _lock = mpi_lock();
-    // On this machine, unloaded and uncapped, about 12 s: on the capped nodes about twice
-    // that, which covers the first checkpoint, the leave (about 5 s), the kill and the
-    // relaunch (about 1 s).
-    let mut pool = Pool::start(12.0);
+    // On this machine, unloaded and uncapped, about 3 s (about 140,000 iterations): on the
+    // capped nodes 4,500-9,000 it/s, which covers the first checkpoint, the leave (about
+    // 5 s), the kill and the relaunch (about 1 s) many times over: rank 1 was killed at
+    // iteration 5,128 on 2026-12-06, and the relaunch ran the rest at about 4,500 it/s
+    // across the link (277,000 iterations sized for 7 s took it 61 s, 12 s before).
+    let mut pool = Pool::start(3.0);
     // The job: pcmrun's default pcmds, found where the agents keep theirs.
     let hostfile = pool.cluster.hostfile_for(&["node-a", "node-b"]);
     let mut job = pool.pcmrun(&hostfile, &[], &[]);
@@ -391,8 +393,11 @@ fn given_a_pcmrun_job_on_a_pool_then_a_killed_pcmd_a_stopped_rank_and_a_killed_p
         return;
     }
     let _lock = mpi_lock();
-    // About 15 s unloaded, twice that on the capped nodes: the three faults take about 15.
-    let pool = Pool::start(15.0);
+    // About 5 s unloaded and uncapped, 7,000-11,000 it/s on the capped nodes: the faults
+    // take about 15 s, and the job runs during less than half of it (it stalls after the
+    // stop; each relaunch resumes from a checkpoint): the last run resumed at about
+    // iteration 40,000 of 261,000 sized for 8 s on 2026-12-06. (Sized 15 s before.)
+    let pool = Pool::start(5.0);
     let hostfile = pool.cluster.hostfile_for(&["node-a", "node-b"]);
     let options = ["--stall-timeout", "4"];
     let mut job = pool.pcmrun_as("first", &hostfile, &options, &[]);
