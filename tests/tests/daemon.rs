@@ -13,12 +13,14 @@ use mpi_ios_tests::{
     RuntimeExt as _,
 };
 
-/// heat2d's arguments for a job of 3 ranks that runs about 12 s on this machine as loaded as
+/// heat2d's arguments for a job of 3 ranks that runs about 7 s on this machine as loaded as
 /// it is when the first test asks (sized once per test binary: the tests act while it runs,
-/// within its first seconds; a stopped rank stops the job, so waiting on one uses none of it).
+/// within its first 2-3 s (the longest: two requests held for a 2 s check period); a
+/// stopped rank stops the job, so waiting on one uses none of it). 12 s before: about a
+/// minute more per run of this file, for nothing the tests check.
 fn long_args() -> Vec<&'static str> {
     static LONG: OnceLock<Vec<String>> = OnceLock::new();
-    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 12.0, WAIT).0);
+    let args = LONG.get_or_init(|| heat2d_args_for(3, 240, 240, 7.0, WAIT).0);
     args.iter().map(String::as_str).collect()
 }
 
@@ -66,7 +68,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
-/// heat2d-plain's checksum for [`long_args`], computed once per test binary (a 12 s run).
+/// heat2d-plain's checksum for [`long_args`], computed once per test binary (a 7 s run).
 fn long_reference() -> String {
     static REFERENCE: OnceLock<String> = OnceLock::new();
     REFERENCE
@@ -158,9 +160,9 @@ fn given_a_running_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matche
 #[test]
 fn given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job() {
     let _lock = mpi_lock();
-    // 2 ranks for about 12 s: heat2d_args_for grows the grid if the run would come near its
-    // fixed point, where a checksum proves nothing.
-    let args = two_rank_args(12.0);
+    // 2 ranks for about 7 s (two moves within its first seconds): heat2d_args_for grows the
+    // grid if the run would come near its fixed point, where a checksum proves nothing.
+    let args = two_rank_args(7.0);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let reference = MpiJob::new(2, "heat2d-plain", &args)
         .run(DEADLINE)

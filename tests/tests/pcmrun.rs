@@ -30,6 +30,14 @@ use pcmrun::EventRecord;
 const DEADLINE: Duration = Duration::from_secs(180);
 const WAIT: Duration = Duration::from_secs(60);
 const SIZE: [&str; 4] = ["--rows", "256", "--cols", "256"];
+/// Seconds of the jobs that tests stop, kill or cut into at their first checkpoint or a
+/// reconfiguration scheduled about 2 s in (every 0.5 s checkpoint interval): long enough that
+/// the job still runs when the test acts, whatever this machine's speed, since the size comes
+/// from a rate measured here. One size for them all, so that one plain run gives their
+/// reference checksum. (8-10 s before: the longer jobs cost about a minute per run of this
+/// file and tested nothing more.) The tests that act later (a pcmd restarted, then a
+/// checkpoint of its own; a move, then a power-off) keep 10 s.
+const JOB_SECONDS: f64 = 5.0;
 
 /// heat2d's arguments for a run of about `seconds` on this machine (measured).
 fn args_for(seconds: f64) -> Vec<String> {
@@ -213,7 +221,7 @@ fn given_a_rank_of_the_c_heat2d_killed_mid_run_then_pcmrun_brings_it_back_too() 
 /// recovery ending with the checksum of `plain_program`.
 fn kill_a_rank_and_expect_recovery(program: &str, plain_program: &str) {
     let _lock = mpi_lock();
-    let args = args_for(8.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum_of(plain_program, &args);
     let dir = tempfile::tempdir().unwrap();
     let mut run = start_with(
@@ -329,7 +337,7 @@ fn given_the_application_fails_by_itself_then_pcmrun_passes_its_status_on_and_do
 #[test]
 fn given_a_lost_rank_and_no_usable_checkpoint_then_a_clear_error_and_no_loop() {
     let _lock = mpi_lock();
-    let args = args_for(8.0);
+    let args = args_for(JOB_SECONDS);
     let dir = tempfile::tempdir().unwrap();
     let mut run = start(
         dir.path(),
@@ -486,7 +494,7 @@ fn start_sharing(first: &Run, dir: &Path, args: &[String], options: &[&str]) -> 
 fn given_a_second_pcmrun_of_the_same_series_then_it_is_refused_and_the_first_keeps_its_checkpoints()
 {
     let _lock = mpi_lock();
-    let args = args_for(10.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let dir = tempfile::tempdir().unwrap();
     let mut first = start(
@@ -545,7 +553,7 @@ fn given_a_second_pcmrun_of_the_same_series_then_it_is_refused_and_the_first_kee
 #[test]
 fn given_pcmrun_killed_then_the_same_command_again_resumes_from_the_newest_checkpoint() {
     let _lock = mpi_lock();
-    let args = args_for(10.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let dir = tempfile::tempdir().unwrap();
     let options = ["--checkpoint-interval", "0.5"];
@@ -684,7 +692,7 @@ fn given_the_jobs_pcmd_killed_then_pcmrun_restarts_it_and_a_later_lost_rank_stil
 fn given_a_rank_stopped_with_sigstop_then_pcmrun_finds_it_within_the_stall_timeout_and_relaunches()
 {
     let _lock = mpi_lock();
-    let args = args_for(10.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let dir = tempfile::tempdir().unwrap();
     let timeout = 4.0;
@@ -814,7 +822,7 @@ fn given_a_process_killed_while_the_job_grows_then_pcmrun_recovers_with_the_plai
 /// the checkpoint taken right before the reconfiguration, with the plain checksum.
 fn kill_a_spawned_process_and_expect_recovery(schedule: impl Fn(u64, &str) -> String) {
     let _lock = mpi_lock();
-    let (args, rate) = sized_args(8.0);
+    let (args, rate) = sized_args(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     // After about 2 s; no periodic checkpoint comes before the end, only the one PCM takes
@@ -959,7 +967,7 @@ fn lose_node_b(power_off: bool) {
     }
     let _lock = mpi_lock();
     // Long enough for a checkpoint, the loss and a relaunch well before the end.
-    let args = args_for(10.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let cluster = Cluster::new(3).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -1021,7 +1029,7 @@ fn given_a_host_powered_off_and_no_spare_then_a_malleable_job_is_relaunched_narr
         return;
     }
     let _lock = mpi_lock();
-    let args = args_for(10.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let cluster = Cluster::new(3).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -1290,7 +1298,7 @@ fn given_a_rank_on_another_host_stopped_with_sigstop_then_pcmrun_relaunches_with
         return;
     }
     let _lock = mpi_lock();
-    let args = args_for(10.0);
+    let args = args_for(JOB_SECONDS);
     let plain = plain_checksum(&args);
     let cluster = Cluster::new(3).unwrap();
     let dir = tempfile::tempdir().unwrap();
