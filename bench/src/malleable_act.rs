@@ -129,6 +129,67 @@ impl Timing {
     }
 }
 
+/// The act's limit: how long each adaptive run would take if moves and resizes cost nothing
+/// and came at once, at the rates measured before the runs (the job no faster than
+/// heat2d-plain unloaded at its width), and so the most the malleable run can be shorter
+/// than the migration-only one in this act. Both runs are alike until the joins (`done`
+/// iterations by then). At the joins the migration-only job moves off the loaded node and
+/// runs at `rate_2` to the end; the malleable one grows onto both idle nodes and runs at
+/// `rate_widest` (3 ranks: node-b stays loaded) until the leave comes and the leaving node's
+/// wait for an idle node ([`LEAVE_SHRINK_WAIT_S`]) is over, then shrinks to 2 ranks at
+/// `rate_2`. The leave comes once `leave_after` iterations are done, or (a fixed time, `--leave-at`) at
+/// `leave_at` seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    /// The malleable run's shortest loop time, seconds.
+    pub malleable_s: f64,
+    /// The migration-only run's shortest loop time, seconds.
+    pub migration_only_s: f64,
+}
+
+impl Limit {
+    /// The limit of an act of `iters` iterations (see [`Limit`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn of(
+        iters: u64,
+        done: f64,
+        join_at: f64,
+        leave: Leave,
+        shrink_wait_s: f64,
+        rate_2: f64,
+        rate_widest: f64,
+    ) -> Limit {
+        let iters = iters as f64;
+        let done = done.clamp(0.0, iters);
+        let widest = rate_widest.max(rate_2);
+        // The iteration at which the leave is asked, in the limit's malleable run.
+        let leave_at = match leave {
+            Leave::AfterIteration(i) => i as f64,
+            Leave::At(t) => done + (t - join_at).max(0.0) * widest,
+        }
+        .clamp(done, iters);
+        let widest_until = (leave_at + shrink_wait_s * widest).min(iters);
+        Limit {
+            malleable_s: join_at + (widest_until - done) / widest + (iters - widest_until) / rate_2,
+            migration_only_s: join_at + (iters - done) / rate_2,
+        }
+    }
+
+    /// How much shorter the malleable run is than the migration-only one at the limit, %.
+    pub fn shorter_pct(&self) -> f64 {
+        100.0 * (1.0 - self.malleable_s / self.migration_only_s)
+    }
+}
+
+/// When node-c is asked to leave.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Leave {
+    /// Once this many iterations are done.
+    AfterIteration(u64),
+    /// At this many seconds after the job's start.
+    At(f64),
+}
+
 /// Rates of heat2d-plain on `width` ranks, one per node (node-a, node-b, ...), unloaded:
 /// (width, iterations per second), each measured over `window` after a warm-up, the widths
 /// in `widths` order, `rounds` times (rotating the order), the median kept.
@@ -364,7 +425,12 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         cluster.clear_nodes();
         runs.runs.push(("plain", outcome, "heat2d-plain"));
     }
-    let (ok, typed) = report(&runs, &scaling, &timing, args)?;
+    let leave = match (timing.leave_at, leave_after) {
+        (Some(at), _) => Some(Leave::At(at)),
+        (None, Some(i)) => Some(Leave::AfterIteration(i)),
+        (None, None) => None,
+    };
+    let (ok, typed) = report(&runs, &scaling, &timing, args, iters, leave)?;
     typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
     crate::keep_logs(logs.path(), &args.out.join("logs"));
     if args.check && !ok {
@@ -466,6 +532,8 @@ fn report(
     scaling: &[ScalingPoint],
     timing: &Timing,
     args: &AdaptiveArgs,
+    iters: u64,
+    leave: Option<Leave>,
 ) -> Result<(bool, crate::summary::Summary)> {
     let m = runs.get("malleable").context("no malleable run")?;
     let mo = runs
@@ -506,6 +574,33 @@ fn report(
          target: at least 25%)",
         m.report.seconds, mo.report.seconds
     );
+    // What the act allows at best on these nodes: the gain no agent can beat here.
+    let limit =
+        rate_at(scaling, 2)
+            .zip(rate_at(scaling, 3))
+            .zip(leave)
+            .map(|((rate_2, rate_3), leave)| {
+                Limit::of(
+                    iters,
+                    mo.iteration_at(timing.join_at),
+                    timing.join_at,
+                    leave,
+                    LEAVE_SHRINK_WAIT_S,
+                    rate_2,
+                    rate_3,
+                )
+            });
+    if let Some(l) = limit {
+        println!(
+            "the act's limit (free, instant moves and resizes at the measured rates): \
+             malleable {:.1} s, migration-only {:.1} s: {:.1}% shorter; this run got {:.0}% of \
+             that gain",
+            l.malleable_s,
+            l.migration_only_s,
+            l.shorter_pct(),
+            100.0 * shorter_pct / l.shorter_pct()
+        );
+    }
     // From the joins to each run's leave: while both idle nodes are there.
     let asked = |o: &Outcome| {
         o.leaves
@@ -621,6 +716,9 @@ fn report(
         joins_to_leave_migration_only_it_per_s: segment.map(|(_, rmo)| rmo),
         node_c_left: leave.is_some_and(|l| l.success),
         scaling: scaling.to_vec(),
+        limit_malleable_s: limit.map(|l| l.malleable_s),
+        limit_migration_only_s: limit.map(|l| l.migration_only_s),
+        limit_shorter_pct: limit.map(|l| l.shorter_pct()),
         speedup_4_over_2: rate_at(scaling, 4)
             .zip(rate_at(scaling, 2))
             .map(|(a, b)| a / b),
@@ -698,6 +796,26 @@ mod tests {
             fit_scaling(&scaling[..2]).is_none(),
             "one width of 2 or more"
         );
+    }
+
+    #[test]
+    fn the_limit_runs_the_malleable_job_widest_from_the_joins_to_the_shrink() {
+        // 2250 iterations, 300 done at the joins (3 s); 100 it/s at 2 ranks, `rate_3` at 3;
+        // the shrink 3 s after the leave.
+        let act = |leave, rate_3| Limit::of(2250, 300.0, 3.0, leave, 3.0, 100.0, rate_3);
+        // The leave once 1050 are done, then 450 more at 150 it/s before the shrink:
+        // 3 s + 1200 / 150 + 750 / 100, against 3 s + 1950 / 100.
+        let limit = act(Leave::AfterIteration(1050), 150.0);
+        assert_eq!(limit.malleable_s, 18.5);
+        assert_eq!(limit.migration_only_s, 22.5);
+        assert!((limit.shorter_pct() - 100.0 * 4.0 / 22.5).abs() < 1e-9);
+        // The same leave by the clock: 5 s after the joins at 150 it/s is iteration 1050.
+        assert_eq!(act(Leave::At(8.0), 150.0), limit);
+        // A leave too late for a shrink: widest to the end.
+        let late = act(Leave::AfterIteration(2000), 150.0);
+        assert_eq!(late.malleable_s, 3.0 + 1950.0 / 150.0);
+        // No faster width: no gain.
+        assert_eq!(act(Leave::AfterIteration(1050), 90.0).shorter_pct(), 0.0);
     }
 
     #[test]

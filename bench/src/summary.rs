@@ -166,6 +166,16 @@ pub struct MalleableAct {
     pub scaling: Vec<ScalingPoint>,
     /// 4 ranks' speed over 2 ranks', when both were measured (premise: at least 1.6).
     pub speedup_4_over_2: Option<f64>,
+    /// The act's limit (`malleable_act::Limit`): the malleable run's loop time if moves and
+    /// resizes were free and came at once, at the measured rates.
+    #[serde(default)]
+    pub limit_malleable_s: Option<f64>,
+    /// The migration-only run's, alike.
+    #[serde(default)]
+    pub limit_migration_only_s: Option<f64>,
+    /// How much shorter the malleable run is at the limit, %: the most this act can show.
+    #[serde(default)]
+    pub limit_shorter_pct: Option<f64>,
 }
 
 /// The conclusion of one experiment.
