@@ -1122,6 +1122,43 @@ fn given_a_refused_idle_thief_then_a_profile_that_makes_the_grow_pass_tells_it_t
     );
 }
 
+/// A refused idle thief that then took a rank of the job (rank 0's profile names a partner
+/// on its host) is not told when a grow would pass: the idle node it offered is gone.
+#[test]
+fn given_a_refused_thief_that_then_took_a_rank_of_the_job_then_nothing_is_told() {
+    let t0 = Instant::now();
+    let with_partner = |compute_ms, mpi_ms, on: &str| {
+        let mut rank0 = heat_rank(0, 2, compute_ms, mpi_ms);
+        rank0.partners = vec![Partner {
+            host: host(on),
+            exchanges_per_sec: 10.0,
+        }];
+        rank0
+    };
+    // node-c's steal, refused while rank 0 waits on its partner; it carries its RTTs.
+    let refused_then = |partner_after: &str| {
+        let mut a = home(t0, vec![with_partner(5, 100, "node-b")]);
+        meet(&mut a, t0, "node-b", MS);
+        let mut steal = steal_from("node-c", 7, node(0.0, 0.0));
+        if let Message::WorkSteal { rtts, .. } = &mut steal {
+            *rtts = ["node-b", "node-c"]
+                .map(|h| HostRtt {
+                    host: host(h),
+                    rtt_us: 1_000,
+                })
+                .into();
+        }
+        a.handle_message(t0, peer("node-c"), steal);
+        assert!(hinted(&drain(&mut a)).is_empty());
+        a.handle_entities(t0 + MS * 2000, vec![with_partner(100, 5, partner_after)]);
+        hinted(&drain(&mut a))
+    };
+    // The profile that makes a grow onto node-c pass, rank 1 still on node-b: told.
+    assert_eq!(refused_then("node-b"), vec![peer("node-c")]);
+    // The same, rank 1 now on node-c (node-c's steal took it elsewhere): not told.
+    assert_eq!(refused_then("node-c"), Vec::<PeerId>::new());
+}
+
 /// A refusal older than the longest pause between steal rounds is forgotten: the thief
 /// has asked again since, or left.
 #[test]
