@@ -132,14 +132,15 @@ impl Timing {
 /// The act's limit: how long each adaptive run would take if moves and resizes cost nothing
 /// and came at once, at the rates measured before the runs (the job no faster than
 /// heat2d-plain unloaded at its width), and so about the most the malleable run can be
-/// shorter than the migration-only one in this act (an estimate: the rates are medians of
-/// short windows, and a run can come within their noise of it, or past it). Both runs are alike until the joins (`done`
-/// iterations by then). At the joins the migration-only job moves off the loaded node and
-/// runs at `rate_2` to the end; the malleable one grows onto both idle nodes and runs at
-/// `rate_widest` (3 ranks: node-b stays loaded) until the leave comes and the leaving node's
-/// wait for an idle node ([`LEAVE_SHRINK_WAIT_S`]) is over, then shrinks to 2 ranks at
-/// `rate_2`. The leave comes once `leave_after` iterations are done, or (a fixed time, `--leave-at`) at
-/// `leave_at` seconds.
+/// shorter than the migration-only one in this act. An estimate: the rates are medians of
+/// short windows, and a run can come within their noise of it, or past it.
+///
+/// Both runs are alike until the joins (`done` iterations by then). At the joins the
+/// migration-only job moves off the loaded node and runs at `rate_2` to the end; the
+/// malleable one grows onto both idle nodes and runs at `rate_widest` (3 ranks: node-b stays
+/// loaded) until the leave comes and the leaving node's wait for an idle node
+/// ([`LEAVE_SHRINK_WAIT_S`]) is over, then shrinks to 2 ranks at `rate_2`. The leave comes as
+/// `leave` says: once some iterations are done, or at a fixed time (`--leave-at`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit {
     /// The malleable run's shortest loop time, seconds.
@@ -599,14 +600,20 @@ fn report(
                 )
             });
     if let Some(l) = limit {
+        let share = if l.shorter_pct() > 0.0 {
+            format!(
+                "; this run got {:.0}% of that gain",
+                100.0 * shorter_pct / l.shorter_pct()
+            )
+        } else {
+            String::new()
+        };
         println!(
             "the act's limit (free, instant moves and resizes at the measured rates): \
-             malleable {:.1} s, migration-only {:.1} s: {:.1}% shorter; this run got {:.0}% of \
-             that gain",
+             malleable {:.1} s, migration-only {:.1} s: {:.1}% shorter{share}",
             l.malleable_s,
             l.migration_only_s,
             l.shorter_pct(),
-            100.0 * shorter_pct / l.shorter_pct()
         );
     }
     // From the joins to each run's leave: while both idle nodes are there.
