@@ -371,14 +371,19 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         ..malleable.clone()
     };
     let leave = match (timing.leave_at, leave_after) {
-        (Some(at), _) => format!("at {at} s"),
-        (None, Some(i)) => format!("once {i} iterations are done"),
-        (None, None) => "never".to_owned(),
+        (Some(at), _) => Some(Leave::At(at)),
+        (None, Some(i)) => Some(Leave::AfterIteration(i)),
+        (None, None) => None,
+    };
+    let leave_text = match leave {
+        Some(Leave::At(at)) => format!("at {at} s"),
+        Some(Leave::AfterIteration(i)) => format!("once {i} iterations are done"),
+        None => "never".to_owned(),
     };
     println!(
         "== {} emulated nodes ({}), each capped at {} CPU; heat2d {size}x{size}, {iters} \
          iterations ({:.0} s at 2 ranks unloaded), ranks on node-a node-b; hog on node-b at \
-         {} s, node-c and node-d join at {} s, node-c leaves {leave}",
+         {} s, node-c and node-d join at {} s, node-c leaves {leave_text}",
         nodes.len(),
         nodes.join(", "),
         args.cap,
@@ -433,11 +438,6 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
         cluster.clear_nodes();
         runs.runs.push(("plain", outcome, "heat2d-plain"));
     }
-    let leave = match (timing.leave_at, leave_after) {
-        (Some(at), _) => Some(Leave::At(at)),
-        (None, Some(i)) => Some(Leave::AfterIteration(i)),
-        (None, None) => None,
-    };
     let (ok, typed) = report(&runs, &scaling, &timing, args, iters, leave)?;
     typed.write(&args.out, crate::summary::MAIN_JOB_FILE)?;
     crate::keep_logs(logs.path(), &args.out.join("logs"));

@@ -36,7 +36,7 @@ const SIZE: [&str; 4] = ["--rows", "256", "--cols", "256"];
 /// from a rate measured here. One size for them all, so that one plain run gives their
 /// reference checksum. (8-10 s before: the longer jobs cost about a minute per run of this
 /// file and tested nothing more.) The tests that act later (a pcmd restarted, then a
-/// checkpoint of its own; a move, then a power-off) keep 10 s.
+/// checkpoint of its own; a move, then a power-off; two failures in a row) keep 10 s.
 const JOB_SECONDS: f64 = 5.0;
 
 /// heat2d's arguments for a run of about `seconds` on this machine (measured).

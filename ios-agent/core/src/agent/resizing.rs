@@ -684,15 +684,17 @@ impl Resizing {
     /// act: grown 8.2 s after the move, where the grow passed 4 s earlier).
     pub(super) fn rehint_refused(&mut self, s: &mut Shared, now: Instant) {
         let keep = s.config.max_steal_backoff;
-        // A refused thief that has since taken a rank of a job here has no idle cores left
-        // to offer: forgotten, as [`GrowOffers::forget_stale`] forgets its offer (its entry
-        // still shows the idle node it was, and a grow onto that would pass).
+        // A refused thief that has since taken a rank of a job here (a partner of the
+        // entities here runs on it) has no idle cores left to offer: forgotten, as
+        // [`GrowOffers::forget_stale`] forgets its offer (its entry still shows the idle
+        // node it was, and a grow onto that would pass).
         self.refused.retain(|(thief, _, at)| {
             now.saturating_duration_since(*at) < keep
                 && !s
                     .entities
                     .iter()
-                    .any(|e| job_hosts(s, &e.id.job).any(|h| *h == thief.host))
+                    .flat_map(|e| e.partners.iter())
+                    .any(|p| p.host == thief.host)
         });
         if self.refused.is_empty() || s.outgoing.is_some() {
             return;
