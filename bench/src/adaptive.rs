@@ -32,7 +32,8 @@ pub struct AdaptiveArgs {
     /// Seconds the job would take unloaded, when `--iters` is not given.
     #[arg(long, default_value_t = 14.0)]
     pub seconds: f64,
-    /// CPU cap of every emulated node, in cores.
+    /// CPU cap of every emulated node, in cores. The malleable act's four nodes take less if
+    /// together they would want more than the machine's cores (0.5 on 2 cores).
     #[arg(long, default_value_t = 0.6)]
     pub cap: f64,
     /// Seconds after the start at which the CPU hog (two busy loops) starts on node-b.

@@ -41,7 +41,8 @@ pub const NO_RESIZE: &str = "--no-resize";
 
 /// Grid side of the act unless `--size` says otherwise: at 0.6 core per node on this
 /// project's machine kind, 4 ranks of a 2048 x 2048 heat2d ran 1.55-2.3 times as fast as 2
-/// (2.0 at 0.5 core); 1024 x 1024: about 1.0, its halo exchange weighs as much as its rows.
+/// (2.0 at 0.5 core, [`node_cap`]); 1024 x 1024: about 1.0, its halo exchange weighs as much
+/// as its rows.
 pub const DEFAULT_SIZE: usize = 2048;
 
 /// Seconds a leaving node's agent waits for an idle node to take a malleable job's ranks
@@ -127,6 +128,19 @@ impl Timing {
             .is_none()
             .then(|| iters.saturating_sub((rate_max * self.tail).round() as u64))
     }
+}
+
+/// The CPU cap of each of `nodes` emulated nodes: `requested`, or less if the nodes together
+/// would want more than the machine's cores. Emulated nodes share nothing but their link: at
+/// 0.6 CPU, four nodes want 2.4 of this project's machine kind's 2 cores, and in the act's
+/// grown span (three ranks beside node-b's hog) the job ran at 88% of heat2d-plain's 3-rank
+/// rate, where its 2-rank spans ran at 94-96% of theirs (the act 8.1% shorter than migration
+/// only, its limit 19.5%); at 0.5 the same act ran 21.8% shorter, its limit 22.3%
+/// (docs/results-log.md, 2026-12-06). At 0.5 a node's ranks use up its quota in every
+/// period: the agents run beside the caps (`Cluster::daemon_command_on`), or the caps'
+/// throttling delays their pings by milliseconds and the grows are weighed on that noise.
+pub fn node_cap(requested: f64, machine_cores: f64, nodes: usize) -> f64 {
+    requested.min(machine_cores / nodes as f64)
 }
 
 /// The act's limit: how long each adaptive run would take if moves and resizes cost nothing
@@ -284,13 +298,18 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
     }
     let timing = Timing::of(args)?;
     let size = args.size.unwrap_or(DEFAULT_SIZE);
-    // 0.6 CPU each: four nodes want 2.4 of this project's machine kind's 2 cores, so the
-    // grown job's three ranks beside node-b's hog get less than their caps (the act's limit
-    // is then higher than a run can reach). At 0.5 the act came within 2% of its limit, but
-    // the agents' RTTs to the busier throttled nodes were several ms and refused every grow
-    // in a CI run (docs/results-log.md, 2026-12-06): not the default until the model reads
-    // RTTs through that noise.
-    let caps = vec![Some(CpuCap::cores(args.cap)); 4];
+    let machine_cores = std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64);
+    let cap = node_cap(args.cap, machine_cores, 4);
+    if cap < args.cap {
+        println!(
+            "== each node capped at {cap} CPU, not {}: four nodes at {} would want {:.1} of this \
+             machine's {machine_cores} cores, and emulated nodes share nothing but their link",
+            args.cap,
+            args.cap,
+            4.0 * args.cap
+        );
+    }
+    let caps = vec![Some(CpuCap::cores(cap)); 4];
     let (cluster, logs) = crate::adaptive::nodes_and_logs(&caps, &args.out, "mpi-ios-malleable-")?;
     let nodes = cluster.host_names();
 
@@ -307,7 +326,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(", "),
-        args.cap
+        cap
     );
     let scaling = measure_scaling(
         &cluster,
@@ -386,7 +405,7 @@ pub fn run(args: &AdaptiveArgs) -> Result<()> {
          {} s, node-c and node-d join at {} s, node-c leaves {leave_text}",
         nodes.len(),
         nodes.join(", "),
-        args.cap,
+        cap,
         expected_s,
         timing.load_at,
         timing.join_at,
@@ -811,6 +830,13 @@ mod tests {
             fit_scaling(&scaling[..2]).is_none(),
             "one width of 2 or more"
         );
+    }
+
+    #[test]
+    fn the_nodes_together_never_want_more_than_the_machines_cores() {
+        assert_eq!(node_cap(0.6, 2.0, 4), 0.5);
+        assert_eq!(node_cap(0.6, 4.0, 4), 0.6);
+        assert_eq!(node_cap(0.3, 2.0, 4), 0.3);
     }
 
     #[test]

@@ -165,6 +165,15 @@ pub struct JoinArgs {
     #[arg(long, value_name = "CPUS", default_value = "0.3")]
     pub light_threshold: f64,
 
+    /// The cgroup that caps this node's work, when the agent (and the pcmd it starts) run
+    /// beside it rather than in it: its path as /proc/PID/cgroup shows it for a rank (e.g.
+    /// /jobs.slice/node). The agent then profiles that cgroup's cap and load as the node's,
+    /// and its own answers are never held up by the cap's throttling (which delays pings by
+    /// milliseconds and so skews the round trips the model weighs). It must exist and cap
+    /// the CPU. Default: the cgroup that caps the agent itself, else the whole machine.
+    #[arg(long, value_name = "PATH", env = ios_agent_profile::NODE_CGROUP_ENV)]
+    pub node_cgroup: Option<ios_agent_profile::NodeCgroupPath>,
+
     /// Directory for the agent's identity key and logs (default: next to the control socket).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,

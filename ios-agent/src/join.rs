@@ -47,6 +47,8 @@ pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
     pcm_proto::ensure_private_dir(&state_dir).context("the state directory")?;
     let config = agent_config(args)?;
 
+    // Before pcmd is started with the same --node-cgroup: a bad one stops join at once.
+    let sensor = crate::sampler::node_sensor(args.node_cgroup.clone())?;
     let pcmd_socket = settings.pcmd_socket(args.pcmd_socket.as_deref(), &host);
     let daemon = NodeDaemon::attach_or_start(
         &pcmd_socket,
@@ -54,6 +56,7 @@ pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
         &settings::pcmd_program(args.pcmd.as_deref()),
         &state_dir.join("pcmd.log"),
         args.profile_period,
+        args.node_cgroup.as_ref(),
     )?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -69,6 +72,7 @@ pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
         let (control_tx, control_rx) = mpsc::channel(8);
         tokio::spawn(control::serve(listener, control_tx.clone()));
         let samples = crate::sampler::spawn(
+            sensor,
             daemon.clone(),
             args.profile_period,
             args.communication_term,

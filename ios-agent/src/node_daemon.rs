@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use ios_agent_core::agent::MigrationOutcome;
 use ios_agent_core::{EntityId, MigrationId};
+use ios_agent_profile::NodeCgroupPath;
 use pcm_proto::client::{Client, Error as ClientError, Migration};
 use pcm_proto::{HostName, Move, NodeStats, Outcome, Resize};
 
@@ -51,6 +52,7 @@ struct Launch {
     program: PathBuf,
     log: PathBuf,
     stats_period: Duration,
+    node_cgroup: Option<NodeCgroupPath>,
 }
 
 /// A pcmd this agent started.
@@ -104,7 +106,8 @@ pub enum NodeDaemonError {
 }
 
 impl Launch {
-    /// Starts `program --socket SOCKET --host HOST serve --stats-period SECS`, its output
+    /// Starts `program --socket SOCKET --host HOST serve --stats-period SECS [--node-cgroup
+    /// PATH]`, its output
     /// going to the log: emptied on the first start, appended to on later ones (the log of
     /// the pcmd that died stays readable).
     fn spawn(&self, first: bool) -> Result<Child, NodeDaemonError> {
@@ -134,14 +137,19 @@ impl Launch {
                 program: self.log.clone(),
                 source,
             })?;
-        Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .arg("--socket")
             .arg(&self.socket)
             .arg("--host")
             .arg(self.host.as_str())
             .arg("serve")
             .arg("--stats-period")
-            .arg(format!("{}", self.stats_period.as_secs_f64()))
+            .arg(format!("{}", self.stats_period.as_secs_f64()));
+        if let Some(node) = &self.node_cgroup {
+            command.arg("--node-cgroup").arg(node.as_str());
+        }
+        command
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err)
@@ -166,13 +174,14 @@ impl NodeDaemon {
     /// agent reads the ranks' profiles every `stats_period`, so pcmd's own period is the
     /// same. `host` is the agent's node name: pcmd reports it and keeps its checkpoints
     /// under it, so that agents of several emulated nodes on one machine do not share them.
-    /// Later, [`NodeDaemon::stats`] starts pcmd the same way whenever none serves `socket`.
+    /// `node_cgroup` (the agent's `--node-cgroup`) is passed on as pcmd's. Later, [`NodeDaemon::stats`] starts pcmd the same way whenever none serves `socket`.
     pub fn attach_or_start(
         socket: &Path,
         host: &HostName,
         program: &Path,
         log: &Path,
         stats_period: Duration,
+        node_cgroup: Option<&NodeCgroupPath>,
     ) -> Result<NodeDaemon, NodeDaemonError> {
         let launch = Launch {
             socket: socket.to_owned(),
@@ -180,6 +189,7 @@ impl NodeDaemon {
             program: program.to_owned(),
             log: log.to_owned(),
             stats_period,
+            node_cgroup: node_cgroup.cloned(),
         };
         let keeper = |launch, started| NodeDaemon {
             socket: socket.to_owned(),

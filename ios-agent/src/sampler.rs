@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use ios_agent_profile::{
-    entity_pids, entity_profiles, load_without_waiting, stalled_entities, NodeSampleExt as _,
-    NodeSensor, SensorConfig,
+    entity_pids, entity_profiles, load_without_waiting, stalled_entities, NodeCgroupPath,
+    NodeSampleExt as _, NodeSensor, SensorConfig,
 };
 use pcm_proto::NodeStats;
 use tokio::sync::mpsc;
@@ -16,32 +16,51 @@ use tokio::sync::mpsc;
 use crate::driver::Sample;
 use crate::node_daemon::NodeDaemon;
 
+/// The node's sensor (its speed probed: tens of milliseconds). A node that cannot be
+/// profiled leaves the agent a giver of work only, with an error logged; but a cgroup named
+/// as the node (`--node-cgroup`) that cannot be sensed is an error: the operator asked for it.
+pub fn node_sensor(node_cgroup: Option<NodeCgroupPath>) -> anyhow::Result<Option<NodeSensor>> {
+    let named = node_cgroup.is_some();
+    match NodeSensor::new(SensorConfig::default().with_node_cgroup(node_cgroup)) {
+        Ok(s) => {
+            tracing::info!(scope = ?s.scope(), "profiling the node");
+            Ok(Some(s))
+        }
+        Err(e) if named => Err(anyhow::anyhow!("--node-cgroup: {e}")),
+        Err(e) => {
+            tracing::error!(
+                "cannot profile this node ({e}); the agent will only give work, never ask for it"
+            );
+            Ok(None)
+        }
+    }
+}
+
 /// Starts the loop; it ends when the driver drops the receiver. Without `partners` the
 /// entities' communication partners are left out of their profiles, and with them the
 /// model's communication term (`ios-agent join --communication-term`).
-pub fn spawn(pcmd: NodeDaemon, period: Duration, partners: bool) -> mpsc::Receiver<Sample> {
+pub fn spawn(
+    sensor: Option<NodeSensor>,
+    pcmd: NodeDaemon,
+    period: Duration,
+    partners: bool,
+) -> mpsc::Receiver<Sample> {
     let (tx, rx) = mpsc::channel(2);
     std::thread::Builder::new()
         .name("ios-agent-profiler".to_owned())
-        .spawn(move || run(&pcmd, period, partners, &tx))
+        .spawn(move || run(sensor, &pcmd, period, partners, &tx))
         .map_err(|e| tracing::error!("cannot start the profiling thread: {e}"))
         .ok();
     rx
 }
 
-fn run(pcmd: &NodeDaemon, period: Duration, partners: bool, tx: &mpsc::Sender<Sample>) {
-    let mut sensor = match NodeSensor::new(SensorConfig::default()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::error!(
-                "cannot profile this node ({e}); the agent will only give work, never ask for it"
-            );
-            None
-        }
-    };
-    if let Some(s) = &sensor {
-        tracing::info!(scope = ?s.scope(), "profiling the node");
-    }
+fn run(
+    mut sensor: Option<NodeSensor>,
+    pcmd: &NodeDaemon,
+    period: Duration,
+    partners: bool,
+    tx: &mpsc::Sender<Sample>,
+) {
     let mut previous: Option<NodeStats> = None;
     let mut pcmd_ok = true;
     loop {

@@ -114,6 +114,75 @@ pub fn parse_proc_cgroup(text: &str) -> Vec<Membership> {
         .collect()
 }
 
+/// A cgroup named as the node (`ios-agent join --node-cgroup`, [`NODE_CGROUP_ENV`]): its path
+/// in the CPU hierarchies as `/proc/PID/cgroup` shows it for a process inside it
+/// (`/mpi-ios-...-node-a`). For daemons kept outside the cgroup that caps the node's work,
+/// so that the cap's throttling does not delay their answers, while they still sense the
+/// node it caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCgroupPath(String);
+
+/// The environment variable that names the node's cgroup for the IOS agent and pcmd.
+pub const NODE_CGROUP_ENV: &str = "IOS_NODE_CGROUP";
+
+impl std::str::FromStr for NodeCgroupPath {
+    type Err = String;
+
+    /// Accepts an absolute path of plain components: no `.` or `..`, no empty component,
+    /// no control characters.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = |why: &str| Err(format!("{text:?} is not a cgroup path: {why}"));
+        if !text.starts_with('/') {
+            return bad("it must start with / (as /proc/PID/cgroup shows it)");
+        }
+        if text.len() > 4096 {
+            return bad("longer than 4096 bytes");
+        }
+        if text.chars().any(char::is_control) {
+            return bad("it holds a control character");
+        }
+        let inner = text.trim_end_matches('/');
+        if inner.is_empty() {
+            return bad("the root is no node");
+        }
+        if inner[1..]
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return bad("empty, . or .. components are not allowed");
+        }
+        Ok(NodeCgroupPath(inner.to_owned()))
+    }
+}
+
+impl NodeCgroupPath {
+    /// The path, starting with `/`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeCgroupPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `/proc/PID/cgroup` text as it would read for a process in cgroup `node` in every
+/// hierarchy with a CPU controller (v1 `cpu` or `cpuacct`, and the v2 hierarchy); other
+/// hierarchies (v1 memory, ...) keep the process's own.
+pub fn with_cpu_cgroup(proc_cgroup: &str, node: &NodeCgroupPath) -> String {
+    parse_proc_cgroup(proc_cgroup)
+        .into_iter()
+        .map(|m| {
+            let cpu =
+                m.hierarchy == 0 || m.controllers.iter().any(|c| c == "cpu" || c == "cpuacct");
+            let path = if cpu { node.as_str() } else { m.path.as_str() };
+            format!("{}:{}:{}\n", m.hierarchy, m.controllers.join(","), path)
+        })
+        .collect()
+}
+
 /// One cgroup mount from `/proc/PID/mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
@@ -470,6 +539,32 @@ mod tests {
         assert_eq!(m[2].path, "/mpi-ios-a");
         assert_eq!(m[3].hierarchy, 0);
         assert!(m[3].controllers.is_empty());
+    }
+
+    #[test]
+    fn a_node_cgroup_path_is_absolute_and_plain() {
+        let ok: NodeCgroupPath = "/mpi-ios-1s0-node-a/".parse().expect("valid");
+        assert_eq!(ok.as_str(), "/mpi-ios-1s0-node-a");
+        assert_eq!(
+            "/a/b".parse::<NodeCgroupPath>().expect("valid").as_str(),
+            "/a/b"
+        );
+        for bad in [
+            "", "/", "relative", "/a/../b", "/a//b", "/./a", "/a\nb", "/a/..",
+        ] {
+            let error = bad.parse::<NodeCgroupPath>().expect_err(bad);
+            assert!(error.contains("is not a cgroup path"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_cpu_hierarchies_are_read_as_the_node_cgroups() {
+        let node: NodeCgroupPath = "/mpi-ios-1s0-node-a".parse().expect("valid");
+        let own = "9:name=systemd:/\n4:memory:/daemons\n2:cpuacct:/mpi-ios-1s0-node-a-d\n1:cpu:/mpi-ios-1s0-node-a-d\n0::/daemons\n";
+        assert_eq!(
+            with_cpu_cgroup(own, &node),
+            "9:name=systemd:/\n4:memory:/daemons\n2:cpuacct:/mpi-ios-1s0-node-a\n1:cpu:/mpi-ios-1s0-node-a\n0::/mpi-ios-1s0-node-a\n"
+        );
     }
 
     #[test]

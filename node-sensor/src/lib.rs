@@ -29,6 +29,7 @@ pub mod procfs;
 pub mod sensor;
 pub mod speed;
 
+pub use cgroup::{NodeCgroupPath, NODE_CGROUP_ENV};
 pub use sensor::{
     EntityUsage, MachineScan, NodeSample, NodeSensor, Scope, SensorConfig, SensorError, Target,
 };

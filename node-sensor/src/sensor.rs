@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use pcm_proto::NodeLoad;
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{self, Cgroup, Fs, ProcessCgroups, Version};
+use crate::cgroup::{self, Cgroup, Fs, NodeCgroupPath, ProcessCgroups, Version};
 use crate::procfs;
 use crate::speed::{SpeedProbe, SpeedSample};
 
@@ -106,6 +106,9 @@ pub struct SensorConfig {
     /// When a machine scope reads the whole process table; `None` reads it at every sample.
     /// Default [`DEFAULT_MACHINE_SCAN`].
     pub machine_scan: Option<MachineScan>,
+    /// The node is this cgroup, not the one the target process is in (a daemon kept beside
+    /// the cgroup that caps the node's work). It must exist and cap the CPU. Default `None`.
+    pub node_cgroup: Option<NodeCgroupPath>,
 }
 
 impl Default for SensorConfig {
@@ -118,6 +121,7 @@ impl Default for SensorConfig {
             fixed_speed: None,
             max_tasks: DEFAULT_MAX_TASKS,
             machine_scan: Some(DEFAULT_MACHINE_SCAN),
+            node_cgroup: None,
         }
     }
 }
@@ -132,6 +136,12 @@ impl SensorConfig {
     /// Reads `/proc` and `/sys` under `fs`.
     pub fn with_fs(mut self, fs: Fs) -> Self {
         self.fs = fs;
+        self
+    }
+
+    /// Senses cgroup `node` as the node (see [`SensorConfig::node_cgroup`]).
+    pub fn with_node_cgroup(mut self, node: Option<NodeCgroupPath>) -> Self {
+        self.node_cgroup = node;
         self
     }
 
@@ -187,6 +197,14 @@ pub enum SensorError {
         path: PathBuf,
         /// What was expected.
         what: &'static str,
+    },
+    /// The cgroup named as the node ([`SensorConfig::node_cgroup`]) cannot be the node.
+    #[error("the node's cgroup {path} cannot be sensed: {why}")]
+    NodeCgroup {
+        /// The path given.
+        path: NodeCgroupPath,
+        /// Why not (missing, uncapped, unreadable).
+        why: String,
     },
 }
 
@@ -400,7 +418,10 @@ impl NodeSensor {
             fs.read(format!("/proc/{pid}/cgroup")),
             fs.read(format!("/proc/{pid}/mountinfo")),
         ) {
-            (Ok(c), Ok(m)) => Ok(ProcessCgroups::resolve(&fs, &c, &m)),
+            (Ok(c), Ok(m)) => Ok(match &config.node_cgroup {
+                Some(node) => ProcessCgroups::resolve(&fs, &cgroup::with_cpu_cgroup(&c, node), &m),
+                None => ProcessCgroups::resolve(&fs, &c, &m),
+            }),
             (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
         };
         let (scope, cap_cgroup) = match &cgroups {
@@ -412,6 +433,25 @@ impl NodeSensor {
             ),
             Ok(cg) => find_cap(cg.cpu.as_ref()),
         };
+        if let Some(node) = &config.node_cgroup {
+            // Named by the operator: never fall back to the whole machine in its place.
+            let missing = cgroups
+                .as_ref()
+                .ok()
+                .and_then(|cg| cg.cpu.as_ref())
+                .filter(|cpu| !cpu.dir.is_dir());
+            let why = match (missing, &scope) {
+                (Some(cpu), _) => Some(format!("no directory {}", cpu.dir.display())),
+                (None, Scope::Cgroup { .. }) => None,
+                (None, Scope::Machine { reason }) => Some(reason.clone()),
+            };
+            if let Some(why) = why {
+                return Err(SensorError::NodeCgroup {
+                    path: node.clone(),
+                    why,
+                });
+            }
+        }
         let cgroups = cgroups.unwrap_or_default();
         let (cores, usage, tasks, throttle_file, pressure_file) = match (&scope, &cap_cgroup) {
             (
@@ -1009,6 +1049,55 @@ mod tests {
         assert_eq!(s.memory_available, 4 << 30);
         // The descendants' threads count: both threads were found.
         assert_eq!(s.tasks, 2);
+    }
+
+    #[test]
+    fn a_daemon_beside_the_node_senses_the_cgroup_named_as_the_node() {
+        // Process 42 runs in the uncapped `/a-daemons`; the ranks and the cap are in `/a`.
+        let root = FakeRoot::new(
+            "3:memory:/\n2:cpuacct:/a-daemons\n1:cpu:/a-daemons\n",
+            V1_MOUNTS,
+        );
+        for dir in ["sys/fs/cgroup/cpu", "sys/fs/cgroup/cpu/a-daemons"] {
+            root.write(&format!("{dir}/cpu.cfs_quota_us"), "-1\n");
+            root.write(&format!("{dir}/cpu.cfs_period_us"), "10000\n");
+        }
+        root.write("sys/fs/cgroup/cpu/a/cpu.cfs_quota_us", "5000\n");
+        root.write("sys/fs/cgroup/cpu/a/cpu.cfs_period_us", "10000\n");
+        root.write("sys/fs/cgroup/cpu/a/tasks", "43\n");
+        root.write("sys/fs/cgroup/cpuacct/a/cpuacct.usage", "1000\n");
+        let config = |node: &str| {
+            SensorConfig::default()
+                .with_fs(Fs::at(root.dir.path()))
+                .with_pid(42)
+                .with_fixed_speed(1.0)
+                .with_node_cgroup(Some(node.parse().expect("valid path")))
+        };
+        let mut sensor = NodeSensor::new(config("/a")).expect("sensor");
+        assert!(
+            matches!(sensor.scope(), Scope::Cgroup { path, cap, .. } if path == "/a" && *cap == 0.5),
+            "{:?}",
+            sensor.scope()
+        );
+        root.write("sys/fs/cgroup/cpuacct/a/cpuacct.usage", "100001000\n");
+        let s = sensor.sample().expect("sample");
+        assert!(
+            (s.used * s.period.as_secs_f64() - 0.1).abs() < 1e-9,
+            "{s:?}"
+        );
+        assert_eq!(s.tasks, 1, "only the node's thread 43, not the daemon's");
+
+        // Named by the operator, a cgroup that is missing or uncapped is an error naming
+        // it, never the whole machine in its place.
+        let missing = NodeSensor::new(config("/b")).expect_err("no such cgroup");
+        assert!(
+            missing
+                .to_string()
+                .contains("/b cannot be sensed: no directory"),
+            "{missing}"
+        );
+        let uncapped = NodeSensor::new(config("/a-daemons")).expect_err("no cap");
+        assert!(uncapped.to_string().contains("no cpu cap"), "{uncapped}");
     }
 
     #[test]

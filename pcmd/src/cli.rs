@@ -122,6 +122,12 @@ pub struct ServeArgs {
     /// maps or holds open, at least that old); 0 = no sweeps.
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     pub shm_sweep_every: f64,
+    /// The cgroup that caps this node's work, when pcmd runs beside it rather than in it
+    /// (its path as /proc/PID/cgroup shows it for a rank, e.g. /jobs.slice/node): `pcmd
+    /// stats` then reports that cgroup's cap and load. The IOS agent passes its own
+    /// --node-cgroup on. Default: the cgroup that caps pcmd itself, else the whole machine.
+    #[arg(long, value_name = "PATH", env = node_sensor::NODE_CGROUP_ENV)]
+    pub node_cgroup: Option<node_sensor::NodeCgroupPath>,
     /// Checkpoint storage and the buddy link.
     #[command(flatten)]
     pub checkpoint: crate::checkpoint::ServeArgs,

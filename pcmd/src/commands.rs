@@ -26,6 +26,7 @@ pub fn run(settings: Settings) -> anyhow::Result<()> {
                     .with_request_timeout(args.request_timeout()?)
                     .with_stats_period(args.stats_period()?),
                 shm_sweep: args.shm_sweep()?,
+                node_cgroup: args.node_cgroup.clone(),
             };
             let checkpoint = args.checkpoint.config(&socket, &host, &settings.dirs)?;
             let locked = Daemon::lock(config)?;

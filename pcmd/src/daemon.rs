@@ -53,6 +53,9 @@ pub enum Error {
         /// Process id written in the lock file by the running daemon, if readable.
         pid: Option<u32>,
     },
+    /// The cgroup named as the node (`--node-cgroup`) cannot be sensed.
+    #[error(transparent)]
+    NodeCgroup(#[from] node_sensor::SensorError),
     /// The socket's directory could not be created, or is not private to this user.
     #[error("socket directory: {0}")]
     SocketDir(#[from] pcm_proto::PrivateDirError),
@@ -92,6 +95,9 @@ pub struct Config {
     /// Sweeps of the dead launches' shared-memory segments in `/dev/shm`, or `None` for
     /// none ([`crate::shm_sweep`]).
     pub shm_sweep: Option<SweepPolicy>,
+    /// The cgroup to sense as the node for `pcmd stats`, when pcmd runs beside it
+    /// (`--node-cgroup`); `None`: the cgroup that caps pcmd, else the machine.
+    pub node_cgroup: Option<node_sensor::NodeCgroupPath>,
 }
 
 /// A daemon whose socket is bound and locked, ready to [`run`](Daemon::run).
@@ -103,6 +109,7 @@ pub struct Daemon {
     _lock: Flock<File>,
     registry: Registry,
     shm_sweep: Option<SweepPolicy>,
+    sensor: crate::node::Sensor,
 }
 
 /// The lock file guarding `socket`.
@@ -159,6 +166,8 @@ impl Locked {
     /// Replaces a stale socket and binds: from here on, clients can connect.
     pub fn listen(self, now: Instant) -> Result<Daemon, Error> {
         let Locked { config, lock } = self;
+        // Before the socket: a node cgroup that cannot be sensed stops pcmd at start.
+        let sensor = crate::node::Sensor::new(config.node_cgroup)?;
         let socket = config.socket;
         let socket_err = |source| Error::Socket {
             path: socket.clone(),
@@ -190,6 +199,7 @@ impl Locked {
             _lock: lock,
             registry,
             shm_sweep: config.shm_sweep,
+            sensor,
         })
     }
 }
@@ -225,8 +235,9 @@ impl Daemon {
             _lock,
             registry,
             shm_sweep,
+            sensor,
         } = self;
-        let result = serve(listener, &socket, registry, shm_sweep, shutdown).await;
+        let result = serve(listener, &socket, registry, shm_sweep, sensor, shutdown).await;
         if let Err(e) = fs::remove_file(&socket) {
             tracing::warn!(socket = %socket.display(), "could not remove socket: {e}");
         }
@@ -288,6 +299,7 @@ async fn serve(
     socket: &Path,
     mut registry: Registry,
     shm_sweep: Option<SweepPolicy>,
+    mut sensor: crate::node::Sensor,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let listener =
@@ -299,7 +311,6 @@ async fn serve(
     let (events_tx, mut events) = mpsc::channel::<Event>(EVENT_QUEUE);
     let mut conns: HashMap<ConnId, Handle> = HashMap::new();
     let mut log = pcm_proto::log_limit::LogLimit::default();
-    let mut sensor = crate::node::Sensor::new();
     let period = registry.config().stats_period();
     let mut stats_tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     stats_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

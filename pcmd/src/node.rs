@@ -6,7 +6,7 @@
 //! is turned off: speed is not part of `NodeLoad`, and the probe would cost pcmd tens of
 //! milliseconds of CPU.
 
-use node_sensor::{NodeSensor, SensorConfig};
+use node_sensor::{NodeCgroupPath, NodeSensor, SensorConfig, SensorError};
 use pcm_proto::NodeLoad;
 
 /// Samples the node pcmd runs on; without a usable sensor every sample is `None`.
@@ -17,25 +17,32 @@ pub struct Sensor {
 }
 
 impl Sensor {
-    /// Finds the node of this process. A failure is logged once and leaves the sensor off.
-    pub fn new() -> Self {
+    /// Finds the node of this process, or the cgroup `node_cgroup` names as the node. A
+    /// failure to find this process's node is logged and leaves the sensor off; a named
+    /// cgroup that cannot be the node is an error.
+    pub fn new(node_cgroup: Option<NodeCgroupPath>) -> Result<Self, SensorError> {
+        let named = node_cgroup.is_some();
         let config = SensorConfig {
             probe_every: None,
             ..SensorConfig::default()
         }
-        .with_fixed_speed(1.0);
-        let sensor = NodeSensor::new(config)
-            .map_err(|e| {
-                tracing::warn!("cannot sense this node's load ({e}); `pcmd stats` will show zeros")
-            })
-            .ok();
+        .with_fixed_speed(1.0)
+        .with_node_cgroup(node_cgroup);
+        let sensor = match NodeSensor::new(config) {
+            Ok(sensor) => Some(sensor),
+            Err(e) if named => return Err(e),
+            Err(e) => {
+                tracing::warn!("cannot sense this node's load ({e}); `pcmd stats` will show zeros");
+                None
+            }
+        };
         if let Some(sensor) = &sensor {
             tracing::info!(scope = ?sensor.scope(), cores = sensor.cores(), "sensing the node's load");
         }
-        Sensor {
+        Ok(Sensor {
             sensor,
             warned: false,
-        }
+        })
     }
 
     /// The node's load since the previous sample, if it could be read.
@@ -54,11 +61,5 @@ impl Sensor {
                 None
             }
         }
-    }
-}
-
-impl Default for Sensor {
-    fn default() -> Self {
-        Self::new()
     }
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs a command on an emulated node: `node-exec.sh HOST PROGRAM [ARGS...]`.
+# Runs a command on an emulated node: `node-exec.sh [--daemon] HOST PROGRAM [ARGS...]`.
 #
 # HOST is looked up in the file `hosts.map` next to this script (lines
 # `HOST NAMESPACE [CGROUP_PROCS_FILE...]`). The process first joins the node's cgroups (its
@@ -13,13 +13,21 @@
 # PROGRAM in the caller's working directory (exec all the way: the process id stays the
 # caller's child's, so process groups and kill work).
 #
+# With --daemon, the cgroups are those `daemons.map` lists for HOST (lines `HOST
+# [CGROUP_PROCS_FILE...]`): the uncapped cgroup beside the node's, for its agent and pcmd.
+#
 # nsenter, not `ip netns exec`: the latter also makes a mount namespace with a fresh /sys,
 # which hides /sys/fs/cgroup, and the IOS agent's sensor then cannot see the node's cap.
 set -eu
 here="$(dirname "$0")"
 map="$here/hosts.map"
+daemon=no
+if [ "${1:-}" = "--daemon" ]; then
+    daemon=yes
+    shift
+fi
 if [ $# -lt 2 ]; then
-    echo "node-exec: usage: $0 HOST PROGRAM [ARGS...]" >&2
+    echo "node-exec: usage: $0 [--daemon] HOST PROGRAM [ARGS...]" >&2
     exit 255
 fi
 host="$1"
@@ -30,6 +38,13 @@ if [ -z "$line" ]; then
     exit 255
 fi
 ns="$(printf '%s\n' "$line" | awk '{ print $2 }')"
+if [ "$daemon" = yes ]; then
+    line="$(awk -v h="$host" '$1 == h { print "-", $0; exit }' "$here/daemons.map")"
+    if [ -z "$line" ]; then
+        echo "node-exec: no daemons' cgroup for $host (not in $here/daemons.map)" >&2
+        exit 255
+    fi
+fi
 for procs in $(printf '%s\n' "$line" | awk '{ for (i = 3; i <= NF; i++) print $i }'); do
     if ! echo $$ > "$procs"; then
         echo "node-exec: cannot join cgroup $procs" >&2

@@ -173,6 +173,10 @@ pub struct Cluster {
     jobs: AtomicU32,
     /// Node i's cgroup, if it has a cap. Dropped after the namespaces' processes are killed.
     cgroups: Vec<Option<NodeCgroup>>,
+    /// Beside each capped node's cgroup, one its daemons may run in
+    /// ([`Cluster::daemon_command_on`]): not capped below the machine, so the node's cap
+    /// never delays their answers.
+    daemon_cgroups: Vec<Option<NodeCgroup>>,
     /// The processes that hold the nodes' mount and IPC namespaces ([`Cluster::isolate_nodes`]).
     keepers: Vec<std::process::Child>,
 }
@@ -423,6 +427,7 @@ impl Cluster {
             dir,
             jobs: AtomicU32::new(0),
             cgroups: Vec::new(),
+            daemon_cgroups: Vec::new(),
             keepers: Vec::new(),
         };
 
@@ -470,15 +475,28 @@ impl Cluster {
             });
         }
 
+        let machine = CpuCap::cores(
+            std::thread::available_parallelism()
+                .map(|n| n.get() as f64)
+                .unwrap_or(1.0),
+        );
         for (node, cap) in cluster.nodes.iter().zip(caps) {
-            let cgroup = match cap {
-                Some(cap) => Some(
-                    NodeCgroup::create(&format!("{}{id}-{}", cgroup::PREFIX, node.name), *cap)
-                        .map_err(|e| format!("{}: {e}", node.name))?,
+            let name = format!("{}{id}-{}", cgroup::PREFIX, node.name);
+            let (cgroup, daemons) = match cap {
+                Some(cap) => (
+                    Some(
+                        NodeCgroup::create(&name, *cap)
+                            .map_err(|e| format!("{}: {e}", node.name))?,
+                    ),
+                    Some(
+                        NodeCgroup::create(&format!("{name}-daemons"), machine)
+                            .map_err(|e| format!("{}'s daemons: {e}", node.name))?,
+                    ),
                 ),
-                None => None,
+                None => (None, None),
             };
             cluster.cgroups.push(cgroup);
+            cluster.daemon_cgroups.push(daemons);
         }
 
         let mut map = String::new();
@@ -492,6 +510,16 @@ impl Cluster {
             writeln!(hostfile, "{}", hostfile_line(&node.name, 4)).unwrap();
         }
         std::fs::write(cluster.dir.path().join("hosts.map"), map).map_err(|e| e.to_string())?;
+        let mut daemons_map = String::new();
+        for (node, cgroup) in cluster.nodes.iter().zip(&cluster.daemon_cgroups) {
+            write!(daemons_map, "{}", node.name).unwrap();
+            for procs in cgroup.iter().flat_map(NodeCgroup::procs_files) {
+                write!(daemons_map, " {}", procs.display()).unwrap();
+            }
+            writeln!(daemons_map).unwrap();
+        }
+        std::fs::write(cluster.dir.path().join("daemons.map"), daemons_map)
+            .map_err(|e| e.to_string())?;
         std::fs::write(&cluster.hostfile, hostfile).map_err(|e| e.to_string())?;
         use std::os::unix::fs::PermissionsExt;
         for (path, text) in [(&cluster.agent, RSH_AGENT), (&cluster.node_exec, NODE_EXEC)] {
@@ -709,6 +737,39 @@ impl Cluster {
         self.index(host);
         let mut command = Command::new(&self.node_exec);
         command.arg(host).arg(program).args(args);
+        command
+    }
+
+    /// Like [`Cluster::command_on`], for a node's daemon (its IOS agent, which starts its
+    /// pcmd): in the node's namespaces and host name, but in the cgroup beside the node's,
+    /// uncapped, so that the cap's throttling never holds up its answers (on a real host a
+    /// daemon that wakes gets a CPU within a fraction of a millisecond; in a capped cgroup
+    /// it waits out the rest of the cap's period, milliseconds, whenever the node's ranks
+    /// used up the quota). It is told the node's cgroup in `IOS_NODE_CGROUP`, so that it
+    /// still profiles the node's cap and load, not its own. An uncapped node has no cgroup:
+    /// there this is `command_on`.
+    pub fn daemon_command_on<I, S>(
+        &self,
+        host: &str,
+        program: impl AsRef<OsStr>,
+        args: I,
+    ) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let Some(node) = self.cgroup(host) else {
+            return self.command_on(host, program, args);
+        };
+        let mut command = Command::new(&self.node_exec);
+        command
+            .arg("--daemon")
+            .arg(host)
+            .arg(program)
+            .args(args)
+            // The harness makes its cgroups at the top of each hierarchy, whose root the
+            // process sees as `/` (no cgroup namespace, or one rooted at the mount).
+            .env(node_sensor::NODE_CGROUP_ENV, format!("/{}", node.name()));
         command
     }
 
@@ -930,6 +991,7 @@ impl Drop for Cluster {
         // Removes the cgroups (killing anything left in them, e.g. a process that joined a
         // node's cgroup but had not entered its namespace yet).
         self.cgroups.clear();
+        self.daemon_cgroups.clear();
         for netns in &self.created_netns {
             if let Err(e) = ip(&["netns", "del", netns]) {
                 eprintln!("netns cleanup: {e}");

@@ -1240,7 +1240,7 @@ impl Scenario {
                 .map(String::as_str)
                 .collect::<Vec<_>>(),
         );
-        let command = cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
+        let command = cluster.daemon_command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
         AgentProc::start(command, dir, spec)
     }
 }

@@ -166,6 +166,35 @@ fn bad_peer_server_addresses_get_clear_errors() {
 }
 
 #[test]
+fn a_node_cgroup_that_is_missing_or_malformed_stops_join_naming_it() {
+    let dir = tempdir();
+    let key = pool_key(dir.path(), "pool.key");
+    let spec = AgentSpec::local(dir.path(), "na", &key, &[]);
+    for (bad, says) in [
+        (
+            "/mpi-ios-no-such-node",
+            "/mpi-ios-no-such-node cannot be sensed",
+        ),
+        ("relative/node", "is not a cgroup path"),
+        ("/a/../b", "is not a cgroup path"),
+    ] {
+        let out = Command::new(bin("ios-agent"))
+            .args(spec.args())
+            .args(["--node-cgroup", bad])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "join accepted --node-cgroup {bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "--node-cgroup {bad}: {err}");
+        // Refused before anything started: no pcmd answers at the node's socket.
+        assert!(
+            !spec.pcmd_socket.exists(),
+            "--node-cgroup {bad}: a pcmd was started"
+        );
+    }
+}
+
+#[test]
 fn join_starts_the_nodes_pcmd_with_private_sockets_and_leave_stops_it() {
     let dir = tempdir();
     let key = pool_key(dir.path(), "pool.key");

@@ -305,7 +305,7 @@ impl Pool {
             spec.extra.push("--peer".to_owned());
             spec.extra.push(p.clone());
         }
-        let command = cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
+        let command = cluster.daemon_command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
         self.agents.push(AgentProc::start(command, dir, spec));
         self.agents.len() - 1
     }

@@ -171,7 +171,15 @@ fn given_capped_nodes_then_ranks_started_by_mpirun_sit_in_their_nodes_cgroups() 
 
 /// Runs `ios-sense` on `host` and returns its JSON sample.
 fn sense_on(cluster: &Cluster, host: &str, dir: &Path) -> serde_json::Value {
-    let command = cluster.command_on(host, bin("ios-sense"), ["--period-ms", "300"]);
+    sense_with(
+        cluster.command_on(host, bin("ios-sense"), ["--period-ms", "300"]),
+        host,
+        dir,
+    )
+}
+
+/// Runs an `ios-sense` command on `host` and returns its JSON sample.
+fn sense_with(command: std::process::Command, host: &str, dir: &Path) -> serde_json::Value {
     let finished = Group::start(command, dir, &format!("sense-{host}")).wait(DEADLINE);
     assert_eq!(
         finished.code,
@@ -203,6 +211,37 @@ fn given_a_node_with_a_cap_then_the_agents_sensor_inside_it_reports_the_cap() {
         cluster.cgroup("node-a").unwrap().cpu_dir(),
         "the sensor did not pick node-a's cgroup: {capped}"
     );
+    // The same from beside the node (the agent's place, `daemon_command_on`): the node's
+    // cgroup, named to it, is what it senses, though it does not run in it.
+    let beside = sense_with(
+        cluster.daemon_command_on("node-a", bin("ios-sense"), ["--period-ms", "300"]),
+        "node-a",
+        dir.path(),
+    );
+    eprintln!("ios-sense beside node-a: {beside}");
+    assert_eq!(beside["sample"]["cores"].as_f64(), Some(0.6), "{beside}");
+    assert_eq!(
+        beside["sample"]["scope"]["Cgroup"]["dir"].as_str(),
+        Some(scope_dir),
+        "{beside}"
+    );
+    let mut daemon = cluster
+        .daemon_command_on("node-a", "sleep", ["30"])
+        .spawn()
+        .unwrap();
+    let node_a = cluster.cgroup("node-a").unwrap();
+    let daemons_cgroup = format!("/{}-daemons", node_a.name());
+    wait_until(Duration::from_secs(5), "the daemon in its cgroup", || {
+        std::fs::read_to_string(format!("/proc/{}/cgroup", daemon.id()))
+            .is_ok_and(|c| c.lines().any(|l| l.ends_with(&daemons_cgroup)))
+    });
+    assert!(
+        !node_a.contains(daemon.id()),
+        "a daemon sits in the node's capped cgroup"
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+
     // An uncapped node is the whole machine.
     let free = sense_on(&cluster, "node-b", dir.path());
     eprintln!("ios-sense on node-b (no cap): {free}");
@@ -314,6 +353,11 @@ fn given_a_capped_cluster_when_dropped_then_no_cgroup_and_no_namespace_remains()
     );
     for name in &names {
         assert!(cgroup::existing().contains(name), "{name} was not made");
+        let daemons = format!("{name}-daemons");
+        assert!(
+            cgroup::existing().contains(&daemons),
+            "{daemons} was not made"
+        );
     }
     std::mem::forget(hog); // as if the test forgot it: the cluster must still clean up
     let dropped = Instant::now();
@@ -327,7 +371,11 @@ fn given_a_capped_cluster_when_dropped_then_no_cgroup_and_no_namespace_remains()
     assert!(!status.success(), "the stray process was not killed");
     let left = cgroup::existing();
     for name in &names {
-        assert!(!left.contains(name), "cgroup {name} is left behind");
+        // The node's cgroup and the one beside it for its daemons.
+        assert!(
+            !left.iter().any(|l| l.starts_with(name.as_str())),
+            "cgroup {name} (or its daemons') is left behind: {left:?}"
+        );
     }
     let namespaces = std::process::Command::new("ip")
         .args(["netns", "list"])

@@ -222,7 +222,7 @@ impl Pool {
                 let spec = AgentSpec::in_dir(dir.path(), host, &key, &[&server.addr], node)
                     .with(&["--hold-down", "3600", "--profile-period", "1"]);
                 let command =
-                    cluster.command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
+                    cluster.daemon_command_on(host, bin("ios-agent"), std::iter::empty::<&str>());
                 Some(AgentProc::start(command, dir.path(), spec))
             })
             .collect();

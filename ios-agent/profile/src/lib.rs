@@ -34,6 +34,6 @@ pub use entity::{
     CompetingLoad, NodeSampleExt,
 };
 pub use node_sensor::{
-    cgroup, procfs, sensor, speed, EntityUsage, NodeSample, NodeSensor, Scope, SensorConfig,
-    SensorError, SpeedProbe, SpeedSample, Target,
+    cgroup, procfs, sensor, speed, EntityUsage, NodeCgroupPath, NodeSample, NodeSensor, Scope,
+    SensorConfig, SensorError, SpeedProbe, SpeedSample, Target, NODE_CGROUP_ENV,
 };

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use ios_agent_profile::{NodeSampleExt as _, NodeSensor, SensorConfig, SpeedProbe};
+use ios_agent_profile::{
+    NodeCgroupPath, NodeSampleExt as _, NodeSensor, SensorConfig, SpeedProbe, NODE_CGROUP_ENV,
+};
 
 /// Samples the node (the cgroup that caps this process's CPU, else the machine).
 #[derive(Debug, Parser)]
@@ -14,6 +16,10 @@ struct Cli {
     /// Sense the node of this process instead of our own.
     #[arg(long)]
     pid: Option<u32>,
+    /// Sense this cgroup as the node (its path as /proc/PID/cgroup shows it), as the agent
+    /// does with the same option when it runs beside the cgroup that caps the node.
+    #[arg(long, value_name = "PATH", env = NODE_CGROUP_ENV)]
+    node_cgroup: Option<NodeCgroupPath>,
     /// Sampling period, milliseconds.
     #[arg(long, default_value_t = 1000)]
     period_ms: u64,
@@ -43,7 +49,7 @@ fn run() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut config = SensorConfig::default();
+    let mut config = SensorConfig::default().with_node_cgroup(cli.node_cgroup);
     if let Some(pid) = cli.pid {
         config = config.with_pid(pid);
     }
