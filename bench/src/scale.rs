@@ -191,6 +191,8 @@ pub struct Pool {
     pub max_peers: usize,
     /// Share of the jobs that are malleable (0: none, the workload of issue 15).
     pub malleable_share: f64,
+    /// See [`ScaleArgs::trace_jobs`].
+    pub trace_jobs: bool,
 }
 
 impl Pool {
@@ -398,6 +400,43 @@ pub struct Outcome {
     /// latency (`None` if none was). Where a strategy's grown jobs lose against the
     /// oracle's: slow nodes, or far pairs.
     pub wider_jobs: Option<(f64, f64)>,
+}
+
+/// Prints, on stderr, where each job runs at `minute` and what its iteration spends (the
+/// slowest rank's compute, the latency of its exchanges), with each node's cores and
+/// speed and how many ranks of all jobs it runs: for a person finding where a strategy
+/// loses against the oracle (`scale --trace-jobs`).
+fn trace_jobs(pool: &Pool, strategy: Strategy, minute: u64, sim: &Sim, malleable: &[bool]) {
+    for (j, b) in sim.job_breakdown().iter().enumerate() {
+        let name = format!("job{j}");
+        let ranks = sim.job_ranks(&name);
+        let mut nodes: Vec<usize> = ranks.iter().map(|(_, n)| *n).collect();
+        nodes.sort_unstable();
+        let mut places = Vec::new();
+        for node in nodes.chunk_by(|a, b| a == b) {
+            let (cores, speed) = pool.machine(node[0]);
+            places.push(format!(
+                "n{} ({} here; {cores} cores x {speed:.2}, {} ranks in all)",
+                node[0],
+                node.len(),
+                sim.count_on(node[0])
+            ));
+        }
+        eprintln!(
+            "scale: trace {} {} nodes {}{} minute {minute}: {name} {}{}, {} ranks on {} nodes: compute {:.1} ms, latency {:.1} ms an iteration; {}",
+            pool.network.name(),
+            pool.nodes,
+            strategy.name(),
+            if pool.malleable_share > 0.0 { " (malleable)" } else { "" },
+            b.pattern.name(),
+            if malleable.get(j).copied().unwrap_or(false) { ", malleable" } else { "" },
+            ranks.len(),
+            b.nodes,
+            b.compute * 1e3,
+            b.exchange * 1e3,
+            places.join(", ")
+        );
+    }
 }
 
 /// The jobs at the end of a run, averaged over jobs: how spread they are and what an
@@ -630,6 +669,9 @@ pub fn run_one(pool: Pool, strategy: Strategy) -> Outcome {
                     wider.2 += 1;
                 }
             }
+        }
+        if pool.trace_jobs && (m + 1) % 10 == 0 {
+            trace_jobs(&pool, strategy, m + 1, &sim, &malleable);
         }
         let now = [
             sim.iterations_of(Pattern::Hypercube),

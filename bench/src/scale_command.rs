@@ -83,6 +83,12 @@ pub struct ScaleArgs {
     /// table finds more givers and partners, and costs the simulator time and memory.
     #[arg(long, default_value_t = SCALE_MAX_PEERS, value_parser = at_least_one)]
     pub max_peers: usize,
+    /// Print, every 10 simulated minutes, where each job runs and what its iteration spends
+    /// (its slowest rank's compute, its exchanges' latency), with each node's cores and
+    /// speed: to find where a strategy loses against the oracle. Best with one --seed and
+    /// a few --strategies.
+    #[arg(long)]
+    pub trace_jobs: bool,
     /// Only the fidelity check: the emulated-node scenarios of Figures 13/14, 15 and 16
     /// replayed in the simulator, against the measured runs.
     #[arg(long)]
@@ -195,6 +201,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
                         refused_while_moving: args.refused_while_moving,
                         max_peers: args.max_peers,
                         malleable_share,
+                        trace_jobs: args.trace_jobs,
                     };
                     for &s in &strategies {
                         if s == Strategy::NsC2c && nodes > args.c2c_max_nodes {

@@ -818,6 +818,7 @@ mod tests {
             waiting_as_idle: false,
             one_request_per_reconfiguration: false,
             refused_while_moving: false,
+            trace_jobs: false,
             max_peers: SCALE_MAX_PEERS,
             malleable_share: 0.0,
         };

@@ -11,6 +11,7 @@ fn quick(network: Network, minutes: u64) -> Pool {
         waiting_as_idle: false,
         one_request_per_reconfiguration: false,
         refused_while_moving: false,
+        trace_jobs: false,
         max_peers: SCALE_MAX_PEERS,
         malleable_share: 0.0,
     }
@@ -82,6 +83,7 @@ fn given_the_same_seed_then_a_run_is_replayed_exactly() {
         waiting_as_idle: false,
         one_request_per_reconfiguration: false,
         refused_while_moving: false,
+        trace_jobs: false,
         max_peers: SCALE_MAX_PEERS,
         malleable_share: 0.0,
     };
