@@ -64,6 +64,17 @@ pub const PREFIX: &str = "mpi-ios-";
 /// below the kernel's bandwidth slice (5 ms) the cap is no longer enforced exactly
 /// (docs/emulated-nodes.md, "Caps below half a core").
 pub const DEFAULT_PERIOD_US: u64 = 10_000;
+/// How much longer each node's period is than the one before it in a cluster
+/// ([`crate::netns::Cluster::with_caps`]: node i's is `DEFAULT_PERIOD_US + i *
+/// PERIOD_STEP_US`). Why: with equal periods, two nodes' throttling windows keep whatever
+/// phase they fall into, and a 2-rank heat2d, whose ranks wait for each other every
+/// iteration, ran as fast as their overlap allowed: 579 to 1,678 it/s on the pairs of three
+/// clusters of three 0.6-CPU nodes (2026-12-06), so a run on node-a and node-b could go at
+/// half the speed of the same run on node-a and node-c, and the main job's yardsticks
+/// compared placements by their phases. With periods 137 us apart the windows slide past
+/// each other every ~0.7 s and every pair sees the average overlap: 1,101 to 1,290 it/s
+/// on the same pairs. (Not a multiple of any other step, so no two nodes of 26 lock.)
+pub const PERIOD_STEP_US: u64 = 137;
 /// CPU weight of a node against the machine's other work, as a multiple of the default
 /// (v1 `cpu.shares` 1024, v2 `cpu.weight` 100). Above 1 so that a node gets its whole cap
 /// whenever the machine has the cores, also while other processes (builds, other tests) keep
@@ -147,6 +158,17 @@ impl CpuCap {
             quota_us: quota_us.max(MIN_QUOTA_US),
             period_us: DEFAULT_PERIOD_US,
         })
+    }
+
+    /// The same cap in cores over a period of `period_us` (the quota rounded, at least the
+    /// kernel's smallest).
+    pub fn with_period(self, period_us: u64) -> CpuCap {
+        let period_us = period_us.max(1);
+        let quota_us = (self.as_cores() * period_us as f64).round() as u64;
+        CpuCap {
+            quota_us: quota_us.max(MIN_QUOTA_US),
+            period_us,
+        }
     }
 
     /// CPU time allowed per period, microseconds.
@@ -416,8 +438,10 @@ impl NodeCgroup {
     }
 
     /// Changes the cap while processes run in the node (e.g. to emulate a node that turns
-    /// slower or faster); takes effect within one period.
+    /// slower or faster), in the node's own period (its cores, not its period, change:
+    /// [`PERIOD_STEP_US`]); takes effect within one period.
     pub fn set_cap(&self, cap: CpuCap) -> Result<(), CgroupError> {
+        let cap = cap.with_period(self.cap().period_us);
         self.write_cap(cap)?;
         *self.cap.lock().unwrap_or_else(|p| p.into_inner()) = cap;
         Ok(())
@@ -736,6 +760,9 @@ mod tests {
         assert!((cap.as_cores() - 0.6).abs() < 1e-9);
         assert_eq!(CpuCap::cores(1.5).quota_us(), 15_000);
         assert_eq!(CpuCap::cores(0.6).cpu_max(), "6000 10000");
+        let longer = CpuCap::cores(0.6).with_period(10_137);
+        assert_eq!((longer.quota_us(), longer.period_us()), (6_082, 10_137));
+        assert!((longer.as_cores() - 0.6).abs() < 1e-4);
         assert!(CpuCap::try_cores(0.0).is_err());
         assert!(CpuCap::try_cores(f64::NAN).is_err());
         assert!(CpuCap::try_cores(-1.0).is_err());

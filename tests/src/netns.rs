@@ -480,12 +480,15 @@ impl Cluster {
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),
         );
-        for (node, cap) in cluster.nodes.iter().zip(caps) {
+        for (i, (node, cap)) in cluster.nodes.iter().zip(caps).enumerate() {
             let name = format!("{}{id}-{}", cgroup::PREFIX, node.name);
+            // Each node its own period, so that no two nodes' throttling windows lock in
+            // one phase ([`cgroup::PERIOD_STEP_US`]).
+            let period = cgroup::DEFAULT_PERIOD_US + cgroup::PERIOD_STEP_US * i as u64;
             let (cgroup, daemons) = match cap {
                 Some(cap) => (
                     Some(
-                        NodeCgroup::create(&name, *cap)
+                        NodeCgroup::create(&name, cap.with_period(period))
                             .map_err(|e| format!("{}: {e}", node.name))?,
                     ),
                     Some(
