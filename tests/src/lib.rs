@@ -553,6 +553,19 @@ impl Drop for Group {
     fn drop(&mut self) {
         // Also when the leader is gone: its stragglers must not outlive it.
         self.kill();
+        // A failing test drops its jobs and daemons while it unwinds, and their output files
+        // go with their temporary directories: show their ends now (libtest prints them with
+        // the failure), so that a rare failure in CI explains itself (stop 59: a `pcmd
+        // migrate` on Open MPI waited 60 s and nothing said what the job was doing).
+        if std::thread::panicking() {
+            let stdout = std::fs::read_to_string(&self.stdout).unwrap_or_default();
+            eprintln!(
+                "--- when the test failed: {}\n--- its stdout (end)\n{}\n--- its stderr (end)\n{}",
+                self.what,
+                tail(&stdout, 10),
+                tail(&self.stderr_so_far(), 40)
+            );
+        }
     }
 }
 
