@@ -15,7 +15,10 @@
 //!    every agent has every other in its peer table (or as many as the table holds), and
 //!    until every agent knows at least `--per-tier` peers of each tier it has (or all of
 //!    them), both bounded by `--mesh-timeout`;
-//! 2. an idle window (40% of `--seconds`, no status read during it): CPU and RSS of every
+//! 2. an idle window (40% of `--seconds`, no status read during it), from when the last
+//!    connections' first pings are done (`ios_agent_net::probe::PingTiming::start_up`,
+//!    about a minute at 64 connections: until then a connection is pinged more often than
+//!    its steady share, which is not an idle agent's upkeep): CPU and RSS of every
 //!    agent, pcmd and peer server and of the router (this process) from `/proc`, agent
 //!    messages from the agents' counters, bytes from the sites' interface counters; tier
 //!    accuracy from the status read after it;
@@ -62,7 +65,7 @@ pub struct PoolArgs {
     /// Seconds after the mesh formed: 40% idle window, the rest at most for the churn.
     #[arg(long, default_value_t = 60.0)]
     pub seconds: f64,
-    /// Short run: one agent of each churn kind, a 1 s settle.
+    /// Short run: one agent of each churn kind.
     #[arg(long)]
     pub quick: bool,
     /// Where `summary.json` goes.
@@ -675,8 +678,17 @@ impl Run {
             s.mesh_formed_s, self.args.per_tier, s.k_per_tier_s
         );
 
-        // 2. The idle window.
-        std::thread::sleep(Duration::from_secs(if self.args.quick { 1 } else { 3 }));
+        // 2. The idle window, once the connections made by the mesh's formation are pinged
+        // at their steady rate.
+        let connections = s.mesh_target + self.args.peer_servers;
+        let settle = ios_agent_net::probe::PingTiming::default()
+            .start_up(connections)
+            .max(Duration::from_secs(1));
+        eprintln!(
+            "pool: idle window in {:.0} s, once the connections' first pings are done",
+            settle.as_secs_f64()
+        );
+        std::thread::sleep(settle);
         self.measure_window(&mut s)?;
 
         // 3. Churn.

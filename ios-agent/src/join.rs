@@ -59,8 +59,11 @@ pub fn join(settings: &Settings, args: &JoinArgs) -> Result<()> {
         args.node_cgroup.as_ref(),
     )?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    // One thread runs the driver, the network and the control socket: an idle agent's cost
+    // is its wake-ups (issue 42), and with a worker thread beside the driver every message
+    // crossed threads (a futex wake and a task switch each). Nothing here blocks: pcmd's
+    // requests run on tokio's blocking threads, the sampler on a thread of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -27,14 +27,16 @@ pub const DEFAULT_MAX_DISCOVER_INTERVAL: Duration = Duration::from_secs(60);
 /// the shortest time between two pings of a connection (each ping gives one RTT sample;
 /// see [`crate::probe`]).
 pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(1);
-/// Default longest time between two pings of a connection. Well under the agent core's
-/// peer timeout (a minute), so that a peer answering pings stays in the peer table.
-pub const DEFAULT_MAX_PING_INTERVAL: Duration = Duration::from_secs(30);
+/// Default longest time between two pings of a connection. Under the agent core's peer
+/// timeout (a minute) by more than a ping timeout and a retry, so that a peer answering
+/// pings stays in the peer table.
+pub const DEFAULT_MAX_PING_INTERVAL: Duration = Duration::from_secs(45);
 /// Default pings a second an agent sends in all once its connections' first pings are done:
 /// each connection is pinged every `connections / budget` seconds, within
 /// [`DEFAULT_PING_INTERVAL`] and [`DEFAULT_MAX_PING_INTERVAL`] (issue 42: an idle agent's
-/// upkeep must not grow with the pool).
-pub const DEFAULT_PING_BUDGET: f64 = 2.0;
+/// upkeep must not grow with the pool; each ping is a wake-up at both ends, the larger part
+/// of an idle agent's cost).
+pub const DEFAULT_PING_BUDGET: f64 = 1.5;
 /// Default ping timeout: a connection whose ping is not answered within it is closed, and
 /// the peer reported gone.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
@@ -205,6 +207,15 @@ impl NetConfig {
             dial_agents: std::num::NonZeroUsize::new(DEFAULT_DIAL_AGENTS),
             max_connections: crate::limits::DEFAULT_MAX_CONNECTIONS,
             max_pending: crate::limits::DEFAULT_MAX_PENDING,
+        }
+    }
+
+    /// The schedule of the connections' pings.
+    pub fn ping_timing(&self) -> crate::probe::PingTiming {
+        crate::probe::PingTiming {
+            interval: self.ping_interval,
+            max_interval: self.max_ping_interval,
+            budget: self.ping_budget,
         }
     }
 

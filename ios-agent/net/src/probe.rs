@@ -13,7 +13,9 @@
 //!
 //! - a new connection is pinged at once and [`FAST_PINGS`] times in all at the fast interval
 //!   ([`NetConfig::ping_interval`](crate::NetConfig::ping_interval)), which settles its
-//!   smoothed RTT and tier as before;
+//!   smoothed RTT and tier as before, then at twice the previous wait up to the steady
+//!   interval below, which corrects samples taken while a whole pool dialed at once
+//!   ([`PingTiming::after_samples`]);
 //! - then each connection is pinged every `connections / budget` seconds
 //!   ([`NetConfig::ping_budget`](crate::NetConfig::ping_budget) pings a second in all),
 //!   never more often than the fast interval nor less often than
@@ -68,12 +70,60 @@ pub struct PingTiming {
     pub budget: f64,
 }
 
+impl Default for PingTiming {
+    /// `ios-agent join`'s: [`NetConfig`](crate::NetConfig)'s defaults.
+    fn default() -> Self {
+        PingTiming {
+            interval: crate::config::DEFAULT_PING_INTERVAL,
+            max_interval: crate::config::DEFAULT_MAX_PING_INTERVAL,
+            budget: crate::config::DEFAULT_PING_BUDGET,
+        }
+    }
+}
+
 impl PingTiming {
     /// Time between two pings of one connection among `connections` once its first pings
     /// are done.
     pub fn steady(&self, connections: usize) -> Duration {
         let spread = Duration::from_secs_f64(connections as f64 / self.budget.max(1e-3));
         spread.clamp(self.interval, self.max_interval.max(self.interval))
+    }
+
+    /// Time from a connection's ping that gave its `samples`-th RTT sample to its next ping,
+    /// among `connections`: the fast interval for the first [`FAST_PINGS`], then twice as
+    /// long after each sample up to [`PingTiming::steady`]. Why the ramp: a pool that starts
+    /// at once (or a site that joins) takes its fast samples while every agent dials and
+    /// identifies, and the queues on the way inflate them (measured with 100 agents in
+    /// emulated sites: regional round trips of 33 ms read as 150-210 ms at a 43 s steady
+    /// interval, and 5% of the pairs in the wrong tier); samples a few, then tens of
+    /// seconds later correct them long before a steady interval has passed.
+    pub fn after_samples(&self, samples: u32, connections: usize) -> Duration {
+        let steady = self.steady(connections);
+        match samples.checked_sub(FAST_PINGS) {
+            None => self.interval,
+            Some(doublings) => self
+                .interval
+                .checked_mul(2u32.saturating_pow(doublings.saturating_add(1)))
+                .map_or(steady, |ramp| ramp.min(steady)),
+        }
+    }
+
+    /// Time from a connection's first ping until its pings are `steady` apart, among
+    /// `connections` whose pings are answered at once: the fast pings and the ramp of
+    /// [`PingTiming::after_samples`]. Until then the connection costs more than its share of
+    /// the budget (a measurement of an idle agent's upkeep starts after it).
+    pub fn start_up(&self, connections: usize) -> Duration {
+        let steady = self.steady(connections);
+        let mut total = Duration::ZERO;
+        // The ramp doubles from the fast interval: a few dozen steps reach any steady one.
+        for samples in 1..=64 {
+            let wait = self.after_samples(samples, connections);
+            if wait >= steady {
+                break;
+            }
+            total += wait;
+        }
+        total
     }
 }
 
@@ -175,11 +225,7 @@ impl<K: Hash + Eq + Copy> PingPlan<K> {
         let (verdict, wait) = if ok {
             p.samples = p.samples.saturating_add(1);
             p.failures = 0;
-            let wait = if p.samples < FAST_PINGS {
-                timing.interval
-            } else {
-                timing.steady(n)
-            };
+            let wait = timing.after_samples(p.samples, n);
             (Verdict::Sample, wait)
         } else {
             p.failures += 1;
@@ -631,7 +677,8 @@ mod tests {
     }
 
     /// A new connection gets its first pings at the fast interval (its RTT and tier settle
-    /// as fast as before), and pings due together go out together (one wake-up).
+    /// as fast as before), then pings twice as far apart up to the steady interval, and
+    /// pings due together go out together (one wake-up).
     #[test]
     fn a_new_connection_is_pinged_fast_then_on_the_grid() {
         let t0 = Instant::now();
@@ -652,11 +699,29 @@ mod tests {
             assert_eq!(plan.next_due(), Some(t));
             assert_eq!(plan.take_due(t).len(), 40);
         }
-        for id in 0..40 {
-            plan.on_outcome(&id, true, t + ms(3));
+        // Then 2, 4, 8 and 16 s after the last went out, then every 20 s (40 connections,
+        // 2 a second).
+        for wait in [2, 4, 8, 16, 20, 20] {
+            for id in 0..40 {
+                plan.on_outcome(&id, true, t + ms(3));
+            }
+            t += Duration::from_secs(wait);
+            assert_eq!(plan.next_due(), Some(t), "after {wait} s");
+            assert_eq!(plan.take_due(t).len(), 40);
         }
-        // Then every 20 s (40 connections, 2 a second), after the last went out.
-        assert_eq!(plan.next_due(), Some(t + Duration::from_secs(20)));
+    }
+
+    /// The start-up ends when the ramp reaches the steady interval: 3 fast waits and the
+    /// ramp's 2, 4, 8 and 16 s before 20 s (40 connections); none with one connection.
+    #[test]
+    fn the_start_up_is_the_fast_pings_and_the_ramp() {
+        assert_eq!(TIMING.start_up(40), Duration::from_secs(3 + 2 + 4 + 8 + 16));
+        assert_eq!(TIMING.start_up(1), Duration::ZERO);
+        assert_eq!(
+            TIMING.start_up(500),
+            Duration::from_secs(3 + 2 + 4 + 8 + 16)
+        );
+        assert_eq!(TIMING.after_samples(8, 500), Duration::from_secs(30));
     }
 
     /// A failed ping is retried at the fast interval; two in a row report the peer gone;
