@@ -482,6 +482,7 @@ impl Agent {
                 leaving,
                 departed,
                 near_hosts,
+                partner_rtts,
             } => self.cluster.on_profile_reply(
                 &mut self.shared,
                 now,
@@ -494,6 +495,7 @@ impl Agent {
                     leaving,
                     departed,
                     near_hosts,
+                    partner_rtts,
                 },
             ),
             Message::MoveOrder {

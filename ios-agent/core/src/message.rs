@@ -191,6 +191,11 @@ pub enum Message {
         /// job gathers in. Absent in older agents' replies: none.
         #[serde(default)]
         near_hosts: Vec<HostName>,
+        /// The member's RTTs to the hosts of its entities' partners (at most [`MAX_RTTS`]):
+        /// the manager weighs the member's partner steals with them, not with its own
+        /// RTTs. Absent in older agents' replies: none.
+        #[serde(default)]
+        partner_rtts: Vec<HostRtt>,
     },
     /// NSc2c: a cluster manager tells a member to move some of its registered entities.
     /// Members obey only their own manager, and only for their own eligible entities.
@@ -256,6 +261,12 @@ pub enum InvalidMessage {
     /// Too many near hosts in a profile reply.
     #[error("{count} near hosts, must be at most {MAX_RTTS}")]
     NearHostCount {
+        /// Number given.
+        count: usize,
+    },
+    /// Too many partner RTTs in a profile reply.
+    #[error("{count} partner RTTs, must be at most {MAX_RTTS}")]
+    PartnerRttCount {
         /// Number given.
         count: usize,
     },
@@ -335,12 +346,18 @@ impl Message {
                 entities,
                 departed,
                 near_hosts,
+                partner_rtts,
                 ..
             } => {
                 check_entities(departed, 0)?;
                 if near_hosts.len() > MAX_RTTS {
                     return Err(InvalidMessage::NearHostCount {
                         count: near_hosts.len(),
+                    });
+                }
+                if partner_rtts.len() > MAX_RTTS {
+                    return Err(InvalidMessage::PartnerRttCount {
+                        count: partner_rtts.len(),
                     });
                 }
                 node.validate()?;
@@ -483,6 +500,10 @@ mod tests {
                 leaving: true,
                 departed: vec![id.clone()],
                 near_hosts: vec![HostName::new("h2").expect("valid")],
+                partner_rtts: vec![HostRtt {
+                    host: HostName::new("h3").expect("valid"),
+                    rtt_us: 270_000,
+                }],
             },
             Message::MoveOrder {
                 migration: MigrationId(5),
@@ -517,7 +538,7 @@ mod tests {
             notify: peer("b"),
         };
         assert!(order.validate().is_err());
-        let reply = |hosts: usize| Message::ProfileReply {
+        let reply = |hosts: usize, partners: usize| Message::ProfileReply {
             id: MessageId(1),
             host: HostName::new("h").expect("valid"),
             node: NodeProfile::idle(1.0, 0),
@@ -527,11 +548,23 @@ mod tests {
             near_hosts: (0..hosts)
                 .map(|i| HostName::new(format!("h{i}")).expect("valid"))
                 .collect(),
+            partner_rtts: (0..partners)
+                .map(|i| HostRtt {
+                    host: HostName::new(format!("p{i}")).expect("valid"),
+                    rtt_us: 1_000,
+                })
+                .collect(),
         };
-        assert_eq!(reply(MAX_RTTS).validate(), Ok(()));
+        assert_eq!(reply(MAX_RTTS, MAX_RTTS).validate(), Ok(()));
         assert_eq!(
-            reply(MAX_RTTS + 1).validate(),
+            reply(MAX_RTTS + 1, 0).validate(),
             Err(InvalidMessage::NearHostCount {
+                count: MAX_RTTS + 1
+            })
+        );
+        assert_eq!(
+            reply(0, MAX_RTTS + 1).validate(),
+            Err(InvalidMessage::PartnerRttCount {
                 count: MAX_RTTS + 1
             })
         );

@@ -88,7 +88,7 @@ use super::resizing::{self, Resizing};
 use super::shared::{Beneficiary, Shared};
 use super::stealing::{self, ClusterRole, ClusterSteal, StealLatencies, Stealing};
 use crate::decision::{self, NodeView, Policy};
-use crate::message::{Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS};
+use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS};
 use crate::model::{EntityId, EntityProfile, JobOffer, NodeProfile};
 use crate::tier::{IdMap, LatencyTier, PeerId, LOCAL_MAX_RTT};
 
@@ -129,6 +129,8 @@ pub(crate) struct MemberView {
     pub(crate) departed: Vec<EntityId>,
     /// Hosts the member measured within the local tier (`Agent::near_hosts`).
     pub(crate) near_hosts: Vec<HostName>,
+    /// The member's RTTs to its entities' partner hosts.
+    pub(crate) partner_rtts: Vec<HostRtt>,
 }
 
 /// One node of the manager's cluster, as it decides with it (its own node included).
@@ -788,6 +790,23 @@ impl Cluster {
         let leaving = s.is_leaving();
         let departed = s.departed();
         let near_hosts = self.near_hosts(s, now).to_vec();
+        let mut partner_hosts: Vec<&HostName> = entities
+            .iter()
+            .flat_map(|e| e.partners.iter().map(|p| &p.host))
+            .filter(|h| **h != s.host)
+            .collect();
+        partner_hosts.sort();
+        partner_hosts.dedup();
+        let partner_rtts: Vec<HostRtt> = partner_hosts
+            .into_iter()
+            .filter_map(|h| {
+                s.rtt_to_host(h).map(|rtt| HostRtt {
+                    host: h.clone(),
+                    rtt_us: (rtt * 1e6).clamp(0.0, f64::from(u32::MAX)) as u32,
+                })
+            })
+            .take(MAX_RTTS)
+            .collect();
         s.send(
             from,
             Message::ProfileReply {
@@ -798,6 +817,7 @@ impl Cluster {
                 leaving,
                 departed,
                 near_hosts,
+                partner_rtts,
             },
         );
     }
@@ -1053,7 +1073,21 @@ impl Cluster {
                     .collect();
                 &gathered[..]
             };
-            let Some((cost, host)) = stealing.farthest_partner(s, entities, &[]) else {
+            // A member's partner hosts at the member's own RTTs where it reported them
+            // (the manager's stood for them: on the Internet-like network a partner 7 ms
+            // from the manager was 270 ms from the member, seed 16), else the manager's.
+            let reported = (v.peer != s.me)
+                .then(|| self.views.get(&v.peer).map(|m| &m.member.partner_rtts[..]))
+                .flatten()
+                .unwrap_or(&[]);
+            let member_rtt = |h: &HostName| {
+                reported
+                    .iter()
+                    .find(|r| r.host == *h)
+                    .map(|r| f64::from(r.rtt_us) / 1e6)
+                    .or_else(|| s.rtt_to_host(h))
+            };
+            let Some((cost, host)) = stealing.farthest_partner(s, entities, &[], member_rtt) else {
                 continue;
             };
             if best

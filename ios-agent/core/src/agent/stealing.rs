@@ -601,7 +601,8 @@ impl Stealing {
                     }
                     _ => Vec::new(),
                 };
-                let (_, host) = self.farthest_partner(s, &s.entities, &gathering)?;
+                let (_, host) =
+                    self.farthest_partner(s, &s.entities, &gathering, |h| s.rtt_to_host(h))?;
                 (host.clone(), s.myself()?)
             }
             Topology::ClusterToCluster => cluster.partner_steal_target(s, self, now)?,
@@ -624,6 +625,7 @@ impl Stealing {
         s: &Shared,
         entities: &'e [EntityProfile],
         gathering: &[JobId],
+        rtt_to_host: impl Fn(&HostName) -> Option<f64>,
     ) -> Option<(f64, &'e HostName)> {
         let local = LOCAL_MAX_RTT.as_secs_f64();
         let mut best: Option<(f64, &HostName)> = None;
@@ -635,7 +637,7 @@ impl Stealing {
                 continue;
             }
             let near_counts = gathering.contains(&e.id.job);
-            let Some(rtt) = s.rtt_to_host(&p.host).filter(|r| near_counts || *r > local) else {
+            let Some(rtt) = rtt_to_host(&p.host).filter(|r| near_counts || *r > local) else {
                 continue;
             };
             let cost = p.exchanges_per_sec * rtt;

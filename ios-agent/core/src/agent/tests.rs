@@ -1,5 +1,5 @@
 use super::*;
-use crate::message::MessageId;
+use crate::message::{HostRtt, MessageId};
 use crate::model::EntityProfile;
 use crate::tier::LatencyTier;
 use pcm_proto::{JobId, Rank};
@@ -1458,3 +1458,86 @@ fn invalid_messages_are_refused() {
 }
 
 mod gather;
+
+/// NSc2c manager "a" of member "b", whose rank's partner runs on host "x": the manager
+/// measured x at 7 ms, within the local tier. With the member's own RTT to x in its profile
+/// reply (270 ms: pairs' RTTs are independent on the Internet-like network), the manager
+/// sends a partner steal for b to x; without it, x looks near and no partner steal goes
+/// (seed 16 at 100 simulated nodes: a job sat at 273 ms of latency an iteration for half
+/// an hour that way).
+#[test]
+fn given_a_members_own_rtt_to_a_partner_far_then_its_manager_asks_the_partner_for_it() {
+    let partner_steals_to_x = |reported: Option<Duration>| {
+        let t0 = Instant::now();
+        let mut a = c2c_agent("a", t0);
+        a.handle_node_profile(
+            t0,
+            NodeProfile {
+                cpu_load: 1.0,
+                ..NodeProfile::idle(1.0, 1 << 30)
+            },
+        );
+        meet(&mut a, t0, "b", Duration::from_millis(1));
+        meet(&mut a, t0, "x", Duration::from_millis(7));
+        let mut rank = entity(0, 1.0);
+        rank.job_ranks = 2;
+        rank.partners = vec![crate::model::Partner {
+            host: host("x"),
+            exchanges_per_sec: 2.0,
+        }];
+        let mut t = t0;
+        let mut sent = 0;
+        for _ in 0..40 {
+            a.handle_message(t, peer("b"), heartbeat("a"));
+            a.handle_node_profile(
+                t,
+                NodeProfile {
+                    cpu_load: 1.0,
+                    ..NodeProfile::idle(1.0, 1 << 30)
+                },
+            );
+            a.handle_timeout(t);
+            for action in drain(&mut a) {
+                let Action::Send { to, message } = action else {
+                    continue;
+                };
+                match message {
+                    Message::ProfileRequest { id } if to == peer("b") => {
+                        let reply = Message::ProfileReply {
+                            id,
+                            host: host("b"),
+                            node: NodeProfile {
+                                cpu_load: 1.0,
+                                ..NodeProfile::idle(4.0, 1 << 30)
+                            },
+                            entities: vec![rank.clone()],
+                            leaving: false,
+                            departed: vec![],
+                            near_hosts: vec![host("a")],
+                            partner_rtts: reported
+                                .map(|rtt| HostRtt {
+                                    host: host("x"),
+                                    rtt_us: u32::try_from(rtt.as_micros()).expect("fits"),
+                                })
+                                .into_iter()
+                                .collect(),
+                        };
+                        a.handle_message(t, peer("b"), reply);
+                    }
+                    Message::WorkSteal {
+                        ttl: 1,
+                        source_host,
+                        ..
+                    } if to == peer("x") && source_host == host("b") => {
+                        sent += 1;
+                    }
+                    _ => {}
+                }
+            }
+            t += Duration::from_millis(500);
+        }
+        sent
+    };
+    assert!(partner_steals_to_x(Some(Duration::from_millis(270))) > 0);
+    assert_eq!(partner_steals_to_x(None), 0);
+}
