@@ -611,8 +611,9 @@ impl Stealing {
         Some((peer, host, b))
     }
 
-    /// Of the hosts `entities` exchange with, those beyond the local tier (as this agent
-    /// measured them; at any latency for entities of the jobs in `gathering`) whose agent
+    /// Of the hosts `entities` exchange with, those beyond the local tier (as
+    /// `rtt_to_host` gives them: this agent's RTTs for its own entities, a member's own for
+    /// an NSc2c member's; at any latency for entities of the jobs in `gathering`) whose agent
     /// announced its host here and was not asked within [`PARTNER_STEAL_RETRY`]: the one
     /// whose latency costs its entity most (exchanges per second times RTT), with that cost.
     ///
