@@ -38,6 +38,22 @@ pub struct HostRtt {
     pub rtt_us: u32,
 }
 
+impl HostRtt {
+    /// `host` at `rtt_s` seconds, in whole microseconds, saturating (a measured RTT is
+    /// finite and >= 0).
+    pub fn from_secs(host: HostName, rtt_s: f64) -> Self {
+        HostRtt {
+            host,
+            rtt_us: (rtt_s * 1e6).clamp(0.0, f64::from(u32::MAX)) as u32,
+        }
+    }
+
+    /// The round-trip time in seconds.
+    pub fn secs(&self) -> f64 {
+        f64::from(self.rtt_us) / 1e6
+    }
+}
+
 /// Identifier of a message (work steal, poll, heartbeat). Agents draw their first id at random
 /// and count up, so ids from different agents do not collide in practice; a receiver keys
 /// them with the sender's peer id anyway.

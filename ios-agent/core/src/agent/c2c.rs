@@ -143,6 +143,9 @@ struct ClusterNode<'a> {
     departed: Vec<EntityId>,
     /// Hosts the node measured within the local tier.
     near_hosts: Cow<'a, [HostName]>,
+    /// A member's RTTs to its entities' partner hosts, as it reported them; none for the
+    /// manager's own node (its own RTTs are at hand).
+    partner_rtts: &'a [HostRtt],
 }
 
 /// Which nodes of a cluster are near each other: one of the two measured the other within
@@ -800,10 +803,8 @@ impl Cluster {
         let partner_rtts: Vec<HostRtt> = partner_hosts
             .into_iter()
             .filter_map(|h| {
-                s.rtt_to_host(h).map(|rtt| HostRtt {
-                    host: h.clone(),
-                    rtt_us: (rtt * 1e6).clamp(0.0, f64::from(u32::MAX)) as u32,
-                })
+                s.rtt_to_host(h)
+                    .map(|rtt| HostRtt::from_secs(h.clone(), rtt))
             })
             .take(MAX_RTTS)
             .collect();
@@ -946,6 +947,7 @@ impl Cluster {
                 leaving: s.is_leaving(),
                 departed: s.departed(),
                 near_hosts: Cow::Borrowed(&self.near_hosts.0[..]),
+                partner_rtts: &[],
             });
         }
         let fresh = s.config.profile_period * 2;
@@ -968,6 +970,7 @@ impl Cluster {
                 leaving: v.member.leaving,
                 departed: v.member.departed.clone(),
                 near_hosts: Cow::Borrowed(&v.member.near_hosts[..]),
+                partner_rtts: &v.member.partner_rtts[..],
             });
         }
         out
@@ -1076,15 +1079,11 @@ impl Cluster {
             // A member's partner hosts at the member's own RTTs where it reported them
             // (the manager's stood for them: on the Internet-like network a partner 7 ms
             // from the manager was 270 ms from the member, seed 16), else the manager's.
-            let reported = (v.peer != s.me)
-                .then(|| self.views.get(&v.peer).map(|m| &m.member.partner_rtts[..]))
-                .flatten()
-                .unwrap_or(&[]);
             let member_rtt = |h: &HostName| {
-                reported
+                v.partner_rtts
                     .iter()
                     .find(|r| r.host == *h)
-                    .map(|r| f64::from(r.rtt_us) / 1e6)
+                    .map(HostRtt::secs)
                     .or_else(|| s.rtt_to_host(h))
             };
             let Some((cost, host)) = stealing.farthest_partner(s, entities, &[], member_rtt) else {

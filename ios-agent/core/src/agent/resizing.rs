@@ -558,13 +558,10 @@ impl Resizing {
                 .map(|p| &p.host)
                 .filter(|h| **h != thief.host && **h != s.host)
                 .map(|h| {
-                    thief_rtts
-                        .iter()
-                        .rev()
-                        .find(|r| r.host == *h)
-                        .map_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64(), |r| {
-                            f64::from(r.rtt_us) / 1e6
-                        })
+                    thief_rtts.iter().rev().find(|r| r.host == *h).map_or(
+                        crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64(),
+                        HostRtt::secs,
+                    )
                 })
                 .fold(thief_rtt, f64::max);
             let extra_rtt = (thief_rtt - paid_rtt).max(0.0);

@@ -180,7 +180,7 @@ impl RttLookup for ThiefRtts<'_> {
             .iter()
             .rev()
             .find(|r| r.host == *host)
-            .map(|r| f64::from(r.rtt_us) / 1e6)
+            .map(HostRtt::secs)
     }
 }
 
@@ -690,11 +690,11 @@ impl Stealing {
             .collect();
         // Nearest first, as the peers' (the list is cut at its bound).
         partners.sort_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)));
-        rtts.extend(partners.into_iter().map(|(host, rtt)| HostRtt {
-            host: host.clone(),
-            // Seconds to whole microseconds, saturating (a measured RTT is finite and >= 0).
-            rtt_us: (*rtt * 1e6).clamp(0.0, f64::from(u32::MAX)) as u32,
-        }));
+        rtts.extend(
+            partners
+                .into_iter()
+                .map(|(host, rtt)| HostRtt::from_secs(host.clone(), *rtt)),
+        );
         rtts.truncate(MAX_RTTS);
         let steal = Steal {
             id,

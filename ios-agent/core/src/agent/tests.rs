@@ -1469,14 +1469,13 @@ mod gather;
 fn given_a_members_own_rtt_to_a_partner_far_then_its_manager_asks_the_partner_for_it() {
     let partner_steals_to_x = |reported: Option<Duration>| {
         let t0 = Instant::now();
+        // One busy core on the manager's node: it steals for its member only.
+        let busy = |cores: f64| NodeProfile {
+            cpu_load: 1.0,
+            ..NodeProfile::idle(cores, 1 << 30)
+        };
         let mut a = c2c_agent("a", t0);
-        a.handle_node_profile(
-            t0,
-            NodeProfile {
-                cpu_load: 1.0,
-                ..NodeProfile::idle(1.0, 1 << 30)
-            },
-        );
+        a.handle_node_profile(t0, busy(1.0));
         meet(&mut a, t0, "b", Duration::from_millis(1));
         meet(&mut a, t0, "x", Duration::from_millis(7));
         let mut rank = entity(0, 1.0);
@@ -1489,13 +1488,7 @@ fn given_a_members_own_rtt_to_a_partner_far_then_its_manager_asks_the_partner_fo
         let mut sent = 0;
         for _ in 0..40 {
             a.handle_message(t, peer("b"), heartbeat("a"));
-            a.handle_node_profile(
-                t,
-                NodeProfile {
-                    cpu_load: 1.0,
-                    ..NodeProfile::idle(1.0, 1 << 30)
-                },
-            );
+            a.handle_node_profile(t, busy(1.0));
             a.handle_timeout(t);
             for action in drain(&mut a) {
                 let Action::Send { to, message } = action else {
@@ -1506,10 +1499,7 @@ fn given_a_members_own_rtt_to_a_partner_far_then_its_manager_asks_the_partner_fo
                         let reply = Message::ProfileReply {
                             id,
                             host: host("b"),
-                            node: NodeProfile {
-                                cpu_load: 1.0,
-                                ..NodeProfile::idle(4.0, 1 << 30)
-                            },
+                            node: busy(4.0),
                             entities: vec![rank.clone()],
                             leaving: false,
                             departed: vec![],

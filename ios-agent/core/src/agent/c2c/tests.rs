@@ -51,6 +51,7 @@ fn a_members_place_is_the_members_near_it() {
         leaving: false,
         departed: Vec::new(),
         near_hosts: Cow::Owned(near),
+        partner_rtts: &[],
     };
     let cluster = [
         member("a", node(4.0, 2.0), &on_a[..], vec![host("b")]),
