@@ -40,6 +40,10 @@ pub const DEFAULT_PING_BUDGET: f64 = 1.5;
 /// Default ping timeout: a connection whose ping is not answered within it is closed, and
 /// the peer reported gone.
 pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer server's dial may be under way before the node reports it
+/// ("still trying (wrong or missing pool key?)") while it waits on to the handshake deadline
+/// ([`NetConfig::handshake_timeout`]): a wrong key hangs the handshake rather than failing it.
+pub const DEFAULT_SLOW_SERVER_DIAL: Duration = Duration::from_secs(5);
 /// Default wait before dialing a peer server or direct peer again after a failure or loss
 /// (and before registering again after a refusal, or dialing a discovered agent again).
 pub const DEFAULT_REDIAL_INTERVAL: Duration = Duration::from_secs(3);

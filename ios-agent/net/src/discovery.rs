@@ -52,6 +52,11 @@ pub struct Timing {
     pub redial_interval: Duration,
     /// Longest wait after repeated failures.
     pub max_redial_interval: Duration,
+    /// A peer server's dial still under way this long is reported
+    /// ([`Action::ServerError`], the dial goes on): see
+    /// [`DEFAULT_SLOW_SERVER_DIAL`](crate::config::DEFAULT_SLOW_SERVER_DIAL). `None`: never
+    /// (a handshake deadline no longer than that reports the failure itself).
+    pub slow_server_dial: Option<Duration>,
 }
 
 /// A peer server, by its position in the configured list.
@@ -206,6 +211,8 @@ struct Server {
     /// The last error reported, so a failing server is reported once per change.
     last_error: Option<String>,
     backoff: Backoff,
+    /// When the dial under way, if still under way, is reported slow.
+    slow_at: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -273,6 +280,7 @@ impl Discovery {
                     cookie: None,
                     registered: false,
                     last_error: None,
+                    slow_at: None,
                     backoff: Backoff::default(),
                 })
                 .collect(),
@@ -329,10 +337,21 @@ impl Discovery {
         if let Some(action) = self.queue.pop_front() {
             return Some(action);
         }
+        // Each pass clears one server's report time, so the loop ends.
+        while let Some(i) = self
+            .servers
+            .iter()
+            .position(|s| s.link == Link::Dialing && s.slow_at.is_some_and(|at| now >= at))
+        {
+            if let Some(report) = self.report_slow_dial(i) {
+                return Some(report);
+            }
+        }
         for (i, s) in self.servers.iter_mut().enumerate() {
             match s.link {
                 Link::Idle { next_dial } if now >= next_dial => {
                     s.link = Link::Dialing;
+                    s.slow_at = self.timing.slow_server_dial.map(|d| now + d);
                     return Some(Action::DialAddress {
                         target: Target::Server(ServerId(i)),
                         addr: s.addr.clone(),
@@ -382,7 +401,8 @@ impl Discovery {
         let servers = self.servers.iter().flat_map(|s| {
             let (dial, register, discover) = match s.link {
                 Link::Idle { next_dial } => (Some(next_dial), None, None),
-                Link::Dialing | Link::Shared => (None, None, None),
+                Link::Dialing => (s.slow_at, None, None),
+                Link::Shared => (None, None, None),
                 Link::Connected(_) if s.peer.is_none() => (None, None, None),
                 Link::Connected(_) => (
                     None,
@@ -423,6 +443,7 @@ impl Discovery {
                 }
                 s.peer = Some(peer);
                 s.link = Link::Connected(id);
+                s.slow_at = None;
                 // Register and look at once.
                 s.registration = Registration::At(now);
                 s.next_discover = now;
@@ -455,6 +476,7 @@ impl Discovery {
                     s.link = Link::Idle {
                         next_dial: now + wait,
                     };
+                    s.slow_at = None;
                 }
             }
             Target::Direct(DirectId(i)) => {
@@ -717,6 +739,34 @@ impl Discovery {
         self.servers.iter().position(|s| s.peer == Some(*peer))
     }
 
+    /// Reports that server `i`'s dial is still under way after
+    /// [`Timing::slow_server_dial`] (once per dial, and not again while the report is the
+    /// last one sent). The dial goes on, to its handshake deadline.
+    ///
+    /// Why: a wrong pool key does not fail the handshake, it hangs it until the deadline
+    /// (docs/results-log.md, 2026-12-06), and the deadline is long enough for a dial across
+    /// slow links in a pool's start-up; the user hears of the likely cause at once.
+    fn report_slow_dial(&mut self, i: usize) -> Option<Action> {
+        let s = self.servers.get_mut(i)?;
+        s.slow_at = None;
+        let reason = format!(
+            "no connection or handshake within {} s, still trying ({})",
+            self.timing
+                .slow_server_dial
+                .unwrap_or_default()
+                .as_secs_f64(),
+            crate::transport::KEY_HINT
+        );
+        if s.last_error.as_deref() == Some(reason.as_str()) {
+            return None;
+        }
+        s.last_error = Some(reason.clone());
+        Some(Action::ServerError {
+            addr: s.addr.clone(),
+            reason,
+        })
+    }
+
     /// Marks server `i` failed, reports it if the reason changed, and returns the backoff.
     fn server_failed(&mut self, i: usize, reason: String) -> Duration {
         let Some(s) = self.servers.get_mut(i) else {
@@ -748,6 +798,7 @@ mod tests {
             max_discover_interval: Duration::from_secs(60),
             redial_interval: Duration::from_secs(3),
             max_redial_interval: Duration::from_secs(30),
+            slow_server_dial: Some(Duration::from_secs(5)),
         }
     }
 
@@ -821,6 +872,53 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_server_dial_still_under_way_is_reported_once_and_goes_on() {
+        let t0 = Instant::now();
+        let mut d = store(1, 0, t0);
+        assert_eq!(dials(&drain(&mut d, t0)), vec![Target::Server(ServerId(0))]);
+        // Not before the slow-dial time, which is the next timeout.
+        assert_eq!(d.poll_timeout(), Some(t0 + Duration::from_secs(5)));
+        assert!(drain(&mut d, t0 + Duration::from_millis(4_999)).is_empty());
+        let slow = drain(&mut d, t0 + Duration::from_secs(5));
+        assert!(
+            matches!(&slow[..], [Action::ServerError { reason, .. }]
+                if reason.contains("still trying") && reason.contains(crate::transport::KEY_HINT)),
+            "{slow:?}"
+        );
+        // Once: nothing more while the dial goes on, and no redial.
+        assert_eq!(d.poll_timeout(), None);
+        assert!(drain(&mut d, t0 + Duration::from_secs(15)).is_empty());
+        // The dial then ends at its deadline: reported as a failure, redialed later, and
+        // the next dial reported slow again only if the report changed in between.
+        d.on_dial_failed(
+            Target::Server(ServerId(0)),
+            "timed out".into(),
+            t0 + Duration::from_secs(20),
+        );
+        let failed = drain(&mut d, t0 + Duration::from_secs(20));
+        assert!(
+            matches!(&failed[..], [Action::ServerError { reason, .. }] if reason.contains("timed out"))
+        );
+        let redial = t0 + Duration::from_secs(23);
+        assert_eq!(
+            dials(&drain(&mut d, redial)),
+            vec![Target::Server(ServerId(0))]
+        );
+        assert_eq!(drain(&mut d, redial + Duration::from_secs(5)).len(), 1);
+        // A dial that connects in time is not reported.
+        let mut quick = store(1, 0, t0);
+        drain(&mut quick, t0);
+        connect_server(&mut quick, 0, PeerId::random(), conn(1), t0 + secs(1.0));
+        let later = drain(&mut quick, t0 + secs(6.0));
+        assert!(
+            !later
+                .iter()
+                .any(|a| matches!(a, Action::ServerError { .. })),
+            "{later:?}"
+        );
+    }
+
+    #[test]
     fn at_start_every_server_and_direct_peer_is_dialed_once() {
         let t0 = Instant::now();
         let mut d = store(2, 1, t0);
@@ -833,11 +931,14 @@ mod tests {
                 Target::Direct(DirectId(0)),
             ]
         );
-        assert!(drain(&mut d, t0 + secs(100.0)).is_empty(), "dialed twice");
+        // Later only the servers' dials are reported slow, once each.
+        let later = drain(&mut d, t0 + secs(100.0));
+        assert!(dials(&later).is_empty(), "dialed twice: {later:?}");
+        assert_eq!(later.len(), 2, "{later:?}");
         assert_eq!(
             d.poll_timeout(),
             None,
-            "nothing is timed while dials are in flight"
+            "nothing more is timed while dials are in flight"
         );
     }
 
@@ -1104,7 +1205,8 @@ mod tests {
         );
         assert_eq!(d.poll_timeout(), Some(t0 + secs(3.5)));
         drain(&mut d, t0 + secs(1.0));
-        // Each deadline in turn, and nothing between them; dials stay in flight.
+        // Each deadline in turn, and nothing between them; dials stay in flight (server 1's
+        // redial at 4 s is reported slow at 9 s).
         let mut seen = Vec::new();
         while let Some(next) = d.poll_timeout() {
             if next > t0 + secs(10.0) {
@@ -1115,7 +1217,7 @@ mod tests {
             assert!(!actions.is_empty(), "woken at {next:?} for nothing");
             seen.push((next - t0).as_secs_f64());
         }
-        assert_eq!(seen, vec![3.5, 4.0, 5.0, 10.0]);
+        assert_eq!(seen, vec![3.5, 4.0, 5.0, 9.0, 10.0]);
     }
 
     #[test]

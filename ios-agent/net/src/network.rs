@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::by_host::{host_namespace, HostLookups, LookupPolicy};
 use crate::codec::{Ack, AgentCodec, Request};
-use crate::config::NetConfig;
+use crate::config::{NetConfig, DEFAULT_SLOW_SERVER_DIAL};
 use crate::discovery::{Action, Discovery, Target, Timing};
 pub use crate::event::{NetEvent, PeerSummary};
 pub use crate::handle::NetHandle;
@@ -123,6 +123,8 @@ impl Network {
                 max_discover_interval: config.max_discover_interval,
                 redial_interval: config.redial_interval,
                 max_redial_interval: config.max_redial_interval,
+                slow_server_dial: (config.handshake_timeout > DEFAULT_SLOW_SERVER_DIAL)
+                    .then_some(DEFAULT_SLOW_SERVER_DIAL),
             },
             local_libp2p,
             &config.peer_servers,

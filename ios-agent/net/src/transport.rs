@@ -24,7 +24,19 @@ use libp2p::{noise, tcp, yamux, Multiaddr, PeerId, Swarm, Transport};
 use crate::key::PoolKey;
 
 /// Default deadline for a connection's whole handshake (TCP connect, pnet, noise, yamux).
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+///
+/// Why 20 s (5 s before 2026-12-06): a handshake takes several round trips, and when a pool
+/// starts at once each waits behind every other agent's on the way. With 300 agents in 4
+/// emulated sites (round trips of 33 to 400 ms between sites) the dials across sites missed
+/// 5 s by the thousand while a site mate's finished at once; the site mates' connections
+/// filled the dial target, and 39 to 101 agents still lacked 2 peers of some tier after 6
+/// minutes (0 and 21 at 20 s, with as many connections: docs/results-log.md, 2026-12-06).
+/// A wrong pool key hangs the handshake rather than failing it, so a node tells of it
+/// sooner, while its dial to a peer server goes on
+/// ([`DEFAULT_SLOW_SERVER_DIAL`](crate::config::DEFAULT_SLOW_SERVER_DIAL)). A handshake
+/// that never completes holds its pending slot (at most 64, 8 per remote address:
+/// [`crate::limits`]) up to this long.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Builds the pool transport for `identity`, with the given handshake deadline.
 pub fn build_transport(
