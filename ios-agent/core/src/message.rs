@@ -52,6 +52,15 @@ impl HostRtt {
     pub fn secs(&self) -> f64 {
         f64::from(self.rtt_us) / 1e6
     }
+
+    /// The RTT to `host` in a list of them, seconds: its last entry counts, as it would in a
+    /// map built from the list.
+    pub fn find_in(rtts: &[HostRtt], host: &HostName) -> Option<f64> {
+        rtts.iter()
+            .rev()
+            .find(|r| r.host == *host)
+            .map(HostRtt::secs)
+    }
 }
 
 /// Identifier of a message (work steal, poll, heartbeat). Agents draw their first id at random

@@ -1079,13 +1079,8 @@ impl Cluster {
             // A member's partner hosts at the member's own RTTs where it reported them
             // (the manager's stood for them: on the Internet-like network a partner 7 ms
             // from the manager was 270 ms from the member, seed 16), else the manager's.
-            let member_rtt = |h: &HostName| {
-                v.partner_rtts
-                    .iter()
-                    .find(|r| r.host == *h)
-                    .map(HostRtt::secs)
-                    .or_else(|| s.rtt_to_host(h))
-            };
+            let member_rtt =
+                |h: &HostName| HostRtt::find_in(v.partner_rtts, h).or_else(|| s.rtt_to_host(h));
             let Some((cost, host)) = stealing.farthest_partner(s, entities, &[], member_rtt) else {
                 continue;
             };

@@ -558,10 +558,8 @@ impl Resizing {
                 .map(|p| &p.host)
                 .filter(|h| **h != thief.host && **h != s.host)
                 .map(|h| {
-                    thief_rtts.iter().rev().find(|r| r.host == *h).map_or(
-                        crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64(),
-                        HostRtt::secs,
-                    )
+                    HostRtt::find_in(thief_rtts, h)
+                        .unwrap_or(crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64())
                 })
                 .fold(thief_rtt, f64::max);
             let extra_rtt = (thief_rtt - paid_rtt).max(0.0);

@@ -176,11 +176,7 @@ struct ThiefRtts<'a>(&'a [HostRtt]);
 
 impl RttLookup for ThiefRtts<'_> {
     fn rtt_to(&self, host: &HostName) -> Option<f64> {
-        self.0
-            .iter()
-            .rev()
-            .find(|r| r.host == *host)
-            .map(HostRtt::secs)
+        HostRtt::find_in(self.0, host)
     }
 }
 
