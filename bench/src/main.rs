@@ -156,6 +156,15 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The simulated agents' own log (`scale`), for tracing a decision: off unless RUST_LOG
+    // asks for it, since a simulated hour of 100 agents logs millions of lines at debug.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .without_time()
+            .init();
+    }
     // The runs on emulated nodes stop at Ctrl-C and clean up their namespaces, cgroups and
     // processes (a second Ctrl-C ends at once); the other benchmarks end as usual.
     if matches!(

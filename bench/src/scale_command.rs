@@ -86,7 +86,9 @@ pub struct ScaleArgs {
     /// Print, every 10 simulated minutes, where each job runs and what its iteration spends
     /// (its slowest rank's compute, its exchanges' latency), with each node's cores and
     /// speed: to find where a strategy loses against the oracle. Best with one --seed and
-    /// a few --strategies.
+    /// a few --strategies. The simulated agents' own log goes to stderr when RUST_LOG asks
+    /// for it (e.g. RUST_LOG=ios_agent_core=debug: each steal, refusal and move, named by
+    /// node; millions of lines at trace).
     #[arg(long)]
     pub trace_jobs: bool,
     /// Only the fidelity check: the emulated-node scenarios of Figures 13/14, 15 and 16

@@ -87,9 +87,12 @@ use super::config::Topology;
 use super::resizing::{self, Resizing};
 use super::shared::{Beneficiary, Shared};
 use super::stealing::{self, ClusterRole, ClusterSteal, StealLatencies, Stealing};
-use crate::decision::{self, NodeView, Policy};
+use crate::decision::{self, Destination, NodeView, Policy};
 use crate::message::{HostRtt, Message, MessageId, MigrationId, MAX_ENTITIES, MAX_RTTS};
-use crate::model::{EntityId, EntityProfile, JobOffer, NodeProfile};
+use crate::model::{
+    EntityId, EntityProfile, JobOffer, NodeProfile, RttLookup, RttView, Unmeasured,
+    DEFAULT_UNKNOWN_RTT,
+};
 use crate::tier::{IdMap, LatencyTier, PeerId, LOCAL_MAX_RTT};
 
 #[derive(Debug)]
@@ -1052,6 +1055,7 @@ impl Cluster {
         let mut best: Option<(f64, HostName, Beneficiary)> = None;
         let views = self.views(s, now);
         let jobs = ClusterJobs::of(&views);
+        let hosts: Vec<&HostName> = views.iter().map(|v| &v.host).collect();
         for (i, v) in views.iter().enumerate() {
             if v.leaving {
                 continue;
@@ -1079,8 +1083,13 @@ impl Cluster {
             // A member's partner hosts at the member's own RTTs where it reported them
             // (the manager's stood for them: on the Internet-like network a partner 7 ms
             // from the manager was 270 ms from the member, seed 16), else the manager's.
-            let member_rtt =
-                |h: &HostName| HostRtt::find_in(v.partner_rtts, h).or_else(|| s.rtt_to_host(h));
+            // Not a member's host: the cluster's own far members gather by the manager's
+            // order (`gather_across`); a steal sent to one of them moved nothing.
+            let member_rtt = |h: &HostName| {
+                (!hosts.contains(&h))
+                    .then(|| HostRtt::find_in(v.partner_rtts, h).or_else(|| s.rtt_to_host(h)))
+                    .flatten()
+            };
             let Some((cost, host)) = stealing.farthest_partner(s, entities, &[], member_rtt) else {
                 continue;
             };
@@ -1117,6 +1126,7 @@ impl Cluster {
         let Some((from, to, plan)) = self
             .evacuation(s, now, &views)
             .or_else(|| self.balance_staying(s, now, &views))
+            .or_else(|| gather_across(s, now, &views))
         else {
             return;
         };
@@ -1398,6 +1408,127 @@ impl Cluster {
         }
         let tier = steal.tier.max(LatencyTier::Regional);
         stealing::forward(s, from, steal, tier);
+    }
+}
+
+/// A job split over members of the cluster that are far from each other gathers by the
+/// manager's order: from a member (`from`) to a far member (`to`) that runs a partner of
+/// the moved ranks, as a partner steal of `to`'s would move them (`decision::select_near`
+/// with the communication term, a step of gathering in one move), the best gain over all
+/// such pairs. Returns `(from, to, plan)` as indices into `views`.
+///
+/// Why: a cluster is the members within the local tier of its manager, and on a network
+/// without structure two of them may be far apart. The ratio rule moves a rank only between
+/// near members (`balance_staying`), and a partner steal the manager sent to its own member
+/// moved nothing (the member passes its manager's steals back): traced at 100 nodes,
+/// Internet-like, seed 1, a job sat for the hour on two far members of one cluster, 5 and 3
+/// ranks with idle cores for the rest on each, at 176 ms of latency an iteration, while the
+/// manager sent both of them a partner steal every few seconds.
+fn gather_across(
+    s: &Shared,
+    now: Instant,
+    views: &[ClusterNode<'_>],
+) -> Option<(usize, usize, decision::Plan)> {
+    let near = Nearness::of(views);
+    let jobs = ClusterJobs::of(views);
+    let unknown = DEFAULT_UNKNOWN_RTT.as_secs_f64();
+    let mut best: Option<(usize, usize, decision::Plan)> = None;
+    for (from, v) in views.iter().enumerate().filter(|(_, v)| !v.leaving) {
+        let jobs_here = jobs.offers(from, v);
+        let policy = Policy {
+            jobs_here: &jobs_here,
+            gather_in_one_move: true,
+            ..s.policy_for(now, false)
+        };
+        let rtts_l = ReportedRtts::of(s, v);
+        for (to, w) in views.iter().enumerate() {
+            if to == from || w.leaving || near.near(from, to) {
+                continue;
+            }
+            let may_go: Vec<EntityProfile> = s
+                .may_go_to(now, v.entities, &w.host, false)
+                .iter()
+                .filter(|e| {
+                    e.partners.iter().any(|p| p.host == w.host) && !w.departed.contains(&e.id)
+                })
+                .cloned()
+                .collect();
+            if may_go.is_empty() {
+                continue;
+            }
+            let offers_there = jobs.offers(to, w);
+            let rtts_f = ReportedRtts::of(s, w);
+            let at_l = RttView {
+                host: &v.host,
+                rtts: &rtts_l,
+                unknown,
+                unmeasured: Unmeasured::Assumed,
+            };
+            // As a partner steal's destination: it runs a partner of the rank, and has
+            // seldom measured the rank's other partners.
+            let at_f = RttView {
+                host: &w.host,
+                rtts: &rtts_f,
+                unknown,
+                unmeasured: Unmeasured::Neutral,
+            };
+            let plan = decision::select_near(
+                &policy,
+                &v.node,
+                &may_go,
+                Destination {
+                    node: &w.node,
+                    job_offers: &offers_there,
+                },
+                s.config.max_group,
+                Some((&at_l, &at_f)),
+            );
+            if let Some(plan) = plan.filter(|p| {
+                best.as_ref()
+                    .is_none_or(|(_, _, b)| p.gain.gain > b.gain.gain)
+            }) {
+                best = Some((from, to, plan));
+            }
+        }
+    }
+    best
+}
+
+/// What the manager knows of a cluster node's RTTs: its own measured ones for its own node;
+/// for a member, the RTTs to its partner hosts it reported, and the hosts it measured
+/// within the local tier (at half the tier's bound, as `stealing::MemberRtts`).
+enum ReportedRtts<'a> {
+    Manager(&'a Shared),
+    Member {
+        partners: &'a [HostRtt],
+        near: &'a [HostName],
+    },
+}
+
+impl<'a> ReportedRtts<'a> {
+    fn of(s: &'a Shared, node: &'a ClusterNode<'_>) -> Self {
+        if node.host == s.host {
+            ReportedRtts::Manager(s)
+        } else {
+            ReportedRtts::Member {
+                partners: node.partner_rtts,
+                near: &node.near_hosts,
+            }
+        }
+    }
+}
+
+impl RttLookup for ReportedRtts<'_> {
+    fn rtt_to(&self, host: &HostName) -> Option<f64> {
+        match self {
+            ReportedRtts::Manager(s) => s.rtt_to_host(host),
+            ReportedRtts::Member { partners, near } => {
+                HostRtt::find_in(partners, host).or_else(|| {
+                    near.contains(host)
+                        .then(|| LOCAL_MAX_RTT.as_secs_f64() / 2.0)
+                })
+            }
+        }
     }
 }
 

@@ -1457,6 +1457,7 @@ fn invalid_messages_are_refused() {
     assert!(a.poll_action().is_none());
 }
 
+mod cluster_gather;
 mod gather;
 
 /// NSc2c manager "a" of member "b", whose rank's partner runs on host "x": the manager
