@@ -1464,7 +1464,7 @@ impl Sim {
                     }
                 })
                 .collect();
-            let _span = tracing::debug_span!("node", i).entered();
+            let _span = tracing::debug_span!("node", i, t = (now - self.epoch).as_secs()).entered();
             let agent = &mut self.nodes[i].agent;
             agent.handle_node_profile(now, profile);
             agent.handle_entities(now, entities);
@@ -1842,7 +1842,7 @@ impl Sim {
             return;
         }
         let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
-        let _span = tracing::debug_span!("node", i).entered();
+        let _span = tracing::debug_span!("node", i, t = (now - self.epoch).as_secs()).entered();
         self.nodes[i].agent.peer_rtt(now, &self.ids[j], rtt);
         // Every simulation in this crate's tests checks the claim.
         #[cfg(test)]
@@ -1859,7 +1859,7 @@ impl Sim {
             return;
         }
         let rtt = self.reported_rtt.unwrap_or_else(|| self.rtt_between(i, j));
-        let _span = tracing::debug_span!("node", i).entered();
+        let _span = tracing::debug_span!("node", i, t = (now - self.epoch).as_secs()).entered();
         self.nodes[i].agent.peer_rtt(now, &self.ids[j], rtt);
         // The host comes after the sample (as the real driver re-announces a host on a
         // ping when its table had no room at the connection): a peer the sample puts in
@@ -1981,7 +1981,9 @@ impl Sim {
             match kind {
                 EventKind::Deliver { to, from, message } => {
                     if self.alive[to] && self.alive[from] {
-                        let _span = tracing::debug_span!("node", i = to).entered();
+                        let _span =
+                            tracing::debug_span!("node", i = to, t = (now - self.epoch).as_secs())
+                                .entered();
                         let from_learnt = self.connect(now, from, to);
                         let peer = self.ids[from].clone();
                         self.nodes[to].agent.handle_message(now, peer, message);
@@ -2015,7 +2017,8 @@ impl Sim {
         due.sort_unstable();
         for i in due {
             if self.alive[i] && self.nodes[i].agent.poll_timeout().is_some_and(|t| t <= now) {
-                let _span = tracing::debug_span!("node", i).entered();
+                let _span =
+                    tracing::debug_span!("node", i, t = (now - self.epoch).as_secs()).entered();
                 self.nodes[i].agent.handle_timeout(now);
                 self.drain(i);
             } else {
