@@ -1522,12 +1522,8 @@ impl RttLookup for ReportedRtts<'_> {
     fn rtt_to(&self, host: &HostName) -> Option<f64> {
         match self {
             ReportedRtts::Manager(s) => s.rtt_to_host(host),
-            ReportedRtts::Member { partners, near } => {
-                HostRtt::find_in(partners, host).or_else(|| {
-                    near.contains(host)
-                        .then(|| LOCAL_MAX_RTT.as_secs_f64() / 2.0)
-                })
-            }
+            ReportedRtts::Member { partners, near } => HostRtt::find_in(partners, host)
+                .or_else(|| stealing::MemberRtts { near }.rtt_to(host)),
         }
     }
 }
