@@ -26,6 +26,11 @@
 //! in a pool that does not change, each round's answer (every agent that renewed its
 //! registration since the last round, each a signed record to check) no longer comes every
 //! few seconds to every agent (issue 42: an idle agent's upkeep must not grow with the pool).
+//! A node connected to its dial target ([`Discovery::with_dial_agents`]) asks for no rounds
+//! at all, since it would dial none of the agents they found: at 300 agents, rounds every
+//! 60 s still brought every agent's renewed record from each of two servers, and checking
+//! their signatures was a fifth of an idle agent's CPU (`perf record` over the pool's idle
+//! window). Room made by a connection lost or a dial failed brings the rounds back.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -347,6 +352,7 @@ impl Discovery {
                 return Some(report);
             }
         }
+        let rounds_wanted = self.dial_room() > 0;
         for (i, s) in self.servers.iter_mut().enumerate() {
             match s.link {
                 Link::Idle { next_dial } if now >= next_dial => {
@@ -368,7 +374,7 @@ impl Discovery {
                             });
                         }
                     }
-                    if now >= s.next_discover {
+                    if now >= s.next_discover && (rounds_wanted || s.cookie.is_none()) {
                         s.next_discover = now + s.discover_wait;
                         return Some(Action::Discover {
                             server: ServerId(i),
@@ -398,6 +404,7 @@ impl Discovery {
     /// redial, registration (renewal) or discovery round. `None`: nothing until an input.
     /// Actions decided by inputs are not counted: drain them right after the input.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let rounds_wanted = self.dial_room() > 0;
         let servers = self.servers.iter().flat_map(|s| {
             let (dial, register, discover) = match s.link {
                 Link::Idle { next_dial } => (Some(next_dial), None, None),
@@ -410,7 +417,7 @@ impl Discovery {
                         Registration::At(t) => Some(t),
                         Registration::Off | Registration::InFlight => None,
                     },
-                    Some(s.next_discover),
+                    (rounds_wanted || s.cookie.is_none()).then_some(s.next_discover),
                 ),
             };
             [dial, register, discover]
@@ -1329,8 +1336,8 @@ mod tests {
     }
 
     /// Issue 42: with a dial target of 3, a round of 10 agents dials 3 (the same 3 at every
-    /// round for this node, another 3 for another node), a round at the target dials none
-    /// and backs off, and a lost agent opens room for one more. Agents that dial in count.
+    /// round for this node, another 3 for another node), no round comes at the target, and
+    /// a lost agent opens room for one more. Agents that dial in count.
     #[test]
     fn with_a_dial_target_only_that_many_agents_are_dialed_in_the_nodes_own_order() {
         let t0 = Instant::now();
@@ -1360,7 +1367,8 @@ mod tests {
         assert!(differs, "every node dials the same agents");
 
         // Two connect, one more dials in: 4 agents, above the target; the third dial is
-        // skipped by the swarm. The next round dials nothing, and rounds back off.
+        // skipped by the swarm. No round comes while the node has its target (it could
+        // dial nobody it found).
         let ids: Vec<PeerId> = first
             .iter()
             .map(|t| match t {
@@ -1391,8 +1399,7 @@ mod tests {
             assert!(dials(&drain(&mut d, t)).is_empty(), "dialed at the target");
             t += secs(0.5);
         }
-        // The waits double (5, 10, 20 s) as when rounds find nothing new.
-        assert_eq!(rounds, vec![5.0, 10.0, 20.0]);
+        assert_eq!(rounds, Vec::<f64>::new());
 
         // Two agents go: room for one (3 - 2 connected); the next round, soon, dials one.
         d.on_connection_closed(ids[0], conn(10), 0, "gone", t);
@@ -1459,6 +1466,56 @@ mod tests {
         // Not at +35 s (20 s after the last round) but 5 s after the loss.
         assert!(!discovers(&drain(&mut d, t1 + secs(20.9)), 0));
         assert!(discovers(&drain(&mut d, t1 + secs(21.0)), 0));
+    }
+
+    /// Issue 42, an idle agent's upkeep: a node connected to its dial target asks for no
+    /// rounds at all (each answer is a signed record per agent that renewed, checked for
+    /// nothing it could dial), nor wakes for one; a connection lost, or a dial that fails,
+    /// brings them back.
+    #[test]
+    fn a_node_at_its_dial_target_asks_for_no_discovery_rounds_until_it_has_room() {
+        let t0 = Instant::now();
+        let (d, s0, first) = one_server_connected(t0);
+        let mut d = d.with_dial_agents(std::num::NonZeroUsize::new(2));
+        assert!(discovers(&first, 0), "the first round goes out: {first:?}");
+        assert!(registers(&first, 0));
+        d.on_registered(s0, TTL, t0);
+        let (a, b, c) = (PeerId::random(), PeerId::random(), PeerId::random());
+        let cookie = Cookie::for_all_namespaces();
+        d.on_discovered(s0, cookie.clone(), regs_of(&[a, b]), t0);
+        assert_eq!(
+            dials(&drain(&mut d, t0)).len(),
+            2,
+            "room for two: both dialed"
+        );
+        d.on_connected(Some(Target::Discovered(a)), a, conn(10), t0);
+        d.on_connected(Some(Target::Discovered(b)), b, conn(11), t0);
+        // Full: no round for ten minutes, and no timer for one (registrations renew).
+        let mut t = t0;
+        while t < t0 + secs(600.0) {
+            t += secs(0.5);
+            let actions = drain(&mut d, t);
+            assert!(!discovers(&actions, 0), "a round at {:?}", t - t0);
+            if registers(&actions, 0) {
+                d.on_registered(s0, TTL, t);
+            }
+        }
+        let next = d.poll_timeout();
+        assert!(
+            next.is_some_and(|n| n > t),
+            "only the renewal is timed: {next:?}"
+        );
+        // b's connection is lost: a round at once (the last one is long past), and c is
+        // dialed.
+        d.on_connection_closed(b, conn(11), 0, "reset", t);
+        assert!(discovers(&drain(&mut d, t), 0));
+        d.on_discovered(s0, cookie.clone(), regs_of(&[a, c]), t);
+        assert_eq!(dials(&drain(&mut d, t)), vec![Target::Discovered(c)]);
+        // Full again while c is dialed; c's dial fails: room again, and the next round
+        // comes when due (5 s after the last).
+        assert!(!discovers(&drain(&mut d, t + secs(5.0)), 0));
+        d.on_dial_failed(Target::Discovered(c), "refused".into(), t + secs(6.0));
+        assert!(discovers(&drain(&mut d, t + secs(6.0)), 0));
     }
 
     fn regs_of(peers: &[PeerId]) -> Vec<(PeerId, Vec<Multiaddr>)> {
