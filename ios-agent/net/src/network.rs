@@ -937,6 +937,7 @@ impl Task {
                 peer,
                 connection,
                 result,
+                answered,
             }) => match result {
                 Ok(rtt) => {
                     let Some(state) = self.peers.get_mut(&peer) else {
@@ -959,7 +960,9 @@ impl Task {
                 Err(crate::probe::ProbeFailure::Unsupported) => {}
                 Err(e) => {
                     // A peer that stops answering is gone even if TCP does not say so.
-                    tracing::info!("ping to {peer} failed ({e}): closing the connection");
+                    tracing::info!(
+                        "ping to {peer} failed ({e}) after {answered} answers: closing the connection"
+                    );
                     self.swarm.close_connection(connection);
                 }
             },

@@ -23,7 +23,10 @@
 //!   `budget x max_ping_interval` connections costs an agent the same whatever its size;
 //! - a ping that fails (no answer within the ping timeout, or the stream broke) is retried
 //!   at the fast interval, and a second failure in a row reports the peer gone, as
-//!   libp2p's ping did;
+//!   libp2p's ping did. (Waiting also for 30 s of silence was tried against the start of
+//!   `mpi-ios-bench pool --agents 300`, whose 300 agents starting on 2 cores time out
+//!   every ping for a while: the failing connections' retries then made that storm longer
+//!   and it closed twice as many connections, docs/results-log.md, 2026-12-07);
 //! - pings are due on a grid of the fast interval, so the pings due together go out in one
 //!   wake-up, and timers are tokio's (libp2p's ping keeps a thread of its own for them).
 
@@ -209,6 +212,11 @@ impl<K: Hash + Eq + Copy> PingPlan<K> {
         due
     }
 
+    /// How many pings of `id` were answered, if it is planned.
+    pub fn answered(&self, id: &K) -> Option<u32> {
+        self.connections.get(id).map(|p| p.samples)
+    }
+
     /// The earliest due time, if a connection waits for one.
     pub fn next_due(&self) -> Option<Instant> {
         self.connections.values().filter_map(|p| p.due).min()
@@ -281,6 +289,9 @@ pub struct ProbeEvent {
     pub connection: ConnectionId,
     /// The RTT, or why the peer counts as gone (or unpingable).
     pub result: Result<Duration, ProbeFailure>,
+    /// Pings of the connection answered so far: for a gone peer, whether it ever answered
+    /// (a peer that died, or a path or machine too slow from the start).
+    pub answered: u32,
 }
 
 /// The ping behaviour: answers every ping, and pings each connection when its plan says.
@@ -370,10 +381,12 @@ impl NetworkBehaviour for Probe {
                 }
             },
         };
+        let answered = self.plan.answered(&connection).unwrap_or(0);
         self.out.push_back(ToSwarm::GenerateEvent(ProbeEvent {
             peer,
             connection,
             result,
+            answered,
         }));
     }
 
@@ -750,7 +763,11 @@ mod tests {
         let now = now + Duration::from_secs(1);
         plan.take_due(now);
         assert_eq!(plan.on_outcome(&7, false, now), Verdict::Gone);
+        // What the log line of a gone peer tells: it answered before (the fast pings and
+        // one more).
+        assert_eq!(plan.answered(&7), Some(FAST_PINGS + 1));
         plan.remove(&7);
+        assert_eq!(plan.answered(&7), None);
         assert!(plan.is_empty());
         assert_eq!(plan.next_due(), None);
     }
