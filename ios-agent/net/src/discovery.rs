@@ -307,11 +307,11 @@ impl Discovery {
     }
 
     /// Dials discovered agents only while fewer than `n` agents (peer servers not counted)
-    /// are connected or being dialed; `None` (the default): every agent discovered. A round
-    /// that finds agents while the node has its `n` then counts as one that found nothing
-    /// new, so rounds back off. Which agents a node dials when it has room is its own
-    /// order of the round's answer (a hash of both ids), so that the pool's nodes do not
-    /// all dial the first agents of the servers' lists.
+    /// are connected or being dialed; `None` (the default): every agent discovered. While
+    /// the node has its `n`, it asks for no discovery rounds (see the module docs). Which
+    /// agents a node dials when it has room is its own order of the round's answer (a hash
+    /// of both ids), so that the pool's nodes do not all dial the first agents of the
+    /// servers' lists.
     pub fn with_dial_agents(mut self, n: Option<std::num::NonZeroUsize>) -> Self {
         self.dial_agents = n.map(std::num::NonZeroUsize::get);
         self
