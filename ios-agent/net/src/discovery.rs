@@ -220,6 +220,14 @@ struct Server {
     slow_at: Option<Instant>,
 }
 
+impl Server {
+    /// Whether this server's discovery rounds are asked for: always the first (no cookie
+    /// yet), then only while the node has room to dial (`Discovery::dial_room`).
+    fn asks_rounds(&self, room: bool) -> bool {
+        room || self.cookie.is_none()
+    }
+}
+
 #[derive(Debug)]
 struct Direct {
     addr: Multiaddr,
@@ -374,7 +382,7 @@ impl Discovery {
                             });
                         }
                     }
-                    if now >= s.next_discover && (rounds_wanted || s.cookie.is_none()) {
+                    if now >= s.next_discover && s.asks_rounds(rounds_wanted) {
                         s.next_discover = now + s.discover_wait;
                         return Some(Action::Discover {
                             server: ServerId(i),
@@ -417,7 +425,7 @@ impl Discovery {
                         Registration::At(t) => Some(t),
                         Registration::Off | Registration::InFlight => None,
                     },
-                    (rounds_wanted || s.cookie.is_none()).then_some(s.next_discover),
+                    s.asks_rounds(rounds_wanted).then_some(s.next_discover),
                 ),
             };
             [dial, register, discover]
