@@ -74,6 +74,11 @@
 //!   from regional, then national, then global peers; a member receiving such a packet
 //!   relays it to its manager, which compares its heaviest nodes with the packet's source
 //!   ([`crate::decision::select`]) and orders the move, or forwards the packet.
+//! - **Gathering** ([`Config::with_gather`](super::config::Config::with_gather)): a manager
+//!   sends partner steals for its members' ranks to the agents of their far partners, and a
+//!   light member sends its own for its ranks as well (`Stealing::gathers_for_itself`): one
+//!   steal at a time per cluster gathered a pool of spread jobs too slowly. Either way the
+//!   partner's manager decides and orders the move.
 
 mod election;
 

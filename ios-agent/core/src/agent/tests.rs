@@ -1532,3 +1532,69 @@ fn given_a_members_own_rtt_to_a_partner_far_then_its_manager_asks_the_partner_fo
     assert!(partner_steals_to_x(Some(Duration::from_millis(270))) > 0);
     assert_eq!(partner_steals_to_x(None), 0);
 }
+
+/// NSc2c member "b" of manager "m", with a rank whose partner runs on far host "x" (b
+/// measured it at 150 ms): while b's node is light, b asks x's agent for the partner itself
+/// (a partner steal for b, as an NSp2p agent sends), beside its manager's steals; a busy
+/// b and a b without gathering do not.
+#[test]
+fn given_a_light_nsc2c_member_with_a_far_partner_then_it_asks_the_partners_agent_itself() {
+    let partner_steals = |gather: bool, cpu_load: f64| {
+        let t0 = Instant::now();
+        let config = Config::default()
+            .with_seed(1)
+            .with_topology(Topology::ClusterToCluster)
+            .with_gather(gather);
+        let mut b = Agent::new(peer("b"), host("b"), config, t0).expect("valid config");
+        let node = NodeProfile {
+            cpu_load,
+            ..NodeProfile::idle(4.0, 1 << 30)
+        };
+        b.handle_node_profile(t0, node);
+        let mut rank = entity(0, 1.0);
+        rank.job_ranks = 2;
+        rank.partners = vec![crate::model::Partner {
+            host: host("x"),
+            exchanges_per_sec: 2.0,
+        }];
+        b.handle_entities(t0, vec![rank]);
+        meet(&mut b, t0, "m", Duration::from_millis(1));
+        // The driver measured the partner's host over a connection to its agent.
+        b.handle_peer_host(t0, peer("x"), host("x"))
+            .expect("host accepted");
+        b.hosts_to_measure();
+        b.handle_partner_rtt(&host("x"), Duration::from_millis(150));
+        let mut t = t0;
+        let mut sent = 0;
+        for _ in 0..30 {
+            b.handle_message(t, peer("m"), heartbeat("m"));
+            b.handle_node_profile(t, node);
+            b.handle_timeout(t);
+            for action in drain(&mut b) {
+                if let Action::Send {
+                    to,
+                    message:
+                        Message::WorkSteal {
+                            ttl: 1,
+                            origin,
+                            source,
+                            source_host,
+                            ..
+                        },
+                } = action
+                {
+                    assert_eq!(to, peer("x"), "a partner steal goes to the partner's agent");
+                    assert_eq!((origin, source), (peer("b"), peer("b")));
+                    assert_eq!(source_host, host("b"));
+                    sent += 1;
+                }
+            }
+            t += Duration::from_secs(1);
+        }
+        assert_eq!(b.manager(), Some(&peer("m")));
+        sent
+    };
+    assert!(partner_steals(true, 1.0) > 0, "a light member asks");
+    assert_eq!(partner_steals(true, 4.0), 0, "a busy member does not");
+    assert_eq!(partner_steals(false, 1.0), 0, "nor one without gathering");
+}
