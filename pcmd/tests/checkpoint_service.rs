@@ -5,8 +5,9 @@
 
 mod common;
 
+use std::io::ErrorKind;
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -150,9 +151,31 @@ fn start_with_listen(extra: &[&str]) -> (Daemon, SocketAddr) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     daemon.spawn(&args);
     wait_until("the buddy port listens", || {
-        TcpStream::connect(addr).is_ok()
+        match TcpStream::connect(addr) {
+            Ok(probe) => {
+                closed_by_pcmd(probe);
+                true
+            }
+            Err(_) => false,
+        }
     });
     (daemon, addr)
+}
+
+/// Returns once pcmd has closed `probe`, whose slot of the address's budget is then free
+/// again (pcmd gives a connection's slot back before it closes it). A probe left to pcmd's
+/// own pace gave its slot back at any later moment, under load after a test had filled the
+/// address's slots, and that test then saw a slot it had not freed.
+fn closed_by_pcmd(mut probe: TcpStream) {
+    probe.shutdown(Shutdown::Write).unwrap();
+    probe.set_read_timeout(Some(WAIT)).unwrap();
+    let mut rest = Vec::new();
+    if let Err(e) = probe.read_to_end(&mut rest) {
+        assert!(
+            !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+            "pcmd kept a connection that sent nothing open for {WAIT:?}"
+        );
+    }
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
