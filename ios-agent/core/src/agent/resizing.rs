@@ -32,7 +32,9 @@
 //!   (two profile periods more in NSc2c: [`leave_shrink_wait`]), or when
 //!   competing load (its owner coming back) has slowed them for
 //!   [`Config::with_shed_after`] with no idle node taking them and the model predicts
-//!   the job runs faster without them.
+//!   the job runs faster without them. One exception: the home agent of a job whose
+//!   slowest rank runs elsewhere, and has for long with nobody moving it, shrinks the job
+//!   onto its own ranks ([`Resizing::straggler_shrink`]).
 //! - **Damping**: no agent resizes a job within a hold-down of a change of its width (seen
 //!   in its ranks' profiles, or done by itself), nor sheds ranks that arrived within a
 //!   hold-down; only a leaving node may. How long the job has had its width travels with
@@ -104,6 +106,29 @@ const MAX_REFUSED_THIEVES: usize = 16;
 /// share of what it would get without that load.
 const SLOWED_SHARE: f64 = 0.9;
 
+/// A job's ranks here count as faster than its slowest rank when the longest compute time
+/// of theirs is under this share of the slowest's ([`Resizing::straggler_shrink`]).
+const STRAGGLER_SHARE: f64 = 0.8;
+
+/// How long a job's slowest rank must have run on another node before the home agent
+/// shrinks the job onto its ranks here: twice the longer of the hold-down and the shed
+/// wait, so that the straggler's own agent has moved the rank, or shed it off its loaded
+/// node, if it would.
+pub(crate) fn straggler_wait(config: &Config) -> std::time::Duration {
+    config.hold_down.max(config.shed_after) * 2
+}
+
+/// A shrink of a job onto the ranks on the home agent's node ([`Resizing::straggler_shrink`]).
+#[derive(Debug, Clone)]
+struct StragglerShrink {
+    job: JobId,
+    from: u32,
+    to: u32,
+    /// The hosts of the ranks that leave.
+    hosts: Vec<HostName>,
+    gain: f64,
+}
+
 /// What the agent keeps about the widths of the jobs it runs ranks of.
 #[derive(Debug, Default)]
 pub(crate) struct Resizing {
@@ -112,6 +137,9 @@ pub(crate) struct Resizing {
     widths: HashMap<JobId, (u32, Option<Instant>)>,
     /// Per job with ranks here: since when competing load slows them.
     slowed_since: HashMap<JobId, Instant>,
+    /// Per malleable job whose rank 0 runs here: since when its slowest rank runs on
+    /// another node ([`Resizing::straggler_shrink`]).
+    straggled_since: HashMap<JobId, Instant>,
     /// When a wait of `Agent::shrink_if_due` ends next (`Agent::resize_deadline`).
     wake: Option<Instant>,
     /// When this agent last asked for a shrink.
@@ -804,7 +832,7 @@ impl Resizing {
                 .entities
                 .iter()
                 .filter(|e| e.id.job == job)
-                .all(|e| e.resident >= s.config.hold_down && !s.held.contains_key(&e.id));
+                .all(|e| e.resident >= s.config.hold_down && !s.is_held(&e.id, now));
             if !due || !settled || self.width_held(s, &job, now) {
                 continue;
             }
@@ -843,7 +871,129 @@ impl Resizing {
         if let Some((job, from, to, gain)) = best {
             tracing::info!(agent = %s.me, %job, from, to, gain, "competing load slows the job here and no idle node took its ranks; shrinking it off this node");
             self.shrink(s, now, job, from, to, ResizeReason::Shed { gain });
+            return;
         }
+        if let Some(shrink) = self.straggler_shrink(s, now, &node, cpu_now) {
+            tracing::info!(agent = %s.me, job = %shrink.job, from = shrink.from, to = shrink.to, gain = shrink.gain, hosts = ?shrink.hosts, "a slow rank elsewhere holds the job back; shrinking the job onto its ranks here");
+            self.last_shrink = Some(now);
+            self.straggled_since.remove(&shrink.job);
+            let id = MigrationId(s.fresh_id());
+            start_resize(
+                s,
+                now,
+                id,
+                OutgoingResize::ShrinkElsewhere(shrink.job),
+                shrink.from,
+                shrink.to,
+                shrink.hosts,
+                ResizeReason::Straggler { gain: shrink.gain },
+                None,
+            );
+        }
+    }
+
+    /// The home agent of a malleable job (rank 0 runs here) whose slowest rank computes on
+    /// another node, and has for [`straggler_wait`] with nobody moving it: the shrink of
+    /// the job onto its ranks here, if the model finds it worth the minimum gain.
+    ///
+    /// Why: a job grown onto a node that was the best offer then keeps the pace of its
+    /// rank there once faster nodes come free (its compute `W / n` at that node's speed),
+    /// and nothing else acts: the rank's agent finds no thief near all its partners
+    /// (`keep_near_partners`), its node is not loaded, and the home agent grows no job
+    /// whose slowest rank runs elsewhere (`GrowPlan::beats_move`). (`scale --malleable`,
+    /// 100 nodes, seed 17: a job of 11 ranks, 10 on a node of speed 1.60 and 1 on a node
+    /// of speed 0.69, computed 105 ms an iteration for the last 50 minutes of the hour,
+    /// the oracle's 38.8.) Only the home agent decides, so that two agents never shrink
+    /// one job at once, and only for the job's ranks here: the ranks elsewhere are named
+    /// by their hosts, those of the partners of the ranks here, and the hosts must be no
+    /// more than the ranks elsewhere (PCM refuses a shrink that names a host of more ranks
+    /// than it removes, and with fewer it takes the highest ranks).
+    fn straggler_shrink(
+        &mut self,
+        s: &Shared,
+        now: Instant,
+        node: &NodeProfile,
+        cpu_now: f64,
+    ) -> Option<StragglerShrink> {
+        let mut straggling: Vec<JobId> = Vec::new();
+        let mut best: Option<StragglerShrink> = None;
+        for rank0 in s.entities.iter().filter(|e| e.id.rank == Rank(0)) {
+            let (Some(limits), Some(slowest)) = (rank0.malleable, rank0.job_slowest_compute) else {
+                continue;
+            };
+            let job = &rank0.id.job;
+            let ranks_here: Vec<&EntityProfile> =
+                s.entities.iter().filter(|e| &e.id.job == job).collect();
+            let here = ranks_here.len() as u32;
+            let slowest_here = ranks_here
+                .iter()
+                .map(|e| e.compute)
+                .max()
+                .unwrap_or(rank0.compute);
+            if here >= rank0.job_ranks
+                || here * 2 < rank0.job_ranks
+                || slowest_here.as_secs_f64() >= STRAGGLER_SHARE * slowest.as_secs_f64()
+            {
+                continue;
+            }
+            straggling.push(job.clone());
+            let since = *self.straggled_since.get(job).unwrap_or(&now);
+            let settled = ranks_here
+                .iter()
+                .all(|e| e.resident >= s.config.hold_down && !s.is_held(&e.id, now));
+            let width_settled = rank0.width_age.is_some_and(|age| age >= s.config.hold_down);
+            if now < since + straggler_wait(&s.config)
+                || !settled
+                || !width_settled
+                || self.width_held(s, job, now)
+                || !limits.allows(here)
+            {
+                continue;
+            }
+            let mut hosts: Vec<HostName> = job_hosts(s, job)
+                .filter(|h| **h != s.host)
+                .cloned()
+                .collect();
+            hosts.sort();
+            hosts.dedup();
+            if hosts.is_empty() || hosts.len() as u32 > rank0.job_ranks - here {
+                continue;
+            }
+            let Some(timing) = JobTiming::from_rank(rank0, cpu_now) else {
+                continue;
+            };
+            let cost = s.config.resize_cost.cost(
+                rank0.state_bytes.saturating_mul(u64::from(timing.ranks)),
+                timing.ranks,
+                here,
+                node.bandwidth,
+            );
+            // The ranks here keep the CPU they get now; the exchange stays as measured
+            // (it crossed the network to the ranks elsewhere: an over-estimate after).
+            let gain = resize_gain(
+                &timing,
+                here,
+                cpu_now,
+                cost,
+                rank0.life_expectancy(),
+                s.config.resize_cost.term,
+            );
+            if gain.gain >= s.config.min_gain && best.as_ref().is_none_or(|b| gain.gain > b.gain) {
+                best = Some(StragglerShrink {
+                    job: job.clone(),
+                    from: timing.ranks,
+                    to: here,
+                    hosts,
+                    gain: gain.gain,
+                });
+            }
+        }
+        self.straggled_since
+            .retain(|job, _| straggling.contains(job));
+        for job in straggling {
+            self.straggled_since.entry(job).or_insert(now);
+        }
+        best
     }
 
     /// The malleable jobs with ranks here that may lose all of them: `(job, width now,
@@ -945,6 +1095,11 @@ impl Resizing {
                 .slowed_since
                 .values()
                 .map(|since| *since + s.config.shed_after)
+                .chain(
+                    self.straggled_since
+                        .values()
+                        .map(|since| *since + straggler_wait(&s.config)),
+                )
                 .filter(|at| *at > now)
                 .min(),
         }
@@ -1073,7 +1228,7 @@ pub(crate) fn start_resize(
             .filter(|e| &e.id.job == job)
             .map(|e| e.id.clone())
             .collect(),
-        OutgoingResize::Grow(_) => Vec::new(),
+        OutgoingResize::Grow(_) | OutgoingResize::ShrinkElsewhere(_) => Vec::new(),
     };
     s.stats.resizes_started += 1;
     s.outgoing = Some(Outgoing {

@@ -81,6 +81,13 @@ pub enum ResizeReason {
         /// The model's gain.
         gain: f64,
     },
+    /// This node is rank 0's, and the job's slowest rank runs on another node and has held
+    /// the job back for a while with nobody moving it: the job runs faster on the ranks
+    /// here alone, and the ranks elsewhere leave it.
+    Straggler {
+        /// The model's gain.
+        gain: f64,
+    },
     /// This node is leaving the pool and no idle node took the job's ranks here.
     Leave,
 }
@@ -93,6 +100,9 @@ impl std::fmt::Display for ResizeReason {
             }
             ResizeReason::Shed { gain } => {
                 write!(f, "competing load on this node; gain {gain:.2}")
+            }
+            ResizeReason::Straggler { gain } => {
+                write!(f, "a slow rank elsewhere held the job back; gain {gain:.2}")
             }
             ResizeReason::Leave => f.write_str("this node is leaving the pool"),
         }
@@ -459,13 +469,17 @@ pub(crate) enum OutgoingResize {
     Grow(JobId),
     /// The job's ranks here leave it.
     Shrink(JobId),
+    /// The job's ranks on other nodes leave it ([`ResizeReason::Straggler`]).
+    ShrinkElsewhere(JobId),
 }
 
 impl OutgoingResize {
     /// The job resized.
     pub(crate) fn job(&self) -> &JobId {
         match self {
-            OutgoingResize::Grow(job) | OutgoingResize::Shrink(job) => job,
+            OutgoingResize::Grow(job)
+            | OutgoingResize::Shrink(job)
+            | OutgoingResize::ShrinkElsewhere(job) => job,
         }
     }
 }
@@ -678,6 +692,14 @@ impl Shared {
     }
 
     // ---- internals shared with c2c ----
+
+    /// Whether `entity` is held back from moving at `now`: an entry past its time stays in
+    /// [`Shared::held`] until the next timer prunes it, and a busy node's agent may see
+    /// no timer for a long time (in the simulator, a node running 8 ranks of a job kept two
+    /// of them "held" for the last 50 minutes of an hour).
+    pub(crate) fn is_held(&self, entity: &EntityId, now: Instant) -> bool {
+        self.held.get(entity).is_some_and(|until| now < *until)
+    }
 
     pub(crate) fn fresh_id(&mut self) -> u64 {
         self.next_id = self.next_id.wrapping_add(1);

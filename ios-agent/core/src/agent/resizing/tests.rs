@@ -688,6 +688,20 @@ fn given_competing_load_slows_a_malleable_rank_and_no_idle_node_takes_it_then_th
     fresh.handle_entities(t1, vec![newcomer]);
     assert!(resizes(&drain(&mut fresh)).is_empty());
 
+    // A hold that has run out holds nothing, though no timer has pruned it yet (a busy
+    // node's agent may see none for long: in the simulator two ranks stayed "held" for 50
+    // minutes and their job was never weighed again).
+    let mut was_held = agent("node-b", t0);
+    was_held
+        .shared
+        .held
+        .insert(straggler().id, t0 + Duration::from_secs(1));
+    was_held.handle_node_profile(t0, node(1.4, 0.4));
+    was_held.handle_entities(t0, vec![straggler()]);
+    was_held.handle_node_profile(t1, node(1.4, 0.4));
+    was_held.handle_entities(t1, vec![straggler()]);
+    assert_eq!(resizes(&drain(&mut was_held)).len(), 1);
+
     // A job of fixed width is not shed, and nor is one at its minimum.
     let mut fixed = agent("node-b", t0);
     let mut rank = straggler();
@@ -1197,4 +1211,102 @@ fn given_a_forwarded_steal_refused_then_a_profile_that_makes_the_grow_pass_tells
         settled + MS * 1,
         steal_from("node-c", 8, node(0.0, 0.0)),
     );
+}
+
+/// Rank `rank` of the heat job of 4, on node-a with ranks 0 to 2: it computes 50 ms at 0.6
+/// core and waits in MPI for the job's slowest rank, on node-s, which computes 150 ms; the
+/// exchange takes 5 ms.
+fn held_back_rank(rank: u32) -> EntityProfile {
+    let mut e = heat_rank(rank, 4, 50, 105);
+    e.job_slowest_compute = Some(MS * 150);
+    e.width_age = Some(Duration::from_secs(3600));
+    e.partners = vec![Partner {
+        host: host("node-s"),
+        exchanges_per_sec: 6.0,
+    }];
+    e
+}
+
+/// node-a: 1.8 CPU (three of the emulated nodes' 0.6), unloaded, running `ranks`.
+fn home_of_three(now: Instant, ranks: Vec<EntityProfile>) -> Agent {
+    let mut a = agent("node-a", now);
+    let mut n = node(3.0, 0.0);
+    n.cores = 1.8;
+    a.handle_node_profile(now, n);
+    a.handle_entities(now, ranks);
+    a
+}
+
+#[test]
+fn given_a_slow_rank_elsewhere_that_nobody_moves_then_the_home_agent_shrinks_the_job_onto_its_own_ranks(
+) {
+    let t0 = Instant::now();
+    let ranks = || (0..3).map(held_back_rank).collect::<Vec<_>>();
+    let mut a = home_of_three(t0, ranks());
+    assert!(resizes(&drain(&mut a)).is_empty(), "not before the wait");
+    let wait = straggler_wait(&Config::default());
+    assert_eq!(a.poll_timeout(), Some(t0 + wait));
+    let t1 = t0 + wait;
+    a.handle_timeout(t1);
+    let shrunk = resizes(&drain(&mut a));
+    assert_eq!(shrunk.len(), 1, "{shrunk:?}");
+    let (from, to, hosts, reason) = &shrunk[0];
+    assert_eq!((*from, *to), (4, 3));
+    assert_eq!(hosts, &vec![host("node-s")]);
+    // W = 0.05 s x 0.6 x 4 = 0.12 core-seconds; at 3 ranks of 0.6: 0.0667 + 0.005 s against
+    // 0.155 s now: Delta = (0.155 - 0.0717) / (0.155 + 0.0717) = 0.368, less a cost of
+    // about 20 ms over an hour.
+    assert!(
+        matches!(reason, ResizeReason::Straggler { gain } if *gain > 0.36 && *gain < 0.37),
+        "{reason:?}"
+    );
+    a.handle_migration_outcome(
+        t1,
+        MigrationId(a.shared.next_id),
+        crate::MigrationOutcome::Completed,
+    );
+    assert_eq!(a.entities().len(), 3, "the ranks here stay");
+
+    // The slowest rank is here (a rank here computes 150 ms): nothing.
+    let mut slow_here = ranks();
+    slow_here[2].compute = MS * 150;
+    let mut b = home_of_three(t0, slow_here.clone());
+    b.handle_entities(t1, slow_here);
+    assert!(resizes(&drain(&mut b)).is_empty());
+
+    // More hosts among the partners than ranks elsewhere: the hosts of the ranks that would
+    // leave are not known, nothing.
+    let mut two_hosts = ranks();
+    two_hosts[1].partners.push(Partner {
+        host: host("node-t"),
+        exchanges_per_sec: 6.0,
+    });
+    let mut c = home_of_three(t0, two_hosts.clone());
+    c.handle_entities(t1, two_hosts);
+    assert!(resizes(&drain(&mut c)).is_empty());
+
+    // At the job's smallest width, or not the home agent (no rank 0 here): nothing.
+    let mut at_min = ranks();
+    for e in &mut at_min {
+        e.malleable = Some(Malleability::new(4, 8).expect("valid"));
+    }
+    let mut d = home_of_three(t0, at_min.clone());
+    d.handle_entities(t1, at_min);
+    assert!(resizes(&drain(&mut d)).is_empty());
+    let not_home: Vec<EntityProfile> = (1..4).map(held_back_rank).collect();
+    let mut e = home_of_three(t0, not_home.clone());
+    e.handle_entities(t1, not_home);
+    assert!(resizes(&drain(&mut e)).is_empty());
+
+    // The straggler moved or sped up within the wait: the wait starts again.
+    let mut f = home_of_three(t0, ranks());
+    let mut even = ranks();
+    for r in &mut even {
+        r.job_slowest_compute = Some(MS * 55);
+        r.mpi_wait = MS * 10;
+    }
+    f.handle_entities(t0 + wait / 2, even);
+    f.handle_entities(t1 - MS, ranks());
+    f.handle_timeout(t1);
+    assert!(resizes(&drain(&mut f)).is_empty());
 }
