@@ -814,7 +814,7 @@ impl Resizing {
             if retry && now >= leaving.waiting_since() + leave_shrink_wait(&s.config) {
                 if let Some((job, from, to)) = self.shrinkable_jobs(s, now).first().cloned() {
                     tracing::info!(agent = %s.me, %job, from, to, "leaving: no idle node took the job's ranks; shrinking it off this node");
-                    self.shrink(s, now, job, from, to, ResizeReason::Leave);
+                    self.shrink_off_here(s, now, job, (from, to), ResizeReason::Leave);
                 }
             }
             return;
@@ -870,24 +870,19 @@ impl Resizing {
         }
         if let Some((job, from, to, gain)) = best {
             tracing::info!(agent = %s.me, %job, from, to, gain, "competing load slows the job here and no idle node took its ranks; shrinking it off this node");
-            self.shrink(s, now, job, from, to, ResizeReason::Shed { gain });
+            self.shrink_off_here(s, now, job, (from, to), ResizeReason::Shed { gain });
             return;
         }
         if let Some(shrink) = self.straggler_shrink(s, now, &node, cpu_now) {
             tracing::info!(agent = %s.me, job = %shrink.job, from = shrink.from, to = shrink.to, gain = shrink.gain, hosts = ?shrink.hosts, "a slow rank elsewhere holds the job back; shrinking the job onto its ranks here");
-            self.last_shrink = Some(now);
             self.straggled_since.remove(&shrink.job);
-            let id = MigrationId(s.fresh_id());
-            start_resize(
+            self.shrink(
                 s,
                 now,
-                id,
                 OutgoingResize::ShrinkElsewhere(shrink.job),
-                shrink.from,
-                shrink.to,
+                (shrink.from, shrink.to),
                 shrink.hosts,
                 ResizeReason::Straggler { gain: shrink.gain },
-                None,
             );
         }
     }
@@ -1039,28 +1034,38 @@ impl Resizing {
         }
     }
 
+    /// Asks for a shrink of `from` ranks to `to`, the ranks on `hosts` leaving.
     fn shrink(
         &mut self,
         s: &mut Shared,
         now: Instant,
-        job: JobId,
-        from: u32,
-        to: u32,
+        kind: OutgoingResize,
+        (from, to): (u32, u32),
+        hosts: Vec<HostName>,
         reason: ResizeReason,
     ) {
         self.last_shrink = Some(now);
         let id = MigrationId(s.fresh_id());
-        let host = s.host.clone();
-        start_resize(
+        start_resize(s, now, id, kind, from, to, hosts, reason, None);
+    }
+
+    /// Asks for a shrink of `job` off this node.
+    fn shrink_off_here(
+        &mut self,
+        s: &mut Shared,
+        now: Instant,
+        job: JobId,
+        (from, to): (u32, u32),
+        reason: ResizeReason,
+    ) {
+        let here = vec![s.host.clone()];
+        self.shrink(
             s,
             now,
-            id,
             OutgoingResize::Shrink(job),
-            from,
-            to,
-            vec![host],
+            (from, to),
+            here,
             reason,
-            None,
         );
     }
 
