@@ -832,7 +832,7 @@ impl Resizing {
                 .entities
                 .iter()
                 .filter(|e| e.id.job == job)
-                .all(|e| e.resident >= s.config.hold_down && !s.is_held(&e.id, now));
+                .all(|e| settled_here(s, e, now));
             if !due || !settled || self.width_held(s, &job, now) {
                 continue;
             }
@@ -933,9 +933,7 @@ impl Resizing {
             }
             straggling.push(job.clone());
             let since = *self.straggled_since.get(job).unwrap_or(&now);
-            let settled = ranks_here
-                .iter()
-                .all(|e| e.resident >= s.config.hold_down && !s.is_held(&e.id, now));
+            let settled = ranks_here.iter().all(|e| settled_here(s, e, now));
             let width_settled = rank0.width_age.is_some_and(|age| age >= s.config.hold_down);
             if now < since + straggler_wait(&s.config)
                 || !settled
@@ -1109,6 +1107,12 @@ impl Resizing {
                 .min(),
         }
     }
+}
+
+/// Whether a rank here may be shrunk off or counted on to stay: it has been here a
+/// hold-down and is not held back from moving.
+fn settled_here(s: &Shared, e: &EntityProfile, now: Instant) -> bool {
+    e.resident >= s.config.hold_down && !s.is_held(&e.id, now)
 }
 
 /// The CPU each of this node's entities gets: the node's capacity (without the
