@@ -19,6 +19,7 @@ pub mod scale;
 pub mod scale_command;
 pub mod scale_seeds;
 pub mod summary;
+pub mod synthetic_rank;
 pub mod yardstick;
 
 use std::fmt::Write as _;

@@ -152,6 +152,11 @@ enum Command {
     /// joins, a peer server killed): mesh time, tier accuracy, CPU, memory, messages and
     /// bytes per agent, recovery; writes summary.json in --out. Needs root and /dev/net/tun.
     Pool(mpi_ios_bench::pool::PoolArgs),
+    /// A stand-in for one rank before a node's pcmd, with no MPI (the pool's synthetic
+    /// load): computes, reports profiles, writes each reconfiguration asked of it as a JSON
+    /// line and refuses it.
+    #[command(hide = true)]
+    SyntheticRank(mpi_ios_bench::synthetic_rank::SyntheticRankArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -180,7 +185,7 @@ fn main() -> std::process::ExitCode {
             eprintln!("warning: Ctrl-C will not clean up the emulated nodes: {e}");
         }
     }
-    if !matches!(cli.command, Command::Scale(_)) {
+    if !matches!(cli.command, Command::Scale(_) | Command::SyntheticRank(_)) {
         if let Err(e) = runtime_matches_build() {
             eprintln!("mpi-ios-bench: error: {e}");
             return std::process::ExitCode::from(2);
@@ -204,6 +209,7 @@ fn main() -> std::process::ExitCode {
         Command::Scale(args) => mpi_ios_bench::scale_command::run(args),
         Command::IdlePool(args) => idle_pool::run(args),
         Command::Pool(args) => mpi_ios_bench::pool::run(args),
+        Command::SyntheticRank(args) => mpi_ios_bench::synthetic_rank::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

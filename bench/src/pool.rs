@@ -47,6 +47,9 @@ use mpi_ios_tests::sites::{DelayMatrix, SiteNet};
 use mpi_ios_tests::{bin, Group};
 use serde::{Deserialize, Serialize};
 
+mod load;
+pub use load::{LoadSummary, LoadedNode};
+
 /// Name of the summary in `--out`.
 pub const SUMMARY_FILE: &str = "summary.json";
 
@@ -109,6 +112,17 @@ pub struct PoolArgs {
     /// every agent knows that many (or all the others).
     #[arg(long, value_name = "N", default_value_t = ios_agent_net::config::DEFAULT_DIAL_AGENTS)]
     pub dial_agents: usize,
+    /// Nodes to load after the idle window, each with a synthetic rank (a one-rank job
+    /// registered with the node's pcmd, no MPI) and a CPU hog beside it; the summary gives
+    /// what their agents decided and what the simulator's agents decide for the same loads.
+    /// Default: 1 with --quick, else N/50 (at least 1); 0: none. Needs a cgroup node per
+    /// agent.
+    #[arg(long, value_name = "NODES")]
+    pub loaded: Option<usize>,
+    /// Longest wait for the loaded nodes' agents to move their ranks, seconds (an agent
+    /// moves no rank resident for less than its 30 s hold-down).
+    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    pub load_timeout: f64,
 }
 
 /// Nominal round trip of a path `steps` sites long on the line: the middle (geometric, for
@@ -333,6 +347,10 @@ pub struct PoolSummary {
     /// Packets the kernel dropped on the router's links (whole run): its TUN's queue full
     /// while the router did not read, each a retransmission (at least 200 ms) for TCP.
     pub link_dropped: u64,
+    /// The synthetic load and what the real and the simulated agents decided for it
+    /// (`None`: no load, as with `--loaded 0` or without cgroup nodes).
+    #[serde(default)]
+    pub load: Option<LoadSummary>,
     /// The churn.
     pub churn: ChurnSummary,
     /// The bounds `passed` judges.
@@ -367,7 +385,7 @@ struct Agent {
     group: Group,
     /// Its node's cgroup (unless `--shared-node`): dropped after the group, it kills what
     /// is left in it (the agent's pcmd).
-    _node: Option<NodeCgroup>,
+    node: Option<NodeCgroup>,
     /// Its peer id as `status` prints ids, once read.
     peer_id: Option<String>,
     /// Left or killed on purpose.
@@ -410,7 +428,7 @@ fn agent_status(control: &Path) -> Option<AgentStatus> {
 }
 
 /// User plus system CPU seconds of a process, or None if it is gone.
-fn cpu_s(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_s(pid: u32) -> Option<f64> {
     Some(mpi_ios_tests::scenario::cpu_ticks(pid)? as f64 / ticks_per_second())
 }
 
@@ -484,6 +502,27 @@ const NODE_CAP_CORES: f64 = 1.0;
 const JOIN_NODE_THEN_EXEC: &str =
     r#"for f in $MPI_IOS_NODE_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@""#;
 
+/// A command that runs `program` with `args` in the cgroup `node` from its first
+/// instruction ([`JOIN_NODE_THEN_EXEC`]).
+fn in_node<I, S>(node: &NodeCgroup, program: &std::ffi::OsStr, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let procs: Vec<String> = node
+        .procs_files()
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", JOIN_NODE_THEN_EXEC, "sh"])
+        .arg(program)
+        .args(args)
+        .env("MPI_IOS_NODE_PROCS", procs.join(" "));
+    command
+}
+
 /// Runs the benchmark.
 pub fn run(args: PoolArgs) -> Result<()> {
     if let Err(why) = SiteNet::available() {
@@ -503,6 +542,9 @@ pub fn run(args: PoolArgs) -> Result<()> {
     }
     if !(0.0..=0.5).contains(&args.jitter) {
         bail!("--jitter must be 0 to 0.5");
+    }
+    if !(args.load_timeout >= 1.0 && args.load_timeout <= 3600.0) {
+        bail!("--load-timeout must be 1 to 3600 seconds");
     }
     let churn = args.churn.unwrap_or(if args.quick {
         1
@@ -691,6 +733,19 @@ impl Run {
         std::thread::sleep(settle);
         self.measure_window(&mut s)?;
 
+        // The synthetic load.
+        let to_load = self
+            .args
+            .loaded
+            .unwrap_or(if self.args.quick { 1 } else { (n / 50).max(1) });
+        let loaded = load::loaded_agents(n, self.args.sites, to_load);
+        if !loaded.is_empty() && !self.node_cgroups {
+            eprintln!("pool: no synthetic load: it needs a cgroup node per agent");
+        } else if !loaded.is_empty() {
+            let timeout = Duration::from_secs_f64(self.args.load_timeout);
+            s.load = Some(self.load(&loaded, timeout)?);
+        }
+
         // 3. Churn.
         let budget = Duration::from_secs_f64(self.args.seconds * (1.0 - WINDOW_SHARE));
         self.churn(&mut s, churn, budget)?;
@@ -716,6 +771,11 @@ impl Run {
             }
             Err(e) => eprintln!("pool: not simulated: {e:#}"),
         }
+        if let Some(load) = s.load.as_mut() {
+            if let Err(e) = self.simulate_load(load, &loaded, knowledge) {
+                eprintln!("pool: the load not simulated: {e:#}");
+            }
+        }
         self.judge(&mut s);
         Ok(s)
     }
@@ -737,17 +797,7 @@ impl Run {
             let name = format!("{}{}spool-{host}", cgroup::PREFIX, std::process::id());
             let node = NodeCgroup::create(&name, CpuCap::cores(NODE_CAP_CORES))
                 .map_err(|e| anyhow::anyhow!("cannot make the node cgroup of {host}: {e}"))?;
-            let procs: Vec<String> = node
-                .procs_files()
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect();
-            let mut command = Command::new("sh");
-            command
-                .args(["-c", JOIN_NODE_THEN_EXEC, "sh"])
-                .arg(in_site.get_program())
-                .args(in_site.get_args())
-                .env("MPI_IOS_NODE_PROCS", procs.join(" "));
+            let command = in_node(&node, in_site.get_program(), in_site.get_args());
             (command, Some(node))
         } else {
             (in_site, None)
@@ -760,7 +810,7 @@ impl Run {
             site,
             spec,
             group,
-            _node: node,
+            node,
             peer_id: None,
             departed: false,
         });
@@ -1299,6 +1349,24 @@ impl Run {
                 s.churn.peer_servers_alive
             ));
         }
+        for n in s.load.iter().flat_map(|l| &l.nodes) {
+            match &n.to_host {
+                None => f.push(format!(
+                    "the agent of the loaded node {} moved nothing within {:.0} s",
+                    n.host,
+                    s.load.as_ref().map_or(0.0, |l| l.timeout_s)
+                )),
+                Some(to) if n.to_loaded => f.push(format!(
+                    "the agent of the loaded node {} moved its rank to {to}, itself loaded",
+                    n.host
+                )),
+                Some(to) if !n.delivered => f.push(format!(
+                    "the move from {} to {to} never reached the rank through pcmd",
+                    n.host
+                )),
+                Some(_) => {}
+            }
+        }
         s.passed = f.is_empty();
         s.failures = f;
     }
@@ -1365,6 +1433,21 @@ fn print_summary(s: &PoolSummary) {
             "  fidelity: msgs/s per agent {:.3} real, {:.3} simulated; steals/s {:.3} real, {:.3} simulated; first steal {} real, {} simulated",
             s.msgs_per_agent_s, sim.msgs_per_agent_s, s.steals_per_agent_s, sim.steals_per_agent_s,
             secs(s.first_steal_s), secs(sim.first_steal_s)
+        );
+    }
+    if let Some(l) = &s.load {
+        let share = |x: Option<f64>| x.map_or("-".to_owned(), |v| format!("{:.0}%", 100.0 * v));
+        let moved = |nodes: &[LoadedNode]| nodes.iter().filter(|n| n.to_host.is_some()).count();
+        println!(
+            "  load on {} nodes from {:.1} s: moved {} real, {} simulated; first move (median) {} s real, {} s simulated; to the same site {} real, {} simulated",
+            l.nodes.len(),
+            l.started_s,
+            moved(&l.nodes),
+            moved(&l.simulated),
+            opt(l.first_move_median_s),
+            opt(l.simulated_first_move_median_s),
+            share(l.local_share),
+            share(l.simulated_local_share)
         );
     }
     println!(

@@ -113,18 +113,7 @@ pub fn simulate_idle(
     window: Duration,
     seed: u64,
 ) -> Result<SimulatedIdle> {
-    let sites = sites.max(1);
-    // A site's own round trip is its loopback's, not zero (1.4 ms median in the real pool).
-    let rtt = move |a: usize, b: usize| nominal_rtt((a % sites).abs_diff(b % sites)).max(ms(1));
-    let mut sim = Sim::new(seed, join_defaults()?)
-        .with_rtt_model(rtt)
-        .with_message_log();
-    if let Some(linked) = knowledge.links(agents, seed) {
-        sim = sim.with_links(move |a, b| linked[a * agents + b]);
-    }
-    for _ in 0..agents {
-        sim.add_node(NodeSpec::new(1.0));
-    }
+    let mut sim = pool_sim(agents, sites, knowledge, &[], Duration::ZERO, seed)?;
     sim.run_for(settle);
     let before = sim.messages().clone();
     let steals = |counts: &ios_agent_core::sim::MessageCounts| {
@@ -143,6 +132,91 @@ pub fn simulate_idle(
         steals_per_agent_s: per(steals(after) - steals(&before)),
         first_steal_s,
     })
+}
+
+/// The pool in the simulator: `agents` nodes of one idle core each in `sites` sites (round
+/// robin), knowing each other as `knowledge` says; from `load_at` on, each node in `loaded`
+/// has a CPU hog (one runnable thread) beside what runs there.
+fn pool_sim(
+    agents: usize,
+    sites: usize,
+    knowledge: Knowledge,
+    loaded: &[usize],
+    load_at: Duration,
+    seed: u64,
+) -> Result<Sim> {
+    let sites = sites.max(1);
+    // A site's own round trip is its loopback's, not zero (1.4 ms median in the real pool).
+    let rtt = move |a: usize, b: usize| nominal_rtt((a % sites).abs_diff(b % sites)).max(ms(1));
+    let mut sim = Sim::new(seed, join_defaults()?)
+        .with_rtt_model(rtt)
+        .with_message_log();
+    if let Some(linked) = knowledge.links(agents, seed) {
+        sim = sim.with_links(move |a, b| linked[a * agents + b]);
+    }
+    for i in 0..agents {
+        let spec = NodeSpec::new(1.0);
+        sim.add_node(if loaded.contains(&i) {
+            spec.with_background(move |t| if t >= load_at { 1.0 } else { 0.0 })
+        } else {
+            spec
+        });
+    }
+    Ok(sim)
+}
+
+/// The job id of the synthetic rank loading the node of agent `agent` (real and simulated).
+pub fn load_job(agent: usize) -> String {
+    format!("load-{agent}")
+}
+
+/// What the agent of one loaded node decided, in the simulator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimulatedMove {
+    /// The loaded node (agent index).
+    pub loaded: usize,
+    /// Seconds from the load's start until its agent asked to move the synthetic rank.
+    pub after_s: f64,
+    /// Where to (agent index).
+    pub to: usize,
+}
+
+/// The synthetic load of `mpi-ios-bench pool` in the simulator: the pool of
+/// [`simulate_idle`]; at `load_at`, each node in `loaded` gets a one-rank job (the synthetic
+/// rank, 8 MiB of state) and a CPU hog beside it, as the real run gives it; then `timeout`
+/// more. Returns, for each loaded node that decided within it, its agent's first move of
+/// the rank.
+pub fn simulate_load(
+    agents: usize,
+    sites: usize,
+    knowledge: Knowledge,
+    load_at: Duration,
+    loaded: &[usize],
+    timeout: Duration,
+    seed: u64,
+) -> Result<Vec<SimulatedMove>> {
+    let mut sim = pool_sim(agents, sites, knowledge, loaded, load_at, seed)?;
+    sim.run_for(load_at);
+    for &node in loaded {
+        sim.add_entity(node, &load_job(node), 0, 8 << 20);
+    }
+    sim.run_for(timeout);
+    let mut moves: Vec<SimulatedMove> = Vec::new();
+    for &node in loaded {
+        let job = load_job(node);
+        if let Some(r) = sim
+            .migrations_asked()
+            .iter()
+            .find(|r| r.entity.job.as_str() == job && r.at >= load_at)
+        {
+            moves.push(SimulatedMove {
+                loaded: node,
+                after_s: (r.at - load_at).as_secs_f64(),
+                to: r.to,
+            });
+        }
+    }
+    Ok(moves)
 }
 
 fn ms(n: u64) -> Duration {
@@ -183,6 +257,30 @@ mod tests {
         assert!(s.steals_per_agent_s > 0.0, "{s:?}");
         assert!(s.msgs_per_agent_s >= s.steals_per_agent_s, "{s:?}");
         assert!(s.first_steal_s.is_some_and(|t| t < 10.0), "{s:?}");
+    }
+
+    /// Issue 42, item 2: the real agents move no rank resident on their node for less
+    /// than their 30 s hold-down, and a rank that registers mid-run is new there.
+    #[test]
+    fn given_loaded_nodes_then_their_agents_move_the_ranks_to_idle_nodes_after_the_hold_down() {
+        let loaded = [0, 5];
+        let load_at = Duration::from_secs(60);
+        let moves = simulate_load(
+            12,
+            4,
+            Knowledge::Everyone,
+            load_at,
+            &loaded,
+            Duration::from_secs(120),
+            1,
+        )
+        .expect("simulated");
+        assert_eq!(moves.len(), 2, "{moves:?}");
+        let hold_down = join_defaults().expect("valid").hold_down().as_secs_f64();
+        for m in &moves {
+            assert!(!loaded.contains(&m.to), "{m:?}");
+            assert!(m.after_s >= hold_down && m.after_s < 120.0, "{m:?}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The quick pool (issue 42, item 1): real agents in 4 emulated wide-area sites, with churn.
-//! Checks the run's own verdict and the figures behind it, so that a pool that does not
-//! form, misjudges distances, burns CPU or does not recover fails here. Needs root and
+//! The quick pool (issue 42, items 1 and 2): real agents in 4 emulated wide-area sites, a
+//! loaded node, churn. Checks the run's own verdict and the figures behind it, so that a
+//! pool that does not form, misjudges distances, burns CPU, does not move a loaded node's
+//! rank (or decides otherwise than the simulator) or does not recover fails here. Needs root and
 //! /dev/net/tun; skipped with the reason otherwise. Needs `cargo build --release --bins`.
 #![allow(clippy::unwrap_used)]
 
@@ -11,8 +12,9 @@ use std::time::Duration;
 use mpi_ios_bench::pool::PoolSummary;
 use mpi_ios_tests::sites::SiteNet;
 
-/// The whole run took 20 s here (agents start, mesh, 8 s window, churn); the bound is slack.
-const DEADLINE: Duration = Duration::from_secs(150);
+/// The whole run took 20 s here (agents start, mesh, 8 s window, churn), plus about 32 s
+/// for the synthetic load (the agent's 30 s hold-down); the bound is slack.
+const DEADLINE: Duration = Duration::from_secs(200);
 
 #[test]
 fn given_a_quick_pool_in_four_sites_then_it_forms_classifies_distances_and_recovers_from_churn() {
@@ -73,6 +75,26 @@ fn given_a_quick_pool_in_four_sites_then_it_forms_classifies_distances_and_recov
     assert!(s.churn.peer_server_killed.is_some());
     assert!(s.churn.recovered, "{s:#?}");
     assert_eq!(s.churn.alive, s.churn.alive_expected, "{s:#?}");
+    // The synthetic load (one node with --quick): its agent moved the rank to an idle
+    // node once the rank had been there for the hold-down (30 s), the request reached the
+    // rank through pcmd, and the simulator's agent, given the same load, decided alike.
+    assert_eq!(s.load.is_some(), s.node_cgroups, "{s:#?}");
+    if let Some(load) = &s.load {
+        assert_eq!(load.nodes.len(), 1, "{load:#?}");
+        assert_eq!(load.simulated.len(), 1, "{load:#?}");
+        let (real, simulated) = (&load.nodes[0], &load.simulated[0]);
+        let real_after = real.first_move_s.expect("the real agent moved the rank");
+        let simulated_after = simulated
+            .first_move_s
+            .expect("the simulated agent moved it");
+        assert!(real_after >= 29.0, "{load:#?}");
+        assert!(real.delivered && !real.to_loaded, "{load:#?}");
+        assert!(!simulated.to_loaded, "{load:#?}");
+        assert!(
+            (real_after - simulated_after).abs() <= 10.0,
+            "the simulator decides at another time: {load:#?}"
+        );
+    }
     assert!(s.passed, "{:?}", s.failures);
     assert!(s.failures.is_empty());
 }

@@ -141,6 +141,16 @@ impl Client {
 
     /// Connects and says hello, waiting at most `timeout` for the welcome.
     pub fn connect_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<Self, Error> {
+        Self::connect_as(path, ClientKind::Controller, timeout)
+    }
+
+    /// Connects and says hello as a client of kind `client` (a rank, for programs that
+    /// stand in for one: a rank's own link is pcm's), waiting at most `timeout`.
+    pub fn connect_as(
+        path: impl AsRef<Path>,
+        client: ClientKind,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
         let path = path.as_ref().to_owned();
         let stream = UnixStream::connect(&path).map_err(|source| match source.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
@@ -158,7 +168,7 @@ impl Client {
         };
         link.send(&ToDaemon::Hello {
             version: PROTOCOL_VERSION,
-            client: ClientKind::Controller,
+            client,
         })?;
         let what = "the daemon's welcome";
         match link.recv(timeout, what)? {

@@ -783,6 +783,8 @@ pub struct Sim {
     while_moving: WhileMoving,
     partners: bool,
     migrations: Vec<MigrationRecord>,
+    /// Every move an agent asked for, when it asked (its `at`).
+    asked: Vec<MigrationRecord>,
     oracle_ids: u64,
     /// Predicts what a resize costs; the simulation charges what it predicts.
     resize_cost: ResizeCostModel,
@@ -847,6 +849,7 @@ impl Sim {
             while_moving: WhileMoving::Batched,
             partners: false,
             migrations: Vec::new(),
+            asked: Vec::new(),
             oracle_ids: 0,
             resize_cost: ResizeCostModel::default(),
             resizes: Vec::new(),
@@ -1010,7 +1013,8 @@ impl Sim {
         self.rtt.insert((a.min(b), a.max(b)), rtt);
     }
 
-    /// Adds an entity (one rank of `job`) on `node`, resident there since before the start.
+    /// Adds an entity (one rank of `job`) on `node`: resident there since before the start
+    /// when added at the start, else since now.
     pub fn add_entity(&mut self, node: usize, job: &str, rank: u32, state_bytes: u64) -> EntityId {
         let id = EntityId {
             job: JobId::new(job).expect("valid job id"),
@@ -1045,7 +1049,10 @@ impl Sim {
             job: j,
             node,
             state_bytes,
-            arrived: None,
+            // A rank that starts after the simulation did is new on its node, as a real
+            // rank's profile says (its agent moves nothing resident for less than its
+            // hold-down); those there at the start have run for a while.
+            arrived: (self.now > self.epoch).then_some(self.now),
             moving_to: None,
             gone: false,
         });
@@ -1154,6 +1161,13 @@ impl Sim {
     /// Every completed migration so far.
     pub fn migrations(&self) -> &[MigrationRecord] {
         &self.migrations
+    }
+
+    /// Every move of an entity an agent asked for so far (and the simulated daemon took
+    /// up), timed when the agent asked: what the real agents' status lists as a migration
+    /// started.
+    pub fn migrations_asked(&self) -> &[MigrationRecord] {
+        &self.asked
     }
 
     /// Iterations done so far, summed over all jobs (updated every profile period).
@@ -1562,6 +1576,14 @@ impl Sim {
                     } else {
                         Vec::new()
                     };
+                    let at = self.elapsed();
+                    self.asked.extend(indices.iter().map(|&e| MigrationRecord {
+                        at,
+                        entity: self.entities[e].id.clone(),
+                        entity_index: e,
+                        from: node,
+                        to: j,
+                    }));
                     self.begin_move(id, node, j, indices, true);
                 }
                 Action::Resize {
