@@ -236,6 +236,10 @@ pub struct ChurnSummary {
     /// Seconds from the churn until every survivor knew every joiner (unless its table was
     /// full) and every joiner knew the pool (as many peers as its table holds).
     pub joiners_known_s: Option<f64>,
+    /// Who kept the joiners from being known when the budget ran out (the first few; empty
+    /// when they were known).
+    #[serde(default)]
+    pub joiners_unknown: String,
     /// Both happened within the churn budget.
     pub recovered: bool,
     /// Agents that should be running at the end, and those that were.
@@ -490,6 +494,9 @@ struct Run {
     started: Instant,
     /// Whether each agent gets a cgroup node of its own.
     node_cgroups: bool,
+    /// The agents whose nodes get the synthetic load, and the CPU cap of their nodes.
+    loaded: Vec<usize>,
+    load_cap: CpuCap,
 }
 
 /// The CPU cap of an agent's cgroup node: one core, which an idle agent never reaches; what
@@ -587,6 +594,8 @@ pub fn run(args: PoolArgs) -> Result<()> {
         by_peer: HashMap::new(),
         started: Instant::now(),
         node_cgroups,
+        loaded: Vec::new(),
+        load_cap: CpuCap::cores(NODE_CAP_CORES),
         dir,
         net,
         args,
@@ -637,6 +646,18 @@ impl Run {
                 tier_name(LatencyTier::from_rtt(rtt)).to_owned(),
                 rtt.as_secs_f64() * 1e3,
             );
+        }
+        // The nodes to load get a smaller cap, so that their loads (two busy threads each,
+        // at their cap) take at most a core of this machine in all.
+        let to_load = self
+            .args
+            .loaded
+            .unwrap_or(if self.args.quick { 1 } else { (n / 50).max(1) });
+        if self.node_cgroups {
+            self.loaded = load::loaded_agents(n, self.args.sites, to_load);
+            self.load_cap = load::loaded_node_cap(self.loaded.len());
+        } else if to_load > 0 {
+            eprintln!("pool: no synthetic load: it needs a cgroup node per agent");
         }
         // Peer servers spread over the sites.
         for p in 0..self.args.peer_servers {
@@ -734,14 +755,8 @@ impl Run {
         self.measure_window(&mut s)?;
 
         // The synthetic load.
-        let to_load = self
-            .args
-            .loaded
-            .unwrap_or(if self.args.quick { 1 } else { (n / 50).max(1) });
-        let loaded = load::loaded_agents(n, self.args.sites, to_load);
-        if !loaded.is_empty() && !self.node_cgroups {
-            eprintln!("pool: no synthetic load: it needs a cgroup node per agent");
-        } else if !loaded.is_empty() {
+        let loaded = self.loaded.clone();
+        if !loaded.is_empty() {
             let timeout = Duration::from_secs_f64(self.args.load_timeout);
             s.load = Some(self.load(&loaded, timeout)?);
         }
@@ -795,7 +810,12 @@ impl Run {
             .args(["--dial-agents", &self.args.dial_agents.to_string()]);
         let (mut command, node) = if self.node_cgroups {
             let name = format!("{}{}spool-{host}", cgroup::PREFIX, std::process::id());
-            let node = NodeCgroup::create(&name, CpuCap::cores(NODE_CAP_CORES))
+            let cap = if self.loaded.contains(&self.agents.len()) {
+                self.load_cap
+            } else {
+                CpuCap::cores(NODE_CAP_CORES)
+            };
+            let node = NodeCgroup::create(&name, cap)
                 .map_err(|e| anyhow::anyhow!("cannot make the node cgroup of {host}: {e}"))?;
             let command = in_node(&node, in_site.get_program(), in_site.get_args());
             (command, Some(node))
@@ -1251,13 +1271,22 @@ impl Run {
                 break;
             }
             if Instant::now() > deadline {
+                if s.churn.joiners_known_s.is_none() {
+                    s.churn.joiners_unknown = self.joiners_shortfall(&snap, &joiners, cap);
+                }
                 break;
             }
             std::thread::sleep(Duration::from_secs(1));
         }
         eprintln!(
-            "pool: departed dropped after {:?} s, joiners known after {:?} s",
-            s.churn.dead_dropped_s, s.churn.joiners_known_s
+            "pool: departed dropped after {:?} s, joiners known after {:?} s{}",
+            s.churn.dead_dropped_s,
+            s.churn.joiners_known_s,
+            if s.churn.joiners_unknown.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", s.churn.joiners_unknown)
+            }
         );
         s.churn.alive_expected = self.live().count();
         s.churn.alive = self
@@ -1289,11 +1318,20 @@ impl Run {
     /// Every survivor knows every joiner (unless it knows `cap` agents) and every joiner knows
     /// as many live agents as the mesh asks.
     fn joiners_known(&self, snap: &Snapshot, joiners: &[usize], cap: usize) -> bool {
+        self.joiners_shortfall(snap, joiners, cap).is_empty()
+    }
+
+    /// Who keeps [`Run::joiners_known`] false, for a message (the first few): a joiner
+    /// that knows too few, or a survivor that lacks joiners; empty when nobody does.
+    fn joiners_shortfall(&self, snap: &Snapshot, joiners: &[usize], cap: usize) -> String {
         let live = self.live().count();
         let target = (live - 1).min(cap);
-        self.live().all(|i| {
+        let mut out = Vec::new();
+        for i in self.live() {
+            let host = &self.agents[i].host;
             let Some(st) = snap.statuses.get(&i) else {
-                return false;
+                out.push(format!("{host} did not answer"));
+                continue;
             };
             let known: Vec<usize> = self
                 .known(st)
@@ -1301,11 +1339,25 @@ impl Run {
                 .filter(|&j| !self.agents[j].departed)
                 .collect();
             if joiners.contains(&i) {
-                known.len() >= target
-            } else {
-                st.peers.len() >= cap || joiners.iter().all(|j| known.contains(j))
+                if known.len() < target {
+                    out.push(format!("joiner {host} knows {} of {target}", known.len()));
+                }
+            } else if st.peers.len() < cap {
+                let lacks: Vec<&str> = joiners
+                    .iter()
+                    .filter(|j| !known.contains(j))
+                    .map(|&j| self.agents[j].host.as_str())
+                    .collect();
+                if !lacks.is_empty() {
+                    out.push(format!(
+                        "{host} ({} peers) lacks {}",
+                        st.peers.len(),
+                        lacks.join(" ")
+                    ));
+                }
             }
-        })
+        }
+        first_few(out)
     }
 
     fn judge(&self, s: &mut PoolSummary) {
@@ -1327,10 +1379,15 @@ impl Run {
         }
         if !s.churn.recovered {
             f.push(format!(
-                "the pool did not recover from the churn within {:.0} s (departed dropped: {:?} s, joiners known: {:?} s)",
+                "the pool did not recover from the churn within {:.0} s (departed dropped: {:?} s, joiners known: {:?} s{})",
                 s.seconds * (1.0 - WINDOW_SHARE),
                 s.churn.dead_dropped_s,
-                s.churn.joiners_known_s
+                s.churn.joiners_known_s,
+                if s.churn.joiners_unknown.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", s.churn.joiners_unknown)
+                }
             ));
         }
         if !s.churn.left_exited {

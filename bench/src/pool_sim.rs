@@ -113,7 +113,7 @@ pub fn simulate_idle(
     window: Duration,
     seed: u64,
 ) -> Result<SimulatedIdle> {
-    let mut sim = pool_sim(agents, sites, knowledge, &[], Duration::ZERO, seed)?;
+    let mut sim = pool_sim(agents, sites, knowledge, &[], 1.0, Duration::ZERO, seed)?;
     sim.run_for(settle);
     let before = sim.messages().clone();
     let steals = |counts: &ios_agent_core::sim::MessageCounts| {
@@ -135,13 +135,15 @@ pub fn simulate_idle(
 }
 
 /// The pool in the simulator: `agents` nodes of one idle core each in `sites` sites (round
-/// robin), knowing each other as `knowledge` says; from `load_at` on, each node in `loaded`
-/// has a CPU hog (one runnable thread) beside what runs there.
+/// robin), knowing each other as `knowledge` says; the nodes in `loaded` have
+/// `loaded_cores` instead, and from `load_at` on a CPU hog (one runnable thread) beside what
+/// runs there.
 fn pool_sim(
     agents: usize,
     sites: usize,
     knowledge: Knowledge,
     loaded: &[usize],
+    loaded_cores: f64,
     load_at: Duration,
     seed: u64,
 ) -> Result<Sim> {
@@ -155,11 +157,11 @@ fn pool_sim(
         sim = sim.with_links(move |a, b| linked[a * agents + b]);
     }
     for i in 0..agents {
-        let spec = NodeSpec::new(1.0);
         sim.add_node(if loaded.contains(&i) {
-            spec.with_background(move |t| if t >= load_at { 1.0 } else { 0.0 })
+            NodeSpec::new(loaded_cores)
+                .with_background(move |t| if t >= load_at { 1.0 } else { 0.0 })
         } else {
-            spec
+            NodeSpec::new(1.0)
         });
     }
     Ok(sim)
@@ -182,20 +184,30 @@ pub struct SimulatedMove {
 }
 
 /// The synthetic load of `mpi-ios-bench pool` in the simulator: the pool of
-/// [`simulate_idle`]; at `load_at`, each node in `loaded` gets a one-rank job (the synthetic
-/// rank, 8 MiB of state) and a CPU hog beside it, as the real run gives it; then `timeout`
-/// more. Returns, for each loaded node that decided within it, its agent's first move of
-/// the rank.
+/// [`simulate_idle`], the nodes in `loaded` of `loaded_cores` each; at `load_at`, each of
+/// them gets a one-rank job (the synthetic rank, 8 MiB of state) and a CPU hog beside it,
+/// as the real run gives it; then `timeout` more. Returns, for each loaded node that
+/// decided within it, its agent's first move of the rank.
+#[allow(clippy::too_many_arguments)]
 pub fn simulate_load(
     agents: usize,
     sites: usize,
     knowledge: Knowledge,
     load_at: Duration,
     loaded: &[usize],
+    loaded_cores: f64,
     timeout: Duration,
     seed: u64,
 ) -> Result<Vec<SimulatedMove>> {
-    let mut sim = pool_sim(agents, sites, knowledge, loaded, load_at, seed)?;
+    let mut sim = pool_sim(
+        agents,
+        sites,
+        knowledge,
+        loaded,
+        loaded_cores,
+        load_at,
+        seed,
+    )?;
     sim.run_for(load_at);
     for &node in loaded {
         sim.add_entity(node, &load_job(node), 0, 8 << 20);
@@ -271,6 +283,7 @@ mod tests {
             Knowledge::Everyone,
             load_at,
             &loaded,
+            0.5,
             Duration::from_secs(120),
             1,
         )

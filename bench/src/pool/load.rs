@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use ios_agent_core::LatencyTier;
 use ios_agent_proto::status::DecisionKind;
+use mpi_ios_tests::cgroup::CpuCap;
 use mpi_ios_tests::Group;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,9 @@ pub struct LoadedNode {
 pub struct LoadSummary {
     /// Seconds from the first agent's start until the loads began.
     pub started_s: f64,
+    /// The CPU cap of each loaded node, cores (a core shared among them, at most one
+    /// each, so that the loads do not starve the rest of the pool on this machine).
+    pub node_cores: f64,
     /// The longest wait for the decisions, s.
     pub timeout_s: f64,
     /// The real agents, one entry per loaded node.
@@ -98,6 +102,14 @@ fn aggregate(nodes: &[LoadedNode]) -> (Option<f64>, Option<f64>) {
     )
 }
 
+/// The CPU cap of each of `loaded` loaded nodes: a core shared among them (at most one
+/// each), over a 10 ms period so that an agent on a loaded node waits at most that long
+/// for its turn (at the default 100 ms an agent behind two busy threads at a sixth of a
+/// core would wait 83 ms, which its round trips would show).
+pub(super) fn loaded_node_cap(loaded: usize) -> CpuCap {
+    CpuCap::cores((1.0 / loaded.max(1) as f64).min(1.0)).with_period(10_000)
+}
+
 /// The agents to load: `count` of `agents`, spread evenly over the pool and its sites.
 pub(super) fn loaded_agents(agents: usize, sites: usize, count: usize) -> Vec<usize> {
     let count = count.min(agents);
@@ -144,6 +156,7 @@ impl Run {
     pub(super) fn load(&mut self, loaded: &[usize], timeout: Duration) -> Result<LoadSummary> {
         let mut summary = LoadSummary {
             started_s: round3(self.started.elapsed().as_secs_f64()),
+            node_cores: self.load_cap.as_cores(),
             timeout_s: timeout.as_secs_f64(),
             ..LoadSummary::default()
         };
@@ -294,6 +307,7 @@ impl Run {
             knowledge,
             Duration::from_secs_f64(load.started_s),
             loaded,
+            load.node_cores,
             Duration::from_secs_f64(load.timeout_s),
             1,
         )?;
