@@ -27,6 +27,10 @@
 //!    second until the survivors have dropped every departed agent and know every joiner,
 //!    and the joiners know the pool.
 //!
+//! Between 2 and 3, the synthetic load ([`load`]): `--loaded` nodes each get a stand-in
+//! rank and a CPU hog, and the time until each node's agent moves the rank, and where to,
+//! is set beside what the simulator's agents decide for the same loads.
+//!
 //! Writes `summary.json` ([`PoolSummary`]) in `--out` and prints it; exits non-zero only
 //! when the run could not be made (no root, no TUN, a process that would not start), never
 //! for a verdict: `passed` carries that, and `failures` says why not.
@@ -115,8 +119,8 @@ pub struct PoolArgs {
     /// Nodes to load after the idle window, each with a synthetic rank (a one-rank job
     /// registered with the node's pcmd, no MPI) and a CPU hog beside it; the summary gives
     /// what their agents decided and what the simulator's agents decide for the same loads.
-    /// Default: 1 with --quick, else N/50 (at least 1); 0: none. Needs a cgroup node per
-    /// agent.
+    /// Default: 1 with --quick, else N/50 (1 to 10); 0: none; at most 10 (they share one
+    /// core of this machine). Needs a cgroup node per agent.
     #[arg(long, value_name = "NODES")]
     pub loaded: Option<usize>,
     /// Longest wait for the loaded nodes' agents to move their ranks, seconds (an agent
@@ -649,13 +653,14 @@ impl Run {
         }
         // The nodes to load get a smaller cap, so that their loads (two busy threads each,
         // at their cap) take at most a core of this machine in all.
-        let to_load = self
-            .args
-            .loaded
-            .unwrap_or(if self.args.quick { 1 } else { (n / 50).max(1) });
+        let to_load = self.args.loaded.unwrap_or(if self.args.quick {
+            1
+        } else {
+            (n / 50).clamp(1, load::MAX_LOADED)
+        });
         if self.node_cgroups {
             self.loaded = load::loaded_agents(n, self.args.sites, to_load);
-            self.load_cap = load::loaded_node_cap(self.loaded.len());
+            self.load_cap = load::loaded_node_cap(self.loaded.len())?;
         } else if to_load > 0 {
             eprintln!("pool: no synthetic load: it needs a cgroup node per agent");
         }

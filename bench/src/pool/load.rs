@@ -103,12 +103,20 @@ fn aggregate(nodes: &[LoadedNode]) -> (Option<f64>, Option<f64>) {
 }
 
 /// The CPU cap of each of `loaded` loaded nodes: a core shared among them (at most one
-/// each), over a 10 ms period so that an agent on a loaded node waits at most that long
-/// for its turn (at the default 100 ms an agent behind two busy threads at a sixth of a
-/// core would wait 83 ms, which its round trips would show).
-pub(super) fn loaded_node_cap(loaded: usize) -> CpuCap {
-    CpuCap::cores((1.0 / loaded.max(1) as f64).min(1.0)).with_period(10_000)
+/// each), over the cgroups' 10 ms period, so that an agent beside its node's two busy
+/// threads waits at most that long for its turn. At most [`MAX_LOADED`] nodes.
+pub(super) fn loaded_node_cap(loaded: usize) -> Result<CpuCap> {
+    let cores = (1.0 / loaded.max(1) as f64).min(1.0);
+    CpuCap::try_cores(cores).with_context(|| {
+        format!(
+            "--loaded {loaded}: at most {MAX_LOADED} nodes share the core of the loads \
+             (the smallest cap is a tenth of a core)"
+        )
+    })
 }
+
+/// Most nodes loaded at once: a core shared among them, at least the smallest cap each.
+pub(super) const MAX_LOADED: usize = 10;
 
 /// The agents to load: `count` of `agents`, spread evenly over the pool and its sites.
 pub(super) fn loaded_agents(agents: usize, sites: usize, count: usize) -> Vec<usize> {
@@ -338,6 +346,16 @@ mod tests {
         let sites: std::collections::BTreeSet<usize> = chosen.iter().map(|i| i % 4).collect();
         assert_eq!(sites.len(), 4, "{chosen:?}");
         assert_eq!(loaded_agents(3, 2, 5).len(), 3);
+    }
+
+    #[test]
+    fn loaded_nodes_share_one_core_and_too_many_are_refused() {
+        assert_eq!(loaded_node_cap(1).unwrap().as_cores(), 1.0);
+        assert!((loaded_node_cap(6).unwrap().as_cores() - 1.0 / 6.0).abs() < 1e-3);
+        assert_eq!(loaded_node_cap(6).unwrap().period_us(), 10_000);
+        assert!(loaded_node_cap(MAX_LOADED).is_ok());
+        let e = loaded_node_cap(MAX_LOADED + 1).unwrap_err();
+        assert!(format!("{e:#}").contains("--loaded 11"), "{e:#}");
     }
 
     #[test]
