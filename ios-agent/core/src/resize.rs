@@ -225,11 +225,14 @@ pub fn resize_gain(
     }
 }
 
-/// The CPU one rank gets on `node` when `ranks` ranks share what it offers (its idle
-/// cores, speed-normalised), at most `entity_cores` each when given.
-pub fn cpu_per_rank(offered: f64, ranks: u32, entity_cores: Option<f64>) -> f64 {
-    let share = offered.max(0.0) / f64::from(ranks.max(1));
-    entity_cores.map_or(share, |cap| share.min(cap))
+/// The CPU one rank gets (speed-normalised) when `ranks` ranks share `cores` cores of
+/// `speed`, at most `entity_cores` cores each when given: a rank uses at most that many of
+/// the node's cores, each worth `speed` reference cores. (Capping the speed-normalised share
+/// at `entity_cores` instead took a rank on a node at speed 1.4 for 1.0 reference core,
+/// which made the work of its job look smaller and grows onto slower nodes look better.)
+pub fn cpu_per_rank(cores: f64, speed: f64, ranks: u32, entity_cores: Option<f64>) -> f64 {
+    let share = cores.max(0.0) / f64::from(ranks.max(1));
+    entity_cores.map_or(share, |cap| share.min(cap)) * speed.max(0.0)
 }
 
 /// How many ranks an idle node can take for a job: one per idle core (rounded to the
@@ -368,8 +371,12 @@ mod tests {
         assert_eq!(ranks_for(&node, Some(1.0), 2), 2);
         node.cores = 0.6;
         assert_eq!(ranks_for(&node, Some(1.0), 8), 1);
-        assert!(close(cpu_per_rank(0.6, 1, Some(1.0)), 0.6));
-        assert!(close(cpu_per_rank(4.0, 2, Some(1.0)), 1.0));
-        assert!(close(cpu_per_rank(4.0, 2, None), 2.0));
+        assert!(close(cpu_per_rank(0.6, 1.0, 1, Some(1.0)), 0.6));
+        assert!(close(cpu_per_rank(4.0, 1.0, 2, Some(1.0)), 1.0));
+        assert!(close(cpu_per_rank(4.0, 1.0, 2, None), 2.0));
+        // The cap counts cores: one core of a node at speed 1.4 is 1.4 reference cores.
+        assert!(close(cpu_per_rank(8.0, 1.4, 7, Some(1.0)), 1.4));
+        assert!(close(cpu_per_rank(4.0, 0.99, 4, Some(1.0)), 0.99));
+        assert!(close(cpu_per_rank(0.5, 2.0, 1, Some(1.0)), 1.0));
     }
 }

@@ -601,7 +601,8 @@ impl Resizing {
             for to in limits.widths_above(timing.ranks, room) {
                 let added = to - timing.ranks;
                 let cpu_new = cpu_per_rank(
-                    offer.free_cores() * offer.speed,
+                    offer.free_cores(),
+                    offer.speed,
                     added,
                     s.config.entity_cores,
                 );
@@ -646,10 +647,11 @@ impl Resizing {
                     // one entity fewer when another rank of the job stays here (ranks stacked
                     // here: the one left gets the CPU the moved one frees).
                     let cpu_moved =
-                        cpu_per_rank(offer.free_cores() * offer.speed, 1, s.config.entity_cores);
+                        cpu_per_rank(offer.free_cores(), offer.speed, 1, s.config.entity_cores);
                     let cpu_staying = if here > 1 {
                         cpu_per_rank(
-                            node.cores * node.speed,
+                            node.cores,
+                            node.speed,
                             (s.entities.len() - 1) as u32,
                             s.config.entity_cores,
                         )
@@ -1119,13 +1121,14 @@ fn settled_here(s: &Shared, e: &EntityProfile, now: Instant) -> bool {
 /// competing load, or with it when `competing`) shared among them, at most
 /// [`Config::with_entity_cores`] each.
 pub(crate) fn cpu_per_entity(s: &Shared, node: &NodeProfile, competing: bool) -> f64 {
-    let offered = if competing {
-        node.entity_capacity()
+    let cores = if competing {
+        (node.cores - node.competing).max(0.0)
     } else {
-        node.cores * node.speed
+        node.cores
     };
     cpu_per_rank(
-        offered,
+        cores,
+        node.speed,
         s.entities.len().max(1) as u32,
         s.config.entity_cores,
     )
