@@ -254,6 +254,17 @@ pub struct ChurnSummary {
     pub peer_servers_alive: usize,
 }
 
+impl ChurnSummary {
+    /// `joiners_unknown` after `lead`, for a message; empty when the joiners were known.
+    fn who_kept_joiners_unknown(&self, lead: &str) -> String {
+        if self.joiners_unknown.is_empty() {
+            String::new()
+        } else {
+            format!("{lead}{}", self.joiners_unknown)
+        }
+    }
+}
+
 /// The typed result of `pool`, written to `summary.json`. CPU figures are percent of one
 /// core; `None` (null) where the event did not happen within its bound.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -760,10 +771,9 @@ impl Run {
         self.measure_window(&mut s)?;
 
         // The synthetic load.
-        let loaded = self.loaded.clone();
-        if !loaded.is_empty() {
+        if !self.loaded.is_empty() {
             let timeout = Duration::from_secs_f64(self.args.load_timeout);
-            s.load = Some(self.load(&loaded, timeout)?);
+            s.load = Some(self.load(timeout)?);
         }
 
         // 3. Churn.
@@ -792,7 +802,7 @@ impl Run {
             Err(e) => eprintln!("pool: not simulated: {e:#}"),
         }
         if let Some(load) = s.load.as_mut() {
-            if let Err(e) = self.simulate_load(load, &loaded, knowledge) {
+            if let Err(e) = self.simulate_load(load, knowledge) {
                 eprintln!("pool: the load not simulated: {e:#}");
             }
         }
@@ -1287,11 +1297,7 @@ impl Run {
             "pool: departed dropped after {:?} s, joiners known after {:?} s{}",
             s.churn.dead_dropped_s,
             s.churn.joiners_known_s,
-            if s.churn.joiners_unknown.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", s.churn.joiners_unknown)
-            }
+            s.churn.who_kept_joiners_unknown(": ")
         );
         s.churn.alive_expected = self.live().count();
         s.churn.alive = self
@@ -1388,11 +1394,7 @@ impl Run {
                 s.seconds * (1.0 - WINDOW_SHARE),
                 s.churn.dead_dropped_s,
                 s.churn.joiners_known_s,
-                if s.churn.joiners_unknown.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", s.churn.joiners_unknown)
-                }
+                s.churn.who_kept_joiners_unknown(": ")
             ));
         }
         if !s.churn.left_exited {

@@ -159,9 +159,9 @@ impl Run {
         Ok(super::in_node(node, program.as_ref(), args))
     }
 
-    /// Loads `loaded`'s nodes and waits for their agents' decisions (see the module's
-    /// doc); returns the summary without the simulated side.
-    pub(super) fn load(&mut self, loaded: &[usize], timeout: Duration) -> Result<LoadSummary> {
+    /// Loads the nodes of [`Run::loaded`] and waits for their agents' decisions (see the
+    /// module's doc); returns the summary without the simulated side.
+    pub(super) fn load(&mut self, timeout: Duration) -> Result<LoadSummary> {
         let mut summary = LoadSummary {
             started_s: round3(self.started.elapsed().as_secs_f64()),
             node_cores: self.load_cap.as_cores(),
@@ -173,7 +173,7 @@ impl Run {
         let me = std::env::current_exe().context("cannot find this program to run ranks")?;
         let me = me.to_str().context("this program's path is not UTF-8")?;
         let mut loads = Vec::new();
-        for &i in loaded {
+        for i in self.loaded.clone() {
             let a = &self.agents[i];
             let (host, socket) = (a.host.clone(), a.spec.pcmd_socket.display().to_string());
             let job = load_job(i);
@@ -196,11 +196,7 @@ impl Run {
                 rank: Group::spawn(rank, self.dir.path(), &format!("load-rank-{host}"))?,
                 hog: Group::spawn(hog, self.dir.path(), &format!("load-hog-{host}"))?,
             });
-            summary.nodes.push(LoadedNode {
-                host,
-                site: a.site,
-                ..LoadedNode::default()
-            });
+            summary.nodes.push(self.loaded_node(i, None, None));
         }
         eprintln!(
             "pool: {} nodes loaded (a synthetic rank and a CPU hog each); waiting up to {:.0} s for their agents to move the ranks",
@@ -248,7 +244,7 @@ impl Run {
                     let delivered = summary.nodes[k].delivered;
                     summary.nodes[k] = LoadedNode {
                         delivered,
-                        ..self.loaded_node(load.agent, Some(after), to, loaded)
+                        ..self.loaded_node(load.agent, Some(after), to)
                     };
                 }
             }
@@ -280,13 +276,7 @@ impl Run {
     }
 
     /// What agent `i` decided (after `after` seconds, to agent `to`), as the summary shows it.
-    fn loaded_node(
-        &self,
-        i: usize,
-        after: Option<f64>,
-        to: Option<usize>,
-        loaded: &[usize],
-    ) -> LoadedNode {
+    fn loaded_node(&self, i: usize, after: Option<f64>, to: Option<usize>) -> LoadedNode {
         let a = &self.agents[i];
         LoadedNode {
             host: a.host.clone(),
@@ -296,34 +286,30 @@ impl Run {
             to_tier: to.map(|j| {
                 tier_name(true_tier(&self.matrix, a.site, self.agents[j].site)).to_owned()
             }),
-            to_loaded: to.is_some_and(|j| loaded.contains(&j)),
+            to_loaded: to.is_some_and(|j| self.loaded.contains(&j)),
             delivered: false,
         }
     }
 
     /// The same loads in the simulator (after the real run, so that its CPU does not slow
     /// the delay router meanwhile).
-    pub(super) fn simulate_load(
-        &self,
-        load: &mut LoadSummary,
-        loaded: &[usize],
-        knowledge: Knowledge,
-    ) -> Result<()> {
+    pub(super) fn simulate_load(&self, load: &mut LoadSummary, knowledge: Knowledge) -> Result<()> {
         let moves = simulate_load(
             self.args.agents,
             self.args.sites,
             knowledge,
             Duration::from_secs_f64(load.started_s),
-            loaded,
+            &self.loaded,
             load.node_cores,
             Duration::from_secs_f64(load.timeout_s),
             1,
         )?;
-        load.simulated = loaded
+        load.simulated = self
+            .loaded
             .iter()
             .map(|&i| {
                 let m = moves.iter().find(|m| m.loaded == i);
-                self.loaded_node(i, m.map(|m| m.after_s), m.map(|m| m.to), loaded)
+                self.loaded_node(i, m.map(|m| m.after_s), m.map(|m| m.to))
             })
             .collect();
         load.aggregate();
