@@ -247,11 +247,6 @@ pub(crate) fn disconnect(comm: SimpleCommunicator) {
     }
 }
 
-/// The parent intercommunicator of a spawned process, if this process was spawned.
-///
-/// Returned as an owned `InterCommunicator` whose drop disconnects it, unlike rsmpi's own
-/// `parent()` whose drop does nothing: a replacement must disconnect from its parents at
-/// the same point as they disconnect from it.
 /// `MPI_Finalize`, for a departed process whose MPI the application initialised.
 pub(crate) fn finalize() {
     // SAFETY: MPI is initialised and not finalized (the departed process holds no
@@ -261,6 +256,11 @@ pub(crate) fn finalize() {
     }
 }
 
+/// The parent intercommunicator of a spawned process, if this process was spawned.
+///
+/// Returned as an owned `InterCommunicator` whose drop disconnects it, unlike rsmpi's own
+/// `parent()` whose drop does nothing: a replacement must disconnect from its parents at
+/// the same point as they disconnect from it.
 pub(crate) fn take_parent() -> Option<InterCommunicator> {
     let mut parent = std::mem::MaybeUninit::<ffi::MPI_Comm>::uninit();
     // SAFETY: MPI is initialised; MPI_Comm_get_parent writes one handle.
@@ -275,6 +275,122 @@ pub(crate) fn take_parent() -> Option<InterCommunicator> {
     // SAFETY: `parent` is the live parent intercommunicator; PCM takes it once, in init,
     // and nobody else uses it (the application sees only PCM's world).
     Some(unsafe { InterCommunicator::from_raw(parent) })
+}
+
+/// A control variable of the MPI tool interface (`MPI_T`) holding one integer, set to a
+/// value for as long as this guard lives and put back as it was when the guard is dropped.
+///
+/// Only the calling process changes; the library reads the variable where it uses it, so
+/// the value takes effect at once (MPICH's `MPIR_CVAR_*` with `MPI_T_SCOPE_LOCAL` or wider
+/// and no binding).
+pub(crate) struct ControlVariableOverride {
+    handle: ffi::MPI_T_cvar_handle,
+    previous: c_int,
+}
+
+impl ControlVariableOverride {
+    /// Sets the control variable `name` to `value`. `None`, with nothing changed, when the
+    /// library has no such variable, when it is not a single 4-byte integer bound to no
+    /// object, or when it cannot be written now.
+    pub(crate) fn set(name: &str, value: c_int) -> Option<Self> {
+        let name = CString::new(name).ok()?;
+        let mut provided: c_int = 0;
+        // SAFETY: MPI is initialised (a Pcm exists); MPI_T_init_thread is reference counted
+        // and independent of MPI_Init's thread level; `provided` is a live int. The
+        // constant is an extern static of the library.
+        let code = unsafe { ffi::MPI_T_init_thread(ffi::RSMPI_THREAD_SINGLE, &mut provided) };
+        if code != ffi::MPI_SUCCESS as c_int {
+            return None;
+        }
+        // SAFETY: the tool interface is initialised (above) until the MPI_T_finalize below
+        // or in `drop`.
+        let set = unsafe { Self::set_initialised(&name, value) };
+        if set.is_none() {
+            // SAFETY: pairs with the successful MPI_T_init_thread above.
+            unsafe { ffi::MPI_T_finalize() };
+        }
+        set
+    }
+
+    /// # Safety
+    /// The tool interface must be initialised (`MPI_T_init_thread`).
+    unsafe fn set_initialised(name: &CString, value: c_int) -> Option<Self> {
+        let ok = |code: c_int| code == ffi::MPI_SUCCESS as c_int;
+        let mut index: c_int = 0;
+        if !ok(ffi::MPI_T_cvar_get_index(name.as_ptr(), &mut index)) {
+            return None;
+        }
+        // The variable's own name and description are not needed, but MPI writes them.
+        let mut name_buf = [0 as c_char; 256];
+        let mut name_len = name_buf.len() as c_int;
+        let mut desc_buf = [0 as c_char; 1024];
+        let mut desc_len = desc_buf.len() as c_int;
+        let (mut verbosity, mut bind, mut scope): (c_int, c_int, c_int) = (0, 0, 0);
+        let mut datatype = std::mem::MaybeUninit::<ffi::MPI_Datatype>::uninit();
+        let mut enumtype = std::mem::MaybeUninit::<ffi::MPI_T_enum>::uninit();
+        if !ok(ffi::MPI_T_cvar_get_info(
+            index,
+            name_buf.as_mut_ptr(),
+            &mut name_len,
+            &mut verbosity,
+            datatype.as_mut_ptr(),
+            enumtype.as_mut_ptr(),
+            desc_buf.as_mut_ptr(),
+            &mut desc_len,
+            &mut bind,
+            &mut scope,
+        )) {
+            return None;
+        }
+        // MPI_T_cvar_get_info succeeded, so the datatype handle is written.
+        let datatype = datatype.assume_init();
+        let mut type_size: c_int = 0;
+        if !ok(ffi::MPI_Type_size(datatype, &mut type_size))
+            || type_size as usize != std::mem::size_of::<c_int>()
+        {
+            return None;
+        }
+        let mut handle = std::mem::MaybeUninit::<ffi::MPI_T_cvar_handle>::uninit();
+        let mut count: c_int = 0;
+        // A variable bound to an object (a communicator, say) needs that object: refused.
+        if !ok(ffi::MPI_T_cvar_handle_alloc(
+            index,
+            std::ptr::null_mut(),
+            handle.as_mut_ptr(),
+            &mut count,
+        )) {
+            return None;
+        }
+        let mut handle = handle.assume_init();
+        let mut previous: c_int = 0;
+        let written = count == 1
+            && ok(ffi::MPI_T_cvar_read(
+                handle,
+                (&mut previous as *mut c_int).cast(),
+            ))
+            && ok(ffi::MPI_T_cvar_write(
+                handle,
+                (&value as *const c_int).cast(),
+            ));
+        if !written {
+            ffi::MPI_T_cvar_handle_free(&mut handle);
+            return None;
+        }
+        Some(ControlVariableOverride { handle, previous })
+    }
+}
+
+impl Drop for ControlVariableOverride {
+    fn drop(&mut self) {
+        // SAFETY: the handle was allocated by `set`, holds one 4-byte integer (checked
+        // there), and is freed here once; the tool interface `set` initialised is still
+        // initialised and is finalized last.
+        unsafe {
+            ffi::MPI_T_cvar_write(self.handle, (&self.previous as *const c_int).cast());
+            ffi::MPI_T_cvar_handle_free(&mut self.handle);
+            ffi::MPI_T_finalize();
+        }
+    }
 }
 
 /// Asks the kernel to back a large, not yet touched buffer with transparent huge pages.

@@ -187,6 +187,34 @@ pub(crate) fn log_spawn_speed_hint() {
     }
 }
 
+/// MPICH's setting that makes a process waiting inside MPI sleep between polls
+/// (`nanosleep`, tens of microseconds) instead of calling `sched_yield`.
+pub(crate) const MPICH_HEAVY_YIELD: &str = "MPIR_CVAR_ENABLE_HEAVY_YIELD";
+
+/// Whether PCM's parents wait asleep while new processes start and join them (the spawn
+/// and the merge of a reconfiguration): on MPICH, unless the user set
+/// [`MPICH_HEAVY_YIELD`] either way, which PCM then leaves alone.
+///
+/// Every parent waits inside `MPI_Comm_spawn` while the new process starts, and MPICH's
+/// waits spin with `sched_yield`, which on Linux gives the CPU to a process of the same
+/// priority hardly at all. Where ranks share cores (emulated nodes, a node with more ranks
+/// than cores, the departing rank's own host) the parents so took most of the CPU the
+/// child needs for its `MPI_Init`, which grew with the number of parents: a bare 1-child
+/// spawn from 4 ranks on 2 cores took 64-143 ms spinning against 23-64 ms asleep
+/// (`bench/spikes/spawn-yield.c`; docs/benchmarks.md, "Towards a 50 ms move").
+pub(crate) fn sleep_while_spawning(family: MpiFamily, var: impl Fn(&str) -> bool) -> bool {
+    family == MpiFamily::Mpich && !var(MPICH_HEAVY_YIELD)
+}
+
+/// While the returned guard lives, this process's waits inside MPI sleep instead of
+/// spinning (see [`sleep_while_spawning`]); dropping it restores MPICH's setting. `None`
+/// when that does not apply or the library does not offer the setting.
+pub(crate) fn sleeping_waits() -> Option<crate::ffi::ControlVariableOverride> {
+    sleep_while_spawning(MpiFamily::BUILT_FOR, |k| std::env::var_os(k).is_some())
+        .then(|| crate::ffi::ControlVariableOverride::set(MPICH_HEAVY_YIELD, 1))
+        .flatten()
+}
+
 /// An MPI library: family and version (`4.1.4`, `5.0.2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MpiLibrary {
@@ -347,6 +375,15 @@ mod tests {
         let set = |k: &str| (k == "UCX_MEM_EVENTS").then(|| "yes".to_owned());
         assert_eq!(spawn_speed_hint(MpiFamily::Mpich, set), None);
         assert_eq!(spawn_speed_hint(MpiFamily::OpenMpi, |_| None), None);
+    }
+
+    #[test]
+    fn given_mpich_then_parents_sleep_through_a_spawn_unless_the_user_chose_the_setting() {
+        assert!(sleep_while_spawning(MpiFamily::Mpich, |_| false));
+        // Set either way by the user (0 or 1): PCM leaves it as it is.
+        assert!(!sleep_while_spawning(MpiFamily::Mpich, |k| k == "MPIR_CVAR_ENABLE_HEAVY_YIELD"));
+        assert!(!sleep_while_spawning(MpiFamily::OpenMpi, |_| false));
+        assert!(!sleep_while_spawning(MpiFamily::Unknown, |_| false));
     }
 
     #[test]

@@ -52,7 +52,7 @@ use crate::shared::Segment;
 use crate::status::{ProcessStatus, Status};
 use crate::store::{Blob, Data, Entry, EntryHeader, Kind, Store};
 use crate::wire::{broadcast_bytes, encode_cbor, exchange_hosts};
-use crate::{ffi, interpose, malleable, malleable_store};
+use crate::{ffi, interpose, malleable, malleable_store, runtime};
 
 /// Result of [`Pcm::reconfigure`].
 #[must_use]
@@ -350,6 +350,9 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
     quiet_barrier(&pcm.world);
     let started = Instant::now();
     let agree_us = plan.agreed_at.map_or(0, micros);
+    // The new processes start and join the merge on cores the parents may share: the
+    // parents wait for them asleep (until the hand-over, before the state transfer).
+    let sleeping = (!hosts.is_empty()).then(runtime::sleeping_waits).flatten();
     let inter = if hosts.is_empty() {
         None
     } else {
@@ -401,6 +404,7 @@ pub(crate) fn run_as_parent(pcm: &mut Pcm, plan: Plan) -> Result<Option<Departed
         broadcast_bytes(comm, 0, handover);
     }
     let merge_us = micros(merge_started);
+    drop(sleeping);
 
     let transfer_started = Instant::now();
     watchdog.enter(Phase::StateTransfer);
