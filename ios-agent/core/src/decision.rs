@@ -238,6 +238,18 @@ pub fn select_near<'d>(
                 .iter()
                 .any(|o| o.job == e.id.job && holds_most(o, e.job_ranks))
     };
+    // Whether the job of `e` may lose its ranks here by a shrink (at least one rank left
+    // elsewhere, a width its limits allow): only then may a leaving node keep `e` from a
+    // thief far from its partners, or the node would never drain.
+    let may_shrink_off = |e: &EntityProfile| {
+        let here = policy
+            .jobs_here
+            .iter()
+            .find(|o| o.job == e.id.job)
+            .map_or(0, |o| o.ranks);
+        let to = e.job_ranks.saturating_sub(here);
+        here > 0 && to >= 1 && e.malleable.as_ref().is_some_and(|m| m.allows(to))
+    };
     // A rank of a malleable job does not go where the thief itself measures, or has not
     // measured, a partner of it beyond the local tier and farther than `l` has it
     // (`Policy::keep_near_partners`; an unmeasured RTT is taken as
@@ -252,11 +264,19 @@ pub fn select_near<'d>(
     // not enough: nodes 10 ms from it were 300 ms from each other. Tried and worse: an
     // unmeasured partner taken as far as the farthest host the thief lists, or only
     // partners `l` has within the local tier checked: docs/results-log.md, 2026-12-03.)
+    //
+    // On a leaving node too, when the job may lose the ranks there by a shrink (then the
+    // only rule that holds: the ranks no near thief takes leave by that shrink after
+    // `Resizing`'s leave wait): in the
+    // simulator a leaving node gave its eight ranks of a job of eleven one by one to
+    // whichever thieves asked, some 500 ms from each other, and the job, too wide for any
+    // one node to gather it, waited 30 to 340 ms of latency an iteration for the rest of
+    // the hour (100 nodes, seed 4, 2026-12-07).
     let strays = |e: &EntityProfile| {
         let unknown = crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64();
         let local = crate::tier::LOCAL_MAX_RTT.as_secs_f64();
         policy.keep_near_partners
-            && !policy.leaving
+            && (!policy.leaving || may_shrink_off(e))
             && e.malleable.is_some()
             && rtts.is_some_and(|(at_l, at_f)| {
                 e.partners.iter().any(|p| {
@@ -300,6 +320,9 @@ pub fn select_near<'d>(
         let cpu_gate = offered >= share_here * (1.0 + MIN_CPU_ADVANTAGE);
         let latency_gate =
             rtts.is_some() && offered >= share_here * (1.0 - MAX_CPU_LOSS_FOR_LATENCY);
+        if policy.leaving && strays(e) {
+            return None;
+        }
         let gate = gathered(e, 1).is_some()
             || (!held(e)
                 && !strays(e)

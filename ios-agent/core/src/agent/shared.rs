@@ -88,6 +88,12 @@ pub enum ResizeReason {
         /// The model's gain.
         gain: f64,
     },
+    /// The job's ranks here exchange with a partner beyond the local tier and have for a
+    /// while, its rank 0 running elsewhere: the job runs faster without them.
+    Distant {
+        /// The model's gain.
+        gain: f64,
+    },
     /// This node is leaving the pool and no idle node took the job's ranks here.
     Leave,
 }
@@ -103,6 +109,12 @@ impl std::fmt::Display for ResizeReason {
             }
             ResizeReason::Straggler { gain } => {
                 write!(f, "a slow rank elsewhere held the job back; gain {gain:.2}")
+            }
+            ResizeReason::Distant { gain } => {
+                write!(
+                    f,
+                    "the ranks here exchange beyond the local tier; gain {gain:.2}"
+                )
             }
             ResizeReason::Leave => f.write_str("this node is leaving the pool"),
         }

@@ -142,8 +142,10 @@ fn given_partners_then_the_rank_goes_to_them_and_not_away() {
 /// 1.5 = 0.333; s_l = 10 x 0.003 / 2 = 0.015, s_f = 10 x 0.005 / 2 x 2 = 0.05, comm =
 /// -0.035 / 2.035 = -0.0172). With `keep_near_partners` the thief's own RTTs decide:
 /// unmeasured (200 ms assumed) or measured far, it does not go; measured within the
-/// local tier, it does; nor does the rule hold a leaving node's ranks, a fixed job's, or
-/// a rank whose partner is already farther from here than from the thief.
+/// local tier, it does. On a leaving node it holds the ranks when the job may lose them by
+/// a shrink (2 of its 4 ranks here, limits 1 to 8) and not otherwise (limits 3 to 8, or
+/// the ranks here unknown), so that the node drains. It holds neither a fixed job's
+/// ranks nor a rank whose partner is already farther from here than from the thief.
 #[test]
 fn given_a_thief_that_never_measured_the_partners_then_a_malleable_rank_does_not_go_to_it() {
     use crate::model::Partner;
@@ -200,7 +202,28 @@ fn given_a_thief_that_never_measured_the_partners_then_a_malleable_rank_does_not
         leaving: true,
         ..near
     };
-    assert!(moved(&leaving, &es, &unmeasured).is_some());
+    assert!(
+        moved(&leaving, &es, &unmeasured).is_some(),
+        "the ranks here unknown: no shrink is sure"
+    );
+    let two_here = [JobOffer {
+        job: JobId::new("j").expect("valid"),
+        cores: 0.0,
+        ranks: 2,
+        place_ranks: 0,
+        place_room: 0.0,
+    }];
+    let leaving_known = Policy {
+        jobs_here: &two_here,
+        ..leaving
+    };
+    assert!(moved(&leaving_known, &es, &unmeasured).is_none());
+    assert!(moved(&leaving_known, &es, &thief_with(Some(0.004))).is_some());
+    let at_least_three = es.clone().map(|mut e| {
+        e.malleable = Some(pcm_proto::Malleability::new(3, 8).expect("valid"));
+        e
+    });
+    assert!(moved(&leaving_known, &at_least_three, &unmeasured).is_some());
     let fixed = [rank(2, false), rank(3, false)];
     assert!(moved(&near, &fixed, &unmeasured).is_some());
     let far_rtts: HashMap<_, _> = [(h.clone(), 0.3), (f.clone(), 0.005)].into();

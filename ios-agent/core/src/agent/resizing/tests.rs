@@ -1354,3 +1354,91 @@ fn given_a_slow_rank_elsewhere_that_nobody_moves_then_the_home_agent_shrinks_the
     f.handle_timeout(t1);
     assert!(resizes(&drain(&mut f)).is_empty());
 }
+
+/// Rank `rank` of the heat job of 4, on node-b with rank 0 elsewhere: it computes 50 ms at
+/// 0.6 core and waits 105 ms an iteration in MPI, exchanging with a rank on node-f.
+fn distant_rank(rank: u32) -> EntityProfile {
+    let mut e = heat_rank(rank, 4, 50, 105);
+    e.home = Some(host("node-a"));
+    e.width_age = Some(Duration::from_secs(3600));
+    e.partners = vec![Partner {
+        host: host("node-f"),
+        exchanges_per_sec: 6.0,
+    }];
+    e
+}
+
+/// node-b: 1.2 CPU (two of the emulated nodes' 0.6), running `ranks`, having met node-f
+/// `rtt` away.
+fn far_end(now: Instant, rtt: Duration, ranks: Vec<EntityProfile>) -> Agent {
+    let mut b = agent("node-b", now);
+    meet(&mut b, now, "node-f", rtt);
+    let mut n = node(2.0, 0.0);
+    n.cores = 1.2;
+    b.handle_node_profile(now, n);
+    b.handle_entities(now, ranks);
+    b
+}
+
+#[test]
+fn given_ranks_that_exchange_beyond_the_local_tier_for_a_while_then_their_agent_sheds_them() {
+    let t0 = Instant::now();
+    let ranks = || vec![distant_rank(2), distant_rank(3)];
+    let mut b = far_end(t0, MS * 200, ranks());
+    assert!(resizes(&drain(&mut b)).is_empty(), "not before the wait");
+    let wait = straggler_wait(&Config::default());
+    assert!(b.poll_timeout().is_some_and(|t| t <= t0 + wait));
+    // The link is measured again meanwhile (a peer not heard from is forgotten, and with
+    // it its RTT: a partner whose RTT is unknown is not taken as far).
+    let early = t0 + wait - Duration::from_secs(1);
+    b.handle_peer_rtt(early, peer("node-f"), MS * 200);
+    b.handle_timeout(early);
+    assert!(resizes(&drain(&mut b)).is_empty(), "not before the wait");
+    let t1 = t0 + wait;
+    b.handle_peer_rtt(t1, peer("node-f"), MS * 200);
+    b.handle_timeout(t1);
+    let shed = resizes(&drain(&mut b));
+    assert_eq!(shed.len(), 1, "{shed:?}");
+    let (from, to, hosts, reason) = &shed[0];
+    assert_eq!((*from, *to, hosts.clone()), (4, 2, vec![host("node-b")]));
+    // W = 0.05 s x 0.6 x 4 = 0.12 core-seconds; at 2 ranks of 0.6 and without the far
+    // link's one-way 100 ms: 0.1 + 0.005 s against 0.155 s now: Delta = 0.05 / 0.26 =
+    // 0.192, less a cost of about 20 ms over an hour.
+    assert!(
+        matches!(reason, ResizeReason::Distant { gain } if *gain > 0.18 && *gain < 0.193),
+        "{reason:?}"
+    );
+
+    // Partners within the local tier: nothing to shed.
+    let mut near = far_end(t0, MS * 5, ranks());
+    near.handle_peer_rtt(t1, peer("node-f"), MS * 5);
+    near.handle_timeout(t1);
+    assert!(resizes(&drain(&mut near)).is_empty());
+    // The job's home keeps its ranks (the far link's other end weighs it).
+    let mut home = far_end(t0, MS * 200, vec![distant_rank(0), distant_rank(1)]);
+    home.handle_peer_rtt(t1, peer("node-f"), MS * 200);
+    home.handle_timeout(t1);
+    assert!(resizes(&drain(&mut home)).is_empty());
+    // The link measured near within the wait (the least RTT seen counts): nothing is shed.
+    let mut back = far_end(t0, MS * 200, ranks());
+    let mid = t0 + wait / 2;
+    back.handle_peer_rtt(mid, peer("node-f"), MS * 5);
+    back.handle_entities(mid, ranks());
+    back.handle_peer_rtt(t1, peer("node-f"), MS * 200);
+    back.handle_entities(t1, ranks());
+    assert!(resizes(&drain(&mut back)).is_empty());
+    // A job at its minimum width, or of fixed width, is not shed.
+    let at_min = || {
+        ranks()
+            .into_iter()
+            .map(|mut e| {
+                e.malleable = Some(Malleability::new(3, 8).expect("valid"));
+                e
+            })
+            .collect()
+    };
+    let mut kept = far_end(t0, MS * 200, at_min());
+    kept.handle_peer_rtt(t1, peer("node-f"), MS * 200);
+    kept.handle_timeout(t1);
+    assert!(resizes(&drain(&mut kept)).is_empty());
+}
