@@ -290,8 +290,10 @@ pub(crate) struct ControlVariableOverride {
 
 impl ControlVariableOverride {
     /// Sets the control variable `name` to `value`. `None`, with nothing changed, when the
-    /// library has no such variable, when it is not a single 4-byte integer bound to no
-    /// object, or when it cannot be written now.
+    /// library has no such variable, when it is not a single 4-byte integer, or when it
+    /// cannot be written now. `name` must be a variable bound to no object, as MPICH's
+    /// `MPIR_CVAR_*` are: its handle is allocated with none (the constant that would tell
+    /// differs by name between the implementations' headers).
     pub(crate) fn set(name: &str, value: c_int) -> Option<Self> {
         let name = CString::new(name).ok()?;
         let mut provided: c_int = 0;
@@ -352,7 +354,7 @@ impl ControlVariableOverride {
         }
         let mut handle = std::mem::MaybeUninit::<ffi::MPI_T_cvar_handle>::uninit();
         let mut count: c_int = 0;
-        // A variable bound to an object (a communicator, say) needs that object: refused.
+        // No object: the variable is one bound to none (see `set`).
         if !ok(ffi::MPI_T_cvar_handle_alloc(
             index,
             std::ptr::null_mut(),

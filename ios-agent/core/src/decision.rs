@@ -266,12 +266,12 @@ pub fn select_near<'d>(
     // partners `l` has within the local tier checked: docs/results-log.md, 2026-12-03.)
     //
     // On a leaving node too, when the job may lose the ranks there by a shrink (then the
-    // only rule that holds: the ranks no near thief takes leave by that shrink after
-    // `Resizing`'s leave wait): in the
-    // simulator a leaving node gave its eight ranks of a job of eleven one by one to
-    // whichever thieves asked, some 500 ms from each other, and the job, too wide for any
-    // one node to gather it, waited 30 to 340 ms of latency an iteration for the rest of
-    // the hour (100 nodes, seed 4, 2026-12-07).
+    // only rule that holds, before gathering: the ranks no near thief takes leave by that
+    // shrink after `Resizing`'s leave wait). In the simulator a leaving node gave its
+    // eight ranks of a job of eleven one by one to whichever thieves asked, some 500 ms
+    // from each other, and the job, too wide for any one node to gather it, waited 30 to
+    // 340 ms of latency an iteration for the rest of the hour (100 nodes, seed 4,
+    // 2026-12-07).
     let strays = |e: &EntityProfile| {
         let unknown = crate::model::DEFAULT_UNKNOWN_RTT.as_secs_f64();
         let local = crate::tier::LOCAL_MAX_RTT.as_secs_f64();
