@@ -1441,4 +1441,24 @@ fn given_ranks_that_exchange_beyond_the_local_tier_for_a_while_then_their_agent_
     kept.handle_peer_rtt(t1, peer("node-f"), MS * 200);
     kept.handle_timeout(t1);
     assert!(resizes(&drain(&mut kept)).is_empty());
+    // NSp2p only.
+    let mut c2c = Agent::new(
+        peer("node-b"),
+        host("node-b"),
+        Config::default()
+            .with_seed(1)
+            .with_topology(crate::agent::Topology::ClusterToCluster),
+        t0,
+    )
+    .expect("valid config");
+    meet(&mut c2c, t0, "node-f", MS * 200);
+    let mut n = node(2.0, 0.0);
+    n.cores = 1.2;
+    c2c.handle_node_profile(t0, n);
+    c2c.handle_entities(t0, ranks());
+    c2c.handle_peer_rtt(t1, peer("node-f"), MS * 200);
+    c2c.handle_timeout(t1);
+    assert!(!resizes(&drain(&mut c2c))
+        .iter()
+        .any(|(.., reason)| matches!(reason, ResizeReason::Distant { .. })));
 }
