@@ -206,13 +206,7 @@ fn given_a_thief_that_never_measured_the_partners_then_a_malleable_rank_does_not
         moved(&leaving, &es, &unmeasured).is_some(),
         "the ranks here unknown: no shrink is sure"
     );
-    let two_here = [JobOffer {
-        job: JobId::new("j").expect("valid"),
-        cores: 0.0,
-        ranks: 2,
-        place_ranks: 0,
-        place_room: 0.0,
-    }];
+    let two_here = [node_offer(&JobId::new("j").expect("valid"), 0.0, 2)];
     let leaving_known = Policy {
         jobs_here: &two_here,
         ..leaving

@@ -1371,7 +1371,11 @@ fn distant_rank(rank: u32) -> EntityProfile {
 /// node-b: 1.2 CPU (two of the emulated nodes' 0.6), running `ranks`, having met node-f
 /// `rtt` away.
 fn far_end(now: Instant, rtt: Duration, ranks: Vec<EntityProfile>) -> Agent {
-    let mut b = agent("node-b", now);
+    far_end_of(agent("node-b", now), now, rtt, ranks)
+}
+
+/// [`far_end`] with the agent `b` of node-b given.
+fn far_end_of(mut b: Agent, now: Instant, rtt: Duration, ranks: Vec<EntityProfile>) -> Agent {
     meet(&mut b, now, "node-f", rtt);
     let mut n = node(2.0, 0.0);
     n.cores = 1.2;
@@ -1427,7 +1431,7 @@ fn given_ranks_that_exchange_beyond_the_local_tier_for_a_while_then_their_agent_
     back.handle_peer_rtt(t1, peer("node-f"), MS * 200);
     back.handle_entities(t1, ranks());
     assert!(resizes(&drain(&mut back)).is_empty());
-    // A job at its minimum width, or of fixed width, is not shed.
+    // A job at its minimum width is not shed.
     let at_min = || {
         ranks()
             .into_iter()
@@ -1442,7 +1446,7 @@ fn given_ranks_that_exchange_beyond_the_local_tier_for_a_while_then_their_agent_
     kept.handle_timeout(t1);
     assert!(resizes(&drain(&mut kept)).is_empty());
     // NSp2p only.
-    let mut c2c = Agent::new(
+    let c2c_agent = Agent::new(
         peer("node-b"),
         host("node-b"),
         Config::default()
@@ -1451,11 +1455,7 @@ fn given_ranks_that_exchange_beyond_the_local_tier_for_a_while_then_their_agent_
         t0,
     )
     .expect("valid config");
-    meet(&mut c2c, t0, "node-f", MS * 200);
-    let mut n = node(2.0, 0.0);
-    n.cores = 1.2;
-    c2c.handle_node_profile(t0, n);
-    c2c.handle_entities(t0, ranks());
+    let mut c2c = far_end_of(c2c_agent, t0, MS * 200, ranks());
     c2c.handle_peer_rtt(t1, peer("node-f"), MS * 200);
     c2c.handle_timeout(t1);
     assert!(!resizes(&drain(&mut c2c))
