@@ -212,6 +212,10 @@ pub struct Summary {
     /// under the same load (target: at least 0.97).
     #[serde(default)]
     pub settled_over_best: Option<f64>,
+    /// Why the best placement was run twice (the adaptive run, once settled, beat the first
+    /// run by more than the noise), the faster run used, when it was.
+    #[serde(default)]
+    pub best_repeated: Option<String>,
     /// Seconds from the load onset (or the join) until the adaptive run kept 90% of the
     /// reference throughput (the unloaded run's after a load onset: on a machine whose
     /// cores the load shares, even the best placement may stay below it).
@@ -281,6 +285,7 @@ impl Summary {
             reference_rates: Vec::new(),
             limit_refused: None,
             settled_over_best: None,
+            best_repeated: None,
             recovered_after_s: None,
             recovered_to_best_after_s: None,
             fault_recovered: None,
@@ -300,6 +305,7 @@ impl Summary {
             self.reference_rates.push(y.unloaded_window.clone());
         }
         self.settled_over_best = y.settled_over_best();
+        self.best_repeated.clone_from(&y.best_repeated);
         self.recovered_after_s = y.recovery_s;
         self.recovered_to_best_after_s = y.recovery_best_s;
     }
@@ -396,6 +402,7 @@ mod tests {
             }],
             limit_refused: None,
             settled_over_best: Some(0.96),
+            best_repeated: None,
             recovered_after_s: None,
             recovered_to_best_after_s: Some(2.5),
             fault_recovered: Some(true),

@@ -102,6 +102,70 @@ pub fn reference_rate(run: &str, o: &Outcome, from: f64) -> ReferenceRate {
     }
 }
 
+/// How many times faster than the best-placement run the adaptive run may settle before that
+/// run is called disturbed: the noise of a shared two-core machine, as the figures' tests
+/// allow a run to beat the limit by 20%.
+pub const DISTURBED_ABOVE: f64 = 1.2;
+
+/// The best-placement run's rate once its load runs (from its own load onset, or its loop
+/// start when it has none).
+fn best_window(best: &Outcome) -> ReferenceRate {
+    reference_rate(
+        "best",
+        best,
+        event_at(best, EventKind::LoadOnset).unwrap_or(0.0),
+    )
+}
+
+/// The adaptive run's mean rate from its last move to its end, when it moved and ran more
+/// than a second after.
+fn settled_rate(adaptive: &Outcome) -> Option<f64> {
+    let a = adaptive;
+    a.migrations()
+        .last()
+        .filter(|m| a.samples.last().is_some_and(|last| last.t > m.t + 1.0))
+        .map(|m| rate_from(a, m.t - loop_start(a)))
+}
+
+/// Why the best-placement run `best` cannot stand for the physical limit, if it cannot: the
+/// adaptive run, once its last move was made, ran more than [`DISTURBED_ABOVE`] times
+/// faster under the same load. The best placement is the fastest there is, so that run
+/// measured something else: plain ranks polling inside one capped emulated node can lock
+/// into the node's quota periods (docs/emulated-nodes.md, Limits), seen in CI as a
+/// best-placement run at 0.63 of the adaptive run's speed on the very same placement.
+pub fn best_disturbed(adaptive: &Outcome, best: &Outcome) -> Option<String> {
+    let settled = settled_rate(adaptive)?;
+    let best_rate = best_window(best).it_per_s;
+    (settled > DISTURBED_ABOVE * best_rate).then(|| {
+        format!(
+            "the adaptive run settled at {settled:.0} it/s after its last move, {:.2} times the \
+             best-placement run's {best_rate:.0} it/s under the same load",
+            settled / best_rate
+        )
+    })
+}
+
+/// The best-placement run to measure the limit with: `best`, or, when it was disturbed
+/// ([`best_disturbed`]), the faster under the load of it and a second run made by `again`
+/// (given the reason); with the reason it was run twice. Run twice at most: a second run
+/// beaten as much is kept and shows in the limit.
+pub fn best_of_two(
+    adaptive: &Outcome,
+    best: Outcome,
+    again: impl FnOnce(&str) -> Outcome,
+) -> (Outcome, Option<String>) {
+    let Some(why) = best_disturbed(adaptive, &best) else {
+        return (best, None);
+    };
+    let second = again(&why);
+    let faster = if best_window(&second).it_per_s > best_window(&best).it_per_s {
+        second
+    } else {
+        best
+    };
+    (faster, Some(why))
+}
+
 /// The yardsticks of one experiment.
 #[derive(Debug, Clone)]
 pub struct Yardsticks {
@@ -144,6 +208,9 @@ pub struct Yardsticks {
     /// Mean iterations per second of the adaptive run from its last migration to its end:
     /// the steady state the agents reached, to set beside the best run's.
     pub settled_rate: Option<f64>,
+    /// Why the best placement was run twice, the faster run kept ([`best_of_two`]), when
+    /// it was: set by the caller that made the runs.
+    pub best_repeated: Option<String>,
 }
 
 impl Yardsticks {
@@ -183,10 +250,7 @@ pub fn of(
     let free_from = join.or(onset).unwrap_or(0.0);
     let t0 = loop_start(a);
     let unloaded_window = reference_rate("unloaded", unloaded, 0.0);
-    let best_window = match best {
-        Some(b) => reference_rate("best", b, event_at(b, EventKind::LoadOnset).unwrap_or(0.0)),
-        None => unloaded_window.clone(),
-    };
+    let best_window = best.map_or_else(|| unloaded_window.clone(), best_window);
     let best_rate = best_window.it_per_s;
     let limit_refused = match (onset, best) {
         (Some(_), None) => Some(
@@ -236,11 +300,8 @@ pub fn of(
             _ => None,
         },
         migrations: a.migrations().map(|m| (m.t - t0, m.what.clone())).collect(),
-        settled_rate: a
-            .migrations()
-            .last()
-            .filter(|m| a.samples.last().is_some_and(|last| last.t > m.t + 1.0))
-            .map(|m| rate_from(a, m.t - t0)),
+        settled_rate: settled_rate(a),
+        best_repeated: None,
     }
 }
 
@@ -294,6 +355,59 @@ mod tests {
             leaves: Vec::new(),
             statuses: Vec::new(),
         }
+    }
+
+    /// `run` in adaptive mode with a move at loop time `at`.
+    fn moved_at(iters: u64, rate: f64, onset: f64, at: f64) -> Outcome {
+        let mut a = run(Mode::Adaptive, iters, rate, Some(onset));
+        a.events.push(Event {
+            t: loop_start(&a) + at,
+            kind: EventKind::Migration,
+            what: "rank 1 moved node-b -> node-a".into(),
+            moved: None,
+            resized: None,
+            host: None,
+        });
+        a
+    }
+
+    #[test]
+    fn a_best_run_the_adaptive_run_beats_after_its_move_is_run_again_and_the_faster_kept() {
+        // CI's case: after its move the adaptive run went 1.6 times as fast as the
+        // best-placement run on the same placement under the same load.
+        let adaptive = moved_at(10_000, 740.0, 2.0, 4.0);
+        let best = run(Mode::Static, 10_000, 460.0, Some(-0.3));
+        let why = best_disturbed(&adaptive, &best).expect("disturbed");
+        assert!(why.contains("1.61 times"), "{why}");
+        let again = run(Mode::Static, 10_000, 720.0, Some(-0.3));
+        let mut made = 0;
+        let (kept, reason) = best_of_two(&adaptive, best.clone(), |_| {
+            made += 1;
+            again.clone()
+        });
+        assert_eq!((made, reason.as_deref()), (1, Some(why.as_str())));
+        assert_eq!(kept.report.seconds, again.report.seconds);
+        // A second run no faster: the first is kept, and no third is made.
+        let slower = run(Mode::Static, 10_000, 400.0, Some(-0.3));
+        let (kept, reason) = best_of_two(&adaptive, best.clone(), |_| slower.clone());
+        assert_eq!(kept.report.seconds, best.report.seconds);
+        assert!(reason.is_some());
+    }
+
+    #[test]
+    fn a_best_run_within_the_noise_or_an_adaptive_run_that_never_moved_is_kept() {
+        let best = run(Mode::Static, 10_000, 700.0, Some(-0.3));
+        // 1.14 times: within the noise.
+        let adaptive = moved_at(10_000, 800.0, 2.0, 4.0);
+        assert_eq!(best_disturbed(&adaptive, &best), None);
+        let (_, reason) = best_of_two(&adaptive, best.clone(), |_| unreachable!());
+        assert_eq!(reason, None);
+        // No move: nothing says where the adaptive run would have settled.
+        let unmoved = run(Mode::Adaptive, 10_000, 2000.0, Some(2.0));
+        assert_eq!(best_disturbed(&unmoved, &best), None);
+        // A move less than a second before the end: no settled rate either.
+        let late = moved_at(10_000, 2000.0, 2.0, 4.5);
+        assert_eq!(best_disturbed(&late, &best), None);
     }
 
     #[test]
