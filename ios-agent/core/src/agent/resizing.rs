@@ -1049,6 +1049,19 @@ impl Resizing {
                 ..off.timing
             };
             let gain = off.gain(s, &after, to, cpu_now);
+            tracing::debug!(
+                agent = %s.me,
+                job = %job,
+                from,
+                to,
+                far_rtt_ms = far * 1e3,
+                work_ms = off.timing.work * 1e3,
+                exchange_ms = off.timing.exchange * 1e3,
+                iteration_now_ms = gain.iteration_now * 1e3,
+                iteration_after_ms = gain.iteration_after * 1e3,
+                gain = gain.gain,
+                "distant shed weighed"
+            );
             if gain.gain >= s.config.min_gain && best.as_ref().is_none_or(|b| gain.gain > b.3) {
                 best = Some((job, from, to, gain.gain));
             }
