@@ -45,30 +45,34 @@ esac
 # The agents' scenario tests (agents_e2e, c2c_e2e) run on the default runtime only, for
 # CI's time: they passed on Open MPI 4 in full runs (docs/agents.md, README). Of pcmrun's
 # tests, those where the runtime matters run on both (its launch settings and hostfile, a
-# rank lost, a host lost, a host left by its ranks then lost, pcmrun killed on several
-# hosts, a replacement lost while starting, a malleable job relaunched narrower); the others
-# test pcmrun's own
-# decisions, the same on either runtime, and pool_pcmrun is MPICH's only (an Open MPI 4
+# rank lost, a host left by its ranks then lost, pcmrun killed on several hosts, a
+# replacement lost while starting, a host lost and a malleable job relaunched narrower); the
+# others test pcmrun's own decisions, the same on either runtime, and pool_pcmrun is MPICH's only (an Open MPI 4
 # launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration and the move of every rank (the others passed on Open
 # MPI 4 by hand, results-log.md). Of the resize tests, all but pcmd's (resize_daemon: its request
 # path is the runtime-independent one of pcmd migrate; both passed on Open MPI 4 by hand,
 # 52 s, 2026-12-02).
-other_runtime_tests=(migration checkpoint runtime hosts link stall leave pcmrun capi daemon reductions shm resize resize_c resize_hosts fortran_bindings install hostless_move doc_snippets)
+# Left out on the second runtime for CI's time (it ran 64.6 min on 2026-12-07; these passed
+# on Open MPI 4 that day, 9.3 min for the whole list, results-log.md): the leave test (49 s
+# there; two ranks leaving a node in one reconfiguration is the daemon test kept, a node
+# lost after its rank left is pcmrun's), pcmrun's relaunch after a host of the job dies (a
+# host lost and a relaunch without it is the malleable relaunch kept), and the C
+# interface's restart and pcmd move (the same Rust paths as the checkpoint and daemon tests
+# kept; the C interface's own calls, builds and moves stay).
+other_runtime_tests=(migration checkpoint runtime hosts link stall pcmrun capi daemon reductions shm resize resize_c resize_hosts fortran_bindings install hostless_move doc_snippets)
 other_runtime_daemon_tests=(
     given_two_daemons_requests_held_at_one_check_then_one_reconfiguration_moves_both_ranks
     given_a_move_of_every_rank_then_pcmd_reports_it_done_and_keeps_the_job
 )
-# Of the leave tests, the one in a peer-to-peer pool: the cluster (NSc2c) variant differs
-# only in which agent orders the moves, and the given-back mark starts no MPI job.
-other_runtime_leave_tests=(
-    a_node_running_two_ranks_leaves_and_the_job_survives_its_owner_killing_everything_there
+other_runtime_capi_skipped=(
+    given_a_c_rank_killed_mid_run_when_restarted_then_checksum_equals_plain
+    given_a_running_c_job_when_pcmd_migrate_then_ranks_move_and_the_checksum_matches
 )
 other_runtime_pcmrun_tests=(
     given_dry_run_then_the_launch_command_is_printed_with_the_runtimes_settings
     given_a_hostfile_then_the_launch_uses_it_and_a_missing_one_is_named
     given_a_rank_killed_mid_run_then_pcmrun_brings_the_job_back_with_the_plain_checksum
-    given_a_host_that_runs_a_rank_dies_then_pcmrun_relaunches_on_the_hosts_still_alive
     given_a_replacement_killed_while_starting_then_pcmrun_recovers_with_the_plain_checksum
     given_rank_1_moved_off_node_b_then_powering_node_b_off_does_not_stop_the_job
     given_pcmrun_killed_on_several_hosts_then_nothing_of_the_job_is_left_on_them
@@ -112,8 +116,10 @@ echo "== $(date +%T) ${other_runtime_tests[*]} tests ($other_runtime)" >&2
             filters=(--exact "${other_runtime_pcmrun_tests[@]}")
         elif [ "$name" = daemon ]; then
             filters=(--exact "${other_runtime_daemon_tests[@]}")
-        elif [ "$name" = leave ]; then
-            filters=(--exact "${other_runtime_leave_tests[@]}")
+        elif [ "$name" = capi ]; then
+            for test in "${other_runtime_capi_skipped[@]}"; do
+                filters+=(--skip "$test")
+            done
         fi
         "$path" "${filters[@]}" || failed+=("$name")
     done
