@@ -309,7 +309,14 @@ fn the_malleable_act_grows_and_shrinks_the_job_by_itself() {
 /// interface) is moved by the agents like the Rust one. `--check` makes the job fail unless
 /// a rank moved by itself, the ranks ended off the loaded node and the four checksums (C
 /// adaptive, Rust static, unloaded and best placement) are equal.
+///
+/// Not in CI's run (36 s of a test command that ran 61 min on 2026-12-07, over the 60
+/// allowed): the agents moving the C heat2d under load is `agents_e2e`'s
+/// `the_c_heat2d_runs_the_adaptive_scenario_too`, and the main job's `--program` is the same
+/// code for either program. `cargo test --release -p mpi-ios-bench --test main_job --
+/// --ignored` runs it.
 #[test]
+#[ignore = "36 s; covered in CI by agents_e2e's C scenario (see the doc comment)"]
 fn the_main_job_moves_the_c_heat2d_too() {
     if !emulated_nodes_usable() {
         return;
