@@ -47,8 +47,8 @@ esac
 # tests, those where the runtime matters run on both (its launch settings and hostfile, a
 # rank lost, a host left by its ranks then lost, pcmrun killed on several hosts, a
 # replacement lost while starting, a host lost and a malleable job relaunched narrower); the
-# others test pcmrun's own decisions, the same on either runtime, and pool_pcmrun is MPICH's only (an Open MPI 4
-# launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
+# others test pcmrun's own decisions, the same on either runtime, and pool_pcmrun is MPICH's
+# only (an Open MPI 4 launch cannot let a node go while it runs). Of the daemon tests, the one where several daemons'
 # requests go in one reconfiguration and the move of every rank (the others passed on Open
 # MPI 4 by hand, results-log.md). Of the resize tests, all but pcmd's (resize_daemon: its request
 # path is the runtime-independent one of pcmd migrate; both passed on Open MPI 4 by hand,
