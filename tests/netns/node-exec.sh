@@ -37,29 +37,27 @@ if [ $# -lt 2 ]; then
 fi
 host="$1"
 shift
-ns=
-while read -r name netns procs_files; do
-    if [ "$name" = "$host" ]; then
-        ns="$netns"
-        break
-    fi
-done <"$here/hosts.map"
-if [ -z "$ns" ]; then
+# Finds HOST's line in the map file $1: true, with the fields after HOST in `rest`, or false.
+host_line() {
+    while read -r name rest; do
+        if [ "$name" = "$host" ]; then
+            return 0
+        fi
+    done <"$1"
+    return 1
+}
+if ! host_line "$here/hosts.map"; then
     echo "node-exec: unknown host $host (not in $here/hosts.map)" >&2
     exit 255
 fi
+ns="${rest%% *}"
+procs_files="${rest#"$ns"}"
 if [ "$daemon" = yes ]; then
-    found=no
-    while read -r name procs_files; do
-        if [ "$name" = "$host" ]; then
-            found=yes
-            break
-        fi
-    done <"$here/daemons.map"
-    if [ "$found" = no ]; then
+    if ! host_line "$here/daemons.map"; then
         echo "node-exec: no daemons' cgroup for $host (not in $here/daemons.map)" >&2
         exit 255
     fi
+    procs_files="$rest"
 fi
 for procs in $procs_files; do
     if ! echo $$ >"$procs"; then
